@@ -1,0 +1,225 @@
+"""Configuration: YAML parsed once at the edge into frozen, validated dataclasses.
+
+:func:`load_config` reads a YAML file (or nothing: every field has a default, and
+``conf/default.yaml`` spells the defaults out) into :class:`GpopeConfig`. :func:`from_mapping` is
+the generic, strict builder: unknown keys, wrong types and out-of-range values raise
+:class:`~gpope.errors.ConfigError` naming the key, the constraint and the value given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from gpope.core.validation import check_choice, check_int
+from gpope.errors import ConfigError
+
+__all__ = [
+    "GpopeConfig",
+    "LakeSettings",
+    "SparkSettings",
+    "TrackingSettings",
+    "from_mapping",
+    "load_config",
+    "to_mapping",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How the SparkSession is built (ignored on a cluster that already has a session)."""
+
+    master: str = "local[*]"
+    app_name: str = "gpope"
+    shuffle_partitions: int = 8
+    driver_memory: str = "4g"
+    ui: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_int("SparkSettings", "shuffle_partitions", self.shuffle_partitions, ge=1)
+        if not self.master:
+            raise ConfigError("The 'master' parameter of SparkSettings must be non-empty. Got ''.")
+
+
+@dataclass(frozen=True)
+class LakeSettings:
+    """Where tables live: a local/DBFS root, or a Unity Catalog ``catalog.schema``."""
+
+    root: str = "lake"
+    catalog: str | None = None
+    schema: str | None = None
+    storage: Literal["auto", "native", "delta-rs"] = "auto"
+
+    def __post_init__(self) -> None:
+        check_choice("LakeSettings", "storage", self.storage, ("auto", "native", "delta-rs"))
+        if (self.catalog is None) != (self.schema is None):
+            raise ConfigError(
+                "LakeSettings needs both 'catalog' and 'schema' for Unity Catalog tables, or neither "
+                f"for path-based tables. Got catalog={self.catalog!r}, schema={self.schema!r}."
+            )
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """MLflow tracking. ``uri`` None means $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db."""
+
+    uri: str | None = None
+    experiment: str = "gpope"
+
+
+@dataclass(frozen=True)
+class GpopeConfig:
+    """The whole configuration of a gpope deployment."""
+
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    lake: LakeSettings = field(default_factory=LakeSettings)
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    """Convert ``value`` to the annotated type ``tp`` or raise ConfigError naming ``where``."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {tp}.")
+    if origin is Literal:
+        options = get_args(tp)
+        if value not in options:
+            listed = ", ".join(repr(o) for o in options)
+            raise ConfigError(f"{where} must be one of {listed}. Got {value!r} instead.")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} must be a mapping (a YAML section). Got {value!r} instead.")
+        return from_mapping(tp, value, where=where)
+    if origin in (tuple, list):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list. Got {value!r} instead.")
+        args = get_args(tp)
+        item_tp = args[0] if args else Any
+        items = [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} must be a mapping. Got {value!r} instead.")
+        args = get_args(tp)
+        val_tp = args[1] if len(args) == 2 else Any
+        return {str(k): _convert(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false. Got {value!r} instead.")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where} must be an integer. Got {value!r} instead.")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number. Got {value!r} instead.")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string. Got {value!r} instead.")
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where} must be of type {_type_name(tp)}. Got {value!r} instead.")
+    return value
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], *, where: str = "config") -> T:
+    """Build the dataclass ``cls`` from a mapping, strictly.
+
+    Guarantees: unknown keys, wrong types and invalid values raise ConfigError whose message names
+    the full key path (e.g. ``config.spark.shuffle_partitions``); missing keys take the defaults.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping. Got {data!r} instead.")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"Unknown key(s) {', '.join(map(repr, unknown))} in {where}; "
+            f"valid keys: {', '.join(names)}."
+        )
+    kwargs = {k: _convert(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def to_mapping(obj: Any) -> Any:
+    """The plain (YAML/JSON-ready) form of a config dataclass; inverse of :func:`from_mapping`."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_mapping(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_mapping(v) for k, v in obj.items()}
+    return obj
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; a missing file or non-mapping content raises ConfigError."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"Configuration file {str(p)!r} does not exist; pass an existing --conf.")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Configuration file {str(p)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"Configuration file {str(p)!r} must contain a mapping at the top level.")
+    return data
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> GpopeConfig:
+    """Load the configuration from ``path`` (None: defaults), then apply section overrides.
+
+    ``overrides`` are section mappings merged over the file, e.g. ``lake={"root": "/tmp/lake"}``;
+    None values are ignored so CLI options can be passed through unconditionally.
+    """
+    data: dict[str, Any] = load_yaml(path) if path is not None else {}
+    where = str(path) if path is not None else "config"
+    for section, values in overrides.items():
+        if values is None:
+            continue
+        clean = {k: v for k, v in dict(values).items() if v is not None}
+        if clean:
+            merged = dict(data.get(section) or {})
+            merged.update(clean)
+            data[section] = merged
+    return from_mapping(GpopeConfig, data, where=where)

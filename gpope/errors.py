@@ -1,0 +1,56 @@
+"""The one exception tree of gpope.
+
+Every error a user can trigger derives from :class:`GpopeError`, so callers (the CLI, jobs,
+notebooks) can catch one type and print its message. Messages say what was wrong, which
+constraint applies, what was given, and what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccountingError",
+    "BudgetExceededError",
+    "ConfigError",
+    "DataError",
+    "EnvironmentSetupError",
+    "GpopeError",
+    "SchemaError",
+    "TableNotFoundError",
+    "CommitError",
+]
+
+
+class GpopeError(Exception):
+    """Root of every error raised on purpose by gpope."""
+
+
+class ConfigError(GpopeError, ValueError):
+    """A configuration value or argument is missing, of the wrong type or out of range."""
+
+
+class SchemaError(GpopeError):
+    """A table or array does not have the columns, types or shapes of its contract."""
+
+
+class DataError(GpopeError, ValueError):
+    """Input data violate an assumption (non-finite values, empty trajectories, ...)."""
+
+
+class AccountingError(GpopeError):
+    """A privacy-accounting request cannot be answered (unsupported combination, no solution)."""
+
+
+class BudgetExceededError(GpopeError):
+    """A run would take a dataset past its privacy budget; nothing was released."""
+
+
+class TableNotFoundError(GpopeError):
+    """A Delta table that should exist does not; usually an earlier stage has not run."""
+
+
+class CommitError(GpopeError):
+    """A write to a Delta table could not be committed atomically."""
+
+
+class EnvironmentSetupError(GpopeError):
+    """The runtime (Java, Spark) could not be set up; the message says how to fix it."""

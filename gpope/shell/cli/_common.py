@@ -1,0 +1,52 @@
+"""Helpers shared by the CLI command modules: common options and output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--json``: print one JSON document on stdout instead of text."""
+    parser.add_argument(
+        "--json", action="store_true", help="print the result as one JSON document on stdout"
+    )
+
+
+def add_lake_options(parser: argparse.ArgumentParser) -> None:
+    """Add the common pipeline options ``--lake``, ``--conf`` and ``--tracking-uri``."""
+    parser.add_argument(
+        "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
+    )
+    parser.add_argument(
+        "--conf", default=None, help="YAML configuration file (default: the packaged conf/default.yaml)"
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db)",
+    )
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
+    """Print ``payload`` as JSON when ``--json`` was given, else the human-readable ``text``."""
+    if getattr(args, "json", False):
+        json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=_jsonable)
+        sys.stdout.write("\n")
+    else:
+        print(text)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        if isinstance(value, np.generic):
+            return value.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(value)

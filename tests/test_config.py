@@ -1,0 +1,53 @@
+"""Configuration: strict parsing, clear errors, and conf/default.yaml equal to the defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpope.config import GpopeConfig, from_mapping, load_config, load_yaml, to_mapping
+from gpope.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_equal_conf_default_yaml():
+    """conf/default.yaml spells out exactly the built-in defaults (no drift)."""
+    assert load_config(ROOT / "conf" / "default.yaml") == load_config()
+
+
+def test_round_trip_through_mapping():
+    cfg = load_config(lake={"root": "/tmp/x"}, spark={"master": "local[2]"})
+    assert from_mapping(GpopeConfig, to_mapping(cfg)) == cfg
+    assert cfg.lake.root == "/tmp/x" and cfg.spark.master == "local[2]"
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ({"spark": {"shuffle_partitions": 0}}, "'shuffle_partitions' parameter of SparkSettings must be >= 1. Got 0"),
+        ({"spark": {"shuffle_partitions": "many"}}, "config.spark.shuffle_partitions must be an integer. Got 'many'"),
+        ({"spark": {"mastr": "local"}}, "Unknown key(s) 'mastr' in config.spark; valid keys: master"),
+        ({"lake": {"storage": "s3"}}, "config.lake.storage must be one of 'auto', 'native', 'delta-rs'. Got 's3'"),
+        ({"lake": {"catalog": "main"}}, "needs both 'catalog' and 'schema'"),
+        ({"spark": {"ui": "yes"}}, "config.spark.ui must be true or false. Got 'yes'"),
+    ],
+)
+def test_errors_name_key_constraint_and_value(override, needle):
+    with pytest.raises(ConfigError) as info:
+        load_config(**override)
+    assert needle in str(info.value)
+
+
+def test_unknown_section_and_bad_files(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sparkk: {}\n")
+    with pytest.raises(ConfigError, match="Unknown key\\(s\\) 'sparkk'"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_yaml(tmp_path / "missing.yaml")
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        load_yaml(listy)
