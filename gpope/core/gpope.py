@@ -1,0 +1,580 @@
+"""The GPOPE solver: differentially private stochastic GTD2 over per-trajectory statistics.
+
+Algorithm 1 of Xie, Thomas and Miklau ("Privacy Preserving Off-Policy Evaluation"), with
+x = [theta; w] (2n,), x_1 = 0 and, for i = 1..N:
+
+* ``sampling="uniform"`` (the paper): draw j uniformly from 0..m-1,
+  B = clip_h([-A_j^T w ; A_j theta + C_j w - b_j]) + h sigma z, z ~ N(0, I_2n),
+  x <- x - beta_i B.
+* ``sampling="poisson"``: every trajectory joins the batch independently with probability q;
+  B = (sum_{j in batch} clip_h(B_j) + h sigma z) / (q m), x <- x - beta_i B.
+
+clip_h(v) = v / max(1, ||v||_2 / h). Without clipping (``clip=None``) and with sigma = 0 this is
+plain stochastic GTD2 (non-private). Poisson batches are drawn as Binomial(m, q) sizes and then
+uniform members without replacement, in chunks, so a step costs O(batch), not O(m).
+
+Randomness: ``rng`` (Generator, int seed or None) is split into independent sampling and noise
+streams. ``rng=None`` draws both from OS entropy; the result is marked private only then (and only
+with clipping and sigma > 0). The sample plan is as secret as the data and is never returned.
+
+Privacy: sigma is calibrated with :func:`gpope.core.accounting.calibrate_sigma` when
+``noise_multiplier`` is None; otherwise epsilon is reported with ``epsilon_spent`` (if delta given).
+
+Test-only hook (privacy audit): :func:`run_gpope` and :func:`run_gpope_trials` accept the private
+keyword ``_mechanism_override``, a mapping with ``"noise_scale"`` (float multiplying the noise
+std; e.g. 0.1 divides the noise by 10) and/or ``"clip"`` (False skips clipping). It exists only
+to build deliberately broken solvers for the audit; results of such runs have ``private=False``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from gpope.core.statistics import TrajectoryStats
+from gpope.core.steps import STEP_SCHEDULES, step_sizes
+from gpope.core.validation import (
+    check_choice,
+    check_int,
+    check_number,
+    check_probability,
+)
+from gpope.errors import ConfigError
+
+__all__ = [
+    "GPOPEConfig",
+    "GPOPEResult",
+    "GPOPETrialsResult",
+    "run_gpope",
+    "run_gpope_trials",
+]
+
+_ACCOUNTANTS = ("auto", "paper", "rdp", "pld")
+_SAMPLINGS = ("uniform", "poisson")
+_AVERAGING = ("none", "uniform", "tail")
+_CHUNK_STEPS = 4096
+_CHUNK_BYTES = 32 * 2**20
+_POISSON_MASK_RATE = 0.05  # above this q, membership is drawn as an (m,) mask per step
+
+SeedLike = np.random.Generator | int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPOPEConfig:
+    """Settings of one GPOPE run (all public).
+
+    Attributes:
+        iterations: N >= 1 steps.
+        clip: h > 0, the L2 clip bound of each trajectory's gradient; None = no clipping.
+        noise_multiplier: sigma >= 0 (noise std = h sigma); None = calibrate from epsilon/delta.
+        epsilon: target epsilon > 0 (with noise_multiplier None).
+        delta: delta in (0, 1); with a given sigma, used to report the spent epsilon.
+        accountant: "auto" (tightest rigorous for the sampling), "paper", "rdp" or "pld".
+        sampling: "uniform" (one trajectory per step, the paper) or "poisson".
+        batch_rate: q in (0, 1], required for (and only for) "poisson".
+        step_size: eta > 0.
+        step_schedule: "constant" (beta_i = eta) or "inverse" (beta_i = eta / (i + step_offset)).
+        step_offset: i0 >= 0.
+        averaging: "none", "uniform" (mean of all N post-update iterates) or "tail" (mean of the
+            last ceil(tail_fraction N)).
+        tail_fraction: in (0, 1].
+        trace_every: None, or k >= 1 to record the iterate at steps 0, k, 2k, ... and N.
+    """
+
+    iterations: int
+    step_size: float
+    clip: float | None = None
+    noise_multiplier: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
+    sampling: Literal["uniform", "poisson"] = "uniform"
+    batch_rate: float | None = None
+    step_schedule: Literal["constant", "inverse"] = "constant"
+    step_offset: float = 1.0
+    averaging: Literal["none", "uniform", "tail"] = "none"
+    tail_fraction: float = 0.5
+    trace_every: int | None = None
+
+    def __post_init__(self) -> None:
+        o = "GPOPEConfig"
+        set_ = object.__setattr__
+        set_(self, "iterations", check_int(o, "iterations", self.iterations, ge=1))
+        set_(self, "step_size", check_number(o, "step_size", self.step_size, gt=0.0))
+        set_(self, "clip", check_number(o, "clip", self.clip, gt=0.0, allow_none=True))
+        set_(self, "noise_multiplier",
+             check_number(o, "noise_multiplier", self.noise_multiplier, ge=0.0, allow_none=True))
+        set_(self, "epsilon", check_number(o, "epsilon", self.epsilon, gt=0.0, allow_none=True))
+        set_(self, "delta",
+             check_number(o, "delta", self.delta, gt=0.0, lt=1.0, allow_none=True))
+        check_choice(o, "accountant", self.accountant, _ACCOUNTANTS)
+        check_choice(o, "sampling", self.sampling, _SAMPLINGS)
+        check_choice(o, "step_schedule", self.step_schedule, STEP_SCHEDULES)
+        set_(self, "step_offset", check_number(o, "step_offset", self.step_offset, ge=0.0))
+        check_choice(o, "averaging", self.averaging, _AVERAGING)
+        set_(self, "tail_fraction",
+             check_number(o, "tail_fraction", self.tail_fraction, gt=0.0, le=1.0))
+        set_(self, "trace_every",
+             check_int(o, "trace_every", self.trace_every, ge=1, allow_none=True))
+        if self.sampling == "poisson":
+            if self.batch_rate is None:
+                raise ConfigError(
+                    "The 'batch_rate' parameter of GPOPEConfig must be a number in (0, 1] when "
+                    "sampling='poisson' (the probability q that a trajectory joins a step's "
+                    "batch). Got None instead."
+                )
+            set_(self, "batch_rate", check_probability(o, "batch_rate", self.batch_rate))
+        elif self.batch_rate is not None:
+            raise ConfigError(
+                "The 'batch_rate' parameter of GPOPEConfig must be None when sampling='uniform' "
+                f"(it applies only to sampling='poisson'). Got {self.batch_rate!r} instead."
+            )
+        if self.noise_multiplier is None:
+            if self.epsilon is None or self.delta is None or self.clip is None:
+                raise ConfigError(
+                    "The 'noise_multiplier' parameter of GPOPEConfig is None, so sigma is "
+                    "calibrated: 'epsilon', 'delta' and 'clip' must all be given. Got "
+                    f"epsilon={self.epsilon!r}, delta={self.delta!r}, clip={self.clip!r} "
+                    "instead. For a non-private run set noise_multiplier=0."
+                )
+        else:
+            if self.epsilon is not None:
+                raise ConfigError(
+                    "The 'epsilon' parameter of GPOPEConfig must be None when "
+                    "'noise_multiplier' is given (epsilon is then reported, not targeted). "
+                    f"Got epsilon={self.epsilon!r} with noise_multiplier="
+                    f"{self.noise_multiplier!r}; give only one of them."
+                )
+            if self.noise_multiplier > 0 and self.clip is None:
+                raise ConfigError(
+                    "The 'clip' parameter of GPOPEConfig must be > 0 when noise_multiplier > 0: "
+                    "noise without clipping gives no privacy (the noise std is clip * sigma). "
+                    f"Got clip=None with noise_multiplier={self.noise_multiplier!r}."
+                )
+
+    @property
+    def is_private(self) -> bool:
+        """True when the mechanism adds calibrated or given noise to clipped gradients."""
+        return self.clip is not None and (
+            self.noise_multiplier is None or self.noise_multiplier > 0
+        )
+
+
+@dataclass(frozen=True)
+class GPOPEResult:
+    """Output of one run.
+
+    Attributes:
+        theta: (n,) final primal iterate theta_{N+1}.
+        w: (n,) final dual iterate.
+        theta_avg: (n,) averaged iterate, None when averaging="none".
+        sigma: noise multiplier used.
+        epsilon: epsilon of the run (target, reported, inf when non-private, None if no delta).
+        delta: delta or None.
+        accountant: resolved accountant name, "none" when non-private.
+        sampling: "uniform" or "poisson".
+        iterations: N.
+        clip: h or None.
+        private: True only with OS-entropy randomness, clipping, sigma > 0 and no override.
+        privacy_note: why the run is (not) private.
+        trace_steps: (k,) step numbers of the trace, or None.
+        trace_theta: (k, n) theta at those steps, or None.
+        trace_w: (k, n) w at those steps, or None.
+    """
+
+    theta: np.ndarray
+    w: np.ndarray
+    theta_avg: np.ndarray | None
+    sigma: float
+    epsilon: float | None
+    delta: float | None
+    accountant: str
+    sampling: str
+    iterations: int
+    clip: float | None
+    private: bool
+    privacy_note: str
+    trace_steps: np.ndarray | None = None
+    trace_theta: np.ndarray | None = None
+    trace_w: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class GPOPETrialsResult:
+    """Output of R independent trials; arrays carry a leading trial axis.
+
+    Attributes:
+        theta: (R, n); w: (R, n); theta_avg: (R, n) or None; trace_theta, trace_w: (R, k, n)
+        or None; the rest as in :class:`GPOPEResult`.
+    """
+
+    theta: np.ndarray
+    w: np.ndarray
+    theta_avg: np.ndarray | None
+    sigma: float
+    epsilon: float | None
+    delta: float | None
+    accountant: str
+    sampling: str
+    iterations: int
+    clip: float | None
+    private: bool
+    privacy_note: str
+    trials: int
+    trace_steps: np.ndarray | None = None
+    trace_theta: np.ndarray | None = None
+    trace_w: np.ndarray | None = None
+
+    def trial(self, r: int) -> GPOPEResult:
+        """The r-th trial as a :class:`GPOPEResult`."""
+
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[r]
+
+        return GPOPEResult(
+            theta=self.theta[r], w=self.w[r], theta_avg=pick(self.theta_avg), sigma=self.sigma,
+            epsilon=self.epsilon, delta=self.delta, accountant=self.accountant,
+            sampling=self.sampling, iterations=self.iterations, clip=self.clip,
+            private=self.private, privacy_note=self.privacy_note, trace_steps=self.trace_steps,
+            trace_theta=pick(self.trace_theta), trace_w=pick(self.trace_w),
+        )
+
+
+# ---------------------------------------------------------------------- mechanism pieces
+def _clip(g: np.ndarray, h: float | None) -> np.ndarray:
+    """Rows of g (k, 2n) scaled to L2 norm <= h: g / max(1, ||g|| / h); h None = unchanged."""
+    if h is None or not math.isfinite(h):
+        return g
+    nrm = np.sqrt(np.einsum("ij,ij->i", g, g))
+    return g * (h / np.maximum(nrm, h))[:, None]
+
+
+def _streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generator, bool]:
+    """(sampling generator, noise generator, seeded?) as independent child streams."""
+    if rng is None:
+        a, b = np.random.SeedSequence().spawn(2)
+        return np.random.default_rng(a), np.random.default_rng(b), False
+    if isinstance(rng, np.random.Generator):
+        a, b = rng.spawn(2)
+        return a, b, True
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        a, b = np.random.SeedSequence(int(rng)).spawn(2)
+        return np.random.default_rng(a), np.random.default_rng(b), True
+    raise ConfigError(
+        "The 'rng' argument of run_gpope must be a numpy.random.Generator, an int seed or None "
+        f"(OS entropy, required for a private run). Got {type(rng).__name__} instead."
+    )
+
+
+def _privacy(config: GPOPEConfig, m: int) -> tuple[float, float | None, float | None, str]:
+    """(sigma, epsilon, delta, accountant name) of the run."""
+    if config.noise_multiplier is not None and (config.noise_multiplier == 0 or config.clip is None):
+        return float(config.noise_multiplier), math.inf, config.delta, "none"
+    from gpope.core.accounting import calibrate_sigma, epsilon_spent, resolve_accountant
+
+    name = resolve_accountant(config.accountant, config.sampling)
+    common = dict(m=m, iterations=config.iterations, delta=config.delta,
+                  accountant=config.accountant, sampling=config.sampling,
+                  batch_rate=config.batch_rate)
+    if config.noise_multiplier is None:
+        sigma = calibrate_sigma(epsilon=config.epsilon, **common)
+        return float(sigma), config.epsilon, config.delta, name
+    sigma = float(config.noise_multiplier)
+    if config.delta is None:
+        return sigma, None, None, name
+    return sigma, float(epsilon_spent(sigma=sigma, **common)), config.delta, name
+
+
+def _poisson_plan(
+    gen: np.random.Generator, m: int, q: float, steps: int, trials: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Poisson batches for `steps` x `trials` (step-major): (members, owner trial, step offsets).
+
+    Each trajectory joins each (step, trial) batch independently with probability q. For small q
+    the size is drawn from Binomial(m, q) and the members uniformly without replacement (draw with
+    replacement, redraw duplicates: the procedure is label-symmetric, so the set is uniform).
+    """
+    groups = steps * trials
+    if q >= _POISSON_MASK_RATE:
+        mask = gen.random((groups, m)) < q
+        grp, members = np.nonzero(mask)
+    else:
+        sizes = gen.binomial(m, q, size=groups)
+        grp = np.repeat(np.arange(groups, dtype=np.int64), sizes)
+        members = gen.integers(0, m, size=len(grp))
+        while True:
+            order = np.lexsort((members, grp))
+            members = members[order]
+            grp = grp[order]
+            dup = np.zeros(len(grp), dtype=bool)
+            dup[1:] = (members[1:] == members[:-1]) & (grp[1:] == grp[:-1])
+            k = int(dup.sum())
+            if k == 0:
+                break
+            members[dup] = gen.integers(0, m, size=k)
+    counts = np.bincount(grp // trials, minlength=steps)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return members.astype(np.int64), (grp % trials).astype(np.int64), offsets
+
+
+# ---------------------------------------------------------------------- solver
+def run_gpope(
+    stats: TrajectoryStats,
+    config: GPOPEConfig,
+    rng: SeedLike = None,
+    *,
+    _mechanism_override: Mapping[str, Any] | None = None,
+) -> GPOPEResult:
+    """One GPOPE run (Algorithm 1, or its Poisson-sampled extension).
+
+    Args:
+        stats: per-trajectory statistics (m trajectories, n features).
+        config: the run's settings.
+        rng: Generator or int seed (reproducible, not private) or None (OS entropy).
+        _mechanism_override: test-only, see the module docstring.
+
+    Returns:
+        GPOPEResult; identical to ``run_gpope_trials(stats, config, rng, 1).trial(0)`` up to
+        floating-point rounding.
+    """
+    res = run_gpope_trials(stats, config, rng, 1, _mechanism_override=_mechanism_override)
+    return res.trial(0)
+
+
+def run_gpope_trials(
+    stats: TrajectoryStats,
+    config: GPOPEConfig,
+    rng: SeedLike,
+    trials: int,
+    *,
+    _mechanism_override: Mapping[str, Any] | None = None,
+) -> GPOPETrialsResult:
+    """R independent GPOPE runs vectorised over a leading trial axis.
+
+    Each trial has its own sample plan and noise (drawn from the same two streams). Costs N steps
+    of O(R * per-trajectory gradient) each.
+
+    Args:
+        stats: per-trajectory statistics.
+        config: the run's settings.
+        rng: Generator, int seed or None (OS entropy).
+        trials: R >= 1.
+        _mechanism_override: test-only, see the module docstring.
+
+    Returns:
+        GPOPETrialsResult with theta (R, n).
+    """
+    if not isinstance(stats, TrajectoryStats):
+        raise ConfigError(
+            f"run_gpope needs a TrajectoryStats; got {type(stats).__name__}. Build one with "
+            "gpope.core.statistics.trajectory_statistics or TrajectoryStats.from_dense."
+        )
+    if not isinstance(config, GPOPEConfig):
+        raise ConfigError(f"run_gpope needs a GPOPEConfig; got {type(config).__name__}.")
+    R = check_int("run_gpope_trials", "trials", trials, ge=1)
+    override = dict(_mechanism_override or {})
+    unknown = set(override) - {"noise_scale", "clip"}
+    if unknown:
+        raise ConfigError(f"_mechanism_override accepts 'noise_scale' and 'clip'; got {unknown}.")
+    sigma, epsilon, delta, accountant = _privacy(config, stats.m)
+    gen_plan, gen_noise, seeded = _streams(rng)
+
+    h = config.clip if override.get("clip", True) else None
+    noise_std = 0.0 if config.clip is None else config.clip * sigma
+    noise_std *= float(override.get("noise_scale", 1.0))
+    x, acc, trace_steps, trace = _iterate(stats, config, gen_plan, gen_noise, R, h, noise_std)
+
+    n = stats.n
+    if override:
+        private, note = False, "mechanism override (test-only): not private"
+    elif not config.is_private:
+        private, note = False, "no clipping or no noise: not private"
+    elif seeded:
+        private, note = False, "fixed seed: not private"
+    else:
+        private, note = True, "OS-entropy noise and sampling"
+    avg = None
+    if config.averaging != "none":
+        avg = acc / _avg_count(config)
+    return GPOPETrialsResult(
+        theta=x[:, :n].copy(), w=x[:, n:].copy(), theta_avg=avg, sigma=sigma, epsilon=epsilon,
+        delta=delta, accountant=accountant, sampling=config.sampling,
+        iterations=config.iterations, clip=config.clip, private=private, privacy_note=note,
+        trials=R, trace_steps=trace_steps,
+        trace_theta=None if trace is None else trace[:, :, :n].copy(),
+        trace_w=None if trace is None else trace[:, :, n:].copy(),
+    )
+
+
+def _avg_count(config: GPOPEConfig) -> int:
+    if config.averaging == "tail":
+        return max(1, math.ceil(config.tail_fraction * config.iterations))
+    return config.iterations
+
+
+def _iterate(
+    stats: TrajectoryStats,
+    config: GPOPEConfig,
+    gen_plan: np.random.Generator,
+    gen_noise: np.random.Generator,
+    R: int,
+    h: float | None,
+    noise_std: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The N steps. Returns (x (R, 2n), sum of averaged thetas (R, n), trace steps, trace)."""
+    n, m, N = stats.n, stats.m, config.iterations
+    betas = step_sizes(N, config.step_size, config.step_schedule, config.step_offset)
+    avg_from = N - _avg_count(config) if config.averaging != "none" else N
+    every = config.trace_every
+    if every is not None:
+        trace_steps = np.unique(np.append(np.arange(0, N + 1, every), N))
+        trace = np.zeros((R, len(trace_steps), 2 * n))
+        t_pos = 1
+    else:
+        trace_steps = trace = None
+        t_pos = 0
+    x = np.zeros((R, 2 * n))
+    acc = np.zeros((R, n))
+    poisson = config.sampling == "poisson"
+    q = float(config.batch_rate) if poisson else 1.0
+    div = q * m if poisson else 1.0
+    per_step = R * 2 * n * 8 + (stats.n * 2 * stats.n * 8 if stats.representation == "dense" else 0)
+    chunk = max(1, min(_CHUNK_STEPS, _CHUNK_BYTES // max(per_step, 1)))
+    fast = R == 1 and not poisson and every is None and stats.representation != "compact"
+    clip_h = math.inf if h is None else float(h)
+    for c0 in range(0, N, chunk):
+        L = min(chunk, N - c0)
+        beta = betas[c0 : c0 + L]
+        if poisson:
+            members, owner, offs = _poisson_plan(gen_plan, m, q, L, R)
+        else:
+            idx = gen_plan.integers(0, m, size=(L, R))
+        if noise_std > 0:
+            z = gen_noise.standard_normal((L, R, 2 * n))
+            z *= (beta * (noise_std / div))[:, None, None]
+        else:
+            z = None
+        if fast and stats.representation == "tabular":
+            _fast_tabular_chunk(stats, idx[:, 0], x[0], acc[0], beta, clip_h,
+                                None if z is None else z[:, 0], c0, avg_from)
+            continue
+        if fast:
+            _fast_dense_chunk(stats, idx[:, 0], x[0], acc[0], beta, clip_h,
+                              None if z is None else z[:, 0], c0, avg_from)
+            continue
+        for s in range(L):
+            if poisson:
+                lo, hi = offs[s], offs[s + 1]
+                tr = owner[lo:hi]
+                g = _clip(stats._grad_x(members[lo:hi], x[tr]), h)
+                upd = np.zeros((R, 2 * n))
+                np.add.at(upd, tr, g)
+                x -= (beta[s] / div) * upd
+            else:
+                x -= beta[s] * _clip(stats._grad_x(idx[s], x), h)
+            if z is not None:
+                x -= z[s]
+            if c0 + s >= avg_from:
+                acc += x[:, :n]
+            if every is not None and (c0 + s + 1) % every == 0:
+                trace[:, t_pos] = x
+                t_pos += 1
+    if every is not None:
+        trace[:, -1] = x
+    return x, acc, trace_steps, trace
+
+
+def _fast_dense_chunk(
+    stats: TrajectoryStats,
+    idx: np.ndarray,
+    x: np.ndarray,
+    acc: np.ndarray,
+    beta: np.ndarray,
+    h: float,
+    z: np.ndarray | None,
+    c0: int,
+    avg_from: int,
+) -> None:
+    """Single-trial uniform steps on dense stats, updating x (2n,) and acc (n,) in place.
+
+    Gathers the chunk's [A_j | C_j] blocks once (the read floor), then runs the sequential steps on
+    views with a handful of small BLAS calls each.
+    """
+    n = stats.n
+    blocks = stats._ac[idx]  # (L, n, 2n)
+    bs = stats._b[idx]  # (L, n)
+    theta = x[:n]
+    w = x[n:]
+    gw = np.empty(n)
+    gt = np.empty(n)
+    sqrt = math.sqrt
+    for s in range(len(idx)):
+        blk = blocks[s]
+        np.matmul(blk, x, out=gw)
+        gw -= bs[s]
+        np.matmul(w, blk[:, :n], out=gt)  # A^T w; the theta gradient is -gt
+        nrm = sqrt(float(gt @ gt) + float(gw @ gw))
+        f = beta[s] if nrm <= h else beta[s] * h / nrm
+        theta += f * gt
+        w -= f * gw
+        if z is not None:
+            x -= z[s]
+        if c0 + s >= avg_from:
+            acc += theta
+
+
+def _fast_tabular_chunk(
+    stats: TrajectoryStats,
+    idx: np.ndarray,
+    x: np.ndarray,
+    acc: np.ndarray,
+    beta: np.ndarray,
+    h: float,
+    z: np.ndarray | None,
+    c0: int,
+    avg_from: int,
+) -> None:
+    """Single-trial uniform steps on tabular stats: rows of the chunk gathered once, O(tau) a step.
+
+    Same arithmetic as ``TrajectoryStats._grad_x`` for one trajectory at a time.
+    """
+    n = stats.n
+    lens = stats.tau[idx]
+    ends = np.cumsum(lens)
+    seg = ends - lens
+    rows = np.repeat(stats._offsets[idx] - seg, lens) + np.arange(int(ends[-1]))
+    s_all = stats._s[rows]
+    sn_all = stats._sn[rows]
+    gn_all = stats._gn[rows]
+    norms = stats._norm[idx]
+    rw_all = np.repeat(norms, lens)
+    if stats._rho is not None:
+        rw_all *= stats._rho[rows]
+    bs = stats._b[idx]
+    theta = x[:n]
+    w = x[n:]
+    sqrt = math.sqrt
+    bincount = np.bincount
+    for k in range(len(idx)):
+        lo, hi = seg[k], ends[k]
+        s = s_all[lo:hi]
+        sn = sn_all[lo:hi]
+        gn = gn_all[lo:hi]
+        rw = rw_all[lo:hi]
+        pw = w[s]
+        et = theta[s] - gn * theta[sn]
+        q = rw * pw
+        gt = bincount(sn, q * gn, n) - bincount(s, q, n)  # theta gradient -A^T w
+        gw = bincount(s, rw * et + norms[k] * pw, n) - bs[k]
+        nrm = sqrt(float(gt @ gt) + float(gw @ gw))
+        f = beta[k] if nrm <= h else beta[k] * h / nrm
+        theta -= f * gt
+        w -= f * gw
+        if z is not None:
+            x -= z[k]
+        if c0 + k >= avg_from:
+            acc += theta

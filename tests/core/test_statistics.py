@@ -1,0 +1,244 @@
+"""Per-trajectory statistics against a per-transition loop oracle and the chain's exact values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpope.core.features import TabularFeatures
+from gpope.core.statistics import (
+    TrajectoryStats,
+    statistics_from_transitions,
+    trajectory_statistics,
+)
+from gpope.core.transitions import Transitions
+from gpope.errors import ConfigError, DataError
+
+
+# ---------------------------------------------------------------------- in-test oracles
+def sample_chain(m: int, rng: np.random.Generator, n_states: int = 40, p: float = 0.5):
+    """Vectorised chain: start uniform over 0..n-2; stay w.p. p else advance; reward 1 entering n-1.
+
+    Returns (traj, state, next_state, reward, terminal), sorted by trajectory then time.
+    """
+    last = n_states - 1
+    start = rng.integers(0, last, size=m)
+    k = last - start  # positions visited: start .. last-1
+    traj = np.repeat(np.arange(m), k)
+    pos = np.repeat(start - (np.cumsum(k) - k), k) + np.arange(k.sum())
+    dwell = rng.geometric(1 - p, size=len(pos))  # steps spent at each position (>= 1)
+    traj_t = np.repeat(traj, dwell)
+    state = np.repeat(pos, dwell)
+    nxt = state.copy()
+    nxt[np.cumsum(dwell) - 1] += 1
+    reward = ((nxt == last) & (nxt != state)).astype(float)
+    return traj_t, state, nxt, reward, nxt == last
+
+
+def chain_values(n_states: int = 40, p: float = 0.5, gamma: float = 0.99) -> np.ndarray:
+    """Closed form V(s) = gamma^(k-1) ((1-p)/(1-p gamma))^k, k = n-1-s; V(absorbing) = 0."""
+    k = n_states - 1 - np.arange(n_states - 1)
+    return np.append(gamma ** (k - 1) * ((1 - p) / (1 - p * gamma)) ** k, 0.0)
+
+
+def loop_oracle(phi, next_phi, reward, rho, traj, m, gamma, terminal, norm):
+    """A_i, b_i, C_i by a plain loop over transitions (norm: 'transition' -> 1/L given as float)."""
+    n = phi.shape[1]
+    A = np.zeros((m, n, n))
+    b = np.zeros((m, n))
+    C = np.zeros((m, n, n))
+    tau = np.zeros(m)
+    for t in range(len(reward)):
+        i = traj[t]
+        nxt = np.zeros(n) if terminal[t] else next_phi[t]
+        A[i] += rho[t] * np.outer(phi[t], phi[t] - gamma * nxt)
+        b[i] += rho[t] * reward[t] * phi[t]
+        C[i] += np.outer(phi[t], phi[t])
+        tau[i] += 1
+    scale = (1.0 / tau) if norm == "trajectory_mean" else np.full(m, norm)
+    return A * scale[:, None, None], b * scale[:, None], C * scale[:, None, None]
+
+
+def random_rows(rng, m, n, extra, one_hot=False):
+    traj = np.r_[np.arange(m), rng.integers(0, m, extra)]
+    rng.shuffle(traj)  # unsorted on purpose
+    T = len(traj)
+    if one_hot:
+        phi = np.eye(n)[rng.integers(0, n, T)]
+        nphi = np.eye(n)[rng.integers(0, n, T)]
+    else:
+        phi = rng.normal(size=(T, n))
+        nphi = rng.normal(size=(T, n))
+    return dict(
+        phi=phi, next_phi=nphi, reward=rng.normal(size=T), rho=rng.uniform(0, 2, T),
+        traj_index=traj, terminal=rng.random(T) < 0.2,
+    )
+
+
+def build(rows, m, representation, normalization="transition", gamma=0.9):
+    return trajectory_statistics(
+        rows["phi"], rows["next_phi"], rows["reward"], rows["rho"], rows["traj_index"], m,
+        gamma=gamma, terminal=rows["terminal"], normalization=normalization, length_scale=7.0,
+        representation=representation,
+    )
+
+
+# ---------------------------------------------------------------------- tests
+@pytest.mark.parametrize("normalization", ["transition", "trajectory_mean"])
+@pytest.mark.parametrize("representation", ["dense", "compact", "tabular"])
+def test_statistics_match_loop_oracle(normalization, representation):
+    rng = np.random.default_rng(3)
+    m, n = 9, 4
+    rows = random_rows(rng, m, n, 40, one_hot=representation == "tabular")
+    stats = build(rows, m, representation, normalization)
+    assert stats.representation == representation
+    A, b, C = loop_oracle(rows["phi"], rows["next_phi"], rows["reward"], rows["rho"],
+                          rows["traj_index"], m, 0.9, rows["terminal"],
+                          "trajectory_mean" if normalization == "trajectory_mean" else 1 / 7.0)
+    Ad, bd, Cd = stats.dense()
+    np.testing.assert_allclose(Ad, A, atol=1e-12)
+    np.testing.assert_allclose(bd, b, atol=1e-12)
+    np.testing.assert_allclose(Cd, C, atol=1e-12)
+    np.testing.assert_array_equal(stats.tau, np.bincount(rows["traj_index"], minlength=m))
+    Ap, bp, Cp = stats.population()
+    np.testing.assert_allclose(Ap, A.mean(0), atol=1e-12)
+    np.testing.assert_allclose(bp, b.mean(0), atol=1e-12)
+    np.testing.assert_allclose(Cp, C.mean(0), atol=1e-12)
+    # gradients against the formula on the oracle's matrices
+    idx = rng.integers(0, m, 6)
+    th, w = rng.normal(size=(6, n)), rng.normal(size=(6, n))
+    g = stats.gradients(idx, th, w)
+    for r, j in enumerate(idx):
+        np.testing.assert_allclose(g[r, :n], -A[j].T @ w[r], atol=1e-12)
+        np.testing.assert_allclose(g[r, n:], A[j] @ th[r] + C[j] @ w[r] - b[j], atol=1e-12)
+    g_shared = stats.gradients(idx, th[0], w[0])
+    np.testing.assert_allclose(g_shared[2], stats.gradients(idx[2:3], th[0], w[0])[0], atol=1e-14)
+
+
+def test_truncated_rows_keep_next_features():
+    rng = np.random.default_rng(0)
+    rows = random_rows(rng, 3, 2, 5)
+    rows["terminal"][:] = False
+    s_keep = build(rows, 3, "dense")
+    rows["terminal"][:] = True
+    s_term = build(rows, 3, "dense")
+    A1, _, _ = s_keep.dense()
+    A2, _, _ = s_term.dense()
+    assert not np.allclose(A1, A2)  # next features matter unless terminal
+    A_no_next, _, _ = build({**rows, "next_phi": np.zeros_like(rows["phi"])}, 3, "dense").dense()
+    np.testing.assert_allclose(A2, A_no_next, atol=1e-14)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 6), n=st.integers(1, 5),
+       extra=st.integers(0, 20), one_hot=st.booleans())
+def test_representations_give_identical_gradients(seed, m, n, extra, one_hot):
+    rng = np.random.default_rng(seed)
+    rows = random_rows(rng, m, n, extra, one_hot=one_hot)
+    reps = ["dense", "compact"] + (["tabular"] if one_hot else [])
+    all_stats = [build(rows, m, r) for r in reps]
+    k = 5
+    idx = rng.integers(0, m, k)
+    th, w = rng.normal(size=(k, n)), rng.normal(size=(k, n))
+    ref = all_stats[0].gradients(idx, th, w)
+    assert ref.shape == (k, 2 * n)
+    for s in all_stats[1:]:
+        np.testing.assert_allclose(s.gradients(idx, th, w), ref, rtol=0, atol=1e-12)
+        for a, b in zip(s.population(), all_stats[0].population(), strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_rows_round_trip_in_any_order():
+    rng = np.random.default_rng(5)
+    stats = build(random_rows(rng, 6, 3, 10), 6, "compact")
+    rows = stats.to_rows()
+    assert rows["A"].shape == (6, 9) and rows["C"].shape == (6, 9) and rows["b"].shape == (6, 3)
+    perm = rng.permutation(6)
+    back = TrajectoryStats.from_rows({k: v[perm] for k, v in rows.items()})
+    for a, b in zip(back.dense(), stats.dense(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-14)
+    np.testing.assert_array_equal(back.tau, stats.tau)
+
+
+def test_from_transitions_tabular_equals_featurised():
+    rng = np.random.default_rng(2)
+    m = 30
+    traj, s, sn, r, term = sample_chain(m, rng, n_states=8)
+    T = len(traj)
+    trans = Transitions(
+        traj_index=traj, t=np.zeros(T, dtype=np.int64), state=s[:, None].astype(float),
+        action=np.zeros(T, dtype=np.int64), reward=r, next_state=sn[:, None].astype(float),
+        terminal=term, truncated=np.zeros(T, bool), behavior_prob=np.ones(T), n_trajectories=m,
+    )
+    fm = TabularFeatures(8)
+    rho = rng.uniform(0.5, 1.5, T)
+    ref = trajectory_statistics(np.eye(8)[s], np.eye(8)[sn], r, rho, traj, m, gamma=0.99,
+                                terminal=term, length_scale=50.0, representation="dense")
+    for rep in ("dense", "compact", "auto"):
+        got = statistics_from_transitions(trans, fm, rho, gamma=0.99, length_scale=50.0,
+                                          representation=rep)
+        for a, b in zip(got.dense(), ref.dense(), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-14)
+    assert statistics_from_transitions(trans, fm, rho, gamma=0.99, length_scale=50.0,
+                                       representation="compact").representation == "tabular"
+
+
+def test_validation_errors():
+    rng = np.random.default_rng(0)
+    rows = random_rows(rng, 3, 2, 4)
+    with pytest.raises(ConfigError, match=r"'length_scale'.*Got None"):
+        trajectory_statistics(rows["phi"], rows["next_phi"], rows["reward"], rows["rho"],
+                              rows["traj_index"], 3, gamma=0.9, terminal=rows["terminal"])
+    with pytest.raises(ConfigError, match="'normalization'"):
+        build(rows, 3, "dense", normalization="mean")
+    with pytest.raises(DataError, match="no transitions"):
+        build(rows, 4, "dense")
+    with pytest.raises(DataError, match="one-hot"):
+        build(rows, 3, "tabular")
+    with pytest.raises(DataError, match=r"0\.\.2"):
+        build(rows, 3, "dense").gradients(np.array([3]), np.zeros(2), np.zeros(2))
+
+
+def _chain_fixed_point(m, normalization, rng):
+    traj, s, sn, r, term = sample_chain(m, rng)
+    T = len(traj)
+    trans = Transitions(
+        traj_index=traj, t=np.zeros(T, dtype=np.int64), state=s[:, None].astype(float),
+        action=np.zeros(T, dtype=np.int64), reward=r, next_state=sn[:, None].astype(float),
+        terminal=term, truncated=np.zeros(T, bool), behavior_prob=np.ones(T), n_trajectories=m,
+    )
+    stats = statistics_from_transitions(trans, TabularFeatures(40), np.ones(T), gamma=0.99,
+                                        normalization=normalization, length_scale=200.0,
+                                        representation="compact")
+    A, b, _ = stats.population()
+    # state 39 is absorbing: never a current state, so its row/column of A is zero
+    return np.linalg.solve(A[:39, :39], b[:39])
+
+
+def test_chain_transition_normalization_is_unbiased_trajectory_mean_is_not():
+    V = chain_values()[:39]
+    rng = np.random.default_rng(11)
+    errs = {}
+    for m in (20_000, 60_000):
+        for norm in ("transition", "trajectory_mean"):
+            errs[norm, m] = np.abs(_chain_fixed_point(m, norm, rng) - V).max()
+    # sampling error at these m is ~5e-4; the paper's normalisation is off by ~1e-2 and stays
+    assert errs["transition", 20_000] < 3e-3
+    assert errs["transition", 60_000] < 2e-3
+    assert errs["trajectory_mean", 20_000] > 6e-3
+    assert errs["trajectory_mean", 60_000] > 6e-3
+
+
+def test_chain_closed_form_matches_bellman_solve():
+    # oracle check of the closed form used above: (I - gamma P) V = r
+    n, p, g = 40, 0.5, 0.99
+    P = np.zeros((n, n))
+    for s in range(n - 1):
+        P[s, s], P[s, s + 1] = p, 1 - p
+    r = np.zeros(n)
+    r[n - 2] = 1 - p
+    V = np.linalg.solve(np.eye(n - 1) - g * P[: n - 1, : n - 1], r[: n - 1])
+    np.testing.assert_allclose(chain_values()[:39], V, rtol=1e-12)
+    assert chain_values()[38] == pytest.approx(0.5 / 0.505)
