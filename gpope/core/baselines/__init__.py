@@ -1,0 +1,53 @@
+"""Baseline policy-evaluation estimators (BASELINES.md): LSTD, WIS-LSTD, DP-LSW and DP-LSL.
+
+Non-private: :func:`lstd` (LSTD(lambda), on/off-policy), :func:`wis_lstd` (WIS-LSTD(lambda)).
+Private (finite state sets only): :func:`dp_lsw`, :func:`dp_lsl` (Balle et al., ICML 2016),
+built on :func:`first_visit_statistics`.
+"""
+
+from __future__ import annotations
+
+from gpope.core.baselines.dp_ls import (
+    DPLSResult,
+    dp_lsl,
+    dp_lsl_from_transitions,
+    dp_lsw,
+    dp_lsw_from_transitions,
+)
+from gpope.core.baselines.first_visit import (
+    first_visit_returns,
+    first_visit_statistics,
+    first_visit_statistics_from_transitions,
+)
+from gpope.core.baselines.lstd import LSTDResult, lstd, lstd_from_transitions
+from gpope.core.baselines.smooth import (
+    lsl_estimate,
+    lsl_regularization,
+    lsl_smooth_sensitivity,
+    lsw_estimate,
+    lsw_smooth_sensitivity,
+    nrs_constants,
+)
+from gpope.core.baselines.wis_lstd import wis_lstd, wis_lstd_from_transitions
+
+__all__ = [
+    "DPLSResult",
+    "LSTDResult",
+    "dp_lsl",
+    "dp_lsl_from_transitions",
+    "dp_lsw",
+    "dp_lsw_from_transitions",
+    "first_visit_returns",
+    "first_visit_statistics",
+    "first_visit_statistics_from_transitions",
+    "lsl_estimate",
+    "lsl_regularization",
+    "lsl_smooth_sensitivity",
+    "lstd",
+    "lstd_from_transitions",
+    "lsw_estimate",
+    "lsw_smooth_sensitivity",
+    "nrs_constants",
+    "wis_lstd",
+    "wis_lstd_from_transitions",
+]

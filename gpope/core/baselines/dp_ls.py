@@ -1,0 +1,342 @@
+"""DP-LSW and DP-LSL: output perturbation of first-visit Monte Carlo least squares.
+
+Balle, Gomrokchi & Precup, "Differentially Private Policy Evaluation", ICML 2016, as specified in
+BASELINES.md sections 1.3-1.7 (authors' code ``Evaluator.py``, class ``MCPE``). Both release
+``theta(X) + (S(X)/alpha) Z``, ``Z ~ N(0, I_d)``, where ``S`` is a beta-smooth upper bound on the
+local sensitivity (Nissim, Raskhodnikova & Smith 2007), which is (epsilon, delta)-DP under
+replace-one adjacency (one trajectory = one individual) for ``epsilon <= 1``, ``delta in (0, 1)``.
+
+Choices on the open points of BASELINES.md section 6:
+
+- LSW uses FIXED public weights ``rho`` (ICML-era code; the only choice consistent with the
+  noise analysis), not ``rho_s m_s / m``.
+- LSW's pseudo-inverse norm is the spectral norm ``1/sigma_min(Gam^{1/2} Phi)`` (valid and
+  tighter than the code's Frobenius norm). LSL's ``||Phi||`` is the Frobenius norm (authors).
+- Smooth bounds take the square root outside the max over k, as in the authors' code
+  (``S = sqrt(max_k e^{-k beta} term_k)``: (beta/2)-smooth, hence beta-smooth).
+- LSL objective ``sum_i sum_{s in x_i} rho_s (F_{i,s} - phi_s^T theta)^2 + (lambda/2)||theta||^2``
+  and ridge schedule ``lambda = ||rho||_inf ||Phi||_F^2 + c m^p`` with defaults ``c = 100``,
+  ``p = 0.4`` (authors' grid ``c in {0.01..1e4}``, ``p = 0.4``).
+- LSL's sensitivity: the authors' formula (default, ``sensitivity="authors"``) or the
+  self-contained strong-convexity bound of BASELINES.md 1.6 (``sensitivity="derived"``; needs
+  ``||phi(s)||_2 <= 1`` and ``sum_s rho_s <= 1``).
+- NRS constants of the newer author code: ``alpha = eps / (5 sqrt(2 ln(2/delta)))``,
+  ``beta = eps / (4 (d + ln(2/delta)))``.
+- Each first-visit return is clipped to the public range ``[0, F_max]`` before averaging, so the
+  sensitivity analysis holds whatever the data (rewards must be non-negative; shift them
+  publicly otherwise).
+
+Privacy hygiene: only ``theta`` is private-safe to release. The noise scale and visit counts are
+data-dependent; they are kept in ``DPLSResult.diagnostics`` flagged ``"private": True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import dp_accounting
+import numpy as np
+
+from gpope.core.baselines._common import as_matrix, as_vector
+from gpope.core.baselines.first_visit import first_visit_statistics, transitions_states
+from gpope.core.baselines.smooth import (
+    LSLSensitivity,
+    lsl_estimate,
+    lsl_regularization,
+    lsl_smooth_sensitivity,
+    lsw_estimate,
+    lsw_smooth_sensitivity,
+    nrs_constants,
+)
+from gpope.core.transitions import Transitions
+from gpope.core.validation import check_int, check_number
+from gpope.errors import ConfigError, DataError
+
+__all__ = [
+    "DPLSResult",
+    "dp_lsl",
+    "dp_lsl_from_transitions",
+    "dp_lsw",
+    "dp_lsw_from_transitions",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class DPLSResult:
+    """A DP-LSW / DP-LSL release.
+
+    Attributes:
+        theta: (d,) the private estimate ``theta(X) + sigma Z``; (epsilon, delta)-DP.
+        epsilon: privacy parameter spent by this release.
+        delta: privacy parameter spent by this release.
+        mechanism: ``"dp_lsw"`` or ``"dp_lsl"``.
+        regularization: lambda of DP-LSL (public: a function of m and public inputs); None for LSW.
+        diagnostics: PRIVATE diagnostics (``"private": True``): ``noise_std`` (sigma, data
+            dependent), ``smooth_sensitivity`` S(X), and the public constants ``a_inv``, ``beta``.
+            Never release or log them as DP outputs.
+    """
+
+    theta: np.ndarray
+    epsilon: float
+    delta: float
+    mechanism: str
+    regularization: float | None = None
+    diagnostics: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """The dp-accounting event of this release.
+
+        dp-accounting 0.6 has no plain (epsilon, delta) event, and a smooth-sensitivity
+        mechanism (data-dependent noise) is not a ``GaussianDpEvent``, so this is an
+        ``UnsupportedDpEvent``: RDP/PLD accountants refuse it. Ledgers must record
+        ``(epsilon, delta)`` and compose such releases by basic composition (BASELINES.md 1.11).
+        """
+        return dp_accounting.UnsupportedDpEvent()
+
+
+def _public_inputs(
+    features: object, weights: object, n_states: int | None, *, distribution: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    if n_states is None:
+        raise DataError(
+            "n_states (N) is missing: DP-LSW/DP-LSL apply only to finite (tabular or aggregated) "
+            "state sets (BASELINES.md 1.9)."
+        )
+    phi = as_matrix("features", features, rows=int(n_states))
+    rho = as_vector("weights", weights, phi.shape[0])
+    if np.any(rho < 0) or not np.any(rho > 0):
+        raise ConfigError("The state weights 'weights' must be >= 0 with at least one > 0.")
+    if distribution and rho.sum() > 1.0 + 1e-9:
+        raise ConfigError(
+            f"The state weights 'weights' of DP-LSL must sum to <= 1 (a distribution over states); "
+            f"got sum {rho.sum()!r}."
+        )
+    return phi, rho
+
+
+def _statistics(
+    owner: str,
+    states: object,
+    rewards: object,
+    traj_index: object,
+    n_states: int | None,
+    gamma: float,
+    f_max: float,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    check_number(owner, "gamma", gamma, ge=0.0, le=1.0)
+    check_number(owner, "f_max", f_max, gt=0.0)
+    counts, fbar = first_visit_statistics(
+        states, rewards, traj_index, n_states=n_states, gamma=gamma, clip=f_max
+    )
+    if counts.sum() == 0:
+        raise DataError(f"{owner} needs at least one trajectory; got no transitions.")
+    traj = np.asarray(traj_index)
+    observed = int(np.count_nonzero(np.diff(traj))) + 1
+    return counts, fbar, observed
+
+
+def _release(
+    theta: np.ndarray,
+    sens: float,
+    a_inv: float,
+    beta: float,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    mechanism: str,
+    regularization: float | None,
+) -> DPLSResult:
+    if not isinstance(rng, np.random.Generator):
+        raise ConfigError(f"'rng' must be a numpy.random.Generator; got {type(rng).__name__}.")
+    sigma = a_inv * sens
+    noisy = theta + sigma * rng.standard_normal(theta.shape[0])
+    diagnostics = MappingProxyType(
+        {
+            "private": True,
+            "noise_std": sigma,
+            "smooth_sensitivity": sens,
+            "a_inv": a_inv,
+            "beta": beta,
+        }
+    )
+    return DPLSResult(
+        theta=noisy,
+        epsilon=float(epsilon),
+        delta=float(delta),
+        mechanism=mechanism,
+        regularization=regularization,
+        diagnostics=diagnostics,
+    )
+
+
+def dp_lsw(
+    states: object,
+    rewards: object,
+    traj_index: object,
+    *,
+    n_states: int | None,
+    features: object,
+    weights: object,
+    gamma: float,
+    f_max: float,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+) -> DPLSResult:
+    """DP-LSW (BASELINES 1.3, 1.5-1.7): LSW with fixed weights plus smooth-sensitivity noise.
+
+    Args:
+        states: (T,) integer states ``S_t`` in 0..N-1 (finite / aggregated state sets only).
+        rewards: (T,) non-negative rewards ``R_t``.
+        traj_index: (T,) trajectory ids, rows grouped by trajectory in time order.
+        n_states: N (required; None is refused).
+        features: (N, d) public feature matrix Phi.
+        weights: (N,) public fixed state weights rho >= 0 (set 0 on terminal states).
+        gamma: discount in [0, 1].
+        f_max: public bound on returns (``R_max / (1 - gamma)``); returns are clipped to [0, F_max].
+        epsilon: in (0, 1].
+        delta: in (0, 1).
+        rng: generator of the Gaussian noise.
+
+    Returns:
+        DPLSResult with the (epsilon, delta)-DP ``theta`` (d,).
+    """
+    phi, rho = _public_inputs(features, weights, n_states, distribution=False)
+    a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
+    counts, fbar, _ = _statistics("dp_lsw", states, rewards, traj_index, n_states, gamma, f_max)
+    theta = lsw_estimate(fbar, phi, rho)
+    sens = lsw_smooth_sensitivity(counts, phi, rho, f_max=f_max, beta=beta)
+    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsw", None)
+
+
+def dp_lsl(
+    states: object,
+    rewards: object,
+    traj_index: object,
+    *,
+    n_states: int | None,
+    features: object,
+    weights: object,
+    gamma: float,
+    f_max: float,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    n_trajectories: int | None = None,
+    regularization: float | None = None,
+    reg_c: float = 100.0,
+    reg_p: float = 0.4,
+    sensitivity: LSLSensitivity = "authors",
+) -> DPLSResult:
+    """DP-LSL (BASELINES 1.4-1.7): ridge LSL plus smooth-sensitivity Gaussian noise.
+
+    Args:
+        states, rewards, traj_index, n_states, features, gamma, f_max, epsilon, delta, rng:
+            as in :func:`dp_lsw`.
+        weights: (N,) public state distribution rho (>= 0, sum <= 1).
+        n_trajectories: public m (default: the number of trajectories in ``traj_index``).
+        regularization: lambda; default the authors' schedule
+            ``||rho||_inf ||Phi||_F^2 + reg_c m^reg_p`` (:func:`lsl_regularization`).
+        reg_c: c of the schedule (default 100).
+        reg_p: p of the schedule (default 0.4).
+        sensitivity: ``"authors"`` (default) or ``"derived"`` (see :func:`lsl_smooth_sensitivity`).
+
+    Returns:
+        DPLSResult with the (epsilon, delta)-DP ``theta`` (d,) and the lambda used.
+    """
+    phi, rho = _public_inputs(features, weights, n_states, distribution=True)
+    a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
+    counts, fbar, observed = _statistics(
+        "dp_lsl", states, rewards, traj_index, n_states, gamma, f_max
+    )
+    m = (
+        observed
+        if n_trajectories is None
+        else check_int("dp_lsl", "n_trajectories", n_trajectories, ge=observed)
+    )
+    lam = (
+        lsl_regularization(m, phi, rho, c=reg_c, p=reg_p)
+        if regularization is None
+        else check_number("dp_lsl", "regularization", regularization, gt=0.0)
+    )
+    theta = lsl_estimate(counts, fbar, phi, rho, lam)
+    sens = lsl_smooth_sensitivity(
+        counts,
+        phi,
+        rho,
+        n_trajectories=m,
+        regularization=lam,
+        f_max=f_max,
+        beta=beta,
+        sensitivity=sensitivity,
+    )
+    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsl", lam)
+
+
+def dp_lsw_from_transitions(
+    transitions: Transitions,
+    *,
+    n_states: int | None,
+    features: object,
+    weights: object,
+    gamma: float,
+    f_max: float,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+) -> DPLSResult:
+    """:func:`dp_lsw` on a tabular :class:`Transitions` (state column 0 = integer state)."""
+    return dp_lsw(
+        transitions_states(transitions),
+        transitions.reward,
+        transitions.traj_index,
+        n_states=n_states,
+        features=features,
+        weights=weights,
+        gamma=gamma,
+        f_max=f_max,
+        epsilon=epsilon,
+        delta=delta,
+        rng=rng,
+    )
+
+
+def dp_lsl_from_transitions(
+    transitions: Transitions,
+    *,
+    n_states: int | None,
+    features: object,
+    weights: object,
+    gamma: float,
+    f_max: float,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    regularization: float | None = None,
+    reg_c: float = 100.0,
+    reg_p: float = 0.4,
+    sensitivity: LSLSensitivity = "authors",
+) -> DPLSResult:
+    """:func:`dp_lsl` on a tabular :class:`Transitions`; m is ``transitions.n_trajectories``."""
+    return dp_lsl(
+        transitions_states(transitions),
+        transitions.reward,
+        transitions.traj_index,
+        n_states=n_states,
+        features=features,
+        weights=weights,
+        gamma=gamma,
+        f_max=f_max,
+        epsilon=epsilon,
+        delta=delta,
+        rng=rng,
+        n_trajectories=transitions.n_trajectories,
+        regularization=regularization,
+        reg_c=reg_c,
+        reg_p=reg_p,
+        sensitivity=sensitivity,
+    )
