@@ -10,13 +10,13 @@ from __future__ import annotations
 __all__ = [
     "AccountingError",
     "BudgetExceededError",
+    "CommitError",
     "ConfigError",
     "DataError",
     "EnvironmentSetupError",
     "GpopeError",
     "SchemaError",
     "TableNotFoundError",
-    "CommitError",
 ]
 
 

@@ -1,0 +1,73 @@
+"""Privacy accounting of GPOPE: epsilon for a noise multiplier and sigma for a target epsilon.
+
+Accountants (``accountant=``):
+
+- ``"rdp"``: Renyi DP via dp-accounting (Mironov 2017; subsampling without replacement: Wang,
+  Balle, Kasiviswanathan 2019, Thm. 27; Poisson: Mironov, Talwar, Zhang 2019). Rigorous.
+- ``"pld"``: privacy loss distributions via dp-accounting (Koskela et al. 2020; Doroshenko et al.
+  2022 connect-the-dots), Poisson sampling only, with an adaptive grid (:mod:`.pld`). Rigorous.
+- ``"paper"``: the paper's Lemma 1 used literally (:mod:`.paper`). NOT a valid bound; for
+  reproducing the paper only.
+- ``"auto"``: the tightest rigorous accountant for the sampling (:func:`resolve_accountant`).
+
+Sampling (``sampling=``): ``"uniform"`` (one trajectory per step; replace-one adjacency,
+sensitivity ``2h``) or ``"poisson"`` (rate ``batch_rate``; add/remove adjacency, sensitivity ``h``).
+See reference/ACCOUNTING.md.
+"""
+
+from __future__ import annotations
+
+from gpope.core.accounting._common import (
+    ACCOUNTANTS,
+    SAMPLINGS,
+    SUPPORTED,
+    Accountant,
+    Sampling,
+    gpope_dp_event,
+    neighboring_relation,
+    resolve_accountant,
+)
+from gpope.core.accounting.api import (
+    RDP_ORDERS,
+    SIGMA_MAX,
+    SIGMA_MIN,
+    PrivacySpend,
+    calibrate_sigma,
+    epsilon_spent,
+    privacy_spend,
+)
+from gpope.core.accounting.paper import paper_epsilon, paper_sigma
+from gpope.core.accounting.pld import (
+    DEFAULT_PLD_GRID,
+    PLDEstimate,
+    PLDGrid,
+    gdp_sigma_guess,
+    pld_epsilon,
+    pld_epsilon_adaptive,
+)
+
+__all__ = [
+    "ACCOUNTANTS",
+    "DEFAULT_PLD_GRID",
+    "RDP_ORDERS",
+    "SAMPLINGS",
+    "SIGMA_MAX",
+    "SIGMA_MIN",
+    "SUPPORTED",
+    "Accountant",
+    "PLDEstimate",
+    "PLDGrid",
+    "PrivacySpend",
+    "Sampling",
+    "calibrate_sigma",
+    "epsilon_spent",
+    "gdp_sigma_guess",
+    "gpope_dp_event",
+    "neighboring_relation",
+    "paper_epsilon",
+    "paper_sigma",
+    "pld_epsilon",
+    "pld_epsilon_adaptive",
+    "privacy_spend",
+    "resolve_accountant",
+]
