@@ -1,0 +1,382 @@
+"""EHR-style bronze event tables from simulated episodes (DESIGN.md section 2, DOMAINS.md section 4).
+
+One patient is one episode (trajectory ``i`` -> patient ``f"{prefix}{i:06d}"``). Tables are
+columnar dicts of numpy arrays (string columns are object arrays, ``time`` is ``datetime64[us]``),
+so the shell can turn them into Spark/Arrow tables without pandas:
+
+| table | columns |
+|---|---|
+| observations | patient_id str, time datetime64[us], variable str, value float64 |
+| treatments | patient_id str, time datetime64[us], action str, propensity float64 |
+| outcomes | patient_id str, time datetime64[us], reward float64 |
+
+Event layout of patient ``p`` with ``tau`` decisions (interval ``D`` days, :class:`EventTableSpec`):
+
+- decision ``k`` (0..tau-1) at ``d_k = s_p + D (k + u_k)``, ``s_p = start_time + U[0, stagger_days)``
+  (0 by default) and timing jitter ``u_k ~ U(-jitter, jitter)``, jitter in [0, 0.5) (public; 0 by
+  default), so decisions stay strictly increasing. The end of the record is ``d_tau`` (same rule).
+- observations: at each ``d_k``, one row per state variable holding ``state[k, j]`` (exactly the
+  value in :class:`~gpope.core.transitions.Transitions`, e.g. log10 concentrations for HIV), plus
+  the final state ``next_state[tau-1]`` at ``d_tau``; each row independently dropped with
+  ``missing_prob`` and perturbed by N(0, noise^2) if configured. Rebuilding the state at a decision
+  as the last observation at or before it (forward fill) gives back ``state`` exactly when there is
+  no noise and nothing is missing.
+- treatments: one row per decision at ``d_k`` with the action's name and the behaviour probability
+  as ``propensity``.
+- outcomes: the reward of step ``k`` at ``d_k + outcome_fraction (d_{k+1} - d_k)`` (default
+  fraction 0.5), strictly after the decision and at or before the next one (the end of record for
+  the last step).
+- episode end: a terminal episode (``terminal`` on its last step) also gets an observation of the
+  spec's ``terminal_variable`` (value 1.0) at ``d_tau``; a truncated episode gets nothing special.
+
+Rows are sorted by (patient, time, variable order). :func:`inject_bad_rows` adds one kind of bad
+row per rejection reason and returns the expected rejection counts (fixture for ingest tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpope.core.transitions import Transitions
+from gpope.core.validation import check_int, check_number
+from gpope.errors import ConfigError, SchemaError
+
+__all__ = [
+    "CHAIN_SPEC",
+    "DOMAIN_SPECS",
+    "HIV_SPEC",
+    "MOUNTAINCAR_SPEC",
+    "REJECT_REASONS",
+    "EventTableSpec",
+    "episodes_to_event_tables",
+    "inject_bad_rows",
+    "spec_for_domain",
+]
+
+_US_PER_DAY = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class EventTableSpec:
+    """How a domain's episodes are written as event tables (all public).
+
+    Attributes:
+        variables: names of the state columns, in order (d names).
+        actions: action vocabulary; action index i is written as ``actions[i]``.
+        interval_days: nominal time between decisions, > 0.
+        terminal_variable: observation variable marking a terminal episode end (None: none).
+        value_units: free-text description of the recorded values (documentation).
+    """
+
+    variables: tuple[str, ...]
+    actions: tuple[str, ...]
+    interval_days: float = 1.0
+    terminal_variable: str | None = None
+    value_units: str = "as in Transitions.state"
+
+    def __post_init__(self) -> None:
+        variables = tuple(self.variables)
+        actions = tuple(self.actions)
+        for name, values in (("variables", variables), ("actions", actions)):
+            if not values or len(set(values)) != len(values) or not all(
+                isinstance(v, str) and v for v in values
+            ):
+                raise ConfigError(
+                    f"The {name!r} parameter of EventTableSpec must be a non-empty tuple of unique, "
+                    f"non-empty strings. Got {values!r} instead."
+                )
+        if self.terminal_variable is not None and self.terminal_variable in variables:
+            raise ConfigError(
+                "The 'terminal_variable' parameter of EventTableSpec must not be a state variable. "
+                f"Got {self.terminal_variable!r} instead."
+            )
+        object.__setattr__(self, "variables", variables)
+        object.__setattr__(self, "actions", actions)
+        object.__setattr__(
+            self, "interval_days", check_number("EventTableSpec", "interval_days", self.interval_days, gt=0.0)
+        )
+
+
+#: HIV: log10 concentrations per ml (T1, T2, T1s, T2s, V, E), decisions every 5 days.
+HIV_SPEC = EventTableSpec(
+    variables=(
+        "cd4_t_cells",
+        "macrophages",
+        "infected_cd4",
+        "infected_macrophages",
+        "viral_load",
+        "immune_effectors",
+    ),
+    actions=("none", "rti", "pi", "rti_pi"),
+    interval_days=5.0,
+    value_units="log10 of the raw concentration per ml",
+)
+#: Chain: the integer stage; terminal on absorption.
+CHAIN_SPEC = EventTableSpec(
+    variables=("stage",), actions=("observe",), interval_days=1.0, terminal_variable="absorbed",
+    value_units="integer stage 0..n_states-1",
+)
+#: Mountain car: position and velocity; terminal at the goal.
+MOUNTAINCAR_SPEC = EventTableSpec(
+    variables=("position", "velocity"), actions=("left", "none", "right"), interval_days=1.0,
+    terminal_variable="goal_reached", value_units="raw position and velocity",
+)
+DOMAIN_SPECS: dict[str, EventTableSpec] = {"chain": CHAIN_SPEC, "mountaincar": MOUNTAINCAR_SPEC, "hiv": HIV_SPEC}
+
+#: Rejection reasons produced by :func:`inject_bad_rows`, per table.
+REJECT_REASONS: dict[str, tuple[str, ...]] = {
+    "observations": ("invalid_value", "unknown_variable", "duplicate_row", "no_treatments"),
+    "treatments": ("unknown_action", "invalid_propensity", "duplicate_row"),
+    "outcomes": ("invalid_value", "no_treatments", "unknown_patient"),
+}
+
+
+def spec_for_domain(domain: str) -> EventTableSpec:
+    """The built-in spec of ``domain`` (chain, mountaincar, hiv)."""
+    if domain not in DOMAIN_SPECS:
+        raise ConfigError(
+            f"The 'domain' parameter of spec_for_domain must be one of "
+            f"{', '.join(map(repr, DOMAIN_SPECS))}. Got {domain!r} instead."
+        )
+    return DOMAIN_SPECS[domain]
+
+
+def _patient_ids(prefix: str, idx: np.ndarray) -> np.ndarray:
+    return np.array([f"{prefix}{i:06d}" for i in idx], dtype=object)
+
+
+def episodes_to_event_tables(
+    transitions: Transitions,
+    spec: EventTableSpec,
+    rng: np.random.Generator,
+    *,
+    start_time: np.datetime64 | str = "2024-01-01T00:00:00",
+    patient_prefix: str = "P",
+    jitter: float = 0.0,
+    stagger_days: float = 0.0,
+    missing_prob: float = 0.0,
+    noise: float = 0.0,
+    outcome_fraction: float = 0.5,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Write episodes as the three bronze tables (see the module docstring for the layout).
+
+    Args:
+        transitions: m episodes, d = len(spec.variables) state columns, actions < len(spec.actions).
+        spec: variable names, action vocabulary, decision interval, terminal marker.
+        rng: randomness of stagger, jitter, missingness and noise (nothing is drawn when all are 0).
+        start_time: first decision time of every patient (before stagger).
+        patient_prefix: patient ids are ``f"{prefix}{traj_index:06d}"``.
+        jitter: timing jitter as a fraction of the interval, in [0, 0.5).
+        stagger_days: patient start offsets ~ U[0, stagger_days), >= 0.
+        missing_prob: probability of dropping each observation row, in [0, 1).
+        noise: standard deviation of additive Gaussian noise on observed values, >= 0.
+        outcome_fraction: where the reward of a step sits between its decision and the next, (0, 1].
+
+    Returns:
+        ``{"observations": {...}, "treatments": {...}, "outcomes": {...}}`` of equal-length columns.
+        Row counts: treatments = outcomes = T; observations = (T + m) d + (terminal episodes) before
+        missingness.
+    """
+    owner = "episodes_to_event_tables"
+    jitter = check_number(owner, "jitter", jitter, ge=0.0, lt=0.5)
+    stagger_days = check_number(owner, "stagger_days", stagger_days, ge=0.0)
+    missing_prob = check_number(owner, "missing_prob", missing_prob, ge=0.0, lt=1.0)
+    noise = check_number(owner, "noise", noise, ge=0.0)
+    outcome_fraction = check_number(owner, "outcome_fraction", outcome_fraction, gt=0.0, le=1.0)
+    tr = transitions
+    d = len(spec.variables)
+    if tr.state.shape[1] != d:
+        raise SchemaError(f"The spec names {d} variables but the states have {tr.state.shape[1]} columns.")
+    if tr.n_transitions and (tr.action.min() < 0 or tr.action.max() >= len(spec.actions)):
+        raise SchemaError(f"Actions must lie in 0..{len(spec.actions) - 1} for this spec's vocabulary.")
+    try:
+        t0 = np.datetime64(start_time, "us")
+    except ValueError as exc:
+        raise ConfigError(f"The 'start_time' parameter of {owner} must be a timestamp. Got {start_time!r}.") from exc
+    m, T = tr.n_trajectories, tr.n_transitions
+    offsets = tr.offsets
+    lengths = tr.lengths
+    # Per patient: tau + 1 event times (decisions and end of record), in days from start_time.
+    starts = rng.uniform(0.0, stagger_days, m) if stagger_days > 0 else np.zeros(m)
+    slot_traj = np.repeat(np.arange(m), lengths + 1)
+    slot_k = np.arange(T + m) - np.repeat(offsets[:-1] + np.arange(m), lengths + 1)
+    u = rng.uniform(-jitter, jitter, T + m) if jitter > 0 else np.zeros(T + m)
+    days = starts[slot_traj] + spec.interval_days * (slot_k + u)
+    times = t0 + np.round(days * _US_PER_DAY).astype("timedelta64[us]")
+    is_end = slot_k == lengths[slot_traj]
+    dec_times, end_times = times[~is_end], times[is_end]
+    # Slot values: the state at each decision, and the final next_state at the end of record.
+    last_rows = offsets[1:] - 1
+    slot_values = np.empty((T + m, d))
+    slot_values[~is_end] = tr.state
+    slot_values[is_end] = tr.next_state[last_rows]
+    pid_slot = _patient_ids(patient_prefix, slot_traj)
+    obs_pid = np.repeat(pid_slot, d)
+    obs_time = np.repeat(times, d)
+    obs_var = np.tile(np.array(spec.variables, dtype=object), T + m)
+    obs_val = slot_values.reshape(-1).astype(np.float64)
+    obs_order = np.tile(np.arange(d), T + m)
+    if noise > 0:
+        obs_val = obs_val + noise * rng.standard_normal(len(obs_val))
+    if missing_prob > 0:
+        keep = rng.random(len(obs_val)) >= missing_prob
+        obs_pid, obs_time, obs_var, obs_val, obs_order = (
+            c[keep] for c in (obs_pid, obs_time, obs_var, obs_val, obs_order)
+        )
+    terminal_traj = tr.traj_index[last_rows[tr.terminal[last_rows]]] if m else np.zeros(0, dtype=np.int64)
+    if spec.terminal_variable is not None and len(terminal_traj):
+        obs_pid = np.concatenate([obs_pid, _patient_ids(patient_prefix, terminal_traj)])
+        obs_time = np.concatenate([obs_time, end_times[terminal_traj]])
+        obs_var = np.concatenate([obs_var, np.full(len(terminal_traj), spec.terminal_variable, dtype=object)])
+        obs_val = np.concatenate([obs_val, np.ones(len(terminal_traj))])
+        obs_order = np.concatenate([obs_order, np.full(len(terminal_traj), d)])
+    # Observation rows are generated patient by patient in time order; the terminal markers come
+    # last, so one stable sort by (patient, time, variable order) suffices.
+    order = np.lexsort((obs_order, obs_time, obs_pid.astype(str)))
+    observations = {
+        "patient_id": obs_pid[order],
+        "time": obs_time[order],
+        "variable": obs_var[order],
+        "value": obs_val[order],
+    }
+    # Next event after each decision: the next decision or the end of record.
+    next_times = times[np.flatnonzero(~is_end) + 1]
+    gap = (next_times - dec_times).astype(np.int64)
+    out_times = dec_times + np.maximum(np.round(outcome_fraction * gap).astype(np.int64), 1).astype(
+        "timedelta64[us]"
+    )
+    pid_dec = _patient_ids(patient_prefix, tr.traj_index)
+    treatments = {
+        "patient_id": pid_dec,
+        "time": dec_times,
+        "action": np.array(spec.actions, dtype=object)[tr.action],
+        "propensity": np.asarray(tr.behavior_prob, dtype=np.float64).copy(),
+    }
+    outcomes = {
+        "patient_id": pid_dec.copy(),
+        "time": out_times,
+        "reward": np.asarray(tr.reward, dtype=np.float64).copy(),
+    }
+    return {"observations": observations, "treatments": treatments, "outcomes": outcomes}
+
+
+def _append(table: dict[str, np.ndarray], rows: dict[str, list[Any]]) -> dict[str, np.ndarray]:
+    out = {}
+    for col, values in table.items():
+        extra = np.array(rows[col], dtype=values.dtype) if rows[col] else values[:0]
+        out[col] = np.concatenate([values, extra])
+    return out
+
+
+def inject_bad_rows(
+    tables: dict[str, dict[str, np.ndarray]],
+    rng: np.random.Generator,
+    spec: EventTableSpec,
+    *,
+    per_reason: int = 2,
+    shuffle: bool = True,
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+    """Add ``per_reason`` bad rows of every kind to clean tables, returning the expected rejections.
+
+    Bad rows are only *added* (nothing good is changed), each with exactly one defect, so ingest
+    must reject exactly the added rows and build the same transitions as from the clean tables:
+
+    - observations ``invalid_value``: a configured variable of a known patient, value NaN or +-inf,
+      at a time one hour after one of the patient's decisions;
+    - observations ``unknown_variable``: a variable not in the spec (``"unconfigured_lab"``);
+    - observations / treatments ``duplicate_row``: an exact copy of an existing row (same patient
+      and timestamp); one copy is used, each extra copy is rejected;
+    - treatments ``unknown_action``: an action not in the vocabulary (``"unknown_drug"``), one hour
+      after a decision;
+    - treatments ``invalid_propensity``: a valid action with propensity 0, -0.1, 1.5 or NaN (outside
+      (0, 1]), one hour after a decision;
+    - outcomes ``invalid_value``: reward NaN or +-inf, one hour after a decision;
+    - observations and outcomes ``no_treatments``: a new patient (``"NOTREAT<i>"``) with valid
+      observations and outcomes but no treatment: all of its rows;
+    - outcomes ``unknown_patient``: an outcome of a patient (``"GHOST<i>"``) with no other rows.
+
+    Args:
+        tables: clean tables from :func:`episodes_to_event_tables` (at least one treatment).
+        rng: chooses the rows to copy and the patients to attach bad rows to.
+        spec: the spec the tables were written with.
+        per_reason: number of bad rows per (table, reason) (for ``no_treatments``: patients, each with
+            one observation per variable and one outcome).
+        shuffle: permute all rows of each table (ingest must not rely on row order).
+
+    Returns:
+        ``(tables, expected)`` with ``expected[table][reason]`` the number of rows to be rejected.
+    """
+    k = check_int("inject_bad_rows", "per_reason", per_reason, ge=1)
+    tre = tables["treatments"]
+    n_tre = len(tre["patient_id"])
+    if n_tre == 0:
+        raise SchemaError("inject_bad_rows needs tables with at least one treatment row.")
+    hour = np.timedelta64(3_600_000_000, "us")
+    rows = {name: {col: [] for col in cols} for name, cols in tables.items()}
+    expected: dict[str, dict[str, int]] = {name: {} for name in tables}
+
+    def anchor() -> tuple[Any, np.datetime64]:
+        i = int(rng.integers(n_tre))
+        return tre["patient_id"][i], tre["time"][i] + hour
+
+    bad_values = [np.nan, np.inf, -np.inf]
+    for j in range(k):
+        pid, tm = anchor()
+        rows["observations"]["patient_id"].append(pid)
+        rows["observations"]["time"].append(tm)
+        rows["observations"]["variable"].append(spec.variables[j % len(spec.variables)])
+        rows["observations"]["value"].append(bad_values[j % 3])
+        pid, tm = anchor()
+        rows["observations"]["patient_id"].append(pid)
+        rows["observations"]["time"].append(tm)
+        rows["observations"]["variable"].append("unconfigured_lab")
+        rows["observations"]["value"].append(1.0)
+        pid, tm = anchor()
+        rows["treatments"]["patient_id"].append(pid)
+        rows["treatments"]["time"].append(tm)
+        rows["treatments"]["action"].append("unknown_drug")
+        rows["treatments"]["propensity"].append(0.5)
+        pid, tm = anchor()
+        rows["treatments"]["patient_id"].append(pid)
+        rows["treatments"]["time"].append(tm)
+        rows["treatments"]["action"].append(spec.actions[0])
+        rows["treatments"]["propensity"].append([0.0, -0.1, 1.5, np.nan][j % 4])
+        pid, tm = anchor()
+        rows["outcomes"]["patient_id"].append(pid)
+        rows["outcomes"]["time"].append(tm)
+        rows["outcomes"]["reward"].append(bad_values[j % 3])
+        # A patient with observations and outcomes but no treatment.
+        ghost_time = tre["time"][0]
+        for var in spec.variables:
+            rows["observations"]["patient_id"].append(f"NOTREAT{j}")
+            rows["observations"]["time"].append(ghost_time)
+            rows["observations"]["variable"].append(var)
+            rows["observations"]["value"].append(0.0)
+        rows["outcomes"]["patient_id"].append(f"NOTREAT{j}")
+        rows["outcomes"]["time"].append(ghost_time + hour)
+        rows["outcomes"]["reward"].append(0.0)
+        rows["outcomes"]["patient_id"].append(f"GHOST{j}")
+        rows["outcomes"]["time"].append(ghost_time + hour)
+        rows["outcomes"]["reward"].append(1.0)
+    # Exact duplicates of existing rows.
+    for name in ("observations", "treatments"):
+        cols = tables[name]
+        n = len(next(iter(cols.values())))
+        if n == 0:
+            continue
+        for i in rng.choice(n, size=min(k, n), replace=False):
+            for col, values in cols.items():
+                rows[name][col].append(values[i])
+        expected[name]["duplicate_row"] = min(k, n)
+    expected["observations"].update(invalid_value=k, unknown_variable=k, no_treatments=k * len(spec.variables))
+    expected["treatments"].update(unknown_action=k, invalid_propensity=k)
+    expected["outcomes"].update(invalid_value=k, no_treatments=k, unknown_patient=k)
+    out = {name: _append(tables[name], rows[name]) for name in tables}
+    if shuffle:
+        for name, cols in out.items():
+            perm = rng.permutation(len(next(iter(cols.values()))))
+            out[name] = {col: values[perm] for col, values in cols.items()}
+    return out, expected
