@@ -1,0 +1,123 @@
+"""Small records shared by the two storage backends: write modes, history entries, literals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpope.errors import ConfigError
+
+__all__ = [
+    "WRITE_MODES",
+    "HistoryEntry",
+    "PartitionValue",
+    "StorageMode",
+    "WriteMode",
+    "check_write_mode",
+    "decode_user_metadata",
+    "encode_user_metadata",
+    "partition_string",
+    "replace_where_sql",
+]
+
+WriteMode = Literal["append", "overwrite", "replace_where"]
+WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "replace_where")
+StorageMode = Literal["auto", "native", "delta-rs"]
+PartitionValue = str | int | bool | dt.date | None
+
+_USER_METADATA_KEY = "gpope.mode"
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One commit of a Delta table.
+
+    Attributes:
+        version: the table version this commit created.
+        timestamp: commit time (UTC, timezone-aware).
+        operation: the engine's operation name (``"WRITE"``, ``"CREATE TABLE"``...).
+        mode: the gpope write mode (``"append"``, ``"overwrite"``, ``"replace_where"``), or None
+            for commits not made through the table layer.
+        parameters: the engine's operation parameters, as strings.
+    """
+
+    version: int
+    timestamp: dt.datetime
+    operation: str
+    mode: str | None
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+def check_write_mode(mode: object) -> WriteMode:
+    """Return ``mode`` if it is a write mode, else raise ConfigError listing the valid ones."""
+    if mode not in WRITE_MODES:
+        raise ConfigError(
+            f"The 'mode' parameter of a table write must be one of {', '.join(WRITE_MODES)}. "
+            f"Got {mode!r} instead."
+        )
+    return mode  # type: ignore[return-value]
+
+
+def partition_string(value: PartitionValue) -> str | None:
+    """The Delta partition-value string of ``value`` (``None`` stays null).
+
+    Guarantees: the same strings Spark writes in partition directories and Delta stores in
+    ``partitionValues``: ``"true"``/``"false"``, decimal integers, ISO dates, strings as is.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise ConfigError(
+        "replace_where values must be str, int, bool, date or None (partition columns of those "
+        f"types). Got {value!r} of type {type(value).__name__}."
+    )
+
+
+def _sql_literal(value: PartitionValue) -> str:
+    text = str(partition_string(value))
+    if isinstance(value, bool):
+        return text.upper()
+    if isinstance(value, int):
+        return text
+    if isinstance(value, dt.date):
+        return f"DATE '{text}'"
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def replace_where_sql(replace_where: Mapping[str, PartitionValue]) -> str:
+    """A Spark SQL predicate equal to the conjunction ``column = value`` of ``replace_where``."""
+    terms = []
+    for column, value in replace_where.items():
+        name = "`" + column.replace("`", "``") + "`"
+        terms.append(f"{name} IS NULL" if value is None else f"{name} = {_sql_literal(value)}")
+    return " AND ".join(terms)
+
+
+def encode_user_metadata(
+    mode: WriteMode, replace_where: Mapping[str, PartitionValue] | None
+) -> str:
+    """The commit's ``userMetadata`` string, recording the gpope write mode (both backends)."""
+    payload: dict[str, Any] = {_USER_METADATA_KEY: mode}
+    if replace_where:
+        payload["replace_where"] = {k: partition_string(v) for k, v in replace_where.items()}
+    return json.dumps(payload, sort_keys=True)
+
+
+def decode_user_metadata(text: object) -> str | None:
+    """The gpope write mode recorded by :func:`encode_user_metadata`, or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    mode = payload.get(_USER_METADATA_KEY) if isinstance(payload, dict) else None
+    return mode if isinstance(mode, str) else None

@@ -1,0 +1,443 @@
+"""The table layer: one object that reads and writes every gpope Delta table.
+
+:class:`Lake` maps a :class:`~gpope.shell.lake.names.TableRef` to a location (a path under the
+lake root, or a Unity Catalog name) and picks the storage path once, when it is created:
+
+- ``native``: Spark's ``delta`` format (the Delta classes load in the JVM: a cluster, Databricks);
+- ``delta-rs``: Spark writes Parquet, delta-rs commits it (no Delta JARs: local runs and tests).
+
+Nothing outside this package knows which one is used. The module-level functions
+(:func:`read_table`, :func:`write_table`...) are the short form the pipeline uses with a
+:class:`~gpope.config.LakeSettings`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from gpope.errors import ConfigError, TableNotFoundError
+from gpope.shell.lake.base import (
+    HistoryEntry,
+    PartitionValue,
+    StorageMode,
+    WriteMode,
+    check_write_mode,
+    encode_user_metadata,
+    partition_string,
+)
+from gpope.shell.lake.delta_rs import DeltaRsStore, MissingTableError
+from gpope.shell.lake.names import (
+    TableRef,
+    check_name,
+    creator_hint,
+    local_root,
+    table_path,
+    uc_table_name,
+)
+from gpope.shell.lake.native import NativeStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from gpope.config import LakeSettings
+
+__all__ = [
+    "Lake",
+    "read_shared_table",
+    "read_table",
+    "shared_table_location",
+    "table_location",
+    "write_shared_table",
+    "write_table",
+]
+
+_STORAGE_MODES = ("auto", "native", "delta-rs")
+_DELTA_LOADS: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDictionary()
+
+
+def _delta_loads(spark: SparkSession) -> bool:
+    """Whether the Delta classes load in ``spark``'s JVM, detected once per session."""
+    from gpope.shell.spark import delta_available
+
+    try:
+        cached = _DELTA_LOADS.get(spark)
+    except TypeError:  # pragma: no cover - a session type without weak references
+        return delta_available(spark)
+    if cached is None:
+        cached = _DELTA_LOADS[spark] = delta_available(spark)
+    return cached
+
+
+class Lake:
+    """Read and write the lake's Delta tables.
+
+    Args:
+        spark: the session used for every read and write.
+        root: lake root for path-based tables (default ``lake``); local paths are made absolute.
+        catalog: Unity Catalog catalog; with ``schema``, tables are ``catalog.schema.name``.
+        schema: Unity Catalog schema (database).
+        mode: ``"auto"`` (detect once whether the Delta classes load), ``"native"`` or
+            ``"delta-rs"`` (force one path; for tests and debugging).
+
+    Raises:
+        ConfigError: an unknown mode; only one of catalog/schema; Unity Catalog or a non-local
+            root with the delta-rs path.
+
+    Guarantees:
+        Every write is one atomic Delta commit; a ``replace_where`` write replaces its partition
+        (re-running it never duplicates rows); reads of a missing table raise
+        :class:`~gpope.errors.TableNotFoundError` naming the location and the stage that creates it.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str | Path = "lake",
+        *,
+        catalog: str | None = None,
+        schema: str | None = None,
+        mode: StorageMode = "auto",
+    ) -> None:
+        if mode not in _STORAGE_MODES:
+            raise ConfigError(
+                f"The 'mode' parameter of Lake must be one of {', '.join(_STORAGE_MODES)}. "
+                f"Got {mode!r} instead."
+            )
+        if (catalog is None) != (schema is None):
+            raise ConfigError(
+                "Lake needs both 'catalog' and 'schema' for Unity Catalog tables, or neither. "
+                f"Got catalog={catalog!r}, schema={schema!r}."
+            )
+        if catalog is not None and schema is not None:
+            check_name("catalog", catalog)
+            check_name("schema", schema)
+        self.spark = spark
+        self.catalog = catalog
+        self.schema = schema
+        local = local_root(str(root))
+        self.root = str(local) if local is not None else str(root)
+        storage: Literal["native", "delta-rs"]
+        if mode == "auto":
+            storage = "native" if _delta_loads(spark) else "delta-rs"
+        else:
+            storage = mode
+        if storage == "delta-rs" and catalog is not None:
+            raise ConfigError(
+                f"Unity Catalog tables ({catalog}.{schema}) need the native Delta path, but the "
+                "Delta classes do not load in this Spark session (or mode='delta-rs' was forced). "
+                "Run on a cluster with Delta Lake, or drop catalog/schema to use a path lake."
+            )
+        if storage == "delta-rs" and local is None:
+            raise ConfigError(
+                f"The delta-rs storage path supports local lake roots only; got {root!r}. Use a "
+                "local directory, or run on a cluster with Delta Lake (storage 'native')."
+            )
+        self.storage: Literal["native", "delta-rs"] = storage
+        self._delta_rs = DeltaRsStore(spark) if storage == "delta-rs" else None
+        self._native = NativeStore(spark) if storage == "native" else None
+
+    @classmethod
+    def from_settings(cls, spark: SparkSession, settings: LakeSettings) -> Lake:
+        """The lake described by ``settings`` (root, Unity Catalog mapping, storage mode)."""
+        return cls(
+            spark,
+            settings.root,
+            catalog=settings.catalog,
+            schema=settings.schema,
+            mode=settings.storage,
+        )
+
+    def __repr__(self) -> str:
+        where = f"{self.catalog}.{self.schema}" if self.catalog else self.root
+        return f"Lake({where!r}, storage={self.storage!r})"
+
+    # ------------------------------------------------------------------ names
+    @property
+    def by_name(self) -> bool:
+        """True when tables are Unity Catalog tables addressed by name."""
+        return self.catalog is not None
+
+    def location(self, ref: TableRef) -> str:
+        """Where ``ref`` lives: its Unity Catalog name, or its path under the lake root."""
+        if self.catalog is not None and self.schema is not None:
+            return uc_table_name(self.catalog, self.schema, ref)
+        return table_path(self.root, ref)
+
+    def path(self, ref: TableRef) -> str:
+        """Alias of :meth:`location` (a path, or a Unity Catalog name when one is configured)."""
+        return self.location(ref)
+
+    def _address(self, ref: TableRef) -> str:
+        if self.catalog is not None and self.schema is not None:
+            return uc_table_name(self.catalog, self.schema, ref, quoted=True)
+        return table_path(self.root, ref)
+
+    def _not_found(self, ref: TableRef, hint: str | None) -> TableNotFoundError:
+        return TableNotFoundError(
+            f"Delta table {ref} does not exist at {self.location(ref)}. {hint or creator_hint(ref)}"
+        )
+
+    # ------------------------------------------------------------------ metadata
+    def exists(self, ref: TableRef) -> bool:
+        """True when the table exists."""
+        if self._delta_rs is not None:
+            return self._delta_rs.exists(self._address(ref))
+        return self._native_store().exists(self._address(ref), by_name=self.by_name)
+
+    def version(self, ref: TableRef, *, hint: str | None = None) -> int:
+        """The table's latest version (0 after its first commit).
+
+        Raises:
+            TableNotFoundError: the table does not exist (``hint`` replaces the default advice).
+        """
+        try:
+            if self._delta_rs is not None:
+                return self._delta_rs.version(self._address(ref))
+            return self._native_store().version(self._address(ref), by_name=self.by_name)
+        except MissingTableError:
+            raise self._not_found(ref, hint) from None
+
+    def history(self, ref: TableRef, *, hint: str | None = None) -> list[HistoryEntry]:
+        """Every commit of the table, oldest first (version, timestamp, operation, mode).
+
+        Raises:
+            TableNotFoundError: the table does not exist.
+        """
+        try:
+            if self._delta_rs is not None:
+                return self._delta_rs.history(self._address(ref))
+            return self._native_store().history(self._address(ref), by_name=self.by_name)
+        except MissingTableError:
+            raise self._not_found(ref, hint) from None
+
+    # ------------------------------------------------------------------ reads
+    def read(
+        self, ref: TableRef, *, version: int | None = None, hint: str | None = None
+    ) -> DataFrame:
+        """The table (latest, or as of ``version``) as a lazy Spark DataFrame.
+
+        Guarantees: the table's columns in the table's order, partition columns included; an
+        empty table reads as an empty DataFrame with the table's schema.
+
+        Raises:
+            TableNotFoundError: the table does not exist.
+            ConfigError: ``version`` does not exist.
+        """
+        try:
+            if self._delta_rs is not None:
+                return self._delta_rs.read(self._address(ref), version)
+            return self._native_store().read(
+                self._address(ref), by_name=self.by_name, version=version
+            )
+        except MissingTableError:
+            raise self._not_found(ref, hint) from None
+
+    def read_arrow(
+        self, ref: TableRef, *, version: int | None = None, hint: str | None = None
+    ) -> pa.Table:
+        """A small table read whole into Arrow on the driver (delta-rs reads it directly)."""
+        try:
+            if self._delta_rs is not None:
+                return self._delta_rs.read_arrow(self._address(ref), version)
+            return self._native_store().read_arrow(
+                self._address(ref), by_name=self.by_name, version=version
+            )
+        except MissingTableError:
+            raise self._not_found(ref, hint) from None
+
+    def to_pandas(
+        self, ref: TableRef, *, version: int | None = None, hint: str | None = None
+    ) -> pd.DataFrame:
+        """A small table read whole into pandas on the driver."""
+        return self.read_arrow(ref, version=version, hint=hint).to_pandas()
+
+    # ------------------------------------------------------------------ writes
+    def write(
+        self,
+        df: DataFrame,
+        ref: TableRef,
+        *,
+        mode: WriteMode,
+        schema: StructType | None = None,
+        partition_by: list[str] | None = None,
+        replace_where: Mapping[str, PartitionValue] | None = None,
+    ) -> int:
+        """Write ``df`` to the table in one atomic commit; create the table if needed.
+
+        Args:
+            df: the rows; validated against ``schema`` (names exact, types equal or safely
+                widened, NOT NULL enforced).
+            ref: the table.
+            mode: ``"append"`` adds rows; ``"overwrite"`` replaces all rows;
+                ``"replace_where"`` replaces the rows of one partition (idempotent re-runs).
+            schema: the table contract; default: ``gpope.shell.schemas.TABLE_SCHEMAS[ref.table]``.
+            partition_by: partition columns when the table is created (must equal the table's
+                if it exists; None keeps them).
+            replace_where: for ``replace_where``: ``{partition column: value}``; every written
+                row must belong to that partition.
+
+        Returns:
+            The table version the commit created.
+
+        Raises:
+            ConfigError: bad mode, or replace_where missing/given for the wrong mode, or naming a
+                column that is not a partition column.
+            SchemaError: the DataFrame or the existing table does not match the contract.
+            DataError: rows outside the replace_where partition.
+            CommitError: the write or the commit failed; nothing was committed and no new file
+                is left behind.
+        """
+        check_write_mode(mode)
+        if (mode == "replace_where") != (replace_where is not None):
+            raise ConfigError(
+                "replace_where={...} is required with mode='replace_where' and not allowed with "
+                f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
+            )
+        contract = schema if schema is not None else _contract(ref)
+        user_metadata = encode_user_metadata(mode, replace_where)
+        partitions = list(partition_by) if partition_by is not None else None
+        if self._delta_rs is not None:
+            rw = (
+                {c: partition_string(v) for c, v in replace_where.items()}
+                if replace_where is not None
+                else None
+            )
+            return self._delta_rs.write(
+                df,
+                self._address(ref),
+                schema=contract,
+                mode=mode,
+                partition_by=partitions,
+                replace_where=rw,
+                user_metadata=user_metadata,
+                table_name=str(ref),
+            )
+        return self._native_store().write(
+            df,
+            self._address(ref),
+            by_name=self.by_name,
+            schema=contract,
+            mode=mode,
+            partition_by=partitions,
+            replace_where=replace_where,
+            user_metadata=user_metadata,
+            table_name=str(ref),
+        )
+
+    def _native_store(self) -> NativeStore:
+        if self._native is None:  # pragma: no cover - construction guarantees one store
+            raise ConfigError("Lake has no storage backend.")
+        return self._native
+
+
+def _contract(ref: TableRef) -> StructType:
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    contract = TABLE_SCHEMAS.get(ref.table)
+    if contract is None:
+        raise ConfigError(
+            f"Table {ref} has no contract in gpope.shell.schemas.TABLE_SCHEMAS; pass schema=... "
+            "to Lake.write."
+        )
+    return contract
+
+
+# ---------------------------------------------------------------------- short forms
+def _ref(layer: str, dataset: str, table: str) -> TableRef:
+    return TableRef(layer, table, dataset)  # type: ignore[arg-type]
+
+
+def _settings_location(settings: LakeSettings, ref: TableRef) -> str:
+    if settings.catalog is not None and settings.schema is not None:
+        return uc_table_name(settings.catalog, settings.schema, ref)
+    return table_path(settings.root, ref)
+
+
+def table_location(settings: LakeSettings, layer: str, dataset: str, table: str) -> str:
+    """Where the per-dataset table lives (path or Unity Catalog name); no Spark needed."""
+    return _settings_location(settings, _ref(layer, dataset, table))
+
+
+def shared_table_location(settings: LakeSettings, table: str) -> str:
+    """Where the shared gold table lives (path or Unity Catalog name); no Spark needed."""
+    return _settings_location(settings, TableRef.shared(table))
+
+
+def read_table(
+    spark: SparkSession,
+    settings: LakeSettings,
+    layer: str,
+    dataset: str,
+    table: str,
+    *,
+    version: int | None = None,
+    hint: str | None = None,
+) -> DataFrame:
+    """:meth:`Lake.read` of ``<layer>/<dataset>/<table>``."""
+    lake = Lake.from_settings(spark, settings)
+    return lake.read(_ref(layer, dataset, table), version=version, hint=hint)
+
+
+def read_shared_table(
+    spark: SparkSession,
+    settings: LakeSettings,
+    table: str,
+    *,
+    version: int | None = None,
+    hint: str | None = None,
+) -> DataFrame:
+    """:meth:`Lake.read` of the shared gold table ``table``."""
+    lake = Lake.from_settings(spark, settings)
+    return lake.read(TableRef.shared(table), version=version, hint=hint)
+
+
+def write_table(
+    df: DataFrame,
+    settings: LakeSettings,
+    layer: str,
+    dataset: str,
+    table: str,
+    *,
+    mode: WriteMode,
+    schema: StructType | None = None,
+    partition_by: list[str] | None = None,
+    replace_where: Mapping[str, PartitionValue] | None = None,
+) -> int:
+    """:meth:`Lake.write` to ``<layer>/<dataset>/<table>`` (session taken from ``df``)."""
+    lake = Lake.from_settings(df.sparkSession, settings)
+    return lake.write(
+        df,
+        _ref(layer, dataset, table),
+        mode=mode,
+        schema=schema,
+        partition_by=partition_by,
+        replace_where=replace_where,
+    )
+
+
+def write_shared_table(
+    df: DataFrame,
+    settings: LakeSettings,
+    table: str,
+    *,
+    mode: WriteMode,
+    schema: StructType | None = None,
+    partition_by: list[str] | None = None,
+    replace_where: Mapping[str, PartitionValue] | None = None,
+) -> int:
+    """:meth:`Lake.write` to the shared gold table ``table`` (session taken from ``df``)."""
+    lake = Lake.from_settings(df.sparkSession, settings)
+    return lake.write(
+        df,
+        TableRef.shared(table),
+        mode=mode,
+        schema=schema,
+        partition_by=partition_by,
+        replace_where=replace_where,
+    )

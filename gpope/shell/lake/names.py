@@ -1,0 +1,176 @@
+"""Table names: which Delta table a :class:`TableRef` means, as a path or a Unity Catalog name.
+
+Pure string logic (no Spark, no I/O), so it is tested in microseconds. Only the table layer uses
+it; nothing else in gpope builds table locations by hand.
+
+Layout (DESIGN.md section 2):
+
+=====================  ==========================================  ====================================
+ref                    path-based lake (``root``)                  Unity Catalog (``catalog.schema``)
+=====================  ==========================================  ====================================
+per-dataset table      ``<root>/<layer>/<dataset>/<table>``        ``<catalog>.<schema>.<dataset>__<table>``
+shared table           ``<root>/gold/<table>``                     ``<catalog>.<schema>.<table>``
+=====================  ==========================================  ====================================
+
+In Unity Catalog the dataset is part of the table name (``hiv_demo__transitions``), not a column:
+per-dataset tables then keep exactly the same columns as on a path-based lake, and a dataset's
+tables can be dropped or granted on their own. The layer is not part of the name: table names are
+unique across layers. Names are restricted to letters, digits and ``_`` so that every form is a
+valid path segment and a valid SQL identifier without escaping rules that differ between readers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpope.errors import ConfigError
+
+__all__ = [
+    "LAYERS",
+    "SHARED_TABLES",
+    "Layer",
+    "TableRef",
+    "creator_hint",
+    "table_path",
+    "uc_table_name",
+]
+
+Layer = Literal["bronze", "silver", "gold"]
+LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
+SHARED_TABLES: frozenset[str] = frozenset({"released_estimates", "privacy_ledger"})
+"""Tables shared by all datasets; they live in the gold layer without a dataset segment."""
+
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_UC_SEPARATOR = "__"
+
+# Which command creates each known table (for "table not found" messages).
+_CREATORS: dict[str, str] = {
+    "observations": "`gpope simulate --dataset {dataset}` (or load the raw data)",
+    "treatments": "`gpope simulate --dataset {dataset}` (or load the raw data)",
+    "outcomes": "`gpope simulate --dataset {dataset}` (or load the raw data)",
+    "transitions": "`gpope ingest --dataset {dataset}`",
+    "rejected_events": "`gpope ingest --dataset {dataset}`",
+    "trajectory_stats": "`gpope stats --dataset {dataset} --spec FILE`",
+    "released_estimates": "`gpope evaluate`",
+    "privacy_ledger": "`gpope evaluate` or `gpope budget set`",
+}
+
+
+def check_name(kind: str, value: object) -> str:
+    """Return ``value`` if it is a valid name segment, else raise ConfigError."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ConfigError(
+            f"The {kind!r} name of a table must be non-empty and use only letters, digits and "
+            f"'_'. Got {value!r}."
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A logical table: layer, table name and (for per-dataset tables) the dataset.
+
+    Args:
+        layer: ``"bronze"``, ``"silver"`` or ``"gold"``.
+        table: the table name, e.g. ``"transitions"``.
+        dataset: the dataset the table belongs to; ``None`` for a table shared by all datasets,
+            which must be in the gold layer.
+
+    Raises:
+        ConfigError: unknown layer, invalid name, a shared table given a dataset (or the reverse).
+    """
+
+    layer: Layer
+    table: str
+    dataset: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise ConfigError(
+                f"The 'layer' of a TableRef must be one of {', '.join(LAYERS)}. "
+                f"Got {self.layer!r} instead."
+            )
+        check_name("table", self.table)
+        if self.dataset is None:
+            if self.layer != "gold":
+                raise ConfigError(
+                    f"Table {self.layer}/{self.table} needs a dataset: only gold tables can be "
+                    "shared across datasets."
+                )
+        else:
+            check_name("dataset", self.dataset)
+            if self.table in SHARED_TABLES:
+                raise ConfigError(
+                    f"Table {self.table!r} is shared by all datasets; use "
+                    f"TableRef.shared({self.table!r}) instead of giving dataset={self.dataset!r}."
+                )
+
+    @classmethod
+    def shared(cls, table: str) -> TableRef:
+        """The shared gold table ``table`` (e.g. ``privacy_ledger``)."""
+        return cls("gold", table)
+
+    def __str__(self) -> str:
+        if self.dataset is None:
+            return f"{self.layer}/{self.table}"
+        return f"{self.layer}/{self.dataset}/{self.table}"
+
+
+def table_path(root: str | Path, ref: TableRef) -> str:
+    """The location of ``ref`` under a path-based lake root.
+
+    Local roots (a plain path or ``file:`` URI) give an absolute local path; other URIs
+    (``dbfs:/``, ``s3://``, ``abfss://``...) are joined with ``/`` and kept as URIs.
+
+    Guarantees: ``<root>/<layer>/<dataset>/<table>``, or ``<root>/gold/<table>`` for shared tables.
+    """
+    parts = [ref.layer, ref.table] if ref.dataset is None else [ref.layer, ref.dataset, ref.table]
+    root_str = str(root)
+    local = local_root(root_str)
+    if local is not None:
+        return str(local.joinpath(*parts))
+    return "/".join([root_str.rstrip("/"), *parts])
+
+
+def local_root(root: str) -> Path | None:
+    """The absolute local directory of ``root``, or None when it is a non-local URI."""
+    if root.startswith("file://"):
+        return Path(root[len("file://") :]).resolve()
+    if root.startswith("file:"):
+        return Path(root[len("file:") :]).resolve()
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", root) and not re.match(r"^[A-Za-z]:[\\/]", root):
+        return None  # a URI scheme (dbfs:, s3:, abfss:...), not a Windows drive letter
+    return Path(root).expanduser().resolve()
+
+
+def uc_table_name(catalog: str, schema: str, ref: TableRef, *, quoted: bool = False) -> str:
+    """The Unity Catalog name of ``ref``: ``catalog.schema.dataset__table`` or ``catalog.schema.table``.
+
+    Args:
+        catalog: the Unity Catalog catalog.
+        schema: the schema (database) inside the catalog.
+        ref: the table.
+        quoted: wrap each part in backticks (the form to use in SQL and ``spark.table``).
+
+    Raises:
+        ConfigError: catalog or schema is not a valid name.
+    """
+    check_name("catalog", catalog)
+    check_name("schema", schema)
+    table = ref.table if ref.dataset is None else f"{ref.dataset}{_UC_SEPARATOR}{ref.table}"
+    parts = (catalog, schema, table)
+    return ".".join(f"`{p}`" for p in parts) if quoted else ".".join(parts)
+
+
+def creator_hint(ref: TableRef) -> str:
+    """A sentence naming the command that creates ``ref`` (for TableNotFoundError messages)."""
+    creator = _CREATORS.get(ref.table)
+    if creator is None:
+        return "Check the lake root (--lake) and run the stage that writes this table first."
+    return (
+        f"It is created by {creator.format(dataset=ref.dataset or 'NAME')}; run that first "
+        "with the same lake (--lake / --catalog --schema)."
+    )

@@ -1,0 +1,366 @@
+"""The Delta table layer: real Spark, real Delta tables (delta-rs path) in temp dirs, no mocks.
+
+delta-rs's own reader (``deltalake.DeltaTable(...).to_pyarrow_table()``) is the independent oracle
+for what the layer committed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from gpope.config import LakeSettings
+from gpope.errors import CommitError, ConfigError, DataError, SchemaError, TableNotFoundError
+from gpope.shell.lake import (
+    Lake,
+    TableRef,
+    read_shared_table,
+    shared_table_location,
+    table_location,
+    table_path,
+    uc_table_name,
+    write_shared_table,
+)
+from gpope.shell.schemas import PRIVACY_LEDGER
+
+pytestmark = pytest.mark.spark
+
+EVENTS = StructType(
+    [
+        StructField("patient_id", StringType(), False),
+        StructField("time", TimestampType(), True),
+        StructField("n", LongType(), False),
+        StructField("values", ArrayType(DoubleType(), False), False),
+    ]
+)
+STATS = StructType(
+    [
+        StructField("spec_id", StringType(), False),
+        StructField("traj_index", LongType(), False),
+        StructField("v", DoubleType(), True),
+    ]
+)
+T0 = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+def _df(spark, rows, schema: StructType):
+    """An Arrow-backed DataFrame (a local relation: no Python worker, so writes stay fast)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+    table = pa.Table.from_pylist(
+        [dict(zip(schema.names, r, strict=True)) for r in rows], arrow_schema
+    )
+    return spark.createDataFrame(table, schema)
+
+
+def _events(spark, rows):
+    return _df(spark, rows, EVENTS)
+
+
+def _nullable(schema: StructType) -> StructType:
+    return StructType.fromJson(
+        json.loads(
+            schema.json()
+            .replace('"nullable":false', '"nullable":true')
+            .replace('"containsNull":false', '"containsNull":true')
+        )
+    )
+
+
+def _rows(df) -> list[tuple]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _live_files(path: str) -> set[str]:
+    return {str(Path(p).resolve()) for p in DeltaTable(path).file_uris()}
+
+
+def _parquet_on_disk(path: str) -> set[str]:
+    return {str(p.resolve()) for p in Path(path).rglob("*.parquet")}
+
+
+@pytest.fixture
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root, mode="delta-rs")
+
+
+@pytest.fixture
+def ref() -> TableRef:
+    return TableRef("bronze", "events", "demo")
+
+
+# ---------------------------------------------------------------------- names (pure)
+def test_path_layout_and_unity_catalog_mapping(tmp_path):
+    per_dataset = TableRef("silver", "transitions", "hiv_demo")
+    shared = TableRef.shared("privacy_ledger")
+    assert table_path(tmp_path, per_dataset) == str(
+        tmp_path / "silver" / "hiv_demo" / "transitions"
+    )
+    assert table_path(tmp_path, shared) == str(tmp_path / "gold" / "privacy_ledger")
+    assert table_path("dbfs:/lake/", per_dataset) == "dbfs:/lake/silver/hiv_demo/transitions"
+    assert table_path(f"file://{tmp_path}", shared) == str(tmp_path / "gold" / "privacy_ledger")
+    assert uc_table_name("main", "gpope", per_dataset) == "main.gpope.hiv_demo__transitions"
+    assert uc_table_name("main", "gpope", shared) == "main.gpope.privacy_ledger"
+    assert uc_table_name("main", "gpope", shared, quoted=True) == "`main`.`gpope`.`privacy_ledger`"
+    uc = LakeSettings(catalog="main", schema="gpope")
+    assert table_location(uc, "gold", "hiv_demo", "trajectory_stats") == (
+        "main.gpope.hiv_demo__trajectory_stats"
+    )
+    assert shared_table_location(uc, "released_estimates") == "main.gpope.released_estimates"
+    assert table_location(LakeSettings(root=str(tmp_path)), "bronze", "d", "outcomes") == str(
+        tmp_path / "bronze" / "d" / "outcomes"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("platinum", "t", "d"), "layer"),
+        (("silver", "t", None), "needs a dataset"),
+        (("gold", "privacy_ledger", "d"), "shared"),
+        (("silver", "t", "../x"), "dataset"),
+        (("silver", "a-b", "d"), "table"),
+    ],
+)
+def test_table_ref_rejects_bad_names(args, needle):
+    with pytest.raises(ConfigError, match=needle):
+        TableRef(*args)
+
+
+def test_lake_mode_detection_and_configuration_errors(spark, lake_root):
+    assert Lake(spark, lake_root).storage == "delta-rs"  # no Delta JARs on this machine
+    native_uc = Lake(spark, catalog="main", schema="gpope", mode="native")
+    assert native_uc.location(TableRef("silver", "transitions", "d")) == "main.gpope.d__transitions"
+    with pytest.raises(ConfigError, match="Unity Catalog"):
+        Lake(spark, catalog="main", schema="gpope", mode="delta-rs")
+    with pytest.raises(ConfigError, match="local lake roots"):
+        Lake(spark, "s3://bucket/lake", mode="delta-rs")
+    with pytest.raises(ConfigError, match="mode"):
+        Lake(spark, lake_root, mode="fast")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- reads and writes
+def test_write_append_overwrite_time_travel_and_history(spark, lake, ref):
+    first = [("p1", T0, 1, [1.0, 2.0]), ("p2", None, 2, [])]
+    assert lake.write(_events(spark, first), ref, mode="overwrite", schema=EVENTS) == 0
+    assert _rows(lake.read(ref)) == _rows(_events(spark, first))
+    assert lake.read(ref).schema.names == EVENTS.names
+
+    assert (
+        lake.write(_events(spark, [("p3", T0, 3, [3.0])]), ref, mode="append", schema=EVENTS) == 1
+    )
+    assert [r[0] for r in _rows(lake.read(ref))] == ["p1", "p2", "p3"]
+
+    assert (
+        lake.write(_events(spark, [("p9", T0, 9, [9.0])]), ref, mode="overwrite", schema=EVENTS)
+        == 2
+    )
+    assert [r[0] for r in _rows(lake.read(ref))] == ["p9"]
+    assert _rows(lake.read(ref, version=0)) == _rows(_events(spark, first))
+    assert lake.version(ref) == 2 and lake.exists(ref)
+
+    history = lake.history(ref)
+    assert [h.version for h in history] == [0, 1, 2]
+    assert [h.mode for h in history] == ["overwrite", "append", "overwrite"]
+    assert history[0].operation == "CREATE TABLE" and history[1].operation == "WRITE"
+    assert all(h.timestamp.tzinfo is not None for h in history)
+
+    # the independent reader sees exactly the same rows and types
+    arrow = DeltaTable(lake.path(ref)).to_pyarrow_table()
+    assert arrow.column("patient_id").to_pylist() == ["p9"]
+    assert arrow.column("time").to_pylist()[0] == T0
+    assert arrow.column("values").to_pylist() == [[9.0]]
+    assert lake.read_arrow(ref, version=1).num_rows == 3
+    assert lake.to_pandas(ref)["n"].tolist() == [9]
+    with pytest.raises(ConfigError, match=r"versions 0\.\.2"):
+        lake.read(ref, version=7)
+
+
+def test_replace_where_replaces_only_its_partition_and_is_idempotent(spark, lake_root):
+    lake = Lake(spark, lake_root, mode="delta-rs")
+    ref = TableRef("gold", "stats", "demo")
+    odd = "a b:c/%d"  # characters that need escaping in Hive folder names
+    base = _df(spark, [("s1", 0, 1.0), ("s1", 1, 2.0), (odd, 0, 5.0)], STATS)
+    lake.write(base, ref, mode="overwrite", schema=STATS, partition_by=["spec_id"])
+    new_s1 = _df(spark, [("s1", 0, 10.0), ("s1", 1, 20.0), ("s1", 2, 30.0)], STATS)
+    for _ in range(2):  # a re-run replaces, never duplicates
+        lake.write(new_s1, ref, mode="replace_where", schema=STATS, replace_where={"spec_id": "s1"})
+    expected = [(odd, 0, 5.0), ("s1", 0, 10.0), ("s1", 1, 20.0), ("s1", 2, 30.0)]
+    assert _rows(lake.read(ref)) == expected
+    independent = DeltaTable(lake.path(ref)).to_pyarrow_table().to_pylist()
+    assert sorted((r["spec_id"], r["traj_index"], r["v"]) for r in independent) == expected
+    assert [h.mode for h in lake.history(ref)] == ["overwrite", "replace_where", "replace_where"]
+
+    # rows outside the partition: refused, nothing committed, no new files left behind
+    before_files, before_version = _parquet_on_disk(lake.path(ref)), lake.version(ref)
+    with pytest.raises(DataError, match="only contain rows of the partition"):
+        lake.write(base, ref, mode="replace_where", schema=STATS, replace_where={"spec_id": "s1"})
+    assert lake.version(ref) == before_version
+    assert _parquet_on_disk(lake.path(ref)) == before_files
+    with pytest.raises(ConfigError, match="partition columns"):
+        lake.write(new_s1, ref, mode="replace_where", schema=STATS, replace_where={"v": 1.0})
+    with pytest.raises(ConfigError, match="required with mode='replace_where'"):
+        lake.write(new_s1, ref, mode="replace_where", schema=STATS)
+
+
+def test_overwrite_after_a_concurrent_append_keeps_only_the_new_rows(spark, lake, ref):
+    lake.write(_events(spark, [("p1", T0, 1, [1.0])]), ref, mode="overwrite", schema=EVENTS)
+    cached = lake.read(ref)  # everything the layer could have cached about version 0
+    assert cached.count() == 1
+    other = pa.table(
+        {"patient_id": ["intruder"], "time": [T0], "n": [7], "values": [[7.0]]},
+        schema=pa.schema(
+            [
+                pa.field("patient_id", pa.string(), nullable=False),
+                pa.field("time", pa.timestamp("us", tz="UTC")),
+                pa.field("n", pa.int64(), nullable=False),
+                pa.field(
+                    "values",
+                    pa.list_(pa.field("element", pa.float64(), nullable=False)),
+                    nullable=False,
+                ),
+            ]
+        ),
+    )
+    write_deltalake(lake.path(ref), other, mode="append")  # another writer, meanwhile
+    assert (
+        lake.write(_events(spark, [("p2", T0, 2, [2.0])]), ref, mode="overwrite", schema=EVENTS)
+        == 2
+    )
+    assert [r[0] for r in _rows(lake.read(ref))] == ["p2"]
+    assert DeltaTable(lake.path(ref)).to_pyarrow_table().column("patient_id").to_pylist() == ["p2"]
+
+
+def test_empty_table_reads_as_empty_dataframe_with_schema(spark, lake, ref):
+    lake.write(_events(spark, []), ref, mode="overwrite", schema=EVENTS)
+    empty = lake.read(ref)
+    assert empty.count() == 0
+    assert [(f.name, f.dataType) for f in empty.schema] == [(f.name, f.dataType) for f in EVENTS]
+    assert DeltaTable(lake.path(ref)).to_pyarrow_table().num_rows == 0
+
+
+def test_safe_widening_is_cast_and_short_forms_use_the_contracts(spark, lake_root):
+    settings = LakeSettings(root=str(lake_root), storage="delta-rs")
+    row = ("d", "run1", "gaussian", 1.0, 1e-6, "rdp", "released", T0)
+    df = _df(spark, [row], PRIVACY_LEDGER)
+    assert write_shared_table(df, settings, "privacy_ledger", mode="append") == 0
+    assert write_shared_table(df, settings, "privacy_ledger", mode="append") == 1
+    assert read_shared_table(spark, settings, "privacy_ledger").count() == 2
+    assert (lake_root / "gold" / "privacy_ledger" / "_delta_log").is_dir()
+
+    lake = Lake.from_settings(spark, settings)
+    ints = _df(
+        spark,
+        [("s", 1, 2)],
+        StructType(
+            [
+                StructField("spec_id", StringType()),
+                StructField("traj_index", IntegerType()),
+                StructField("v", IntegerType()),
+            ]
+        ),
+    )
+    lake.write(ints, TableRef("gold", "widened", "d"), mode="overwrite", schema=STATS)
+    read = lake.read(TableRef("gold", "widened", "d"))
+    assert read.schema["traj_index"].dataType == LongType()
+    assert _rows(read) == [("s", 1, 2.0)]
+
+
+# ---------------------------------------------------------------------- failures
+def test_schema_mismatches_raise_schema_error_and_commit_nothing(spark, lake, ref):
+    good = _events(spark, [("p1", T0, 1, [1.0])])
+    lake.write(good, ref, mode="overwrite", schema=EVENTS)
+    files = _parquet_on_disk(lake.path(ref))
+    with pytest.raises(SchemaError, match=r"missing \['n'\], unexpected \['extra'\]"):
+        lake.write(good.withColumnRenamed("n", "extra"), ref, mode="append", schema=EVENTS)
+    with pytest.raises(SchemaError, match="n: got double, expected bigint"):
+        lake.write(
+            good.withColumn("n", good["n"].cast("double")), ref, mode="append", schema=EVENTS
+        )
+    other_contract = StructType([*EVENTS.fields, StructField("x", IntegerType(), True)])
+    with pytest.raises(SchemaError, match="contract is"):
+        lake.write(
+            good.withColumn("x", good["n"].cast("int")), ref, mode="append", schema=other_contract
+        )
+    nullable = _df(spark, [(None, T0, 1, [1.0])], _nullable(EVENTS))
+    with pytest.raises(SchemaError, match=r"'patient_id' .* NOT NULL"):
+        lake.write(nullable, ref, mode="append", schema=EVENTS)
+    null_element = _df(spark, [("p", T0, 1, [None])], _nullable(EVENTS))
+    with pytest.raises(SchemaError, match="'values'"):
+        lake.write(null_element, ref, mode="append", schema=EVENTS)
+    assert lake.version(ref) == 0
+    assert _parquet_on_disk(lake.path(ref)) == files == _live_files(lake.path(ref))
+
+
+def test_missing_table_names_location_and_creating_stage(lake):
+    ref = TableRef("silver", "transitions", "hiv_demo")
+    assert not lake.exists(ref)
+    with pytest.raises(
+        TableNotFoundError, match=r"silver/hiv_demo/transitions.*gpope ingest --dataset hiv_demo"
+    ):
+        lake.read(ref)
+    with pytest.raises(TableNotFoundError, match="run the simulator"):
+        lake.history(TableRef("bronze", "outcomes", "x"), hint="run the simulator")
+    with pytest.raises(TableNotFoundError):
+        lake.version(ref)
+
+
+def test_failed_commit_deletes_its_files_and_leaves_the_table_unchanged(spark, lake, ref):
+    # a real commit failure: an append-only table refuses the removes of an overwrite
+    path = lake.path(ref)
+    write_deltalake(
+        path,
+        pa.table(
+            {"spec_id": ["s"], "traj_index": [0], "v": [1.0]},
+            schema=pa.schema(
+                [
+                    pa.field("spec_id", pa.string(), nullable=False),
+                    pa.field("traj_index", pa.int64(), nullable=False),
+                    pa.field("v", pa.float64()),
+                ]
+            ),
+        ),
+        configuration={"delta.appendOnly": "true"},
+    )
+    live = _live_files(path)
+    df = _df(spark, [("t", 5, 2.0)], STATS)
+    with pytest.raises(CommitError, match="append-only"):
+        lake.write(df, ref, mode="overwrite", schema=STATS)
+    assert DeltaTable(path).version() == 0
+    assert _live_files(path) == live == _parquet_on_disk(path)
+    assert lake.write(df, ref, mode="append", schema=STATS) == 1  # appends are still fine
+    assert _rows(lake.read(ref)) == [("s", 0, 1.0), ("t", 5, 2.0)]
+
+
+def test_delta_rs_refuses_a_commit_based_on_a_stale_snapshot(tmp_path):
+    """Pins the delta-rs behaviour the writer's retry loop relies on (no Spark needed)."""
+    from deltalake.exceptions import CommitFailedError
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"x": [1]}))
+    stale = DeltaTable(path)
+    write_deltalake(path, pa.table({"x": [2]}), mode="append")
+    with pytest.raises(CommitFailedError):
+        stale.create_write_transaction(
+            [],
+            mode="append",
+            schema=stale.schema(),
+            commit_properties=CommitProperties(max_commit_retries=0),
+        )
+    assert DeltaTable(path).version() == 1
