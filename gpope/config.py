@@ -20,8 +20,11 @@ from gpope.core.validation import check_choice, check_int
 from gpope.errors import ConfigError
 
 __all__ = [
+    "DatasetSettings",
+    "EvaluationSettings",
     "GpopeConfig",
     "LakeSettings",
+    "PrivacySettings",
     "SparkSettings",
     "TrackingSettings",
     "from_mapping",
@@ -76,12 +79,97 @@ class TrackingSettings:
 
 
 @dataclass(frozen=True)
+class DatasetSettings:
+    """How ingest turns a dataset's raw event tables into transitions (all public configuration).
+
+    Attributes:
+        variables: observation variables that make up the state vector, in order.
+        defaults: value of a variable before its first observation (missing: 0.0).
+        missing_indicators: append one 0/1 column per variable: 1 while it has never been observed.
+        actions: the action vocabulary; the action index is the position in this list.
+        max_length: public maximum trajectory length L (the ``transition`` normalisation divides by it;
+            longer trajectories are cut and the rest is quarantined with a reason).
+        terminal_variable: an observation variable whose presence marks the end of an episode
+            (terminal: next features zero); without it every last step is truncated.
+        domain: simulator behind a synthetic dataset (chain, mountaincar, hiv), None for real data.
+    """
+
+    variables: tuple[str, ...] = ()
+    defaults: dict[str, float] = field(default_factory=dict)
+    missing_indicators: bool = False
+    actions: tuple[str, ...] = ()
+    max_length: int = 200
+    terminal_variable: str | None = None
+    domain: str | None = None
+
+    def __post_init__(self) -> None:
+        check_int("DatasetSettings", "max_length", self.max_length, ge=1)
+        unknown = sorted(set(self.defaults) - set(self.variables))
+        if unknown:
+            raise ConfigError(
+                f"DatasetSettings.defaults names variables not in 'variables': {unknown}. "
+                f"Configured variables: {list(self.variables)}."
+            )
+        if len(set(self.actions)) != len(self.actions):
+            raise ConfigError(f"DatasetSettings.actions must be unique. Got {list(self.actions)}.")
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Defaults of ``gpope evaluate`` (public hyperparameters, never derived from private data)."""
+
+    iterations: int = 20000
+    clip: float = 1.0
+    step_size: float = 0.5
+    step_schedule: Literal["constant", "inverse"] = "constant"
+    step_offset: float = 1.0
+    averaging: Literal["none", "uniform", "tail"] = "tail"
+    sampling: Literal["uniform", "poisson"] = "poisson"
+    batch_rate: float | None = None
+    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
+    trace_every: int | None = None
+    in_memory_limit_mb: int = 1024
+
+    def __post_init__(self) -> None:
+        check_int("EvaluationSettings", "iterations", self.iterations, ge=1)
+        check_int("EvaluationSettings", "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
+        check_int("EvaluationSettings", "trace_every", self.trace_every, ge=1, allow_none=True)
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """Privacy budget defaults for datasets without an explicit ``gpope budget set``."""
+
+    default_epsilon: float = 3.0
+    default_delta: float = 1e-5
+    composition: Literal["basic"] = "basic"
+
+    def __post_init__(self) -> None:
+        from gpope.core.validation import check_number
+
+        check_number("PrivacySettings", "default_epsilon", self.default_epsilon, gt=0)
+        check_number("PrivacySettings", "default_delta", self.default_delta, gt=0, lt=1)
+
+
+@dataclass(frozen=True)
 class GpopeConfig:
     """The whole configuration of a gpope deployment."""
 
     spark: SparkSettings = field(default_factory=SparkSettings)
     lake: LakeSettings = field(default_factory=LakeSettings)
     tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
+    datasets: dict[str, DatasetSettings] = field(default_factory=dict)
+
+    def dataset(self, name: str) -> DatasetSettings:
+        """The settings of dataset ``name``; unknown names raise ConfigError listing known ones."""
+        if name in self.datasets:
+            return self.datasets[name]
+        raise ConfigError(
+            f"Dataset {name!r} is not configured; add it under 'datasets:' in the --conf file. "
+            f"Configured datasets: {sorted(self.datasets) or 'none'}."
+        )
 
 
 def _type_name(tp: Any) -> str:

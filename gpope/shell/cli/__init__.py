@@ -19,7 +19,15 @@ from gpope.errors import GpopeError
 # Command groups, in the order they appear in --help. Each entry is a module of this package.
 COMMAND_MODULES: tuple[str, ...] = (
     "demo",
+    "simulate",
+    "ingest",
+    "stats",
+    "evaluate",
+    "budget",
     "accountant",
+    "experiment",
+    "tune",
+    "audit",
 )
 
 

@@ -1,0 +1,320 @@
+"""The evaluation spec: what is being evaluated, independent of any data.
+
+An :class:`EvaluationSpec` fixes everything that turns a dataset's transitions into per-trajectory
+statistics and theta into released values: the feature map, the target policy, the discount gamma,
+the normalisation of the statistics (with its public length scale) and the named, public reference
+states at which value estimates are released. All of it is public configuration (DESIGN.md
+section 4). The shell reads a YAML file (``conf/specs/*.yaml``) into a mapping and builds the spec
+with :meth:`EvaluationSpec.from_mapping`; the core never sees the YAML.
+
+The spec id is a short, stable hash (the first 12 hex digits of SHA-256) of the canonical JSON of
+the parts that determine the statistics: feature map, target policy, gamma, normalisation, length
+scale and reward scale. The statistics table is partitioned by it, so two specs that differ only by name,
+domain or reference states share statistics; released estimates carry the reference-state names
+and values next to the spec id.
+
+YAML form::
+
+    name: hiv_demo
+    domain: hiv                  # optional: public simulator behind the dataset
+    gamma: 0.98
+    normalization: transition    # or trajectory_mean (the paper)
+    length_scale: 200            # public L, required for "transition"
+    reward_scale: 1.0e-6         # public constant multiplying rewards (values are reported unscaled)
+    feature_map: {kind: fourier, order: 2, low: [...], high: [...], max_coupling: 1}
+    target_policy: {artifact: hiv_q_v1}   # or {kind: fixed_action, n_actions: 4, action: 3}
+    reference_states:            # named public states, in the units of the state column
+      unhealthy: [5.21, 0.70, 4.08, 1.66, 4.81, 1.38]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from gpope.core.validation import check_choice, check_number
+from gpope.errors import ConfigError
+
+__all__ = ["EvaluationSpec", "Normalization", "canonical_json"]
+
+Normalization = Literal["transition", "trajectory_mean"]
+_NORMALIZATIONS = ("transition", "trajectory_mean")
+_STATS_KEYS = (
+    "feature_map",
+    "target_policy",
+    "gamma",
+    "normalization",
+    "length_scale",
+    "reward_scale",
+)
+_KEYS = (
+    "name",
+    "domain",
+    "gamma",
+    "normalization",
+    "length_scale",
+    "reward_scale",
+    "feature_map",
+    "target_policy",
+    "reference_states",
+    "policy_name",
+)
+
+
+def canonical_json(obj: Any) -> str:
+    """Canonical JSON of a plain object: sorted keys, no spaces, numpy values as Python numbers."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_plain, allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+@dataclass(frozen=True, eq=False)
+class EvaluationSpec:
+    """Feature map + target policy + gamma + normalisation + public reference states.
+
+    Attributes:
+        name: human-readable name (not part of the spec id).
+        feature_map: a :class:`gpope.core.features.FeatureMap`: (T, d) raw states -> (T, n).
+        target_policy: a :class:`gpope.core.policies.Policy` evaluated off-policy.
+        gamma: discount in [0, 1].
+        normalization: ``"transition"`` (sum over a trajectory / ``length_scale``) or
+            ``"trajectory_mean"`` (the paper: mean over the trajectory).
+        length_scale: public constant L of the ``transition`` normalisation (None otherwise).
+        reward_scale: public constant c > 0 multiplying every reward before the statistics are
+            computed (so that gradients are of the order of the clip bound); theta estimates
+            c V, and :meth:`reference_values` divides by c again (post-processing).
+        reference_states: named public raw states ``((name, (s_1, ..., s_d)), ...)``, in order.
+        domain: the public simulator behind a synthetic dataset (``chain``, ``mountaincar``,
+            ``hiv``) or None; used only for public ground truth and diagnostics.
+        policy_name: a short public name of the target policy (the artifact name when loaded
+            with ``{artifact: NAME}``); informational, not part of the spec id.
+    """
+
+    name: str
+    feature_map: Any
+    target_policy: Any
+    gamma: float
+    normalization: Normalization = "transition"
+    length_scale: float | None = None
+    reward_scale: float = 1.0
+    reference_states: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())
+    domain: str | None = None
+    policy_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"The 'name' parameter of EvaluationSpec must be a non-empty string. Got {self.name!r} instead.")
+        check_number("EvaluationSpec", "gamma", self.gamma, ge=0.0, le=1.0)
+        check_choice("EvaluationSpec", "normalization", self.normalization, _NORMALIZATIONS)
+        if self.normalization == "transition":
+            if self.length_scale is None:
+                raise ConfigError(
+                    "The 'length_scale' parameter of EvaluationSpec must be set (> 0) when "
+                    "normalization is 'transition': use the public maximum trajectory length, "
+                    "e.g. the dataset's max_length. Got None instead."
+                )
+            check_number("EvaluationSpec", "length_scale", self.length_scale, gt=0.0)
+        elif self.length_scale is not None:
+            check_number("EvaluationSpec", "length_scale", self.length_scale, gt=0.0)
+        check_number("EvaluationSpec", "reward_scale", self.reward_scale, gt=0.0)
+        n = getattr(self.feature_map, "n_features", None)
+        if not isinstance(n, int) or n < 1 or not callable(self.feature_map):
+            raise ConfigError(
+                "The 'feature_map' parameter of EvaluationSpec must be a FeatureMap (callable with "
+                f"an integer n_features >= 1). Got {self.feature_map!r} instead."
+            )
+        if not hasattr(self.target_policy, "probabilities"):
+            raise ConfigError(
+                "The 'target_policy' parameter of EvaluationSpec must be a Policy (with a "
+                f"probabilities(states) method). Got {self.target_policy!r} instead."
+            )
+        names = [name for name, _ in self.reference_states]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"EvaluationSpec.reference_states names must be unique. Got {names}.")
+        dims = {len(state) for _, state in self.reference_states}
+        if len(dims) > 1:
+            raise ConfigError(
+                "Every reference state of EvaluationSpec must have the same dimension. "
+                f"Got dimensions {sorted(dims)} for {names}."
+            )
+        for name, state in self.reference_states:
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in state):
+                raise ConfigError(
+                    f"Reference state {name!r} of EvaluationSpec must be a list of finite numbers. "
+                    f"Got {list(state)!r} instead."
+                )
+        if self.reference_states:
+            try:
+                phi = np.asarray(self.feature_map(self.reference_array()), dtype=np.float64)
+            except Exception as exc:  # a feature map rejects states of the wrong dimension
+                raise ConfigError(
+                    f"The feature map of spec {self.name!r} cannot featurise its reference states "
+                    f"({type(exc).__name__}: {exc}); give states in the units and dimension of the "
+                    "dataset's state column."
+                ) from exc
+            if phi.shape != (len(self.reference_states), n):
+                raise ConfigError(
+                    f"The feature map of spec {self.name!r} returned shape {phi.shape} for "
+                    f"{len(self.reference_states)} reference states; expected "
+                    f"({len(self.reference_states)}, {n})."
+                )
+
+    # ------------------------------------------------------------------ construction / identity
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, where: str = "spec") -> EvaluationSpec:
+        """Build a spec from its plain (YAML) form; see the module docstring for the keys.
+
+        Raises:
+            ConfigError: unknown or missing keys, or invalid values (the message names ``where``).
+        """
+        from gpope.core.features import feature_map_from_dict
+        from gpope.core.policies import load_policy, policy_from_dict
+
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a mapping. Got {data!r} instead.")
+        unknown = sorted(set(data) - set(_KEYS))
+        if unknown:
+            raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {', '.join(_KEYS)}.")
+        missing = [k for k in ("name", "gamma", "feature_map", "target_policy") if k not in data]
+        if missing:
+            raise ConfigError(f"{where} is missing required key(s) {missing}.")
+        fm = data["feature_map"]
+        if not isinstance(fm, Mapping) or "kind" not in fm:
+            raise ConfigError(f"{where}.feature_map must be a mapping with a 'kind'. Got {fm!r}.")
+        try:
+            feature_map = feature_map_from_dict(dict(fm))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.feature_map: {exc}") from exc
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ConfigError(f"{where}.feature_map is invalid ({type(exc).__name__}: {exc}).") from exc
+        tp = data["target_policy"]
+        try:
+            policy_name = None
+            if isinstance(tp, str):
+                policy, policy_name = load_policy(tp), tp
+            elif isinstance(tp, Mapping) and set(tp) == {"artifact"}:
+                policy, policy_name = load_policy(str(tp["artifact"])), str(tp["artifact"])
+            elif isinstance(tp, Mapping):
+                policy = policy_from_dict(dict(tp))
+            else:
+                raise ConfigError(
+                    f"{where}.target_policy must be a mapping with a 'kind' or {{artifact: NAME}}. "
+                    f"Got {tp!r} instead."
+                )
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.target_policy: {exc}") from exc
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ConfigError(
+                f"{where}.target_policy is invalid ({type(exc).__name__}: {exc})."
+            ) from exc
+        refs = data.get("reference_states") or {}
+        if not isinstance(refs, Mapping):
+            raise ConfigError(
+                f"{where}.reference_states must map names to states. Got {refs!r} instead."
+            )
+        reference_states = []
+        for ref_name, state in refs.items():
+            if isinstance(state, (str, bytes)) or not isinstance(state, (list, tuple)):
+                raise ConfigError(
+                    f"{where}.reference_states.{ref_name} must be a list of numbers. Got {state!r}."
+                )
+            reference_states.append((str(ref_name), tuple(state)))
+        length_scale = data.get("length_scale")
+        try:
+            return cls(
+                name=data["name"],
+                feature_map=feature_map,
+                target_policy=policy,
+                gamma=data["gamma"],
+                normalization=data.get("normalization", "transition"),
+                length_scale=None if length_scale is None else length_scale,
+                reward_scale=data.get("reward_scale", 1.0),
+                reference_states=tuple(reference_states),
+                domain=data.get("domain"),
+                policy_name=data.get("policy_name", policy_name),
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain, JSON-ready form; ``from_mapping(to_dict())`` gives an equal spec."""
+        return {
+            "name": self.name,
+            "domain": self.domain,
+            "gamma": float(self.gamma),
+            "normalization": self.normalization,
+            "length_scale": None if self.length_scale is None else float(self.length_scale),
+            "reward_scale": float(self.reward_scale),
+            "feature_map": self.feature_map.to_dict(),
+            "target_policy": self.target_policy.to_dict(),
+            "reference_states": {k: [float(v) for v in s] for k, s in self.reference_states},
+            "policy_name": self.policy_name,
+        }
+
+    def statistics_key(self) -> dict[str, Any]:
+        """The parts that determine the statistics (hashed into :attr:`spec_id`)."""
+        d = self.to_dict()
+        return {k: d[k] for k in _STATS_KEYS}
+
+    @property
+    def spec_id(self) -> str:
+        """12 hex digits of SHA-256 of :meth:`statistics_key` as canonical JSON (stable)."""
+        digest = hashlib.sha256(canonical_json(self.statistics_key()).encode("utf-8"))
+        return digest.hexdigest()[:12]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EvaluationSpec):
+            return NotImplemented
+        return canonical_json(self.to_dict()) == canonical_json(other.to_dict())
+
+    def __hash__(self) -> int:
+        return hash(canonical_json(self.to_dict()))
+
+    # ------------------------------------------------------------------ values
+
+    @property
+    def n_features(self) -> int:
+        """n, the number of features (theta has this length)."""
+        return int(self.feature_map.n_features)
+
+    @property
+    def reference_names(self) -> tuple[str, ...]:
+        """Names of the reference states, in order."""
+        return tuple(name for name, _ in self.reference_states)
+
+    def reference_array(self) -> np.ndarray:
+        """(k, d) float64 array of the reference states (k = 0 gives shape (0, 0))."""
+        if not self.reference_states:
+            return np.zeros((0, 0))
+        return np.array([s for _, s in self.reference_states], dtype=np.float64)
+
+    def reference_values(self, theta: np.ndarray) -> np.ndarray:
+        """(k,) values theta . phi(s) / reward_scale at the reference states (post-processing).
+
+        Raises:
+            ConfigError: ``theta`` does not have shape (n_features,).
+        """
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.shape != (self.n_features,):
+            raise ConfigError(
+                f"theta must have shape ({self.n_features},) for spec {self.name!r}. Got {theta.shape}."
+            )
+        if not self.reference_states:
+            return np.zeros(0)
+        phi = np.asarray(self.feature_map(self.reference_array()), dtype=np.float64)
+        return (phi @ theta) / self.reward_scale

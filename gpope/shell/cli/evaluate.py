@@ -1,0 +1,104 @@
+"""``gpope evaluate``: a differentially private evaluation (ledger, released_estimates, MLflow)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+
+
+def add_solver_options(parser: argparse.ArgumentParser) -> None:
+    """Options of the private solver; unset ones take ``evaluation:`` of --conf."""
+    g = parser.add_argument_group("solver (public settings; defaults from 'evaluation:' in --conf)")
+    g.add_argument("--iterations", type=int, default=None, help="N, number of noisy steps")
+    g.add_argument("--clip", type=float, default=None, help="L2 clip bound h of each gradient")
+    g.add_argument("--step-size", type=float, default=None, help="eta")
+    g.add_argument("--step-schedule", choices=("constant", "inverse"), default=None,
+                   help="constant eta, or eta / (i + step_offset)")
+    g.add_argument("--step-offset", type=float, default=None, help="i0 of the inverse schedule")
+    g.add_argument("--averaging", choices=("none", "uniform", "tail"), default=None,
+                   help="iterate averaging (post-processing, free)")
+    g.add_argument("--sampling", choices=("uniform", "poisson"), default=None,
+                   help="uniform: one trajectory per step (the paper); poisson: rate q")
+    g.add_argument("--batch-rate", type=float, default=None, help="Poisson rate q (default 1/m)")
+    g.add_argument("--accountant", choices=("auto", "paper", "rdp", "pld"), default=None,
+                   help="auto: tightest rigorous one for the sampling; paper: reproduction only")
+    g.add_argument("--trace-every", type=int, default=None,
+                   help="log public MSPBE every k steps (default N/20)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``evaluate`` command."""
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="private run: reserve budget, GPOPE on the statistics, release theta, log to MLflow",
+        description=(
+            "Evaluate the spec's target policy on a dataset with (epsilon, delta)-differential "
+            "privacy per patient. Only public settings and m are used to set up the run; the spend "
+            "is reserved in the privacy ledger before anything is drawn or written (a run past the "
+            "budget stops with an error, writing nothing); theta and the values at the spec's "
+            "reference states go to released_estimates; MLflow gets params, metrics and artifacts."
+        ),
+    )
+    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    parser.add_argument("--spec", required=True, help="evaluation spec YAML")
+    parser.add_argument("--epsilon", type=float, required=True, help="epsilon spent by this run")
+    parser.add_argument("--delta", type=float, required=True, help="delta spent by this run")
+    add_solver_options(parser)
+    parser.add_argument(
+        "--seed", type=int, default=None,
+        help="fixed seed for sampling and noise: reproducible but NOT private (marked so)",
+    )
+    parser.add_argument("--stream", choices=("auto", "memory", "stream"), default="auto",
+                        help="statistics in driver memory or streamed from Spark (auto: by size)")
+    parser.add_argument("--private-diagnostics", action="store_true",
+                        help="also log MSPBE/LSTD of the PRIVATE statistics to MLflow, tagged "
+                        "diagnostic.private=true (operators only; never released)")
+    parser.add_argument("--public-trajectories", type=int, default=None,
+                        help="size of the public simulated cohort for MSPBE (spec with a domain; "
+                        "0 disables; default 100)")
+    add_lake_options(parser)
+    add_json_flag(parser)
+    parser.set_defaults(func=_run)
+
+
+def options_from_args(args: argparse.Namespace, settings, **extra):
+    """EvaluateOptions from parsed arguments over the configuration's evaluation settings."""
+    from gpope.shell.pipeline.evaluate import EvaluateOptions
+
+    return EvaluateOptions.from_settings(
+        settings,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        iterations=args.iterations,
+        clip=args.clip,
+        step_size=args.step_size,
+        step_schedule=args.step_schedule,
+        step_offset=args.step_offset,
+        averaging=args.averaging,
+        sampling=args.sampling,
+        batch_rate=args.batch_rate,
+        accountant=args.accountant,
+        trace_every=args.trace_every,
+        **extra,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpope.shell.pipeline.evaluate import run_evaluate
+    from gpope.shell.pipeline.jobargs import config_from_args, load_spec, resolve_path
+    from gpope.shell.spark import get_spark
+
+    config = config_from_args(args)
+    spec = load_spec(args.spec)
+    options = options_from_args(
+        args, config.evaluation, seed=args.seed, path=args.stream,
+        private_diagnostics=args.private_diagnostics, public_trajectories=args.public_trajectories,
+    )
+    spark = get_spark(config.spark)
+    report = run_evaluate(
+        spark, config, dataset=args.dataset, spec=spec, options=options,
+        tracking_uri=args.tracking_uri, spec_text=resolve_path(args.spec).read_text(),
+    )
+    emit(args, report.to_dict(), report.summary())
+    return 0

@@ -1,0 +1,46 @@
+"""``gpope ingest``: bronze event tables -> silver transitions and rejected events."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+
+DOMAINS = ("chain", "mountaincar", "hiv")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``ingest`` command."""
+    parser = subparsers.add_parser(
+        "ingest",
+        help="bronze -> silver: transitions and rejected_events of a dataset",
+        description=(
+            "Turn a dataset's bronze observations, treatments and outcomes into silver transitions "
+            "(one trajectory per patient) and rejected_events (every unusable row with its reason). "
+            "Re-running replaces the dataset's silver tables. The dataset's variables, actions and "
+            "max_length come from 'datasets:' in --conf, or from --domain for a simulated cohort."
+        ),
+    )
+    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    parser.add_argument(
+        "--domain",
+        choices=DOMAINS,
+        default=None,
+        help="simulated domain whose settings to use when the dataset is not in --conf",
+    )
+    add_lake_options(parser)
+    add_json_flag(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpope.shell.pipeline.ingest import resolve_dataset_settings, run_ingest
+    from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope.shell.spark import get_spark
+
+    config = config_from_args(args)
+    settings = resolve_dataset_settings(config, args.dataset, domain=args.domain)  # fail fast
+    spark = get_spark(config.spark)
+    report = run_ingest(spark, config, args.dataset, settings=settings)
+    emit(args, report.to_dict(), report.summary())
+    return 0

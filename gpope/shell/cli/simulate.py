@@ -1,0 +1,78 @@
+"""``gpope simulate``: write the bronze event tables of a synthetic cohort."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+
+DOMAINS = ("chain", "mountaincar", "hiv")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``simulate`` command."""
+    parser = subparsers.add_parser(
+        "simulate",
+        help="write bronze observations/treatments/outcomes of a synthetic cohort",
+        description=(
+            "Simulate one episode per patient of a domain under its behaviour policy and write them "
+            "as EHR-style bronze tables (observations, treatments with propensities, outcomes) of "
+            "--dataset, replacing any earlier cohort of that name. Then run "
+            "`gpope ingest --dataset NAME --domain DOMAIN`."
+        ),
+    )
+    parser.add_argument("--domain", required=True, choices=DOMAINS, help="simulated domain")
+    parser.add_argument("--patients", required=True, type=int, help="number of patients (episodes)")
+    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed (default: OS entropy, not reproducible)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="episode cap (default: the domain's, e.g. 200)"
+    )
+    parser.add_argument(
+        "--jitter", type=float, default=0.0, help="timing jitter, fraction of the interval [0, 0.5)"
+    )
+    parser.add_argument(
+        "--stagger-days", type=float, default=0.0, help="spread of patient start dates (days)"
+    )
+    parser.add_argument(
+        "--missing", type=float, default=0.0, help="probability of dropping each observation"
+    )
+    parser.add_argument(
+        "--noise", type=float, default=0.0, help="std of Gaussian noise on recorded observations"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_lake_options(parser)
+    add_json_flag(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpope.core.validation import check_int
+    from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope.shell.pipeline.simulate import SimulateOptions, run_simulate
+    from gpope.shell.spark import get_spark
+
+    check_int("gpope simulate", "patients", args.patients, ge=1)
+    options = SimulateOptions(
+        n_steps=args.steps,
+        jitter=args.jitter,
+        stagger_days=args.stagger_days,
+        missing_prob=args.missing,
+        noise=args.noise,
+    )
+    config = config_from_args(args)
+    spark = get_spark(config.spark)
+    report = run_simulate(
+        spark,
+        config,
+        args.dataset,
+        domain=args.domain,
+        patients=args.patients,
+        seed=args.seed,
+        options=options,
+        progress=not (args.no_progress or args.json),
+    )
+    emit(args, report.to_dict(), report.summary())
+    return 0

@@ -1,0 +1,39 @@
+"""``gpope stats``: silver transitions -> gold trajectory_stats for an evaluation spec."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``stats`` command."""
+    parser = subparsers.add_parser(
+        "stats",
+        help="silver -> gold: per-trajectory statistics A, b, C for an evaluation spec",
+        description=(
+            "Compute per-trajectory statistics (A_i, b_i, C_i) of a dataset's silver transitions "
+            "under an evaluation spec (feature map, target policy, gamma, normalisation) with "
+            "Spark, grouped by trajectory. Re-running replaces that spec's partition of the "
+            "dataset's gold trajectory_stats table; other specs are kept."
+        ),
+    )
+    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    parser.add_argument("--spec", required=True, help="evaluation spec YAML (e.g. conf/specs/hiv_demo.yaml)")
+    add_lake_options(parser)
+    add_json_flag(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpope.shell.pipeline.jobargs import config_from_args, load_spec
+    from gpope.shell.pipeline.stats import run_stats
+    from gpope.shell.spark import get_spark
+
+    config = config_from_args(args)
+    spec = load_spec(args.spec)  # fail fast, before Spark starts
+    spark = get_spark(config.spark)
+    report = run_stats(spark, config, dataset=args.dataset, spec=spec)
+    emit(args, report.to_dict(), report.summary())
+    return 0

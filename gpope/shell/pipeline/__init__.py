@@ -1,0 +1,1 @@
+"""The Spark pipeline stages: simulate, ingest, stats, evaluate (and the ledger and demo)."""

@@ -1,0 +1,232 @@
+"""The GPOPE driver loop for statistics that do not fit in memory: fed in sample-plan order.
+
+:func:`gpope.core.gpope.run_gpope` needs all m statistics in memory. When they do not fit, the
+evaluation draws the sample plan on the driver, fetches only the sampled trajectories' statistics
+in plan order (bounded blocks, see :mod:`gpope.shell.pipeline.sampled`) and runs this loop, which
+mirrors the core solver step for step: the same two random streams (plan and noise) split the same
+way, the same chunking of the plan draws, the same clip / noise / update arithmetic. With the same
+statistics and seed it releases the same theta as ``run_gpope`` (to floating-point rounding; a
+test checks it), so the privacy analysis of the core applies unchanged.
+
+The plan (which trajectories each step used) never leaves this process: it is not returned,
+logged or written.
+
+Note: the plan draws reuse the core's private helpers ``_streams`` and ``_poisson_plan`` and its
+chunking constants so that both paths consume the random streams identically.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpope.core.gpope import (
+    _CHUNK_BYTES,
+    _CHUNK_STEPS,
+    GPOPEConfig,
+    GPOPEResult,
+    _poisson_plan,
+    _streams,
+)
+from gpope.core.statistics import TrajectoryStats
+from gpope.core.steps import step_sizes
+from gpope.errors import ConfigError
+
+__all__ = ["PlanChunk", "draw_plan", "run_gpope_streamed"]
+
+#: fetch(ids) -> statistics of those trajectories, row r = ids[r] (ids in plan order, repeats kept).
+Fetcher = Callable[[np.ndarray], TrajectoryStats]
+
+
+@dataclass(frozen=True)
+class PlanChunk:
+    """The sampled trajectories of steps ``start .. start + steps - 1`` (secret).
+
+    Attributes:
+        start: first step (0-based).
+        steps: number of steps L.
+        ids: (k,) trajectory ids in plan order.
+        offsets: (L + 1,) step s uses ids[offsets[s]:offsets[s + 1]] (uniform: one each).
+    """
+
+    start: int
+    steps: int
+    ids: np.ndarray
+    offsets: np.ndarray
+
+
+def _chunk_steps(n: int) -> int:
+    """Steps per chunk of plan draws, exactly as the core solver chooses it (one trial, dense)."""
+    per_step = 2 * n * 8 + n * 2 * n * 8
+    return max(1, min(_CHUNK_STEPS, _CHUNK_BYTES // max(per_step, 1)))
+
+
+def draw_plan(
+    gen: np.random.Generator, *, m: int, n: int, config: GPOPEConfig
+) -> Iterator[PlanChunk]:
+    """The sample plan of one run, chunk by chunk, from the plan stream ``gen``."""
+    N = config.iterations
+    chunk = _chunk_steps(n)
+    poisson = config.sampling == "poisson"
+    for c0 in range(0, N, chunk):
+        L = min(chunk, N - c0)
+        if poisson:
+            members, _owner, offs = _poisson_plan(gen, m, float(config.batch_rate), L, 1)
+            yield PlanChunk(c0, L, members, offs)
+        else:
+            idx = gen.integers(0, m, size=(L, 1))
+            yield PlanChunk(c0, L, idx[:, 0].astype(np.int64), np.arange(L + 1, dtype=np.int64))
+
+
+def _clip(g: np.ndarray, h: float | None) -> np.ndarray:
+    """Rows of g scaled to L2 norm <= h (the core's clip, same arithmetic)."""
+    if h is None or not math.isfinite(h):
+        return g
+    nrm = np.sqrt(np.einsum("ij,ij->i", g, g))
+    return g * (h / np.maximum(nrm, h))[:, None]
+
+
+def _blocks(chunks: list[PlanChunk], max_rows: int) -> list[list[PlanChunk]]:
+    """Group consecutive plan chunks into fetch blocks of at most ``max_rows`` ids (>= 1 chunk)."""
+    blocks: list[list[PlanChunk]] = []
+    rows = 0
+    for c in chunks:
+        if blocks and rows + len(c.ids) <= max_rows:
+            blocks[-1].append(c)
+            rows += len(c.ids)
+        else:
+            blocks.append([c])
+            rows = len(c.ids)
+    return blocks
+
+
+def run_gpope_streamed(
+    fetch: Fetcher,
+    config: GPOPEConfig,
+    rng: np.random.Generator | int | None,
+    *,
+    m: int,
+    n: int,
+    sigma: float,
+    epsilon: float | None,
+    accountant: str,
+    max_rows_per_fetch: int = 4096,
+    prefetch: bool = True,
+) -> GPOPEResult:
+    """One GPOPE run (one trial) whose statistics arrive from ``fetch`` in plan order.
+
+    Args:
+        fetch: returns the statistics of the listed trajectory ids, in the order given.
+        config: solver settings; ``noise_multiplier`` must be set (sigma calibrated by the caller).
+        rng: int seed (reproducible, not private) or None (OS entropy).
+        m: number of trajectories (public); n: number of features.
+        sigma: the noise multiplier (= ``config.noise_multiplier``).
+        epsilon: the spent epsilon to report; accountant: its resolved name.
+        max_rows_per_fetch: at most this many sampled rows are fetched (and held) at once.
+        prefetch: fetch the next block in a background thread while the current one runs.
+
+    Returns:
+        GPOPEResult equal (to rounding) to ``run_gpope`` on the same statistics and seed.
+    """
+    if config.noise_multiplier is None or float(config.noise_multiplier) != float(sigma):
+        raise ConfigError(
+            "run_gpope_streamed needs config.noise_multiplier set to the calibrated sigma "
+            f"({sigma}); got {config.noise_multiplier!r}."
+        )
+    gen_plan, gen_noise, seeded = _streams(rng)
+    N = config.iterations
+    h = config.clip
+    noise_std = 0.0 if h is None else h * float(sigma)
+    betas = step_sizes(N, config.step_size, config.step_schedule, config.step_offset)
+    if config.averaging == "tail":
+        avg_count = max(1, math.ceil(config.tail_fraction * N))
+    else:
+        avg_count = N
+    avg_from = N - avg_count if config.averaging != "none" else N
+    every = config.trace_every
+    poisson = config.sampling == "poisson"
+    div = float(config.batch_rate) * m if poisson else 1.0
+    if every is not None:
+        trace_steps = np.unique(np.append(np.arange(0, N + 1, every), N))
+        trace = np.zeros((len(trace_steps), 2 * n))
+        t_pos = 1
+    else:
+        trace_steps = trace = None
+        t_pos = 0
+    x = np.zeros((1, 2 * n))
+    acc = np.zeros((1, n))
+
+    chunks = list(draw_plan(gen_plan, m=m, n=n, config=config))
+    blocks = _blocks(chunks, max(1, int(max_rows_per_fetch)))
+
+    def load(block: list[PlanChunk]) -> TrajectoryStats | None:
+        ids = np.concatenate([c.ids for c in block])
+        return fetch(ids) if len(ids) else None
+
+    pool = ThreadPoolExecutor(max_workers=1) if prefetch else None
+    try:
+        pending: Future | None = pool.submit(load, blocks[0]) if pool and blocks else None
+        for b_i, block in enumerate(blocks):
+            stats = pending.result() if pending is not None else load(block)
+            if pool is not None and b_i + 1 < len(blocks):
+                pending = pool.submit(load, blocks[b_i + 1])
+            base = 0
+            for c in block:
+                L = c.steps
+                beta = betas[c.start : c.start + L]
+                if noise_std > 0:
+                    z = gen_noise.standard_normal((L, 1, 2 * n))
+                    z *= (beta * (noise_std / div))[:, None, None]
+                else:
+                    z = None
+                for s in range(L):
+                    lo, hi = base + int(c.offsets[s]), base + int(c.offsets[s + 1])
+                    if poisson:
+                        upd = np.zeros((1, 2 * n))
+                        if hi > lo:
+                            g = _clip(stats.gradients(np.arange(lo, hi), x[0, :n], x[0, n:]), h)
+                            np.add.at(upd, np.zeros(hi - lo, dtype=np.int64), g)
+                        x -= (beta[s] / div) * upd
+                    else:
+                        x -= beta[s] * _clip(stats.gradients(np.arange(lo, hi), x[0, :n], x[0, n:]), h)
+                    if z is not None:
+                        x -= z[s]
+                    if c.start + s >= avg_from:
+                        acc += x[:, :n]
+                    if every is not None and (c.start + s + 1) % every == 0:
+                        trace[t_pos] = x[0]
+                        t_pos += 1
+                base += len(c.ids)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        del chunks, blocks
+    if every is not None:
+        trace[-1] = x[0]
+    if not config.is_private:
+        private, note = False, "no clipping or no noise: not private"
+    elif seeded:
+        private, note = False, "fixed seed: not private"
+    else:
+        private, note = True, "OS-entropy noise and sampling"
+    return GPOPEResult(
+        theta=x[0, :n].copy(),
+        w=x[0, n:].copy(),
+        theta_avg=None if config.averaging == "none" else acc[0] / avg_count,
+        sigma=float(sigma),
+        epsilon=epsilon,
+        delta=config.delta,
+        accountant=accountant,
+        sampling=config.sampling,
+        iterations=N,
+        clip=config.clip,
+        private=private,
+        privacy_note=note,
+        trace_steps=trace_steps,
+        trace_theta=None if trace is None else trace[:, :n].copy(),
+        trace_w=None if trace is None else trace[:, n:].copy(),
+    )

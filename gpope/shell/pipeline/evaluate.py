@@ -1,0 +1,408 @@
+"""Stage 4 of the pipeline: a differentially private evaluation of one spec on one dataset.
+
+Order of operations (DESIGN.md sections 3-4):
+
+a. **Public inputs only.** m (the number of trajectories with statistics for the spec) is read
+   from the gold table: it is public by definition (DESIGN.md 4). Everything else (iterations,
+   clip, step sizes, sampling, batch rate, epsilon, delta) comes from the command line and the
+   configuration. The Poisson rate defaults to q = 1/m. sigma is calibrated by the accountant for
+   (epsilon, delta, m, N, sampling). Nothing else is computed from the private tables.
+b. **Reserve** the run's (epsilon, delta) in the privacy ledger (basic composition across runs);
+   a run that would exceed the dataset's budget stops with BudgetExceededError having written
+   nothing (:mod:`gpope.shell.pipeline.ledger`).
+c. **Sample plan** on the driver from OS entropy, or from ``seed`` (then the run is marked NOT
+   private in released_estimates and MLflow). The plan is never logged or written.
+d. **Statistics in sampled order**: in memory (all m rows) when ``m * row size`` fits
+   ``evaluation.in_memory_limit_mb``, otherwise fetched block by block through a Spark join of the
+   plan with the statistics table (:mod:`gpope.shell.pipeline.sampled`).
+e. **Solve**: in memory, the core's :func:`~gpope.core.gpope.run_gpope`; streamed, the driver loop
+   :func:`~gpope.shell.pipeline.driver.run_gpope_streamed`, which consumes the same random streams
+   and gives the same theta.
+f. **Release** one row of released_estimates (theta and values at the spec's reference states) in
+   one atomic append, then mark the reservation released. If anything fails after the
+   reservation, the reservation is marked ``failed`` and stays counted (noise may have been drawn
+   and the data touched: privacy spent is spent); no partial release is written.
+g. **MLflow**: one run with params, metrics (spent epsilon/delta; MSPBE per traced step and final
+   only on PUBLIC evaluation data, i.e. a fresh cohort from the simulator of a simulated dataset),
+   artifacts (theta JSON, value plot, resolved config and spec) and, only when asked, private
+   diagnostics (MSPBE and LSTD on the private statistics) tagged ``diagnostic.private=true``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from gpope.core.validation import check_choice, check_int, check_number
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.config import EvaluationSettings, GpopeConfig
+    from gpope.core.gpope import GPOPEResult
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = ["EvaluateOptions", "EvaluationReport", "run_evaluate"]
+
+Path_ = Literal["auto", "memory", "stream"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateOptions:
+    """Public settings of one private evaluation (defaults from ``evaluation:`` in conf).
+
+    Attributes:
+        epsilon, delta: the privacy spend of the run (reserved in the ledger).
+        iterations, clip, step_size, step_schedule, step_offset, averaging, tail_fraction,
+        sampling, batch_rate (None: 1/m for Poisson), accountant, trace_every: solver settings.
+        seed: None (OS entropy: private) or an int (reproducible, NOT private).
+        in_memory_limit_mb: statistics larger than this are streamed from Spark.
+        path: "auto" (by size), "memory" or "stream" (forced; tests and benchmarks).
+        private_diagnostics: also log MSPBE/LSTD of the private statistics, tagged private.
+        public_trajectories: size of the fresh public cohort simulated for MSPBE (specs with a
+            ``domain`` only; 0 disables).
+        public_max_length: episode length of that cohort (None: the simulator's default).
+        rows_per_fetch: sampled rows per Spark fetch on the streamed path.
+    """
+
+    epsilon: float
+    delta: float
+    iterations: int = 20000
+    clip: float = 1.0
+    step_size: float = 0.5
+    step_schedule: Literal["constant", "inverse"] = "constant"
+    step_offset: float = 1.0
+    averaging: Literal["none", "uniform", "tail"] = "tail"
+    tail_fraction: float = 0.5
+    sampling: Literal["uniform", "poisson"] = "poisson"
+    batch_rate: float | None = None
+    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
+    trace_every: int | None = None
+    seed: int | None = None
+    in_memory_limit_mb: int = 1024
+    path: Path_ = "auto"
+    private_diagnostics: bool = False
+    public_trajectories: int = 100
+    public_max_length: int | None = None
+    rows_per_fetch: int = 4096
+
+    def __post_init__(self) -> None:
+        o = "EvaluateOptions"
+        check_number(o, "epsilon", self.epsilon, gt=0.0)
+        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
+        check_int(o, "iterations", self.iterations, ge=1)
+        check_number(o, "clip", self.clip, gt=0.0)
+        check_choice(o, "path", self.path, ("auto", "memory", "stream"))
+        check_int(o, "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
+        check_int(o, "public_trajectories", self.public_trajectories, ge=0)
+        check_int(o, "rows_per_fetch", self.rows_per_fetch, ge=1)
+        check_int(o, "seed", self.seed, ge=0, allow_none=True)
+        check_int(o, "trace_every", self.trace_every, ge=1, allow_none=True)
+
+    @classmethod
+    def from_settings(cls, settings: EvaluationSettings, **overrides: Any) -> EvaluateOptions:
+        """Options from the configuration's ``evaluation:`` section, then ``overrides`` (None
+        values are ignored)."""
+        base = {
+            f.name: getattr(settings, f.name)
+            for f in dataclasses.fields(cls)
+            if hasattr(settings, f.name)
+        }
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """What one evaluation released and spent (all of it public or released)."""
+
+    run_id: str
+    mlflow_run_id: str | None
+    dataset: str
+    spec_id: str
+    spec_name: str
+    policy: str
+    epsilon: float
+    delta: float
+    spent_epsilon: float | None
+    accountant: str
+    sigma: float
+    m: int
+    n: int
+    iterations: int
+    sampling: str
+    batch_rate: float | None
+    private: bool
+    path: str
+    theta: np.ndarray
+    reference_values: dict[str, float]
+    public_mspbe: float | None
+    remaining_epsilon: float
+    remaining_delta: float
+    tables: dict[str, str] = field(default_factory=dict)
+    private_diagnostics: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form for ``--json`` (private diagnostics are listed under their own key)."""
+        d = dataclasses.asdict(self)
+        d["theta"] = [float(v) for v in self.theta]
+        return d
+
+    def summary(self) -> str:
+        """Human-readable lines."""
+        lines = [
+            f"released run {self.run_id} ({'PRIVATE' if self.private else 'NOT PRIVATE: fixed seed'}) "
+            f"dataset {self.dataset}, spec {self.spec_name} ({self.spec_id})",
+            f"  epsilon {self.epsilon:g} (accountant {self.accountant} certifies "
+            f"{self.spent_epsilon if self.spent_epsilon is not None else float('nan'):.4g}), "
+            f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, N {self.iterations}, "
+            f"sampling {self.sampling}, statistics {self.path}",
+            f"  remaining budget: epsilon {self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}",
+        ]
+        for name, value in self.reference_values.items():
+            lines.append(f"  V({name}) = {value:.6g}")
+        if self.public_mspbe is not None:
+            lines.append(f"  MSPBE on public simulated data: {self.public_mspbe:.4g}")
+        if self.mlflow_run_id:
+            lines.append(f"  MLflow run {self.mlflow_run_id}")
+        return "\n".join(lines)
+
+
+def policy_label(spec: EvaluationSpec) -> str:
+    """Short public label of the target policy for released_estimates."""
+    from gpope.core.spec import canonical_json
+
+    if spec.policy_name:
+        return spec.policy_name
+    d = spec.target_policy.to_dict()
+    text = canonical_json(d)
+    if len(text) <= 80:
+        return text
+    import hashlib
+
+    return f"{d.get('kind', 'policy')}:{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def _solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float | None, trace_every: int | None) -> Any:
+    from gpope.core.gpope import GPOPEConfig
+
+    return GPOPEConfig(
+        iterations=options.iterations,
+        step_size=options.step_size,
+        clip=options.clip,
+        noise_multiplier=sigma,
+        delta=options.delta,
+        accountant=options.accountant,
+        sampling=options.sampling,
+        batch_rate=batch_rate,
+        step_schedule=options.step_schedule,
+        step_offset=options.step_offset,
+        averaging=options.averaging,
+        tail_fraction=options.tail_fraction,
+        trace_every=trace_every,
+    )
+
+
+def run_evaluate(
+    spark: SparkSession,
+    config: GpopeConfig,
+    *,
+    dataset: str,
+    spec: EvaluationSpec,
+    options: EvaluateOptions,
+    tracking_uri: str | None = None,
+    spec_text: str | None = None,
+) -> EvaluationReport:
+    """One private evaluation: ledger, released_estimates, MLflow (see the module docstring).
+
+    Args:
+        spark: the session.
+        config: the configuration (lake, tracking, privacy defaults).
+        dataset: the dataset evaluated.
+        spec: the evaluation spec (its statistics must exist: ``gpope stats``).
+        options: public settings of the run.
+        tracking_uri: MLflow URI (None: by the precedence of :mod:`gpope.shell.tracking`).
+        spec_text: the spec file's text, logged as an artifact when given.
+
+    Raises:
+        BudgetExceededError: the reservation would exceed the dataset's budget (nothing written).
+        DataError: no statistics for the spec.
+        ConfigError, AccountingError: invalid public settings (before anything is written).
+    """
+    from gpope.core.accounting import (
+        calibrate_sigma,
+        epsilon_spent,
+        gpope_dp_event,
+        resolve_accountant,
+    )
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+    from gpope.shell.pipeline.release import release_row, write_release
+    from gpope.shell.pipeline.stats import read_statistics, trajectory_count
+
+    start = time.perf_counter()
+    # (a) public inputs and calibration: nothing written yet.
+    m = trajectory_count(spark, config, dataset=dataset, spec=spec)
+    n = spec.n_features
+    q = None
+    if options.sampling == "poisson":
+        q = options.batch_rate if options.batch_rate is not None else 1.0 / m
+    elif options.batch_rate is not None:
+        raise ConfigError(
+            "The 'batch_rate' option applies only to --sampling poisson; drop it for uniform "
+            f"sampling. Got {options.batch_rate!r}."
+        )
+    accountant = resolve_accountant(options.accountant, options.sampling)
+    common = dict(m=m, iterations=options.iterations, delta=options.delta,
+                  accountant=options.accountant, sampling=options.sampling, batch_rate=q)
+    sigma = float(calibrate_sigma(epsilon=options.epsilon, **common))
+    spent = float(epsilon_spent(sigma=sigma, **common))
+    trace_every = options.trace_every or max(1, options.iterations // 20)
+    solver = _solver_config(options, sigma=sigma, batch_rate=q, trace_every=trace_every)
+    stats_df = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
+    from gpope.shell.pipeline.sampled import row_bytes
+
+    in_memory = options.path == "memory" or (
+        options.path == "auto" and m * row_bytes(n) <= options.in_memory_limit_mb * 2**20
+    )
+    event = gpope_dp_event(m=m, iterations=options.iterations, sigma=sigma,
+                           sampling=options.sampling, batch_rate=q)
+    mechanism = f"gpope(clip={options.clip:g}): {event!r}"
+
+    # (b) reserve.
+    ledger = PrivacyLedger(spark, config)
+    run_id = uuid.uuid4().hex
+    ledger.reserve(dataset, run_id=run_id, epsilon=options.epsilon, delta=options.delta,
+                   accountant=accountant, mechanism=mechanism)
+    try:
+        # (c)-(e) plan, statistics in sampled order, solver.
+        result, private_pop = _solve(spark, stats_df, spec, solver, options, m=m, n=n,
+                                     sigma=sigma, spent=spent, accountant=accountant,
+                                     in_memory=in_memory)
+        released_theta = result.theta_avg if result.theta_avg is not None else result.theta
+        values = spec.reference_values(released_theta)
+        # (f) release, then mark released.
+        created = datetime.now(UTC).replace(tzinfo=None)
+        row = release_row(
+            run_id=run_id, dataset=dataset, spec=spec, policy=policy_label(spec),
+            epsilon=options.epsilon, delta=options.delta, accountant=accountant,
+            created_at=created, theta=released_theta, values=values, private=result.private,
+        )
+        write_release(spark, config, row)
+    except BaseException:
+        ledger.mark(dataset, run_id, "failed")
+        raise
+    ledger.mark(dataset, run_id, "released")
+    budget = ledger.status(dataset)
+
+    # (g) MLflow (after the release: tracking problems never undo a release).
+    from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
+    from gpope.shell.pipeline.public import public_population
+
+    public_pop = public_population(
+        spec, n_trajectories=options.public_trajectories, max_length=options.public_max_length
+    )
+
+    tracking = log_evaluation(
+        config=config, tracking_uri=tracking_uri, run_id=run_id, dataset=dataset, spec=spec,
+        options=options, result=result, released_theta=released_theta, values=values, m=m,
+        sigma=sigma, spent_epsilon=spent, accountant=accountant, batch_rate=q,
+        path="memory" if in_memory else "stream", spec_text=spec_text,
+        private_population=private_pop if options.private_diagnostics else None,
+        public_population=public_pop,
+    )
+    from gpope.shell import lake
+
+    return EvaluationReport(
+        run_id=run_id,
+        mlflow_run_id=tracking.mlflow_run_id,
+        dataset=dataset,
+        spec_id=spec.spec_id,
+        spec_name=spec.name,
+        policy=policy_label(spec),
+        epsilon=options.epsilon,
+        delta=options.delta,
+        spent_epsilon=spent if math.isfinite(spent) else None,
+        accountant=accountant,
+        sigma=sigma,
+        m=m,
+        n=n,
+        iterations=options.iterations,
+        sampling=options.sampling,
+        batch_rate=q,
+        private=bool(result.private),
+        path="memory" if in_memory else "stream",
+        theta=np.asarray(released_theta, dtype=np.float64),
+        reference_values={k: float(v) for k, v in zip(spec.reference_names, values, strict=True)},
+        public_mspbe=tracking.public_mspbe,
+        remaining_epsilon=budget.remaining_epsilon,
+        remaining_delta=budget.remaining_delta,
+        tables={
+            "trajectory_stats": str(lake.table_location(config.lake, "gold", dataset, "trajectory_stats")),
+            "released_estimates": str(lake.shared_table_location(config.lake, "released_estimates")),
+            "privacy_ledger": ledger.location,
+        },
+        private_diagnostics=tracking.private_diagnostics,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _solve(
+    spark: SparkSession,
+    stats_df: Any,
+    spec: EvaluationSpec,
+    solver: Any,
+    options: EvaluateOptions,
+    *,
+    m: int,
+    n: int,
+    sigma: float,
+    spent: float,
+    accountant: str,
+    in_memory: bool,
+) -> tuple[GPOPEResult, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """Run the solver on the statistics; also return the private population (A, b, C) if asked
+    for diagnostics (computed here, never released)."""
+    from gpope.core.gpope import run_gpope
+    from gpope.shell.pipeline.driver import run_gpope_streamed
+    from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
+
+    rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible
+    if in_memory:
+        stats = load_statistics(stats_df, n, normalization=spec.normalization)
+        result = run_gpope(stats, solver, rng)
+        pop = stats.population() if options.private_diagnostics else None
+        return result, pop
+    fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
+    result = run_gpope_streamed(
+        fetch, solver, rng, m=m, n=n, sigma=sigma, epsilon=spent, accountant=accountant,
+        max_rows_per_fetch=options.rows_per_fetch,
+    )
+    pop = _spark_population(stats_df, n, m) if options.private_diagnostics else None
+    return result, pop
+
+
+def _spark_population(stats_df: Any, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Means of A, b, C over trajectories, aggregated in Spark (private; diagnostics only)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for name, width in (("A", n * n), ("b", n), ("C", n * n)):
+        sums = (
+            stats_df.select(F.posexplode(name).alias("i", "v"))
+            .groupBy("i")
+            .agg(F.sum("v").alias("s"))
+            .toArrow()
+        )
+        vec = np.zeros(width)
+        vec[sums.column("i").to_numpy()] = sums.column("s").to_numpy()
+        out.append(vec / m)
+    return out[0].reshape(n, n), out[1], out[2].reshape(n, n)

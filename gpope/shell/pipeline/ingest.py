@@ -1,0 +1,249 @@
+"""Stage 2 of the pipeline: bronze event tables -> silver ``transitions`` and ``rejected_events``.
+
+:func:`run_ingest` reads a dataset's bronze ``observations``, ``treatments`` and ``outcomes``,
+applies the rules of :mod:`gpope.shell.pipeline.ingest_frames` (DESIGN.md section 2) and replaces
+the dataset's silver tables, each in one atomic Delta commit. It returns an :class:`IngestReport`
+whose counts always balance: for each bronze table, rows in = rows used + rows rejected.
+
+Guarantees: idempotent (re-running on the same bronze input overwrites the dataset's silver
+tables with identical content, never appends); deterministic (``traj_index`` is the rank of
+``patient_id``; rows are written sorted); linear in the number of events (Spark SQL operators
+only, partitioned by patient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpope.config import DatasetSettings, GpopeConfig
+from gpope.errors import ConfigError, DataError
+from gpope.shell.pipeline.ingest_frames import REASONS, SilverFrames, build_silver
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "BRONZE_TABLES",
+    "IngestReport",
+    "ingest_frames",
+    "report_from_counts",
+    "resolve_dataset_settings",
+    "run_ingest",
+]
+
+#: The bronze tables ingest reads, in report order.
+BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What one ingest did; every count is exact.
+
+    Attributes:
+        dataset: the dataset name.
+        rows_in: bronze rows read, per table.
+        rows_used: rows that went into transitions, per table (treatments: one per transition;
+            observations: every valid observation of a trajectory, superseded ones included;
+            outcomes: every outcome summed into a reward).
+        rejected: per table, the number of rejected rows per reason (reasons with 0 omitted).
+        n_trajectories: m, the number of trajectories (= patients with a valid treatment).
+        n_transitions: T, the number of silver transitions.
+        n_terminal: trajectories whose last step is terminal (the others are truncated).
+    """
+
+    dataset: str
+    rows_in: dict[str, int]
+    rows_used: dict[str, int]
+    rejected: dict[str, dict[str, int]] = field(default_factory=dict)
+    n_trajectories: int = 0
+    n_transitions: int = 0
+    n_terminal: int = 0
+
+    def rejected_total(self, table: str) -> int:
+        """Rows of ``table`` that went to rejected_events."""
+        return sum(self.rejected.get(table, {}).values())
+
+    @property
+    def balanced(self) -> bool:
+        """True when rows in = used + rejected for every bronze table."""
+        return all(
+            self.rows_in[t] == self.rows_used[t] + self.rejected_total(t) for t in self.rows_in
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (the ``--json`` output of ``gpope ingest``)."""
+        return {
+            "dataset": self.dataset,
+            "rows_in": dict(self.rows_in),
+            "rows_used": dict(self.rows_used),
+            "rejected": {t: dict(r) for t, r in self.rejected.items()},
+            "n_trajectories": self.n_trajectories,
+            "n_transitions": self.n_transitions,
+            "n_terminal": self.n_terminal,
+            "balanced": self.balanced,
+        }
+
+    def summary(self) -> str:
+        """A few human-readable lines."""
+        lines = [
+            f"ingest {self.dataset}: {self.n_trajectories} trajectories, "
+            f"{self.n_transitions} transitions ({self.n_terminal} terminal)"
+        ]
+        for table in self.rows_in:
+            rej = self.rejected.get(table, {})
+            detail = ", ".join(f"{reason}: {n}" for reason, n in sorted(rej.items()))
+            lines.append(
+                f"  {table}: {self.rows_in[table]} in = {self.rows_used[table]} used + "
+                f"{self.rejected_total(table)} rejected" + (f" ({detail})" if detail else "")
+            )
+        return "\n".join(lines)
+
+
+def resolve_dataset_settings(
+    config: GpopeConfig, dataset: str, *, domain: str | None = None
+) -> DatasetSettings:
+    """The ingest settings of ``dataset``: from ``conf datasets:``, else from a simulated domain.
+
+    A configured dataset that names only its ``domain`` (``datasets: {hiv_demo: {domain: hiv}}``)
+    takes the simulated domain's settings (:func:`~.simulate.dataset_settings_for_domain`).
+
+    Args:
+        config: the loaded configuration.
+        dataset: dataset name.
+        domain: simulated domain (``chain``, ``mountaincar``, ``hiv``) whose event-table spec defines
+            the settings when the dataset is not configured.
+
+    Raises:
+        ConfigError: the dataset is not configured and no domain was given (the message says how
+            to fix it), or the domain is unknown.
+    """
+    if dataset in config.datasets:
+        configured = config.datasets[dataset]
+        if configured.domain is not None and not configured.variables and not configured.actions:
+            # ``datasets: {name: {domain: hiv}}``: a simulated cohort, read with its domain's spec
+            from gpope.shell.pipeline.simulate import dataset_settings_for_domain
+
+            return dataset_settings_for_domain(configured.domain)
+        return configured
+    if domain is None:
+        raise ConfigError(
+            f"Dataset {dataset!r} is not configured: add it under 'datasets:' in the --conf file "
+            f"(configured: {sorted(config.datasets) or 'none'}), or pass --domain "
+            "{chain,mountaincar,hiv} for a cohort written by `gpope simulate`."
+        )
+    from gpope.shell.pipeline.simulate import dataset_settings_for_domain
+
+    return dataset_settings_for_domain(domain)
+
+
+def ingest_frames(
+    observations: DataFrame,
+    treatments: DataFrame,
+    outcomes: DataFrame,
+    settings: DatasetSettings,
+) -> SilverFrames:
+    """The silver tables of three bronze DataFrames (lazy; see :func:`~.ingest_frames.build_silver`)."""
+    return build_silver(observations, treatments, outcomes, settings)
+
+
+def report_from_counts(
+    dataset: str,
+    rows_in: dict[str, int],
+    counts: list[tuple[str, str | None, int]],
+    *,
+    n_trajectories: int,
+    n_transitions: int,
+    n_terminal: int,
+) -> IngestReport:
+    """Assemble an :class:`IngestReport` from ``(table, reason or None, count)`` triples.
+
+    Raises:
+        DataError: the counts do not balance or there are more used treatments than transitions
+            (a defect of ingest, never of the input).
+    """
+    used = dict.fromkeys(rows_in, 0)
+    rejected: dict[str, dict[str, int]] = {t: {} for t in rows_in}
+    for table, reason, n in counts:
+        if reason is None:
+            used[table] += n
+        else:
+            rejected[table][reason] = rejected[table].get(reason, 0) + n
+    report = IngestReport(
+        dataset=dataset,
+        rows_in=dict(rows_in),
+        rows_used=used,
+        rejected={t: dict(sorted(r.items())) for t, r in rejected.items()},
+        n_trajectories=n_trajectories,
+        n_transitions=n_transitions,
+        n_terminal=n_terminal,
+    )
+    if not report.balanced or used["treatments"] != n_transitions:
+        raise DataError(
+            f"ingest of {dataset!r} lost rows (rows in != used + rejected, or used treatments != "
+            f"transitions): {report.to_dict()}. This is a bug in gpope; please report it."
+        )
+    unknown = {r for t, rs in rejected.items() for r in rs if r not in REASONS[t]}
+    if unknown:  # pragma: no cover - defensive: reasons are constants of ingest_frames
+        raise DataError(f"ingest produced undocumented rejection reasons {sorted(unknown)}.")
+    return report
+
+
+def run_ingest(
+    spark: SparkSession,
+    config: GpopeConfig,
+    dataset: str,
+    *,
+    domain: str | None = None,
+    settings: DatasetSettings | None = None,
+) -> IngestReport:
+    """Bronze -> silver for ``dataset``: replace its ``transitions`` and ``rejected_events``.
+
+    Args:
+        spark: the session.
+        config: configuration (lake location, datasets).
+        dataset: the dataset whose bronze tables are read.
+        domain: simulated domain used for the settings when ``dataset`` is not in ``conf``.
+        settings: explicit settings (overrides both).
+
+    Returns:
+        The :class:`IngestReport` (counts balance; checked before returning).
+
+    Raises:
+        ConfigError: no settings for the dataset.
+        TableNotFoundError: a bronze table is missing (run ``gpope simulate`` or load the data).
+    """
+    from pyspark.sql import functions as F
+
+    from gpope.shell import lake
+
+    settings = settings or resolve_dataset_settings(config, dataset, domain=domain)
+    bronze = {t: lake.read_table(spark, config.lake, "bronze", dataset, t) for t in BRONZE_TABLES}
+    rows_in = {t: bronze[t].count() for t in BRONZE_TABLES}
+    frames = build_silver(
+        bronze["observations"], bronze["treatments"], bronze["outcomes"], settings
+    )
+    try:
+        lake.write_table(frames.transitions, config.lake, "silver", dataset, "transitions", mode="overwrite")
+        lake.write_table(
+            frames.rejected_events, config.lake, "silver", dataset, "rejected_events", mode="overwrite"
+        )
+        counts = [
+            (r["table"], r["reason"], int(r["count"])) for r in frames.outcome_counts.collect()
+        ]
+    finally:
+        frames.release()
+    written = lake.read_table(spark, config.lake, "silver", dataset, "transitions")
+    totals = written.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.countDistinct("traj_index").alias("m"),
+        F.sum(F.col("terminal").cast("long")).alias("terminal"),
+    ).collect()[0]
+    return report_from_counts(
+        dataset,
+        rows_in,
+        counts,
+        n_trajectories=int(totals["m"] or 0),
+        n_transitions=int(totals["n"] or 0),
+        n_terminal=int(totals["terminal"] or 0),
+    )

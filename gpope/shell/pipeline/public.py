@@ -1,0 +1,44 @@
+"""Public evaluation data: population statistics from a fresh cohort of the spec's simulator.
+
+MSPBE is logged as a metric only when it is computed on PUBLIC data (DESIGN.md 4). For a spec
+with a ``domain``, :func:`public_population` simulates a fresh cohort from that public simulator
+with a seed independent of everything private, under the same behaviour policy as the synthetic
+datasets of that domain, and returns its population ``(A, b, C)`` under the spec (the core's
+statistics). No private row is read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = ["PUBLIC_SEED", "public_population", "public_transitions"]
+
+#: Seed of the public evaluation cohort (public data: fixing it is harmless and reproducible).
+PUBLIC_SEED = 20_240_607
+
+
+def public_transitions(domain: str, n_trajectories: int, rng: np.random.Generator,
+                       *, max_length: int | None = None) -> Any:
+    """A fresh synthetic cohort (core Transitions) of ``domain`` under its behaviour policy."""
+    from gpope.shell.pipeline.simulate import generate_episodes
+
+    return generate_episodes(domain, n_trajectories, rng, n_steps=max_length)
+
+
+def public_population(
+    spec: EvaluationSpec, *, n_trajectories: int, max_length: int | None = None,
+    seed: int = PUBLIC_SEED,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Population (A, b, C) of the spec on a public simulated cohort, or None without a domain."""
+    if spec.domain is None or n_trajectories <= 0:
+        return None
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    rng = np.random.default_rng(seed)
+    transitions = public_transitions(spec.domain, n_trajectories, rng, max_length=max_length)
+    return statistics_of_transitions(transitions, spec).population()

@@ -1,0 +1,398 @@
+"""Stage 1 of the pipeline: a synthetic cohort from a simulator, written as bronze event tables.
+
+:func:`run_simulate` generates ``patients`` episodes of a domain under its behaviour policy (one
+patient = one episode), turns them into EHR-style event tables with
+:func:`gpope.core.envs.ehr.episodes_to_event_tables` (the domain's
+:class:`~gpope.core.envs.ehr.EventTableSpec`; optional timing jitter, patient stagger, missing
+observations and measurement noise) and replaces the dataset's bronze ``observations``,
+``treatments`` and ``outcomes`` (one atomic overwrite per table, so re-running replaces the cohort).
+
+Behaviour policies (the logged ``propensity``):
+
+| domain | behaviour |
+|---|---|
+| chain | the only action (probability 1) |
+| mountaincar | the Q-learned policy, epsilon-greedy with epsilon 0.1 |
+| hiv | softmax over the learned Q at the artifact's behaviour temperature |
+
+:func:`dataset_settings_for_domain` gives the ingest settings that read such a cohort back
+(variables, actions, terminal variable from the spec; ``max_length`` = the domain's episode cap).
+
+Randomness: one ``SeedSequence(seed)`` (OS entropy when ``seed`` is None) spawns two independent
+streams, one for the episodes and one for the recording (jitter, missingness, noise), so the
+episodes of a seed do not depend on the recording options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from gpope.config import DatasetSettings, GpopeConfig
+from gpope.core.validation import check_choice, check_int, check_number
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from gpope.core.policies import Policy
+    from gpope.core.transitions import Transitions
+
+__all__ = [
+    "DOMAINS",
+    "SimulateOptions",
+    "SimulateReport",
+    "behaviour_policy",
+    "dataset_settings_for_domain",
+    "generate_episodes",
+    "run_simulate",
+    "simulate_tables",
+    "tables_to_frames",
+]
+
+Domain = Literal["chain", "mountaincar", "hiv"]
+DOMAINS: tuple[str, ...] = ("chain", "mountaincar", "hiv")
+BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
+
+
+def _check_domain(domain: object) -> str:
+    check_choice("simulate", "domain", domain, DOMAINS)
+    return str(domain)
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """How a cohort is simulated and recorded (all public).
+
+    Attributes:
+        n_steps: episode cap (decisions per patient at most); None: the domain's default
+            (chain 1000, mountain car 200, HIV 200).
+        jitter: timing jitter as a fraction of the decision interval, in [0, 0.5).
+        stagger_days: patient start offsets ~ U[0, stagger_days), >= 0.
+        missing_prob: probability of dropping each observation row, in [0, 1).
+        noise: standard deviation of Gaussian noise added to recorded observations, >= 0.
+        start_time: first decision time (ISO timestamp, UTC).
+        batch_size: patients simulated per batch (the progress bar advances per batch), >= 1.
+    """
+
+    n_steps: int | None = None
+    jitter: float = 0.0
+    stagger_days: float = 0.0
+    missing_prob: float = 0.0
+    noise: float = 0.0
+    start_time: str = "2024-01-01T00:00:00"
+    batch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        owner = "SimulateOptions"
+        check_int(owner, "n_steps", self.n_steps, ge=1, allow_none=True)
+        check_number(owner, "jitter", self.jitter, ge=0.0, lt=0.5)
+        check_number(owner, "stagger_days", self.stagger_days, ge=0.0)
+        check_number(owner, "missing_prob", self.missing_prob, ge=0.0, lt=1.0)
+        check_number(owner, "noise", self.noise, ge=0.0)
+        check_int(owner, "batch_size", self.batch_size, ge=1)
+
+
+@dataclass(frozen=True)
+class SimulateReport:
+    """What :func:`run_simulate` wrote.
+
+    Attributes:
+        dataset, domain, patients, seed: the request (seed None: OS entropy, not reproducible).
+        rows: bronze rows written per table.
+        n_transitions: decision steps simulated (= treatment rows).
+        options: the recording options used.
+    """
+
+    dataset: str
+    domain: str
+    patients: int
+    seed: int | None
+    rows: dict[str, int]
+    n_transitions: int
+    options: SimulateOptions
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (the ``--json`` output of ``gpope simulate``)."""
+        return {
+            "dataset": self.dataset,
+            "domain": self.domain,
+            "patients": self.patients,
+            "seed": self.seed,
+            "rows": dict(self.rows),
+            "n_transitions": self.n_transitions,
+            "options": asdict(self.options),
+        }
+
+    def summary(self) -> str:
+        """One human-readable line."""
+        rows = ", ".join(f"{t} {n}" for t, n in self.rows.items())
+        return (
+            f"simulate {self.dataset}: {self.patients} {self.domain} patients, "
+            f"{self.n_transitions} decisions; bronze rows: {rows}"
+        )
+
+
+def _max_steps(domain: str) -> int:
+    if domain == "chain":
+        from gpope.core.envs.chain import ChainConfig
+
+        return ChainConfig().max_steps
+    if domain == "mountaincar":
+        from gpope.core.envs.mountaincar import MAX_STEPS
+
+        return MAX_STEPS
+    from gpope.core.envs.hiv import MAX_STEPS as HIV_MAX_STEPS
+
+    return HIV_MAX_STEPS
+
+
+def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -> DatasetSettings:
+    """Ingest settings that read a cohort of ``domain`` written by :func:`run_simulate`.
+
+    Args:
+        domain: ``chain``, ``mountaincar`` or ``hiv``.
+        max_length: public maximum trajectory length; default: the domain's episode cap, so no
+            simulated episode is cut.
+
+    Returns:
+        DatasetSettings with the spec's variables (in state order, so ingested states equal the
+        simulator's), actions (index = the simulator's action), terminal variable, no defaults
+        (a simulated patient is observed at every decision) and ``domain`` set.
+
+    Raises:
+        ConfigError: unknown domain.
+    """
+    from gpope.core.envs import ehr
+
+    domain = _check_domain(domain)
+    spec = ehr.spec_for_domain(domain)
+    return DatasetSettings(
+        variables=spec.variables,
+        actions=spec.actions,
+        max_length=max_length if max_length is not None else _max_steps(domain),
+        terminal_variable=spec.terminal_variable,
+        domain=domain,
+    )
+
+
+def behaviour_policy(domain: str) -> Policy | None:
+    """The behaviour policy of ``domain`` (None for the chain, whose only action has probability 1).
+
+    Raises:
+        ConfigError: unknown domain, or a stored policy artifact is missing.
+    """
+    domain = _check_domain(domain)
+    if domain == "chain":
+        return None
+    if domain == "mountaincar":
+        from gpope.core.envs import mountaincar
+
+        return mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
+    from gpope.core.envs import train_hiv
+
+    return train_hiv.behavior_policy()
+
+
+def _generate_batch(
+    domain: str, n: int, rng: np.random.Generator, policy: Policy | None, n_steps: int | None
+) -> Transitions:
+    if domain == "chain":
+        from gpope.core.envs import chain
+
+        cfg = chain.ChainConfig() if n_steps is None else chain.ChainConfig(max_steps=n_steps)
+        return chain.generate(n, rng, cfg)
+    if policy is None:
+        raise ConfigError(f"Simulating {domain!r} needs a behaviour policy; got None.")
+    if domain == "mountaincar":
+        from gpope.core.envs import mountaincar
+
+        return mountaincar.generate(n, rng, policy, max_steps=n_steps or mountaincar.MAX_STEPS)
+    from gpope.core.envs import hiv
+
+    return hiv.generate(n, rng, policy, n_steps=n_steps or hiv.MAX_STEPS)
+
+
+def _concatenate(parts: list[Transitions]) -> Transitions:
+    from gpope.core.transitions import Transitions
+
+    if len(parts) == 1:
+        return parts[0]
+    shifts = np.cumsum([0] + [p.n_trajectories for p in parts[:-1]])
+    return Transitions(
+        traj_index=np.concatenate([p.traj_index + s for p, s in zip(parts, shifts, strict=True)]),
+        t=np.concatenate([p.t for p in parts]),
+        state=np.concatenate([p.state for p in parts]),
+        action=np.concatenate([p.action for p in parts]),
+        reward=np.concatenate([p.reward for p in parts]),
+        next_state=np.concatenate([p.next_state for p in parts]),
+        terminal=np.concatenate([p.terminal for p in parts]),
+        truncated=np.concatenate([p.truncated for p in parts]),
+        behavior_prob=np.concatenate([p.behavior_prob for p in parts]),
+        n_trajectories=int(sum(p.n_trajectories for p in parts)),
+    )
+
+
+def generate_episodes(
+    domain: str,
+    patients: int,
+    rng: np.random.Generator,
+    *,
+    policy: Policy | None = None,
+    n_steps: int | None = None,
+    batch_size: int = 1000,
+    progress: bool = False,
+) -> Transitions:
+    """``patients`` episodes of ``domain`` under its behaviour policy, in batches.
+
+    Args:
+        domain: ``chain``, ``mountaincar`` or ``hiv``.
+        patients: m >= 1.
+        rng: the only randomness (batches draw from it in order: deterministic for a seed and
+            ``batch_size``).
+        policy: behaviour policy; None: :func:`behaviour_policy` of the domain.
+        n_steps: episode cap (None: the domain's default).
+        batch_size: patients per generator call.
+        progress: show a tqdm progress bar (patients simulated).
+
+    Returns:
+        :class:`~gpope.core.transitions.Transitions` of ``patients`` trajectories (0..m-1).
+    """
+    domain = _check_domain(domain)
+    m = check_int("generate_episodes", "patients", patients, ge=1)
+    batch_size = check_int("generate_episodes", "batch_size", batch_size, ge=1)
+    if policy is None:
+        policy = behaviour_policy(domain)
+    from tqdm.auto import tqdm
+
+    parts = []
+    with tqdm(total=m, desc=f"simulate {domain}", unit="patient", disable=not progress) as bar:
+        for start in range(0, m, batch_size):
+            n = min(batch_size, m - start)
+            parts.append(_generate_batch(domain, n, rng, policy, n_steps))
+            bar.update(n)
+    return _concatenate(parts)
+
+
+def simulate_tables(
+    domain: str,
+    patients: int,
+    seed: int | None,
+    options: SimulateOptions | None = None,
+    *,
+    policy: Policy | None = None,
+    progress: bool = False,
+) -> tuple[Transitions, dict[str, dict[str, np.ndarray]]]:
+    """Episodes and their bronze event tables (columnar numpy dicts), no Spark involved.
+
+    Returns:
+        ``(transitions, tables)``: the simulated episodes (patient ``P{i:06d}`` = trajectory i)
+        and ``{"observations", "treatments", "outcomes"}`` as returned by
+        :func:`~gpope.core.envs.ehr.episodes_to_event_tables`.
+    """
+    from gpope.core.envs import ehr
+
+    options = options or SimulateOptions()
+    episode_seq, record_seq = np.random.SeedSequence(seed).spawn(2)
+    transitions = generate_episodes(
+        domain,
+        patients,
+        np.random.default_rng(episode_seq),
+        policy=policy,
+        n_steps=options.n_steps,
+        batch_size=options.batch_size,
+        progress=progress,
+    )
+    tables = ehr.episodes_to_event_tables(
+        transitions,
+        ehr.spec_for_domain(domain),
+        np.random.default_rng(record_seq),
+        start_time=options.start_time,
+        jitter=options.jitter,
+        stagger_days=options.stagger_days,
+        missing_prob=options.missing_prob,
+        noise=options.noise,
+    )
+    return transitions, tables
+
+
+def tables_to_frames(
+    spark: SparkSession, tables: dict[str, dict[str, np.ndarray]]
+) -> dict[str, DataFrame]:
+    """Columnar bronze tables (numpy) as Spark DataFrames with the bronze contracts' schemas.
+
+    ``time`` columns (``datetime64``, UTC wall clock) become Spark timestamps; conversion goes
+    through Arrow-backed pandas on the driver.
+    """
+    import pandas as pd
+
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    frames = {}
+    for name, columns in tables.items():
+        schema = TABLE_SCHEMAS[name]
+        data = {}
+        for field in schema.fields:
+            values = columns[field.name]
+            if field.name == "time":
+                data[field.name] = pd.to_datetime(values).tz_localize("UTC")
+            else:
+                data[field.name] = values
+        pdf = pd.DataFrame(data, columns=[f.name for f in schema.fields])
+        frames[name] = spark.createDataFrame(pdf, schema=schema)
+    return frames
+
+
+def run_simulate(
+    spark: SparkSession,
+    config: GpopeConfig,
+    dataset: str,
+    *,
+    domain: str,
+    patients: int,
+    seed: int | None = None,
+    options: SimulateOptions | None = None,
+    policy: Policy | None = None,
+    progress: bool = False,
+) -> SimulateReport:
+    """Simulate a cohort and replace ``dataset``'s bronze tables with it.
+
+    Args:
+        spark: the session.
+        config: configuration (lake location).
+        dataset: dataset name (bronze tables at ``<lake>/bronze/<dataset>/<table>``).
+        domain: ``chain``, ``mountaincar`` or ``hiv``.
+        patients: number of patients (episodes), >= 1.
+        seed: simulation seed; None draws from OS entropy.
+        options: episode cap and recording options.
+        policy: behaviour policy override (default: :func:`behaviour_policy`).
+        progress: show a progress bar while generating.
+
+    Returns:
+        :class:`SimulateReport` with the rows written per table.
+
+    Raises:
+        ConfigError: bad domain, patients or options.
+        CommitError: a table could not be written (nothing half-written stays visible).
+    """
+    from gpope.shell import lake
+
+    domain = _check_domain(domain)
+    options = options or SimulateOptions()
+    transitions, tables = simulate_tables(
+        domain, patients, seed, options, policy=policy, progress=progress
+    )
+    frames = tables_to_frames(spark, tables)
+    for name in BRONZE_TABLES:
+        lake.write_table(frames[name], config.lake, "bronze", dataset, name, mode="overwrite")
+    return SimulateReport(
+        dataset=dataset,
+        domain=domain,
+        patients=patients,
+        seed=seed,
+        rows={name: len(tables[name]["patient_id"]) for name in BRONZE_TABLES},
+        n_transitions=transitions.n_transitions,
+        options=options,
+    )

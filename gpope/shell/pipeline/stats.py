@@ -1,0 +1,329 @@
+"""Stage 3 of the pipeline: silver ``transitions`` -> gold ``trajectory_stats`` for one spec.
+
+:func:`statistics_frame` groups a dataset's transitions by trajectory
+(``groupBy("traj_index").applyInArrow``) and computes, on each group's Arrow columns, the core's
+:func:`gpope.core.statistics.statistics_from_transitions` with the spec's feature map, importance
+ratios of its target policy over the logged ``behavior_prob``, gamma, normalisation and length
+scale. Rows are sorted by ``t`` inside a group first, so the result does not depend on how Spark
+ordered them and equals the core's statistics of the same transitions (to rounding, 1e-12).
+
+:func:`run_stats` writes the result to the dataset's gold ``trajectory_stats`` table, partitioned
+by ``spec_id``: one atomic commit that replaces that spec's partition (re-running is idempotent)
+and leaves other specs' statistics untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.errors import DataError, SchemaError
+from gpope.shell.pipeline.jobargs import load_spec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from gpope.config import GpopeConfig
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = [
+    "StatsReport",
+    "load_spec",
+    "read_statistics",
+    "run_stats",
+    "statistics_frame",
+    "statistics_table",
+    "trajectory_count",
+    "transitions_from_arrow",
+    "transitions_to_arrow",
+]
+
+_INPUT_COLUMNS = (
+    "traj_index",
+    "t",
+    "state",
+    "action",
+    "behavior_prob",
+    "reward",
+    "next_state",
+    "terminal",
+    "truncated",
+)
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """What one stats run wrote.
+
+    Attributes:
+        dataset: dataset name.
+        spec_id: id of the evaluation spec (the partition replaced).
+        spec_name: human-readable spec name.
+        table: where the statistics live (path or Unity Catalog name).
+        n_transitions: silver transitions read.
+        n_trajectories: statistics rows written (m).
+        n_features: n.
+        seconds: wall time of read + compute + commit.
+    """
+
+    dataset: str
+    spec_id: str
+    spec_name: str
+    table: str
+    n_transitions: int
+    n_trajectories: int
+    n_features: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form for ``--json``."""
+        return dict(self.__dict__)
+
+    def summary(self) -> str:
+        """One human-readable line."""
+        return (
+            f"trajectory_stats for {self.dataset} / spec {self.spec_name} ({self.spec_id}): "
+            f"{self.n_transitions} transitions -> {self.n_trajectories} trajectories, "
+            f"n = {self.n_features}, in {self.seconds:.1f} s -> {self.table}"
+        )
+
+
+def _list_column(values: np.ndarray) -> pa.Array:
+    """A list<double> Arrow column from a (k, p) float64 array."""
+    import pyarrow as pa
+
+    k, p = values.shape
+    offsets = pa.array(np.arange(0, (k + 1) * p, p, dtype=np.int32))
+    list_type = pa.list_(pa.field("element", pa.float64(), nullable=False))
+    return pa.ListArray.from_arrays(
+        offsets, pa.array(values.reshape(-1), type=pa.float64()), type=list_type
+    )
+
+
+def _matrix(column: pa.ChunkedArray | pa.Array, rows: int, name: str) -> np.ndarray:
+    """(rows, d) float64 array from a list<double> Arrow column of equal-length lists."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if rows == 0:
+        return np.zeros((0, 0))
+    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    d = int(lengths[0])
+    if np.any(lengths != d):
+        raise SchemaError(f"transitions.{name} arrays must all have the same length; got {set(lengths)}.")
+    flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    return flat.reshape(rows, d)
+
+
+def transitions_to_arrow(transitions: Any, patient_ids: Any = None) -> pa.Table:
+    """Arrow rows with the silver ``transitions`` columns from a core Transitions batch.
+
+    ``patient_ids`` (T,) strings default to ``"p<traj_index>"``. Used to load simulated batches
+    into the lake directly (tests, benchmarks).
+    """
+    import pyarrow as pa
+
+    tr = transitions
+    T = tr.n_transitions
+    d = tr.state.shape[1]
+    list_type = pa.list_(pa.field("element", pa.float64(), nullable=False))
+
+    def lists(a: np.ndarray) -> pa.Array:
+        offsets = pa.array(np.arange(0, (T + 1) * d, d, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(a).reshape(-1)), type=list_type)
+
+    pids = patient_ids if patient_ids is not None else np.char.add("p", tr.traj_index.astype(str))
+    return pa.table({
+        "patient_id": pa.array(np.asarray(pids, dtype=str)),
+        "traj_index": pa.array(tr.traj_index.astype(np.int64)),
+        "t": pa.array(tr.t.astype(np.int32)),
+        "state": lists(tr.state),
+        "action": pa.array(tr.action.astype(np.int32)),
+        "behavior_prob": pa.array(tr.behavior_prob.astype(np.float64)),
+        "reward": pa.array(tr.reward.astype(np.float64)),
+        "next_state": lists(tr.next_state),
+        "terminal": pa.array(tr.terminal.astype(bool)),
+        "truncated": pa.array(tr.truncated.astype(bool)),
+    })
+
+
+def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None) -> Any:
+    """A core :class:`~gpope.core.transitions.Transitions` from Arrow rows of the silver table.
+
+    Rows are sorted by (traj_index, t). ``traj_index`` is kept as is (dense 0..m-1 expected) unless
+    ``n_trajectories`` is None and the rows hold one trajectory, which is re-indexed to 0.
+    """
+    from gpope.core.transitions import Transitions
+
+    cols = {c: table.column(c) for c in _INPUT_COLUMNS}
+    ti = cols["traj_index"].to_numpy().astype(np.int64)
+    t = cols["t"].to_numpy().astype(np.int64)
+    order = np.lexsort((t, ti))
+    rows = len(ti)
+    state = _matrix(cols["state"], rows, "state")[order]
+    next_state = _matrix(cols["next_state"], rows, "next_state")[order]
+    ti = ti[order]
+    if n_trajectories is None:
+        ti = ti - ti[0]
+        n_trajectories = int(ti[-1]) + 1 if rows else 0
+    return Transitions(
+        traj_index=ti,
+        t=t[order],
+        state=state,
+        action=cols["action"].to_numpy().astype(np.int64)[order],
+        reward=cols["reward"].to_numpy().astype(np.float64)[order],
+        next_state=next_state,
+        terminal=cols["terminal"].to_numpy(zero_copy_only=False).astype(bool)[order],
+        truncated=cols["truncated"].to_numpy(zero_copy_only=False).astype(bool)[order],
+        behavior_prob=cols["behavior_prob"].to_numpy().astype(np.float64)[order],
+        n_trajectories=n_trajectories,
+    )
+
+
+def statistics_of_transitions(transitions: Any, spec: EvaluationSpec) -> Any:
+    """The core's statistics of a Transitions batch under ``spec`` (dense representation).
+
+    Rewards are multiplied by the spec's public ``reward_scale`` first; nothing else is changed.
+    """
+    from gpope.core.policies import importance_ratios
+    from gpope.core.statistics import statistics_from_transitions
+
+    rho = importance_ratios(spec.target_policy, transitions)
+    if spec.reward_scale != 1.0:
+        transitions = dataclasses.replace(transitions, reward=transitions.reward * spec.reward_scale)
+    return statistics_from_transitions(
+        transitions,
+        spec.feature_map,
+        rho,
+        gamma=spec.gamma,
+        normalization=spec.normalization,
+        length_scale=spec.length_scale,
+        representation="dense",
+    )
+
+
+def _group_kernel(spec: EvaluationSpec) -> Any:
+    """The Arrow function applied to each trajectory group: rows -> one statistics row."""
+    spec_id = spec.spec_id
+
+    def kernel(table: pa.Table) -> pa.Table:
+        import pyarrow as pa
+
+        traj = int(table.column("traj_index")[0].as_py())
+        transitions = transitions_from_arrow(table)
+        rows = statistics_of_transitions(transitions, spec).to_rows()
+        return pa.table(
+            {
+                "spec_id": pa.array([spec_id], type=pa.string()),
+                "traj_index": pa.array([traj], type=pa.int64()),
+                "tau": pa.array(rows["tau"].astype(np.int32), type=pa.int32()),
+                "A": _list_column(rows["A"]),
+                "b": _list_column(rows["b"]),
+                "C": _list_column(rows["C"]),
+            }
+        )
+
+    return kernel
+
+
+def statistics_frame(transitions: DataFrame, spec: EvaluationSpec) -> DataFrame:
+    """Lazy DataFrame of ``trajectory_stats`` rows (schema TRAJECTORY_STATS) for ``spec``.
+
+    One row per trajectory: ``spec_id, traj_index, tau, A (n*n, row-major), b (n), C (n*n)``.
+    """
+    from gpope.shell.schemas import TRAJECTORY_STATS
+
+    return (
+        transitions.select(*_INPUT_COLUMNS)
+        .groupBy("traj_index")
+        .applyInArrow(_group_kernel(spec), schema=TRAJECTORY_STATS)
+    )
+
+
+def statistics_table(config: GpopeConfig, dataset: str) -> str:
+    """Human-readable location of the dataset's trajectory_stats table."""
+    from gpope.shell import lake
+
+    return str(lake.table_location(config.lake, "gold", dataset, "trajectory_stats"))
+
+
+def run_stats(
+    spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec
+) -> StatsReport:
+    """Compute the spec's statistics from the dataset's silver transitions and commit them.
+
+    Replaces the ``spec_id`` partition of ``<lake>/gold/<dataset>/trajectory_stats`` in one
+    atomic commit (other specs' partitions are kept).
+
+    Raises:
+        TableNotFoundError: the silver transitions are missing (run ``gpope ingest`` first).
+        DataError: the dataset has no transitions.
+    """
+    from pyspark.sql import functions as F
+
+    from gpope.shell import lake
+
+    start = time.perf_counter()
+    transitions = lake.read_table(spark, config.lake, "silver", dataset, "transitions")
+    n_transitions = transitions.count()
+    if n_transitions == 0:
+        raise DataError(
+            f"Dataset {dataset!r} has no transitions; run `gpope ingest --dataset {dataset}` on "
+            "non-empty bronze tables first."
+        )
+    frame = statistics_frame(transitions, spec)
+    lake.write_table(
+        frame,
+        config.lake,
+        "gold",
+        dataset,
+        "trajectory_stats",
+        mode="replace_where",
+        replace_where={"spec_id": spec.spec_id},
+        partition_by=["spec_id"],
+    )
+    written = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
+    m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
+    return StatsReport(
+        dataset=dataset,
+        spec_id=spec.spec_id,
+        spec_name=spec.name,
+        table=statistics_table(config, dataset),
+        n_transitions=int(n_transitions),
+        n_trajectories=int(m),
+        n_features=spec.n_features,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def read_statistics(
+    spark: SparkSession, config: GpopeConfig, *, dataset: str, spec_id: str
+) -> DataFrame:
+    """The statistics rows of one spec (lazy; raises TableNotFoundError if stats never ran)."""
+    from pyspark.sql import functions as F
+
+    from gpope.shell import lake
+
+    table = lake.read_table(spark, config.lake, "gold", dataset, "trajectory_stats")
+    return table.where(F.col("spec_id") == spec_id)
+
+
+def trajectory_count(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec) -> int:
+    """m, the number of trajectories with statistics for ``spec`` (public under DESIGN.md 4).
+
+    Raises:
+        DataError: no statistics for this spec (run ``gpope stats`` first).
+    """
+    m = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id).count()
+    if m == 0:
+        raise DataError(
+            f"No trajectory statistics for spec {spec.name!r} ({spec.spec_id}) in dataset "
+            f"{dataset!r}; run `gpope stats --dataset {dataset} --spec <the spec file>` first."
+        )
+    return int(m)

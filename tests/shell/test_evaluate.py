@@ -1,0 +1,161 @@
+"""The evaluate stage end to end: ledger, released_estimates, MLflow; memory and streamed paths."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import numpy as np
+import pytest
+
+from gpope.config import load_config
+from gpope.core.accounting import calibrate_sigma
+from gpope.core.envs import mountaincar
+from gpope.core.gpope import GPOPEConfig, run_gpope
+from gpope.core.policies import importance_ratios
+from gpope.core.spec import EvaluationSpec
+from gpope.core.statistics import statistics_from_transitions
+from gpope.shell import lake
+from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
+from gpope.shell.schemas import PRIVACY_LEDGER, RELEASED_ESTIMATES, TRANSITIONS
+
+pytestmark = pytest.mark.spark
+
+SPEC = {
+    "name": "mc_eval",
+    "domain": "mountaincar",
+    "gamma": 0.95,
+    "normalization": "transition",
+    "length_scale": 60,
+    "reward_scale": 0.05,
+    "feature_map": {"kind": "fourier", "order": 2, "low": [-1.2, -0.07], "high": [0.6, 0.07]},
+    "target_policy": {"kind": "uniform", "n_actions": 3},
+    "reference_states": {"bottom": [-0.5, 0.0], "right": [0.3, 0.02]},
+}
+ITER = 3000
+
+
+@pytest.fixture(scope="module")
+def setup(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("evaluate")
+    config = load_config(None, lake={"root": str(tmp / "lake")})
+    behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
+    transitions = mountaincar.generate(60, np.random.default_rng(11), behaviour, max_steps=60)
+    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
+    lake.write_table(df, config.lake, "silver", "mc", "transitions", mode="overwrite")
+    spec = EvaluationSpec.from_mapping(SPEC)
+    run_stats(spark, config, dataset="mc", spec=spec)
+    PrivacyLedger(spark, config).set_budget("mc", epsilon=100.0, delta=1e-3)
+    return config, spec, transitions, f"sqlite:///{tmp / 'mlflow.db'}"
+
+
+def _options(**kw):
+    base = dict(epsilon=1.0, delta=1e-5, iterations=ITER, clip=1.0, step_size=0.2,
+                sampling="poisson", averaging="tail", public_trajectories=15,
+                public_max_length=40, trace_every=500)
+    base.update(kw)
+    return EvaluateOptions(**base)
+
+
+def _core_result(spec, transitions, *, seed, sampling="poisson", epsilon=1.0):
+    """The core alone: statistics from the transitions, sigma from the accountant, run_gpope."""
+    scaled = transitions.__class__(**{**transitions.__dict__, "reward": transitions.reward * 0.05})
+    rho = importance_ratios(spec.target_policy, transitions)
+    stats = statistics_from_transitions(scaled, spec.feature_map, rho, gamma=0.95,
+                                        normalization="transition", length_scale=60,
+                                        representation="dense")
+    m = transitions.n_trajectories
+    q = 1.0 / m if sampling == "poisson" else None
+    sigma = calibrate_sigma(m=m, iterations=ITER, epsilon=epsilon, delta=1e-5, sampling=sampling,
+                            batch_rate=q)
+    cfg = GPOPEConfig(iterations=ITER, step_size=0.2, clip=1.0, noise_multiplier=sigma,
+                      delta=1e-5, sampling=sampling, batch_rate=q, averaging="tail",
+                      trace_every=500)
+    return run_gpope(stats, cfg, seed), sigma
+
+
+def test_seeded_release_equals_the_core_and_is_recorded_everywhere(spark, setup):
+    config, spec, transitions, uri = setup
+    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=_options(seed=7, private_diagnostics=True), tracking_uri=uri)
+    core, sigma = _core_result(spec, transitions, seed=7)
+    assert report.sigma == pytest.approx(sigma, rel=1e-12)
+    assert report.m == transitions.n_trajectories
+    np.testing.assert_allclose(report.theta, core.theta_avg, rtol=1e-9, atol=1e-12)
+    assert not report.private
+
+    # released_estimates: one row, the documented columns, values = post-processing of theta
+    rel = lake.read_shared_table(spark, config.lake, "released_estimates")
+    assert [f.name for f in rel.schema.fields] == [f.name for f in RELEASED_ESTIMATES.fields]
+    row = rel.where(rel.run_id == report.run_id).collect()
+    assert len(row) == 1
+    row = row[0]
+    assert (row.dataset, row.spec_id, row.private) == ("mc", spec.spec_id, False)
+    phi = spec.feature_map(np.array([[-0.5, 0.0], [0.3, 0.02]]))
+    np.testing.assert_allclose(row.values, phi @ core.theta_avg / 0.05, rtol=1e-8)
+    assert row.reference_states == ["bottom", "right"]
+
+    # ledger: reserved then released, counted once
+    ledger = lake.read_shared_table(spark, config.lake, "privacy_ledger")
+    assert [f.name for f in ledger.schema.fields] == [f.name for f in PRIVACY_LEDGER.fields]
+    statuses = [r.status for r in ledger.where(ledger.run_id == report.run_id).orderBy("created_at").collect()]
+    assert statuses == ["reserved", "released"]
+
+    # MLflow: params, metrics per traced step, artifacts, tags
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    run = client.get_run(report.mlflow_run_id)
+    p = run.data.params
+    assert p["spec_id"] == spec.spec_id and p["dataset"] == "mc"
+    assert float(p["epsilon"]) == 1.0 and float(p["delta"]) == 1e-5
+    assert int(p["m"]) == 60 and int(p["N"]) == ITER and float(p["clip"]) == 1.0
+    assert float(p["sigma"]) == pytest.approx(sigma, rel=1e-9)
+    assert p["accountant"] == "pld" and p["sampling"] == "poisson" and p["seeded"] == "True"
+    assert run.data.tags["gpope.private"] == "false"
+    assert run.data.tags["gpope.run_id"] == report.run_id
+    history = client.get_metric_history(run.info.run_id, "public_mspbe")
+    assert sorted(h.step for h in history) == list(range(0, ITER + 1, 500))
+    assert run.data.metrics["public_mspbe_final"] >= 0
+    assert run.data.metrics["spent_epsilon"] <= 1.0 + 1e-12
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"theta.json", "values.png", "config.json", "spec.json"} <= artifacts
+    theta_file = client.download_artifacts(run.info.run_id, "theta.json")
+    with open(theta_file) as fh:
+        np.testing.assert_allclose(json.load(fh)["theta"], core.theta_avg, rtol=1e-9, atol=1e-12)
+    # private diagnostics only with their tag and prefix
+    assert run.data.tags["diagnostic.private"] == "true"
+    private = {k for k in run.data.metrics if k.startswith("private_diagnostic.")}
+    assert "private_diagnostic.mspbe_released_theta" in private
+    assert not any("lstd" in k for k in run.data.metrics if not k.startswith("private_diagnostic."))
+
+
+def test_streamed_path_releases_the_same_theta_as_in_memory(spark, setup):
+    config, spec, transitions, uri = setup
+    opts = dict(seed=3, sampling="uniform", public_trajectories=0)
+    memory = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=_options(path="memory", **opts), tracking_uri=uri)
+    streamed = run_evaluate(spark, config, dataset="mc", spec=spec,
+                            options=_options(path="stream", rows_per_fetch=700, **opts),
+                            tracking_uri=uri)
+    assert (memory.path, streamed.path) == ("memory", "stream")
+    core, _ = _core_result(spec, transitions, seed=3, sampling="uniform")
+    np.testing.assert_allclose(streamed.theta, memory.theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(streamed.theta, core.theta_avg, rtol=1e-9, atol=1e-12)
+    # a different seed gives a different release (the test can fail)
+    other = run_evaluate(spark, config, dataset="mc", spec=spec,
+                         options=_options(path="stream", rows_per_fetch=700, **{**opts, "seed": 4}),
+                         tracking_uri=uri)
+    assert not np.allclose(other.theta, streamed.theta)
+
+
+def test_unseeded_run_is_marked_private(spark, setup):
+    config, spec, _, uri = setup
+    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=_options(public_trajectories=0), tracking_uri=uri)
+    assert report.private
+    rel = lake.read_shared_table(spark, config.lake, "released_estimates")
+    assert rel.where(rel.run_id == report.run_id).collect()[0].private is True
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
+    assert run.data.tags["gpope.private"] == "true"
+    assert "diagnostic.private" not in run.data.tags  # not asked for
