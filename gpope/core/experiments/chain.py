@@ -1,0 +1,326 @@
+"""Chain reproduction (paper Figures "chain"): MSPBE and value error vs m at epsilon 0.1.
+
+Ground truth is exact: the relative MSPBE uses the population ``A, b, C`` of
+:func:`gpope.core.envs.chain.population_statistics` with ``transition`` normalisation (the
+per-transition on-policy expectation, whose fixed point is the exact value function), so every
+method is measured against the same, true, MSPBE; the value error is the RMS error over the 39
+non-absorbing states against :func:`gpope.core.envs.chain.exact_values` (Balle et al.'s
+``||V - Phi theta||_rho`` with uniform rho). The absorbing state's coordinate is never visited and
+is dropped from both metrics.
+
+Methods: the three GPOPE variants of :mod:`.methods` (the paper's also at 0.1x and 10x its tuned
+step size), DP-LSW and DP-LSL (Balle et al.; epsilon <= 1, the given delta; public return bound
+F_max = 1 because a chain episode earns at most one reward of 1), and on-policy LSTD (non-private
+floor). A step-size sweep at ``sweep_size`` gives MSPBE vs step size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpope.core.baselines import (
+    first_visit_statistics,
+    lsl_estimate,
+    lsl_regularization,
+    lsl_smooth_sensitivity,
+    lsw_estimate,
+    lsw_smooth_sensitivity,
+    nrs_constants,
+)
+from gpope.core.envs import chain as chain_env
+from gpope.core.experiments.common import (
+    BASELINE,
+    DATA,
+    PUBLIC,
+    RUN,
+    TuningTable,
+    block_sizes,
+    run_gpope_method,
+    seed_seq,
+    tune_method,
+)
+from gpope.core.experiments.methods import GPOPEMethod, default_methods
+from gpope.core.metrics import relative_mspbe, value_error
+from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
+from gpope.core.transitions import Transitions
+from gpope.core.validation import check_int, check_number
+
+__all__ = ["ChainProblem", "ChainSettings", "run_chain", "tune_chain"]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainSettings:
+    """Settings of the chain experiment (defaults: the paper's; see :meth:`quick`).
+
+    Attributes:
+        sizes: data sizes m.
+        epsilon: target epsilon (0.1 in the paper).
+        delta: 1e-5.
+        trials: independent trials per cell (100).
+        data_blocks: fresh data sets per (m); trials are spread over them.
+        iterations: GPOPE N (uniform); Poisson steps = N / batch_size.
+        batch_size: expected Poisson batch of the product default.
+        multipliers: step multipliers of the paper variant on the m-plot.
+        sweep_size: m of the step-size sweep (3e5); None skips the sweep.
+        sweep_multipliers: multipliers of the sweep (paper and product variants).
+        length_scale: public L of the transition normalisation.
+        f_max: public return bound of DP-LSW/DP-LSL.
+        tune_trials: trials per grid point when tuning.
+        tune_sizes: sizes tuned (others use the nearest tuned size); None = all sizes.
+        coarse_grid: tune on a 3 x 2 grid (quick presets).
+        seed: experiment seed.
+        chain: the chain domain.
+    """
+
+    sizes: tuple[int, ...] = (100_000, 200_000, 300_000, 400_000, 500_000)
+    epsilon: float = 0.1
+    delta: float = 1e-5
+    trials: int = 100
+    data_blocks: int = 10
+    iterations: int = 20_000
+    batch_size: float = 10.0
+    multipliers: tuple[float, ...] = (0.1, 1.0, 10.0)
+    sweep_size: int | None = 300_000
+    sweep_multipliers: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+    length_scale: float = 40.0
+    f_max: float = 1.0
+    tune_trials: int = 2
+    tune_sizes: tuple[int, ...] | None = (100_000, 300_000, 500_000)
+    coarse_grid: bool = False
+    seed: int = 0
+    chain: chain_env.ChainConfig = field(default_factory=chain_env.ChainConfig)
+
+    def __post_init__(self) -> None:
+        o = "ChainSettings"
+        object.__setattr__(self, "sizes", tuple(check_int(o, "sizes", int(s), ge=2) for s in self.sizes))
+        if self.tune_sizes is not None:
+            object.__setattr__(self, "tune_sizes", tuple(int(s) for s in self.tune_sizes))
+        check_number(o, "epsilon", self.epsilon, gt=0.0)
+        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
+        check_int(o, "trials", self.trials, ge=1)
+        check_int(o, "data_blocks", self.data_blocks, ge=1)
+        check_int(o, "iterations", self.iterations, ge=1)
+        check_int(o, "tune_trials", self.tune_trials, ge=1)
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> ChainSettings:
+        """A smoke-test preset (about a minute): tiny m, few trials, short runs."""
+        base = dict(sizes=(2_000, 5_000), trials=4, data_blocks=2, iterations=2_000, sweep_size=5_000, sweep_multipliers=(0.1, 1.0, 10.0),
+                    tune_trials=2, tune_sizes=(5_000,), coarse_grid=True)
+        base.update(overrides)
+        return cls(**base)
+
+    def methods(self) -> tuple[GPOPEMethod, ...]:
+        """The GPOPE variants at this N and batch size."""
+        methods = default_methods(self.iterations, self.batch_size)
+        return tuple(m.coarse() for m in methods) if self.coarse_grid else methods
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings."""
+        d = asdict(self)
+        d["chain"] = asdict(self.chain)
+        return d
+
+
+class ChainProblem:
+    """One simulated chain data set with the exact ground truth."""
+
+    def __init__(self, transitions: Transitions, settings: ChainSettings) -> None:
+        self.transitions = transitions
+        self.settings = settings
+        self.m = transitions.n_trajectories
+        self._stats: dict[str, TrajectoryStats] = {}
+        cfg = settings.chain
+        self.n = cfg.n_states
+        self._A, self._b, self._C = chain_env.population_statistics(
+            cfg, "transition", 1.0, drop_terminal=True)
+        self._v = chain_env.exact_values(cfg)[: self.n - 1]
+        self._phi_ref = np.eye(self.n - 1)
+
+    @classmethod
+    def simulate(cls, m: int, rng: np.random.Generator, settings: ChainSettings) -> ChainProblem:
+        """Simulate m episodes."""
+        return cls(chain_env.generate(m, rng, settings.chain), settings)
+
+    def stats(self, normalization: str) -> TrajectoryStats:
+        """Tabular per-trajectory statistics (cached per normalisation)."""
+        if normalization not in self._stats:
+            tr = self.transitions
+            self._stats[normalization] = statistics_from_transitions(
+                tr, chain_env.feature_map(self.settings.chain), np.ones(tr.n_transitions),
+                gamma=self.settings.chain.gamma, normalization=normalization,  # type: ignore[arg-type]
+                length_scale=self.settings.length_scale, representation="tabular")
+        return self._stats[normalization]
+
+    def rel_mspbe(self, thetas: np.ndarray) -> np.ndarray:
+        """(R,) relative MSPBE (absorbing coordinate dropped)."""
+        th = np.atleast_2d(thetas)[:, : self.n - 1]
+        return np.asarray(relative_mspbe(th, self._A, self._b, self._C))
+
+    def value_error(self, thetas: np.ndarray) -> np.ndarray:
+        """(R,) RMS value error over the non-absorbing states."""
+        th = np.atleast_2d(thetas)[:, : self.n - 1]
+        return np.asarray(value_error(th, self._phi_ref, self._v))
+
+    # ------------------------------------------------------------------ baselines
+    def lstd_theta(self) -> np.ndarray:
+        """On-policy LSTD(0) solution (n,), non-private."""
+        tr = self.transitions
+        s = tr.state[:, 0].astype(np.int64)
+        sn = tr.next_state[:, 0].astype(np.int64)
+        # Tabular LSTD without materialising one-hot rows: A = sum e_s (e_s - g e_s')^T / T.
+        n, T, g = self.n, tr.n_transitions, self.settings.chain.gamma
+        live = ~tr.terminal
+        A = (np.bincount(s * n + s, minlength=n * n)
+             - g * np.bincount(s[live] * n + sn[live], minlength=n * n)).reshape(n, n) / T
+        b = np.bincount(s, weights=tr.reward, minlength=n) / T
+        keep = np.arange(n) != n - 1
+        theta = np.zeros(n)
+        theta[keep] = np.linalg.solve(A[np.ix_(keep, keep)], b[keep])
+        return theta
+
+    def dp_ls_thetas(
+        self, rng: np.random.Generator, trials: int, epsilon: float, delta: float
+    ) -> dict[str, np.ndarray]:
+        """DP-LSW and DP-LSL releases, ``trials`` fresh noise draws each on this data set.
+
+        Same computation as :func:`gpope.core.baselines.dp_lsw` / ``dp_lsl`` (a test checks
+        equality for one draw), with the data-dependent parts computed once.
+        """
+        tr, n, s = self.transitions, self.n, self.settings
+        states = tr.state[:, 0]
+        phi = np.eye(n)
+        rho = np.full(n, 1.0 / (n - 1))
+        rho[n - 1] = 0.0
+        a_inv, beta = nrs_constants(epsilon, delta, n)
+        counts, fbar = first_visit_statistics(states, tr.reward, tr.traj_index, n_states=n,
+                                              gamma=s.chain.gamma, clip=s.f_max)
+        out = {}
+        theta_w = lsw_estimate(fbar, phi, rho)
+        sens_w = lsw_smooth_sensitivity(counts, phi, rho, f_max=s.f_max, beta=beta)
+        lam = lsl_regularization(self.m, phi, rho)
+        theta_l = lsl_estimate(counts, fbar, phi, rho, lam)
+        sens_l = lsl_smooth_sensitivity(counts, phi, rho, n_trajectories=self.m,
+                                        regularization=lam, f_max=s.f_max, beta=beta)
+        g_w, g_l = rng.spawn(2)
+        out["dp_lsw"] = theta_w + a_inv * sens_w * g_w.standard_normal((trials, n))
+        out["dp_lsl"] = theta_l + a_inv * sens_l * g_l.standard_normal((trials, n))
+        return out
+
+
+# ---------------------------------------------------------------------- tuning
+def tune_chain(settings: ChainSettings, *, public_seed: int | None = None,
+               log: Log | None = None) -> TuningTable:
+    """Tune (step size, clip) of every GPOPE variant at every m on PUBLIC simulated chain data.
+
+    The public data come from the stream ``(public_seed, PUBLIC, ...)`` (default: the experiment
+    seed + 1), disjoint from every evaluation stream. The sweep size is tuned too.
+    """
+    seed = settings.seed + 1 if public_seed is None else int(public_seed)
+    sizes = sorted(settings.tune_sizes or (
+        set(settings.sizes) | ({settings.sweep_size} if settings.sweep_size else set())))
+    best, rows = {}, []
+    for i, m in enumerate(sizes):
+        problem = ChainProblem.simulate(m, np.random.default_rng(seed_seq(seed, PUBLIC, DATA, m)),
+                                        settings)
+        for j, method in enumerate(settings.methods()):
+            hyper, grid = tune_method(problem, method, epsilon=settings.epsilon,
+                                      delta=settings.delta, ss=seed_seq(seed, PUBLIC, RUN, i, j),
+                                      trials=settings.tune_trials, log=log)
+            best[(method.name, m, settings.epsilon)] = hyper
+            rows.extend(grid)
+    return TuningTable(best=best, rows=rows, seed=seed, domain="chain")
+
+
+# ---------------------------------------------------------------------- experiment
+def run_chain(settings: ChainSettings, tuning: TuningTable, *, log: Log | None = None
+              ) -> list[dict[str, Any]]:
+    """Run the chain experiment; one record per (trial, m, method, step multiplier).
+
+    Records carry ``figure`` = ``"m"`` (the m-plot) or ``"step"`` (the sweep at ``sweep_size``).
+    """
+    s = settings
+    methods = s.methods()
+    sizes = list(s.sizes)
+    if s.sweep_size and s.sweep_size not in sizes:
+        sizes.append(s.sweep_size)
+    records: list[dict[str, Any]] = []
+    blocks = block_sizes(s.trials, s.data_blocks)
+    for i, m in enumerate(sizes):
+        on_m_plot = m in s.sizes
+        sweep = m == s.sweep_size
+        trial0 = 0
+        for blk, n_tr in enumerate(blocks):
+            t0 = time.perf_counter()
+            problem = ChainProblem.simulate(m, np.random.default_rng(seed_seq(s.seed, DATA, i, blk)),
+                                            s)
+            t_data = time.perf_counter() - t0
+            trial_ids = list(range(trial0, trial0 + n_tr))
+            trial0 += n_tr
+            base = {"domain": "chain", "m": m, "epsilon": s.epsilon, "delta": s.delta,
+                    "block": blk}
+
+            def add(method: str, label: str, thetas: np.ndarray, *, figure: str,
+                    multiplier: float = 1.0, extra: dict[str, Any] | None = None,
+                    _base: dict[str, Any] = base, _ids: list[int] = trial_ids,
+                    _problem: ChainProblem = problem) -> None:
+                th = np.broadcast_to(np.atleast_2d(thetas), (len(_ids), _problem.n))
+                rm = _problem.rel_mspbe(th)
+                ve = _problem.value_error(th)
+                for k, tid in enumerate(_ids):
+                    rec = dict(_base, trial=tid, method=method, label=label, figure=figure,
+                               multiplier=multiplier, rel_mspbe=float(rm[k]),
+                               value_error=float(ve[k]))
+                    rec.update(extra or {})
+                    records.append(rec)
+
+            if on_m_plot:
+                t1 = time.perf_counter()
+                theta = problem.lstd_theta()
+                add("lstd", "LSTD (non-private)", theta, figure="m",
+                    extra={"seconds": time.perf_counter() - t1})
+                t1 = time.perf_counter()
+                dp = problem.dp_ls_thetas(np.random.default_rng(seed_seq(s.seed, BASELINE, i, blk)),
+                                          n_tr, s.epsilon, s.delta)
+                dt = (time.perf_counter() - t1) / 2
+                add("dp_lsw", "DP-LSW", dp["dp_lsw"], figure="m", extra={"seconds": dt})
+                add("dp_lsl", "DP-LSL", dp["dp_lsl"], figure="m", extra={"seconds": dt})
+            for j, method in enumerate(methods):
+                mults: set[float] = set()
+                if on_m_plot:
+                    mults |= set(s.multipliers) if method.name == "gpope_paper" else {1.0}
+                if sweep and method.name in ("gpope_paper", "gpope_product"):
+                    mults |= set(s.sweep_multipliers)
+                hyper = tuning.get(method.name, m, s.epsilon)
+                for k, mult in enumerate(sorted(mults)):
+                    with np.errstate(all="ignore"):
+                        thetas, info = run_gpope_method(
+                            problem, method, epsilon=s.epsilon, delta=s.delta, hyper=hyper,
+                            multiplier=mult,
+                            ss=seed_seq(s.seed, RUN, i, blk, j, k, round(mult * 1e6)),
+                            trials=n_tr)
+                    extra = {"sigma": info["sigma"], "steps": info["steps"],
+                             "step_size": hyper.step_size * mult, "clip": hyper.clip,
+                             "accountant": method.accountant, "sampling": method.sampling,
+                             "seconds": info["seconds"] / n_tr}
+                    on_m = on_m_plot and ((method.name == "gpope_paper" and mult in s.multipliers)
+                                          or mult == 1.0)
+                    in_sweep = sweep and mult in s.sweep_multipliers and method.name in (
+                        "gpope_paper", "gpope_product")
+                    label = method.label if mult == 1.0 else f"{method.label} x{mult:g} step"
+                    if on_m:
+                        add(method.name, label, thetas, figure="m", multiplier=mult, extra=extra)
+                    if in_sweep:
+                        add(method.name, method.label, thetas, figure="step", multiplier=mult,
+                            extra=extra)
+            if log is not None:
+                log(f"chain m={m} block {blk + 1}/{len(blocks)} done "
+                    f"(data {t_data:.1f}s, total {time.perf_counter() - t0:.1f}s)")
+    return records

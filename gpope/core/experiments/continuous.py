@@ -1,0 +1,402 @@
+"""Mountain car and HIV experiments (continuous states; ground truth from large independent samples).
+
+Mountain car (``gymnasium`` dynamics, gamma 0.99, the Q-learned policy of artifact
+``mountaincar_q_v1`` used epsilon-greedily with epsilon 0.1):
+
+* on-policy (``figure="on"``): the learned policy evaluated from its own data on an aggregated
+  ``grid x grid`` state grid (public bounds; one-hot cell features), so that DP-LSW (finite states
+  only, BASELINES.md 1.9) applies: GPOPE variants vs DP-LSW (rewards negated to costs in [0, 1],
+  F_max = (1 - gamma^200) / (1 - gamma); the estimate is negated back, a public transformation) vs
+  on-policy LSTD. Weights rho uniform over cells.
+* off-policy (``figure="off"``): target uniform random, behaviour the learned policy; order-5
+  Fourier features (36); GPOPE variants at several epsilon vs WIS-LSTD (non-private floor).
+
+HIV (``figure="off"``): target greedy in the fitted-Q artifact ``hiv_q_v1``, behaviour softmax over
+the same Q (its stored temperature), 73 Fourier features of the log10 state, gamma 0.98,
+200-decision episodes; GPOPE variants at several epsilon vs WIS-LSTD.
+
+Rewards are multiplied by a public ``reward_scale`` (mountain car 0.01, HIV 1e-6) for every
+method, so that values are O(1) relative to the clip bounds; the relative MSPBE is invariant to it.
+
+Ground truth: the population A, b, C (``transition`` normalisation, L = 200) of a large independent
+behaviour sample (``truth_trajectories``), the same for every method; metric = relative MSPBE.
+Value errors are not computed here (NaN): Monte Carlo values are expensive for HIV; the chain
+has exact value errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from gpope.core.experiments.common import (
+    BASELINE,
+    DATA,
+    PUBLIC,
+    RUN,
+    TuningTable,
+    block_sizes,
+    run_gpope_method,
+    seed_seq,
+    tune_method,
+)
+from gpope.core.experiments.methods import GPOPEMethod, default_methods
+from gpope.core.metrics import relative_mspbe
+from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
+from gpope.core.transitions import Transitions
+from gpope.core.validation import check_int, check_number
+
+__all__ = ["HIVSettings", "MountainCarSettings", "run_continuous", "tune_continuous"]
+
+Log = Callable[[str], None]
+TRUTH = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountainCarSettings:
+    """Mountain car experiment settings (the paper gives no sizes; these are stated choices)."""
+
+    sizes: tuple[int, ...] = (1_000, 3_000, 10_000, 30_000)
+    epsilons: tuple[float, ...] = (0.1, 1.0, 10.0)
+    delta: float = 1e-5
+    trials: int = 20
+    data_blocks: int = 2
+    iterations: int = 20_000
+    batch_size: float = 10.0
+    grid: int = 8
+    gamma: float = 0.99
+    behavior_epsilon: float = 0.1
+    reward_scale: float = 0.01
+    truth_trajectories: int = 10_000
+    tune_trials: int = 2
+    tune_sizes: tuple[int, ...] | None = None
+    coarse_grid: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self, "MountainCarSettings")
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> MountainCarSettings:
+        """Smoke-test preset."""
+        base = dict(sizes=(300, 1_000), epsilons=(1.0,), trials=2, data_blocks=1,
+                    iterations=1_000, truth_trajectories=1_000, coarse_grid=True,
+                    tune_sizes=(1_000,))
+        base.update(overrides)
+        return cls(**base)
+
+    def methods(self) -> tuple[GPOPEMethod, ...]:
+        """GPOPE variants (coarse grids in quick presets)."""
+        return _methods(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HIVSettings:
+    """HIV experiment settings (the paper gives no sizes; these are stated choices)."""
+
+    sizes: tuple[int, ...] = (300, 1_000, 3_000)
+    epsilons: tuple[float, ...] = (0.1, 1.0, 10.0)
+    delta: float = 1e-5
+    trials: int = 20
+    data_blocks: int = 2
+    iterations: int = 20_000
+    batch_size: float = 10.0
+    gamma: float = 0.98
+    reward_scale: float = 1e-6
+    truth_trajectories: int = 2_000
+    tune_trials: int = 2
+    tune_sizes: tuple[int, ...] | None = None
+    coarse_grid: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self, "HIVSettings")
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> HIVSettings:
+        """Smoke-test preset."""
+        base = dict(sizes=(30, 60), epsilons=(1.0,), trials=2, data_blocks=1, iterations=1_000,
+                    truth_trajectories=60, coarse_grid=True, tune_sizes=(60,))
+        base.update(overrides)
+        return cls(**base)
+
+    def methods(self) -> tuple[GPOPEMethod, ...]:
+        """GPOPE variants (coarse grids in quick presets)."""
+        return _methods(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+def _check(s: Any, owner: str) -> None:
+    object.__setattr__(s, "sizes", tuple(check_int(owner, "sizes", int(v), ge=2) for v in s.sizes))
+    object.__setattr__(s, "epsilons", tuple(float(e) for e in s.epsilons))
+    for e in s.epsilons:
+        check_number(owner, "epsilons", e, gt=0.0)
+    check_int(owner, "trials", s.trials, ge=1)
+    check_int(owner, "data_blocks", s.data_blocks, ge=1)
+    check_int(owner, "iterations", s.iterations, ge=1)
+
+
+def _methods(s: Any) -> tuple[GPOPEMethod, ...]:
+    from dataclasses import replace
+
+    out = []
+    for m in default_methods(s.iterations, s.batch_size):
+        grid = {"gpope_product": (1.0, 10.0, 1e2, 1e3, 1e4)}.get(m.name,
+                                                                (1e-4, 1e-3, 1e-2, 0.1, 1.0))
+        m = replace(m, step_grid=grid, clip_grid=(0.01, 0.1, 1.0))
+        out.append(m.coarse() if s.coarse_grid else m)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------- problems
+class FeatureProblem:
+    """A data set with a feature map, importance ratios and ground-truth population statistics."""
+
+    def __init__(self, transitions: Transitions, features: Any, rho: np.ndarray, gamma: float,
+                 truth: tuple[np.ndarray, np.ndarray, np.ndarray], length_scale: float = 200.0
+                 ) -> None:
+        self.transitions = transitions
+        self.features = features
+        self.rho = rho
+        self.gamma = gamma
+        self.truth = truth
+        self.length_scale = length_scale
+        self.m = transitions.n_trajectories
+        self._stats: dict[str, TrajectoryStats] = {}
+
+    def stats(self, normalization: str) -> TrajectoryStats:
+        """Per-trajectory statistics (cached)."""
+        if normalization not in self._stats:
+            self._stats[normalization] = statistics_from_transitions(
+                self.transitions, self.features, self.rho, gamma=self.gamma,
+                normalization=normalization,  # type: ignore[arg-type]
+                length_scale=self.length_scale)
+        return self._stats[normalization]
+
+    def rel_mspbe(self, thetas: np.ndarray) -> np.ndarray:
+        """(R,) relative MSPBE against the truth."""
+        return np.asarray(relative_mspbe(np.atleast_2d(thetas), *self.truth))
+
+    def value_error(self, thetas: np.ndarray) -> np.ndarray:
+        """Not computed for continuous domains (NaN)."""
+        return np.full(np.atleast_2d(thetas).shape[0], np.nan)
+
+    def lstd_theta(self, weighted: bool) -> np.ndarray:
+        """LSTD (on-policy) or WIS-LSTD (off-policy) solution, non-private."""
+        from gpope.core.baselines import lstd_from_transitions, wis_lstd_from_transitions
+
+        if weighted:
+            return wis_lstd_from_transitions(self.transitions, self.features, self.rho,
+                                             gamma=self.gamma).theta
+        return lstd_from_transitions(self.transitions, self.features, None, gamma=self.gamma).theta
+
+
+def _grid_transitions(tr: Transitions, grid: int) -> Transitions:
+    """Replace (x, v) states by their cell index on a grid x grid aggregation (public bounds)."""
+    from gpope.core.envs import mountaincar as mc
+
+    def cell(s: np.ndarray) -> np.ndarray:
+        lo, hi = np.array(mc.LOW), np.array(mc.HIGH)
+        ij = np.clip(((s - lo) / (hi - lo) * grid).astype(np.int64), 0, grid - 1)
+        return (ij[:, 0] * grid + ij[:, 1]).astype(np.float64)[:, None]
+
+    return Transitions(traj_index=tr.traj_index, t=tr.t, state=cell(tr.state), action=tr.action,
+                       reward=tr.reward, next_state=cell(tr.next_state), terminal=tr.terminal,
+                       truncated=tr.truncated, behavior_prob=tr.behavior_prob,
+                       n_trajectories=tr.n_trajectories)
+
+
+def _with_rewards(tr: Transitions, reward: np.ndarray) -> Transitions:
+    return Transitions(traj_index=tr.traj_index, t=tr.t, state=tr.state, action=tr.action,
+                       reward=reward, next_state=tr.next_state, terminal=tr.terminal,
+                       truncated=tr.truncated, behavior_prob=tr.behavior_prob,
+                       n_trajectories=tr.n_trajectories)
+
+
+class _Domain:
+    """Simulation and truth of one (domain, figure) pair."""
+
+    def __init__(self, domain: str, figure: str, s: Any) -> None:
+        from gpope.core.features import TabularFeatures
+
+        self.domain, self.figure, self.s = domain, figure, s
+        if domain == "mountaincar":
+            from gpope.core.envs import mountaincar as mc
+
+            self.behavior = mc.learned_policy("epsilon_greedy", epsilon=s.behavior_epsilon)
+            self.target = self.behavior if figure == "on" else mc.uniform_policy()
+            self.features = TabularFeatures(s.grid * s.grid) if figure == "on" else mc.feature_map()
+        else:
+            from gpope.core.envs import hiv, train_hiv
+
+            self.behavior = train_hiv.behavior_policy()
+            self.target = train_hiv.target_policy()
+            self.features = hiv.hiv_feature_map()
+        self._truth: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def generate(self, m: int, rng: np.random.Generator) -> Transitions:
+        """Simulate m episodes; rewards multiplied by the public ``reward_scale``."""
+        if self.domain == "mountaincar":
+            from gpope.core.envs import mountaincar as mc
+
+            tr = mc.generate(m, rng, self.behavior)
+            tr = _grid_transitions(tr, self.s.grid) if self.figure == "on" else tr
+        else:
+            from gpope.core.envs import hiv
+
+            tr = hiv.generate(m, rng, self.behavior)
+        return _with_rewards(tr, tr.reward * self.s.reward_scale)
+
+    def rho(self, tr: Transitions) -> np.ndarray:
+        if self.figure == "on":
+            return np.ones(tr.n_transitions)
+        from gpope.core.policies import importance_ratios
+
+        return importance_ratios(self.target, tr)
+
+    def truth(self, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Population A, b, C from a large independent sample (cached)."""
+        if self._truth is None:
+            rng = np.random.default_rng(seed_seq(seed, TRUTH, 0 if self.figure == "on" else 1))
+            n = self.s.truth_trajectories
+            if self.domain == "mountaincar" and self.figure == "off":
+                from gpope.core.envs import mountaincar as mc
+
+                A, b, C = mc.large_sample_statistics(
+                    self.behavior, self.target, rng, gamma=self.s.gamma, length_scale=200.0,
+                    n_trajectories=n)
+                self._truth = (A, b * self.s.reward_scale, C)
+            elif self.domain == "hiv":
+                from gpope.core.envs import train_hiv
+
+                A, b, C = train_hiv.large_sample_statistics(
+                    self.behavior, self.target, rng, gamma=self.s.gamma, length_scale=200.0,
+                    n_trajectories=n)
+                self._truth = (A, b * self.s.reward_scale, C)
+            else:
+                tr = self.generate(n, rng)
+                st = statistics_from_transitions(tr, self.features, np.ones(tr.n_transitions),
+                                                 gamma=self.s.gamma, length_scale=200.0,
+                                                 representation="tabular")
+                self._truth = st.population()
+        return self._truth
+
+    def problem(self, m: int, rng: np.random.Generator, seed: int) -> FeatureProblem:
+        tr = self.generate(m, rng)
+        return FeatureProblem(tr, self.features, self.rho(tr), self.s.gamma, self.truth(seed))
+
+
+def _figures(domain: str) -> tuple[str, ...]:
+    return ("on", "off") if domain == "mountaincar" else ("off",)
+
+
+# ---------------------------------------------------------------------- tuning and runs
+def tune_continuous(domain: str, settings: Any, *, public_seed: int | None = None,
+                    log: Log | None = None) -> TuningTable:
+    """Tune every GPOPE variant per (figure, m, epsilon) on PUBLIC simulated data."""
+    seed = settings.seed + 1 if public_seed is None else int(public_seed)
+    best, rows = {}, []
+    for f, figure in enumerate(_figures(domain)):
+        dom = _Domain(domain, figure, settings)
+        for i, m in enumerate(settings.tune_sizes or settings.sizes):
+            problem = dom.problem(m, np.random.default_rng(seed_seq(seed, PUBLIC, DATA, f, m)),
+                                  settings.seed)
+            for e, eps in enumerate(settings.epsilons):
+                for j, method in enumerate(settings.methods()):
+                    hyper, grid = tune_method(problem, method, epsilon=eps, delta=settings.delta,
+                                              ss=seed_seq(seed, PUBLIC, RUN, f, i, e, j),
+                                              trials=settings.tune_trials, log=log)
+                    best[(f"{figure}:{method.name}", m, eps)] = hyper
+                    rows.extend(dict(r, figure=figure) for r in grid)
+    return TuningTable(best=best, rows=rows, seed=seed, domain=domain)
+
+
+def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log | None = None
+                   ) -> list[dict[str, Any]]:
+    """One record per (trial, figure, m, epsilon, method)."""
+    s = settings
+    records: list[dict[str, Any]] = []
+    blocks = block_sizes(s.trials, s.data_blocks)
+    for f, figure in enumerate(_figures(domain)):
+        dom = _Domain(domain, figure, s)
+        for i, m in enumerate(s.sizes):
+            trial0 = 0
+            for blk, n_tr in enumerate(blocks):
+                t0 = time.perf_counter()
+                problem = dom.problem(m, np.random.default_rng(seed_seq(s.seed, DATA, f, i, blk)),
+                                      s.seed)
+                ids = list(range(trial0, trial0 + n_tr))
+                trial0 += n_tr
+
+                def add(method: str, label: str, thetas: np.ndarray, eps: float | None,
+                        extra: dict[str, Any] | None = None, _ids: list[int] = ids,
+                        _p: FeatureProblem = problem, _blk: int = blk, _m: int = m,
+                        _fig: str = figure) -> None:
+                    th = np.broadcast_to(np.atleast_2d(thetas), (len(_ids), _p.features.n_features))
+                    rm = _p.rel_mspbe(th)
+                    for k, tid in enumerate(_ids):
+                        records.append(dict(domain=domain, figure=_fig, m=_m, epsilon=eps,
+                                            delta=s.delta, block=_blk, trial=tid, method=method,
+                                            label=label, multiplier=1.0, rel_mspbe=float(rm[k]),
+                                            value_error=float("nan"), **(extra or {})))
+
+                if figure == "on":
+                    add("lstd", "LSTD (non-private)", problem.lstd_theta(False), None)
+                    for e, eps in enumerate(s.epsilons):
+                        if eps <= 1.0:
+                            add("dp_lsw", "DP-LSW (grid)",
+                                _dp_lsw_grid(problem, s, eps,
+                                             np.random.default_rng(seed_seq(s.seed, BASELINE, f, i,
+                                                                            blk, e)), n_tr), eps)
+                else:
+                    add("wis_lstd", "WIS-LSTD (non-private)", problem.lstd_theta(True), None)
+                for e, eps in enumerate(s.epsilons):
+                    for j, method in enumerate(s.methods()):
+                        hyper = tuning.get(f"{figure}:{method.name}", m, eps)
+                        with np.errstate(all="ignore"):
+                            thetas, info = run_gpope_method(
+                                problem, method, epsilon=eps, delta=s.delta, hyper=hyper,
+                                multiplier=1.0, ss=seed_seq(s.seed, RUN, f, i, blk, e, j),
+                                trials=n_tr)
+                        add(method.name, f"{method.label} eps={eps:g}", thetas, eps,
+                            {"sigma": info["sigma"], "step_size": hyper.step_size,
+                             "clip": hyper.clip, "seconds": info["seconds"] / n_tr})
+                if log is not None:
+                    log(f"{domain} [{figure}] m={m} block {blk + 1}/{len(blocks)} done "
+                        f"({time.perf_counter() - t0:.1f}s)")
+    return records
+
+
+def _dp_lsw_grid(problem: FeatureProblem, s: Any, eps: float, rng: np.random.Generator,
+                 trials: int) -> np.ndarray:
+    """DP-LSW on the aggregated grid; costs (negated rewards) in [0, 1], estimate negated back."""
+    from gpope.core.baselines import (
+        first_visit_statistics,
+        lsw_estimate,
+        lsw_smooth_sensitivity,
+        nrs_constants,
+    )
+
+    tr = problem.transitions
+    n = problem.features.n_features
+    f_max = (1 - s.gamma ** 200) / (1 - s.gamma)
+    phi = np.eye(n)
+    rho = np.full(n, 1.0 / n)
+    a_inv, beta = nrs_constants(eps, s.delta, n)
+    cost = -tr.reward / s.reward_scale  # back to the raw costs in [0, 1] (public transformation)
+    counts, fbar = first_visit_statistics(tr.state[:, 0], cost, tr.traj_index, n_states=n,
+                                          gamma=s.gamma, clip=f_max)
+    theta = lsw_estimate(fbar, phi, rho)
+    sens = lsw_smooth_sensitivity(counts, phi, rho, f_max=f_max, beta=beta)
+    return -s.reward_scale * (theta + a_inv * sens * rng.standard_normal((trials, n)))
