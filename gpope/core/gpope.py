@@ -29,7 +29,7 @@ to build deliberately broken solvers for the audit; results of such runs have ``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,8 +49,13 @@ __all__ = [
     "GPOPEConfig",
     "GPOPEResult",
     "GPOPETrialsResult",
+    "PlanChunk",
+    "clip_rows",
+    "draw_plan",
+    "plan_chunk_steps",
     "run_gpope",
     "run_gpope_trials",
+    "split_streams",
 ]
 
 _ACCOUNTANTS = ("auto", "paper", "rdp", "pld")
@@ -245,7 +250,7 @@ class GPOPETrialsResult:
 
 
 # ---------------------------------------------------------------------- mechanism pieces
-def _clip(g: np.ndarray, h: float | None) -> np.ndarray:
+def clip_rows(g: np.ndarray, h: float | None) -> np.ndarray:
     """Rows of g (k, 2n) scaled to L2 norm <= h: g / max(1, ||g|| / h); h None = unchanged."""
     if h is None or not math.isfinite(h):
         return g
@@ -253,8 +258,13 @@ def _clip(g: np.ndarray, h: float | None) -> np.ndarray:
     return g * (h / np.maximum(nrm, h))[:, None]
 
 
-def _streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generator, bool]:
-    """(sampling generator, noise generator, seeded?) as independent child streams."""
+
+def split_streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generator, bool]:
+    """(sampling generator, noise generator, seeded?) as independent child streams.
+
+    Every GPOPE loop (the core's and the pipeline's streamed driver) splits ``rng`` with this
+    function, so equal seeds give equal plans and noise on every path.
+    """
     if rng is None:
         a, b = np.random.SeedSequence().spawn(2)
         return np.random.default_rng(a), np.random.default_rng(b), False
@@ -268,6 +278,7 @@ def _streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generator, b
         "The 'rng' argument of run_gpope must be a numpy.random.Generator, an int seed or None "
         f"(OS entropy, required for a private run). Got {type(rng).__name__} instead."
     )
+
 
 
 def _privacy(config: GPOPEConfig, m: int) -> tuple[float, float | None, float | None, str]:
@@ -319,6 +330,57 @@ def _poisson_plan(
     counts = np.bincount(grp // trials, minlength=steps)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return members.astype(np.int64), (grp % trials).astype(np.int64), offsets
+
+
+@dataclass(frozen=True)
+class PlanChunk:
+    """The sampled trajectories of steps ``start .. start + steps - 1`` for R trials (secret).
+
+    Attributes:
+        start: first step (0-based).
+        steps: number of steps L.
+        ids: (k,) trajectory ids, step-major (uniform: k = L * R, ids of step s at s*R .. s*R+R-1).
+        owner: (k,) trial of each id.
+        offsets: (L + 1,) step s uses ids[offsets[s]:offsets[s + 1]].
+    """
+
+    start: int
+    steps: int
+    ids: np.ndarray
+    owner: np.ndarray
+    offsets: np.ndarray
+
+
+def plan_chunk_steps(n: int, trials: int, dense: bool) -> int:
+    """Steps per chunk of plan and noise draws (bounds the chunk's memory to ~32 MB).
+
+    The chunking decides how the plan stream is consumed (Poisson sizes are drawn per chunk), so
+    every loop that must reproduce a run uses this function.
+    """
+    per_step = trials * 2 * n * 8 + (n * 2 * n * 8 if dense else 0)
+    return max(1, min(_CHUNK_STEPS, _CHUNK_BYTES // max(per_step, 1)))
+
+
+def draw_plan(
+    gen: np.random.Generator, *, m: int, config: GPOPEConfig, chunk: int, trials: int = 1,
+    start: int = 0,
+) -> Iterator[PlanChunk]:
+    """The sample plan of ``trials`` runs, ``chunk`` steps at a time, from the plan stream ``gen``.
+
+    Lazily drawn: chunk c is drawn when the consumer asks for it, so a loop that interleaves
+    other draws from ``gen``'s sibling streams stays reproducible.
+    """
+    N = config.iterations
+    R = trials
+    for c0 in range(start, N, chunk):
+        L = min(chunk, N - c0)
+        if config.sampling == "poisson":
+            members, owner, offs = _poisson_plan(gen, m, float(config.batch_rate), L, R)
+            yield PlanChunk(c0, L, members, owner, offs)
+        else:
+            idx = gen.integers(0, m, size=(L, R)).astype(np.int64, copy=False)
+            yield PlanChunk(c0, L, idx.reshape(-1), np.tile(np.arange(R, dtype=np.int64), L),
+                            np.arange(0, (L + 1) * R, R, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------- solver
@@ -381,7 +443,7 @@ def run_gpope_trials(
     if unknown:
         raise ConfigError(f"_mechanism_override accepts 'noise_scale' and 'clip'; got {unknown}.")
     sigma, epsilon, delta, accountant = _privacy(config, stats.m)
-    gen_plan, gen_noise, seeded = _streams(rng)
+    gen_plan, gen_noise, seeded = split_streams(rng)
 
     h = config.clip if override.get("clip", True) else None
     noise_std = 0.0 if config.clip is None else config.clip * sigma
@@ -442,17 +504,16 @@ def _iterate(
     poisson = config.sampling == "poisson"
     q = float(config.batch_rate) if poisson else 1.0
     div = q * m if poisson else 1.0
-    per_step = R * 2 * n * 8 + (stats.n * 2 * stats.n * 8 if stats.representation == "dense" else 0)
-    chunk = max(1, min(_CHUNK_STEPS, _CHUNK_BYTES // max(per_step, 1)))
+    chunk = plan_chunk_steps(n, R, stats.representation == "dense")
     fast = R == 1 and not poisson and every is None and stats.representation != "compact"
     clip_h = math.inf if h is None else float(h)
-    for c0 in range(0, N, chunk):
-        L = min(chunk, N - c0)
+    for plan in draw_plan(gen_plan, m=m, config=config, chunk=chunk, trials=R):
+        c0, L = plan.start, plan.steps
         beta = betas[c0 : c0 + L]
         if poisson:
-            members, owner, offs = _poisson_plan(gen_plan, m, q, L, R)
+            members, owner, offs = plan.ids, plan.owner, plan.offsets
         else:
-            idx = gen_plan.integers(0, m, size=(L, R))
+            idx = plan.ids.reshape(L, R)
         if noise_std > 0:
             z = gen_noise.standard_normal((L, R, 2 * n))
             z *= (beta * (noise_std / div))[:, None, None]
@@ -470,12 +531,12 @@ def _iterate(
             if poisson:
                 lo, hi = offs[s], offs[s + 1]
                 tr = owner[lo:hi]
-                g = _clip(stats._grad_x(members[lo:hi], x[tr]), h)
+                g = clip_rows(stats._grad_x(members[lo:hi], x[tr]), h)
                 upd = np.zeros((R, 2 * n))
                 np.add.at(upd, tr, g)
                 x -= (beta[s] / div) * upd
             else:
-                x -= beta[s] * _clip(stats._grad_x(idx[s], x), h)
+                x -= beta[s] * clip_rows(stats._grad_x(idx[s], x), h)
             if z is not None:
                 x -= z[s]
             if c0 + s >= avg_from:

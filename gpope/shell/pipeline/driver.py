@@ -11,83 +11,37 @@ test checks it), so the privacy analysis of the core applies unchanged.
 The plan (which trajectories each step used) never leaves this process: it is not returned,
 logged or written.
 
-Note: the plan draws reuse the core's private helpers ``_streams`` and ``_poisson_plan`` and its
-chunking constants so that both paths consume the random streams identically.
+The plan, the stream split, the chunking and the clip are the core's public pieces
+(:func:`~gpope.core.gpope.split_streams`, :func:`~gpope.core.gpope.draw_plan`,
+:func:`~gpope.core.gpope.plan_chunk_steps`, :func:`~gpope.core.gpope.clip_rows`), so both paths
+consume the random streams identically by construction.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 
 from gpope.core.gpope import (
-    _CHUNK_BYTES,
-    _CHUNK_STEPS,
     GPOPEConfig,
     GPOPEResult,
-    _poisson_plan,
-    _streams,
+    PlanChunk,
+    clip_rows,
+    draw_plan,
+    plan_chunk_steps,
+    split_streams,
 )
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.steps import step_sizes
 from gpope.errors import ConfigError
 
-__all__ = ["PlanChunk", "draw_plan", "run_gpope_streamed"]
+__all__ = ["run_gpope_streamed"]
 
 #: fetch(ids) -> statistics of those trajectories, row r = ids[r] (ids in plan order, repeats kept).
 Fetcher = Callable[[np.ndarray], TrajectoryStats]
-
-
-@dataclass(frozen=True)
-class PlanChunk:
-    """The sampled trajectories of steps ``start .. start + steps - 1`` (secret).
-
-    Attributes:
-        start: first step (0-based).
-        steps: number of steps L.
-        ids: (k,) trajectory ids in plan order.
-        offsets: (L + 1,) step s uses ids[offsets[s]:offsets[s + 1]] (uniform: one each).
-    """
-
-    start: int
-    steps: int
-    ids: np.ndarray
-    offsets: np.ndarray
-
-
-def _chunk_steps(n: int) -> int:
-    """Steps per chunk of plan draws, exactly as the core solver chooses it (one trial, dense)."""
-    per_step = 2 * n * 8 + n * 2 * n * 8
-    return max(1, min(_CHUNK_STEPS, _CHUNK_BYTES // max(per_step, 1)))
-
-
-def draw_plan(
-    gen: np.random.Generator, *, m: int, n: int, config: GPOPEConfig
-) -> Iterator[PlanChunk]:
-    """The sample plan of one run, chunk by chunk, from the plan stream ``gen``."""
-    N = config.iterations
-    chunk = _chunk_steps(n)
-    poisson = config.sampling == "poisson"
-    for c0 in range(0, N, chunk):
-        L = min(chunk, N - c0)
-        if poisson:
-            members, _owner, offs = _poisson_plan(gen, m, float(config.batch_rate), L, 1)
-            yield PlanChunk(c0, L, members, offs)
-        else:
-            idx = gen.integers(0, m, size=(L, 1))
-            yield PlanChunk(c0, L, idx[:, 0].astype(np.int64), np.arange(L + 1, dtype=np.int64))
-
-
-def _clip(g: np.ndarray, h: float | None) -> np.ndarray:
-    """Rows of g scaled to L2 norm <= h (the core's clip, same arithmetic)."""
-    if h is None or not math.isfinite(h):
-        return g
-    nrm = np.sqrt(np.einsum("ij,ij->i", g, g))
-    return g * (h / np.maximum(nrm, h))[:, None]
 
 
 def _blocks(chunks: list[PlanChunk], max_rows: int) -> list[list[PlanChunk]]:
@@ -137,7 +91,7 @@ def run_gpope_streamed(
             "run_gpope_streamed needs config.noise_multiplier set to the calibrated sigma "
             f"({sigma}); got {config.noise_multiplier!r}."
         )
-    gen_plan, gen_noise, seeded = _streams(rng)
+    gen_plan, gen_noise, seeded = split_streams(rng)
     N = config.iterations
     h = config.clip
     noise_std = 0.0 if h is None else h * float(sigma)
@@ -160,7 +114,8 @@ def run_gpope_streamed(
     x = np.zeros((1, 2 * n))
     acc = np.zeros((1, n))
 
-    chunks = list(draw_plan(gen_plan, m=m, n=n, config=config))
+    # The in-memory path holds dense statistics: chunk exactly as the core does for them.
+    chunks = list(draw_plan(gen_plan, m=m, config=config, chunk=plan_chunk_steps(n, 1, True)))
     blocks = _blocks(chunks, max(1, int(max_rows_per_fetch)))
 
     def load(block: list[PlanChunk]) -> TrajectoryStats | None:
@@ -188,11 +143,12 @@ def run_gpope_streamed(
                     if poisson:
                         upd = np.zeros((1, 2 * n))
                         if hi > lo:
-                            g = _clip(stats.gradients(np.arange(lo, hi), x[0, :n], x[0, n:]), h)
+                            g = clip_rows(stats.gradients(np.arange(lo, hi), x[0, :n], x[0, n:]), h)
                             np.add.at(upd, np.zeros(hi - lo, dtype=np.int64), g)
                         x -= (beta[s] / div) * upd
                     else:
-                        x -= beta[s] * _clip(stats.gradients(np.arange(lo, hi), x[0, :n], x[0, n:]), h)
+                        g = stats.gradients(np.arange(lo, hi), x[0, :n], x[0, n:])
+                        x -= beta[s] * clip_rows(g, h)
                     if z is not None:
                         x -= z[s]
                     if c.start + s >= avg_from:
