@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpope.jsonable import jsonable
+
 __all__ = [
     "PRIVATE_DIAGNOSTIC_TAG",
     "log_json_artifact",
@@ -100,7 +102,7 @@ def log_json_artifact(obj: Any, name: str, artifact_path: str | None = None) -> 
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
-        path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_plain))
+        path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=jsonable))
         mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
 
@@ -116,15 +118,3 @@ def log_private_diagnostics(metrics: Mapping[str, float], *, note: str) -> None:
     mlflow.set_tag("diagnostic.private.note", note)
     mlflow.log_metrics({f"private_diagnostic.{k}": float(v) for k, v in metrics.items()})
 
-
-def _plain(value: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        if isinstance(value, np.generic):
-            return value.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(value)

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from gpope.jsonable import jsonable
+
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``--json``: print one JSON document on stdout instead of text."""
@@ -33,20 +35,8 @@ def add_lake_options(parser: argparse.ArgumentParser) -> None:
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
     """Print ``payload`` as JSON when ``--json`` was given, else the human-readable ``text``."""
     if getattr(args, "json", False):
-        json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=_jsonable)
+        json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=jsonable)
         sys.stdout.write("\n")
     else:
         print(text)
 
-
-def _jsonable(value: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        if isinstance(value, np.generic):
-            return value.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(value)
