@@ -133,3 +133,92 @@ def test_nonprivate_gpope_converges_on_the_chain(chain_problem, method, hyper, b
 def test_rigorous_uniform_needs_more_noise_than_paper_accounting():
     m, eps, delta = 2_000, 0.1, 1e-5  # the quick preset's calibration (cached)
     assert rdp_method(500).sigma(m, eps, delta) > paper_method(500).sigma(m, eps, delta)
+
+
+# ---------------------------------------------------------------------- continuous quick presets
+_QUICK = {
+    # domain: (figures, sizes, trial methods, PNG stems)
+    "mountaincar": ({"on", "off"}, {300, 1000},
+                    {"lstd", "dp_lsw", "wis_lstd", "gpope_paper", "gpope_rdp", "gpope_product"},
+                    ["mountaincar_offpolicy_mspbe_vs_m.png", "mountaincar_onpolicy_mspbe_vs_m.png"]),
+    "hiv": ({"off"}, {30, 60}, {"wis_lstd", "gpope_paper", "gpope_rdp", "gpope_product"},
+            ["hiv_mspbe_vs_m.png"]),
+}
+
+
+@pytest.mark.parametrize("domain", sorted(_QUICK))
+def test_continuous_quick_preset_through_the_cli(domain, tmp_path, capsys, monkeypatch):
+    """`gpope experiment {mountaincar,hiv} --quick` as run in CI: outputs, MLflow, batching."""
+    import csv
+    import json
+
+    from gpope.core.envs import hiv, train_hiv
+    from gpope.core.experiments import continuous
+    from gpope.shell.cli import main
+
+    # Fresh truth cache; count HIV simulator cohorts and stand-alone truth simulations.
+    monkeypatch.setattr(continuous, "_TRUTH_CACHE", {})
+    calls = {"cohorts": [], "large_sample": 0}
+    generate_many, large_sample = hiv.generate_many, train_hiv.large_sample_statistics
+
+    def counting_generate_many(sizes, *args, **kwargs):
+        calls["cohorts"].append(list(sizes))
+        return generate_many(sizes, *args, **kwargs)
+
+    def counting_large_sample(*args, **kwargs):
+        calls["large_sample"] += 1
+        return large_sample(*args, **kwargs)
+
+    monkeypatch.setattr(hiv, "generate_many", counting_generate_many)
+    monkeypatch.setattr(train_hiv, "large_sample_statistics", counting_large_sample)
+
+    figures, sizes, methods, pngs = _QUICK[domain]
+    out = tmp_path / domain
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    status = main(["experiment", domain, "--quick", "--out", str(out), "--tracking-uri", uri,
+                   "--quiet", "--json"])
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert {r["figure"] for r in rows} == figures
+    assert {int(r["m"]) for r in rows} == sizes
+    assert {r["method"] for r in rows} == methods
+    assert all(math.isfinite(float(r["rel_mspbe"])) and float(r["rel_mspbe"]) >= 0 for r in rows)
+    # The non-private (WIS-)LSTD fit beats theta = 0 (relative MSPBE 1) against the truth.
+    assert all(float(r["rel_mspbe"]) < 1.0 for r in rows if r["method"] in {"lstd", "wis_lstd"})
+    for r in rows:
+        if r["method"].startswith("gpope"):
+            assert float(r["sigma"]) > 0 and float(r["epsilon"]) == 1.0
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mlflow_run_id"] == printed["mlflow_run_id"]
+    assert summary["domain"] == domain and summary["n_records"] == len(rows)
+    assert set(summary["settings"]["sizes"]) == sizes and summary["settings"]["coarse_grid"]
+    assert {b["method"] for b in summary["tuning"]} == {f"{f}:{m}" for f in figures for m in
+                                                        ("gpope_paper", "gpope_rdp",
+                                                         "gpope_product")}
+    tuning = json.loads((out / "tuning.json").read_text())
+    assert len(tuning["grid"]) == len(figures) * 3 * 6  # coarse 3 x 2 grid per variant
+    assert sorted(p.name for p in (out / "figures").glob("*.png")) == pngs
+    assert all((out / "figures" / p).stat().st_size > 1000 for p in pngs)
+
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    parent = client.get_run(summary["mlflow_run_id"])
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["gpope.domain"] == domain
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert {c.data.tags["gpope.method"] for c in children} == methods
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"trials.csv", "summary.json", "tuning.json", "figures"} <= artifacts
+
+    if domain == "hiv":
+        # Truth sample and public tuning data in one cohort, then both data sets in one cohort;
+        # the truth is computed once (shared by tuning and trials), never simulated on its own.
+        assert calls["cohorts"] == [[60, 60], [30, 60]]
+        assert calls["large_sample"] == 0
+    else:
+        assert calls["cohorts"] == []

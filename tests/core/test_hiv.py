@@ -8,7 +8,7 @@ import pytest
 
 from gpope.core.envs import hiv
 from gpope.core.policies import FixedActionPolicy, UniformPolicy
-from gpope.errors import ConfigError, DataError
+from gpope.errors import ConfigError, DataError, SchemaError
 
 # Parameters typed again from the table (independent of HIVParams defaults).
 TABLE = dict(
@@ -208,6 +208,48 @@ def test_large_sample_statistics_by_hand():
     np.testing.assert_allclose(A, A_ref, atol=1e-7)
     np.testing.assert_allclose(b, b_ref, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(C, C_ref, atol=1e-12)
+
+
+def test_generate_many_equals_separate_generate_calls():
+    """One shared cohort gives exactly the data of independent simulations from the same streams."""
+    from gpope.core.envs import train_hiv
+
+    kw = dict(n_steps=6, param_variation=0.1, obs_noise=0.05)
+    start = 10.0 ** np.array([5.5, 1.0, 3.0, 1.0, 4.0, 2.0])
+    policy = train_hiv.behavior_policy()
+    many = hiv.generate_many([2, 3, 1], [np.random.default_rng(s) for s in (1, 2, 3)], policy,
+                             starts=[None, start, None], **kw)
+    alone = [hiv.generate(2, np.random.default_rng(1), policy, **kw),
+             hiv.generate(3, np.random.default_rng(2), policy, start=start, **kw),
+             hiv.generate(1, np.random.default_rng(3), policy, **kw)]
+    assert [t.n_trajectories for t in many] == [2, 3, 1]
+    for got, want in zip(many, alone, strict=True):
+        for name in ("traj_index", "t", "state", "action", "reward", "next_state", "terminal",
+                     "truncated", "behavior_prob"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    np.testing.assert_allclose(many[1].state[many[1].t == 0], np.log10(np.tile(start, (3, 1))),
+                               atol=0.5)  # noisy first observation of the given start
+    rng = np.random.default_rng(0)
+    with pytest.raises(SchemaError):
+        hiv.generate_many([1, 1], [rng, rng], policy, n_steps=2)
+    with pytest.raises(SchemaError):
+        hiv.generate_many([1, 1], [rng], policy, n_steps=2)
+
+
+def test_sample_statistics_equal_large_sample_statistics():
+    from gpope.core.envs import train_hiv
+
+    behavior, target = train_hiv.behavior_policy(), train_hiv.target_policy()
+    kw = dict(gamma=0.98, length_scale=200.0)
+    ref = train_hiv.large_sample_statistics(behavior, target, np.random.default_rng(4),
+                                            n_trajectories=3, n_steps=5, **kw)
+    sample = hiv.generate(3, np.random.default_rng(4), behavior, n_steps=5)
+    got = train_hiv.sample_statistics(sample, target, **kw)
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(g, r)
+    per_traj = train_hiv.sample_statistics(sample, target, gamma=0.98,
+                                           normalization="trajectory_mean")
+    np.testing.assert_allclose(per_traj[2], got[2] * 200.0 / 5.0, rtol=1e-12)
 
 
 def test_stored_policies():

@@ -55,14 +55,20 @@ moderately stiff (fastest rates about c = 13 per day, up to k2 V ~ 100 per day w
 is very high), so an adaptive explicit method stays stable by shrinking its steps; tests check it
 against :func:`simulate_step` to a relative error below 1e-6 per 5-day step (typically ~1e-8).
 Cost: a cohort of 2000 patients takes about 0.25 s per decision on one core under a uniformly
-random policy (the worst case: frequent drug switches).
+random policy (the worst case: frequent drug switches). Below about a thousand patients the cost
+per decision is dominated by fixed per-step overhead (about 50-90 ms per decision for 30 to 1000
+patients under the stored behaviour policy: the cohort steps until its slowest patient is done), so
+independent data sets are best simulated together: :func:`generate_many` (exactly the same data as
+separate :func:`generate` calls).
 
 Version history: v1 (this module).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -94,6 +100,7 @@ __all__ = [
     "HIVParams",
     "drug_efficacies",
     "generate",
+    "generate_many",
     "hiv_feature_map",
     "initial",
     "jacobian",
@@ -523,44 +530,105 @@ def generate(
         :class:`Transitions` with (T, 6) log10 observations, T = m * n_steps, sorted by
         (traj_index, t); ``terminal`` all False, ``truncated`` True on each last step.
     """
-    m = check_int("hiv.generate", "n_trajectories", n_trajectories, ge=1)
+    return generate_many([n_trajectories], [rng], policy, n_steps=n_steps,
+                         param_variation=param_variation, obs_noise=obs_noise, r2=r2,
+                         params=params, starts=None if start is None else [start])[0]
+
+
+def generate_many(
+    sizes: Sequence[int],
+    rngs: Sequence[np.random.Generator],
+    policy: Policy,
+    *,
+    n_steps: int = MAX_STEPS,
+    param_variation: float = 0.0,
+    obs_noise: float = 0.0,
+    r2: float = 2000.0,
+    params: HIVParams | None = None,
+    starts: Sequence[np.ndarray | None] | None = None,
+) -> list[Transitions]:
+    """Several independent cohorts simulated as one: the same result as separate calls, faster.
+
+    ``generate_many(sizes, rngs, policy, ...)[g]`` equals ``generate(sizes[g], rngs[g], policy,
+    ..., start=starts[g])`` exactly: group ``g`` draws from ``rngs[g]`` only, in the order of
+    :func:`generate`, and the integrator treats every patient independently (one adaptive step
+    size and error test per patient). Integrating all patients together pays the per-step Python
+    and numpy overhead once per decision instead of once per cohort: that overhead dominates below
+    about a thousand patients (a cohort of 30 costs about as much as one of 500).
+
+    Args:
+        sizes: patients per group, each >= 1.
+        rngs: one distinct generator per group.
+        policy, n_steps, param_variation, obs_noise, r2, params: as in :func:`generate`.
+        starts: per group None (:data:`START`), (6,) or (m, 6) raw start states.
+
+    Returns:
+        One :class:`Transitions` per group (see :func:`generate`).
+    """
+    sizes = [check_int("hiv.generate", "n_trajectories", m, ge=1) for m in sizes]
+    rngs = list(rngs)
+    if len(rngs) != len(sizes) or not sizes:
+        raise SchemaError(f"hiv.generate_many needs one generator per group; got {len(sizes)} sizes "
+                          f"and {len(rngs)} generators.")
+    if len({id(r) for r in rngs}) != len(rngs):
+        raise SchemaError("hiv.generate_many needs a distinct generator per group.")
+    starts = [None] * len(sizes) if starts is None else list(starts)
+    if len(starts) != len(sizes):
+        raise SchemaError(f"hiv.generate_many needs one start per group; got {len(starts)}.")
     n_steps = check_int("hiv.generate", "n_steps", n_steps, ge=1)
     sigma = check_number("hiv.generate", "obs_noise", obs_noise, ge=0.0)
     check_number("hiv.generate", "r2", r2, ge=0.0)
     if policy.n_actions != N_ACTIONS:
         raise SchemaError(f"An HIV policy needs 4 actions; got {policy.n_actions}.")
-    p = patient_parameters(m, rng, param_variation, params)
-    raw = np.broadcast_to(START if start is None else np.asarray(start, dtype=np.float64), (m, 6)).copy()
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    groups = [slice(int(lo), int(hi)) for lo, hi in pairwise(bounds)]
+    total = int(bounds[-1])
+    per_group = [patient_parameters(m, rng, param_variation, params) for m, rng in zip(sizes, rngs, strict=True)]
+    p: dict = {}
+    for name in per_group[0]:
+        values = [q[name] for q in per_group]
+        if all(not isinstance(v, np.ndarray) for v in values):
+            p[name] = values[0]  # identical scalars (no variation)
+        else:
+            p[name] = np.concatenate([np.broadcast_to(v, (m,)) for v, m in zip(values, sizes, strict=True)])
+    raw = np.concatenate([
+        np.broadcast_to(START if st is None else np.asarray(st, dtype=np.float64), (m, 6))
+        for st, m in zip(starts, sizes, strict=True)
+    ]).copy()
 
-    def observe(x: np.ndarray) -> np.ndarray:
+    def observe(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         obs = to_observation(x)
         return obs + sigma * rng.standard_normal(obs.shape) if sigma > 0 else obs
 
-    obs = observe(raw)
-    states = np.empty((n_steps + 1, m, 6))
-    states[0] = obs
-    actions = np.empty((n_steps, m), dtype=np.int64)
-    probs = np.empty((n_steps, m))
-    rewards = np.empty((n_steps, m))
+    states = np.empty((n_steps + 1, total, 6))
+    for g, rng in zip(groups, rngs, strict=True):
+        states[0, g] = observe(raw[g], rng)
+    actions = np.empty((n_steps, total), dtype=np.int64)
+    probs = np.empty((n_steps, total))
+    rewards = np.empty((n_steps, total))
     from gpope.core.policies import sample_actions
 
     for k in range(n_steps):
-        a, pr = sample_actions(policy, states[k], rng)
-        e1, e2 = drug_efficacies(a)
+        for g, rng in zip(groups, rngs, strict=True):
+            actions[k, g], probs[k, g] = sample_actions(policy, states[k, g], rng)
+        e1, e2 = drug_efficacies(actions[k])
         raw = _integrate(raw.T, e1, e2, p, DT).T
-        actions[k], probs[k] = a, pr
-        rewards[k] = reward(raw, a, r2=r2)
-        states[k + 1] = observe(raw)
-    tt = np.tile(np.arange(n_steps, dtype=np.int64), m)
-    return Transitions(
-        traj_index=np.repeat(np.arange(m, dtype=np.int64), n_steps),
-        t=tt,
-        state=states[:-1].transpose(1, 0, 2).reshape(-1, 6),
-        action=actions.T.reshape(-1),
-        reward=rewards.T.reshape(-1),
-        next_state=states[1:].transpose(1, 0, 2).reshape(-1, 6),
-        terminal=np.zeros(m * n_steps, dtype=bool),
-        truncated=tt == n_steps - 1,
-        behavior_prob=probs.T.reshape(-1),
-        n_trajectories=m,
-    )
+        rewards[k] = reward(raw, actions[k], r2=r2)
+        for g, rng in zip(groups, rngs, strict=True):
+            states[k + 1, g] = observe(raw[g], rng)
+    out = []
+    for g, m in zip(groups, sizes, strict=True):
+        tt = np.tile(np.arange(n_steps, dtype=np.int64), m)
+        out.append(Transitions(
+            traj_index=np.repeat(np.arange(m, dtype=np.int64), n_steps),
+            t=tt,
+            state=states[:-1, g].transpose(1, 0, 2).reshape(-1, 6),
+            action=actions[:, g].T.reshape(-1),
+            reward=rewards[:, g].T.reshape(-1),
+            next_state=states[1:, g].transpose(1, 0, 2).reshape(-1, 6),
+            terminal=np.zeros(m * n_steps, dtype=bool),
+            truncated=tt == n_steps - 1,
+            behavior_prob=probs[:, g].T.reshape(-1),
+            n_trajectories=m,
+        ))
+    return out

@@ -28,7 +28,8 @@ extra trees). Takes about 2-5 minutes on one core (the simulation dominates).
   simulator is deterministic, so one episode each is exact).
 
 Ground-truth helpers for the experiments: :func:`monte_carlo_values` and
-:func:`large_sample_statistics`; policies: :func:`target_policy`, :func:`behavior_policy`.
+:func:`large_sample_statistics` (or :func:`sample_statistics` of a sample simulated elsewhere);
+policies: :func:`target_policy`, :func:`behavior_policy`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from gpope.errors import SchemaError
 if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
     from gpope.core.policies import LinearQ, Policy
+    from gpope.core.transitions import Transitions
 
 __all__ = [
     "ARTIFACT_NAME",
@@ -59,6 +61,7 @@ __all__ = [
     "large_sample_statistics",
     "main",
     "monte_carlo_values",
+    "sample_statistics",
     "target_policy",
     "train",
 ]
@@ -286,18 +289,56 @@ def large_sample_statistics(
         batch = hiv.generate(
             size, rng, behavior, n_steps=n_steps, param_variation=param_variation, obs_noise=obs_noise
         )
-        probs = target.probabilities(batch.state)[np.arange(batch.n_transitions), batch.action]
-        rho = probs / batch.behavior_prob
-        w = 1.0 / batch.lengths[batch.traj_index] if scale is None else np.full(batch.n_transitions, 1.0 / scale)
-        phi = phi_map(batch.state)
-        nphi = phi_map(batch.next_state)
-        nphi[batch.terminal] = 0.0
-        wphi = phi * w[:, None]
-        A += (wphi * rho[:, None]).T @ (phi - gamma * nphi)
-        b += (wphi * (rho * batch.reward)[:, None]).sum(axis=0)
-        C += wphi.T @ phi
+        dA, db, dC = _sample_sums(batch, target, phi_map, gamma, scale)
+        A += dA
+        b += db
+        C += dC
         done += size
     return A / m, b / m, C / m
+
+
+def sample_statistics(
+    sample: Transitions,
+    target: Policy,
+    *,
+    gamma: float = hiv.GAMMA,
+    normalization: Literal["transition", "trajectory_mean"] = "transition",
+    length_scale: float | None = float(hiv.MAX_STEPS),
+    features: FeatureMap | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The :func:`large_sample_statistics` of an already simulated behaviour ``sample``.
+
+    ``sample_statistics(hiv.generate(m, rng, behavior), target, ...)`` equals
+    ``large_sample_statistics(behavior, target, rng, n_trajectories=m, ...)`` exactly when
+    ``m <= chunk`` (one chunk); it lets a caller simulate the sample together with other cohorts
+    (:func:`gpope.core.envs.hiv.generate_many`).
+    """
+    check_choice("sample_statistics", "normalization", normalization, ("transition", "trajectory_mean"))
+    gamma = check_number("sample_statistics", "gamma", gamma, ge=0.0, le=1.0)
+    scale = None
+    if normalization == "transition":
+        scale = check_number("sample_statistics", "length_scale", length_scale, gt=0.0)
+    phi_map = features if features is not None else hiv.hiv_feature_map()
+    A, b, C = _sample_sums(sample, target, phi_map, gamma, scale)
+    m = sample.n_trajectories
+    return A / m, b / m, C / m
+
+
+def _sample_sums(
+    batch: Transitions, target: Policy, phi_map: FeatureMap, gamma: float, scale: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sums over the trajectories of ``batch`` of A_i, b_i, C_i (see large_sample_statistics)."""
+    probs = target.probabilities(batch.state)[np.arange(batch.n_transitions), batch.action]
+    rho = probs / batch.behavior_prob
+    w = 1.0 / batch.lengths[batch.traj_index] if scale is None else np.full(batch.n_transitions, 1.0 / scale)
+    phi = phi_map(batch.state)
+    nphi = phi_map(batch.next_state)
+    nphi[batch.terminal] = 0.0
+    wphi = phi * w[:, None]
+    A = (wphi * rho[:, None]).T @ (phi - gamma * nphi)
+    b = (wphi * (rho * batch.reward)[:, None]).sum(axis=0)
+    C = wphi.T @ phi
+    return A, b, C
 
 
 def main(argv: list[str] | None = None) -> int:

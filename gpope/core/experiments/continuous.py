@@ -22,12 +22,19 @@ Ground truth: the population A, b, C (``transition`` normalisation, L = 200) of 
 behaviour sample (``truth_trajectories``), the same for every method; metric = relative MSPBE.
 Value errors are not computed here (NaN): Monte Carlo values are expensive for HIV; the chain
 has exact value errors.
+
+Cost. The truth of a (domain, figure, seed, truth settings) is computed once per process and shared
+by tuning and trials. The HIV simulator's cost per decision is dominated by fixed per-step overhead
+below about a thousand patients, so the HIV data sets of a phase (the truth sample, then the data
+sets in order) are simulated together as cohorts of at most :data:`HIV_COHORT` patients
+(:func:`gpope.core.envs.hiv.generate_many`): each data set is exactly the one a separate simulation
+from its own stream would give.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,6 +61,11 @@ __all__ = ["HIVSettings", "MountainCarSettings", "run_continuous", "tune_continu
 
 Log = Callable[[str], None]
 TRUTH = 5
+#: Largest HIV cohort simulated at once (beyond it the simulator is compute-bound; it is also the
+#: chunk of :func:`gpope.core.envs.train_hiv.large_sample_statistics`, so a truth sample of at most
+#: this size is the same whether simulated alone or with other data sets).
+HIV_COHORT = 1_000
+_TRUTH_CACHE: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,19 +255,21 @@ class _Domain:
             self.behavior = train_hiv.behavior_policy()
             self.target = train_hiv.target_policy()
             self.features = hiv.hiv_feature_map()
-        self._truth: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def generate(self, m: int, rng: np.random.Generator) -> Transitions:
-        """Simulate m episodes; rewards multiplied by the public ``reward_scale``."""
+    def _simulate(self, m: int, rng: np.random.Generator) -> Transitions:
+        """m behaviour episodes, raw rewards (on-policy mountain car: grid-cell states)."""
         if self.domain == "mountaincar":
             from gpope.core.envs import mountaincar as mc
 
             tr = mc.generate(m, rng, self.behavior)
-            tr = _grid_transitions(tr, self.s.grid) if self.figure == "on" else tr
-        else:
-            from gpope.core.envs import hiv
+            return _grid_transitions(tr, self.s.grid) if self.figure == "on" else tr
+        from gpope.core.envs import hiv
 
-            tr = hiv.generate(m, rng, self.behavior)
+        return hiv.generate(m, rng, self.behavior)
+
+    def generate(self, m: int, rng: np.random.Generator) -> Transitions:
+        """Simulate m episodes; rewards multiplied by the public ``reward_scale``."""
+        tr = self._simulate(m, rng)
         return _with_rewards(tr, tr.reward * self.s.reward_scale)
 
     def rho(self, tr: Transitions) -> np.ndarray:
@@ -265,10 +279,19 @@ class _Domain:
 
         return importance_ratios(self.target, tr)
 
+    def _truth_key(self, seed: int) -> tuple[Any, ...]:
+        s = self.s
+        return (self.domain, self.figure, int(seed), s.truth_trajectories, s.gamma, s.reward_scale,
+                getattr(s, "grid", None), getattr(s, "behavior_epsilon", None))
+
+    def _truth_rng(self, seed: int) -> np.random.Generator:
+        return np.random.default_rng(seed_seq(seed, TRUTH, 0 if self.figure == "on" else 1))
+
     def truth(self, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Population A, b, C from a large independent sample (cached)."""
-        if self._truth is None:
-            rng = np.random.default_rng(seed_seq(seed, TRUTH, 0 if self.figure == "on" else 1))
+        """Population A, b, C from a large independent sample (cached per process)."""
+        key = self._truth_key(seed)
+        if key not in _TRUTH_CACHE:
+            rng = self._truth_rng(seed)
             n = self.s.truth_trajectories
             if self.domain == "mountaincar" and self.figure == "off":
                 from gpope.core.envs import mountaincar as mc
@@ -276,25 +299,63 @@ class _Domain:
                 A, b, C = mc.large_sample_statistics(
                     self.behavior, self.target, rng, gamma=self.s.gamma, length_scale=200.0,
                     n_trajectories=n)
-                self._truth = (A, b * self.s.reward_scale, C)
+                truth = (A, b * self.s.reward_scale, C)
             elif self.domain == "hiv":
                 from gpope.core.envs import train_hiv
 
                 A, b, C = train_hiv.large_sample_statistics(
                     self.behavior, self.target, rng, gamma=self.s.gamma, length_scale=200.0,
-                    n_trajectories=n)
-                self._truth = (A, b * self.s.reward_scale, C)
+                    n_trajectories=n, chunk=HIV_COHORT)
+                truth = (A, b * self.s.reward_scale, C)
             else:
                 tr = self.generate(n, rng)
                 st = statistics_from_transitions(tr, self.features, np.ones(tr.n_transitions),
                                                  gamma=self.s.gamma, length_scale=200.0,
                                                  representation="tabular")
-                self._truth = st.population()
-        return self._truth
+                truth = st.population()
+            _TRUTH_CACHE[key] = truth
+        return _TRUTH_CACHE[key]
+
+    def _hiv_truth_from(self, sample: Transitions, seed: int) -> None:
+        from gpope.core.envs import train_hiv
+
+        A, b, C = train_hiv.sample_statistics(sample, self.target, gamma=self.s.gamma,
+                                              length_scale=200.0, features=self.features)
+        _TRUTH_CACHE[self._truth_key(seed)] = (A, b * self.s.reward_scale, C)
 
     def problem(self, m: int, rng: np.random.Generator, seed: int) -> FeatureProblem:
-        tr = self.generate(m, rng)
+        return self._problem(self.generate(m, rng), seed)
+
+    def _problem(self, tr: Transitions, seed: int) -> FeatureProblem:
         return FeatureProblem(tr, self.features, self.rho(tr), self.s.gamma, self.truth(seed))
+
+    def problems(self, requests: Sequence[tuple[int, np.random.SeedSequence]], seed: int
+                 ) -> Iterator[FeatureProblem]:
+        """The problems of ``requests`` (m, data stream), in order, each simulated from its own
+        stream exactly as :meth:`problem` would; HIV data sets (and the truth sample, if not yet
+        cached and at most :data:`HIV_COHORT` patients) are simulated in shared cohorts."""
+        if self.domain != "hiv":
+            for m, ss in requests:
+                yield self.problem(m, np.random.default_rng(ss), seed)
+            return
+        from gpope.core.envs import hiv
+
+        n_truth = self.s.truth_trajectories
+        need_truth = self._truth_key(seed) not in _TRUTH_CACHE and n_truth <= HIV_COHORT
+        j = 0
+        while j < len(requests) or need_truth:
+            sizes: list[int] = [n_truth] if need_truth else []
+            rngs = [self._truth_rng(seed)] if need_truth else []
+            while j < len(requests) and (not sizes or sum(sizes) + requests[j][0] <= HIV_COHORT):
+                sizes.append(int(requests[j][0]))
+                rngs.append(np.random.default_rng(requests[j][1]))
+                j += 1
+            sims = hiv.generate_many(sizes, rngs, self.behavior)
+            if need_truth:
+                self._hiv_truth_from(sims.pop(0), seed)
+                need_truth = False
+            for tr in sims:
+                yield self._problem(_with_rewards(tr, tr.reward * self.s.reward_scale), seed)
 
 
 def _figures(domain: str) -> tuple[str, ...]:
@@ -309,9 +370,10 @@ def tune_continuous(domain: str, settings: Any, *, public_seed: int | None = Non
     best, rows = {}, []
     for f, figure in enumerate(_figures(domain)):
         dom = _Domain(domain, figure, settings)
-        for i, m in enumerate(settings.tune_sizes or settings.sizes):
-            problem = dom.problem(m, np.random.default_rng(seed_seq(seed, PUBLIC, DATA, f, m)),
-                                  settings.seed)
+        sizes = settings.tune_sizes or settings.sizes
+        requests = [(m, seed_seq(seed, PUBLIC, DATA, f, m)) for m in sizes]
+        for i, (m, problem) in enumerate(zip(sizes, dom.problems(requests, settings.seed),
+                                             strict=True)):
             for e, eps in enumerate(settings.epsilons):
                 for j, method in enumerate(settings.methods()):
                     hyper, grid = tune_method(problem, method, epsilon=eps, delta=settings.delta,
@@ -330,51 +392,53 @@ def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log 
     blocks = block_sizes(s.trials, s.data_blocks)
     for f, figure in enumerate(_figures(domain)):
         dom = _Domain(domain, figure, s)
-        for i, m in enumerate(s.sizes):
-            trial0 = 0
-            for blk, n_tr in enumerate(blocks):
-                t0 = time.perf_counter()
-                problem = dom.problem(m, np.random.default_rng(seed_seq(s.seed, DATA, f, i, blk)),
-                                      s.seed)
-                ids = list(range(trial0, trial0 + n_tr))
-                trial0 += n_tr
+        cells = [(i, m, blk, n_tr) for i, m in enumerate(s.sizes) for blk, n_tr in enumerate(blocks)]
+        problems = dom.problems([(m, seed_seq(s.seed, DATA, f, i, blk)) for i, m, blk, _ in cells],
+                                s.seed)
+        trial0 = 0
+        t0 = time.perf_counter()
+        for (i, m, blk, n_tr), problem in zip(cells, problems, strict=True):
+            trial0 = 0 if blk == 0 else trial0
+            ids = list(range(trial0, trial0 + n_tr))
+            trial0 += n_tr
 
-                def add(method: str, label: str, thetas: np.ndarray, eps: float | None,
-                        extra: dict[str, Any] | None = None, _ids: list[int] = ids,
-                        _p: FeatureProblem = problem, _blk: int = blk, _m: int = m,
-                        _fig: str = figure) -> None:
-                    th = np.broadcast_to(np.atleast_2d(thetas), (len(_ids), _p.features.n_features))
-                    rm = _p.rel_mspbe(th)
-                    for k, tid in enumerate(_ids):
-                        records.append(dict(domain=domain, figure=_fig, m=_m, epsilon=eps,
-                                            delta=s.delta, block=_blk, trial=tid, method=method,
-                                            label=label, multiplier=1.0, rel_mspbe=float(rm[k]),
-                                            value_error=float("nan"), **(extra or {})))
+            def add(method: str, label: str, thetas: np.ndarray, eps: float | None,
+                    extra: dict[str, Any] | None = None, _ids: list[int] = ids,
+                    _p: FeatureProblem = problem, _blk: int = blk, _m: int = m,
+                    _fig: str = figure) -> None:
+                th = np.broadcast_to(np.atleast_2d(thetas), (len(_ids), _p.features.n_features))
+                rm = _p.rel_mspbe(th)
+                for k, tid in enumerate(_ids):
+                    records.append(dict(domain=domain, figure=_fig, m=_m, epsilon=eps,
+                                        delta=s.delta, block=_blk, trial=tid, method=method,
+                                        label=label, multiplier=1.0, rel_mspbe=float(rm[k]),
+                                        value_error=float("nan"), **(extra or {})))
 
-                if figure == "on":
-                    add("lstd", "LSTD (non-private)", problem.lstd_theta(False), None)
-                    for e, eps in enumerate(s.epsilons):
-                        if eps <= 1.0:
-                            add("dp_lsw", "DP-LSW (grid)",
-                                _dp_lsw_grid(problem, s, eps,
-                                             np.random.default_rng(seed_seq(s.seed, BASELINE, f, i,
-                                                                            blk, e)), n_tr), eps)
-                else:
-                    add("wis_lstd", "WIS-LSTD (non-private)", problem.lstd_theta(True), None)
+            if figure == "on":
+                add("lstd", "LSTD (non-private)", problem.lstd_theta(False), None)
                 for e, eps in enumerate(s.epsilons):
-                    for j, method in enumerate(s.methods()):
-                        hyper = tuning.get(f"{figure}:{method.name}", m, eps)
-                        with np.errstate(all="ignore"):
-                            thetas, info = run_gpope_method(
-                                problem, method, epsilon=eps, delta=s.delta, hyper=hyper,
-                                multiplier=1.0, ss=seed_seq(s.seed, RUN, f, i, blk, e, j),
-                                trials=n_tr)
-                        add(method.name, f"{method.label} eps={eps:g}", thetas, eps,
-                            {"sigma": info["sigma"], "step_size": hyper.step_size,
-                             "clip": hyper.clip, "seconds": info["seconds"] / n_tr})
-                if log is not None:
-                    log(f"{domain} [{figure}] m={m} block {blk + 1}/{len(blocks)} done "
-                        f"({time.perf_counter() - t0:.1f}s)")
+                    if eps <= 1.0:
+                        add("dp_lsw", "DP-LSW (grid)",
+                            _dp_lsw_grid(problem, s, eps,
+                                         np.random.default_rng(seed_seq(s.seed, BASELINE, f, i,
+                                                                        blk, e)), n_tr), eps)
+            else:
+                add("wis_lstd", "WIS-LSTD (non-private)", problem.lstd_theta(True), None)
+            for e, eps in enumerate(s.epsilons):
+                for j, method in enumerate(s.methods()):
+                    hyper = tuning.get(f"{figure}:{method.name}", m, eps)
+                    with np.errstate(all="ignore"):
+                        thetas, info = run_gpope_method(
+                            problem, method, epsilon=eps, delta=s.delta, hyper=hyper,
+                            multiplier=1.0, ss=seed_seq(s.seed, RUN, f, i, blk, e, j),
+                            trials=n_tr)
+                    add(method.name, f"{method.label} eps={eps:g}", thetas, eps,
+                        {"sigma": info["sigma"], "step_size": hyper.step_size,
+                         "clip": hyper.clip, "seconds": info["seconds"] / n_tr})
+            if log is not None:
+                log(f"{domain} [{figure}] m={m} block {blk + 1}/{len(blocks)} done "
+                    f"({time.perf_counter() - t0:.1f}s)")
+            t0 = time.perf_counter()
     return records
 
 
