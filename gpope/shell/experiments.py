@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpope.core.experiments import DOMAINS, TuningTable, summarize
+from gpope.jsonable import jsonable
 
 __all__ = ["FIGURES", "make_settings", "run_experiment", "run_tuning"]
 
@@ -93,18 +94,6 @@ def _write_csv(path: Path, records: Sequence[dict[str, Any]]) -> None:
         writer.writerows(records)
 
 
-def _json_default(v: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(v, np.generic):
-            return v.item()
-        if isinstance(v, np.ndarray):
-            return v.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(v)
-
 
 def run_experiment(
     domain: str,
@@ -128,7 +117,7 @@ def run_experiment(
     if tuning is None:
         tuning = run_tuning(domain, settings, public_seed=public_seed, log=log)
     t_tune = time.perf_counter() - t0
-    (out / "tuning.json").write_text(json.dumps(tuning.to_dict(), indent=2, default=_json_default))
+    (out / "tuning.json").write_text(json.dumps(tuning.to_dict(), indent=2, default=jsonable))
     t1 = time.perf_counter()
     records = DOMAINS[domain].run(settings, tuning, log=log)
     t_run = time.perf_counter() - t1
@@ -158,7 +147,7 @@ def run_experiment(
     }
     if track:
         summary["mlflow_run_id"] = _track(domain, settings, out, rows, summary, tracking_uri)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=jsonable))
     return summary
 
 
@@ -170,7 +159,7 @@ def _track(domain: str, settings: Any, out: Path, rows: list[dict[str, Any]],
     from gpope.shell.tracking import start_run
 
     uri = tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
-    flat = {k: (json.dumps(v, default=_json_default) if isinstance(v, (dict, list, tuple)) else v)
+    flat = {k: (json.dumps(v, default=jsonable) if isinstance(v, (dict, list, tuple)) else v)
             for k, v in settings.to_dict().items()}
     with start_run(tracking_uri=uri, experiment=f"gpope-experiment-{domain}",
                    run_name=f"{domain}-reproduction",
@@ -196,7 +185,7 @@ def _track(domain: str, settings: Any, out: Path, rows: list[dict[str, Any]],
                             mlflow.log_metric(key + suffix, float(r[key]), step=int(r["m"]))
         for name in ("trials.csv", "tuning.json"):
             mlflow.log_artifact(str(out / name))
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=jsonable))
         mlflow.log_artifact(str(out / "summary.json"))
         for fig in summary["figures"]:
             mlflow.log_artifact(fig, artifact_path="figures")
