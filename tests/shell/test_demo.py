@@ -34,10 +34,25 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
     ev = first["evaluation"]
     assert ev["private"] is True and ev["epsilon"] == 1.0 and ev["delta"] == 1e-5
     assert set(ev["reference_values"]) == set(first["ground_truth"]) == set(first["non_private_lstd"])
-    assert first["ground_truth"]["healthy_equilibrium"] > first["ground_truth"]["unhealthy_start"] > 0
+    assert first["ground_truth"]["target_day100"] > first["ground_truth"]["unhealthy_start"] > 0
     assert first["tracking_uri"] == f"sqlite:///{root.resolve() / 'mlflow.db'}"
 
     assert main(args) == 0  # a second run: fresh dataset, its own budget
     second = json.loads(capsys.readouterr().out)
     assert second["dataset"] != first["dataset"]
     assert second["evaluation"]["remaining_epsilon"] == pytest.approx(2.0)
+
+
+def test_databricks_conf_evaluates_the_demo_spec_with_the_demo_settings():
+    # The scheduled Databricks pipeline evaluates conf/specs/hiv_demo.yaml with conf/databricks.yaml:
+    # its public hyperparameters must be the ones tuned for that spec, not the generic defaults.
+    from gpope.config import load_config
+    from gpope.core.gpope import GPOPEConfig
+    from gpope.shell.pipeline.demo import DEMO_EVALUATION
+
+    ev = load_config(REPO / "conf" / "databricks.yaml").evaluation
+    for key, value in DEMO_EVALUATION.items():
+        if key == "tail_fraction":  # not a conf key: the solver's default applies
+            assert GPOPEConfig.__dataclass_fields__[key].default == value
+        else:
+            assert getattr(ev, key) == value, key

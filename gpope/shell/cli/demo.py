@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--epsilon", type=float, default=1.0, help="epsilon of the evaluation")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta of the evaluation")
     parser.add_argument("--iterations", type=int, default=None,
-                        help="GPOPE steps (default: evaluation.iterations of --conf)")
+                        help="GPOPE steps (default: the demo's publicly tuned 20000)")
     parser.add_argument("--dataset", default=None,
                         help="dataset name (default: a fresh hiv_demo_<time>_<random> per run)")
     parser.add_argument("--seed", type=int, default=None,
