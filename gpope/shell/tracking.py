@@ -78,6 +78,9 @@ def start_run(
     """Start an MLflow run in ``experiment`` at ``tracking_uri``; yields the active run.
 
     The run ends FINISHED on success and FAILED if the body raises (the error propagates).
+    MLflow's global tracking URI (and the ``MLFLOW_TRACKING_URI`` variable, which
+    ``mlflow.set_tracking_uri`` sets) is restored afterwards, so a later command in the same
+    process resolves its own URI instead of inheriting this run's.
     """
     import logging
 
@@ -85,15 +88,19 @@ def start_run(
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    previous = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(tracking_uri)
-    exp_id = _experiment_id(experiment, tracking_uri)
-    run_tags = dict(tags or {})
-    if parent_run_id:
-        run_tags["mlflow.parentRunId"] = parent_run_id
-    with mlflow.start_run(
-        experiment_id=exp_id, run_name=run_name, tags=run_tags, nested=nested
-    ) as run:
-        yield run
+    try:
+        exp_id = _experiment_id(experiment, tracking_uri)
+        run_tags = dict(tags or {})
+        if parent_run_id:
+            run_tags["mlflow.parentRunId"] = parent_run_id
+        with mlflow.start_run(
+            experiment_id=exp_id, run_name=run_name, tags=run_tags, nested=nested
+        ) as run:
+            yield run
+    finally:
+        mlflow.set_tracking_uri(previous)  # None unsets the variable again
 
 
 def log_json_artifact(obj: Any, name: str, artifact_path: str | None = None) -> None:
