@@ -10,9 +10,13 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-VALIDATOR = SHARED / "tools" / "validate_bundle.py"
-SCHEMA = SHARED / "tools" / "bundle_jsonschema.json"
+# The shared tools beside the repository are the reference; a clone without them uses the copies
+# in tests/data/bundle (see its README), so the validation always runs.
+_TOOLS = REPO.parent / "shared" / "tools"
+if not (_TOOLS / "validate_bundle.py").is_file():
+    _TOOLS = REPO / "tests" / "data" / "bundle"
+VALIDATOR = _TOOLS / "validate_bundle.py"
+SCHEMA = _TOOLS / "bundle_jsonschema.json"
 
 
 def _resources() -> dict:
@@ -22,10 +26,6 @@ def _resources() -> dict:
     return jobs
 
 
-@pytest.mark.skipif(
-    not (VALIDATOR.is_file() and SCHEMA.is_file()),
-    reason=f"the shared bundle validator is absent ({SHARED}/tools); CI clones shared/ beside the repo",
-)
 def test_bundle_validates_against_official_schema():
     proc = subprocess.run(
         [sys.executable, str(VALIDATOR), "--schema", str(SCHEMA), "databricks.yml"],
