@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gpope.core.kernels import dense_steps
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.steps import STEP_SCHEDULES, step_sizes
 from gpope.core.validation import (
@@ -568,6 +569,8 @@ def _fast_dense_chunk(
     n = stats.n
     blocks = stats._ac[idx]  # (L, n, 2n)
     bs = stats._b[idx]  # (L, n)
+    if dense_steps(blocks, bs, x, acc, beta, h, z, c0, avg_from):
+        return
     theta = x[:n]
     w = x[n:]
     gw = np.empty(n)

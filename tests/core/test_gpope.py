@@ -313,3 +313,26 @@ def test_config_basic_errors():
     with pytest.raises(ConfigError, match="'rng'"):
         run_gpope(random_dense(np.random.default_rng(0), 2, 2),
                   nonprivate(iterations=1, step_size=0.1), "seed")
+
+
+@pytest.mark.parametrize("n", [6, 70])
+def test_compiled_dense_loop_equals_the_numpy_loop(n, monkeypatch):
+    # The same run with the compiled single-trial loop and with the numpy loop (GPOPE_NO_JIT).
+    from gpope.core import kernels
+
+    stats = random_dense(np.random.default_rng(5), 40, n)
+    cfg = GPOPEConfig(iterations=1500, step_size=0.05, clip=0.3, noise_multiplier=0.7,
+                      averaging="tail")
+    kernels._compiled.cache_clear()
+    fast = run_gpope(stats, cfg, 11)
+    monkeypatch.setenv("GPOPE_NO_JIT", "1")
+    kernels._compiled.cache_clear()
+    try:
+        assert not kernels.jit_available()
+        slow = run_gpope(stats, cfg, 11)
+    finally:
+        monkeypatch.delenv("GPOPE_NO_JIT")
+        kernels._compiled.cache_clear()
+    np.testing.assert_allclose(fast.theta, slow.theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast.theta_avg, slow.theta_avg, rtol=1e-9, atol=1e-12)
+    assert not np.allclose(fast.theta, 0.0)
