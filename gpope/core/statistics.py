@@ -31,7 +31,7 @@ tabular for one-hot features and compact for the rest.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -40,9 +40,13 @@ from gpope.core.transitions import Transitions
 from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError, DataError, SchemaError
 
+if TYPE_CHECKING:
+    from gpope.core.policies import Policy
+
 __all__ = [
     "DENSE_MAX_BYTES",
     "TrajectoryStats",
+    "population_sums",
     "statistics_from_transitions",
     "trajectory_statistics",
 ]
@@ -638,3 +642,50 @@ def statistics_from_transitions(
     return _build(m=m, n=n, tau=tau, norm=_norms(tau, normalization, length_scale),
                   reward=reward[order], rho=rho_a[order], gamma=gamma, terminal=terminal,
                   normalization=normalization, rep=rep, s=s, sn=sn)
+
+
+def population_sums(
+    batch: Transitions,
+    target: Policy,
+    features: FeatureMap,
+    *,
+    gamma: float,
+    length_scale: float | None,
+    next_is_following_state: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sums over the trajectories of ``batch`` of A_i, b_i, C_i (population estimates: divide by m).
+
+    Per trajectory weight ``w_i = 1/length_scale`` (``transition``) or ``1/tau_i`` when
+    ``length_scale`` is None (``trajectory_mean``); ``A_i = w_i sum_t rho_t phi_t (phi_t - gamma
+    phi'_t)^T``, ``b_i = w_i sum_t rho_t R_t phi_t``, ``C_i = w_i sum_t phi_t phi_t^T`` with
+    ``phi' = 0`` on terminal steps and ``rho_t = target(a_t|s_t) / behavior_prob_t``.
+
+    ``next_is_following_state``: the domain records each step's next state as the next row's
+    state (true for noiseless simulators), so only the trajectories' last next states are
+    featurised. Products run in row blocks of 512: one huge tall-skinny ``X^T Y`` was up to 50x
+    slower on a busy machine (OpenBLAS threading).
+    """
+    probs = target.probabilities(batch.state)[np.arange(batch.n_transitions), batch.action]
+    rho = probs / batch.behavior_prob
+    if length_scale is None:
+        w = 1.0 / batch.lengths[batch.traj_index]
+    else:
+        w = np.full(batch.n_transitions, 1.0 / length_scale)
+    phi = features(batch.state)
+    if next_is_following_state:
+        last = batch.offsets[1:] - 1
+        nphi = np.empty_like(phi)
+        nphi[:-1] = phi[1:]
+        nphi[last] = features(batch.next_state[last])
+    else:
+        nphi = features(batch.next_state)
+    nphi[batch.terminal] = 0.0
+    wphi = phi * w[:, None]
+    n = phi.shape[1]
+    A, C = np.zeros((n, n)), np.zeros((n, n))
+    b = (wphi * (rho * batch.reward)[:, None]).sum(axis=0)
+    for lo in range(0, batch.n_transitions, 512):
+        rows = slice(lo, lo + 512)
+        A += (wphi[rows] * rho[rows, None]).T @ (phi[rows] - gamma * nphi[rows])
+        C += wphi[rows].T @ phi[rows]
+    return A, b, C

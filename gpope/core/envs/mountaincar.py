@@ -49,6 +49,7 @@ from gpope.core.policies import (
     load_policy,
     sample_actions,
 )
+from gpope.core.statistics import population_sums
 from gpope.core.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import DataError, SchemaError
@@ -345,24 +346,10 @@ def large_sample_statistics(
     while done < m:
         size = min(chunk, m - done)
         batch = generate(size, rng, behavior, max_steps)
-        probs = target.probabilities(batch.state)[np.arange(batch.n_transitions), batch.action]
-        rho = probs / batch.behavior_prob
-        w = 1.0 / batch.lengths[batch.traj_index] if scale is None else np.full(batch.n_transitions, 1.0 / scale)
-        phi = phi_map(batch.state)
-        # Within a trajectory the next state is the following row's state: reuse its features and
-        # compute only the trajectories' last next states.
-        last = batch.offsets[1:] - 1
-        nphi = np.empty_like(phi)
-        nphi[:-1] = phi[1:]
-        nphi[last] = phi_map(batch.next_state[last])
-        nphi[batch.terminal] = 0.0
-        wphi = phi * w[:, None]
-        b += (wphi * (rho * batch.reward)[:, None]).sum(axis=0)
-        # Small row blocks keep each product below OpenBLAS's threading threshold: one huge
-        # tall-skinny X^T Y was up to 50x slower on a busy machine.
-        for lo in range(0, batch.n_transitions, 512):
-            rows = slice(lo, lo + 512)
-            A += (wphi[rows] * rho[rows, None]).T @ (phi[rows] - gamma * nphi[rows])
-            C += wphi[rows].T @ phi[rows]
+        dA, db, dC = population_sums(batch, target, phi_map, gamma=gamma, length_scale=scale,
+                                     next_is_following_state=True)
+        A += dA
+        b += db
+        C += dC
         done += size
     return A / m, b / m, C / m

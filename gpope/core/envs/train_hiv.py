@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from gpope.core.envs import hiv
+from gpope.core.statistics import population_sums
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import SchemaError
 
@@ -289,7 +290,7 @@ def large_sample_statistics(
         batch = hiv.generate(
             size, rng, behavior, n_steps=n_steps, param_variation=param_variation, obs_noise=obs_noise
         )
-        dA, db, dC = _sample_sums(batch, target, phi_map, gamma, scale)
+        dA, db, dC = population_sums(batch, target, phi_map, gamma=gamma, length_scale=scale)
         A += dA
         b += db
         C += dC
@@ -319,26 +320,9 @@ def sample_statistics(
     if normalization == "transition":
         scale = check_number("sample_statistics", "length_scale", length_scale, gt=0.0)
     phi_map = features if features is not None else hiv.hiv_feature_map()
-    A, b, C = _sample_sums(sample, target, phi_map, gamma, scale)
+    A, b, C = population_sums(sample, target, phi_map, gamma=gamma, length_scale=scale)
     m = sample.n_trajectories
     return A / m, b / m, C / m
-
-
-def _sample_sums(
-    batch: Transitions, target: Policy, phi_map: FeatureMap, gamma: float, scale: float | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sums over the trajectories of ``batch`` of A_i, b_i, C_i (see large_sample_statistics)."""
-    probs = target.probabilities(batch.state)[np.arange(batch.n_transitions), batch.action]
-    rho = probs / batch.behavior_prob
-    w = 1.0 / batch.lengths[batch.traj_index] if scale is None else np.full(batch.n_transitions, 1.0 / scale)
-    phi = phi_map(batch.state)
-    nphi = phi_map(batch.next_state)
-    nphi[batch.terminal] = 0.0
-    wphi = phi * w[:, None]
-    A = (wphi * rho[:, None]).T @ (phi - gamma * nphi)
-    b = (wphi * (rho * batch.reward)[:, None]).sum(axis=0)
-    C = wphi.T @ phi
-    return A, b, C
 
 
 def main(argv: list[str] | None = None) -> int:
