@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -69,37 +69,42 @@ _TRUTH_CACHE: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] =
 
 
 @dataclass(frozen=True, kw_only=True)
-class MountainCarSettings:
-    """Mountain car experiment settings (the paper gives no sizes; these are stated choices)."""
+class _ContinuousSettings:
+    """Fields, validation and methods shared by the mountain car and HIV settings."""
 
-    sizes: tuple[int, ...] = (1_000, 3_000, 10_000, 30_000)
+    sizes: tuple[int, ...]
     epsilons: tuple[float, ...] = (0.1, 1.0, 10.0)
     delta: float = 1e-5
     trials: int = 20
     data_blocks: int = 2
     iterations: int = 20_000
     batch_size: float = 10.0
-    grid: int = 8
-    gamma: float = 0.99
-    behavior_epsilon: float = 0.1
-    reward_scale: float = 0.01
-    truth_trajectories: int = 10_000
+    gamma: float
+    reward_scale: float
+    truth_trajectories: int
     tune_trials: int = 2
     tune_sizes: tuple[int, ...] | None = None
     coarse_grid: bool = False
     seed: int = 0
 
+    #: Overrides of the smoke-test preset (:meth:`quick`).
+    _QUICK: ClassVar[dict[str, Any]] = {}
+
     def __post_init__(self) -> None:
-        _check(self, "MountainCarSettings")
+        owner = type(self).__name__
+        object.__setattr__(self, "sizes",
+                           tuple(check_int(owner, "sizes", int(v), ge=2) for v in self.sizes))
+        object.__setattr__(self, "epsilons", tuple(float(e) for e in self.epsilons))
+        for e in self.epsilons:
+            check_number(owner, "epsilons", e, gt=0.0)
+        check_int(owner, "trials", self.trials, ge=1)
+        check_int(owner, "data_blocks", self.data_blocks, ge=1)
+        check_int(owner, "iterations", self.iterations, ge=1)
 
     @classmethod
-    def quick(cls, **overrides: Any) -> MountainCarSettings:
+    def quick(cls, **overrides: Any) -> Self:
         """Smoke-test preset."""
-        base = dict(sizes=(300, 1_000), epsilons=(1.0,), trials=2, data_blocks=1,
-                    iterations=1_000, truth_trajectories=1_000, coarse_grid=True,
-                    tune_sizes=(1_000,))
-        base.update(overrides)
-        return cls(**base)
+        return cls(**{**cls._QUICK, **overrides})
 
     def methods(self) -> tuple[GPOPEMethod, ...]:
         """GPOPE variants (coarse grids in quick presets)."""
@@ -111,52 +116,33 @@ class MountainCarSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HIVSettings:
+class MountainCarSettings(_ContinuousSettings):
+    """Mountain car experiment settings (the paper gives no sizes; these are stated choices)."""
+
+    sizes: tuple[int, ...] = (1_000, 3_000, 10_000, 30_000)
+    grid: int = 8
+    gamma: float = 0.99
+    behavior_epsilon: float = 0.1
+    reward_scale: float = 0.01
+    truth_trajectories: int = 10_000
+
+    _QUICK: ClassVar[dict[str, Any]] = dict(
+        sizes=(300, 1_000), epsilons=(1.0,), trials=2, data_blocks=1, iterations=1_000,
+        truth_trajectories=1_000, coarse_grid=True, tune_sizes=(1_000,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class HIVSettings(_ContinuousSettings):
     """HIV experiment settings (the paper gives no sizes; these are stated choices)."""
 
     sizes: tuple[int, ...] = (300, 1_000, 3_000)
-    epsilons: tuple[float, ...] = (0.1, 1.0, 10.0)
-    delta: float = 1e-5
-    trials: int = 20
-    data_blocks: int = 2
-    iterations: int = 20_000
-    batch_size: float = 10.0
     gamma: float = 0.98
     reward_scale: float = 1e-6
     truth_trajectories: int = 2_000
-    tune_trials: int = 2
-    tune_sizes: tuple[int, ...] | None = None
-    coarse_grid: bool = False
-    seed: int = 0
 
-    def __post_init__(self) -> None:
-        _check(self, "HIVSettings")
-
-    @classmethod
-    def quick(cls, **overrides: Any) -> HIVSettings:
-        """Smoke-test preset."""
-        base = dict(sizes=(30, 60), epsilons=(1.0,), trials=2, data_blocks=1, iterations=1_000,
-                    truth_trajectories=60, coarse_grid=True, tune_sizes=(60,))
-        base.update(overrides)
-        return cls(**base)
-
-    def methods(self) -> tuple[GPOPEMethod, ...]:
-        """GPOPE variants (coarse grids in quick presets)."""
-        return _methods(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return asdict(self)
-
-
-def _check(s: Any, owner: str) -> None:
-    object.__setattr__(s, "sizes", tuple(check_int(owner, "sizes", int(v), ge=2) for v in s.sizes))
-    object.__setattr__(s, "epsilons", tuple(float(e) for e in s.epsilons))
-    for e in s.epsilons:
-        check_number(owner, "epsilons", e, gt=0.0)
-    check_int(owner, "trials", s.trials, ge=1)
-    check_int(owner, "data_blocks", s.data_blocks, ge=1)
-    check_int(owner, "iterations", s.iterations, ge=1)
+    _QUICK: ClassVar[dict[str, Any]] = dict(
+        sizes=(30, 60), epsilons=(1.0,), trials=2, data_blocks=1, iterations=1_000,
+        truth_trajectories=60, coarse_grid=True, tune_sizes=(60,))
 
 
 def _methods(s: Any) -> tuple[GPOPEMethod, ...]:
