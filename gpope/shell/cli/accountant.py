@@ -100,6 +100,15 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "sampling": args.sampling, "batch_rate": _batch_rate(args)}
 
 
+def _emit_labelled(args: argparse.Namespace, payload: dict[str, Any], text: str, resolved: str) -> int:
+    """Print the result; a 'paper' accountant result carries the note that it is not a bound."""
+    if resolved == "paper":
+        payload["note"] = _PAPER_NOTE
+        text += f"\n{_PAPER_NOTE}"
+    emit(args, payload, text)
+    return 0
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     from gpope.core.accounting import calibrate_sigma, resolve_accountant
 
@@ -108,11 +117,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     resolved = resolve_accountant(args.accountant, args.sampling)
     payload = {"sigma": sigma, "epsilon": args.epsilon, "accountant": resolved, **kw}
     text = f"sigma = {sigma:.6g}  ({resolved}, {args.sampling}, epsilon {args.epsilon:g}, delta {args.delta:g})"
-    if resolved == "paper":
-        payload["note"] = _PAPER_NOTE
-        text += f"\n{_PAPER_NOTE}"
-    emit(args, payload, text)
-    return 0
+    return _emit_labelled(args, payload, text, resolved)
 
 
 def _epsilon(args: argparse.Namespace) -> int:
@@ -123,11 +128,7 @@ def _epsilon(args: argparse.Namespace) -> int:
     resolved = resolve_accountant(args.accountant, args.sampling)
     payload = {"epsilon": eps, "sigma": args.sigma, "accountant": resolved, **kw}
     text = f"epsilon = {eps:.6g}  ({resolved}, {args.sampling}, sigma {args.sigma:g}, delta {args.delta:g})"
-    if resolved == "paper":
-        payload["note"] = _PAPER_NOTE
-        text += f"\n{_PAPER_NOTE}"
-    emit(args, payload, text)
-    return 0
+    return _emit_labelled(args, payload, text, resolved)
 
 
 def _compare(args: argparse.Namespace) -> int:
