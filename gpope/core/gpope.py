@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gpope.core.clipping import clip_rows
 from gpope.core.kernels import dense_steps
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.steps import STEP_SCHEDULES, step_sizes
@@ -251,15 +252,6 @@ class GPOPETrialsResult:
 
 
 # ---------------------------------------------------------------------- mechanism pieces
-def clip_rows(g: np.ndarray, h: float | None) -> np.ndarray:
-    """Rows of g (k, 2n) scaled to L2 norm <= h: g / max(1, ||g|| / h); h None = unchanged."""
-    if h is None or not math.isfinite(h):
-        return g
-    nrm = np.sqrt(np.einsum("ij,ij->i", g, g))
-    return g * (h / np.maximum(nrm, h))[:, None]
-
-
-
 def split_streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generator, bool]:
     """(sampling generator, noise generator, seeded?) as independent child streams.
 
@@ -576,13 +568,19 @@ def _fast_dense_chunk(
     gw = np.empty(n)
     gt = np.empty(n)
     sqrt = math.sqrt
+    inf = math.inf
     for s in range(len(idx)):
         blk = blocks[s]
         np.matmul(blk, x, out=gw)
         gw -= bs[s]
         np.matmul(w, blk[:, :n], out=gt)  # A^T w; the theta gradient is -gt
         nrm = sqrt(float(gt @ gt) + float(gw @ gw))
-        f = beta[s] if nrm <= h else beta[s] * h / nrm
+        if nrm <= h:
+            f = beta[s]
+        elif nrm < inf:
+            f = beta[s] * h / nrm
+        else:  # overflow, inf or NaN: the total clip (gpope.core.clipping)
+            gt, gw, f = _total_clip_pair(gt, gw, h, beta[s])
         theta += f * gt
         w -= f * gw
         if z is not None:
@@ -622,6 +620,7 @@ def _fast_tabular_chunk(
     theta = x[:n]
     w = x[n:]
     sqrt = math.sqrt
+    inf = math.inf
     bincount = np.bincount
     for k in range(len(idx)):
         lo, hi = seg[k], ends[k]
@@ -635,10 +634,30 @@ def _fast_tabular_chunk(
         gt = bincount(sn, q * gn, n) - bincount(s, q, n)  # theta gradient -A^T w
         gw = bincount(s, rw * et + norms[k] * pw, n) - bs[k]
         nrm = sqrt(float(gt @ gt) + float(gw @ gw))
-        f = beta[k] if nrm <= h else beta[k] * h / nrm
+        if nrm <= h:
+            f = beta[k]
+        elif nrm < inf:
+            f = beta[k] * h / nrm
+        else:  # overflow, inf or NaN: the total clip (gpope.core.clipping)
+            gt, gw, f = _total_clip_pair(-gt, gw, h, beta[k])
+            gt = -gt
         theta -= f * gt
         w -= f * gw
         if z is not None:
             x -= z[k]
         if c0 + k >= avg_from:
             acc += theta
+
+
+def _total_clip_pair(
+    g_theta: np.ndarray, g_w: np.ndarray, h: float, beta: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The fast loops' rare path: clip [g_theta; g_w] totally; returns (parts, step factor).
+
+    Called only when the squared norm overflowed or is NaN; the result equals
+    ``clip_rows([g_theta, g_w], h)`` split back in two, with the step factor ``beta``.
+    """
+    n = len(g_theta)
+    with np.errstate(all="ignore"):
+        g = clip_rows(np.concatenate([g_theta, g_w])[None, :], h)[0]
+    return g[:n], g[n:], beta

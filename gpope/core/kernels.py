@@ -2,9 +2,11 @@
 
 The sequential GTD2 steps cannot be vectorised across steps; in numpy each step costs a handful
 of small calls (~1 us each), which dominates for small n. :func:`dense_steps` runs a chunk of
-steps on dense statistics (n <= :data:`JIT_MAX_FEATURES`) as one compiled loop with exactly the arithmetic of the numpy path
-(clip to h, step, noise, tail sum). numba compiles it on first use (a second or two, cached on
-disk when the package directory is writable); without numba (or with ``GPOPE_NO_JIT=1``)
+steps on dense statistics (n <= :data:`JIT_MAX_FEATURES`) as one compiled loop with exactly the
+arithmetic of the numpy path (clip to h, step, noise, tail sum); the clip is total, as
+:func:`gpope.core.clipping.clip_rows` (non-finite or overflowing gradients are mapped to norm <= h
+too). numba compiles it on first use (a second or two, cached on disk when the package directory
+is writable); without numba (or with ``GPOPE_NO_JIT=1``)
 :func:`dense_steps` returns False and the caller runs its numpy loop.
 """
 
@@ -32,6 +34,42 @@ def _compiled() -> Callable | None:
         return None
 
     @numba.njit(cache=True, nogil=True)
+    def total_clip(gt, gw, h):  # pragma: no cover - compiled
+        # The rare path of gpope.core.clipping.clip_rows on [gt; gw], in place; returns the
+        # factor the caller multiplies the (now clipped) parts by: always 1.0.
+        n = gt.shape[0]
+        has_nan = False
+        n_inf = 0
+        scale = 0.0
+        for k in range(2 * n):
+            v = gt[k] if k < n else gw[k - n]
+            if v != v:
+                has_nan = True
+            elif np.isinf(v):
+                n_inf += 1
+            elif abs(v) > scale:
+                scale = abs(v)
+        if has_nan:  # no direction can be recovered: the zero row
+            for i in range(n):
+                gt[i] = 0.0
+                gw[i] = 0.0
+            return 1.0
+        if n_inf > 0:  # the sign direction of the infinite entries
+            c = h / np.sqrt(n_inf)
+            for i in range(n):
+                gt[i] = c * np.sign(gt[i]) if np.isinf(gt[i]) else 0.0
+                gw[i] = c * np.sign(gw[i]) if np.isinf(gw[i]) else 0.0
+            return 1.0
+        nu2 = 0.0  # finite but the squared norm overflowed: rescale by the largest magnitude
+        for i in range(n):
+            nu2 += (gt[i] / scale) ** 2 + (gw[i] / scale) ** 2
+        c = h / np.sqrt(nu2)
+        for i in range(n):
+            gt[i] = (gt[i] / scale) * c
+            gw[i] = (gw[i] / scale) * c
+        return 1.0
+
+    @numba.njit(cache=True, nogil=True)
     def steps(blocks, bs, x, acc, beta, h, z, has_z, c0, avg_from):  # pragma: no cover - compiled
         L = blocks.shape[0]
         n = bs.shape[1]
@@ -53,7 +91,12 @@ def _compiled() -> Callable | None:
                 gt[j] = v
                 nrm2 += v * v
             nrm = np.sqrt(nrm2)
-            f = beta[s] if nrm <= h else beta[s] * h / nrm
+            if nrm <= h:
+                f = beta[s]
+            elif nrm < np.inf:
+                f = beta[s] * h / nrm
+            else:  # overflow, inf or NaN: total clip (gpope.core.clipping), then a plain step
+                f = beta[s] * total_clip(gt, gw, h)
             for j in range(n):
                 x[j] += f * gt[j]
                 x[n + j] -= f * gw[j]
