@@ -15,6 +15,7 @@ __all__ = [
     "DataError",
     "EnvironmentSetupError",
     "GpopeError",
+    "QueryError",
     "SchemaError",
     "TableNotFoundError",
 ]
@@ -50,6 +51,10 @@ class TableNotFoundError(GpopeError):
 
 class CommitError(GpopeError):
     """A write to a Delta table could not be committed atomically."""
+
+
+class QueryError(GpopeError, ValueError):
+    """An analyst's SQL query over the lake's views cannot be run (syntax, unknown view...)."""
 
 
 class EnvironmentSetupError(GpopeError):

@@ -19,6 +19,7 @@ from pyspark.sql.types import (
 )
 
 __all__ = [
+    "COLUMN_COMMENTS",
     "OBSERVATIONS",
     "OUTCOMES",
     "PRIVACY_LEDGER",
@@ -28,6 +29,7 @@ __all__ = [
     "TRAJECTORY_STATS",
     "TRANSITIONS",
     "TREATMENTS",
+    "with_comments",
 ]
 
 
@@ -107,6 +109,97 @@ PRIVACY_LEDGER = _schema(
     ("created_at", TimestampType(), False),
 )
 
+COLUMN_COMMENTS: dict[str, dict[str, str]] = {
+    # Column comments (units, scale, meaning). The table layer writes them as Delta column
+    # metadata ("comment"), where `gpope query --describe`, Spark's DESCRIBE and Unity Catalog
+    # show them. Per-spec numbers (gamma, reward_scale, feature map) live in the spec file named by
+    # spec_id/spec_name (conf/specs/*.yaml; logged with every MLflow run as spec.yaml).
+    "observations": {
+        "patient_id": "patient identifier as delivered (pseudonymised upstream)",
+        "time": "time of the observation (UTC, microseconds)",
+        "variable": "name of the measured variable (the dataset's configured state variables)",
+        "value": "measured value, in the variable's own unit as delivered",
+    },
+    "treatments": {
+        "patient_id": "patient identifier as delivered",
+        "time": "time of the treatment decision (UTC); one decision step per row",
+        "action": "treatment given, a label of the dataset's action vocabulary",
+        "propensity": "probability of this action under the logged behaviour policy, in (0, 1]",
+    },
+    "outcomes": {
+        "patient_id": "patient identifier as delivered",
+        "time": "time of the outcome (UTC)",
+        "reward": "outcome in the dataset's raw reward unit (not scaled by any spec)",
+    },
+    "transitions": {
+        "patient_id": "patient identifier (one trajectory per patient)",
+        "traj_index": "dense trajectory index 0..m-1 of the dataset",
+        "t": "decision step within the trajectory, 0-based",
+        "state": "state vector at the step (configured variables, forward-filled, raw units)",
+        "action": "action index in the dataset's action vocabulary",
+        "behavior_prob": "logged probability of the action under the behaviour policy",
+        "reward": "sum of raw outcome rewards in (this step, next step], raw reward unit",
+        "next_state": "state vector at the next step (raw units)",
+        "terminal": "true: the episode really ended here (next features are zero)",
+        "truncated": "true: the record stops here without a terminal event (next state kept)",
+    },
+    "rejected_events": {
+        "table": "raw table the row came from (observations, treatments, outcomes)",
+        "reason": "why the row cannot be used",
+        "row": "the raw row as JSON",
+    },
+    "trajectory_stats": {
+        "spec_id": "id of the evaluation spec (hash of feature map, target policy, gamma, "
+        "normalization, length_scale, reward_scale); partition column",
+        "traj_index": "trajectory index (transitions.traj_index)",
+        "tau": "number of decision steps of the trajectory",
+        "A": "A_i = w_i sum_t rho_t phi_t (phi_t - gamma phi_t+1)^T, n x n row-major; gamma, "
+        "features and weight w_i (1/length_scale or 1/tau) from the spec",
+        "b": "b_i = w_i sum_t rho_t (reward_scale r_t) phi_t, length n; rewards times the spec's "
+        "reward_scale",
+        "C": "C_i = w_i sum_t phi_t phi_t^T, n x n row-major (symmetric)",
+    },
+    "released_estimates": {
+        "run_id": "gpope run id (also the MLflow tag gpope.run_id and privacy_ledger.run_id)",
+        "dataset": "dataset (cohort) evaluated",
+        "spec_id": "id of the evaluation spec (trajectory_stats.spec_id)",
+        "policy": "public label of the evaluated target policy",
+        "epsilon": "epsilon spent by the run (reserved in privacy_ledger)",
+        "delta": "delta spent by the run",
+        "accountant": "privacy accountant that calibrated the noise (pld, rdp, paper)",
+        "created_at": "release time (UTC)",
+        "theta": "released weights: V(s) = theta . phi(s) / reward_scale of the spec",
+        "reference_states": "names of the spec's public reference states (parallel to values)",
+        "values": "V at each reference state, discounted with the spec's gamma, in the raw reward "
+        "unit (reward_scale undone); parallel to reference_states",
+        "private": "true: a differentially private release; false: fixed seed, NOT private",
+    },
+    "privacy_ledger": {
+        "dataset": "dataset (cohort) whose budget the row concerns",
+        "run_id": "gpope run id, or a budget row's id",
+        "mechanism": "'budget' for a budget row, else the run's dp-accounting event",
+        "epsilon": "budget row: the dataset's total epsilon; run row: the run's epsilon. Never "
+        "sum this column across statuses: use budget_status",
+        "delta": "budget row: total delta; run row: the run's delta",
+        "accountant": "accountant of the run's epsilon",
+        "status": "budget | reserved | released | failed | cancelled (reserved, released and "
+        "failed count as spent)",
+        "created_at": "time of the row (UTC)",
+    },
+}
+
+
+def with_comments(table: str, schema: StructType) -> StructType:
+    """``schema`` with each field's ``comment`` metadata from :data:`COLUMN_COMMENTS`."""
+    comments = COLUMN_COMMENTS.get(table, {})
+    return StructType([
+        StructField(f.name, f.dataType, f.nullable,
+                    {**(f.metadata or {}), "comment": comments[f.name]}
+                    if f.name in comments else f.metadata)
+        for f in schema.fields
+    ])
+
+
 TABLE_SCHEMAS: dict[str, StructType] = {
     "observations": OBSERVATIONS,
     "treatments": TREATMENTS,
@@ -117,3 +210,5 @@ TABLE_SCHEMAS: dict[str, StructType] = {
     "released_estimates": RELEASED_ESTIMATES,
     "privacy_ledger": PRIVACY_LEDGER,
 }
+# Every contract carries its column comments (written as Delta column metadata on table creation).
+TABLE_SCHEMAS = {name: with_comments(name, schema) for name, schema in TABLE_SCHEMAS.items()}

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stats",
     "evaluate",
     "budget",
+    "query",
     "accountant",
     "experiment",
     "tune",

@@ -100,7 +100,7 @@ def conform(df: DataFrame, schema: StructType, *, table: str) -> DataFrame:
         if src.dataType.simpleString() != field.dataType.simpleString():
             col = col.cast(field.dataType)
         guarded = null_guard_column(col, field.name, src.nullable, src.dataType, field)
-        columns.append(guarded.alias(field.name))
+        columns.append(guarded.alias(field.name, metadata=field.metadata or {}))
     return df.select(*columns)
 
 

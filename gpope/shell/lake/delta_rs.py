@@ -287,7 +287,7 @@ class DeltaRsStore:
                 )
             return partitions
         current = self.schema(table)
-        if current.jsonValue() != schema.jsonValue():
+        if _shape(current) != _shape(schema):
             raise SchemaError(
                 f"Delta table {path} ({table_name}) has schema {_describe(current)}, but the "
                 f"contract is {_describe(schema)}. Migrate the table, or delete it and rerun the "
@@ -428,6 +428,11 @@ def _without(schema: StructType, columns: list[str]) -> StructType:
     from pyspark.sql.types import StructType
 
     return StructType([f for f in schema.fields if f.name not in set(columns)])
+
+
+def _shape(schema: StructType) -> list[tuple[str, Any, bool]]:
+    """Names, types and nullability (column metadata such as comments is not part of the contract)."""
+    return [(f.name, f.dataType.jsonValue(), f.nullable) for f in schema.fields]
 
 
 def _describe(schema: StructType) -> str:

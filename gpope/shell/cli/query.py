@@ -1,0 +1,219 @@
+"""``gpope query "SQL"``: SQL over every lake table (DuckDB over Delta, no Spark, no JVM)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from typing import Any
+
+from gpope.jsonable import jsonable
+
+_EPILOG = """\
+views: shared gold tables by name (released_values, released_estimates, privacy_ledger);
+one dataset's table as <dataset>__<table> (hiv_demo__transitions); every dataset's table
+stacked with a leading dataset column as <table> (transitions, trajectory_stats...);
+budget_status (one row per dataset). `gpope query --tables` lists them; `--describe VIEW`
+shows the columns with their comments (units, scale, meaning).
+
+examples:
+  gpope query "SELECT dataset, spec_name, state, value, lower, upper FROM released_values
+               QUALIFY row_number() OVER (PARTITION BY dataset, spec_id, estimator, state
+                                          ORDER BY created_at DESC) = 1"
+  gpope query "SELECT * FROM budget_status"
+  gpope query --csv "SELECT * FROM released_values WHERE spec_name = 'hiv_demo' ORDER BY created_at"
+"""
+
+_MAX_CELL = 48
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``query`` command."""
+    parser = subparsers.add_parser(
+        "query",
+        help="SQL over the lake's tables (released values, budgets, every stage) in seconds, no Spark",
+        description=(
+            "Run one SQL statement (DuckDB dialect) over the lake's Delta tables, read directly "
+            "with delta-rs: no Spark and no JVM start, so it answers in about a second. Only the "
+            "views the query names are opened. The same view names are the Unity Catalog table "
+            "names on a cluster, so the query also runs in Spark SQL there."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("sql", nargs="?", default=None, help="the SQL statement (quote it)")
+    parser.add_argument("--lake", default=None,
+                        help="lake root directory (default: ./lake, or lake.root in --conf)")
+    parser.add_argument("--conf", default=None,
+                        help="YAML configuration file (lake root, default privacy budget)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--tables", action="store_true",
+                      help="list the lake's views (name, layer, dataset, table, path)")
+    what.add_argument("--describe", metavar="VIEW", default=None,
+                      help="list VIEW's columns with their types and comments")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true",
+                     help="print one JSON document: columns and rows (full values)")
+    out.add_argument("--csv", action="store_true",
+                     help="print CSV with a header (arrays as JSON) for spreadsheets and pandas")
+    parser.set_defaults(func=_run)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from gpope.shell.pipeline.jobargs import config_from_args
+
+    return config_from_args(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpope.errors import ConfigError
+
+    if args.tables:
+        return _tables(args)
+    if args.describe:
+        return _describe(args)
+    if args.sql is None:
+        raise ConfigError(
+            'gpope query needs a SQL statement, e.g. gpope query "SELECT * FROM budget_status", '
+            "or --tables / --describe VIEW."
+        )
+    from gpope.shell.query import query
+
+    result = query(args.sql, lake=_config(args))
+    columns = [(f.name, str(f.type)) for f in result.table.schema]
+    rows = result.table.to_pylist()
+    if args.json:
+        payload = {
+            "lake": result.lake,
+            "sql": result.sql,
+            "columns": [{"name": n, "type": t} for n, t in columns],
+            "rows": rows,
+            "row_count": len(rows),
+        }
+        _dump_json(payload)
+    elif args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow([n for n, _ in columns])
+        for row in rows:
+            writer.writerow([_csv_cell(row[n]) for n, _ in columns])
+    else:
+        print(format_table([n for n, _ in columns], [[row[n] for n, _ in columns] for row in rows]))
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}, lake {result.lake}, "
+              f"{result.seconds:.2f} s)", file=sys.stderr)
+    return 0
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from gpope.shell.query import BUDGET_STATUS_VIEW, lake_tables, view_names
+
+    config = _config(args)
+    tables = lake_tables(config)
+    entries = [
+        {"view": t.view, "layer": t.layer, "dataset": t.dataset, "table": t.table, "path": t.path}
+        for t in tables
+    ]
+    stacked = sorted({t.table for t in tables if t.dataset is not None})
+    for name in stacked:
+        entries.append({"view": name, "layer": next(t.layer for t in tables if t.table == name),
+                        "dataset": "(all, column dataset)", "table": name, "path": None})
+    if BUDGET_STATUS_VIEW in view_names(tables):
+        entries.append({"view": BUDGET_STATUS_VIEW, "layer": "gold", "dataset": "(all)",
+                        "table": "privacy_ledger", "path": None})
+    entries.sort(key=lambda e: e["view"])
+    if args.json:
+        _dump_json({"lake": config.lake.root, "views": entries})
+    elif args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["view", "layer", "dataset", "table", "path"])
+        for e in entries:
+            writer.writerow([e["view"], e["layer"], e["dataset"] or "", e["table"], e["path"] or ""])
+    else:
+        cols = ["view", "layer", "dataset", "table"]
+        print(format_table(cols, [[e[c] or "" for c in cols] for e in entries]))
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    from gpope.shell.query import describe
+
+    columns = describe(args.describe, lake=_config(args))
+    if args.json:
+        _dump_json({"view": args.describe, "columns": columns})
+    elif args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["column", "type", "comment"])
+        for c in columns:
+            writer.writerow([c["column"], c["type"], c["comment"] or ""])
+    else:
+        rows = [[c["column"], c["type"], c["comment"] or ""] for c in columns]
+        print(format_table(["column", "type", "comment"], rows, max_cell=None))
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    """Strict-JSON form: datetimes as ISO strings, non-finite floats as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _dump_json(payload: dict[str, Any]) -> None:
+    json.dump(_plain(payload), sys.stdout, indent=2, default=jsonable, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        return json.dumps(_plain(value), default=jsonable)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value if isinstance(value, str | int | float | bool) else jsonable(value)
+
+
+def _cell(value: Any, max_cell: int | None) -> str:
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, float):
+        text = f"{value:.6g}" if math.isfinite(value) else str(value)
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_cell(v, None) for v in value) + "]"
+    elif hasattr(value, "isoformat"):
+        text = value.isoformat(sep=" ") if hasattr(value, "hour") else value.isoformat()
+    else:
+        text = str(value)
+    text = text.replace("\n", " ")
+    if max_cell is not None and len(text) > max_cell:
+        text = text[: max_cell - 1] + "…"
+    return text
+
+
+def format_table(columns: list[str], rows: list[list[Any]], *, max_cell: int | None = _MAX_CELL) -> str:
+    """A plain-text table: header, rule, one line per row (floats to 6 significant digits)."""
+    cells = [[_cell(v, max_cell) for v in row] for row in rows]
+    widths = [len(c) for c in columns]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    numeric = [
+        all(isinstance(r[i], int | float) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
+        and any(r[i] is not None for r in rows)
+        for i in range(len(columns))
+    ]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    out = [line(columns), "  ".join("-" * w for w in widths)]
+    out.extend(line(row) for row in cells)
+    return "\n".join(out)

@@ -1,0 +1,375 @@
+"""The analysts' query path: SQL over every lake table, with DuckDB, without Spark or a JVM.
+
+Each Delta table of a path-based lake is exposed as a named view over delta-rs's Arrow dataset
+(``DeltaTable(path).to_pyarrow_dataset()``, the table's latest version), and DuckDB runs the
+query in-process: an interactive query answers in well under a second on a laptop.
+
+View names (the same names as the Unity Catalog tables of :mod:`gpope.shell.lake.names`, so a
+query written here runs unchanged in Spark SQL on a cluster, in ``catalog.schema``):
+
+=============================  ===============================================================
+view                           what
+=============================  ===============================================================
+``<table>`` (shared)           the shared gold tables: ``released_estimates``,
+                               ``released_values``, ``privacy_ledger`` (every dataset)
+``<dataset>__<table>``         one dataset's table, e.g. ``hiv_demo__transitions``
+``<table>`` (per-dataset)      the per-dataset tables of every dataset stacked, with a leading
+                               ``dataset`` column, e.g. ``transitions``, ``trajectory_stats``
+``budget_status``              one row per dataset of the ledger: budget, spent, remaining,
+                               runs left (computed by the ledger, no Spark)
+=============================  ===============================================================
+
+Columns keep the comments the table layer wrote as Delta column metadata
+(:data:`gpope.shell.schemas.COLUMN_COMMENTS`); :func:`describe` lists them. Only the views a query
+names are opened, so a lake with many datasets costs nothing extra. Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpope.errors import ConfigError, QueryError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+    from gpope.config import GpopeConfig
+
+__all__ = [
+    "BUDGET_STATUS_VIEW",
+    "LakeTable",
+    "QueryResult",
+    "connect",
+    "describe",
+    "lake_tables",
+    "query",
+    "view_names",
+]
+
+BUDGET_STATUS_VIEW = "budget_status"
+_LAYERS = ("bronze", "silver", "gold")
+_SEPARATOR = "__"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DATASET_COMMENT = "dataset (cohort) the row belongs to (view {view} stacks every dataset's {table})"
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """One Delta table found in the lake.
+
+    Attributes:
+        view: the view name it is queried by (``table`` or ``dataset__table``).
+        layer: ``bronze``, ``silver`` or ``gold``.
+        table: the table name.
+        dataset: the dataset, or None for a shared gold table.
+        path: the table directory.
+    """
+
+    view: str
+    layer: str
+    table: str
+    dataset: str | None
+    path: str
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The answer of :func:`query`: an Arrow table plus where it came from."""
+
+    table: pa.Table
+    sql: str
+    lake: str
+    views: tuple[str, ...]
+    seconds: float
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame."""
+        return self.table.to_pandas()
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        """The rows as a list of dicts (column -> Python value)."""
+        return self.table.to_pylist()
+
+
+def _lake_root(lake: str | Path | GpopeConfig | None) -> tuple[Path, GpopeConfig]:
+    """The local lake root and the configuration (defaults when only a path is given)."""
+    from gpope.config import GpopeConfig, load_config
+    from gpope.shell.lake.names import local_root
+
+    if isinstance(lake, GpopeConfig):
+        config = lake
+    else:
+        config = load_config(None, lake={"root": str(lake) if lake is not None else None})
+    if config.lake.catalog is not None:
+        raise ConfigError(
+            f"gpope query reads path-based lakes; lake.catalog/lake.schema are set "
+            f"({config.lake.catalog}.{config.lake.schema}). On a cluster, run the same SQL with "
+            "Spark SQL in that schema: the table names are the same (dataset__table)."
+        )
+    root = local_root(config.lake.root)
+    if root is None:
+        raise ConfigError(
+            f"gpope query reads a local lake directory; got lake root {config.lake.root!r}. On "
+            "Databricks use the /dbfs/... path of the lake, or Spark SQL."
+        )
+    if not root.is_dir():
+        raise ConfigError(
+            f"The lake root {root} does not exist. Pass the lake the pipeline wrote with --lake "
+            "(the default is ./lake in the current directory)."
+        )
+    return root, config
+
+
+def _is_delta(path: Path) -> bool:
+    return (path / "_delta_log").is_dir()
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(Path(e.path) for e in os.scandir(path) if e.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def lake_tables(lake: str | Path | GpopeConfig | None = None) -> list[LakeTable]:
+    """Every Delta table of the lake, by layer, dataset and name (no table is opened).
+
+    Guarantees: shared gold tables (``<root>/gold/<table>``) get their own name as view; per-dataset
+    tables (``<root>/<layer>/<dataset>/<table>``) get ``<dataset>__<table>``; sorted by view name.
+    """
+    root, _ = _lake_root(lake)
+    return _discover(root)
+
+
+def _discover(root: Path) -> list[LakeTable]:
+    found: list[LakeTable] = []
+    for layer in _LAYERS:
+        for first in _subdirs(root / layer):
+            if layer == "gold" and _is_delta(first):
+                found.append(LakeTable(first.name, layer, first.name, None, str(first)))
+                continue
+            for table in _subdirs(first):
+                if _is_delta(table):
+                    view = f"{first.name}{_SEPARATOR}{table.name}"
+                    found.append(LakeTable(view, layer, table.name, first.name, str(table)))
+    return sorted(found, key=lambda t: t.view)
+
+
+def view_names(tables: Iterable[LakeTable], *, budget: bool = True) -> list[str]:
+    """All view names a lake with ``tables`` offers (per-table, stacked and budget_status)."""
+    tables = list(tables)
+    names = {t.view for t in tables}
+    names.update(t.table for t in tables if t.dataset is not None)
+    if budget and any(t.view == "privacy_ledger" for t in tables):
+        names.add(BUDGET_STATUS_VIEW)
+    return sorted(names)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _open_dataset(table: LakeTable) -> tuple[Any, dict[str, str]]:
+    """The table's Arrow dataset (latest version) and its column comments from the Delta schema."""
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(table.path)
+    comments = {}
+    for f in delta.schema().fields:
+        comment = (f.metadata or {}).get("comment")
+        if isinstance(comment, str) and comment:
+            comments[f.name] = comment
+    return delta.to_pyarrow_dataset(), comments
+
+
+def _comment_columns(con: duckdb.DuckDBPyConnection, view: str, comments: dict[str, str]) -> None:
+    for column, comment in comments.items():
+        con.execute(
+            f"COMMENT ON COLUMN {_quote(view)}.{_quote(column)} IS {_sql_string(comment)}"
+        )
+
+
+def _register(con: duckdb.DuckDBPyConnection, table: LakeTable) -> dict[str, str]:
+    dataset, comments = _open_dataset(table)
+    arrow_name = f"__arrow_{table.view}"
+    con.register(arrow_name, dataset)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.view)} AS SELECT * FROM {_quote(arrow_name)}")
+    _comment_columns(con, table.view, comments)
+    return comments
+
+
+def _register_stacked(
+    con: duckdb.DuckDBPyConnection, name: str, members: list[LakeTable], comments: dict[str, str]
+) -> None:
+    parts = [
+        f"SELECT {_sql_string(t.dataset or '')} AS dataset, * FROM {_quote(t.view)}"
+        for t in members
+    ]
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS " + " UNION ALL BY NAME ".join(parts))
+    _comment_columns(
+        con, name, {"dataset": _DATASET_COMMENT.format(view=name, table=name), **comments}
+    )
+
+
+def _register_budget_status(con: duckdb.DuckDBPyConnection, config: GpopeConfig) -> None:
+    from gpope.shell.pipeline import ledger
+
+    provider = getattr(ledger, "budget_status_table", None)
+    if provider is None:
+        raise QueryError(
+            "The budget_status view needs gpope.shell.pipeline.ledger.budget_status_table, which "
+            "this version of gpope does not have; query privacy_ledger instead."
+        )
+    rows = provider(config)
+    con.register("__arrow_budget_status", rows)
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {BUDGET_STATUS_VIEW} AS SELECT * FROM __arrow_budget_status"
+    )
+    comments = getattr(ledger, "BUDGET_STATUS_COMMENTS", None)
+    if isinstance(comments, dict):
+        _comment_columns(con, BUDGET_STATUS_VIEW,
+                         {k: v for k, v in comments.items() if k in rows.column_names})
+
+
+def connect(
+    lake: str | Path | GpopeConfig | None = None, *, views: Iterable[str] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the lake's tables as views (session time zone UTC).
+
+    Args:
+        lake: the lake root, or a configuration (its ``lake.root`` and privacy defaults); None:
+            ``./lake``.
+        views: open only these views (case-insensitive; unknown names are ignored); None: all.
+
+    Raises:
+        ConfigError: the lake root does not exist, or is not a local path-based lake.
+    """
+    import duckdb
+
+    root, config = _lake_root(lake)
+    tables = _discover(root)
+    wanted = None if views is None else {v.lower() for v in views}
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    stacked: dict[str, list[LakeTable]] = {}
+    for t in tables:
+        if t.dataset is not None:
+            stacked.setdefault(t.table, []).append(t)
+    comments_of: dict[str, dict[str, str]] = {}
+    for t in tables:
+        needed = wanted is None or t.view.lower() in wanted or (
+            t.dataset is not None and t.table.lower() in wanted
+        )
+        if needed:
+            comments_of[t.view] = _register(con, t)
+    for name, members in stacked.items():
+        if (wanted is None or name.lower() in wanted) and name not in {t.view for t in tables}:
+            _register_stacked(con, name, members, comments_of.get(members[-1].view, {}))
+    has_ledger = any(t.view == "privacy_ledger" for t in tables)
+    if has_ledger and (wanted is None or BUDGET_STATUS_VIEW in wanted):
+        _register_budget_status(con, config)
+    return con
+
+
+def query(sql: str, *, lake: str | Path | GpopeConfig | None = None) -> QueryResult:
+    """Run ``sql`` (DuckDB SQL) over the lake's views; only the views it names are opened.
+
+    Args:
+        sql: one SQL statement, e.g. ``SELECT * FROM released_values``.
+        lake: the lake root or a configuration (see :func:`connect`).
+
+    Returns:
+        The rows as an Arrow table, with the SQL, the lake root and the views opened.
+
+    Raises:
+        ConfigError: the lake root does not exist or is not a local path-based lake.
+        QueryError: the SQL is empty or DuckDB refuses it (the message lists the lake's views).
+    """
+    import duckdb
+
+    if not isinstance(sql, str) or not sql.strip():
+        raise QueryError("The SQL query is empty; pass one statement, e.g. "
+                         "'SELECT * FROM released_values'.")
+    start = time.perf_counter()
+    root, config = _lake_root(lake)
+    tables = _discover(root)
+    named = {m.group(0).lower() for m in _IDENTIFIER.finditer(sql)}
+    available = view_names(tables)
+    opened = [v for v in available if v.lower() in named]
+    con = connect(config, views=opened)
+    try:
+        result = con.sql(sql)
+        arrow = result.to_arrow_table() if result is not None else _empty_table()
+    except duckdb.CatalogException as exc:
+        raise QueryError(
+            f"{_first_line(exc)}. Views of the lake {root}: {', '.join(available) or '(none)'}. "
+            f"{_missing_hint(named, available)}"
+        ) from None
+    except duckdb.Error as exc:
+        raise QueryError(f"DuckDB could not run the query: {_first_line(exc)}") from None
+    finally:
+        con.close()
+    return QueryResult(arrow, sql, str(root), tuple(opened), time.perf_counter() - start)
+
+
+def describe(view: str, *, lake: str | Path | GpopeConfig | None = None) -> list[dict[str, Any]]:
+    """The columns of ``view``: name, DuckDB type and comment (None when the table has none).
+
+    Raises:
+        QueryError: the lake has no such view (the message lists the views).
+    """
+    root, config = _lake_root(lake)
+    available = view_names(_discover(root))
+    match = [v for v in available if v.lower() == view.lower()]
+    if not match:
+        raise QueryError(
+            f"The lake {root} has no view {view!r}. Views: {', '.join(available) or '(none)'}. "
+            f"{_missing_hint({view.lower()}, available)}"
+        )
+    con = connect(config, views=match)
+    try:
+        rows = con.execute(
+            "SELECT column_name, data_type, comment FROM duckdb_columns() "
+            "WHERE lower(table_name) = lower(?) ORDER BY column_index",
+            [match[0]],
+        ).fetchall()
+    finally:
+        con.close()
+    return [{"column": c, "type": t, "comment": comment} for c, t, comment in rows]
+
+
+def _empty_table() -> pa.Table:
+    import pyarrow as pa
+
+    return pa.table({})
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0].rstrip(".") if text else type(exc).__name__
+
+
+def _missing_hint(named: set[str], available: list[str]) -> str:
+    """Which stage creates a known table the lake does not have yet."""
+    from gpope.shell.lake.names import _CREATORS
+
+    known = {v.lower() for v in available}
+    missing = sorted(n for n in named if n in _CREATORS and n not in known)
+    if BUDGET_STATUS_VIEW in named and BUDGET_STATUS_VIEW not in known:
+        missing.append(BUDGET_STATUS_VIEW)
+    hints = []
+    for name in missing:
+        creator = _CREATORS.get(name, _CREATORS["privacy_ledger"]).format(dataset="NAME")
+        hints.append(f"{name} does not exist yet: it is created by {creator}.")
+    return " ".join(hints)

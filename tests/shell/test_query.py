@@ -1,0 +1,175 @@
+"""The analysts' query path: DuckDB over the Delta tables the pipeline wrote, checked against Spark."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpope.config import load_config
+from gpope.core.envs import mountaincar
+from gpope.core.spec import EvaluationSpec
+from gpope.errors import ConfigError, QueryError
+from gpope.shell import lake
+from gpope.shell.cli import main
+from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
+from gpope.shell.query import describe, lake_tables, query
+from gpope.shell.schemas import COLUMN_COMMENTS, TABLE_SCHEMAS, TRANSITIONS
+
+pytestmark = pytest.mark.spark
+
+SPEC = {
+    "name": "mc_query",
+    "gamma": 0.9,
+    "normalization": "transition",
+    "length_scale": 30,
+    "reward_scale": 0.1,
+    "feature_map": {"kind": "fourier", "order": 1, "low": [-1.2, -0.07], "high": [0.6, 0.07]},
+    "target_policy": {"kind": "uniform", "n_actions": 3},
+    "reference_states": {"bottom": [-0.5, 0.0], "right": [0.3, 0.02]},
+}
+
+
+@pytest.fixture(scope="module")
+def pipeline_lake(spark, tmp_path_factory):
+    """Two datasets through stats, and two released runs of one of them (real Spark, real Delta)."""
+    tmp = tmp_path_factory.mktemp("query")
+    config = load_config(None, lake={"root": str(tmp / "lake")})
+    behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.2)
+    spec = EvaluationSpec.from_mapping(SPEC)
+    for seed, name in ((1, "cohort_a"), (2, "cohort_b")):
+        transitions = mountaincar.generate(12 + 3 * seed, np.random.default_rng(seed), behaviour,
+                                           max_steps=30)
+        df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
+        lake.write_table(df, config.lake, "silver", name, "transitions", mode="overwrite")
+        run_stats(spark, config, dataset=name, spec=spec)
+    PrivacyLedger(spark, config).set_budget("cohort_a", epsilon=5.0, delta=1e-4)
+    options = EvaluateOptions(epsilon=1.0, delta=1e-5, iterations=200, step_size=0.2, seed=3,
+                              public_trajectories=0)
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    for _ in range(2):
+        run_evaluate(spark, config, dataset="cohort_a", spec=spec, options=options,
+                     tracking_uri=uri)
+    return config, spec
+
+
+def test_every_contract_column_has_a_comment():
+    for table, schema in TABLE_SCHEMAS.items():
+        for f in schema.fields:
+            assert f.metadata.get("comment"), f"{table}.{f.name} has no comment"
+            assert f.metadata["comment"] == COLUMN_COMMENTS[table][f.name]
+
+
+def test_views_follow_the_naming_rules(pipeline_lake):
+    config, _ = pipeline_lake
+    views = {t.view: t for t in lake_tables(config)}
+    assert views["cohort_a__transitions"].layer == "silver"
+    assert views["cohort_b__trajectory_stats"].dataset == "cohort_b"
+    assert views["released_estimates"].dataset is None
+    assert views["privacy_ledger"].dataset is None
+
+
+def test_counts_per_dataset_equal_spark(spark, pipeline_lake):
+    config, _ = pipeline_lake
+    got = query("SELECT dataset, count(*) AS n, sum(reward) AS r FROM transitions "
+                "GROUP BY dataset ORDER BY dataset", lake=config).to_pylist()
+    for row in got:
+        df = lake.read_table(spark, config.lake, "silver", row["dataset"], "transitions")
+        expected = df.selectExpr("count(*) AS n", "sum(reward) AS r").collect()[0]
+        assert row["n"] == expected["n"]
+        assert row["r"] == pytest.approx(expected["r"], rel=1e-12)
+    assert [r["dataset"] for r in got] == ["cohort_a", "cohort_b"]
+    one = query("SELECT count(*) AS n FROM cohort_b__transitions", lake=config).to_pylist()
+    assert one == [{"n": got[1]["n"]}]
+
+
+def test_statistics_arrays_and_partition_column_equal_spark(spark, pipeline_lake):
+    config, spec = pipeline_lake
+    got = query("SELECT spec_id, traj_index, tau, A, b FROM cohort_a__trajectory_stats "
+                "ORDER BY traj_index", lake=config).to_pandas()
+    ref = (lake.read_table(spark, config.lake, "gold", "cohort_a", "trajectory_stats")
+           .orderBy("traj_index").toPandas())
+    assert list(got["spec_id"]) == [spec.spec_id] * len(ref)
+    assert list(got["tau"]) == list(ref["tau"])
+    np.testing.assert_array_equal(np.stack(got["A"]), np.stack(ref["A"]))
+    np.testing.assert_array_equal(np.stack(got["b"]), np.stack(ref["b"]))
+
+
+def test_released_estimates_equal_spark_and_times_are_utc(spark, pipeline_lake):
+    config, _ = pipeline_lake
+    got = query("SELECT run_id, created_at, theta, \"values\" FROM released_estimates "
+                "ORDER BY created_at", lake=config).to_pylist()
+    ref = {r["run_id"]: r for r in lake.read_shared_table(spark, config.lake,
+                                                          "released_estimates").collect()}
+    assert len(got) == 2 and {r["run_id"] for r in got} == set(ref)
+    for row in got:
+        assert row["theta"] == list(ref[row["run_id"]]["theta"])
+        assert row["values"] == list(ref[row["run_id"]]["values"])
+        # Spark's session is UTC (conftest) and returns naive UTC datetimes.
+        assert row["created_at"].utcoffset().total_seconds() == 0
+        assert row["created_at"].replace(tzinfo=None) == ref[row["run_id"]]["created_at"]
+
+
+def test_column_comments_reach_the_views(pipeline_lake):
+    config, _ = pipeline_lake
+    cols = {c["column"]: c for c in describe("released_estimates", lake=config)}
+    assert cols["values"]["comment"] == COLUMN_COMMENTS["released_estimates"]["values"]
+    stacked = {c["column"]: c for c in describe("trajectory_stats", lake=config)}
+    assert "stacks every dataset" in stacked["dataset"]["comment"]
+    assert stacked["A"]["comment"] == COLUMN_COMMENTS["trajectory_stats"]["A"]
+
+
+def test_unknown_view_and_bad_sql_are_clear_errors(pipeline_lake, tmp_path):
+    config, _ = pipeline_lake
+    with pytest.raises(QueryError, match=r"cohort_a__transitions.*released_estimates"):
+        query("SELECT * FROM released_estimatez", lake=config)
+    with pytest.raises(QueryError, match="could not run"):
+        query("SELEC 1", lake=config)
+    with pytest.raises(QueryError, match="empty"):
+        query("  ", lake=config)
+    with pytest.raises(ConfigError, match="does not exist"):
+        query("SELECT 1", lake=tmp_path / "nowhere")
+
+
+def test_cli_outputs_json_csv_and_exits_2_on_errors(pipeline_lake, capsys):
+    config, _ = pipeline_lake
+    root = config.lake.root
+    sql = "SELECT dataset, count(*) AS n FROM trajectory_stats GROUP BY dataset ORDER BY dataset"
+    assert main(["query", "--lake", root, "--json", sql]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["dataset"] for r in doc["rows"]] == ["cohort_a", "cohort_b"]
+    assert doc["columns"][1] == {"name": "n", "type": "int64"}
+    assert main(["query", "--lake", root, "--csv", sql]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "dataset,n" and lines[1].startswith("cohort_a,")
+    assert main(["query", "--lake", root, sql]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].split() == ["dataset", "n"]
+    assert "2 rows" in captured.err
+    assert main(["query", "--lake", root, "SELECT * FROM nope"]) == 2
+    assert "no" in capsys.readouterr().err.lower()
+
+
+def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
+    config, _ = pipeline_lake
+    code = (
+        "import sys, subprocess\n"
+        "from gpope.shell.cli import main\n"
+        f"rc = main(['query', '--lake', {config.lake.root!r}, '--json', "
+        "'SELECT count(*) AS n FROM transitions'])\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
+        "import os\n"
+        "kids = [p for p in os.listdir('/proc') if p.isdigit() and "
+        "open(f'/proc/{p}/stat').read().split()[3] == str(os.getpid())]\n"
+        "print('LOADED', loaded, 'CHILDREN', kids, 'RC', rc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).parent)
+    assert out.returncode == 0, out.stderr
+    assert "LOADED [] CHILDREN [] RC 0" in out.stdout
