@@ -1,0 +1,338 @@
+"""Sufficient-statistics perturbation (SSP): a one-shot private LSTD and a private MSPBE.
+
+The mechanism (:func:`release_noisy_statistics`), one Gaussian release per run:
+
+1. **Clip jointly.** Each trajectory's statistics are flattened into one vector
+   ``v_i = [vec A_i, b_i, vec C_i]`` (length ``2 n^2 + n``) and scaled to L2 norm at most the
+   public bound ``clip`` (:func:`clip_statistics`). Clipping is total: a row with a non-finite
+   entry is replaced by zeros (norm 0 <= clip), so every row is bounded whatever the data.
+2. **Sum by group.** Trajectory i goes to group ``g(i) = H_key(traj_index_i) mod K``
+   (:func:`assign_groups`; ``H_key`` a keyed 64-bit mixer whose key is drawn from OS entropy and
+   never logged). Group sums ``S_k = sum_{g(i)=k} v_i``. In the pipeline these sums are a Spark
+   aggregate over ``trajectory_stats``; :func:`group_sums` is the in-memory reference.
+3. **Noise once.** ``S~_k = S_k + N(0, (sigma * clip)^2 I)`` independently for every group and
+   every coordinate. Under add/remove adjacency one patient changes exactly one ``v_i`` in one
+   group, so the stacked vector ``(S_1, ..., S_K)`` has L2 sensitivity ``clip``: the release is
+   ONE Gaussian mechanism with noise multiplier ``sigma`` (dp-accounting
+   ``GaussianDpEvent(sigma)``), whatever K. (A random group assignment independent of the data
+   keeps this bound: for every coupling of the assignments the neighbouring outputs are a
+   Gaussian-mechanism pair, and the hockey-stick divergence is jointly convex.) sigma is
+   calibrated by the same accountants as GPOPE (:func:`ssp_sigma`).
+4. **Solve** (post-processing; :func:`solve_ssp`): the pooled noisy sums ``A~ = sum_k A~_k``,
+   ``b~`` give ``theta = argmin ||A~ theta - b~||^2 + lambda ||theta||^2`` with the AdaSSP rule
+   of Wang (2018), "Revisiting differentially private linear regression: optimal and adaptive
+   prediction & estimation in unbounded domain" (UAI), Algorithm 2: regularise just enough that
+   the smallest eigenvalue of the regularised Gram matrix stays above a high-probability bound
+   on the noise, ``lambda = max(0, tau^2 - s_min(A~)^2)`` with ``tau`` the (1 - rho) bound on the
+   spectral norm of the pooled noise matrix (Gaussian matrix: ``||E|| <= s (2 sqrt(n) +
+   sqrt(2 log(1/rho)))``, Davidson and Szarek 2001). With sigma = 0, ``lambda = 0`` and theta is
+   the exact LSTD fixed point (the minimum-norm one if A is singular). Solved as a stacked least
+   squares problem (no normal equations).
+
+K groups cost nothing in privacy; they cost a factor ``sqrt(K)`` in the noise of the pooled sums
+and buy a grouped jackknife interval (:mod:`gpope.core.intervals`) that covers both the privacy
+noise and the sampling variability.
+
+The same release gives MSPBE(theta) of any theta as post-processing (:func:`private_mspbe`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpope.core.validation import check_int, check_number
+from gpope.errors import ConfigError, DataError
+
+__all__ = [
+    "NoisyStatistics",
+    "assign_groups",
+    "clip_statistics",
+    "group_sums",
+    "noise_norm_bound",
+    "private_mspbe",
+    "release_noisy_statistics",
+    "ssp_dp_event",
+    "ssp_sigma",
+    "solve_ssp",
+    "supported_features",
+    "statistics_vectors",
+    "split_vector",
+]
+
+#: Probability that the pooled noise's spectral norm exceeds the bound used by the AdaSSP rule.
+NOISE_BOUND_FAILURE = 0.05
+
+#: A feature enters the SSP solve when its noisy C_jj exceeds this many noise std.
+SUPPORT_Z = 4.0
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def statistics_vectors(A: np.ndarray, b: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(k, 2 n^2 + n) rows ``[vec A_i, b_i, vec C_i]`` from A (k, n, n) or (k, n*n), b (k, n),
+    C likewise."""
+    b = np.asarray(b, dtype=np.float64)
+    k, n = b.shape
+    A = np.asarray(A, dtype=np.float64).reshape(k, n * n)
+    C = np.asarray(C, dtype=np.float64).reshape(k, n * n)
+    return np.concatenate([A, b, C], axis=1)
+
+
+def split_vector(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inverse of :func:`statistics_vectors` over a leading axis: (..., n, n), (..., n), (..., n, n)."""
+    v = np.asarray(v, dtype=np.float64)
+    lead = v.shape[:-1]
+    if v.shape[-1] != 2 * n * n + n:
+        raise DataError(f"Statistics vectors must have length 2n^2+n = {2 * n * n + n}; got {v.shape[-1]}.")
+    A = v[..., : n * n].reshape(*lead, n, n)
+    b = v[..., n * n : n * n + n]
+    C = v[..., n * n + n :].reshape(*lead, n, n)
+    return A, b, C
+
+
+def clip_statistics(vectors: np.ndarray, clip: float) -> np.ndarray:
+    """Rows scaled to L2 norm <= ``clip`` (rows with a non-finite entry become zero); a new array.
+
+    Guarantee: every returned row has norm <= clip (total clipping), rows already inside the
+    ball are unchanged.
+    """
+    clip = check_number("clip_statistics", "clip", clip, gt=0.0)
+    v = np.array(vectors, dtype=np.float64, copy=True)
+    bad = ~np.isfinite(v).all(axis=1)
+    v[bad] = 0.0
+    norms = np.sqrt(np.einsum("ij,ij->i", v, v))
+    scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
+    v *= scale[:, None]
+    return v
+
+
+def assign_groups(traj_index: np.ndarray, key: int, groups: int) -> np.ndarray:
+    """(k,) group of each trajectory: SplitMix64(traj_index XOR key) mod ``groups``.
+
+    A keyed mixer (Steele, Lea and Flood 2014, the SplitMix64 finaliser): with a secret random
+    ``key`` the groups behave as independent uniform labels; the same key gives the same groups
+    in Spark and in memory.
+    """
+    groups = check_int("assign_groups", "groups", groups, ge=1)
+    z = np.asarray(traj_index, dtype=np.int64).astype(np.uint64) ^ np.uint64(int(key) & 0xFFFFFFFFFFFFFFFF)
+    with np.errstate(over="ignore"):
+        z = (z + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(groups)).astype(np.int64)
+
+
+def group_sums(vectors: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """(groups, p) sums of the rows of ``vectors`` (k, p) by ``group`` (k,) (already clipped)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    out = np.zeros((groups, vectors.shape[1]))
+    np.add.at(out, np.asarray(group, dtype=np.int64), vectors)
+    return out
+
+
+def ssp_sigma(*, m: int, epsilon: float, delta: float, accountant: str = "auto") -> float:
+    """Noise multiplier of one Gaussian release meeting (epsilon, delta) under add/remove.
+
+    The same accountants as GPOPE (:func:`gpope.core.accounting.calibrate_sigma` with one step
+    and Poisson rate 1, i.e. the plain Gaussian mechanism with sensitivity ``clip``).
+    """
+    from gpope.core.accounting import calibrate_sigma
+
+    return float(calibrate_sigma(m=m, iterations=1, epsilon=epsilon, delta=delta,
+                                 accountant=accountant, sampling="poisson", batch_rate=1.0))
+
+
+def ssp_epsilon(*, m: int, sigma: float, delta: float, accountant: str = "auto") -> float:
+    """Epsilon certified for one Gaussian release with noise multiplier ``sigma``."""
+    from gpope.core.accounting import epsilon_spent
+
+    return float(epsilon_spent(m=m, iterations=1, sigma=sigma, delta=delta,
+                               accountant=accountant, sampling="poisson", batch_rate=1.0))
+
+
+def ssp_dp_event(sigma: float):  # -> dp_accounting.DpEvent
+    """The dp-accounting event of the release: ``GaussianDpEvent(sigma)`` (add/remove)."""
+    import dp_accounting
+
+    return dp_accounting.GaussianDpEvent(noise_multiplier=float(sigma))
+
+
+@dataclass(frozen=True)
+class NoisyStatistics:
+    """A released noisy-statistics vector per group (public after the mechanism).
+
+    Attributes:
+        sums: (K, 2 n^2 + n) noisy group sums ``[vec A, b, vec C]``.
+        n: number of features.
+        m: number of trajectories (public).
+        sigma: noise multiplier; clip: the L2 bound (noise std per entry ``sigma * clip``).
+    """
+
+    sums: np.ndarray
+    n: int
+    m: int
+    sigma: float
+    clip: float
+
+    def __post_init__(self) -> None:
+        s = np.asarray(self.sums, dtype=np.float64)
+        if s.ndim != 2 or s.shape[1] != 2 * self.n * self.n + self.n:
+            raise DataError(f"NoisyStatistics.sums must have shape (K, {2 * self.n ** 2 + self.n}); got {s.shape}.")
+        object.__setattr__(self, "sums", s)
+
+    @property
+    def groups(self) -> int:
+        """K."""
+        return int(self.sums.shape[0])
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise on each entry of one group's sums."""
+        return float(self.sigma * self.clip)
+
+    def pooled(self, drop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pooled sums (A (n, n), b (n,), C (n, n)) over all groups, or all but ``drop``;
+        C symmetrised (post-processing)."""
+        total = self.sums.sum(axis=0)
+        if drop is not None:
+            total = total - self.sums[drop]
+        A, b, C = split_vector(total, self.n)
+        return A.copy(), b.copy(), 0.5 * (C + C.T)
+
+    def pooled_noise_std(self, groups: int | None = None) -> float:
+        """Noise std per entry of the sum of ``groups`` groups (default all K)."""
+        k = self.groups if groups is None else groups
+        return self.noise_std * math.sqrt(k)
+
+
+def release_noisy_statistics(
+    sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float, rng: np.random.Generator
+) -> NoisyStatistics:
+    """The mechanism's noise step: ``sums`` (K, 2n^2+n) of CLIPPED statistics plus iid
+    ``N(0, (sigma * clip)^2)`` on every entry (``sigma = 0``: no noise, for tests and diagnostics).
+
+    The caller guarantees the rows were clipped to ``clip`` (:func:`clip_statistics`) and that
+    the groups are disjoint; then the release is ``GaussianDpEvent(sigma)`` under add/remove.
+    """
+    check_number("release_noisy_statistics", "sigma", sigma, ge=0.0)
+    check_number("release_noisy_statistics", "clip", clip, gt=0.0)
+    check_int("release_noisy_statistics", "m", m, ge=1)
+    sums = np.asarray(sums, dtype=np.float64)
+    if not isinstance(rng, np.random.Generator):
+        raise ConfigError(f"The 'rng' parameter must be a numpy Generator. Got {type(rng).__name__} instead.")
+    noisy = sums + (sigma * clip) * rng.standard_normal(sums.shape) if sigma > 0 else sums.copy()
+    return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip))
+
+
+def noise_norm_bound(n: int, std: float, failure: float = NOISE_BOUND_FAILURE) -> float:
+    """A (1 - failure) upper bound on the spectral norm of an n x n matrix of iid N(0, std^2):
+    ``std (2 sqrt(n) + sqrt(2 log(1/failure)))`` (Davidson and Szarek 2001, Thm. II.13)."""
+    return float(std * (2.0 * math.sqrt(n) + math.sqrt(2.0 * math.log(1.0 / failure))))
+
+
+def supported_features(C: np.ndarray, *, noise_std: float, z: float = SUPPORT_Z) -> np.ndarray:
+    """(n,) bool: features whose noisy ``C_jj`` (a sum of ``phi_j^2`` weights) exceeds ``z``
+    noise standard deviations. Features the data never (or hardly) visits have ``C_jj ~ 0`` and
+    a pure-noise row in A; they are left out of the solve (theta_j = 0). Post-processing."""
+    d = np.diag(np.asarray(C, dtype=np.float64))
+    if noise_std <= 0:
+        return d > 0
+    return d > z * noise_std
+
+
+def solve_ssp(
+    A: np.ndarray, b: np.ndarray, *, noise_std: float, C: np.ndarray | None = None,
+    failure: float = NOISE_BOUND_FAILURE,
+) -> tuple[np.ndarray, float]:
+    """AdaSSP-style regularised LSTD on noisy sums: (theta (n,), lambda).
+
+    ``theta = argmin ||A theta - b||^2 + lambda ||theta||^2`` over the supported features
+    (:func:`supported_features` of the noisy C when given; the others get theta_j = 0), with
+    ``lambda = max(0, tau^2 - s_min(A)^2)`` and ``tau = noise_norm_bound(n, noise_std,
+    failure)`` (Wang 2018, Algorithm 2, with the noise level in place of the privately estimated
+    minimum eigenvalue: here the smallest singular value of the NOISY matrix, which is
+    post-processing). Solved as the stacked least squares ``[A; sqrt(lambda) I] theta = [b; 0]``
+    (stable; the minimum-norm solution when lambda = 0 and A is singular). Scale-free:
+    multiplying A, b (and C) and noise_std by c > 0 gives the same theta.
+    """
+    A = np.asarray(A, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    n = b.shape[0]
+    if not (np.isfinite(A).all() and np.isfinite(b).all()):
+        raise DataError("solve_ssp needs finite statistics.")
+    keep = np.ones(n, dtype=bool) if C is None else supported_features(C, noise_std=noise_std)
+    theta = np.zeros(n)
+    k = int(keep.sum())
+    if k == 0:
+        return theta, 0.0
+    Ak, bk = A[np.ix_(keep, keep)], b[keep]
+    tau = noise_norm_bound(k, noise_std, failure) if noise_std > 0 else 0.0
+    s_min = float(np.linalg.svd(Ak, compute_uv=False)[-1])
+    lam = max(0.0, tau * tau - s_min * s_min)
+    if lam > 0:
+        M = np.vstack([Ak, math.sqrt(lam) * np.eye(k)])
+        rhs = np.concatenate([bk, np.zeros(k)])
+    else:
+        M, rhs = Ak, bk
+    theta[keep] = np.linalg.lstsq(M, rhs, rcond=None)[0]
+    return theta, lam
+
+
+def _psd_floor(C: np.ndarray, floor: float) -> np.ndarray:
+    """Symmetric C with eigenvalues raised to at least ``floor`` (post-processing of noisy C)."""
+    w, V = np.linalg.eigh(0.5 * (C + C.T))
+    return (V * np.maximum(w, floor)) @ V.T
+
+
+def private_mspbe(theta: np.ndarray, noisy: NoisyStatistics) -> tuple[float, float]:
+    """(MSPBE(theta), relative MSPBE(theta)) from a noisy-statistics release: post-processing.
+
+    Uses the pooled means ``A~/m, b~/m, C~/m`` with the noisy C's eigenvalues floored at the
+    noise bound (so ``C^-1`` does not amplify noise on directions the data never visited);
+    relative MSPBE is MSPBE(theta) / MSPBE(0) under the same statistics (scale-free, 1 at
+    theta = 0). This is the one function the relative-MSPBE guard consumes.
+    """
+    from gpope.core.metrics import mspbe
+
+    A, b, C = noisy.pooled()
+    floor = max(noise_norm_bound(noisy.n, noisy.pooled_noise_std()), 1e-12 * max(1.0, float(np.abs(C).max())))
+    Cf = _psd_floor(C, floor)
+    m = float(noisy.m)
+    th = np.asarray(theta, dtype=np.float64)
+    value = float(mspbe(th, A / m, b / m, Cf / m))
+    zero = float(mspbe(np.zeros_like(th), A / m, b / m, Cf / m))
+    rel = value / zero if zero > 0 else float("inf")
+    return value, rel
+
+
+def transition_blocks(transitions, block: int = 2048):  # -> Iterator[tuple[np.ndarray, Transitions]]
+    """Consecutive trajectory blocks of a (traj, t)-sorted :class:`Transitions`:
+    ``(traj_index (k,), block Transitions re-indexed 0..k-1)``; memory O(block rows)."""
+    from gpope.core.transitions import Transitions
+
+    tr = transitions
+    offsets = np.concatenate([[0], np.cumsum(tr.lengths)])
+    for lo in range(0, tr.n_trajectories, block):
+        hi = min(lo + block, tr.n_trajectories)
+        rows = slice(int(offsets[lo]), int(offsets[hi]))
+        sub = Transitions(
+            traj_index=tr.traj_index[rows] - lo, t=tr.t[rows], state=tr.state[rows],
+            action=tr.action[rows], reward=tr.reward[rows], next_state=tr.next_state[rows],
+            terminal=tr.terminal[rows], truncated=tr.truncated[rows],
+            behavior_prob=tr.behavior_prob[rows], n_trajectories=hi - lo,
+        )
+        yield np.arange(lo, hi, dtype=np.int64), sub
+
+
+def clipped_group_sums(blocks, *, n: int, clip: float, key: int, groups: int) -> np.ndarray:
+    """(groups, 2n^2+n) sums of jointly clipped statistics vectors, group by
+    :func:`assign_groups`. ``blocks`` yields ``(traj_index (k,), vectors (k, 2n^2+n))``; the
+    in-memory reference of the pipeline's Spark aggregate."""
+    out = np.zeros((groups, 2 * n * n + n))
+    for idx, vec in blocks:
+        out += group_sums(clip_statistics(vec, clip), assign_groups(idx, key, groups), groups)
+    return out
