@@ -4,8 +4,8 @@ The mechanism (:func:`release_noisy_statistics`), one Gaussian release per run:
 
 1. **Clip jointly.** Each trajectory's statistics are flattened into one vector
    ``v_i = [vec A_i, b_i, vec C_i]`` (length ``2 n^2 + n``) and scaled to L2 norm at most the
-   public bound ``clip`` (:func:`clip_statistics`). Clipping is total: a row with a non-finite
-   entry is replaced by zeros (norm 0 <= clip), so every row is bounded whatever the data.
+   public bound ``clip`` (:func:`clip_statistics`, the core's total clip: every row is bounded
+   whatever the data, non-finite ones included).
 2. **Sum by group.** Trajectory i goes to group ``g(i) = H_key(traj_index_i) mod K``
    (:func:`assign_groups`; ``H_key`` a keyed 64-bit mixer whose key is drawn from OS entropy and
    never logged). Group sums ``S_k = sum_{g(i)=k} v_i``. In the pipeline these sums are a Spark
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,12 +55,12 @@ __all__ = [
     "noise_norm_bound",
     "private_mspbe",
     "release_noisy_statistics",
+    "solve_ssp",
+    "split_vector",
     "ssp_dp_event",
     "ssp_sigma",
-    "solve_ssp",
-    "supported_features",
     "statistics_vectors",
-    "split_vector",
+    "supported_features",
 ]
 
 #: Probability that the pooled noise's spectral norm exceeds the bound used by the AdaSSP rule.
@@ -94,19 +95,12 @@ def split_vector(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def clip_statistics(vectors: np.ndarray, clip: float) -> np.ndarray:
-    """Rows scaled to L2 norm <= ``clip`` (rows with a non-finite entry become zero); a new array.
+    """Rows scaled to L2 norm <= ``clip`` by the one total clip (:func:`gpope.core.clipping.clip_rows`:
+    huge, infinite and NaN rows are bounded too); rows already inside the ball are unchanged."""
+    from gpope.core.clipping import clip_rows
 
-    Guarantee: every returned row has norm <= clip (total clipping), rows already inside the
-    ball are unchanged.
-    """
     clip = check_number("clip_statistics", "clip", clip, gt=0.0)
-    v = np.array(vectors, dtype=np.float64, copy=True)
-    bad = ~np.isfinite(v).all(axis=1)
-    v[bad] = 0.0
-    norms = np.sqrt(np.einsum("ij,ij->i", v, v))
-    scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
-    v *= scale[:, None]
-    return v
+    return clip_rows(np.asarray(vectors, dtype=np.float64), clip)
 
 
 def assign_groups(traj_index: np.ndarray, key: int, groups: int) -> np.ndarray:
@@ -154,7 +148,7 @@ def ssp_epsilon(*, m: int, sigma: float, delta: float, accountant: str = "auto")
                                accountant=accountant, sampling="poisson", batch_rate=1.0))
 
 
-def ssp_dp_event(sigma: float):  # -> dp_accounting.DpEvent
+def ssp_dp_event(sigma: float) -> Any:
     """The dp-accounting event of the release: ``GaussianDpEvent(sigma)`` (add/remove)."""
     import dp_accounting
 

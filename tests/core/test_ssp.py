@@ -1,0 +1,138 @@
+"""SSP mechanism and grouped-jackknife intervals (gpope.core.ssp, gpope.core.intervals)."""
+
+from __future__ import annotations
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.rdp import RdpAccountant
+
+from gpope.core import ssp
+from gpope.core.accounting import RDP_ORDERS
+from gpope.core.envs import chain as chain_env
+from gpope.core.intervals import anchored_interval, jackknife_interval
+from gpope.core.metrics import mspbe, relative_mspbe
+from gpope.core.statistics import statistics_from_transitions
+
+
+def _chain_vectors(m: int, seed: int) -> tuple[np.ndarray, int]:
+    cfg = chain_env.ChainConfig(n_states=6, max_steps=50)
+    tr = chain_env.generate(m, np.random.default_rng(seed), cfg)
+    st = statistics_from_transitions(tr, chain_env.feature_map(cfg), np.ones(tr.n_transitions),
+                                     gamma=cfg.gamma, length_scale=50.0, representation="dense")
+    r = st.to_rows()
+    return ssp.statistics_vectors(r["A"], r["b"], r["C"]), cfg.n_states
+
+
+def test_clip_bounds_every_row_and_keeps_small_ones():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(50, 7)) * rng.uniform(0.01, 10, size=(50, 1))
+    v[3, 2] = np.nan
+    v[4, 1] = np.inf
+    out = ssp.clip_statistics(v, 1.5)
+    norms = np.linalg.norm(out, axis=1)
+    assert np.all(np.isfinite(out)) and np.all(norms <= 1.5 * (1 + 1e-12))
+    small = np.linalg.norm(np.nan_to_num(v, posinf=0.0), axis=1) <= 1.5
+    small[[3, 4]] = False
+    np.testing.assert_array_equal(out[small], v[small])
+
+
+def test_groups_are_deterministic_keyed_and_balanced():
+    idx = np.arange(100_000)
+    g1 = ssp.assign_groups(idx, 12345, 10)
+    assert np.array_equal(g1, ssp.assign_groups(idx, 12345, 10))
+    assert not np.array_equal(g1, ssp.assign_groups(idx, 54321, 10))
+    counts = np.bincount(g1, minlength=10)
+    # multinomial(1e5, 1/10): sd ~ 95 per cell
+    assert np.all(np.abs(counts - 10_000) < 600)
+
+
+def test_group_sums_equal_total_sum_of_clipped_rows():
+    v, n = _chain_vectors(300, 1)
+    clipped = ssp.clip_statistics(v, 0.05)
+    sums = ssp.clipped_group_sums([(np.arange(300), v)], n=n, clip=0.05, key=7, groups=4)
+    np.testing.assert_allclose(sums.sum(axis=0), clipped.sum(axis=0), rtol=1e-12, atol=1e-14)
+
+
+def test_noise_has_the_calibrated_standard_deviation():
+    sigma, clip, draws = 3.0, 0.2, 4000
+    rng = np.random.default_rng(2)
+    sums = np.zeros((5, 2 * 3 * 3 + 3))
+    samples = np.stack([ssp.release_noisy_statistics(sums, n=3, m=10, sigma=sigma, clip=clip,
+                                                     rng=rng).sums for _ in range(draws)])
+    sd = samples.std(axis=0, ddof=1)
+    # each entry: 4000 draws, relative sd of the sample sd ~ 1/sqrt(2*4000) = 1.1 %
+    assert np.all(np.abs(sd / (sigma * clip) - 1) < 0.05)
+    assert abs(samples.std() / (sigma * clip) - 1) < 0.005
+    assert abs(samples.mean()) < 4 * sigma * clip / np.sqrt(samples.size)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 4.0])
+def test_ssp_sigma_is_certified_by_dp_accounting(epsilon):
+    delta = 1e-6
+    sigma = ssp.ssp_sigma(m=1000, epsilon=epsilon, delta=delta, accountant="rdp")
+    acc = RdpAccountant(orders=RDP_ORDERS, neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    acc.compose(ssp.ssp_dp_event(sigma))
+    assert acc.get_epsilon(delta) <= epsilon * 1.001
+    acc2 = RdpAccountant(orders=RDP_ORDERS, neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    acc2.compose(ssp.ssp_dp_event(sigma * 0.97))
+    assert acc2.get_epsilon(delta) > epsilon  # not needlessly large
+    # the analytic Gaussian mechanism (Balle and Wang 2018) certifies a sigma at most this one
+    pld = ssp.ssp_sigma(m=1000, epsilon=epsilon, delta=delta, accountant="pld")
+    assert pld <= sigma * 1.01
+
+
+def test_solver_without_noise_is_the_exact_lstd_fixed_point():
+    cfg = chain_env.ChainConfig()
+    A, b, C = chain_env.population_statistics(cfg, "transition", 200.0)
+    m = 50_000
+    theta, lam = ssp.solve_ssp(A * m, b * m, C=C * m, noise_std=0.0)
+    assert lam == 0.0
+    exact = chain_env.exact_values(cfg)
+    np.testing.assert_allclose(theta[:-1], exact[:-1], rtol=1e-9, atol=1e-12)
+    assert theta[-1] == 0.0  # the absorbing state is never visited: left out of the solve
+
+
+def test_adassp_regularises_only_near_singular_noisy_matrices():
+    rng = np.random.default_rng(3)
+    A = np.diag([100.0, 50.0, 20.0])
+    b = np.array([1.0, 2.0, 3.0])
+    theta, lam = ssp.solve_ssp(A, b, noise_std=0.1)
+    assert lam == 0.0 and np.allclose(theta, np.linalg.solve(A, b))
+    A2 = np.diag([100.0, 50.0, 0.01]) + 0.0 * rng.normal(size=(3, 3))
+    theta2, lam2 = ssp.solve_ssp(A2, b, noise_std=1.0)
+    tau = ssp.noise_norm_bound(3, 1.0)
+    assert lam2 == pytest.approx(tau**2 - 0.01**2)
+    expected = np.linalg.solve(A2.T @ A2 + lam2 * np.eye(3), A2.T @ b)  # ridge normal equations
+    np.testing.assert_allclose(theta2, expected, rtol=1e-10)
+
+
+def test_private_mspbe_without_noise_equals_the_exact_mspbe():
+    v, n = _chain_vectors(400, 4)
+    clipped = ssp.clip_statistics(v, 10.0)  # no row clipped
+    noisy = ssp.release_noisy_statistics(clipped.sum(axis=0, keepdims=True), n=n, m=400, sigma=0.0,
+                                         clip=10.0, rng=np.random.default_rng(0))
+    A, b, C = ssp.split_vector(clipped.mean(axis=0), n)
+    keep = np.diag(C) > 0
+    theta = np.linspace(0.1, 0.9, n) * keep
+    val, rel = ssp.private_mspbe(theta, noisy)
+    sub = np.ix_(keep, keep)
+    assert val == pytest.approx(mspbe(theta[keep], A[sub], b[keep], C[sub]), rel=1e-8)
+    assert rel == pytest.approx(relative_mspbe(theta[keep], A[sub], b[keep], C[sub]), rel=1e-8)
+
+
+def test_jackknife_interval_is_zero_width_for_identical_groups_and_ordered():
+    v, n = _chain_vectors(200, 5)
+    one = ssp.clip_statistics(v, 10.0).sum(axis=0)
+    noisy = ssp.release_noisy_statistics(np.tile(one, (5, 1)), n=n, m=1000, sigma=0.0, clip=10.0,
+                                         rng=np.random.default_rng(0))
+    _theta, iv = jackknife_interval(noisy, lambda th: th[:3])
+    np.testing.assert_allclose(iv.se, 0.0, atol=1e-12)
+    np.testing.assert_allclose(iv.lower, iv.value, atol=1e-12)
+    noisy2 = ssp.release_noisy_statistics(np.tile(one, (5, 1)), n=n, m=1000, sigma=1.0, clip=0.01,
+                                          rng=np.random.default_rng(1))
+    _, iv2 = jackknife_interval(noisy2, lambda th: th[:3], level=0.9)
+    assert np.all(iv2.lower < iv2.lower_bound) and np.all(iv2.lower_bound < iv2.value)
+    assert np.all(iv2.value < iv2.upper) and iv2.df == 4
+    wide = anchored_interval(iv2.value + 0.1, iv2)
+    assert np.all(wide.lower <= iv2.lower + 1e-15) and np.all(wide.upper >= iv2.upper - 1e-15)
