@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gpope.core.clipping import clip_rows
-from gpope.core.kernels import dense_steps
+from gpope.core.kernels import dense_steps, poisson_steps
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.steps import STEP_SCHEDULES, step_sizes
 from gpope.core.validation import (
@@ -500,6 +500,7 @@ def _iterate(
     chunk = plan_chunk_steps(n, R, stats.representation == "dense")
     fast = R == 1 and not poisson and every is None and stats.representation != "compact"
     clip_h = math.inf if h is None else float(h)
+    compiled_poisson = poisson
     for plan in draw_plan(gen_plan, m=m, config=config, chunk=chunk, trials=R):
         c0, L = plan.start, plan.steps
         beta = betas[c0 : c0 + L]
@@ -520,6 +521,20 @@ def _iterate(
             _fast_dense_chunk(stats, idx[:, 0], x[0], acc[0], beta, clip_h,
                               None if z is None else z[:, 0], c0, avg_from)
             continue
+        if poisson and compiled_poisson:
+            s0 = 0
+            while s0 < L:
+                s1 = L if every is None else min(L, every - (c0 + s0) % every + s0)
+                compiled_poisson = poisson_steps(stats, members, owner, offs, s0, s1, x, acc,
+                                                 beta, div, clip_h, z, c0, avg_from)
+                if not compiled_poisson:
+                    break
+                if every is not None and (c0 + s1) % every == 0:
+                    trace[:, t_pos] = x
+                    t_pos += 1
+                s0 = s1
+            if compiled_poisson:
+                continue
         for s in range(L):
             if poisson:
                 lo, hi = offs[s], offs[s + 1]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["JIT_MAX_FEATURES", "dense_steps", "jit_available"]
+__all__ = ["JIT_MAX_FEATURES", "dense_steps", "jit_available", "poisson_steps"]
 
 #: Above this many features the numpy path (BLAS matrix-vector products) is as fast or faster.
 JIT_MAX_FEATURES = 64
@@ -139,4 +139,176 @@ def dense_steps(
     fn(np.ascontiguousarray(blocks), np.ascontiguousarray(bs), x, acc,
        np.ascontiguousarray(beta, dtype=np.float64), float(h), np.ascontiguousarray(zz),
        z is not None, int(c0), int(avg_from))
+    return True
+
+
+# ---------------------------------------------------------------------- Poisson batches, R trials
+@functools.cache
+def _compiled_poisson() -> tuple[Callable, Callable] | None:
+    if os.environ.get("GPOPE_NO_JIT"):
+        return None
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a pinned dependency
+        return None
+
+    @numba.njit(cache=True, nogil=True)
+    def factor(g, nrm, h):  # pragma: no cover - compiled
+        # The clip factor of g (norm nrm); rows whose norm overflowed or is inf/NaN are clipped
+        # in place exactly as gpope.core.clipping.clip_rows does, then factor 1.
+        if nrm <= h or h == np.inf:
+            return 1.0
+        if nrm < np.inf:
+            return h / nrm
+        d = g.shape[0]
+        has_nan = False
+        n_inf = 0
+        scale = 0.0
+        for k in range(d):
+            v = g[k]
+            if v != v:
+                has_nan = True
+            elif np.isinf(v):
+                n_inf += 1
+            elif abs(v) > scale:
+                scale = abs(v)
+        if has_nan:
+            for k in range(d):
+                g[k] = 0.0
+            return 1.0
+        if n_inf > 0:
+            c = h / np.sqrt(n_inf)
+            for k in range(d):
+                g[k] = c * np.sign(g[k]) if np.isinf(g[k]) else 0.0
+            return 1.0
+        nu2 = 0.0
+        for k in range(d):
+            nu2 += (g[k] / scale) ** 2
+        c = h / np.sqrt(nu2)
+        for k in range(d):
+            g[k] = (g[k] / scale) * c
+        return 1.0
+
+    @numba.njit(cache=True, nogil=True)
+    def finish(x, acc, upd, scale, z, has_z, s, step, avg_from):  # pragma: no cover - compiled
+        R, n2 = x.shape
+        n = n2 // 2
+        for r in range(R):
+            for j in range(n2):
+                x[r, j] -= scale * upd[r, j]
+                if has_z:
+                    x[r, j] -= z[s, r, j]
+                upd[r, j] = 0.0
+            if step >= avg_from:
+                for j in range(n):
+                    acc[r, j] += x[r, j]
+
+    @numba.njit(cache=True, nogil=True)
+    def dense(ac, b, members, owner, offs, s0, s1, x, acc, beta, div, h, z, has_z, c0,
+              avg_from):  # pragma: no cover - compiled
+        R, n2 = x.shape
+        n = n2 // 2
+        g = np.empty(n2)
+        upd = np.zeros((R, n2))
+        for s in range(s0, s1):
+            for k in range(offs[s], offs[s + 1]):
+                j = members[k]
+                r = owner[k]
+                nrm2 = 0.0
+                for i in range(n):  # w gradient: [A | C] x - b
+                    v = -b[j, i]
+                    for c in range(n2):
+                        v += ac[j, i, c] * x[r, c]
+                    g[n + i] = v
+                    nrm2 += v * v
+                for c in range(n):  # theta gradient: -A^T w
+                    v = 0.0
+                    for i in range(n):
+                        v += x[r, n + i] * ac[j, i, c]
+                    g[c] = -v
+                    nrm2 += v * v
+                f = factor(g, np.sqrt(nrm2), h)
+                for c in range(n2):
+                    upd[r, c] += f * g[c]
+            finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
+
+    @numba.njit(cache=True, nogil=True)
+    def tabular(st, sn, gn, rho, has_rho, row0, tau, norm, b, members, owner, offs, s0, s1, x,
+                acc, beta, div, h, z, has_z, c0, avg_from):  # pragma: no cover - compiled
+        R, n2 = x.shape
+        n = n2 // 2
+        g = np.zeros(n2)
+        upd = np.zeros((R, n2))
+        for s in range(s0, s1):
+            for k in range(offs[s], offs[s + 1]):
+                j = members[k]
+                r = owner[k]
+                for c in range(n2):
+                    g[c] = 0.0
+                for i in range(n):
+                    g[n + i] = -b[j, i]
+                nj = norm[j]
+                for t in range(row0[j], row0[j] + tau[j]):
+                    a = st[t]
+                    a2 = sn[t]
+                    rw = nj * rho[t] if has_rho else nj
+                    pw = x[r, n + a]
+                    et = x[r, a] - gn[t] * x[r, a2]
+                    q = rw * pw
+                    g[a2] += q * gn[t]
+                    g[a] -= q
+                    g[n + a] += rw * et + nj * pw
+                nrm2 = 0.0
+                for c in range(n2):
+                    nrm2 += g[c] * g[c]
+                f = factor(g, np.sqrt(nrm2), h)
+                for c in range(n2):
+                    upd[r, c] += f * g[c]
+            finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
+
+    return dense, tabular
+
+
+def poisson_steps(
+    stats: object,
+    members: np.ndarray,
+    owner: np.ndarray,
+    offsets: np.ndarray,
+    s0: int,
+    s1: int,
+    x: np.ndarray,
+    acc: np.ndarray,
+    beta: np.ndarray,
+    div: float,
+    h: float,
+    z: np.ndarray | None,
+    c0: int,
+    avg_from: int,
+) -> bool:
+    """Run Poisson steps s0..s1-1 of a plan chunk for R trials in place; False if not compiled.
+
+    Same arithmetic as the numpy loop of :mod:`gpope.core.gpope`: per step, the clipped gradients
+    of the batch members (at their trial's iterate) are summed per trial, x -= beta_s / div * sum,
+    then the scaled noise z[s] (L, R, 2n) is subtracted and acc (R, n) gets the tail sum. Works on
+    ``dense`` (n <= :data:`JIT_MAX_FEATURES`) and ``tabular`` statistics.
+    """
+    rep = getattr(stats, "representation", None)
+    fns = _compiled_poisson()
+    if fns is None or rep not in ("dense", "tabular"):
+        return False
+    n = stats.n  # type: ignore[attr-defined]
+    if rep == "dense" and n > JIT_MAX_FEATURES:
+        return False
+    has_z = z is not None
+    zz = z if has_z else np.zeros((1, 1, x.shape[1]))
+    beta = np.ascontiguousarray(beta, dtype=np.float64)
+    common = (members, owner, offsets, int(s0), int(s1), x, acc, beta, float(div), float(h), zz,
+              has_z, int(c0), int(avg_from))
+    if rep == "dense":
+        fns[0](stats._ac, stats._b, *common)  # type: ignore[attr-defined]
+        return True
+    st = stats  # tabular
+    rho = st._rho if st._rho is not None else np.ones(1)  # type: ignore[attr-defined]
+    fns[1](st._s, st._sn, st._gn, rho, st._rho is not None,  # type: ignore[attr-defined]
+           st._offsets, st.tau, st._norm, st._b, *common)  # type: ignore[attr-defined]
     return True

@@ -336,3 +336,31 @@ def test_compiled_dense_loop_equals_the_numpy_loop(n, monkeypatch):
     np.testing.assert_allclose(fast.theta, slow.theta, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(fast.theta_avg, slow.theta_avg, rtol=1e-9, atol=1e-12)
     assert not np.allclose(fast.theta, 0.0)
+
+
+@pytest.mark.parametrize("representation", ["dense", "tabular"])
+def test_compiled_poisson_loop_equals_the_numpy_loop(representation, monkeypatch):
+    # Poisson batches for several trials, with a trace: the compiled loop (kernels.poisson_steps)
+    # and the numpy loop (forced by making poisson_steps decline) must give the same iterates.
+    from gpope.core import kernels
+
+    rng = np.random.default_rng(3)
+    m = 300
+    traj, s, sn, r, term = sample_chain(m, rng, N_STATES)
+    eye = np.eye(N_STATES)
+    rho = rng.uniform(0.5, 1.5, size=len(s))
+    stats = trajectory_statistics(eye[s], eye[sn], r, rho, traj, m, gamma=GAMMA, terminal=term,
+                                  length_scale=10.0, representation=representation)
+    cfg = GPOPEConfig(iterations=400, step_size=50.0, clip=0.05, noise_multiplier=0.8,
+                      sampling="poisson", batch_rate=0.05, step_schedule="inverse",
+                      step_offset=40.0, averaging="tail", trace_every=7)
+    kernels._compiled_poisson.cache_clear()
+    assert kernels._compiled_poisson() is not None
+    fast = run_gpope_trials(stats, cfg, 21, 3)
+    monkeypatch.setattr(gp, "poisson_steps", lambda *a, **k: False)
+    slow = run_gpope_trials(stats, cfg, 21, 3)
+    for a, b in ((fast.theta, slow.theta), (fast.w, slow.w), (fast.theta_avg, slow.theta_avg),
+                 (fast.trace_theta, slow.trace_theta)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-13)
+    assert not np.allclose(fast.theta, 0.0)
+    np.testing.assert_array_equal(fast.trace_steps, slow.trace_steps)
