@@ -357,7 +357,9 @@ def importance_ratios(target: Policy, transitions: Transitions) -> np.ndarray:
         )
     if len(action) and (action.min() < 0 or action.max() >= target.n_actions):
         raise DataError(f"Transition actions must lie in 0..{target.n_actions - 1} for this target.")
-    return probs[np.arange(len(action)), action] / np.asarray(transitions.behavior_prob, dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore"):  # a tiny propensity: inf, clamped later
+        return probs[np.arange(len(action)), action] / np.asarray(
+            transitions.behavior_prob, dtype=np.float64)
 
 
 def sample_actions(

@@ -9,7 +9,7 @@ with :meth:`EvaluationSpec.from_mapping`; the core never sees the YAML.
 
 The spec id is a short, stable hash (the first 12 hex digits of SHA-256) of the canonical JSON of
 the parts that determine the statistics: feature map, target policy, gamma, normalisation, length
-scale and reward scale. The statistics table is partitioned by it, so two specs that differ only by name,
+scale, reward scale and, when set, the public data bounds. The statistics table is partitioned by it, so two specs that differ only by name,
 domain or reference states share statistics; released estimates carry the reference-state names
 and values next to the spec id.
 
@@ -21,6 +21,8 @@ YAML form::
     normalization: transition    # or trajectory_mean (the paper)
     length_scale: 200            # public L, required for "transition"
     reward_scale: 1.0e-6         # public constant multiplying rewards (values are reported unscaled)
+    importance_weight_bound: 20  # optional public max of pi(a|s)/behavior_prob (larger: clamped)
+    reward_bounds: [-1.0e+6, 1.0e+9]   # optional public range of a raw reward (outside: clamped)
     feature_map: {kind: fourier, order: 2, low: [...], high: [...], max_coupling: 1}
     target_policy: {artifact: hiv_q_v1}   # or {kind: fixed_action, n_actions: 4, action: 3}
     reference_states:            # named public states, in the units of the state column
@@ -38,6 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gpope.core.bounds import check_bounds
 from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError
 
@@ -53,6 +56,8 @@ _STATS_KEYS = (
     "length_scale",
     "reward_scale",
 )
+#: Statistics-defining keys hashed into the spec id only when set (older specs keep their ids).
+_OPTIONAL_STATS_KEYS = ("importance_weight_bound", "reward_bounds")
 _KEYS = (
     "name",
     "domain",
@@ -64,12 +69,19 @@ _KEYS = (
     "target_policy",
     "reference_states",
     "policy_name",
+    "importance_weight_bound",
+    "reward_bounds",
 )
 
 
 def canonical_json(obj: Any) -> str:
     """Canonical JSON of a plain object: sorted keys, no spaces, numpy values as Python numbers."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_plain, allow_nan=False)
+
+
+def _pair(value: Any) -> Any:
+    """A YAML list as a tuple (validated by the spec); anything else unchanged (rejected there)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _plain(value: Any) -> Any:
@@ -102,6 +114,11 @@ class EvaluationSpec:
             ``hiv``) or None; used only for public ground truth and diagnostics.
         policy_name: a short public name of the target policy (the artifact name when loaded
             with ``{artifact: NAME}``); informational, not part of the spec id.
+        importance_weight_bound: public maximum W of a per-decision importance ratio; the stats
+            stage clamps larger ratios to W and counts them (:mod:`gpope.core.bounds`). None:
+            no bound.
+        reward_bounds: public range (lo, hi) of a raw reward (before ``reward_scale``); the stats
+            stage clamps rewards outside it and counts them. None: no bound.
     """
 
     name: str
@@ -114,8 +131,13 @@ class EvaluationSpec:
     reference_states: tuple[tuple[str, tuple[float, ...]], ...] = field(default=())
     domain: str | None = None
     policy_name: str | None = None
+    importance_weight_bound: float | None = None
+    reward_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        w, r = check_bounds("EvaluationSpec", self.importance_weight_bound, self.reward_bounds)
+        object.__setattr__(self, "importance_weight_bound", w)
+        object.__setattr__(self, "reward_bounds", r)
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"The 'name' parameter of EvaluationSpec must be a non-empty string. Got {self.name!r} instead.")
         check_number("EvaluationSpec", "gamma", self.gamma, ge=0.0, le=1.0)
@@ -247,6 +269,9 @@ class EvaluationSpec:
                 reference_states=tuple(reference_states),
                 domain=data.get("domain"),
                 policy_name=data.get("policy_name", policy_name),
+                importance_weight_bound=data.get("importance_weight_bound"),
+                reward_bounds=(None if data.get("reward_bounds") is None
+                               else _pair(data["reward_bounds"])),
             )
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
@@ -264,12 +289,16 @@ class EvaluationSpec:
             "target_policy": self.target_policy.to_dict(),
             "reference_states": {k: [float(v) for v in s] for k, s in self.reference_states},
             "policy_name": self.policy_name,
+            "importance_weight_bound": self.importance_weight_bound,
+            "reward_bounds": None if self.reward_bounds is None else list(self.reward_bounds),
         }
 
     def statistics_key(self) -> dict[str, Any]:
         """The parts that determine the statistics (hashed into :attr:`spec_id`)."""
         d = self.to_dict()
-        return {k: d[k] for k in _STATS_KEYS}
+        key = {k: d[k] for k in _STATS_KEYS}
+        key.update({k: d[k] for k in _OPTIONAL_STATS_KEYS if d[k] is not None})
+        return key
 
     @property
     def spec_id(self) -> str:

@@ -108,3 +108,33 @@ def test_trajectory_mean_needs_no_length_scale():
                           gamma=0.9, normalization="trajectory_mean")
     assert spec.length_scale is None
     assert spec.reference_values(np.ones(3)).shape == (0,)
+
+
+def test_public_data_bounds_validate_and_define_the_statistics():
+    base = EvaluationSpec.from_mapping(_mapping())
+    bounded = EvaluationSpec.from_mapping(_mapping(importance_weight_bound=5,
+                                                   reward_bounds=[-1, 2]))
+    assert bounded.importance_weight_bound == 5.0 and bounded.reward_bounds == (-1.0, 2.0)
+    assert bounded.spec_id != base.spec_id  # the bounds change the statistics
+    assert "importance_weight_bound" not in base.statistics_key()  # unbounded ids unchanged
+    assert EvaluationSpec.from_mapping(bounded.to_dict()) == bounded
+    with pytest.raises(ConfigError, match=r"'importance_weight_bound' parameter .* > 0"):
+        EvaluationSpec.from_mapping(_mapping(importance_weight_bound=0))
+    with pytest.raises(ConfigError, match=r"'reward_bounds' parameter .* low < high.*'1e9'"):
+        EvaluationSpec.from_mapping(_mapping(reward_bounds=[0, "1e9"]))
+    with pytest.raises(ConfigError, match=r"'reward_bounds'"):
+        EvaluationSpec.from_mapping(_mapping(reward_bounds=[2, 1]))
+
+
+def test_clamp_to_public_bounds_counts_every_changed_value():
+    from gpope.core.bounds import clamp_to_public_bounds
+
+    rho = np.array([0.5, 1e307, np.inf, np.nan, 3.0])
+    reward = np.array([0.0, -5.0, 1e300, np.nan, -np.inf])
+    r2, w2, counts = clamp_to_public_bounds(rho, reward, importance_weight_bound=3.0,
+                                            reward_bounds=(-1.0, 1.0))
+    np.testing.assert_array_equal(r2, [0.5, 3.0, 3.0, 0.0, 3.0])
+    np.testing.assert_array_equal(w2, [0.0, -1.0, 1.0, 0.0, -1.0])
+    assert counts == {"importance_weight_above_bound": 3, "reward_outside_bounds": 4}
+    same = clamp_to_public_bounds(rho, reward, importance_weight_bound=None, reward_bounds=None)
+    assert same[0] is not None and np.isnan(same[0][3]) and same[2]["reward_outside_bounds"] == 0

@@ -164,3 +164,48 @@ def test_local_cluster_with_two_executor_jvms_gives_the_same_statistics(spark, s
     np.testing.assert_array_equal(cluster["traj_index"], local["traj_index"])
     for name in ("A", "b", "C"):
         np.testing.assert_allclose(cluster[name], local[name], rtol=1e-12, atol=1e-15)
+
+
+def test_public_bounds_clamp_a_huge_weight_and_reward_and_report_counts(spark, tmp_path):
+    # Issue 12 defect 3: one record with a propensity of 1e-320 (importance ratio ~1e307 or inf)
+    # and one reward of 1e300. Without bounds the stats are flooded; with the spec's public bounds
+    # the stage clamps them (every transition kept) and reports the count per reason.
+    import dataclasses
+
+    from gpope.core.gpope import GPOPEConfig, run_gpope
+    from gpope.core.statistics import TrajectoryStats
+
+    config = load_config(None, lake={"root": str(tmp_path / "lake")})
+    tr = _cohort(m=12, steps=30, seed=8)
+    prob = tr.behavior_prob.copy()
+    reward = tr.reward.copy()
+    prob[3] = 1e-320
+    reward[40] = 1e300
+    tr = dataclasses.replace(tr, behavior_prob=prob, reward=reward)
+    _write_silver(spark, config, "huge", tr)
+    spec = EvaluationSpec.from_mapping({**SPEC, "importance_weight_bound": 10,
+                                        "reward_bounds": [-1.0, 0.0]})
+    assert spec.spec_id != EvaluationSpec.from_mapping(SPEC).spec_id  # bounds define the stats
+    report = run_stats(spark, config, dataset="huge", spec=spec)
+    assert report.n_transitions == tr.n_transitions  # nothing dropped
+    assert report.clamped == {"importance_weight_above_bound": 1, "reward_outside_bounds": 1}
+    assert report.to_dict()["private_diagnostics"]["diagnostic.private"] is True
+    rows = read_statistics(spark, config, dataset="huge", spec_id=spec.spec_id).toArrow()
+    n = spec.n_features
+    got = _arrays(rows, n)
+    assert all(np.all(np.isfinite(got[k])) for k in ("A", "b", "C"))
+    # equal to the core's statistics of the clamped data (an independent clamp in the test)
+    rho = np.minimum(importance_ratios(spec.target_policy, tr), 10.0)
+    clamped = dataclasses.replace(tr, reward=np.clip(tr.reward, -1.0, 0.0))
+    core = statistics_from_transitions(clamped, spec.feature_map, rho, gamma=spec.gamma,
+                                       normalization="transition", length_scale=100,
+                                       representation="dense")
+    A, b, C = core.dense()
+    np.testing.assert_allclose(got["A"], A.reshape(len(A), -1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["b"], b, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["C"], C.reshape(len(C), -1), rtol=1e-12, atol=1e-12)
+    released = run_gpope(TrajectoryStats.from_dense(got["A"].reshape(-1, n, n), got["b"],
+                                          got["C"].reshape(-1, n, n)),
+                         GPOPEConfig(iterations=200, step_size=0.1, clip=1.0,
+                                     noise_multiplier=1.0), 0)
+    assert np.all(np.isfinite(released.theta))

@@ -69,6 +69,9 @@ class StatsReport:
         n_trajectories: statistics rows written (m).
         n_features: n.
         seconds: wall time of read + compute + commit.
+        clamped: transitions whose importance ratio or raw reward was clamped to the spec's
+            public bounds, per reason (every transition is kept: transitions in = transitions
+            used). Noise-free counts of private data: a private diagnostic (operators only).
     """
 
     dataset: str
@@ -79,10 +82,13 @@ class StatsReport:
     n_trajectories: int
     n_features: int
     seconds: float
+    clamped: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``."""
-        return dict(self.__dict__)
+        """Plain form for ``--json`` (clamp counts under ``private_diagnostics``)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "clamped"}
+        out["private_diagnostics"] = {"diagnostic.private": True, "clamped": dict(self.clamped)}
+        return out
 
     def summary(self) -> str:
         """One human-readable line."""
@@ -90,6 +96,9 @@ class StatsReport:
             f"trajectory_stats for {self.dataset} / spec {self.spec_name} ({self.spec_id}): "
             f"{self.n_transitions} transitions -> {self.n_trajectories} trajectories, "
             f"n = {self.n_features}, in {self.seconds:.1f} s -> {self.table}"
+            + ("; clamped to the spec's public bounds (private diagnostic): "
+               + ", ".join(f"{k} {v}" for k, v in self.clamped.items())
+               if any(self.clamped.values()) else "")
         )
 
 
@@ -189,14 +198,32 @@ def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None
 def statistics_of_transitions(transitions: Any, spec: EvaluationSpec) -> Any:
     """The core's statistics of a Transitions batch under ``spec`` (dense representation).
 
-    Rewards are multiplied by the spec's public ``reward_scale`` first; nothing else is changed.
+    Importance ratios and raw rewards are clamped to the spec's public bounds
+    (:func:`gpope.core.bounds.clamp_to_public_bounds`), then rewards are multiplied by the spec's
+    public ``reward_scale``; nothing else is changed.
     """
+    rho, reward, _ = _bounded(transitions, spec)
+    if spec.reward_scale != 1.0 or reward is not transitions.reward:
+        transitions = dataclasses.replace(transitions, reward=reward * spec.reward_scale)
+    return _statistics(transitions, spec, rho)
+
+
+def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """(rho, raw reward, clamp counts) of a batch under the spec's public bounds."""
+    from gpope.core.bounds import clamp_to_public_bounds
     from gpope.core.policies import importance_ratios
+
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        rho = importance_ratios(spec.target_policy, transitions)
+    return clamp_to_public_bounds(
+        rho, transitions.reward, importance_weight_bound=spec.importance_weight_bound,
+        reward_bounds=spec.reward_bounds,
+    )
+
+
+def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray) -> Any:
     from gpope.core.statistics import statistics_from_transitions
 
-    rho = importance_ratios(spec.target_policy, transitions)
-    if spec.reward_scale != 1.0:
-        transitions = dataclasses.replace(transitions, reward=transitions.reward * spec.reward_scale)
     return statistics_from_transitions(
         transitions,
         spec.feature_map,
@@ -230,6 +257,44 @@ def _group_kernel(spec: EvaluationSpec) -> Any:
         )
 
     return kernel
+
+
+def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
+    """mapInArrow function: batches of transitions -> one row of clamp counts per batch."""
+    from gpope.core.bounds import CLAMP_REASONS
+
+    def kernel(batches: Any) -> Any:
+        import pyarrow as pa
+
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            if table.num_rows == 0:
+                continue
+            tr = transitions_from_arrow(table, n_trajectories=int(
+                np.max(table.column("traj_index").to_numpy())) + 1)
+            _, _, counts = _bounded(tr, spec)
+            yield pa.RecordBatch.from_pydict(
+                {r: pa.array([counts[r]], type=pa.int64()) for r in CLAMP_REASONS}
+            )
+
+    return kernel
+
+
+def clamp_counts(transitions: DataFrame, spec: EvaluationSpec) -> dict[str, int]:
+    """Transitions whose importance ratio / raw reward the spec's public bounds clamp, per reason.
+
+    Noise-free counts of private data: report them only as private diagnostics.
+    """
+    from pyspark.sql import functions as F
+
+    from gpope.core.bounds import CLAMP_REASONS
+
+    if spec.importance_weight_bound is None and spec.reward_bounds is None:
+        return dict.fromkeys(CLAMP_REASONS, 0)
+    schema = ", ".join(f"{r} long" for r in CLAMP_REASONS)
+    frame = transitions.select(*_INPUT_COLUMNS).mapInArrow(_clamp_count_kernel(spec), schema)
+    row = frame.agg(*[F.sum(r).alias(r) for r in CLAMP_REASONS]).collect()[0]
+    return {r: int(row[r] or 0) for r in CLAMP_REASONS}
 
 
 def statistics_frame(transitions: DataFrame, spec: EvaluationSpec) -> DataFrame:
@@ -290,6 +355,7 @@ def run_stats(
     )
     written = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
     m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
+    clamped = clamp_counts(transitions, spec)
     return StatsReport(
         dataset=dataset,
         spec_id=spec.spec_id,
@@ -299,6 +365,7 @@ def run_stats(
         n_trajectories=int(m),
         n_features=spec.n_features,
         seconds=time.perf_counter() - start,
+        clamped=clamped,
     )
 
 

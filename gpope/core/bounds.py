@@ -1,0 +1,100 @@
+"""Public bounds on importance weights and rewards, enforced before statistics are computed.
+
+An evaluation spec may fix (public configuration, chosen on public or simulated data, never on
+the private tables):
+
+* ``importance_weight_bound`` W > 0: every per-decision ratio ``pi(a|s) / behavior_prob`` is
+  clamped to ``[0, W]``. A logged propensity of 1e-320 gives a ratio near 1e307 (or inf): it is
+  clamped to W instead of flooding the statistics.
+* ``reward_bounds`` (lo, hi): every raw reward (before the spec's ``reward_scale``) is clamped to
+  ``[lo, hi]``.
+
+Clamping keeps every transition (counts in = counts out); :func:`clamp_to_public_bounds` reports
+how many values were clamped per reason, which the stats stage reports as a private diagnostic
+(the counts are noise-free functions of the data). Non-finite values are clamped too: a NaN ratio
+or reward becomes 0 (moved into the range), +-inf the nearest bound. Without a configured bound nothing is changed
+(the statistics then reject non-finite inputs with a DataError), and the solver's total clip
+(:mod:`gpope.core.clipping`) still bounds every trajectory's influence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpope.errors import ConfigError
+
+__all__ = ["CLAMP_REASONS", "check_bounds", "clamp_to_public_bounds"]
+
+#: Reasons a value can be clamped, as reported by the stats stage.
+CLAMP_REASONS = ("importance_weight_above_bound", "reward_outside_bounds")
+
+
+def check_bounds(
+    owner: str, importance_weight_bound: object, reward_bounds: object
+) -> tuple[float | None, tuple[float, float] | None]:
+    """Validated ``(importance_weight_bound, reward_bounds)`` (house message form)."""
+    w: float | None = None
+    if importance_weight_bound is not None:
+        if (isinstance(importance_weight_bound, bool)
+                or not isinstance(importance_weight_bound, (int, float))
+                or not math.isfinite(importance_weight_bound) or importance_weight_bound <= 0):
+            raise ConfigError(
+                f"The 'importance_weight_bound' parameter of {owner} must be a finite number > 0 "
+                "(the public maximum of pi(a|s) / behavior_prob per decision). Got "
+                f"{importance_weight_bound!r} instead."
+            )
+        w = float(importance_weight_bound)
+    r: tuple[float, float] | None = None
+    if reward_bounds is not None:
+        ok = (isinstance(reward_bounds, (list, tuple)) and len(reward_bounds) == 2
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and math.isfinite(v) for v in reward_bounds)
+              and reward_bounds[0] < reward_bounds[1])
+        if not ok:
+            raise ConfigError(
+                f"The 'reward_bounds' parameter of {owner} must be a pair [low, high] of finite "
+                f"numbers with low < high (the public range of a raw reward). Got "
+                f"{reward_bounds!r} instead."
+            )
+        r = (float(reward_bounds[0]), float(reward_bounds[1]))  # type: ignore[index]
+    return w, r
+
+
+def clamp_to_public_bounds(
+    rho: np.ndarray,
+    reward: np.ndarray,
+    *,
+    importance_weight_bound: float | None,
+    reward_bounds: tuple[float, float] | None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Ratios and raw rewards clamped to the spec's public bounds, with counts per reason.
+
+    Args:
+        rho: (T,) importance ratios (any floats).
+        reward: (T,) raw rewards (any floats).
+        importance_weight_bound: W or None (no bound: ``rho`` returned unchanged).
+        reward_bounds: (lo, hi) or None (no bound: ``reward`` returned unchanged).
+
+    Returns:
+        ``(rho, reward, counts)``: clamped copies (rho in [0, W], reward in [lo, hi], both
+        finite when bounded) and ``counts[reason]`` = values changed, for each of
+        :data:`CLAMP_REASONS`.
+    """
+    rho = np.asarray(rho, dtype=np.float64)
+    reward = np.asarray(reward, dtype=np.float64)
+    counts = dict.fromkeys(CLAMP_REASONS, 0)
+    if importance_weight_bound is not None:
+        w = float(importance_weight_bound)
+        bad = ~((rho >= 0.0) & (rho <= w))  # NaN fails both comparisons
+        if bad.any():
+            rho = np.where(np.isnan(rho), 0.0, np.clip(rho, 0.0, w))
+            counts["importance_weight_above_bound"] = int(bad.sum())
+    if reward_bounds is not None:
+        lo, hi = reward_bounds
+        bad = ~((reward >= lo) & (reward <= hi))
+        if bad.any():
+            reward = np.where(np.isnan(reward), min(max(0.0, lo), hi), np.clip(reward, lo, hi))
+            counts["reward_outside_bounds"] = int(bad.sum())
+    return rho, reward, counts
