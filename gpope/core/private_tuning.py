@@ -1,0 +1,495 @@
+"""Private tuning of GPOPE on the private data itself (``gpope evaluate --tune private``).
+
+For real data there is no public cohort to tune the clip bound and step size on. This module
+tunes them on the private data and charges the cost to the same run, in four DP releases:
+
+1. **Statistics clip.** A private quantile (:mod:`gpope.core.private_quantile`) of the norms of
+   the per-trajectory statistics ``(A_i, b_i, C_i)``.
+2. **Noisy statistics.** The clipped mean statistics plus Gaussian noise
+   (the SSP release of :mod:`gpope.core.ssp`, one group; :mod:`gpope.core.private_scoring`).
+   Everything below that uses them is post-processing: the AdaSSP-regularised LSTD solution
+   ``theta_hat`` (:func:`gpope.core.ssp.solve_ssp`), the scale of the GTD2 operator
+   ``G = [[0, -A^T], [A, C]]`` (its spectral norm ``L``) and the private MSPBE of any theta.
+3. **Gradient clip.** A private quantile of the per-trajectory GTD2 gradient norms at
+   ``(theta_hat, w = 0)``, the point the solver is expected to approach (Andrew et al. 2021,
+   "Differentially private learning with adaptive clipping": clip at a private quantile of the
+   norms; here one-shot, at a private estimate of the solution, instead of along the run).
+4. **Selection.** K GPOPE runs, one per candidate (step size ``c * base``, clip ``d * h``), where
+   ``base = i0 / L`` (inverse schedule, so the first step is ``c / L``) or ``1 / L`` (constant);
+   the released theta is the candidate with the smallest pessimistic private MSPBE under the
+   noisy statistics of release 2 (:func:`gpope.core.private_scoring.selection_relative_mspbe`;
+   post-processing of releases 2 and 4).
+
+Accounting (add/remove-one adjacency, Poisson sampling; m is public). Releases 1-3 are Gaussian
+mechanisms and each GPOPE run is ``SelfComposedDpEvent(PoissonSampledDpEvent(q, Gaussian(sigma)),
+N)``; the whole run is the adaptive composition ``ComposedDpEvent([Gaussian(s_q), Gaussian(s_s),
+Gaussian(s_q), SelfComposedDpEvent(gpope_event, K)])``. Its epsilon is computed by dp-accounting's
+RDP accountant (adaptive composition of RDP: Mironov 2017, Prop. 1; Poisson-subsampled Gaussian:
+Mironov, Talwar and Zhang 2019) or PLD accountant (Koskela et al. 2020; Doroshenko et al. 2022),
+so the (epsilon, delta) released with the run covers the tuning. Releasing the best of the K
+candidates (and the candidates' scores) is post-processing of the composed releases (Dwork and
+Roth 2014, Prop. 2.1), so choosing by the private MSPBE costs nothing beyond the composition.
+The same event is what the ledger stores and charges once, before anything is drawn.
+
+Budget split (all public): the noise of release j is ``sigma_total / sqrt(share_j)``, where
+``sigma_total`` is the noise multiplier of ONE Gaussian mechanism meeting (epsilon, delta): in
+zero-concentrated-DP terms release j alone uses the fraction ``share_j`` of the budget (Bun and
+Steinke 2016, Prop. 1.6: a Gaussian mechanism with noise multiplier s is 1/(2 s^2)-zCDP, and
+zCDP composes additively). The GPOPE noise multiplier is then calibrated (bisection) so that the
+composed event meets the target epsilon exactly as the accountant certifies it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import dp_accounting
+import numpy as np
+from dp_accounting.pld import PLDAccountant
+from dp_accounting.rdp import RdpAccountant
+
+from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
+from gpope.core.gpope import GPOPEConfig, GPOPEResult, run_gpope
+from gpope.core.private_quantile import LogGrid, private_quantile, quantile_dp_event
+from gpope.core.private_scoring import (
+    noisy_statistics,
+    selection_relative_mspbe,
+    statistics_norms,
+)
+from gpope.core.ssp import NoisyStatistics, private_mspbe, solve_ssp, ssp_dp_event
+from gpope.core.statistics import TrajectoryStats
+from gpope.core.validation import (
+    check_choice,
+    check_int,
+    check_number,
+    check_probability,
+)
+from gpope.errors import AccountingError, ConfigError
+
+__all__ = [
+    "TUNING_ACCOUNTANTS",
+    "Candidate",
+    "PrivateTuningPlan",
+    "PrivateTuningResult",
+    "PrivateTuningSettings",
+    "composed_epsilon",
+    "gaussian_sigma",
+    "operator_norm",
+    "plan_private_tuning",
+    "tune_privately",
+]
+
+TUNING_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
+_PLD_INTERVAL = 1e-4  # PLD discretisation of the composed event (a valid, slightly pessimistic grid)
+_XTOL = 2e-3  # relative precision of the sigma bisections
+_SIGMA_MAX = 1e5
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateTuningSettings:
+    """Public settings of the private tuning (conf ``evaluation.private_tuning``).
+
+    Attributes:
+        clip_quantile: quantile of the gradient norms at (theta_hat, 0) used as the clip base h.
+        statistics_quantile: quantile of the statistics norms used as the statistics clip.
+        quantile_share: zCDP share of each of the two histograms (see the module docstring).
+        statistics_share: zCDP share of the noisy statistics.
+        step_multipliers: candidate step sizes, as multiples c of the base ``i0 / L``.
+        clip_multipliers: candidate clip bounds, as multiples d of h.
+        score_z: the selection score is the private relative MSPBE plus ``score_z`` standard
+            deviations of its noise (:func:`gpope.core.private_scoring.selection_mspbe`).
+        grid: the public log grid of both histograms.
+    """
+
+    clip_quantile: float = 0.5
+    statistics_quantile: float = 0.9
+    quantile_share: float = 0.02
+    statistics_share: float = 0.1
+    step_multipliers: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0)
+    clip_multipliers: tuple[float, ...] = (1.0,)
+    score_z: float = 1.0
+    grid: LogGrid = field(default_factory=LogGrid)
+
+    def __post_init__(self) -> None:
+        o = "PrivateTuningSettings"
+        check_probability(o, "clip_quantile", self.clip_quantile)
+        check_probability(o, "statistics_quantile", self.statistics_quantile)
+        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=0.5)
+        check_number(o, "statistics_share", self.statistics_share, gt=0.0, lt=0.5)
+        check_number(o, "score_z", self.score_z, ge=0.0)
+        if 2 * self.quantile_share + self.statistics_share >= 0.9:
+            raise ConfigError(
+                "The shares of PrivateTuningSettings must leave at least 10% of the budget to "
+                f"GPOPE: 2 * quantile_share + statistics_share < 0.9. Got quantile_share="
+                f"{self.quantile_share!r}, statistics_share={self.statistics_share!r}."
+            )
+        for name in ("step_multipliers", "clip_multipliers"):
+            vals = tuple(float(v) for v in getattr(self, name))
+            if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
+                raise ConfigError(
+                    f"The '{name}' parameter of PrivateTuningSettings must be a non-empty list "
+                    f"of numbers > 0. Got {getattr(self, name)!r} instead."
+                )
+            object.__setattr__(self, name, vals)
+        if not isinstance(self.grid, LogGrid):
+            raise ConfigError(f"'grid' must be a LogGrid; got {type(self.grid).__name__}.")
+
+    @property
+    def n_candidates(self) -> int:
+        """K, the number of GPOPE runs."""
+        return len(self.step_multipliers) * len(self.clip_multipliers)
+
+
+# ---------------------------------------------------------------------- accounting
+def _epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str) -> float:
+    if accountant == "rdp":
+        acc = RdpAccountant(orders=RDP_ORDERS,
+                            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    else:
+        acc = PLDAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+            value_discretization_interval=_PLD_INTERVAL,
+        )
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def composed_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp") -> float:
+    """Epsilon at ``delta`` of ``event`` under add/remove-one adjacency (dp-accounting)."""
+    check_choice("composed_epsilon", "accountant", accountant, TUNING_ACCOUNTANTS)
+    d = check_number("composed_epsilon", "delta", delta, gt=0.0, lt=1.0)
+    return _epsilon(event, d, accountant)
+
+
+def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    """Smallest sigma in [lo, hi] (to _XTOL) with f(sigma) <= target; f decreasing."""
+    if f(hi) > target:
+        raise AccountingError(
+            f"No noise multiplier up to {hi:g} meets epsilon <= {target!r} for the private "
+            "tuning. Raise epsilon, or use fewer candidates or iterations."
+        )
+    while f(lo) <= target:
+        lo /= 4.0
+        if lo < 1e-6:
+            return hi if f(hi) <= target else lo
+    while hi / lo > 1.0 + _XTOL:
+        mid = math.sqrt(lo * hi)
+        if f(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@functools.lru_cache(maxsize=256)
+def gaussian_sigma(epsilon: float, delta: float) -> float:
+    """Noise multiplier of one Gaussian mechanism certified (epsilon, delta)-DP by RDP."""
+    e = check_number("gaussian_sigma", "epsilon", epsilon, gt=0.0)
+    d = check_number("gaussian_sigma", "delta", delta, gt=0.0, lt=1.0)
+    return _bisect(lambda s: _epsilon(dp_accounting.GaussianDpEvent(s), d, "rdp"), e, 0.1, 1e5)
+
+
+@dataclass(frozen=True)
+class PrivateTuningPlan:
+    """Noise multipliers and the composed event of one privately tuned run (all public).
+
+    Attributes:
+        m, iterations, batch_rate: the GPOPE run's public size, N and Poisson rate q.
+        epsilon, delta: the target (what the ledger reserves).
+        accountant: "rdp" or "pld", the accountant that certifies ``epsilon_spent``.
+        quantile_sigma: noise multiplier of each histogram (sensitivity 1).
+        statistics_sigma: noise multiplier of the noisy statistics (sensitivity = their clip).
+        gpope_sigma: noise multiplier of every candidate GPOPE run.
+        candidates: K.
+        epsilon_spent: epsilon of :attr:`dp_event` at delta, certified by ``accountant``.
+    """
+
+    m: int
+    iterations: int
+    batch_rate: float
+    epsilon: float
+    delta: float
+    accountant: str
+    quantile_sigma: float
+    statistics_sigma: float
+    gpope_sigma: float
+    candidates: int
+    epsilon_spent: float
+
+    @property
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """The composed event of the whole run (what the ledger stores)."""
+        return _event(self.m, self.iterations, self.batch_rate, self.quantile_sigma,
+                      self.statistics_sigma, self.gpope_sigma, self.candidates)
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        """Plain form for logs (all public)."""
+        return dict(self.__dict__)
+
+
+def _event(m: int, n: int, q: float, s_q: float, s_s: float, s_g: float, k: int
+           ) -> dp_accounting.DpEvent:
+    run = gpope_dp_event(m=m, iterations=n, sigma=s_g, sampling="poisson", batch_rate=q)
+    return dp_accounting.ComposedDpEvent([
+        quantile_dp_event(s_q),
+        ssp_dp_event(s_s),
+        quantile_dp_event(s_q),
+        dp_accounting.SelfComposedDpEvent(run, k),
+    ])
+
+
+def _rdp_curve(event_parts: tuple[float, float, float, int, int, int, float]) -> np.ndarray:
+    """RDP at RDP_ORDERS of :func:`_event`, composed additively (Mironov 2017, Prop. 1).
+
+    Same arithmetic as ``RdpAccountant.compose(_event(...))`` (a test checks it): Gaussian
+    releases have RDP ``alpha / (2 s^2)`` (Mironov 2017, Prop. 7), the GPOPE step's curve comes
+    from dp-accounting (cached per sigma), multiplied by ``K * N``.
+    """
+    from gpope.core.accounting.api import _rdp_step
+
+    s_q, s_s, s_g, m, n, k, q = event_parts
+    alpha = np.asarray(RDP_ORDERS, dtype=np.float64)
+    gauss = alpha / 2.0 * (2.0 / s_q**2 + 1.0 / s_s**2)
+    return gauss + k * n * np.asarray(_rdp_step(m, s_g, "poisson", q))
+
+
+def plan_private_tuning(
+    *,
+    m: int,
+    iterations: int,
+    batch_rate: float,
+    epsilon: float,
+    delta: float,
+    settings: PrivateTuningSettings,
+    accountant: str = "rdp",
+) -> PrivateTuningPlan:
+    """Calibrate every noise multiplier so the composed run meets (epsilon, delta).
+
+    Guarantee: ``composed_epsilon(plan.dp_event, delta, accountant) <= epsilon`` (the GPOPE sigma
+    is the smallest found by bisection to 0.2 %). With ``"pld"`` the RDP answer brackets the
+    search (PLD certifies a smaller or equal epsilon at the RDP sigma; if not, RDP's sigma and
+    epsilon are kept, a valid bound either way).
+
+    Raises:
+        ConfigError: invalid inputs.
+        AccountingError: no GPOPE sigma up to 1e5 meets the target.
+    """
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from gpope.core.accounting import calibrate_sigma
+
+    o = "plan_private_tuning"
+    m_ = check_int(o, "m", m, ge=1)
+    n_ = check_int(o, "iterations", iterations, ge=1)
+    q = check_probability(o, "batch_rate", batch_rate)
+    eps = check_number(o, "epsilon", epsilon, gt=0.0)
+    d = check_number(o, "delta", delta, gt=0.0, lt=1.0)
+    acc = check_choice(o, "accountant", accountant, TUNING_ACCOUNTANTS)
+    if not isinstance(settings, PrivateTuningSettings):
+        raise ConfigError(f"{o} needs PrivateTuningSettings; got {type(settings).__name__}.")
+    total = gaussian_sigma(eps, d)
+    s_q = total / math.sqrt(settings.quantile_share)
+    s_s = total / math.sqrt(settings.statistics_share)
+    k = settings.n_candidates
+
+    def f_rdp(s: float) -> float:
+        rdp = _rdp_curve((s_q, s_s, s, m_, n_, k, q))
+        return float(compute_epsilon(RDP_ORDERS, rdp, d)[0])
+
+    # One run alone needs less noise than K runs plus the releases: a valid lower end.
+    lo = calibrate_sigma(m=m_, iterations=n_, epsilon=eps, delta=d, accountant="rdp",
+                         sampling="poisson", batch_rate=q)
+    hi = lo * 2.0
+    while f_rdp(hi) > eps and hi < _SIGMA_MAX:
+        lo, hi = hi, min(hi * 2.0, _SIGMA_MAX)
+    s_g = _bisect(f_rdp, eps, lo, hi)
+    e_g = f_rdp(s_g)
+    if acc == "pld":
+
+        def f_pld(s: float) -> float:
+            return _epsilon(_event(m_, n_, q, s_q, s_s, s, k), d, "pld")
+
+        if f_pld(s_g) <= eps:
+            s_g = _bisect(f_pld, eps, s_g / 1.5, s_g)
+            e_g = f_pld(s_g)
+        else:  # pragma: no cover - PLD is tighter than RDP for these events
+            acc = "rdp"
+    return PrivateTuningPlan(
+        m=m_, iterations=n_, batch_rate=q, epsilon=eps, delta=d, accountant=acc,
+        quantile_sigma=s_q, statistics_sigma=s_s, gpope_sigma=s_g, candidates=k,
+        epsilon_spent=e_g,
+    )
+
+
+# ---------------------------------------------------------------------- the tuning itself
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate setting and its score (DP outputs: safe to log).
+
+    Attributes:
+        step_size: eta of the run.
+        clip: h of the run.
+        score: selection score: private relative MSPBE of its released theta plus
+            ``score_z`` noise standard deviations (noisy statistics; may be < 0).
+        theta: its released theta (a DP output; only the chosen one is published by the
+            pipeline).
+    """
+
+    step_size: float
+    clip: float
+    score: float
+    theta: np.ndarray
+
+
+@dataclass(frozen=True)
+class PrivateTuningResult:
+    """What a privately tuned run releases (every field a DP output or public).
+
+    Attributes:
+        result: the chosen candidate's GPOPE run.
+        config: its solver configuration (clip, step size chosen privately).
+        candidates: every candidate with its score; ``chosen`` indexes the released one.
+        chosen: index into ``candidates``.
+        statistics_clip: the private quantile used to clip the statistics.
+        gradient_clip: h, the private quantile of the gradient norms (clip base).
+        base_step: the step-size base ``i0 / L`` (or ``1 / L``) from the noisy statistics.
+        noisy: the noisy statistics (a DP release; the private MSPBE is post-processing of it).
+        plan: the accounting plan.
+        private: True only when every draw used OS entropy.
+    """
+
+    result: GPOPEResult
+    config: GPOPEConfig
+    candidates: tuple[Candidate, ...]
+    chosen: int
+    statistics_clip: float
+    gradient_clip: float
+    base_step: float
+    noisy: NoisyStatistics
+    plan: PrivateTuningPlan
+    private: bool
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The released theta (the averaged iterate when the run averages)."""
+        r = self.result
+        return r.theta_avg if r.theta_avg is not None else r.theta
+
+    @property
+    def private_relative_mspbe(self) -> float:
+        """Relative MSPBE of the released theta under the noisy statistics, by
+        :func:`gpope.core.ssp.private_mspbe` (post-processing; the guard's function)."""
+        return float(private_mspbe(self.theta, self.noisy)[1])
+
+
+def _lstd(noisy: NoisyStatistics) -> np.ndarray:
+    """The AdaSSP-regularised LSTD solution of the release (post-processing)."""
+    A, b, C = noisy.pooled()
+    return solve_ssp(A, b, noise_std=noisy.pooled_noise_std(), C=C)[0]
+
+
+def operator_norm(noisy: NoisyStatistics) -> float:
+    """Spectral norm L of the GTD2 operator [[0, -A^T], [A, C]] at the noisy mean statistics."""
+    A, _, C = noisy.pooled()
+    n = noisy.n
+    G = np.zeros((2 * n, 2 * n))
+    G[:n, n:] = -A.T
+    G[n:, :n] = A
+    G[n:, n:] = C
+    return float(np.linalg.norm(G, 2)) / noisy.m
+
+
+def _gradient_norms(stats: TrajectoryStats, theta: np.ndarray, block: int = 20_000) -> np.ndarray:
+    out = np.empty(stats.m)
+    w = np.zeros(stats.n)
+    for lo in range(0, stats.m, block):
+        ids = np.arange(lo, min(stats.m, lo + block), dtype=np.int64)
+        out[ids] = np.linalg.norm(stats.gradients(ids, theta, w), axis=1)
+    return out
+
+
+def tune_privately(
+    stats: TrajectoryStats,
+    base: GPOPEConfig,
+    plan: PrivateTuningPlan,
+    settings: PrivateTuningSettings,
+    rng: np.random.Generator | int | None = None,
+) -> PrivateTuningResult:
+    """Run the four releases of the module docstring and return the best candidate's run.
+
+    Args:
+        stats: the private per-trajectory statistics (m must equal ``plan.m``).
+        base: the run's public solver settings (sampling must be "poisson" with ``plan``'s N and
+            q; its step_size, clip and noise are replaced by the tuned ones).
+        plan: from :func:`plan_private_tuning` (reserve ``plan.epsilon`` before calling).
+        settings: the public tuning settings the plan was made with.
+        rng: None (OS entropy for every draw: private) or a seed/Generator (reproducible, NOT
+            private: for tests and experiments).
+
+    Raises:
+        ConfigError: the base config or the plan does not match the statistics.
+    """
+    if not isinstance(stats, TrajectoryStats):
+        raise ConfigError(f"tune_privately needs TrajectoryStats; got {type(stats).__name__}.")
+    if stats.m != plan.m or base.sampling != "poisson" or base.iterations != plan.iterations \
+            or base.batch_rate != plan.batch_rate:
+        raise ConfigError(
+            f"tune_privately: the plan was made for m={plan.m}, N={plan.iterations}, "
+            f"q={plan.batch_rate} with Poisson sampling; got m={stats.m}, N={base.iterations}, "
+            f"q={base.batch_rate}, sampling={base.sampling!r}. Plan with the run's own settings."
+        )
+    if settings.n_candidates != plan.candidates:
+        raise ConfigError(
+            f"tune_privately: the plan accounts for {plan.candidates} candidates but the settings "
+            f"give {settings.n_candidates}. Plan with the same settings."
+        )
+    seeded = rng is not None
+    if rng is None:
+        gen = np.random.default_rng()
+        run_rngs: list[np.random.Generator | None] = [None] * plan.candidates
+    else:
+        gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        run_rngs = list(gen.spawn(plan.candidates))
+    g_q1, g_s, g_q2 = gen.spawn(3)
+
+    # 1-2: statistics clip and noisy statistics.
+    h_s = private_quantile(statistics_norms(stats), settings.statistics_quantile,
+                           grid=settings.grid, noise_multiplier=plan.quantile_sigma, rng=g_q1)
+    noisy = noisy_statistics(stats, clip=h_s, noise_multiplier=plan.statistics_sigma, rng=g_s)
+    theta_hat = _lstd(noisy)
+    L = operator_norm(noisy)
+    # 3: gradient clip at the private estimate of the solution.
+    h = private_quantile(_gradient_norms(stats, theta_hat), settings.clip_quantile,
+                         grid=settings.grid, noise_multiplier=plan.quantile_sigma, rng=g_q2)
+    base_step = (base.step_offset if base.step_schedule == "inverse" else 1.0) / max(L, 1e-300)
+    base_step = max(base_step, 1e-300)
+    # 4: candidates, scored by the private MSPBE (post-processing).
+    candidates: list[Candidate] = []
+    best: tuple[float, int, GPOPEResult, GPOPEConfig] | None = None
+    k = 0
+    for d in settings.clip_multipliers:
+        for c in settings.step_multipliers:
+            cfg = replace(base, step_size=c * base_step, clip=d * h,
+                          noise_multiplier=plan.gpope_sigma, epsilon=None, delta=None)
+            with np.errstate(all="ignore"):
+                res = run_gpope(stats, cfg, run_rngs[k])
+                theta = res.theta_avg if res.theta_avg is not None else res.theta
+                ok = bool(np.all(np.isfinite(theta)))
+                score = (float(selection_relative_mspbe(theta, noisy, z=settings.score_z)[0])
+                         if ok else math.inf)
+            candidates.append(Candidate(step_size=cfg.step_size, clip=cfg.clip, score=score,
+                                        theta=np.asarray(theta, dtype=np.float64)))
+            if best is None or score < best[0]:
+                best = (score, k, res, cfg)
+            k += 1
+    assert best is not None  # n_candidates >= 1
+    _, chosen, res, cfg = best
+    return PrivateTuningResult(
+        result=res, config=cfg, candidates=tuple(candidates), chosen=chosen, statistics_clip=h_s,
+        gradient_clip=h, base_step=base_step, noisy=noisy, plan=plan,
+        private=not seeded and bool(res.private),
+    )
+
