@@ -36,6 +36,7 @@ from gpope.shell.lake import (
     uc_table_name,
     write_shared_table,
 )
+from gpope.shell.lake.delta_rs import local_file_path
 from gpope.shell.schemas import PRIVACY_LEDGER
 
 pytestmark = pytest.mark.spark
@@ -88,7 +89,7 @@ def _rows(df) -> list[tuple]:
 
 
 def _live_files(path: str) -> set[str]:
-    return {str(Path(p).resolve()) for p in DeltaTable(path).file_uris()}
+    return {str(Path(local_file_path(p)).resolve()) for p in DeltaTable(path).file_uris()}
 
 
 def _parquet_on_disk(path: str) -> set[str]:
@@ -364,3 +365,49 @@ def test_delta_rs_refuses_a_commit_based_on_a_stale_snapshot(tmp_path):
             commit_properties=CommitProperties(max_commit_retries=0),
         )
     assert DeltaTable(path).version() == 1
+
+
+# ---------------------------------------------------------------------- hostile paths (issue 13.1)
+@pytest.mark.parametrize("folder", ["ward 7", "pédiatrie", "a#b", "q?r {x} 'y'"])
+def test_hostile_lake_paths_keep_every_row(spark, tmp_path, folder):
+    """A space, an accent, '#', '?', braces and quotes in the lake path lose no row (issue 13.1)."""
+    root = tmp_path / folder / "lake"
+    lake = Lake(spark, root, mode="delta-rs")
+    ref = TableRef("gold", "trajectory_stats", "demo")
+    rows = [("s1", i, float(i)) for i in range(7)] + [("s2", i, -1.0) for i in range(3)]
+    assert lake.write(_df(spark, rows, STATS), ref, mode="overwrite", schema=STATS,
+                      partition_by=["spec_id"]) == 0
+    path = lake.path(ref)
+    assert path.startswith(str(root))
+    # every Parquet file is inside the table, none in a percent-encoded sibling
+    assert not any("%" in str(p) for p in tmp_path.rglob("*.parquet"))
+    assert _live_files(path) == _parquet_on_disk(path)
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 10
+    assert _rows(lake.read(ref)) == sorted(rows)
+    lake.write(_df(spark, rows[:2], STATS), ref, mode="replace_where", schema=STATS,
+               replace_where={"spec_id": "s1"})
+    assert _rows(lake.read(ref)) == sorted(rows[:2] + rows[7:])
+
+
+@pytest.mark.parametrize("folder", ["a[1]", "x%20y", "back\\slash", "pipe|x"])
+def test_lake_paths_delta_rs_cannot_address_are_refused_up_front(spark, tmp_path, folder):
+    with pytest.raises(ConfigError, match="cannot address"):
+        Lake(spark, tmp_path / folder / "lake", mode="delta-rs")
+    assert not (tmp_path / folder).exists()
+
+
+def test_a_commit_whose_staged_files_differ_from_what_spark_wrote_fails(spark, lake, ref, monkeypatch):
+    """Files that Spark wrote elsewhere (the old percent-encoding bug) are never an empty commit."""
+    from gpope.shell.lake import delta_rs
+
+    def elsewhere(self, df, staging, partitions, table_name):  # Spark writes to another folder
+        df.write.parquet(str(staging.parent / "elsewhere"))
+        staging.mkdir(parents=True)
+        (staging / "_SUCCESS").touch()
+        return df.count()
+
+    monkeypatch.setattr(delta_rs.DeltaRsStore, "_write_parquet", elsewhere)
+    with pytest.raises(CommitError, match="reported writing 2 rows"):
+        lake.write(_events(spark, [("a", T0, 1, [1.0]), ("b", T0, 2, [2.0])]), ref, mode="append",
+                   schema=EVENTS)
+    assert not lake.exists(ref)

@@ -3,28 +3,37 @@
 Write protocol (one call = one atomic Delta commit):
 
 1. The DataFrame is conformed to the contract (:mod:`gpope.shell.lake.contract`).
-2. Spark writes Parquet in parallel into a fresh folder of the table directory,
-   ``<table>/gpope-<utc time>-<random>/``, so concurrent or earlier files are never clobbered.
-   Timestamps are written as ``TIMESTAMP_MICROS`` (UTC), the Delta encoding.
-3. The driver flattens Spark's Hive partition folders (``col=value/``) into that folder: the
-   partition values are read from the folder names and recorded in the add actions (the Delta
-   log, not the layout, is where partition values live), and file paths keep only the characters
-   ``[A-Za-z0-9._-/]``, for which every Delta reader agrees on the path encoding.
-4. Each file's footer is checked (its columns and types must equal the table's data columns:
-   a commit of add actions does not check this by itself) and gives ``numRecords`` and
-   ``nullCount`` statistics.
-5. The driver loads the table *fresh*, computes the files to remove (all live files for
-   ``overwrite``, the live files of the ``replace_where`` partitions, none for ``append``) and
-   commits adds and removes in one transaction that refuses to land on a newer version than the
-   one it read (``max_commit_retries=0``). If another writer committed in between, it reloads,
-   recomputes the remove set and tries again, so a concurrent append is never kept by an
-   overwrite that did not see it.
-6. If anything before the commit fails, the new folder is deleted: no stray files, and none of
-   them is ever live.
+2. Spark writes Parquet in parallel into a fresh staging folder
+   ``<table>/_gpope_staging/<utc time>-<random>/`` (a ``_`` folder: no reader looks there), given
+   to Hadoop as a ``file:`` path, never a percent-encoded URI, so any local path works (spaces,
+   non-ASCII letters, ``#``...). Timestamps are written as ``TIMESTAMP_MICROS`` (UTC), the Delta
+   encoding. The number of rows Spark wrote is observed on the write itself
+   (:class:`pyspark.sql.Observation`).
+3. The driver checks Spark's ``_SUCCESS`` marker and that the staged files hold exactly the rows
+   Spark reported writing (a mismatch fails loudly: nothing is committed), checks each file's
+   footer (columns and types must equal the table's data columns) and derives Delta statistics
+   from it: ``numRecords``, ``nullCount`` and ``minValues``/``maxValues`` of flat columns, so
+   every engine can skip files.
+4. The files move to their final, Hive-style places (``<table>/<col>=<value>/<name>.parquet`` for
+   partitioned tables, ``<table>/<name>.parquet`` otherwise); partition values are also recorded
+   in the add actions (what Delta readers use). A value that would need escaping in a folder name
+   (engines disagree on that encoding) puts its file in ``<table>/gpope-escaped/``
+   instead: paths in the log only ever use ``[A-Za-z0-9._=/-]``.
+5. The driver loads the table *fresh* and commits the adds in one transaction that refuses to land
+   on a newer version than the one it read (``max_commit_retries=0``): ``append`` as an append,
+   ``overwrite`` and ``replace_where`` as Delta ``WRITE`` operations in ``Overwrite`` mode (delta-rs
+   derives the removes from the snapshot it read: all files, or the replaced partition), so the
+   history names each operation right. If another writer committed in between, it reloads and
+   tries again, so a concurrent append is never kept by an overwrite that did not see it.
+6. If anything before the commit fails, the staging folder and the moved files are deleted: no
+   stray files, and none of them is ever live. Staging folders left by killed runs are removed by
+   the next write to the table once they are older than :data:`STALE_STAGING_HOURS`.
 
 Reads list the live files of a version with delta-rs, group them by partition values, read each
-group with ``spark.read.parquet`` under the table's schema and add the partition columns back as
-literals, so reads never depend on the file layout. This backend supports local lake roots only.
+group with ``spark.read.parquet`` (local ``file:`` paths, glob characters escaped) under the
+table's schema and add the partition columns back as literals, so reads never depend on the file
+layout. This backend supports local lake roots only, whose path delta-rs can address
+(:func:`check_local_root`).
 """
 
 from __future__ import annotations
@@ -57,9 +66,24 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["DeltaRsStore", "MissingTableError"]
+__all__ = [
+    "STAGING_FOLDER",
+    "STALE_STAGING_HOURS",
+    "DeltaRsStore",
+    "MissingTableError",
+    "check_local_root",
+    "local_file_path",
+]
+
+STAGING_FOLDER = "_gpope_staging"
+"""Folder of a table where Spark writes before the commit (``_``: ignored by every reader)."""
+STALE_STAGING_HOURS = 24.0
+"""Staging folders older than this were left by killed runs; the next write removes them."""
 
 _MAX_COMMIT_ATTEMPTS = 8
+# Characters delta-rs (1.x) cannot address in a local path: it panics on ``[ ] | ^`` ("invalid
+# object store url"), decodes ``%XX`` a second time and treats ``\`` as a separator.
+_UNADDRESSABLE = ("[", "]", "|", "^", "\\")
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _PARTITION_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "boolean", "date")
 _UNSUPPORTED_READER_FEATURES = ("columnMapping", "deletionVectors")
@@ -67,6 +91,43 @@ _UNSUPPORTED_READER_FEATURES = ("columnMapping", "deletionVectors")
 
 class MissingTableError(LookupError):
     """Internal: the location holds no Delta table (the table layer turns it into a user error)."""
+
+
+def check_local_root(root: str) -> str:
+    """Return ``root`` if delta-rs can address every table under it, else raise ConfigError.
+
+    Spaces, non-ASCII letters, ``#``, ``?``, ``{``, ``:``, quotes... all work. delta-rs cannot
+    address ``[ ] | ^ \\``, control characters, or ``%`` followed by two hex digits (it
+    decodes them): such a root is refused before anything is written.
+    """
+    import re
+
+    bad = sorted({c for c in root if c in _UNADDRESSABLE or ord(c) < 32 or ord(c) == 127})
+    escapes = re.findall(r"%[0-9A-Fa-f]{2}", root)
+    if bad or escapes:
+        shown = ", ".join(repr(c) for c in [*bad, *escapes])
+        raise ConfigError(
+            f"The lake root {root!r} contains {shown}, which the delta-rs storage path cannot "
+            "address (Delta file paths are URLs). Choose a lake directory without these "
+            "characters (spaces, accents and '#' are fine)."
+        )
+    return root
+
+
+def local_file_path(uri: str) -> str:
+    """The local path of a file URI as delta-rs returns it (``file://`` or a bare encoded path)."""
+    if uri.startswith("file://"):
+        uri = urllib.parse.urlsplit(uri).path
+    elif uri.startswith("file:"):
+        uri = uri[len("file:") :]
+    return urllib.parse.unquote(uri)
+
+
+def _spark_path(path: str | Path) -> str:
+    """A local path as Spark/Hadoop reads it literally: ``file:`` + glob characters escaped."""
+    import re
+
+    return "file:" + re.sub(r"([\\*?\[\]{}])", r"\\\1", str(path))
 
 
 @dataclass(frozen=True)
@@ -194,7 +255,7 @@ class DeltaRsStore:
             frame = (
                 self._spark.read.schema(data_schema)
                 .option("recursiveFileLookup", "true")  # no partition inference from paths
-                .parquet(*uris)
+                .parquet(*[_spark_path(local_file_path(u)) for u in uris])
             )
             for column in partition_columns:
                 frame = frame.withColumn(column, F.lit(part.get(column)).cast(types[column]))
@@ -253,19 +314,37 @@ class DeltaRsStore:
                 )
         conformed = conform(df, schema, table=table_name)
         root = Path(path)
-        folder = f"gpope-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
-        staging = root / folder
+        token = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+        staging_root = root / STAGING_FOLDER
+        _remove_stale_staging(staging_root)
+        staging = staging_root / token
+        moved: list[Path] = []
         try:
-            self._write_parquet(conformed, staging, partitions, table_name)
-            files = _stage_files(root, folder, partitions, _without(schema, partitions), table_name)
+            written = self._write_parquet(conformed, staging, partitions, table_name)
+            files = _stage_files(
+                root, staging, token, partitions, _without(schema, partitions), table_name, moved
+            )
+            staged_rows = sum(f.num_records for f in files)
+            if staged_rows != written:
+                raise CommitError(
+                    f"Spark reported writing {written} rows of {table_name}, but the files "
+                    f"staged under {staging} hold {staged_rows}. Nothing was committed (were the "
+                    "files written somewhere else, or removed while the job ran?)."
+                )
             if replace_where is not None:
                 _check_replace_where(files, replace_where, table_name)
             return self._commit(
                 path, files, schema, partitions, mode, replace_where, user_metadata, table_name
             )
-        except Exception:
-            shutil.rmtree(staging, ignore_errors=True)
+        except BaseException:
+            for file in moved:
+                file.unlink(missing_ok=True)
+            _remove_empty_dirs(root, moved)
             raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if staging_root.is_dir() and not any(staging_root.iterdir()):
+                staging_root.rmdir()
 
     def _check_table(
         self,
@@ -303,16 +382,28 @@ class DeltaRsStore:
 
     def _write_parquet(
         self, df: DataFrame, staging: Path, partitions: list[str], table_name: str
-    ) -> None:
+    ) -> int:
+        """Spark writes ``df`` under ``staging``; return the number of rows Spark wrote.
+
+        The folder is given to Hadoop as a ``file:`` path (Hadoop encodes it itself): a
+        percent-encoded URI would be encoded twice and land the files in another folder.
+        """
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         conf = self._spark.conf
         key = "spark.sql.parquet.outputTimestampType"
         previous = conf.get(key, None)
         conf.set(key, "TIMESTAMP_MICROS")
+        observation = Observation(f"gpope_write_{uuid.uuid4().hex[:8]}")
         try:
-            writer = df.write.mode("errorifexists")
+            writer = df.observe(observation, F.count(F.lit(1)).alias("rows")).write.mode(
+                "errorifexists"
+            )
             if partitions:
                 writer = writer.partitionBy(*partitions)
-            writer.parquet(staging.as_uri())
+            writer.parquet("file:" + str(staging))
+            written = int(observation.get["rows"])
         except Exception as exc:
             message = str(exc)
             if NULL_GUARD_MARKER in message:
@@ -332,6 +423,12 @@ class DeltaRsStore:
                 conf.unset(key)
             else:
                 conf.set(key, previous)
+        if not (staging / "_SUCCESS").is_file():
+            raise CommitError(
+                f"Spark reported writing {written} rows of {table_name} but left no _SUCCESS "
+                f"marker in {staging}: the files went somewhere else. Nothing was committed."
+            )
+        return written
 
     def _commit(
         self,
@@ -383,15 +480,8 @@ class DeltaRsStore:
             table = self.open(path)  # fresh: the remove set must see every concurrent commit
             self._check_table(table, path, schema, partitions, table_name)
             read_version = int(table.version())
-            removes = _removes(table, mode, partitions, replace_where)
             try:
-                table.create_write_transaction(
-                    [*adds, *removes],
-                    mode="append",
-                    schema=table.schema(),
-                    partition_by=partitions,
-                    commit_properties=properties,
-                )
+                _transact(table, adds, mode, partitions, replace_where, properties)
                 return read_version + 1
             except Exception as exc:
                 if self._is_live(path, adds):
@@ -411,10 +501,48 @@ class DeltaRsStore:
             return False
         import pyarrow as pa
 
-        live = set(
-            pa.table(self.open(path).get_add_actions(flatten=True)).column("path").to_pylist()
-        )
-        return adds[0].path in live
+        live = pa.table(self.open(path).get_add_actions(flatten=True)).column("path").to_pylist()
+        decoded = {urllib.parse.unquote(p) for p in live}
+        return urllib.parse.unquote(adds[0].path) in decoded
+
+
+def _transact(
+    table: DeltaTable,
+    adds: list[Any],
+    mode: WriteMode,
+    partitions: list[str],
+    replace_where: Mapping[str, str | None] | None,
+    properties: Any,
+) -> None:
+    """One commit of ``adds`` on ``table``'s snapshot, recorded under the right operation.
+
+    ``append`` is a Delta append; ``overwrite`` and ``replace_where`` are ``WRITE`` operations in
+    ``Overwrite`` mode whose removes delta-rs derives from the snapshot (all files, or the files of
+    the replaced partition), so the history says what happened. A ``replace_where`` on a null
+    partition value, which partition filters cannot express, removes its files explicitly.
+    """
+    if mode == "append":
+        table.create_write_transaction(
+            adds, mode="append", schema=table.schema(), partition_by=partitions,
+            commit_properties=properties,
+        )  # fmt: skip
+        return
+    if mode == "replace_where" and any(v is None for v in (replace_where or {}).values()):
+        removes = _removes(table, mode, partitions, replace_where)
+        table.create_write_transaction(
+            [*adds, *removes], mode="append", schema=table.schema(), partition_by=partitions,
+            commit_properties=properties,
+        )  # fmt: skip
+        return
+    filters = (
+        [(c, "=", v) for c, v in (replace_where or {}).items()]
+        if mode == "replace_where"
+        else None
+    )
+    table.create_write_transaction(
+        adds, mode="overwrite", schema=table.schema(), partition_by=partitions,
+        partition_filters=filters, commit_properties=properties,
+    )  # fmt: skip
 
 
 def _commit_error(table_name: str, path: str, exc: Exception) -> CommitError:
@@ -467,24 +595,55 @@ def _removes(
     return removes
 
 
+def _remove_stale_staging(staging_root: Path) -> None:
+    """Delete staging folders that killed runs left behind (older than STALE_STAGING_HOURS)."""
+    if not staging_root.is_dir():
+        return
+    cutoff = time.time() - STALE_STAGING_HOURS * 3600
+    for folder in staging_root.iterdir():
+        try:
+            if folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+        except FileNotFoundError:  # another writer removed it
+            continue
+
+
+def _remove_empty_dirs(root: Path, files: list[Path]) -> None:
+    """Remove the now-empty partition folders of ``files`` (up to, not including, ``root``)."""
+    for directory in sorted({f.parent for f in files}, key=lambda d: -len(d.parts)):
+        while directory != root and root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (other files live there), or gone
+                break
+            directory = directory.parent
+
+
 def _stage_files(
-    root: Path, folder: str, partitions: list[str], data_schema: StructType, table_name: str
+    root: Path,
+    staging: Path,
+    token: str,
+    partitions: list[str],
+    data_schema: StructType,
+    table_name: str,
+    moved: list[Path],
 ) -> list[_StagedFile]:
-    """Flatten Spark's output folder, check every file's footer, build the add-action records."""
+    """Check every file Spark staged, move it to its Hive-style place, build add-action records.
+
+    Appends each moved file to ``moved`` as soon as it is moved (so a failure can delete it).
+    """
     import pyarrow.parquet as pq
 
-    staging = root / folder
-    found: list[tuple[Path, dict[str, str | None]]] = []
+    found: list[tuple[Path, Path, dict[str, str | None]]] = []
     for directory, _, names in os.walk(staging):
         for name in names:
             file = Path(directory) / name
-            if not name.endswith(".parquet") or name.startswith((".", "_")):
-                file.unlink()  # _SUCCESS, .crc checksums
-                continue
-            found.append((file, _partition_values(file.parent.relative_to(staging), partitions)))
+            if name.endswith(".parquet") and not name.startswith((".", "_")):
+                relative = file.parent.relative_to(staging)
+                found.append((file, relative, _partition_values(relative, partitions)))
     expected = [(f.name, _spark_type_key(f.dataType)) for f in data_schema.fields]
     staged = []
-    for index, (file, values) in enumerate(sorted(found)):
+    for index, (file, relative, values) in enumerate(sorted(found)):
         metadata = pq.read_metadata(file)
         arrow_schema = metadata.schema.to_arrow_schema()
         got = [(f.name, _arrow_type_key(f.type)) for f in arrow_schema]
@@ -494,14 +653,20 @@ def _stage_files(
                 f"data columns are {expected}. Nothing was committed."
             )
         if metadata.num_rows == 0:
-            file.unlink()
             continue
-        target = staging / f"{index:05d}-{file.name}"
+        name = f"part-{index:05d}-{token}.snappy.parquet"
+        if urllib.parse.quote(relative.as_posix(), safe="/=") != relative.as_posix():
+            # Readers disagree on how an escaped folder name is encoded in the log (delta-rs
+            # opens the encoded path literally): keep such rare values out of folder names.
+            relative = Path("gpope-escaped")
+        target = root / relative / name
+        target.parent.mkdir(parents=True, exist_ok=True)
         file.rename(target)
+        moved.append(target)
         stat = target.stat()
         staged.append(
             _StagedFile(
-                path=f"{folder}/{target.name}",
+                path=(relative / name).as_posix(),
                 size=stat.st_size,
                 modification_time=int(stat.st_mtime * 1000),
                 partition_values=values,
@@ -509,12 +674,6 @@ def _stage_files(
                 stats=_stats(metadata, arrow_schema),
             )
         )
-    for directory, _, _ in sorted(os.walk(staging), key=lambda t: -len(t[0])):
-        if Path(directory) != staging:
-            os.rmdir(directory)  # now-empty partition folders
-    for file in staged:
-        if urllib.parse.quote(file.path, safe="/") != file.path:  # pragma: no cover
-            raise CommitError(f"Unsafe file name {file.path!r} in {table_name}.")
     return staged
 
 
@@ -551,26 +710,83 @@ def _check_replace_where(
 
 
 def _stats(metadata: Any, arrow_schema: pa.Schema) -> str:
-    """Delta file statistics: ``numRecords`` and, for flat columns, ``nullCount``."""
+    """Delta file statistics of flat columns: ``numRecords``, ``nullCount``, min and max values.
+
+    Min/max come from the row-group statistics of the footer; a column gets them only when every
+    row group has them and they are finite (floats) and short (strings up to 32 characters, so
+    no truncated bound is ever recorded as exact).
+    """
     import pyarrow as pa
 
     stats: dict[str, Any] = {"numRecords": metadata.num_rows}
     paths = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     null_count: dict[str, int] = {}
+    minimum: dict[str, Any] = {}
+    maximum: dict[str, Any] = {}
     for field in arrow_schema:
         if pa.types.is_nested(field.type) or field.name not in paths:
             continue
         column, total = paths[field.name], 0
+        lows: list[Any] = []
+        highs: list[Any] = []
+        bounded = True
         for group in range(metadata.num_row_groups):
             column_stats = metadata.row_group(group).column(column).statistics
             if column_stats is None or not column_stats.has_null_count:
                 break
             total += column_stats.null_count
+            if column_stats.has_min_max:
+                lows.append(column_stats.min)
+                highs.append(column_stats.max)
+            elif column_stats.null_count != metadata.row_group(group).num_rows:
+                bounded = False
         else:
             null_count[field.name] = total
+            if bounded and lows:
+                low = _json_bound(min(lows), field.type)
+                high = _json_bound(max(highs), field.type, upper=True)
+                if low is not None and high is not None:
+                    minimum[field.name], maximum[field.name] = low, high
+    if minimum:
+        stats["minValues"] = minimum
+        stats["maxValues"] = maximum
     if null_count:
         stats["nullCount"] = null_count
-    return json.dumps(stats)
+    return json.dumps(stats, allow_nan=False)
+
+
+def _json_bound(value: Any, dtype: pa.DataType, *, upper: bool = False) -> Any:
+    """A footer min/max as the JSON value Delta statistics use, or None if it cannot be exact.
+
+    Timestamps have millisecond precision in Delta statistics: an upper bound is rounded up.
+    """
+    import math
+
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_timestamp(dtype):
+        if not isinstance(value, dt.datetime):
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        if upper and value.microsecond % 1000:
+            value += dt.timedelta(microseconds=1000 - value.microsecond % 1000)
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if pa.types.is_date(dtype):
+        return value.isoformat() if isinstance(value, dt.date) else None
+    if pa.types.is_boolean(dtype):
+        return bool(value)
+    if pa.types.is_integer(dtype):
+        return int(value)
+    if pa.types.is_floating(dtype):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        return text if len(text) <= 32 else None
+    return None
 
 
 def _spark_type_key(dtype: Any) -> str:

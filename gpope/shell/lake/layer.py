@@ -28,7 +28,7 @@ from gpope.shell.lake.base import (
     encode_user_metadata,
     partition_string,
 )
-from gpope.shell.lake.delta_rs import DeltaRsStore, MissingTableError
+from gpope.shell.lake.delta_rs import DeltaRsStore, MissingTableError, check_local_root
 from gpope.shell.lake.names import (
     TableRef,
     check_name,
@@ -138,6 +138,8 @@ class Lake:
                 f"The delta-rs storage path supports local lake roots only; got {root!r}. Use a "
                 "local directory, or run on a cluster with Delta Lake (storage 'native')."
             )
+        if storage == "delta-rs":
+            check_local_root(self.root)
         self.storage: Literal["native", "delta-rs"] = storage
         self._delta_rs = DeltaRsStore(spark) if storage == "delta-rs" else None
         self._native = NativeStore(spark) if storage == "native" else None
