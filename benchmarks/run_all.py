@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "driver": "GPOPE driver iterations/s vs the read floor; batched trials/s",
     "accounting_pld": "adaptive PLD grid: accuracy and time vs a fine grid",
     "stats_job": "Spark stats stage vs the in-memory numpy kernel (transitions/s)",
+    "ssp_aggregate": "SSP noisy-statistics Spark aggregate vs an in-memory numpy sum",
     "chain_reproduction": "wall time of the chain reproduction (all methods, 100 trials)",
 }
 

@@ -129,8 +129,22 @@ class EvaluationSettings:
     accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
     trace_every: int | None = None
     in_memory_limit_mb: int = 1024
+    estimator: Literal["gpope", "ssp"] = "gpope"
+    ssp_clip: float | None = None
+    ssp_clip_quantile: float = 0.99
+    ssp_groups: int = 10
+    statistics_share: float = 0.1
+    ci_level: float = 0.95
 
     def __post_init__(self) -> None:
+        from gpope.core.validation import check_choice, check_number
+
+        check_choice("EvaluationSettings", "estimator", self.estimator, ("gpope", "ssp"))
+        check_number("EvaluationSettings", "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
+        check_number("EvaluationSettings", "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
+        check_int("EvaluationSettings", "ssp_groups", self.ssp_groups, ge=2)
+        check_number("EvaluationSettings", "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
+        check_number("EvaluationSettings", "ci_level", self.ci_level, gt=0.0, lt=1.0)
         check_int("EvaluationSettings", "iterations", self.iterations, ge=1)
         check_int("EvaluationSettings", "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
         check_int("EvaluationSettings", "trace_every", self.trace_every, ge=1, allow_none=True)

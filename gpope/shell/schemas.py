@@ -25,6 +25,7 @@ __all__ = [
     "PRIVACY_LEDGER",
     "REJECTED_EVENTS",
     "RELEASED_ESTIMATES",
+    "RELEASED_VALUES",
     "TABLE_SCHEMAS",
     "TRAJECTORY_STATS",
     "TRANSITIONS",
@@ -97,6 +98,25 @@ RELEASED_ESTIMATES = _schema(
     ("reference_states", ArrayType(StringType(), False), False),
     ("values", ArrayType(DoubleType(), False), False),
     ("private", BooleanType(), False),  # False: fixed seed (experiments/tests), not a DP release
+    ("estimator", StringType(), False),  # gpope | ssp
+)
+RELEASED_VALUES = _schema(
+    ("run_id", StringType(), False),
+    ("dataset", StringType(), False),
+    ("spec_id", StringType(), False),
+    ("spec_name", StringType(), False),
+    ("estimator", StringType(), False),
+    ("state", StringType(), False),
+    ("value", DoubleType(), False),
+    ("lower", DoubleType(), True),
+    ("upper", DoubleType(), True),
+    ("lower_bound", DoubleType(), True),
+    ("ci_level", DoubleType(), True),
+    ("epsilon", DoubleType(), False),
+    ("delta", DoubleType(), False),
+    ("accountant", StringType(), False),
+    ("private", BooleanType(), False),
+    ("created_at", TimestampType(), False),
 )
 PRIVACY_LEDGER = _schema(
     ("dataset", StringType(), False),
@@ -173,6 +193,28 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "values": "V at each reference state, discounted with the spec's gamma, in the raw reward "
         "unit (reward_scale undone); parallel to reference_states",
         "private": "true: a differentially private release; false: fixed seed, NOT private",
+        "estimator": "private estimator that produced theta: gpope (gradient-perturbed GTD2) or ssp "
+        "(one-shot LSTD on noisy sufficient statistics)",
+    },
+    "released_values": {
+        "run_id": "gpope run id (released_estimates.run_id, MLflow tag gpope.run_id)",
+        "dataset": "dataset (cohort) evaluated",
+        "spec_id": "id of the evaluation spec",
+        "spec_name": "name of the evaluation spec",
+        "estimator": "gpope or ssp (see released_estimates.estimator)",
+        "state": "name of the spec's public reference state",
+        "value": "released V(state), discounted with the spec's gamma, in the raw reward unit",
+        "lower": "lower end of the two-sided ci_level interval (privacy noise + sampling "
+        "variability; grouped jackknife over the noisy statistics release); null: no interval",
+        "upper": "upper end of the two-sided ci_level interval; null: no interval",
+        "lower_bound": "one-sided lower confidence bound at ci_level: V(state) >= lower_bound; "
+        "null: no interval",
+        "ci_level": "confidence level of lower/upper/lower_bound (e.g. 0.95); null: no interval",
+        "epsilon": "epsilon spent by the run (covers value and interval)",
+        "delta": "delta spent by the run",
+        "accountant": "privacy accountant that calibrated the noise (pld, rdp, paper)",
+        "private": "true: a differentially private release; false: fixed seed, NOT private",
+        "created_at": "release time (UTC), equal to released_estimates.created_at",
     },
     "privacy_ledger": {
         "dataset": "dataset (cohort) whose budget the row concerns",
@@ -208,6 +250,7 @@ TABLE_SCHEMAS: dict[str, StructType] = {
     "rejected_events": REJECTED_EVENTS,
     "trajectory_stats": TRAJECTORY_STATS,
     "released_estimates": RELEASED_ESTIMATES,
+    "released_values": RELEASED_VALUES,
     "privacy_ledger": PRIVACY_LEDGER,
 }
 # Every contract carries its column comments (written as Delta column metadata on table creation).

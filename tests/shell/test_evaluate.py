@@ -59,8 +59,12 @@ def _options(**kw):
     return EvaluateOptions(**base)
 
 
-def _core_result(spec, transitions, *, seed, sampling="poisson", epsilon=1.0):
-    """The core alone: statistics from the transitions, sigma from the accountant, run_gpope."""
+def _core_result(spec, transitions, *, seed, sampling="poisson", epsilon=1.0, share=0.1):
+    """The core alone: statistics from the transitions, sigma from the accountant, run_gpope.
+
+    GPOPE gets the (1 - share) part of (epsilon, delta); the rest buys the noisy-statistics release
+    (private MSPBE and intervals; basic composition)."""
+    epsilon, delta = epsilon * (1 - share), 1e-5 * (1 - share)
     scaled = transitions.__class__(**{**transitions.__dict__, "reward": transitions.reward * 0.05})
     rho = importance_ratios(spec.target_policy, transitions)
     stats = statistics_from_transitions(scaled, spec.feature_map, rho, gamma=0.95,
@@ -68,10 +72,10 @@ def _core_result(spec, transitions, *, seed, sampling="poisson", epsilon=1.0):
                                         representation="dense")
     m = transitions.n_trajectories
     q = 1.0 / m if sampling == "poisson" else None
-    sigma = calibrate_sigma(m=m, iterations=ITER, epsilon=epsilon, delta=1e-5, sampling=sampling,
+    sigma = calibrate_sigma(m=m, iterations=ITER, epsilon=epsilon, delta=delta, sampling=sampling,
                             batch_rate=q)
     cfg = GPOPEConfig(iterations=ITER, step_size=0.2, clip=1.0, noise_multiplier=sigma,
-                      delta=1e-5, sampling=sampling, batch_rate=q, averaging="tail",
+                      delta=delta, sampling=sampling, batch_rate=q, averaging="tail",
                       trace_every=500)
     return run_gpope(stats, cfg, seed), sigma
 

@@ -25,6 +25,20 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="auto: tightest rigorous one for the sampling; paper: reproduction only")
     g.add_argument("--trace-every", type=int, default=None,
                    help="log public MSPBE every k steps (default N/20)")
+    e = parser.add_argument_group("estimator, noisy statistics and intervals (defaults from 'evaluation:')")
+    e.add_argument("--estimator", choices=("gpope", "ssp"), default=None,
+                   help="gpope (default): gradient-perturbed GTD2; ssp: one-shot private LSTD on "
+                   "noisy sufficient statistics (all of the budget on one Gaussian release)")
+    e.add_argument("--ssp-clip", type=float, default=None,
+                   help="public L2 bound of one trajectory's [A_i, b_i, C_i] (default: a public "
+                   "quantile on the spec's simulator; required for specs without a domain)")
+    e.add_argument("--ssp-groups", type=int, default=None,
+                   help="K random patient groups of the noisy-statistics release (jackknife intervals)")
+    e.add_argument("--statistics-share", type=float, default=None,
+                   help="gpope runs: share of (epsilon, delta) for the noisy-statistics release that "
+                   "gives the private MSPBE and the intervals (0 disables; default 0.1)")
+    e.add_argument("--ci-level", type=float, default=None,
+                   help="level of the two-sided intervals and the one-sided lower bound (0.95)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,6 +94,11 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         batch_rate=args.batch_rate,
         accountant=args.accountant,
         trace_every=args.trace_every,
+        estimator=args.estimator,
+        ssp_clip=args.ssp_clip,
+        ssp_groups=args.ssp_groups,
+        statistics_share=args.statistics_share,
+        ci_level=args.ci_level,
         **extra,
     )
 

@@ -40,7 +40,7 @@ __all__ = [
 
 Layer = Literal["bronze", "silver", "gold"]
 LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
-SHARED_TABLES: frozenset[str] = frozenset({"released_estimates", "privacy_ledger"})
+SHARED_TABLES: frozenset[str] = frozenset({"released_estimates", "released_values", "privacy_ledger"})
 """Tables shared by all datasets; they live in the gold layer without a dataset segment."""
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -55,6 +55,7 @@ _CREATORS: dict[str, str] = {
     "rejected_events": "`gpope ingest --dataset {dataset}`",
     "trajectory_stats": "`gpope stats --dataset {dataset} --spec FILE`",
     "released_estimates": "`gpope evaluate`",
+    "released_values": "`gpope evaluate`",
     "privacy_ledger": "`gpope evaluate` or `gpope budget set`",
 }
 

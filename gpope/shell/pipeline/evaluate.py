@@ -71,6 +71,14 @@ class EvaluateOptions:
             ``domain`` only; 0 disables).
         public_max_length: episode length of that cohort (None: the simulator's default).
         rows_per_fetch: sampled rows per Spark fetch on the streamed path.
+        estimator: "gpope" (default) or "ssp" (one-shot LSTD on noisy sufficient statistics).
+        ssp_clip: public L2 bound of one trajectory's [A_i, b_i, C_i] (None: the
+            ``ssp_clip_quantile`` of the norms on a public cohort of ``clip_trajectories``
+            trajectories from the spec's simulator; specs without a domain must give it).
+        ssp_groups: K random groups of the noisy-statistics release (grouped-jackknife intervals).
+        statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
+            release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
+        ci_level: level of the two-sided intervals and of the one-sided lower bound.
     """
 
     epsilon: float
@@ -93,9 +101,23 @@ class EvaluateOptions:
     public_trajectories: int = 100
     public_max_length: int | None = None
     rows_per_fetch: int = 4096
+    estimator: Literal["gpope", "ssp"] = "gpope"
+    ssp_clip: float | None = None
+    ssp_clip_quantile: float = 0.99
+    ssp_groups: int = 10
+    statistics_share: float = 0.1
+    ci_level: float = 0.95
+    clip_trajectories: int = 1000
 
     def __post_init__(self) -> None:
         o = "EvaluateOptions"
+        check_choice(o, "estimator", self.estimator, ("gpope", "ssp"))
+        check_number(o, "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
+        check_number(o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
+        check_int(o, "ssp_groups", self.ssp_groups, ge=2)
+        check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
+        check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
+        check_int(o, "clip_trajectories", self.clip_trajectories, ge=0)
         check_number(o, "epsilon", self.epsilon, gt=0.0)
         check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_int(o, "iterations", self.iterations, ge=1)
@@ -150,12 +172,28 @@ class EvaluationReport:
     tables: dict[str, str] = field(default_factory=dict)
     private_diagnostics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    estimator: str = "gpope"
+    intervals: dict[str, Any] | None = None
+    theta_interval: dict[str, Any] | None = None
+    private_mspbe: float | None = None
+    private_relative_mspbe: float | None = None
+    statistics_epsilon: float = 0.0
+    statistics_sigma: float | None = None
+    ssp_clip: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain form for ``--json`` (private diagnostics are listed under their own key)."""
         d = dataclasses.asdict(self)
         d["theta"] = [float(v) for v in self.theta]
         return d
+
+    def interval_arrays(self) -> dict[str, np.ndarray] | None:
+        """The value intervals as arrays (value, lower, upper, lower_bound; parallel to
+        ``reference_values``) for plots, or None when the run has none."""
+        if not self.intervals:
+            return None
+        return {k: np.asarray(self.intervals[k], dtype=np.float64)
+                for k in ("value", "lower", "upper", "lower_bound")}
 
     def summary(self) -> str:
         """Human-readable lines."""
@@ -168,10 +206,23 @@ class EvaluationReport:
             f"sampling {self.sampling}, statistics {self.path}",
             f"  remaining budget: epsilon {self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}",
         ]
-        for name, value in self.reference_values.items():
-            lines.append(f"  V({name}) = {value:.6g}")
+        lines.append(f"  estimator {self.estimator}"
+                     + (f"; noisy statistics: epsilon {self.statistics_epsilon:.4g}, sigma "
+                        f"{self.statistics_sigma:.4g}, clip {self.ssp_clip:.4g}"
+                        if self.statistics_sigma is not None else "; no noisy-statistics release"))
+        iv = self.intervals
+        for i, (name, value) in enumerate(self.reference_values.items()):
+            if iv:
+                lines.append(
+                    f"  V({name}) = {value:.6g}   {100 * iv['level']:g}% interval "
+                    f"[{iv['lower'][i]:.4g}, {iv['upper'][i]:.4g}], at least {iv['lower_bound'][i]:.4g}")
+            else:
+                lines.append(f"  V({name}) = {value:.6g}")
         if self.public_mspbe is not None:
             lines.append(f"  MSPBE on public simulated data: {self.public_mspbe:.4g}")
+        if self.private_relative_mspbe is not None:
+            lines.append(f"  private MSPBE (noisy statistics): {self.private_mspbe:.4g}, relative "
+                         f"{self.private_relative_mspbe:.4g}")
         if self.mlflow_run_id:
             lines.append(f"  MLflow run {self.mlflow_run_id}")
         return "\n".join(lines)
@@ -192,7 +243,8 @@ def policy_label(spec: EvaluationSpec) -> str:
     return f"{d.get('kind', 'policy')}:{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
-def _solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float | None, trace_every: int | None) -> Any:
+def _solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float | None,
+                   trace_every: int | None, delta: float | None = None) -> Any:
     from gpope.core.gpope import GPOPEConfig
 
     return GPOPEConfig(
@@ -200,7 +252,7 @@ def _solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float 
         step_size=options.step_size,
         clip=options.clip,
         noise_multiplier=sigma,
-        delta=options.delta,
+        delta=options.delta if delta is None else delta,
         accountant=options.accountant,
         sampling=options.sampling,
         batch_rate=batch_rate,
@@ -244,8 +296,9 @@ def run_evaluate(
         gpope_dp_event,
         resolve_accountant,
     )
+    from gpope.core.ssp import ssp_dp_event, ssp_epsilon, ssp_sigma
     from gpope.shell.pipeline.ledger import PrivacyLedger
-    from gpope.shell.pipeline.release import release_row, write_release
+    from gpope.shell.pipeline.release import release_row, value_rows, write_release
     from gpope.shell.pipeline.stats import read_statistics, trajectory_count
 
     start = time.perf_counter()
@@ -260,22 +313,44 @@ def run_evaluate(
             "The 'batch_rate' option applies only to --sampling poisson; drop it for uniform "
             f"sampling. Got {options.batch_rate!r}."
         )
-    accountant = resolve_accountant(options.accountant, options.sampling)
-    common = dict(m=m, iterations=options.iterations, delta=options.delta,
-                  accountant=options.accountant, sampling=options.sampling, batch_rate=q)
-    sigma = float(calibrate_sigma(epsilon=options.epsilon, **common))
-    spent = float(epsilon_spent(sigma=sigma, **common))
-    trace_every = options.trace_every or max(1, options.iterations // 20)
-    solver = _solver_config(options, sigma=sigma, batch_rate=q, trace_every=trace_every)
+    ssp_run = options.estimator == "ssp"
+    ssp_clip = _ssp_clip(spec, options, required=ssp_run)
+    share = 1.0 if ssp_run else (options.statistics_share if ssp_clip is not None else 0.0)
+    stats_eps, stats_delta = options.epsilon * share, options.delta * share
+    gpope_eps, gpope_delta = options.epsilon - stats_eps, options.delta - stats_delta
+    accountant = resolve_accountant(options.accountant, "poisson" if ssp_run else options.sampling)
+    sigma_s = spent_s = None
+    if share > 0:
+        sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=options.accountant)
+        spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=options.accountant)
+    if ssp_run:
+        sigma, spent, solver, event = float(sigma_s), float(spent_s), None, ssp_dp_event(sigma_s)
+        mechanism = f"ssp(clip={ssp_clip:g}, groups={options.ssp_groups}): {event!r}"
+    else:
+        common = dict(m=m, iterations=options.iterations, delta=gpope_delta,
+                      accountant=options.accountant, sampling=options.sampling, batch_rate=q)
+        sigma = float(calibrate_sigma(epsilon=gpope_eps, **common))
+        spent = float(epsilon_spent(sigma=sigma, **common)) + (spent_s or 0.0)
+        trace_every = options.trace_every or max(1, options.iterations // 20)
+        solver = _solver_config(options, sigma=sigma, batch_rate=q, trace_every=trace_every,
+                                delta=gpope_delta)
+        event = gpope_dp_event(m=m, iterations=options.iterations, sigma=sigma,
+                               sampling=options.sampling, batch_rate=q)
+        mechanism = f"gpope(clip={options.clip:g}): {event!r}"
+        if sigma_s is not None:
+            import dp_accounting
+
+            event = dp_accounting.ComposedDpEvent([event, ssp_dp_event(sigma_s)])
+            mechanism = (f"gpope(clip={options.clip:g}) + noisy statistics(clip={ssp_clip:g}, "
+                         f"groups={options.ssp_groups}; basic composition of "
+                         f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
+                         f"{event!r}")
     stats_df = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
     from gpope.shell.pipeline.sampled import row_bytes
 
     in_memory = options.path == "memory" or (
         options.path == "auto" and m * row_bytes(n) <= options.in_memory_limit_mb * 2**20
     )
-    event = gpope_dp_event(m=m, iterations=options.iterations, sigma=sigma,
-                           sampling=options.sampling, batch_rate=q)
-    mechanism = f"gpope(clip={options.clip:g}): {event!r}"
 
     # (b) reserve.
     ledger = PrivacyLedger(spark, config)
@@ -283,20 +358,33 @@ def run_evaluate(
     ledger.reserve(dataset, run_id=run_id, epsilon=options.epsilon, delta=options.delta,
                    accountant=accountant, mechanism=mechanism)
     try:
-        # (c)-(e) plan, statistics in sampled order, solver.
-        result, private_pop = _solve(spark, stats_df, spec, solver, options, m=m, n=n,
-                                     sigma=sigma, spent=spent, accountant=accountant,
-                                     in_memory=in_memory)
+        # (c)-(e) noisy statistics (Spark aggregate + one Gaussian draw), then the estimator.
+        noisy = None
+        if sigma_s is not None:
+            noisy = _noisy_statistics(stats_df, options, n=n, m=m, sigma=float(sigma_s),
+                                      clip=float(ssp_clip))
+        private_pop = None
+        if ssp_run:
+            result = _ssp_result(noisy, options, spec, accountant=accountant, spent=spent)
+            if options.private_diagnostics:
+                private_pop = _spark_population(stats_df, n, m)
+        else:
+            result, private_pop = _solve(spark, stats_df, spec, solver, options, m=m, n=n,
+                                         sigma=sigma, spent=spent, accountant=accountant,
+                                         in_memory=in_memory)
         released_theta = result.theta_avg if result.theta_avg is not None else result.theta
         values = spec.reference_values(released_theta)
+        intervals, theta_iv, priv_mspbe = _intervals(noisy, spec, released_theta, values,
+                                                     level=options.ci_level, ssp_run=ssp_run)
         # (f) release, then mark released.
         created = datetime.now(UTC).replace(tzinfo=None)
         row = release_row(
             run_id=run_id, dataset=dataset, spec=spec, policy=policy_label(spec),
             epsilon=options.epsilon, delta=options.delta, accountant=accountant,
             created_at=created, theta=released_theta, values=values, private=result.private,
+            estimator=options.estimator,
         )
-        write_release(spark, config, row)
+        write_release(spark, config, row, value_rows(row, spec_name=spec.name, interval=intervals))
     except BaseException:
         ledger.mark(dataset, run_id, "failed")
         raise
@@ -318,6 +406,11 @@ def run_evaluate(
         path="memory" if in_memory else "stream", spec_text=spec_text,
         private_population=private_pop if options.private_diagnostics else None,
         public_population=public_pop,
+        private_mspbe=priv_mspbe,
+        intervals=intervals,
+        estimator=options.estimator,
+        ssp={"sigma": sigma_s, "clip": ssp_clip, "epsilon": stats_eps, "delta": stats_delta,
+             "groups": options.ssp_groups} if sigma_s is not None else None,
     )
     from gpope.shell import lake
 
@@ -348,11 +441,87 @@ def run_evaluate(
         tables={
             "trajectory_stats": str(lake.table_location(config.lake, "gold", dataset, "trajectory_stats")),
             "released_estimates": str(lake.shared_table_location(config.lake, "released_estimates")),
+            "released_values": str(lake.shared_table_location(config.lake, "released_values")),
             "privacy_ledger": ledger.location,
         },
         private_diagnostics=tracking.private_diagnostics,
         seconds=time.perf_counter() - start,
+        estimator=options.estimator,
+        intervals=intervals.to_dict() if intervals is not None else None,
+        theta_interval=theta_iv.to_dict() if theta_iv is not None else None,
+        private_mspbe=priv_mspbe[0] if priv_mspbe else None,
+        private_relative_mspbe=priv_mspbe[1] if priv_mspbe else None,
+        statistics_epsilon=float(stats_eps),
+        statistics_sigma=None if sigma_s is None else float(sigma_s),
+        ssp_clip=ssp_clip,
     )
+
+
+def _ssp_clip(spec: EvaluationSpec, options: EvaluateOptions, *, required: bool) -> float | None:
+    """The public clip bound of the noisy-statistics release: the option, else a public quantile
+    on the spec's simulator; None (no release) for a gpope run whose spec has no simulator."""
+    if options.ssp_clip is not None:
+        return float(options.ssp_clip)
+    if spec.domain is None and not required:
+        return None
+    from gpope.shell.pipeline.ssp import public_clip
+
+    return public_clip(spec, n_trajectories=options.clip_trajectories,
+                       quantile=options.ssp_clip_quantile, max_length=options.public_max_length)
+
+
+def _noise_generators(seed: int | None) -> tuple[np.random.Generator, int]:
+    """(noise generator, secret group key): OS entropy, or derived from ``seed`` (NOT private)
+    through a stream independent of the solver's."""
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x55_53_50])
+    noise, keys = ss.spawn(2)
+    return np.random.default_rng(noise), int(np.random.default_rng(keys).integers(0, 2**63 - 1))
+
+
+def _noisy_statistics(stats_df: Any, options: EvaluateOptions, *, n: int, m: int, sigma: float,
+                      clip: float) -> Any:
+    """The one noisy-statistics release: Spark aggregate of the clipped group sums, then Gaussian
+    noise on the driver (:mod:`gpope.core.ssp`)."""
+    from gpope.core.ssp import release_noisy_statistics
+    from gpope.shell.pipeline.ssp import spark_group_sums
+
+    rng, key = _noise_generators(options.seed)
+    sums = spark_group_sums(stats_df, n=n, clip=clip, key=key, groups=options.ssp_groups,
+                            expected_rows=m)
+    return release_noisy_statistics(sums, n=n, m=m, sigma=sigma, clip=clip, rng=rng)
+
+
+def _ssp_result(noisy: Any, options: EvaluateOptions, spec: EvaluationSpec, *, accountant: str,
+                spent: float) -> GPOPEResult:
+    """The SSP estimate in the solver's result record (no iterates, no trace)."""
+    from gpope.core.gpope import GPOPEResult
+    from gpope.core.intervals import ssp_values
+
+    theta, _ = ssp_values(noisy, lambda th: th)
+    private = options.seed is None
+    return GPOPEResult(
+        theta=theta, w=np.zeros_like(theta), theta_avg=None, sigma=noisy.sigma, epsilon=spent,
+        delta=options.delta, accountant=accountant, sampling="poisson", iterations=1,
+        clip=noisy.clip, private=private,
+        privacy_note=("one Gaussian release of jointly clipped sufficient statistics, noise from OS "
+                      "entropy" if private else "fixed seed: reproducible, NOT private"),
+    )
+
+
+def _intervals(noisy: Any, spec: EvaluationSpec, theta: np.ndarray, values: np.ndarray, *,
+               level: float, ssp_run: bool) -> tuple[Any, Any, tuple[float, float] | None]:
+    """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy release; Nones
+    without one. SSP: grouped jackknife; GPOPE: the SSP interval anchored at GPOPE's estimate."""
+    if noisy is None:
+        return None, None, None
+    from gpope.core.intervals import anchored_interval, jackknife_interval
+    from gpope.core.ssp import private_mspbe
+
+    _, iv = jackknife_interval(noisy, spec.reference_values, level=level)
+    _, tiv = jackknife_interval(noisy, lambda th: th, level=level)
+    if not ssp_run:
+        iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)
+    return iv, tiv, private_mspbe(theta, noisy)
 
 
 def _solve(

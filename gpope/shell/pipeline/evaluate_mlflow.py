@@ -39,20 +39,28 @@ class TrackingOutcome:
 
 
 def value_plot(path: Path, names: list[str], values: np.ndarray, *, title: str,
-               reference: dict[str, np.ndarray] | None = None) -> None:
-    """Bar chart of value estimates at the named reference states (PNG at ``path``)."""
+               reference: dict[str, np.ndarray] | None = None,
+               interval: tuple[np.ndarray, np.ndarray] | None = None,
+               label: str = "GPOPE (released)") -> None:
+    """Bar chart of value estimates at the named reference states (PNG at ``path``); the released
+    series carries its interval ``(lower, upper)`` as error bars when given."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = {"GPOPE (released)": np.asarray(values, dtype=np.float64)}
+    series = {label: np.asarray(values, dtype=np.float64)}
     series.update(reference or {})
     fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(names) + 2), 3.5))
     width = 0.8 / max(1, len(series))
     x = np.arange(len(names))
-    for i, (label, vals) in enumerate(series.items()):
-        ax.bar(x + i * width, vals, width=width, label=label)
+    for i, (name, vals) in enumerate(series.items()):
+        err = None
+        if i == 0 and interval is not None:
+            lo, hi = (np.asarray(a, dtype=np.float64) for a in interval)
+            err = np.vstack([vals - lo, hi - vals])
+            name = f"{name}, interval"
+        ax.bar(x + i * width, vals, width=width, label=name, yerr=err, capsize=4 if err is not None else 0)
     ax.set_xticks(x + width * (len(series) - 1) / 2, names)
     ax.set_ylabel("V(s)")
     ax.set_title(title, fontsize=9)
@@ -106,6 +114,10 @@ def log_evaluation(
     spec_text: str | None,
     private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     public_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    private_mspbe: tuple[float, float] | None = None,
+    intervals: Any | None = None,
+    estimator: str = "gpope",
+    ssp: dict[str, Any] | None = None,
 ) -> TrackingOutcome:
     """Create the evaluation's MLflow run and log everything listed in the module docstring."""
     import mlflow
@@ -165,6 +177,23 @@ def log_evaluation(
         })
         mlflow.log_metrics({f"value.{k}": float(v)
                             for k, v in zip(spec.reference_names, values, strict=True)})
+        mlflow.log_params({"estimator": estimator})
+        if ssp is not None:
+            mlflow.log_params({"statistics_sigma": ssp["sigma"], "ssp_clip": ssp["clip"],
+                               "statistics_epsilon": ssp["epsilon"], "statistics_delta": ssp["delta"],
+                               "ssp_groups": ssp["groups"]})
+        if private_mspbe is not None:
+            # post-processing of the run's noisy-statistics release: private, comparable on real data
+            mlflow.log_metrics({"mspbe_private": float(private_mspbe[0]),
+                                "relative_mspbe_private": float(private_mspbe[1])})
+        if intervals is not None:
+            mlflow.log_param("ci_level", float(intervals.level))
+            for i, k in enumerate(spec.reference_names):
+                mlflow.log_metrics({f"value_lower.{k}": float(intervals.lower[i]),
+                                    f"value_upper.{k}": float(intervals.upper[i]),
+                                    f"value_lower_bound.{k}": float(intervals.lower_bound[i])})
+            log_json_artifact(dict(intervals.to_dict(), states=list(spec.reference_names)),
+                              "intervals.json")
         if public_population is not None:
             A, b, C = public_population
             if result.trace_theta is not None:
@@ -197,7 +226,9 @@ def log_evaluation(
             if spec.reference_states:
                 png = Path(tmp) / "values.png"
                 value_plot(png, list(spec.reference_names), values,
-                           title=f"{spec.name}: values at reference states (eps={options.epsilon:g})")
+                           title=f"{spec.name}: values at reference states (eps={options.epsilon:g})",
+                           interval=None if intervals is None else (intervals.lower, intervals.upper),
+                           label=f"{estimator.upper()} (released)")
                 mlflow.log_artifact(str(png))
             (Path(tmp) / "options.json").write_text(json.dumps(_options_dict(options), indent=2))
             mlflow.log_artifact(str(Path(tmp) / "options.json"))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["read_releases", "release_row", "write_release"]
+__all__ = ["read_releases", "release_row", "value_rows", "write_release"]
 
 
 def release_row(
@@ -35,6 +35,7 @@ def release_row(
     theta: np.ndarray,
     values: np.ndarray,
     private: bool,
+    estimator: str = "gpope",
 ) -> dict[str, Any]:
     """The released_estimates row of one run (plain Python values)."""
     return {
@@ -50,18 +51,50 @@ def release_row(
         "reference_states": list(spec.reference_names),
         "values": [float(v) for v in np.asarray(values, dtype=np.float64)],
         "private": bool(private),
+        "estimator": str(estimator),
     }
 
 
-def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any]) -> None:
-    """Append one row to released_estimates in one atomic commit."""
+def value_rows(row: dict[str, Any], *, spec_name: str, interval: Any | None) -> list[dict[str, Any]]:
+    """The released_values rows of one run: one per reference state, with the interval's
+    ``lower``, ``upper``, ``lower_bound`` and ``level`` (:class:`gpope.core.intervals.Interval`),
+    or nulls when the run has no interval."""
+    out = []
+    for i, (state, value) in enumerate(zip(row["reference_states"], row["values"], strict=True)):
+        out.append({
+            "run_id": row["run_id"], "dataset": row["dataset"], "spec_id": row["spec_id"],
+            "spec_name": spec_name, "estimator": row["estimator"], "state": state,
+            "value": float(value),
+            "lower": None if interval is None else float(interval.lower[i]),
+            "upper": None if interval is None else float(interval.upper[i]),
+            "lower_bound": None if interval is None else float(interval.lower_bound[i]),
+            "ci_level": None if interval is None else float(interval.level),
+            "epsilon": row["epsilon"], "delta": row["delta"], "accountant": row["accountant"],
+            "private": row["private"], "created_at": row["created_at"],
+        })
+    return out
+
+
+def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
+                  values: list[dict[str, Any]] | None = None) -> None:
+    """Append the run's row to released_estimates and its per-state rows to released_values.
+
+    Each table gets one atomic commit, released_estimates first. (Until the lake's
+    ``pipeline_runs`` manifest lands the two commits are not one transaction: a crash between them
+    leaves a released_estimates row without its released_values rows, never the reverse.)
+    """
     from gpope.shell import lake
-    from gpope.shell.schemas import RELEASED_ESTIMATES
+    from gpope.shell.schemas import RELEASED_ESTIMATES, RELEASED_VALUES
 
     df = spark.createDataFrame(
         [tuple(row[f.name] for f in RELEASED_ESTIMATES.fields)], schema=RELEASED_ESTIMATES
     )
     lake.write_shared_table(df, config.lake, "released_estimates", mode="append")
+    if values:
+        vdf = spark.createDataFrame(
+            [tuple(r[f.name] for f in RELEASED_VALUES.fields) for r in values], schema=RELEASED_VALUES
+        )
+        lake.write_shared_table(vdf, config.lake, "released_values", mode="append")
 
 
 def read_releases(spark: SparkSession, config: GpopeConfig) -> Any:

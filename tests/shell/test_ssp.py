@@ -1,0 +1,126 @@
+"""SSP through the pipeline: the Spark aggregate equals the core's sums; `--estimator ssp` runs
+are accounted, released (released_estimates.estimator, released_values with intervals) and logged."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pytest
+
+from gpope.config import load_config
+from gpope.core import ssp
+from gpope.core.envs import chain as chain_env
+from gpope.core.intervals import jackknife_interval
+from gpope.core.spec import EvaluationSpec
+from gpope.shell import lake
+from gpope.shell.pipeline.evaluate import EvaluateOptions, _noise_generators, run_evaluate
+from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.ssp import spark_group_sums
+from gpope.shell.pipeline.stats import read_statistics, run_stats, transitions_to_arrow
+from gpope.shell.schemas import RELEASED_VALUES, TRANSITIONS
+
+pytestmark = pytest.mark.spark
+
+CFG = chain_env.ChainConfig(n_states=8, max_steps=60)
+SPEC = {
+    "name": "chain8", "gamma": CFG.gamma, "normalization": "transition", "length_scale": 60,
+    "feature_map": {"kind": "tabular", "n_states": 8},
+    "target_policy": {"kind": "uniform", "n_actions": 1},
+    "reference_states": {"s0": [0], "s3": [3], "s6": [6]},
+}
+M = 400
+
+
+@pytest.fixture(scope="module")
+def setup(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ssp")
+    config = load_config(None, lake={"root": str(tmp / "lake")})
+    transitions = chain_env.generate(M, np.random.default_rng(5), CFG)
+    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
+    lake.write_table(df.repartition(3), config.lake, "silver", "ch", "transitions", mode="overwrite")
+    spec = EvaluationSpec.from_mapping(SPEC)
+    run_stats(spark, config, dataset="ch", spec=spec)
+    PrivacyLedger(spark, config).set_budget("ch", epsilon=100.0, delta=1e-3)
+    return config, spec, f"sqlite:///{tmp / 'mlflow.db'}"
+
+
+def _core_vectors(spark, config, spec):
+    """Oracle: the statistics rows on the driver, flattened by the core."""
+    rows = read_statistics(spark, config, dataset="ch", spec_id=spec.spec_id).toPandas()
+    n = spec.n_features
+    vec = ssp.statistics_vectors(np.stack(rows["A"].to_numpy()), np.stack(rows["b"].to_numpy()),
+                                 np.stack(rows["C"].to_numpy()))
+    assert vec.shape == (M, 2 * n * n + n)
+    return rows["traj_index"].to_numpy(), vec
+
+
+@pytest.mark.parametrize("clip", [0.02, 10.0])
+def test_spark_sums_equal_core_sums_of_the_same_clipped_statistics(spark, setup, clip):
+    config, spec, _ = setup
+    idx, vec = _core_vectors(spark, config, spec)
+    n = spec.n_features
+    stats = read_statistics(spark, config, dataset="ch", spec_id=spec.spec_id).repartition(4)
+    got = spark_group_sums(stats, n=n, clip=clip, key=99, groups=5, expected_rows=M)
+    want = ssp.clipped_group_sums([(idx, vec)], n=n, clip=clip, key=99, groups=5)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    if clip < 1:  # clipping was active: the bound holds per row, so per group sum <= count * clip
+        assert np.linalg.norm(ssp.clip_statistics(vec, clip), axis=1).max() <= clip * (1 + 1e-12)
+
+
+def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
+    config, spec, uri = setup
+    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, estimator="ssp", ssp_clip=0.05, ssp_groups=6,
+                           seed=4, public_trajectories=50)
+    report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
+
+    # the release equals the core mechanism on the same clipped sums with the same streams
+    idx, vec = _core_vectors(spark, config, spec)
+    rng, key = _noise_generators(4)
+    sums = ssp.clipped_group_sums([(idx, vec)], n=spec.n_features, clip=0.05, key=key, groups=6)
+    sigma = ssp.ssp_sigma(m=M, epsilon=2.0, delta=1e-5)
+    noisy = ssp.release_noisy_statistics(sums, n=spec.n_features, m=M, sigma=sigma, clip=0.05, rng=rng)
+    theta, iv = jackknife_interval(noisy, spec.reference_values)
+    assert report.sigma == pytest.approx(sigma, rel=1e-12)
+    np.testing.assert_allclose(report.theta, theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(report.intervals["lower"], iv.lower, rtol=1e-9, atol=1e-12)
+    assert report.estimator == "ssp" and not report.private
+    assert report.spent_epsilon <= 2.0 + 1e-12
+
+    rel = lake.read_shared_table(spark, config.lake, "released_estimates")
+    row = rel.where(rel.run_id == report.run_id).collect()[0]
+    assert row.estimator == "ssp"
+    vals = lake.read_shared_table(spark, config.lake, "released_values")
+    assert [f.name for f in vals.schema.fields] == [
+        "run_id", "dataset", "spec_id", "spec_name", "estimator", "state", "value", "lower", "upper",
+        "lower_bound", "ci_level", "epsilon", "delta", "accountant", "private", "created_at"]
+    assert [f.name for f in vals.schema.fields] == [f.name for f in RELEASED_VALUES.fields]
+    got = {r.state: r for r in vals.where(vals.run_id == report.run_id).collect()}
+    assert sorted(got) == ["s0", "s3", "s6"]
+    for i, s in enumerate(spec.reference_names):
+        r = got[s]
+        assert r.value == pytest.approx(row["values"][i], rel=1e-12)
+        assert r.lower <= r.lower_bound <= r.value <= r.upper
+        assert (r.ci_level, r.estimator, r.private, r.created_at) == (0.95, "ssp", False, row.created_at)
+    ledger = lake.read_shared_table(spark, config.lake, "privacy_ledger")
+    mech = ledger.where(ledger.run_id == report.run_id).collect()[0].mechanism
+    assert "ssp(" in mech and "GaussianDpEvent" in mech
+
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
+    assert run.data.params["estimator"] == "ssp"
+    assert run.data.metrics["relative_mspbe_private"] == pytest.approx(report.private_relative_mspbe)
+    assert run.data.metrics["value_lower.s0"] == pytest.approx(report.intervals["lower"][0])
+    assert "[" in report.summary() and "interval" in report.summary()
+
+
+def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
+    config, spec, uri = setup
+    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
+                           ssp_clip=0.05, ssp_groups=6, seed=8, public_trajectories=50)
+    report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
+    assert report.estimator == "gpope" and report.statistics_epsilon == pytest.approx(0.2)
+    v = np.array(list(report.reference_values.values()))
+    iv = report.intervals
+    assert np.all(np.array(iv["lower"]) <= v) and np.all(v <= np.array(iv["upper"]))
+    assert report.private_relative_mspbe is not None and report.spent_epsilon <= 2.0 + 1e-12
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
+    assert "mspbe_private" in run.data.metrics and run.data.params["estimator"] == "gpope"
