@@ -5,14 +5,27 @@ and time of dp-accounting's default grid (1e-4), of gpope's adaptive grid, and o
 (1e-5; 1e-6 is known to run out of memory at N = 1e6), with the ratios to the fine grid; then the
 time of ``calibrate_sigma(accountant="pld", sampling="poisson")`` at m = N = 1e5 and 1e6.
 
+Resource bound (issue 12, defect 4; target: <= 2 GB and <= 10 s for m, N up to 1e6, any q):
+``calibrate(accountant="pld")`` at m = N = 1e6, q = 1e-5 (and the issue's m = 1e5, N = 1e6,
+q = 1e-5, epsilon 0.1 reproduction, which used to allocate 24 GB), each in a fresh subprocess
+whose address space is capped at 4 GiB (so a regression cannot take the machine down), printing
+wall time, CPU time and peak RSS, next to the RDP calibration of the same event (reference).
+The on-disk cache is off for these runs.
+
     python benchmarks/accounting_pld.py            # full run (minutes)
-    python benchmarks/accounting_pld.py --quick    # one small setting (seconds)
+    python benchmarks/accounting_pld.py --quick    # one small setting + the resource bound
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
@@ -35,11 +48,68 @@ def _grid_epsilon(m: int, n: int, sigma: float, interval: float) -> tuple[float,
     return acc.get_epsilon(DELTA), time.perf_counter() - start
 
 
+RESOURCE = [  # (m, N, q, epsilon, delta)
+    (1_000_000, 1_000_000, 1e-5, 1.0, 1e-6),
+    (1_000_000, 1_000_000, 1e-5, 0.1, 1e-6),
+    (100_000, 1_000_000, 1e-5, 0.1, 1e-5),
+]
+
+_CHILD = textwrap.dedent("""
+    import json, resource, sys, time
+    cap = 4 * 2**30
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    from gpope.core.accounting import calibrate
+    m, n, q, eps, delta, acc = json.loads(sys.argv[1])
+    w0, c0 = time.perf_counter(), time.process_time()
+    cal = calibrate(m=m, iterations=n, epsilon=eps, delta=delta, accountant=acc,
+                    sampling="poisson", batch_rate=q)
+    print(json.dumps({"sigma": cal.sigma, "epsilon": cal.epsilon, "by": cal.certified_by,
+                      "wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+""")
+
+
+def _resource_run(m: int, n: int, q: float, eps: float, delta: float, acc: str) -> dict:
+    env = {**os.environ, "GPOPE_CACHE_DIR": "off", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([m, n, q, eps, delta, acc])],
+                         env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def resource_table() -> None:
+    """Print the PLD calibration's time and peak memory at m = N = 1e6 (resource bound)."""
+    print("calibrate(accountant='pld', sampling='poisson'): fresh process, 4 GiB address cap, "
+          "no cache")
+    print(f"{'m':>8} {'N':>8} {'q':>6} {'eps':>4} {'delta':>6} | {'PLD sigma (by)':>18} "
+          f"{'wall':>6} {'cpu':>6} {'peak RSS':>9} | {'RDP sigma':>9} {'wall':>6} | "
+          f"{'sigma PLD/RDP':>13}")
+    for m, n, q, eps, delta in RESOURCE:
+        pld = _resource_run(m, n, q, eps, delta, "pld")
+        rdp = _resource_run(m, n, q, eps, delta, "rdp")
+        if "error" in pld or "error" in rdp:
+            print(f"{m:>8} {n:>8} {q:>6g} {eps:>4} {delta:>6g} | FAILED: "
+                  f"{pld.get('error') or rdp.get('error')}")
+            continue
+        print(f"{m:>8.0e} {n:>8.0e} {q:>6g} {eps:>4} {delta:>6g} | "
+              f"{pld['sigma']:>11.4f} ({pld['by']}) {pld['wall']:>5.1f}s {pld['cpu']:>5.1f}s "
+              f"{pld['rss_mb']:>6.0f} MB | {rdp['sigma']:>9.4f} {rdp['wall']:>5.1f}s | "
+              f"{pld['sigma'] / rdp['sigma']:>13.3f}", flush=True)
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small setting only")
     parser.add_argument("--fine", type=float, default=1e-5, help="fine reference grid")
+    parser.add_argument("--resource-only", action="store_true",
+                        help="only the resource-bound table (m = N = 1e6)")
     args = parser.parse_args()
+    if args.resource_only:
+        resource_table()
+        return
     settings = QUICK if args.quick else FULL
     print(f"PLD epsilon, Poisson q = 1/m, delta = {DELTA:g}")
     print(f"{'m':>8} {'N':>9} {'sigma':>6} | {'default 1e-4':>20} | {'adaptive (grid)':>30} | "
@@ -68,6 +138,8 @@ def main() -> None:
                                 sampling="poisson", batch_rate=1.0 / m)
         print(f"  m={m:>8} N={n:>8} epsilon={eps:<4}: sigma = {sigma:.4f} "
               f"({time.perf_counter() - start:.1f} s)")
+    print()
+    resource_table()
 
 
 if __name__ == "__main__":

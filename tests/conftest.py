@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 # Spark binds to loopback only; keep MLflow and Spark from touching the user's defaults.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+# Calibration cache (gpope.core.accounting.cache) in a fresh directory: tests never read or fill
+# the user's cache.
+os.environ["GPOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpope-test-cache-")
 
 
 @pytest.fixture(scope="session")

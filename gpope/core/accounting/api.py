@@ -2,6 +2,16 @@
 
 Both go through the same accountant functions, so a calibrated sigma is certified by exactly the
 computation that later reports its epsilon: ``epsilon_spent(calibrate_sigma(e)) <= e`` always.
+
+PLD with an RDP fallback: the ``"pld"`` epsilon is ``min(PLD, RDP)`` of the same event, both valid
+upper bounds, so the minimum is one too. RDP takes over (with a note, see :func:`calibrate`) when
+PLD cannot certify: a grid too expensive for the resource bound (:mod:`.pld`), or a delta below
+PLD's truncated tail mass (at delta = 1e-30 PLD needs sigma ~791 where RDP certifies 2.3).
+PLD calibration starts from the RDP answer and only searches below it, so it never evaluates the
+tiny noise multipliers whose PLDs are huge.
+
+Calibrations are cached on disk (:mod:`.cache`); a cached sigma is re-certified by one
+evaluation of the recorded accountant and grid before it is used.
 """
 
 from __future__ import annotations
@@ -25,12 +35,13 @@ from gpope.core.accounting._common import (
     resolve_accountant,
     step_event,
 )
+from gpope.core.accounting.cache import load_calibration, store_calibration
 from gpope.core.accounting.paper import paper_epsilon, paper_sigma
 from gpope.core.accounting.pld import (
     DEFAULT_PLD_GRID,
-    PLDEstimate,
     PLDGrid,
     gdp_sigma_guess,
+    pld_cost,
     pld_epsilon,
     pld_epsilon_adaptive,
 )
@@ -41,7 +52,9 @@ __all__ = [
     "RDP_ORDERS",
     "SIGMA_MAX",
     "SIGMA_MIN",
+    "Calibration",
     "PrivacySpend",
+    "calibrate",
     "calibrate_sigma",
     "epsilon_spent",
     "privacy_spend",
@@ -153,9 +166,25 @@ def _epsilon(
         return paper_epsilon(m=m, iterations=iterations, sigma=sigma, delta=delta)
     if accountant == "rdp":
         return _rdp_epsilon(m, iterations, sigma, delta, sampling, batch_rate)
-    return pld_epsilon_adaptive(
-        batch_rate=batch_rate, iterations=iterations, sigma=sigma, delta=delta, grid=pld_grid
-    ).epsilon
+    return _pld_or_rdp(m, iterations, sigma, delta, batch_rate, pld_grid)[0]  # type: ignore[arg-type]
+
+
+def _pld_or_rdp(
+    m: int, iterations: int, sigma: float, delta: float, q: float, grid: PLDGrid
+) -> tuple[float, str, float | None, str]:
+    """(epsilon, "pld"|"rdp", PLD grid or None, note): the smaller of the two valid bounds."""
+    est = pld_epsilon_adaptive(batch_rate=q, iterations=iterations, sigma=sigma, delta=delta,
+                               grid=grid)
+    rdp = _rdp_epsilon(m, iterations, sigma, delta, "poisson", q)
+    if est.epsilon <= rdp:
+        return est.epsilon, "pld", est.interval, ""
+    if math.isinf(est.epsilon) and est.skipped is not None:
+        why = (f"PLD could not certify within its resource bound (grid {est.skipped:g} "
+               "predicted too large)")
+    else:
+        why = (f"PLD certifies only epsilon {est.epsilon:.4g} (e.g. delta below its truncated "
+               "tail mass)")
+    return rdp, "rdp", None, f"{why}; the RDP bound {rdp:.4g} of the same event is used"
 
 
 def epsilon_spent(
@@ -321,72 +350,53 @@ def _solve(
 # --------------------------------------------------------------------------- calibration
 
 
-def _calibrate_pld(q: float, n: int, epsilon: float, delta: float, grid: PLDGrid) -> float:
-    """Two-grid calibration certified by the same adaptive estimate that epsilon_spent reports.
+def _calibrate_pld(
+    m: int, q: float, n: int, epsilon: float, delta: float, grid: PLDGrid
+) -> float:
+    """PLD calibration below the RDP answer, certified by the epsilon that epsilon_spent reports.
 
-    1. Solve on the second grid of the ladder (the coarsest one is dominated by discretisation
-       error, nearly flat in sigma) from the Gaussian-DP guess: cheap evaluations.
-    2. Run :func:`pld_epsilon_adaptive` at that sigma: the grid where it stops is the grid
-       ``epsilon_spent`` will use near the answer. Solve again on that grid, starting from step 1.
-    3. Check the final sigma with :func:`pld_epsilon_adaptive` and raise it if needed, so
-       ``epsilon_spent(calibrate_sigma(e)) <= e`` always holds.
+    1. The RDP sigma (cheap, certified) is an upper end. The adaptive PLD estimate at it picks
+       the grid to search on; if PLD does not certify even that sigma, RDP is the answer.
+    2. Solve ``pld_epsilon(sigma, grid) = epsilon`` for sigma <= sigma_rdp on that one grid
+       (monotone in sigma; an evaluation over the resource bound counts as "not certified").
+    3. Check the result with the reported epsilon (min of the adaptive PLD and RDP) and raise it
+       if needed, so ``epsilon_spent(calibrate_sigma(e)) <= e`` always holds.
     """
-    ladder = grid.ladder()
+    sigma_rdp = _calibrate("rdp", m, n, epsilon, delta, "poisson", q, grid)
+    est = pld_epsilon_adaptive(batch_rate=q, iterations=n, sigma=sigma_rdp, delta=delta,
+                               grid=grid)
+    if est.epsilon > epsilon:
+        return sigma_rdp
 
-    def at(interval: float) -> Callable[[float], float]:
-        def f(s: float) -> float:
-            return pld_epsilon(batch_rate=q, iterations=n, sigma=s, delta=delta, interval=interval)
+    ladder = [g for g in grid.ladder() if g >= est.interval]
 
-        return f
+    def f(s: float) -> float:
+        # The finest grid (not finer than the one chosen at sigma_rdp) within the resource bound
+        # at s: smaller sigma -> coarser grid -> larger epsilon, so f stays decreasing in s.
+        for interval in reversed(ladder):
+            if pld_cost(q, n, s, interval).within(grid):
+                return pld_epsilon(batch_rate=q, iterations=n, sigma=s, delta=delta,
+                                   interval=interval, grid=grid)
+        return math.inf
 
-    def adaptive(s: float) -> PLDEstimate:
-        return pld_epsilon_adaptive(batch_rate=q, iterations=n, sigma=s, delta=delta, grid=grid)
-
-    start = ladder[1] if len(ladder) > 1 else ladder[0]
     guess = gdp_sigma_guess(batch_rate=q, iterations=n, epsilon=epsilon, delta=delta)
-    br = _bracket(at(start), epsilon, guess, step=1.03)
+    guess = min(max(guess, 0.5 * sigma_rdp), 0.9 * sigma_rdp)
+    e_guess = f(guess)
+    if e_guess > epsilon:
+        br: tuple[float, float, float, float] | float = (guess, e_guess, sigma_rdp, est.epsilon)
+    else:
+        br = _bracket(f, epsilon, guess, step=1.1)
     if isinstance(br, float):
-        return br
-    lo, e_lo, hi, e_hi = br
-    slope = -1.0  # d log eps / d log sigma near the answer
-    if math.isfinite(e_lo) and e_hi > 0.0:
-        slope = min(-0.05, math.log(e_hi / e_lo) / math.log(hi / lo))
-    sigma, _ = _solve(at(start), epsilon, br)
-
-    final = adaptive(sigma).evaluated[-1][0]
-    if final < start:
-        f = at(final)
-        e_sigma = f(sigma)  # cached by the adaptive run
-        if e_sigma <= epsilon:
-            gap = _log_gap(e_sigma, epsilon)
-            guess = sigma * math.exp(-gap / slope) if math.isfinite(gap) else sigma
-            guess = min(max(guess, sigma / 1.25), sigma)
-            if guess < sigma:
-                e_guess = f(guess)
-                if e_guess > epsilon:
-                    br = (guess, e_guess, sigma, e_sigma)
-                else:
-                    br = _bracket(f, epsilon, guess, step=1.03)
-            else:
-                br = (sigma / 1.25, f(sigma / 1.25), sigma, e_sigma)
-        else:  # pragma: no cover - finer grids normally certify smaller epsilons
-            br = _bracket(f, epsilon, sigma, step=1.03)
-        if isinstance(br, float):
-            return br
-        if br[1] <= epsilon:  # even sigma / 1.25 meets the target: widen downwards
-            br = _bracket(f, epsilon, br[0], step=1.1)
-            if isinstance(br, float):
-                return br
-        sigma = min(sigma, _solve(f, epsilon, br)[0])
-
-    for _ in range(30):
-        est = adaptive(sigma).epsilon
-        if est <= epsilon:
-            return sigma
-        sigma *= math.exp(max(_log_gap(est, epsilon) / -slope, 1e-3))
-    raise AccountingError(  # pragma: no cover - defensive
-        "PLD calibration did not converge to a certified sigma. Use accountant='rdp'."
-    )
+        sigma = br
+    else:
+        sigma = _solve(f, epsilon, br)[0]
+    sigma = min(sigma, sigma_rdp)
+    for _ in range(20):
+        reported = _pld_or_rdp(m, n, sigma, delta, q, grid)[0]
+        if reported <= epsilon or sigma >= sigma_rdp:
+            return sigma if reported <= epsilon else sigma_rdp
+        sigma = min(sigma_rdp, sigma * (1.0 + max(_log_gap(reported, epsilon), 2e-3)))
+    return sigma_rdp  # pragma: no cover - defensive: certified by RDP
 
 
 def calibrate_sigma(
@@ -422,7 +432,86 @@ def calibrate_sigma(
         batch_rate=batch_rate, pld_grid=pld_grid,
     )
     eps = check_number(owner, "epsilon", epsilon, gt=0.0)
-    return _calibrate(acc, m_, n_, eps, d_, s_, q, pld_grid)  # type: ignore[arg-type]
+    return _calibration(acc, m_, n_, eps, d_, s_, q, pld_grid).sigma  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibrated noise multiplier and how it is certified (:func:`calibrate`).
+
+    Attributes:
+        sigma: the noise multiplier.
+        epsilon: the epsilon :func:`epsilon_spent` reports for it (<= the target).
+        accountant: the resolved accountant asked for (``"paper"``, ``"rdp"`` or ``"pld"``).
+        certified_by: the bound that certifies ``epsilon``: ``"pld"``, ``"rdp"`` (also when
+            ``"pld"`` was asked for and RDP was tighter or PLD could not certify) or ``"paper"``.
+        note: why RDP stands in for PLD, or ``""``.
+        interval: the PLD grid that certifies ``epsilon`` (None unless ``certified_by="pld"``).
+        cached: True when read from the on-disk cache (and re-certified).
+    """
+
+    sigma: float
+    epsilon: float
+    accountant: str
+    certified_by: str
+    note: str = ""
+    interval: float | None = None
+    cached: bool = False
+
+
+def calibrate(
+    *,
+    m: int,
+    iterations: int,
+    epsilon: float,
+    delta: float,
+    accountant: Accountant = "auto",
+    sampling: Sampling = "uniform",
+    batch_rate: float | None = None,
+    pld_grid: PLDGrid = DEFAULT_PLD_GRID,
+) -> Calibration:
+    """:func:`calibrate_sigma` with its certificate (which bound, and a note on RDP fallback)."""
+    owner = "calibrate"
+    m_, n_, d_, s_, acc, q = _validate(
+        owner, m=m, iterations=iterations, delta=delta, accountant=accountant, sampling=sampling,
+        batch_rate=batch_rate, pld_grid=pld_grid,
+    )
+    eps = check_number(owner, "epsilon", epsilon, gt=0.0)
+    return _calibration(acc, m_, n_, eps, d_, s_, q, pld_grid)  # type: ignore[arg-type]
+
+
+def _certificate(
+    acc: str, m: int, n: int, sigma: float, delta: float, sampling: str, q: float | None,
+    grid: PLDGrid,
+) -> tuple[float, str, str, float | None]:
+    """(reported epsilon, certified_by, note, PLD grid) of ``sigma``: what epsilon_spent runs."""
+    if acc == "pld":
+        eps, by, interval, note = _pld_or_rdp(m, n, sigma, delta, q, grid)  # type: ignore[arg-type]
+        return eps, by, note, interval
+    return _epsilon(acc, m, n, sigma, delta, sampling, q, grid), acc, "", None
+
+
+@functools.lru_cache(maxsize=256)
+def _calibration(
+    acc: str, m: int, n: int, eps: float, delta: float, sampling: str, q: float | None,
+    grid: PLDGrid,
+) -> Calibration:
+    """Calibrate (or read the disk cache and re-certify); always ``epsilon <= eps``."""
+    key = {"accountant": acc, "m": m, "iterations": n, "epsilon": eps, "delta": delta,
+           "sampling": sampling, "batch_rate": q, "grid": [grid.initial_interval,
+           grid.finest_interval, grid.refine_factor, grid.rtol, grid.max_points,
+           grid.max_step_points], "rdp_orders": len(RDP_ORDERS)}
+    cached = load_calibration(key)
+    if cached is not None and math.isfinite(cached) and cached > 0:
+        e, by, note, interval = _certificate(acc, m, n, cached, delta, sampling, q, grid)
+        if e <= eps:  # re-certified: a stale or tampered entry is never trusted
+            return Calibration(sigma=cached, epsilon=e, accountant=acc, certified_by=by,
+                               note=note, interval=interval, cached=True)
+    sigma = _calibrate(acc, m, n, eps, delta, sampling, q, grid)
+    e, by, note, interval = _certificate(acc, m, n, sigma, delta, sampling, q, grid)
+    store_calibration(key, sigma)
+    return Calibration(sigma=sigma, epsilon=e, accountant=acc, certified_by=by, note=note,
+                       interval=interval)
 
 
 @functools.lru_cache(maxsize=256)
@@ -433,7 +522,7 @@ def _calibrate(
     if acc == "paper":
         return paper_sigma(m=m, iterations=n, epsilon=eps, delta=delta)
     if acc == "pld":
-        return _calibrate_pld(q, n, eps, delta, grid)  # type: ignore[arg-type]
+        return _calibrate_pld(m, q, n, eps, delta, grid)  # type: ignore[arg-type]
 
     def f(s: float) -> float:
         return _rdp_epsilon(m, n, s, delta, sampling, q)

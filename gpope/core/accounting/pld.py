@@ -6,8 +6,20 @@ finer grids give tighter bounds at a cost that grows like ``1/interval`` in time
 tiny sampling rates and many steps the default grid (1e-4) over-reports epsilon by up to ~75 %
 (reference/ACCOUNTING.md), so :func:`pld_epsilon_adaptive` walks a ladder of grids, coarse to
 fine, until the estimated remaining improvement drops below a relative tolerance or the next grid
-would exceed a support-size (memory/time) bound. The reported epsilon is the smallest value that
-one of the evaluated grids certifies, so it is never below a certified bound.
+would exceed the resource bound. The reported epsilon is the smallest value that one of the
+evaluated grids certifies, so it is never below a certified bound.
+
+Resource bound (issue 12, defect 4). dp-accounting builds the per-step PLD on every grid point
+(time ~3e-5 s per point) and then self-composes it with one FFT whose length it fixes from a
+Chernoff bound; the FFT length, not the final support, sets the peak memory (~80 bytes per
+point), and it grows before any support bound can be checked (24 GB at m = 1e5, N = 1e6,
+q = 1e-5 on a fine grid). :func:`pld_cost` therefore PREDICTS both sizes from dp-accounting's
+public privacy-loss API before anything is allocated: the per-step support exactly (the
+connect-the-dots bounds), the FFT length by the same Chernoff bound evaluated on a coarse
+quadrature of the privacy-loss distribution (a safety factor of 4 covers the measured
+discrepancy, up to 3.3). A grid whose prediction exceeds ``PLDGrid.max_step_points`` or
+``PLDGrid.max_points`` is never evaluated: it counts as "not certified" (epsilon inf), and the
+caller falls back to RDP (see :mod:`.api`).
 
 The answer is a deterministic function of the inputs (no wall-clock limits): the same request
 always gives the same epsilon.
@@ -20,17 +32,21 @@ import math
 from dataclasses import dataclass
 
 import dp_accounting
-from dp_accounting.pld import PLDAccountant
+import numpy as np
+from dp_accounting.pld import privacy_loss_distribution
+from dp_accounting.pld import privacy_loss_mechanism as plm
 from scipy.optimize import brentq
-from scipy.special import ndtr
+from scipy.special import logsumexp, ndtr
 
 from gpope.core.validation import check_int, check_number
 
 __all__ = [
     "DEFAULT_PLD_GRID",
+    "PLDCost",
     "PLDEstimate",
     "PLDGrid",
     "gdp_sigma_guess",
+    "pld_cost",
     "pld_epsilon",
     "pld_epsilon_adaptive",
 ]
@@ -46,15 +62,19 @@ class PLDGrid:
         refine_factor: each grid is this factor finer than the previous one (> 1).
         rtol: stop when the estimated remaining relative improvement of epsilon (geometric
             extrapolation of the last changes) is at most this.
-        max_points: stop before a grid whose predicted support size (previous size times the
-            refinement factor) exceeds this many points; bounds memory and time.
+        max_points: never evaluate a grid whose predicted self-composition FFT length
+            (:func:`pld_cost`) exceeds this many points; bounds memory (~80 bytes a point: the
+            default keeps one evaluation under ~1 GB).
+        max_step_points: never evaluate a grid whose per-step PLD has more points than this;
+            bounds time (~3e-5 s a point: the default keeps one evaluation near ~1.5 s).
     """
 
     initial_interval: float = 1e-3
     finest_interval: float = 1e-6
     refine_factor: float = math.sqrt(10.0)
     rtol: float = 0.02
-    max_points: int = 1_500_000
+    max_points: int = 12_000_000
+    max_step_points: int = 50_000
 
     def __post_init__(self) -> None:
         check_number("PLDGrid", "initial_interval", self.initial_interval, gt=0.0, le=1.0)
@@ -64,6 +84,7 @@ class PLDGrid:
         check_number("PLDGrid", "refine_factor", self.refine_factor, gt=1.0)
         check_number("PLDGrid", "rtol", self.rtol, gt=0.0, lt=1.0)
         check_int("PLDGrid", "max_points", self.max_points, ge=1000)
+        check_int("PLDGrid", "max_step_points", self.max_step_points, ge=10)
 
     def ladder(self) -> tuple[float, ...]:
         """The grid intervals, coarse to fine (rounded to 3 significant digits)."""
@@ -86,58 +107,147 @@ class PLDEstimate:
         epsilon: the smallest epsilon certified by one of the evaluated grids.
         interval: the grid that certified ``epsilon``.
         evaluated: ``(interval, epsilon)`` of every grid evaluated, coarse to fine.
-        converged: True when the relative-tolerance rule stopped the ladder (False: the support
+        converged: True when the relative-tolerance rule stopped the ladder (False: the resource
             bound or the finest grid did).
+        skipped: the first grid not evaluated because its predicted cost exceeded the bound
+            (None if none was); ``epsilon`` is inf when even the coarsest grid was skipped.
     """
 
     epsilon: float
     interval: float
     evaluated: tuple[tuple[float, float], ...]
     converged: bool
+    skipped: float | None = None
+
+
+@dataclass(frozen=True)
+class PLDCost:
+    """Predicted size of one PLD evaluation (:func:`pld_cost`), before anything is allocated.
+
+    Attributes:
+        step_points: points of the per-step PLD (exact: dp-accounting's connect-the-dots range).
+        fft_points: predicted FFT length of the N-fold self-composition (with a safety factor).
+    """
+
+    step_points: int
+    fft_points: int
+
+    @property
+    def memory_bytes(self) -> int:
+        """Rough peak memory of the evaluation (complex FFT buffers and the per-step arrays)."""
+        return 80 * self.fft_points + 400 * self.step_points
+
+    def within(self, grid: PLDGrid) -> bool:
+        """True when ``grid``'s resource bounds allow this evaluation."""
+        return self.step_points <= grid.max_step_points and self.fft_points <= grid.max_points
+
+
+_FFT_SAFETY = 4.0  # measured: predictions within a factor 3.3 of dp-accounting's FFT length
+_TAIL_MASS = 1e-15  # dp-accounting's default tail_mass_truncation of self_compose
+
+
+@functools.lru_cache(maxsize=4096)
+def pld_cost(batch_rate: float, iterations: int, sigma: float, interval: float) -> PLDCost:
+    """Predicted :class:`PLDCost` of :func:`pld_epsilon` (public dp-accounting API only).
+
+    For each adjacency (remove, add) of the Poisson-subsampled Gaussian: the per-step support is
+    ``ceil(eps_upper / interval) - floor(eps_lower / interval) + 1`` from
+    ``GaussianPrivacyLoss.connect_dots_bounds()``; the FFT length is the Chernoff bound that
+    ``dp_accounting.pld.common.compute_self_convolve_bounds`` applies (orders +-1..20 over the
+    support, tail mass 1e-15), evaluated on a 2000-cell quadrature of the privacy loss under the
+    upper distribution, times a safety factor of 4. Costs milliseconds.
+    """
+    step = 0
+    fft = 0
+    for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD):
+        loss = plm.GaussianPrivacyLoss(
+            sigma, sampling_prob=batch_rate, adjacency_type=adjacency,
+            log_mass_truncation_bound=-50,
+        )
+        bounds = loss.connect_dots_bounds()
+        lo = math.floor(bounds.epsilon_lower / interval)
+        size = math.ceil(bounds.epsilon_upper / interval) - lo + 1
+        tail = loss.privacy_loss_tail()
+        xs = np.linspace(tail.lower_x_truncation, tail.upper_x_truncation, 2001)
+        probs = np.maximum(np.diff(np.asarray(loss.mu_upper_cdf(xs), dtype=np.float64)), 0.0)
+        mids = 0.5 * (xs[1:] + xs[:-1])
+        idx = np.array([loss.privacy_loss(float(x)) for x in mids]) / interval - lo
+        upper, lower = (size - 1) * iterations, 0
+        keep = probs > 0
+        for k in (*range(-20, 0), *range(1, 21)):
+            order = k / size
+            log_mgf = float(logsumexp(idx[keep] * order, b=probs[keep]))
+            bound = (iterations * log_mgf + math.log(2.0 / _TAIL_MASS)) / order
+            if not math.isfinite(bound):
+                continue
+            if order > 0:
+                upper = min(upper, math.ceil(bound))
+            else:
+                lower = max(lower, math.floor(bound))
+        step = max(step, size)
+        fft = max(fft, int(_FFT_SAFETY * max(upper - lower + 1, size)) + 2048)
+    return PLDCost(step_points=step, fft_points=fft)
 
 
 @functools.lru_cache(maxsize=4096)
 def _pld_eval(
-    batch_rate: float, iterations: int, sigma: float, delta: float, interval: float
-) -> tuple[float, int | None]:
-    """(epsilon, support size or None) of PLDAccountant at one grid. Cached."""
-    event = dp_accounting.SelfComposedDpEvent(
-        event=dp_accounting.PoissonSampledDpEvent(
-            sampling_probability=batch_rate,
-            event=dp_accounting.GaussianDpEvent(noise_multiplier=sigma),
-        ),
-        count=iterations,
-    )
-    accountant = PLDAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
+    max_step_points: int, max_points: int,
+) -> float | None:
+    """Epsilon of PLDAccountant at one grid, or None when its predicted cost is too large."""
+    cost = pld_cost(batch_rate, iterations, sigma, interval)
+    if cost.step_points > max_step_points or cost.fft_points > max_points:
+        return None
+    step = privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=sigma,
         value_discretization_interval=interval,
-    )
-    accountant.compose(event)
-    epsilon = float(accountant.get_epsilon(delta))
-    return epsilon, _support_size(accountant)
+        sampling_prob=batch_rate,
+        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    )  # exactly the per-step PLD that dp-accounting's PLDAccountant builds for this event
+    return float(_self_compose(step, iterations, cost.step_points).get_epsilon_for_delta(delta))
 
 
-def _support_size(accountant: PLDAccountant) -> int | None:
-    """Best-effort size of the composed PLD's support (dp-accounting keeps it private)."""
-    pld = getattr(accountant, "_pld", None)
-    sizes = []
-    for name in ("_pmf_remove", "_pmf_add"):
-        pmf = getattr(pld, name, None)
-        size = getattr(pmf, "size", None)  # a property of dp-accounting's PLDPmf
-        if isinstance(size, int):
-            sizes.append(size)
-    return max(sizes) if sizes else None
+_SPARSE_MAX = 1000  # dp-accounting keeps a PMF of at most this many points sparse
+
+
+def _self_compose(
+    step: privacy_loss_distribution.PrivacyLossDistribution, count: int, size: int
+) -> privacy_loss_distribution.PrivacyLossDistribution:
+    """``step`` composed ``count`` times, as PLDAccountant does, without its big-integer stall.
+
+    dp-accounting's sparse PMF (<= 1000 points) decides dense-vs-sparse by computing the Python
+    integer ``size ** count``: millions of digits, seconds of CPU, at N = 1e6. For such PMFs the
+    composition runs in two stages instead: ``a`` sparse self-compositions (just enough for the
+    result to turn dense), then the dense result composed ``count // a`` times by FFT, then the
+    remaining ``count % a`` steps. Every stage truncates pessimistically (dropped tail mass goes
+    to the infinity mass), so the result is a valid upper bound; it agrees with the one-stage
+    composition to ~1e-9 relative. Dense PMFs (and small counts) take the one-stage path.
+    """
+    if size > _SPARSE_MAX or count <= 10_000 or size < 2:
+        return step.self_compose(count)
+    a = max(2, math.ceil(math.log(_SPARSE_MAX + 1) / math.log(size)))
+    if a >= count:  # pragma: no cover - count > 10_000 and a <= 10
+        return step.self_compose(count)
+    blocks, rest = divmod(count, a)
+    out = step.self_compose(a).self_compose(blocks)
+    if rest:
+        out = out.compose(step.self_compose(rest), tail_mass_truncation=1e-15)
+    return out
 
 
 def pld_epsilon(
-    *, batch_rate: float, iterations: int, sigma: float, delta: float, interval: float
+    *, batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
+    grid: PLDGrid = DEFAULT_PLD_GRID,
 ) -> float:
     """Epsilon certified by dp-accounting's PLD accountant at grid ``interval`` (cached).
 
     The event is ``SelfComposedDpEvent(PoissonSampledDpEvent(batch_rate, GaussianDpEvent(sigma)),
-    iterations)`` under add/remove adjacency. Inputs are assumed validated.
+    iterations)`` under add/remove adjacency. Inputs are assumed validated. Returns inf (nothing
+    certified) without computing anything when :func:`pld_cost` exceeds ``grid``'s bounds.
     """
-    return _pld_eval(batch_rate, iterations, sigma, delta, interval)[0]
+    eps = _pld_eval(batch_rate, iterations, sigma, delta, interval, grid.max_step_points,
+                    grid.max_points)
+    return math.inf if eps is None else eps
 
 
 @functools.lru_cache(maxsize=1024)
@@ -151,18 +261,24 @@ def pld_epsilon_adaptive(
 ) -> PLDEstimate:
     """PLD epsilon with the grid refined until it stabilises (see the module docstring).
 
-    Guarantee: ``epsilon`` equals :func:`pld_epsilon` at ``interval``, a valid upper bound.
-    Stops when the extrapolated remaining improvement ``d_k r / (1 - r)`` (``d_k`` the last
-    decrease, ``r`` the ratio of the last two decreases, ``r = 1/2`` when only one is known) is
-    at most ``grid.rtol`` times epsilon; when the next grid's predicted support exceeds
-    ``grid.max_points``; or at the finest grid.
+    Guarantee: ``epsilon`` equals :func:`pld_epsilon` at ``interval``, a valid upper bound (inf
+    when no grid could be evaluated within the resource bound). Stops when the extrapolated
+    remaining improvement ``d_k r / (1 - r)`` (``d_k`` the last decrease, ``r`` the ratio of the
+    last two decreases, ``r = 1/2`` when only one is known) is at most ``grid.rtol`` times
+    epsilon; before a grid whose predicted cost exceeds the bound; or at the finest grid.
     """
     ladder = grid.ladder()
     evaluated: list[tuple[float, float]] = []
     best_eps, best_interval = math.inf, ladder[0]
     converged = False
+    skipped: float | None = None
     for k, interval in enumerate(ladder):
-        eps, size = _pld_eval(batch_rate, iterations, sigma, delta, interval)
+        eps_or_none = _pld_eval(batch_rate, iterations, sigma, delta, interval,
+                                grid.max_step_points, grid.max_points)
+        if eps_or_none is None:
+            skipped = interval
+            break
+        eps = eps_or_none
         evaluated.append((interval, eps))
         if eps <= best_eps:
             best_eps, best_interval = eps, interval
@@ -182,11 +298,9 @@ def pld_epsilon_adaptive(
                 if remaining <= grid.rtol * best_eps:
                     converged = True
                     break
-        if k + 1 < len(ladder) and size is not None:
-            if size * interval / ladder[k + 1] > grid.max_points:
-                break
     return PLDEstimate(
-        epsilon=best_eps, interval=best_interval, evaluated=tuple(evaluated), converged=converged
+        epsilon=best_eps, interval=best_interval, evaluated=tuple(evaluated),
+        converged=converged, skipped=skipped,
     )
 
 

@@ -110,13 +110,18 @@ def _emit_labelled(args: argparse.Namespace, payload: dict[str, Any], text: str,
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from gpope.core.accounting import calibrate_sigma, resolve_accountant
+    from gpope.core.accounting import calibrate, resolve_accountant
 
     kw = _settings(args)
-    sigma = calibrate_sigma(epsilon=args.epsilon, accountant=args.accountant, **kw)
+    cal = calibrate(epsilon=args.epsilon, accountant=args.accountant, **kw)
+    sigma = cal.sigma
     resolved = resolve_accountant(args.accountant, args.sampling)
-    payload = {"sigma": sigma, "epsilon": args.epsilon, "accountant": resolved, **kw}
+    payload = {"sigma": sigma, "epsilon": args.epsilon, "accountant": resolved, **kw,
+               "certified_by": cal.certified_by, "certified_epsilon": cal.epsilon}
     text = f"sigma = {sigma:.6g}  ({resolved}, {args.sampling}, epsilon {args.epsilon:g}, delta {args.delta:g})"
+    if cal.note:
+        payload["fallback_note"] = cal.note
+        text += f"\nnote: {cal.note}"
     return _emit_labelled(args, payload, text, resolved)
 
 
