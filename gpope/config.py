@@ -25,6 +25,7 @@ __all__ = [
     "GpopeConfig",
     "LakeSettings",
     "PrivacySettings",
+    "PrivateTuningConf",
     "SparkSettings",
     "TrackingSettings",
     "from_mapping",
@@ -115,6 +116,41 @@ class DatasetSettings:
 
 
 @dataclass(frozen=True)
+class PrivateTuningConf:
+    """Public settings of ``gpope evaluate --tune private`` (:mod:`gpope.core.private_tuning`):
+    generic rules (quantiles, budget shares, candidate multipliers), not values tuned to a data
+    set."""
+
+    clip_quantile: float = 0.5
+    statistics_quantile: float = 0.9
+    quantile_share: float = 0.02
+    statistics_share: float = 0.1
+    step_multipliers: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0)
+    clip_multipliers: tuple[float, ...] = (1.0,)
+    score_z: float = 1.0
+    norm_low: float = 1e-6
+    norm_high: float = 1e3
+    bins_per_decade: int = 4
+
+    def __post_init__(self) -> None:
+        self.to_core()  # validates every field with the core's messages
+
+    def to_core(self) -> Any:
+        """The core :class:`~gpope.core.private_tuning.PrivateTuningSettings`."""
+        from gpope.core.private_quantile import LogGrid
+        from gpope.core.private_tuning import PrivateTuningSettings
+
+        return PrivateTuningSettings(
+            clip_quantile=self.clip_quantile, statistics_quantile=self.statistics_quantile,
+            quantile_share=self.quantile_share, statistics_share=self.statistics_share,
+            step_multipliers=self.step_multipliers, clip_multipliers=self.clip_multipliers,
+            score_z=self.score_z,
+            grid=LogGrid(lo=self.norm_low, hi=self.norm_high,
+                         bins_per_decade=self.bins_per_decade),
+        )
+
+
+@dataclass(frozen=True)
 class EvaluationSettings:
     """Defaults of ``gpope evaluate`` (public hyperparameters, never derived from private data)."""
 
@@ -135,6 +171,8 @@ class EvaluationSettings:
     ssp_groups: int = 10
     statistics_share: float = 0.1
     ci_level: float = 0.95
+    tune: Literal["none", "private"] = "none"
+    private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
 
     def __post_init__(self) -> None:
         from gpope.core.validation import check_choice, check_number

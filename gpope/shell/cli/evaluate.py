@@ -25,6 +25,17 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="auto: tightest rigorous one for the sampling; paper: reproduction only")
     g.add_argument("--trace-every", type=int, default=None,
                    help="log public MSPBE every k steps (default N/20)")
+    g.add_argument(
+        "--tune", choices=("none", "private"), default=None,
+        help="private: choose the clip bound and step size ON THE PRIVATE DATA (for real data "
+        "with no public cohort to tune on), inside this run's --epsilon/--delta. Two private "
+        "quantiles (noisy histograms) set the clip bounds, a noisy release of the statistics "
+        "(A, b, C) scores candidates, and GPOPE runs once per candidate step size "
+        "(evaluation.private_tuning.step_multipliers); the best by private MSPBE is released. "
+        "All releases are composed into one dp-accounting event that the ledger charges once, "
+        "before anything is drawn; each GPOPE run then gets more noise than one untuned run. "
+        "Needs --sampling poisson and statistics that fit in driver memory. "
+        "Default: evaluation.tune of --conf (none)")
     e = parser.add_argument_group("estimator, noisy statistics and intervals (defaults from 'evaluation:')")
     e.add_argument("--estimator", choices=("gpope", "ssp"), default=None,
                    help="gpope (default): gradient-perturbed GTD2; ssp: one-shot private LSTD on "
@@ -99,6 +110,7 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         ssp_groups=args.ssp_groups,
         statistics_share=args.statistics_share,
         ci_level=args.ci_level,
+        tune=getattr(args, "tune", None),
         **extra,
     )
 

@@ -79,6 +79,9 @@ class EvaluateOptions:
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
             release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
+        tune: "none" (clip and step size as given) or "private" (chosen on the private data by
+            :mod:`gpope.core.private_tuning` inside the GPOPE part of the budget; see
+            :mod:`gpope.shell.pipeline.private_tune`).
     """
 
     epsilon: float
@@ -108,9 +111,11 @@ class EvaluateOptions:
     statistics_share: float = 0.1
     ci_level: float = 0.95
     clip_trajectories: int = 1000
+    tune: Literal["none", "private"] = "none"
 
     def __post_init__(self) -> None:
         o = "EvaluateOptions"
+        check_choice(o, "tune", self.tune, ("none", "private"))
         check_choice(o, "estimator", self.estimator, ("gpope", "ssp"))
         check_number(o, "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
         check_number(o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
@@ -180,6 +185,7 @@ class EvaluationReport:
     statistics_epsilon: float = 0.0
     statistics_sigma: float | None = None
     ssp_clip: float | None = None
+    tuning: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain form for ``--json`` (private diagnostics are listed under their own key)."""
@@ -210,6 +216,12 @@ class EvaluationReport:
                      + (f"; noisy statistics: epsilon {self.statistics_epsilon:.4g}, sigma "
                         f"{self.statistics_sigma:.4g}, clip {self.ssp_clip:.4g}"
                         if self.statistics_sigma is not None else "; no noisy-statistics release"))
+        if self.tuning is not None:
+            t = self.tuning
+            lines.append(
+                f"  tuned privately (inside epsilon): clip {t['clip']:.4g}, step size "
+                f"{t['step_size']:.4g} (best of {t['runs']} runs by private MSPBE; private "
+                f"relative MSPBE {t['relative_mspbe_private']:.3g})")
         iv = self.intervals
         for i, (name, value) in enumerate(self.reference_values.items()):
             if iv:
@@ -323,9 +335,37 @@ def run_evaluate(
     if share > 0:
         sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=options.accountant)
         spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=options.accountant)
+    from gpope.shell.pipeline.sampled import row_bytes
+
+    in_memory = options.path == "memory" or (
+        options.path == "auto" and m * row_bytes(n) <= options.in_memory_limit_mb * 2**20
+    )
+    tuning = None  # (plan, settings) of --tune private
+    if ssp_run and options.tune == "private":
+        raise ConfigError(
+            "--tune private tunes GPOPE's clip bound and step size; --estimator ssp has none to "
+            "tune. Drop one of them."
+        )
     if ssp_run:
         sigma, spent, solver, event = float(sigma_s), float(spent_s), None, ssp_dp_event(sigma_s)
         mechanism = f"ssp(clip={ssp_clip:g}, groups={options.ssp_groups}): {event!r}"
+    elif options.tune == "private":
+        # the GPOPE part of the budget covers the tuning's releases and its K runs (one
+        # composed event, :mod:`gpope.core.private_tuning`)
+        from gpope.shell.pipeline.private_tune import plan_tuned_run
+
+        tuning = plan_tuned_run(
+            config.evaluation.private_tuning, m=m, iterations=options.iterations, batch_rate=q,
+            epsilon=gpope_eps, delta=gpope_delta, sampling=options.sampling,
+            accountant=accountant, in_memory=in_memory)
+        accountant = tuning[0].accountant
+        sigma = float(tuning[0].gpope_sigma)
+        spent = float(tuning[0].epsilon_spent) + (spent_s or 0.0)
+        trace_every = options.trace_every or max(1, options.iterations // 20)
+        solver = _solver_config(options, sigma=sigma, batch_rate=q, trace_every=trace_every,
+                                delta=gpope_delta)
+        event = tuning[0].dp_event
+        mechanism = f"gpope-tuned(private, {tuning[0].candidates} runs): {event!r}"
     else:
         common = dict(m=m, iterations=options.iterations, delta=gpope_delta,
                       accountant=options.accountant, sampling=options.sampling, batch_rate=q)
@@ -337,20 +377,16 @@ def run_evaluate(
         event = gpope_dp_event(m=m, iterations=options.iterations, sigma=sigma,
                                sampling=options.sampling, batch_rate=q)
         mechanism = f"gpope(clip={options.clip:g}): {event!r}"
-        if sigma_s is not None:
-            import dp_accounting
+    if not ssp_run and sigma_s is not None:
+        import dp_accounting
 
-            event = dp_accounting.ComposedDpEvent([event, ssp_dp_event(sigma_s)])
-            mechanism = (f"gpope(clip={options.clip:g}) + noisy statistics(clip={ssp_clip:g}, "
-                         f"groups={options.ssp_groups}; basic composition of "
-                         f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
-                         f"{event!r}")
+        head = mechanism.split(":", 1)[0]
+        event = dp_accounting.ComposedDpEvent([event, ssp_dp_event(sigma_s)])
+        mechanism = (f"{head} + noisy statistics(clip={ssp_clip:g}, "
+                     f"groups={options.ssp_groups}; basic composition of "
+                     f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
+                     f"{event!r}")
     stats_df = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
-    from gpope.shell.pipeline.sampled import row_bytes
-
-    in_memory = options.path == "memory" or (
-        options.path == "auto" and m * row_bytes(n) <= options.in_memory_limit_mb * 2**20
-    )
 
     # (b) reserve.
     ledger = PrivacyLedger(spark, config)
@@ -360,6 +396,7 @@ def run_evaluate(
     try:
         # (c)-(e) noisy statistics (Spark aggregate + one Gaussian draw), then the estimator.
         noisy = None
+        tuned = None
         if sigma_s is not None:
             noisy = _noisy_statistics(stats_df, options, n=n, m=m, sigma=float(sigma_s),
                                       clip=float(ssp_clip))
@@ -369,9 +406,12 @@ def run_evaluate(
             if options.private_diagnostics:
                 private_pop = _spark_population(stats_df, n, m)
         else:
-            result, private_pop = _solve(spark, stats_df, spec, solver, options, m=m, n=n,
-                                         sigma=sigma, spent=spent, accountant=accountant,
-                                         in_memory=in_memory)
+            result, private_pop, tuned = _solve(
+                spark, stats_df, spec, solver, options, m=m, n=n, sigma=sigma, spent=spent,
+                accountant=accountant, in_memory=in_memory, tuning=tuning)
+            if tuned is not None:  # the chosen (DP) settings are what this run used
+                options = dataclasses.replace(options, clip=tuned.config.clip,
+                                              step_size=tuned.config.step_size)
         released_theta = result.theta_avg if result.theta_avg is not None else result.theta
         values = spec.reference_values(released_theta)
         intervals, theta_iv, priv_mspbe = _intervals(noisy, spec, released_theta, values,
@@ -390,6 +430,12 @@ def run_evaluate(
         raise
     ledger.mark(dataset, run_id, "released")
     budget = ledger.status(dataset)
+
+    tuning_summary = None
+    if tuned is not None:
+        from gpope.shell.pipeline.private_tune import tuning_summary as summarize_tuning
+
+        tuning_summary = summarize_tuning(tuned)
 
     # (g) MLflow (after the release: tracking problems never undo a release).
     from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
@@ -411,6 +457,7 @@ def run_evaluate(
         estimator=options.estimator,
         ssp={"sigma": sigma_s, "clip": ssp_clip, "epsilon": stats_eps, "delta": stats_delta,
              "groups": options.ssp_groups} if sigma_s is not None else None,
+        tuning=tuning_summary,
     )
     from gpope.shell import lake
 
@@ -454,6 +501,7 @@ def run_evaluate(
         statistics_epsilon=float(stats_eps),
         statistics_sigma=None if sigma_s is None else float(sigma_s),
         ssp_clip=ssp_clip,
+        tuning=tuning_summary,
     )
 
 
@@ -537,26 +585,35 @@ def _solve(
     spent: float,
     accountant: str,
     in_memory: bool,
-) -> tuple[GPOPEResult, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    tuning: tuple[Any, Any] | None = None,
+) -> tuple[GPOPEResult, tuple[np.ndarray, np.ndarray, np.ndarray] | None, Any]:
     """Run the solver on the statistics; also return the private population (A, b, C) if asked
-    for diagnostics (computed here, never released)."""
+    for diagnostics (computed here, never released), and the private tuning's result (None
+    without ``--tune private``)."""
     from gpope.core.gpope import run_gpope
     from gpope.shell.pipeline.driver import run_gpope_streamed
     from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
 
     rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible
+    if tuning is not None:  # planned only with in-memory statistics (plan_tuned_run)
+        from gpope.core.private_tuning import tune_privately
+
+        stats = load_statistics(stats_df, n, normalization=spec.normalization)
+        tuned = tune_privately(stats, solver, tuning[0], tuning[1], rng)
+        pop = stats.population() if options.private_diagnostics else None
+        return tuned.result, pop, tuned
     if in_memory:
         stats = load_statistics(stats_df, n, normalization=spec.normalization)
         result = run_gpope(stats, solver, rng)
         pop = stats.population() if options.private_diagnostics else None
-        return result, pop
+        return result, pop, None
     fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
     result = run_gpope_streamed(
         fetch, solver, rng, m=m, n=n, sigma=sigma, epsilon=spent, accountant=accountant,
         max_rows_per_fetch=options.rows_per_fetch,
     )
     pop = _spark_population(stats_df, n, m) if options.private_diagnostics else None
-    return result, pop
+    return result, pop, None
 
 
 def _spark_population(stats_df: Any, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

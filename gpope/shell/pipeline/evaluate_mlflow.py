@@ -118,6 +118,7 @@ def log_evaluation(
     intervals: Any | None = None,
     estimator: str = "gpope",
     ssp: dict[str, Any] | None = None,
+    tuning: dict[str, Any] | None = None,
 ) -> TrackingOutcome:
     """Create the evaluation's MLflow run and log everything listed in the module docstring."""
     import mlflow
@@ -170,6 +171,10 @@ def log_evaluation(
             "trace_every": result.trace_steps[1] - result.trace_steps[0]
             if result.trace_steps is not None and len(result.trace_steps) > 1 else None,
         })
+        if tuning is not None:  # --tune private: DP outputs of the tuning (not diagnostics)
+            from gpope.shell.pipeline.private_tune import log_tuning
+
+            log_tuning(tuning)
         mlflow.log_metrics({
             "spent_epsilon": float(spent_epsilon),
             "spent_delta": float(options.delta),
