@@ -58,7 +58,7 @@ def _options(**kw):
     base = dict(epsilon=2.0, delta=1e-5, iterations=ITER, clip=1.0, step_size=0.2,
                 sampling="poisson", batch_rate=0.1, step_schedule="inverse", step_offset=60.0,
                 averaging="tail", accountant="rdp", public_trajectories=10,
-                public_max_length=40, tune="private")
+                public_max_length=40, tune="private", statistics_share=0.0)
     base.update(kw)
     return EvaluateOptions(**base)
 
@@ -123,6 +123,7 @@ def test_seeded_tuned_run_equals_the_core_and_is_charged_once(spark, setup):
     (dict(sampling="uniform", batch_rate=None), "sampling poisson"),
     (dict(path="stream"), "driver"),
     (dict(accountant="paper", sampling="uniform", batch_rate=None), "sampling poisson"),
+    (dict(estimator="ssp", ssp_clip=5.0), "estimator ssp"),
 ])
 def test_unsupported_settings_fail_before_the_reservation(spark, setup, kw, match):
     config, spec, _, uri = setup
@@ -146,10 +147,14 @@ def test_cli_tune_private(spark, setup, capsys, tmp_path):
         "evaluate", "--dataset", "mct", "--spec", spec_file, "--epsilon", "2", "--delta", "1e-5",
         "--iterations", str(ITER), "--batch-rate", "0.1", "--step-schedule", "inverse",
         "--step-offset", "60", "--accountant", "rdp", "--tune", "private",
-        "--public-trajectories", "0", "--lake", config.lake.root, "--tracking-uri", uri,
-        "--json",
+        "--public-trajectories", "0", "--ssp-clip", "5", "--lake", config.lake.root,
+        "--tracking-uri", uri, "--json",
     ])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tuning"]["mode"] == "private" and out["private"] is True
-    assert out["spent_epsilon"] <= 2.0
+    # the default statistics_share (intervals, private MSPBE) composes with the tuned GPOPE part
+    assert out["statistics_epsilon"] == pytest.approx(0.2)
+    assert out["tuning"]["epsilon_spent"] <= 1.8 + 1e-9
+    assert out["spent_epsilon"] <= 2.0 + 1e-9
+    assert out["intervals"] is not None
