@@ -30,6 +30,18 @@ def add_lake_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db)",
     )
+    add_remote_option(parser)
+
+
+def add_remote_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--remote sc://host:port``: run through a Spark Connect server."""
+    parser.add_argument(
+        "--remote",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="Spark Connect URL (Databricks Connect, a Connect server); default: spark.remote in "
+        "--conf, else $SPARK_REMOTE, else a local Spark (an already active session always wins)",
+    )
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:

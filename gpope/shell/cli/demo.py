@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpope.shell.pipeline.demo import DemoOptions, run_demo
+    from gpope import api
+    from gpope.shell.pipeline.demo import DemoOptions
     from gpope.shell.pipeline.jobargs import config_from_args
     from gpope.shell.spark import get_spark
 
@@ -53,6 +54,6 @@ def _run(args: argparse.Namespace) -> int:
     )
     config = config_from_args(args)
     spark = get_spark(config.spark)
-    report = run_demo(spark, config, options=options, tracking_uri=args.tracking_uri)
+    report = api.demo(spark, options=options, config=config, tracking_uri=args.tracking_uri)
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -116,20 +116,20 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpope.shell.pipeline.evaluate import run_evaluate
-    from gpope.shell.pipeline.jobargs import config_from_args, load_spec, resolve_path
+    from gpope import api
+    from gpope.shell.pipeline.jobargs import config_from_args, load_spec
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    spec = load_spec(args.spec)
+    load_spec(args.spec)  # fail fast, before Spark
     options = options_from_args(
         args, config.evaluation, seed=args.seed, path=args.stream,
         private_diagnostics=args.private_diagnostics, public_trajectories=args.public_trajectories,
     )
     spark = get_spark(config.spark)
-    report = run_evaluate(
-        spark, config, dataset=args.dataset, spec=spec, options=options,
-        tracking_uri=args.tracking_uri, spec_text=resolve_path(args.spec).read_text(),
+    report = api.evaluate(
+        spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta, options=options,
+        config=config, tracking_uri=args.tracking_uri,
     )
     emit(args, report.to_dict(), report.summary())
     return 0

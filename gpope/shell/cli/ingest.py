@@ -34,13 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpope.shell.pipeline.ingest import resolve_dataset_settings, run_ingest
+    from gpope import api
+    from gpope.shell.pipeline.ingest import resolve_dataset_settings
     from gpope.shell.pipeline.jobargs import config_from_args
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    settings = resolve_dataset_settings(config, args.dataset, domain=args.domain)  # fail fast
+    resolve_dataset_settings(config, args.dataset, domain=args.domain)  # fail fast, before Spark
     spark = get_spark(config.spark)
-    report = run_ingest(spark, config, args.dataset, settings=settings)
+    report = api.ingest(spark, args.dataset, domain=args.domain, config=config)
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -49,9 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gpope import api
     from gpope.core.validation import check_int
     from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.pipeline.simulate import SimulateOptions, run_simulate
+    from gpope.shell.pipeline.simulate import SimulateOptions
     from gpope.shell.spark import get_spark
 
     check_int("gpope simulate", "patients", args.patients, ge=1)
@@ -64,10 +65,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     config = config_from_args(args)
     spark = get_spark(config.spark)
-    report = run_simulate(
+    report = api.simulate(
         spark,
-        config,
         args.dataset,
+        config=config,
         domain=args.domain,
         patients=args.patients,
         seed=args.seed,

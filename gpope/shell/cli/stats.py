@@ -27,13 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gpope import api
     from gpope.shell.pipeline.jobargs import config_from_args, load_spec
-    from gpope.shell.pipeline.stats import run_stats
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
     spec = load_spec(args.spec)  # fail fast, before Spark starts
     spark = get_spark(config.spark)
-    report = run_stats(spark, config, dataset=args.dataset, spec=spec)
+    report = api.stats(spark, args.dataset, spec, config=config)
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -1,0 +1,266 @@
+"""The Python API of the gpope pipeline, for notebooks, jobs and the CLI.
+
+Every function takes a :class:`~pyspark.sql.SparkSession` (in a Databricks notebook: ``spark``;
+locally: :func:`get_spark`) and returns a typed, frozen report with ``summary()`` (text) and
+``to_dict()`` (JSON-ready). The CLI commands and the ``jobs/`` entry points call these functions,
+so a notebook, a scheduled job and a terminal run the very same code.
+
+A notebook session on Databricks (tables in Unity Catalog ``<catalog>.<schema>``)::
+
+    from gpope import api
+
+    config = api.load_config(catalog="main", schema="gpope")
+    api.simulate(spark, "cohort1", domain="hiv", patients=2000, config=config)   # or your tables
+    print(api.ingest(spark, "cohort1", domain="hiv", config=config).summary())
+    api.stats(spark, "cohort1", "conf/specs/hiv_demo.yaml", config=config)
+    api.set_budget(spark, "cohort1", epsilon=3.0, delta=1e-5, config=config)
+    report = api.evaluate(spark, "cohort1", "conf/specs/hiv_demo.yaml",
+                          epsilon=1.0, delta=1e-5, config=config)
+    report.values            # released value estimates at the spec's reference states
+
+``config`` is a :class:`~gpope.config.GpopeConfig`, a path to a YAML configuration, or None (the
+packaged defaults: a lake under ``./lake``). ``spec`` is an
+:class:`~gpope.core.spec.EvaluationSpec` or a path to a spec YAML file. Errors are
+:class:`~gpope.errors.GpopeError` subclasses whose message says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpope.config import GpopeConfig
+from gpope.core.spec import EvaluationSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.shell.pipeline.demo import DemoOptions, DemoReport
+    from gpope.shell.pipeline.evaluate import EvaluateOptions, EvaluationReport
+    from gpope.shell.pipeline.ingest import IngestReport
+    from gpope.shell.pipeline.ledger import BudgetStatus
+    from gpope.shell.pipeline.simulate import SimulateOptions, SimulateReport
+    from gpope.shell.pipeline.stats import StatsReport
+
+__all__ = [
+    "bronze_tables",
+    "budget_status",
+    "demo",
+    "evaluate",
+    "evaluate_options",
+    "get_spark",
+    "ingest",
+    "load_config",
+    "load_spec",
+    "set_budget",
+    "simulate",
+    "stats",
+]
+
+ConfigLike = GpopeConfig | str | Path | None
+SpecLike = EvaluationSpec | str | Path
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    lake: str | None = None,
+    catalog: str | None = None,
+    schema: str | None = None,
+    remote: str | None = None,
+) -> GpopeConfig:
+    """The configuration: ``path`` (YAML; None: packaged defaults) with the given overrides.
+
+    Args:
+        path: a gpope YAML configuration (``conf/default.yaml`` spells every key out); a relative
+            path is also looked up in the bundle/repository root.
+        lake: lake root for path-based tables.
+        catalog, schema: Unity Catalog location; tables become ``<catalog>.<schema>.<table>``
+            (per-dataset tables ``<catalog>.<schema>.<dataset>__<table>``).
+        remote: a Spark Connect URL for :func:`get_spark`.
+
+    Raises:
+        ConfigError: the file is missing or a value is invalid.
+    """
+    from gpope.config import load_config as _load
+    from gpope.shell.pipeline.jobargs import resolve_path
+
+    return _load(
+        resolve_path(path) if path is not None else None,
+        lake={"root": lake, "catalog": catalog, "schema": schema},
+        spark={"remote": remote},
+    )
+
+
+def _config(config: ConfigLike) -> GpopeConfig:
+    return config if isinstance(config, GpopeConfig) else load_config(config)
+
+
+def load_spec(spec: SpecLike) -> EvaluationSpec:
+    """An :class:`EvaluationSpec` from itself or from a spec YAML path."""
+    if isinstance(spec, EvaluationSpec):
+        return spec
+    from gpope.shell.pipeline.jobargs import load_spec as _load_spec
+
+    return _load_spec(spec)
+
+
+def _spec_text(spec: SpecLike) -> str | None:
+    if isinstance(spec, EvaluationSpec):
+        return None
+    from gpope.shell.pipeline.jobargs import resolve_path
+
+    return resolve_path(spec).read_text()
+
+
+def get_spark(config: ConfigLike = None, *, remote: str | None = None) -> SparkSession:
+    """The active session, else Spark Connect (``remote``/``spark.remote``/``$SPARK_REMOTE``),
+    else a local Spark (see :func:`gpope.shell.spark.get_spark`)."""
+    from gpope.shell.spark import get_spark as _get_spark
+
+    return _get_spark(_config(config).spark, remote=remote)
+
+
+def bronze_tables(spark: SparkSession, dataset: str, *, config: ConfigLike = None) -> dict[str, bool]:
+    """Which of the dataset's bronze tables (observations, treatments, outcomes) exist."""
+    from gpope.shell.lake import Lake, TableRef
+
+    lake = Lake.from_settings(spark, _config(config).lake)
+    return {
+        table: lake.exists(TableRef("bronze", table, dataset))
+        for table in ("observations", "treatments", "outcomes")
+    }
+
+
+def simulate(
+    spark: SparkSession,
+    dataset: str,
+    *,
+    domain: str = "hiv",
+    patients: int = 2000,
+    seed: int | None = None,
+    options: SimulateOptions | None = None,
+    config: ConfigLike = None,
+    progress: bool = False,
+) -> SimulateReport:
+    """Simulate a cohort of ``domain`` and replace the bronze tables of ``dataset`` with it.
+
+    The bronze tables (``observations``, ``treatments``, ``outcomes``) are what your own EHR
+    extract provides instead; see README "Your own EHR tables".
+    """
+    from gpope.shell.pipeline.simulate import run_simulate
+
+    return run_simulate(
+        spark, _config(config), dataset, domain=domain, patients=patients, seed=seed,
+        options=options, progress=progress,
+    )
+
+
+def ingest(
+    spark: SparkSession, dataset: str, *, domain: str | None = None, config: ConfigLike = None
+) -> IngestReport:
+    """Bronze -> silver: replace the dataset's ``transitions`` and ``rejected_events``.
+
+    The dataset's variables, actions and max_length come from ``datasets:`` of the configuration,
+    or from ``domain`` for a simulated cohort. Counts balance: rows in = used + rejected.
+    """
+    from gpope.shell.pipeline.ingest import resolve_dataset_settings, run_ingest
+
+    cfg = _config(config)
+    settings = resolve_dataset_settings(cfg, dataset, domain=domain)
+    return run_ingest(spark, cfg, dataset, settings=settings)
+
+
+def stats(
+    spark: SparkSession, dataset: str, spec: SpecLike, *, config: ConfigLike = None
+) -> StatsReport:
+    """Silver -> gold: replace the spec's partition of the dataset's ``trajectory_stats``."""
+    from gpope.shell.pipeline.stats import run_stats
+
+    return run_stats(spark, _config(config), dataset=dataset, spec=load_spec(spec))
+
+
+def evaluate_options(
+    config: ConfigLike = None,
+    *,
+    epsilon: float,
+    delta: float,
+    seed: int | None = None,
+    solver: Mapping[str, Any] | None = None,
+) -> EvaluateOptions:
+    """The options of a private run: ``evaluation:`` of the configuration, then ``solver``
+    (fields of :class:`~gpope.shell.pipeline.evaluate.EvaluateOptions`, e.g. ``iterations``),
+    then the spend and seed. Validated on construction."""
+    from gpope.shell.pipeline.evaluate import EvaluateOptions
+
+    overrides = dict(solver or {})
+    return EvaluateOptions.from_settings(
+        _config(config).evaluation, **overrides, epsilon=epsilon, delta=delta, seed=seed
+    )
+
+
+def evaluate(
+    spark: SparkSession,
+    dataset: str,
+    spec: SpecLike,
+    *,
+    epsilon: float,
+    delta: float,
+    seed: int | None = None,
+    solver: Mapping[str, Any] | None = None,
+    options: EvaluateOptions | None = None,
+    config: ConfigLike = None,
+    tracking_uri: str | None = None,
+) -> EvaluationReport:
+    """A differentially private evaluation of the spec's target policy on ``dataset``.
+
+    Reserves (epsilon, delta) in the dataset's privacy ledger before anything is drawn, releases
+    theta and the values at the spec's reference states to ``released_estimates`` /
+    ``released_values``, logs an MLflow run. ``seed`` makes the run reproducible and marks it NOT
+    private. ``options`` (complete) replaces epsilon/delta/seed/solver when given.
+
+    Raises:
+        BudgetExceededError: the run would take the dataset past its budget (nothing written).
+    """
+    from gpope.shell.pipeline.evaluate import run_evaluate
+
+    cfg = _config(config)
+    if options is None:
+        options = evaluate_options(cfg, epsilon=epsilon, delta=delta, seed=seed, solver=solver)
+    return run_evaluate(
+        spark, cfg, dataset=dataset, spec=load_spec(spec), options=options,
+        tracking_uri=tracking_uri, spec_text=_spec_text(spec),
+    )
+
+
+def budget_status(spark: SparkSession, dataset: str, *, config: ConfigLike = None) -> BudgetStatus:
+    """The dataset's privacy budget, spent and remaining (from the ledger)."""
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    return PrivacyLedger(spark, _config(config)).status(dataset)
+
+
+def set_budget(
+    spark: SparkSession, dataset: str, *, epsilon: float, delta: float, config: ConfigLike = None
+) -> BudgetStatus:
+    """Set the dataset's total privacy budget (runs are refused past it)."""
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    return PrivacyLedger(spark, _config(config)).set_budget(dataset, epsilon=epsilon, delta=delta)
+
+
+def demo(
+    spark: SparkSession,
+    *,
+    options: DemoOptions | None = None,
+    config: ConfigLike = None,
+    tracking_uri: str | None = None,
+) -> DemoReport:
+    """The end-to-end demo: simulated HIV cohort -> ingest -> stats -> private evaluation."""
+    from gpope.shell.pipeline.demo import DemoOptions, run_demo
+
+    return run_demo(
+        spark, _config(config), options=options or DemoOptions(progress=False),
+        tracking_uri=tracking_uri,
+    )

@@ -1,0 +1,134 @@
+"""Scheduler entry points: one ``main`` per pipeline stage, over :mod:`gpope.api`.
+
+They are the package's console scripts (``gpope-simulate``, ``gpope-ingest``, ``gpope-stats``,
+``gpope-evaluate``, ``gpope-demo``), which a Databricks ``python_wheel_task`` names as its
+``entry_point`` (serverless), and the ``jobs/*.py`` files a ``spark_python_task`` runs call them.
+Every one takes ``--conf``, ``--lake``, ``--catalog``/``--schema``, ``--tracking-uri`` and
+``--remote``; each prints the stage's report and returns 0, or prints a one-line reason and
+returns 2 for a :class:`~gpope.errors.GpopeError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from gpope.errors import GpopeError
+from gpope.shell.pipeline.jobargs import job_parser, job_setup
+
+__all__ = ["demo", "evaluate", "ingest", "simulate", "stats"]
+
+_DOMAINS = ("chain", "mountaincar", "hiv")
+
+
+def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Namespace) -> int:
+    try:
+        print(body(args))
+    except GpopeError as exc:
+        print(f"gpope-{name}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def simulate(argv: Sequence[str] | None = None) -> int:
+    """``gpope-simulate``: a synthetic cohort -> the dataset's bronze tables (replaced)."""
+    parser = job_parser("Simulate a cohort into the dataset's bronze tables.", dataset=True)
+    parser.add_argument("--domain", default="hiv", choices=_DOMAINS)
+    parser.add_argument("--patients", type=int, default=2000, help="patients (episodes)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="decisions recorded per patient (default: the domain's)")
+    parser.add_argument("--seed", type=int, default=None, help="simulation seed (default: OS entropy)")
+    parser.add_argument("--if-missing", action="store_true",
+                        help="simulate only when the dataset has no bronze tables yet (a scheduled "
+                        "job's producer: the first run creates the cohort, later runs keep it)")
+    args = parser.parse_args(argv)
+
+    def body(a: argparse.Namespace) -> str:
+        from gpope import api
+        from gpope.shell.pipeline.simulate import SimulateOptions
+
+        spark, config, _ = job_setup(a)
+        if a.if_missing:
+            present = api.bronze_tables(spark, a.dataset, config=config)
+            if all(present.values()):
+                return (f"dataset {a.dataset!r} already has its bronze tables "
+                        f"({', '.join(present)}); nothing simulated (--if-missing)")
+        return api.simulate(spark, a.dataset, domain=a.domain, patients=a.patients, seed=a.seed,
+                            options=SimulateOptions(n_steps=a.steps), config=config).summary()
+
+    return _run("simulate", body, args)
+
+
+def ingest(argv: Sequence[str] | None = None) -> int:
+    """``gpope-ingest``: bronze events -> silver transitions and rejected_events."""
+    parser = job_parser("Bronze events -> silver transitions and rejected_events.", dataset=True)
+    parser.add_argument("--domain", default=None, choices=_DOMAINS,
+                        help="simulated domain of a dataset not configured under 'datasets:'")
+    args = parser.parse_args(argv)
+
+    def body(a: argparse.Namespace) -> str:
+        from gpope import api
+
+        spark, config, _ = job_setup(a)
+        return api.ingest(spark, a.dataset, domain=a.domain, config=config).summary()
+
+    return _run("ingest", body, args)
+
+
+def stats(argv: Sequence[str] | None = None) -> int:
+    """``gpope-stats``: silver transitions -> gold trajectory_stats for an evaluation spec."""
+    parser = job_parser("Silver transitions -> gold trajectory_stats for a spec.", dataset=True,
+                        spec=True)
+    args = parser.parse_args(argv)
+
+    def body(a: argparse.Namespace) -> str:
+        from gpope import api
+
+        spark, config, spec = job_setup(a)
+        return api.stats(spark, a.dataset, spec or a.spec, config=config).summary()
+
+    return _run("stats", body, args)
+
+
+def evaluate(argv: Sequence[str] | None = None) -> int:
+    """``gpope-evaluate``: a private evaluation (ledger, released_estimates, MLflow)."""
+    from gpope.shell.cli.evaluate import add_solver_options, options_from_args
+
+    parser = job_parser("A differentially private evaluation of a spec on a dataset.",
+                        dataset=True, spec=True)
+    parser.add_argument("--epsilon", type=float, required=True, help="epsilon spent by this run")
+    parser.add_argument("--delta", type=float, required=True, help="delta spent by this run")
+    parser.add_argument("--seed", type=int, default=None, help="fixed seed: NOT private")
+    add_solver_options(parser)
+    args = parser.parse_args(argv)
+
+    def body(a: argparse.Namespace) -> str:
+        from gpope import api
+
+        spark, config, _ = job_setup(a)
+        options = options_from_args(a, config.evaluation, seed=a.seed)
+        return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
+                            options=options, config=config,
+                            tracking_uri=a.tracking_uri).summary()
+
+    return _run("evaluate", body, args)
+
+
+def demo(argv: Sequence[str] | None = None) -> int:
+    """``gpope-demo``: the simulated HIV cohort through the whole private pipeline."""
+    parser = job_parser("The simulated HIV cohort end to end (simulate, ingest, stats, evaluate).")
+    parser.add_argument("--patients", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args(argv)
+
+    def body(a: argparse.Namespace) -> str:
+        from gpope import api
+        from gpope.shell.pipeline.demo import DemoOptions
+
+        spark, config, _ = job_setup(a)
+        options = DemoOptions(patients=a.patients, steps=a.steps, progress=False)
+        return api.demo(spark, options=options, config=config,
+                        tracking_uri=a.tracking_uri).summary()
+
+    return _run("demo", body, args)
