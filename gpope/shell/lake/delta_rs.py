@@ -321,6 +321,7 @@ class DeltaRsStore:
         moved: list[Path] = []
         try:
             written = self._write_parquet(conformed, staging, partitions, table_name)
+            _check_visible(staging, table_name)
             files = _stage_files(
                 root, staging, token, partitions, _without(schema, partitions), table_name, moved
             )
@@ -398,7 +399,7 @@ class DeltaRsStore:
         observation = Observation(f"gpope_write_{uuid.uuid4().hex[:8]}")
         try:
             writer = df.observe(observation, F.count(F.lit(1)).alias("rows")).write.mode(
-                "errorifexists"
+                "error"  # "errorifexists" is refused by Spark Connect
             )
             if partitions:
                 writer = writer.partitionBy(*partitions)
@@ -543,6 +544,22 @@ def _transact(
         adds, mode="overwrite", schema=table.schema(), partition_by=partitions,
         partition_filters=filters, commit_properties=properties,
     )  # fmt: skip
+
+
+def _check_visible(staging: Path, table_name: str) -> None:
+    """Spark reported success: the staged folder must be visible here, else refuse to commit.
+
+    With Spark Connect the files are written by the server; the delta-rs path works only when
+    the server and this process share the lake's file system (a server on this machine).
+    """
+    if not staging.is_dir():
+        raise ConfigError(
+            f"Spark wrote the Parquet files of {table_name} to {staging}, but this process does "
+            "not see them there (a Spark Connect server on another machine?). The delta-rs path "
+            "needs the Spark server and this process to share the lake's file system: run the "
+            "Connect server on this machine, or use a Spark with Delta Lake (storage 'native', "
+            "e.g. Databricks). Nothing was committed."
+        )
 
 
 def _commit_error(table_name: str, path: str, exc: Exception) -> CommitError:

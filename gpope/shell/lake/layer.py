@@ -140,6 +140,7 @@ class Lake:
             )
         if storage == "delta-rs":
             check_local_root(self.root)
+            _check_delta_rs_reach(spark, self.root)
         self.storage: Literal["native", "delta-rs"] = storage
         self._delta_rs = DeltaRsStore(spark) if storage == "delta-rs" else None
         self._native = NativeStore(spark) if storage == "native" else None
@@ -336,6 +337,24 @@ class Lake:
         if self._native is None:  # pragma: no cover - construction guarantees one store
             raise ConfigError("Lake has no storage backend.")
         return self._native
+
+
+def _check_delta_rs_reach(spark: SparkSession, root: str) -> None:
+    """The delta-rs path commits files Spark wrote: refuse a Connect server on another host.
+
+    Supported: a classic session, or a Spark Connect server on this machine (loopback), both
+    writing under the local lake root this process reads. A remote server (Databricks Connect,
+    serverless) writes where this process cannot see; there the native Delta path is used.
+    """
+    from gpope.shell.spark import connect_host, is_connect, is_loopback
+
+    if is_connect(spark) and not is_loopback(connect_host(spark)):
+        raise ConfigError(
+            f"The delta-rs storage path needs the Spark server to write into this machine's lake "
+            f"root {root}, but the Spark Connect server is at {connect_host(spark)!r}. Use a "
+            "server with Delta Lake (storage 'native': Databricks, or Delta on the server's "
+            "classpath), or a Connect server on this machine (sc://localhost:PORT)."
+        )
 
 
 def _contract(ref: TableRef) -> StructType:

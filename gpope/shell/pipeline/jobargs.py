@@ -1,7 +1,7 @@
 """Argument parsing and set-up shared by the tiny ``jobs/*.py`` entry points and the CLI.
 
 Every job takes ``--conf`` (YAML), ``--lake`` (root), ``--catalog``/``--schema`` (Unity Catalog
-tables) and ``--tracking-uri``; stage jobs add ``--dataset`` and ``--spec``. Relative paths to the
+tables), ``--tracking-uri`` and ``--remote`` (a Spark Connect URL); stage jobs add ``--dataset`` and ``--spec``. Relative paths to the
 configuration and spec files are looked up in the working directory first, then in the bundle /
 repository root (the parent of ``jobs/``), so the same parameters work locally and on Databricks.
 """
@@ -62,6 +62,8 @@ def job_parser(doc: str | None, *, dataset: bool = False, spec: bool = False) ->
     parser.add_argument("--catalog", default=None, help="Unity Catalog catalog (with --schema)")
     parser.add_argument("--schema", default=None, help="Unity Catalog schema (with --catalog)")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
+    parser.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                        help="Spark Connect URL (default: spark.remote of --conf, else $SPARK_REMOTE)")
     if dataset:
         parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
     if spec:
@@ -79,7 +81,8 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> GpopeConfig:
         "catalog": getattr(args, "catalog", None),
         "schema": getattr(args, "schema", None),
     }
-    return load_config(resolve_path(conf) if conf else None, lake=lake, **overrides)
+    spark = {"remote": getattr(args, "remote", None)}
+    return load_config(resolve_path(conf) if conf else None, lake=lake, spark=spark, **overrides)
 
 
 def job_setup(args: argparse.Namespace) -> tuple[SparkSession, GpopeConfig, EvaluationSpec | None]:
