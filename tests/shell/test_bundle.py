@@ -22,7 +22,7 @@ SCHEMA = _TOOLS / "bundle_jsonschema.json"
 def _resources() -> dict:
     jobs: dict = {}
     for path in sorted((REPO / "resources").glob("*.yml")):
-        jobs.update(yaml.safe_load(path.read_text())["resources"]["jobs"])
+        jobs.update(yaml.safe_load(path.read_text())["resources"].get("jobs", {}))
     return jobs
 
 
@@ -47,16 +47,74 @@ def test_bundle_has_dev_and_prod_targets_and_a_wheel():
     assert "resources/*.yml" in bundle["include"]
 
 
-def test_pipeline_job_chains_ingest_stats_evaluate_daily():
-    job = _resources()["gpope_pipeline"]
+@pytest.mark.parametrize("name", ["gpope_pipeline", "gpope_pipeline_serverless"])
+def test_pipeline_job_produces_bronze_then_chains_ingest_stats_evaluate_daily(name):
+    job = _resources()[name]
     assert "quartz_cron_expression" in job["schedule"]
     tasks = {t["task_key"]: t for t in job["tasks"]}
-    assert list(tasks) == ["ingest", "stats", "evaluate"]
+    assert list(tasks) == ["bronze_source", "simulate", "ingest", "stats", "evaluate"]
+    # The producer: simulate only when bronze_source is "simulate"; ingest runs after it, or
+    # without it (skipped branch) when the user's own tables are the bronze source.
+    cond = tasks["bronze_source"]["condition_task"]
+    assert (cond["left"], cond["op"], cond["right"]) == ("${var.bronze_source}", "EQUAL_TO", "simulate")
+    assert tasks["simulate"]["depends_on"] == [{"task_key": "bronze_source", "outcome": "true"}]
+    assert {d["task_key"] for d in tasks["ingest"]["depends_on"]} == {"bronze_source", "simulate"}
+    assert tasks["ingest"]["run_if"] == "NONE_FAILED"
     assert [d["task_key"] for d in tasks["stats"]["depends_on"]] == ["ingest"]
     assert [d["task_key"] for d in tasks["evaluate"]["depends_on"]] == ["stats"]
-    for task in tasks.values():
-        assert task["job_cluster_key"] in {c["job_cluster_key"] for c in job["job_clusters"]}
-        assert any("whl" in lib for lib in task["libraries"])
+    assert job["timeout_seconds"] > 0 and job["email_notifications"]["on_failure"]
+    for key in ("simulate", "ingest", "stats", "evaluate"):
+        task = tasks[key]
+        assert task["timeout_seconds"] > 0
+        params = _parameters(task)
+        assert params[params.index("--schema") + 1] == "${resources.schemas.gpope.name}"
+        if "job_cluster_key" in task:
+            assert task["job_cluster_key"] in {c["job_cluster_key"] for c in job["job_clusters"]}
+            assert any("whl" in lib for lib in task["libraries"])
+        else:  # serverless: the wheel in the task's environment
+            env = {e["environment_key"]: e for e in job["environments"]}[task["environment_key"]]
+            assert any(d.endswith(".whl") for d in env["spec"]["dependencies"])
+    assert "--if-missing" in _parameters(tasks["simulate"])
+
+
+def test_schema_is_a_bundle_resource_and_catalog_and_node_type_are_required():
+    bundle = yaml.safe_load((REPO / "databricks.yml").read_text())
+    schema = yaml.safe_load((REPO / "resources" / "gpope_schema.yml").read_text())
+    assert schema["resources"]["schemas"]["gpope"] == {
+        **schema["resources"]["schemas"]["gpope"],
+        "catalog_name": "${var.catalog}",
+        "name": "${var.schema}",
+    }
+    # No catalog or node type is assumed: catalogs differ per workspace, node types per cloud.
+    assert "default" not in bundle["variables"]["catalog"]
+    assert "default" not in bundle["variables"]["node_type_id"]
+    for cloud_example in ("m6i.xlarge", "Standard_D4ds_v5", "n2-standard-4"):
+        assert cloud_example in bundle["variables"]["node_type_id"]["description"]
+
+
+def test_prod_target_runs_as_a_service_principal_with_permissions():
+    prod = yaml.safe_load((REPO / "databricks.yml").read_text())["targets"]["prod"]
+    assert prod["run_as"]["service_principal_name"] == "${var.run_as_service_principal}"
+    assert {p["level"] for p in prod["permissions"]} == {"CAN_RUN"}
+
+
+def test_scheduled_budget_lasts_the_stated_thirty_days():
+    """30 daily runs fit the dataset budget of conf/databricks.yaml; the 31st is refused."""
+    from gpope.config import load_config
+    from gpope.shell.pipeline.ledger import BudgetStatus
+
+    bundle = yaml.safe_load((REPO / "databricks.yml").read_text())
+    epsilon = float(bundle["variables"]["epsilon"]["default"])
+    delta = float(bundle["variables"]["delta"]["default"])
+    privacy = load_config(REPO / bundle["variables"]["conf"]["default"]).privacy
+    status = BudgetStatus("hiv_demo", privacy.default_epsilon, privacy.default_delta, "conf", 0.0, 0.0)
+    runs = 0
+    while status.allows(epsilon, delta):
+        runs += 1
+        status = BudgetStatus("hiv_demo", privacy.default_epsilon, privacy.default_delta, "conf",
+                              status.spent_epsilon + epsilon, status.spent_delta + delta)
+    assert runs == 30
+    assert "30" in bundle["variables"]["epsilon"]["description"]
 
 
 def _job_flags(script: Path) -> str:
@@ -67,17 +125,44 @@ def _job_flags(script: Path) -> str:
     return proc.stdout
 
 
+def _parameters(task: dict) -> list[str]:
+    kind = "spark_python_task" if "spark_python_task" in task else "python_wheel_task"
+    return task[kind]["parameters"]
+
+
+def _console_scripts() -> dict[str, str]:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def _entry_point_help(target: str) -> str:
+    module, func = target.split(":")
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; from {module} import {func} as f; sys.exit(f(['--help']))"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_every_task_runs_an_existing_entry_point_that_accepts_its_parameters():
     seen = 0
+    scripts = _console_scripts()
     for job in _resources().values():
         for task in job["tasks"]:
-            py = task["spark_python_task"]
-            script = (REPO / "resources" / py["python_file"]).resolve()
-            if script.name == "ingest.py" and not script.is_file():
-                pytest.skip("jobs/ingest.py belongs to the ingest stage and is not there yet")
-            assert script.is_file(), script
-            help_text = _job_flags(script)
-            for flag in (p for p in py["parameters"] if p.startswith("--")):
-                assert flag in help_text, f"{script.name} does not accept {flag}"
+            if "condition_task" in task:
+                continue
+            if "spark_python_task" in task:
+                script = (REPO / "resources" / task["spark_python_task"]["python_file"]).resolve()
+                assert script.is_file(), script
+                help_text = _job_flags(script)
+            else:
+                wheel = task["python_wheel_task"]
+                assert wheel["package_name"] == "gpope"
+                assert wheel["entry_point"] in scripts, wheel["entry_point"]
+                help_text = _entry_point_help(scripts[wheel["entry_point"]])
+            for flag in (p for p in _parameters(task) if p.startswith("--")):
+                assert flag in help_text, f"{task['task_key']} does not accept {flag}"
             seen += 1
-    assert seen >= 4
+    assert seen >= 9

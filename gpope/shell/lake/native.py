@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from gpope.errors import CommitError, SchemaError
@@ -30,7 +31,54 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["NativeStore"]
+__all__ = ["COMMIT_TOKEN_KEY", "NativeStore", "own_commit_version", "with_commit_token"]
+
+COMMIT_TOKEN_KEY = "gpope.commit"
+
+
+def with_commit_token(user_metadata: str) -> tuple[str, str]:
+    """``user_metadata`` with a fresh random commit token added; returns (metadata, token).
+
+    The token identifies this write's commit in the table history, whatever other writers
+    commit around it.
+    """
+    token = uuid.uuid4().hex
+    try:
+        payload = json.loads(user_metadata) if user_metadata else {}
+    except ValueError:
+        payload = {"text": user_metadata}
+    if not isinstance(payload, dict):
+        payload = {"value": payload}
+    payload[COMMIT_TOKEN_KEY] = token
+    return json.dumps(payload, sort_keys=True), token
+
+
+def own_commit_version(history: Iterable[tuple[int, object]], token: str) -> int:
+    """The version of the one commit whose ``userMetadata`` carries ``token``.
+
+    Args:
+        history: ``(version, userMetadata)`` of the table's commits, any order.
+        token: from :func:`with_commit_token`.
+
+    Raises:
+        CommitError: no commit, or more than one, carries the token.
+    """
+    versions = []
+    for version, metadata in history:
+        if not isinstance(metadata, str):
+            continue
+        try:
+            payload = json.loads(metadata)
+        except ValueError:
+            continue
+        if isinstance(payload, dict) and payload.get(COMMIT_TOKEN_KEY) == token:
+            versions.append(int(version))
+    if len(versions) != 1:
+        raise CommitError(
+            f"The write's commit (token {token}) appears {len(versions)} times in the table "
+            "history; expected once. Check the table's history (DESCRIBE HISTORY)."
+        )
+    return versions[0]
 
 
 class NativeStore:
@@ -96,7 +144,7 @@ class NativeStore:
         return sorted(entries, key=lambda e: e.version)
 
     def version(self, location: str, *, by_name: bool) -> int:
-        """The latest version."""
+        """The latest version (whoever committed it; a write returns its own version)."""
         self._require(location, by_name)
         target = self._sql_target(location, by_name)
         return int(self._spark.sql(f"DESCRIBE HISTORY {target} LIMIT 1").collect()[0]["version"])
@@ -128,6 +176,7 @@ class NativeStore:
                     f"but the contract is {schema.simpleString()}. Migrate the table, or drop it "
                     "and rerun the stage that writes it."
                 )
+        user_metadata, token = with_commit_token(user_metadata)
         writer = (
             conform(df, schema, table=table_name)
             .write.format("delta")
@@ -158,4 +207,19 @@ class NativeStore:
                 f"Delta refused the write to {table_name} at {location} ({type(exc).__name__}: "
                 f"{message.splitlines()[0] if message else ''}). Nothing was committed."
             ) from exc
-        return self.version(location, by_name=by_name)
+        return self._own_version(location, by_name, token)
+
+    def _own_version(self, location: str, by_name: bool, token: str) -> int:
+        """The version this write committed: the history entry carrying its token.
+
+        ``DESCRIBE HISTORY ... LIMIT 1`` would return whichever writer committed last.
+        """
+        from pyspark.sql import functions as F
+
+        history = (
+            self._spark.sql(f"DESCRIBE HISTORY {self._sql_target(location, by_name)}")
+            .where(F.col("userMetadata").contains(token))
+            .select("version", "userMetadata")
+            .collect()
+        )
+        return own_commit_version(((r["version"], r["userMetadata"]) for r in history), token)
