@@ -12,7 +12,7 @@ Which session :func:`get_spark` returns, in order:
    time zone, loopback bind (``SPARK_LOCAL_IP=127.0.0.1``), quiet logs (log4j2 configuration),
    Arrow on, UI off unless asked; Java from :func:`gpope.shell.java.ensure_java`.
 
-No path uses ``sparkContext``, the JVM gateway or RDDs, so every function of gpope works on a
+No path uses the Spark context, the JVM gateway or RDDs, so every function of gpope works on a
 Spark Connect session as on a classic one.
 """
 
@@ -225,7 +225,7 @@ def delta_available(spark: SparkSession) -> bool:
     schema of ``format("delta")`` at a path that does not exist is requested; a server without
     Delta answers that the data source ``delta`` cannot be found, a server with Delta fails later
     (no table there) or for another reason (e.g. path access rules of a Unity-Catalog-only
-    workspace), which still means Delta is there. No JVM handle, no ``sparkContext``.
+    workspace), which still means Delta is there. No JVM handle, no Spark context.
     """
     probe = os.path.join(os.path.abspath(os.sep), f"gpope-delta-probe-{uuid.uuid4().hex}")
     try:
