@@ -270,8 +270,14 @@ def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
             table = pa.Table.from_batches([batch])
             if table.num_rows == 0:
                 continue
-            tr = transitions_from_arrow(table, n_trajectories=int(
-                np.max(table.column("traj_index").to_numpy())) + 1)
+            # A batch holds any subset of trajectories (partitioning is the engine's choice, e.g.
+            # under Spark Connect): re-index them densely; the counts are per transition.
+            _, dense = np.unique(table.column("traj_index").to_numpy(), return_inverse=True)
+            table = table.set_column(
+                table.schema.get_field_index("traj_index"), "traj_index",
+                pa.array(dense.astype(np.int64)),
+            )
+            tr = transitions_from_arrow(table, n_trajectories=int(dense.max()) + 1)
             _, _, counts = _bounded(tr, spec)
             yield pa.RecordBatch.from_pydict(
                 {r: pa.array([counts[r]], type=pa.int64()) for r in CLAMP_REASONS}
