@@ -16,7 +16,7 @@ A notebook session on Databricks (tables in Unity Catalog ``<catalog>.<schema>``
     api.set_budget(spark, "cohort1", epsilon=3.0, delta=1e-5, config=config)
     report = api.evaluate(spark, "cohort1", "conf/specs/hiv_demo.yaml",
                           epsilon=1.0, delta=1e-5, config=config)
-    report.values            # released value estimates at the spec's reference states
+    report.reference_values  # released value estimates at the spec's reference states
 
 ``config`` is a :class:`~gpope.config.GpopeConfig`, a path to a YAML configuration, or None (the
 packaged defaults: a lake under ``./lake``). ``spec`` is an
