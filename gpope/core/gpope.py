@@ -22,7 +22,9 @@ Privacy: sigma is calibrated with :func:`gpope.core.accounting.calibrate_sigma` 
 
 Test-only hook (privacy audit): :func:`run_gpope` and :func:`run_gpope_trials` accept the private
 keyword ``_mechanism_override``, a mapping with ``"noise_scale"`` (float multiplying the noise
-std; e.g. 0.1 divides the noise by 10) and/or ``"clip"`` (False skips clipping). It exists only
+std; e.g. 0.1 divides the noise by 10), ``"clip"`` (False skips clipping) and/or
+``"sensitivity": "h"`` (the sigma-for-sigma/2 trap: uniform sampling calibrated as if a record
+moved the sum by h instead of 2h; Poisson: sigma / 2). It exists only
 to build deliberately broken solvers for the audit; results of such runs have ``private=False``.
 """
 
@@ -432,14 +434,19 @@ def run_gpope_trials(
         raise ConfigError(f"run_gpope needs a GPOPEConfig; got {type(config).__name__}.")
     R = check_int("run_gpope_trials", "trials", trials, ge=1)
     override = dict(_mechanism_override or {})
-    unknown = set(override) - {"noise_scale", "clip"}
+    unknown = set(override) - {"noise_scale", "clip", "sensitivity"}
     if unknown:
-        raise ConfigError(f"_mechanism_override accepts 'noise_scale' and 'clip'; got {unknown}.")
+        raise ConfigError(
+            f"_mechanism_override accepts 'noise_scale', 'clip' and 'sensitivity'; got {unknown}."
+        )
     sigma, epsilon, delta, accountant = _privacy(config, stats.m)
     gen_plan, gen_noise, seeded = split_streams(rng)
 
     h = config.clip if override.get("clip", True) else None
-    noise_std = 0.0 if config.clip is None else config.clip * sigma
+    sigma_used = sigma
+    if override.get("sensitivity") == "h":  # the sigma-for-sigma/2 trap (audit only)
+        sigma_used = _trap_sigma(config, stats.m, sigma)
+    noise_std = 0.0 if config.clip is None else config.clip * sigma_used
     noise_std *= float(override.get("noise_scale", 1.0))
     x, acc, trace_steps, trace = _iterate(stats, config, gen_plan, gen_noise, R, h, noise_std)
 
@@ -463,6 +470,25 @@ def run_gpope_trials(
         trace_theta=None if trace is None else trace[:, :, :n].copy(),
         trace_w=None if trace is None else trace[:, :, n:].copy(),
     )
+
+
+def _trap_sigma(config: GPOPEConfig, m: int, sigma: float) -> float:
+    """The noise multiplier of the sigma-for-sigma/2 trap (a deliberately broken solver).
+
+    Uniform sampling: sigma calibrated as if one record moved the sum by h (add/remove, Poisson
+    rate 1/m: what a DP-SGD library computes) although replace-one moves it by 2h; about half
+    the sigma needed. Poisson sampling: sigma / 2 literally.
+    """
+    if config.sampling == "poisson":
+        return sigma / 2.0
+    from gpope.core.accounting import calibrate_sigma, resolve_accountant
+
+    if config.noise_multiplier is not None:
+        return sigma / 2.0
+    return float(calibrate_sigma(
+        m=m, iterations=config.iterations, epsilon=config.epsilon, delta=config.delta,
+        accountant=resolve_accountant("auto", "poisson"), sampling="poisson", batch_rate=1.0 / m,
+    ))
 
 
 def _avg_count(config: GPOPEConfig) -> int:

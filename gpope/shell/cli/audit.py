@@ -1,10 +1,17 @@
-"""``gpope audit``: empirical privacy audit of the GPOPE solver (canary, two neighbouring worlds).
+"""``gpope audit``: empirical privacy audit of the private mechanisms (canaries, two neighbouring worlds).
 
-Runs the real solver ``--runs`` times on each of two neighbouring data sets per sampling scheme,
-chooses a threshold on half the runs and reports a Clopper-Pearson epsilon lower bound next to the
-claimed epsilon (see gpope.core.audit). ``--include-broken`` also audits two deliberately broken
-mechanisms (noise divided by 10; clipping skipped) built through the solver's test-only hook, to
-show that the audit catches them. A lower bound never proves privacy; exceeding the claim proves a bug.
+Runs the real GPOPE solver ``--runs`` times on each of two neighbouring data sets per sampling
+scheme (uniform: a replace-one canary pair at distance 2h; Poisson: a canary added/removed), reads
+the canary coordinate of every iterate, computes a likelihood-ratio statistic, chooses a
+threshold on half the runs and reports a Clopper-Pearson epsilon lower bound next to the claimed
+epsilon (see gpope.core.audit). The SSP release is audited the same way (gpope.core.audit_ssp).
+
+The settings default to documented presets (small m, few steps, many runs) in which the
+accountant is nearly tight, so a factor-2 error shows. ``--include-broken`` also audits
+deliberately broken mechanisms built through the solver's test-only hook: noise x0.5, the
+sigma-for-sigma/2 trap (uniform sampling calibrated for sensitivity h instead of 2h; Poisson
+sigma/2), noise/10 and clipping skipped. A lower bound never proves privacy; exceeding the claim
+proves a bug.
 """
 
 from __future__ import annotations
@@ -13,26 +20,37 @@ import argparse
 
 from gpope.shell.cli._common import add_json_flag, emit
 
-_BROKEN = {"noise/10": {"noise_scale": 0.1}, "no-clip": {"clip": False}}
+_BROKEN = {
+    "noise x0.5": {"noise_scale": 0.5},
+    "sigma-for-sigma/2": {"sensitivity": "h"},
+    "noise/10": {"noise_scale": 0.1},
+    "no-clip": {"clip": False},
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``audit`` command."""
     parser = subparsers.add_parser(
-        "audit", help="empirical privacy audit of the private solver",
+        "audit", help="empirical privacy audit of the private mechanisms",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--sampling", nargs="+", choices=("uniform", "poisson"),
-                        default=["uniform", "poisson"], help="sampling schemes to audit")
-    parser.add_argument("--m", type=int, default=1000, help="trajectories per data set")
-    parser.add_argument("--iterations", type=int, default=1000, help="solver steps N")
-    parser.add_argument("--epsilon", type=float, default=2.0, help="claimed epsilon")
+                        default=["uniform", "poisson"], help="GPOPE sampling schemes to audit")
+    parser.add_argument("--estimator", nargs="+", choices=("gpope", "ssp"),
+                        default=["gpope", "ssp"], help="mechanisms to audit")
+    parser.add_argument("--m", type=int, default=None, help="trajectories per data set (preset)")
+    parser.add_argument("--iterations", type=int, default=None, help="solver steps N (preset)")
+    parser.add_argument("--epsilon", type=float, default=None, help="claimed epsilon (preset)")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta")
-    parser.add_argument("--runs", type=int, default=2000, help="runs per world")
-    parser.add_argument("--statistic", choices=("max_increment", "final"), default="max_increment",
-                        help="white-box (largest one-step move) or black-box (final iterate)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per world (preset)")
+    parser.add_argument("--statistic", choices=("likelihood_ratio", "max_increment", "final"),
+                        default="likelihood_ratio",
+                        help="white-box likelihood ratio (default), largest one-step move, or "
+                             "black-box final iterate")
+    parser.add_argument("--quick", action="store_true", help="half the preset runs (faster)")
     parser.add_argument("--include-broken", action="store_true",
-                        help="also audit deliberately broken mechanisms (noise/10, no clipping)")
+                        help="also audit deliberately broken mechanisms (noise x0.5, "
+                             "sigma-for-sigma/2, noise/10, no clipping)")
     parser.add_argument("--seed", type=int, default=0, help="seed (audits are not private runs)")
     add_json_flag(parser)
     parser.set_defaults(func=_run)
@@ -40,22 +58,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope.core.audit import AuditConfig, run_audit
+    from gpope.core.audit_ssp import SSPAuditConfig, run_ssp_audit
 
+    overrides = {k: v for k, v in (("m", args.m), ("iterations", args.iterations),
+                                   ("epsilon", args.epsilon), ("runs", args.runs))
+                 if v is not None}
     results = []
-    for sampling in args.sampling:
-        cfg = AuditConfig(sampling=sampling, m=args.m, iterations=args.iterations,
-                          epsilon=args.epsilon, delta=args.delta, runs=args.runs,
-                          statistic=args.statistic)
-        variants = [None] + (list(_BROKEN.values()) if args.include_broken else [])
-        for override in variants:
-            results.append(run_audit(cfg, args.seed, _mechanism_override=override))
+    names = []
+    if "gpope" in args.estimator:
+        for sampling in args.sampling:
+            cfg = AuditConfig.preset(sampling, quick=args.quick, delta=args.delta,
+                                     statistic=args.statistic, **overrides)
+            variants = [("real", None)] + (list(_BROKEN.items()) if args.include_broken else [])
+            for name, override in variants:
+                results.append(run_audit(cfg, args.seed, _mechanism_override=override))
+                names.append(name)
+    if "ssp" in args.estimator:
+        ssp_kw = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
+        if args.quick and "runs" not in ssp_kw:
+            ssp_kw["runs"] = SSPAuditConfig().runs // 2
+        cfg_ssp = SSPAuditConfig(delta=args.delta, **ssp_kw)
+        variants_ssp = [("real", 1.0)] + ([("noise x0.5", 0.5), ("noise/10", 0.1)]
+                                          if args.include_broken else [])
+        for name, scale in variants_ssp:
+            results.append(run_ssp_audit(cfg_ssp, args.seed, _noise_scale=scale))
+            names.append(name)
     real_ok = all(r.passed for r in results if r.override is None)
-    broken_caught = all(not r.passed for r in results if r.override is not None)
-    payload = {"results": [r.to_dict() for r in results], "real_solver_passed": real_ok,
-               "broken_solvers_detected": broken_caught if args.include_broken else None}
+    broken = [(n, r) for n, r in zip(names, results, strict=True) if r.override is not None]
+    caught = all(not r.passed for _, r in broken)
+    payload = {"results": [{**r.to_dict(), "variant": n} for n, r in zip(names, results,
+                                                                        strict=True)],
+               "real_solver_passed": real_ok,
+               "broken_solvers_detected": caught if args.include_broken else None}
     lines = [r.summary() for r in results]
-    lines.append("real solver: " + ("no violation found" if real_ok else "VIOLATION FOUND"))
+    lines.append("real mechanisms: " + ("no violation found" if real_ok else "VIOLATION FOUND"))
     if args.include_broken:
-        lines.append("broken solvers: " + ("all detected" if broken_caught else "NOT all detected"))
+        missed = [f"{r.config['sampling']} {n}" for n, r in broken if r.passed]
+        lines.append("broken mechanisms: " + ("all detected" if caught else
+                                              "NOT detected: " + ", ".join(missed)))
     emit(args, payload, "\n".join(lines))
-    return 0 if real_ok and (broken_caught or not args.include_broken) else 1
+    return 0 if real_ok and (caught or not args.include_broken) else 1
