@@ -4,16 +4,19 @@ Tracking URI precedence: ``--tracking-uri`` > ``$MLFLOW_TRACKING_URI`` > ``track
 ``sqlite:///<lake root>/mlflow.db``. With the local SQLite default, artifacts go to
 ``<lake root>/mlartifacts`` (not the current directory).
 
-Values computed from private data without noise are logged only with the tag
-``diagnostic.private=true`` (see :func:`log_private_diagnostics`); released values are logged as
-ordinary params/metrics.
+Values computed from private data without noise are logged only in a separate child run tagged
+``diagnostic.private=true`` (see :func:`log_private_diagnostics`), never beside released metrics;
+released values are logged as ordinary params/metrics.
+
+Experiments are created as classic ML experiments (tag ``mlflow.experimentKind`` =
+``custom_model_development``), so the MLflow 3 UI opens on the runs table, not on the empty
+GenAI pages.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +25,9 @@ from typing import Any
 from gpope.jsonable import jsonable
 
 __all__ = [
+    "EXPERIMENT_KIND",
     "PRIVATE_DIAGNOSTIC_TAG",
+    "code_version",
     "log_json_artifact",
     "log_private_diagnostics",
     "resolve_tracking_uri",
@@ -30,6 +35,31 @@ __all__ = [
 ]
 
 PRIVATE_DIAGNOSTIC_TAG = "diagnostic.private"
+#: MLflow 3's experiment-kind tag value for classic (non-GenAI) experiments.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
+def code_version() -> dict[str, str]:
+    """Tags naming the code: ``gpope.version`` and, from a git checkout, ``gpope.git_commit``."""
+    import subprocess
+
+    from gpope import __version__
+
+    tags = {"gpope.version": __version__}
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return tags
+    commit = out.stdout.strip()
+    if out.returncode == 0 and len(commit) == 40:
+        tags["gpope.git_commit"] = commit
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
+                               capture_output=True, text=True, timeout=5, check=False)
+        if dirty.returncode == 0 and dirty.stdout.strip():
+            tags["gpope.git_dirty"] = "true"
+    return tags
 
 
 def resolve_tracking_uri(cli_uri: str | None, conf_uri: str | None, lake_root: str | Path) -> str:
@@ -51,13 +81,17 @@ def _experiment_id(name: str, tracking_uri: str) -> str:
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if EXPERIMENT_KIND[0] not in exp.tags:  # created before gpope set the kind
+            client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
         return exp.experiment_id
     artifact_location = None
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri[len("sqlite:///") :])
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=artifact_location)
+        return client.create_experiment(
+            name, artifact_location=artifact_location, tags=dict([EXPERIMENT_KIND])
+        )
     except Exception:  # created concurrently by another process
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -104,24 +138,37 @@ def start_run(
 
 
 def log_json_artifact(obj: Any, name: str, artifact_path: str | None = None) -> None:
-    """Log ``obj`` as a JSON file artifact named ``name`` in the active run."""
+    """Log ``obj`` as a JSON artifact named ``name`` in the active run (``mlflow.log_dict``)."""
     import mlflow
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=jsonable))
-        mlflow.log_artifact(str(path), artifact_path=artifact_path)
+    target = f"{artifact_path}/{name}" if artifact_path else name
+    mlflow.log_dict(json.loads(json.dumps(obj, sort_keys=True, default=jsonable)), target)
 
 
-def log_private_diagnostics(metrics: Mapping[str, float], *, note: str) -> None:
-    """Log values computed from private data WITHOUT noise, tagged as private diagnostics.
+def log_private_diagnostics(
+    metrics: Mapping[str, float],
+    *,
+    note: str,
+    run_name: str = "private diagnostics (NOT released)",
+    tags: Mapping[str, str] | None = None,
+    artifacts: Mapping[str, Any] | None = None,
+) -> str:
+    """Log values computed from private data WITHOUT noise in a child run of the active run.
 
-    They are prefixed ``private_diagnostic.`` and the run is tagged ``diagnostic.private=true``
-    with ``note`` explaining what they are; they are never released.
+    The child run is tagged ``diagnostic.private=true`` with ``note`` explaining what the values
+    are; nothing is logged to the parent (released) run. ``artifacts`` are logged as JSON files
+    (name -> object). Returns the child run's id.
     """
     import mlflow
 
-    mlflow.set_tag(PRIVATE_DIAGNOSTIC_TAG, "true")
-    mlflow.set_tag("diagnostic.private.note", note)
-    mlflow.log_metrics({f"private_diagnostic.{k}": float(v) for k, v in metrics.items()})
-
+    parent = mlflow.active_run()
+    if parent is None:
+        raise RuntimeError("log_private_diagnostics needs an active (parent) MLflow run")
+    child_tags = {**dict(tags or {}), PRIVATE_DIAGNOSTIC_TAG: "true",
+                  "diagnostic.private.note": note}
+    with mlflow.start_run(run_name=run_name, nested=True, tags=child_tags,
+                          experiment_id=parent.info.experiment_id) as child:
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+        for name, obj in (artifacts or {}).items():
+            mlflow.log_dict(json.loads(json.dumps(obj, default=jsonable)), name)
+        return child.info.run_id

@@ -107,31 +107,54 @@ def test_seeded_release_equals_the_core_and_is_recorded_everywhere(spark, setup)
     statuses = [r.status for r in ledger.where(ledger.run_id == report.run_id).orderBy("created_at").collect()]
     assert statuses == ["reserved", "released"]
 
-    # MLflow: params, metrics per traced step, artifacts, tags
+    # MLflow: params named like the CLI flags, metrics per traced step, artifacts, tags, lineage
     client = mlflow.MlflowClient(tracking_uri=uri)
     run = client.get_run(report.mlflow_run_id)
     p = run.data.params
-    assert p["spec_id"] == spec.spec_id and p["dataset"] == "mc"
+    assert p["spec_id"] == spec.spec_id and p["dataset"] == "mc" and p["spec"] == "mc_eval"
     assert float(p["epsilon"]) == 1.0 and float(p["delta"]) == 1e-5
-    assert int(p["m"]) == 60 and int(p["N"]) == ITER and float(p["clip"]) == 1.0
+    assert int(p["m"]) == 60 and int(p["iterations"]) == ITER and float(p["clip"]) == 1.0
+    assert float(p["step_size"]) == 0.2 and float(p["tail_fraction"]) == 0.5
+    assert float(p["gamma"]) == 0.95 and float(p["reward_scale"]) == 0.05
+    assert (int(p["public_trajectories"]), p["public_max_length"]) == (15, "40")
     assert float(p["sigma"]) == pytest.approx(sigma, rel=1e-9)
     assert p["accountant"] == "pld" and p["sampling"] == "poisson" and p["seeded"] == "True"
-    assert run.data.tags["gpope.private"] == "false"
-    assert run.data.tags["gpope.run_id"] == report.run_id
+    assert "seed" not in p and "N" not in p
+    tags = run.data.tags
+    assert tags["gpope.private"] == "false" and tags["gpope.estimator"] == "gpope"
+    assert tags["gpope.run_id"] == report.run_id and tags["gpope.version"]
+    assert run.info.run_name.startswith("mc | mc_eval | gpope | eps=1 | ")
     history = client.get_metric_history(run.info.run_id, "public_mspbe")
     assert sorted(h.step for h in history) == list(range(0, ITER + 1, 500))
-    assert run.data.metrics["public_mspbe_final"] >= 0
-    assert run.data.metrics["spent_epsilon"] <= 1.0 + 1e-12
+    m_ = run.data.metrics
+    assert m_["relative_mspbe_public"] == pytest.approx(
+        m_["public_mspbe_final"] / m_["public_mspbe_zero"], rel=1e-12)
+    assert m_["spent_epsilon"] <= 1.0 + 1e-12
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"theta.json", "values.png", "config.json", "spec.json"} <= artifacts
+    assert {"theta.json", "values.png", "values.json", "config.json", "spec.json",
+            "options.json"} <= artifacts
     theta_file = client.download_artifacts(run.info.run_id, "theta.json")
     with open(theta_file) as fh:
         np.testing.assert_allclose(json.load(fh)["theta"], core.theta_avg, rtol=1e-9, atol=1e-12)
-    # private diagnostics only with their tag and prefix
-    assert run.data.tags["diagnostic.private"] == "true"
-    private = {k for k in run.data.metrics if k.startswith("private_diagnostic.")}
-    assert "private_diagnostic.mspbe_released_theta" in private
-    assert not any("lstd" in k for k in run.data.metrics if not k.startswith("private_diagnostic."))
+    with open(client.download_artifacts(run.info.run_id, "options.json")) as fh:
+        assert "seed" not in json.load(fh)
+    # lineage: the statistics table and its Delta version as an MLflow dataset input
+    (inp,) = run.inputs.dataset_inputs
+    source = json.loads(inp.dataset.source)
+    assert source["path"] == lake.table_location(config.lake, "gold", "mc", "trajectory_stats")
+    version = lake.Lake.from_settings(spark, config.lake).version(
+        lake.TableRef("gold", "trajectory_stats", "mc"))
+    assert source.get("delta_table_version", 0) == version  # MLflow drops a version 0
+    assert inp.dataset.name == f"gold/mc/trajectory_stats@v{version}"
+    assert p["statistics_table"] == f"gold/mc/trajectory_stats@v{version}"
+    # private diagnostics only in a child run with their tag, never beside released metrics
+    assert "diagnostic.private" not in tags
+    assert not any("lstd" in k or "private_diagnostic" in k for k in m_)
+    (child,) = client.search_runs(
+        [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert child.data.tags["diagnostic.private"] == "true"
+    assert "mspbe_released_theta" in child.data.metrics
+    assert any(k.startswith("lstd_value.") for k in child.data.metrics)
 
 
 def test_streamed_path_releases_the_same_theta_as_in_memory(spark, setup):

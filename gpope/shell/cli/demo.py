@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="dataset name (default: a fresh hiv_demo_<time>_<random> per run)")
     parser.add_argument("--seed", type=int, default=None,
                         help="simulation seed (the evaluation always uses OS entropy)")
-    parser.add_argument("--public-trajectories", type=int, default=200,
-                        help="public simulated cohort for MSPBE (0 disables)")
+    parser.add_argument("--public-trajectories", type=int, default=100,
+                        help="public simulated cohort for MSPBE, the same as gpope evaluate's "
+                        "(default 100; 0 disables)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_lake_options(parser)
     add_json_flag(parser)

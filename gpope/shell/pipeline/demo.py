@@ -114,7 +114,8 @@ class DemoOptions:
         dataset: dataset name; None: a fresh ``hiv_demo_<time>_<random>`` per run.
         seed: simulation seed (None: OS entropy). The evaluation itself always uses OS entropy.
         iterations: GPOPE steps (None: ``DEMO_EVALUATION["iterations"]``).
-        public_trajectories: public simulated cohort for MSPBE.
+        public_trajectories: public simulated cohort for MSPBE (the same definition as
+            `gpope evaluate`: simulator-default episode length, public seed).
         progress: show progress bars.
     """
 
@@ -125,7 +126,7 @@ class DemoOptions:
     dataset: str | None = None
     seed: int | None = None
     iterations: int | None = None
-    public_trajectories: int = 200
+    public_trajectories: int = 100  # = public.PUBLIC_TRAJECTORIES: the cohort of `gpope evaluate`
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -261,14 +262,14 @@ def run_demo(
         config.evaluation,
         **{**DEMO_EVALUATION, "iterations": options.iterations or DEMO_EVALUATION["iterations"]},
         epsilon=options.epsilon, delta=options.delta, private_diagnostics=True,
-        public_trajectories=options.public_trajectories, public_max_length=options.steps,
+        public_trajectories=options.public_trajectories,
     )
+    truth = timed("ground truth", lambda: _ground_truth(spec))
     evaluation = timed("evaluate", lambda: run_evaluate(
         spark, config, dataset=dataset, spec=spec, options=eval_options,
-        tracking_uri=tracking_uri, spec_text=DEMO_SPEC_YAML,
+        tracking_uri=tracking_uri, spec_text=DEMO_SPEC_YAML, truth=truth,
     ))
-    truth = timed("ground truth", lambda: _ground_truth(spec))
-    relative = _public_relative_mspbe(spec, evaluation.theta, options)
+    relative = evaluation.relative_mspbe_public
     tables = {
         f"bronze {t}": lake.table_location(config.lake, "bronze", dataset, t)
         for t in ("observations", "treatments", "outcomes")
@@ -325,22 +326,3 @@ def _ground_truth(spec: EvaluationSpec) -> dict[str, float]:
         gamma=spec.gamma, n_steps=_TRUTH_STEPS,
     )
     return {k: float(v) for k, v in zip(spec.reference_names, values, strict=True)}
-
-
-def _public_relative_mspbe(
-    spec: EvaluationSpec, theta: np.ndarray, options: DemoOptions
-) -> float | None:
-    """MSPBE(theta) / MSPBE(0) on the same public cohort as the evaluation's public MSPBE
-    (post-processing of the released theta on public data)."""
-    from gpope.core.metrics import relative_mspbe
-    from gpope.errors import DataError
-    from gpope.shell.pipeline.public import public_population
-
-    pop = public_population(spec, n_trajectories=options.public_trajectories,
-                            max_length=options.steps)
-    if pop is None:
-        return None
-    try:
-        return float(relative_mspbe(theta, *pop))
-    except DataError:  # a degenerate public cohort (b = 0): no normaliser
-        return None

@@ -34,6 +34,7 @@ import dataclasses
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -101,7 +102,7 @@ class EvaluateOptions:
     in_memory_limit_mb: int = 1024
     path: Path_ = "auto"
     private_diagnostics: bool = False
-    public_trajectories: int = 100
+    public_trajectories: int = 100  # = public.PUBLIC_TRAJECTORIES (the demo uses the same cohort)
     public_max_length: int | None = None
     rows_per_fetch: int = 4096
     estimator: Literal["gpope", "ssp"] = "gpope"
@@ -174,6 +175,7 @@ class EvaluationReport:
     public_mspbe: float | None
     remaining_epsilon: float
     remaining_delta: float
+    relative_mspbe_public: float | None = None
     tables: dict[str, str] = field(default_factory=dict)
     private_diagnostics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
@@ -285,6 +287,7 @@ def run_evaluate(
     options: EvaluateOptions,
     tracking_uri: str | None = None,
     spec_text: str | None = None,
+    truth: Mapping[str, float] | None = None,
 ) -> EvaluationReport:
     """One private evaluation: ledger, released_estimates, MLflow (see the module docstring).
 
@@ -296,6 +299,8 @@ def run_evaluate(
         options: public settings of the run.
         tracking_uri: MLflow URI (None: by the precedence of :mod:`gpope.shell.tracking`).
         spec_text: the spec file's text, logged as an artifact when given.
+        truth: true values at the reference states from the public simulator (simulated data
+            only), shown beside the released values in MLflow.
 
     Raises:
         BudgetExceededError: the reservation would exceed the dataset's budget (nothing written).
@@ -439,25 +444,22 @@ def run_evaluate(
 
     # (g) MLflow (after the release: tracking problems never undo a release).
     from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
-    from gpope.shell.pipeline.public import public_population
+    from gpope.shell.tracking import resolve_tracking_uri
 
-    public_pop = public_population(
-        spec, n_trajectories=options.public_trajectories, max_length=options.public_max_length
+    record = _record(
+        spark, config, run_id=run_id, dataset=dataset, spec=spec, options=options, result=result,
+        released_theta=released_theta, values=values, m=m, sigma=sigma, spent=spent,
+        accountant=accountant, batch_rate=q, path="memory" if in_memory else "stream",
+        spec_text=spec_text, private_population=private_pop if options.private_diagnostics
+        else None, truth=truth, intervals=intervals, private_mspbe=priv_mspbe,
+        ssp={"statistics_sigma": sigma_s, "ssp_clip": ssp_clip, "statistics_epsilon": stats_eps,
+             "statistics_delta": stats_delta, "ssp_groups": options.ssp_groups}
+        if sigma_s is not None else None, tuning=tuning_summary,
     )
-
     tracking = log_evaluation(
-        config=config, tracking_uri=tracking_uri, run_id=run_id, dataset=dataset, spec=spec,
-        options=options, result=result, released_theta=released_theta, values=values, m=m,
-        sigma=sigma, spent_epsilon=spent, accountant=accountant, batch_rate=q,
-        path="memory" if in_memory else "stream", spec_text=spec_text,
-        private_population=private_pop if options.private_diagnostics else None,
-        public_population=public_pop,
-        private_mspbe=priv_mspbe,
-        intervals=intervals,
-        estimator=options.estimator,
-        ssp={"sigma": sigma_s, "clip": ssp_clip, "epsilon": stats_eps, "delta": stats_delta,
-             "groups": options.ssp_groups} if sigma_s is not None else None,
-        tuning=tuning_summary,
+        record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
+                                                  config.lake.root),
+        experiment=config.tracking.experiment,
     )
     from gpope.shell import lake
 
@@ -483,6 +485,7 @@ def run_evaluate(
         theta=np.asarray(released_theta, dtype=np.float64),
         reference_values={k: float(v) for k, v in zip(spec.reference_names, values, strict=True)},
         public_mspbe=tracking.public_mspbe,
+        relative_mspbe_public=tracking.relative_mspbe_public,
         remaining_epsilon=budget.remaining_epsilon,
         remaining_delta=budget.remaining_delta,
         tables={
@@ -570,6 +573,74 @@ def _intervals(noisy: Any, spec: EvaluationSpec, theta: np.ndarray, values: np.n
     if not ssp_run:
         iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)
     return iv, tiv, private_mspbe(theta, noisy)
+
+
+#: EvaluateOptions fields logged under the name of their CLI flag (``--step-size`` -> step_size).
+_FLAG_PARAMS = ("epsilon", "delta", "iterations", "clip", "step_size", "step_schedule",
+                "step_offset", "averaging", "tail_fraction", "sampling", "trace_every")
+
+
+def _record(
+    spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str, spec: EvaluationSpec,
+    options: EvaluateOptions, result: GPOPEResult, released_theta: np.ndarray,
+    values: np.ndarray, m: int, sigma: float, spent: float, accountant: str,
+    batch_rate: float | None, path: str, spec_text: str | None,
+    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    truth: Mapping[str, float] | None, intervals: Any, private_mspbe: tuple[float, float] | None,
+    ssp: Mapping[str, Any] | None, tuning: Mapping[str, Any] | None = None,
+) -> Any:
+    """The record MLflow tracking reads (public settings, released outputs, lineage)."""
+    from gpope.config import to_mapping
+    from gpope.shell import lake
+    from gpope.shell.pipeline.evaluation_record import (
+        EvaluationRecord,
+        Interval,
+        StatisticsInput,
+    )
+    from gpope.shell.pipeline.public import public_cohort
+
+    params: dict[str, Any] = {k: getattr(options, k) for k in _FLAG_PARAMS}
+    params.update(batch_rate=batch_rate, statistics_path=path,
+                  private_diagnostics=options.private_diagnostics,
+                  statistics_share=0.0 if ssp is None else options.statistics_share)
+    params.update(ssp or {})
+    if intervals is not None:
+        params["ci_level"] = float(intervals.level)
+    metrics = {}
+    if private_mspbe is not None:  # post-processing of the run's noisy-statistics release
+        metrics = {"mspbe_private": float(private_mspbe[0]),
+                   "relative_mspbe_private": float(private_mspbe[1])}
+    table = lake.Lake.from_settings(spark, config.lake)
+    ref = lake.TableRef("gold", "trajectory_stats", dataset)
+    try:
+        version: int | None = table.version(ref)
+    except Exception:  # lineage is best effort: never fail a committed release over it
+        version = None
+    statistics = StatisticsInput(table=str(ref), location=table.location(ref), version=version,
+                                 spec_id=spec.spec_id, by_name=table.by_name)
+    return EvaluationRecord(
+        run_id=run_id, dataset=dataset, spec=spec, estimator=options.estimator, params=params,
+        epsilon=options.epsilon, delta=options.delta, epsilon_certified=spent,
+        accountant=accountant, sigma=sigma, m=m, private=bool(result.private),
+        seeded=options.seed is not None, privacy_note=result.privacy_note,
+        theta=np.asarray(released_theta, dtype=np.float64),
+        values=np.asarray(values, dtype=np.float64),
+        theta_final=np.asarray(result.theta, dtype=np.float64),
+        trace_steps=result.trace_steps, trace_theta=result.trace_theta,
+        statistics=statistics,
+        public_cohort=public_cohort(spec, n_trajectories=options.public_trajectories,
+                                    max_length=options.public_max_length),
+        truth=dict(truth) if truth else None,
+        intervals=None if intervals is None else {
+            name: Interval(float(intervals.lower[i]), float(intervals.upper[i]),
+                           float(intervals.lower_bound[i]))
+            for i, name in enumerate(spec.reference_names)
+        },
+        ci_level=None if intervals is None else float(intervals.level),
+        private_population=private_population, spec_text=spec_text,
+        config=to_mapping(config), metrics=metrics,
+        tuning=None if tuning is None else dict(tuning),
+    )
 
 
 def _solve(

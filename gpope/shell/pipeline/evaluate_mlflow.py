@@ -1,31 +1,64 @@
-"""The MLflow run of one evaluation: params, metrics, artifacts, and tagged private diagnostics.
+"""The MLflow run of one evaluation, built from its :class:`EvaluationRecord` only.
 
-What is logged as ordinary params/metrics is public or released (DESIGN.md 4): the public settings,
-sigma, m, the spent (epsilon, delta), the released theta and its values, and the MSPBE of the
-released iterates measured on PUBLIC evaluation data (a fresh cohort from the simulator of a
-simulated dataset; post-processing of released values). Values computed from the private
-statistics without noise (MSPBE, the LSTD fixed point) are logged only through
-:func:`gpope.shell.tracking.log_private_diagnostics` (tag ``diagnostic.private=true``), and only
-when the operator asks for them. The sample plan is never logged.
+One run per released evaluation, in the configured experiment (``tracking.experiment``, default
+``gpope``; a classic ML experiment). Runs are told apart and filtered by tags and params:
+
+- **run name**: ``<dataset> | <spec> | <estimator> | eps=<epsilon> | <UTC time>`` (unique).
+- **tags**: ``gpope.dataset``, ``gpope.spec``, ``gpope.spec_id``, ``gpope.estimator``,
+  ``gpope.run_id`` (= released_estimates.run_id), ``gpope.private``, ``gpope.seeded``,
+  ``gpope.privacy_note``, ``gpope.stage``, ``gpope.version`` and ``gpope.git_commit``.
+- **params**: the public settings under their CLI flag names (``--step-size`` -> ``step_size``)
+  plus every setting that changes the result: the spec's gamma, reward_scale, normalization,
+  length_scale and feature count, the tail fraction, the resolved accountant and batch rate,
+  sigma, m and the public MSPBE cohort (``public_trajectories``, ``public_max_length``,
+  ``public_seed``). Never a seed.
+- **input**: the ``trajectory_stats`` table read (path and Delta version), as an MLflow dataset.
+- **metrics**, one meaning each (README "MLflow: comparing runs"):
+
+  ``value.<state>``            released value at a reference state (raw reward unit)
+  ``value_lower.<state>``, ``value_upper.<state>``, ``value_lower_bound.<state>``
+                               its released interval (level: param ``ci_level``)
+  ``true_value.<state>``       true value from the public simulator (simulated data only)
+  ``reserved_epsilon``         epsilon charged to the dataset's budget (``--epsilon``)
+  ``spent_epsilon``            epsilon the accountant certifies at delta for the noise drawn
+  ``spent_delta``              delta charged (``--delta``)
+  ``public_mspbe``             MSPBE of the released iterate on the public cohort, per traced step
+  ``public_mspbe_final``       MSPBE of the released theta on the public cohort
+  ``public_mspbe_zero``        MSPBE of theta = 0 on the same cohort (the normaliser)
+  ``relative_mspbe_public``    public_mspbe_final / public_mspbe_zero (< 1: better than zero)
+
+  ``mspbe_private``           MSPBE of the released theta from the run's noisy (released)
+                               statistics of the private data: comparable on real data
+  ``relative_mspbe_private``   mspbe_private / the same for theta = 0
+- **artifacts**: ``theta.json``, ``values.json`` (a table: state, value, interval, truth),
+  ``values.png`` (values with intervals and, for simulated data, the truth), ``config.json``,
+  ``spec.json``, ``spec.yaml``, ``options.json``.
+
+Values computed from the private statistics WITHOUT noise (MSPBE of theta, LSTD fixed point)
+go only to a child run tagged ``diagnostic.private=true``, and only when the operator asked for
+them. The sample plan and the seed are never logged.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
+import math
 from dataclasses import dataclass, field
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from gpope.config import GpopeConfig
-    from gpope.core.gpope import GPOPEResult
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate import EvaluateOptions
+    from gpope.shell.pipeline.evaluation_record import EvaluationRecord
 
-__all__ = ["TrackingOutcome", "log_evaluation", "private_diagnostics", "value_plot"]
+__all__ = [
+    "TrackingOutcome",
+    "log_evaluation",
+    "private_diagnostics",
+    "run_name",
+    "value_figure",
+]
 
 
 @dataclass(frozen=True)
@@ -35,39 +68,49 @@ class TrackingOutcome:
     mlflow_run_id: str | None
     tracking_uri: str
     public_mspbe: float | None = None
+    relative_mspbe_public: float | None = None
     private_diagnostics: dict[str, Any] = field(default_factory=dict)
+    private_run_id: str | None = None
 
 
-def value_plot(path: Path, names: list[str], values: np.ndarray, *, title: str,
-               reference: dict[str, np.ndarray] | None = None,
-               interval: tuple[np.ndarray, np.ndarray] | None = None,
-               label: str = "GPOPE (released)") -> None:
-    """Bar chart of value estimates at the named reference states (PNG at ``path``); the released
-    series carries its interval ``(lower, upper)`` as error bars when given."""
+def run_name(record: EvaluationRecord, when: datetime | None = None) -> str:
+    """``<dataset> | <spec> | <estimator> | eps=<epsilon> | <UTC time>`` (unique per second)."""
+    when = when or datetime.now(UTC)
+    return (f"{record.dataset} | {record.spec.name} | {record.estimator} | "
+            f"eps={record.epsilon:g} | {when:%Y-%m-%d %H:%M:%S}")
+
+
+def value_figure(record: EvaluationRecord) -> Any:
+    """Matplotlib figure: released values at the reference states with their intervals, and the
+    simulator's true values when known."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = {label: np.asarray(values, dtype=np.float64)}
-    series.update(reference or {})
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(names) + 2), 3.5))
-    width = 0.8 / max(1, len(series))
-    x = np.arange(len(names))
-    for i, (name, vals) in enumerate(series.items()):
-        err = None
-        if i == 0 and interval is not None:
-            lo, hi = (np.asarray(a, dtype=np.float64) for a in interval)
-            err = np.vstack([vals - lo, hi - vals])
-            name = f"{name}, interval"
-        ax.bar(x + i * width, vals, width=width, label=name, yerr=err, capsize=4 if err is not None else 0)
-    ax.set_xticks(x + width * (len(series) - 1) / 2, names)
-    ax.set_ylabel("V(s)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    names = list(record.spec.reference_names)
+    x = np.arange(len(names), dtype=float)
+    values = np.asarray(record.values, dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(names) + 2.5), 3.6))
+    label = f"{record.estimator} (released, eps={record.epsilon:g})"
+    if record.intervals:
+        lo = np.array([record.intervals[n].lower for n in names])
+        hi = np.array([record.intervals[n].upper for n in names])
+        level = f"{100 * record.ci_level:g}% " if record.ci_level else ""
+        ax.errorbar(x, values, yerr=[values - lo, hi - values], fmt="o", capsize=6,
+                    label=f"{label}, {level}interval")
+    else:
+        ax.plot(x, values, "o", label=f"{label} (no interval)")
+    if record.truth:
+        truth = [record.truth.get(n, math.nan) for n in names]
+        ax.plot(x, truth, "k_", markersize=22, mew=2, label="true value (public simulator)")
+    ax.set_xticks(x, names)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylabel("V(s), raw reward unit")
+    ax.set_title(f"{record.dataset} / {record.spec.name}: values at reference states", fontsize=9)
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def private_diagnostics(
@@ -82,176 +125,192 @@ def private_diagnostics(
 
     A, b, C = population
     lstd_theta = np.linalg.lstsq(A, b, rcond=None)[0]
-    out: dict[str, Any] = {
-        "mspbe_released_theta": float(mspbe(theta, A, b, C)),
-        "mspbe_zero": float(mspbe(np.zeros_like(theta), A, b, C)),
+    zero = float(mspbe(np.zeros_like(theta), A, b, C))
+    released = float(mspbe(theta, A, b, C))
+    return {
+        "mspbe_released_theta": released,
+        "mspbe_zero": zero,
+        "relative_mspbe": released / zero if zero > 0 else math.nan,
         "lstd_theta": [float(v) for v in lstd_theta],
         "lstd_values": {
             k: float(v)
             for k, v in zip(spec.reference_names, spec.reference_values(lstd_theta), strict=True)
         },
     }
-    return out
+
+
+def _params(record: EvaluationRecord) -> dict[str, Any]:
+    spec = record.spec
+    params: dict[str, Any] = {
+        "dataset": record.dataset,
+        "spec": spec.name,
+        "spec_id": spec.spec_id,
+        "estimator": record.estimator,
+        "gamma": spec.gamma,
+        "reward_scale": spec.reward_scale,
+        "normalization": spec.normalization,
+        "length_scale": spec.length_scale,
+        "n_features": spec.n_features,
+        "policy": spec.policy_name,
+        "m": record.m,
+        "sigma": record.sigma,
+        "accountant": record.accountant,
+        "private": record.private,
+        "seeded": record.seeded,
+    }
+    params.update(record.params)
+    if record.public_cohort is not None:
+        params.update(public_trajectories=record.public_cohort.n_trajectories,
+                      public_max_length=record.public_cohort.max_length,
+                      public_seed=record.public_cohort.seed)
+    if record.statistics is not None:
+        params["statistics_table"] = _input_name(record.statistics)
+    params.pop("seed", None)  # never logged (it would let anyone regenerate plan and noise)
+    return params
+
+
+def _input_name(stats: Any) -> str:
+    """``<layer>/<dataset>/<table>@v<version>``: the table and the Delta version a run read."""
+    return f"{stats.table}@v{stats.version}" if stats.version is not None else stats.table
+
+
+def _log_input(record: EvaluationRecord) -> None:
+    import mlflow
+    from mlflow.data.delta_dataset_source import DeltaDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    stats = record.statistics
+    if stats is None:
+        return
+    source = (DeltaDatasetSource(delta_table_name=stats.location,
+                                 delta_table_version=stats.version)
+              if stats.by_name else
+              DeltaDatasetSource(path=stats.location, delta_table_version=stats.version))
+    mlflow.log_input(MetaDataset(source, name=_input_name(stats)), context=f"statistics spec_id={stats.spec_id}")
+
+
+def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
+    names = list(record.spec.reference_names)
+    table: dict[str, list[Any]] = {"state": names, "value": [float(v) for v in record.values]}
+    if record.intervals:
+        table["lower"] = [record.intervals[n].lower for n in names]
+        table["upper"] = [record.intervals[n].upper for n in names]
+        table["lower_bound"] = [record.intervals[n].lower_bound for n in names]
+        table["ci_level"] = [record.ci_level] * len(names)
+    if record.truth:
+        table["true_value"] = [record.truth.get(n) for n in names]
+    return table
 
 
 def log_evaluation(
-    *,
-    config: GpopeConfig,
-    tracking_uri: str | None,
-    run_id: str,
-    dataset: str,
-    spec: EvaluationSpec,
-    options: EvaluateOptions,
-    result: GPOPEResult,
-    released_theta: np.ndarray,
-    values: np.ndarray,
-    m: int,
-    sigma: float,
-    spent_epsilon: float,
-    accountant: str,
-    batch_rate: float | None,
-    path: str,
-    spec_text: str | None,
-    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-    public_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-    private_mspbe: tuple[float, float] | None = None,
-    intervals: Any | None = None,
-    estimator: str = "gpope",
-    ssp: dict[str, Any] | None = None,
-    tuning: dict[str, Any] | None = None,
+    record: EvaluationRecord, *, tracking_uri: str, experiment: str
 ) -> TrackingOutcome:
     """Create the evaluation's MLflow run and log everything listed in the module docstring."""
     import mlflow
 
-    from gpope.config import to_mapping
     from gpope.core.metrics import mspbe
-    from gpope.shell.tracking import (
-        log_json_artifact,
-        log_private_diagnostics,
-        resolve_tracking_uri,
-        start_run,
-    )
+    from gpope.jsonable import jsonable
+    from gpope.shell.tracking import code_version, log_private_diagnostics, start_run
 
-    uri = resolve_tracking_uri(tracking_uri, config.tracking.uri, config.lake.root)
-    seeded = options.seed is not None
+    spec = record.spec
     tags = {
-        "gpope.run_id": run_id,
+        "gpope.run_id": record.run_id,
         "gpope.stage": "evaluate",
-        "gpope.dataset": dataset,
+        "gpope.dataset": record.dataset,
+        "gpope.spec": spec.name,
         "gpope.spec_id": spec.spec_id,
-        "gpope.private": str(bool(result.private)).lower(),
-        "gpope.seeded": str(seeded).lower(),
-        "gpope.privacy_note": result.privacy_note,
+        "gpope.estimator": record.estimator,
+        "gpope.private": str(bool(record.private)).lower(),
+        "gpope.seeded": str(bool(record.seeded)).lower(),
+        "gpope.privacy_note": record.privacy_note,
+        **code_version(),
+        **dict(record.tags),
     }
-    public_mspbe = None
+    public_mspbe = relative = None
     diagnostics: dict[str, Any] = {}
-    with start_run(tracking_uri=uri, experiment=config.tracking.experiment,
-                   run_name=f"evaluate {dataset} {spec.name}", tags=tags) as run:
-        mlflow.log_params({
-            "spec": spec.name,
-            "spec_id": spec.spec_id,
-            "dataset": dataset,
-            "epsilon": options.epsilon,
-            "delta": options.delta,
-            "m": m,
-            "N": options.iterations,
-            "n_features": spec.n_features,
-            "sigma": sigma,
-            "clip": options.clip,
-            "step_size": options.step_size,
-            "step_schedule": options.step_schedule,
-            "step_offset": options.step_offset,
-            "averaging": options.averaging,
-            "accountant": accountant,
-            "sampling": options.sampling,
-            "batch_rate": batch_rate,
-            "seeded": seeded,
-            "private": bool(result.private),
-            "statistics_path": path,
-            "trace_every": result.trace_steps[1] - result.trace_steps[0]
-            if result.trace_steps is not None and len(result.trace_steps) > 1 else None,
-        })
-        if tuning is not None:  # --tune private: DP outputs of the tuning (not diagnostics)
+    private_run_id = None
+    with start_run(tracking_uri=tracking_uri, experiment=experiment,
+                   run_name=run_name(record), tags=tags) as run:
+        mlflow.log_params({k: ("None" if v is None else v) for k, v in _params(record).items()})
+        _log_input(record)
+        if record.tuning is not None:  # --tune private: DP outputs of the tuning (not diagnostics)
             from gpope.shell.pipeline.private_tune import log_tuning
 
-            log_tuning(tuning)
-        mlflow.log_metrics({
-            "spent_epsilon": float(spent_epsilon),
-            "spent_delta": float(options.delta),
-            "reserved_epsilon": float(options.epsilon),
-        })
-        mlflow.log_metrics({f"value.{k}": float(v)
-                            for k, v in zip(spec.reference_names, values, strict=True)})
-        mlflow.log_params({"estimator": estimator})
-        if ssp is not None:
-            mlflow.log_params({"statistics_sigma": ssp["sigma"], "ssp_clip": ssp["clip"],
-                               "statistics_epsilon": ssp["epsilon"], "statistics_delta": ssp["delta"],
-                               "ssp_groups": ssp["groups"]})
-        if private_mspbe is not None:
-            # post-processing of the run's noisy-statistics release: private, comparable on real data
-            mlflow.log_metrics({"mspbe_private": float(private_mspbe[0]),
-                                "relative_mspbe_private": float(private_mspbe[1])})
-        if intervals is not None:
-            mlflow.log_param("ci_level", float(intervals.level))
-            for i, k in enumerate(spec.reference_names):
-                mlflow.log_metrics({f"value_lower.{k}": float(intervals.lower[i]),
-                                    f"value_upper.{k}": float(intervals.upper[i]),
-                                    f"value_lower_bound.{k}": float(intervals.lower_bound[i])})
-            log_json_artifact(dict(intervals.to_dict(), states=list(spec.reference_names)),
-                              "intervals.json")
-        if public_population is not None:
-            A, b, C = public_population
-            if result.trace_theta is not None:
-                trace = np.atleast_1d(mspbe(result.trace_theta, A, b, C))
-                for step, value in zip(result.trace_steps, trace, strict=True):
+            log_tuning(dict(record.tuning))
+        metrics = {
+            "spent_epsilon": float(record.epsilon_certified),
+            "spent_delta": float(record.delta),
+            "reserved_epsilon": float(record.epsilon),
+        }
+        metrics.update({f"value.{k}": v for k, v in record.reference_values.items()})
+        for name, iv in (record.intervals or {}).items():
+            metrics.update({f"value_lower.{name}": iv.lower, f"value_upper.{name}": iv.upper,
+                            f"value_lower_bound.{name}": iv.lower_bound})
+        for name, v in (record.truth or {}).items():
+            metrics[f"true_value.{name}"] = float(v)
+        metrics.update({k: float(v) for k, v in record.metrics.items()})
+        if record.public_cohort is not None:
+            A, b, C = record.public_cohort.population
+            if record.trace_theta is not None and record.trace_steps is not None:
+                trace = np.atleast_1d(mspbe(record.trace_theta, A, b, C))
+                for step, value in zip(record.trace_steps, trace, strict=True):
                     mlflow.log_metric("public_mspbe", float(value), step=int(step))
-            public_mspbe = float(mspbe(released_theta, A, b, C))
-            mlflow.log_metric("public_mspbe_final", public_mspbe)
-            mlflow.log_metric("public_mspbe_zero", float(mspbe(np.zeros_like(released_theta), A, b, C)))
-        log_json_artifact(
+            public_mspbe = float(mspbe(record.theta, A, b, C))
+            zero = float(mspbe(np.zeros_like(record.theta), A, b, C))
+            metrics.update(public_mspbe_final=public_mspbe, public_mspbe_zero=zero)
+            if zero > 0:
+                relative = public_mspbe / zero
+                metrics["relative_mspbe_public"] = relative
+        mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+        mlflow.log_dict(
             {
-                "run_id": run_id,
-                "dataset": dataset,
+                "run_id": record.run_id,
+                "dataset": record.dataset,
                 "spec_id": spec.spec_id,
-                "theta": np.asarray(released_theta),
-                "theta_final_iterate": np.asarray(result.theta),
-                "reference_values": dict(zip(spec.reference_names, values.tolist(), strict=True)),
-                "epsilon": options.epsilon,
-                "delta": options.delta,
-                "private": bool(result.private),
+                "theta": [float(v) for v in record.theta],
+                "theta_final_iterate": None if record.theta_final is None
+                else [float(v) for v in record.theta_final],
+                "reference_values": record.reference_values,
+                "epsilon": record.epsilon,
+                "delta": record.delta,
+                "private": bool(record.private),
             },
             "theta.json",
         )
-        log_json_artifact(to_mapping(config), "config.json")
-        log_json_artifact(spec.to_dict(), "spec.json")
-        with tempfile.TemporaryDirectory() as tmp:
-            if spec_text is not None:
-                (Path(tmp) / "spec.yaml").write_text(spec_text)
-                mlflow.log_artifact(str(Path(tmp) / "spec.yaml"))
-            if spec.reference_states:
-                png = Path(tmp) / "values.png"
-                value_plot(png, list(spec.reference_names), values,
-                           title=f"{spec.name}: values at reference states (eps={options.epsilon:g})",
-                           interval=None if intervals is None else (intervals.lower, intervals.upper),
-                           label=f"{estimator.upper()} (released)")
-                mlflow.log_artifact(str(png))
-            (Path(tmp) / "options.json").write_text(json.dumps(_options_dict(options), indent=2))
-            mlflow.log_artifact(str(Path(tmp) / "options.json"))
-        if private_population is not None:
-            diagnostics = private_diagnostics(spec, released_theta, private_population)
-            flat = {
-                "mspbe_released_theta": diagnostics["mspbe_released_theta"],
-                "mspbe_zero": diagnostics["mspbe_zero"],
-            }
+        mlflow.log_dict(_jsonable_mapping(record.config, jsonable), "config.json")
+        mlflow.log_dict(spec.to_dict(), "spec.json")
+        mlflow.log_dict(_jsonable_mapping(_params(record), jsonable), "options.json")
+        if record.spec_text is not None:
+            mlflow.log_text(record.spec_text, "spec.yaml")
+        if spec.reference_states:
+            mlflow.log_table(_value_rows(record), "values.json")
+            fig = value_figure(record)
+            try:
+                mlflow.log_figure(fig, "values.png")
+            finally:
+                import matplotlib.pyplot as plt
+
+                plt.close(fig)
+        if record.private_population is not None:
+            diagnostics = private_diagnostics(spec, record.theta, record.private_population)
+            flat = {k: diagnostics[k] for k in ("mspbe_released_theta", "mspbe_zero",
+                                                "relative_mspbe")}
             flat.update({f"lstd_value.{k}": v for k, v in diagnostics["lstd_values"].items()})
-            log_private_diagnostics(
-                flat,
+            private_run_id = log_private_diagnostics(
+                {k: v for k, v in flat.items() if math.isfinite(v)},
                 note="computed WITHOUT noise from the private trajectory statistics (MSPBE of the "
                 "released theta, LSTD fixed point): for operators only, never released",
+                tags={"gpope.run_id": record.run_id, "gpope.dataset": record.dataset,
+                      "gpope.spec": spec.name, "gpope.stage": "evaluate.private_diagnostics"},
+                artifacts={"lstd.json": {"theta": diagnostics["lstd_theta"],
+                                         "values": diagnostics["lstd_values"]}},
             )
         run_id_mlflow = run.info.run_id
-    return TrackingOutcome(run_id_mlflow, uri, public_mspbe, diagnostics)
+    return TrackingOutcome(run_id_mlflow, tracking_uri, public_mspbe, relative, diagnostics,
+                           private_run_id)
 
 
-def _options_dict(options: EvaluateOptions) -> dict[str, Any]:
-    return dict(options.__dict__)
+def _jsonable_mapping(obj: Any, default: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(obj, default=default))

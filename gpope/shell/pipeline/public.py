@@ -16,10 +16,19 @@ import numpy as np
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["PUBLIC_SEED", "public_population", "public_transitions"]
+__all__ = [
+    "PUBLIC_SEED",
+    "PUBLIC_TRAJECTORIES",
+    "public_cohort",
+    "public_population",
+    "public_transitions",
+]
 
 #: Seed of the public evaluation cohort (public data: fixing it is harmless and reproducible).
 PUBLIC_SEED = 20_240_607
+#: Size of the public evaluation cohort, the same in ``gpope evaluate`` and ``gpope demo`` (so
+#: their public MSPBE metrics are comparable); episodes have the simulator's default length.
+PUBLIC_TRAJECTORIES = 100
 
 
 def public_transitions(domain: str, n_trajectories: int, rng: np.random.Generator,
@@ -42,3 +51,18 @@ def public_population(
     rng = np.random.default_rng(seed)
     transitions = public_transitions(spec.domain, n_trajectories, rng, max_length=max_length)
     return statistics_of_transitions(transitions, spec).population()
+
+
+def public_cohort(
+    spec: EvaluationSpec, *, n_trajectories: int = PUBLIC_TRAJECTORIES,
+    max_length: int | None = None, seed: int = PUBLIC_SEED,
+) -> Any:
+    """The public MSPBE cohort of ``spec`` with its definition (a
+    :class:`~gpope.shell.pipeline.evaluation_record.PublicCohort`), or None without a domain."""
+    from gpope.shell.pipeline.evaluation_record import PublicCohort
+
+    pop = public_population(spec, n_trajectories=n_trajectories, max_length=max_length, seed=seed)
+    if pop is None or spec.domain is None:
+        return None
+    return PublicCohort(domain=spec.domain, n_trajectories=n_trajectories,
+                        max_length=max_length, seed=seed, population=pop)
