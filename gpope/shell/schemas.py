@@ -26,6 +26,7 @@ __all__ = [
     "REJECTED_EVENTS",
     "RELEASED_ESTIMATES",
     "RELEASED_VALUES",
+    "SIMULATION",
     "TABLE_SCHEMAS",
     "TRAJECTORY_STATS",
     "TRANSITIONS",
@@ -55,6 +56,15 @@ OUTCOMES = _schema(
     ("patient_id", StringType(), True),
     ("time", TimestampType(), True),
     ("reward", DoubleType(), True),
+)
+
+# bronze, written by `gpope simulate` only: what the simulated cohort is (never its seed), so
+# later stages need not be told again (ingest reads the domain and the episode cap from it)
+SIMULATION = _schema(
+    ("domain", StringType(), False),
+    ("patients", LongType(), False),
+    ("max_length", IntegerType(), False),
+    ("created_at", TimestampType(), False),
 )
 
 # silver
@@ -151,6 +161,13 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "time": "time of the outcome (UTC)",
         "reward": "outcome in the dataset's raw reward unit (not scaled by any spec)",
     },
+    "simulation": {
+        "domain": "public simulator that produced the dataset's bronze tables (chain, "
+        "mountaincar, hiv)",
+        "patients": "number of simulated patients (episodes)",
+        "max_length": "episode cap: decisions recorded per patient at most",
+        "created_at": "time of the simulation (UTC); the seed is never recorded",
+    },
     "transitions": {
         "patient_id": "patient identifier (one trajectory per patient)",
         "traj_index": "dense trajectory index 0..m-1 of the dataset",
@@ -246,6 +263,7 @@ TABLE_SCHEMAS: dict[str, StructType] = {
     "observations": OBSERVATIONS,
     "treatments": TREATMENTS,
     "outcomes": OUTCOMES,
+    "simulation": SIMULATION,
     "transitions": TRANSITIONS,
     "rejected_events": REJECTED_EVENTS,
     "trajectory_stats": TRAJECTORY_STATS,

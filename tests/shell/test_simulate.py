@@ -83,7 +83,21 @@ def test_hiv_cohort_round_trips_through_bronze_and_ingest(spark, lake_root):
     lk = lake.Lake.from_settings(spark, config.lake)
     assert lk.read(treatments).count() == 18 and lk.version(treatments) == 1
 
-    ingest = run_ingest(spark, config, "hiv_rt", domain="hiv")
+    # the pipeline remembers the simulation: ingest needs no --domain (and refuses a wrong one)
+    from gpope.errors import ConfigError
+    from gpope.shell.pipeline.ingest import resolve_dataset_settings
+
+    record = lk.read(TableRef("bronze", "simulation", "hiv_rt")).collect()
+    assert [(r.domain, r.patients, r.max_length) for r in record] == [("hiv", 3, 6)]
+    assert "seed" not in record[0].asDict()
+    settings = resolve_dataset_settings(config, "hiv_rt")
+    assert (settings.domain, settings.max_length) == ("hiv", 6)
+    with pytest.raises(ConfigError, match="simulated with domain 'hiv'"):
+        resolve_dataset_settings(config, "hiv_rt", domain="chain")
+    with pytest.raises(ConfigError, match="not written by `gpope simulate`"):
+        resolve_dataset_settings(config, "never_simulated")
+
+    ingest = run_ingest(spark, config, "hiv_rt")
     assert ingest.balanced and (ingest.n_trajectories, ingest.n_transitions) == (3, 18)
     assert all(ingest.rows_used[t] == ingest.rows_in[t] for t in ingest.rows_in)
 

@@ -37,3 +37,26 @@ def test_start_run_marks_failed_runs_and_restores_an_existing_variable(tmp_path,
     assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:///elsewhere.db"
     assert mlflow.MlflowClient(tracking_uri=uri).get_run(run_id).info.status == "FAILED"
     mlflow.set_tracking_uri(None)
+
+
+def test_experiments_are_classic_ml_and_private_diagnostics_go_to_a_tagged_child(tmp_path):
+    from gpope.shell.tracking import EXPERIMENT_KIND, code_version, log_private_diagnostics
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    old = client.create_experiment("made-before")  # an experiment without the kind tag
+    with start_run(tracking_uri=uri, experiment="kind-check") as run:
+        mlflow.log_metric("value.s", 1.0)
+        child_id = log_private_diagnostics({"mspbe": 0.5}, note="noise-free",
+                                           artifacts={"lstd.json": {"theta": [1.0]}})
+    with start_run(tracking_uri=uri, experiment="made-before"):
+        pass
+    for exp_id in (run.info.experiment_id, old):
+        assert client.get_experiment(exp_id).tags[EXPERIMENT_KIND[0]] == EXPERIMENT_KIND[1]
+    parent, child = client.get_run(run.info.run_id), client.get_run(child_id)
+    assert "diagnostic.private" not in parent.data.tags and "mspbe" not in parent.data.metrics
+    assert child.data.tags["diagnostic.private"] == "true"
+    assert child.data.tags["mlflow.parentRunId"] == run.info.run_id
+    assert child.data.metrics == {"mspbe": 0.5}
+    assert [a.path for a in client.list_artifacts(child_id)] == ["lstd.json"]
+    assert code_version()["gpope.version"]

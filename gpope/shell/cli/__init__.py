@@ -9,9 +9,12 @@ to stderr and exits non-zero.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from gpope import __version__
 from gpope.errors import GpopeError
@@ -32,9 +35,35 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+# Negative numbers in every form float() reads (argparse's own pattern misses "-1e-5"), so that
+# "--delta -1e-5" reaches the validation that refuses it with a clear message.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.IGNORECASE)
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+# "The 'delta' parameter of EvaluateOptions must be ..." from option objects the CLI fills.
+_PARAMETER_OF = re.compile(r"The '(\w+)' parameter of (\w+)")
+
+
+class GpopeArgumentParser(argparse.ArgumentParser):
+    """ArgumentParser that reads negative numbers in scientific notation as values and suggests
+    the closest choice for a mistyped subcommand ("did you mean ...?")."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
+
+    def error(self, message: str):  # type: ignore[override]
+        match = _INVALID_CHOICE.search(message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message = f"{message}; did you mean '{close[0]}'?"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = GpopeArgumentParser(
         prog="gpope",
         description=(
             "Differentially private off-policy evaluation (GPOPE) on Spark, Delta Lake and MLflow. "
@@ -59,11 +88,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except GpopeError as exc:
-        print(f"gpope {args.command}: error: {exc}", file=sys.stderr)
+        message = user_message(str(exc), _command_parser(parser, args))
+        print(f"gpope {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpope {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The (sub)parser that parsed ``args``'s command, for naming its flags in messages."""
+    node: Any = parser
+    for dest in ("command", "budget_command"):
+        name = getattr(args, dest, None)
+        sub = next((a for a in getattr(node, "_actions", ())
+                    if isinstance(a, argparse._SubParsersAction)), None)
+        if name is None or sub is None or name not in sub.choices:
+            break
+        node = sub.choices[name]
+    return node
+
+
+def user_message(message: str, parser: Any) -> str:
+    """``message`` with internal option-class names replaced by the command's flag names.
+
+    "The 'delta' parameter of EvaluateOptions must be > 0" becomes "--delta must be > 0" when the
+    command has a ``--delta`` flag; a spec's parameters become "the spec's 'gamma'"; other
+    internal class names become "the 'x' setting".
+    """
+    flags = {}
+    for action in getattr(parser, "_actions", ()):
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs:
+            flags[action.dest] = longs[0]
+
+    def replace(m: re.Match[str]) -> str:
+        name, owner = m.group(1), m.group(2)
+        if name in flags:
+            return flags[name]
+        if owner == "EvaluationSpec":
+            return f"The spec's {name!r}"
+        return f"The {name!r} setting"
+
+    return _PARAMETER_OF.sub(replace, message)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,19 +17,21 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_lake_options(parser: argparse.ArgumentParser) -> None:
-    """Add the common pipeline options ``--lake``, ``--conf`` and ``--tracking-uri``."""
+def add_lake_options(parser: argparse.ArgumentParser, *, tracking: bool = False) -> None:
+    """Add the common pipeline options ``--lake`` and ``--conf``; with ``tracking`` (commands
+    that log to MLflow) also ``--tracking-uri``."""
     parser.add_argument(
         "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
     )
     parser.add_argument(
         "--conf", default=None, help="YAML configuration file (default: the packaged conf/default.yaml)"
     )
-    parser.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db)",
-    )
+    if tracking:
+        parser.add_argument(
+            "--tracking-uri",
+            default=None,
+            help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db)",
+        )
     add_remote_option(parser)
 
 
@@ -42,6 +44,13 @@ def add_remote_option(parser: argparse.ArgumentParser) -> None:
         help="Spark Connect URL (Databricks Connect, a Connect server); default: spark.remote in "
         "--conf, else $SPARK_REMOTE, else a local Spark (an already active session always wins)",
     )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Progress bars only on a terminal: never with --json, --no-progress or redirected stderr."""
+    if getattr(args, "json", False) or getattr(args, "no_progress", False):
+        return False
+    return sys.stderr.isatty()
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit, show_progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="public simulated cohort for MSPBE, the same as gpope evaluate's "
                         "(default 100; 0 disables)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    add_lake_options(parser)
+    add_lake_options(parser, tracking=True)
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 
@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         patients=args.patients, steps=args.steps, epsilon=args.epsilon, delta=args.delta,
         dataset=args.dataset, seed=args.seed, iterations=args.iterations,
         public_trajectories=args.public_trajectories,
-        progress=not (args.no_progress or args.json),
+        progress=show_progress(args),
     )
     config = config_from_args(args)
     spark = get_spark(config.spark)

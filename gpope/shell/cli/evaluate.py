@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--public-trajectories", type=int, default=None,
                         help="size of the public simulated cohort for MSPBE (spec with a domain; "
                         "0 disables; default 100)")
-    add_lake_options(parser)
+    add_lake_options(parser, tracking=True)
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 

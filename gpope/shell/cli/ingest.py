@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Turn a dataset's bronze observations, treatments and outcomes into silver transitions "
             "(one trajectory per patient) and rejected_events (every unusable row with its reason). "
             "Re-running replaces the dataset's silver tables. The dataset's variables, actions and "
-            "max_length come from 'datasets:' in --conf, or from --domain for a simulated cohort."
+            "max_length come from 'datasets:' in --conf; for a cohort written by `gpope simulate` "
+            "from its recorded simulation (--domain is then optional)."
         ),
     )
     parser.add_argument("--dataset", required=True, help="dataset (cohort) name")

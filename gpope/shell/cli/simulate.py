@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit, show_progress
 
 DOMAINS = ("chain", "mountaincar", "hiv")
 
@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         patients=args.patients,
         seed=args.seed,
         options=options,
-        progress=not (args.no_progress or args.json),
+        progress=show_progress(args),
     )
     emit(args, report.to_dict(), report.summary())
     return 0

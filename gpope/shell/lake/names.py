@@ -51,6 +51,7 @@ _CREATORS: dict[str, str] = {
     "observations": "`gpope simulate --dataset {dataset}` (or load the raw data)",
     "treatments": "`gpope simulate --dataset {dataset}` (or load the raw data)",
     "outcomes": "`gpope simulate --dataset {dataset}` (or load the raw data)",
+    "simulation": "`gpope simulate --dataset {dataset}`",
     "transitions": "`gpope ingest --dataset {dataset}`",
     "rejected_events": "`gpope ingest --dataset {dataset}`",
     "trajectory_stats": "`gpope stats --dataset {dataset} --spec FILE`",

@@ -112,7 +112,9 @@ def resolve_dataset_settings(
         config: the loaded configuration.
         dataset: dataset name.
         domain: simulated domain (``chain``, ``mountaincar``, ``hiv``) whose event-table spec defines
-            the settings when the dataset is not configured.
+            the settings when the dataset is not configured. Optional for a dataset written by
+            ``gpope simulate``: its ``bronze/<dataset>/simulation`` record gives the domain and the
+            episode cap (``max_length``).
 
     Raises:
         ConfigError: the dataset is not configured and no domain was given (the message says how
@@ -126,15 +128,26 @@ def resolve_dataset_settings(
 
             return dataset_settings_for_domain(configured.domain)
         return configured
-    if domain is None:
-        raise ConfigError(
-            f"Dataset {dataset!r} is not configured: add it under 'datasets:' in the --conf file "
-            f"(configured: {sorted(config.datasets) or 'none'}), or pass --domain "
-            "{chain,mountaincar,hiv} for a cohort written by `gpope simulate`."
-        )
-    from gpope.shell.pipeline.simulate import dataset_settings_for_domain
+    from gpope.shell.pipeline.simulate import dataset_settings_for_domain, read_simulation_record
 
-    return dataset_settings_for_domain(domain)
+    simulated = read_simulation_record(config, dataset)
+    if domain is None and simulated is None:
+        raise ConfigError(
+            f"Dataset {dataset!r} is not configured and was not written by `gpope simulate` in "
+            f"the lake {config.lake.root}: add it under 'datasets:' in the --conf file "
+            f"(configured: {sorted(config.datasets) or 'none'}), or pass --domain "
+            "{chain,mountaincar,hiv} for a simulated cohort."
+        )
+    if simulated is None:
+        return dataset_settings_for_domain(domain)
+    if domain is not None and domain != simulated["domain"]:
+        raise ConfigError(
+            f"Dataset {dataset!r} was simulated with domain {simulated['domain']!r} (see "
+            f"bronze/{dataset}/simulation); got --domain {domain!r}. Drop --domain, or pass "
+            f"--domain {simulated['domain']}."
+        )
+    return dataset_settings_for_domain(str(simulated["domain"]),
+                                       max_length=int(simulated["max_length"]))
 
 
 def ingest_frames(

@@ -345,6 +345,41 @@ def tables_to_frames(
     return frames
 
 
+def write_simulation_record(
+    spark: SparkSession, config: GpopeConfig, dataset: str, *, domain: str, patients: int,
+    max_length: int,
+) -> None:
+    """Replace ``bronze/<dataset>/simulation`` with one row: domain, patients, episode cap.
+
+    Later stages read it instead of asking again (``gpope ingest`` without ``--domain``). The seed
+    is never recorded.
+    """
+    from datetime import UTC, datetime
+
+    from gpope.shell import lake
+    from gpope.shell.schemas import SIMULATION
+
+    row = (domain, int(patients), int(max_length), datetime.now(UTC).replace(tzinfo=None))
+    df = spark.createDataFrame([row], schema=SIMULATION)
+    lake.write_table(df, config.lake, "bronze", dataset, "simulation", mode="overwrite")
+
+
+def read_simulation_record(config: GpopeConfig, dataset: str) -> dict[str, object] | None:
+    """The simulation row of ``dataset`` (domain, patients, max_length), or None when the dataset
+    was not written by ``gpope simulate`` (or the lake is not a local path: read without Spark)."""
+    from gpope.shell.lake.names import TableRef, local_root, table_path
+
+    if config.lake.catalog is not None or local_root(str(config.lake.root)) is None:
+        return None
+    path = table_path(config.lake.root, TableRef("bronze", "simulation", dataset))
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(path):
+        return None
+    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+    return rows[-1] if rows else None
+
+
 def run_simulate(
     spark: SparkSession,
     config: GpopeConfig,
@@ -387,6 +422,8 @@ def run_simulate(
     frames = tables_to_frames(spark, tables)
     for name in BRONZE_TABLES:
         lake.write_table(frames[name], config.lake, "bronze", dataset, name, mode="overwrite")
+    write_simulation_record(spark, config, dataset, domain=domain, patients=patients,
+                            max_length=options.n_steps or _max_steps(domain))
     return SimulateReport(
         dataset=dataset,
         domain=domain,

@@ -1,0 +1,67 @@
+"""The command line's edges, without Spark: suggestions, negative numbers, flag names in
+messages, which commands offer --tracking-uri, progress bars only on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+from gpope.shell.cli import build_parser, main, user_message
+from gpope.shell.cli._common import show_progress
+
+
+def test_mistyped_subcommands_get_a_suggestion(capsys):
+    for argv, suggestion in ((["evalute"], "'evaluate'"), (["budget", "shw"], "'show'")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert f"did you mean {suggestion}?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["zzzzzz"])
+    assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
+
+
+def test_negative_delta_is_parsed_then_refused_naming_the_flag(capsys):
+    argv = ["evaluate", "--dataset", "d", "--spec", "conf/specs/chain.yaml", "--epsilon", "1",
+            "--delta", "-1e-5"]
+    assert build_parser().parse_args(argv).delta == -1e-5
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "gpope evaluate: error: --delta must be > 0.0. Got -1e-05 instead."
+    assert main([*argv[:-1], "1e-5", "--iterations", "0"]) == 2
+    assert "--iterations must be >= 1" in capsys.readouterr().err
+
+
+def test_internal_class_names_become_flags_or_settings():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--step-size", dest="step_size")
+    msg = "The 'step_size' parameter of EvaluateOptions must be > 0. Got -1 instead."
+    assert user_message(msg, parser) == "--step-size must be > 0. Got -1 instead."
+    assert user_message("The 'gamma' parameter of EvaluationSpec must be <= 1.", parser) == (
+        "The spec's 'gamma' must be <= 1.")
+    assert "GPOPEConfig" not in user_message("The 'clip' parameter of GPOPEConfig x", parser)
+
+
+def test_only_commands_that_log_to_mlflow_offer_tracking_uri():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    def flags(parser):
+        return {o for a in parser._actions for o in a.option_strings}
+    for name in ("evaluate", "demo"):
+        assert "--tracking-uri" in flags(sub.choices[name])
+    for name in ("simulate", "ingest", "stats", "query"):
+        assert "--tracking-uri" not in flags(sub.choices[name])
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert not show_progress(argparse.Namespace(json=False, no_progress=False))
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert show_progress(argparse.Namespace(json=False, no_progress=False))
+    assert not show_progress(argparse.Namespace(json=True, no_progress=False))
+    assert not show_progress(argparse.Namespace(json=False, no_progress=True))
