@@ -1,4 +1,4 @@
-"""Benchmark of the GPOPE driver against its floor (DESIGN.md section 8).
+"""Benchmark of the GPOPE driver against its floor (docs/ARCHITECTURE.md section 8).
 
 The floor is the time to read the sampled statistics once: fancy-index the per-trajectory blocks
 [A_j | C_j] and b_j of the same sample plan, chunk by chunk, and sum them. The driver runs

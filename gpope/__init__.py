@@ -1,7 +1,7 @@
 """gpope: differentially private off-policy evaluation (GPOPE) as a data-platform product.
 
 The pure numerical core lives in :mod:`gpope.core` (numpy, scipy, dp-accounting only); the Spark,
-Delta and MLflow shell in :mod:`gpope.shell`. See README.md and DESIGN.md.
+Delta and MLflow shell in :mod:`gpope.shell`. See README.md and docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

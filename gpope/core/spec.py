@@ -3,7 +3,7 @@
 An :class:`EvaluationSpec` fixes everything that turns a dataset's transitions into per-trajectory
 statistics and theta into released values: the feature map, the target policy, the discount gamma,
 the normalisation of the statistics (with its public length scale) and the named, public reference
-states at which value estimates are released. All of it is public configuration (DESIGN.md
+states at which value estimates are released. All of it is public configuration (docs/ARCHITECTURE.md
 section 4). The shell reads a YAML file (``conf/specs/*.yaml``) into a mapping and builds the spec
 with :meth:`EvaluationSpec.from_mapping`; the core never sees the YAML.
 

@@ -1,7 +1,7 @@
 """The transitions contract shared by simulators, the statistics kernels and the pipeline.
 
 A :class:`Transitions` batch is a flat, columnar set of decision steps from ``m`` trajectories,
-sorted by trajectory and then by time. It mirrors the silver ``transitions`` table of DESIGN.md
+sorted by trajectory and then by time. It mirrors the silver ``transitions`` table of docs/ARCHITECTURE.md
 section 2 (raw states, not features), so the same object comes from a simulator in memory or from
 Spark through Arrow.
 """

@@ -1,4 +1,4 @@
-"""The table contracts of DESIGN.md section 2, defined once as Spark schemas.
+"""The table contracts of docs/ARCHITECTURE.md section 2, defined once as Spark schemas.
 
 Column names and types here are the contract every job writes and every reader relies on; the
 table layer validates DataFrames against them before committing.

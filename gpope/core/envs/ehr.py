@@ -1,4 +1,4 @@
-"""EHR-style bronze event tables from simulated episodes (DESIGN.md section 2, DOMAINS.md section 4).
+"""EHR-style bronze event tables from simulated episodes (docs/ARCHITECTURE.md section 2, DOMAINS.md section 4).
 
 One patient is one episode (trajectory ``i`` -> patient ``f"{prefix}{i:06d}"``). Tables are
 columnar dicts of numpy arrays (string columns are object arrays, ``time`` is ``datetime64[us]``),

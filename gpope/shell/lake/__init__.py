@@ -1,4 +1,4 @@
-"""The Delta table layer (DESIGN.md sections 2 and 5): names, reads, atomic writes, history.
+"""The Delta table layer (docs/ARCHITECTURE.md sections 2 and 5): names, reads, atomic writes, history.
 
 Use :class:`Lake` with a :class:`TableRef`, or the short forms taking a
 :class:`~gpope.config.LakeSettings` (:func:`read_table`, :func:`write_table`,

@@ -3,7 +3,7 @@
 Pure string logic (no Spark, no I/O), so it is tested in microseconds. Only the table layer uses
 it; nothing else in gpope builds table locations by hand.
 
-Layout (DESIGN.md section 2):
+Layout (docs/ARCHITECTURE.md section 2):
 
 =====================  ==========================================  ====================================
 ref                    path-based lake (``root``)                  Unity Catalog (``catalog.schema``)

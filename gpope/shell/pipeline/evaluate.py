@@ -1,9 +1,9 @@
 """Stage 4 of the pipeline: a differentially private evaluation of one spec on one dataset.
 
-Order of operations (DESIGN.md sections 3-4):
+Order of operations (docs/ARCHITECTURE.md sections 3-4):
 
 a. **Public inputs only.** m (the number of trajectories with statistics for the spec) is read
-   from the gold table: it is public by definition (DESIGN.md 4). Everything else (iterations,
+   from the gold table: it is public by definition (docs/ARCHITECTURE.md 4). Everything else (iterations,
    clip, step sizes, sampling, batch rate, epsilon, delta) comes from the command line and the
    configuration. The Poisson rate defaults to q = 1/m. sigma is calibrated by the accountant for
    (epsilon, delta, m, N, sampling). Nothing else is computed from the private tables.

@@ -5,7 +5,7 @@ once the release is committed; MLflow tracking (:mod:`gpope.shell.pipeline.evalu
 reads only this record. Tracking depends on the record, never on the stage, so the stage can be
 run, tested and changed without MLflow, and the import graph has no cycle.
 
-Everything in the record is public or released (DESIGN.md 4), except ``private_population``,
+Everything in the record is public or released (docs/ARCHITECTURE.md 4), except ``private_population``,
 which tracking logs only to a separate child run tagged ``diagnostic.private=true``.
 """
 

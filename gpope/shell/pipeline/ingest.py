@@ -1,7 +1,7 @@
 """Stage 2 of the pipeline: bronze event tables -> silver ``transitions`` and ``rejected_events``.
 
 :func:`run_ingest` reads a dataset's bronze ``observations``, ``treatments`` and ``outcomes``,
-applies the rules of :mod:`gpope.shell.pipeline.ingest_frames` (DESIGN.md section 2) and replaces
+applies the rules of :mod:`gpope.shell.pipeline.ingest_frames` (docs/ARCHITECTURE.md section 2) and replaces
 the dataset's silver tables, each in one atomic Delta commit. It returns an :class:`IngestReport`
 whose counts always balance: for each bronze table, rows in = rows used + rows rejected.
 

@@ -5,7 +5,7 @@ Everything here is a function of DataFrames (no table I/O), built only from Spar
 number of events and partitioned by patient, so it runs unchanged on ``local[*]``, a
 ``local-cluster`` or Databricks. :mod:`gpope.shell.pipeline.ingest` reads and writes the tables.
 
-The rules (DESIGN.md section 2), all driven by the public :class:`~gpope.config.DatasetSettings`:
+The rules (docs/ARCHITECTURE.md section 2), all driven by the public :class:`~gpope.config.DatasetSettings`:
 
 * **Decision steps** are a patient's valid treatment events ordered by time: ``t = 0, 1, ...``.
   One trajectory per patient; ``traj_index`` is dense ``0..m-1`` in ``patient_id`` order.

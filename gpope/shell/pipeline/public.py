@@ -1,6 +1,6 @@
 """Public evaluation data: population statistics from a fresh cohort of the spec's simulator.
 
-MSPBE is logged as a metric only when it is computed on PUBLIC data (DESIGN.md 4). For a spec
+MSPBE is logged as a metric only when it is computed on PUBLIC data (docs/ARCHITECTURE.md 4). For a spec
 with a ``domain``, :func:`public_population` simulates a fresh cohort from that public simulator
 with a seed independent of everything private, under the same behaviour policy as the synthetic
 datasets of that domain, and returns its population ``(A, b, C)`` under the spec (the core's

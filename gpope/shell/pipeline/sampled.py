@@ -8,7 +8,7 @@
   Spark (the plan block is broadcast; nothing is written) and brings exactly the sampled rows to
   the driver as Arrow, put back in plan order. Memory is bounded by the block size, whatever m is.
 
-The plan is secret (DESIGN.md section 4): it exists only in the driver's and executors' memory for
+The plan is secret (docs/ARCHITECTURE.md section 4): it exists only in the driver's and executors' memory for
 the duration of the query and is never logged or written.
 """
 

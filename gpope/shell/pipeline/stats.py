@@ -388,7 +388,7 @@ def read_statistics(
 
 
 def trajectory_count(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec) -> int:
-    """m, the number of trajectories with statistics for ``spec`` (public under DESIGN.md 4).
+    """m, the number of trajectories with statistics for ``spec`` (public under docs/ARCHITECTURE.md 4).
 
     Raises:
         DataError: no statistics for this spec (run ``gpope stats`` first).
