@@ -116,6 +116,31 @@ def test_released_estimates_equal_spark_and_times_are_utc(spark, pipeline_lake):
         assert row["created_at"].replace(tzinfo=None) == ref[row["run_id"]]["created_at"]
 
 
+LATEST = """
+SELECT dataset, spec_name, estimator, state, value, lower, upper, run_id
+FROM released_values
+QUALIFY row_number() OVER (PARTITION BY dataset, spec_id, estimator, state
+                           ORDER BY created_at DESC, run_id) = 1
+ORDER BY dataset, spec_name, state
+"""
+
+
+def test_latest_released_value_per_state_equals_pandas_on_spark(spark, pipeline_lake):
+    config, spec = pipeline_lake
+    got = query(LATEST, lake=config).to_pandas()
+    ref = lake.read_shared_table(spark, config.lake, "released_values").toPandas()
+    assert len(ref) == 2 * len(spec.reference_names)  # two runs x the spec's states
+    ref = (ref.sort_values(["created_at", "run_id"], ascending=[False, True])
+           .groupby(["dataset", "spec_id", "estimator", "state"], as_index=False).head(1)
+           .sort_values(["dataset", "spec_name", "state"]).reset_index(drop=True))
+    assert list(got["state"]) == sorted(spec.reference_names)
+    assert list(got["run_id"]) == list(ref["run_id"]) and list(got["spec_name"]) == ["mc_query"] * 2
+    np.testing.assert_array_equal(got["value"].to_numpy(), ref["value"].to_numpy())
+    runs = query("SELECT DISTINCT run_id, created_at FROM released_values "
+                 "WHERE spec_name = 'mc_query' ORDER BY created_at", lake=config).to_pylist()
+    assert len(runs) == 2 and runs[0]["created_at"] <= runs[1]["created_at"]
+
+
 def test_column_comments_reach_the_views(pipeline_lake):
     config, _ = pipeline_lake
     cols = {c["column"]: c for c in describe("released_estimates", lake=config)}

@@ -269,7 +269,7 @@ def run_demo(
         spark, config, dataset=dataset, spec=spec, options=eval_options,
         tracking_uri=tracking_uri, spec_text=DEMO_SPEC_YAML, truth=truth,
     ))
-    relative = evaluation.relative_mspbe_public
+    relative = evaluation.public_relative_mspbe
     tables = {
         f"bronze {t}": lake.table_location(config.lake, "bronze", dataset, t)
         for t in ("observations", "treatments", "outcomes")

@@ -175,7 +175,7 @@ class EvaluationReport:
     public_mspbe: float | None
     remaining_epsilon: float
     remaining_delta: float
-    relative_mspbe_public: float | None = None
+    public_relative_mspbe: float | None = None
     tables: dict[str, str] = field(default_factory=dict)
     private_diagnostics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
@@ -485,7 +485,7 @@ def run_evaluate(
         theta=np.asarray(released_theta, dtype=np.float64),
         reference_values={k: float(v) for k, v in zip(spec.reference_names, values, strict=True)},
         public_mspbe=tracking.public_mspbe,
-        relative_mspbe_public=tracking.relative_mspbe_public,
+        public_relative_mspbe=tracking.public_relative_mspbe,
         remaining_epsilon=budget.remaining_epsilon,
         remaining_delta=budget.remaining_delta,
         tables={

@@ -68,7 +68,7 @@ class TrackingOutcome:
     mlflow_run_id: str | None
     tracking_uri: str
     public_mspbe: float | None = None
-    relative_mspbe_public: float | None = None
+    public_relative_mspbe: float | None = None
     private_diagnostics: dict[str, Any] = field(default_factory=dict)
     private_run_id: str | None = None
 
