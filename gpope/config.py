@@ -179,9 +179,19 @@ class EvaluationSettings:
     ci_level: float = 0.95
     tune: Literal["none", "private"] = "none"
     private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
+    secure_noise: bool = False
+    noise_grid: float | None = None
 
     def __post_init__(self) -> None:
         from gpope.core.validation import check_choice, check_number
+
+        if not isinstance(self.secure_noise, bool):
+            raise ConfigError(
+                "The 'secure_noise' parameter of EvaluationSettings must be true or false. Got "
+                f"{self.secure_noise!r} instead."
+            )
+        check_number("EvaluationSettings", "noise_grid", self.noise_grid, gt=0.0,
+                     allow_none=True)
 
         check_choice("EvaluationSettings", "estimator", self.estimator, ("gpope", "ssp"))
         check_number("EvaluationSettings", "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)

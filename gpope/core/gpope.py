@@ -39,6 +39,12 @@ import numpy as np
 
 from gpope.core.clipping import clip_rows
 from gpope.core.kernels import dense_steps, poisson_steps
+from gpope.core.secure_noise import (
+    check_no_seed,
+    round_to_grid,
+    rounding_inflation,
+    secure_gaussian_noise,
+)
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.steps import STEP_SCHEDULES, step_sizes
 from gpope.core.validation import (
@@ -92,6 +98,10 @@ class GPOPEConfig:
             last ceil(tail_fraction N)).
         tail_fraction: in (0, 1].
         trace_every: None, or k >= 1 to record the iterate at steps 0, k, 2k, ... and N.
+        secure_noise: draw the noise from the OS CSPRNG as a discrete Gaussian on the public
+            grid ``noise_grid`` and round released iterates to it (:mod:`gpope.core.secure_noise`);
+            refuses a seed. Opt-in (slower: a numpy loop per step).
+        noise_grid: the public grid gamma > 0 of secure noise (None: clip * 2^-20).
     """
 
     iterations: int
@@ -108,9 +118,23 @@ class GPOPEConfig:
     averaging: Literal["none", "uniform", "tail"] = "none"
     tail_fraction: float = 0.5
     trace_every: int | None = None
+    secure_noise: bool = False
+    noise_grid: float | None = None
 
     def __post_init__(self) -> None:
         o = "GPOPEConfig"
+        if not isinstance(self.secure_noise, bool):
+            raise ConfigError(
+                "The 'secure_noise' parameter of GPOPEConfig must be a bool. Got "
+                f"{self.secure_noise!r} instead."
+            )
+        object.__setattr__(self, "noise_grid", check_number(
+            o, "noise_grid", self.noise_grid, gt=0.0, allow_none=True))
+        if self.secure_noise and self.clip is None:
+            raise ConfigError(
+                "The 'secure_noise' parameter of GPOPEConfig needs a clip bound (secure noise "
+                "is calibrated to it). Got clip=None."
+            )
         set_ = object.__setattr__
         set_(self, "iterations", check_int(o, "iterations", self.iterations, ge=1))
         set_(self, "step_size", check_number(o, "step_size", self.step_size, gt=0.0))
@@ -164,6 +188,13 @@ class GPOPEConfig:
                     "noise without clipping gives no privacy (the noise std is clip * sigma). "
                     f"Got clip=None with noise_multiplier={self.noise_multiplier!r}."
                 )
+
+    @property
+    def grid(self) -> float:
+        """The public grid of secure noise (``noise_grid``, default clip * 2^-20)."""
+        if self.noise_grid is not None:
+            return float(self.noise_grid)
+        return float(self.clip or 1.0) * 2.0**-20
 
     @property
     def is_private(self) -> bool:
@@ -439,6 +470,10 @@ def run_gpope_trials(
         raise ConfigError(
             f"_mechanism_override accepts 'noise_scale', 'clip' and 'sensitivity'; got {unknown}."
         )
+    if config.secure_noise:
+        check_no_seed(rng, "run_gpope with secure_noise")
+        if override:
+            raise ConfigError("secure_noise runs refuse _mechanism_override.")
     sigma, epsilon, delta, accountant = _privacy(config, stats.m)
     gen_plan, gen_noise, seeded = split_streams(rng)
 
@@ -448,7 +483,11 @@ def run_gpope_trials(
         sigma_used = _trap_sigma(config, stats.m, sigma)
     noise_std = 0.0 if config.clip is None else config.clip * sigma_used
     noise_std *= float(override.get("noise_scale", 1.0))
-    x, acc, trace_steps, trace = _iterate(stats, config, gen_plan, gen_noise, R, h, noise_std)
+    if config.secure_noise:
+        x, acc, trace_steps, trace = _iterate_secure(stats, config, gen_plan, R, noise_std)
+    else:
+        x, acc, trace_steps, trace = _iterate(stats, config, gen_plan, gen_noise, R, h,
+                                              noise_std)
 
     n = stats.n
     if override:
@@ -457,11 +496,18 @@ def run_gpope_trials(
         private, note = False, "no clipping or no noise: not private"
     elif seeded:
         private, note = False, "fixed seed: not private"
+    elif config.secure_noise:
+        private, note = True, (f"secure noise: OS-CSPRNG discrete Gaussian on the grid "
+                               f"{config.grid:.3g}, releases rounded to it")
     else:
         private, note = True, "OS-entropy noise and sampling"
     avg = None
     if config.averaging != "none":
         avg = acc / _avg_count(config)
+    if config.secure_noise:  # released values on the public grid (post-processing)
+        x = round_to_grid(x, config.grid)
+        avg = None if avg is None else round_to_grid(avg, config.grid)
+        trace = None if trace is None else round_to_grid(trace, config.grid)
     return GPOPETrialsResult(
         theta=x[:, :n].copy(), w=x[:, n:].copy(), theta_avg=avg, sigma=sigma, epsilon=epsilon,
         delta=delta, accountant=accountant, sampling=config.sampling,
@@ -576,6 +622,57 @@ def _iterate(
             if c0 + s >= avg_from:
                 acc += x[:, :n]
             if every is not None and (c0 + s + 1) % every == 0:
+                trace[:, t_pos] = x
+                t_pos += 1
+    if every is not None:
+        trace[:, -1] = x
+    return x, acc, trace_steps, trace
+
+
+def _iterate_secure(
+    stats: TrajectoryStats,
+    config: GPOPEConfig,
+    gen_plan: np.random.Generator,
+    R: int,
+    noise_std: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The N steps with secure noise: per step, the clipped sum is rounded to the public grid,
+    discrete Gaussian noise (OS CSPRNG, std raised by :func:`rounding_inflation`) is added on the
+    grid, then the iterate moves by ``beta / d`` times the noisy sum. Same plan as :func:`_iterate`.
+    """
+    n, m, N = stats.n, stats.m, config.iterations
+    grid = config.grid
+    std = noise_std * rounding_inflation(float(config.clip), grid, 2 * n)
+    betas = step_sizes(N, config.step_size, config.step_schedule, config.step_offset)
+    avg_from = N - _avg_count(config) if config.averaging != "none" else N
+    every = config.trace_every
+    if every is not None:
+        trace_steps = np.unique(np.append(np.arange(0, N + 1, every), N))
+        trace = np.zeros((R, len(trace_steps), 2 * n))
+        t_pos = 1
+    else:
+        trace_steps = trace = None
+        t_pos = 0
+    x = np.zeros((R, 2 * n))
+    acc = np.zeros((R, n))
+    poisson = config.sampling == "poisson"
+    div = float(config.batch_rate) * m if poisson else 1.0
+    chunk = plan_chunk_steps(n, R, stats.representation == "dense")
+    for plan in draw_plan(gen_plan, m=m, config=config, chunk=chunk, trials=R):
+        noise = secure_gaussian_noise((plan.steps, R, 2 * n), std, grid) if std > 0 else None
+        for s in range(plan.steps):
+            lo, hi = plan.offsets[s], plan.offsets[s + 1]
+            tr = plan.owner[lo:hi]
+            g = clip_rows(stats._grad_x(plan.ids[lo:hi], x[tr]), config.clip)
+            total = np.zeros((R, 2 * n))
+            np.add.at(total, tr, g)
+            total = round_to_grid(total, grid)
+            if noise is not None:
+                total += noise[s]
+            x -= (betas[plan.start + s] / div) * total
+            if plan.start + s >= avg_from:
+                acc += x[:, :n]
+            if every is not None and (plan.start + s + 1) % every == 0:
                 trace[:, t_pos] = x
                 t_pos += 1
     if every is not None:

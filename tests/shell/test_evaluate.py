@@ -186,3 +186,18 @@ def test_unseeded_run_is_marked_private(spark, setup):
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
     assert run.data.tags["gpope.private"] == "true"
     assert "diagnostic.private" not in run.data.tags  # not asked for
+
+
+def test_secure_noise_run_releases_grid_values_privately(spark, setup):
+    # --secure-noise end to end: the solver and the noisy-statistics release draw discrete
+    # Gaussian noise from the OS CSPRNG; the released theta lies on the public grid.
+    config, spec, _, uri = setup
+    grid = 2.0**-20
+    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=_options(public_trajectories=0, secure_noise=True),
+                          tracking_uri=uri)
+    assert report.private
+    rel = lake.read_shared_table(spark, config.lake, "released_estimates")
+    theta = np.asarray(rel.where(rel.run_id == report.run_id).collect()[0].theta)
+    assert np.all(np.isfinite(theta))
+    np.testing.assert_allclose(theta / grid, np.rint(theta / grid), rtol=0, atol=1e-6)

@@ -74,6 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=None,
         help="fixed seed for sampling and noise: reproducible but NOT private (marked so)",
     )
+    parser.add_argument(
+        "--secure-noise", action="store_true", default=None,
+        help="noise from the OS CSPRNG as a discrete Gaussian on a public grid, released values "
+             "rounded to it (floating-point safe); refuses --seed; in-memory path only "
+             "(conf: evaluation.secure_noise, evaluation.noise_grid)",
+    )
     parser.add_argument("--stream", choices=("auto", "memory", "stream"), default="auto",
                         help="statistics in driver memory or streamed from Spark (auto: by size)")
     parser.add_argument("--private-diagnostics", action="store_true",
@@ -124,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     load_spec(args.spec)  # fail fast, before Spark
     options = options_from_args(
         args, config.evaluation, seed=args.seed, path=args.stream,
+        secure_noise=args.secure_noise,
         private_diagnostics=args.private_diagnostics, public_trajectories=args.public_trajectories,
     )
     spark = get_spark(config.spark)

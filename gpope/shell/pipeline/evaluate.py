@@ -83,6 +83,10 @@ class EvaluateOptions:
         tune: "none" (clip and step size as given) or "private" (chosen on the private data by
             :mod:`gpope.core.private_tuning` inside the GPOPE part of the budget; see
             :mod:`gpope.shell.pipeline.private_tune`).
+        secure_noise: OS-CSPRNG discrete Gaussian noise on the public grid ``noise_grid`` for
+            the solver and the noisy-statistics release, released iterates rounded to the grid
+            (:mod:`gpope.core.secure_noise`); refuses a seed; in-memory path only.
+        noise_grid: the public grid (None: clip * 2^-20).
     """
 
     epsilon: float
@@ -113,9 +117,26 @@ class EvaluateOptions:
     ci_level: float = 0.95
     clip_trajectories: int = 1000
     tune: Literal["none", "private"] = "none"
+    secure_noise: bool = False
+    noise_grid: float | None = None
 
     def __post_init__(self) -> None:
         o = "EvaluateOptions"
+        if self.secure_noise:
+            from gpope.core.secure_noise import check_no_seed
+
+            check_no_seed(self.seed, "gpope evaluate --secure-noise")
+            if self.tune != "none":
+                raise ConfigError(
+                    "The 'secure_noise' option of EvaluateOptions does not support "
+                    f"tune={self.tune!r} yet; run with tune='none'."
+                )
+            if self.path == "stream":
+                raise ConfigError(
+                    "The 'secure_noise' option of EvaluateOptions runs on the in-memory path "
+                    "only; got path='stream'. Use path 'auto' or 'memory'."
+                )
+        check_number(o, "noise_grid", self.noise_grid, gt=0.0, allow_none=True)
         check_choice(o, "tune", self.tune, ("none", "private"))
         check_choice(o, "estimator", self.estimator, ("gpope", "ssp"))
         check_number(o, "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
@@ -275,6 +296,8 @@ def _solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float 
         averaging=options.averaging,
         tail_fraction=options.tail_fraction,
         trace_every=trace_every,
+        secure_noise=options.secure_noise,
+        noise_grid=options.noise_grid,
     )
 
 
@@ -539,7 +562,23 @@ def _noisy_statistics(stats_df: Any, options: EvaluateOptions, *, n: int, m: int
     rng, key = _noise_generators(options.seed)
     sums = spark_group_sums(stats_df, n=n, clip=clip, key=key, groups=options.ssp_groups,
                             expected_rows=m)
+    if options.secure_noise:
+        return _secure_noisy_statistics(sums, options, n=n, m=m, sigma=sigma, clip=clip)
     return release_noisy_statistics(sums, n=n, m=m, sigma=sigma, clip=clip, rng=rng)
+
+
+def _secure_noisy_statistics(sums: np.ndarray, options: EvaluateOptions, *, n: int, m: int,
+                             sigma: float, clip: float) -> Any:
+    """The noisy-statistics release with secure noise: the group sums rounded to the public
+    grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
+    from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
+    from gpope.core.ssp import NoisyStatistics
+
+    grid = options.noise_grid if options.noise_grid is not None else clip * 2.0**-20
+    sums = round_to_grid(np.asarray(sums, dtype=np.float64), grid)
+    std = sigma * clip * rounding_inflation(clip, grid, sums.shape[1])
+    noisy = sums + secure_gaussian_noise(sums.shape, std, grid) if sigma > 0 else sums
+    return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip))
 
 
 def _ssp_result(noisy: Any, options: EvaluateOptions, spec: EvaluationSpec, *, accountant: str,
@@ -673,6 +712,12 @@ def _solve(
         tuned = tune_privately(stats, solver, tuning[0], tuning[1], rng)
         pop = stats.population() if options.private_diagnostics else None
         return tuned.result, pop, tuned
+    if options.secure_noise and not in_memory:
+        raise ConfigError(
+            f"--secure-noise runs on the in-memory path only, but the sampled statistics exceed "
+            f"in_memory_limit_mb={options.in_memory_limit_mb}; raise it (conf evaluation."
+            "in_memory_limit_mb) or run without secure noise."
+        )
     if in_memory:
         stats = load_statistics(stats_df, n, normalization=spec.normalization)
         result = run_gpope(stats, solver, rng)
