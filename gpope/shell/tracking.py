@@ -120,6 +120,7 @@ def start_run(
 
     import mlflow
 
+    _require_sql_store(tracking_uri)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     previous = os.environ.get("MLFLOW_TRACKING_URI")
@@ -135,6 +136,27 @@ def start_run(
             yield run
     finally:
         mlflow.set_tracking_uri(previous)  # None unsets the variable again
+
+
+def _require_sql_store(tracking_uri: str | None) -> None:
+    """A database tracking URI needs MLflow's SQL store (full ``mlflow``, not ``mlflow-skinny``).
+
+    Raises:
+        EnvironmentSetupError: the URI is a database one and SQLAlchemy/alembic are missing.
+    """
+    from importlib.util import find_spec
+
+    scheme = (tracking_uri or "").split(":", 1)[0].split("+", 1)[0]
+    if scheme in ("sqlite", "postgresql", "mysql", "mssql") and (
+        find_spec("sqlalchemy") is None or find_spec("alembic") is None
+    ):
+        from gpope.errors import EnvironmentSetupError
+
+        raise EnvironmentSetupError(
+            f"The MLflow tracking URI {tracking_uri!r} needs MLflow's database store, which "
+            "mlflow-skinny (the library's base dependency) lacks: pip install 'gpope[local]' (or "
+            "mlflow), or use a tracking server (--tracking-uri databricks / http://...)."
+        )
 
 
 def log_json_artifact(obj: Any, name: str, artifact_path: str | None = None) -> None:
