@@ -145,7 +145,7 @@ def test_ingest_stats_evaluate_through_spark_connect_equal_classic_spark(
     proc = subprocess.run(
         [sys.executable, "-c", _CLIENT, str(remote_lake), str(SPEC),
          f"sqlite:///{tmp_path / 'remote.db'}"],
-        env=env, capture_output=True, text=True, timeout=480, cwd=REPO,
+        env=env, capture_output=True, text=True, timeout=900, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
