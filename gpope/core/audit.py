@@ -34,11 +34,13 @@ Presets (issue 12, defect 5; :meth:`AuditConfig.preset`, used by ``gpope audit``
 and N = 1000 the canary is sampled about once per run, hidden among N noise draws, and a
 factor-2 noise error is invisible. The presets make the canary appear in most steps (m = 2, few
 steps, Poisson q = 1/2) so the accountant is nearly tight, and use the likelihood-ratio statistic
-with 1e5-2e5 runs per world: under Poisson sampling noise x0.5 and the sigma-for-sigma/2 trap
-then certify epsilon_lower ~5.4 > 4 while the real solver stays ~2.4. Under uniform sampling
-the RDP claim itself is loose at m = 2 (~1.5x in sigma), so a factor-2 error stays below the
-claim (~3 and ~4.5 against 6) although far above the real solver (~1.4): the audit cannot
-prove it is a violation, and it may not be one.
+with 2e5-4e5 runs per world (docs/AUDIT.md has the output of ``gpope audit --include-broken``).
+Under Poisson sampling noise x0.5 and the sigma-for-sigma/2 trap then certify epsilon_lower ~5.1
+> 4 while the real solver stays ~2.3. Under uniform sampling the trap (calibration for
+sensitivity h instead of 2h) certifies ~6.5 > 6 with 4e5 runs (real solver ~2.0), but noise x0.5
+stays below the claim (~3.8 against 6): the RDP claim for uniform sampling is itself loose at
+m = 2 (~1.5x in sigma), so the audit cannot prove that halving the noise violates it, and it
+may not.
 
 Broken mechanisms are built only through the solver's test-only ``_mechanism_override`` hook
 (``{"noise_scale": 0.1}``: noise divided by 10; ``{"clip": False}``: clipping skipped).
@@ -70,7 +72,7 @@ _STATISTICS = ("likelihood_ratio", "max_increment", "final")
 
 #: Documented audit settings per sampling (AuditConfig.preset); `gpope audit` uses them.
 _PRESETS: dict[str, dict[str, Any]] = {
-    "uniform": {"m": 2, "iterations": 10, "epsilon": 6.0, "runs": 100_000},
+    "uniform": {"m": 2, "iterations": 10, "epsilon": 6.0, "runs": 400_000},
     "poisson": {"m": 2, "iterations": 4, "epsilon": 4.0, "batch_rate": 0.5, "runs": 200_000},
 }
 _QUICK_RUNS = {"uniform": 20_000, "poisson": 100_000}
