@@ -14,7 +14,8 @@ Relative MSPBE against the domain's ground truth (exact for the chain, a large i
 sample for HIV) and, for the chain, RMS value error. Writes one JSON document (every trial).
 
     nice -n 10 python benchmarks/private_tuning.py chain --m 100000 --epsilons 0.1,1 \
-        --trials 5 --iterations 5000 --batch 100 --out out/private_tuning/chain.json
+        --trials 4 --iterations 5000 --batch 100 --out out/private_tuning/chain.json
+    python benchmarks/private_tuning.py --summarize out/private_tuning/*.json   # the table
 """
 
 from __future__ import annotations
@@ -64,7 +65,44 @@ def metrics(p, theta: np.ndarray) -> dict[str, float]:
     return {"rel_mspbe": float(p.rel_mspbe(theta)[0]), "value_error": float(p.value_error(theta)[0])}
 
 
+def summarize(paths: list[str]) -> str:
+    """The markdown table of RESULTS.md from result files (medians over trials)."""
+    lines = ["| domain | m | epsilon | trials | method | GPOPE sigma | runs | median rel. MSPBE "
+             "| median value RMS | chosen clip / step (median) | seconds per trial |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        for eps in sorted({c["epsilon"] for c in d["cells"]}):
+            rows = [c for c in d["cells"] if c["epsilon"] == eps]
+            pub = d["public_tuned"][str(eps)]
+            plan = d["plans"][str(eps)]
+            for k, label in (("public", "public tuning (simulator)"),
+                             ("private", "--tune private"), ("defaults", "conf defaults")):
+                r = np.median([c[k]["rel_mspbe"] for c in rows])
+                v = np.median([c[k]["value_error"] for c in rows])
+                sec = np.median([c[k]["seconds"] for c in rows])
+                if k == "public":
+                    sig, runs, chosen = pub["sigma"], 1, f"{pub['clip']:g} / {pub['step_size']:g}"
+                elif k == "private":
+                    sig, runs = plan["gpope_sigma"], plan["candidates"]
+                    chosen = (f"{np.median([c[k]['clip'] for c in rows]):.3g} / "
+                              f"{np.median([c[k]['step_size'] for c in rows]):.3g}")
+                else:
+                    sig, runs = None, 1
+                    chosen = f"{d['defaults']['clip']:g} / {d['defaults']['step_size']:g}"
+                vtxt = "n/a" if not np.isfinite(v) else f"{v:.3g}"
+                stxt = "" if sig is None else f"{sig:.3g}"
+                lines.append(f"| {d['domain']} | {d['m']:g} | {eps:g} | {len(rows)} | {label} | "
+                             f"{stxt} | {runs} | {r:.3g} | {vtxt} | {chosen} | {sec:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--summarize":
+        print(summarize(argv[1:]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("domain", choices=("chain", "hiv"))
     ap.add_argument("--m", type=int, required=True)

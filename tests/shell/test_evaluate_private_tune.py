@@ -94,6 +94,8 @@ def test_seeded_tuned_run_equals_the_core_and_is_charged_once(spark, setup):
     assert report.tuning["step_size"] == pytest.approx(core.config.step_size)
     assert report.tuning["runs"] == len(settings.step_multipliers) * len(settings.clip_multipliers)
     assert not report.private  # seeded
+    # without a separate noisy-statistics release, the tuning's one gives the private MSPBE
+    assert report.private_relative_mspbe == pytest.approx(core.private_relative_mspbe)
     assert "tuned privately" in report.summary()
 
     # ledger: ONE reservation of the whole epsilon, recording the composed event
@@ -113,6 +115,7 @@ def test_seeded_tuned_run_equals_the_core_and_is_charged_once(spark, setup):
     assert float(run.data.params["tuned.step_size"]) == pytest.approx(core.config.step_size)
     assert run.data.params["tune"] == "private"
     assert "tuned.relative_mspbe_private" in run.data.metrics
+    assert run.data.metrics["relative_mspbe_private"] == pytest.approx(core.private_relative_mspbe)
     path = client.download_artifacts(run.info.run_id, "tuning.json")
     with open(path) as fh:
         tuning = json.load(fh)

@@ -444,6 +444,11 @@ def run_evaluate(
         values = spec.reference_values(released_theta)
         intervals, theta_iv, priv_mspbe = _intervals(noisy, spec, released_theta, values,
                                                      level=options.ci_level, ssp_run=ssp_run)
+        if priv_mspbe is None and tuned is not None:
+            # no separate release: the tuning's noisy statistics give it (post-processing)
+            from gpope.core.ssp import private_mspbe
+
+            priv_mspbe = private_mspbe(released_theta, tuned.noisy)
         # (f) release, then mark released.
         created = datetime.now(UTC).replace(tzinfo=None)
         row = release_row(
