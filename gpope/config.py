@@ -139,7 +139,11 @@ class PrivateTuningConf:
     bins_per_decade: int = 4
 
     def __post_init__(self) -> None:
-        self.to_core()  # validates every field with the core's messages
+        # Validates every changed field with the core's messages. The defaults are valid (a test
+        # checks it) and are not re-validated: that would import dp-accounting and the solver on
+        # every configuration load, seconds that `gpope query` and `gpope budget` must not pay.
+        if any(getattr(self, f.name) != f.default for f in dataclasses.fields(self)):
+            self.to_core()
 
     def to_core(self) -> Any:
         """The core :class:`~gpope.core.private_tuning.PrivateTuningSettings`."""

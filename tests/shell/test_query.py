@@ -198,3 +198,17 @@ def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
                          timeout=120, cwd=Path(__file__).parent)
     assert out.returncode == 0, out.stderr
     assert "LOADED [] CHILDREN [] RC 0" in out.stdout
+
+
+def test_loading_the_configuration_imports_no_accounting_or_spark():
+    # `gpope query` and `gpope budget` load the configuration on every call: it must stay cheap.
+    code = ("import sys; from gpope.config import load_config, PrivateTuningConf; load_config(); "
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('dp_accounting', 'numba', 'pyspark', 'mlflow')); print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+    from gpope.config import PrivateTuningConf
+
+    PrivateTuningConf().to_core()  # the defaults are valid
+    with pytest.raises(ConfigError):
+        PrivateTuningConf(quantile_share=0.9)  # a changed value is still validated
