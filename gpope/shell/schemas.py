@@ -12,6 +12,7 @@ from pyspark.sql.types import (
     DoubleType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -22,6 +23,7 @@ __all__ = [
     "COLUMN_COMMENTS",
     "OBSERVATIONS",
     "OUTCOMES",
+    "PIPELINE_RUNS",
     "PRIVACY_LEDGER",
     "REJECTED_EVENTS",
     "RELEASED_ESTIMATES",
@@ -138,6 +140,15 @@ PRIVACY_LEDGER = _schema(
     ("status", StringType(), False),
     ("created_at", TimestampType(), False),
 )
+PIPELINE_RUNS = _schema(  # the manifest of multi-table steps (gpope.shell.lake.manifest)
+    ("run_id", StringType(), False),
+    ("stage", StringType(), False),
+    ("dataset", StringType(), False),
+    ("key", StringType(), True),
+    ("tables", MapType(StringType(), LongType(), False), False),
+    ("details", StringType(), True),
+    ("created_at", TimestampType(), False),
+)
 
 COLUMN_COMMENTS: dict[str, dict[str, str]] = {
     # Column comments (units, scale, meaning). The table layer writes them as Delta column
@@ -245,6 +256,17 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "failed count as spent)",
         "created_at": "time of the row (UTC)",
     },
+    "pipeline_runs": {
+        "run_id": "stage run id (for a release: the evaluation's run_id); tables written by the "
+        "run carry it in their commit's userMetadata",
+        "stage": "simulate | ingest | stats | release",
+        "dataset": "dataset (cohort) the stage worked on",
+        "key": "what the run is about within its stage (e.g. spec_id), or null",
+        "tables": "table (layer/dataset/table) -> Delta version this run committed; this row's "
+        "commit makes all of them visible at once",
+        "details": "JSON facts about the run (input table versions, row counts)",
+        "created_at": "commit time of the manifest (UTC)",
+    },
 }
 
 
@@ -270,6 +292,7 @@ TABLE_SCHEMAS: dict[str, StructType] = {
     "released_estimates": RELEASED_ESTIMATES,
     "released_values": RELEASED_VALUES,
     "privacy_ledger": PRIVACY_LEDGER,
+    "pipeline_runs": PIPELINE_RUNS,
 }
 # Every contract carries its column comments (written as Delta column metadata on table creation).
 TABLE_SCHEMAS = {name: with_comments(name, schema) for name, schema in TABLE_SCHEMAS.items()}

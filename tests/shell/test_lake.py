@@ -137,6 +137,9 @@ def test_path_layout_and_unity_catalog_mapping(tmp_path):
         (("gold", "privacy_ledger", "d"), "shared"),
         (("silver", "t", "../x"), "dataset"),
         (("silver", "a-b", "d"), "table"),
+        (("silver", "t", "abc\n"), "dataset"),  # '$' matched before a trailing newline
+        (("silver", "t", "a" * 129), "1 to 128 characters"),
+        (("silver", "t", ""), "dataset"),
     ],
 )
 def test_table_ref_rejects_bad_names(args, needle):

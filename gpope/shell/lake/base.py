@@ -18,6 +18,7 @@ __all__ = [
     "WriteMode",
     "check_write_mode",
     "decode_user_metadata",
+    "decode_user_metadata_run",
     "encode_user_metadata",
     "partition_string",
     "replace_where_sql",
@@ -29,6 +30,7 @@ StorageMode = Literal["auto", "native", "delta-rs"]
 PartitionValue = str | int | bool | dt.date | None
 
 _USER_METADATA_KEY = "gpope.mode"
+_RUN_KEY = "gpope.run"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class HistoryEntry:
         mode: the gpope write mode (``"append"``, ``"overwrite"``, ``"replace_where"``), or None
             for commits not made through the table layer.
         parameters: the engine's operation parameters, as strings.
+        run_id: the stage run that made the commit (see :mod:`gpope.shell.lake.manifest`), or
+            None for commits outside a multi-table stage.
     """
 
     version: int
@@ -49,6 +53,7 @@ class HistoryEntry:
     operation: str
     mode: str | None
     parameters: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None
 
 
 def check_write_mode(mode: object) -> WriteMode:
@@ -102,10 +107,14 @@ def replace_where_sql(replace_where: Mapping[str, PartitionValue]) -> str:
 
 
 def encode_user_metadata(
-    mode: WriteMode, replace_where: Mapping[str, PartitionValue] | None
+    mode: WriteMode,
+    replace_where: Mapping[str, PartitionValue] | None,
+    run_id: str | None = None,
 ) -> str:
-    """The commit's ``userMetadata`` string, recording the gpope write mode (both backends)."""
+    """The commit's ``userMetadata`` string: the gpope write mode and stage run (both backends)."""
     payload: dict[str, Any] = {_USER_METADATA_KEY: mode}
+    if run_id is not None:
+        payload[_RUN_KEY] = run_id
     if replace_where:
         payload["replace_where"] = {k: partition_string(v) for k, v in replace_where.items()}
     return json.dumps(payload, sort_keys=True)
@@ -121,3 +130,15 @@ def decode_user_metadata(text: object) -> str | None:
         return None
     mode = payload.get(_USER_METADATA_KEY) if isinstance(payload, dict) else None
     return mode if isinstance(mode, str) else None
+
+
+def decode_user_metadata_run(text: object) -> str | None:
+    """The stage run id recorded by :func:`encode_user_metadata`, or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    run = payload.get(_RUN_KEY) if isinstance(payload, dict) else None
+    return run if isinstance(run, str) else None

@@ -56,6 +56,7 @@ from gpope.shell.lake.base import (
     HistoryEntry,
     WriteMode,
     decode_user_metadata,
+    decode_user_metadata_run,
     partition_string,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
@@ -209,6 +210,7 @@ class DeltaRsStore:
                     operation=str(commit.get("operation", "")),
                     mode=decode_user_metadata(commit.get("userMetadata")),
                     parameters=parameters,
+                    run_id=decode_user_metadata_run(commit.get("userMetadata")),
                 )
             )
         return sorted(entries, key=lambda e: e.version)

@@ -270,6 +270,7 @@ class Lake:
         schema: StructType | None = None,
         partition_by: list[str] | None = None,
         replace_where: Mapping[str, PartitionValue] | None = None,
+        run_id: str | None = None,
     ) -> int:
         """Write ``df`` to the table in one atomic commit; create the table if needed.
 
@@ -284,6 +285,9 @@ class Lake:
                 if it exists; None keeps them).
             replace_where: for ``replace_where``: ``{partition column: value}``; every written
                 row must belong to that partition.
+            run_id: the multi-table stage run this commit belongs to: the commit stays invisible
+                to pinned readers until the run's manifest is committed
+                (:mod:`gpope.shell.lake.manifest`).
 
         Returns:
             The table version the commit created.
@@ -303,7 +307,7 @@ class Lake:
                 f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
             )
         contract = schema if schema is not None else _contract(ref)
-        user_metadata = encode_user_metadata(mode, replace_where)
+        user_metadata = encode_user_metadata(mode, replace_where, run_id)
         partitions = list(partition_by) if partition_by is not None else None
         if self._delta_rs is not None:
             rw = (

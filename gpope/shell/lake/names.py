@@ -30,9 +30,11 @@ from gpope.errors import ConfigError
 
 __all__ = [
     "LAYERS",
+    "MAX_NAME_LENGTH",
     "SHARED_TABLES",
     "Layer",
     "TableRef",
+    "check_name",
     "creator_hint",
     "table_path",
     "uc_table_name",
@@ -40,10 +42,15 @@ __all__ = [
 
 Layer = Literal["bronze", "silver", "gold"]
 LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
-SHARED_TABLES: frozenset[str] = frozenset({"released_estimates", "released_values", "privacy_ledger"})
+SHARED_TABLES: frozenset[str] = frozenset(
+    {"released_estimates", "released_values", "privacy_ledger", "pipeline_runs"}
+)
 """Tables shared by all datasets; they live in the gold layer without a dataset segment."""
 
-_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+MAX_NAME_LENGTH = 128
+"""Longest dataset/table/catalog name (Unity Catalog names are at most 255 characters, and a
+dataset is part of a table name there)."""
 _UC_SEPARATOR = "__"
 
 # Which command creates each known table (for "table not found" messages).
@@ -57,16 +64,26 @@ _CREATORS: dict[str, str] = {
     "trajectory_stats": "`gpope stats --dataset {dataset} --spec FILE`",
     "released_estimates": "`gpope evaluate`",
     "released_values": "`gpope evaluate`",
+    "pipeline_runs": "`gpope simulate`, `gpope ingest` or `gpope evaluate`",
     "privacy_ledger": "`gpope evaluate` or `gpope budget set`",
 }
 
 
 def check_name(kind: str, value: object) -> str:
-    """Return ``value`` if it is a valid name segment, else raise ConfigError."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    """Return ``value`` if it is a valid name segment, else raise ConfigError.
+
+    Guarantees: 1 to :data:`MAX_NAME_LENGTH` characters, all letters, digits or ``_`` (the whole
+    string: a trailing newline is refused too).
+    """
+    if (
+        not isinstance(value, str)
+        or not _NAME.fullmatch(value)
+        or len(value) > MAX_NAME_LENGTH
+    ):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
         raise ConfigError(
-            f"The {kind!r} name of a table must be non-empty and use only letters, digits and "
-            f"'_'. Got {value!r}."
+            f"The {kind!r} name must be 1 to {MAX_NAME_LENGTH} characters, each a letter, digit "
+            f"or '_'. Got {shown}" + (f" ({len(value)} characters)." if isinstance(value, str) else ".")
         )
     return value
 

@@ -21,6 +21,7 @@ from gpope.shell.lake.base import (
     PartitionValue,
     WriteMode,
     decode_user_metadata,
+    decode_user_metadata_run,
     replace_where_sql,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
@@ -139,6 +140,7 @@ class NativeStore:
                     operation=str(row["operation"]),
                     mode=decode_user_metadata(row["userMetadata"]),
                     parameters=parameters,
+                    run_id=decode_user_metadata_run(row["userMetadata"]),
                 )
             )
         return sorted(entries, key=lambda e: e.version)

@@ -339,11 +339,18 @@ def run_evaluate(
     from gpope.core.ssp import ssp_dp_event, ssp_epsilon, ssp_sigma
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.pipeline.release import release_row, value_rows, write_release
-    from gpope.shell.pipeline.stats import read_statistics, trajectory_count
+    from gpope.shell.pipeline.stats import (
+        read_statistics,
+        statistics_version,
+        trajectory_count,
+    )
 
     start = time.perf_counter()
     # (a) public inputs and calibration: nothing written yet.
-    m = trajectory_count(spark, config, dataset=dataset, spec=spec)
+    # m and the statistics come from one pinned version of trajectory_stats (issue 12.7): a
+    # concurrent `gpope stats` cannot make the count and the rows disagree.
+    stats_version = statistics_version(spark, config, dataset=dataset)
+    m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=stats_version)
     n = spec.n_features
     q = None
     if options.sampling == "poisson":
@@ -414,7 +421,9 @@ def run_evaluate(
                      f"groups={options.ssp_groups}; basic composition of "
                      f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
                      f"{event!r}")
-    stats_df = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
+    stats_df = read_statistics(
+        spark, config, dataset=dataset, spec_id=spec.spec_id, version=stats_version
+    )
 
     # (b) reserve.
     ledger = PrivacyLedger(spark, config)

@@ -212,6 +212,10 @@ def run_ingest(
 ) -> IngestReport:
     """Bronze -> silver for ``dataset``: replace its ``transitions`` and ``rejected_events``.
 
+    Atomic: both tables become visible together in one ``pipeline_runs`` manifest commit, which
+    also records the bronze versions read (the last complete cohort) and the counts; a run killed
+    between the commits leaves the previous silver tables visible, so stored counts balance.
+
     Args:
         spark: the session.
         config: configuration (lake location, datasets).
@@ -228,31 +232,47 @@ def run_ingest(
     """
     from pyspark.sql import functions as F
 
-    from gpope.shell import lake
+    from gpope.shell.lake import Lake, TableRef
+    from gpope.shell.lake.manifest import PipelineRuns, fault_point, new_run_id, read_pinned
 
     settings = settings or resolve_dataset_settings(config, dataset, domain=domain)
-    bronze = {t: lake.read_table(spark, config.lake, "bronze", dataset, t) for t in BRONZE_TABLES}
+    target = Lake.from_settings(spark, config.lake)
+    runs = PipelineRuns(config.lake, spark=spark)
+    committed = runs.committed()
+    bronze, inputs = {}, {}
+    for t in BRONZE_TABLES:  # the last complete cohort, never a half-written one
+        ref = TableRef("bronze", t, dataset)
+        bronze[t], inputs[str(ref)] = read_pinned(target, ref, committed=committed)
     rows_in = {t: bronze[t].count() for t in BRONZE_TABLES}
     frames = build_silver(
         bronze["observations"], bronze["treatments"], bronze["outcomes"], settings
     )
-    try:
-        lake.write_table(frames.transitions, config.lake, "silver", dataset, "transitions", mode="overwrite")
-        lake.write_table(
-            frames.rejected_events, config.lake, "silver", dataset, "rejected_events", mode="overwrite"
+    run_id = new_run_id()
+    transitions_ref = TableRef("silver", "transitions", dataset)
+    rejected_ref = TableRef("silver", "rejected_events", dataset)
+    try:  # both commits tagged: invisible until the manifest below
+        written = {
+            transitions_ref: target.write(
+                frames.transitions, transitions_ref, mode="overwrite", run_id=run_id
+            )
+        }
+        fault_point("ingest:transitions")
+        written[rejected_ref] = target.write(
+            frames.rejected_events, rejected_ref, mode="overwrite", run_id=run_id
         )
+        fault_point("ingest:rejected_events")
         counts = [
             (r["table"], r["reason"], int(r["count"])) for r in frames.outcome_counts.collect()
         ]
     finally:
         frames.release()
-    written = lake.read_table(spark, config.lake, "silver", dataset, "transitions")
-    totals = written.agg(
+    stored = target.read(transitions_ref, version=written[transitions_ref])
+    totals = stored.agg(
         F.count(F.lit(1)).alias("n"),
         F.countDistinct("traj_index").alias("m"),
         F.sum(F.col("terminal").cast("long")).alias("terminal"),
     ).collect()[0]
-    return report_from_counts(
+    report = report_from_counts(
         dataset,
         rows_in,
         counts,
@@ -260,3 +280,9 @@ def run_ingest(
         n_transitions=int(totals["n"] or 0),
         n_terminal=int(totals["terminal"] or 0),
     )
+    runs.commit(
+        run_id=run_id, stage="ingest", dataset=dataset, tables=written,
+        details={"inputs": inputs, "rows_in": report.rows_in, "rows_used": report.rows_used,
+                 "rejected": report.rejected},
+    )  # fmt: skip
+    return report

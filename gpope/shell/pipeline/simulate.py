@@ -347,8 +347,8 @@ def tables_to_frames(
 
 def write_simulation_record(
     spark: SparkSession, config: GpopeConfig, dataset: str, *, domain: str, patients: int,
-    max_length: int,
-) -> None:
+    max_length: int, run_id: str | None = None,
+) -> int:
     """Replace ``bronze/<dataset>/simulation`` with one row: domain, patients, episode cap.
 
     Later stages read it instead of asking again (``gpope ingest`` without ``--domain``). The seed
@@ -361,22 +361,22 @@ def write_simulation_record(
 
     row = (domain, int(patients), int(max_length), datetime.now(UTC).replace(tzinfo=None))
     df = spark.createDataFrame([row], schema=SIMULATION)
-    lake.write_table(df, config.lake, "bronze", dataset, "simulation", mode="overwrite")
+    target = lake.Lake.from_settings(spark, config.lake)
+    return target.write(df, lake.TableRef("bronze", "simulation", dataset), mode="overwrite",
+                        run_id=run_id)  # tagged: part of the simulate manifest
 
 
 def read_simulation_record(config: GpopeConfig, dataset: str) -> dict[str, object] | None:
     """The simulation row of ``dataset`` (domain, patients, max_length), or None when the dataset
     was not written by ``gpope simulate`` (or the lake is not a local path: read without Spark)."""
-    from gpope.shell.lake.names import TableRef, local_root, table_path
+    from gpope.shell.lake.manifest import read_pinned_arrow
+    from gpope.shell.lake.names import TableRef, local_root
 
     if config.lake.catalog is not None or local_root(str(config.lake.root)) is None:
         return None
-    path = table_path(config.lake.root, TableRef("bronze", "simulation", dataset))
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(path):
-        return None
-    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+    # the last complete simulate run's record, never a half-written one
+    table = read_pinned_arrow(config.lake, TableRef("bronze", "simulation", dataset))
+    rows = table.to_pylist() if table is not None else []
     return rows[-1] if rows else None
 
 
@@ -392,7 +392,11 @@ def run_simulate(
     policy: Policy | None = None,
     progress: bool = False,
 ) -> SimulateReport:
-    """Simulate a cohort and replace ``dataset``'s bronze tables with it.
+    """Simulate a cohort and replace ``dataset``'s bronze tables with it, atomically.
+
+    The three tables become visible together, in one ``pipeline_runs`` manifest commit
+    (:mod:`gpope.shell.lake.manifest`): a run killed between them leaves the previous cohort.
+    The dataset name and the lake are checked before anything is simulated.
 
     Args:
         spark: the session.
@@ -412,24 +416,39 @@ def run_simulate(
         ConfigError: bad domain, patients or options.
         CommitError: a table could not be written (nothing half-written stays visible).
     """
-    from gpope.shell import lake
+    from gpope.shell.lake import Lake, TableRef
+    from gpope.shell.lake.manifest import PipelineRuns, fault_point, new_run_id
 
     domain = _check_domain(domain)
     options = options or SimulateOptions()
+    refs = {name: TableRef("bronze", name, dataset) for name in BRONZE_TABLES}  # names checked
+    target = Lake.from_settings(spark, config.lake)  # lake path checked before simulating
+    check_int("simulate", "patients", patients, ge=1)
     transitions, tables = simulate_tables(
         domain, patients, seed, options, policy=policy, progress=progress
     )
     frames = tables_to_frames(spark, tables)
-    for name in BRONZE_TABLES:
-        lake.write_table(frames[name], config.lake, "bronze", dataset, name, mode="overwrite")
-    write_simulation_record(spark, config, dataset, domain=domain, patients=patients,
-                            max_length=options.n_steps or _max_steps(domain))
+    run_id = new_run_id()
+    versions = {}
+    for name in BRONZE_TABLES:  # each commit tagged: invisible until the manifest below
+        versions[refs[name]] = target.write(frames[name], refs[name], mode="overwrite", run_id=run_id)
+        fault_point(f"simulate:{name}")
+    record = TableRef("bronze", "simulation", dataset)
+    versions[record] = write_simulation_record(
+        spark, config, dataset, domain=domain, patients=patients,
+        max_length=options.n_steps or _max_steps(domain), run_id=run_id,
+    )  # fmt: skip
+    rows = {name: len(tables[name]["patient_id"]) for name in BRONZE_TABLES}
+    PipelineRuns(config.lake, spark=spark).commit(
+        run_id=run_id, stage="simulate", dataset=dataset, tables=versions,
+        details={"domain": domain, "patients": patients, "rows": rows},
+    )  # fmt: skip
     return SimulateReport(
         dataset=dataset,
         domain=domain,
         patients=patients,
         seed=seed,
-        rows={name: len(tables[name]["patient_id"]) for name in BRONZE_TABLES},
+        rows=rows,
         n_transitions=transitions.n_transitions,
         options=options,
     )

@@ -38,6 +38,7 @@ __all__ = [
     "run_stats",
     "statistics_frame",
     "statistics_table",
+    "statistics_version",
     "trajectory_count",
     "transitions_from_arrow",
     "transitions_to_arrow",
@@ -339,9 +340,12 @@ def run_stats(
     from pyspark.sql import functions as F
 
     from gpope.shell import lake
+    from gpope.shell.lake.manifest import read_pinned
 
     start = time.perf_counter()
-    transitions = lake.read_table(spark, config.lake, "silver", dataset, "transitions")
+    target = lake.Lake.from_settings(spark, config.lake)
+    # the last complete ingest (transitions and rejected_events of one manifest)
+    transitions, _ = read_pinned(target, lake.TableRef("silver", "transitions", dataset))
     n_transitions = transitions.count()
     if n_transitions == 0:
         raise DataError(
@@ -349,17 +353,16 @@ def run_stats(
             "non-empty bronze tables first."
         )
     frame = statistics_frame(transitions, spec)
-    lake.write_table(
+    version = target.write(
         frame,
-        config.lake,
-        "gold",
-        dataset,
-        "trajectory_stats",
+        lake.TableRef("gold", "trajectory_stats", dataset),
         mode="replace_where",
         replace_where={"spec_id": spec.spec_id},
         partition_by=["spec_id"],
     )
-    written = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id)
+    written = read_statistics(
+        spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
+    )
     m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
     clamped = clamp_counts(transitions, spec)
     return StatsReport(
@@ -375,25 +378,60 @@ def run_stats(
     )
 
 
+def statistics_version(spark: SparkSession, config: GpopeConfig, *, dataset: str) -> int:
+    """The current version of the dataset's trajectory_stats table, to pin every later read to.
+
+    Raises:
+        TableNotFoundError: stats never ran for the dataset.
+    """
+    from gpope.shell import lake
+
+    target = lake.Lake.from_settings(spark, config.lake)
+    return target.version(lake.TableRef("gold", "trajectory_stats", dataset))
+
+
 def read_statistics(
-    spark: SparkSession, config: GpopeConfig, *, dataset: str, spec_id: str
+    spark: SparkSession,
+    config: GpopeConfig,
+    *,
+    dataset: str,
+    spec_id: str,
+    version: int | None = None,
 ) -> DataFrame:
-    """The statistics rows of one spec (lazy; raises TableNotFoundError if stats never ran)."""
+    """The statistics rows of one spec (lazy), as of ``version`` (None: the latest).
+
+    Raises:
+        TableNotFoundError: stats never ran for the dataset.
+    """
     from pyspark.sql import functions as F
 
     from gpope.shell import lake
 
-    table = lake.read_table(spark, config.lake, "gold", dataset, "trajectory_stats")
+    table = lake.read_table(
+        spark, config.lake, "gold", dataset, "trajectory_stats", version=version
+    )
     return table.where(F.col("spec_id") == spec_id)
 
 
-def trajectory_count(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec) -> int:
+def trajectory_count(
+    spark: SparkSession,
+    config: GpopeConfig,
+    *,
+    dataset: str,
+    spec: EvaluationSpec,
+    version: int | None = None,
+) -> int:
     """m, the number of trajectories with statistics for ``spec`` (public under docs/ARCHITECTURE.md 4).
+
+    Pass the ``version`` the statistics themselves are read from (:func:`statistics_version`),
+    so that m and the statistics come from one snapshot.
 
     Raises:
         DataError: no statistics for this spec (run ``gpope stats`` first).
     """
-    m = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id).count()
+    m = read_statistics(
+        spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
+    ).count()
     if m == 0:
         raise DataError(
             f"No trajectory statistics for spec {spec.name!r} ({spec.spec_id}) in dataset "

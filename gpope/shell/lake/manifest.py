@@ -1,0 +1,384 @@
+"""Atomic multi-table steps: the ``pipeline_runs`` manifest table (DESIGN.md section 2).
+
+Delta commits one table at a time. A pipeline stage that writes several tables (simulate: the
+three bronze tables; ingest: ``transitions`` and ``rejected_events``; an evaluation's release:
+``released_estimates``, ``released_values`` and the ledger mark) is made atomic by a manifest:
+
+1. The stage draws a run id (:func:`new_run_id`) and writes each of its tables in one Delta commit
+   *tagged* with that run id (``Lake.write(..., run_id=...)`` stores it in the commit's
+   ``userMetadata``). Until step 2 these commits are invisible to readers.
+2. One append to the shared gold table ``pipeline_runs`` (:meth:`PipelineRuns.commit`) records the
+   run id, the stage, the dataset and the version of every table it wrote. **This single commit
+   is the moment the stage's output becomes visible**, all tables at once.
+3. Readers pin (:func:`pinned_version`, :func:`read_pinned`, :func:`read_pinned_arrow`): a table is
+   read at its latest version whose commit is not tagged with an *incomplete* run (a tagged run
+   without a manifest: killed, failed or still running), and rows whose ``run_id`` column names an
+   incomplete run are hidden (for tables several runs append to, such as ``released_estimates``).
+   Commits without a tag (data loaded by other tools, single-table stages) are always visible.
+
+A process killed between the commits of a stage therefore leaves the lake exactly as readers saw
+it before the stage started; re-running the stage makes a new, complete run. The version numbers
+in a manifest also let an operator time-travel to the exact inputs of any later stage, and
+``gpope maintain`` never vacuums files a pinned version still needs.
+
+Manifests on a local lake are read and written with ``deltalake`` alone (no Spark, no JVM: the
+ledger and ``gpope query`` use them); on Unity Catalog or a remote root through the Spark
+:class:`~gpope.shell.lake.Lake`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpope.errors import ConfigError
+from gpope.shell.lake.base import decode_user_metadata_run
+from gpope.shell.lake.names import TableRef, local_root, table_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from gpope.config import LakeSettings
+    from gpope.shell.lake.layer import Lake
+
+__all__ = [
+    "FAULT_ENV",
+    "PIPELINE_RUNS",
+    "STAGES",
+    "Manifest",
+    "PipelineRuns",
+    "fault_point",
+    "new_run_id",
+    "pin",
+    "pinned_version",
+    "read_pinned",
+    "read_pinned_arrow",
+]
+
+PIPELINE_RUNS = "pipeline_runs"
+"""Name of the shared gold manifest table."""
+STAGES: tuple[str, ...] = ("simulate", "ingest", "stats", "release")
+FAULT_ENV = "GPOPE_FAULT_KILL"
+"""Fault injection for tests: ``GPOPE_FAULT_KILL=<stage>:<table>`` kills the process (SIGKILL)
+right after that table's commit, before the stage's manifest."""
+
+
+def new_run_id() -> str:
+    """A fresh stage run id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+def fault_point(name: str) -> None:
+    """Kill this process with SIGKILL if ``$GPOPE_FAULT_KILL`` equals ``name`` (tests only)."""
+    if os.environ.get(FAULT_ENV) == name:  # pragma: no cover - the process dies here
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One complete stage run.
+
+    Attributes:
+        run_id: the stage run id (for a release: the evaluation's run id).
+        stage: ``simulate``, ``ingest``, ``stats`` or ``release``.
+        dataset: the dataset the stage worked on.
+        key: what the run is about within the stage (e.g. the spec id), or None.
+        tables: ``str(TableRef)`` -> the table version the run committed.
+        details: JSON-ready facts about the run (e.g. the input versions it read).
+        created_at: commit time of the manifest (UTC).
+    """
+
+    run_id: str
+    stage: str
+    dataset: str
+    key: str | None
+    tables: dict[str, int]
+    details: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+    def version(self, ref: TableRef | str) -> int | None:
+        """The version of ``ref`` this run committed (None if it did not write it)."""
+        return self.tables.get(str(ref))
+
+
+def _local_table(settings: LakeSettings, table: str) -> str | None:
+    """The local path of a shared table, or None when the lake is not a local directory."""
+    if settings.catalog is not None:
+        return None
+    root = local_root(str(settings.root))
+    return None if root is None else table_path(root, TableRef.shared(table))
+
+
+def _contract_json() -> str:
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    return TABLE_SCHEMAS[PIPELINE_RUNS].json()
+
+
+class PipelineRuns:
+    """Read and append the lake's ``pipeline_runs`` manifests.
+
+    Args:
+        settings: the lake (root or Unity Catalog mapping).
+        spark: needed only for lakes that are not a local directory.
+    """
+
+    def __init__(self, settings: LakeSettings, *, spark: SparkSession | None = None) -> None:
+        self._settings = settings
+        self._spark = spark
+        self._path = _local_table(settings, PIPELINE_RUNS)
+        if self._path is None and spark is None:
+            raise ConfigError(
+                f"The manifests of lake {settings.root!r} (catalog {settings.catalog!r}) are read "
+                "through Spark; pass spark=... (only local lake directories work without it)."
+            )
+
+    @property
+    def location(self) -> str:
+        """Where the manifest table lives."""
+        if self._path is not None:
+            return self._path
+        from gpope.shell.lake.layer import shared_table_location
+
+        return shared_table_location(self._settings, PIPELINE_RUNS)
+
+    def _lake(self) -> Lake:
+        from gpope.shell.lake.layer import Lake
+
+        if self._spark is None:  # pragma: no cover - construction guarantees a session
+            raise ConfigError("a Spark session is needed for this lake's manifests")
+        return Lake.from_settings(self._spark, self._settings)
+
+    # ------------------------------------------------------------------ writes
+    def commit(
+        self,
+        *,
+        run_id: str,
+        stage: str,
+        dataset: str,
+        tables: Mapping[TableRef | str, int],
+        key: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> Manifest:
+        """Make a stage run's tables visible: one atomic append to ``pipeline_runs``.
+
+        Raises:
+            ConfigError: unknown stage or no table.
+        """
+        if stage not in STAGES:
+            raise ConfigError(f"stage must be one of {', '.join(STAGES)}; got {stage!r}.")
+        if not tables:
+            raise ConfigError(f"A {stage} manifest must name at least one table version.")
+        manifest = Manifest(
+            run_id=run_id,
+            stage=stage,
+            dataset=dataset,
+            key=key,
+            tables={str(ref): int(v) for ref, v in tables.items()},
+            details=dict(details or {}),
+            created_at=datetime.now(UTC),
+        )
+        row = self._arrow([manifest])
+        if self._path is not None:
+            self._append_local(row)
+        else:
+            from gpope.shell.schemas import TABLE_SCHEMAS
+
+            df = self._spark.createDataFrame(row.to_pandas(), schema=TABLE_SCHEMAS[PIPELINE_RUNS])  # type: ignore[union-attr]
+            self._lake().write(df, TableRef.shared(PIPELINE_RUNS), mode="append")
+        return manifest
+
+    def _arrow(self, manifests: list[Manifest]) -> pa.Table:
+        import pyarrow as pa
+        from deltalake import Schema
+
+        schema = pa.schema(Schema.from_json(_contract_json()).to_arrow())
+        return pa.Table.from_pylist(
+            [
+                {
+                    "run_id": m.run_id,
+                    "stage": m.stage,
+                    "dataset": m.dataset,
+                    "key": m.key,
+                    "tables": list(m.tables.items()),
+                    "details": json.dumps(m.details, sort_keys=True, default=str),
+                    "created_at": m.created_at,
+                }
+                for m in manifests
+            ],
+            schema=schema,
+        )
+
+    def _append_local(self, row: pa.Table) -> None:
+        from deltalake import DeltaTable, Schema, write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        path = str(self._path)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        if not DeltaTable.is_deltatable(path):
+            try:
+                DeltaTable.create(path, schema=Schema.from_json(_contract_json()), mode="ignore")
+            except DeltaError:  # another writer created it first
+                pass
+        write_deltalake(path, row, mode="append")
+
+    # ------------------------------------------------------------------ reads
+    def _table(self) -> pa.Table | None:
+        if self._path is not None:
+            from deltalake import DeltaTable
+
+            if not DeltaTable.is_deltatable(self._path):
+                return None
+            return DeltaTable(self._path).to_pyarrow_table()
+        lake = self._lake()
+        ref = TableRef.shared(PIPELINE_RUNS)
+        return lake.read_arrow(ref) if lake.exists(ref) else None
+
+    def manifests(self, *, stage: str | None = None, dataset: str | None = None) -> list[Manifest]:
+        """Every complete run (of ``stage`` / ``dataset`` when given), oldest first."""
+        table = self._table()
+        if table is None:
+            return []
+        out = []
+        for r in table.to_pylist():
+            if (stage is not None and r["stage"] != stage) or (
+                dataset is not None and r["dataset"] != dataset
+            ):
+                continue
+            created = r["created_at"]
+            out.append(
+                Manifest(
+                    run_id=r["run_id"],
+                    stage=r["stage"],
+                    dataset=r["dataset"],
+                    key=r["key"],
+                    tables={k: int(v) for k, v in (r["tables"] or [])},
+                    details=json.loads(r["details"]) if r["details"] else {},
+                    created_at=created if created is None or created.tzinfo else created.replace(tzinfo=UTC),
+                )
+            )
+        return sorted(out, key=lambda m: (m.created_at or datetime.min.replace(tzinfo=UTC)))
+
+    def latest(self, *, stage: str, dataset: str, key: str | None = None) -> Manifest | None:
+        """The last complete run of ``stage`` on ``dataset`` (and ``key``), or None."""
+        runs = [m for m in self.manifests(stage=stage, dataset=dataset) if key is None or m.key == key]
+        return runs[-1] if runs else None
+
+    def committed(self) -> set[str]:
+        """Run ids with a complete manifest."""
+        table = self._table()
+        return set() if table is None else set(table.column("run_id").to_pylist())
+
+
+# ---------------------------------------------------------------------- pinned reads
+def _incomplete(tags: Iterable[str | None], committed: set[str]) -> set[str]:
+    return {t for t in tags if t is not None and t not in committed}
+
+
+def pinned_version(
+    history: Iterable[tuple[int, str | None]], committed: set[str]
+) -> int | None:
+    """The latest version whose commit is not tagged with an incomplete run.
+
+    Args:
+        history: ``(version, run tag or None)`` of every commit of a table.
+        committed: run ids with a complete manifest.
+
+    Returns:
+        The version readers see, or None when every commit belongs to an incomplete run.
+    """
+    for version, tag in sorted(history, key=lambda e: -e[0]):
+        if tag is None or tag in committed:
+            return version
+    return None
+
+
+def pin(lake: Lake, ref: TableRef, committed: set[str]) -> tuple[int, set[str]]:
+    """The version readers see of ``ref`` and the incomplete runs whose rows must stay hidden.
+
+    Raises:
+        TableNotFoundError: the table does not exist, or only incomplete runs wrote it.
+    """
+    history = lake.history(ref)
+    version = pinned_version([(e.version, e.run_id) for e in history], committed)
+    if version is None:
+        raise lake._not_found(ref, None)
+    return version, _incomplete((e.run_id for e in history if e.version <= version), committed)
+
+
+def read_pinned(
+    lake: Lake,
+    ref: TableRef,
+    *,
+    runs: PipelineRuns | None = None,
+    committed: set[str] | None = None,
+) -> tuple[DataFrame, int]:
+    """``ref`` as readers must see it (pinned version, rows of incomplete runs hidden).
+
+    Returns:
+        ``(rows, version)``: the lazy DataFrame and the table version it reads.
+
+    Raises:
+        TableNotFoundError: the table does not exist, or only incomplete runs wrote it.
+    """
+    from pyspark.sql import functions as F
+
+    if committed is None:
+        runs = runs or PipelineRuns(_settings_of(lake), spark=lake.spark)
+        committed = runs.committed()
+    version, hidden = pin(lake, ref, committed)
+    df = lake.read(ref, version=version)
+    if hidden and "run_id" in df.columns:
+        df = df.where(~F.col("run_id").isin(sorted(hidden)))
+    return df, version
+
+
+def read_pinned_arrow(settings: LakeSettings, ref: TableRef) -> pa.Table | None:
+    """The JVM-free form of :func:`read_pinned` for local lakes (None: no such table)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    root = local_root(str(settings.root))
+    if root is None or settings.catalog is not None:
+        raise ConfigError("read_pinned_arrow needs a local lake directory; use read_pinned.")
+    path = table_path(root, ref)
+    if not DeltaTable.is_deltatable(path):
+        return None
+    table = DeltaTable(path)
+    history = [
+        (int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
+        for c in table.history()
+    ]
+    committed = PipelineRuns(settings).committed()
+    version = pinned_version(history, committed)
+    if version is None:
+        return None
+    if version != table.version():
+        table = DeltaTable(path, version=version)
+    data = table.to_pyarrow_table()
+    hidden = _incomplete((t for v, t in history if v <= version), committed)
+    if hidden and "run_id" in data.column_names:
+        data = data.filter(pc.invert(pc.is_in(data.column("run_id"), value_set=_strings(hidden))))
+    return data
+
+
+def _strings(values: set[str]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(sorted(values), type=pa.string())
+
+
+def _settings_of(lake: Lake) -> LakeSettings:
+    from gpope.config import LakeSettings
+
+    return LakeSettings(
+        root=lake.root, catalog=lake.catalog, schema=lake.schema, storage=lake.storage
+    )
