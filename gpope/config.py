@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from gpope.core.validation import check_choice, check_int
+from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
 __all__ = [
@@ -67,9 +67,12 @@ class LakeSettings:
     catalog: str | None = None
     schema: str | None = None
     storage: Literal["auto", "native", "delta-rs"] = "auto"
+    retention_hours: float = 168.0
+    """Time-travel window that ``gpope maintain`` keeps when it vacuums (hours, >= 0)."""
 
     def __post_init__(self) -> None:
         check_choice("LakeSettings", "storage", self.storage, ("auto", "native", "delta-rs"))
+        check_number("LakeSettings", "retention_hours", self.retention_hours, ge=0.0)
         if (self.catalog is None) != (self.schema is None):
             raise ConfigError(
                 "LakeSettings needs both 'catalog' and 'schema' for Unity Catalog tables, or neither "
@@ -358,9 +361,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"Configuration file {str(p)!r} does not exist; pass an existing --conf.")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"Configuration file {str(p)!r} is not UTF-8 text (byte {exc.start} is "
+            f"{exc.object[exc.start:exc.start + 1]!r}); is it a binary file? Pass a YAML file."
+        ) from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"Configuration file {str(p)!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(
+            f"Configuration file {str(p)!r} is not valid YAML: {' '.join(str(exc).split())}"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"Configuration file {str(p)!r} must contain a mapping at the top level.")
     return data

@@ -51,3 +51,18 @@ def test_unknown_section_and_bad_files(tmp_path):
     listy.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping at the top level"):
         load_yaml(listy)
+
+
+def test_binary_or_broken_yaml_files_are_one_line_config_errors(tmp_path):
+    """Issue 13.6: a binary spec/conf file gives a cause, not a UnicodeDecodeError traceback."""
+    from gpope.config import load_yaml
+
+    binary = tmp_path / "spec.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text.*binary"):
+        load_yaml(binary)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [1,\n  b")
+    with pytest.raises(ConfigError, match="not valid YAML") as err:
+        load_yaml(broken)
+    assert "\n" not in str(err.value)

@@ -15,6 +15,7 @@ Implementations:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -23,6 +24,9 @@ import numpy as np
 
 from gpope.core.validation import check_int
 from gpope.errors import ConfigError, DataError
+
+MAX_FEATURES = 4096
+"""Largest feature count of a Fourier basis: per-trajectory statistics hold 2 n^2 + n numbers."""
 
 __all__ = [
     "ConstantIdentityFeatures",
@@ -170,9 +174,27 @@ class FourierFeatures:
         object.__setattr__(self, "low", low)
         object.__setattr__(self, "high", high)
         object.__setattr__(self, "max_coupling", coupling)
-        coeffs = np.array(list(itertools.product(range(order + 1), repeat=d)), dtype=np.float64)
-        if coupling is not None:
-            coeffs = coeffs[np.count_nonzero(coeffs, axis=1) <= coupling]
+        count = sum(
+            math.comb(d, j) * order**j for j in range(0, (d if coupling is None else coupling) + 1)
+        )
+        if count > MAX_FEATURES:
+            raise ConfigError(
+                f"FourierFeatures(order={order}, d={d}, max_coupling={coupling}) has {count} "
+                f"features; at most {MAX_FEATURES} are supported (each trajectory's statistics hold "
+                "2 n^2 numbers). Lower 'order' or set 'max_coupling'."
+            )
+        if coupling is None:
+            coeffs = np.array(list(itertools.product(range(order + 1), repeat=d)), dtype=np.float64)
+        else:  # only the coupled coefficients (never the (k+1)^d full grid), in the same order
+            rows = [np.zeros(d)]
+            for j in range(1, coupling + 1):
+                for where in itertools.combinations(range(d), j):
+                    for values in itertools.product(range(1, order + 1), repeat=j):
+                        row = np.zeros(d)
+                        row[list(where)] = values
+                        rows.append(row)
+            coeffs = np.array(rows, dtype=np.float64).reshape(-1, d)
+            coeffs = coeffs[np.lexsort(coeffs.T[::-1])]
         coeffs.setflags(write=False)
         object.__setattr__(self, "_coefficients", coeffs)
 

@@ -100,3 +100,23 @@ def test_validation_messages():
         feature_map_from_dict({"kind": "rbf"})
     with pytest.raises(ConfigError, match="n_states"):
         TabularFeatures(0)
+
+
+def test_huge_fourier_orders_fail_fast_and_coupled_bases_are_never_enumerated_in_full():
+    """Issue 13.6: `order: 100000` was a MemoryError after 46 s; now an immediate ConfigError."""
+    import itertools
+    import time
+
+    from gpope.core.features import MAX_FEATURES, FourierFeatures
+    from gpope.errors import ConfigError
+
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"at most {MAX_FEATURES}"):
+        FourierFeatures(order=100000, low=(0.0, 0.0), high=(1.0, 1.0))
+    coupled = FourierFeatures(order=100, low=(0.0,) * 6, high=(1.0,) * 6, max_coupling=1)
+    assert coupled.n_features == 1 + 6 * 100 and time.perf_counter() - start < 5.0
+    for d, k, c in [(2, 3, 1), (3, 4, 2), (4, 2, 3)]:  # same order as the filtered full grid
+        full = np.array(list(itertools.product(range(k + 1), repeat=d)), dtype=float)
+        full = full[np.count_nonzero(full, axis=1) <= c]
+        got = FourierFeatures(order=k, low=(0.0,) * d, high=(1.0,) * d, max_coupling=c)
+        np.testing.assert_array_equal(got.coefficients, full)

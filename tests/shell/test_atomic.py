@@ -112,3 +112,85 @@ def test_kill_between_simulate_commits_leaves_the_previous_cohort(spark, lake_ro
         patients[table] = {r[0] for r in df.select("patient_id").distinct().collect()}
     assert patients["observations"] == patients["treatments"] == patients["outcomes"]
     assert len(patients["treatments"]) == 2
+
+
+_RELEASE_SCRIPT = """
+import datetime as dt, sys
+from gpope.config import GpopeConfig, LakeSettings, SparkSettings
+from gpope.shell.spark import get_spark
+from gpope.shell.pipeline.release import write_release
+spark = get_spark(SparkSettings(master="local[1]", shuffle_partitions=1), app_name="kill", ui=False)
+config = GpopeConfig(lake=LakeSettings(root=sys.argv[1]))
+row, values = eval(sys.argv[2]), eval(sys.argv[3])
+write_release(spark, config, row, values)
+"""
+
+
+def _release(run_id: str):
+    from gpope.shell.schemas import RELEASED_ESTIMATES, RELEASED_VALUES
+
+    created = __import__("datetime").datetime(2024, 1, 1)
+    row = {f.name: None for f in RELEASED_ESTIMATES.fields}
+    row.update(run_id=run_id, dataset="d", spec_id="s", policy="p", epsilon=1.0, delta=1e-6,
+               accountant="rdp", created_at=created, theta=[1.0], reference_states=["a", "b"],
+               values=[1.0, 2.0], private=True, estimator="gpope")
+    values = []
+    for state, value in (("a", 1.0), ("b", 2.0)):
+        v = {f.name: None for f in RELEASED_VALUES.fields}
+        v.update({k: row[k] for k in v if k in row})
+        v.update(spec_name="s", state=state, value=value)
+        values.append(v)
+    return row, values
+
+
+def test_kill_between_release_commits_releases_nothing(spark, lake_root):
+    from gpope.shell.pipeline.release import read_releases, write_release
+
+    config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
+    write_release(spark, config, *_release("r1"))
+    row, values = _release("r2")
+    env = {**os.environ, FAULT_ENV: "release:released_estimates", "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RELEASE_SCRIPT, str(lake_root), repr(row), repr(values)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    lk = Lake.from_settings(spark, config.lake)
+    assert lk.read(TableRef.shared("released_estimates")).count() == 2  # r2's row was committed
+    for table in ("released_estimates", "released_values"):  # but no reader sees it
+        ids = {r[0] for r in read_releases(spark, config, table=table).select("run_id").collect()}
+        assert ids == {"r1"}, table
+    assert PipelineRuns(config.lake).committed() == {"r1"}  # reconcile's evidence: r2 not released
+    write_release(spark, config, *_release("r3"))  # a later release does not reveal r2
+    ids = {r[0] for r in read_releases(spark, config).select("run_id").collect()}
+    assert ids == {"r1", "r3"}
+    from gpope.shell.lake.manifest import read_pinned_arrow
+
+    arrow = read_pinned_arrow(config.lake, TableRef.shared("released_values"))  # JVM-free readers
+    assert set(arrow.column("run_id").to_pylist()) == {"r1", "r3"}
+
+
+def test_count_and_statistics_come_from_one_pinned_version(spark, lake_root):
+    """Issue 12.7: m and the rows are read from the same Delta version of trajectory_stats."""
+    from gpope.shell.pipeline.stats import read_statistics, statistics_version, trajectory_count
+    from gpope.shell.schemas import TRAJECTORY_STATS
+
+    class Spec:  # the two attributes trajectory_count reads
+        spec_id, name = "s", "s"
+
+    config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
+    lk = Lake.from_settings(spark, config.lake)
+    ref = TableRef("gold", "trajectory_stats", "d")
+
+    def write(m):
+        rows = [("s", i, 1, [1.0], [1.0], [1.0]) for i in range(m)]
+        lk.write(spark.createDataFrame(rows, TRAJECTORY_STATS), ref, mode="replace_where",
+                 replace_where={"spec_id": "s"}, partition_by=["spec_id"])
+
+    write(3)
+    pinned = statistics_version(spark, config, dataset="d")
+    write(5)  # a concurrent `gpope stats` lands between the count and the read
+    m = trajectory_count(spark, config, dataset="d", spec=Spec(), version=pinned)
+    rows = read_statistics(spark, config, dataset="d", spec_id="s", version=pinned).count()
+    assert m == rows == 3
+    assert trajectory_count(spark, config, dataset="d", spec=Spec()) == 5

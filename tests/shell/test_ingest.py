@@ -340,3 +340,79 @@ def test_injected_bad_rows_are_all_rejected_and_the_cohort_is_recovered(spark, l
     np.testing.assert_array_equal(df["terminal"], episodes.terminal)
     np.testing.assert_array_equal(df["truncated"], episodes.truncated)
     assert dataset_settings_for_domain("chain").terminal_variable == "absorbed"
+
+
+def test_rewards_that_overflow_when_summed_quarantine_the_patient(spark):
+    """Issue 13.3: 1e308 + 1.7e308 in one step is inf after aggregation: quarantined, not silver."""
+    import math
+
+    treat = [("p1", d(0), "a", 0.5), ("p1", d(2), "b", 0.5), ("p3", d(0), "b", 0.75)]
+    obs = [("p1", d(0), "hr", 80.0), ("p3", d(0), "hr", 70.0)]
+    out = [("p1", d(1), 1e308), ("p1", d(1.5), 1.7e308), ("p1", d(3), 1.0), ("p3", d(1), 2.0)]
+    frames = _frames(spark, obs, treat, out)
+    try:
+        transitions = frames.transitions.collect()
+        rejected = Counter((r["table"], r["reason"]) for r in frames.rejected_events.collect())
+        counts = Counter({(r["table"], r["reason"]): r["count"] for r in frames.outcome_counts.collect()})
+    finally:
+        frames.release()
+    assert {r["patient_id"] for r in transitions} == {"p3"}
+    assert all(math.isfinite(r["reward"]) for r in transitions)
+    assert rejected == {("treatments", fr.REWARD_OVERFLOW): 2, ("observations", fr.REWARD_OVERFLOW): 1,
+                        ("outcomes", fr.REWARD_OVERFLOW): 3}
+    for table, n_in in (("treatments", 3), ("observations", 2), ("outcomes", 4)):  # rows balance
+        assert sum(n for (t, _), n in counts.items() if t == table) == n_in
+
+
+def test_bronze_contract_missing_or_wrong_type_is_one_line_and_bad_text_is_quarantined(
+    spark, lake_root
+):
+    """Issue 13.5: a missing/wrongly typed column is one SchemaError line; text is parsed row by
+    row and an unparsable value is quarantined with its raw row (no silent cast, no abort)."""
+    import json
+
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    from gpope.config import GpopeConfig, LakeSettings
+    from gpope.errors import SchemaError
+    from gpope.shell import lake
+    from gpope.shell.pipeline.ingest import run_ingest
+    from gpope.shell.schemas import OBSERVATIONS, TREATMENTS
+
+    config = GpopeConfig(lake=LakeSettings(root=str(lake_root)),
+                         datasets={n: SETTINGS for n in ("c", "c_missing", "c_type")})
+    text = StructType([StructField("patient_id", StringType()), StructField("time", TimestampType()),
+                       StructField("reward", StringType())])
+    outcomes = spark.createDataFrame(
+        [("p1", d(1), "2.5"), ("p1", d(3), "abc"), ("p3", d(1), "1e1")], text
+    )
+
+    def deliver(dataset, outcomes_df):
+        frames = {
+            "observations": spark.createDataFrame([("p1", d(0), "hr", 80.0)], OBSERVATIONS),
+            "treatments": spark.createDataFrame([("p1", d(0), "a", 0.5), ("p3", d(0), "b", 0.5)],
+                                                TREATMENTS),
+            "outcomes": outcomes_df,
+        }
+        for table, df in frames.items():
+            lake.write_table(df, config.lake, "bronze", dataset, table, mode="overwrite",
+                             schema=df.schema if table == "outcomes" else None)
+
+    deliver("c", outcomes)
+    report = run_ingest(spark, config, "c")
+    assert report.balanced and report.rejected["outcomes"] == {"unparsable reward": 1}
+    assert report.rows_used["outcomes"] == 2
+    rejected = lake.read_table(spark, config.lake, "silver", "c", "rejected_events").collect()
+    assert [json.loads(r["row"])["reward"] for r in rejected] == ["abc"]  # the raw text
+    rewards = {r["patient_id"]: r["reward"] for r in
+               lake.read_table(spark, config.lake, "silver", "c", "transitions").collect()}
+    assert rewards == {"p1": 2.5, "p3": 10.0}
+
+    for dataset, bad in (("c_missing", outcomes.drop("reward")),
+                         ("c_type", outcomes.withColumn("reward", outcomes.time))):
+        deliver(dataset, bad)
+        with pytest.raises(SchemaError) as err:
+            run_ingest(spark, config, dataset)
+        message = str(err.value)
+        assert "\n" not in message and f"bronze/{dataset}/outcomes" in message
+        assert "'reward'" in message and "expected double" in message

@@ -414,3 +414,39 @@ def test_a_commit_whose_staged_files_differ_from_what_spark_wrote_fails(spark, l
         lake.write(_events(spark, [("a", T0, 1, [1.0]), ("b", T0, 2, [2.0])]), ref, mode="append",
                    schema=EVENTS)
     assert not lake.exists(ref)
+
+
+def test_an_error_raised_in_a_spark_worker_reaches_the_user_with_its_message(spark, lake, ref):
+    """Issue 13.3: the real message of a worker's error, not "exception in the Python worker"."""
+    from gpope.errors import DataError as Data
+
+    def kernel(table):
+        raise Data("trajectory 7 has a non-finite reward sum (inf)")
+
+    df = _df(spark, [("s", 0, 1.0)], STATS).groupBy("traj_index").applyInArrow(kernel, STATS)
+    with pytest.raises(Data, match=r"trajectory 7 has a non-finite reward sum \(inf\)"):
+        lake.write(df, ref, mode="append", schema=STATS)
+    failing = _df(spark, [("s", 0, 1.0)], STATS).groupBy("traj_index").applyInArrow(
+        lambda t: (_ for _ in ()).throw(ZeroDivisionError("division by zero in the kernel")), STATS
+    )
+    with pytest.raises(CommitError, match="ZeroDivisionError: division by zero in the kernel"):
+        lake.write(failing, ref, mode="append", schema=STATS)
+    assert not lake.exists(ref)
+
+
+def test_a_lake_that_is_a_file_or_read_only_is_a_clear_config_error(spark, tmp_path):
+    """Issue 13.6: causes, not tracebacks."""
+    import os
+
+    file = tmp_path / "lakefile"
+    file.write_text("not a lake")
+    with pytest.raises(ConfigError, match="is a file"):
+        Lake(spark, file / "lake", mode="delta-rs")
+    if os.geteuid() == 0:  # root ignores permissions: nothing to check
+        return
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    lake = Lake(spark, locked / "lake", mode="delta-rs")
+    with pytest.raises(ConfigError, match="writable directory"):
+        lake.write(_df(spark, [("s", 0, 1.0)], STATS), TableRef("gold", "t", "d"), mode="append",
+                   schema=STATS)

@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stats",
     "evaluate",
     "budget",
+    "maintain",
     "query",
     "accountant",
     "experiment",

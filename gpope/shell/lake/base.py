@@ -22,6 +22,7 @@ __all__ = [
     "encode_user_metadata",
     "partition_string",
     "replace_where_sql",
+    "spark_error",
 ]
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
@@ -142,3 +143,30 @@ def decode_user_metadata_run(text: object) -> str | None:
         return None
     run = payload.get(_RUN_KEY) if isinstance(payload, dict) else None
     return run if isinstance(run, str) else None
+
+
+_ERROR_LINE = r"^\s*((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception)): (.+)$"
+
+
+def spark_error(exc: BaseException) -> tuple[type[Exception] | None, str]:
+    """The real error behind an exception Spark raised: ``(gpope error type or None, message)``.
+
+    An error raised in a Python worker reaches the driver wrapped (``PythonException``,
+    ``Py4JJavaError``) with a first line such as "An exception was thrown from the Python worker";
+    the cause is the last ``Type: message`` line of the worker's traceback. When that type is a
+    :mod:`gpope.errors` class it is returned too, so callers re-raise the same error.
+    """
+    import re
+
+    from gpope import errors
+
+    text = str(exc)
+    found = re.findall(_ERROR_LINE, text, flags=re.MULTILINE)
+    if not found:
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        return None, f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    name, message = found[-1]
+    cls = getattr(errors, name.rsplit(".", 1)[-1], None)
+    if isinstance(cls, type) and issubclass(cls, errors.GpopeError):
+        return cls, message.strip()
+    return None, f"{name.rsplit('.', 1)[-1]}: {message.strip()}"

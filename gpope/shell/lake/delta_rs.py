@@ -58,6 +58,7 @@ from gpope.shell.lake.base import (
     decode_user_metadata,
     decode_user_metadata_run,
     partition_string,
+    spark_error,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 
@@ -103,6 +104,14 @@ def check_local_root(root: str) -> str:
     """
     import re
 
+    existing = Path(root)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise ConfigError(
+            f"The lake root {root!r} cannot be a directory: {str(existing)!r} is a file. Pass a "
+            "directory (or a path that does not exist yet) as --lake."
+        )
     bad = sorted({c for c in root if c in _UNADDRESSABLE or ord(c) < 32 or ord(c) == 127})
     escapes = re.findall(r"%[0-9A-Fa-f]{2}", root)
     if bad or escapes:
@@ -316,6 +325,7 @@ class DeltaRsStore:
                 )
         conformed = conform(df, schema, table=table_name)
         root = Path(path)
+        _check_writable(root, table_name)
         token = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
         staging_root = root / STAGING_FOLDER
         _remove_stale_staging(staging_root)
@@ -416,9 +426,11 @@ class DeltaRsStore:
                     "DataFrame has null values there. Fix or filter the rows in the producing "
                     "job. Nothing was committed."
                 ) from exc
+            cls, cause = spark_error(exc)
+            if cls is not None:  # a gpope error raised inside a Spark worker: keep it
+                raise cls(f"{cause} (while writing {table_name}; nothing was committed)") from exc
             raise CommitError(
-                f"Spark could not write the Parquet files of {table_name} "
-                f"({type(exc).__name__}: {message.splitlines()[0] if message else ''}). "
+                f"Spark could not write the Parquet files of {table_name} ({cause}). "
                 "Nothing was committed."
             ) from exc
         finally:
@@ -612,6 +624,17 @@ def _removes(
             continue
         removes.append(RemoveAction(row["path"], True, now, row["size_bytes"], values))
     return removes
+
+
+def _check_writable(root: Path, table_name: str) -> None:
+    """Create the table folder, or raise ConfigError naming the folder that refuses writes."""
+    try:
+        (root / STAGING_FOLDER).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"Cannot write {table_name}: {exc.strerror or exc} at {exc.filename or root!s}. The "
+            "lake must be a writable directory (check --lake and its permissions)."
+        ) from exc
 
 
 def _remove_stale_staging(staging_root: Path) -> None:

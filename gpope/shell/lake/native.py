@@ -23,6 +23,7 @@ from gpope.shell.lake.base import (
     decode_user_metadata,
     decode_user_metadata_run,
     replace_where_sql,
+    spark_error,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 from gpope.shell.lake.delta_rs import MissingTableError
@@ -205,9 +206,12 @@ class NativeStore:
                     "NULL in the contract, but the DataFrame has nulls there. Nothing was "
                     "committed."
                 ) from exc
+            cls, cause = spark_error(exc)
+            if cls is not None:  # a gpope error raised inside a Spark worker: keep it
+                raise cls(f"{cause} (while writing {table_name}; nothing was committed)") from exc
             raise CommitError(
-                f"Delta refused the write to {table_name} at {location} ({type(exc).__name__}: "
-                f"{message.splitlines()[0] if message else ''}). Nothing was committed."
+                f"Delta refused the write to {table_name} at {location} ({cause}). Nothing was "
+                "committed."
             ) from exc
         return self._own_version(location, by_name, token)
 

@@ -234,6 +234,7 @@ def run_ingest(
 
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, fault_point, new_run_id, read_pinned
+    from gpope.shell.pipeline.ingest_contract import conform_bronze
 
     settings = settings or resolve_dataset_settings(config, dataset, domain=domain)
     target = Lake.from_settings(spark, config.lake)
@@ -242,7 +243,8 @@ def run_ingest(
     bronze, inputs = {}, {}
     for t in BRONZE_TABLES:  # the last complete cohort, never a half-written one
         ref = TableRef("bronze", t, dataset)
-        bronze[t], inputs[str(ref)] = read_pinned(target, ref, committed=committed)
+        raw, inputs[str(ref)] = read_pinned(target, ref, committed=committed)
+        bronze[t] = conform_bronze(raw, t, str(ref))  # contract checked: one clear line
     rows_in = {t: bronze[t].count() for t in BRONZE_TABLES}
     frames = build_silver(
         bronze["observations"], bronze["treatments"], bronze["outcomes"], settings

@@ -19,6 +19,10 @@ The rules (docs/ARCHITECTURE.md section 2), all driven by the public :class:`~gp
 * **reward** of step k is the sum of the outcomes with time in ``(t_k, t_{k+1}]``; for the last step
   all outcomes after ``t_k`` (of a cut trajectory: up to the first dropped step). Summation is in
   sorted order of the values, so the result does not depend on partitioning.
+* **Overflow**: a patient whose finite rewards sum (in absolute value) to more than a double can
+  hold would get an infinite or NaN reward after aggregation: all the patient's rows are
+  quarantined as :data:`REWARD_OVERFLOW` (one trajectory per patient: no partial trajectory), so
+  every value in silver is finite.
 * **behavior_prob** is the logged propensity; **action** is the position of the action string in
   the configured vocabulary.
 * **max_length** L: a trajectory with more than L valid treatments keeps its first L steps (the
@@ -42,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from gpope.config import DatasetSettings
 from gpope.errors import ConfigError
+from gpope.shell.pipeline.ingest_contract import RAW_COLUMN, UNPARSABLE_COLUMN, unparsable_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -53,6 +58,7 @@ __all__ = [
     "NO_TREATMENT",
     "OUTCOME_BEFORE_FIRST_TREATMENT",
     "REASONS",
+    "REWARD_OVERFLOW",
     "TERMINAL_BEFORE_LAST_TREATMENT",
     "SilverFrames",
     "build_silver",
@@ -76,19 +82,23 @@ NO_TREATMENT = "patient has no treatment"
 BEYOND_MAX_LENGTH = "beyond max_length"
 OUTCOME_BEFORE_FIRST_TREATMENT = "outcome at or before first treatment"
 TERMINAL_BEFORE_LAST_TREATMENT = "terminal event before last treatment"
+REWARD_OVERFLOW = "patient's rewards overflow (sum not finite)"
 
 #: Every rejection reason per bronze table, in the order they are checked (first match wins).
 REASONS: dict[str, tuple[str, ...]] = {
     "treatments": (
-        NULL_PATIENT, NULL_TIME, NULL_ACTION, BAD_PROPENSITY, PROPENSITY_RANGE, UNKNOWN_ACTION,
-        DUPLICATE_ROW, DUPLICATED_TIMESTAMP, BEYOND_MAX_LENGTH,
+        unparsable_reason("time"), unparsable_reason("propensity"), NULL_PATIENT, NULL_TIME, NULL_ACTION, BAD_PROPENSITY, PROPENSITY_RANGE, UNKNOWN_ACTION,
+        REWARD_OVERFLOW, DUPLICATE_ROW, DUPLICATED_TIMESTAMP, BEYOND_MAX_LENGTH,
     ),
     "observations": (
+        unparsable_reason("time"), unparsable_reason("value"),
         NULL_PATIENT, NULL_TIME, NULL_VARIABLE, BAD_VALUE, UNCONFIGURED_VARIABLE,
-        DUPLICATE_ROW, DUPLICATED_TIMESTAMP, NO_TREATMENT, BEYOND_MAX_LENGTH, TERMINAL_BEFORE_LAST_TREATMENT,
+        REWARD_OVERFLOW, DUPLICATE_ROW, DUPLICATED_TIMESTAMP, NO_TREATMENT, BEYOND_MAX_LENGTH, TERMINAL_BEFORE_LAST_TREATMENT,
     ),
     "outcomes": (
-        NULL_PATIENT, NULL_TIME, BAD_REWARD, DUPLICATE_ROW, NO_TREATMENT, BEYOND_MAX_LENGTH,
+        unparsable_reason("time"), unparsable_reason("reward"),
+        NULL_PATIENT, NULL_TIME, BAD_REWARD, REWARD_OVERFLOW, DUPLICATE_ROW, NO_TREATMENT,
+        BEYOND_MAX_LENGTH,
         OUTCOME_BEFORE_FIRST_TREATMENT,
     ),
 }
@@ -99,6 +109,7 @@ _RAW_COLUMNS = {
     "outcomes": ("patient_id", "time", "reward"),
 }
 _REASON = "_reason"
+_OVERFLOW = "_overflow"
 
 
 @dataclass(frozen=True)
@@ -154,13 +165,27 @@ def _non_finite(col: Column) -> Column:
 
 
 def _first_reason(rules: list[tuple[Column, str]]) -> Column:
-    """The reason of the first rule whose condition is true (null: no rule applies)."""
+    """The reason of the first rule whose condition is true (null: no rule applies).
+
+    A value that did not parse (:mod:`~gpope.shell.pipeline.ingest_contract`) comes first.
+    """
     from pyspark.sql import functions as F
 
-    expr = None
+    expr = F.when(F.col(UNPARSABLE_COLUMN).isNotNull(), F.col(UNPARSABLE_COLUMN))
     for cond, reason in rules:
-        expr = F.when(cond, F.lit(reason)) if expr is None else expr.when(cond, F.lit(reason))
-    return expr  # type: ignore[return-value]
+        expr = expr.when(cond, F.lit(reason))
+    return expr
+
+
+def _inputs(df: DataFrame, table: str) -> DataFrame:
+    """The raw columns of ``table`` plus the parse markers (null when ``df`` has none)."""
+    from pyspark.sql import functions as F
+
+    markers = [
+        F.col(c) if c in df.columns else F.lit(None).cast("string").alias(c)
+        for c in (UNPARSABLE_COLUMN, RAW_COLUMN)
+    ]
+    return df.select(*_RAW_COLUMNS[table], *markers)
 
 
 def _add_reason(df: DataFrame, cond: Column, reason: str) -> DataFrame:
@@ -217,6 +242,7 @@ def _annotate_treatments(treatments: DataFrame, settings: DatasetSettings) -> Da
             (_non_finite(p), BAD_PROPENSITY),
             ((p <= 0) | (p > 1), PROPENSITY_RANGE),
             (~F.col("action").isin(list(settings.actions)), UNKNOWN_ACTION),
+            (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
         ]),
     )
     df = _mark_duplicates(df, ("time", "action", "propensity"), conflict=("time",))
@@ -258,6 +284,7 @@ def _annotate_observations(
             (F.col("variable").isNull(), NULL_VARIABLE),
             (_non_finite(F.col("value")), BAD_VALUE),
             (~F.col("variable").isin(configured), UNCONFIGURED_VARIABLE),
+            (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
         ]),
     )
     df = _mark_duplicates(df, ("variable", "time", "value"), conflict=("variable", "time"))
@@ -283,6 +310,7 @@ def _annotate_outcomes(outcomes: DataFrame, patients: DataFrame) -> DataFrame:
             (F.col("patient_id").isNull(), NULL_PATIENT),
             (F.col("time").isNull(), NULL_TIME),
             (_non_finite(F.col("reward")), BAD_REWARD),
+            (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
         ]),
     )
     df = _mark_duplicates(df, ("time", "reward"), conflict=None)
@@ -290,6 +318,33 @@ def _annotate_outcomes(outcomes: DataFrame, patients: DataFrame) -> DataFrame:
     df = _add_reason(df, F.col("_first_time").isNull(), NO_TREATMENT)
     df = _add_reason(df, F.col("time") > F.col("_cut_time"), BEYOND_MAX_LENGTH)
     return _add_reason(df, F.col("time") <= F.col("_first_time"), OUTCOME_BEFORE_FIRST_TREATMENT)
+
+
+def _with_overflow(df: DataFrame, overflow: DataFrame) -> DataFrame:
+    """``df`` with ``_overflow`` true for rows of patients in ``overflow`` (null otherwise)."""
+    from pyspark.sql import functions as F
+
+    return df.join(F.broadcast(overflow), on="patient_id", how="left")
+
+
+def _overflowing_patients(outcomes: DataFrame) -> DataFrame:
+    """Patients whose finite rewards have a non-finite absolute sum: ``patient_id, _overflow``.
+
+    Every reward sum of such a patient's steps is bounded by this sum, so outside this set no
+    aggregated reward can overflow; the set is tiny (usually empty) and broadcast.
+    """
+    from pyspark.sql import functions as F
+
+    valid = outcomes.filter(
+        F.col("patient_id").isNotNull() & F.col("time").isNotNull() & ~_non_finite(F.col("reward"))
+    )
+    total = F.sum(F.abs(F.col("reward")))
+    return (
+        valid.groupBy("patient_id")
+        .agg(total.alias("_total"))
+        .filter(_non_finite(F.col("_total")))
+        .select("patient_id", F.lit(True).alias(_OVERFLOW))
+    )
 
 
 def dense_index(df: DataFrame, key: str, name: str) -> DataFrame:
@@ -454,8 +509,9 @@ def _rejected(annotated: dict[str, DataFrame]) -> DataFrame:
         df.filter(F.col(_REASON).isNotNull()).select(
             F.lit(table).alias("table"),
             F.col(_REASON).alias("reason"),
-            F.to_json(
-                F.struct(*_RAW_COLUMNS[table]), {"ignoreNullFields": "false"}
+            F.coalesce(
+                F.col(RAW_COLUMN),  # as delivered, for a value that did not parse
+                F.to_json(F.struct(*_RAW_COLUMNS[table]), {"ignoreNullFields": "false"}),
             ).alias("row"),
         )
         for table, df in annotated.items()
@@ -503,8 +559,11 @@ def build_silver(
         ConfigError: the settings name no action or no variable.
     """
     _check_settings(settings)
+    overflow = _overflowing_patients(_inputs(outcomes, "outcomes"))
+    if persist:
+        overflow = overflow.persist()
     treat = _annotate_treatments(
-        treatments.select(*_RAW_COLUMNS["treatments"]), settings
+        _with_overflow(_inputs(treatments, "treatments"), overflow), settings
     )
     if persist:
         treat = treat.persist()
@@ -512,9 +571,13 @@ def build_silver(
     if persist:
         patients = patients.persist()
     obs = _annotate_observations(
-        observations.select(*_RAW_COLUMNS["observations"]), patients, settings
+        _with_overflow(_inputs(observations, "observations"), overflow),
+        patients,
+        settings,
     )
-    outs = _annotate_outcomes(outcomes.select(*_RAW_COLUMNS["outcomes"]), patients)
+    outs = _annotate_outcomes(
+        _with_overflow(_inputs(outcomes, "outcomes"), overflow), patients
+    )
     if persist:
         obs, outs = obs.persist(), outs.persist()
     annotated = {"treatments": treat, "observations": obs, "outcomes": outs}
@@ -524,5 +587,5 @@ def build_silver(
         rejected_events=_rejected(annotated),
         outcome_counts=_counts(annotated),
         trajectories=index,
-        cached=(treat, patients, obs, outs) if persist else (),
+        cached=(overflow, treat, patients, obs, outs) if persist else (),
     )

@@ -77,28 +77,49 @@ def value_rows(row: dict[str, Any], *, spec_name: str, interval: Any | None) -> 
 
 def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
                   values: list[dict[str, Any]] | None = None) -> None:
-    """Append the run's row to released_estimates and its per-state rows to released_values.
+    """Release one run atomically: released_estimates and released_values, then the manifest.
 
-    Each table gets one atomic commit, released_estimates first. (Until the lake's
-    ``pipeline_runs`` manifest lands the two commits are not one transaction: a crash between them
-    leaves a released_estimates row without its released_values rows, never the reverse.)
+    Both appends are tagged with the run id and stay invisible to readers
+    (:func:`read_releases`, :func:`gpope.shell.lake.manifest.read_pinned`) until the one
+    ``pipeline_runs`` commit (stage ``release``, key = spec id) that follows them: a crash between
+    the commits releases nothing. The caller marks the ledger after this returns; a manifest
+    without a ``released`` ledger mark (a kill in between) is the evidence ``budget reconcile``
+    settles as released.
     """
-    from gpope.shell import lake
+    from gpope.shell.lake import Lake, TableRef
+    from gpope.shell.lake.manifest import PipelineRuns, fault_point
     from gpope.shell.schemas import RELEASED_ESTIMATES, RELEASED_VALUES
 
+    run_id = row["run_id"]
+    target = Lake.from_settings(spark, config.lake)
     df = spark.createDataFrame(
         [tuple(row[f.name] for f in RELEASED_ESTIMATES.fields)], schema=RELEASED_ESTIMATES
     )
-    lake.write_shared_table(df, config.lake, "released_estimates", mode="append")
+    estimates = TableRef.shared("released_estimates")
+    versions = {estimates: target.write(df, estimates, mode="append", run_id=run_id)}
+    fault_point("release:released_estimates")
     if values:
         vdf = spark.createDataFrame(
             [tuple(r[f.name] for f in RELEASED_VALUES.fields) for r in values], schema=RELEASED_VALUES
         )
-        lake.write_shared_table(vdf, config.lake, "released_values", mode="append")
+        value_ref = TableRef.shared("released_values")
+        versions[value_ref] = target.write(vdf, value_ref, mode="append", run_id=run_id)
+        fault_point("release:released_values")
+    PipelineRuns(config.lake, spark=spark).commit(
+        run_id=run_id, stage="release", dataset=row["dataset"], tables=versions,
+        key=row["spec_id"], details={"estimator": row.get("estimator"), "values": len(values or [])},
+    )  # fmt: skip
+    fault_point("release:manifest")
 
 
-def read_releases(spark: SparkSession, config: GpopeConfig) -> Any:
-    """The released_estimates table as a DataFrame (TableNotFoundError before the first release)."""
-    from gpope.shell import lake
+def read_releases(spark: SparkSession, config: GpopeConfig, *, table: str = "released_estimates") -> Any:
+    """Released rows as readers must see them (only runs whose release manifest is committed).
 
-    return lake.read_shared_table(spark, config.lake, "released_estimates")
+    Raises:
+        TableNotFoundError: nothing was released yet.
+    """
+    from gpope.shell.lake import Lake, TableRef
+    from gpope.shell.lake.manifest import read_pinned
+
+    rows, _ = read_pinned(Lake.from_settings(spark, config.lake), TableRef.shared(table))
+    return rows

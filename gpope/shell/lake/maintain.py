@@ -1,0 +1,193 @@
+"""Table maintenance: compaction and vacuum that respect time travel and the manifests.
+
+:func:`maintain_lake` visits every Delta table of a local lake (or of one dataset) with
+``deltalake`` alone (no Spark, no JVM) and, per table:
+
+1. **skips** it when its latest commit belongs to an incomplete stage run (a killed or running
+   step, :mod:`gpope.shell.lake.manifest`): a compaction commit on top would make that half-written
+   output visible, and a vacuum could delete files the pinned version still reads;
+2. **compacts** small files (delta-rs ``OPTIMIZE``: a data-preserving rewrite; the table's content
+   and every older version stay as they were);
+3. **vacuums** files that were removed more than ``retention_hours`` ago, and files no commit ever
+   referenced (left by killed runs) once they are that old. Time travel therefore works for every
+   version younger than the retention; the version readers are pinned to is the latest (tables
+   where it is not are skipped, step 1). A retention shorter than the longest running job could
+   delete the files of a commit in progress: keep the default (``lake.retention_hours``, 168 h)
+   while jobs run;
+4. removes staging folders of killed runs (older than
+   :data:`~gpope.shell.lake.delta_rs.STALE_STAGING_HOURS`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpope.errors import ConfigError
+from gpope.shell.lake.base import decode_user_metadata_run
+from gpope.shell.lake.names import LAYERS, TableRef, check_name, local_root
+
+if TYPE_CHECKING:
+    from gpope.config import LakeSettings
+
+__all__ = ["TableMaintenance", "maintain_lake"]
+
+
+@dataclass(frozen=True)
+class TableMaintenance:
+    """What maintenance did to one table.
+
+    Attributes:
+        table: the table (``layer/dataset/table``).
+        version_before, version_after: latest version before and after.
+        files_before, files_after: live files before and after compaction.
+        vacuumed: files deleted by vacuum (listed but kept with ``dry_run``).
+        skipped: why the table was left alone, or None.
+    """
+
+    table: str
+    version_before: int
+    version_after: int
+    files_before: int
+    files_after: int
+    vacuumed: int
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """Every table visited by :func:`maintain_lake`."""
+
+    root: str
+    retention_hours: float
+    dry_run: bool
+    tables: list[TableMaintenance] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form for ``--json``."""
+        return {
+            "root": self.root,
+            "retention_hours": self.retention_hours,
+            "dry_run": self.dry_run,
+            "tables": [t.__dict__ for t in self.tables],
+            "seconds": self.seconds,
+        }
+
+    def summary(self) -> str:
+        """Human-readable lines."""
+        lines = [
+            f"maintain {self.root}: {len(self.tables)} tables, vacuum retention "
+            f"{self.retention_hours:g} h{' (dry run)' if self.dry_run else ''}"
+        ]
+        for t in self.tables:
+            if t.skipped:
+                lines.append(f"  {t.table}: skipped ({t.skipped})")
+            else:
+                lines.append(
+                    f"  {t.table}: files {t.files_before} -> {t.files_after}, version "
+                    f"{t.version_before} -> {t.version_after}, vacuumed {t.vacuumed} files"
+                )
+        return "\n".join(lines)
+
+
+def _tables(root: Path, dataset: str | None) -> list[tuple[TableRef, str]]:
+    """Every Delta table under ``root`` in the lake layout (``dataset``'s only, when given)."""
+    from deltalake import DeltaTable
+
+    found = []
+    for layer in LAYERS:
+        base = root / layer
+        if not base.is_dir():
+            continue
+        for entry in sorted(base.iterdir()):
+            if DeltaTable.is_deltatable(str(entry)):  # a shared table: <root>/gold/<table>
+                if dataset is None:
+                    found.append((TableRef(layer, entry.name), str(entry)))  # type: ignore[arg-type]
+                continue
+            if not entry.is_dir() or (dataset is not None and entry.name != dataset):
+                continue
+            for table in sorted(entry.iterdir()):
+                if DeltaTable.is_deltatable(str(table)):
+                    found.append((TableRef(layer, table.name, entry.name), str(table)))  # type: ignore[arg-type]
+    return found
+
+
+def maintain_lake(
+    settings: LakeSettings,
+    *,
+    retention_hours: float,
+    dataset: str | None = None,
+    dry_run: bool = False,
+    target_size: int | None = None,
+) -> MaintenanceReport:
+    """Compact and vacuum the Delta tables of a local lake (see the module docstring).
+
+    Args:
+        settings: the lake (a local directory).
+        retention_hours: keep files removed less than this long ago (time travel window), >= 0.
+        dataset: only this dataset's tables (default: every table, shared ones included).
+        dry_run: report what vacuum would delete, delete nothing, compact nothing.
+        target_size: compaction target file size in bytes (default: delta-rs's, 100 MB).
+
+    Raises:
+        ConfigError: not a local lake, or a negative retention.
+    """
+    from deltalake import DeltaTable
+
+    from gpope.shell.lake.delta_rs import STAGING_FOLDER, _remove_stale_staging
+    from gpope.shell.lake.manifest import PipelineRuns, pinned_version
+
+    start = time.perf_counter()
+    root = local_root(str(settings.root)) if settings.catalog is None else None
+    if root is None:
+        raise ConfigError(
+            f"gpope maintain works on a local lake directory; got {settings.root!r} "
+            f"(catalog {settings.catalog!r}). On Databricks use OPTIMIZE and VACUUM."
+        )
+    if not isinstance(retention_hours, int | float) or retention_hours < 0:
+        raise ConfigError(f"retention_hours must be >= 0; got {retention_hours!r}.")
+    if dataset is not None:
+        check_name("dataset", dataset)
+    committed = PipelineRuns(settings).committed()
+    report = []
+    for ref, path in _tables(root, dataset):
+        table = DeltaTable(path)
+        before = int(table.version())
+        history = [
+            (int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
+            for c in table.history()
+        ]
+        pinned = pinned_version(history, committed)
+        files_before = len(table.file_uris())
+        if pinned != before:
+            report.append(TableMaintenance(
+                str(ref), before, before, files_before, files_before, 0,
+                skipped=f"its latest commit belongs to an incomplete run; readers see version "
+                f"{pinned}. Re-run the stage that writes it, then maintain again",
+            ))  # fmt: skip
+            continue
+        if not dry_run and files_before > 1:
+            table.optimize.compact(target_size=target_size)
+            table = DeltaTable(path)
+        deleted = table.vacuum(
+            retention_hours=int(retention_hours),
+            dry_run=dry_run,
+            enforce_retention_duration=False,
+            full=True,
+        )
+        _remove_stale_staging(Path(path) / STAGING_FOLDER)
+        table = DeltaTable(path)
+        report.append(TableMaintenance(
+            str(ref), before, int(table.version()), files_before, len(table.file_uris()),
+            len(deleted),
+        ))  # fmt: skip
+    return MaintenanceReport(
+        root=str(root),
+        retention_hours=float(retention_hours),
+        dry_run=dry_run,
+        tables=report,
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,102 @@
+"""Bronze tables checked against their contract before ingest (issue 13.5).
+
+Raw tables are delivered by other tools, so their columns are checked here, once, per table:
+
+* a **missing** column, or a column whose type cannot hold the contract's values (a boolean
+  ``value``, an array ``time``...), stops ingest with one line naming the table, the column, the
+  expected and the found type (:class:`~gpope.errors.SchemaError`, exit status 2);
+* a type that converts without loss (``int`` for a ``double``, integral ``patient_id``) is cast;
+* a **string** column where the contract has a number or a timestamp is parsed row by row: a row
+  whose text does not parse is quarantined with the reason ``unparsable <column>`` and its raw
+  row as delivered (never a silent cast to null, never a whole-ingest abort); rows that parse are
+  used as usual (so ``"NaN"`` then fails the finite-value rule, with its own reason).
+
+:func:`conform_bronze` returns the contract's columns plus two private columns that
+:mod:`gpope.shell.pipeline.ingest_frames` uses: ``_unparsable`` (the reason, or null) and
+``_raw`` (the raw row as JSON for such rows).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpope.errors import SchemaError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["RAW_COLUMN", "UNPARSABLE_COLUMN", "conform_bronze", "unparsable_reason"]
+
+UNPARSABLE_COLUMN = "_unparsable"
+RAW_COLUMN = "_raw"
+_PARSED_TYPES = ("double", "timestamp")
+
+
+def unparsable_reason(column: str) -> str:
+    """The rejection reason of a value of ``column`` that does not parse."""
+    return f"unparsable {column}"
+
+
+def conform_bronze(df: DataFrame, table: str, location: str) -> DataFrame:
+    """``df`` with exactly the bronze contract's columns of ``table`` and the parse markers.
+
+    Args:
+        df: the bronze table as read.
+        table: ``observations``, ``treatments`` or ``outcomes``.
+        location: the table's name in messages (e.g. ``bronze/ward7/observations``).
+
+    Raises:
+        SchemaError: a contract column is missing or has a type that cannot hold its values.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    from gpope.shell.lake.contract import is_safe_cast
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    contract = TABLE_SCHEMAS[table]
+    have = {f.name: f.dataType for f in df.schema.fields}
+    columns, failures = [], []
+    for field in contract.fields:
+        expected = field.dataType.simpleString()
+        if field.name not in have:
+            raise SchemaError(
+                f"Bronze table {location}: column {field.name!r} is missing (expected "
+                f"{expected}); found columns {sorted(have)}. Deliver the column, then ingest again."
+            )
+        src = have[field.name]
+        found = src.simpleString()
+        col = F.col(f"`{field.name}`")
+        if found == expected:
+            columns.append(col.alias(field.name))
+        elif is_safe_cast(src, field.dataType) or (
+            expected == "string" and found in ("tinyint", "smallint", "int", "bigint")
+        ):
+            columns.append(col.cast(field.dataType).alias(field.name))
+        elif isinstance(src, StringType) and expected in _PARSED_TYPES:
+            parsed = col.try_cast(field.dataType)
+            columns.append(parsed.alias(field.name))
+            failures.append((col.isNotNull() & parsed.isNull(), unparsable_reason(field.name)))
+        else:
+            raise SchemaError(
+                f"Bronze table {location}: column {field.name!r} has type {found}, expected "
+                f"{expected} (a string column is parsed row by row; {found} cannot be). Fix the "
+                "delivery, then ingest again."
+            )
+    if failures:
+        reason = F.when(failures[0][0], F.lit(failures[0][1]))
+        for condition, text in failures[1:]:
+            reason = reason.when(condition, F.lit(text))
+        raw = F.to_json(
+            F.struct(*[F.col(f"`{f.name}`") for f in contract.fields]), {"ignoreNullFields": "false"}
+        )
+        return df.select(
+            *columns,
+            reason.alias(UNPARSABLE_COLUMN),
+            F.when(reason.isNotNull(), raw).alias(RAW_COLUMN),
+        )
+    return df.select(
+        *columns,
+        F.lit(None).cast("string").alias(UNPARSABLE_COLUMN),
+        F.lit(None).cast("string").alias(RAW_COLUMN),
+    )
