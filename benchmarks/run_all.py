@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "accounting_pld": "adaptive PLD grid: accuracy and time vs a fine grid",
     "stats_job": "Spark stats stage vs the in-memory numpy kernel (transitions/s)",
     "ssp_aggregate": "SSP noisy-statistics Spark aggregate vs an in-memory numpy sum",
+    "pipeline_scale": "whole pipeline per stage (Spark + Delta) vs single Arrow/numpy passes; peak RSS",
     "chain_reproduction": "wall time of the chain reproduction (all methods, 100 trials)",
 }
 

@@ -186,13 +186,18 @@ class PipelineRuns:
             details=dict(details or {}),
             created_at=datetime.now(UTC),
         )
-        row = self._arrow([manifest])
+        m = manifest
         if self._path is not None:
-            self._append_local(row)
+            self._append_local(self._arrow([manifest]))
         else:
             from gpope.shell.schemas import TABLE_SCHEMAS
 
-            df = self._spark.createDataFrame(row.to_pandas(), schema=TABLE_SCHEMAS[PIPELINE_RUNS])  # type: ignore[union-attr]
+            values = (m.run_id, m.stage, m.dataset, m.key, dict(m.tables),
+                      json.dumps(m.details, sort_keys=True, default=str),
+                      m.created_at.replace(tzinfo=None) if m.created_at else None)
+            df = self._spark.createDataFrame(  # type: ignore[union-attr]
+                [values], schema=TABLE_SCHEMAS[PIPELINE_RUNS]
+            )
             self._lake().write(df, TableRef.shared(PIPELINE_RUNS), mode="append")
         return manifest
 
