@@ -5,11 +5,13 @@ Spark wrote; Hive partition folders, min/max statistics, operation names, and `g
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -24,8 +26,8 @@ def _canonical(rows: list[dict]) -> list[str]:
     def value(v):
         if isinstance(v, float):
             return repr(v) if math.isfinite(v) else str(v)
-        if hasattr(v, "isoformat"):
-            return v.isoformat()
+        if isinstance(v, dt.datetime):  # Spark: naive local time; Arrow: aware UTC
+            return v.astimezone(dt.UTC).replace(tzinfo=None).isoformat()
         if isinstance(v, list | tuple):
             return [value(x) for x in v]
         return v
@@ -36,8 +38,7 @@ def _canonical(rows: list[dict]) -> list[str]:
 def _duckdb_rows(path: str, where: str = "") -> list[dict]:
     dataset = DeltaTable(path).to_pyarrow_dataset()  # noqa: F841 - DuckDB scans it by name
     con = duckdb.connect()
-    table = con.execute(f"SELECT * FROM dataset {where}").arrow()
-    return table.read_all().to_pylist() if hasattr(table, "read_all") else table.to_pylist()
+    return con.sql(f"SELECT * FROM dataset {where}").to_arrow_table().to_pylist()
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_partition_column_is_read_from_hive_folders_and_filters_work(pipeline_la
 def test_add_actions_carry_min_max_statistics_and_history_names_overwrites(pipeline_lake):
     _, lake = pipeline_lake
     path = lake.path(TableRef("silver", "transitions", "e"))
-    actions = DeltaTable(path).get_add_actions(flatten=True).to_pydict()
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
     assert all(n > 0 for n in actions["num_records"])
     assert min(actions["min.traj_index"]) == 0 and max(actions["max.traj_index"]) == 3
     assert all(v is not None for v in actions["max.reward"])

@@ -147,6 +147,11 @@ def maintain_lake(
             f"gpope maintain works on a local lake directory; got {settings.root!r} "
             f"(catalog {settings.catalog!r}). On Databricks use OPTIMIZE and VACUUM."
         )
+    if not root.is_dir():
+        raise ConfigError(
+            f"The lake root {str(root)!r} is {'a file' if root.exists() else 'missing'}; pass the "
+            "lake directory (--lake) whose tables to maintain."
+        )
     if not isinstance(retention_hours, int | float) or retention_hours < 0:
         raise ConfigError(f"retention_hours must be >= 0; got {retention_hours!r}.")
     if dataset is not None:
