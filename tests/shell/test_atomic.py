@@ -115,7 +115,7 @@ def test_kill_between_simulate_commits_leaves_the_previous_cohort(spark, lake_ro
 
 
 _RELEASE_SCRIPT = """
-import datetime as dt, sys
+import datetime, sys
 from gpope.config import GpopeConfig, LakeSettings, SparkSettings
 from gpope.shell.spark import get_spark
 from gpope.shell.pipeline.release import write_release
