@@ -27,6 +27,14 @@ YAML form::
     target_policy: {artifact: hiv_q_v1}   # or {kind: fixed_action, n_actions: 4, action: 3}
     reference_states:            # named public states, in the units of the state column
       unhealthy: [5.21, 0.70, 4.08, 1.66, 4.81, 1.38]
+    evaluation:                  # optional: publicly tuned solver settings (gpope tune --spec)
+      passes: 20
+      iterations: 20000
+      tuned: [{epsilon: 1.0, clip: 2.0e-4, step_size: 4.0}]
+      tuning: {patients: 2000, public_seed: 1}
+
+The ``evaluation:`` block is :class:`gpope.core.operating.EvaluationBlock`; it is not part of the
+spec id (it changes how statistics are used, not what they are).
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ _KEYS = (
     "policy_name",
     "importance_weight_bound",
     "reward_bounds",
+    "evaluation",
 )
 
 
@@ -119,6 +128,9 @@ class EvaluationSpec:
             no bound.
         reward_bounds: public range (lo, hi) of a raw reward (before ``reward_scale``); the stats
             stage clamps rewards outside it and counts them. None: no bound.
+        evaluation: the publicly tuned solver settings of ``gpope evaluate`` for this spec
+            (:class:`gpope.core.operating.EvaluationBlock`, written by ``gpope tune --spec``),
+            or None; not part of the spec id.
     """
 
     name: str
@@ -133,6 +145,7 @@ class EvaluationSpec:
     policy_name: str | None = None
     importance_weight_bound: float | None = None
     reward_bounds: tuple[float, float] | None = None
+    evaluation: Any = None
 
     def __post_init__(self) -> None:
         w, r = check_bounds("EvaluationSpec", self.importance_weight_bound, self.reward_bounds)
@@ -153,6 +166,14 @@ class EvaluationSpec:
         elif self.length_scale is not None:
             check_number("EvaluationSpec", "length_scale", self.length_scale, gt=0.0)
         check_number("EvaluationSpec", "reward_scale", self.reward_scale, gt=0.0)
+        if self.evaluation is not None:
+            from gpope.core.operating import EvaluationBlock
+
+            if not isinstance(self.evaluation, EvaluationBlock):
+                raise ConfigError(
+                    "The 'evaluation' parameter of EvaluationSpec must be an EvaluationBlock or "
+                    f"None. Got {type(self.evaluation).__name__} instead."
+                )
         n = getattr(self.feature_map, "n_features", None)
         if not isinstance(n, int) or n < 1 or not callable(self.feature_map):
             raise ConfigError(
@@ -257,6 +278,11 @@ class EvaluationSpec:
                 )
             reference_states.append((str(ref_name), tuple(state)))
         length_scale = data.get("length_scale")
+        evaluation = None
+        if data.get("evaluation") is not None:
+            from gpope.core.operating import EvaluationBlock
+
+            evaluation = EvaluationBlock.from_mapping(data["evaluation"], where=f"{where}.evaluation")
         try:
             return cls(
                 name=data["name"],
@@ -272,13 +298,14 @@ class EvaluationSpec:
                 importance_weight_bound=data.get("importance_weight_bound"),
                 reward_bounds=(None if data.get("reward_bounds") is None
                                else _pair(data["reward_bounds"])),
+                evaluation=evaluation,
             )
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
         """The plain, JSON-ready form; ``from_mapping(to_dict())`` gives an equal spec."""
-        return {
+        d = {
             "name": self.name,
             "domain": self.domain,
             "gamma": float(self.gamma),
@@ -292,6 +319,9 @@ class EvaluationSpec:
             "importance_weight_bound": self.importance_weight_bound,
             "reward_bounds": None if self.reward_bounds is None else list(self.reward_bounds),
         }
+        if self.evaluation is not None:
+            d["evaluation"] = self.evaluation.to_dict()
+        return d
 
     def statistics_key(self) -> dict[str, Any]:
         """The parts that determine the statistics (hashed into :attr:`spec_id`)."""

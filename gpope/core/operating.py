@@ -1,0 +1,358 @@
+"""The operating point of a private evaluation: compute budget, batch, steps, clip (all public).
+
+GPOPE's error at a given (epsilon, delta) is dominated by optimisation when it touches too few
+trajectories, so the compute budget is a first-class setting, stated in passes over the data:
+
+* **budget**: ``passes`` P = trajectories touched / m, and ``iterations`` N (noisy steps). With
+  Poisson sampling the rate is q = P / N (expected batch B = q m); the solver touches N q m = P m
+  trajectories in expectation. Instead of P one may give ``batch_rate`` q or ``batch_size`` B
+  (q = B / m); instead of N, P with q or B (N = ceil(P / q)). With uniform sampling (one
+  trajectory per step, the paper) N = ``iterations`` or ceil(P m). The paper's configuration is
+  ``sampling: uniform, iterations: 20000``.
+* **steps**: ``step_schedule: inverse`` with ``step_offset_fraction`` f gives beta_i =
+  eta / (i + f N); the steps sum to about eta ln((1 + f) / f).
+* **why this transfers across m**: at fixed (P, N, f, eta) the rate q = P / N, the noise multiplier
+  sigma (it depends only on q, N, epsilon, delta) and the step sequence are the same at every m,
+  so the iterates follow the same expected dynamics; only the batch B = q m grows with m, so the
+  sampling noise of each step and the privacy noise h sigma / (q m) of each averaged gradient
+  shrink like 1 / sqrt(m) and 1 / m: the error falls with m. N is set by the conditioning of the
+  problem (how many steps GTD2 needs), P by the compute one is willing to spend.
+* **clip and step size**: the privacy noise scales like h sigma(epsilon) / m, so the best clip h
+  and step size eta depend on (m, epsilon) mainly through m epsilon.
+
+The rule. ``gpope tune --spec FILE`` tunes (clip, step size) on a PUBLIC simulated cohort of
+m_pub trajectories at a grid of epsilons and stores one :class:`TunedPoint` per epsilon in the
+spec's ``evaluation:`` block (with the cohort's seed, size and grid under ``tuning``). An evaluation
+at (m, epsilon) uses the tuned point whose m_pub epsilon_k is nearest to m epsilon on a log scale
+(:meth:`EvaluationBlock.select`); P, N, f, sampling and averaging are the block's fixed settings.
+
+Layers. Settings come from the command line (or the caller), then the spec's block, then the
+configuration's ``evaluation:`` section (:func:`merge_layers`): the first layer that sets a key
+wins, except that the budget keys (P, N, q, B) are taken together while they stay consistent
+(at most two, never both q and B), and ``step_offset_fraction`` / ``step_offset`` as a pair.
+
+Everything here is public configuration: nothing is computed from private data (m is public).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from gpope.core.validation import check_choice, check_int, check_number
+from gpope.errors import ConfigError
+
+__all__ = [
+    "BUDGET_KEYS",
+    "OFFSET_KEYS",
+    "SOLVER_KEYS",
+    "EvaluationBlock",
+    "TunedPoint",
+    "merge_layers",
+    "resolve_budget",
+    "resolve_step_offset",
+]
+
+#: Solver settings an ``evaluation:`` block (and ``gpope evaluate``'s flags) may set.
+SOLVER_KEYS = (
+    "sampling",
+    "accountant",
+    "passes",
+    "batch_size",
+    "iterations",
+    "batch_rate",
+    "clip",
+    "step_size",
+    "step_schedule",
+    "step_offset",
+    "step_offset_fraction",
+    "averaging",
+    "tail_fraction",
+)
+#: The budget keys: any two determine (N, q), except batch_rate with batch_size.
+BUDGET_KEYS = ("passes", "iterations", "batch_rate", "batch_size")
+#: Alternatives: the first layer that sets either decides both.
+OFFSET_KEYS = ("step_offset_fraction", "step_offset")
+
+
+def _budget_ok(keys: set[str]) -> bool:
+    return len(keys) <= 2 and not {"batch_rate", "batch_size"} <= keys
+
+
+def merge_layers(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Merge setting layers, highest precedence first (see the module docstring).
+
+    None values mean "not set". Returns the merged settings (keys set by some layer only).
+    """
+    out: dict[str, Any] = {}
+    budget: set[str] = set()
+    offset_done = False
+    for layer in layers:
+        items = {k: v for k, v in layer.items() if v is not None}
+        for k, v in items.items():
+            if k in BUDGET_KEYS:
+                if k not in budget and _budget_ok(budget | {k}):
+                    budget.add(k)
+                    out[k] = v
+            elif k in OFFSET_KEYS:
+                continue
+            elif k not in out:
+                out[k] = v
+        if not offset_done and any(k in items for k in OFFSET_KEYS):
+            for k in OFFSET_KEYS:
+                if k in items:
+                    out[k] = items[k]
+            offset_done = True
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunedPoint:
+    """(clip, step size) tuned on public data at one epsilon for a cohort of ``m`` trajectories.
+
+    Attributes:
+        epsilon: the epsilon tuned at (> 0).
+        clip: h > 0.
+        step_size: eta > 0.
+        score: the tuning criterion at the winner (median relative MSPBE on public data), or None.
+    """
+
+    epsilon: float
+    clip: float
+    step_size: float
+    score: float | None = None
+
+    def __post_init__(self) -> None:
+        o = "TunedPoint"
+        object.__setattr__(self, "epsilon", check_number(o, "epsilon", self.epsilon, gt=0.0))
+        object.__setattr__(self, "clip", check_number(o, "clip", self.clip, gt=0.0))
+        object.__setattr__(self, "step_size", check_number(o, "step_size", self.step_size, gt=0.0))
+        if self.score is not None:
+            object.__setattr__(self, "score", float(self.score))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form (YAML/JSON)."""
+        d: dict[str, Any] = {"epsilon": self.epsilon, "clip": self.clip,
+                             "step_size": self.step_size}
+        if self.score is not None:
+            d["score"] = round(self.score, 6)
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationBlock:
+    """The ``evaluation:`` block of a spec: publicly tuned solver settings (None = not set here).
+
+    Attributes:
+        sampling, accountant, passes, batch_size, iterations, batch_rate, clip, step_size,
+        step_schedule, step_offset, step_offset_fraction, averaging, tail_fraction: solver
+            settings (see the module docstring for the budget and schedule rule). ``clip`` and
+            ``step_size`` apply when no tuned point does.
+        tuned: per-epsilon (clip, step size) tuned at ``tuning['patients']`` public trajectories.
+        tuning: provenance of the tuning (public seed, cohort size, grid, criterion...): recorded,
+            never interpreted except ``patients`` (m_pub of :meth:`select`).
+    """
+
+    sampling: str | None = None
+    accountant: str | None = None
+    passes: float | None = None
+    batch_size: float | None = None
+    iterations: int | None = None
+    batch_rate: float | None = None
+    clip: float | None = None
+    step_size: float | None = None
+    step_schedule: str | None = None
+    step_offset: float | None = None
+    step_offset_fraction: float | None = None
+    averaging: str | None = None
+    tail_fraction: float | None = None
+    tuned: tuple[TunedPoint, ...] = ()
+    tuning: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        o = "evaluation"
+        set_ = object.__setattr__
+        if self.sampling is not None:
+            check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
+        if self.accountant is not None:
+            check_choice(o, "accountant", self.accountant, ("auto", "paper", "rdp", "pld"))
+        if self.step_schedule is not None:
+            check_choice(o, "step_schedule", self.step_schedule, ("constant", "inverse"))
+        if self.averaging is not None:
+            check_choice(o, "averaging", self.averaging, ("none", "uniform", "tail"))
+        set_(self, "passes", check_number(o, "passes", self.passes, gt=0.0, allow_none=True))
+        set_(self, "batch_size",
+             check_number(o, "batch_size", self.batch_size, ge=1.0, allow_none=True))
+        set_(self, "iterations", check_int(o, "iterations", self.iterations, ge=1, allow_none=True))
+        set_(self, "batch_rate",
+             check_number(o, "batch_rate", self.batch_rate, gt=0.0, le=1.0, allow_none=True))
+        set_(self, "clip", check_number(o, "clip", self.clip, gt=0.0, allow_none=True))
+        set_(self, "step_size", check_number(o, "step_size", self.step_size, gt=0.0, allow_none=True))
+        set_(self, "step_offset",
+             check_number(o, "step_offset", self.step_offset, ge=0.0, allow_none=True))
+        set_(self, "step_offset_fraction", check_number(
+            o, "step_offset_fraction", self.step_offset_fraction, ge=0.0, allow_none=True))
+        set_(self, "tail_fraction", check_number(
+            o, "tail_fraction", self.tail_fraction, gt=0.0, le=1.0, allow_none=True))
+        budget = {k for k in BUDGET_KEYS if getattr(self, k) is not None}
+        if not _budget_ok(budget):
+            raise ConfigError(
+                "The evaluation block over-determines the budget: give at most two of passes, "
+                "iterations, batch_rate, batch_size, and not both batch_rate and batch_size "
+                f"(see gpope.core.operating). Got {sorted(budget)}."
+            )
+        if self.step_offset is not None and self.step_offset_fraction is not None:
+            raise ConfigError(
+                "The evaluation block sets both 'step_offset' and 'step_offset_fraction'; they "
+                "are alternatives. Keep one."
+            )
+        set_(self, "tuned", tuple(sorted(self.tuned, key=lambda p: p.epsilon)))
+        if len({p.epsilon for p in self.tuned}) != len(self.tuned):
+            raise ConfigError("evaluation.tuned lists an epsilon twice; keep one point per epsilon.")
+        if self.tuned and self.public_size is None:
+            raise ConfigError(
+                "evaluation.tuned needs evaluation.tuning.patients (the public cohort size the "
+                "points were tuned at); re-run `gpope tune --spec FILE`."
+            )
+
+    @property
+    def public_size(self) -> int | None:
+        """m_pub, the public cohort size of the tuned points (None when not recorded)."""
+        v = self.tuning.get("patients") if isinstance(self.tuning, Mapping) else None
+        return None if v is None else int(v)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, where: str = "evaluation") -> EvaluationBlock:
+        """Build from the YAML form; unknown keys raise ConfigError naming ``where``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a mapping. Got {data!r} instead.")
+        valid = (*SOLVER_KEYS, "tuned", "tuning")
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}.")
+        kwargs: dict[str, Any] = {k: data[k] for k in SOLVER_KEYS if data.get(k) is not None}
+        tuned = data.get("tuned") or []
+        if not isinstance(tuned, list):
+            raise ConfigError(f"{where}.tuned must be a list of {{epsilon, clip, step_size}}.")
+        points = []
+        for i, p in enumerate(tuned):
+            if not isinstance(p, Mapping) or not {"epsilon", "clip", "step_size"} <= set(p):
+                raise ConfigError(
+                    f"{where}.tuned[{i}] must be a mapping with epsilon, clip and step_size. "
+                    f"Got {p!r} instead."
+                )
+            extra = sorted(set(p) - {"epsilon", "clip", "step_size", "score"})
+            if extra:
+                raise ConfigError(f"Unknown key(s) {extra} in {where}.tuned[{i}].")
+            points.append(TunedPoint(**{k: p[k] for k in p}))
+        tuning = data.get("tuning") or {}
+        if not isinstance(tuning, Mapping):
+            raise ConfigError(f"{where}.tuning must be a mapping. Got {tuning!r} instead.")
+        try:
+            return cls(**kwargs, tuned=tuple(points), tuning=dict(tuning))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form; ``from_mapping(to_dict())`` gives an equal block."""
+        d: dict[str, Any] = {k: getattr(self, k) for k in SOLVER_KEYS if getattr(self, k) is not None}
+        if self.tuned:
+            d["tuned"] = [p.to_dict() for p in self.tuned]
+        if self.tuning:
+            d["tuning"] = dict(self.tuning)
+        return d
+
+    # ------------------------------------------------------------------ the rule
+    def select(self, m: int, epsilon: float) -> tuple[dict[str, Any], TunedPoint | None]:
+        """The block's settings for an evaluation of m trajectories at ``epsilon``.
+
+        Returns:
+            (settings set by the block, with clip and step_size of the tuned point whose
+            m_pub epsilon_k is nearest to m epsilon on a log scale; the point or None).
+        """
+        m = check_int("EvaluationBlock.select", "m", m, ge=1)
+        epsilon = check_number("EvaluationBlock.select", "epsilon", epsilon, gt=0.0)
+        out = {k: getattr(self, k) for k in SOLVER_KEYS if getattr(self, k) is not None}
+        point = None
+        if self.tuned:
+            target = math.log(m * epsilon)
+            m_pub = float(self.public_size)  # type: ignore[arg-type]
+            point = min(self.tuned, key=lambda p: (abs(math.log(m_pub * p.epsilon) - target),
+                                                   p.epsilon))
+            out["clip"] = point.clip
+            out["step_size"] = point.step_size
+        return out, point
+
+
+def resolve_budget(
+    *,
+    m: int,
+    sampling: str,
+    passes: float | None,
+    batch_size: float | None,
+    iterations: int | None,
+    batch_rate: float | None,
+) -> tuple[int, float | None]:
+    """(N, q) of a run from the budget settings (see the module docstring).
+
+    Poisson: with N = ``iterations``: q = P / N, else ``batch_rate``, else B / m, else 1 / m;
+    without N: q = ``batch_rate`` or B / m, N = ceil(P / q). q is capped at 1. Uniform: q = None,
+    N = ``iterations`` or ceil(P m).
+
+    Raises:
+        ConfigError: no N and no P; P without a batch setting and without N; a batch setting
+            with uniform sampling.
+    """
+    m = check_int("resolve_budget", "m", m, ge=1)
+    check_choice("resolve_budget", "sampling", sampling, ("uniform", "poisson"))
+    if iterations is None and passes is None:
+        raise ConfigError(
+            "The run's compute budget is not set: give 'passes' (trajectories touched / m) and/or "
+            "'iterations' (N) in the spec's evaluation: block, the configuration or on the "
+            "command line (--passes / --iterations)."
+        )
+    N = None if iterations is None else check_int("resolve_budget", "iterations", iterations, ge=1)
+    P = None if passes is None else check_number("resolve_budget", "passes", passes, gt=0.0)
+    if sampling == "uniform":
+        if batch_rate is not None or batch_size is not None:
+            raise ConfigError(
+                "'batch_rate' / 'batch_size' apply only to sampling 'poisson' (uniform sampling "
+                f"draws one trajectory per step). Got batch_rate={batch_rate!r}, "
+                f"batch_size={batch_size!r}."
+            )
+        return (N if N is not None else max(1, math.ceil(P * m - 1e-9))), None  # type: ignore[operator]
+    if batch_rate is not None:
+        q = check_number("resolve_budget", "batch_rate", batch_rate, gt=0.0, le=1.0)
+    elif batch_size is not None:
+        q = min(1.0, check_number("resolve_budget", "batch_size", batch_size, ge=1.0) / m)
+    else:
+        q = None
+    if N is not None:
+        if P is not None:
+            q = min(1.0, P / N)
+        return N, (q if q is not None else 1.0 / m)
+    if q is None:
+        raise ConfigError(
+            f"'passes' ({P}) alone does not fix the Poisson batch: also give 'iterations' (then "
+            "q = passes / iterations), 'batch_rate' or 'batch_size'."
+        )
+    return max(1, math.ceil(P / q - 1e-9)), q  # type: ignore[operator]
+
+
+def resolve_step_offset(
+    *, iterations: int, step_offset: float | None, step_offset_fraction: float | None
+) -> float:
+    """i0 of the inverse schedule: ``step_offset_fraction`` N if given, else ``step_offset``
+    (default 1)."""
+    if step_offset_fraction is not None:
+        return float(check_number("resolve_step_offset", "step_offset_fraction",
+                                  step_offset_fraction, ge=0.0)) * int(iterations)
+    return 1.0 if step_offset is None else float(step_offset)
+
+
+def block_fields() -> tuple[str, ...]:
+    """Names of :class:`EvaluationBlock`'s fields (for tests and docs)."""
+    return tuple(f.name for f in fields(EvaluationBlock))
