@@ -165,16 +165,26 @@ class PrivateTuningConf:
 
 @dataclass(frozen=True)
 class EvaluationSettings:
-    """Defaults of ``gpope evaluate`` (public hyperparameters, never derived from private data)."""
+    """Fallback settings of ``gpope evaluate`` (public, never derived from private data).
 
-    iterations: int = 20000
+    The solver settings here apply only where neither the command line nor the spec's
+    ``evaluation:`` block (written by ``gpope tune --spec``) sets them; see
+    :mod:`gpope.core.operating` for the budget rule (passes, iterations, batch) and the layers.
+    The generic clip and step size suit no particular spec: tune the spec instead.
+    """
+
+    passes: float | None = 20.0
+    iterations: int | None = 20000
+    batch_rate: float | None = None
+    batch_size: float | None = None
     clip: float = 1.0
     step_size: float = 0.5
-    step_schedule: Literal["constant", "inverse"] = "constant"
-    step_offset: float = 1.0
+    step_schedule: Literal["constant", "inverse"] = "inverse"
+    step_offset: float | None = None
+    step_offset_fraction: float | None = 0.1
     averaging: Literal["none", "uniform", "tail"] = "tail"
+    tail_fraction: float = 0.5
     sampling: Literal["uniform", "poisson"] = "poisson"
-    batch_rate: float | None = None
     accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
     trace_every: int | None = None
     in_memory_limit_mb: int = 1024
@@ -190,6 +200,7 @@ class EvaluationSettings:
     noise_grid: float | None = None
 
     def __post_init__(self) -> None:
+        from gpope.core.operating import EvaluationBlock
         from gpope.core.validation import check_choice, check_number
 
         if not isinstance(self.secure_noise, bool):
@@ -206,9 +217,16 @@ class EvaluationSettings:
         check_int("EvaluationSettings", "ssp_groups", self.ssp_groups, ge=2)
         check_number("EvaluationSettings", "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number("EvaluationSettings", "ci_level", self.ci_level, gt=0.0, lt=1.0)
-        check_int("EvaluationSettings", "iterations", self.iterations, ge=1)
+        check_int("EvaluationSettings", "iterations", self.iterations, ge=1, allow_none=True)
         check_int("EvaluationSettings", "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
         check_int("EvaluationSettings", "trace_every", self.trace_every, ge=1, allow_none=True)
+        EvaluationBlock(**self.solver_settings())  # same validation as a spec's block
+
+    def solver_settings(self) -> dict[str, Any]:
+        """The solver keys of this section (None = not set), as an evaluation-block mapping."""
+        from gpope.core.operating import SOLVER_KEYS
+
+        return {k: getattr(self, k) for k in SOLVER_KEYS}
 
 
 @dataclass(frozen=True)

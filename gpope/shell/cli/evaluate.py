@@ -9,18 +9,28 @@ from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
 
 def add_solver_options(parser: argparse.ArgumentParser) -> None:
     """Options of the private solver; unset ones take ``evaluation:`` of --conf."""
-    g = parser.add_argument_group("solver (public settings; defaults from 'evaluation:' in --conf)")
+    g = parser.add_argument_group(
+        "solver (public settings; unset ones come from the spec's evaluation: block, written by "
+        "`gpope tune --spec`, then from 'evaluation:' in --conf)")
+    g.add_argument("--passes", type=float, default=None,
+                   help="compute budget: trajectories touched / m (Poisson q = passes / N)")
     g.add_argument("--iterations", type=int, default=None, help="N, number of noisy steps")
+    g.add_argument("--batch-rate", type=float, default=None, help="Poisson rate q")
+    g.add_argument("--batch-size", type=float, default=None,
+                   help="expected Poisson batch q m (alternative to --batch-rate)")
     g.add_argument("--clip", type=float, default=None, help="L2 clip bound h of each gradient")
     g.add_argument("--step-size", type=float, default=None, help="eta")
     g.add_argument("--step-schedule", choices=("constant", "inverse"), default=None,
-                   help="constant eta, or eta / (i + step_offset)")
-    g.add_argument("--step-offset", type=float, default=None, help="i0 of the inverse schedule")
+                   help="constant eta, or eta / (i + i0)")
+    g.add_argument("--step-offset", type=float, default=None, help="absolute i0 of the inverse schedule")
+    g.add_argument("--step-offset-fraction", type=float, default=None,
+                   help="i0 = fraction * N (alternative to --step-offset)")
     g.add_argument("--averaging", choices=("none", "uniform", "tail"), default=None,
                    help="iterate averaging (post-processing, free)")
+    g.add_argument("--tail-fraction", type=float, default=None,
+                   help="fraction of the last iterates averaged with --averaging tail")
     g.add_argument("--sampling", choices=("uniform", "poisson"), default=None,
                    help="uniform: one trajectory per step (the paper); poisson: rate q")
-    g.add_argument("--batch-rate", type=float, default=None, help="Poisson rate q (default 1/m)")
     g.add_argument("--accountant", choices=("auto", "paper", "rdp", "pld"), default=None,
                    help="auto: tightest rigorous one for the sampling; paper: reproduction only")
     g.add_argument("--trace-every", type=int, default=None,
@@ -101,14 +111,18 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         settings,
         epsilon=args.epsilon,
         delta=args.delta,
+        passes=args.passes,
         iterations=args.iterations,
+        batch_rate=args.batch_rate,
+        batch_size=args.batch_size,
         clip=args.clip,
         step_size=args.step_size,
         step_schedule=args.step_schedule,
         step_offset=args.step_offset,
+        step_offset_fraction=args.step_offset_fraction,
         averaging=args.averaging,
+        tail_fraction=args.tail_fraction,
         sampling=args.sampling,
-        batch_rate=args.batch_rate,
         accountant=args.accountant,
         trace_every=args.trace_every,
         estimator=args.estimator,

@@ -22,12 +22,10 @@ Design choices (stated in the summary too):
   infinite sum). The reference states are public, from the simulator: the common start state of
   every patient and the state after 20 decisions of the target policy from it; both lie inside
   the state distribution of the recorded data.
-* **Evaluation settings.** Clip, step size, batch rate, iterations and averaging are
-  :data:`DEMO_EVALUATION`, chosen on a separate PUBLIC simulated cohort
-  (``benchmarks/tune_hiv_demo.py``, public seed 1), never on the demo's data; the configuration's
-  generic ``evaluation:`` defaults (clip 1) are far from the scale of this spec's gradients
-  (~3e-4), where the noise would swamp the signal. The accountant and the in-memory limit still
-  come from the configuration.
+* **Evaluation settings.** Clip, step size, budget (passes, iterations), schedule and averaging
+  come from the ``evaluation:`` block of ``conf/specs/hiv_demo.yaml``, written by
+  ``gpope tune --spec conf/specs/hiv_demo.yaml`` on a separate PUBLIC simulated cohort (its seed,
+  size and grid are recorded in the block), never on the demo's data. Nothing is tuned in code.
 * **Repeated runs.** Every demo run simulates a NEW cohort, so it writes a new dataset
   ``hiv_demo_<UTC time>_<random>`` with its own (default) budget: a second run never fails on
   the budget of the first, and the ledger never mixes spends of different cohorts. Pass
@@ -52,55 +50,18 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["DEMO_EVALUATION", "DEMO_SPEC_YAML", "DemoOptions", "DemoReport", "demo_spec", "run_demo"]
+__all__ = ["DEMO_SPEC_PATH", "DemoOptions", "DemoReport", "demo_spec", "run_demo"]
 
-#: The demo's evaluation spec (identical to conf/specs/hiv_demo.yaml; a test checks it), embedded
-#: so that ``gpope demo`` runs from an installed wheel without the repository's conf/.
-DEMO_SPEC_YAML = """\
-name: hiv_demo
-domain: hiv
-gamma: 0.9
-normalization: transition
-length_scale: 200
-reward_scale: 1.0e-8
-feature_map:
-  kind: fourier
-  order: 2
-  low: [4.0, -1.0, 0.0, -0.5, 1.0, 1.0]
-  high: [6.5, 3.5, 5.5, 3.0, 6.5, 4.0]
-  max_coupling: 1
-target_policy:
-  artifact: hiv_q_v1
-reference_states:
-  unhealthy_start: [5.213712, 0.698970, 4.077186, 1.662758, 4.805630, 1.380211]
-  target_day100: [5.827286, 2.001707, 2.933520, 1.586661, 3.525691, 2.652370]
-"""
+#: The demo's evaluation spec (with its publicly tuned ``evaluation:`` block), looked up in the
+#: working directory, then the bundle / repository root (:func:`~gpope.shell.pipeline.jobargs.resolve_path`).
+DEMO_SPEC_PATH = "conf/specs/hiv_demo.yaml"
 
 
-#: Public GPOPE settings of the demo, tuned on PUBLIC simulated data only: a behaviour cohort of
-#: 2000 patients x 40 decisions from public seed 1 (independent of the demo's cohort and of the
-#: MSPBE cohort, PUBLIC_SEED), epsilon 1, delta 1e-5, grid in benchmarks/tune_hiv_demo.py
-#: (``.venv/bin/python benchmarks/tune_hiv_demo.py --seed 1``): median relative MSPBE ~0.02 there.
-#: The clip is below the median per-trajectory gradient norm (~2.8e-4) at the public LSTD solution.
-DEMO_EVALUATION: dict[str, Any] = {
-    "iterations": 20000,
-    "clip": 2.0e-4,
-    "step_size": 4.0,
-    "step_schedule": "constant",
-    "averaging": "tail",
-    "tail_fraction": 0.5,
-    "sampling": "poisson",
-    "batch_rate": 0.01,
-}
+def demo_spec(path: str = DEMO_SPEC_PATH) -> EvaluationSpec:
+    """The demo spec (conf/specs/hiv_demo.yaml unless ``path`` says otherwise)."""
+    from gpope.shell.pipeline.jobargs import load_spec
 
-
-def demo_spec() -> EvaluationSpec:
-    """The embedded demo spec."""
-    import yaml
-
-    from gpope.core.spec import EvaluationSpec
-
-    return EvaluationSpec.from_mapping(yaml.safe_load(DEMO_SPEC_YAML), where="demo spec")
+    return load_spec(path)
 
 
 @dataclass(frozen=True)
@@ -113,7 +74,8 @@ class DemoOptions:
         epsilon, delta: the evaluation's privacy spend.
         dataset: dataset name; None: a fresh ``hiv_demo_<time>_<random>`` per run.
         seed: simulation seed (None: OS entropy). The evaluation itself always uses OS entropy.
-        iterations: GPOPE steps (None: ``DEMO_EVALUATION["iterations"]``).
+        iterations: GPOPE steps (None: the spec's evaluation: block).
+        spec: the spec file (default conf/specs/hiv_demo.yaml).
         public_trajectories: public simulated cohort for MSPBE (the same definition as
             `gpope evaluate`: simulator-default episode length, public seed).
         progress: show progress bars.
@@ -128,6 +90,7 @@ class DemoOptions:
     iterations: int | None = None
     public_trajectories: int = 100  # = public.PUBLIC_TRAJECTORIES: the cohort of `gpope evaluate`
     progress: bool = True
+    spec: str = DEMO_SPEC_PATH
 
     def __post_init__(self) -> None:
         check_int("DemoOptions", "patients", self.patients, ge=2)
@@ -195,6 +158,7 @@ class DemoReport:
             f"  {'state':<20} {'GPOPE (released)':>18} {'Monte Carlo truth':>18} "
             f"{'LSTD [non-private diagnostic]':>30}",
         ]
+        lines += [f"  {w}" for w in ev.get("warnings") or []]
         for name, value in ev["reference_values"].items():
             lines.append(
                 f"  {name:<20} {value:>18.4g} {self.ground_truth.get(name, float('nan')):>18.4g} "
@@ -237,7 +201,7 @@ def run_demo(
     from gpope.shell.pipeline.stats import run_stats
     from gpope.shell.tracking import resolve_tracking_uri
 
-    spec = demo_spec()
+    spec = demo_spec(options.spec)
     dataset = options.dataset or (
         f"hiv_demo_{datetime.now(UTC):%Y%m%d_%H%M%S}_{secrets.token_hex(2)}"
     )
@@ -260,14 +224,14 @@ def run_demo(
     timed("stats", lambda: run_stats(spark, config, dataset=dataset, spec=spec))
     eval_options = EvaluateOptions.from_settings(
         config.evaluation,
-        **{**DEMO_EVALUATION, "iterations": options.iterations or DEMO_EVALUATION["iterations"]},
+        iterations=options.iterations,
         epsilon=options.epsilon, delta=options.delta, private_diagnostics=True,
         public_trajectories=options.public_trajectories,
     )
     truth = timed("ground truth", lambda: _ground_truth(spec))
     evaluation = timed("evaluate", lambda: run_evaluate(
         spark, config, dataset=dataset, spec=spec, options=eval_options,
-        tracking_uri=tracking_uri, spec_text=DEMO_SPEC_YAML, truth=truth,
+        tracking_uri=tracking_uri, spec_text=_spec_text(options.spec), truth=truth,
     ))
     relative = evaluation.public_relative_mspbe
     tables = {
@@ -290,7 +254,8 @@ def run_demo(
         "public, from the simulator, inside the data's state distribution: every patient's start "
         "state and the state after 20 target-policy decisions (100 days) from it.",
         "evaluation settings (clip, step size, batch rate, iterations, averaging) were chosen on a "
-        "separate PUBLIC simulated cohort (benchmarks/tune_hiv_demo.py, public seed 1), never on "
+        "separate PUBLIC simulated cohort (the spec's evaluation: block, written by `gpope tune "
+        "--spec`; seed, size and grid recorded there), never on "
         "this cohort; the relative MSPBE divides by MSPBE(theta = 0) on the public MSPBE cohort.",
         f"a fresh dataset name per demo run ({dataset}): each run simulates a new cohort with its "
         "own privacy budget, so repeated runs never exhaust a budget.",
@@ -326,3 +291,10 @@ def _ground_truth(spec: EvaluationSpec) -> dict[str, float]:
         gamma=spec.gamma, n_steps=_TRUTH_STEPS,
     )
     return {k: float(v) for k, v in zip(spec.reference_names, values, strict=True)}
+
+
+def _spec_text(path: str) -> str:
+    from gpope.shell.pipeline.jobargs import resolve_path
+
+    return resolve_path(path).read_text()
+

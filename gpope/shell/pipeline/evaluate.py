@@ -58,14 +58,21 @@ Path_ = Literal["auto", "memory", "stream"]
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateOptions:
-    """Public settings of one private evaluation (defaults from ``evaluation:`` in conf).
+    """Public settings of one private evaluation.
+
+    Solver settings left None are filled by :meth:`resolve` (called by :func:`run_evaluate` once
+    the public m is known) from the spec's ``evaluation:`` block (publicly tuned, ``gpope tune
+    --spec``), then the configuration's ``evaluation:`` section: command line > spec > conf (the
+    layers and the budget rule: :mod:`gpope.core.operating`).
 
     Attributes:
         epsilon, delta: the privacy spend of the run (reserved in the ledger).
-        iterations, clip, step_size, step_schedule, step_offset, averaging, tail_fraction,
-        sampling, batch_rate (None: 1/m for Poisson), accountant, trace_every: solver settings.
+        passes, iterations, batch_rate, batch_size: the compute budget (trajectories touched / m,
+            noisy steps N, Poisson rate q or expected batch q m).
+        clip, step_size, step_schedule, step_offset, step_offset_fraction, averaging,
+        tail_fraction, sampling, accountant, trace_every: solver settings.
         seed: None (OS entropy: private) or an int (reproducible, NOT private).
-        in_memory_limit_mb: statistics larger than this are streamed from Spark.
+        in_memory_limit_mb: statistics larger than this are streamed from Spark (None: conf).
         path: "auto" (by size), "memory" or "stream" (forced; tests and benchmarks).
         private_diagnostics: also log MSPBE/LSTD of the private statistics, tagged private.
         public_trajectories: size of the fresh public cohort simulated for MSPBE (specs with a
@@ -91,19 +98,22 @@ class EvaluateOptions:
 
     epsilon: float
     delta: float
-    iterations: int = 20000
-    clip: float = 1.0
-    step_size: float = 0.5
-    step_schedule: Literal["constant", "inverse"] = "constant"
-    step_offset: float = 1.0
-    averaging: Literal["none", "uniform", "tail"] = "tail"
-    tail_fraction: float = 0.5
-    sampling: Literal["uniform", "poisson"] = "poisson"
+    passes: float | None = None
+    iterations: int | None = None
     batch_rate: float | None = None
-    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
+    batch_size: float | None = None
+    clip: float | None = None
+    step_size: float | None = None
+    step_schedule: Literal["constant", "inverse"] | None = None
+    step_offset: float | None = None
+    step_offset_fraction: float | None = None
+    averaging: Literal["none", "uniform", "tail"] | None = None
+    tail_fraction: float | None = None
+    sampling: Literal["uniform", "poisson"] | None = None
+    accountant: Literal["auto", "paper", "rdp", "pld"] | None = None
     trace_every: int | None = None
     seed: int | None = None
-    in_memory_limit_mb: int = 1024
+    in_memory_limit_mb: int | None = None
     path: Path_ = "auto"
     private_diagnostics: bool = False
     public_trajectories: int = 100  # = public.PUBLIC_TRAJECTORIES (the demo uses the same cohort)
@@ -121,6 +131,8 @@ class EvaluateOptions:
     noise_grid: float | None = None
 
     def __post_init__(self) -> None:
+        from gpope.core.operating import SOLVER_KEYS, EvaluationBlock
+
         o = "EvaluateOptions"
         if self.secure_noise:
             from gpope.core.secure_noise import check_no_seed
@@ -147,26 +159,107 @@ class EvaluateOptions:
         check_int(o, "clip_trajectories", self.clip_trajectories, ge=0)
         check_number(o, "epsilon", self.epsilon, gt=0.0)
         check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
-        check_int(o, "iterations", self.iterations, ge=1)
-        check_number(o, "clip", self.clip, gt=0.0)
+        check_int(o, "iterations", self.iterations, ge=1, allow_none=True)
+        check_number(o, "clip", self.clip, gt=0.0, allow_none=True)
         check_choice(o, "path", self.path, ("auto", "memory", "stream"))
-        check_int(o, "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
+        check_int(o, "in_memory_limit_mb", self.in_memory_limit_mb, ge=1, allow_none=True)
         check_int(o, "public_trajectories", self.public_trajectories, ge=0)
         check_int(o, "rows_per_fetch", self.rows_per_fetch, ge=1)
         check_int(o, "seed", self.seed, ge=0, allow_none=True)
         check_int(o, "trace_every", self.trace_every, ge=1, allow_none=True)
+        given = {k: getattr(self, k) for k in SOLVER_KEYS if getattr(self, k) is not None}
+        try:  # the same checks as a spec's block (ranges, choices)...
+            EvaluationBlock(**{k: v for k, v in given.items()
+                               if k not in ("passes", "iterations", "batch_rate", "batch_size",
+                                            "step_offset", "step_offset_fraction")})
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("evaluation", o, 1)) from exc
 
     @classmethod
-    def from_settings(cls, settings: EvaluationSettings, **overrides: Any) -> EvaluateOptions:
+    def from_settings(cls, settings: EvaluationSettings | None = None, **overrides: Any
+                      ) -> EvaluateOptions:
         """Options from the configuration's ``evaluation:`` section, then ``overrides`` (None
-        values are ignored)."""
-        base = {
-            f.name: getattr(settings, f.name)
-            for f in dataclasses.fields(cls)
-            if hasattr(settings, f.name)
-        }
+        values are ignored).
+
+        The SOLVER settings of ``settings`` (:data:`gpope.core.operating.SOLVER_KEYS`) are NOT
+        copied: :meth:`resolve` applies them as the lowest layer, below the spec's
+        ``evaluation:`` block. Its other settings (estimator, intervals, memory...) are copied.
+        """
+        from gpope.core.operating import SOLVER_KEYS
+
+        base: dict[str, Any] = {}
+        if settings is not None:
+            base = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)
+                    if hasattr(settings, f.name) and f.name not in SOLVER_KEYS}
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
+
+    @property
+    def resolved(self) -> bool:
+        """True once :meth:`resolve` filled every solver setting."""
+        return self.iterations is not None and self.clip is not None and self.sampling is not None
+
+    def resolve(self, *, m: int, spec: EvaluationSpec, settings: EvaluationSettings
+                ) -> tuple[EvaluateOptions, dict[str, Any]]:
+        """Concrete options for m trajectories: every solver setting set, N and q computed.
+
+        Returns:
+            (options with iterations N, batch_rate q (None for uniform), absolute step_offset,
+            passes = touched / m, batch_size = q m; provenance: ``source`` of each setting
+            ("options", "spec", "conf"), the tuned point used, the spec's tuning record).
+        """
+        from gpope.core.operating import (
+            SOLVER_KEYS,
+            merge_layers,
+            resolve_budget,
+            resolve_step_offset,
+        )
+
+        mine = {k: getattr(self, k) for k in SOLVER_KEYS}
+        block, point = ({}, None)
+        if spec.evaluation is not None:
+            block, point = spec.evaluation.select(m, self.epsilon)
+        conf = settings.solver_settings()
+        merged = merge_layers(mine, block, conf)
+        source = {}
+        for k in merged:
+            source[k] = ("options" if mine.get(k) is not None
+                         else "spec" if block.get(k) is not None else "conf")
+        sampling = merged.get("sampling", "poisson")
+        N, q = resolve_budget(m=m, sampling=sampling, passes=merged.get("passes"),
+                              batch_size=merged.get("batch_size"),
+                              iterations=merged.get("iterations"),
+                              batch_rate=merged.get("batch_rate"))
+        offset = resolve_step_offset(iterations=N, step_offset=merged.get("step_offset"),
+                                     step_offset_fraction=merged.get("step_offset_fraction"))
+        touched = N * q * m if q is not None else float(N)
+        out = dataclasses.replace(
+            self,
+            sampling=sampling,
+            accountant=merged.get("accountant", "auto"),
+            iterations=N,
+            batch_rate=q,
+            passes=touched / m,
+            batch_size=None if q is None else q * m,
+            clip=float(merged["clip"]),
+            step_size=float(merged["step_size"]),
+            step_schedule=merged.get("step_schedule", "constant"),
+            step_offset=offset,
+            step_offset_fraction=None,
+            averaging=merged.get("averaging", "tail"),
+            tail_fraction=float(merged.get("tail_fraction", 0.5)),
+            trace_every=self.trace_every if self.trace_every is not None else settings.trace_every,
+            in_memory_limit_mb=(self.in_memory_limit_mb if self.in_memory_limit_mb is not None
+                                else settings.in_memory_limit_mb),
+        )
+        info = {
+            "source": source,
+            "tuned_point": None if point is None else point.to_dict(),
+            "spec_has_evaluation_block": spec.evaluation is not None,
+            "tuning": None if spec.evaluation is None else dict(spec.evaluation.tuning),
+            "touched_trajectories": touched,
+        }
+        return out, info
 
 
 @dataclass(frozen=True)
@@ -209,6 +302,10 @@ class EvaluationReport:
     statistics_sigma: float | None = None
     ssp_clip: float | None = None
     tuning: dict[str, Any] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    no_better_than_zero: bool = False
+    utility_guard: str = "unknown"
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain form for ``--json`` (private diagnostics are listed under their own key)."""
@@ -235,6 +332,16 @@ class EvaluationReport:
             f"sampling {self.sampling}, statistics {self.path}",
             f"  remaining budget: epsilon {self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}",
         ]
+        st = self.settings
+        if st:
+            lines.append(
+                f"  operating point: {st.get('passes', float('nan')):.3g} passes "
+                f"({st.get('touched_trajectories', float('nan')):.3g} trajectories touched), "
+                f"q {st.get('batch_rate') if st.get('batch_rate') is not None else 'n/a'}, "
+                f"clip {st.get('clip')}, step {st.get('step_size')} ({st.get('step_schedule')}), "
+                f"averaging {st.get('averaging')}; from {st.get('origin')}"
+            )
+        lines.extend(f"  {w}" for w in self.warnings)
         lines.append(f"  estimator {self.estimator}"
                      + (f"; noisy statistics: epsilon {self.statistics_epsilon:.4g}, sigma "
                         f"{self.statistics_sigma:.4g}, clip {self.ssp_clip:.4g}"
@@ -254,7 +361,9 @@ class EvaluationReport:
             else:
                 lines.append(f"  V({name}) = {value:.6g}")
         if self.public_mspbe is not None:
-            lines.append(f"  MSPBE on public simulated data: {self.public_mspbe:.4g}")
+            rel = ("" if self.public_relative_mspbe is None
+                   else f" (relative to theta = 0: {self.public_relative_mspbe:.4g})")
+            lines.append(f"  MSPBE on public simulated data: {self.public_mspbe:.4g}{rel}")
         if self.private_relative_mspbe is not None:
             lines.append(f"  private MSPBE (noisy statistics): {self.private_mspbe:.4g}, relative "
                          f"{self.private_relative_mspbe:.4g}")
@@ -352,14 +461,9 @@ def run_evaluate(
     stats_version = statistics_version(spark, config, dataset=dataset)
     m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=stats_version)
     n = spec.n_features
-    q = None
-    if options.sampling == "poisson":
-        q = options.batch_rate if options.batch_rate is not None else 1.0 / m
-    elif options.batch_rate is not None:
-        raise ConfigError(
-            "The 'batch_rate' option applies only to --sampling poisson; drop it for uniform "
-            f"sampling. Got {options.batch_rate!r}."
-        )
+    # command line > the spec's evaluation: block (tuned on public data) > conf evaluation:
+    options, settings_info = options.resolve(m=m, spec=spec, settings=config.evaluation)
+    q = options.batch_rate
     ssp_run = options.estimator == "ssp"
     ssp_clip = _ssp_clip(spec, options, required=ssp_run)
     share = 1.0 if ssp_run else (options.statistics_share if ssp_clip is not None else 0.0)
@@ -493,12 +597,48 @@ def run_evaluate(
              "statistics_delta": stats_delta, "ssp_groups": options.ssp_groups}
         if sigma_s is not None else None, tuning=tuning_summary,
     )
+    # the loud guard: public (fresh simulated cohort) and private (noisy statistics) diagnostics
+    from gpope.core.guard import GUARD_TAG, utility_guard
+
+    public_rel = None
+    if record.public_cohort is not None:
+        from gpope.core.metrics import relative_mspbe
+
+        try:
+            public_rel = float(relative_mspbe(released_theta, *record.public_cohort.population))
+        except Exception:  # a degenerate public cohort (MSPBE(0) = 0): no public verdict
+            public_rel = None
+    guard = utility_guard({
+        "public": public_rel,
+        "private": priv_mspbe[1] if priv_mspbe else None,  # noisy statistics (DP)
+    })
+    record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
     tracking = log_evaluation(
         record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
                                                   config.lake.root),
         experiment=config.tracking.experiment,
     )
     from gpope.shell import lake
+
+    warnings = [guard.message] if guard.no_better_than_zero else []
+    if not settings_info["spec_has_evaluation_block"]:
+        warnings.append(
+            f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
+            "were used; tune it on public data with `gpope tune --spec FILE`."
+        )
+    settings = {
+        "passes": options.passes, "iterations": options.iterations, "batch_rate": q,
+        "batch_size": options.batch_size, "clip": options.clip, "step_size": options.step_size,
+        "step_schedule": options.step_schedule, "step_offset": options.step_offset,
+        "averaging": options.averaging, "tail_fraction": options.tail_fraction,
+        "sampling": options.sampling, "accountant": accountant,
+        "touched_trajectories": settings_info["touched_trajectories"],
+        "source": settings_info["source"], "tuned_point": settings_info["tuned_point"],
+        "tuning": settings_info["tuning"],
+        "origin": ("spec evaluation: block" if settings_info["spec_has_evaluation_block"]
+                   else "conf evaluation: (generic)")
+        + (" + command line" if "options" in settings_info["source"].values() else ""),
+    }
 
     return EvaluationReport(
         run_id=run_id,
@@ -542,6 +682,10 @@ def run_evaluate(
         statistics_sigma=None if sigma_s is None else float(sigma_s),
         ssp_clip=ssp_clip,
         tuning=tuning_summary,
+        settings=settings,
+        no_better_than_zero=guard.no_better_than_zero,
+        utility_guard=guard.verdict,
+        warnings=warnings,
     )
 
 
@@ -629,7 +773,7 @@ def _intervals(noisy: Any, spec: EvaluationSpec, theta: np.ndarray, values: np.n
 
 
 #: EvaluateOptions fields logged under the name of their CLI flag (``--step-size`` -> step_size).
-_FLAG_PARAMS = ("epsilon", "delta", "iterations", "clip", "step_size", "step_schedule",
+_FLAG_PARAMS = ("epsilon", "delta", "passes", "iterations", "clip", "step_size", "step_schedule",
                 "step_offset", "averaging", "tail_fraction", "sampling", "trace_every")
 
 
