@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import mlflow
@@ -52,10 +53,14 @@ def setup(spark, tmp_path_factory):
 
 
 def _options(**kw):
+    # Every solver setting explicit (the command-line layer): q = 1/m via batch_size 1.
     base = dict(epsilon=1.0, delta=1e-5, iterations=ITER, clip=1.0, step_size=0.2,
                 sampling="poisson", averaging="tail", public_trajectories=15,
-                public_max_length=40, trace_every=500)
+                public_max_length=40, trace_every=500, step_schedule="constant",
+                step_offset=1.0, tail_fraction=0.5)
     base.update(kw)
+    if base["sampling"] == "poisson" and "batch_rate" not in base:
+        base["batch_size"] = 1.0
     return EvaluateOptions(**base)
 
 
@@ -201,3 +206,61 @@ def test_secure_noise_run_releases_grid_values_privately(spark, setup):
     theta = np.asarray(rel.where(rel.run_id == report.run_id).collect()[0].theta)
     assert np.all(np.isfinite(theta))
     np.testing.assert_allclose(theta / grid, np.rint(theta / grid), rtol=0, atol=1e-6)
+
+
+def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
+    # The spec's evaluation: block (tuned on public data) is used when no option says otherwise;
+    # the reported settings say where each came from; an explicit option wins over the block.
+    from gpope.core.operating import EvaluationBlock, TunedPoint
+
+    config, spec, transitions, uri = setup
+    block = EvaluationBlock(
+        sampling="poisson", passes=5.0, iterations=400, step_schedule="inverse",
+        step_offset_fraction=0.1, averaging="tail", tail_fraction=0.5,
+        tuned=(TunedPoint(epsilon=0.5, clip=0.3, step_size=2.0),
+               TunedPoint(epsilon=50.0, clip=0.9, step_size=8.0)),
+        tuning={"patients": 60, "public_seed": 1},
+    )
+    tuned = dataclasses.replace(spec, evaluation=block)
+    opts = EvaluateOptions(epsilon=1.0, delta=1e-5, seed=5, public_trajectories=15,
+                           public_max_length=40)
+    report = run_evaluate(spark, config, dataset="mc", spec=tuned, options=opts, tracking_uri=uri)
+    st = report.settings
+    m = transitions.n_trajectories
+    # m epsilon = 60 is nearest (log scale) to m_pub * 0.5 = 30, not 60 * 50 = 3000
+    assert (st["clip"], st["step_size"]) == (0.3, 2.0)
+    assert report.iterations == 400 and st["batch_rate"] == pytest.approx(5.0 / 400)
+    assert st["passes"] == pytest.approx(5.0) and st["step_offset"] == pytest.approx(40.0)
+    assert st["source"]["clip"] == "spec" and st["source"]["passes"] == "spec"
+    assert st["touched_trajectories"] == pytest.approx(5.0 * m)
+    # the released theta is the core's run at exactly these settings
+    scaled = transitions.__class__(**{**transitions.__dict__, "reward": transitions.reward * 0.05})
+    rho = importance_ratios(spec.target_policy, transitions)
+    stats = statistics_from_transitions(scaled, spec.feature_map, rho, gamma=0.95,
+                                        normalization="transition", length_scale=60,
+                                        representation="dense")
+    cfg = GPOPEConfig(iterations=400, step_size=2.0, clip=0.3, noise_multiplier=report.sigma,
+                      sampling="poisson", batch_rate=5.0 / 400, step_schedule="inverse",
+                      step_offset=40.0, averaging="tail", trace_every=20)
+    np.testing.assert_allclose(report.theta, run_gpope(stats, cfg, 5).theta_avg, rtol=1e-9,
+                               atol=1e-12)
+
+    over = run_evaluate(spark, config, dataset="mc", spec=tuned, tracking_uri=uri,
+                        options=dataclasses.replace(opts, clip=0.7, iterations=100))
+    assert over.settings["clip"] == 0.7 and over.settings["source"]["clip"] == "options"
+    assert over.settings["step_size"] == 2.0  # still the block's
+    assert over.iterations == 100 and over.settings["batch_rate"] == pytest.approx(5.0 / 100)
+
+
+def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys):
+    # A step size far too large for the noise: the public relative MSPBE is >= 1, and the
+    # command's output, its JSON and the MLflow run all say the release is useless.
+    config, spec, _, uri = setup
+    report = run_evaluate(spark, config, dataset="mc", spec=spec, tracking_uri=uri,
+                          options=_options(step_size=50.0, iterations=200))
+    assert report.public_relative_mspbe >= 1.0
+    assert report.no_better_than_zero and report.utility_guard == "no_better_than_zero"
+    assert "NO BETTER THAN theta = 0" in report.summary()
+    assert report.to_dict()["no_better_than_zero"] is True
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
+    assert run.data.tags["gpope.utility_guard"] == "no_better_than_zero"

@@ -8,7 +8,8 @@ from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
 
 
 def add_solver_options(parser: argparse.ArgumentParser) -> None:
-    """Options of the private solver; unset ones take ``evaluation:`` of --conf."""
+    """Options of the private solver; unset ones take the spec's evaluation: block, then
+    ``evaluation:`` of --conf."""
     g = parser.add_argument_group(
         "solver (public settings; unset ones come from the spec's evaluation: block, written by "
         "`gpope tune --spec`, then from 'evaluation:' in --conf)")

@@ -1,8 +1,13 @@
-"""``gpope tune --domain D``: choose GPOPE step sizes and clip bounds on PUBLIC simulated data.
+"""``gpope tune``: choose GPOPE settings on PUBLIC simulated data (never the evaluation data).
 
-Simulates a separate data set per size from the public seed (never the evaluation data), runs a
-grid of (step size, clip) per GPOPE variant, and writes the winners and the whole grid as JSON
-(``--out``), to be passed to ``gpope experiment --tuned FILE``.
+``gpope tune --spec FILE``: tune the spec's operating point (clip and step size per epsilon, at the
+budget, schedule and averaging of its evaluation: block or of the configuration) on a public
+simulated cohort of the spec's domain, and write the spec's ``evaluation:`` block, with the
+cohort's seed, size and grid recorded in it. ``gpope evaluate``, the demo and the Databricks jobs
+read that block; their flags override it.
+
+``gpope tune --domain D``: the experiment harness's tuning (a grid of (step size, clip) per GPOPE
+variant and size), written as JSON (``--out``) for ``gpope experiment --tuned FILE``.
 """
 
 from __future__ import annotations
@@ -22,17 +27,87 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tune", help="tune GPOPE step sizes / clip bounds on public simulated data",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--domain", choices=_DOMAINS, required=True, help="experiment domain")
-    add_settings_options(parser)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--spec", default=None,
+                        help="evaluation spec YAML: write its evaluation: block")
+    target.add_argument("--domain", choices=_DOMAINS, help="experiment domain (harness tuning)")
+    g = parser.add_argument_group("--spec tuning")
+    g.add_argument("--patients", type=int, default=10000,
+                   help="size of the public simulated cohort (default 10000)")
+    g.add_argument("--max-length", type=int, default=None,
+                   help="episode length of the public cohort (default: the simulator's)")
+    g.add_argument("--clip-grid", default=None,
+                   help="comma-separated clips (default: multiples of the public gradient scale)")
+    g.add_argument("--step-grid", default=None,
+                   help="comma-separated step sizes (default: decades around the public eta0)")
+    g.add_argument("--dry-run", action="store_true", help="print the block, do not write it")
+    g.add_argument("--conf", default=None, help="gpope YAML configuration (fallback settings)")
+    g.add_argument("--passes", type=float, default=None, help="fixed budget: passes over the data")
+    g.add_argument("--batch-rate", type=float, default=None, help="fixed Poisson rate q")
+    g.add_argument("--batch-size", type=float, default=None, help="fixed expected batch q m")
+    g.add_argument("--step-schedule", choices=("constant", "inverse"), default=None)
+    g.add_argument("--step-offset", type=float, default=None, help="absolute i0")
+    g.add_argument("--step-offset-fraction", type=float, default=None, help="i0 = fraction * N")
+    g.add_argument("--averaging", choices=("none", "uniform", "tail"), default=None)
+    g.add_argument("--tail-fraction", type=float, default=None)
+    g.add_argument("--sampling", choices=("uniform", "poisson"), default=None)
+    g.add_argument("--accountant", choices=("auto", "paper", "rdp", "pld"), default=None)
+    add_settings_options(parser)  # --trials (default 3), --epsilons (default 0.1,1,10),
+    # --delta (default 1e-6) and --iterations (fixed N) apply to --spec too
     parser.add_argument("--public-seed", type=int, default=None,
-                        help="seed of the public data (default: experiment seed + 1)")
+                        help="seed of the public data (default: experiment seed + 1; with --spec "
+                        "gpope.shell.pipeline.tune_spec.TUNE_SEED)")
     parser.add_argument("--out", default=None, help="output JSON (default ./out/<domain>/tuning.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 
+def _floats(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        from gpope.errors import ConfigError
+
+        raise ConfigError(f"Expected comma-separated numbers; got {text!r}.") from exc
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.spec is not None:
+        return _run_spec(args)
+    return _run_domain(args)
+
+
+def _run_spec(args: argparse.Namespace) -> int:
+    from gpope.config import load_config
+    from gpope.shell.pipeline.jobargs import resolve_path
+    from gpope.shell.pipeline.tune_spec import TUNE_SEED, tune_spec
+
+    def log(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    config = load_config(resolve_path(args.conf) if args.conf else None)
+    overrides = {k: getattr(args, k, None) for k in (
+        "passes", "iterations", "batch_rate", "batch_size", "step_schedule", "step_offset",
+        "step_offset_fraction", "averaging", "tail_fraction", "sampling", "accountant")}
+    report = tune_spec(
+        args.spec, settings=config.evaluation, patients=args.patients,
+        max_length=args.max_length,
+        public_seed=args.public_seed if args.public_seed is not None else TUNE_SEED,
+        epsilons=args.epsilons or (0.1, 1.0, 10.0),
+        delta=args.delta if args.delta is not None else 1e-6,
+        trials=args.trials if args.trials is not None else 3,
+        overrides=overrides, clips=_floats(args.clip_grid), steps=_floats(args.step_grid),
+        write=not args.dry_run, log=log,
+    )
+    emit(args, report.to_dict(), report.summary())
+    return 0
+
+
+def _run_domain(args: argparse.Namespace) -> int:
     from gpope.shell.experiments import run_tuning
 
     settings = settings_from_args(args.domain, args)

@@ -196,8 +196,10 @@ def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None
     )
 
 
-def statistics_of_transitions(transitions: Any, spec: EvaluationSpec) -> Any:
-    """The core's statistics of a Transitions batch under ``spec`` (dense representation).
+def statistics_of_transitions(transitions: Any, spec: EvaluationSpec, *,
+                              representation: str = "dense") -> Any:
+    """The core's statistics of a Transitions batch under ``spec`` (dense representation unless
+    ``representation`` says otherwise, e.g. "auto" for public tuning).
 
     Importance ratios and raw rewards are clamped to the spec's public bounds
     (:func:`gpope.core.bounds.clamp_to_public_bounds`), then rewards are multiplied by the spec's
@@ -206,7 +208,7 @@ def statistics_of_transitions(transitions: Any, spec: EvaluationSpec) -> Any:
     rho, reward, _ = _bounded(transitions, spec)
     if spec.reward_scale != 1.0 or reward is not transitions.reward:
         transitions = dataclasses.replace(transitions, reward=reward * spec.reward_scale)
-    return _statistics(transitions, spec, rho)
+    return _statistics(transitions, spec, rho, representation=representation)
 
 
 def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
@@ -222,7 +224,8 @@ def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.nda
     )
 
 
-def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray) -> Any:
+def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,
+                representation: str = "dense") -> Any:
     from gpope.core.statistics import statistics_from_transitions
 
     return statistics_from_transitions(
@@ -232,7 +235,7 @@ def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray) -> Any:
         gamma=spec.gamma,
         normalization=spec.normalization,
         length_scale=spec.length_scale,
-        representation="dense",
+        representation=representation,
     )
 
 

@@ -1,0 +1,190 @@
+"""``gpope tune --spec FILE``: write a spec's ``evaluation:`` block from PUBLIC simulated data only.
+
+Steps (no private table is read; the spec must name a public simulator in ``domain``):
+
+1. simulate a public cohort of ``patients`` trajectories of the spec's domain from ``public_seed``
+   (the domain's behaviour policy, episode length ``max_length``), and its statistics under the
+   spec;
+2. the fixed settings (sampling, accountant, budget: passes and iterations, schedule, averaging)
+   are the spec's current block's, else the configuration's ``evaluation:`` section, with the
+   command line over both;
+3. :func:`gpope.core.tuning.tune_operating_point` picks (clip, step size) per epsilon by the median
+   relative MSPBE of ``trials`` noisy runs on that cohort, on grids set by the cohort's own
+   gradient scale and conditioning;
+4. the block (fixed settings, one tuned point per epsilon, and under ``tuning`` the seed, size,
+   grid, criterion and scores) replaces the spec file's ``evaluation:`` section; everything else in
+   the file, comments included, is kept.
+
+``gpope evaluate`` then picks the tuned point for its (m, epsilon) by the rule of
+:mod:`gpope.core.operating`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpope.config import EvaluationSettings
+
+__all__ = ["TUNE_SEED", "TuneSpecReport", "replace_evaluation_block", "tune_spec"]
+
+#: Default seed of the public tuning cohort (public data; distinct from the MSPBE cohort's).
+TUNE_SEED = 20_261_123
+
+_FIXED_KEYS = ("sampling", "accountant", "passes", "iterations", "batch_rate", "batch_size",
+               "step_schedule", "step_offset", "step_offset_fraction", "averaging",
+               "tail_fraction")
+
+
+@dataclass(frozen=True)
+class TuneSpecReport:
+    """What ``gpope tune --spec`` wrote."""
+
+    spec: str
+    domain: str
+    block: dict[str, Any]
+    seconds: float
+    written: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form for ``--json``."""
+        return dict(self.__dict__)
+
+    def summary(self) -> str:
+        """Human-readable lines."""
+        t = self.block.get("tuning", {})
+        lines = [
+            f"{'wrote' if self.written else 'would write'} the evaluation: block of {self.spec} "
+            f"(public {self.domain} cohort: {t.get('patients')} trajectories, seed "
+            f"{t.get('public_seed')}, {self.seconds:.0f} s)",
+            f"  budget: passes {self.block.get('passes')}, iterations "
+            f"{self.block.get('iterations')}, sampling {self.block.get('sampling')}, schedule "
+            f"{self.block.get('step_schedule')}",
+        ]
+        for p in self.block.get("tuned", []):
+            lines.append(f"  epsilon {p['epsilon']:g}: clip {p['clip']:g}, step size "
+                         f"{p['step_size']:g} (public relative MSPBE {p.get('score')})")
+        return "\n".join(lines)
+
+
+def tune_spec(
+    spec_path: str | Path,
+    *,
+    settings: EvaluationSettings,
+    patients: int,
+    max_length: int | None = None,
+    public_seed: int = TUNE_SEED,
+    epsilons: Sequence[float] = (0.1, 1.0, 10.0),
+    delta: float = 1e-6,
+    trials: int = 3,
+    overrides: dict[str, Any] | None = None,
+    clips: Sequence[float] | None = None,
+    steps: Sequence[float] | None = None,
+    write: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> TuneSpecReport:
+    """Tune the spec at ``spec_path`` on public simulated data and write its evaluation: block.
+
+    Raises:
+        ConfigError: the spec has no ``domain`` (no public simulator to tune on).
+    """
+    from gpope.core.operating import EvaluationBlock
+    from gpope.core.tuning import tune_operating_point
+    from gpope.shell.pipeline.jobargs import load_spec, resolve_path
+    from gpope.shell.pipeline.public import public_transitions
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    start = time.perf_counter()
+    path = resolve_path(spec_path)
+    spec = load_spec(path)
+    if spec.domain is None:
+        raise ConfigError(
+            f"Spec {str(spec_path)!r} has no 'domain': `gpope tune --spec` needs a public simulator "
+            "to tune on. For real data without a simulator, write the evaluation: block by hand "
+            "from public knowledge, or use the private tuning path (`gpope evaluate --tune private`)."
+        )
+    fixed: dict[str, Any] = {k: v for k, v in settings.solver_settings().items()
+                             if k in _FIXED_KEYS}
+    if spec.evaluation is not None:
+        block_fixed = {k: getattr(spec.evaluation, k) for k in _FIXED_KEYS}
+        from gpope.core.operating import merge_layers
+
+        fixed = merge_layers(block_fixed, fixed)
+    if overrides:
+        from gpope.core.operating import merge_layers
+
+        fixed = merge_layers(overrides, fixed)
+    fixed = {k: v for k, v in fixed.items() if v is not None}
+    rng = np.random.default_rng(public_seed)
+    transitions = public_transitions(spec.domain, patients, rng, max_length=max_length)
+    stats = statistics_of_transitions(transitions, spec, representation="auto")
+    population = stats.population()
+    result = tune_operating_point(
+        stats, population, settings=fixed, epsilons=epsilons, delta=delta, trials=trials,
+        rng=np.random.default_rng([public_seed, 1]), clips=clips, steps=steps, log=log,
+    )
+    coarse_steps = sorted({r["step_size"] for r in result.rows})
+    tuning = {
+        "command": f"gpope tune --spec {spec_path}",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "domain": spec.domain,
+        "patients": int(patients),
+        "max_length": max_length,
+        "public_seed": int(public_seed),
+        "delta": float(delta),
+        "trials": int(trials),
+        "criterion": "median relative MSPBE (MSPBE / MSPBE(0)) on the public cohort's population",
+        "gradient_scale": float(f"{result.gradient_scale:.4g}"),
+        "eta0": result.eta0,
+        "clip_grid": sorted({r["clip"] for r in result.rows}),
+        "step_grid": coarse_steps,
+        "rule": "tuned point with m_pub * epsilon nearest to m * epsilon (log scale); see "
+                "gpope.core.operating",
+    }
+    block = EvaluationBlock(**fixed, tuned=result.points, tuning=tuning)
+    data = block.to_dict()
+    if write:
+        text = path.read_text()
+        path.write_text(replace_evaluation_block(text, data))
+        load_spec(path)  # the written file parses back
+    return TuneSpecReport(str(spec_path), spec.domain, data, time.perf_counter() - start, write)
+
+
+def replace_evaluation_block(text: str, block: dict[str, Any]) -> str:
+    """``text`` (a spec YAML) with its top-level ``evaluation:`` section replaced by ``block``.
+
+    The section runs from its ``evaluation:`` line (and the comment lines right above it written
+    by this function) to the next top-level key or the end; other lines are kept verbatim.
+    """
+    import yaml
+
+    lines = text.splitlines()
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        if re.match(r"^evaluation\s*:", line):
+            skipping = True
+            while out and out[-1].startswith("# evaluation: written by"):
+                out.pop()
+            continue
+        if skipping and (line.strip() == "" or line.startswith((" ", "\t", "#"))):
+            continue
+        skipping = False
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    body = yaml.safe_dump({"evaluation": block}, sort_keys=False, default_flow_style=None,
+                          width=100)
+    header = ("# evaluation: written by `gpope tune --spec` on PUBLIC simulated data only "
+              "(provenance under tuning:); edit by re-running it")
+    return "\n".join([*out, header, body.rstrip()]) + "\n"

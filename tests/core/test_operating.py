@@ -1,0 +1,138 @@
+"""The operating point: budget rule, setting layers, the tuned-point rule, the spec block."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpope.core.guard import utility_guard
+from gpope.core.operating import (
+    EvaluationBlock,
+    merge_layers,
+    resolve_budget,
+    resolve_step_offset,
+)
+from gpope.core.spec import EvaluationSpec
+from gpope.errors import ConfigError
+
+SPEC = {
+    "name": "chain", "domain": "chain", "gamma": 0.99, "normalization": "transition",
+    "length_scale": 200, "feature_map": {"kind": "tabular", "n_states": 40},
+    "target_policy": {"kind": "uniform", "n_actions": 1}, "reference_states": {"s0": [0]},
+}
+BLOCK = {
+    "sampling": "poisson", "passes": 20, "iterations": 20000, "step_schedule": "inverse",
+    "step_offset_fraction": 0.1, "averaging": "tail",
+    "tuned": [{"epsilon": 0.1, "clip": 1e-3, "step_size": 1e5},
+              {"epsilon": 1.0, "clip": 2e-3, "step_size": 3e5},
+              {"epsilon": 10.0, "clip": 5e-3, "step_size": 1e6}],
+    "tuning": {"patients": 10000, "public_seed": 7},
+}
+
+
+@given(m=st.integers(1, 10**7), passes=st.floats(0.01, 1000), n=st.integers(1, 10**6))
+@settings(max_examples=200, deadline=None)
+def test_budget_touches_passes_times_m(m, passes, n):
+    # Poisson with (passes, iterations): q = P / N (capped at 1), touched N q m = P m when q < 1.
+    N, q = resolve_budget(m=m, sampling="poisson", passes=passes, iterations=n,
+                          batch_rate=None, batch_size=None)
+    assert N == n and q == pytest.approx(min(1.0, passes / n))
+    if passes <= n:
+        assert N * q * m == pytest.approx(passes * m)
+    # (passes, batch_size): N = ceil(P / q) steps of expected batch B
+    N2, q2 = resolve_budget(m=m, sampling="poisson", passes=passes, iterations=None,
+                            batch_rate=None, batch_size=1.0)
+    assert q2 == pytest.approx(1.0 / m) and N2 == math.ceil(passes * m - 1e-9)
+
+
+def test_budget_uniform_and_errors():
+    assert resolve_budget(m=1000, sampling="uniform", passes=2.5, iterations=None,
+                          batch_rate=None, batch_size=None) == (2500, None)
+    assert resolve_budget(m=1000, sampling="uniform", passes=None, iterations=20000,
+                          batch_rate=None, batch_size=None) == (20000, None)
+    with pytest.raises(ConfigError, match="budget is not set"):
+        resolve_budget(m=10, sampling="poisson", passes=None, iterations=None, batch_rate=None,
+                       batch_size=None)
+    with pytest.raises(ConfigError, match="only to sampling 'poisson'"):
+        resolve_budget(m=10, sampling="uniform", passes=1, iterations=None, batch_rate=0.1,
+                       batch_size=None)
+    with pytest.raises(ConfigError, match="does not fix the Poisson batch"):
+        resolve_budget(m=10, sampling="poisson", passes=1, iterations=None, batch_rate=None,
+                       batch_size=None)
+    assert resolve_step_offset(iterations=500, step_offset=None, step_offset_fraction=0.1) == 50
+    assert resolve_step_offset(iterations=500, step_offset=3.0, step_offset_fraction=None) == 3
+
+
+def test_layers_first_wins_and_budget_stays_consistent():
+    cli = {"iterations": 5000, "clip": None}
+    spec = {"passes": 20, "iterations": 20000, "clip": 0.01, "step_offset_fraction": 0.1}
+    conf = {"passes": 10, "iterations": 100, "batch_rate": 0.5, "clip": 1.0,
+            "step_offset": 1.0, "sampling": "poisson"}
+    out = merge_layers(cli, spec, conf)
+    # N from the command line, passes from the spec (q = 20 / 5000); conf's budget is not used
+    assert out["iterations"] == 5000 and out["passes"] == 20 and "batch_rate" not in out
+    assert out["clip"] == 0.01 and out["sampling"] == "poisson"
+    assert out["step_offset_fraction"] == 0.1 and "step_offset" not in out
+    # a command-line batch rate with the spec's (passes, iterations): the rate and the first
+    # compatible key (passes) form the budget
+    out = merge_layers({"batch_rate": 0.01}, spec, conf)
+    assert {k for k in out if k in ("passes", "iterations", "batch_rate", "batch_size")} == {
+        "batch_rate", "passes"}
+    # the paper's configuration from the command line: uniform with N, no batch keys survive
+    out = merge_layers({"sampling": "uniform", "iterations": 20000, "step_offset": 1.0},
+                       spec, conf)
+    assert out["step_offset"] == 1.0 and "step_offset_fraction" not in out
+
+
+def test_block_round_trip_and_validation():
+    block = EvaluationBlock.from_mapping(BLOCK)
+    assert EvaluationBlock.from_mapping(block.to_dict()) == block
+    assert [p.epsilon for p in block.tuned] == [0.1, 1.0, 10.0]
+    with pytest.raises(ConfigError, match="over-determines the budget"):
+        EvaluationBlock.from_mapping({**BLOCK, "batch_rate": 0.01})
+    with pytest.raises(ConfigError, match="Unknown key"):
+        EvaluationBlock.from_mapping({**BLOCK, "clipp": 1})
+    with pytest.raises(ConfigError, match="tuning.patients"):
+        EvaluationBlock.from_mapping({**BLOCK, "tuning": {}})
+    with pytest.raises(ConfigError, match="epsilon, clip and step_size"):
+        EvaluationBlock.from_mapping({**BLOCK, "tuned": [{"epsilon": 1.0}]})
+
+
+@pytest.mark.parametrize(("m", "epsilon", "expected"), [
+    (10000, 1.0, 1.0),      # the tuned cohort's own (m, epsilon)
+    (100000, 0.1, 1.0),     # m epsilon = 1e4 = m_pub * 1
+    (100000, 1.0, 10.0),    # 1e5 = m_pub * 10
+    (1000, 1.0, 0.1),       # 1e3 = m_pub * 0.1
+    (3000, 0.01, 0.1),      # far below every point: the smallest
+])
+def test_select_uses_the_point_nearest_in_m_epsilon(m, epsilon, expected):
+    block = EvaluationBlock.from_mapping(BLOCK)
+    settings_, point = block.select(m, epsilon)
+    assert point.epsilon == expected
+    assert settings_["clip"] == point.clip and settings_["step_size"] == point.step_size
+    assert settings_["passes"] == 20 and settings_["iterations"] == 20000
+
+
+def test_spec_carries_the_block_outside_its_id():
+    plain = EvaluationSpec.from_mapping(SPEC)
+    tuned = EvaluationSpec.from_mapping({**SPEC, "evaluation": BLOCK})
+    assert tuned.spec_id == plain.spec_id  # the block does not change the statistics
+    assert tuned.evaluation == EvaluationBlock.from_mapping(BLOCK)
+    assert EvaluationSpec.from_mapping(tuned.to_dict()) == tuned
+    with pytest.raises(ConfigError, match=r"spec\.evaluation"):
+        EvaluationSpec.from_mapping({**SPEC, "evaluation": {"passes": -1}})
+
+
+def test_guard_verdicts():
+    assert utility_guard({}).verdict == "unknown"
+    assert utility_guard({"public": None}).verdict == "unknown"
+    ok = utility_guard({"public": 0.2, "private": 0.9})
+    assert ok.verdict == "ok" and not ok.no_better_than_zero and ok.message == ""
+    for bad in ({"public": 1.0}, {"public": 0.1, "private": 3.0}, {"private": math.nan},
+                {"public": math.inf}):
+        g = utility_guard(bad)
+        assert g.no_better_than_zero and g.verdict == "no_better_than_zero"
+        assert "NO BETTER THAN theta = 0" in g.message
