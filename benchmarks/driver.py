@@ -9,8 +9,10 @@ Usage::
     python benchmarks/driver.py [--quick]
 
 Prints a table: dense driver iterations/s for n in {16, 40, 128} next to the floor and the ratio;
-a chain-like run (m = 1e5 trajectories, N = 1e5 steps, tabular compact statistics, n = 40); and
-trials/s for 100 trials batched.
+a chain-like run (m = 1e5 trajectories, N = 1e5 steps, tabular compact statistics, n = 40);
+trials/s for 100 trials batched; and the many-pass Poisson regime of the issue-10 operating point
+(20 passes, N = 20,000 steps, several trials batched; compiled loop ``kernels.poisson_steps``)
+against ITS floor: gathering and summing the sampled rows of the same Poisson plan once.
 """
 
 from __future__ import annotations
@@ -128,7 +130,34 @@ def main() -> None:
     t_run = time.perf_counter() - t0
     print(f"{R} trials batched, chain tabular m={m_chain}, N={N}: {t_run:.2f} s = "
           f"{R / t_run:.1f} trials/s ({R * N / t_run:.0f} trial-steps/s)")
+    poisson_regime(rng, quick=args.quick)
     _ = trajectory_statistics  # re-exported for readers: the generic builder
+
+
+def poisson_regime(rng: np.random.Generator, *, quick: bool) -> None:
+    """Many-pass Poisson batches (q = passes / N) for R trials vs the gather floor of the plan."""
+    from gpope.core.gpope import draw_plan, plan_chunk_steps
+
+    R = 4
+    N = 5_000 if quick else 20_000
+    for n, m in ((16, 5000), (40, 5000)):
+        stats = dense_stats(rng, m, n)
+        q = 20.0 / N  # 20 passes
+        cfg = GPOPEConfig(iterations=N, step_size=0.01, clip=1.0, noise_multiplier=1.0,
+                          sampling="poisson", batch_rate=q, averaging="tail",
+                          step_schedule="inverse", step_offset=0.1 * N)
+        t0 = time.perf_counter()
+        run_gpope_trials(stats, cfg, 5, R)
+        t_run = time.perf_counter() - t0
+        gen = np.random.default_rng(7)
+        t0 = time.perf_counter()
+        total = 0.0
+        for chunk in draw_plan(gen, m=m, config=cfg, chunk=plan_chunk_steps(n, R, True), trials=R):
+            total += float(stats._ac[chunk.ids].sum()) + float(stats._b[chunk.ids].sum())
+        t_floor = time.perf_counter() - t0
+        touched = 20 * m * R
+        print(f"{f'poisson n={n} m={m} N={N} R={R}':<34}{N / t_run:>12.0f}{N / t_floor:>12.0f}"
+              f"{t_run / t_floor:>8.1f}   ({touched / t_run:.0f} gradients/s)")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def test_block_round_trip_and_validation():
         EvaluationBlock.from_mapping({**BLOCK, "batch_rate": 0.01})
     with pytest.raises(ConfigError, match="Unknown key"):
         EvaluationBlock.from_mapping({**BLOCK, "clipp": 1})
-    with pytest.raises(ConfigError, match="tuning.patients"):
+    with pytest.raises(ConfigError, match=r"tuning\.patients"):
         EvaluationBlock.from_mapping({**BLOCK, "tuning": {}})
     with pytest.raises(ConfigError, match="epsilon, clip and step_size"):
         EvaluationBlock.from_mapping({**BLOCK, "tuned": [{"epsilon": 1.0}]})
