@@ -235,13 +235,18 @@ class PrivacySettings:
 
     default_epsilon: float = 3.0
     default_delta: float = 1e-5
-    composition: Literal["basic"] = "basic"
+    composition: Literal["rdp", "basic"] = "rdp"
+    reservation_timeout_hours: float = 24.0
 
     def __post_init__(self) -> None:
-        from gpope.core.validation import check_number
+        from gpope.core.validation import check_choice, check_number
 
         check_number("PrivacySettings", "default_epsilon", self.default_epsilon, gt=0)
         check_number("PrivacySettings", "default_delta", self.default_delta, gt=0, lt=1)
+        check_choice("PrivacySettings", "composition", self.composition, ("rdp", "basic"))
+        check_number(
+            "PrivacySettings", "reservation_timeout_hours", self.reservation_timeout_hours, gt=0
+        )
 
 
 @dataclass(frozen=True)

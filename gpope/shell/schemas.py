@@ -139,6 +139,14 @@ PRIVACY_LEDGER = _schema(
     ("accountant", StringType(), False),
     ("status", StringType(), False),
     ("created_at", TimestampType(), False),
+    # added later (NULL on older rows); see gpope.shell.pipeline.ledger_store.LEDGER_COMMENTS
+    ("kind", StringType(), True),
+    ("charged_epsilon", DoubleType(), True),
+    ("charged_delta", DoubleType(), True),
+    ("valid_bound", BooleanType(), True),
+    ("actor", StringType(), True),
+    ("process", StringType(), True),
+    ("note", StringType(), True),
 )
 PIPELINE_RUNS = _schema(  # the manifest of multi-table steps (gpope.shell.lake.manifest)
     ("run_id", StringType(), False),

@@ -1,37 +1,65 @@
-"""The privacy ledger: budgets, basic composition, and refusal that writes nothing."""
+"""The privacy ledger: budgets, tight and basic composition, refusal that writes nothing, budget
+authority, reconciliation of killed runs; on real Delta tables (delta-rs, no JVM) and the CLI."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import mlflow
+import dp_accounting
 import numpy as np
+import pyarrow as pa
 import pytest
-from pyspark.sql.types import StringType, StructField, StructType
+from deltalake import DeltaTable, write_deltalake
+from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
 from gpope.config import load_config
-from gpope.core.envs import chain
-from gpope.errors import BudgetExceededError, ConfigError, GpopeError
-from gpope.shell import lake
+from gpope.core.accounting import epsilon_spent, gpope_dp_event
+from gpope.core.accounting.composition import (
+    FILTER_ORDERS,
+    filter_epsilon,
+    mechanism_from_json,
+    mechanism_to_json,
+    rdp_curve,
+)
+from gpope.errors import BudgetExceededError, ConfigError
 from gpope.shell.cli import main
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
-from gpope.shell.pipeline.jobargs import load_spec
-from gpope.shell.pipeline.ledger import PrivacyLedger, _status
-from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
-from gpope.shell.schemas import TRANSITIONS
+from gpope.shell.pipeline.ledger import PrivacyLedger, _fold, budget_status_table
+from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
 
-SPEC_FILE = Path(__file__).resolve().parents[2] / "conf" / "specs" / "chain.yaml"
+REPO = Path(__file__).resolve().parents[2]
+M, N, SIGMA = 1000, 2000, 1.7  # a Poisson GPOPE run at q = 1/m
 
 
-def _row(run_id, status, eps, delta, minute, dataset="d"):
-    return {"dataset": dataset, "run_id": run_id, "mechanism": "m", "epsilon": eps, "delta": delta,
-            "accountant": "pld", "status": status,
+def _event(sigma=SIGMA, iterations=N):
+    return gpope_dp_event(m=M, iterations=iterations, sigma=sigma, sampling="poisson",
+                          batch_rate=1.0 / M)
+
+
+def _claim(sigma=SIGMA, delta=1e-6):
+    return epsilon_spent(m=M, iterations=N, sigma=sigma, delta=delta, accountant="rdp",
+                         sampling="poisson", batch_rate=1.0 / M)
+
+
+def _row(run_id, status, eps, delta, minute, dataset="d", mechanism="m"):
+    return {"dataset": dataset, "run_id": run_id, "mechanism": mechanism, "epsilon": eps,
+            "delta": delta, "accountant": "pld", "status": status,
             "created_at": datetime(2024, 1, 1) + timedelta(minutes=minute)}
 
 
+def _config(root, **privacy):
+    return load_config(None, lake={"root": str(root)}, privacy=privacy or None)
+
+
+# ---------------------------------------------------------------------- pure folding
 def test_basic_composition_counts_reserved_released_failed_not_cancelled():
+    """Rows without a stored event (written before events were stored) compose basically."""
     config = load_config(None)
     rows = [
         _row("b1", "budget", 5.0, 1e-4, 0),
@@ -41,90 +69,208 @@ def test_basic_composition_counts_reserved_released_failed_not_cancelled():
         _row("r3", "reserved", 0.25, 1e-6, 6),  # still open: counted
         _row("r4", "reserved", 2.0, 1e-6, 7), _row("r4", "cancelled", 2.0, 1e-6, 8),
     ]
-    status = _status("d", rows, config)
+    status = _fold("d", rows, config)
+    assert status.composition == "basic" and status.spent_epsilon_tight is None
     assert status.budget_epsilon == 4.0
     assert status.spent_epsilon == pytest.approx(1.75)
     assert status.spent_delta == pytest.approx(1.2e-5)
     assert status.remaining_epsilon == pytest.approx(2.25)
     assert {r.run_id: r.status for r in status.runs} == {
         "r1": "released", "r2": "failed", "r3": "reserved", "r4": "cancelled"}
-    assert status.allows(2.25, 1e-6) and not status.allows(2.26, 1e-6)
-    default = _status("other", [], config)
+    assert status.runs_left == 9  # like the latest counted run (0.25, 1e-6): 2.25 / 0.25
+    default = _fold("other", [], config)
     assert (default.budget_epsilon, default.budget_delta) == (3.0, 1e-5)
 
 
-@pytest.mark.spark
-def test_reserve_mark_and_refuse_on_the_delta_table(spark, tmp_path):
-    config = load_config(None, lake={"root": str(tmp_path / "lake")})
-    ledger = PrivacyLedger(spark, config)
+def test_mechanism_json_round_trip_and_legacy_repr():
+    event = dp_accounting.ComposedDpEvent([
+        dp_accounting.GaussianDpEvent(3.0), _event(),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+            100, 1, dp_accounting.GaussianDpEvent(2.0)), 5)])
+    stored = mechanism_from_json(mechanism_to_json(event, "add_or_remove_one", "tuning+gpope"))
+    assert stored.event == event and stored.relation == "add_or_remove_one"
+    legacy = mechanism_from_json("gpope(clip=1): " + repr(_event()))  # rows of the old format
+    assert legacy.event == _event() and legacy.relation == "add_or_remove_one"
+    assert mechanism_from_json("x") is None
+
+
+def test_filter_epsilon_matches_dp_accounting_composition():
+    """Oracle: dp-accounting composes the k runs itself; the filter converts at delta / |L|."""
+    k, delta = 7, 1e-5
+    acc = RdpAccountant(orders=list(FILTER_ORDERS))
+    acc.compose(dp_accounting.SelfComposedDpEvent(_event(), k))
+    expected = compute_epsilon(list(FILTER_ORDERS), acc._rdp, delta / len(FILTER_ORDERS))[0]
+    curve = rdp_curve(mechanism_from_json(mechanism_to_json(_event(), "add_or_remove_one")))
+    assert filter_epsilon([("add_or_remove_one", curve)] * k, delta) == pytest.approx(expected)
+    # the union over orders costs something, never less than plain RDP at delta
+    assert expected >= compute_epsilon(list(FILTER_ORDERS), acc._rdp, delta)[0]
+
+
+# ---------------------------------------------------------------------- on Delta, no JVM
+def test_tight_composition_admits_more_runs_than_basic(tmp_path):
+    """Same budget, same runs: the basic sum stops at 10 runs (delta), the RDP filter goes on."""
+    eps = _claim()
+    ledger = PrivacyLedger(None, _config(tmp_path / "lake"))
+    basic = PrivacyLedger(None, _config(tmp_path / "lake2", composition="basic"))
+    admitted = {"tight": 0, "basic": 0}
+    for name, led in (("tight", ledger), ("basic", basic)):
+        led.set_budget("d", epsilon=3.0, delta=1e-5)
+        for i in range(25):
+            try:
+                led.reserve("d", run_id=f"r{i}", epsilon=eps, delta=1e-6, accountant="rdp",
+                            event=_event(), relation="add_or_remove_one")
+            except BudgetExceededError:
+                break
+            admitted[name] += 1
+    assert admitted["basic"] == 10  # delta 1e-5 / 1e-6
+    assert admitted["tight"] == 25
+    status = ledger.status("d")
+    acc = RdpAccountant(orders=list(FILTER_ORDERS))
+    acc.compose(dp_accounting.SelfComposedDpEvent(_event(), 25))
+    oracle = compute_epsilon(list(FILTER_ORDERS), acc._rdp, 1e-5 / len(FILTER_ORDERS))[0]
+    assert status.spent_epsilon == pytest.approx(oracle) and status.composition == "rdp"
+    assert status.spent_epsilon_basic == pytest.approx(25 * eps)
+    assert status.runs_left > 25  # more runs like these still fit
+    # the table is hard to misread: SUM(charged_epsilon) is the basic spend
+    table = DeltaTable(ledger.location).to_pyarrow_table()
+    assert sum(table.column("charged_epsilon").to_pylist()) == pytest.approx(25 * eps)
+    schema = json.loads(DeltaTable(ledger.location).schema().to_json())
+    comments = {f["name"]: f["metadata"].get("comment") for f in schema["fields"]}
+    assert "Never sum" in comments["epsilon"] and comments["kind"]
+    assert "Do NOT sum" in DeltaTable(ledger.location).metadata().description
+
+
+def test_refusal_writes_nothing_and_race_recheck_cancels(tmp_path):
+    config = _config(tmp_path / "lake", composition="basic")
+    ledger = PrivacyLedger(None, config)
     ledger.set_budget("d", epsilon=2.0, delta=1e-5)
-    ledger.reserve("d", run_id="a", epsilon=1.5, delta=5e-6, accountant="pld", mechanism="x")
-    with pytest.raises(BudgetExceededError, match=r"only epsilon 0\.5"):
-        ledger.reserve("d", run_id="b", epsilon=1.0, delta=1e-6, accountant="pld", mechanism="x")
-    assert ledger.entry("d", "b") is None  # nothing written for the refused run
+    ledger.reserve("d", run_id="a", epsilon=1.5, delta=5e-6, accountant="pld", event=_event())
+    version = DeltaTable(ledger.location).version()
+    with pytest.raises(BudgetExceededError, match=r"would spend epsilon 2\.5"):
+        ledger.reserve("d", run_id="b", epsilon=1.0, delta=1e-6, accountant="pld", event=_event())
+    assert DeltaTable(ledger.location).version() == version  # nothing written
     ledger.mark("d", "a", "failed")  # failed stays counted
     assert ledger.status("d").spent_epsilon == pytest.approx(1.5)
     with pytest.raises(ConfigError, match="no open reservation"):
         ledger.mark("d", "a", "released")
     with pytest.raises(ConfigError, match="at least"):
         ledger.set_budget("d", epsilon=1.0, delta=1e-5)
-    assert ledger.status("other").spent_epsilon == 0.0  # datasets are separate
+
+    class Racing(DeltaRsLedgerStore):
+        """A real store where another process appends its reservation just before ours."""
+
+        raced = False
+
+        def append(self, rows):
+            if not self.raced and rows[0]["kind"] == "reservation":
+                self.raced = True
+                other = {**rows[0], "run_id": "other", "created_at": rows[0]["created_at"]
+                         - timedelta(milliseconds=1)}
+                super().append([other])
+            super().append(rows)
+
+    racing = PrivacyLedger(None, config, store=Racing(ledger.location))
+    with pytest.raises(BudgetExceededError, match="concurrent"):
+        racing.reserve("d", run_id="c", epsilon=0.4, delta=1e-6, accountant="pld", event=_event())
+    runs = {r.run_id: r.status for r in ledger.status("d").runs}
+    assert runs["other"] == "reserved" and runs["c"] == "cancelled"
+    assert ledger.status("d").spent_epsilon == pytest.approx(1.9)
 
 
-def _chain_lake(spark, root):
-    config = load_config(None, lake={"root": str(root)})
-    transitions = chain.generate(40, np.random.default_rng(0), chain.ChainConfig(max_steps=200))
-    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
-    lake.write_table(df, config.lake, "silver", "ch", "transitions", mode="overwrite")
-    run_stats(spark, config, dataset="ch", spec=load_spec(SPEC_FILE))
-    return config
+def test_paper_run_is_recorded_as_not_a_valid_bound_and_charged_rigorously(tmp_path):
+    ledger = PrivacyLedger(None, _config(tmp_path / "lake", composition="basic"))
+    ledger.set_budget("d", epsilon=50.0, delta=1e-5)
+    event = gpope_dp_event(m=1000, iterations=1000, sigma=3.0, sampling="uniform")
+    rigorous = epsilon_spent(m=1000, iterations=1000, sigma=3.0, delta=1e-6, accountant="rdp")
+    claimed = epsilon_spent(m=1000, iterations=1000, sigma=3.0, delta=1e-6, accountant="paper")
+    assert rigorous > 2 * claimed
+    ledger.reserve("d", run_id="p", epsilon=claimed, delta=1e-6, accountant="paper",
+                   event=event, relation="replace_one", charged_epsilon=rigorous,
+                   valid_bound=False)
+    status = ledger.status("d")
+    (run,) = status.runs
+    assert not run.valid_bound and run.charged_epsilon == pytest.approx(rigorous)
+    assert status.spent_epsilon == pytest.approx(rigorous)
+    assert "NOT a valid bound" in status.summary()
+    assert budget_status_table(ledger._config).to_pylist()[0]["invalid_runs"] == 1
 
 
-@pytest.mark.spark
-def test_failure_after_reservation_is_marked_failed_counted_and_releases_nothing(spark, tmp_path):
-    config = _chain_lake(spark, tmp_path / "lake")
-    # a released_estimates table that does not match the contract makes the release commit fail
-    broken = StructType([StructField("run_id", StringType(), False)])
-    lake.write_shared_table(spark.createDataFrame([("x",)], broken), config.lake,
-                            "released_estimates", mode="overwrite", schema=broken)
-    options = EvaluateOptions(epsilon=0.5, delta=1e-6, iterations=200, public_trajectories=0)
-    with pytest.raises(GpopeError):
-        run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE), options=options,
-                     tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    status = PrivacyLedger(spark, config).status("ch")
-    assert [r.status for r in status.runs] == ["failed"]
-    assert status.spent_epsilon == pytest.approx(0.5)  # privacy spent is spent
-    assert lake.read_shared_table(spark, config.lake, "released_estimates").count() == 1
-    assert not (tmp_path / "mlflow.db").exists()  # no tracking run for a failed release
+def test_reconcile_settles_stale_reservations_from_the_evidence(tmp_path):
+    config = _config(tmp_path / "lake")
+    ledger = PrivacyLedger(None, config)
+    ledger.set_budget("d", epsilon=3.0, delta=1e-5)
+    ledger.reserve("d", run_id="alive", epsilon=0.1, delta=1e-7, accountant="pld", event=_event())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    template = next(r for r in ledger._store.rows("d") if r["kind"] == "reservation")
+    for run_id in ("killed_before_release", "killed_after_release"):  # as a killed run left them
+        ledger._store.append([{**template, "run_id": run_id, "created_at": datetime.utcnow(),
+                               "process": f"{socket.gethostname()}:{dead.pid}"}])
+    released = tmp_path / "lake" / "gold" / "released_estimates"
+    write_deltalake(str(released), pa.table({"run_id": ["killed_after_release"]}))
+    done = {s.run_id: s.status for s in ledger.reconcile("d")}
+    assert done == {"killed_after_release": "released", "killed_before_release": "failed"}
+    status = ledger.status("d")
+    assert {r.run_id: r.status for r in status.runs} == {
+        "alive": "reserved", "killed_before_release": "failed",
+        "killed_after_release": "released"}
+    assert status.spent_epsilon_basic == pytest.approx(0.3)  # failed stays counted
+    assert ledger.reconcile("d") == []  # settled once
+    assert ledger.mark("d", "killed_after_release", "released").status == "released"  # no-op
 
 
-@pytest.mark.spark
-def test_cli_second_evaluate_past_the_budget_fails_and_writes_nothing(spark, tmp_path, capsys):
-    root = tmp_path / "lake"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    config = _chain_lake(spark, root)
-    common = ["--lake", str(root), "--tracking-uri", uri]
-    assert main(["budget", "set", "--dataset", "ch", "--epsilon", "1.5", "--delta", "1e-4", *common]) == 0
-    evaluate = ["evaluate", "--dataset", "ch", "--spec", str(SPEC_FILE), "--epsilon", "1",
-                "--delta", "1e-5", "--iterations", "500", "--public-trajectories", "0", *common]
-    assert main(evaluate) == 0
-    capsys.readouterr()
-
-    def snapshot():
-        rel = lake.read_shared_table(spark, config.lake, "released_estimates").count()
-        led = lake.read_shared_table(spark, config.lake, "privacy_ledger").count()
-        runs = len(mlflow.MlflowClient(tracking_uri=uri).search_runs(
-            [e.experiment_id for e in mlflow.MlflowClient(tracking_uri=uri).search_experiments()]))
-        return rel, led, runs
-
-    before = snapshot()
-    assert main(evaluate) == 2
+def test_budget_authority_and_unknown_datasets(tmp_path, capsys):
+    lake = tmp_path / "ward 7é#x" / "lake"  # hostile path: space, non-ASCII, '#'
+    (lake / "bronze" / "hiv_demo" / "observations").mkdir(parents=True)
+    common = ["--lake", str(lake)]
+    assert main(["budget", "show", "--dataset", "hiv_dem", *common]) == 2
     err = capsys.readouterr().err
-    assert "budget" in err and "exceeded" in err and len(err.strip().splitlines()) == 1
-    assert snapshot() == before
-
-    assert main(["budget", "show", "--dataset", "ch", "--json", *common]) == 0
+    assert "Unknown dataset 'hiv_dem'" in err and "Did you mean 'hiv_demo'" in err
+    assert str(lake) in err and len(err.strip().splitlines()) == 1
+    assert main(["budget", "set", "--dataset", "hiv_demo", "--epsilon", "0", "--delta", "1e-5",
+                 *common]) == 2
+    assert "must be > 0" in capsys.readouterr().err
+    assert main(["budget", "set", "--dataset", "hiv_demo", "--epsilon", "2", "--delta", "1e-5",
+                 *common]) == 0
+    capsys.readouterr()
+    assert main(["budget", "set", "--dataset", "hiv_demo", "--epsilon", "4", "--delta", "1e-5",
+                 *common]) == 2
+    assert "needs --force" in capsys.readouterr().err
+    assert main(["budget", "set", "--dataset", "hiv_demo", "--epsilon", "4", "--delta", "1e-5",
+                 "--force", "--json", *common]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["spent"]["epsilon"] == pytest.approx(1.0)
-    assert shown["remaining"]["epsilon"] == pytest.approx(0.5)
-    assert [r["status"] for r in shown["runs"]] == ["released"]
+    assert shown["budget"]["epsilon"] == 4.0 and shown["lake"] == str(lake)
+    assert "by " in shown["budget"]["source"]
+    table = DeltaTable(str(lake / "gold" / "privacy_ledger")).to_pyarrow_table().to_pylist()
+    raised = [r for r in table if r["note"] and "--force" in r["note"]]
+    assert len(raised) == 1 and raised[0]["actor"] and raised[0]["created_at"]
+    assert not any("%" in p.name for p in lake.parent.parent.iterdir())  # no encoded sibling
+
+
+def test_budget_show_starts_no_jvm(tmp_path):
+    """`gpope budget show/set` never import pyspark (no JVM) on a local lake."""
+    lake = tmp_path / "lake"
+    (lake / "silver" / "d").mkdir(parents=True)
+    code = (
+        "import sys; from gpope.shell.cli import main; "
+        f"assert main(['budget', 'set', '--dataset', 'd', '--epsilon', '1', '--delta', '1e-6', '--lake', {str(lake)!r}]) == 0; "
+        f"assert main(['budget', 'show', '--dataset', 'd', '--lake', {str(lake)!r}]) == 0; "
+        "assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "remaining budget: epsilon 1" in out.stdout
+
+
+def test_remaining_says_when_no_further_run_is_possible(tmp_path):
+    ledger = PrivacyLedger(None, _config(tmp_path / "lake", composition="basic"))
+    ledger.set_budget("d", epsilon=3.0, delta=1e-5)
+    ledger.reserve("d", run_id="a", epsilon=1.0, delta=1e-5, accountant="pld", event=_event())
+    status = ledger.status("d")
+    assert status.runs_left == 0 and status.no_further_run
+    assert "no further run is possible" in status.remaining_line()
+    rows = budget_status_table(ledger._config).to_pylist()
+    assert rows[0]["runs_left"] == 0 and rows[0]["remaining_epsilon"] == pytest.approx(2.0)
+    assert np.isclose(rows[0]["spent_epsilon_basic"], 1.0)

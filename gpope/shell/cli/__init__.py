@@ -92,8 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = user_message(str(exc), _command_parser(parser, args))
         print(f"gpope {args.command}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"gpope {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        summary = getattr(exc, "summary", None)
+        if summary is not None:  # interrupted after a release: say what was released
+            if summary:
+                print(summary)
+            print(f"gpope {args.command}: {exc}", file=sys.stderr)
+        else:
+            print(f"gpope {args.command}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -1,10 +1,25 @@
-"""``gpope budget show|set``: a dataset's privacy budget, spent and remaining (the ledger)."""
+"""``gpope budget show|set|reconcile``: a dataset's privacy budget, spent and remaining (the ledger).
+
+On a local lake these commands read and write the ledger's Delta table with ``deltalake`` only:
+no Spark, no JVM (about a second). A Unity Catalog lake goes through Spark.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.shell.cli._common import add_json_flag, emit
+
+
+def _add_lake(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
+    )
+    parser.add_argument(
+        "--conf", default=None, help="YAML configuration file (default: the packaged conf/default.yaml)"
+    )
+    # accepted for scripts written before; the ledger never logs to MLflow
+    parser.add_argument("--tracking-uri", default=None, help=argparse.SUPPRESS)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,43 +28,80 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "budget",
         help="privacy ledger: a dataset's budget, spent and remaining (epsilon, delta)",
         description=(
-            "The privacy ledger records every private run's (epsilon, delta) before it releases "
-            "anything. Budgets compose basically: spent = sum over reserved, released and failed "
-            "runs. A run that would exceed the budget stops with an error and writes nothing."
+            "The privacy ledger records every private run's spend before it releases anything. "
+            "Runs are composed tightly from their stored dp-accounting events (an RDP privacy "
+            "filter, valid when runs are chosen adaptively; privacy.composition: rdp) and the "
+            "basic sum of epsilons is shown beside it. A run that would exceed the budget stops "
+            "with an error and writes nothing. Reads the ledger without Spark on a local lake."
         ),
     )
-    sub = parser.add_subparsers(dest="budget_command", metavar="{show,set}")
-    show = sub.add_parser("show", help="print budget, spent and remaining of a dataset")
-    show.add_argument("--dataset", required=True, help="dataset (cohort) name")
-    add_lake_options(show)
+    sub = parser.add_subparsers(dest="budget_command", metavar="{show,set,reconcile}")
+    show = sub.add_parser("show", help="print budget, spent (tight and basic), remaining and runs left")
+    show.add_argument("--dataset", required=True, help="dataset (cohort) name; must exist")
+    _add_lake(show)
     add_json_flag(show)
     show.set_defaults(func=_show)
-    set_ = sub.add_parser("set", help="set a dataset's total budget (epsilon, delta)")
-    set_.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    set_ = sub.add_parser(
+        "set", help="set a dataset's total budget (epsilon, delta); raising one needs --force"
+    )
+    set_.add_argument("--dataset", required=True, help="dataset (cohort) name; must exist")
     set_.add_argument("--epsilon", type=float, required=True, help="total epsilon budget (> 0)")
-    set_.add_argument("--delta", type=float, required=True, help="total delta budget (in [0, 1))")
-    add_lake_options(set_)
+    set_.add_argument("--delta", type=float, required=True, help="total delta budget (in (0, 1))")
+    set_.add_argument("--force", action="store_true",
+                      help="allow raising an existing budget (recorded with who and when)")
+    _add_lake(set_)
     add_json_flag(set_)
     set_.set_defaults(func=_set)
+    rec = sub.add_parser(
+        "reconcile",
+        help="settle reservations of killed runs from the evidence (released_estimates)",
+        description=(
+            "A run killed after its reservation leaves it open. Reconcile marks each stale "
+            "reservation 'released' if released_estimates has its run_id, else 'failed' (still "
+            "counted: it may have drawn noise). Stale: its process is gone (same host) or it is "
+            "older than privacy.reservation_timeout_hours. Runs automatically before each "
+            "evaluate's reservation."
+        ),
+    )
+    rec.add_argument("--dataset", default=None, help="only this dataset (default: all)")
+    _add_lake(rec)
+    add_json_flag(rec)
+    rec.set_defaults(func=_reconcile)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
 def _ledger(args: argparse.Namespace):
     from gpope.shell.pipeline.jobargs import config_from_args
     from gpope.shell.pipeline.ledger import PrivacyLedger
-    from gpope.shell.spark import get_spark
 
-    config = config_from_args(args)
-    return PrivacyLedger(get_spark(config.spark), config)
+    return PrivacyLedger(None, config_from_args(args))
 
 
 def _show(args: argparse.Namespace) -> int:
-    status = _ledger(args).status(args.dataset)
+    status = _ledger(args).status(args.dataset, require_known=True)
     emit(args, status.to_dict(), status.summary())
     return 0
 
 
 def _set(args: argparse.Namespace) -> int:
-    status = _ledger(args).set_budget(args.dataset, epsilon=args.epsilon, delta=args.delta)
+    from gpope.core.validation import check_number
+
+    check_number("budget set", "epsilon", args.epsilon, gt=0.0)  # fail before touching the lake
+    check_number("budget set", "delta", args.delta, gt=0.0, lt=1.0)
+    status = _ledger(args).set_budget(
+        args.dataset, epsilon=args.epsilon, delta=args.delta, force=args.force, require_known=True
+    )
     emit(args, status.to_dict(), status.summary())
+    return 0
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    ledger = _ledger(args)
+    if args.dataset is not None:
+        ledger.check_known(args.dataset)
+    done = ledger.reconcile(args.dataset)
+    lines = [f"reconciled {len(done)} stale reservation(s) in {ledger.location}"]
+    lines += [f"  {s.dataset} {s.run_id}: {s.status} ({s.evidence})" for s in done]
+    emit(args, {"ledger": ledger.location, "settled": [s.to_dict() for s in done]},
+         "\n".join(lines))
     return 0

@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="public simulated cohort for MSPBE, the same as gpope evaluate's "
                         "(default 100; 0 disables)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--allow-invalid-accounting", action="store_true",
+                        help="accept evaluation.accountant 'paper' from --conf: the release is "
+                        "then NOT private everywhere and labelled 'not a valid bound'")
     add_lake_options(parser, tracking=True)
     add_json_flag(parser)
     parser.set_defaults(func=_run)
@@ -52,6 +55,7 @@ def _run(args: argparse.Namespace) -> int:
         dataset=args.dataset, seed=args.seed, iterations=args.iterations,
         public_trajectories=args.public_trajectories,
         progress=show_progress(args),
+        allow_invalid_accounting=args.allow_invalid_accounting,
     )
     config = config_from_args(args)
     spark = get_spark(config.spark)

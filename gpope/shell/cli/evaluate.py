@@ -33,7 +33,8 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sampling", choices=("uniform", "poisson"), default=None,
                    help="uniform: one trajectory per step (the paper); poisson: rate q")
     g.add_argument("--accountant", choices=("auto", "paper", "rdp", "pld"), default=None,
-                   help="auto: tightest rigorous one for the sampling; paper: reproduction only")
+                   help="auto: tightest rigorous one for the sampling; paper: NOT a valid bound, "
+                   "refused unless --allow-invalid-accounting")
     g.add_argument("--trace-every", type=int, default=None,
                    help="log public MSPBE every k steps (default N/20)")
     g.add_argument(
@@ -63,6 +64,21 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
 
 
+def add_privacy_overrides(parser: argparse.ArgumentParser) -> None:
+    """``--allow-invalid-accounting`` and ``--allow-not-private`` (evaluate, demo, jobs)."""
+    parser.add_argument(
+        "--allow-invalid-accounting", action="store_true",
+        help="run with --accountant paper anyway: the release is then NOT private everywhere "
+        "(tables, MLflow, output), labelled 'not a valid bound', and the ledger charges a "
+        "rigorous RDP bound of its mechanism",
+    )
+    parser.add_argument(
+        "--allow-not-private", action="store_true",
+        help="accept --seed on a dataset not produced by `gpope simulate`: the release is NOT "
+        "private (the seed itself is never stored)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` command."""
     parser = subparsers.add_parser(
@@ -83,7 +99,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_solver_options(parser)
     parser.add_argument(
         "--seed", type=int, default=None,
-        help="fixed seed for sampling and noise: reproducible but NOT private (marked so)",
+        help="fixed seed for sampling and noise: reproducible but NOT private (marked so; "
+        "never stored). Refused on datasets not produced by `gpope simulate` unless "
+        "--allow-not-private",
     )
     parser.add_argument(
         "--secure-noise", action="store_true", default=None,
@@ -91,11 +109,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "rounded to it (floating-point safe); refuses --seed; in-memory path only "
              "(conf: evaluation.secure_noise, evaluation.noise_grid)",
     )
+    add_privacy_overrides(parser)
     parser.add_argument("--stream", choices=("auto", "memory", "stream"), default="auto",
                         help="statistics in driver memory or streamed from Spark (auto: by size)")
     parser.add_argument("--private-diagnostics", action="store_true",
                         help="also log MSPBE/LSTD of the PRIVATE statistics to MLflow, tagged "
                         "diagnostic.private=true (operators only; never released)")
+    parser.add_argument("--print-private-diagnostics", action="store_true",
+                        help="with --json, also print those private diagnostics (LSTD theta...) "
+                        "under 'private_diagnostics', tagged diagnostic.private=true: operators "
+                        "only, never in a shared job log")
     parser.add_argument("--public-trajectories", type=int, default=None,
                         help="size of the public simulated cohort for MSPBE (spec with a domain; "
                         "0 disables; default 100)")
@@ -132,6 +155,8 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         statistics_share=args.statistics_share,
         ci_level=args.ci_level,
         tune=getattr(args, "tune", None),
+        allow_invalid_accounting=getattr(args, "allow_invalid_accounting", False) or None,
+        allow_not_private=getattr(args, "allow_not_private", False) or None,
         **extra,
     )
 
@@ -153,5 +178,5 @@ def _run(args: argparse.Namespace) -> int:
         spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta, options=options,
         config=config, tracking_uri=args.tracking_uri,
     )
-    emit(args, report.to_dict(), report.summary())
+    emit(args, report.to_dict(include_private=args.print_private_diagnostics), report.summary())
     return 0

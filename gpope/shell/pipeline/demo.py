@@ -79,6 +79,7 @@ class DemoOptions:
         public_trajectories: public simulated cohort for MSPBE (the same definition as
             `gpope evaluate`: simulator-default episode length, public seed).
         progress: show progress bars.
+        allow_invalid_accounting: accept a configured ``paper`` accountant (NOT private).
     """
 
     patients: int = 2000
@@ -91,6 +92,7 @@ class DemoOptions:
     public_trajectories: int = 100  # = public.PUBLIC_TRAJECTORIES: the cohort of `gpope evaluate`
     progress: bool = True
     spec: str = DEMO_SPEC_PATH
+    allow_invalid_accounting: bool = False
 
     def __post_init__(self) -> None:
         check_int("DemoOptions", "patients", self.patients, ge=2)
@@ -150,9 +152,10 @@ class DemoReport:
             f"privacy: epsilon {ev['epsilon']:g}, delta {ev['delta']:g} spent "
             f"(accountant {ev['accountant']}, sigma {ev['sigma']:.4g}, m {ev['m']}, "
             f"N {ev['iterations']}, sampling {ev['sampling']}; "
-            f"{'private: OS-entropy noise' if ev['private'] else 'NOT private: fixed seed'})",
-            f"         remaining budget of {self.dataset}: epsilon {ev['remaining_epsilon']:.6g}, "
-            f"delta {ev['remaining_delta']:.3g} (basic composition)",
+            f"{'private: OS-entropy noise' if ev['private'] else ev.get('label', 'NOT private')})",
+            f"         {self.dataset}: "
+            + (ev.get("remaining_line") or f"remaining budget: epsilon "
+               f"{ev['remaining_epsilon']:.6g}, delta {ev['remaining_delta']:.3g}"),
             "",
             f"value estimates at the reference states (gamma {self.gamma:g}):",
             f"  {'state':<20} {'GPOPE (released)':>18} {'Monte Carlo truth':>18} "
@@ -226,6 +229,7 @@ def run_demo(
         config.evaluation,
         iterations=options.iterations,
         epsilon=options.epsilon, delta=options.delta, private_diagnostics=True,
+        allow_invalid_accounting=options.allow_invalid_accounting or None,
         public_trajectories=options.public_trajectories,
     )
     truth = timed("ground truth", lambda: _ground_truth(spec))

@@ -7,11 +7,17 @@ a. **Public inputs only.** m (the number of trajectories with statistics for the
    clip, step sizes, sampling, batch rate, epsilon, delta) comes from the command line and the
    configuration. The Poisson rate defaults to q = 1/m. sigma is calibrated by the accountant for
    (epsilon, delta, m, N, sampling). Nothing else is computed from the private tables.
-b. **Reserve** the run's (epsilon, delta) in the privacy ledger (basic composition across runs);
-   a run that would exceed the dataset's budget stops with BudgetExceededError having written
-   nothing (:mod:`gpope.shell.pipeline.ledger`).
+   Refused before anything is read: the ``paper`` accountant (not a valid bound) unless
+   ``allow_invalid_accounting``; a ``seed`` on a dataset not produced by ``gpope simulate``
+   unless ``allow_not_private``; ``delta >= 1/m`` (a warning above ``1/(10 m)``).
+b. **Reserve** the run's spend and its dp-accounting event in the privacy ledger (runs composed
+   tightly by an RDP filter); a run that would exceed the dataset's budget stops with
+   BudgetExceededError having written nothing (:mod:`gpope.shell.pipeline.ledger`). Stale
+   reservations of killed runs are settled first. A ``paper`` run is charged a rigorous RDP bound
+   of its mechanism and recorded as not a valid bound.
 c. **Sample plan** on the driver from OS entropy, or from ``seed`` (then the run is marked NOT
-   private in released_estimates and MLflow). The plan is never logged or written.
+   private in released_estimates and MLflow; the seed itself is never persisted). The plan is
+   never logged or written.
 d. **Statistics in sampled order**: in memory (all m rows) when ``m * row size`` fits
    ``evaluation.in_memory_limit_mb``, otherwise fetched block by block through a Spark join of the
    plan with the statistics table (:mod:`gpope.shell.pipeline.sampled`).
@@ -51,7 +57,44 @@ if TYPE_CHECKING:
     from gpope.core.gpope import GPOPEResult
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["EvaluateOptions", "EvaluationReport", "run_evaluate"]
+__all__ = [
+    "INVALID_ACCOUNTING_REFUSAL",
+    "EvaluateOptions",
+    "EvaluationReport",
+    "InterruptedAfterRelease",
+    "privacy_label",
+    "run_evaluate",
+]
+
+#: The one message that refuses the ``paper`` accountant for a release.
+INVALID_ACCOUNTING_REFUSAL = (
+    "The 'paper' accountant is not a valid privacy bound (the paper's formula drops terms: at its "
+    "settings the true epsilon is several times larger), so it cannot certify a private release. "
+    "Use --accountant auto (or rdp/pld), or pass --allow-invalid-accounting to run it anyway: "
+    "the run is then NOT private everywhere, labelled 'not a valid bound', and the ledger charges "
+    "a rigorous RDP bound of its mechanism."
+)
+
+#: Label of a release whose accountant is not a valid bound.
+NOT_A_VALID_BOUND = "NOT PRIVATE: accountant 'paper' is not a valid bound"
+
+
+def privacy_label(*, private: bool, accountant: str, seeded: bool) -> str:
+    """The one-line privacy label of a release (used in output, MLflow and tables)."""
+    if accountant == "paper":
+        return NOT_A_VALID_BOUND
+    if seeded:
+        return "NOT PRIVATE: fixed seed"
+    return "PRIVATE" if private else "NOT PRIVATE"
+
+
+class InterruptedAfterRelease(KeyboardInterrupt):
+    """Ctrl-C after the release was committed: what was released (do not re-run and pay twice)."""
+
+    def __init__(self, message: str, run_id: str, summary: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.summary = summary
 
 Path_ = Literal["auto", "memory", "stream"]
 
@@ -94,6 +137,10 @@ class EvaluateOptions:
             the solver and the noisy-statistics release, released iterates rounded to the grid
             (:mod:`gpope.core.secure_noise`); refuses a seed; in-memory path only.
         noise_grid: the public grid (None: clip * 2^-20).
+        allow_invalid_accounting: run with the ``paper`` accountant anyway; the release is then
+            NOT private everywhere and labelled "not a valid bound".
+        allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; the
+            release is NOT private.
     """
 
     epsilon: float
@@ -130,6 +177,9 @@ class EvaluateOptions:
     secure_noise: bool = False
     noise_grid: float | None = None
 
+    allow_invalid_accounting: bool = False
+    allow_not_private: bool = False
+
     def __post_init__(self) -> None:
         from gpope.core.operating import SOLVER_KEYS, EvaluationBlock
 
@@ -150,6 +200,8 @@ class EvaluateOptions:
                 )
         check_number(o, "noise_grid", self.noise_grid, gt=0.0, allow_none=True)
         check_choice(o, "tune", self.tune, ("none", "private"))
+        if self.accountant == "paper" and not self.allow_invalid_accounting:
+            raise ConfigError(INVALID_ACCOUNTING_REFUSAL)
         check_choice(o, "estimator", self.estimator, ("gpope", "ssp"))
         check_number(o, "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
         check_number(o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
@@ -306,11 +358,20 @@ class EvaluationReport:
     no_better_than_zero: bool = False
     utility_guard: str = "unknown"
     warnings: list[str] = field(default_factory=list)
+    label: str = "PRIVATE"
+    no_further_run: bool = False
+    remaining_line: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json`` (private diagnostics are listed under their own key)."""
+    def to_dict(self, *, include_private: bool = False) -> dict[str, Any]:
+        """Plain form for ``--json``. Private diagnostics (noise-free values of the private data)
+        are left out unless ``include_private``; then they sit under ``private_diagnostics``,
+        tagged ``diagnostic.private=true``."""
         d = dataclasses.asdict(self)
         d["theta"] = [float(v) for v in self.theta]
+        if include_private and self.private_diagnostics:
+            d["private_diagnostics"] = {"diagnostic.private": True, **self.private_diagnostics}
+        else:
+            d.pop("private_diagnostics", None)
         return d
 
     def interval_arrays(self) -> dict[str, np.ndarray] | None:
@@ -324,13 +385,15 @@ class EvaluationReport:
     def summary(self) -> str:
         """Human-readable lines."""
         lines = [
-            f"released run {self.run_id} ({'PRIVATE' if self.private else 'NOT PRIVATE: fixed seed'}) "
+            f"released run {self.run_id} ({self.label}) "
             f"dataset {self.dataset}, spec {self.spec_name} ({self.spec_id})",
-            f"  epsilon {self.epsilon:g} (accountant {self.accountant} certifies "
+            f"  epsilon {self.epsilon:g} (accountant {self.accountant} "
+            f"{'claims, NOT a valid bound:' if self.accountant == 'paper' else 'certifies'} "
             f"{self.spent_epsilon if self.spent_epsilon is not None else float('nan'):.4g}), "
             f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, N {self.iterations}, "
             f"sampling {self.sampling}, statistics {self.path}",
-            f"  remaining budget: epsilon {self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}",
+            "  " + (self.remaining_line or f"remaining budget: epsilon "
+                    f"{self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}"),
         ]
         st = self.settings
         if st:
@@ -456,10 +519,16 @@ def run_evaluate(
 
     start = time.perf_counter()
     # (a) public inputs and calibration: nothing written yet.
+    if options.accountant == "paper" and not options.allow_invalid_accounting:
+        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)  # options built by hand without the check
+    seeded = options.seed is not None
+    if seeded and not options.allow_not_private:
+        _check_seed_allowed(config, dataset)
     # m and the statistics come from one pinned version of trajectory_stats (issue 12.7): a
     # concurrent `gpope stats` cannot make the count and the rows disagree.
     stats_version = statistics_version(spark, config, dataset=dataset)
     m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=stats_version)
+    check_delta_against_m(options.delta, m)
     n = spec.n_features
     # command line > the spec's evaluation: block (tuned on public data) > conf evaluation:
     options, settings_info = options.resolve(m=m, spec=spec, settings=config.evaluation)
@@ -528,12 +597,37 @@ def run_evaluate(
     stats_df = read_statistics(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=stats_version
     )
+    valid_bound = accountant != "paper"
+    charged = options.epsilon
+    if not valid_bound:  # charge what the mechanism really costs (a rigorous RDP bound)
+        charged = max(options.epsilon, float(epsilon_spent(
+            sigma=sigma, **{**common, "accountant": "rdp"})) + (spent_s or 0.0))
 
     # (b) reserve.
+    from gpope.core.accounting.composition import relation_of_sampling
+    from gpope.shell import faults
+
+    relation = "add_or_remove_one" if ssp_run else relation_of_sampling(options.sampling)
+    ledger_event = event
+    if relation == "replace_one" and sigma_s is not None:
+        import dp_accounting
+
+        # under replace-one the noisy-statistics release moves by 2 clip: noise / sensitivity =
+        # sigma_s / 2 (the convention of the GPOPE event, reference/ACCOUNTING.md)
+        ledger_event = dp_accounting.ComposedDpEvent(
+            [event.events[0], dp_accounting.GaussianDpEvent(sigma_s / 2.0)])
     ledger = PrivacyLedger(spark, config)
     run_id = uuid.uuid4().hex
-    ledger.reserve(dataset, run_id=run_id, epsilon=options.epsilon, delta=options.delta,
-                   accountant=accountant, mechanism=mechanism)
+    ledger.reserve(
+        dataset, run_id=run_id, epsilon=options.epsilon, delta=options.delta,
+        accountant=accountant, event=ledger_event, relation=relation,
+        label=mechanism.split(": ")[0], charged_epsilon=charged, valid_bound=valid_bound,
+        note=None if valid_bound else "accountant 'paper' is not a valid bound "
+        "(--allow-invalid-accounting): released NOT private; charged at rigorous RDP epsilon "
+        f"{charged:.6g}",
+    )
+    faults.point("evaluate.after_reserve")
+    released = False
     try:
         # (c)-(e) noisy statistics (Spark aggregate + one Gaussian draw), then the estimator.
         noisy = None
@@ -553,6 +647,9 @@ def run_evaluate(
             if tuned is not None:  # the chosen (DP) settings are what this run used
                 options = dataclasses.replace(options, clip=tuned.config.clip,
                                               step_size=tuned.config.step_size)
+        if not valid_bound:
+            result = dataclasses.replace(result, private=False, privacy_note=NOT_A_VALID_BOUND)
+        label = privacy_label(private=result.private, accountant=accountant, seeded=seeded)
         released_theta = result.theta_avg if result.theta_avg is not None else result.theta
         values = spec.reference_values(released_theta)
         intervals, theta_iv, priv_mspbe = _intervals(noisy, spec, released_theta, values,
@@ -571,10 +668,27 @@ def run_evaluate(
             estimator=options.estimator,
         )
         write_release(spark, config, row, value_rows(row, spec_name=spec.name, interval=intervals))
+        released = True
+        faults.point("evaluate.after_release")
+        ledger.mark(dataset, run_id, "released")
+    except KeyboardInterrupt as exc:
+        if not released:
+            ledger.mark(dataset, run_id, "failed")
+            raise
+        ledger.mark(dataset, run_id, "released")
+        summary = "; ".join(f"V({k}) = {float(v):.6g}"
+                            for k, v in zip(spec.reference_names, values, strict=True))
+        raise InterruptedAfterRelease(
+            f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
+            f"({label}; epsilon {options.epsilon:g}, delta {options.delta:g} charged) and "
+            f"recorded in the ledger; MLflow logging was skipped. Do not re-run it (that would "
+            f"spend the budget again); read it from released_estimates (run_id {run_id}).",
+            run_id, summary,
+        ) from exc
     except BaseException:
-        ledger.mark(dataset, run_id, "failed")
+        if not released:
+            ledger.mark(dataset, run_id, "failed")
         raise
-    ledger.mark(dataset, run_id, "released")
     budget = ledger.status(dataset)
 
     tuning_summary = None
@@ -613,11 +727,18 @@ def run_evaluate(
         "private": priv_mspbe[1] if priv_mspbe else None,  # noisy statistics (DP)
     })
     record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
-    tracking = log_evaluation(
-        record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
-                                                  config.lake.root),
-        experiment=config.tracking.experiment,
-    )
+    try:
+        tracking = log_evaluation(
+            record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
+                                                      config.lake.root),
+            experiment=config.tracking.experiment,
+        )
+    except KeyboardInterrupt as exc:
+        raise InterruptedAfterRelease(
+            f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
+            f"({label}) and recorded in the ledger; MLflow logging was cut short. Do not re-run "
+            f"it; read it from released_estimates (run_id {run_id}).", run_id, "",
+        ) from exc
     from gpope.shell import lake
 
     warnings = [guard.message] if guard.no_better_than_zero else []
@@ -686,6 +807,47 @@ def run_evaluate(
         no_better_than_zero=guard.no_better_than_zero,
         utility_guard=guard.verdict,
         warnings=warnings,
+        label=label,
+        no_further_run=budget.no_further_run,
+        remaining_line=budget.remaining_line(),
+    )
+
+
+def check_delta_against_m(delta: float, m: int) -> None:
+    """Refuse ``delta >= 1/m`` and warn above ``1/(10 m)`` (m is public by the design).
+
+    A delta of 1/m allows a mechanism that publishes one random patient's record outright.
+
+    Raises:
+        ConfigError: ``delta >= 1/m``.
+    """
+    import warnings
+
+    if delta >= 1.0 / m:
+        raise ConfigError(
+            f"delta must be below 1/m = {1.0 / m:.3g} for m = {m} trajectories (a delta of 1/m "
+            f"permits releasing one patient's record in the clear). Got delta {delta:g}; use "
+            f"delta <= {0.1 / m:.3g} (1/(10 m)) or smaller."
+        )
+    if delta > 0.1 / m:
+        warnings.warn(
+            f"delta {delta:g} is above 1/(10 m) = {0.1 / m:.3g} for m = {m} trajectories; a delta "
+            "well below 1/m (e.g. 1/m^1.1 or 1e-6) is recommended.",
+            UserWarning, stacklevel=2,
+        )
+
+
+def _check_seed_allowed(config: GpopeConfig, dataset: str) -> None:
+    """A fixed seed makes noise and plan reproducible: only on a simulated dataset, or with
+    ``allow_not_private``."""
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    if PrivacyLedger(None, config).origin(dataset) == "simulate":
+        return
+    raise ConfigError(
+        f"--seed makes the noise and the sample plan reproducible, so the output of dataset "
+        f"{dataset!r} (not produced by `gpope simulate`) would not be private. Drop --seed, or "
+        "pass --allow-not-private to accept a release marked NOT private."
     )
 
 

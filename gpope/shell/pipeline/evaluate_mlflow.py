@@ -223,6 +223,7 @@ def log_evaluation(
         "gpope.private": str(bool(record.private)).lower(),
         "gpope.seeded": str(bool(record.seeded)).lower(),
         "gpope.privacy_note": record.privacy_note,
+        "gpope.valid_bound": str(record.accountant != "paper").lower(),
         **code_version(),
         **dict(record.tags),
     }

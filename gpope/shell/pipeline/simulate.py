@@ -443,6 +443,9 @@ def run_simulate(
         run_id=run_id, stage="simulate", dataset=dataset, tables=versions,
         details={"domain": domain, "patients": patients, "rows": rows},
     )  # fmt: skip
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    PrivacyLedger(spark, config).record_origin(dataset, "simulate")  # synthetic: seeds allowed
     return SimulateReport(
         dataset=dataset,
         domain=domain,

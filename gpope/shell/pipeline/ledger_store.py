@@ -1,0 +1,289 @@
+"""Where the privacy ledger's rows live: delta-rs directly (no JVM) or the Spark table layer.
+
+The ledger is small and append-only, so on a local lake it is read and appended with
+``deltalake`` alone: ``gpope budget show`` answers in about a second and starts no JVM. Only a
+Unity Catalog lake (``--catalog/--schema``) or a non-local root goes through Spark and the table
+layer (:mod:`gpope.shell.lake`). Both stores hold the same Delta table with the columns of
+:data:`LEDGER_COLUMNS` (the first eight are DESIGN.md's contract; the others make the table hard
+to misread: see :mod:`gpope.shell.pipeline.ledger`).
+
+Nothing here imports pyspark unless the Spark store is used.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpope.errors import CommitError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from gpope.config import GpopeConfig
+
+__all__ = [
+    "LEDGER_COLUMNS",
+    "LEDGER_COMMENTS",
+    "LEDGER_DESCRIPTION",
+    "DeltaRsLedgerStore",
+    "LedgerStore",
+    "SparkLedgerStore",
+    "arrow_schema",
+    "open_ledger_store",
+    "released_run_ids",
+]
+
+#: (name, arrow type name, nullable). The first eight are the DESIGN.md contract (NOT NULL);
+#: the rest were added later and are NULL on rows written before them.
+LEDGER_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("dataset", "string", False),
+    ("run_id", "string", False),
+    ("mechanism", "string", False),
+    ("epsilon", "double", False),
+    ("delta", "double", False),
+    ("accountant", "string", False),
+    ("status", "string", False),
+    ("created_at", "timestamp", False),
+    ("kind", "string", True),
+    ("charged_epsilon", "double", True),
+    ("charged_delta", "double", True),
+    ("valid_bound", "boolean", True),
+    ("actor", "string", True),
+    ("process", "string", True),
+    ("note", "string", True),
+)
+
+LEDGER_DESCRIPTION = (
+    "gpope privacy ledger (append-only). Do NOT sum the epsilon column: it mixes budgets, "
+    "reservations and status changes. SUM(charged_epsilon) per dataset is the basic spend; "
+    "`gpope budget show` / the budget_status view give budget, spent (basic and tight) and "
+    "remaining."
+)
+
+LEDGER_COMMENTS: dict[str, str] = {
+    "dataset": "dataset (cohort) name the row belongs to",
+    "run_id": "the run (evaluate run id), or budget-<id> for a budget row",
+    "mechanism": "the run's dp-accounting event and neighbouring relation as JSON "
+    "(format dp_accounting/1); 'budget' on budget rows",
+    "epsilon": "kind=budget: the dataset's TOTAL budget epsilon; kind=reservation/settlement: the "
+    "epsilon the run claimed. Never sum this column; sum charged_epsilon",
+    "delta": "like epsilon, for delta",
+    "accountant": "accountant that calibrated the run (rdp, pld, paper: NOT a valid bound); '-' "
+    "on budget rows",
+    "status": "budget | origin | reserved | released | failed | cancelled (a run's latest status "
+    "wins)",
+    "created_at": "when the row was appended (UTC)",
+    "kind": "budget (sets the total budget) | reservation (charges a run before it draws noise) "
+    "| settlement (a later status of a reserved run) | origin (who produced the dataset's raw "
+    "tables, e.g. gpope simulate; epsilon 0)",
+    "charged_epsilon": "epsilon this row adds to the dataset's basic spend: the run's charge on "
+    "its reservation (a rigorous RDP bound for paper runs), minus it on a cancellation, 0 otherwise",
+    "charged_delta": "delta this row adds to the dataset's basic spend (as charged_epsilon)",
+    "valid_bound": "false when the run's accountant is not a valid bound (paper): its claimed "
+    "epsilon is not a guarantee",
+    "actor": "who wrote the row (user@host)",
+    "process": "host:pid of the process holding a reservation (to settle it if it was killed)",
+    "note": "free text: budget changes (--force), reconciliation evidence, invalid accounting",
+}
+
+
+def arrow_schema() -> pa.Schema:
+    """The ledger's Arrow schema (with column comments as field metadata)."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    return pa.schema([
+        pa.field(name, types[t], nullable, metadata={"comment": LEDGER_COMMENTS[name]})
+        for name, t, nullable in LEDGER_COLUMNS
+    ])
+
+
+def _naive_utc(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+class LedgerStore(Protocol):
+    """Reads all ledger rows and appends new ones atomically."""
+
+    location: str
+
+    def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """All rows (of ``dataset`` when given), ``created_at`` as naive UTC."""
+        ...
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """Append ``rows`` in one atomic commit."""
+        ...
+
+
+class DeltaRsLedgerStore:
+    """The ledger of a local lake through ``deltalake`` only (no Spark, no JVM).
+
+    Works under any local path (spaces, non-ASCII letters, ``#``): delta-rs is given the plain
+    path and encodes it itself.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.location = path
+
+    def _table(self):
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.location):
+            return None
+        return DeltaTable(self.location)
+
+    def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """All rows (of ``dataset``), oldest first by ``created_at``."""
+        table = self._table()
+        if table is None:
+            return []
+        data = table.to_pyarrow_table()
+        out = []
+        for r in data.to_pylist():
+            if dataset is not None and r.get("dataset") != dataset:
+                continue
+            full = {name: r.get(name) for name, _, _ in LEDGER_COLUMNS}
+            full["created_at"] = _naive_utc(full["created_at"])
+            out.append(full)
+        return out
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """One atomic append; adds the newer columns to a table written before them."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        schema = arrow_schema()
+        data = {
+            name: [
+                (r.get(name).replace(tzinfo=UTC) if name == "created_at" else r.get(name))
+                for r in rows
+            ]
+            for name, _, _ in LEDGER_COLUMNS
+        }
+        table = pa.table(data, schema=schema)
+        try:
+            write_deltalake(
+                self.location, table, mode="append", schema_mode="merge",
+                description=LEDGER_DESCRIPTION,
+            )
+        except (DeltaError, OSError) as exc:
+            raise CommitError(
+                f"Could not append to the privacy ledger at {self.location}: {exc}. Nothing was "
+                "committed; check that the lake is writable."
+            ) from exc
+
+
+class SparkLedgerStore:
+    """The ledger through the Spark table layer (Unity Catalog names, non-local roots)."""
+
+    def __init__(self, spark: SparkSession, config: GpopeConfig) -> None:
+        from gpope.shell import lake
+
+        self._spark = spark
+        self._config = config
+        self.location = str(lake.shared_table_location(config.lake, "privacy_ledger"))
+
+    def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """All rows (of ``dataset``)."""
+        from pyspark.sql import functions as F
+
+        from gpope.errors import TableNotFoundError
+        from gpope.shell import lake
+
+        try:
+            df = lake.read_shared_table(self._spark, self._config.lake, "privacy_ledger")
+        except TableNotFoundError:
+            return []
+        if dataset is not None:
+            df = df.where(F.col("dataset") == dataset)
+        names = set(df.columns)
+        return [
+            {name: (r[name] if name in names else None) for name, _, _ in LEDGER_COLUMNS}
+            for r in df.collect()
+        ]
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """One atomic append through the table layer."""
+        from gpope.shell import lake
+        from gpope.shell.schemas import PRIVACY_LEDGER
+
+        df = self._spark.createDataFrame(
+            [tuple(r.get(f.name) for f in PRIVACY_LEDGER.fields) for r in rows],
+            schema=PRIVACY_LEDGER,
+        )
+        lake.write_shared_table(df, self._config.lake, "privacy_ledger", mode="append")
+
+
+def _local_path(config: GpopeConfig, table: str) -> str | None:
+    from gpope.shell.lake.names import TableRef, local_root, table_path
+
+    if config.lake.catalog is not None:
+        return None
+    if local_root(str(config.lake.root)) is None:
+        return None
+    return table_path(config.lake.root, TableRef.shared(table))
+
+
+def _local_path_of(config: GpopeConfig, layer: str, dataset: str, table: str) -> str | None:
+    from gpope.shell.lake.names import TableRef, local_root, table_path
+
+    if config.lake.catalog is not None or local_root(str(config.lake.root)) is None:
+        return None
+    return table_path(config.lake.root, TableRef(layer, table, dataset))  # type: ignore[arg-type]
+
+
+def open_ledger_store(config: GpopeConfig, spark: SparkSession | None = None) -> LedgerStore:
+    """The ledger store for ``config``'s lake: delta-rs on a local lake, else Spark.
+
+    A Spark session is started only when the lake needs one (Unity Catalog, remote root).
+    """
+    path = _local_path(config, "privacy_ledger")
+    if path is not None:
+        return DeltaRsLedgerStore(path)
+    if spark is None:
+        from gpope.shell.spark import get_spark
+
+        spark = get_spark(config.spark)
+    return SparkLedgerStore(spark, config)
+
+
+def released_run_ids(
+    config: GpopeConfig, run_ids: set[str], spark: SparkSession | None = None
+) -> set[str]:
+    """Which of ``run_ids`` have a row in released_estimates (the evidence of a release)."""
+    if not run_ids:
+        return set()
+    path = _local_path(config, "released_estimates")
+    if path is not None:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(path):
+            return set()
+        ids = DeltaTable(path).to_pyarrow_table(columns=["run_id"]).column("run_id").to_pylist()
+        return run_ids & set(ids)
+    from pyspark.sql import functions as F
+
+    from gpope.errors import TableNotFoundError
+    from gpope.shell import lake
+
+    if spark is None:
+        from gpope.shell.spark import get_spark
+
+        spark = get_spark(config.spark)
+    try:
+        df = lake.read_shared_table(spark, config.lake, "released_estimates")
+    except TableNotFoundError:
+        return set()
+    found = df.where(F.col("run_id").isin(sorted(run_ids))).select("run_id").collect()
+    return {r.run_id for r in found}
