@@ -69,9 +69,14 @@ def ingest(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
+        from gpope.shell.operator import record_private
 
         spark, config, _ = job_setup(a)
-        return api.ingest(spark, a.dataset, domain=a.domain, config=config).summary()
+        report = api.ingest(spark, a.dataset, domain=a.domain, config=config)
+        # job stdout is readable by anyone viewing the job: only m (public) is printed there;
+        # row counts and rejections per reason are noise-free counts of the private data
+        where = record_private(config, stage="ingest", dataset=a.dataset, payload=report.to_dict())
+        return f"ingest {a.dataset}: {report.n_trajectories} trajectories (m, public); {where}"
 
     return _run("ingest", body, args)
 
@@ -84,16 +89,29 @@ def stats(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
+        from gpope.shell.operator import record_private
 
         spark, config, spec = job_setup(a)
-        return api.stats(spark, a.dataset, spec or a.spec, config=config).summary()
+        report = api.stats(spark, a.dataset, spec or a.spec, config=config)
+        # the number of transitions (sum of tau) and the clamp counts are noise-free counts of
+        # the private data: operator log only, never the job's stdout
+        where = record_private(config, stage="stats", dataset=a.dataset, payload={
+            "n_transitions": report.n_transitions, "spec_id": report.spec_id,
+            "clamped": dict(report.clamped)})
+        return (f"trajectory_stats for {a.dataset} / spec {report.spec_name} ({report.spec_id}): "
+                f"{report.n_trajectories} trajectories (m, public), n = {report.n_features} -> "
+                f"{report.table}; {where}")
 
     return _run("stats", body, args)
 
 
 def evaluate(argv: Sequence[str] | None = None) -> int:
     """``gpope-evaluate``: a private evaluation (ledger, released_estimates, MLflow)."""
-    from gpope.shell.cli.evaluate import add_solver_options, options_from_args
+    from gpope.shell.cli.evaluate import (
+        add_privacy_overrides,
+        add_solver_options,
+        options_from_args,
+    )
 
     parser = job_parser("A differentially private evaluation of a spec on a dataset.",
                         dataset=True, spec=True)
@@ -101,6 +119,7 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, required=True, help="delta spent by this run")
     parser.add_argument("--seed", type=int, default=None, help="fixed seed: NOT private")
     add_solver_options(parser)
+    add_privacy_overrides(parser)
     args = parser.parse_args(argv)
 
     def body(a: argparse.Namespace) -> str:
@@ -120,6 +139,8 @@ def demo(argv: Sequence[str] | None = None) -> int:
     parser = job_parser("The simulated HIV cohort end to end (simulate, ingest, stats, evaluate).")
     parser.add_argument("--patients", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--allow-invalid-accounting", action="store_true",
+                        help="accept evaluation.accountant 'paper' (the release is NOT private)")
     args = parser.parse_args(argv)
 
     def body(a: argparse.Namespace) -> str:
@@ -127,7 +148,8 @@ def demo(argv: Sequence[str] | None = None) -> int:
         from gpope.shell.pipeline.demo import DemoOptions
 
         spark, config, _ = job_setup(a)
-        options = DemoOptions(patients=a.patients, steps=a.steps, progress=False)
+        options = DemoOptions(patients=a.patients, steps=a.steps, progress=False,
+                              allow_invalid_accounting=a.allow_invalid_accounting)
         return api.demo(spark, options=options, config=config,
                         tracking_uri=a.tracking_uri).summary()
 

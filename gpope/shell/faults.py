@@ -17,7 +17,13 @@ ENV = "GPOPE_FAULT"
 
 
 def point(name: str) -> None:
-    """SIGKILL the current process if ``$GPOPE_FAULT`` names this point (comma-separated list)."""
+    """SIGKILL the current process if ``$GPOPE_FAULT`` names this point (comma-separated list);
+    ``<point>:int`` sends SIGINT instead (a Ctrl-C at that step)."""
     wanted = os.environ.get(ENV)
-    if wanted and name in {w.strip() for w in wanted.split(",")}:
+    if not wanted:
+        return
+    names = {w.strip() for w in wanted.split(",")}
+    if name in names:
         os.kill(os.getpid(), signal.SIGKILL)
+    if f"{name}:int" in names:
+        os.kill(os.getpid(), signal.SIGINT)

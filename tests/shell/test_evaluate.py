@@ -57,7 +57,8 @@ def _options(**kw):
     base = dict(epsilon=1.0, delta=1e-5, iterations=ITER, clip=1.0, step_size=0.2,
                 sampling="poisson", averaging="tail", public_trajectories=15,
                 public_max_length=40, trace_every=500, step_schedule="constant",
-                step_offset=1.0, tail_fraction=0.5)
+                step_offset=1.0, tail_fraction=0.5,
+                allow_not_private=True)
     base.update(kw)
     if base["sampling"] == "poisson" and "batch_rate" not in base:
         base["batch_size"] = 1.0

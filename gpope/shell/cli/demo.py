@@ -58,6 +58,11 @@ def _run(args: argparse.Namespace) -> int:
         allow_invalid_accounting=args.allow_invalid_accounting,
     )
     config = config_from_args(args)
+    if config.evaluation.accountant == "paper" and not args.allow_invalid_accounting:
+        from gpope.errors import ConfigError
+        from gpope.shell.pipeline.evaluate import INVALID_ACCOUNTING_REFUSAL
+
+        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)  # at once, before Spark starts
     spark = get_spark(config.spark)
     report = api.demo(spark, options=options, config=config, tracking_uri=args.tracking_uri)
     emit(args, report.to_dict(), report.summary())

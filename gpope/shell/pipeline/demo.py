@@ -204,6 +204,11 @@ def run_demo(
     from gpope.shell.pipeline.stats import run_stats
     from gpope.shell.tracking import resolve_tracking_uri
 
+    if config.evaluation.accountant == "paper" and not options.allow_invalid_accounting:
+        from gpope.errors import ConfigError
+        from gpope.shell.pipeline.evaluate import INVALID_ACCOUNTING_REFUSAL
+
+        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)  # before anything is simulated or written
     spec = demo_spec(options.spec)
     dataset = options.dataset or (
         f"hiv_demo_{datetime.now(UTC):%Y%m%d_%H%M%S}_{secrets.token_hex(2)}"

@@ -1,0 +1,55 @@
+"""The operator channel: noise-free values of private data, kept out of shared job logs.
+
+Job stdout (a Databricks job's output, a CI log) is readable by anyone who can view the job, so it
+carries only public or released values. Counts computed without noise from the private tables
+(the number of transitions, i.e. the sum of trajectory lengths; rejected rows per reason; data
+ranges quoted by errors) go here instead: one JSON line per record, tagged
+``diagnostic.private=true``, in a file readable by its owner only (mode 0600):
+``$GPOPE_OPERATOR_LOG`` if set, else ``<lake>/_operator/private_diagnostics.jsonl`` on a local
+lake. On a lake without a local root and without ``$GPOPE_OPERATOR_LOG`` the record is dropped
+(the job says so), never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpope.jsonable import jsonable
+
+if TYPE_CHECKING:
+    from gpope.config import GpopeConfig
+
+__all__ = ["ENV", "operator_log_path", "record_private"]
+
+ENV = "GPOPE_OPERATOR_LOG"
+
+
+def operator_log_path(config: GpopeConfig) -> Path | None:
+    """Where private operator records go (None: nowhere available)."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    from gpope.shell.lake.names import local_root
+
+    if config.lake.catalog is not None:
+        return None
+    root = local_root(str(config.lake.root))
+    return None if root is None else Path(root) / "_operator" / "private_diagnostics.jsonl"
+
+
+def record_private(config: GpopeConfig, *, stage: str, dataset: str, payload: dict[str, Any]) -> str:
+    """Append a tagged record to the operator log; returns a sentence saying where it went."""
+    path = operator_log_path(config)
+    if path is None:
+        return (f"private counts of {stage} were not recorded (set ${ENV} to an operator-only "
+                "file to keep them); they are never printed")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"diagnostic.private": True, "stage": stage, "dataset": dataset,
+              "at": datetime.now(UTC).isoformat(), **payload}
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, default=jsonable, sort_keys=True) + "\n")
+    return f"private counts of {stage} (diagnostic.private=true) are in the operator log {path}"

@@ -1,0 +1,241 @@
+"""Privacy edges of a release (issue 12 defects 1, 2, 6, 8) and killed or interrupted runs
+(issue 13 section 4): real Spark, real Delta tables, real MLflow, real kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dp_accounting
+import mlflow
+import numpy as np
+import pytest
+from deltalake import DeltaTable
+from dp_accounting.rdp import RdpAccountant
+
+from gpope.config import load_config
+from gpope.core.accounting import RDP_ORDERS, calibrate_sigma
+from gpope.core.envs import chain
+from gpope.errors import ConfigError
+from gpope.shell import lake
+from gpope.shell.cli import main
+from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.jobargs import load_spec
+from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
+from gpope.shell.schemas import TRANSITIONS
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_FILE = REPO / "conf" / "specs" / "chain.yaml"
+SEED = 987654321
+
+
+@pytest.fixture(scope="module")
+def chain_lake(spark, tmp_path_factory):
+    """40 chain trajectories written straight to silver: NOT produced by `gpope simulate`."""
+    root = tmp_path_factory.mktemp("privacy") / "lake"
+    config = load_config(None, lake={"root": str(root)})
+    transitions = chain.generate(40, np.random.default_rng(0), chain.ChainConfig(max_steps=200))
+    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
+    lake.write_table(df, config.lake, "silver", "ch", "transitions", mode="overwrite")
+    run_stats(spark, config, dataset="ch", spec=load_spec(SPEC_FILE))
+    PrivacyLedger(None, config).set_budget("ch", epsilon=1000.0, delta=1e-3)
+    return config, root
+
+
+def _ledger_version(root: Path) -> int:
+    return DeltaTable(str(root / "gold" / "privacy_ledger")).version()
+
+
+def _released(root: Path) -> list[dict]:
+    path = root / "gold" / "released_estimates"
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if path.exists() else []
+
+
+def test_paper_accountant_is_refused_before_anything_is_written(tmp_path, capsys):
+    root = tmp_path / "lake"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["evaluate", "--dataset", "ch", "--spec", str(SPEC_FILE), "--epsilon", "0.5",
+                 "--delta", "1e-5", "--accountant", "paper", "--sampling", "uniform",
+                 "--lake", str(root), "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "not a valid privacy bound" in err and "--allow-invalid-accounting" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not root.exists() and not (tmp_path / "mlflow.db").exists()  # nothing written
+    conf = tmp_path / "paper.yaml"
+    conf.write_text("evaluation:\n  accountant: paper\n  sampling: uniform\n")
+    assert main(["demo", "--conf", str(conf), "--lake", str(root), "--tracking-uri", uri,
+                 "--no-progress"]) == 2
+    assert "not a valid privacy bound" in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_paper_release_with_the_flag_is_not_private_everywhere(spark, chain_lake, tmp_path):
+    config, root = chain_lake
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = EvaluateOptions(epsilon=0.5, delta=1e-5, iterations=300, sampling="uniform",
+                              accountant="paper", allow_invalid_accounting=True,
+                              public_trajectories=0)
+    report = run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE),
+                          options=options, tracking_uri=uri)
+    assert not report.private and "not a valid bound" in report.label
+    assert "not a valid bound" in report.summary() and "PRIVATE)" not in report.summary()
+    (row,) = [r for r in _released(root) if r["run_id"] == report.run_id]
+    assert row["private"] is False and row["accountant"] == "paper"
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
+    assert run.data.tags["gpope.private"] == "false"
+    assert run.data.tags["gpope.valid_bound"] == "false"
+    assert run.data.params["private"] == "False"
+    entry = PrivacyLedger(None, config).entry("ch", report.run_id)
+    assert entry.valid_bound is False and entry.status == "released"
+    # oracle: dp-accounting itself on the mechanism actually run (uniform, replace-one, 2h)
+    sigma = calibrate_sigma(m=40, iterations=300, epsilon=0.5, delta=1e-5, accountant="paper")
+    acc = RdpAccountant(orders=list(RDP_ORDERS),
+                        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+        40, 1, dp_accounting.GaussianDpEvent(sigma / 2)), 300))
+    rigorous = acc.get_epsilon(1e-5)
+    assert rigorous > 0.5 and entry.charged_epsilon == pytest.approx(rigorous, rel=1e-6)
+
+
+def test_seed_refused_on_real_data_and_never_persisted(spark, chain_lake, tmp_path):
+    config, root = chain_lake
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = load_spec(SPEC_FILE)
+    before = _ledger_version(root)
+    with pytest.raises(ConfigError, match="--allow-not-private"):
+        run_evaluate(spark, config, dataset="ch", spec=spec, tracking_uri=uri,
+                     options=EvaluateOptions(epsilon=0.5, delta=1e-5, iterations=200,
+                                             seed=SEED, public_trajectories=0))
+    assert _ledger_version(root) == before and not (tmp_path / "mlflow.db").exists()
+    # delta >= 1/m (m = 40) is refused, delta > 1/(10 m) warns
+    with pytest.raises(ConfigError, match=r"below 1/m"):
+        run_evaluate(spark, config, dataset="ch", spec=spec, tracking_uri=uri,
+                     options=EvaluateOptions(epsilon=0.5, delta=0.03, iterations=200,
+                                             public_trajectories=0))
+    assert _ledger_version(root) == before
+    with pytest.warns(UserWarning, match=r"1/\(10 m\)"):
+        report = run_evaluate(
+            spark, config, dataset="ch", spec=spec, tracking_uri=uri,
+            options=EvaluateOptions(epsilon=0.5, delta=0.005, iterations=200, seed=SEED,
+                                    allow_not_private=True, public_trajectories=0))
+    assert not report.private and "fixed seed" in report.label
+    # the seed is nowhere: tables, MLflow params/tags/artifacts, ledger
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    run = client.get_run(report.mlflow_run_id)
+    texts = [json.dumps(run.data.params), json.dumps(run.data.tags)]
+    local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, tracking_uri=uri,
+                                                     dst_path=str(tmp_path / "art")))
+    texts += [p.read_text(errors="ignore") for p in local.rglob("*") if p.is_file()]
+    texts.append(json.dumps(_released(root), default=str))
+    texts.append(json.dumps(DeltaTable(str(root / "gold" / "privacy_ledger"))
+                            .to_pyarrow_table().to_pylist(), default=str))
+    assert "options.json" in {p.name for p in local.rglob("*")}
+    assert not any(str(SEED) in t for t in texts)
+
+
+def test_interrupt_after_the_release_reports_what_was_released(chain_lake, tmp_path, capsys,
+                                                              monkeypatch):
+    config, root = chain_lake
+    monkeypatch.setenv("GPOPE_FAULT", "evaluate.after_release:int")
+    code = main(["evaluate", "--dataset", "ch", "--spec", str(SPEC_FILE), "--epsilon", "0.5",
+                 "--delta", "1e-5", "--iterations", "200", "--public-trajectories", "0",
+                 "--lake", str(root), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    out = capsys.readouterr()
+    assert code == 130
+    assert "interrupted AFTER the release" in out.err and "Do not re-run" in out.err
+    assert "V(" in out.out
+    run_id = out.err.split("run ")[1].split()[0]
+    assert run_id in {r["run_id"] for r in _released(root)}
+    assert PrivacyLedger(None, config).entry("ch", run_id).status == "released"
+
+
+def _killed_evaluate(root: Path, fault: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPOPE_FAULT": fault, "PYTHONPATH": str(REPO),
+           "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from gpope.shell.cli import main; "
+         "sys.exit(main(sys.argv[1:]))", "evaluate", "--dataset", "ch", "--spec",
+         str(SPEC_FILE), "--epsilon", "0.5", "--delta", "1e-5", "--iterations", "200",
+         "--public-trajectories", "0", "--lake", str(root), "--tracking-uri",
+         f"sqlite:///{tmp_path / 'k.db'}"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_kill_9_after_reservation_and_after_release_is_reconciled(spark, chain_lake, tmp_path,
+                                                                 capsys):
+    config, root = chain_lake
+    ledger = PrivacyLedger(None, config)
+    known = {r.run_id for r in ledger.status("ch").runs}
+
+    killed = _killed_evaluate(root, "evaluate.after_reserve", tmp_path)
+    assert killed.returncode == -9, killed.stderr
+    (first,) = [r for r in ledger.status("ch").runs if r.run_id not in known]
+    assert first.status == "reserved"
+    assert main(["budget", "reconcile", "--dataset", "ch", "--lake", str(root)]) == 0
+    assert f"{first.run_id}: failed" in capsys.readouterr().out
+    assert ledger.entry("ch", first.run_id).status == "failed"  # still counted
+
+    killed = _killed_evaluate(root, "evaluate.after_release", tmp_path)
+    assert killed.returncode == -9, killed.stderr
+    (second,) = [r for r in ledger.status("ch").runs
+                 if r.run_id not in known | {first.run_id}]
+    assert second.status == "reserved"
+    assert second.run_id in {r["run_id"] for r in _released(root)}
+    # the next run settles it automatically from the evidence
+    report = run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE),
+                          tracking_uri=f"sqlite:///{tmp_path / 'k.db'}",
+                          options=EvaluateOptions(epsilon=0.5, delta=1e-5, iterations=200,
+                                                  public_trajectories=0))
+    status = ledger.status("ch")
+    runs = {r.run_id: r.status for r in status.runs}
+    assert runs[second.run_id] == "released" and runs[report.run_id] == "released"
+    assert runs[first.run_id] == "failed"
+    assert report.run_id != second.run_id
+
+
+def test_jobs_keep_noise_free_counts_out_of_stdout(spark, tmp_path, capsys):
+    """Job stdout (readable by anyone viewing a Databricks job) never carries the sum of tau or
+    rejected counts: they go to the operator log (0600), tagged diagnostic.private=true."""
+    from gpope.shell.pipeline.simulate import run_simulate
+
+    root = tmp_path / "lake"
+    config = load_config(None, lake={"root": str(root)})
+    run_simulate(spark, config, "sim", domain="chain", patients=30, seed=5)
+    assert PrivacyLedger(None, config).origin("sim") == "simulate"
+    from gpope.shell import entrypoints
+
+    assert entrypoints.ingest(["--dataset", "sim", "--domain", "chain", "--lake", str(root)]) == 0
+    assert entrypoints.stats(["--dataset", "sim", "--spec", str(SPEC_FILE), "--lake",
+                              str(root)]) == 0
+    out = capsys.readouterr().out
+    log = root / "_operator" / "private_diagnostics.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["stage"] for r in records] == ["ingest", "stats"]
+    assert all(r["diagnostic.private"] is True for r in records)
+    total = records[0]["n_transitions"]
+    assert total > 30 and records[1]["n_transitions"] == total
+    assert str(total) not in out and "rejected" not in out
+    assert "30 trajectories" in out and "operator log" in out
+    assert (log.stat().st_mode & 0o777) == 0o600
+
+
+def test_json_report_never_prints_the_private_lstd_theta_unless_asked():
+    from gpope.shell.pipeline.evaluate import EvaluationReport
+
+    report = EvaluationReport(
+        run_id="r", mlflow_run_id=None, dataset="d", spec_id="s", spec_name="s", policy="p",
+        epsilon=1.0, delta=1e-6, spent_epsilon=1.0, accountant="pld", sigma=1.0, m=10, n=2,
+        iterations=10, sampling="poisson", batch_rate=0.1, private=True, path="memory",
+        theta=np.zeros(2), reference_values={}, public_mspbe=None, remaining_epsilon=1.0,
+        remaining_delta=0.0, private_diagnostics={"lstd_theta": [0.123456789, 2.0]},
+    )
+    assert "0.123456789" not in json.dumps(report.to_dict())
+    shown = report.to_dict(include_private=True)["private_diagnostics"]
+    assert shown["diagnostic.private"] is True and shown["lstd_theta"][0] == 0.123456789
