@@ -19,6 +19,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from gpope.shell.pipeline.ledger_store import LEDGER_COMMENTS
+
 __all__ = [
     "COLUMN_COMMENTS",
     "OBSERVATIONS",
@@ -252,18 +254,8 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "private": "true: a differentially private release; false: fixed seed, NOT private",
         "created_at": "release time (UTC), equal to released_estimates.created_at",
     },
-    "privacy_ledger": {
-        "dataset": "dataset (cohort) whose budget the row concerns",
-        "run_id": "gpope run id, or a budget row's id",
-        "mechanism": "'budget' for a budget row, else the run's dp-accounting event",
-        "epsilon": "budget row: the dataset's total epsilon; run row: the run's epsilon. Never "
-        "sum this column across statuses: use budget_status",
-        "delta": "budget row: total delta; run row: the run's delta",
-        "accountant": "accountant of the run's epsilon",
-        "status": "budget | reserved | released | failed | cancelled (reserved, released and "
-        "failed count as spent)",
-        "created_at": "time of the row (UTC)",
-    },
+    # the ledger defines its own comments (it is written without Spark on a local lake)
+    "privacy_ledger": dict(LEDGER_COMMENTS),
     "pipeline_runs": {
         "run_id": "stage run id (for a release: the evaluation's run_id); tables written by the "
         "run carry it in their commit's userMetadata",

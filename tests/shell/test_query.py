@@ -51,6 +51,7 @@ def pipeline_lake(spark, tmp_path_factory):
         run_stats(spark, config, dataset=name, spec=spec)
     PrivacyLedger(spark, config).set_budget("cohort_a", epsilon=5.0, delta=1e-4)
     options = EvaluateOptions(epsilon=1.0, delta=1e-5, iterations=200, step_size=0.2, seed=3,
+                              allow_not_private=True,
                               public_trajectories=0)
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     for _ in range(2):

@@ -70,7 +70,7 @@ def test_spark_sums_equal_core_sums_of_the_same_clipped_statistics(spark, setup,
 def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
     config, spec, uri = setup
     opts = EvaluateOptions(epsilon=2.0, delta=1e-5, estimator="ssp", ssp_clip=0.05, ssp_groups=6,
-                           seed=4, public_trajectories=50)
+                           seed=4, allow_not_private=True, public_trajectories=50)
     report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
 
     # the release equals the core mechanism on the same clipped sums with the same streams
@@ -115,7 +115,8 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
 def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
     config, spec, uri = setup
     opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
-                           ssp_clip=0.05, ssp_groups=6, seed=8, public_trajectories=50)
+                           ssp_clip=0.05, ssp_groups=6, seed=8, allow_not_private=True,
+                           public_trajectories=50)
     report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
     assert report.estimator == "gpope" and report.statistics_epsilon == pytest.approx(0.2)
     v = np.array(list(report.reference_values.values()))

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNTED_STATUSES",
+    "BUDGET_STATUS_COMMENTS",
     "BudgetStatus",
     "LedgerEntry",
     "PrivacyLedger",
@@ -855,27 +856,55 @@ def budget_status_rows(config: GpopeConfig, *, spark: SparkSession | None = None
     return [ledger._status(name, [r for r in rows if r["dataset"] == name]).row() for name in names]
 
 
+#: Column comments of the ``budget_status`` view (``gpope query --describe budget_status``).
+BUDGET_STATUS_COMMENTS: dict[str, str] = {
+    "dataset": "dataset (cohort) name",
+    "budget_epsilon": "total epsilon budget",
+    "budget_delta": "total delta budget",
+    "budget_source": "who/when set it, or the default",
+    "composition": "governing rule: rdp (tight, Renyi filter) or basic (sum)",
+    "spent_epsilon": "epsilon spent under the governing rule",
+    "spent_delta": "delta of the current guarantee under the governing rule",
+    "spent_epsilon_basic": "sum of the runs' charged epsilons",
+    "spent_delta_basic": "sum of the runs' charged deltas",
+    "spent_epsilon_tight": "RDP filter composition of the runs at budget_delta (null: a run has no stored mechanism)",
+    "remaining_epsilon": "budget_epsilon - spent_epsilon",
+    "remaining_delta": "delta left (rdp: runs do not consume delta)",
+    "runs_counted": "reserved, released and failed runs",
+    "runs_left": "more runs like the latest one that still fit (null before the first run)",
+    "invalid_runs": "runs whose accountant is not a valid bound (paper)",
+    "updated_at": "latest ledger row of a run (UTC)",
+}
+
+_BUDGET_STATUS_TYPES: dict[str, str] = {
+    "dataset": "string",
+    "budget_epsilon": "double",
+    "budget_delta": "double",
+    "budget_source": "string",
+    "composition": "string",
+    "spent_epsilon": "double",
+    "spent_delta": "double",
+    "spent_epsilon_basic": "double",
+    "spent_delta_basic": "double",
+    "spent_epsilon_tight": "double",
+    "remaining_epsilon": "double",
+    "remaining_delta": "double",
+    "runs_counted": "long",
+    "runs_left": "long",
+    "invalid_runs": "long",
+    "updated_at": "timestamp",
+}
+
+
 def budget_status_table(config: GpopeConfig, *, spark: SparkSession | None = None) -> pa.Table:
     """:func:`budget_status_rows` as an Arrow table (the ``budget_status`` view of ``gpope query``)."""
     import pyarrow as pa
 
+    types = {"string": pa.string(), "double": pa.float64(), "long": pa.int64(),
+             "timestamp": pa.timestamp("us")}
     schema = pa.schema([
-        pa.field("dataset", pa.string(), metadata={"comment": "dataset (cohort) name"}),
-        pa.field("budget_epsilon", pa.float64(), metadata={"comment": "total epsilon budget"}),
-        pa.field("budget_delta", pa.float64(), metadata={"comment": "total delta budget"}),
-        pa.field("budget_source", pa.string(), metadata={"comment": "who/when set it, or the default"}),
-        pa.field("composition", pa.string(), metadata={"comment": "governing rule: rdp (tight, Renyi filter) or basic (sum)"}),
-        pa.field("spent_epsilon", pa.float64(), metadata={"comment": "epsilon spent under the governing rule"}),
-        pa.field("spent_delta", pa.float64(), metadata={"comment": "delta of the current guarantee under the governing rule"}),
-        pa.field("spent_epsilon_basic", pa.float64(), metadata={"comment": "sum of the runs' charged epsilons"}),
-        pa.field("spent_delta_basic", pa.float64(), metadata={"comment": "sum of the runs' charged deltas"}),
-        pa.field("spent_epsilon_tight", pa.float64(), metadata={"comment": "RDP filter composition of the runs at budget_delta (null: a run has no stored mechanism)"}),
-        pa.field("remaining_epsilon", pa.float64(), metadata={"comment": "budget_epsilon - spent_epsilon"}),
-        pa.field("remaining_delta", pa.float64(), metadata={"comment": "delta left (rdp: runs do not consume delta)"}),
-        pa.field("runs_counted", pa.int64(), metadata={"comment": "reserved, released and failed runs"}),
-        pa.field("runs_left", pa.int64(), metadata={"comment": "more runs like the latest one that still fit (null before the first run)"}),
-        pa.field("invalid_runs", pa.int64(), metadata={"comment": "runs whose accountant is not a valid bound (paper)"}),
-        pa.field("updated_at", pa.timestamp("us"), metadata={"comment": "latest ledger row of a run (UTC)"}),
+        pa.field(name, types[kind], metadata={"comment": BUDGET_STATUS_COMMENTS[name]})
+        for name, kind in _BUDGET_STATUS_TYPES.items()
     ])
     rows = budget_status_rows(config, spark=spark)
     return pa.Table.from_pylist(rows, schema=schema)
