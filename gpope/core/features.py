@@ -126,7 +126,8 @@ class TabularFeatures:
         ):
             raise DataError(
                 f"TabularFeatures needs integer states in 0..{self.n_states - 1} in column 0; "
-                f"got values in [{col.min()}, {col.max()}]. Check n_states or the state encoding."
+                "some states are not (their values are private data and are not quoted). Check "
+                "n_states or the state encoding."
             )
         return idx
 

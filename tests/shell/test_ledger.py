@@ -274,3 +274,12 @@ def test_remaining_says_when_no_further_run_is_possible(tmp_path):
     rows = budget_status_table(ledger._config).to_pylist()
     assert rows[0]["runs_left"] == 0 and rows[0]["remaining_epsilon"] == pytest.approx(2.0)
     assert np.isclose(rows[0]["spent_epsilon_basic"], 1.0)
+
+
+def test_errors_do_not_quote_private_data_values():
+    from gpope.core.features import TabularFeatures
+    from gpope.errors import DataError
+
+    with pytest.raises(DataError) as err:
+        TabularFeatures(4).indices(np.array([[1.0], [7654.0]]))
+    assert "7654" not in str(err.value)

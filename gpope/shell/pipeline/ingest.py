@@ -194,7 +194,8 @@ def report_from_counts(
     if not report.balanced or used["treatments"] != n_transitions:
         raise DataError(
             f"ingest of {dataset!r} lost rows (rows in != used + rejected, or used treatments != "
-            f"transitions): {report.to_dict()}. This is a bug in gpope; please report it."
+            "transitions; the counts are private and are not quoted). This is a bug in gpope; "
+            "please report it."
         )
     unknown = {r for t, rs in rejected.items() for r in rs if r not in REASONS[t]}
     if unknown:  # pragma: no cover - defensive: reasons are constants of ingest_frames

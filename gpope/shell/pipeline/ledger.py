@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from gpope.shell.pipeline.ledger_store import LedgerStore
 
 __all__ = [
-    "COUNTED_STATUSES",
     "BUDGET_STATUS_COMMENTS",
+    "COUNTED_STATUSES",
     "BudgetStatus",
     "LedgerEntry",
     "PrivacyLedger",
