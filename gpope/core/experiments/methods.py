@@ -174,7 +174,8 @@ def cached_sigma(
 
 def paper_method(iterations: int = 20_000) -> GPOPEMethod:
     """GPOPE as in the paper (uniform, trajectory_mean, constant step, paper accountant)."""
-    return GPOPEMethod(name="gpope_paper", label="GPOPE (paper accounting)", iterations=iterations)
+    return GPOPEMethod(name="gpope_paper", label="GPOPE (paper accounting: not a valid bound)",
+                       iterations=iterations)
 
 
 def rdp_method(iterations: int = 20_000) -> GPOPEMethod:
