@@ -58,7 +58,8 @@ def _options(**kw):
     base = dict(epsilon=2.0, delta=1e-5, iterations=ITER, clip=1.0, step_size=0.2,
                 sampling="poisson", batch_rate=0.1, step_schedule="inverse", step_offset=60.0,
                 averaging="tail", accountant="rdp", public_trajectories=10,
-                public_max_length=40, tune="private", statistics_share=0.0)
+                public_max_length=40, tune="private", statistics_share=0.0,
+                allow_not_private=True)
     base.update(kw)
     return EvaluateOptions(**base)
 
