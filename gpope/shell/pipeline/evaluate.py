@@ -541,8 +541,10 @@ def run_evaluate(
     accountant = resolve_accountant(options.accountant, "poisson" if ssp_run else options.sampling)
     sigma_s = spent_s = None
     if share > 0:
-        sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=options.accountant)
-        spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=options.accountant)
+        # the one-shot release is accounted rigorously even when the GPOPE part uses 'paper'
+        stats_acc = "auto" if options.accountant == "paper" else options.accountant
+        sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=stats_acc)
+        spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=stats_acc)
     from gpope.shell.pipeline.sampled import row_bytes
 
     in_memory = options.path == "memory" or (
