@@ -75,6 +75,9 @@ def main() -> None:
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
+    p.add_argument("--tuned-points", default=None,
+                   help="JSON list of {epsilon, clip, step_size} from an earlier public tuning of "
+                        "this command (same seed and public size): skips step 1")
     args = p.parse_args()
 
     sizes = [int(float(x)) for x in args.sizes.split(",")]
@@ -86,15 +89,23 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     m_pub = args.public_size or min(sizes)
-    public = make(m_pub, np.random.default_rng(seed_seq(args.seed + 1, 3, m_pub)))
-    pub_stats = public.stats(norm)
-    population = pub_stats.population()
-    if hasattr(public, "truth"):  # continuous domains: score against the public truth sample
-        population = public.truth
-    tuned = tune_operating_point(
-        pub_stats, population, settings=fixed, epsilons=EPSILONS, delta=args.delta,
-        trials=args.tune_trials, rng=np.random.default_rng(seed_seq(args.seed + 1, 4)),
-        log=lambda msg: print(msg, flush=True))
+    if args.tuned_points:
+        from gpope.core.operating import TunedPoint
+        from gpope.core.tuning import TuningResult
+
+        pts = tuple(TunedPoint(**{k: v for k, v in d.items()})
+                    for d in json.loads(args.tuned_points))
+        tuned = TuningResult(pts, [], float("nan"), float("nan"))
+    else:
+        public = make(m_pub, np.random.default_rng(seed_seq(args.seed + 1, 3, m_pub)))
+        pub_stats = public.stats(norm)
+        population = pub_stats.population()
+        if hasattr(public, "truth"):  # continuous domains: score against the public truth sample
+            population = public.truth
+        tuned = tune_operating_point(
+            pub_stats, population, settings=fixed, epsilons=EPSILONS, delta=args.delta,
+            trials=args.tune_trials, rng=np.random.default_rng(seed_seq(args.seed + 1, 4)),
+            log=lambda msg: print(msg, flush=True))
     block = EvaluationBlock(**fixed, tuned=tuned.points, tuning={"patients": m_pub})
     record = {"domain": args.domain, "settings": fixed, "public_size": m_pub,
               "tuned": [pt.to_dict() for pt in tuned.points], "gradient_scale": tuned.gradient_scale,

@@ -11,7 +11,8 @@ Grids (the documented rule; both reach each domain's own scale):
 * **clip**: multiples {1, 3, 10, 30} of the median per-trajectory gradient norm of the public
   cohort at its own (public) LSTD solution: where the gradients of a converged run live. Above the
   largest the clip adds noise without reducing bias; below the smallest it biases every step.
-* **step size**: eta0 x 10^k, k = -2..2, then x{1/3, 3} around the best, with eta0 =
+* **step size**: eta0 x 10^k, k = -2..2, extended by decades while the best lies at an edge (at
+  most 4 times), then x{1/3, 3} around the best, with eta0 =
   1 / (lambda ln(1 + 1/f)): the inverse schedule's steps sum to eta ln(1 + 1/f), so eta0 is the step
   size whose gradient flow covers one time constant of the slowest direction of GTD2 (lambda, the
   smallest eigenvalue of A^T C^+ A of the public population above 1e-8 of the largest).
@@ -37,6 +38,7 @@ __all__ = ["TuningResult", "clip_grid", "step_grid_center", "tune_operating_poin
 
 CLIP_MULTIPLES = (1.0, 3.0, 10.0, 30.0)
 STEP_DECADES = (-2, -1, 0, 1, 2)
+EXTEND = 4
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,18 @@ def tune_operating_point(
 
         results = {(h, eta): score(h, eta) for h in clips for eta in coarse}
         if refine and not steps:
+            # the grid must contain the optimum: while the best step size is at an edge of the
+            # tried ones, extend by decades in that direction (at most EXTEND times)
+            for _ in range(EXTEND):
+                h_best, eta_best = min(results, key=results.get)  # type: ignore[arg-type]
+                tried = sorted({eta for (h, eta) in results if h == h_best})
+                if eta_best == tried[0]:
+                    new = float(f"{eta_best / 10:.3g}")
+                elif eta_best == tried[-1]:
+                    new = float(f"{eta_best * 10:.3g}")
+                else:
+                    break
+                results[(h_best, new)] = score(h_best, new)
             h_best, eta_best = min(results, key=results.get)  # type: ignore[arg-type]
             for eta in (float(f"{eta_best / 3:.3g}"), float(f"{eta_best * 3:.3g}")):
                 if (h_best, eta) not in results:

@@ -136,3 +136,30 @@ def test_guard_verdicts():
         g = utility_guard(bad)
         assert g.no_better_than_zero and g.verdict == "no_better_than_zero"
         assert "NO BETTER THAN theta = 0" in g.message
+
+
+def test_public_tuning_picks_the_best_candidate_and_grids_reach_the_scale():
+    # A small public chain cohort: the tuner's grid is centred on the cohort's own scales, the
+    # winner per epsilon is the best scored candidate, and it improves on theta = 0.
+    import numpy as np
+
+    from gpope.core.envs import chain as chain_env
+    from gpope.core.statistics import statistics_from_transitions
+    from gpope.core.tuning import tune_operating_point
+
+    cfg = chain_env.ChainConfig(n_states=6)
+    tr = chain_env.generate(400, np.random.default_rng(3), cfg)
+    stats = statistics_from_transitions(tr, chain_env.feature_map(cfg), np.ones(tr.n_transitions),
+                                        gamma=cfg.gamma, length_scale=50.0,
+                                        representation="tabular")
+    pop = stats.population()
+    res = tune_operating_point(
+        stats, pop, settings={"passes": 5.0, "iterations": 300, "step_schedule": "inverse",
+                              "step_offset_fraction": 0.1, "averaging": "tail"},
+        epsilons=(1.0,), delta=1e-5, trials=1, rng=np.random.default_rng(0))
+    (point,) = res.points
+    rows = [r for r in res.rows if r["epsilon"] == 1.0]
+    assert point.score == min(r["score"] for r in rows) < 1.0
+    assert res.gradient_scale > 0 and {r["clip"] for r in rows} >= {point.clip}
+    steps = sorted({r["step_size"] for r in rows if r["clip"] == point.clip})
+    assert steps[0] < point.step_size < steps[-1]  # the optimum is inside the tried range
