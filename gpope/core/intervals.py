@@ -71,18 +71,20 @@ def _t(q: float, df: int) -> float:
 
 def ssp_values(
     noisy: NoisyStatistics, transform: Callable[[np.ndarray], np.ndarray], *, drop: int | None = None,
-    failure: float = NOISE_BOUND_FAILURE,
+    failure: float = NOISE_BOUND_FAILURE, regularize: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(theta, transform(theta)) of the AdaSSP solve on the pooled sums (all groups or all but
     ``drop``)."""
     A, b, C = noisy.pooled(drop)
     k = noisy.groups - (0 if drop is None else 1)
-    theta, _ = solve_ssp(A, b, C=C, noise_std=noisy.pooled_noise_std(k), failure=failure)
+    theta, _ = solve_ssp(A, b, C=C, noise_std=noisy.pooled_noise_std(k), failure=failure,
+                         regularize=regularize)
     return theta, np.asarray(transform(theta), dtype=np.float64)
 
 
 def jackknife_interval(
-    noisy: NoisyStatistics, transform: Callable[[np.ndarray], np.ndarray], *, level: float = 0.95
+    noisy: NoisyStatistics, transform: Callable[[np.ndarray], np.ndarray], *, level: float = 0.95,
+    regularize: bool = True,
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its grouped-jackknife interval: (theta, Interval of transform(theta)).
 
@@ -98,8 +100,8 @@ def jackknife_interval(
         from gpope.errors import ConfigError
 
         raise ConfigError(f"The jackknife interval needs at least 2 groups. Got {K}; set ssp_groups >= 2.")
-    theta, value = ssp_values(noisy, transform)
-    loo = np.stack([ssp_values(noisy, transform, drop=k)[1] for k in range(K)])
+    theta, value = ssp_values(noisy, transform, regularize=regularize)
+    loo = np.stack([ssp_values(noisy, transform, drop=k, regularize=regularize)[1] for k in range(K)])
     mean = loo.mean(axis=0)
     var = (K - 1) / K * ((loo - mean) ** 2).sum(axis=0)
     se = np.sqrt(var)

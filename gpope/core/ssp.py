@@ -241,7 +241,7 @@ def supported_features(C: np.ndarray, *, noise_std: float, z: float = SUPPORT_Z)
 
 def solve_ssp(
     A: np.ndarray, b: np.ndarray, *, noise_std: float, C: np.ndarray | None = None,
-    failure: float = NOISE_BOUND_FAILURE,
+    failure: float = NOISE_BOUND_FAILURE, regularize: bool = True,
 ) -> tuple[np.ndarray, float]:
     """AdaSSP-style regularised LSTD on noisy sums: (theta (n,), lambda).
 
@@ -252,7 +252,9 @@ def solve_ssp(
     minimum eigenvalue: here the smallest singular value of the NOISY matrix, which is
     post-processing). Solved as the stacked least squares ``[A; sqrt(lambda) I] theta = [b; 0]``
     (stable; the minimum-norm solution when lambda = 0 and A is singular). Scale-free:
-    multiplying A, b (and C) and noise_std by c > 0 gives the same theta.
+    multiplying A, b (and C) and noise_std by c > 0 gives the same theta. ``regularize=False``:
+    lambda = 0 (plain least squares on the supported features; first-order unbiased, which is what
+    the jackknife intervals assume).
     """
     A = np.asarray(A, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -265,7 +267,7 @@ def solve_ssp(
     if k == 0:
         return theta, 0.0
     Ak, bk = A[np.ix_(keep, keep)], b[keep]
-    tau = noise_norm_bound(k, noise_std, failure) if noise_std > 0 else 0.0
+    tau = noise_norm_bound(k, noise_std, failure) if noise_std > 0 and regularize else 0.0
     s_min = float(np.linalg.svd(Ak, compute_uv=False)[-1])
     lam = max(0.0, tau * tau - s_min * s_min)
     if lam > 0:

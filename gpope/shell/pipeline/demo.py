@@ -158,15 +158,26 @@ class DemoReport:
                f"{ev['remaining_epsilon']:.6g}, delta {ev['remaining_delta']:.3g}"),
             "",
             f"value estimates at the reference states (gamma {self.gamma:g}):",
-            f"  {'state':<20} {'GPOPE (released)':>18} {'Monte Carlo truth':>18} "
-            f"{'LSTD [non-private diagnostic]':>30}",
+            f"  {'state':<20} {'GPOPE (released)':>18} {'interval':>24} {'at least':>10} "
+            f"{'Monte Carlo truth':>18} {'LSTD [non-private diagnostic]':>30}",
         ]
         lines += [f"  {w}" for w in ev.get("warnings") or []]
-        for name, value in ev["reference_values"].items():
+        iv = ev.get("intervals")
+        for i, (name, value) in enumerate(ev["reference_values"].items()):
+            span = f"[{iv['lower'][i]:.4g}, {iv['upper'][i]:.4g}]" if iv else "-"
+            low = f"{iv['lower_bound'][i]:.4g}" if iv else "-"
             lines.append(
-                f"  {name:<20} {value:>18.4g} {self.ground_truth.get(name, float('nan')):>18.4g} "
+                f"  {name:<20} {value:>18.4g} {span:>24} {low:>10} "
+                f"{self.ground_truth.get(name, float('nan')):>18.4g} "
                 f"{self.non_private_lstd.get(name, float('nan')):>30.4g}"
             )
+        if iv:
+            lines.append(f"  intervals: {100 * iv['level']:g}% two-sided and one-sided lower bound, "
+                         "covering privacy noise and sampling variability (grouped jackknife over "
+                         "the run's noisy-statistics release)")
+        if ev.get("private_relative_mspbe") is not None:
+            lines.append(f"  private relative MSPBE (noisy statistics, post-processing): "
+                         f"{ev['private_relative_mspbe']:.3g}")
         if ev.get("public_mspbe") is not None:
             rel = self.public_relative_mspbe
             lines.append(

@@ -124,8 +124,9 @@ class EvaluateOptions:
         rows_per_fetch: sampled rows per Spark fetch on the streamed path.
         estimator: "gpope" (default) or "ssp" (one-shot LSTD on noisy sufficient statistics).
         ssp_clip: public L2 bound of one trajectory's [A_i, b_i, C_i] (None: the
-            ``ssp_clip_quantile`` of the norms on a public cohort of ``clip_trajectories``
-            trajectories from the spec's simulator; specs without a domain must give it).
+            ``ssp_clip_quantile`` of the norms on the public cohort of ``public_trajectories``
+            trajectories from the spec's simulator, the one the public MSPBE uses; specs without a
+            domain must give it).
         ssp_groups: K random groups of the noisy-statistics release (grouped-jackknife intervals).
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
             release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
@@ -172,7 +173,6 @@ class EvaluateOptions:
     ssp_groups: int = 10
     statistics_share: float = 0.1
     ci_level: float = 0.95
-    clip_trajectories: int = 1000
     tune: Literal["none", "private"] = "none"
     secure_noise: bool = False
     noise_grid: float | None = None
@@ -208,7 +208,6 @@ class EvaluateOptions:
         check_int(o, "ssp_groups", self.ssp_groups, ge=2)
         check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
-        check_int(o, "clip_trajectories", self.clip_trajectories, ge=0)
         check_number(o, "epsilon", self.epsilon, gt=0.0)
         check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_int(o, "iterations", self.iterations, ge=1, allow_none=True)
@@ -862,7 +861,7 @@ def _ssp_clip(spec: EvaluationSpec, options: EvaluateOptions, *, required: bool)
         return None
     from gpope.shell.pipeline.ssp import public_clip
 
-    return public_clip(spec, n_trajectories=options.clip_trajectories,
+    return public_clip(spec, n_trajectories=options.public_trajectories,
                        quantile=options.ssp_clip_quantile, max_length=options.public_max_length)
 
 

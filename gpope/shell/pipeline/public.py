@@ -9,6 +9,7 @@ statistics). No private row is read.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +21,7 @@ __all__ = [
     "PUBLIC_SEED",
     "PUBLIC_TRAJECTORIES",
     "public_cohort",
+    "public_cohort_transitions",
     "public_population",
     "public_transitions",
 ]
@@ -39,6 +41,15 @@ def public_transitions(domain: str, n_trajectories: int, rng: np.random.Generato
     return generate_episodes(domain, n_trajectories, rng, n_steps=max_length)
 
 
+@functools.lru_cache(maxsize=2)
+def public_cohort_transitions(domain: str, n_trajectories: int, max_length: int | None = None,
+                              seed: int = PUBLIC_SEED) -> Any:
+    """The public cohort (Transitions) of ``domain`` simulated from ``seed``, cached: the public
+    MSPBE and the SSP clip bound of one run share it instead of simulating it twice."""
+    return public_transitions(domain, n_trajectories, np.random.default_rng(seed),
+                              max_length=max_length)
+
+
 def public_population(
     spec: EvaluationSpec, *, n_trajectories: int, max_length: int | None = None,
     seed: int = PUBLIC_SEED,
@@ -48,8 +59,7 @@ def public_population(
         return None
     from gpope.shell.pipeline.stats import statistics_of_transitions
 
-    rng = np.random.default_rng(seed)
-    transitions = public_transitions(spec.domain, n_trajectories, rng, max_length=max_length)
+    transitions = public_cohort_transitions(spec.domain, n_trajectories, max_length, seed)
     return statistics_of_transitions(transitions, spec).population()
 
 

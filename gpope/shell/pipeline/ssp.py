@@ -117,11 +117,10 @@ def public_clip(spec: EvaluationSpec, *, n_trajectories: int, quantile: float,
             "(a public bound on the L2 norm of one trajectory's [A_i, b_i, C_i])."
         )
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.public import PUBLIC_SEED, public_transitions
+    from gpope.shell.pipeline.public import public_cohort_transitions
     from gpope.shell.pipeline.stats import statistics_of_transitions
 
-    rng = np.random.default_rng(PUBLIC_SEED + 1)
-    tr = public_transitions(spec.domain, n_trajectories, rng, max_length=max_length)
+    tr = public_cohort_transitions(spec.domain, n_trajectories, max_length)
     rows = statistics_of_transitions(tr, spec).to_rows()
     norms = np.linalg.norm(statistics_vectors(rows["A"], rows["b"], rows["C"]), axis=1)
     clip = float(np.quantile(norms, quantile))
