@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -163,3 +164,23 @@ def test_public_tuning_picks_the_best_candidate_and_grids_reach_the_scale():
     assert res.gradient_scale > 0 and {r["clip"] for r in rows} >= {point.clip}
     steps = sorted({r["step_size"] for r in rows if r["clip"] == point.clip})
     assert steps[0] < point.step_size < steps[-1]  # the optimum is inside the tried range
+
+
+_SPECS = sorted((Path(__file__).resolve().parents[2] / "conf" / "specs").glob("*.yaml"))
+_UNTUNED = {"mountaincar.yaml"}  # issue 10: its public tuning did not finish this round
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="not yet tuned (issue 10)"))
+    if p.name in _UNTUNED else p for p in _SPECS], ids=lambda p: p.name)
+def test_shipped_specs_carry_a_publicly_tuned_block(path):
+    import yaml
+
+    spec = EvaluationSpec.from_mapping(yaml.safe_load(path.read_text()), where=str(path))
+    block = spec.evaluation
+    assert block is not None and block.tuned, path
+    t = block.tuning
+    assert {"public_seed", "patients", "clip_grid", "step_grid", "command"} <= set(t), path
+    assert t["command"] == f"gpope tune --spec conf/specs/{path.name}"
+    for p in block.tuned:  # the winners lie on the recorded grids
+        assert p.clip in t["clip_grid"] and p.step_size in t["step_grid"], path

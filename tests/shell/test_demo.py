@@ -9,8 +9,17 @@ import pytest
 import yaml
 
 from gpope.shell.cli import main
+from gpope.shell.pipeline.demo import demo_spec
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_reads_the_shipped_spec_with_its_tuned_block():
+    spec = demo_spec()
+    shipped = yaml.safe_load((REPO / "conf" / "specs" / "hiv_demo.yaml").read_text())
+    assert spec.to_dict()["evaluation"] == shipped["evaluation"]
+    assert spec.evaluation.tuned  # tuned on public data (gpope tune --spec), not in code
+    assert demo_spec().target_policy.to_dict()["kind"] == "epsilon_greedy"  # greedy Q artifact
 
 
 @pytest.mark.spark
