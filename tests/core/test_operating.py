@@ -181,6 +181,6 @@ def test_shipped_specs_carry_a_publicly_tuned_block(path):
     assert block is not None and block.tuned, path
     t = block.tuning
     assert {"public_seed", "patients", "clip_grid", "step_grid", "command"} <= set(t), path
-    assert t["command"] == f"gpope tune --spec conf/specs/{path.name}"
+    assert t["command"].startswith(f"gpope tune --spec conf/specs/{path.name}")
     for p in block.tuned:  # the winners lie on the recorded grids
         assert p.clip in t["clip_grid"] and p.step_size in t["step_grid"], path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -102,6 +103,8 @@ def _run_spec(args: argparse.Namespace) -> int:
         trials=args.trials if args.trials is not None else 3,
         overrides=overrides, clips=_floats(args.clip_grid), steps=_floats(args.step_grid),
         write=not args.dry_run, log=log,
+        command=" ".join(["gpope", *(shlex.quote(a) for a in sys.argv[1:])])
+        if sys.argv[1:2] == ["tune"] else None,
     )
     emit(args, report.to_dict(), report.summary())
     return 0

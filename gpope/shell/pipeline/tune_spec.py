@@ -92,6 +92,7 @@ def tune_spec(
     steps: Sequence[float] | None = None,
     write: bool = True,
     log: Callable[[str], None] | None = None,
+    command: str | None = None,
 ) -> TuneSpecReport:
     """Tune the spec at ``spec_path`` on public simulated data and write its evaluation: block.
 
@@ -135,7 +136,7 @@ def tune_spec(
     )
     coarse_steps = sorted({r["step_size"] for r in result.rows})
     tuning = {
-        "command": f"gpope tune --spec {spec_path}",
+        "command": command or f"gpope tune --spec {spec_path}",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "domain": spec.domain,
         "patients": int(patients),
