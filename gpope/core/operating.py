@@ -223,6 +223,40 @@ class EvaluationBlock:
         v = self.tuning.get("patients") if isinstance(self.tuning, Mapping) else None
         return None if v is None else int(v)
 
+    def outside_tuned(
+        self, m: int, epsilon: float, *, max_length: int | None = None, factor: float = 2.0
+    ) -> str | None:
+        """Why an evaluation of ``m`` trajectories at ``epsilon`` lies outside what was tuned, or
+        None when it lies inside.
+
+        Outside: m epsilon more than ``factor`` times below the smallest or above the largest
+        m_pub epsilon_k of the tuned points (the tuned clip and step size depend on (m, epsilon)
+        mainly through m epsilon, see the module docstring), or an episode cap ``max_length``
+        other than the tuning cohort's ``tuning['max_length']``. Nothing to say without tuned
+        points.
+        """
+        if not self.tuned or self.public_size is None:
+            return None
+        reasons = []
+        scale = m * epsilon
+        lo = min(self.public_size * p.epsilon for p in self.tuned)
+        hi = max(self.public_size * p.epsilon for p in self.tuned)
+        if scale < lo / factor or scale > hi * factor:
+            reasons.append(
+                f"m*epsilon = {scale:.3g} is outside the tuned range {lo:.3g}..{hi:.3g} "
+                f"(public cohort of {self.public_size} trajectories at epsilon "
+                f"{', '.join(f'{p.epsilon:g}' for p in self.tuned)})"
+            )
+        tuned_length = self.tuning.get("max_length") if isinstance(self.tuning, Mapping) else None
+        if max_length is not None and tuned_length is not None and int(tuned_length) != max_length:
+            reasons.append(f"episodes of at most {max_length} decisions, tuned on "
+                           f"{int(tuned_length)}")
+        if not reasons:
+            return None
+        return ("WARNING: settings outside what was tuned: " + "; ".join(reasons) + ". The tuned "
+                "clip and step size may be far from right here: check the relative MSPBE, or "
+                "tune for this size with `gpope tune --spec FILE`.")
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, where: str = "evaluation") -> EvaluationBlock:

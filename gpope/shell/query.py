@@ -19,9 +19,12 @@ view                           what
                                runs left (computed by the ledger, no Spark)
 =============================  ===============================================================
 
-Columns keep the comments the table layer wrote as Delta column metadata
-(:data:`gpope.shell.schemas.COLUMN_COMMENTS`); :func:`describe` lists them. Only the views a query
-names are opened, so a lake with many datasets costs nothing extra. Nothing here imports pyspark.
+Every view reads its table as the pipeline's readers do (:mod:`gpope.shell.lake.manifest`): at
+the latest version not written by an incomplete multi-table step, with the rows of incomplete
+runs hidden, so a half-written release or ingest never shows. Columns keep the comments the table
+layer wrote as Delta column metadata (:data:`gpope.shell.schemas.COLUMN_COMMENTS`);
+:func:`describe` lists them. Only the views a query names are opened, so a lake with many datasets
+costs nothing extra. Nothing here imports pyspark.
 """
 
 from __future__ import annotations
@@ -180,17 +183,33 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _open_dataset(table: LakeTable) -> tuple[Any, dict[str, str]]:
-    """The table's Arrow dataset (latest version) and its column comments from the Delta schema."""
+def _open_dataset(
+    table: LakeTable, committed: set[str]
+) -> tuple[Any, dict[str, str], set[str]] | None:
+    """The table as readers must see it: its Arrow dataset at the pinned version (the latest
+    commit not tagged with an incomplete pipeline run, :mod:`gpope.shell.lake.manifest`), its
+    column comments from the Delta schema, and the incomplete runs whose rows stay hidden.
+    None when only incomplete runs wrote the table."""
     from deltalake import DeltaTable
 
+    from gpope.shell.lake.base import decode_user_metadata_run
+    from gpope.shell.lake.manifest import pinned_version
+
     delta = DeltaTable(table.path)
+    history = [(int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
+               for c in delta.history()]
+    version = pinned_version(history, committed)
+    if version is None:
+        return None
+    if version != delta.version():
+        delta = DeltaTable(table.path, version=version)
+    hidden = {tag for v, tag in history if tag is not None and v <= version and tag not in committed}
     comments = {}
     for f in delta.schema().fields:
         comment = (f.metadata or {}).get("comment")
         if isinstance(comment, str) and comment:
             comments[f.name] = comment
-    return delta.to_pyarrow_dataset(), comments
+    return delta.to_pyarrow_dataset(), comments, hidden
 
 
 def _comment_columns(con: duckdb.DuckDBPyConnection, view: str, comments: dict[str, str]) -> None:
@@ -200,11 +219,20 @@ def _comment_columns(con: duckdb.DuckDBPyConnection, view: str, comments: dict[s
         )
 
 
-def _register(con: duckdb.DuckDBPyConnection, table: LakeTable) -> dict[str, str]:
-    dataset, comments = _open_dataset(table)
+def _register(
+    con: duckdb.DuckDBPyConnection, table: LakeTable, committed: set[str]
+) -> dict[str, str] | None:
+    opened = _open_dataset(table, committed)
+    if opened is None:
+        return None
+    dataset, comments, hidden = opened
     arrow_name = f"__arrow_{table.view}"
     con.register(arrow_name, dataset)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.view)} AS SELECT * FROM {_quote(arrow_name)}")
+    where = ""
+    if hidden and "run_id" in dataset.schema.names:
+        where = " WHERE run_id NOT IN (" + ", ".join(_sql_string(r) for r in sorted(hidden)) + ")"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.view)} AS "
+                f"SELECT * FROM {_quote(arrow_name)}{where}")
     _comment_columns(con, table.view, comments)
     return comments
 
@@ -266,16 +294,24 @@ def connect(
     for t in tables:
         if t.dataset is not None:
             stacked.setdefault(t.table, []).append(t)
+    from gpope.shell.lake.manifest import PipelineRuns
+
+    committed = PipelineRuns(config.lake).committed()
     comments_of: dict[str, dict[str, str]] = {}
     for t in tables:
         needed = wanted is None or t.view.lower() in wanted or (
             t.dataset is not None and t.table.lower() in wanted
         )
         if needed:
-            comments_of[t.view] = _register(con, t)
+            comments = _register(con, t, committed)
+            if comments is not None:
+                comments_of[t.view] = comments
     for name, members in stacked.items():
-        if (wanted is None or name.lower() in wanted) and name not in {t.view for t in tables}:
-            _register_stacked(con, name, members, comments_of.get(members[-1].view, {}))
+        visible = [t for t in members if t.view in comments_of]
+        if visible and (wanted is None or name.lower() in wanted) and name not in {
+            t.view for t in tables
+        }:
+            _register_stacked(con, name, visible, comments_of[visible[-1].view])
     has_ledger = any(t.view == "privacy_ledger" for t in tables)
     if has_ledger and (wanted is None or BUDGET_STATUS_VIEW in wanted):
         _register_budget_status(con, config)

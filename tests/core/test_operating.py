@@ -184,3 +184,22 @@ def test_shipped_specs_carry_a_publicly_tuned_block(path):
     assert t["command"].startswith(f"gpope tune --spec conf/specs/{path.name}")
     for p in block.tuned:  # the winners lie on the recorded grids
         assert p.clip in t["clip_grid"] and p.step_size in t["step_grid"], path
+
+
+def test_outside_tuned_names_the_range_and_the_episode_cap():
+    from gpope.core.operating import EvaluationBlock, TunedPoint
+
+    block = EvaluationBlock(
+        tuned=(TunedPoint(epsilon=0.5, clip=1.0, step_size=1.0),
+               TunedPoint(epsilon=2.0, clip=1.0, step_size=1.0)),
+        tuning={"patients": 2000, "max_length": 40},
+    )
+    # tuned m*epsilon range: 2000*0.5 = 1000 .. 2000*2 = 4000, tolerance factor 2
+    assert block.outside_tuned(2000, 1.0, max_length=40) is None
+    assert block.outside_tuned(1000, 0.5, max_length=40) is None  # 500 = 1000 / 2: edge inside
+    low = block.outside_tuned(200, 1.0)  # the demo --patients 200: m*eps = 200
+    assert low is not None and "200 is outside the tuned range 1e+03..4e+03" in low
+    assert block.outside_tuned(100_000, 1.0) is not None  # far above
+    steps = block.outside_tuned(2000, 1.0, max_length=20)
+    assert steps is not None and "at most 20 decisions, tuned on 40" in steps
+    assert EvaluationBlock(tuning={"patients": 10}).outside_tuned(1, 1.0) is None  # nothing tuned

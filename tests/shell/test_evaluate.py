@@ -250,6 +250,16 @@ def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
                         options=dataclasses.replace(opts, clip=0.7, iterations=100))
     assert over.settings["clip"] == 0.7 and over.settings["source"]["clip"] == "options"
     assert over.settings["step_size"] == 2.0  # still the block's
+    # inside the tuned range (m eps = 60 within 30..3000): no warning, tag false; at epsilon 0.1
+    # (m eps = 6 < 30 / 2) the run still releases but says it is outside what was tuned
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    assert client.get_run(report.mlflow_run_id).data.tags["gpope.outside_tuned_range"] == "false"
+    assert not any("outside what was tuned" in w for w in report.warnings)
+    far = run_evaluate(spark, config, dataset="mc", spec=tuned, tracking_uri=uri,
+                       options=dataclasses.replace(opts, epsilon=0.1, iterations=100))
+    assert any("m*epsilon = 6 is outside the tuned range 30..3e+03" in w for w in far.warnings)
+    assert client.get_run(far.mlflow_run_id).data.tags["gpope.outside_tuned_range"] == "true"
+    assert "outside what was tuned" in far.summary()
     assert over.iterations == 100 and over.settings["batch_rate"] == pytest.approx(5.0 / 100)
 
 

@@ -213,3 +213,25 @@ def test_loading_the_configuration_imports_no_accounting_or_spark():
     PrivateTuningConf().to_core()  # the defaults are valid
     with pytest.raises(ConfigError):
         PrivateTuningConf(quantile_share=0.9)  # a changed value is still validated
+
+
+def test_half_written_pipeline_steps_never_show(spark, pipeline_lake):
+    # Runs last in this module: it leaves torn (tagged, unmanifested) commits in the lake.
+    from pyspark.sql import functions as F
+
+    from gpope.shell.lake.manifest import read_pinned
+
+    config, _ = pipeline_lake
+    lk = lake.Lake.from_settings(spark, config.lake)
+    sql = ("SELECT (SELECT count(*) FROM released_estimates) AS releases, "
+           "(SELECT count(*) FROM cohort_b__transitions) AS transitions")
+    before = query(sql, lake=config).to_pylist()[0]
+    releases = lake.TableRef.shared("released_estimates")
+    torn = lk.read(releases).limit(1).withColumn("run_id", F.lit("torn" * 8))
+    lk.write(torn, releases, mode="append", run_id="torn" * 8)  # a release killed pre-manifest
+    transitions = lake.TableRef("silver", "transitions", "cohort_b")
+    lk.write(lk.read(transitions).limit(3), transitions, mode="overwrite", run_id="half" * 8)
+    assert lk.read(releases).count() == before["releases"] + 1  # the raw table has the row...
+    assert query(sql, lake=config).to_pylist()[0] == before  # ...readers do not see it
+    for ref, n in ((releases, before["releases"]), (transitions, before["transitions"])):
+        assert read_pinned(lk, ref)[0].count() == n  # the Spark readers agree

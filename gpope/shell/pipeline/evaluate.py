@@ -728,6 +728,10 @@ def run_evaluate(
         "private": priv_mspbe[1] if priv_mspbe else None,  # noisy statistics (DP)
     })
     record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
+    outside = _outside_tuned(spec, config, dataset=dataset, m=m, epsilon=options.epsilon)
+    if spec.evaluation is not None and spec.evaluation.tuned:
+        record = dataclasses.replace(record, tags={**dict(record.tags),
+                                                   OUTSIDE_TUNED_TAG: str(bool(outside)).lower()})
     try:
         tracking = log_evaluation(
             record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
@@ -743,6 +747,8 @@ def run_evaluate(
     from gpope.shell import lake
 
     warnings = [guard.message] if guard.no_better_than_zero else []
+    if outside:
+        warnings.append(outside)
     if not settings_info["spec_has_evaluation_block"]:
         warnings.append(
             f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
@@ -850,6 +856,27 @@ def _check_seed_allowed(config: GpopeConfig, dataset: str) -> None:
         f"{dataset!r} (not produced by `gpope simulate`) would not be private. Drop --seed, or "
         "pass --allow-not-private to accept a release marked NOT private."
     )
+
+
+#: MLflow tag: "true" when the run's (m, epsilon, episode cap) lie outside what the spec's
+#: evaluation: block was tuned for (issue 15 section 4).
+OUTSIDE_TUNED_TAG = "gpope.outside_tuned_range"
+
+
+def _outside_tuned(spec: EvaluationSpec, config: GpopeConfig, *, dataset: str, m: int,
+                   epsilon: float) -> str | None:
+    """The warning when this run lies outside what the spec was tuned for (public inputs only:
+    m, epsilon and, for a simulated dataset, its recorded episode cap)."""
+    if spec.evaluation is None:
+        return None
+    from gpope.shell.pipeline.simulate import read_simulation_record
+
+    try:
+        record = read_simulation_record(config, dataset)
+    except Exception:  # the record is a convenience: never fail a committed release over it
+        record = None
+    max_length = int(record["max_length"]) if record else None
+    return spec.evaluation.outside_tuned(m, epsilon, max_length=max_length)
 
 
 def _ssp_clip(spec: EvaluationSpec, options: EvaluateOptions, *, required: bool) -> float | None:
