@@ -191,8 +191,13 @@ def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
         "'SELECT count(*) AS n FROM transitions'])\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
         "import os\n"
-        "kids = [p for p in os.listdir('/proc') if p.isdigit() and "
-        "open(f'/proc/{p}/stat').read().split()[3] == str(os.getpid())]\n"
+        "def parent(pid):\n"
+        "    try:\n"
+        "        stat = open(f'/proc/{pid}/stat').read()\n"
+        "    except OSError:\n"
+        "        return None\n"
+        "    return stat[stat.rindex(')') + 2:].split()[1]\n"
+        "kids = [p for p in os.listdir('/proc') if p.isdigit() and parent(p) == str(os.getpid())]\n"
         "print('LOADED', loaded, 'CHILDREN', kids, 'RC', rc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
