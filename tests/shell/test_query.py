@@ -142,6 +142,21 @@ def test_latest_released_value_per_state_equals_pandas_on_spark(spark, pipeline_
     assert len(runs) == 2 and runs[0]["created_at"] <= runs[1]["created_at"]
 
 
+def test_budget_status_view_is_the_ledgers_status(pipeline_lake):
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    config, _ = pipeline_lake
+    rows = {r["dataset"]: r for r in query("SELECT * FROM budget_status", lake=config).to_pylist()}
+    status = PrivacyLedger(None, config).status("cohort_a")  # the JVM-free ledger itself
+    row = rows["cohort_a"]
+    assert (row["budget_epsilon"], row["budget_delta"]) == (5.0, 1e-4)  # budget set
+    assert row["remaining_epsilon"] == pytest.approx(status.remaining_epsilon, abs=1e-12)
+    assert row["remaining_epsilon"] < 5.0 - 1.0  # two runs at epsilon 1 were spent
+    naive = query("SELECT sum(epsilon) AS s FROM privacy_ledger WHERE dataset = 'cohort_a'",
+                  lake=config).to_pylist()[0]["s"]
+    assert naive != pytest.approx(5.0 - row["remaining_epsilon"])  # why the view exists
+
+
 def test_column_comments_reach_the_views(pipeline_lake):
     config, _ = pipeline_lake
     cols = {c["column"]: c for c in describe("released_estimates", lake=config)}
