@@ -19,7 +19,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from gpope.shell.pipeline.ledger_store import LEDGER_COMMENTS
+from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
 __all__ = [
     "COLUMN_COMMENTS",

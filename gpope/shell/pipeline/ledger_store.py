@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpope.errors import CommitError
+from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,31 +63,6 @@ LEDGER_DESCRIPTION = (
     "remaining."
 )
 
-LEDGER_COMMENTS: dict[str, str] = {
-    "dataset": "dataset (cohort) name the row belongs to",
-    "run_id": "the run (evaluate run id), or budget-<id> for a budget row",
-    "mechanism": "the run's dp-accounting event and neighbouring relation as JSON "
-    "(format dp_accounting/1); 'budget' on budget rows",
-    "epsilon": "kind=budget: the dataset's TOTAL budget epsilon; kind=reservation/settlement: the "
-    "epsilon the run claimed. Never sum this column; sum charged_epsilon",
-    "delta": "like epsilon, for delta",
-    "accountant": "accountant that calibrated the run (rdp, pld, paper: NOT a valid bound); '-' "
-    "on budget rows",
-    "status": "budget | origin | reserved | released | failed | cancelled (a run's latest status "
-    "wins)",
-    "created_at": "when the row was appended (UTC)",
-    "kind": "budget (sets the total budget) | reservation (charges a run before it draws noise) "
-    "| settlement (a later status of a reserved run) | origin (who produced the dataset's raw "
-    "tables, e.g. gpope simulate; epsilon 0)",
-    "charged_epsilon": "epsilon this row adds to the dataset's basic spend: the run's charge on "
-    "its reservation (a rigorous RDP bound for paper runs), minus it on a cancellation, 0 otherwise",
-    "charged_delta": "delta this row adds to the dataset's basic spend (as charged_epsilon)",
-    "valid_bound": "false when the run's accountant is not a valid bound (paper): its claimed "
-    "epsilon is not a guarantee",
-    "actor": "who wrote the row (user@host)",
-    "process": "host:pid of the process holding a reservation (to settle it if it was killed)",
-    "note": "free text: budget changes (--force), reconciliation evidence, invalid accounting",
-}
 
 
 def arrow_schema() -> pa.Schema:
