@@ -223,7 +223,8 @@ def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
         tuning={"patients": 60, "public_seed": 1},
     )
     tuned = dataclasses.replace(spec, evaluation=block)
-    opts = EvaluateOptions(epsilon=1.0, delta=1e-5, seed=5, public_trajectories=15,
+    opts = EvaluateOptions(epsilon=1.0, delta=1e-5, seed=5, allow_not_private=True,
+                           public_trajectories=15,
                            public_max_length=40)
     report = run_evaluate(spark, config, dataset="mc", spec=tuned, options=opts, tracking_uri=uri)
     st = report.settings

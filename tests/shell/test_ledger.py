@@ -62,6 +62,7 @@ def test_basic_composition_counts_reserved_released_failed_not_cancelled():
     """Rows without a stored event (written before events were stored) compose basically."""
     config = load_config(None)
     rows = [
+        {**_row("o1", "origin", 0.0, 0.0, 0), "kind": "origin"},  # gpope simulate's record
         _row("b1", "budget", 5.0, 1e-4, 0),
         _row("b2", "budget", 4.0, 1e-4, 1),  # the latest budget applies
         _row("r1", "reserved", 1.0, 1e-5, 2), _row("r1", "released", 1.0, 1e-5, 3),

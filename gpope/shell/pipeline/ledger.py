@@ -298,7 +298,7 @@ def _legacy_charge(row: dict[str, Any]) -> float:
 
 
 def _entries(rows: list[dict[str, Any]]) -> tuple[LedgerEntry, ...]:
-    order = {"budget": 0, "reservation": 1, "settlement": 2}
+    order = {"budget": 0, "origin": 0, "reservation": 1, "settlement": 2}
     runs: dict[str, dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: (r["created_at"], order[_kind(r)])):
         kind = _kind(r)
