@@ -884,8 +884,8 @@ def _ssp_clip(spec: EvaluationSpec, options: EvaluateOptions, *, required: bool)
     on the spec's simulator; None (no release) for a gpope run whose spec has no simulator."""
     if options.ssp_clip is not None:
         return float(options.ssp_clip)
-    if spec.domain is None and not required:
-        return None
+    if not required and (spec.domain is None or options.public_trajectories <= 0):
+        return None  # no public data for a clip bound: this gpope run has no statistics release
     from gpope.shell.pipeline.ssp import public_clip
 
     return public_clip(spec, n_trajectories=options.public_trajectories,
