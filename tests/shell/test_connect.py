@@ -42,7 +42,7 @@ out["simulate"] = api.simulate(spark, "cohort", domain="hiv", patients=40, seed=
 out["ingest"] = api.ingest(spark, "cohort", domain="hiv", config=config).to_dict()
 out["stats"] = api.stats(spark, "cohort", spec, config=config).to_dict()
 out["evaluate"] = api.evaluate(spark, "cohort", spec, epsilon=1.0, delta=1e-5, seed=5,
-                               solver={"iterations": 300, "public_trajectories": 0},
+                               solver={"iterations": 300},
                                config=config, tracking_uri=tracking).to_dict()
 spark.stop()
 print("RESULT " + json.dumps(out, default=str))
@@ -162,7 +162,7 @@ def test_ingest_stats_evaluate_through_spark_connect_equal_classic_spark(
         "ingest": api.ingest(spark, "cohort", domain="hiv", config=config).to_dict(),
         "stats": api.stats(spark, "cohort", SPEC, config=config).to_dict(),
         "evaluate": api.evaluate(spark, "cohort", SPEC, epsilon=1.0, delta=1e-5, seed=5,
-                                 solver={"iterations": 300, "public_trajectories": 0},
+                                 solver={"iterations": 300},
                                  config=config, tracking_uri=f"sqlite:///{tmp_path / 'l.db'}",
                                  ).to_dict(),
     }

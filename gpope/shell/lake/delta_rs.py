@@ -416,7 +416,10 @@ class DeltaRsStore:
             if partitions:
                 writer = writer.partitionBy(*partitions)
             writer.parquet("file:" + str(staging))
-            written = int(observation.get["rows"])
+            metrics = observation.get
+            # Spark Connect may return no observed metrics for a write of some plans (a local
+            # relation): count the rows instead, so the staged-files check still has its number.
+            written = int(metrics["rows"]) if "rows" in metrics else int(df.count())
         except Exception as exc:
             message = str(exc)
             if NULL_GUARD_MARKER in message:
