@@ -373,7 +373,9 @@ def resolve_budget(
             f"'passes' ({P}) alone does not fix the Poisson batch: also give 'iterations' (then "
             "q = passes / iterations), 'batch_rate' or 'batch_size'."
         )
-    return max(1, math.ceil(P / q - 1e-9)), q  # type: ignore[operator]
+    # P / q carries a relative rounding error (39 / (1 / 499999) = 19499961.0000001): a relative
+    # slack keeps ceil from adding a whole step for it.
+    return max(1, math.ceil(P / q * (1.0 - 1e-12))), q  # type: ignore[operator]
 
 
 def resolve_step_offset(

@@ -47,9 +47,9 @@ def test_epsilon_text(capsys):
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--sigma", "-1"], "'sigma' parameter of epsilon_spent must be > 0.0"),
+        (["--sigma", "-1"], "The 'sigma' setting must be > 0.0. Got -1.0 instead."),
         (["--sigma", "1", "--accountant", "pld"], "cannot account for sampling 'uniform'"),
-        (["--sigma", "1", "--batch-rate", "0.1"], "'batch_rate' parameter of epsilon_spent"),
+        (["--sigma", "1", "--batch-rate", "0.1"], "The 'batch_rate' setting must be None for sampling='uniform'"),
     ],
 )
 def test_bad_argument_exits_nonzero_with_one_line(capsys, argv, reason):
