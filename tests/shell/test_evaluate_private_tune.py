@@ -126,7 +126,8 @@ def test_seeded_tuned_run_equals_the_core_and_is_charged_once(spark, setup):
 @pytest.mark.parametrize("kw, match", [
     (dict(sampling="uniform", batch_rate=None), "sampling poisson"),
     (dict(path="stream"), "driver"),
-    (dict(accountant="paper", sampling="uniform", batch_rate=None), "sampling poisson"),
+    (dict(accountant="paper", allow_invalid_accounting=True, sampling="uniform", batch_rate=None),
+     "sampling poisson"),
     (dict(estimator="ssp", ssp_clip=5.0), "estimator ssp"),
 ])
 def test_unsupported_settings_fail_before_the_reservation(spark, setup, kw, match):

