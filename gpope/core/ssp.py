@@ -58,6 +58,7 @@ __all__ = [
     "solve_ssp",
     "split_vector",
     "ssp_dp_event",
+    "ssp_epsilon",
     "ssp_sigma",
     "statistics_vectors",
     "supported_features",
@@ -129,31 +130,62 @@ def group_sums(vectors: np.ndarray, group: np.ndarray, groups: int) -> np.ndarra
     return onehot @ vectors  # one BLAS product; exact: each output is a plain sum of its rows
 
 
-def ssp_sigma(*, m: int, epsilon: float, delta: float, accountant: str = "auto") -> float:
-    """Noise multiplier of one Gaussian release meeting (epsilon, delta) under add/remove.
+#: Neighbouring relations the release is accounted under: the run's own adjacency.
+_RELATIONS: tuple[str, ...] = ("add_or_remove_one", "replace_one")
+
+
+def _sensitivity_factor(relation: str) -> float:
+    """L2 sensitivity of the group sums in units of ``clip``: 1 (add/remove) or 2 (replace-one).
+
+    Replacing one patient's clipped vector by another moves one group sum by up to
+    ``2 clip`` (both vectors of norm <= clip, opposite directions); adding or removing one moves
+    it by ``clip``.
+    """
+    from gpope.core.validation import check_choice
+
+    check_choice("ssp", "relation", relation, _RELATIONS)
+    return 2.0 if relation == "replace_one" else 1.0
+
+
+def ssp_sigma(*, m: int, epsilon: float, delta: float, accountant: str = "auto",
+              relation: str = "add_or_remove_one") -> float:
+    """Noise multiplier (noise std / ``clip``) of one Gaussian release meeting (epsilon, delta).
 
     The same accountants as GPOPE (:func:`gpope.core.accounting.calibrate_sigma` with one step
-    and Poisson rate 1, i.e. the plain Gaussian mechanism with sensitivity ``clip``).
+    and Poisson rate 1, i.e. the plain Gaussian mechanism). Under ``relation="replace_one"``
+    (the adjacency of uniform-sampling runs) the sensitivity is ``2 clip``, so the multiplier is
+    twice the add/remove one: noise std / sensitivity is what the accountant certifies.
     """
     from gpope.core.accounting import calibrate_sigma
 
-    return float(calibrate_sigma(m=m, iterations=1, epsilon=epsilon, delta=delta,
-                                 accountant=accountant, sampling="poisson", batch_rate=1.0))
+    factor = _sensitivity_factor(relation)
+    return factor * float(calibrate_sigma(m=m, iterations=1, epsilon=epsilon, delta=delta,
+                                          accountant=accountant, sampling="poisson",
+                                          batch_rate=1.0))
 
 
-def ssp_epsilon(*, m: int, sigma: float, delta: float, accountant: str = "auto") -> float:
-    """Epsilon certified for one Gaussian release with noise multiplier ``sigma``."""
+def ssp_epsilon(*, m: int, sigma: float, delta: float, accountant: str = "auto",
+                relation: str = "add_or_remove_one") -> float:
+    """Epsilon certified for one Gaussian release with noise multiplier ``sigma`` under
+    ``relation`` (replace-one: noise std / sensitivity = ``sigma / 2``)."""
     from gpope.core.accounting import epsilon_spent
 
-    return float(epsilon_spent(m=m, iterations=1, sigma=sigma, delta=delta,
-                               accountant=accountant, sampling="poisson", batch_rate=1.0))
+    return float(epsilon_spent(m=m, iterations=1, sigma=sigma / _sensitivity_factor(relation),
+                               delta=delta, accountant=accountant, sampling="poisson",
+                               batch_rate=1.0))
 
 
-def ssp_dp_event(sigma: float) -> Any:
-    """The dp-accounting event of the release: ``GaussianDpEvent(sigma)`` (add/remove)."""
+def ssp_dp_event(sigma: float, relation: str = "add_or_remove_one") -> Any:
+    """The dp-accounting event of the release under ``relation``.
+
+    ``GaussianDpEvent(sigma)`` under add/remove; ``GaussianDpEvent(sigma / 2)`` under replace-one
+    (dp-accounting reads the multiplier as noise std / sensitivity, the convention of the GPOPE
+    uniform-sampling event, reference/ACCOUNTING.md).
+    """
     import dp_accounting
 
-    return dp_accounting.GaussianDpEvent(noise_multiplier=float(sigma))
+    return dp_accounting.GaussianDpEvent(
+        noise_multiplier=float(sigma) / _sensitivity_factor(relation))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from gpope.core.envs import chain as chain_env
 from gpope.core.intervals import anchored_interval, jackknife_interval
 from gpope.core.metrics import mspbe, relative_mspbe
 from gpope.core.statistics import statistics_from_transitions
+from gpope.errors import ConfigError
 
 
 def _chain_vectors(m: int, seed: int) -> tuple[np.ndarray, int]:
@@ -136,3 +137,27 @@ def test_jackknife_interval_is_zero_width_for_identical_groups_and_ordered():
     assert np.all(iv2.value < iv2.upper) and iv2.df == 4
     wide = anchored_interval(iv2.value + 0.1, iv2)
     assert np.all(wide.lower <= iv2.lower + 1e-15) and np.all(wide.upper >= iv2.upper - 1e-15)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 4.0])
+def test_replace_one_release_is_calibrated_for_sensitivity_two_clip(epsilon):
+    # Uniform-sampling runs are replace-one: one replaced patient moves the sums by 2 clip.
+    # Oracle: dp-accounting's PLD of the Gaussian mechanism (std sigma, sensitivity 2).
+    from dp_accounting.pld import privacy_loss_distribution as pld_mod
+
+    delta = 1e-6
+    sigma = ssp.ssp_sigma(m=100, epsilon=epsilon, delta=delta, relation="replace_one")
+    oracle = pld_mod.from_gaussian_mechanism(
+        standard_deviation=sigma, sensitivity=2.0, value_discretization_interval=1e-4,
+    ).get_epsilon_for_delta(delta)
+    assert oracle <= epsilon * (1 + 1e-3) and oracle == pytest.approx(epsilon, rel=0.02)
+    spent = ssp.ssp_epsilon(m=100, sigma=sigma, delta=delta, relation="replace_one")
+    assert spent == pytest.approx(oracle, rel=0.02) and spent <= epsilon * (1 + 1e-9)
+    # the stored event, under REPLACE_ONE, gives dp-accounting's RDP epsilon of that release
+    acc = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(ssp.ssp_dp_event(sigma, "replace_one"))
+    rdp = ssp.ssp_epsilon(m=100, sigma=sigma, delta=delta, accountant="rdp",
+                          relation="replace_one")
+    assert acc.get_epsilon(delta) == pytest.approx(rdp, rel=0.05)
+    with pytest.raises(ConfigError):
+        ssp.ssp_sigma(m=100, epsilon=1.0, delta=delta, relation="replace")

@@ -240,3 +240,36 @@ def test_json_report_never_prints_the_private_lstd_theta_unless_asked():
     assert "0.123456789" not in json.dumps(report.to_dict())
     shown = report.to_dict(include_private=True)["private_diagnostics"]
     assert shown["diagnostic.private"] is True and shown["lstd_theta"][0] == 0.123456789
+
+
+def test_uniform_statistics_share_is_calibrated_and_charged_under_replace_one(spark, chain_lake,
+                                                                              tmp_path):
+    # Uniform sampling = replace-one adjacency: one replaced patient moves the noisy-statistics
+    # release by 2 clip. Its share must be met at sensitivity 2 clip (oracle: dp-accounting's PLD
+    # of the Gaussian mechanism with the noise actually drawn), reported and charged alike.
+    config, _ = chain_lake
+    options = EvaluateOptions(epsilon=1.0, delta=1e-5, iterations=200, sampling="uniform",
+                              statistics_share=0.2, ssp_clip=2.0, public_trajectories=0)
+    report = run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE),
+                          options=options, tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    from dp_accounting.pld import privacy_loss_distribution as pld_mod
+
+    std = report.statistics_sigma * report.ssp_clip
+    oracle = pld_mod.from_gaussian_mechanism(
+        standard_deviation=std, sensitivity=2.0 * report.ssp_clip,
+        value_discretization_interval=1e-4).get_epsilon_for_delta(0.2 * 1e-5)
+    assert oracle <= 0.2 * 1.0 * (1 + 1e-3)
+    assert oracle == pytest.approx(0.2, rel=0.02)  # calibrated, not over-noised
+    gpope_part = float(calibrate_sigma(m=40, iterations=200, epsilon=0.8, delta=0.8e-5))
+    assert report.spent_epsilon <= 1.0 + 1e-9
+    from gpope.core.accounting import epsilon_spent
+
+    assert report.spent_epsilon == pytest.approx(
+        epsilon_spent(m=40, iterations=200, sigma=gpope_part, delta=0.8e-5) + oracle, rel=0.02)
+    # the ledger stores the same release: GaussianDpEvent(noise std / sensitivity) under
+    # REPLACE_ONE, and dp-accounting's RDP of it matches the Gaussian closed form (Mironov, Prop. 7)
+    stored = json.loads(PrivacyLedger(None, config).entry("ch", report.run_id).mechanism)
+    assert stored["relation"] == "replace_one"
+    gauss = stored["event"]["events"][1]
+    assert gauss["type"] == "GaussianDpEvent"
+    assert gauss["noise_multiplier"] == pytest.approx(std / (2.0 * report.ssp_clip))

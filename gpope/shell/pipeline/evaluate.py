@@ -538,12 +538,19 @@ def run_evaluate(
     stats_eps, stats_delta = options.epsilon * share, options.delta * share
     gpope_eps, gpope_delta = options.epsilon - stats_eps, options.delta - stats_delta
     accountant = resolve_accountant(options.accountant, "poisson" if ssp_run else options.sampling)
+    from gpope.core.accounting.composition import relation_of_sampling
+
+    # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
+    # add/remove; the statistics release is calibrated, reported and charged under it
+    relation = "add_or_remove_one" if ssp_run else relation_of_sampling(options.sampling)
     sigma_s = spent_s = None
     if share > 0:
         # the one-shot release is accounted rigorously even when the GPOPE part uses 'paper'
         stats_acc = "auto" if options.accountant == "paper" else options.accountant
-        sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=stats_acc)
-        spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=stats_acc)
+        sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=stats_acc,
+                            relation=relation)
+        spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=stats_acc,
+                              relation=relation)
     from gpope.shell.pipeline.sampled import row_bytes
 
     in_memory = options.path == "memory" or (
@@ -590,7 +597,7 @@ def run_evaluate(
         import dp_accounting
 
         head = mechanism.split(":", 1)[0]
-        event = dp_accounting.ComposedDpEvent([event, ssp_dp_event(sigma_s)])
+        event = dp_accounting.ComposedDpEvent([event, ssp_dp_event(sigma_s, relation)])
         mechanism = (f"{head} + noisy statistics(clip={ssp_clip:g}, "
                      f"groups={options.ssp_groups}; basic composition of "
                      f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
@@ -605,23 +612,13 @@ def run_evaluate(
             sigma=sigma, **{**common, "accountant": "rdp"})) + (spent_s or 0.0))
 
     # (b) reserve.
-    from gpope.core.accounting.composition import relation_of_sampling
     from gpope.shell import faults
 
-    relation = "add_or_remove_one" if ssp_run else relation_of_sampling(options.sampling)
-    ledger_event = event
-    if relation == "replace_one" and sigma_s is not None:
-        import dp_accounting
-
-        # under replace-one the noisy-statistics release moves by 2 clip: noise / sensitivity =
-        # sigma_s / 2 (the convention of the GPOPE event, reference/ACCOUNTING.md)
-        ledger_event = dp_accounting.ComposedDpEvent(
-            [event.events[0], dp_accounting.GaussianDpEvent(sigma_s / 2.0)])
     ledger = PrivacyLedger(spark, config)
     run_id = uuid.uuid4().hex
     ledger.reserve(
         dataset, run_id=run_id, epsilon=options.epsilon, delta=options.delta,
-        accountant=accountant, event=ledger_event, relation=relation,
+        accountant=accountant, event=event, relation=relation,
         label=mechanism.split(": ")[0], charged_epsilon=charged, valid_bound=valid_bound,
         note=None if valid_bound else "accountant 'paper' is not a valid bound "
         "(--allow-invalid-accounting): released NOT private; charged at rigorous RDP epsilon "
