@@ -570,7 +570,8 @@ def _iterate(
     q = float(config.batch_rate) if poisson else 1.0
     div = q * m if poisson else 1.0
     chunk = plan_chunk_steps(n, R, stats.representation == "dense")
-    fast = R == 1 and not poisson and every is None and stats.representation != "compact"
+    fast = (R == 1 and not poisson and every is None
+            and stats.representation in ("dense", "tabular"))
     clip_h = math.inf if h is None else float(h)
     compiled_poisson = poisson
     for plan in draw_plan(gen_plan, m=m, config=config, chunk=chunk, trials=R):

@@ -23,6 +23,10 @@ Representations (identical results, to floating-point rounding):
 * ``"compact"``: the transition rows (phi_t and e_t = phi_t - gamma phi'_t, rho_t) in CSR layout;
   gradients cost O(tau_i n). b_i is kept per trajectory (m, n).
 * ``"tabular"``: compact with one-hot features stored as state indices; gradients cost O(tau_i).
+* ``"sparse"``: the nonzero entries of each trajectory's stored [vec A_i, vec C_i] (CSR over
+  trajectories: row a, position in [theta, w], value); gradients cost O(nnz_i). Built from storage
+  rows (:meth:`from_sparse`), e.g. the gold table's dense rows of a tabular spec, where A_i and C_i
+  are mostly zero; values stay float64, so results equal the dense layout's to rounding.
 
 ``"auto"`` picks dense when the dense A and C take at most :data:`DENSE_MAX_BYTES`, otherwise
 tabular for one-hot features and compact for the rest.
@@ -52,7 +56,7 @@ __all__ = [
 ]
 
 Normalization = Literal["transition", "trajectory_mean"]
-Representation = Literal["auto", "dense", "compact", "tabular"]
+Representation = Literal["auto", "dense", "compact", "tabular", "sparse"]
 
 #: "auto" stores A and C densely when together they take at most this many bytes.
 DENSE_MAX_BYTES: int = 512 * 2**20
@@ -73,13 +77,16 @@ class TrajectoryStats:
         n: number of features.
         tau: (m,) int64 transitions per trajectory (ones when unknown, e.g. from_dense).
         normalization: "transition" or "trajectory_mean" (recorded, informational).
-        representation: "dense", "compact" or "tabular".
+        representation: "dense", "compact", "tabular" or "sparse".
     """
 
     __slots__ = (
         "_ac",
         "_b",
         "_e",
+        "_ea",
+        "_ev",
+        "_ex",
         "_gn",
         "_norm",
         "_offsets",
@@ -109,6 +116,9 @@ class TrajectoryStats:
         s: np.ndarray | None = None,
         sn: np.ndarray | None = None,
         gn: np.ndarray | None = None,
+        ea: np.ndarray | None = None,
+        ex: np.ndarray | None = None,
+        ev: np.ndarray | None = None,
     ) -> None:
         self.representation = representation
         self.tau = np.asarray(tau, dtype=np.int64)
@@ -124,6 +134,9 @@ class TrajectoryStats:
         self._s = s
         self._sn = sn
         self._gn = gn
+        self._ea = ea  # sparse: row a of the entry (0..n-1)
+        self._ex = ex  # sparse: column as a position in x = [theta, w] (A: c, C: n + c)
+        self._ev = ev  # sparse: value
 
     # ------------------------------------------------------------------ basic properties
     @property
@@ -135,7 +148,7 @@ class TrajectoryStats:
     def nbytes(self) -> int:
         """Bytes held by the arrays of this object."""
         arrays = (self._ac, self._b, self._offsets, self._norm, self._rho, self._p, self._e,
-                  self._s, self._sn, self._gn, self.tau)
+                  self._s, self._sn, self._gn, self._ea, self._ex, self._ev, self.tau)
         return int(sum(a.nbytes for a in arrays if a is not None))
 
     def __repr__(self) -> str:
@@ -231,6 +244,78 @@ class TrajectoryStats:
             normalization=normalization,
         )
 
+    @classmethod
+    def from_sparse(
+        cls,
+        *,
+        traj_index: np.ndarray,
+        tau: np.ndarray,
+        b: np.ndarray,
+        offsets: np.ndarray,
+        index: np.ndarray,
+        value: np.ndarray,
+        normalization: str = "transition",
+    ) -> TrajectoryStats:
+        """Sparse statistics from the nonzero entries of storage rows (same data as :meth:`from_rows`).
+
+        Args:
+            traj_index: (m,) a permutation of 0..m-1 (row r holds trajectory traj_index[r]).
+            tau: (m,) transitions per trajectory.
+            b: (m, n) per-trajectory b_i.
+            offsets: (m + 1,) row r's entries are ``index/value[offsets[r]:offsets[r + 1]]``.
+            index: positions in the row's flattened ``[vec A_i, vec C_i]`` (row-major, 0..2n^2-1),
+                each at most once per row.
+            value: the entries' values (zeros allowed).
+            normalization: recorded label.
+
+        Raises:
+            SchemaError: shapes disagree, indices out of range, values not finite, or traj_index
+                not a permutation of 0..m-1.
+        """
+        idx = np.asarray(traj_index, dtype=np.int64)
+        b = np.asarray(b, dtype=np.float64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        index = np.asarray(index, dtype=np.int64)
+        value = np.asarray(value, dtype=np.float64)
+        if b.ndim != 2 or idx.shape != (b.shape[0],) or offsets.shape != (b.shape[0] + 1,):
+            raise SchemaError(
+                "TrajectoryStats.from_sparse needs b (m, n), traj_index (m,), offsets (m + 1,); "
+                f"got b {b.shape}, traj_index {idx.shape}, offsets {offsets.shape}."
+            )
+        m, n = b.shape
+        if m == 0:
+            raise SchemaError("TrajectoryStats needs at least one trajectory; got m = 0.")
+        lens = np.diff(offsets)
+        if offsets[0] != 0 or np.any(lens < 0) or offsets[-1] != len(index) or len(value) != len(index):
+            raise SchemaError(
+                f"from_sparse: offsets must rise from 0 to len(index) = {len(index)} and value "
+                f"match index; got offsets {offsets[0]}..{offsets[-1]}, {len(value)} values."
+            )
+        if len(index) and (index.min() < 0 or index.max() >= 2 * n * n):
+            raise SchemaError(f"from_sparse: entry indices must lie in 0..{2 * n * n - 1}.")
+        if not (np.all(np.isfinite(value)) and np.all(np.isfinite(b))):
+            raise SchemaError("TrajectoryStats.from_sparse: entries and b must be finite.")
+        if not np.array_equal(np.sort(idx), np.arange(m)):
+            raise SchemaError(f"from_sparse: traj_index must be a permutation of 0..{m - 1}.")
+        check_choice("TrajectoryStats", "normalization", normalization, _NORMALIZATIONS)
+        tau_arr = np.asarray(tau, dtype=np.int64)
+        if tau_arr.shape != (m,) or np.any(tau_arr < 1):
+            raise SchemaError(f"tau must have shape ({m},) with entries >= 1; got {tau_arr.shape}.")
+        order = np.argsort(idx)
+        lens_o = lens[order]
+        new_off = np.concatenate([[0], np.cumsum(lens_o)]).astype(np.int64)
+        take = np.repeat(offsets[:-1][order] - new_off[:-1], lens_o) + np.arange(int(new_off[-1]))
+        flat = index[take]
+        nn = n * n
+        is_c = flat >= nn
+        j = flat - nn * is_c
+        return cls(
+            representation="sparse", tau=tau_arr[order], b=np.ascontiguousarray(b[order]),
+            normalization=normalization, offsets=new_off,
+            ea=(j // n).astype(np.int32), ex=(j % n + n * is_c).astype(np.int32),
+            ev=np.ascontiguousarray(value[take]),
+        )
+
     # ------------------------------------------------------------------ conversions
     def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-trajectory (A (m, n, n), b (m, n), C (m, n, n)); allocates O(m n^2) for compact."""
@@ -240,6 +325,11 @@ class TrajectoryStats:
         if self.representation == "tabular":
             A, C = _tabular_dense(self._s, self._sn, self._gn, self._row_weights(), self._norm,
                                   self._offsets, n)
+        elif self.representation == "sparse":
+            ac = np.zeros((self.m, n, 2 * n))
+            owner = np.repeat(np.arange(self.m), np.diff(self._offsets))
+            ac[owner, self._ea, self._ex] = self._ev
+            return ac[:, :, :n].copy(), self._b.copy(), ac[:, :, n:].copy()
         else:
             A, C = _rows_dense(self._p, self._e, self._row_weights(), self._norm, self._offsets)
         return A, self._b.copy(), C
@@ -262,6 +352,10 @@ class TrajectoryStats:
         b = self._b.mean(axis=0)
         if self.representation == "dense":
             ac = self._ac.mean(axis=0)
+            return ac[:, :n].copy(), b, ac[:, n:].copy()
+        if self.representation == "sparse":
+            ac = np.bincount(self._ea.astype(np.int64) * (2 * n) + self._ex, self._ev,
+                             2 * n * n).reshape(n, 2 * n) / m
             return ac[:, :n].copy(), b, ac[:, n:].copy()
         norm_rows = np.repeat(self._norm, self.tau)
         rw = self._row_weights()
@@ -320,6 +414,8 @@ class TrajectoryStats:
             np.subtract(np.matmul(blk, x[:, :, None])[:, :, 0], self._b[idx], out=out[:, n:])
             np.negative(np.matmul(x[:, None, n:], blk[:, :, :n])[:, 0, :], out=out[:, :n])
             return out
+        if self.representation == "sparse":
+            return self._grad_sparse(idx, x, out)
         lens = self.tau[idx]
         seg = np.cumsum(lens) - lens
         total = int(lens.sum())
@@ -348,6 +444,26 @@ class TrajectoryStats:
         et = np.einsum("ij,ij->i", e, xo[:, :n])
         out[:, :n] = -np.add.reduceat(e * (rw * pw)[:, None], seg, axis=0)
         out[:, n:] = np.add.reduceat(p * (rw * et + nrm * pw)[:, None], seg, axis=0) - self._b[idx]
+        return out
+
+    def _grad_sparse(self, idx: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Sparse layout: per entry (a, x-position j, v) add v * x[j] to the w-part's row a and,
+        for A entries (j < n), subtract v * w[a] from the theta-part's column j."""
+        n = self.n
+        k = len(idx)
+        lens = self._offsets[idx + 1] - self._offsets[idx]
+        seg = np.cumsum(lens) - lens
+        rows = np.repeat(self._offsets[idx] - seg, lens) + np.arange(int(lens.sum()))
+        owner = np.repeat(np.arange(k, dtype=np.int64), lens)
+        a = self._ea[rows]
+        j = self._ex[rows]
+        v = self._ev[rows]
+        xf = x.ravel()
+        base = owner * (2 * n)
+        out[:, n:] = np.bincount(owner * n + a, v * xf[base + j], k * n).reshape(k, n) - self._b[idx]
+        on_a = j < n
+        out[:, :n] = -np.bincount((owner * n + j)[on_a], (v * xf[base + n + a])[on_a],
+                                  k * n).reshape(k, n)
         return out
 
 

@@ -18,9 +18,10 @@ b. **Reserve** the run's spend and its dp-accounting event in the privacy ledger
 c. **Sample plan** on the driver from OS entropy, or from ``seed`` (then the run is marked NOT
    private in released_estimates and MLflow; the seed itself is never persisted). The plan is
    never logged or written.
-d. **Statistics in sampled order**: in memory (all m rows) when ``m * row size`` fits
-   ``evaluation.in_memory_limit_mb``, otherwise fetched block by block through a Spark join of the
-   plan with the statistics table (:mod:`gpope.shell.pipeline.sampled`).
+d. **Statistics in sampled order**: in memory (all m rows) when their dense size, or else their
+   nonzero entries (sparse layout, e.g. tabular specs), fit ``evaluation.in_memory_limit_mb``;
+   otherwise fetched block by block through a Spark join of the plan with the statistics table
+   (:mod:`gpope.shell.pipeline.sampled`).
 e. **Solve**: in memory, the core's :func:`~gpope.core.gpope.run_gpope`; streamed, the driver loop
    :func:`~gpope.shell.pipeline.driver.run_gpope_streamed`, which consumes the same random streams
    and gives the same theta.
@@ -551,11 +552,15 @@ def run_evaluate(
                             relation=relation)
         spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=stats_acc,
                               relation=relation)
-    from gpope.shell.pipeline.sampled import row_bytes
+    from gpope.shell.pipeline.sampled import plan_loading
 
-    in_memory = options.path == "memory" or (
-        options.path == "auto" and m * row_bytes(n) <= options.in_memory_limit_mb * 2**20
+    stats_df = read_statistics(
+        spark, config, dataset=dataset, spec_id=spec.spec_id, version=stats_version
     )
+    # dense or sparse rows in memory when they fit evaluation.in_memory_limit_mb, else streamed
+    layout = plan_loading(stats_df, m=m, n=n, path=options.path,
+                          limit_mb=options.in_memory_limit_mb)
+    in_memory = layout != "stream"
     tuning = None  # (plan, settings) of --tune private
     if ssp_run and options.tune == "private":
         raise ConfigError(
@@ -602,9 +607,6 @@ def run_evaluate(
                      f"groups={options.ssp_groups}; basic composition of "
                      f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
                      f"{event!r}")
-    stats_df = read_statistics(
-        spark, config, dataset=dataset, spec_id=spec.spec_id, version=stats_version
-    )
     valid_bound = accountant != "paper"
     charged = options.epsilon
     if not valid_bound:  # charge what the mechanism really costs (a rigorous RDP bound)
@@ -641,7 +643,7 @@ def run_evaluate(
         else:
             result, private_pop, tuned = _solve(
                 spark, stats_df, spec, solver, options, m=m, n=n, sigma=sigma, spent=spent,
-                accountant=accountant, in_memory=in_memory, tuning=tuning)
+                accountant=accountant, in_memory=in_memory, layout=layout, tuning=tuning)
             if tuned is not None:  # the chosen (DP) settings are what this run used
                 options = dataclasses.replace(options, clip=tuned.config.clip,
                                               step_size=tuned.config.step_size)
@@ -710,7 +712,7 @@ def run_evaluate(
         if sigma_s is not None else None, tuning=tuning_summary,
     )
     # the loud guard: public (fresh simulated cohort) and private (noisy statistics) diagnostics
-    from gpope.core.guard import GUARD_TAG, utility_guard
+    from gpope.core.guard import GUARD_TAG, private_relative_mspbe, utility_guard
 
     public_rel = None
     if record.public_cohort is not None:
@@ -720,10 +722,13 @@ def run_evaluate(
             public_rel = float(relative_mspbe(released_theta, *record.public_cohort.population))
         except Exception:  # a degenerate public cohort (MSPBE(0) = 0): no public verdict
             public_rel = None
-    guard = utility_guard({
-        "public": public_rel,
-        "private": priv_mspbe[1] if priv_mspbe else None,  # noisy statistics (DP)
-    })
+    # the private one is noisy: it counts only through its bootstrap interval (gpope.core.guard)
+    guard_noisy = noisy if noisy is not None else getattr(tuned, "noisy", None)
+    private_diag = None
+    if priv_mspbe is not None and guard_noisy is not None:
+        private_diag = private_relative_mspbe(released_theta, guard_noisy,
+                                              np.random.default_rng(options.seed))
+    guard = utility_guard({"public": public_rel, "private": private_diag})
     record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
     outside = _outside_tuned(spec, config, dataset=dataset, m=m, epsilon=options.epsilon)
     if spec.evaluation is not None and spec.evaluation.tuned:
@@ -743,7 +748,7 @@ def run_evaluate(
         ) from exc
     from gpope.shell import lake
 
-    warnings = [guard.message] if guard.no_better_than_zero else []
+    warnings = [guard.message] if guard.message else []
     if outside:
         warnings.append(outside)
     if not settings_info["spec_has_evaluation_block"]:
@@ -1040,6 +1045,7 @@ def _solve(
     spent: float,
     accountant: str,
     in_memory: bool,
+    layout: str = "dense",
     tuning: tuple[Any, Any] | None = None,
 ) -> tuple[GPOPEResult, tuple[np.ndarray, np.ndarray, np.ndarray] | None, Any]:
     """Run the solver on the statistics; also return the private population (A, b, C) if asked
@@ -1053,7 +1059,7 @@ def _solve(
     if tuning is not None:  # planned only with in-memory statistics (plan_tuned_run)
         from gpope.core.private_tuning import tune_privately
 
-        stats = load_statistics(stats_df, n, normalization=spec.normalization)
+        stats = load_statistics(stats_df, n, normalization=spec.normalization, layout=layout)
         tuned = tune_privately(stats, solver, tuning[0], tuning[1], rng)
         pop = stats.population() if options.private_diagnostics else None
         return tuned.result, pop, tuned
@@ -1064,7 +1070,7 @@ def _solve(
             "in_memory_limit_mb) or run without secure noise."
         )
     if in_memory:
-        stats = load_statistics(stats_df, n, normalization=spec.normalization)
+        stats = load_statistics(stats_df, n, normalization=spec.normalization, layout=layout)
         result = run_gpope(stats, solver, rng)
         pop = stats.population() if options.private_diagnostics else None
         return result, pop, None

@@ -1,8 +1,13 @@
 """Getting trajectory statistics from the gold table to the driver: all at once, or as sampled.
 
-* :func:`load_statistics`: all m rows of a spec as one dense
-  :class:`~gpope.core.statistics.TrajectoryStats` (when ``m * row size`` fits the configured
-  ``evaluation.in_memory_limit_mb``).
+* :func:`plan_loading`: ``"dense"`` when the m dense rows fit the configured
+  ``evaluation.in_memory_limit_mb``, else ``"sparse"`` when their nonzero entries do (counted by
+  one Spark aggregate; e.g. tabular specs, whose A_i and C_i are mostly zero: the 40-state chain at
+  m = 1e5 takes 2.6 GB dense, about 0.2 GB sparse), else ``"stream"``.
+* :func:`load_statistics`: all m rows of a spec as one
+  :class:`~gpope.core.statistics.TrajectoryStats`, dense or sparse. The sparse rows are built on
+  the executors (``mapInArrow``), so only nonzero entries (float64, no rounding) cross to the
+  driver; the solver gives the same numbers on either layout.
 * :func:`spark_fetcher`: a fetch function for :func:`gpope.shell.pipeline.driver.run_gpope_streamed`.
   Each call joins a block of the sample plan ``(pos, traj_index)`` with the statistics table in
   Spark (the plan block is broadcast; nothing is written) and brings exactly the sampled rows to
@@ -14,7 +19,8 @@ the duration of the query and is never logged or written.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,14 +33,51 @@ if TYPE_CHECKING:
 
     from gpope.core.statistics import TrajectoryStats
 
-__all__ = ["load_statistics", "row_bytes", "spark_fetcher", "stats_from_arrow"]
+__all__ = [
+    "count_nonzeros", "load_statistics", "plan_loading", "row_bytes", "sparse_bytes",
+    "spark_fetcher", "stats_from_arrow",
+]
 
 _COLUMNS = ("traj_index", "tau", "A", "b", "C")
+_SPARSE_SCHEMA = "traj_index long, tau long, b array<double>, nz_index array<int>, nz_value array<double>"
+_SPARSE_CHUNK = 1024  # rows densified at once in a Python worker (bounds its memory)
 
 
 def row_bytes(n: int) -> int:
     """Bytes of one statistics row held densely on the driver (A, C: n*n, b: n, plus ids)."""
     return 8 * (2 * n * n + n) + 16
+
+
+def sparse_bytes(m: int, n: int, nonzeros: int) -> int:
+    """Bytes of m rows held sparsely on the driver: 16 per entry (value, row, column), b and ids."""
+    return 16 * nonzeros + m * (8 * n + 24)
+
+
+def count_nonzeros(stats: DataFrame) -> int:
+    """Nonzero entries of A and C over all rows of ``stats`` (one Spark aggregate)."""
+    from pyspark.sql import functions as F
+
+    nz = F.size(F.filter("A", lambda v: v != 0)) + F.size(F.filter("C", lambda v: v != 0))
+    total = stats.select(F.sum(nz).alias("nz")).first()
+    return int(total["nz"] or 0)
+
+
+def plan_loading(stats: DataFrame, *, m: int, n: int, path: str, limit_mb: int) -> str:
+    """How evaluate gets the statistics: ``"dense"``, ``"sparse"`` (both in memory) or ``"stream"``.
+
+    ``path`` "stream" forces streaming; "memory" forces memory (sparse when that is smaller);
+    "auto" takes the first layout whose size fits ``limit_mb`` MiB.
+    """
+    if path == "stream":
+        return "stream"
+    limit = limit_mb * 2**20
+    dense = m * row_bytes(n)
+    if dense <= limit:
+        return "dense"
+    sparse = sparse_bytes(m, n, count_nonzeros(stats))
+    if path == "memory":
+        return "sparse" if sparse < dense else "dense"
+    return "sparse" if sparse <= limit else "stream"
 
 
 def _flat(table: pa.Table, name: str, rows: int, width: int) -> np.ndarray:
@@ -81,12 +124,54 @@ def stats_from_arrow(table: pa.Table, n: int, *, normalization: str, ids: np.nda
     return TrajectoryStats.from_rows(rows, normalization=normalization)
 
 
-def load_statistics(stats: DataFrame, n: int, *, normalization: str) -> TrajectoryStats:
-    """All rows of a spec's statistics (``stats`` already filtered to the spec) on the driver."""
-    table = stats.select(*_COLUMNS).toArrow()
+def load_statistics(stats: DataFrame, n: int, *, normalization: str,
+                    layout: str = "dense") -> TrajectoryStats:
+    """All rows of a spec's statistics (``stats`` already filtered to the spec) on the driver,
+    in the ``layout`` "dense" or "sparse" (see :func:`plan_loading`)."""
+    if layout == "sparse":
+        table = stats.select(*_COLUMNS).mapInArrow(
+            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA).toArrow()
+    else:
+        table = stats.select(*_COLUMNS).toArrow()
     if table.num_rows == 0:
         raise DataError("No trajectory statistics to load; run `gpope stats` first.")
+    if layout == "sparse":
+        return _sparse_from_arrow(table, n, normalization=normalization)
     return stats_from_arrow(table, n, normalization=normalization)
+
+
+def _sparse_batches(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBatch]:
+    """Executor side of the sparse load: each row's nonzero entries of [vec A, vec C]."""
+    import pyarrow as pa
+
+    for batch in batches:
+        for lo in range(0, batch.num_rows, _SPARSE_CHUNK):
+            part = pa.Table.from_batches([batch.slice(lo, _SPARSE_CHUNK)])
+            k = part.num_rows
+            ac = np.concatenate([_flat(part, "A", k, n * n), _flat(part, "C", k, n * n)], axis=1)
+            mask = ac != 0
+            offsets = pa.array(np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(np.int32))
+            yield pa.RecordBatch.from_arrays(
+                [part.column("traj_index").combine_chunks(), part.column("tau").combine_chunks(),
+                 part.column("b").combine_chunks(),
+                 pa.ListArray.from_arrays(offsets, pa.array(np.nonzero(mask)[1].astype(np.int32))),
+                 pa.ListArray.from_arrays(offsets, pa.array(ac[mask]))],
+                names=["traj_index", "tau", "b", "nz_index", "nz_value"])
+
+
+def _sparse_from_arrow(table: pa.Table, n: int, *, normalization: str) -> TrajectoryStats:
+    import pyarrow.compute as pc
+
+    from gpope.core.statistics import TrajectoryStats
+
+    k = table.num_rows
+    lens = pc.list_value_length(table.column("nz_index")).to_numpy(zero_copy_only=False)
+    return TrajectoryStats.from_sparse(
+        traj_index=table.column("traj_index").to_numpy(), tau=table.column("tau").to_numpy(),
+        b=_flat(table, "b", k, n), offsets=np.concatenate([[0], np.cumsum(lens)]),
+        index=pc.list_flatten(table.column("nz_index")).to_numpy(),
+        value=pc.list_flatten(table.column("nz_value")).to_numpy(),
+        normalization=normalization)
 
 
 def spark_fetcher(

@@ -1,0 +1,56 @@
+"""The in-memory loader's layouts: sparse rows (built on the executors) hold exactly the dense ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gpope.core.statistics import trajectory_statistics
+from gpope.shell.pipeline.sampled import (
+    count_nonzeros,
+    load_statistics,
+    plan_loading,
+    row_bytes,
+    sparse_bytes,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _tabular_rows(m: int, n: int, seed: int) -> dict[str, np.ndarray]:
+    """Storage rows of one-hot (tabular) statistics: A_i, C_i mostly zero."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 6, m)
+    traj = np.repeat(np.arange(m), lengths)
+    t = len(traj)
+    eye = np.eye(n)
+    stats = trajectory_statistics(
+        eye[rng.integers(0, n, t)], eye[rng.integers(0, n, t)], rng.normal(size=t),
+        rng.uniform(0.5, 1.5, t), traj, m, gamma=0.9, terminal=rng.random(t) < 0.1,
+        normalization="transition", length_scale=5.0, representation="dense")
+    return stats.to_rows()
+
+
+def test_sparse_load_equals_dense_and_the_plan_picks_it(spark):
+    m, n = 60, 40
+    rows = _tabular_rows(m, n, 3)
+    perm = np.random.default_rng(4).permutation(m)  # table order differs from traj_index
+    table = pa.table({
+        "traj_index": rows["traj_index"][perm], "tau": rows["tau"][perm],
+        "A": list(rows["A"][perm]), "b": list(rows["b"][perm]), "C": list(rows["C"][perm]),
+    })
+    df = spark.createDataFrame(table.to_pandas()).repartition(3)
+    dense = load_statistics(df, n, normalization="transition", layout="dense")
+    sparse = load_statistics(df, n, normalization="transition", layout="sparse")
+    assert (dense.representation, sparse.representation) == ("dense", "sparse")
+    for a, b in zip(sparse.dense(), dense.dense(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(sparse.tau, dense.tau)
+    # the Spark count equals numpy's, and the plan follows the sizes
+    nz = int(np.count_nonzero(rows["A"]) + np.count_nonzero(rows["C"]))
+    assert count_nonzeros(df) == nz
+    assert m * row_bytes(n) > 2**20 > sparse_bytes(m, n, nz)  # 1.5 MiB dense, a few KiB sparse
+    assert plan_loading(df, m=m, n=n, path="auto", limit_mb=2) == "dense"
+    assert plan_loading(df, m=m, n=n, path="auto", limit_mb=1) == "sparse"
+    assert plan_loading(df, m=m, n=n, path="stream", limit_mb=1) == "stream"
