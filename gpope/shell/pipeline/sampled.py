@@ -34,8 +34,13 @@ if TYPE_CHECKING:
     from gpope.core.statistics import TrajectoryStats
 
 __all__ = [
-    "count_nonzeros", "load_statistics", "plan_loading", "row_bytes", "sparse_bytes",
-    "spark_fetcher", "stats_from_arrow",
+    "count_nonzeros",
+    "load_statistics",
+    "plan_loading",
+    "row_bytes",
+    "spark_fetcher",
+    "sparse_bytes",
+    "stats_from_arrow",
 ]
 
 _COLUMNS = ("traj_index", "tau", "A", "b", "C")
