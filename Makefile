@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 EXTRAS := local,sim,dev
 
-.PHONY: demo test lint bench wheel constraints clean
+.PHONY: demo test lint bench wheel constraints clean mlflow-screenshot
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# README's MLflow screenshots (docs/figures/mlflow_*.png): two runs of one spec in a temp lake,
+# `mlflow server` on loopback, headless Chromium (needs chromium on the PATH or $CHROMIUM).
+mlflow-screenshot: $(STAMP)
+	$(BIN)/python tools/mlflow_screenshot.py
 
 clean:
 	rm -rf $(VENV) lake mlflow.db mlruns .pytest_cache build dist

@@ -17,6 +17,9 @@ view                           what
                                ``dataset`` column, e.g. ``transitions``, ``trajectory_stats``
 ``budget_status``              one row per dataset of the ledger: budget, spent, remaining,
                                runs left (computed by the ledger, no Spark)
+``latest_release``             one row per (dataset, spec, estimator, reference state): the
+                               latest released value and interval, with the dataset's budget
+                               left (``released_values`` joined with ``budget_status``)
 =============================  ===============================================================
 
 Every view reads its table as the pipeline's readers do (:mod:`gpope.shell.lake.manifest`): at
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUDGET_STATUS_VIEW",
+    "LATEST_RELEASE_VIEW",
     "LakeTable",
     "QueryResult",
     "connect",
@@ -57,6 +61,18 @@ __all__ = [
 ]
 
 BUDGET_STATUS_VIEW = "budget_status"
+LATEST_RELEASE_VIEW = "latest_release"
+_RELEASED_VALUES = "released_values"
+#: latest_release's budget columns (from budget_status; NULL when the lake has no ledger).
+_LATEST_BUDGET_COLUMNS = ("budget_epsilon", "spent_epsilon", "remaining_epsilon",
+                          "remaining_delta", "runs_left")
+_LATEST_RELEASE_SQL = """
+SELECT v.dataset, v.spec_name, v.estimator, v.state, v.value, v.lower, v.upper, v.lower_bound,
+       v.ci_level, v.epsilon, v.delta, v.private, v.created_at, v.run_id, v.spec_id, {budget}
+FROM released_values v {join}
+QUALIFY row_number() OVER (PARTITION BY v.dataset, v.spec_id, v.estimator, v.state
+                           ORDER BY v.created_at DESC, v.run_id) = 1
+"""
 _LAYERS = ("bronze", "silver", "gold")
 _SEPARATOR = "__"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -172,6 +188,8 @@ def view_names(tables: Iterable[LakeTable], *, budget: bool = True) -> list[str]
     names.update(t.table for t in tables if t.dataset is not None)
     if budget and any(t.view == "privacy_ledger" for t in tables):
         names.add(BUDGET_STATUS_VIEW)
+    if _RELEASED_VALUES in names:
+        names.add(LATEST_RELEASE_VIEW)
     return sorted(names)
 
 
@@ -270,6 +288,25 @@ def _register_budget_status(con: duckdb.DuckDBPyConnection, config: GpopeConfig)
                          {k: v for k, v in comments.items() if k in rows.column_names})
 
 
+def _register_latest_release(con: duckdb.DuckDBPyConnection, *, with_budget: bool) -> None:
+    if with_budget:
+        budget = ", ".join(f"b.{c}" for c in _LATEST_BUDGET_COLUMNS)
+        join = f"LEFT JOIN {BUDGET_STATUS_VIEW} b ON b.dataset = v.dataset"
+    else:
+        budget = ", ".join(f"CAST(NULL AS DOUBLE) AS {c}" for c in _LATEST_BUDGET_COLUMNS)
+        join = ""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {LATEST_RELEASE_VIEW} AS "
+                + _LATEST_RELEASE_SQL.format(budget=budget, join=join))
+    comments = dict(con.execute(
+        "SELECT column_name, comment FROM duckdb_columns() WHERE table_name IN (?, ?) "
+        "AND comment IS NOT NULL", [_RELEASED_VALUES, BUDGET_STATUS_VIEW]).fetchall())
+    comments["value"] = ("the LATEST released value at this reference state for (dataset, spec, "
+                         "estimator); " + comments.get("value", ""))
+    columns = {r[0] for r in con.execute(f"DESCRIBE {LATEST_RELEASE_VIEW}").fetchall()}
+    _comment_columns(con, LATEST_RELEASE_VIEW,
+                     {k: v for k, v in comments.items() if k in columns and v})
+
+
 def connect(
     lake: str | Path | GpopeConfig | None = None, *, views: Iterable[str] | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -288,6 +325,8 @@ def connect(
     root, config = _lake_root(lake)
     tables = _discover(root)
     wanted = None if views is None else {v.lower() for v in views}
+    if wanted is not None and LATEST_RELEASE_VIEW in wanted:  # the views it is built from
+        wanted |= {_RELEASED_VALUES, BUDGET_STATUS_VIEW}
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
     stacked: dict[str, list[LakeTable]] = {}
@@ -315,6 +354,8 @@ def connect(
     has_ledger = any(t.view == "privacy_ledger" for t in tables)
     if has_ledger and (wanted is None or BUDGET_STATUS_VIEW in wanted):
         _register_budget_status(con, config)
+    if _RELEASED_VALUES in comments_of and (wanted is None or LATEST_RELEASE_VIEW in wanted):
+        _register_latest_release(con, with_budget=has_ledger)
     return con
 
 
@@ -402,10 +443,10 @@ def _missing_hint(named: set[str], available: list[str]) -> str:
 
     known = {v.lower() for v in available}
     missing = sorted(n for n in named if n in _CREATORS and n not in known)
-    if BUDGET_STATUS_VIEW in named and BUDGET_STATUS_VIEW not in known:
-        missing.append(BUDGET_STATUS_VIEW)
+    derived = {BUDGET_STATUS_VIEW: "privacy_ledger", LATEST_RELEASE_VIEW: _RELEASED_VALUES}
+    missing += [name for name in derived if name in named and name not in known]
     hints = []
     for name in missing:
-        creator = _CREATORS.get(name, _CREATORS["privacy_ledger"]).format(dataset="NAME")
+        creator = _CREATORS[derived.get(name, name)].format(dataset="NAME")
         hints.append(f"{name} does not exist yet: it is created by {creator}.")
     return " ".join(hints)

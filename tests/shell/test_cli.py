@@ -54,6 +54,24 @@ def test_only_commands_that_log_to_mlflow_offer_tracking_uri():
         assert "--tracking-uri" not in flags(sub.choices[name])
 
 
+def test_only_commands_that_start_spark_offer_remote():
+    """--remote (a Spark Connect URL) only where a Spark session is used; the JVM-free commands
+    (budget, query, maintain) take the lake options they read and nothing else."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+
+    def flags(parser):
+        return {o for a in parser._actions for o in a.option_strings if a.help != argparse.SUPPRESS}
+
+    for name in ("simulate", "ingest", "stats", "evaluate", "demo"):
+        assert "--remote" in flags(sub.choices[name])
+    budget = next(a for a in sub.choices["budget"]._actions
+                  if isinstance(a, argparse._SubParsersAction))
+    jvm_free = [sub.choices["query"], sub.choices["maintain"], *budget.choices.values()]
+    for parser in jvm_free:
+        assert flags(parser) & {"--remote", "--tracking-uri"} == set(), parser.prog
+        assert {"--lake", "--conf"} <= flags(parser), parser.prog
+
+
 def test_progress_bars_only_on_a_terminal(monkeypatch):
     class Tty(io.StringIO):
         def isatty(self):

@@ -157,6 +157,24 @@ def test_budget_status_view_is_the_ledgers_status(pipeline_lake):
     assert naive != pytest.approx(5.0 - row["remaining_epsilon"])  # why the view exists
 
 
+def test_latest_release_answers_value_interval_and_budget_in_one_query(pipeline_lake):
+    """Issue 15's question in one view: released value + interval per state, and budget left."""
+    config, spec = pipeline_lake
+    got = query("SELECT * FROM latest_release ORDER BY dataset, spec_name, state",
+                lake=config).to_pylist()
+    want = query(LATEST, lake=config).to_pylist()  # the two views it joins, queried apart
+    budget = query("SELECT * FROM budget_status WHERE dataset = 'cohort_a'",
+                   lake=config).to_pylist()[0]
+    assert [r["state"] for r in got] == sorted(spec.reference_names)
+    for row, ref in zip(got, want, strict=True):
+        assert {k: row[k] for k in ref} == ref
+        assert row["lower"] is not None or row["upper"] is None
+        for column in ("remaining_epsilon", "remaining_delta", "runs_left", "budget_epsilon"):
+            assert row[column] == budget[column], column
+    cols = {c["column"]: c["comment"] for c in describe("latest_release", lake=config)}
+    assert cols["remaining_epsilon"] and cols["upper"] and "LATEST" in cols["value"]
+
+
 def test_column_comments_reach_the_views(pipeline_lake):
     config, _ = pipeline_lake
     cols = {c["column"]: c for c in describe("released_estimates", lake=config)}

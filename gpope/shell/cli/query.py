@@ -15,10 +15,14 @@ _EPILOG = """\
 views: shared gold tables by name (released_values, released_estimates, privacy_ledger);
 one dataset's table as <dataset>__<table> (hiv_demo__transitions); every dataset's table
 stacked with a leading dataset column as <table> (transitions, trajectory_stats...);
-budget_status (one row per dataset). `gpope query --tables` lists them; `--describe VIEW`
-shows the columns with their comments (units, scale, meaning).
+budget_status (one row per dataset); latest_release (the latest released value and
+interval per dataset, spec, estimator and reference state, with the budget left).
+`gpope query --tables` lists them; `--describe VIEW` shows the columns with their comments
+(units, scale, meaning).
 
 examples:
+  gpope query "SELECT dataset, spec_name, state, value, lower, upper, remaining_epsilon
+               FROM latest_release WHERE spec_name = 'hiv_demo'"
   gpope query "SELECT dataset, spec_name, state, value, lower, upper FROM released_values
                QUALIFY row_number() OVER (PARTITION BY dataset, spec_id, estimator, state
                                           ORDER BY created_at DESC) = 1"
@@ -106,7 +110,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace) -> int:
-    from gpope.shell.query import BUDGET_STATUS_VIEW, lake_tables, view_names
+    from gpope.shell.query import (
+        BUDGET_STATUS_VIEW,
+        LATEST_RELEASE_VIEW,
+        lake_tables,
+        view_names,
+    )
 
     config = _config(args)
     tables = lake_tables(config)
@@ -118,9 +127,13 @@ def _tables(args: argparse.Namespace) -> int:
     for name in stacked:
         entries.append({"view": name, "layer": next(t.layer for t in tables if t.table == name),
                         "dataset": "(all, column dataset)", "table": name, "path": None})
-    if BUDGET_STATUS_VIEW in view_names(tables):
+    names = view_names(tables)
+    if BUDGET_STATUS_VIEW in names:
         entries.append({"view": BUDGET_STATUS_VIEW, "layer": "gold", "dataset": "(all)",
                         "table": "privacy_ledger", "path": None})
+    if LATEST_RELEASE_VIEW in names:
+        entries.append({"view": LATEST_RELEASE_VIEW, "layer": "gold", "dataset": "(all)",
+                        "table": "released_values + budget_status", "path": None})
     entries.sort(key=lambda e: e["view"])
     if args.json:
         _dump_json({"lake": config.lake.root, "views": entries})
