@@ -40,3 +40,35 @@ def test_clamp_counts_over_partitions_with_gaps_equal_the_core_counts(spark):
     # three partitions, each with non-contiguous trajectories (0, 3, 6, ...), one batch each
     gappy = df.repartition(3, (df.traj_index % 3)).sortWithinPartitions("traj_index", "t")
     assert clamp_counts(gappy, spec) == want
+
+
+def test_statistics_with_trajectories_cut_by_arrow_batches_equal_the_core(spark):
+    """Tiny Arrow batches (37 rows) cut most trajectories; the kernel carries them over."""
+    import pyarrow.compute as pc
+
+    from gpope.core.statistics import statistics_from_transitions
+    from gpope.shell.pipeline.stats import statistics_frame
+
+    spec = EvaluationSpec.from_mapping(SPEC, where="test")
+    behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
+    transitions = mountaincar.generate(15, np.random.default_rng(4), behaviour, max_steps=60)
+    rho, _, _ = _bounded(transitions, spec)
+    want = statistics_from_transitions(
+        transitions, spec.feature_map, rho, gamma=spec.gamma, normalization=spec.normalization,
+        length_scale=spec.length_scale, representation="dense",
+    ).to_rows()
+    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
+    shuffled = df.orderBy((df.traj_index * 7919 + df.t * 104729) % 1009)  # no stored order
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, "37")
+    try:
+        got = statistics_frame(shuffled, spec).toArrow()
+    finally:
+        spark.conf.set(key, previous)
+    order = np.argsort(got.column("traj_index").to_numpy())
+    assert got.column("traj_index").to_numpy()[order].tolist() == list(range(15))
+    assert got.column("tau").to_numpy()[order].tolist() == want["tau"].tolist()
+    for name in ("A", "b", "C"):
+        values = pc.list_flatten(got.column(name).combine_chunks()).to_numpy()
+        np.testing.assert_allclose(values.reshape(15, -1)[order], want[name], rtol=0, atol=1e-12)
