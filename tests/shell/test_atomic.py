@@ -160,7 +160,11 @@ def test_kill_between_release_commits_releases_nothing(spark, lake_root):
     for table in ("released_estimates", "released_values"):  # but no reader sees it
         ids = {r[0] for r in read_releases(spark, config, table=table).select("run_id").collect()}
         assert ids == {"r1"}, table
-    assert PipelineRuns(config.lake).committed() == {"r1"}  # reconcile's evidence: r2 not released
+    assert PipelineRuns(config.lake).committed() == {"r1"}
+    from gpope.shell.pipeline.ledger_store import released_run_ids
+
+    # reconcile's evidence reads through the manifest: r2's row is there, but r2 is no release
+    assert released_run_ids(config, {"r1", "r2"}) == {"r1"}
     write_release(spark, config, *_release("r3"))  # a later release does not reveal r2
     ids = {r[0] for r in read_releases(spark, config).select("run_id").collect()}
     assert ids == {"r1", "r3"}

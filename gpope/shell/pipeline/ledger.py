@@ -33,7 +33,7 @@ Reservation is check - append - re-check: a run that does not fit raises
 :class:`~gpope.errors.BudgetExceededError` having written nothing; if concurrent runs race past
 the check, the re-check folds all counted runs in reservation order and cancels the ones that do
 not fit. Stale reservations of killed runs are settled by :meth:`PrivacyLedger.reconcile` from the
-evidence (a row in released_estimates), automatically before each new reservation.
+evidence (a released_estimates row whose release manifest is committed), automatically before each new reservation.
 """
 
 from __future__ import annotations
@@ -770,7 +770,8 @@ class PrivacyLedger:
 
         A reservation is stale when its process is known dead (same host, pid gone) or it is
         older than ``privacy.reservation_timeout_hours``. It becomes ``released`` if
-        released_estimates has a row with its run id, else ``failed`` (still counted: it may have
+        released_estimates has a row with its run id that readers see (its release manifest in
+        ``pipeline_runs`` is committed), else ``failed`` (still counted: it may have
         drawn noise). A reservation with a release is settled ``released`` even if its process
         still runs (the evidence is final; the run's own mark is then a no-op).
         """
@@ -789,12 +790,14 @@ class PrivacyLedger:
         out: list[Settlement] = []
         for e in open_runs:
             if e.run_id in released:
-                status, evidence = "released", "a row with this run_id exists in released_estimates"
+                status, evidence = "released", ("released_estimates has a row with this run_id "
+                                      "(release manifest committed)")
             elif _process_dead(e.process) or now - e.created_at > timeout:
                 why = (f"process {e.process} is gone" if _process_dead(e.process)
                        else f"reserved more than {timeout} ago")
                 status = "failed"
-                evidence = f"{why} and released_estimates has no row for it (still counted)"
+                evidence = (f"{why} and released_estimates has no committed row for it "
+                            "(still counted)")
             else:
                 continue
             self._append_settlement(e.__dict__, status, note=f"reconciled: {evidence}")

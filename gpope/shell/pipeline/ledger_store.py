@@ -237,28 +237,35 @@ def open_ledger_store(config: GpopeConfig, spark: SparkSession | None = None) ->
 def released_run_ids(
     config: GpopeConfig, run_ids: set[str], spark: SparkSession | None = None
 ) -> set[str]:
-    """Which of ``run_ids`` have a row in released_estimates (the evidence of a release)."""
+    """Which of ``run_ids`` were released: their released_estimates row is visible to readers.
+
+    The evidence is read through the ``pipeline_runs`` manifest
+    (:func:`gpope.shell.lake.manifest.read_pinned`): a row whose release manifest was never
+    committed (a run killed between the append and the manifest) is no release, so reconcile
+    settles that run ``failed`` (still counted), never ``released``.
+    """
     if not run_ids:
         return set()
-    path = _local_path(config, "released_estimates")
-    if path is not None:
-        from deltalake import DeltaTable
+    from gpope.errors import TableNotFoundError
+    from gpope.shell.lake import TableRef
+    from gpope.shell.lake.manifest import read_pinned_arrow
 
-        if not DeltaTable.is_deltatable(path):
-            return set()
-        ids = DeltaTable(path).to_pyarrow_table(columns=["run_id"]).column("run_id").to_pylist()
+    ref = TableRef.shared("released_estimates")
+    if _local_path(config, "released_estimates") is not None:
+        table = read_pinned_arrow(config.lake, ref)
+        ids = [] if table is None else table.column("run_id").to_pylist()
         return run_ids & set(ids)
     from pyspark.sql import functions as F
 
-    from gpope.errors import TableNotFoundError
-    from gpope.shell import lake
+    from gpope.shell.lake import Lake
+    from gpope.shell.lake.manifest import read_pinned
 
     if spark is None:
         from gpope.shell.spark import get_spark
 
         spark = get_spark(config.spark)
     try:
-        df = lake.read_shared_table(spark, config.lake, "released_estimates")
+        df, _ = read_pinned(Lake.from_settings(spark, config.lake), ref)
     except TableNotFoundError:
         return set()
     found = df.where(F.col("run_id").isin(sorted(run_ids))).select("run_id").collect()
