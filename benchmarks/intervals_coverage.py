@@ -1,17 +1,26 @@
-"""Evidence: empirical coverage and width of the SSP grouped-jackknife intervals (issue 11).
+"""Evidence: empirical coverage and width of the SSP parametric-bootstrap intervals (issue 11).
 
 Each trial simulates a FRESH data set with the core experiments harness (chain:
-:class:`gpope.core.experiments.chain.ChainProblem`; mountain car off-policy and HIV: the
-continuous harness's domains), computes every trajectory's statistics, clips them jointly at a
-public bound (the 0.99 quantile of the norms on an independent public cohort), sums them in K = 10
-random groups, adds the calibrated Gaussian noise (one release at (epsilon, delta), add/remove),
-solves (AdaSSP-style) and forms the nominal-95% grouped-jackknife intervals
-(:func:`gpope.core.intervals.jackknife_interval`). Coverage is measured against the estimand:
+:mod:`gpope.core.envs.chain`; mountain car off-policy and HIV: the continuous harness's domains),
+computes every trajectory's statistics, clips them jointly at a public bound (the 0.99 quantile of
+the norms on an independent public cohort), releases their total with Gaussian noise at
+``sigma / sqrt(1 - moments_share)``, solves (unregularised LSTD on the supported features),
+releases the second moments of the residuals at that estimate (each clipped at the 0.99 quantile
+of the public cohort's residual norms) with noise at ``sigma / sqrt(moments_share)`` (together:
+the Gaussian mechanism at ``sigma`` calibrated to (epsilon, delta), add/remove) and forms the
+nominal-95% parametric-bootstrap interval (:func:`gpope.core.intervals.bootstrap_interval`),
+exactly as ``gpope evaluate`` does. With ``--share s`` the release gets only the share s of
+(epsilon, delta): that is the interval a gpope run anchors its released value to (its interval is
+the hull of this one and its value, so covers at least as often). Coverage is measured against
+the estimand:
 
-* chain: the values at the spec's reference states s0, s20, s38 (the population fixed point of the
-  tabular features = the exact values, closed form, which is also the Monte Carlo truth);
+* chain: the values at s0, s20, s38 (the population fixed point of the tabular features = the
+  exact values, closed form, which is also the Monte Carlo truth);
 * mountain car (off-policy, Fourier features) and HIV: every coordinate of theta against the
-  population fixed point theta* = A^-1 b of the harness's large-sample truth statistics.
+  population fixed point theta* = A^-1 b of the harness's large-sample truth statistics;
+
+and (``coverage_mc``) against a Monte Carlo estimate (``--truth`` fresh trajectories) of the
+fixed point of the CLIPPED population statistics, which is what a clipped release estimates.
 
 Usage: nice -n 10 python benchmarks/intervals_coverage.py --domain chain --sizes 10000 \
           --epsilons 1 --trials 100 [--json out.json]
@@ -28,23 +37,37 @@ from pathlib import Path
 import numpy as np
 
 
+def _sorted(transitions, rho):
+    """(transitions sorted by (traj_index, t) with dense trajectory numbers, rho in that order):
+    the blocks below slice consecutive trajectories (a harness may interleave them)."""
+    from gpope.core.transitions import Transitions
+
+    tr = transitions
+    order = np.lexsort((tr.t, tr.traj_index))
+    _, dense = np.unique(tr.traj_index[order], return_inverse=True)
+    out = Transitions(
+        traj_index=dense.astype(tr.traj_index.dtype), t=tr.t[order], state=tr.state[order],
+        action=tr.action[order], reward=tr.reward[order], next_state=tr.next_state[order],
+        terminal=tr.terminal[order], truncated=tr.truncated[order],
+        behavior_prob=tr.behavior_prob[order], n_trajectories=int(dense.max()) + 1,
+    )
+    return out, np.asarray(rho)[order]
+
+
 def _vectors(transitions, features, rho, gamma, length_scale, block=1024):
     from gpope.core.ssp import statistics_vectors, transition_blocks
     from gpope.core.statistics import statistics_from_transitions
 
+    transitions, rho = _sorted(transitions, rho)
+    offsets = np.concatenate([[0], np.cumsum(transitions.lengths)])
     out = []
     for idx, sub in transition_blocks(transitions, block):
-        r = (statistics_from_transitions(sub, features, rho[idx_rows(transitions, idx)], gamma=gamma,
+        rows = slice(int(offsets[idx[0]]), int(offsets[idx[-1] + 1]))
+        r = (statistics_from_transitions(sub, features, rho[rows], gamma=gamma,
                                          length_scale=length_scale, representation="dense")
              .to_rows())
         out.append(statistics_vectors(r["A"], r["b"], r["C"]))
     return np.concatenate(out)
-
-
-def idx_rows(transitions, idx):
-    """Row slice of the trajectories idx (consecutive) in a (traj, t)-sorted batch."""
-    offsets = np.concatenate([[0], np.cumsum(transitions.lengths)])
-    return slice(int(offsets[idx[0]]), int(offsets[idx[-1] + 1]))
 
 
 class _Setup:
@@ -82,6 +105,16 @@ class _Setup:
             rho = self.dom.rho(tr)
         return _vectors(tr, self.features, rho, self.gamma, self.L)
 
+    def clipped_estimand(self, clip: float, m: int, seed: int) -> np.ndarray:
+        """Monte Carlo estimate of the released quantities at the fixed point of the CLIPPED
+        population statistics (what a clipped release estimates), from m fresh trajectories."""
+        from gpope.core import ssp
+
+        vec = ssp.clip_statistics(self.data(m, np.random.default_rng([seed, 7777])), clip)
+        n = round((-1 + np.sqrt(1 + 8 * vec.shape[1])) / 4)
+        A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
+        return self.transform(np.linalg.lstsq(A, b, rcond=None)[0])
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,53 +123,74 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilons", default="1")
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--groups", type=int, default=10)
+    parser.add_argument("--moments-share", type=float, default=0.1)
+    parser.add_argument("--share", type=float, default=1.0,
+                        help="share of (epsilon, delta) for the release (0.1: a gpope run's)")
+    parser.add_argument("--draws", type=int, default=None, help="bootstrap draws (default: the pipeline's)")
+    parser.add_argument("--public", type=int, default=1000, help="public cohort size (clip bounds)")
+    parser.add_argument("--truth", type=int, default=20000,
+                        help="trajectories of the Monte Carlo estimate of the clipped fixed point")
     parser.add_argument("--level", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-regularize", action="store_true", help="lambda = 0 (plain LSTD solve)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
     from gpope.core import ssp
-    from gpope.core.intervals import jackknife_interval
+    from gpope.core.intervals import BOOTSTRAP_DRAWS, bootstrap_interval, ssp_values
 
+    draws = args.draws or BOOTSTRAP_DRAWS
     setup = _Setup(args.domain, args.seed)
-    public = setup.data(1000, np.random.default_rng([args.seed, 99]))
+    public = setup.data(args.public, np.random.default_rng([args.seed, 99]))
     clip = float(np.quantile(np.linalg.norm(public, axis=1), 0.99))
+    public_c = ssp.clip_statistics(public, clip)
     n = round((-1 + np.sqrt(1 + 8 * public.shape[1])) / 4)
+    estimand = setup.estimand
+    clipped_estimand = setup.clipped_estimand(clip, args.truth, args.seed)
     cells = []
     for m in (int(float(x)) for x in args.sizes.split(",")):
         for eps in (float(x) for x in args.epsilons.split(",")):
-            sigma = ssp.ssp_sigma(m=m, epsilon=eps, delta=args.delta)
-            cov, width, err, lb = [], [], [], []
+            sigma = ssp.ssp_sigma(m=m, epsilon=eps * args.share, delta=args.delta * args.share)
+            s1, s2 = ssp.split_sigma(sigma, args.moments_share)
+            cov, cov_mc, width, err, lb = [], [], [], [], []
             t0 = time.perf_counter()
             for t in range(args.trials):
                 rng = np.random.default_rng([args.seed, m, int(eps * 1000), t])
                 vec = setup.data(m, rng)
-                key = int(rng.integers(0, 2**62))
-                sums = ssp.group_sums(ssp.clip_statistics(vec, clip),
-                                      ssp.assign_groups(np.arange(m), key, args.groups), args.groups)
-                noisy = ssp.release_noisy_statistics(sums, n=n, m=m, sigma=sigma, clip=clip, rng=rng)
-                _, iv = jackknife_interval(noisy, setup.transform, level=args.level,
-                                           regularize=not args.no_regularize)
-                e = setup.estimand
-                cov.append((iv.lower <= e) & (e <= iv.upper))
-                lb.append(iv.lower_bound <= e)
+                total = ssp.clip_statistics(vec, clip).sum(axis=0, keepdims=True)
+                noisy = ssp.release_noisy_statistics(total, n=n, m=m, sigma=s1, clip=clip, rng=rng)
+                theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
+                norms = np.linalg.norm(ssp.residuals(public_c, theta, n), axis=1)
+                bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, 0.99)))
+                moments = ssp.release_moments(
+                    ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound), n=n,
+                    theta=theta, sigma=s2, bound=bound, rng=rng)
+                _, iv = bootstrap_interval(noisy, moments, setup.transform, rng=rng, level=args.level,
+                                           draws=draws, regularize=False)
+                cov.append((iv.lower <= estimand) & (estimand <= iv.upper))
+                cov_mc.append((iv.lower <= clipped_estimand) & (clipped_estimand <= iv.upper))
+                lb.append(iv.lower_bound <= estimand)
                 width.append(iv.upper - iv.lower)
-                err.append(iv.value - e)
+                err.append(iv.value - estimand)
                 print(f"  trial {t + 1}: covered {np.mean(cov[-1]):.2f}, running coverage "
                       f"{np.mean(cov):.3f}, width {np.mean(width[-1]):.4g}", flush=True)
-            cov, width, err, lb = map(np.array, (cov, width, err, lb))
+            cov, cov_mc, width, err, lb = map(np.array, (cov, cov_mc, width, err, lb))
             cell = {"domain": args.domain, "m": m, "epsilon": eps, "delta": args.delta,
-                    "trials": args.trials, "groups": args.groups, "regularize": not args.no_regularize, "clip": clip, "sigma": sigma,
-                    "coverage": float(cov.mean()), "coverage_per_quantity": cov.mean(axis=0).tolist(),
+                    "share": args.share, "moments_share": args.moments_share, "draws": draws,
+                    "trials": args.trials, "clip": clip, "sigma": sigma,
+                    "coverage": float(cov.mean()), "coverage_mc": float(cov_mc.mean()),
+                    "coverage_per_quantity": cov.mean(axis=0).tolist(),
                     "lower_bound_coverage": float(lb.mean()), "mean_width": float(width.mean()),
+                    "median_width": float(np.median(width)),
                     "rms_error": float(np.sqrt((err ** 2).mean())),
+                    "median_abs_error": float(np.median(np.abs(err))),
                     "quantities": setup.names, "seconds": time.perf_counter() - t0}
             cells.append(cell)
-            print(f"{args.domain} m={m} eps={eps:g}: coverage {cell['coverage']:.3f} (one-sided "
-                  f"{cell['lower_bound_coverage']:.3f}), mean width {cell['mean_width']:.4g}, RMS error "
-                  f"{cell['rms_error']:.4g}, {args.trials} trials in {cell['seconds']:.0f} s", flush=True)
+            print(f"{args.domain} m={m} eps={eps:g} share={args.share:g}: coverage "
+                  f"{cell['coverage']:.3f} (vs the Monte Carlo clipped fixed point {cell['coverage_mc']:.3f}; one-sided "
+                  f"{cell['lower_bound_coverage']:.3f}), mean width {cell['mean_width']:.4g} (median "
+                  f"{cell['median_width']:.4g}), RMS error {cell['rms_error']:.4g}, median |error| "
+                  f"{cell['median_abs_error']:.4g}, {args.trials} trials in {cell['seconds']:.0f} s",
+                  flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(cells, indent=2))
     return 0

@@ -191,7 +191,7 @@ class EvaluationSettings:
     estimator: Literal["gpope", "ssp"] = "gpope"
     ssp_clip: float | None = None
     ssp_clip_quantile: float = 0.99
-    ssp_groups: int = 10
+    moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
     tune: Literal["none", "private"] = "none"
@@ -214,7 +214,7 @@ class EvaluationSettings:
         check_choice("EvaluationSettings", "estimator", self.estimator, ("gpope", "ssp"))
         check_number("EvaluationSettings", "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
         check_number("EvaluationSettings", "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
-        check_int("EvaluationSettings", "ssp_groups", self.ssp_groups, ge=2)
+        check_number("EvaluationSettings", "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number("EvaluationSettings", "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number("EvaluationSettings", "ci_level", self.ci_level, gt=0.0, lt=1.0)
         check_int("EvaluationSettings", "iterations", self.iterations, ge=1, allow_none=True)

@@ -6,32 +6,23 @@ The mechanism (:func:`release_noisy_statistics`), one Gaussian release per run:
    ``v_i = [vec A_i, b_i, vec C_i]`` (length ``2 n^2 + n``) and scaled to L2 norm at most the
    public bound ``clip`` (:func:`clip_statistics`, the core's total clip: every row is bounded
    whatever the data, non-finite ones included).
-2. **Sum by group.** Trajectory i goes to group ``g(i) = H_key(traj_index_i) mod K``
-   (:func:`assign_groups`; ``H_key`` a keyed 64-bit mixer whose key is drawn from OS entropy and
-   never logged). Group sums ``S_k = sum_{g(i)=k} v_i``. In the pipeline these sums are a Spark
-   aggregate over ``trajectory_stats``; :func:`group_sums` is the in-memory reference.
-3. **Noise once.** ``S~_k = S_k + N(0, (sigma * clip)^2 I)`` independently for every group and
-   every coordinate. Under add/remove adjacency one patient changes exactly one ``v_i`` in one
-   group, so the stacked vector ``(S_1, ..., S_K)`` has L2 sensitivity ``clip``: the release is
-   ONE Gaussian mechanism with noise multiplier ``sigma`` (dp-accounting
-   ``GaussianDpEvent(sigma)``), whatever K. (A random group assignment independent of the data
-   keeps this bound: for every coupling of the assignments the neighbouring outputs are a
-   Gaussian-mechanism pair, and the hockey-stick divergence is jointly convex.) sigma is
-   calibrated by the same accountants as GPOPE (:func:`ssp_sigma`).
-4. **Solve** (post-processing; :func:`solve_ssp`): the pooled noisy sums ``A~ = sum_k A~_k``,
-   ``b~`` give ``theta = argmin ||A~ theta - b~||^2 + lambda ||theta||^2`` with the AdaSSP rule
-   of Wang (2018), "Revisiting differentially private linear regression: optimal and adaptive
-   prediction & estimation in unbounded domain" (UAI), Algorithm 2: regularise just enough that
-   the smallest eigenvalue of the regularised Gram matrix stays above a high-probability bound
-   on the noise, ``lambda = max(0, tau^2 - s_min(A~)^2)`` with ``tau`` the (1 - rho) bound on the
-   spectral norm of the pooled noise matrix (Gaussian matrix: ``||E|| <= s (2 sqrt(n) +
-   sqrt(2 log(1/rho)))``, Davidson and Szarek 2001). With sigma = 0, ``lambda = 0`` and theta is
-   the exact LSTD fixed point (the minimum-norm one if A is singular). Solved as a stacked least
-   squares problem (no normal equations).
-
-K groups cost nothing in privacy; they cost a factor ``sqrt(K)`` in the noise of the pooled sums
-and buy a grouped jackknife interval (:mod:`gpope.core.intervals`) that covers both the privacy
-noise and the sampling variability.
+2. **Sum.** ``S = sum_i v_i``; in the pipeline a Spark aggregate over ``trajectory_stats``
+   (:func:`group_sums` with one group is the in-memory reference; K > 1 random groups, keyed by
+   :func:`assign_groups`, remain available to the audit).
+3. **Noise once.** ``S~ = S + N(0, (sigma * clip)^2 I)``. Under add/remove adjacency one patient
+   changes one ``v_i``, so ``S`` has L2 sensitivity ``clip``: the Gaussian mechanism with noise
+   multiplier ``sigma`` (dp-accounting ``GaussianDpEvent(sigma)``), calibrated by the same
+   accountants as GPOPE (:func:`ssp_sigma`). The pipeline splits the run's sigma between this
+   release and a release of residual second moments that the intervals need
+   (:func:`split_sigma`, :func:`ssp_release_event`; the two compose exactly to ``sigma``).
+4. **Solve** (post-processing; :func:`solve_ssp`): ``theta = argmin ||A~ theta - b~||^2 + lambda
+   ||theta||^2`` on the supported features, solved as a stacked least squares problem (no normal
+   equations). The pipeline uses ``lambda = 0`` (plain LSTD on the noisy sums: its bias is second
+   order, and the bootstrap interval corrects it to first order); the AdaSSP rule of Wang (2018),
+   "Revisiting differentially private linear regression" (UAI), Algorithm 2, ``lambda = max(0,
+   tau^2 - s_min(A~)^2)`` with ``tau`` the (1 - rho) bound on the noise's spectral norm
+   (Davidson and Szarek 2001), is kept as ``regularize=True``: on the chain it shrank V(s0) by
+   more than its noise and its intervals under-covered (docs/RESULTS.md, "Intervals and SSP").
 
 The same release gives MSPBE(theta) of any theta as post-processing (:func:`private_mspbe`).
 """
@@ -286,7 +277,7 @@ def solve_ssp(
     (stable; the minimum-norm solution when lambda = 0 and A is singular). Scale-free:
     multiplying A, b (and C) and noise_std by c > 0 gives the same theta. ``regularize=False``:
     lambda = 0 (plain least squares on the supported features; first-order unbiased, which is what
-    the jackknife intervals assume).
+    the bootstrap intervals assume).
     """
     A = np.asarray(A, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -365,3 +356,119 @@ def clipped_group_sums(blocks, *, n: int, clip: float, key: int, groups: int) ->
     for idx, vec in blocks:
         out += group_sums(clip_statistics(vec, clip), assign_groups(idx, key, groups), groups)
     return out
+
+
+# --- The second release: residual second moments for the interval -----------------------------
+#
+# The interval of :mod:`gpope.core.intervals` needs the sampling covariance of the per-trajectory
+# LSTD residuals ``r_i = b_i - A_i theta`` at the released estimate. After the first release,
+# theta is public, so a second Gaussian release of ``sum_i r_i r_i^T`` (residuals of the CLIPPED
+# statistics, clipped again to a public bound ``bound``) is an adaptively composed Gaussian
+# mechanism. The two releases are ONE accounted event: with noise multipliers
+# ``sigma / sqrt(1 - share)`` and ``sigma / sqrt(share)`` their composition is exactly the Gaussian
+# mechanism with multiplier ``sigma`` (Renyi / zCDP composition of Gaussians adds 1/sigma^2:
+# Mironov 2017, Prop. 7; Bun and Steinke 2016, Lemma 2.3), so the run costs what a single release
+# at ``sigma`` costs (:func:`split_sigma`, :func:`ssp_release_event`).
+
+
+def split_sigma(sigma: float, moments_share: float) -> tuple[float, float]:
+    """(sigma_sums, sigma_moments): the noise multipliers of the two releases whose composition
+    is the Gaussian mechanism with multiplier ``sigma`` (``1/sigma^2 = 1/s1^2 + 1/s2^2``);
+    ``moments_share`` is the moments' share of ``1/sigma^2`` (zCDP rho). ``moments_share = 0``:
+    ``(sigma, inf)`` (no second release)."""
+    check_number("split_sigma", "moments_share", moments_share, ge=0.0, lt=1.0)
+    if sigma <= 0:
+        return float(sigma), 0.0
+    if moments_share == 0:
+        return float(sigma), math.inf
+    return float(sigma / math.sqrt(1.0 - moments_share)), float(sigma / math.sqrt(moments_share))
+
+
+def ssp_release_event(sigma: float, moments_share: float, relation: str = "add_or_remove_one") -> Any:
+    """The dp-accounting event of the statistics release and its moments release under
+    ``relation`` (sensitivity = each release's bound, :func:`ssp_dp_event`):
+    ``ComposedDpEvent([Gaussian(s1), Gaussian(s2)])`` of :func:`split_sigma`, or the one
+    Gaussian event without moments."""
+    import dp_accounting
+
+    s1, s2 = split_sigma(sigma, moments_share)
+    if not math.isfinite(s2):
+        return ssp_dp_event(s1, relation)
+    return dp_accounting.ComposedDpEvent([ssp_dp_event(s1, relation), ssp_dp_event(s2, relation)])
+
+
+def residuals(vectors: np.ndarray, theta: np.ndarray, n: int) -> np.ndarray:
+    """(k, n) LSTD residuals ``r_i = b_i - A_i theta`` of statistics rows (k, 2n^2+n)."""
+    A, b, _ = split_vector(vectors, n)
+    return b - np.einsum("kij,j->ki", A, np.asarray(theta, dtype=np.float64))
+
+
+def residual_bound(theta: np.ndarray, clip: float) -> float:
+    """A bound on ``||b_i - A_i theta||`` valid for every row clipped to ``clip``:
+    ``clip * sqrt(1 + ||theta||^2)`` (Cauchy-Schwarz on ``[A_i, b_i] [-theta; 1]``)."""
+    th = np.asarray(theta, dtype=np.float64)
+    return float(clip * math.sqrt(1.0 + float(th @ th)))
+
+
+def moment_vectors(r: np.ndarray) -> np.ndarray:
+    """(k, n(n+1)/2) upper triangles of ``r_i r_i^T`` with off-diagonal entries scaled by sqrt 2,
+    so that each row's L2 norm is ``||r_i r_i^T||_F = ||r_i||^2``."""
+    r = np.asarray(r, dtype=np.float64)
+    n = r.shape[1]
+    iu = np.triu_indices(n)
+    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+    return (r[:, iu[0]] * r[:, iu[1]]) * w
+
+
+def moments_matrix(vec: np.ndarray, n: int) -> np.ndarray:
+    """Inverse of :func:`moment_vectors` on a sum: the symmetric (n, n) matrix."""
+    iu = np.triu_indices(n)
+    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+    M = np.zeros((n, n))
+    M[iu] = np.asarray(vec, dtype=np.float64) / w
+    return M + np.triu(M, 1).T
+
+
+def clipped_moment_sum(vectors: np.ndarray, theta: np.ndarray, *, n: int, clip: float,
+                       bound: float) -> np.ndarray:
+    """(n(n+1)/2,) sum of :func:`moment_vectors` of the residuals of the rows clipped to ``clip``,
+    each residual clipped to L2 norm ``bound`` (so each row adds at most ``bound^2`` in L2): the
+    in-memory reference of the pipeline's second aggregate."""
+    from gpope.core.clipping import clip_rows
+
+    r = residuals(clip_statistics(vectors, clip), theta, n)
+    return moment_vectors(clip_rows(r, float(bound))).sum(axis=0)
+
+
+@dataclass(frozen=True)
+class NoisyMoments:
+    """The released noisy ``sum_i r_i r_i^T`` (residuals at ``theta``, clipped to ``bound``)."""
+
+    matrix: np.ndarray
+    theta: np.ndarray
+    sigma: float
+    bound: float
+
+    @property
+    def noise_std(self) -> float:
+        """Noise std of each diagonal entry (off-diagonals: this / sqrt 2)."""
+        return float(self.sigma * self.bound ** 2)
+
+    def covariance(self) -> np.ndarray:
+        """The PSD estimate of the clipped residuals' ``sum r_i r_i^T``: the noisy symmetric
+        matrix with its eigenvalues floored at 0 (post-processing; the projection onto the PSD
+        cone is never further from the true matrix than the noisy one, in Frobenius norm)."""
+        return _psd_floor(self.matrix, 0.0)
+
+
+def release_moments(moment_sum: np.ndarray, *, n: int, theta: np.ndarray, sigma: float,
+                    bound: float, rng: np.random.Generator) -> NoisyMoments:
+    """The moments release: ``moment_sum`` (from :func:`clipped_moment_sum`) plus iid
+    ``N(0, (sigma * bound^2)^2)`` per entry: ``GaussianDpEvent(sigma)`` under add/remove."""
+    check_number("release_moments", "sigma", sigma, ge=0.0)
+    check_number("release_moments", "bound", bound, gt=0.0)
+    v = np.asarray(moment_sum, dtype=np.float64)
+    if sigma > 0:
+        v = v + (sigma * bound ** 2) * rng.standard_normal(v.shape)
+    return NoisyMoments(matrix=moments_matrix(v, n), theta=np.asarray(theta, dtype=np.float64).copy(),
+                        sigma=float(sigma), bound=float(bound))

@@ -243,7 +243,7 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "state": "name of the spec's public reference state",
         "value": "released V(state), discounted with the spec's gamma, in the raw reward unit",
         "lower": "lower end of the two-sided ci_level interval (privacy noise + sampling "
-        "variability; grouped jackknife over the noisy statistics release); null: no interval",
+        "variability; parametric bootstrap over the noisy statistics releases); null: no interval",
         "upper": "upper end of the two-sided ci_level interval; null: no interval",
         "lower_bound": "one-sided lower confidence bound at ci_level: V(state) >= lower_bound; "
         "null: no interval",

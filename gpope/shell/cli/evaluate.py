@@ -55,8 +55,10 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--ssp-clip", type=float, default=None,
                    help="public L2 bound of one trajectory's [A_i, b_i, C_i] (default: a public "
                    "quantile on the spec's simulator; required for specs without a domain)")
-    e.add_argument("--ssp-groups", type=int, default=None,
-                   help="K random patient groups of the noisy-statistics release (jackknife intervals)")
+    e.add_argument("--moments-share", type=float, default=None,
+                   help="share (zCDP, of 1/sigma^2) of the noisy-statistics release spent on the "
+                   "residual second moments the intervals need (default 0.1; the two releases "
+                   "compose to exactly the budgeted Gaussian release)")
     e.add_argument("--statistics-share", type=float, default=None,
                    help="gpope runs: share of (epsilon, delta) for the noisy-statistics release that "
                    "gives the private MSPBE and the intervals (0 disables; default 0.1)")
@@ -151,7 +153,7 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         trace_every=args.trace_every,
         estimator=args.estimator,
         ssp_clip=args.ssp_clip,
-        ssp_groups=args.ssp_groups,
+        moments_share=args.moments_share,
         statistics_share=args.statistics_share,
         ci_level=args.ci_level,
         tune=getattr(args, "tune", None),

@@ -173,8 +173,8 @@ class DemoReport:
             )
         if iv:
             lines.append(f"  intervals: {100 * iv['level']:g}% two-sided and one-sided lower bound, "
-                         "covering privacy noise and sampling variability (grouped jackknife over "
-                         "the run's noisy-statistics release)")
+                         "covering privacy noise and sampling variability (parametric bootstrap "
+                         "over the run's noisy-statistics releases)")
         if ev.get("private_relative_mspbe") is not None:
             lines.append(f"  private relative MSPBE (noisy statistics, post-processing): "
                          f"{ev['private_relative_mspbe']:.3g}")

@@ -128,7 +128,8 @@ class EvaluateOptions:
             ``ssp_clip_quantile`` of the norms on the public cohort of ``public_trajectories``
             trajectories from the spec's simulator, the one the public MSPBE uses; specs without a
             domain must give it).
-        ssp_groups: K random groups of the noisy-statistics release (grouped-jackknife intervals).
+        moments_share: share of the noisy-statistics release's budget (zCDP, 1/sigma^2) spent on
+            the second release of the residual second moments that the intervals need.
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
             release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
@@ -171,7 +172,7 @@ class EvaluateOptions:
     estimator: Literal["gpope", "ssp"] = "gpope"
     ssp_clip: float | None = None
     ssp_clip_quantile: float = 0.99
-    ssp_groups: int = 10
+    moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
     tune: Literal["none", "private"] = "none"
@@ -206,7 +207,7 @@ class EvaluateOptions:
         check_choice(o, "estimator", self.estimator, ("gpope", "ssp"))
         check_number(o, "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
         check_number(o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
-        check_int(o, "ssp_groups", self.ssp_groups, ge=2)
+        check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
         check_number(o, "epsilon", self.epsilon, gt=0.0)
@@ -508,7 +509,7 @@ def run_evaluate(
         gpope_dp_event,
         resolve_accountant,
     )
-    from gpope.core.ssp import ssp_dp_event, ssp_epsilon, ssp_sigma
+    from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.pipeline.release import release_row, value_rows, write_release
     from gpope.shell.pipeline.stats import (
@@ -568,8 +569,9 @@ def run_evaluate(
             "tune. Drop one of them."
         )
     if ssp_run:
-        sigma, spent, solver, event = float(sigma_s), float(spent_s), None, ssp_dp_event(sigma_s)
-        mechanism = f"ssp(clip={ssp_clip:g}, groups={options.ssp_groups}): {event!r}"
+        sigma, spent, solver = float(sigma_s), float(spent_s), None
+        event = ssp_release_event(sigma_s, options.moments_share)
+        mechanism = f"ssp(clip={ssp_clip:g}, moments_share={options.moments_share:g}): {event!r}"
     elif options.tune == "private":
         # the GPOPE part of the budget covers the tuning's releases and its K runs (one
         # composed event, :mod:`gpope.core.private_tuning`)
@@ -602,9 +604,10 @@ def run_evaluate(
         import dp_accounting
 
         head = mechanism.split(":", 1)[0]
-        event = dp_accounting.ComposedDpEvent([event, ssp_dp_event(sigma_s, relation)])
+        event = dp_accounting.ComposedDpEvent(
+            [event, ssp_release_event(sigma_s, options.moments_share, relation)])
         mechanism = (f"{head} + noisy statistics(clip={ssp_clip:g}, "
-                     f"groups={options.ssp_groups}; basic composition of "
+                     f"moments_share={options.moments_share:g}; basic composition of "
                      f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
                      f"{event!r}")
     valid_bound = accountant != "paper"
@@ -630,11 +633,11 @@ def run_evaluate(
     released = False
     try:
         # (c)-(e) noisy statistics (Spark aggregate + one Gaussian draw), then the estimator.
-        noisy = None
+        noisy = moments = None
         tuned = None
         if sigma_s is not None:
-            noisy = _noisy_statistics(stats_df, options, n=n, m=m, sigma=float(sigma_s),
-                                      clip=float(ssp_clip))
+            noisy, moments = _noisy_statistics(stats_df, options, spec, n=n, m=m,
+                                               sigma=float(sigma_s), clip=float(ssp_clip))
         private_pop = None
         if ssp_run:
             result = _ssp_result(noisy, options, spec, accountant=accountant, spent=spent)
@@ -652,8 +655,8 @@ def run_evaluate(
         label = privacy_label(private=result.private, accountant=accountant, seeded=seeded)
         released_theta = result.theta_avg if result.theta_avg is not None else result.theta
         values = spec.reference_values(released_theta)
-        intervals, theta_iv, priv_mspbe = _intervals(noisy, spec, released_theta, values,
-                                                     level=options.ci_level, ssp_run=ssp_run)
+        intervals, theta_iv, priv_mspbe = _intervals(noisy, moments, spec, released_theta, values,
+                                                     options=options, ssp_run=ssp_run)
         if priv_mspbe is None and tuned is not None:
             # no separate release: the tuning's noisy statistics give it (post-processing)
             from gpope.core.ssp import private_mspbe
@@ -708,7 +711,7 @@ def run_evaluate(
         spec_text=spec_text, private_population=private_pop if options.private_diagnostics
         else None, truth=truth, intervals=intervals, private_mspbe=priv_mspbe,
         ssp={"statistics_sigma": sigma_s, "ssp_clip": ssp_clip, "statistics_epsilon": stats_eps,
-             "statistics_delta": stats_delta, "ssp_groups": options.ssp_groups}
+             "statistics_delta": stats_delta, "moments_share": options.moments_share}
         if sigma_s is not None else None, tuning=tuning_summary,
     )
     # the loud guard: public (fresh simulated cohort) and private (noisy statistics) diagnostics
@@ -894,32 +897,54 @@ def _ssp_clip(spec: EvaluationSpec, options: EvaluateOptions, *, required: bool)
                        quantile=options.ssp_clip_quantile, max_length=options.public_max_length)
 
 
-def _noise_generators(seed: int | None) -> tuple[np.random.Generator, int]:
-    """(noise generator, secret group key): OS entropy, or derived from ``seed`` (NOT private)
-    through a stream independent of the solver's."""
+def _noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
+    """(noise generator, bootstrap generator): OS entropy, or derived from ``seed`` (NOT private)
+    through streams independent of the solver's."""
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x55_53_50])
-    noise, keys = ss.spawn(2)
-    return np.random.default_rng(noise), int(np.random.default_rng(keys).integers(0, 2**63 - 1))
+    noise, boot = ss.spawn(2)
+    return np.random.default_rng(noise), np.random.default_rng(boot)
 
 
-def _noisy_statistics(stats_df: Any, options: EvaluateOptions, *, n: int, m: int, sigma: float,
-                      clip: float) -> Any:
-    """The one noisy-statistics release: Spark aggregate of the clipped group sums, then Gaussian
-    noise on the driver (:mod:`gpope.core.ssp`)."""
-    from gpope.core.ssp import release_noisy_statistics
-    from gpope.shell.pipeline.ssp import spark_group_sums
+def _noisy_statistics(stats_df: Any, options: EvaluateOptions, spec: EvaluationSpec, *, n: int,
+                      m: int, sigma: float, clip: float) -> tuple[Any, Any]:
+    """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`): a Spark
+    aggregate of the clipped sums plus Gaussian noise at ``sigma / sqrt(1 - moments_share)``;
+    then, at the resulting (public) unregularised SSP estimate, a Spark aggregate of the clipped
+    residual second moments plus noise at ``sigma / sqrt(moments_share)``. Together: exactly the
+    Gaussian mechanism at ``sigma`` (:func:`gpope.core.ssp.ssp_release_event`)."""
+    from gpope.core.intervals import ssp_values
+    from gpope.core.ssp import release_moments, release_noisy_statistics, split_sigma
+    from gpope.shell.pipeline.ssp import public_residual_bound, spark_group_sums, spark_moment_sum
 
-    rng, key = _noise_generators(options.seed)
-    sums = spark_group_sums(stats_df, n=n, clip=clip, key=key, groups=options.ssp_groups,
-                            expected_rows=m)
+    rng, _ = _noise_generators(options.seed)
+    s1, s2 = split_sigma(sigma, options.moments_share)
+    sums = spark_group_sums(stats_df, n=n, clip=clip, expected_rows=m)
     if options.secure_noise:
-        return _secure_noisy_statistics(sums, options, n=n, m=m, sigma=sigma, clip=clip)
-    return release_noisy_statistics(sums, n=n, m=m, sigma=sigma, clip=clip, rng=rng)
+        noisy = _secure_noisy_statistics(sums, options, n=n, m=m, sigma=s1, clip=clip)
+    else:
+        noisy = release_noisy_statistics(sums, n=n, m=m, sigma=s1, clip=clip, rng=rng)
+    theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
+    bound = public_residual_bound(spec, theta, clip=clip, n_trajectories=options.public_trajectories,
+                                  quantile=options.ssp_clip_quantile,
+                                  max_length=options.public_max_length)
+    msum = spark_moment_sum(stats_df, n=n, clip=clip, theta=theta, bound=bound, expected_rows=m)
+    if options.secure_noise:
+        from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
+        from gpope.core.ssp import NoisyMoments, moments_matrix
+
+        scale = bound * bound
+        grid = options.noise_grid if options.noise_grid is not None else scale * 2.0**-20
+        msum = round_to_grid(msum, grid)
+        std = s2 * scale * rounding_inflation(scale, grid, msum.shape[0])
+        msum = msum + secure_gaussian_noise(msum.shape, std, grid)
+        return noisy, NoisyMoments(matrix=moments_matrix(msum, n), theta=theta,
+                                   sigma=float(std / scale), bound=float(bound))
+    return noisy, release_moments(msum, n=n, theta=theta, sigma=s2, bound=bound, rng=rng)
 
 
 def _secure_noisy_statistics(sums: np.ndarray, options: EvaluateOptions, *, n: int, m: int,
                              sigma: float, clip: float) -> Any:
-    """The noisy-statistics release with secure noise: the group sums rounded to the public
+    """The noisy-statistics release with secure noise: the sums rounded to the public
     grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
     from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
     from gpope.core.ssp import NoisyStatistics
@@ -933,32 +958,40 @@ def _secure_noisy_statistics(sums: np.ndarray, options: EvaluateOptions, *, n: i
 
 def _ssp_result(noisy: Any, options: EvaluateOptions, spec: EvaluationSpec, *, accountant: str,
                 spent: float) -> GPOPEResult:
-    """The SSP estimate in the solver's result record (no iterates, no trace)."""
+    """The SSP estimate in the solver's result record (no iterates, no trace): the plain
+    (unregularised) LSTD solve of the noisy sums on the supported features."""
     from gpope.core.gpope import GPOPEResult
     from gpope.core.intervals import ssp_values
 
-    theta, _ = ssp_values(noisy, lambda th: th)
+    theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
     private = options.seed is None
     return GPOPEResult(
         theta=theta, w=np.zeros_like(theta), theta_avg=None, sigma=noisy.sigma, epsilon=spent,
         delta=options.delta, accountant=accountant, sampling="poisson", iterations=1,
         clip=noisy.clip, private=private,
-        privacy_note=("one Gaussian release of jointly clipped sufficient statistics, noise from OS "
-                      "entropy" if private else "fixed seed: reproducible, NOT private"),
+        privacy_note=("one Gaussian release of jointly clipped sufficient statistics and one of "
+                      "residual second moments, noise from OS entropy" if private
+                      else "fixed seed: reproducible, NOT private"),
     )
 
 
-def _intervals(noisy: Any, spec: EvaluationSpec, theta: np.ndarray, values: np.ndarray, *,
-               level: float, ssp_run: bool) -> tuple[Any, Any, tuple[float, float] | None]:
-    """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy release; Nones
-    without one. SSP: grouped jackknife; GPOPE: the SSP interval anchored at GPOPE's estimate."""
+def _intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.ndarray,
+               values: np.ndarray, *, options: EvaluateOptions,
+               ssp_run: bool) -> tuple[Any, Any, tuple[float, float] | None]:
+    """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
+    without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`);
+    GPOPE: the SSP interval anchored at GPOPE's estimate."""
     if noisy is None:
         return None, None, None
-    from gpope.core.intervals import anchored_interval, jackknife_interval
+    from gpope.core.intervals import anchored_interval, bootstrap_interval, split_interval
     from gpope.core.ssp import private_mspbe
 
-    _, iv = jackknife_interval(noisy, spec.reference_values, level=level)
-    _, tiv = jackknife_interval(noisy, lambda th: th, level=level)
+    k = len(values)
+    _, boot = _noise_generators(options.seed)
+    _, both = bootstrap_interval(
+        noisy, moments, lambda th: np.concatenate([spec.reference_values(th), th]),
+        rng=boot, level=options.ci_level, regularize=False)
+    iv, tiv = split_interval(both, k)
     if not ssp_run:
         iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)
     return iv, tiv, private_mspbe(theta, noisy)

@@ -27,18 +27,40 @@ if TYPE_CHECKING:
 
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["public_clip", "spark_group_sums"]
+__all__ = ["public_clip", "public_residual_bound", "spark_group_sums", "spark_moment_sum"]
 
 
-def _partial_sums(n: int, clip: float, key: int, groups: int):  # -> Callable
+def _group_kernel(n: int, clip: float, key: int, groups: int):  # -> Callable
+    """(traj_index (k,), vectors (k, 2n^2+n)) -> (groups, 2n^2+n) clipped group sums."""
+    def kernel(idx: np.ndarray, vec: np.ndarray) -> np.ndarray:
+        from gpope.core.ssp import assign_groups, clip_statistics, group_sums
+
+        return group_sums(clip_statistics(vec, clip), assign_groups(idx, key, groups), groups)
+
+    return kernel
+
+
+def _moment_kernel(n: int, clip: float, theta: np.ndarray, bound: float):  # -> Callable
+    """(traj_index, vectors) -> (1, n(n+1)/2) sum of clipped residual second moments."""
+    theta = np.asarray(theta, dtype=np.float64).copy()
+
+    def kernel(idx: np.ndarray, vec: np.ndarray) -> np.ndarray:
+        from gpope.core.ssp import clipped_moment_sum
+
+        return clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound)[None, :]
+
+    return kernel
+
+
+def _partial_sums(n: int, kernel, rows: int, width: int):  # -> Callable
+    """mapInArrow function: one (rows, width) partial sum of ``kernel`` per partition."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from gpope.core.ssp import assign_groups, clip_statistics, group_sums, statistics_vectors
+        from gpope.core.ssp import statistics_vectors
         from gpope.shell.pipeline.sampled import _flat
 
-        width = 2 * n * n + n
-        acc = np.zeros((groups, width))
+        acc = np.zeros((rows, width))
         seen = 0
         for batch in batches:
             k = batch.num_rows
@@ -47,58 +69,101 @@ def _partial_sums(n: int, clip: float, key: int, groups: int):  # -> Callable
             table = pa.Table.from_batches([batch])
             vec = statistics_vectors(_flat(table, "A", k, n * n), _flat(table, "b", k, n),
                                      _flat(table, "C", k, n * n))
-            idx = table.column("traj_index").to_numpy()
-            acc += group_sums(clip_statistics(vec, clip), assign_groups(idx, key, groups), groups)
+            acc += kernel(table.column("traj_index").to_numpy(), vec)
             seen += k
         if seen == 0:
             return
-        offsets = pa.array(np.arange(0, (groups + 1) * width, width, dtype=np.int32))
+        offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
         sums = pa.ListArray.from_arrays(offsets, pa.array(acc.reshape(-1), type=pa.float64()))
         yield pa.RecordBatch.from_arrays(
-            [pa.array(np.arange(groups, dtype=np.int32)), sums, pa.array(np.full(groups, seen, np.int64))],
+            [pa.array(np.arange(rows, dtype=np.int32)), sums, pa.array(np.full(rows, seen, np.int64))],
             names=["group", "sums", "rows"],
         )
 
     return run
 
 
-def spark_group_sums(stats: DataFrame, *, n: int, clip: float, key: int, groups: int,
-                     expected_rows: int | None = None) -> np.ndarray:
-    """(groups, 2n^2+n) sums of the jointly clipped statistics rows of ``stats`` (one spec).
-
-    Args:
-        stats: the spec's trajectory_stats rows (columns traj_index, A, b, C).
-        n: number of features; clip: the public L2 bound; key: the secret group key (never
-            logged); groups: K.
-        expected_rows: m; if given, the rows summed must number exactly m (the table did not change
-            since m was read).
-
-    Raises:
-        DataError: malformed arrays, or a row count different from ``expected_rows``.
-    """
+def _aggregate(stats: DataFrame, n: int, kernel, rows: int, width: int,
+               expected_rows: int | None) -> np.ndarray:
+    """(rows, width) total of ``kernel`` over all statistics rows (distributed partial sums)."""
     partials = (
         stats.select("traj_index", "A", "b", "C")
-        .mapInArrow(_partial_sums(n, float(clip), int(key), int(groups)),
+        .mapInArrow(_partial_sums(n, kernel, rows, width),
                     "group int, sums array<double>, rows long")
         .toArrow()
     )
-    width = 2 * n * n + n
-    out = np.zeros((groups, width))
+    out = np.zeros((rows, width))
     if partials.num_rows:
         import pyarrow.compute as pc
 
         g = partials.column("group").to_numpy()
         flat = pc.list_flatten(partials.column("sums").combine_chunks()).to_numpy(zero_copy_only=False)
         np.add.at(out, g, flat.reshape(-1, width))
-        rows = int(partials.column("rows").to_numpy()[g == 0].sum())
+        seen = int(partials.column("rows").to_numpy()[g == 0].sum())
     else:
-        rows = 0
-    if expected_rows is not None and rows != expected_rows:
+        seen = 0
+    if expected_rows is not None and seen != expected_rows:
         raise DataError(
-            f"The SSP aggregate summed {rows} statistics rows but m = {expected_rows}; the table "
+            f"The SSP aggregate summed {seen} statistics rows but m = {expected_rows}; the table "
             "changed during the run. Re-run `gpope stats`, then evaluate again."
         )
     return out
+
+
+def spark_group_sums(stats: DataFrame, *, n: int, clip: float, key: int = 0, groups: int = 1,
+                     expected_rows: int | None = None) -> np.ndarray:
+    """(groups, 2n^2+n) sums of the jointly clipped statistics rows of ``stats`` (one spec).
+
+    Args:
+        stats: the spec's trajectory_stats rows (columns traj_index, A, b, C).
+        n: number of features; clip: the public L2 bound; key: the secret group key (never
+            logged); groups: K (1: the plain total, what the release uses).
+        expected_rows: m; if given, the rows summed must number exactly m (the table did not change
+            since m was read).
+
+    Raises:
+        DataError: malformed arrays, or a row count different from ``expected_rows``.
+    """
+    return _aggregate(stats, n, _group_kernel(n, float(clip), int(key), int(groups)), int(groups),
+                      2 * n * n + n, expected_rows)
+
+
+def spark_moment_sum(stats: DataFrame, *, n: int, clip: float, theta: np.ndarray, bound: float,
+                     expected_rows: int | None = None) -> np.ndarray:
+    """(n(n+1)/2,) sum of the second moments of the residuals ``b_i - A_i theta`` of the clipped
+    rows, each residual clipped to ``bound`` (equals :func:`gpope.core.ssp.clipped_moment_sum`)."""
+    return _aggregate(stats, n, _moment_kernel(n, float(clip), theta, float(bound)), 1,
+                      n * (n + 1) // 2, expected_rows)[0]
+
+
+def public_residual_bound(spec: EvaluationSpec, theta: np.ndarray, *, clip: float,
+                          n_trajectories: int, quantile: float, max_length: int | None = None) -> float:
+    """The clip bound of the residuals ``b_i - A_i theta`` in the moments release: the
+    ``quantile`` of their norms on the PUBLIC cohort of the spec's simulator, never above the
+    bound every clipped row satisfies (:func:`gpope.core.ssp.residual_bound`); that bound when
+    the spec has no simulator. ``theta`` is public (the first release's estimate)."""
+    from gpope.core.ssp import residual_bound, residuals
+
+    worst = residual_bound(theta, clip)
+    if spec.domain is None or n_trajectories <= 0:
+        return worst
+    vec = _public_vectors(spec, n_trajectories, max_length)
+    from gpope.core.ssp import clip_statistics
+
+    norms = np.linalg.norm(residuals(clip_statistics(vec, clip), theta, spec.n_features), axis=1)
+    q = float(np.quantile(norms, quantile))
+    return min(worst, q) if q > 0 else worst
+
+
+def _public_vectors(spec: EvaluationSpec, n_trajectories: int, max_length: int | None) -> np.ndarray:
+    """(k, 2n^2+n) statistics vectors of the spec's public cohort (cached by the public module)."""
+    from gpope.core.ssp import statistics_vectors
+    from gpope.shell.pipeline.public import public_cohort_transitions
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    tr = public_cohort_transitions(spec.domain, n_trajectories, max_length)
+    rows = statistics_of_transitions(tr, spec).to_rows()
+    return statistics_vectors(rows["A"], rows["b"], rows["C"])
 
 
 def public_clip(spec: EvaluationSpec, *, n_trajectories: int, quantile: float,
@@ -116,13 +181,7 @@ def public_clip(spec: EvaluationSpec, *, n_trajectories: int, quantile: float,
             "be derived from public data; give it with --ssp-clip or evaluation.ssp_clip "
             "(a public bound on the L2 norm of one trajectory's [A_i, b_i, C_i])."
         )
-    from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.public import public_cohort_transitions
-    from gpope.shell.pipeline.stats import statistics_of_transitions
-
-    tr = public_cohort_transitions(spec.domain, n_trajectories, max_length)
-    rows = statistics_of_transitions(tr, spec).to_rows()
-    norms = np.linalg.norm(statistics_vectors(rows["A"], rows["b"], rows["C"]), axis=1)
+    norms = np.linalg.norm(_public_vectors(spec, n_trajectories, max_length), axis=1)
     clip = float(np.quantile(norms, quantile))
     if not clip > 0:
         raise DataError(f"The public cohort of spec {spec.name!r} gives statistics of norm 0; give --ssp-clip.")
