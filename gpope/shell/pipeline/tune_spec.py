@@ -153,12 +153,43 @@ def tune_spec(
                 "gpope.core.operating",
     }
     block = EvaluationBlock(**fixed, tuned=result.points, tuning=tuning)
+    block = _keep_other_epsilons(block, spec.evaluation, epsilons)
     data = block.to_dict()
     if write:
         text = path.read_text()
         path.write_text(replace_evaluation_block(text, data))
         load_spec(path)  # the written file parses back
     return TuneSpecReport(str(spec_path), spec.domain, data, time.perf_counter() - start, write)
+
+
+_COHORT_KEYS = ("domain", "patients", "max_length", "public_seed", "delta")
+
+
+def _keep_other_epsilons(new: Any, old: Any, epsilons: Sequence[float]) -> Any:
+    """``new`` plus the spec's earlier tuned points at epsilons not re-tuned now, when both were
+    tuned on the same public cohort (domain, size, episode cap, seed, delta) with the same fixed
+    settings; the earlier command and grids are recorded under ``tuning.kept``. Otherwise
+    ``new`` unchanged (a re-tune on another cohort or budget replaces every point)."""
+    import dataclasses
+
+    if old is None or not old.tuned:
+        return new
+    others = [p for p in old.tuned if not any(abs(p.epsilon - e) <= 1e-12 * e for e in epsilons)]
+    settings = {k: v for k, v in new.to_dict().items() if k not in ("tuned", "tuning")}
+    same_settings = settings == {k: v for k, v in old.to_dict().items()
+                                 if k not in ("tuned", "tuning")}
+    same_cohort = all(old.tuning.get(k) == new.tuning.get(k) for k in _COHORT_KEYS)
+    if not (others and same_settings and same_cohort):
+        return new
+    kept = [{"epsilon": p.epsilon, "command": old.tuning.get("command"),
+             "date": old.tuning.get("date"), "clip_grid": old.tuning.get("clip_grid"),
+             "step_grid": old.tuning.get("step_grid")} for p in others]
+    kept += list(old.tuning.get("kept", []))
+    kept = [k for k in kept if any(abs(k["epsilon"] - p.epsilon) <= 1e-12 * p.epsilon
+                                   for p in others)]
+    tuning = {**new.tuning, "kept": kept}
+    tuned = tuple(sorted((*new.tuned, *others), key=lambda p: p.epsilon))
+    return dataclasses.replace(new, tuned=tuned, tuning=tuning)
 
 
 def replace_evaluation_block(text: str, block: dict[str, Any]) -> str:
