@@ -40,7 +40,9 @@ def test_sparse_load_equals_dense_and_the_plan_picks_it(spark):
         "traj_index": rows["traj_index"][perm], "tau": rows["tau"][perm],
         "A": list(rows["A"][perm]), "b": list(rows["b"][perm]), "C": list(rows["C"][perm]),
     })
-    df = spark.createDataFrame(table.to_pandas()).repartition(3)
+    # the gold table's column types (tau is an int there)
+    df = spark.createDataFrame(table.to_pandas(), schema="traj_index long, tau int, "
+                               "A array<double>, b array<double>, C array<double>").repartition(3)
     dense = load_statistics(df, n, normalization="transition", layout="dense")
     sparse = load_statistics(df, n, normalization="transition", layout="sparse")
     assert (dense.representation, sparse.representation) == ("dense", "sparse")

@@ -157,8 +157,9 @@ def _sparse_batches(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.Re
             mask = ac != 0
             offsets = pa.array(np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(np.int32))
             yield pa.RecordBatch.from_arrays(
-                [part.column("traj_index").combine_chunks(), part.column("tau").combine_chunks(),
-                 part.column("b").combine_chunks(),
+                [part.column("traj_index").combine_chunks().cast(pa.int64()),
+                 part.column("tau").combine_chunks().cast(pa.int64()),  # stored as int
+                 part.column("b").combine_chunks().cast(pa.list_(pa.float64())),
                  pa.ListArray.from_arrays(offsets, pa.array(np.nonzero(mask)[1].astype(np.int32))),
                  pa.ListArray.from_arrays(offsets, pa.array(ac[mask]))],
                 names=["traj_index", "tau", "b", "nz_index", "nz_value"])
