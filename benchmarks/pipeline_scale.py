@@ -20,6 +20,7 @@ single-pass reference (target <= 3x), and the peak resident memory of the whole 
 may be shared.
 
 Usage: python benchmarks/pipeline_scale.py [--quick] [--patients N] [--master local[2]] [--json]
+[--markdown] [--from-json FILE]  (``--from-json`` renders a saved ``--json`` result)
 """
 
 from __future__ import annotations
@@ -218,6 +219,31 @@ def run(patients: int, master: str, iterations: int) -> dict[str, Any]:
     }
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The result as the docs/BENCHMARKS.md table (numbers printed as measured, never edited)."""
+    lines = [
+        f"{result['patients']:,} chain patients ({result['transitions']:,} transitions), master "
+        f"`{result['master']}`, {result['cpus']} CPUs; load average "
+        f"{result['load_average_start'][0]:.1f} at the start, {result['load_average_end'][0]:.1f} "
+        "at the end.",
+        "",
+        "| stage | rows | Spark + Delta s | rows/s | single pass s | rows/s | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in result["stages"].items():
+        label = f"evaluate (N = {s['rows']})" if name == "evaluate" else name
+        lines.append(
+            f"| {label} | {s['rows']:,} | {s['spark_s']:.1f} | {s['spark_rows_per_s']:,.0f} | "
+            f"{s['reference_s']:.1f} | {s['reference_rows_per_s']:,.0f} | {s['ratio']:.1f}x |"
+        )
+    lines += [
+        "",
+        f"End to end (the four Spark stages): {result['end_to_end_s'] / 60:.1f} min; peak RSS of "
+        f"the process tree (Python driver + JVM + Python workers) {result['peak_rss_gb']:.2f} GB.",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1e4 patients (default 1e5)")
@@ -225,9 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--iterations", type=int, default=20000, help="evaluate's N")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="print the docs table")
+    parser.add_argument("--from-json", metavar="FILE",
+                        help="render a result saved with --json instead of running")
     args = parser.parse_args(argv)
     patients = args.patients or (10_000 if args.quick else 100_000)
-    result = run(patients, args.master, args.iterations)
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text())
+    else:
+        result = run(patients, args.master, args.iterations)
+    if args.markdown:
+        print(markdown(result))
+        return 0
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
