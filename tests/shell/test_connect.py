@@ -5,6 +5,12 @@ on a free 127.0.0.1 port (stopped by the fixture). A client process reaches it t
 ``$SPARK_REMOTE`` alone and runs simulate -> ingest -> stats -> evaluate with :mod:`gpope.api`;
 the same calls on the classic local session must give the same counts, bit-identical
 trajectory statistics and, for the same seed, the same released theta.
+
+For the suite's wall time the three JVM-bound parts overlap: the server boots and the Connect
+client runs in a background thread while the classic pipeline runs in the test's own session
+(the two lakes and MLflow stores are separate directories). Both sides use a public MSPBE cohort
+of 10 simulated patients instead of 100: it is simulated in the driver, the same on both sides,
+and at 100 HIV patients it cost each process tens of seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,7 +49,7 @@ out["simulate"] = api.simulate(spark, "cohort", domain="hiv", patients=40, seed=
 out["ingest"] = api.ingest(spark, "cohort", domain="hiv", config=config).to_dict()
 out["stats"] = api.stats(spark, "cohort", spec, config=config).to_dict()
 out["evaluate"] = api.evaluate(spark, "cohort", spec, epsilon=1.0, delta=1e-5, seed=5,
-                               solver={"iterations": 300},
+                               solver={"iterations": 300, "public_trajectories": 10},
                                config=config, tracking_uri=tracking).to_dict()
 spark.stop()
 print("RESULT " + json.dumps(out, default=str))
@@ -78,9 +85,29 @@ def _env() -> dict[str, str]:
     return env
 
 
+class _Server:
+    """A Spark Connect server process being started; :meth:`url` waits until it listens."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    def url(self) -> str:
+        """``sc://127.0.0.1:PORT`` once the server accepts connections (bounded wait)."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not _listening(self.port):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Connect server exited ({self.proc.returncode}):\n"
+                                   f"{self.log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Connect server not up in {_START_TIMEOUT_S}s:\n"
+                                   f"{self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        return f"sc://127.0.0.1:{self.port}"
+
+
 @pytest.fixture(scope="module")
-def connect_url(tmp_path_factory):
-    """``sc://127.0.0.1:PORT`` of a Spark Connect server started from the installed pyspark."""
+def connect_server(tmp_path_factory):
+    """A Spark Connect server from the installed pyspark, booting in the background."""
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -106,14 +133,7 @@ def connect_url(tmp_path_factory):
         proc = subprocess.Popen(cmd, env=_env(), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not _listening(port):
-            if proc.poll() is not None:
-                pytest.fail(f"Connect server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"Connect server not up in {_START_TIMEOUT_S}s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
+        yield _Server(proc, port, log)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -132,8 +152,20 @@ def _stats_arrays(lake: Path) -> dict[str, np.ndarray]:
     return {c: np.asarray(table.column(c).to_pylist(), dtype=object) for c in table.column_names}
 
 
+def _run_client(server: _Server, env: dict, remote_lake: Path, tracking: str, out: dict) -> None:
+    """Wait for the server, run the client pipeline through it; result or error into ``out``."""
+    try:
+        env = env | {"SPARK_REMOTE": server.url()}
+        out["proc"] = subprocess.run(
+            [sys.executable, "-c", _CLIENT, str(remote_lake), str(SPEC), tracking],
+            env=env, capture_output=True, text=True, timeout=900, cwd=REPO,
+        )
+    except BaseException as exc:  # reported by the test thread
+        out["error"] = exc
+
+
 def test_ingest_stats_evaluate_through_spark_connect_equal_classic_spark(
-    spark, connect_url, tmp_path
+    spark, connect_server, tmp_path
 ):
     from gpope import api
     from gpope.shell.lake import Lake
@@ -141,18 +173,10 @@ def test_ingest_stats_evaluate_through_spark_connect_equal_classic_spark(
     from gpope.shell.spark import is_connect
 
     remote_lake, local_lake = tmp_path / "remote", tmp_path / "local"
-    env = _env() | {"SPARK_REMOTE": connect_url}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CLIENT, str(remote_lake), str(SPEC),
-         f"sqlite:///{tmp_path / 'remote.db'}"],
-        env=env, capture_output=True, text=True, timeout=900, cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    remote = json.loads(line[len("RESULT "):])
-    # The client went through Connect, and a Connect server without Delta is not "native Delta".
-    assert remote["connect"] is True
-    assert remote["storage"] == "delta-rs"
+    client: dict = {}
+    thread = threading.Thread(target=_run_client, daemon=True, args=(
+        connect_server, _env(), remote_lake, f"sqlite:///{tmp_path / 'remote.db'}", client))
+    thread.start()  # the Connect side, while this thread runs the classic side
 
     config = api.load_config(lake=str(local_lake))
     assert not is_connect(spark) and Lake.from_settings(spark, config.lake).storage == "delta-rs"
@@ -162,10 +186,21 @@ def test_ingest_stats_evaluate_through_spark_connect_equal_classic_spark(
         "ingest": api.ingest(spark, "cohort", domain="hiv", config=config).to_dict(),
         "stats": api.stats(spark, "cohort", SPEC, config=config).to_dict(),
         "evaluate": api.evaluate(spark, "cohort", SPEC, epsilon=1.0, delta=1e-5, seed=5,
-                                 solver={"iterations": 300},
+                                 solver={"iterations": 300, "public_trajectories": 10},
                                  config=config, tracking_uri=f"sqlite:///{tmp_path / 'l.db'}",
                                  ).to_dict(),
     }
+    thread.join(timeout=1200)
+    assert not thread.is_alive(), "the Connect client did not finish in 20 minutes"
+    if "error" in client:
+        raise client["error"]
+    proc = client["proc"]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    remote = json.loads(line[len("RESULT "):])
+    # The client went through Connect, and a Connect server without Delta is not "native Delta".
+    assert remote["connect"] is True
+    assert remote["storage"] == "delta-rs"
     assert remote["simulate"]["rows"] == local["simulate"]["rows"]
     for key in ("rows_in", "rows_used", "rejected", "n_trajectories", "n_transitions", "n_terminal"):
         assert remote["ingest"][key] == local["ingest"][key], key
