@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccountingError",
+    "AuditError",
     "BudgetExceededError",
     "CommitError",
     "ConfigError",
@@ -59,3 +60,7 @@ class QueryError(GpopeError, ValueError):
 
 class EnvironmentSetupError(GpopeError):
     """The runtime (Java, Spark) could not be set up; the message says how to fix it."""
+
+
+class AuditError(GpopeError):
+    """A privacy audit could not test what it claims to test (e.g. its release path diverged)."""

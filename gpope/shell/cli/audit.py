@@ -65,12 +65,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--include-broken", action="store_true",
                         help="also audit deliberately broken mechanisms (noise x0.5, "
                              "sigma-for-sigma/2, noise/10, no clipping)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="instead: audit the real evaluate path end to end (local Spark, a "
+                             "temporary lake, two neighbouring one-patient datasets, released "
+                             "theta only; with --include-broken also the unclipped solver)")
     parser.add_argument("--seed", type=int, default=0, help="seed (audits are not private runs)")
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 
+def _run_pipeline(args: argparse.Namespace) -> int:
+    from gpope.config import load_config
+    from gpope.shell.pipeline.audit import PipelineAuditConfig, run_pipeline_audit
+    from gpope.shell.spark import get_spark
+
+    kw = {k: v for k, v in (("runs", args.runs), ("epsilon", args.epsilon),
+                            ("iterations", args.iterations)) if v is not None}
+    cfg = PipelineAuditConfig(delta=args.delta, seed=args.seed, **kw)
+    variants: dict[str, dict[str, object] | None] = {"real": None}
+    if args.include_broken:
+        variants["no-clip"] = {"clip": False}
+    spark = get_spark(load_config(None).spark)
+    pairs = run_pipeline_audit(spark, cfg, variants=variants)
+    return _report(args, [n for n, _ in pairs], [r for _, r in pairs])
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        return _run_pipeline(args)
     from gpope.core.audit import AuditConfig, run_audit
     from gpope.core.audit_ssp import SSPAuditConfig, run_ssp_audit
 
@@ -97,6 +119,10 @@ def _run(args: argparse.Namespace) -> int:
             for name, kw in variants_ssp:
                 results.append(run_ssp_audit(cfg_ssp, args.seed, **kw))
                 names.append(name)
+    return _report(args, names, results)
+
+
+def _report(args: argparse.Namespace, names: list[str], results: list) -> int:
     real_ok = all(r.passed for r in results if r.override is None)
     broken = [(n, r) for n, r in zip(names, results, strict=True) if r.override is not None]
     caught = all(not r.passed for _, r in broken)
