@@ -189,14 +189,10 @@ class TrajectoryStats:
                 f"A {A.shape}, b {b.shape}, C {C.shape}."
             )
         m, n = b.shape
-        if m == 0:
-            raise SchemaError("TrajectoryStats needs at least one trajectory; got m = 0.")
         if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b)) and np.all(np.isfinite(C))):
             raise SchemaError("TrajectoryStats.from_dense: A, b and C must be finite.")
         check_choice("TrajectoryStats", "normalization", normalization, _NORMALIZATIONS)
-        tau_arr = np.ones(m, dtype=np.int64) if tau is None else np.asarray(tau, dtype=np.int64)
-        if tau_arr.shape != (m,) or np.any(tau_arr < 1):
-            raise SchemaError(f"tau must have shape ({m},) with entries >= 1; got {tau_arr.shape}.")
+        tau_arr = _checked_tau(np.ones(m) if tau is None else tau, m)
         ac = np.empty((m, n, 2 * n))
         ac[:, :, :n] = A
         ac[:, :, n:] = C
@@ -283,8 +279,7 @@ class TrajectoryStats:
                 f"got b {b.shape}, traj_index {idx.shape}, offsets {offsets.shape}."
             )
         m, n = b.shape
-        if m == 0:
-            raise SchemaError("TrajectoryStats needs at least one trajectory; got m = 0.")
+        tau_arr = _checked_tau(tau, m)
         lens = np.diff(offsets)
         if offsets[0] != 0 or np.any(lens < 0) or offsets[-1] != len(index) or len(value) != len(index):
             raise SchemaError(
@@ -298,9 +293,6 @@ class TrajectoryStats:
         if not np.array_equal(np.sort(idx), np.arange(m)):
             raise SchemaError(f"from_sparse: traj_index must be a permutation of 0..{m - 1}.")
         check_choice("TrajectoryStats", "normalization", normalization, _NORMALIZATIONS)
-        tau_arr = np.asarray(tau, dtype=np.int64)
-        if tau_arr.shape != (m,) or np.any(tau_arr < 1):
-            raise SchemaError(f"tau must have shape ({m},) with entries >= 1; got {tau_arr.shape}.")
         order = np.argsort(idx)
         lens_o = lens[order]
         new_off = np.concatenate([[0], np.cumsum(lens_o)]).astype(np.int64)
@@ -465,6 +457,16 @@ class TrajectoryStats:
         out[:, :n] = -np.bincount((owner * n + j)[on_a], (v * xf[base + n + a])[on_a],
                                   k * n).reshape(k, n)
         return out
+
+
+def _checked_tau(tau: object, m: int) -> np.ndarray:
+    """tau (m,) int64 with entries >= 1, for m >= 1 trajectories (else SchemaError)."""
+    if m == 0:
+        raise SchemaError("TrajectoryStats needs at least one trajectory; got m = 0.")
+    tau_arr = np.asarray(tau, dtype=np.int64)
+    if tau_arr.shape != (m,) or np.any(tau_arr < 1):
+        raise SchemaError(f"tau must have shape ({m},) with entries >= 1; got {tau_arr.shape}.")
+    return tau_arr
 
 
 # ---------------------------------------------------------------------- builders
