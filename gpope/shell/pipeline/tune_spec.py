@@ -181,9 +181,10 @@ def _keep_other_epsilons(new: Any, old: Any, epsilons: Sequence[float]) -> Any:
     same_cohort = all(old.tuning.get(k) == new.tuning.get(k) for k in _COHORT_KEYS)
     if not (others and same_settings and same_cohort):
         return new
+    # each entry gets its own copy of the grids (shared lists would be written as YAML aliases)
     kept = [{"epsilon": p.epsilon, "command": old.tuning.get("command"),
-             "date": old.tuning.get("date"), "clip_grid": old.tuning.get("clip_grid"),
-             "step_grid": old.tuning.get("step_grid")} for p in others]
+             "date": old.tuning.get("date"), "clip_grid": list(old.tuning.get("clip_grid", [])),
+             "step_grid": list(old.tuning.get("step_grid", []))} for p in others]
     kept += list(old.tuning.get("kept", []))
     kept = [k for k in kept if any(abs(k["epsilon"] - p.epsilon) <= 1e-12 * p.epsilon
                                    for p in others)]
