@@ -167,12 +167,9 @@ def test_public_tuning_picks_the_best_candidate_and_grids_reach_the_scale():
 
 
 _SPECS = sorted((Path(__file__).resolve().parents[2] / "conf" / "specs").glob("*.yaml"))
-_UNTUNED = {"mountaincar.yaml"}  # issue 10: its public tuning did not finish this round
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="not yet tuned (issue 10)"))
-    if p.name in _UNTUNED else p for p in _SPECS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _SPECS, ids=lambda p: p.name)
 def test_shipped_specs_carry_a_publicly_tuned_block(path):
     import yaml
 

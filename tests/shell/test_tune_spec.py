@@ -36,6 +36,11 @@ def test_retuning_one_epsilon_keeps_the_others_tuned_on_the_same_cohort(tmp_path
     assert kept["step_grid"] == [1.0, 10.0] and block.tuning["step_grid"] == [0.1, 0.3]
     assert second.block["tuning"]["command"] == "tune (0.1,)"
     assert "&id" not in path.read_text()  # each kept grid written out, no YAML aliases
+    # a second re-tune of epsilon 0.1: epsilon 1 keeps its FIRST provenance
+    _tune(path, (0.1,), 60, (0.03, 0.1))
+    block = EvaluationSpec.from_mapping(yaml.safe_load(path.read_text())).evaluation
+    assert [(k["epsilon"], k["command"], k["step_grid"]) for k in block.tuning["kept"]] == [
+        (1.0, "tune (0.1, 1.0)", [1.0, 10.0])]
     # another public cohort: every point is replaced, nothing kept
     _tune(path, (0.1,), 80, (0.1, 0.3))
     block = EvaluationSpec.from_mapping(yaml.safe_load(path.read_text())).evaluation

@@ -181,13 +181,14 @@ def _keep_other_epsilons(new: Any, old: Any, epsilons: Sequence[float]) -> Any:
     same_cohort = all(old.tuning.get(k) == new.tuning.get(k) for k in _COHORT_KEYS)
     if not (others and same_settings and same_cohort):
         return new
-    # each entry gets its own copy of the grids (shared lists would be written as YAML aliases)
-    kept = [{"epsilon": p.epsilon, "command": old.tuning.get("command"),
-             "date": old.tuning.get("date"), "clip_grid": list(old.tuning.get("clip_grid", [])),
-             "step_grid": list(old.tuning.get("step_grid", []))} for p in others]
-    kept += list(old.tuning.get("kept", []))
-    kept = [k for k in kept if any(abs(k["epsilon"] - p.epsilon) <= 1e-12 * p.epsilon
-                                   for p in others)]
+    earlier = {float(k["epsilon"]): k for k in old.tuning.get("kept", [])}
+    kept = []
+    for p in others:  # a point kept before keeps its own provenance
+        src = earlier.get(float(p.epsilon), old.tuning)
+        # each entry gets its own copy of the grids (shared lists would be written as YAML aliases)
+        kept.append({"epsilon": p.epsilon, "command": src.get("command"), "date": src.get("date"),
+                     "clip_grid": list(src.get("clip_grid", [])),
+                     "step_grid": list(src.get("step_grid", []))})
     tuning = {**new.tuning, "kept": kept}
     tuned = tuple(sorted((*new.tuned, *others), key=lambda p: p.epsilon))
     return dataclasses.replace(new, tuned=tuned, tuning=tuning)
