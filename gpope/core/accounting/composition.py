@@ -39,6 +39,20 @@ split: either the filter holds from the first run on, or the dataset holds exact
 Runs analysed under different neighbouring relations (replace-one for uniform sampling,
 add/remove for Poisson) are composed tightly within each relation and the per-relation epsilons
 are added (the basic rule the ledger used for every run before).
+
+Review (2026-11-23, issue 12). The union step above is correct as stated: along a transcript
+assigned to ``alpha`` every decision of the ledger equals the single-order filter's at
+``alpha`` (an admitted run keeps the final sum at ``alpha``, hence every partial sum, within
+``B_alpha``; a refused run exceeds ``B_alpha`` by the very quantity that filter checks), so the
+two processes give that transcript the same probability under both datasets, and the
+``delta_B / |L|`` of the orders add up. It needs the orders ``L`` fixed before any run (they are:
+:data:`FILTER_ORDERS`) and the ``rho_t`` computable from public parameters (they are: the stored
+events). NOT covered by it: the mixed-relation rule. Adding the two relations' filter epsilons
+is an adaptive split of one budget between two interleaved filters, which neither theorem
+states, and an add/remove epsilon is not a replace-one epsilon (by group privacy an add/remove
+(eps, delta) run is (2 eps, (1 + e^eps) delta) under replace-one). A dataset that mixes uniform
+and Poisson runs may therefore be under-charged by up to 2x on its Poisson runs; until a proof or
+a conservative rule lands, keep one sampling scheme per dataset.
 """
 
 from __future__ import annotations
