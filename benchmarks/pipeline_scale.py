@@ -130,6 +130,7 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
+    from gpope.config import load_config
     from gpope.core.gpope import run_gpope
     from gpope.shell.pipeline.evaluate import _solver_config
     from gpope.shell.pipeline.sampled import stats_from_arrow
@@ -137,6 +138,9 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     table = DeltaTable(f"{root}/gold/{dataset}/trajectory_stats").to_pyarrow_table()
     table = table.filter(pc.equal(table.column("spec_id"), spec.spec_id))
     stats = stats_from_arrow(table, spec.n_features, normalization=spec.normalization)
+    # the solver settings the pipeline run resolved (CLI > spec evaluation: block > conf)
+    options, _ = options.resolve(m=stats.m, spec=spec,
+                                 settings=load_config(None, lake={"root": root}).evaluation)
     solver = _solver_config(options, sigma=report.sigma, batch_rate=report.batch_rate,
                             trace_every=options.iterations, delta=options.delta)
     run_gpope(stats, solver, options.seed)
@@ -196,6 +200,7 @@ def run(patients: int, master: str, iterations: int) -> dict[str, Any]:
         ev, ev_s = _timed(lambda: run_evaluate(spark, config, dataset="scale", spec=spec,
                                                options=options,
                                                tracking_uri=f"sqlite:///{tmp}/mlflow.db"))
+        _progress("evaluate (Spark part)", {"spark_s": ev_s})
         _, ev_ref_s = _timed(lambda: _evaluate_reference(root, "scale", spec, options, ev))
         stages["evaluate"] = {"rows": iterations, "spark_s": ev_s, "reference_s": ev_ref_s}
         _progress("evaluate", stages["evaluate"])
