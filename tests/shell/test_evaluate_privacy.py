@@ -290,10 +290,18 @@ def test_uniform_statistics_share_is_calibrated_and_charged_under_replace_one(sp
 
     assert report.spent_epsilon == pytest.approx(
         epsilon_spent(m=40, iterations=200, sigma=gpope_part, delta=0.8e-5) + oracle, rel=0.02)
-    # the ledger stores the same release: GaussianDpEvent(noise std / sensitivity) under
-    # REPLACE_ONE, and dp-accounting's RDP of it matches the Gaussian closed form (Mironov, Prop. 7)
+    # the ledger stores the same release under REPLACE_ONE: Gaussian events (statistics and, if
+    # any, moments) whose composition is ONE Gaussian with multiplier noise std / sensitivity
+    # (1/s^2 adds up: Mironov 2017, Prop. 7 with RDP additivity)
     stored = json.loads(PrivacyLedger(None, config).entry("ch", report.run_id).mechanism)
     assert stored["relation"] == "replace_one"
-    gauss = stored["event"]["events"][1]
-    assert gauss["type"] == "GaussianDpEvent"
-    assert gauss["noise_multiplier"] == pytest.approx(std / (2.0 * report.ssp_clip))
+
+    def gaussians(ev: dict) -> list[float]:
+        if ev["type"] == "GaussianDpEvent":
+            return [ev["noise_multiplier"]]
+        assert ev["type"] == "ComposedDpEvent"
+        return [s for sub in ev["events"] for s in gaussians(sub)]
+
+    multipliers = gaussians(stored["event"]["events"][1])
+    equivalent = sum(1.0 / s**2 for s in multipliers) ** -0.5
+    assert equivalent == pytest.approx(std / (2.0 * report.ssp_clip), rel=1e-9)
