@@ -273,6 +273,8 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
                           options=_options(step_size=50.0, iterations=200))
     assert report.public_relative_mspbe >= 1.0
     assert report.no_better_than_zero and report.utility_guard == "no_better_than_zero"
+    lo, hi = report.to_dict()["private_relative_mspbe_interval"]  # the private one's bootstrap
+    assert 0.0 <= lo <= hi
     assert "NO BETTER THAN theta = 0" in report.summary()
     assert report.to_dict()["no_better_than_zero"] is True
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)

@@ -351,6 +351,7 @@ class EvaluationReport:
     theta_interval: dict[str, Any] | None = None
     private_mspbe: float | None = None
     private_relative_mspbe: float | None = None
+    private_relative_mspbe_interval: list[float] | None = None  # the guard's 90% bootstrap [lo, hi]
     statistics_epsilon: float = 0.0
     statistics_sigma: float | None = None
     ssp_clip: float | None = None
@@ -818,6 +819,8 @@ def run_evaluate(
         settings=settings,
         no_better_than_zero=guard.no_better_than_zero,
         utility_guard=guard.verdict,
+        private_relative_mspbe_interval=None if private_diag is None
+        else [private_diag.lower, private_diag.upper],
         warnings=warnings,
         label=label,
         no_further_run=budget.no_further_run,
