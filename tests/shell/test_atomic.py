@@ -4,6 +4,10 @@ Each stage writes its tables in commits tagged with its run id and makes them vi
 ``pipeline_runs`` manifest commit (gpope.shell.lake.manifest). The tests run the real CLI in a
 subprocess with ``GPOPE_FAULT_KILL=<stage>:<table>``, which kills the process with SIGKILL right
 after that table's commit, and then check what readers see against the stored counts.
+
+The three killed processes (simulate, ingest, release) each start their own Spark; a module
+fixture prepares their lakes and runs the three processes concurrently, so the suite pays about
+one JVM start instead of three. Each test then checks its own lake.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ def test_pinned_version_skips_commits_of_incomplete_runs():
     assert pinned_version(history[1:3], set()) is None
 
 
-def _killed(args: list[str], point: str) -> None:
+def _start_killed(argv: list[str], point: str, log) -> subprocess.Popen:
+    """Start ``argv`` with ``$GPOPE_FAULT_KILL=point`` (SIGKILL right after that commit)."""
     env = {**os.environ, FAULT_ENV: point, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run([*GPOPE, *args], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
 
 
 def _bad_treatments(spark, config, dataset, n):
@@ -67,23 +73,73 @@ def _balance(spark, lk, runs, dataset):
     return transitions.count(), by_table.get("treatments", 0)
 
 
-def test_kill_between_ingest_commits_keeps_stored_counts_balanced(spark, lake_root):
+@pytest.fixture(scope="module")
+def killed(spark, tmp_path_factory):
+    """Three lakes, each with one real process killed with SIGKILL between two commits.
+
+    Returns {"simulate"|"ingest"|"release": (lake root, return code, stderr)} plus
+    "first_ingest" (the complete ingest before the killed one) and "first_balance" (what readers
+    saw before the kill). The killed processes run concurrently with each other and with the
+    in-process preparation of the next lake."""
     from gpope.shell.pipeline.ingest import run_ingest
+    from gpope.shell.pipeline.release import write_release
     from gpope.shell.pipeline.simulate import SimulateOptions, run_simulate
 
-    config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
+    roots = {name: tmp_path_factory.mktemp(f"atomic_{name}") / "lake"
+             for name in ("simulate", "ingest", "release")}
+    logs = {name: (root.parent / "killed.log").open("w+") for name, root in roots.items()}
+    procs = {}
+    # simulate: a first cohort, then a simulate killed after observations
+    config = GpopeConfig(lake=LakeSettings(root=str(roots["simulate"])))
+    run_simulate(spark, config, "s", domain="chain", patients=2, seed=1,
+                 options=SimulateOptions(n_steps=3))
+    procs["simulate"] = _start_killed(
+        [*GPOPE, "simulate", "--domain", "chain", "--patients", "4", "--steps", "3", "--dataset",
+         "s", "--seed", "2", "--no-progress", "--lake", str(roots["simulate"])],
+        "simulate:treatments", logs["simulate"])
+    # release: r1 released, then r2's release killed after released_estimates
+    config = GpopeConfig(lake=LakeSettings(root=str(roots["release"])))
+    write_release(spark, config, *_release("r1"))
+    row, values = _release("r2")
+    procs["release"] = _start_killed(
+        [sys.executable, "-c", _RELEASE_SCRIPT, str(roots["release"]), repr(row), repr(values)],
+        "release:released_estimates", logs["release"])
+    # ingest: a complete ingest (2 bad rows), a new cohort (3 bad rows), then an ingest killed
+    # after transitions, before rejected_events
+    config = GpopeConfig(lake=LakeSettings(root=str(roots["ingest"])))
     lk, runs = Lake.from_settings(spark, config.lake), PipelineRuns(config.lake, spark=spark)
     options = SimulateOptions(n_steps=4)
     run_simulate(spark, config, "k", domain="chain", patients=3, seed=1, options=options)
     _bad_treatments(spark, config, "k", 2)
     first = run_ingest(spark, config, "k", domain="chain")
-    assert _balance(spark, lk, runs, "k") == (first.n_transitions, 2)
-
-    # a new cohort (3 bad rows), then an ingest killed after transitions, before rejected_events
+    first_balance = _balance(spark, lk, runs, "k")
     run_simulate(spark, config, "k", domain="chain", patients=5, seed=2, options=options)
     _bad_treatments(spark, config, "k", 3)
-    _killed(["ingest", "--dataset", "k", "--domain", "chain", "--lake", str(lake_root)],
-            "ingest:transitions")
+    procs["ingest"] = _start_killed(
+        [*GPOPE, "ingest", "--dataset", "k", "--domain", "chain", "--lake", str(roots["ingest"])],
+        "ingest:transitions", logs["ingest"])
+    out = {"first_ingest": first, "first_balance": first_balance}
+    for name, proc in procs.items():
+        try:
+            code = proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        logs[name].seek(0)
+        out[name] = (roots[name], code, logs[name].read())
+        logs[name].close()
+    return out
+
+
+def test_kill_between_ingest_commits_keeps_stored_counts_balanced(spark, killed):
+    from gpope.shell.pipeline.ingest import run_ingest
+
+    lake_root, code, stderr = killed["ingest"]
+    assert code == -signal.SIGKILL, stderr[-2000:]
+    first = killed["first_ingest"]
+    assert killed["first_balance"] == (first.n_transitions, 2)
+    config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
+    lk, runs = Lake.from_settings(spark, config.lake), PipelineRuns(config.lake, spark=spark)
     transitions = TableRef("silver", "transitions", "k")
     latest = lk.read(transitions).count()
     assert lk.version(transitions) == 1 and latest != first.n_transitions  # the kill was mid-step
@@ -93,15 +149,11 @@ def test_kill_between_ingest_commits_keeps_stored_counts_balanced(spark, lake_ro
     assert _balance(spark, lk, runs, "k") == (second.n_transitions, 3)
 
 
-def test_kill_between_simulate_commits_leaves_the_previous_cohort(spark, lake_root):
-    from gpope.shell.pipeline.simulate import SimulateOptions, run_simulate
-
+def test_kill_between_simulate_commits_leaves_the_previous_cohort(spark, killed):
+    lake_root, code, stderr = killed["simulate"]
+    assert code == -signal.SIGKILL, stderr[-2000:]
     config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
     lk, runs = Lake.from_settings(spark, config.lake), PipelineRuns(config.lake, spark=spark)
-    run_simulate(spark, config, "s", domain="chain", patients=2, seed=1,
-                 options=SimulateOptions(n_steps=3))
-    _killed(["simulate", "--domain", "chain", "--patients", "4", "--steps", "3", "--dataset", "s",
-             "--seed", "2", "--no-progress", "--lake", str(lake_root)], "simulate:treatments")
     committed = runs.committed()
     observations = TableRef("bronze", "observations", "s")
     assert lk.version(observations) == 1  # the killed run committed observations...
@@ -143,18 +195,12 @@ def _release(run_id: str):
     return row, values
 
 
-def test_kill_between_release_commits_releases_nothing(spark, lake_root):
+def test_kill_between_release_commits_releases_nothing(spark, killed):
     from gpope.shell.pipeline.release import read_releases, write_release
 
+    lake_root, code, stderr = killed["release"]
+    assert code == -signal.SIGKILL, stderr[-2000:]
     config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
-    write_release(spark, config, *_release("r1"))
-    row, values = _release("r2")
-    env = {**os.environ, FAULT_ENV: "release:released_estimates", "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _RELEASE_SCRIPT, str(lake_root), repr(row), repr(values)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     lk = Lake.from_settings(spark, config.lake)
     assert lk.read(TableRef.shared("released_estimates")).count() == 2  # r2's row was committed
     for table in ("released_estimates", "released_values"):  # but no reader sees it
