@@ -729,9 +729,11 @@ def run_evaluate(
     # the private one is noisy: it counts only through its bootstrap interval (gpope.core.guard)
     guard_noisy = noisy if noisy is not None else getattr(tuned, "noisy", None)
     private_diag = None
-    if priv_mspbe is not None and guard_noisy is not None:
+    if priv_mspbe is not None and guard_noisy is not None and n <= _GUARD_MAX_FEATURES:
+        # each draw costs an n x n eigendecomposition: fewer draws for wide feature maps
         private_diag = private_relative_mspbe(released_theta, guard_noisy,
-                                              np.random.default_rng(options.seed))
+                                              np.random.default_rng(options.seed),
+                                              draws=200 if n <= 128 else 40)
     guard = utility_guard({"public": public_rel, "private": private_diag})
     record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
     outside = _outside_tuned(spec, config, dataset=dataset, m=m, epsilon=options.epsilon)
@@ -999,6 +1001,10 @@ def _intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.ndarray
         iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)
     return iv, tiv, private_mspbe(theta, noisy)
 
+
+#: Above this many features the guard skips the private diagnostic's bootstrap (its cost grows as
+#: n^3 per draw) and decides on the public diagnostic alone.
+_GUARD_MAX_FEATURES = 512
 
 #: EvaluateOptions fields logged under the name of their CLI flag (``--step-size`` -> step_size).
 _FLAG_PARAMS = ("epsilon", "delta", "passes", "iterations", "clip", "step_size", "step_schedule",
