@@ -9,7 +9,7 @@ releases the second moments of the residuals at that estimate (each clipped at t
 of the public cohort's residual norms) with noise at ``sigma / sqrt(moments_share)`` (together:
 the Gaussian mechanism at ``sigma`` calibrated to (epsilon, delta), add/remove) and forms the
 nominal-95% parametric-bootstrap interval (:func:`gpope.core.intervals.bootstrap_interval`),
-exactly as ``gpope evaluate`` does. With ``--share s`` the release gets only the share s of
+exactly as ``gpope evaluate`` does. With ``--shares 0.1`` the release gets only the share 0.1 of
 (epsilon, delta): that is the interval a gpope run anchors its released value to (its interval is
 the hull of this one and its value, so covers at least as often). Coverage is measured against
 the estimand:
@@ -116,6 +116,21 @@ class _Setup:
         return self.transform(np.linalg.lstsq(A, b, rcond=None)[0])
 
 
+def markdown_table(cells: list[dict]) -> str:
+    """The RESULTS.md table of result cells (numbers exactly as measured)."""
+    rows = ["| domain | quantities | m | epsilon | share | trials | coverage (estimand) | coverage "
+            "(MC clipped fixed point) | one-sided | mean width | median width | median abs error |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        q = c["quantities"]
+        what = ", ".join(q) if len(q) <= 3 else f"{len(q)} theta coordinates"
+        rows.append(f"| {c['domain']} | {what} | {c['m']} | {c['epsilon']:g} | {c['share']:g} | "
+                    f"{c['trials']} | {c['coverage']:.3f} | {c['coverage_mc']:.3f} | "
+                    f"{c['lower_bound_coverage']:.3f} | {c['mean_width']:.4g} | {c['median_width']:.4g} | "
+                    f"{c['median_abs_error']:.4g} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domain", choices=("chain", "mountaincar", "hiv"), default="chain")
@@ -124,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--moments-share", type=float, default=0.1)
-    parser.add_argument("--share", type=float, default=1.0,
-                        help="share of (epsilon, delta) for the release (0.1: a gpope run's)")
+    parser.add_argument("--shares", default="1",
+                        help="shares of (epsilon, delta) for the release, comma-separated (1: an ssp "
+                        "run's; 0.1: the release a gpope run's interval rests on)")
     parser.add_argument("--draws", type=int, default=None, help="bootstrap draws (default: the pipeline's)")
     parser.add_argument("--public", type=int, default=1000, help="public cohort size (clip bounds)")
     parser.add_argument("--truth", type=int, default=20000,
@@ -133,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--level", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                        help="print the markdown table of saved --json results and exit")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table([c for f in args.table for c in json.loads(Path(f).read_text())]))
+        return 0
 
     from gpope.core import ssp
     from gpope.core.intervals import BOOTSTRAP_DRAWS, bootstrap_interval, ssp_values
@@ -147,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     estimand = setup.estimand
     clipped_estimand = setup.clipped_estimand(clip, args.truth, args.seed)
     cells = []
-    epsilons = [float(x) for x in args.epsilons.split(",")]
+    epsilons = [(float(e), float(sh)) for e in args.epsilons.split(",") for sh in args.shares.split(",")]
     for m in (int(float(x)) for x in args.sizes.split(",")):
         # fresh data per trial, shared by the epsilon cells of that trial (independent noise each)
         acc = {eps: {k: [] for k in ("cov", "cov_mc", "width", "err", "lb")} for eps in epsilons}
@@ -156,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             rng_data = np.random.default_rng([args.seed, m, t])
             vec = setup.data(m, rng_data)
             total = ssp.clip_statistics(vec, clip).sum(axis=0, keepdims=True)
-            for eps in epsilons:
-                rng = np.random.default_rng([args.seed, m, int(eps * 1000), t])
-                sigma = ssp.ssp_sigma(m=m, epsilon=eps * args.share, delta=args.delta * args.share)
+            for eps, share in epsilons:
+                rng = np.random.default_rng([args.seed, m, int(eps * 1000), int(share * 1000), t])
+                sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
                 s1, s2 = ssp.split_sigma(sigma, args.moments_share)
                 noisy = ssp.release_noisy_statistics(total, n=n, m=m, sigma=s1, clip=clip, rng=rng)
                 theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
@@ -169,20 +190,22 @@ def main(argv: list[str] | None = None) -> int:
                     theta=theta, sigma=s2, bound=bound, rng=rng)
                 _, iv = bootstrap_interval(noisy, moments, setup.transform, rng=rng, level=args.level,
                                            draws=draws, regularize=False)
-                a = acc[eps]
+                a = acc[(eps, share)]
                 a["cov"].append((iv.lower <= estimand) & (estimand <= iv.upper))
                 a["cov_mc"].append((iv.lower <= clipped_estimand) & (clipped_estimand <= iv.upper))
                 a["lb"].append(iv.lower_bound <= estimand)
                 a["width"].append(iv.upper - iv.lower)
                 a["err"].append(iv.value - estimand)
             print(f"  trial {t + 1}: running coverage "
-                  + ", ".join(f"eps {e:g}: {np.mean(acc[e]['cov']):.3f}" for e in epsilons), flush=True)
+                  + ", ".join(f"eps {e:g} share {sh:g}: {np.mean(acc[(e, sh)]['cov']):.3f}"
+                              for e, sh in epsilons), flush=True)
         seconds = time.perf_counter() - t0
-        for eps in epsilons:
-            cov, cov_mc, width, err, lb = (np.array(acc[eps][k]) for k in ("cov", "cov_mc", "width", "err", "lb"))
-            sigma = ssp.ssp_sigma(m=m, epsilon=eps * args.share, delta=args.delta * args.share)
+        for eps, share in epsilons:
+            cov, cov_mc, width, err, lb = (np.array(acc[(eps, share)][k])
+                                           for k in ("cov", "cov_mc", "width", "err", "lb"))
+            sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
             cell = {"domain": args.domain, "m": m, "epsilon": eps, "delta": args.delta,
-                    "share": args.share, "moments_share": args.moments_share, "draws": draws,
+                    "share": share, "moments_share": args.moments_share, "draws": draws,
                     "trials": args.trials, "clip": clip, "sigma": sigma,
                     "coverage": float(cov.mean()), "coverage_mc": float(cov_mc.mean()),
                     "coverage_per_quantity": cov.mean(axis=0).tolist(),
@@ -192,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                     "median_abs_error": float(np.median(np.abs(err))),
                     "quantities": setup.names, "seconds_all_cells_of_m": seconds}
             cells.append(cell)
-            print(f"{args.domain} m={m} eps={eps:g} share={args.share:g}: coverage "
+            print(f"{args.domain} m={m} eps={eps:g} share={share:g}: coverage "
                   f"{cell['coverage']:.3f} (vs the Monte Carlo clipped fixed point {cell['coverage_mc']:.3f}; "
                   f"one-sided {cell['lower_bound_coverage']:.3f}), mean width {cell['mean_width']:.4g} "
                   f"(median {cell['median_width']:.4g}), RMS error {cell['rms_error']:.4g}, median "
