@@ -42,9 +42,12 @@ def chain_lake(spark, tmp_path_factory):
     config = load_config(None, lake={"root": str(root)})
     transitions = chain.generate(40, np.random.default_rng(0), chain.ChainConfig(max_steps=200))
     df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
-    lake.write_table(df, config.lake, "silver", "ch", "transitions", mode="overwrite")
-    run_stats(spark, config, dataset="ch", spec=load_spec(SPEC_FILE))
-    PrivacyLedger(None, config).set_budget("ch", epsilon=1000.0, delta=1e-3)
+    # "chu" (same rows) takes the uniform-sampling runs: a dataset's runs share one
+    # neighbouring relation (the ledger refuses to mix replace-one and add/remove runs)
+    for name in ("ch", "chu"):
+        lake.write_table(df, config.lake, "silver", name, "transitions", mode="overwrite")
+        run_stats(spark, config, dataset=name, spec=load_spec(SPEC_FILE))
+        PrivacyLedger(None, config).set_budget(name, epsilon=1000.0, delta=1e-3)
     return config, root
 
 
@@ -82,7 +85,7 @@ def test_paper_release_with_the_flag_is_not_private_everywhere(spark, chain_lake
                               accountant="paper", allow_invalid_accounting=True,
                               statistics_share=0.0,
                               public_trajectories=0)
-    report = run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE),
+    report = run_evaluate(spark, config, dataset="chu", spec=load_spec(SPEC_FILE),
                           options=options, tracking_uri=uri)
     assert not report.private and "not a valid bound" in report.label
     assert "not a valid bound" in report.summary() and "PRIVATE)" not in report.summary()
@@ -92,7 +95,7 @@ def test_paper_release_with_the_flag_is_not_private_everywhere(spark, chain_lake
     assert run.data.tags["gpope.private"] == "false"
     assert run.data.tags["gpope.valid_bound"] == "false"
     assert run.data.params["private"] == "False"
-    entry = PrivacyLedger(None, config).entry("ch", report.run_id)
+    entry = PrivacyLedger(None, config).entry("chu", report.run_id)
     assert entry.valid_bound is False and entry.status == "released"
     # oracle: dp-accounting itself on the mechanism actually run (uniform, replace-one, 2h)
     sigma = calibrate_sigma(m=40, iterations=300, epsilon=0.5, delta=1e-5, accountant="paper")
@@ -274,7 +277,7 @@ def test_uniform_statistics_share_is_calibrated_and_charged_under_replace_one(sp
     config, _ = chain_lake
     options = EvaluateOptions(epsilon=1.0, delta=1e-5, iterations=200, sampling="uniform",
                               statistics_share=0.2, ssp_clip=2.0, public_trajectories=0)
-    report = run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE),
+    report = run_evaluate(spark, config, dataset="chu", spec=load_spec(SPEC_FILE),
                           options=options, tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
     from dp_accounting.pld import privacy_loss_distribution as pld_mod
 
@@ -293,7 +296,7 @@ def test_uniform_statistics_share_is_calibrated_and_charged_under_replace_one(sp
     # the ledger stores the same release under REPLACE_ONE: Gaussian events (statistics and, if
     # any, moments) whose composition is ONE Gaussian with multiplier noise std / sensitivity
     # (1/s^2 adds up: Mironov 2017, Prop. 7 with RDP additivity)
-    stored = json.loads(PrivacyLedger(None, config).entry("ch", report.run_id).mechanism)
+    stored = json.loads(PrivacyLedger(None, config).entry("chu", report.run_id).mechanism)
     assert stored["relation"] == "replace_one"
 
     def gaussians(ev: dict) -> list[float]:

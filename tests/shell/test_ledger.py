@@ -284,3 +284,19 @@ def test_errors_do_not_quote_private_data_values():
     with pytest.raises(DataError) as err:
         TabularFeatures(4).indices(np.array([[1.0], [7654.0]]))
     assert "7654" not in str(err.value)
+
+
+def test_a_dataset_refuses_runs_under_a_second_neighbouring_relation(tmp_path):
+    """Adding a Poisson (add/remove) epsilon to a uniform (replace-one) one is not a valid bound."""
+    ledger = PrivacyLedger(None, _config(tmp_path / "lake"))
+    ledger.set_budget("d", epsilon=10.0, delta=1e-5)
+    uniform = gpope_dp_event(m=1000, iterations=1000, sigma=3.0, sampling="uniform")
+    ledger.reserve("d", run_id="u", epsilon=1.0, delta=1e-6, accountant="rdp",
+                   event=uniform, relation="replace_one")
+    with pytest.raises(ConfigError, match="--sampling uniform"):
+        ledger.reserve("d", run_id="p", epsilon=0.5, delta=1e-6, accountant="pld", event=_event())
+    assert [r.run_id for r in ledger.status("d").runs] == ["u"]  # nothing written
+    ledger.reserve("d", run_id="u2", epsilon=1.0, delta=1e-6, accountant="rdp",
+                   event=uniform, relation="replace_one")
+    ledger.set_budget("e", epsilon=10.0, delta=1e-5)  # another dataset may use Poisson
+    ledger.reserve("e", run_id="p", epsilon=0.5, delta=1e-6, accountant="pld", event=_event())

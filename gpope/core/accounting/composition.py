@@ -52,7 +52,8 @@ is an adaptive split of one budget between two interleaved filters, which neithe
 states, and an add/remove epsilon is not a replace-one epsilon (by group privacy an add/remove
 (eps, delta) run is (2 eps, (1 + e^eps) delta) under replace-one). A dataset that mixes uniform
 and Poisson runs may therefore be under-charged by up to 2x on its Poisson runs; until a proof or
-a conservative rule lands, keep one sampling scheme per dataset.
+a conservative rule lands, the ledger refuses a run whose relation differs from the dataset's
+counted runs (``gpope.shell.pipeline.ledger._check_one_relation``): one sampling scheme per dataset.
 """
 
 from __future__ import annotations

@@ -283,6 +283,45 @@ def _curve_cached(mechanism: str) -> tuple[str, tuple[float, ...]] | None:
         return None
 
 
+def _relation(mechanism: str) -> str | None:
+    """The neighbouring relation a stored mechanism is analysed under (None: not stored)."""
+    from gpope.core.accounting.composition import mechanism_from_json
+
+    stored = mechanism_from_json(mechanism)
+    return None if stored is None else stored.relation
+
+
+_SAMPLING_OF_RELATION = {"replace_one": "uniform", "add_or_remove_one": "poisson"}
+
+
+def _check_one_relation(dataset: str, counted: tuple[LedgerEntry, ...], mechanism: str) -> None:
+    """Refuse a run whose neighbouring relation differs from the dataset's counted runs.
+
+    A dataset's guarantee is stated under one neighbouring relation. Neither the Rényi filter
+    nor basic composition covers adding an add/remove epsilon (Poisson runs) to a replace-one
+    epsilon (uniform runs): by group privacy an add/remove (eps, delta) run is only
+    (2 eps, (1 + e^eps) delta) under replace-one, and splitting one budget adaptively between two
+    interleaved filters is not a theorem we can cite (see gpope.core.accounting.composition).
+    Until a proven rule lands, a dataset's runs share the relation of its first counted run.
+
+    Raises:
+        ConfigError: the new run's relation differs from the one the dataset already uses.
+    """
+    new = _relation(mechanism)
+    if new is None:
+        return
+    used = {rel for e in counted if (rel := _relation(e.mechanism)) is not None}
+    if used and new not in used:
+        old = sorted(used)[0]
+        raise ConfigError(
+            f"Dataset {dataset!r} already holds runs analysed under {old} adjacency "
+            f"(--sampling {_SAMPLING_OF_RELATION.get(old, '?')}); this run uses {new} "
+            f"(--sampling {_SAMPLING_OF_RELATION.get(new, '?')}), and the ledger cannot compose "
+            f"the two soundly. Use --sampling {_SAMPLING_OF_RELATION.get(old, '?')} for this "
+            "dataset, or evaluate a separate dataset."
+        )
+
+
 def _legacy_charge(row: dict[str, Any]) -> float:
     """The charge of a reservation written before charges were stored."""
     eps = float(row["epsilon"])
@@ -708,6 +747,7 @@ class PrivacyLedger:
         before = self.status(dataset)
         if any(r.run_id == run_id for r in before.runs):
             raise ConfigError(f"Run id {run_id!r} is already in the ledger; use a fresh run id.")
+        _check_one_relation(dataset, before.counted, text)
         row = _row(dataset, run_id, kind="reservation", mechanism=text, epsilon=epsilon,
                    delta=delta, accountant=accountant, status="reserved", charged_epsilon=charge,
                    charged_delta=delta, valid_bound=valid_bound, note=note, process=_process())
