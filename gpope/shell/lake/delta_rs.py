@@ -279,7 +279,9 @@ class DeltaRsStore:
 
     def read_arrow(self, path: str, version: int | None = None) -> pa.Table:
         """The table at ``path`` (as of ``version``) as an Arrow table, read by delta-rs alone."""
-        return self.open(path, version).to_pyarrow_table()
+        from gpope.shell.delta_read import read_table
+
+        return read_table(self.open(path, version))
 
     # ------------------------------------------------------------------ writes
     def write(

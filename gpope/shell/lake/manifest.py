@@ -242,7 +242,9 @@ class PipelineRuns:
 
             if not DeltaTable.is_deltatable(self._path):
                 return None
-            return DeltaTable(self._path).to_pyarrow_table()
+            from gpope.shell.delta_read import read_table
+
+            return read_table(DeltaTable(self._path))
         lake = self._lake()
         ref = TableRef.shared(PIPELINE_RUNS)
         return lake.read_arrow(ref) if lake.exists(ref) else None
@@ -368,7 +370,9 @@ def read_pinned_arrow(settings: LakeSettings, ref: TableRef) -> pa.Table | None:
         return None
     if version != table.version():
         table = DeltaTable(path, version=version)
-    data = table.to_pyarrow_table()
+    from gpope.shell.delta_read import read_table
+
+    data = read_table(table)
     hidden = _incomplete((t for v, t in history if v <= version), committed)
     if hidden and "run_id" in data.column_names:
         data = data.filter(pc.invert(pc.is_in(data.column("run_id"), value_set=_strings(hidden))))

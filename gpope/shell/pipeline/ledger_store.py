@@ -123,7 +123,9 @@ class DeltaRsLedgerStore:
         table = self._table()
         if table is None:
             return []
-        data = table.to_pyarrow_table()
+        from gpope.shell.delta_read import read_table
+
+        data = read_table(table)
         out = []
         for r in data.to_pylist():
             if dataset is not None and r.get("dataset") != dataset:
