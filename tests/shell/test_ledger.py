@@ -248,6 +248,13 @@ def test_budget_authority_and_unknown_datasets(tmp_path, capsys):
     assert not any("%" in p.name for p in lake.parent.parent.iterdir())  # no encoded sibling
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter that imports this checkout's gpope."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
 def test_budget_show_starts_no_jvm(tmp_path):
     """`gpope budget show/set` never import pyspark (no JVM) on a local lake."""
     lake = tmp_path / "lake"
@@ -258,9 +265,7 @@ def test_budget_show_starts_no_jvm(tmp_path):
         f"assert main(['budget', 'show', '--dataset', 'd', '--lake', {str(lake)!r}]) == 0; "
         "assert 'pyspark' not in sys.modules, 'pyspark imported'"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=60)
+    out = _fresh_python(code)
     assert out.returncode == 0, out.stderr
     assert "remaining budget: epsilon 1" in out.stdout
 
@@ -308,10 +313,8 @@ def test_budget_show_exits_cleanly_every_time(tmp_path):
     lake = tmp_path / "lake"
     (lake / "silver" / "d").mkdir(parents=True)
     PrivacyLedger(None, _config(lake)).set_budget("d", epsilon=1.0, delta=1e-6)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = ("import sys; from gpope.shell.cli import main; "
             f"sys.exit(main(['budget', 'show', '--dataset', 'd', '--lake', {str(lake)!r}]))")
     for _ in range(5):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=env, timeout=60)
+        out = _fresh_python(code)
         assert out.returncode == 0, (out.returncode, out.stderr[-500:])

@@ -60,6 +60,7 @@ from gpope.shell.lake.base import (
     partition_string,
     spark_error,
 )
+from gpope.shell.delta_read import read_table
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 
 if TYPE_CHECKING:
@@ -279,8 +280,6 @@ class DeltaRsStore:
 
     def read_arrow(self, path: str, version: int | None = None) -> pa.Table:
         """The table at ``path`` (as of ``version``) as an Arrow table, read by delta-rs alone."""
-        from gpope.shell.delta_read import read_table
-
         return read_table(self.open(path, version))
 
     # ------------------------------------------------------------------ writes

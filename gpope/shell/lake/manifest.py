@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
+from gpope.shell.delta_read import read_table
 from gpope.shell.lake.base import decode_user_metadata_run
 from gpope.shell.lake.names import TableRef, local_root, table_path
 
@@ -242,8 +243,6 @@ class PipelineRuns:
 
             if not DeltaTable.is_deltatable(self._path):
                 return None
-            from gpope.shell.delta_read import read_table
-
             return read_table(DeltaTable(self._path))
         lake = self._lake()
         ref = TableRef.shared(PIPELINE_RUNS)
@@ -370,8 +369,6 @@ def read_pinned_arrow(settings: LakeSettings, ref: TableRef) -> pa.Table | None:
         return None
     if version != table.version():
         table = DeltaTable(path, version=version)
-    from gpope.shell.delta_read import read_table
-
     data = read_table(table)
     hidden = _incomplete((t for v, t in history if v <= version), committed)
     if hidden and "run_id" in data.column_names:

@@ -291,9 +291,6 @@ def _relation(mechanism: str) -> str | None:
     return None if stored is None else stored.relation
 
 
-_SAMPLING_OF_RELATION = {"replace_one": "uniform", "add_or_remove_one": "poisson"}
-
-
 def _check_one_relation(dataset: str, counted: tuple[LedgerEntry, ...], mechanism: str) -> None:
     """Refuse a run whose neighbouring relation differs from the dataset's counted runs.
 
@@ -307,18 +304,20 @@ def _check_one_relation(dataset: str, counted: tuple[LedgerEntry, ...], mechanis
     Raises:
         ConfigError: the new run's relation differs from the one the dataset already uses.
     """
+    from gpope.core.accounting.composition import relation_of_sampling
+
     new = _relation(mechanism)
     if new is None:
         return
     used = {rel for e in counted if (rel := _relation(e.mechanism)) is not None}
     if used and new not in used:
         old = sorted(used)[0]
+        sampling = {relation_of_sampling(s): s for s in ("uniform", "poisson")}
         raise ConfigError(
             f"Dataset {dataset!r} already holds runs analysed under {old} adjacency "
-            f"(--sampling {_SAMPLING_OF_RELATION.get(old, '?')}); this run uses {new} "
-            f"(--sampling {_SAMPLING_OF_RELATION.get(new, '?')}), and the ledger cannot compose "
-            f"the two soundly. Use --sampling {_SAMPLING_OF_RELATION.get(old, '?')} for this "
-            "dataset, or evaluate a separate dataset."
+            f"(--sampling {sampling[old]}); this run uses {new} (--sampling {sampling[new]}), "
+            f"and the ledger cannot compose the two soundly. Use --sampling {sampling[old]} for "
+            "this dataset, or evaluate a separate dataset."
         )
 
 

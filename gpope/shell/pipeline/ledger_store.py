@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpope.errors import CommitError
+from gpope.shell.delta_read import read_table
 from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
 if TYPE_CHECKING:
@@ -123,8 +124,6 @@ class DeltaRsLedgerStore:
         table = self._table()
         if table is None:
             return []
-        from gpope.shell.delta_read import read_table
-
         data = read_table(table)
         out = []
         for r in data.to_pylist():
