@@ -1,29 +1,48 @@
-"""The utility frontier of GPOPE at the issue-10 operating point, tuned on public data only.
+"""The utility frontier of GPOPE (and SSP) at the issue-10 operating point, tuned on public data only.
 
-Run (one domain per process; results are appended cell by cell, so a bounded run keeps what it
+Run (one domain per process; results are written trial by trial, so a bounded run keeps what it
 finished)::
 
-    .venv/bin/python benchmarks/frontier.py chain --sizes 10000,100000 --trials 20
-    .venv/bin/python benchmarks/frontier.py mountaincar-on --sizes 3000,10000,30000 --trials 20
-    .venv/bin/python benchmarks/frontier.py mountaincar-off --sizes 3000,10000,30000 --trials 20
-    .venv/bin/python benchmarks/frontier.py hiv --sizes 300,1000,3000 --trials 20
+    .venv/bin/python benchmarks/frontier.py chain --spec conf/specs/chain.yaml \
+        --sizes 10000,100000 --trials 20 --methods gpope,ssp
+    .venv/bin/python benchmarks/frontier.py mountaincar-on --sizes 30000 --public-size 3000 \
+        --truth-size 30000 --trials 20 --methods gpope,ssp
+    .venv/bin/python benchmarks/frontier.py mountaincar-off --sizes 10000 --public-size 3000 \
+        --trials 20 --methods gpope,ssp
+    .venv/bin/python benchmarks/frontier.py hiv --pool 20000 --sizes 3000 --public-size 1000 \
+        --trials 20 --methods gpope,ssp
 
 What one run does (pure numpy core, no Spark; the same code as ``gpope tune --spec`` and
-``gpope evaluate``):
+``gpope evaluate`` / ``gpope evaluate --estimator ssp``):
 
-1. **public tuning**: a public cohort of ``--public-size`` trajectories (seed ``--seed`` + 1, never
-   used for evaluation) and :func:`gpope.core.tuning.tune_operating_point` at epsilon in
-   {0.1, 1, 10}: (clip, step size) per epsilon on grids set by that cohort's gradient scale and
-   conditioning, at the fixed operating point (Poisson, ``--passes`` passes, ``--iterations``
-   steps, q = passes / iterations, eta / (i + 0.1 N), tail averaging of the last half, PLD);
-2. **trials**: per m and trial, a FRESH data set (its own seed) and, per epsilon, fresh noise and
-   sample plan; the tuned point is chosen by the rule of :mod:`gpope.core.operating` (nearest
-   m_pub epsilon_k to m epsilon);
-3. **metrics**: relative MSPBE against the domain's ground truth (chain: exact; others: population
-   statistics of a large independent sample), RMS value error (chain: exact values), wall time of
-   the solver, trajectories touched (= passes * m).
+1. **public tuning** (GPOPE): either the ``evaluation:`` block of ``--spec FILE`` as shipped
+   (written by ``gpope tune --spec`` on its own public cohort), or a public cohort of
+   ``--public-size`` trajectories (seed ``--seed`` + 1, never used for evaluation) and
+   :func:`gpope.core.tuning.tune_operating_point` at the run's ``--epsilons``: (clip, step size)
+   per epsilon on grids set by that cohort's gradient scale and conditioning, extended at their
+   edges, at the fixed operating point (Poisson, ``--passes`` passes, ``--iterations`` steps,
+   q = passes / iterations, eta / (i + 0.1 N), tail averaging of the last half, PLD). SSP's one
+   public setting, its clip, is the ``--ssp-quantile`` quantile of the per-trajectory norms of
+   ``[A_i, b_i, C_i]`` on the public cohort (as ``gpope evaluate --estimator ssp`` does);
+2. **trials**: per m and trial, a FRESH data set (its own seed) and, per epsilon and method, fresh
+   noise; GPOPE's tuned point is chosen by the rule of :mod:`gpope.core.operating` (nearest
+   m_pub epsilon_k to m epsilon); SSP spends the whole (epsilon, delta) on one Gaussian release
+   (split with the moments release the intervals need, ``--moments-share``, as the CLI does) and
+   solves plain LSTD on the noisy sums (post-processing);
+3. **metrics**: relative MSPBE against the domain's ground truth (chain: exact; mountain car:
+   population statistics of ``--truth-size`` independent trajectories; HIV with ``--pool``: the
+   population statistics of the pool itself), RMS value error (chain: exact values), wall time of
+   the estimator (GPOPE: the solver; SSP: clip, sum, noise and solve), trajectories touched
+   (GPOPE: passes * m; SSP: m).
 
-Output: ``docs/results/frontier_<domain>.json`` (every trial, the tuning table, the settings).
+HIV (``--pool P``): the simulator costs about 0.1 s per patient, so ONE pool of P patients
+(200 decisions each, the experiment's behaviour and target policies) is simulated once and cached
+under ``--cache`` (one file per 1000 patients, so an interrupted build resumes), treated as the
+population: every cohort (public and trial) is drawn iid WITH replacement from it and the truth
+is the pool's population statistics.
+
+Output: ``docs/results/frontier_<domain>.json`` or ``--out`` (every trial, the tuning, the
+settings); ``benchmarks/frontier_report.py`` merges every file of a domain.
 """
 
 from __future__ import annotations
@@ -39,114 +58,268 @@ import numpy as np
 from gpope.core.experiments.common import seed_seq
 from gpope.core.gpope import GPOPEConfig, run_gpope_trials
 from gpope.core.operating import EvaluationBlock, resolve_budget, resolve_step_offset
+from gpope.core.statistics import TrajectoryStats
 from gpope.core.tuning import tune_operating_point
 
 EPSILONS = (0.1, 1.0, 10.0)
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
+POOL_CHUNK = 1000
 
 
-def _problem_factory(domain: str, delta: float):
-    """(make(m, rng) -> problem with stats/rel_mspbe/value_error, normalization)."""
+# ---------------------------------------------------------------------- problems
+class PoolProblem:
+    """A cohort drawn iid with replacement from a simulated pool taken as the population."""
+
+    def __init__(self, pool: dict[str, np.ndarray], idx: np.ndarray,
+                 truth: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self.m = len(idx)
+        self._stats = TrajectoryStats.from_dense(pool["A"][idx], pool["b"][idx], pool["C"][idx],
+                                                 tau=pool["tau"][idx])
+        self.truth = truth
+
+    def stats(self, normalization: str) -> TrajectoryStats:
+        return self._stats
+
+    def rel_mspbe(self, thetas: np.ndarray) -> np.ndarray:
+        from gpope.core.metrics import relative_mspbe
+
+        return np.asarray(relative_mspbe(np.atleast_2d(thetas), *self.truth))
+
+    def value_error(self, thetas: np.ndarray) -> np.ndarray:
+        return np.full(np.atleast_2d(thetas).shape[0], np.nan)
+
+
+def hiv_pool(size: int, seed: int, cache: Path, log=print) -> dict[str, np.ndarray]:
+    """Per-trajectory dense statistics of ``size`` simulated HIV patients (200 decisions, the
+    experiment's policies and features), built in chunks of :data:`POOL_CHUNK` cached under
+    ``cache`` (an interrupted build resumes)."""
+    from gpope.core.experiments.continuous import FeatureProblem, HIVSettings, _Domain
+
+    d = _Domain("hiv", "off", HIVSettings())
+    cache.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for c in range(math.ceil(size / POOL_CHUNK)):
+        f = cache / f"hiv_pool_s{seed}_{c:03d}.npz"
+        k = min(POOL_CHUNK, size - c * POOL_CHUNK)
+        if not f.exists():
+            t0 = time.perf_counter()
+            tr = d.generate(k, np.random.default_rng(seed_seq(seed, 7, c)))
+            st = FeatureProblem(tr, d.features, d.rho(tr), d.s.gamma, truth=None).stats(  # type: ignore[arg-type]
+                "transition")
+            A, b, C = st.dense()
+            np.savez(f.with_suffix(".tmp.npz"), A=A, b=b, C=C, tau=st.tau)
+            f.with_suffix(".tmp.npz").rename(f)
+            log(f"pool chunk {c} ({k} patients) in {time.perf_counter() - t0:.0f} s")
+        with np.load(f) as z:
+            parts.append({key: z[key][:k] for key in ("A", "b", "C", "tau")})
+    return {key: np.concatenate([p[key] for p in parts]) for key in ("A", "b", "C", "tau")}
+
+
+def _problem_factory(domain: str, delta: float, args: argparse.Namespace):
+    """make(m, rng) -> problem with stats / rel_mspbe / value_error (and the public truth)."""
     if domain == "chain":
         from gpope.core.experiments.chain import ChainProblem, ChainSettings
 
         s = ChainSettings(length_scale=200.0, delta=delta)
-        return (lambda m, rng: ChainProblem.simulate(m, rng, s)), "transition"
+        return lambda m, rng: ChainProblem.simulate(m, rng, s)
     from gpope.core.experiments.continuous import HIVSettings, MountainCarSettings, _Domain
 
+    if domain == "hiv" and args.pool:
+        pool = hiv_pool(args.pool, args.seed + 100, Path(args.cache),
+                        log=lambda msg: print(msg, flush=True))
+        m_pool = len(pool["b"])
+        truth = (pool["A"].mean(axis=0), pool["b"].mean(axis=0), pool["C"].mean(axis=0))
+        return lambda m, rng: PoolProblem(pool, rng.integers(0, m_pool, m), truth)
+    extra = {} if args.truth_size is None else {"truth_trajectories": args.truth_size}
     if domain.startswith("mountaincar"):
         figure = domain.split("-")[1]
-        d = _Domain("mountaincar", figure, MountainCarSettings(delta=delta))
+        d = _Domain("mountaincar", figure, MountainCarSettings(delta=delta, **extra))
     else:
-        d = _Domain("hiv", "off", HIVSettings(delta=delta))
-    return (lambda m, rng: d.problem(m, rng, 0)), "transition"
+        d = _Domain("hiv", "off", HIVSettings(delta=delta, **extra))
+    return lambda m, rng: d.problem(m, rng, 0)
 
 
+# ---------------------------------------------------------------------- SSP
+def _vectors(stats: TrajectoryStats, chunk: int = 2000):
+    """(k, 2n^2+n) statistics vectors of consecutive trajectories, chunk by chunk."""
+    from gpope.core.ssp import statistics_vectors
+
+    for lo in range(0, stats.m, chunk):
+        A, b, C = stats.dense_range(lo, min(stats.m, lo + chunk))
+        yield statistics_vectors(A, b, C)
+
+
+def ssp_clip(stats: TrajectoryStats, quantile: float) -> float:
+    """The SSP clip bound from PUBLIC statistics: the quantile of the vector norms."""
+    norms = np.concatenate([np.linalg.norm(v, axis=1) for v in _vectors(stats)])
+    return float(np.quantile(norms, quantile))
+
+
+def ssp_theta(stats: TrajectoryStats, *, clip: float, sigma: float, moments_share: float,
+              rng: np.random.Generator) -> np.ndarray:
+    """One SSP release at total noise multiplier ``sigma`` (the statistics' share of it, as
+    ``gpope evaluate --estimator ssp``) and its plain LSTD solve."""
+    from gpope.core.intervals import ssp_values
+    from gpope.core.ssp import clip_statistics, release_noisy_statistics, split_sigma
+
+    total = sum(clip_statistics(v, clip).sum(axis=0) for v in _vectors(stats))
+    s1, _ = split_sigma(sigma, moments_share)
+    noisy = release_noisy_statistics(np.asarray(total)[None, :], n=stats.n, m=stats.m, sigma=s1,
+                                     clip=clip, rng=rng)
+    theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
+    return theta
+
+
+# ---------------------------------------------------------------------- main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("domain", choices=("chain", "mountaincar-on", "mountaincar-off", "hiv"))
     p.add_argument("--sizes", default="10000,100000")
     p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--epsilons", default="0.1,1,10")
+    p.add_argument("--methods", default="gpope", help="comma list of gpope, ssp")
+    p.add_argument("--spec", default=None,
+                   help="use this spec's evaluation: block (public tuning as shipped) for GPOPE "
+                        "instead of tuning here; its tuning.patients is m_pub")
     p.add_argument("--public-size", type=int, default=None,
                    help="public tuning cohort (default: the smallest size)")
+    p.add_argument("--truth-size", type=int, default=None,
+                   help="mountain car / HIV without pool: trajectories of the truth sample")
+    p.add_argument("--pool", type=int, default=None,
+                   help="HIV: simulate one pool of this many patients, draw cohorts from it")
+    p.add_argument("--cache", default="/tmp/utility/hiv_pool")
     p.add_argument("--passes", type=float, default=20.0)
     p.add_argument("--iterations", type=int, default=20000)
     p.add_argument("--tune-trials", type=int, default=2)
     p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--ssp-quantile", type=float, default=0.99)
+    p.add_argument("--moments-share", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trial-offset", type=int, default=0,
+                   help="first trial index (a second process continues the trial seeds)")
     p.add_argument("--out", default=None)
     p.add_argument("--tuned-points", default=None,
                    help="JSON list of {epsilon, clip, step_size} from an earlier public tuning of "
-                        "this command (same seed and public size): skips step 1")
+                        "this command (same seed and public size): skips the tuning")
+    p.add_argument("--build-pool-only", action="store_true")
     args = p.parse_args()
 
     sizes = [int(float(x)) for x in args.sizes.split(",")]
-    make, norm = _problem_factory(args.domain, args.delta)
+    epsilons = tuple(float(x) for x in args.epsilons.split(","))
+    methods = tuple(x.strip() for x in args.methods.split(","))
+    if set(methods) - {"gpope", "ssp"}:
+        p.error(f"unknown method in {args.methods!r}")
+    t0 = time.perf_counter()
+    make = _problem_factory(args.domain, args.delta, args)
+    if args.build_pool_only:
+        return
+    norm = "transition"
     fixed = {"sampling": "poisson", "accountant": "auto", "passes": args.passes,
              "iterations": args.iterations, "step_schedule": "inverse",
              "step_offset_fraction": 0.1, "averaging": "tail", "tail_fraction": 0.5}
     out = Path(args.out) if args.out else OUT / f"frontier_{args.domain}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     m_pub = args.public_size or min(sizes)
-    if args.tuned_points:
+    public = None
+    if "ssp" in methods or ("gpope" in methods and not (args.spec or args.tuned_points)):
+        public = make(m_pub, np.random.default_rng(seed_seq(args.seed + 1, 3, m_pub)))
+    ssp_public_size = m_pub if "ssp" in methods else None
+    tuned_rows: list = []
+    grad_scale = eta0 = float("nan")
+    if "gpope" not in methods:
+        block = None
+    elif args.spec:
+        from gpope.shell.pipeline.jobargs import load_spec
+
+        block = load_spec(args.spec).evaluation
+        fixed = {k: v for k, v in block.to_dict().items() if k not in ("tuned", "tuning")}
+        m_pub = block.public_size
+    else:
         from gpope.core.operating import TunedPoint
         from gpope.core.tuning import TuningResult
 
-        pts = tuple(TunedPoint(**{k: v for k, v in d.items()})
-                    for d in json.loads(args.tuned_points))
-        tuned = TuningResult(pts, [], float("nan"), float("nan"))
-    else:
-        public = make(m_pub, np.random.default_rng(seed_seq(args.seed + 1, 3, m_pub)))
-        pub_stats = public.stats(norm)
-        population = pub_stats.population()
-        if hasattr(public, "truth"):  # continuous domains: score against the public truth sample
-            population = public.truth
-        tuned = tune_operating_point(
-            pub_stats, population, settings=fixed, epsilons=EPSILONS, delta=args.delta,
-            trials=args.tune_trials, rng=np.random.default_rng(seed_seq(args.seed + 1, 4)),
-            log=lambda msg: print(msg, flush=True))
-    block = EvaluationBlock(**fixed, tuned=tuned.points, tuning={"patients": m_pub})
-    record = {"domain": args.domain, "settings": fixed, "public_size": m_pub,
-              "tuned": [pt.to_dict() for pt in tuned.points], "gradient_scale": tuned.gradient_scale,
-              "eta0": tuned.eta0, "tuning_grid": tuned.rows,
+        if args.tuned_points:
+            pts = tuple(TunedPoint(**dict(d)) for d in json.loads(args.tuned_points))
+            tuned = TuningResult(pts, [], float("nan"), float("nan"))
+        else:
+            pub_stats = public.stats(norm)
+            population = public.truth if hasattr(public, "truth") else pub_stats.population()
+            tuned = tune_operating_point(
+                pub_stats, population, settings=fixed, epsilons=epsilons, delta=args.delta,
+                trials=args.tune_trials, rng=np.random.default_rng(seed_seq(args.seed + 1, 4)),
+                log=lambda msg: print(msg, flush=True))
+        block = EvaluationBlock(**fixed, tuned=tuned.points, tuning={"patients": m_pub})
+        tuned_rows, grad_scale, eta0 = tuned.rows, tuned.gradient_scale, tuned.eta0
+    clip_ssp = ssp_clip(public.stats(norm), args.ssp_quantile) if "ssp" in methods else None
+    record = {"domain": args.domain, "methods": list(methods), "settings": fixed,
+              "public_size": m_pub, "spec": args.spec,
+              "tuned": [pt.to_dict() for pt in block.tuned] if block else [],
+              "gradient_scale": grad_scale, "eta0": eta0, "tuning_grid": tuned_rows,
+              "ssp_clip": clip_ssp, "ssp_quantile": args.ssp_quantile,
+              "ssp_public_size": ssp_public_size,
+              "pool": args.pool, "truth_size": args.truth_size,
               "tuning_seconds": time.perf_counter() - t0, "trials": [], "command": vars(args)}
-    print(f"tuned in {record['tuning_seconds']:.0f} s: {record['tuned']}", flush=True)
+    print(f"tuned in {record['tuning_seconds']:.0f} s: {record['tuned']}; ssp clip {clip_ssp}",
+          flush=True)
     from gpope.core.accounting import calibrate_sigma
+    from gpope.core.ssp import ssp_sigma
 
     for m in sizes:
-        for t in range(args.trials):
+        for t in range(args.trial_offset, args.trial_offset + args.trials):
+            s_data = time.perf_counter()
             problem = make(m, np.random.default_rng(seed_seq(args.seed, 1, m, t)))
             stats = problem.stats(norm)
+            data_secs = time.perf_counter() - s_data
             for k, eps in enumerate(EPSILONS):
-                sel, point = block.select(m, eps)
-                N, q = resolve_budget(m=m, sampling="poisson", passes=sel["passes"],
-                                      iterations=sel["iterations"], batch_rate=None,
-                                      batch_size=None)
-                sigma = float(calibrate_sigma(m=m, iterations=N, epsilon=eps, delta=args.delta,
-                                              accountant="auto", sampling="poisson",
-                                              batch_rate=q))
-                cfg = GPOPEConfig(
-                    iterations=N, step_size=point.step_size, clip=point.clip,
-                    noise_multiplier=sigma, sampling="poisson", batch_rate=q,
-                    step_schedule="inverse",
-                    step_offset=resolve_step_offset(iterations=N, step_offset=None,
-                                                    step_offset_fraction=0.1),
-                    averaging="tail", tail_fraction=0.5)
-                s0 = time.perf_counter()
-                with np.errstate(all="ignore"):
-                    res = run_gpope_trials(stats, cfg, np.random.default_rng(
-                        seed_seq(args.seed, 2, m, t, k)), 1)
-                secs = time.perf_counter() - s0
-                theta = res.theta_avg
-                ok = bool(np.isfinite(theta).all())
-                rel = float(problem.rel_mspbe(theta)[0]) if ok else math.inf
-                ve = float(problem.value_error(theta)[0]) if ok else math.inf
-                record["trials"].append({"m": m, "trial": t, "epsilon": eps, "rel_mspbe": rel,
-                                         "value_error": ve, "seconds": secs, "sigma": sigma,
-                                         "clip": point.clip, "step_size": point.step_size,
-                                         "touched": N * q * m, "steps": N})
-            out.write_text(json.dumps(record, indent=1, default=float))
+                if eps not in epsilons:
+                    continue
+                for method in methods:
+                    rng = np.random.default_rng(seed_seq(args.seed, 2 if method == "gpope" else 5,
+                                                         m, t, k))
+                    s0 = time.perf_counter()
+                    if method == "ssp":
+                        sigma = ssp_sigma(m=m, epsilon=eps, delta=args.delta)
+                        with np.errstate(all="ignore"):
+                            theta = ssp_theta(stats, clip=clip_ssp, sigma=sigma,
+                                              moments_share=args.moments_share, rng=rng)
+                        row = {"clip": clip_ssp, "step_size": None, "touched": float(m), "steps": 1}
+                    else:
+                        sel, point = block.select(m, eps)
+                        N, q = resolve_budget(m=m, sampling=sel["sampling"],
+                                              passes=sel.get("passes"),
+                                              iterations=sel.get("iterations"),
+                                              batch_rate=sel.get("batch_rate"),
+                                              batch_size=sel.get("batch_size"))
+                        sigma = float(calibrate_sigma(m=m, iterations=N, epsilon=eps,
+                                                      delta=args.delta,
+                                                      accountant=sel.get("accountant", "auto"),
+                                                      sampling=sel["sampling"], batch_rate=q))
+                        cfg = GPOPEConfig(
+                            iterations=N, step_size=sel["step_size"], clip=sel["clip"],
+                            noise_multiplier=sigma, sampling=sel["sampling"], batch_rate=q,
+                            step_schedule=sel.get("step_schedule", "inverse"),
+                            step_offset=resolve_step_offset(
+                                iterations=N, step_offset=sel.get("step_offset"),
+                                step_offset_fraction=sel.get("step_offset_fraction")),
+                            averaging=sel.get("averaging", "tail"),
+                            tail_fraction=sel.get("tail_fraction", 0.5))
+                        with np.errstate(all="ignore"):
+                            res = run_gpope_trials(stats, cfg, rng, 1)
+                        theta = res.theta_avg if res.theta_avg is not None else res.theta
+                        touched = N * q * m if q is not None else float(N)
+                        row = {"clip": sel["clip"], "step_size": sel["step_size"],
+                               "touched": touched, "steps": N,
+                               "tuned_epsilon": None if point is None else point.epsilon}
+                    secs = time.perf_counter() - s0
+                    theta = np.asarray(theta).reshape(-1)
+                    ok = bool(np.isfinite(theta).all())
+                    rel = float(problem.rel_mspbe(theta)[0]) if ok else math.inf
+                    ve = float(problem.value_error(theta)[0]) if ok else math.inf
+                    record["trials"].append({"method": method, "m": m, "trial": t, "epsilon": eps,
+                                             "rel_mspbe": rel, "value_error": ve,
+                                             "seconds": secs, "sigma": sigma,
+                                             "data_seconds": data_secs, **row})
+                    out.write_text(json.dumps(record, indent=1, default=float))
             print(f"m={m} trial {t} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     record["total_seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(record, indent=1, default=float))

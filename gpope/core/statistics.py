@@ -326,6 +326,37 @@ class TrajectoryStats:
             A, C = _rows_dense(self._p, self._e, self._row_weights(), self._norm, self._offsets)
         return A, self._b.copy(), C
 
+    def dense_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(A, b, C) of trajectories lo..hi-1 only, as :meth:`dense` would give them: a bounded
+        slice of a large compact or tabular layout (e.g. chunked one-shot releases).
+
+        Raises:
+            DataError: not 0 <= lo <= hi <= m.
+        """
+        lo, hi = int(lo), int(hi)
+        if not 0 <= lo <= hi <= self.m:
+            raise DataError(f"dense_range needs 0 <= lo <= hi <= {self.m}; got {lo}, {hi}.")
+        n = self.n
+        b = self._b[lo:hi].copy()
+        if self.representation == "dense":
+            return self._ac[lo:hi, :, :n].copy(), b, self._ac[lo:hi, :, n:].copy()
+        off = self._offsets[lo : hi + 1]
+        r0, r1 = int(off[0]), int(off[-1])
+        if self.representation == "sparse":
+            ac = np.zeros((hi - lo, n, 2 * n))
+            owner = np.repeat(np.arange(hi - lo), np.diff(off))
+            ac[owner, self._ea[r0:r1], self._ex[r0:r1]] = self._ev[r0:r1]
+            return ac[:, :, :n].copy(), b, ac[:, :, n:].copy()
+        rw = np.repeat(self._norm[lo:hi], self.tau[lo:hi])
+        if self._rho is not None:
+            rw = rw * self._rho[r0:r1]
+        if self.representation == "tabular":
+            A, C = _tabular_dense(self._s[r0:r1], self._sn[r0:r1], self._gn[r0:r1], rw,
+                                  self._norm[lo:hi], off - r0, n)
+        else:
+            A, C = _rows_dense(self._p[r0:r1], self._e[r0:r1], rw, self._norm[lo:hi], off - r0)
+        return A, b, C
+
     def to_rows(self) -> dict[str, np.ndarray]:
         """Storage rows: ``traj_index (m,), tau (m,), A (m, n*n), b (m, n), C (m, n*n)``."""
         A, b, C = self.dense()

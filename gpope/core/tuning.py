@@ -11,6 +11,10 @@ Grids (the documented rule; both reach each domain's own scale):
 * **clip**: multiples {1, 3, 10, 30} of the median per-trajectory gradient norm of the public
   cohort at its own (public) LSTD solution: where the gradients of a converged run live. Above the
   largest the clip adds noise without reducing bias; below the smallest it biases every step.
+  When the best clip lies at an edge of the tried ones (with the best step size of the coarse
+  grid), the grid is extended by factors of 3 in that direction (at most 4 times): a run whose
+  noise dominates wants a clip below the median norm (mountain car, public tuning at m_pub = 3000
+  chose the grid's lower edge, issue 10).
 * **step size**: eta0 x 10^k, k = -2..2, extended by decades while the best lies at an edge (at
   most 4 times), then x{1/3, 3} around the best, with eta0 =
   1 / (lambda ln(1 + 1/f)): the inverse schedule's steps sum to eta ln(1 + 1/f), so eta0 is the step
@@ -105,7 +109,8 @@ def tune_operating_point(
         trials: noisy runs per candidate (the score is their median relative MSPBE).
         rng: the public tuning stream.
         clips, steps: explicit grids (None: the rule of the module docstring).
-        refine: also try x{1/3, 3} around the best step size of the coarse grid.
+        refine: extend the automatic clip grid and the step grid at an edge (module docstring)
+            and try x{1/3, 3} around the best step size of the coarse grid.
     """
     from gpope.core.accounting import calibrate_sigma
 
@@ -121,6 +126,7 @@ def tune_operating_point(
     schedule = settings.get("step_schedule", "inverse")
     eta0 = step_grid_center(population, settings.get("step_offset_fraction")
                             if schedule == "inverse" else None)
+    explicit_clips = bool(clips)
     clips = tuple(clips) if clips else auto_clips
     coarse = tuple(steps) if steps else tuple(float(f"{eta0 * 10.0 ** k:.3g}") for k in STEP_DECADES)
     rows: list[dict[str, Any]] = []
@@ -149,6 +155,20 @@ def tune_operating_point(
             return s
 
         results = {(h, eta): score(h, eta) for h in clips for eta in coarse}
+        if refine and not explicit_clips:
+            # the clip grid must contain the optimum too: while the best clip is at an edge of the
+            # tried ones, extend by factors of 3 in that direction at the best step size
+            for _ in range(EXTEND):
+                h_best, eta_best = min(results, key=results.get)  # type: ignore[arg-type]
+                tried = sorted({h for (h, _) in results})
+                if h_best == tried[0]:
+                    new = float(f"{h_best / 3:.3g}")
+                elif h_best == tried[-1]:
+                    new = float(f"{h_best * 3:.3g}")
+                else:
+                    break
+                for eta in coarse:
+                    results[(new, eta)] = score(new, eta)
         if refine and not steps:
             # the grid must contain the optimum: while the best step size is at an edge of the
             # tried ones, extend by decades in that direction (at most EXTEND times)

@@ -164,6 +164,10 @@ def test_public_tuning_picks_the_best_candidate_and_grids_reach_the_scale():
     assert res.gradient_scale > 0 and {r["clip"] for r in rows} >= {point.clip}
     steps = sorted({r["step_size"] for r in rows if r["clip"] == point.clip})
     assert steps[0] < point.step_size < steps[-1]  # the optimum is inside the tried range
+    # here the best clip of the automatic grid (gradient scale x {1, 3, 10, 30}) is its lower
+    # edge: the grid was extended below it until the optimum lay inside
+    clips = sorted({r["clip"] for r in rows})
+    assert clips[0] < res.gradient_scale * 0.99 and clips[0] < point.clip < clips[-1]
 
 
 _SPECS = sorted((Path(__file__).resolve().parents[2] / "conf" / "specs").glob("*.yaml"))

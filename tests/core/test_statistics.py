@@ -163,6 +163,23 @@ def test_representations_give_identical_gradients(seed, m, n, extra, one_hot):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("representation", ["dense", "compact", "tabular", "sparse"])
+def test_dense_range_equals_the_slice_of_dense(representation):
+    rng = np.random.default_rng(11)
+    m, n = 7, 3
+    rows = random_rows(rng, m, n, 25, one_hot=True)
+    stats = build(rows, m, "dense" if representation == "sparse" else representation)
+    if representation == "sparse":
+        stats = sparse_of(stats, rng.permutation(m))
+    assert stats.representation == representation
+    full = stats.dense()
+    for lo, hi in ((0, m), (2, 5), (6, 7), (3, 3)):
+        for part, whole in zip(stats.dense_range(lo, hi), full, strict=True):
+            np.testing.assert_allclose(part, whole[lo:hi], rtol=0, atol=1e-12)
+    with pytest.raises(DataError):
+        stats.dense_range(4, 2)
+
+
 def test_rows_round_trip_in_any_order():
     rng = np.random.default_rng(5)
     stats = build(random_rows(rng, 6, 3, 10), 6, "compact")
