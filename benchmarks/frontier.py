@@ -6,9 +6,9 @@ finished)::
     .venv/bin/python benchmarks/frontier.py chain --spec conf/specs/chain.yaml \
         --sizes 10000,100000 --trials 20 --methods gpope,ssp
     .venv/bin/python benchmarks/frontier.py mountaincar-on --sizes 30000 --public-size 3000 \
-        --truth-size 30000 --trials 20 --methods gpope,ssp
-    .venv/bin/python benchmarks/frontier.py mountaincar-off --sizes 10000 --public-size 3000 \
-        --trials 20 --methods gpope,ssp
+        --tune-epsilons 10 --epsilons 1 --truth-size 30000 --trials 20 --methods gpope,ssp
+    .venv/bin/python benchmarks/frontier.py mountaincar-off --sizes 10000 --public-size 10000 \
+        --epsilons 1 --trials 20 --methods gpope,ssp
     .venv/bin/python benchmarks/frontier.py hiv --pool 20000 --sizes 3000 --public-size 1000 \
         --trials 20 --methods gpope,ssp
 
@@ -18,7 +18,7 @@ What one run does (pure numpy core, no Spark; the same code as ``gpope tune --sp
 1. **public tuning** (GPOPE): either the ``evaluation:`` block of ``--spec FILE`` as shipped
    (written by ``gpope tune --spec`` on its own public cohort), or a public cohort of
    ``--public-size`` trajectories (seed ``--seed`` + 1, never used for evaluation) and
-   :func:`gpope.core.tuning.tune_operating_point` at the run's ``--epsilons``: (clip, step size)
+   :func:`gpope.core.tuning.tune_operating_point` at ``--tune-epsilons``: (clip, step size)
    per epsilon on grids set by that cohort's gradient scale and conditioning, extended at their
    edges, at the fixed operating point (Poisson, ``--passes`` passes, ``--iterations`` steps,
    q = passes / iterations, eta / (i + 0.1 N), tail averaging of the last half, PLD). SSP's one
@@ -32,7 +32,8 @@ What one run does (pure numpy core, no Spark; the same code as ``gpope tune --sp
 3. **metrics**: relative MSPBE against the domain's ground truth (chain: exact; mountain car:
    population statistics of ``--truth-size`` independent trajectories; HIV with ``--pool``: the
    population statistics of the pool itself), RMS value error (chain: exact values), wall time of
-   the estimator (GPOPE: the solver; SSP: clip, sum, noise and solve), trajectories touched
+   the estimator and its process CPU time (the honest cost on a loaded machine; GPOPE: the solver;
+   SSP: clip, sum, noise and solve), trajectories touched
    (GPOPE: passes * m; SSP: m).
 
 HIV (``--pool P``): the simulator costs about 0.1 s per patient, so ONE pool of P patients
@@ -155,14 +156,21 @@ def ssp_clip(stats: TrajectoryStats, quantile: float) -> float:
     return float(np.quantile(norms, quantile))
 
 
-def ssp_theta(stats: TrajectoryStats, *, clip: float, sigma: float, moments_share: float,
-              rng: np.random.Generator) -> np.ndarray:
-    """One SSP release at total noise multiplier ``sigma`` (the statistics' share of it, as
-    ``gpope evaluate --estimator ssp``) and its plain LSTD solve."""
-    from gpope.core.intervals import ssp_values
-    from gpope.core.ssp import clip_statistics, release_noisy_statistics, split_sigma
+def ssp_sum(stats: TrajectoryStats, clip: float) -> np.ndarray:
+    """The clipped sum of the statistics vectors (the data-dependent part of the release, the
+    same for every epsilon of a trial)."""
+    from gpope.core.ssp import clip_statistics
 
-    total = sum(clip_statistics(v, clip).sum(axis=0) for v in _vectors(stats))
+    return np.asarray(sum(clip_statistics(v, clip).sum(axis=0) for v in _vectors(stats)))
+
+
+def ssp_theta(stats: TrajectoryStats, total: np.ndarray, *, clip: float, sigma: float,
+              moments_share: float, rng: np.random.Generator) -> np.ndarray:
+    """One SSP release of the clipped sum ``total`` at total noise multiplier ``sigma`` (the
+    statistics' share of it, as ``gpope evaluate --estimator ssp``) and its plain LSTD solve."""
+    from gpope.core.intervals import ssp_values
+    from gpope.core.ssp import release_noisy_statistics, split_sigma
+
     s1, _ = split_sigma(sigma, moments_share)
     noisy = release_noisy_statistics(np.asarray(total)[None, :], n=stats.n, m=stats.m, sigma=s1,
                                      clip=clip, rng=rng)
@@ -191,6 +199,10 @@ def main() -> None:
     p.add_argument("--passes", type=float, default=20.0)
     p.add_argument("--iterations", type=int, default=20000)
     p.add_argument("--tune-trials", type=int, default=2)
+    p.add_argument("--tune-epsilons", default=None,
+                   help="epsilons of the public tuning (default: --epsilons); the rule picks the "
+                        "tuned point with m_pub epsilon_k nearest to m epsilon, so a cohort of "
+                        "m_pub = m / 10 tuned at epsilon 10 serves epsilon 1")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--ssp-quantile", type=float, default=0.99)
     p.add_argument("--moments-share", type=float, default=0.1)
@@ -245,7 +257,8 @@ def main() -> None:
             pub_stats = public.stats(norm)
             population = public.truth if hasattr(public, "truth") else pub_stats.population()
             tuned = tune_operating_point(
-                pub_stats, population, settings=fixed, epsilons=epsilons, delta=args.delta,
+                pub_stats, population, settings=fixed, delta=args.delta,
+                epsilons=tuple(float(x) for x in (args.tune_epsilons or args.epsilons).split(",")),
                 trials=args.tune_trials, rng=np.random.default_rng(seed_seq(args.seed + 1, 4)),
                 log=lambda msg: print(msg, flush=True))
         block = EvaluationBlock(**fixed, tuned=tuned.points, tuning={"patients": m_pub})
@@ -270,17 +283,23 @@ def main() -> None:
             problem = make(m, np.random.default_rng(seed_seq(args.seed, 1, m, t)))
             stats = problem.stats(norm)
             data_secs = time.perf_counter() - s_data
+            ssp_total, ssp_sum_secs, ssp_sum_cpu = None, 0.0, 0.0
             for k, eps in enumerate(EPSILONS):
                 if eps not in epsilons:
                     continue
                 for method in methods:
                     rng = np.random.default_rng(seed_seq(args.seed, 2 if method == "gpope" else 5,
                                                          m, t, k))
-                    s0 = time.perf_counter()
+                    s0, c0 = time.perf_counter(), time.process_time()
                     if method == "ssp":
+                        if ssp_total is None:  # once per data set; its time counts in every cell
+                            ssp_total = ssp_sum(stats, clip_ssp)
+                            ssp_sum_secs = time.perf_counter() - s0
+                            ssp_sum_cpu = time.process_time() - c0
+                            s0, c0 = time.perf_counter(), time.process_time()
                         sigma = ssp_sigma(m=m, epsilon=eps, delta=args.delta)
                         with np.errstate(all="ignore"):
-                            theta = ssp_theta(stats, clip=clip_ssp, sigma=sigma,
+                            theta = ssp_theta(stats, ssp_total, clip=clip_ssp, sigma=sigma,
                                               moments_share=args.moments_share, rng=rng)
                         row = {"clip": clip_ssp, "step_size": None, "touched": float(m), "steps": 1}
                     else:
@@ -310,14 +329,16 @@ def main() -> None:
                         row = {"clip": sel["clip"], "step_size": sel["step_size"],
                                "touched": touched, "steps": N,
                                "tuned_epsilon": None if point is None else point.epsilon}
-                    secs = time.perf_counter() - s0
+                    secs = time.perf_counter() - s0 + (ssp_sum_secs if method == "ssp" else 0.0)
+                    cpu = time.process_time() - c0 + (ssp_sum_cpu if method == "ssp" else 0.0)
                     theta = np.asarray(theta).reshape(-1)
                     ok = bool(np.isfinite(theta).all())
                     rel = float(problem.rel_mspbe(theta)[0]) if ok else math.inf
                     ve = float(problem.value_error(theta)[0]) if ok else math.inf
                     record["trials"].append({"method": method, "m": m, "trial": t, "epsilon": eps,
                                              "rel_mspbe": rel, "value_error": ve,
-                                             "seconds": secs, "sigma": sigma,
+                                             "seconds": secs, "cpu_seconds": cpu,
+                                             "sigma": sigma,
                                              "data_seconds": data_secs, **row})
                     out.write_text(json.dumps(record, indent=1, default=float))
             print(f"m={m} trial {t} done ({time.perf_counter() - t0:.0f} s)", flush=True)
