@@ -16,14 +16,26 @@ the estimand:
 
 * chain: the values at s0, s20, s38 (the population fixed point of the tabular features = the
   exact values, closed form, which is also the Monte Carlo truth);
-* mountain car (off-policy, Fourier features) and HIV: every coordinate of theta against the
+* mountain car (off-policy, Fourier features): every coordinate of theta against the
   population fixed point theta* = A^-1 b of the harness's large-sample truth statistics;
+* HIV: the demo's spec (conf/specs/hiv_demo.yaml: 13 Fourier features, gamma 0.9, the demo's 40
+  decisions per patient). The simulator costs about 0.06-0.1 s per patient, so ONE pool of
+  ``--pool`` patients is simulated once (cached under ``--pool-dir``) and every trial's cohort is
+  drawn iid WITH REPLACEMENT from it: the population is the pool, the estimand its fixed point
+  (the reference values and every theta coordinate; the clipped one is computed exactly). The
+  public cohort for the clip bounds is simulated separately (its own seed);
 
 and (``coverage_mc``) against a Monte Carlo estimate (``--truth`` fresh trajectories) of the
 fixed point of the CLIPPED population statistics, which is what a clipped release estimates.
 
+``--estimators gpope`` (chain and HIV): per trial, ``--gpope-runs`` GPOPE runs (vectorised,
+independent noise) at the operating point ``gpope evaluate`` takes from the spec for (m, epsilon
+(1 - share)), each with its own noisy-statistics release at ``--statistics-share`` of (epsilon,
+delta) and the interval ``gpope evaluate`` releases: the SSP interval of that release widened to
+hold the GPOPE value (:func:`gpope.core.intervals.anchored_interval`).
+
 Usage: nice -n 10 python benchmarks/intervals_coverage.py --domain chain --sizes 10000 \
-          --epsilons 1 --trials 100 [--json out.json]
+          --epsilons 1 --trials 100 [--estimators ssp,gpope] [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
 
 def _sorted(transitions, rho):
     """(transitions sorted by (traj_index, t) with dense trajectory numbers, rho in that order):
@@ -70,9 +83,33 @@ def _vectors(transitions, features, rho, gamma, length_scale, block=1024):
     return np.concatenate(out)
 
 
+def _hiv_pool(folder: Path, name: str, size: int, *, seed: int, chunk: int = 250) -> np.ndarray:
+    """(size, 2n^2+n) statistics vectors of ``size`` HIV patients (the demo's spec, 40 decisions,
+    ``gpope simulate``'s behaviour policy), simulated once in chunks of ``chunk`` patients
+    (stream ``[seed, c]``) and cached as ``folder/name_ccc.npy``."""
+    from gpope.core.ssp import statistics_vectors
+    from gpope.shell.pipeline.jobargs import load_spec
+    from gpope.shell.pipeline.simulate import generate_episodes
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    spec = load_spec(ROOT / "conf/specs/hiv_demo.yaml")
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for c in range(-(-size // chunk)):
+        f = folder / f"{name}_{c:03d}.npy"
+        if not f.exists():
+            tr = generate_episodes("hiv", chunk, np.random.default_rng([seed, c]), n_steps=40)
+            r = statistics_of_transitions(tr, spec).to_rows()
+            np.save(f, statistics_vectors(r["A"], r["b"], r["C"]))
+            print(f"  simulated {name} chunk {c} ({chunk} patients)", flush=True)
+        parts.append(np.load(f))
+    return np.concatenate(parts)[:size]
+
+
 class _Setup:
-    def __init__(self, domain: str, seed: int):
+    def __init__(self, domain: str, seed: int, pool: int = 6000, pool_dir: str = "/tmp/intervals/hivpool"):
         self.domain = domain
+        self.pool_dir = pool_dir
         if domain == "chain":
             from gpope.core.envs import chain as ch
 
@@ -83,18 +120,38 @@ class _Setup:
             self.estimand = ch.exact_values(self.cfg)[states]
             self.transform = lambda th: th[states]
             self.names = ["V(s0)", "V(s20)", "V(s38)"]
-        else:
-            from gpope.core.experiments.continuous import HIVSettings, MountainCarSettings, _Domain
+        elif domain == "mountaincar":
+            from gpope.core.experiments.continuous import MountainCarSettings, _Domain
 
-            s = MountainCarSettings() if domain == "mountaincar" else HIVSettings()
-            self.dom = _Domain(domain, "off" if domain == "mountaincar" else "main", s)
+            s = MountainCarSettings()
+            self.dom = _Domain(domain, "off", s)
             self.features, self.gamma, self.L = self.dom.features, s.gamma, 200.0
             A, b, _ = self.dom.truth(seed)
             self.estimand = np.linalg.lstsq(A, b, rcond=None)[0]
             self.transform = lambda th: th
             self.names = [f"theta[{i}]" for i in range(len(self.estimand))]
+        else:  # hiv: the demo's spec on a cached pool (module docstring)
+            from gpope.core import ssp
+            from gpope.shell.pipeline.jobargs import load_spec
+
+            self.spec = load_spec(ROOT / "conf/specs/hiv_demo.yaml")
+            n = self.spec.n_features
+            self.pool = _hiv_pool(Path(pool_dir), "pool", pool, seed=11)
+            A, b, _ = ssp.split_vector(self.pool.mean(axis=0), n)
+            spec = self.spec
+            self.transform = lambda th: np.concatenate([spec.reference_values(th), th])
+            self.estimand = self.transform(np.linalg.solve(A, b))
+            self.names = [f"V({r})" for r in spec.reference_names] + [f"theta[{i}]" for i in range(n)]
+
+    def public(self, m: int, seed: int) -> np.ndarray:
+        """An independent public cohort's statistics vectors (clip bounds only)."""
+        if self.domain == "hiv":
+            return _hiv_pool(Path(self.pool_dir), "public", m, seed=77)
+        return self.data(m, np.random.default_rng([seed, 99]))
 
     def data(self, m: int, rng: np.random.Generator):
+        if self.domain == "hiv":  # iid with replacement from the pool
+            return self.pool[rng.integers(0, len(self.pool), m)]
         if self.domain == "chain":
             from gpope.core.envs import chain as ch
 
@@ -110,6 +167,11 @@ class _Setup:
         population statistics (what a clipped release estimates), from m fresh trajectories."""
         from gpope.core import ssp
 
+        if self.domain == "hiv":  # the pool is the population: its clipped fixed point, exactly
+            vec = ssp.clip_statistics(self.pool, clip)
+            n = self.spec.n_features
+            A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
+            return self.transform(np.linalg.solve(A, b))
         vec = ssp.clip_statistics(self.data(m, np.random.default_rng([seed, 7777])), clip)
         n = round((-1 + np.sqrt(1 + 8 * vec.shape[1])) / 4)
         A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
@@ -118,15 +180,17 @@ class _Setup:
 
 def markdown_table(cells: list[dict]) -> str:
     """The RESULTS.md table of result cells (numbers exactly as measured)."""
-    rows = ["| domain | quantities | m | epsilon | share | trials | coverage (estimand) | coverage "
-            "(MC clipped fixed point) | one-sided | mean width | median width | median abs error |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| domain | estimator | quantities | m | epsilon | share | intervals per quantity | "
+            "coverage (estimand) | coverage (MC clipped fixed point) | one-sided | unbounded | "
+            "mean width (bounded) | median width | median abs error |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         q = c["quantities"]
-        what = ", ".join(q) if len(q) <= 3 else f"{len(q)} theta coordinates"
-        rows.append(f"| {c['domain']} | {what} | {c['m']} | {c['epsilon']:g} | {c['share']:g} | "
-                    f"{c['trials']} | {c['coverage']:.3f} | {c['coverage_mc']:.3f} | "
-                    f"{c['lower_bound_coverage']:.3f} | {c['mean_width']:.4g} | {c['median_width']:.4g} | "
+        what = ", ".join(q) if len(q) <= 3 else f"{len(q)} quantities"
+        rows.append(f"| {c['domain']} | {c.get('estimator', 'ssp')} | {what} | {c['m']} | "
+                    f"{c['epsilon']:g} | {c['share']:g} | {c.get('intervals_per_quantity', c['trials'])} | "
+                    f"{c['coverage']:.3f} | {c['coverage_mc']:.3f} | {c['lower_bound_coverage']:.3f} | "
+                    f"{c.get('unbounded', 0.0):.3f} | {c['mean_width']:.4g} | {c['median_width']:.4g} | "
                     f"{c['median_abs_error']:.4g} |")
     return "\n".join(rows)
 
@@ -148,7 +212,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="trajectories of the Monte Carlo estimate of the clipped fixed point")
     parser.add_argument("--level", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--estimators", default="ssp",
+                        help="ssp and/or gpope (chain and hiv: GPOPE at the spec's operating point)")
+    parser.add_argument("--gpope-runs", type=int, default=5,
+                        help="GPOPE runs (independent noise, vectorised) per data set")
+    parser.add_argument("--statistics-share", type=float, default=0.1,
+                        help="a gpope run's share of (epsilon, delta) for the noisy statistics")
+    parser.add_argument("--pool", type=int, default=6000, help="hiv: patients in the cached pool")
+    parser.add_argument("--pool-dir", default="/tmp/intervals/hivpool", help="hiv: pool cache")
+    parser.add_argument("--json", default=None, help="result cells (rewritten after every trial)")
     parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
                         help="print the markdown table of saved --json results and exit")
     args = parser.parse_args(argv)
@@ -157,72 +229,142 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from gpope.core import ssp
-    from gpope.core.intervals import BOOTSTRAP_DRAWS, bootstrap_interval, ssp_values
+    from gpope.core.intervals import BOOTSTRAP_DRAWS
 
     draws = args.draws or BOOTSTRAP_DRAWS
-    setup = _Setup(args.domain, args.seed)
-    public = setup.data(args.public, np.random.default_rng([args.seed, 99]))
+    estimators = args.estimators.split(",")
+    setup = _Setup(args.domain, args.seed, args.pool, args.pool_dir)
+    if "gpope" in estimators and args.domain == "mountaincar":
+        raise SystemExit("--estimators gpope: chain and hiv only (their specs' statistics are the "
+                         "benchmark's; mountain car's harness scales rewards differently)")
+    public = setup.public(args.public, args.seed)
     clip = float(np.quantile(np.linalg.norm(public, axis=1), 0.99))
     public_c = ssp.clip_statistics(public, clip)
     n = round((-1 + np.sqrt(1 + 8 * public.shape[1])) / 4)
     estimand = setup.estimand
     clipped_estimand = setup.clipped_estimand(clip, args.truth, args.seed)
-    cells = []
-    epsilons = [(float(e), float(sh)) for e in args.epsilons.split(",") for sh in args.shares.split(",")]
+
+    def release_interval(vec, total, m, eps, delta, rng):
+        """The pipeline's SSP release and its bootstrap interval (pooled sums, moments)."""
+        from gpope.core.intervals import bootstrap_interval, ssp_values
+
+        sigma = ssp.ssp_sigma(m=m, epsilon=eps, delta=delta)
+        s1, s2 = ssp.split_sigma(sigma, args.moments_share)
+        noisy = ssp.release_noisy_statistics(total, n=n, m=m, sigma=s1, clip=clip, rng=rng)
+        theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
+        norms = np.linalg.norm(ssp.residuals(public_c, theta, n), axis=1)
+        bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, 0.99)))
+        moments = ssp.release_moments(
+            ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound), n=n,
+            theta=theta, sigma=s2, bound=bound, rng=rng)
+        return bootstrap_interval(noisy, moments, setup.transform, rng=rng, level=args.level,
+                                  draws=draws, regularize=False)[1]
+
+    cells: list[dict] = []
+    keys = [(est, float(e), float(sh)) for est in estimators for e in args.epsilons.split(",")
+            for sh in (args.shares.split(",") if est == "ssp" else ["1"])]
     for m in (int(float(x)) for x in args.sizes.split(",")):
-        # fresh data per trial, shared by the epsilon cells of that trial (independent noise each)
-        acc = {eps: {k: [] for k in ("cov", "cov_mc", "width", "err", "lb")} for eps in epsilons}
+        # fresh data per trial, shared by the cells of that trial (independent noise each)
+        acc = {k: {f: [] for f in ("cov", "cov_mc", "width", "err", "lb")} for k in keys}
         t0 = time.perf_counter()
+        done = [c for c in cells]
+
+        def record(key, iv, acc=acc):
+            a = acc[key]
+            a["cov"].append((iv.lower <= estimand) & (estimand <= iv.upper))
+            a["cov_mc"].append((iv.lower <= clipped_estimand) & (clipped_estimand <= iv.upper))
+            a["lb"].append(iv.lower_bound <= estimand)
+            a["width"].append(iv.upper - iv.lower)
+            a["err"].append(iv.value - estimand)
+
         for t in range(args.trials):
             rng_data = np.random.default_rng([args.seed, m, t])
             vec = setup.data(m, rng_data)
             total = ssp.clip_statistics(vec, clip).sum(axis=0, keepdims=True)
-            for eps, share in epsilons:
-                rng = np.random.default_rng([args.seed, m, int(eps * 1000), int(share * 1000), t])
-                sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
-                s1, s2 = ssp.split_sigma(sigma, args.moments_share)
-                noisy = ssp.release_noisy_statistics(total, n=n, m=m, sigma=s1, clip=clip, rng=rng)
-                theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
-                norms = np.linalg.norm(ssp.residuals(public_c, theta, n), axis=1)
-                bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, 0.99)))
-                moments = ssp.release_moments(
-                    ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound), n=n,
-                    theta=theta, sigma=s2, bound=bound, rng=rng)
-                _, iv = bootstrap_interval(noisy, moments, setup.transform, rng=rng, level=args.level,
-                                           draws=draws, regularize=False)
-                a = acc[(eps, share)]
-                a["cov"].append((iv.lower <= estimand) & (estimand <= iv.upper))
-                a["cov_mc"].append((iv.lower <= clipped_estimand) & (clipped_estimand <= iv.upper))
-                a["lb"].append(iv.lower_bound <= estimand)
-                a["width"].append(iv.upper - iv.lower)
-                a["err"].append(iv.value - estimand)
+            for key in keys:
+                est, eps, share = key
+                rng = np.random.default_rng([args.seed, m, int(eps * 1000), int(share * 1000), t,
+                                             estimators.index(est)])
+                if est == "ssp":
+                    record(key, release_interval(vec, total, m, eps * share, args.delta * share, rng))
+                    continue
+                from gpope.core.intervals import anchored_interval
+
+                sh = args.statistics_share
+                thetas = _gpope_thetas(setup, vec, m=m, n=n, epsilon=eps * (1 - sh),
+                                       delta=args.delta * (1 - sh), runs=args.gpope_runs, rng=rng)
+                for th in thetas:
+                    ref = release_interval(vec, total, m, eps * sh, args.delta * sh, rng)
+                    record(key, anchored_interval(setup.transform(th), ref))
+            cells = done + [_cell(args, setup, key, acc[key], m=m, clip=clip, draws=draws,
+                                  seconds=time.perf_counter() - t0, trials=t + 1) for key in keys]
+            if args.json:
+                Path(args.json).write_text(json.dumps(cells, indent=2))
             print(f"  trial {t + 1}: running coverage "
-                  + ", ".join(f"eps {e:g} share {sh:g}: {np.mean(acc[(e, sh)]['cov']):.3f}"
-                              for e, sh in epsilons), flush=True)
-        seconds = time.perf_counter() - t0
-        for eps, share in epsilons:
-            cov, cov_mc, width, err, lb = (np.array(acc[(eps, share)][k])
-                                           for k in ("cov", "cov_mc", "width", "err", "lb"))
-            sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
-            cell = {"domain": args.domain, "m": m, "epsilon": eps, "delta": args.delta,
-                    "share": share, "moments_share": args.moments_share, "draws": draws,
-                    "trials": args.trials, "clip": clip, "sigma": sigma,
-                    "coverage": float(cov.mean()), "coverage_mc": float(cov_mc.mean()),
-                    "coverage_per_quantity": cov.mean(axis=0).tolist(),
-                    "lower_bound_coverage": float(lb.mean()), "mean_width": float(width.mean()),
-                    "median_width": float(np.median(width)),
-                    "rms_error": float(np.sqrt((err ** 2).mean())),
-                    "median_abs_error": float(np.median(np.abs(err))),
-                    "quantities": setup.names, "seconds_all_cells_of_m": seconds}
-            cells.append(cell)
-            print(f"{args.domain} m={m} eps={eps:g} share={share:g}: coverage "
-                  f"{cell['coverage']:.3f} (vs the Monte Carlo clipped fixed point {cell['coverage_mc']:.3f}; "
-                  f"one-sided {cell['lower_bound_coverage']:.3f}), mean width {cell['mean_width']:.4g} "
-                  f"(median {cell['median_width']:.4g}), RMS error {cell['rms_error']:.4g}, median "
-                  f"|error| {cell['median_abs_error']:.4g}, {args.trials} trials", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(cells, indent=2))
+                  + ", ".join(f"{k[0]} eps {k[1]:g} share {k[2]:g}: {np.mean(acc[k]['cov']):.3f}"
+                              for k in keys), flush=True)
+        for c in cells[len(done):]:
+            print(f"{args.domain} {c['estimator']} m={m} eps={c['epsilon']:g} share={c['share']:g}: "
+                  f"coverage {c['coverage']:.3f} (vs the Monte Carlo clipped fixed point "
+                  f"{c['coverage_mc']:.3f}; one-sided {c['lower_bound_coverage']:.3f}), mean width "
+                  f"{c['mean_width']:.4g} (median {c['median_width']:.4g}), unbounded "
+                  f"{c['unbounded']:.3f}, RMS error {c['rms_error']:.4g}, median |error| "
+                  f"{c['median_abs_error']:.4g}, {c['intervals_per_quantity']} intervals per quantity",
+                  flush=True)
     return 0
+
+
+def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
+    from gpope.core import ssp
+
+    est, eps, share = key
+    cov, cov_mc, width, err, lb = (np.array(a[k]) for k in ("cov", "cov_mc", "width", "err", "lb"))
+    finite = np.isfinite(width)
+    sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
+    return {"domain": args.domain, "estimator": est, "m": m, "epsilon": eps, "delta": args.delta,
+            "share": share if est == "ssp" else args.statistics_share,
+            "moments_share": args.moments_share, "draws": draws, "trials": trials,
+            "gpope_runs_per_trial": args.gpope_runs if est == "gpope" else None,
+            "intervals_per_quantity": int(cov.shape[0]), "clip": clip, "sigma": sigma,
+            "coverage": float(cov.mean()), "coverage_mc": float(cov_mc.mean()),
+            "coverage_per_quantity": cov.mean(axis=0).tolist(),
+            "lower_bound_coverage": float(lb.mean()),
+            "unbounded": float(1.0 - finite.mean()),
+            "mean_width": float(width[finite].mean()) if finite.any() else float("inf"),
+            "median_width": float(np.median(width)),
+            "rms_error": float(np.sqrt((err ** 2).mean())),
+            "median_abs_error": float(np.median(np.abs(err))),
+            "quantities": setup.names, "seconds_all_cells_of_m": seconds}
+
+
+def _gpope_thetas(setup, vec, *, m, n, epsilon, delta, runs, rng) -> np.ndarray:
+    """(runs, n) released thetas of ``runs`` GPOPE runs (independent noise and batches,
+    vectorised) on one data set, at the operating point ``gpope evaluate`` takes from the spec's
+    ``evaluation:`` block for (m, epsilon) (poisson sampling, the block's budget and schedule)."""
+    from gpope.core import ssp
+    from gpope.core.accounting import calibrate_sigma
+    from gpope.core.gpope import GPOPEConfig, run_gpope_trials
+    from gpope.core.operating import resolve_budget, resolve_step_offset
+    from gpope.core.statistics import TrajectoryStats
+    from gpope.shell.pipeline.jobargs import load_spec
+
+    spec = load_spec(ROOT / ("conf/specs/chain.yaml" if setup.domain == "chain"
+                             else "conf/specs/hiv_demo.yaml"))
+    s, _ = spec.evaluation.select(m, epsilon)
+    N, q = resolve_budget(m=m, sampling="poisson", passes=s.get("passes"), batch_size=None,
+                          iterations=s["iterations"], batch_rate=s.get("batch_rate"))
+    sigma = calibrate_sigma(m=m, iterations=N, epsilon=epsilon, delta=delta, accountant="auto",
+                            sampling="poisson", batch_rate=q)
+    cfg = GPOPEConfig(
+        iterations=N, step_size=s["step_size"], clip=s["clip"], noise_multiplier=sigma, delta=delta,
+        sampling="poisson", batch_rate=q, step_schedule=s["step_schedule"],
+        step_offset=resolve_step_offset(iterations=N, step_offset=None,
+                                        step_offset_fraction=s.get("step_offset_fraction")),
+        averaging=s["averaging"], tail_fraction=s["tail_fraction"])
+    A, b, C = ssp.split_vector(vec, n)
+    stats = TrajectoryStats.from_dense(A, b, C)
+    res = run_gpope_trials(stats, cfg, rng, runs)
+    return res.theta_avg if res.theta_avg is not None else res.theta
 
 
 if __name__ == "__main__":

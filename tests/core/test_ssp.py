@@ -231,3 +231,30 @@ def test_moment_vectors_have_the_frobenius_norm_and_invert():
     assert np.linalg.norm(res, axis=1).max() <= worst * (1 + 1e-12)
 
 
+
+
+def test_quantities_on_a_feature_below_the_support_threshold_get_unbounded_intervals():
+    """The HIV demo's failure in small: a feature the data hardly visits (C_22 * m below the
+    noise threshold) is left out of the solve (theta_2 = 0); its interval used to be [0, 0]
+    (zero width, missing theta*_2 = A*^-1 b* [2] != 0). Now every quantity that depends on it is
+    unbounded and the others stay finite."""
+    m, clip, n = 300, 4.0, 3
+    rng = np.random.default_rng(3)
+    vec = _linear_population(m, rng, 0.05)
+    A, b, C = ssp.split_vector(vec, n)
+    C[:, 2, 2] = 1e-3  # sum over m = 0.3, below SUPPORT_Z * noise std = 4 * 0.2
+    vec = ssp.statistics_vectors(A, b, C)
+    noisy = ssp.release_noisy_statistics(ssp.clip_statistics(vec, clip).sum(0, keepdims=True),
+                                         n=n, m=m, sigma=0.05, clip=clip, rng=rng)
+    assert list(ssp.supported_features(noisy.pooled()[2], noise_std=noisy.pooled_noise_std())) == [
+        True, True, False]
+    truth = np.linalg.solve(_A_STAR, _B_STAR)
+    assert abs(truth[2]) > 0.5
+    refs = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    theta, iv = bootstrap_interval(noisy, None, lambda th: np.concatenate([refs @ th, th]),
+                                   rng=np.random.default_rng(4), draws=100, regularize=False)
+    assert theta[2] == 0.0
+    unbounded = ~np.isfinite(iv.upper)
+    assert list(unbounded) == [False, True, False, False, True]
+    assert np.all(iv.lower[unbounded] == -np.inf) and np.all(iv.lower_bound[unbounded] == -np.inf)
+    assert np.all(np.isfinite(iv.lower[~unbounded])) and np.all(iv.lower <= iv.value)

@@ -534,6 +534,11 @@ def run_evaluate(
     n = spec.n_features
     # command line > the spec's evaluation: block (tuned on public data) > conf evaluation:
     options, settings_info = options.resolve(m=m, spec=spec, settings=config.evaluation)
+    if options.public_max_length is None:
+        # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the
+        # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
+        # for the demo's 40-decision ones and buried every feature of the noisy statistics
+        options = dataclasses.replace(options, public_max_length=_simulated_max_length(config, dataset))
     q = options.batch_rate
     ssp_run = options.estimator == "ssp"
     ssp_clip = _ssp_clip(spec, options, required=ssp_run)
@@ -879,14 +884,18 @@ def _outside_tuned(spec: EvaluationSpec, config: GpopeConfig, *, dataset: str, m
     m, epsilon and, for a simulated dataset, its recorded episode cap)."""
     if spec.evaluation is None:
         return None
+    return spec.evaluation.outside_tuned(m, epsilon, max_length=_simulated_max_length(config, dataset))
+
+
+def _simulated_max_length(config: GpopeConfig, dataset: str) -> int | None:
+    """The episode cap recorded by ``gpope simulate`` for ``dataset`` (public), or None."""
     from gpope.shell.pipeline.simulate import read_simulation_record
 
     try:
         record = read_simulation_record(config, dataset)
-    except Exception:  # the record is a convenience: never fail a committed release over it
+    except Exception:  # the record is a convenience: never fail a run over it
         record = None
-    max_length = int(record["max_length"]) if record else None
-    return spec.evaluation.outside_tuned(m, epsilon, max_length=max_length)
+    return int(record["max_length"]) if record and record.get("max_length") is not None else None
 
 
 def _ssp_clip(spec: EvaluationSpec, options: EvaluateOptions, *, required: bool) -> float | None:
