@@ -4,23 +4,30 @@ Every stage runs through the product's own function on a temporary lake (Spark +
 ``gpope simulate/ingest/stats/evaluate`` do), and next to it, in the same run and on the same
 data, a single Arrow/numpy pass that does the stage's essential work without Spark:
 
-* **simulate**: the numpy generator and event tables (:func:`~gpope.shell.pipeline.simulate.
-  simulate_tables`) plus one ``pyarrow.parquet`` write of the three tables;
-* **ingest**: the bronze Delta tables read with deltalake into Arrow, sorted by
-  ``(patient_id, time)`` and reduced to per-patient step counts and reward sums (one pass);
-* **stats**: the silver transitions read with deltalake and the core's statistics kernel in memory
-  (:func:`~gpope.shell.pipeline.stats.statistics_of_transitions`);
-* **evaluate**: the gold statistics read with deltalake and the core solver in memory
-  (:func:`~gpope.core.gpope.run_gpope`, same sigma and settings as the pipeline run).
+* **simulate**: the same cohort (the same generator, parts and Arrow tables,
+  :func:`~gpope.shell.pipeline.simulate.iter_simulated_tables`) written with ``pyarrow.parquet``
+  only (the stage stages the same Arrow tables and commits them with delta-rs: no Spark job);
+* **ingest**: the same rules in one DuckDB process (``ingest_reference.py``: validation with
+  reasons, duplicates and conflicts, overflow quarantine, cuts, forward-filled states, rewards,
+  ``traj_index``), writing the transitions and the rejected rows to Parquet; the run checks that
+  it found the same counts per (table, reason), transitions, trajectories and terminal steps;
+* **stats**: the silver transitions read with deltalake, sorted, and the stage's own kernel
+  (``_statistics_batch``) over consecutive trajectory ranges, written to Parquet, plus the clamp
+  counts;
+* **evaluate**: the gold statistics read with deltalake batch by batch into the sparse layout
+  (the stage's ``_sparse_batches``) and the core solver (:func:`~gpope.core.gpope.run_gpope`)
+  with the settings the pipeline run resolved.
 
 Reports per stage: seconds, rows per second, the ratio of the Spark stage's time to its
-single-pass reference (target <= 3x), and the peak resident memory of the whole process tree
-(Python driver + JVM), sampled every 0.2 s. Targets (issue 13): 1e6 patients end to end within
+single-pass reference (target <= 3x), the peak resident memory of the whole process tree (Python
+driver + JVM + Python workers) while the stage ran, and of the driver process alone while its
+reference ran (the idle JVM is not the reference's), sampled every 0.2 s. Targets (issue 13): 1e6 patients end to end within
 30 minutes and 8 GB on 2 cores. The load average at the start and the end is printed: the machine
 may be shared.
 
 Usage: python benchmarks/pipeline_scale.py [--quick] [--patients N] [--master local[2]] [--json]
-[--markdown] [--from-json FILE]  (``--from-json`` renders a saved ``--json`` result)
+[--markdown] [--from-json FILE] [--stages simulate,ingest,stats,evaluate] [--workdir DIR]
+(``--from-json`` renders a saved ``--json`` result)
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class PeakMemory:
     def __init__(self, interval: float = 0.2) -> None:
         self.interval = interval
         self.peak = 0
+        self.phase_tree = 0  # since the last :meth:`phase`: whole tree, and this process alone
+        self.phase_driver = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -72,9 +81,29 @@ class PeakMemory:
                     frontier.append(child)
         return sum(rss.get(pid, 0) for pid in tree)
 
+    @staticmethod
+    def _own_rss() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def _sample(self) -> None:
+        tree, own = self._tree_rss(os.getpid()), self._own_rss()
+        self.peak = max(self.peak, tree)
+        self.phase_tree = max(self.phase_tree, tree)
+        self.phase_driver = max(self.phase_driver, own)
+
+    def phase(self) -> dict[str, float]:
+        """Peaks (GB) since the previous call, then start a new phase."""
+        self._sample()
+        out = {"tree_gb": self.phase_tree / 2**30, "driver_gb": self.phase_driver / 2**30}
+        self.phase_tree = self.phase_driver = 0
+        return out
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._tree_rss(os.getpid()))
+            self._sample()
             self._stop.wait(self.interval)
 
     def __enter__(self) -> PeakMemory:
@@ -84,6 +113,9 @@ class PeakMemory:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+STAGES = ("simulate", "ingest", "stats", "evaluate")
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -98,46 +130,87 @@ def _progress(stage: str, values: dict[str, Any]) -> None:
           file=sys.stderr, flush=True)
 
 
-def _ingest_reference(root: str, dataset: str) -> int:
-    """One Arrow pass over the bronze tables: sort by patient and time, per-patient reductions."""
+def _simulate_reference(patients: int, out: str) -> int:
+    """The same cohort (same generator, same parts, same Arrow tables) written with pyarrow only."""
+    import pyarrow.parquet as pq
+
+    from gpope.shell.pipeline.simulate import iter_simulated_tables, tables_to_arrow
+
+    writers: dict[str, Any] = {}
+    rows = 0
+    for _, tables in iter_simulated_tables("chain", patients, 1):
+        for name, table in tables_to_arrow(tables).items():
+            if name not in writers:
+                writers[name] = pq.ParquetWriter(f"{out}/ref-{name}.parquet", table.schema)
+            writers[name].write_table(table)
+            rows += table.num_rows
+    for writer in writers.values():
+        writer.close()
+    return rows
+
+
+def _ingest_reference(root: str, dataset: str, out: str) -> int:
+    """The same silver tables from the same bronze rows in DuckDB (see ingest_reference.py)."""
+    from ingest_reference import ingest_duckdb
+
+    from gpope.shell.pipeline.simulate import dataset_settings_for_domain
+
+    return ingest_duckdb(root, dataset, dataset_settings_for_domain("chain"), out)
+
+
+def _dataset(path: str) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).to_pyarrow_dataset()
+
+
+def _stats_reference(root: str, dataset: str, spec: Any, out: str) -> int:
+    """The stage's kernel without Spark: the silver transitions read with deltalake, sorted by
+    ``(traj_index, t)``, statistics of consecutive trajectory ranges (the same ``_statistics_batch``
+    the stage runs per Arrow batch), written to one Parquet file; and the clamp counts."""
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
+    import pyarrow.parquet as pq
 
-    tables = {}
-    for name in ("observations", "treatments", "outcomes"):
-        t = DeltaTable(f"{root}/bronze/{dataset}/{name}").to_pyarrow_table()
-        tables[name] = t.sort_by([("patient_id", "ascending"), ("time", "ascending")])
-    steps = tables["treatments"].group_by("patient_id").aggregate([("time", "count")])
-    rewards = tables["outcomes"].group_by("patient_id").aggregate([("reward", "sum")])
-    last = tables["observations"].group_by(["patient_id", "variable"]).aggregate([("value", "max")])
-    joined = steps.join(rewards, "patient_id").join(last, "patient_id")
-    return int(pc.sum(joined.column("time_count")).as_py() or 0)
+    from gpope.shell.pipeline.stats import (
+        _INPUT_COLUMNS,
+        _clamp_count_kernel,
+        _statistics_batch,
+    )
 
-
-def _stats_reference(root: str, dataset: str, spec: Any) -> int:
-    from deltalake import DeltaTable
-
-    from gpope.shell.pipeline.stats import statistics_of_transitions, transitions_from_arrow
-
-    table = DeltaTable(f"{root}/silver/{dataset}/transitions").to_pyarrow_table()
-    m = int(np.max(table.column("traj_index").to_numpy())) + 1
-    transitions = transitions_from_arrow(table, n_trajectories=m)
-    statistics_of_transitions(transitions, spec)
-    return transitions.n_transitions
+    table = _dataset(f"{root}/silver/{dataset}/transitions").to_table(columns=list(_INPUT_COLUMNS))
+    table = table.take(pc.sort_indices(table, [("traj_index", "ascending"), ("t", "ascending")]))
+    ids = table.column("traj_index").to_numpy()
+    writer = None
+    step = 10_000  # trajectories per kernel call (memory: about 0.26 GB of dense rows each)
+    for lo in range(0, int(ids[-1]) + 1, step):
+        a, b = np.searchsorted(ids, [lo, lo + step])
+        batch = _statistics_batch(table.slice(a, b - a), spec)
+        if writer is None:
+            writer = pq.ParquetWriter(f"{out}/ref-trajectory_stats.parquet", batch.schema)
+        writer.write_batch(batch)
+    if writer is not None:
+        writer.close()
+    for _ in _clamp_count_kernel(spec)(iter(table.to_batches())):
+        pass
+    return table.num_rows
 
 
 def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report: Any) -> int:
+    """The gold statistics read with deltalake batch by batch into the sparse layout (the same
+    ``_sparse_batches`` the stage runs on its executors), then the core solver with the
+    settings the pipeline run resolved."""
+    import pyarrow as pa
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
     from gpope.config import load_config
     from gpope.core.gpope import run_gpope
     from gpope.shell.pipeline.evaluate import _solver_config
-    from gpope.shell.pipeline.sampled import stats_from_arrow
+    from gpope.shell.pipeline.sampled import _COLUMNS, _sparse_batches, _sparse_from_arrow
 
-    table = DeltaTable(f"{root}/gold/{dataset}/trajectory_stats").to_pyarrow_table()
-    table = table.filter(pc.equal(table.column("spec_id"), spec.spec_id))
-    stats = stats_from_arrow(table, spec.n_features, normalization=spec.normalization)
+    data = _dataset(f"{root}/gold/{dataset}/trajectory_stats")
+    batches = data.to_batches(columns=list(_COLUMNS), filter=pc.field("spec_id") == spec.spec_id)
+    table = pa.Table.from_batches(list(_sparse_batches(batches, n=spec.n_features)))
+    stats = _sparse_from_arrow(table, spec.n_features, normalization=spec.normalization)
     # the solver settings the pipeline run resolved (CLI > spec evaluation: block > conf)
     options, _ = options.resolve(m=stats.m, spec=spec,
                                  settings=load_config(None, lake={"root": root}).evaluation)
@@ -147,63 +220,85 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     return options.iterations
 
 
-def run(patients: int, master: str, iterations: int) -> dict[str, Any]:
-    """The pipeline and its references on ``patients`` chain patients; returns the measurements."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def run(patients: int, master: str, iterations: int, *, workdir: str | None = None,
+        stages_wanted: tuple[str, ...] = STAGES) -> dict[str, Any]:
+    """The pipeline and its references on ``patients`` chain patients; returns the measurements.
 
+    Each stage's line goes to stderr as soon as it is measured (with its peak memory), so a run
+    cut short keeps what it finished.
+    """
     from gpope.config import SparkSettings, load_config
     from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
     from gpope.shell.pipeline.ingest import run_ingest
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
-    from gpope.shell.pipeline.simulate import run_simulate, simulate_tables
+    from gpope.shell.pipeline.simulate import run_simulate
     from gpope.shell.pipeline.stats import run_stats
     from gpope.shell.spark import get_spark
 
     spec = load_spec(resolve_path("conf/specs/chain.yaml"))
     load_start = os.getloadavg()
     stages: dict[str, dict[str, Any]] = {}
-    with PeakMemory() as memory, tempfile.TemporaryDirectory(prefix="gpope-scale-") as tmp:
+    n_transitions = 0
+    with PeakMemory() as memory, tempfile.TemporaryDirectory(prefix="gpope-scale-",
+                                                            dir=workdir) as tmp:
         root = f"{tmp}/lake"
         config = load_config(None, lake={"root": root})
         spark = get_spark(SparkSettings(master=master, shuffle_partitions=8, driver_memory="4g"))
         total_start = time.perf_counter()
 
-        sim, sim_s = _timed(lambda: run_simulate(spark, config, "scale", domain="chain",
-                                                 patients=patients, seed=1))
+        def measure(stage: str, rows: Any, spark_fn: Any, reference_fn: Any) -> Any:
+            memory.phase()
+            out, spark_s = _timed(spark_fn)
+            spark_memory = memory.phase()
+            ref_rows, reference_s = _timed(reference_fn)
+            reference_memory = memory.phase()
+            stages[stage] = {
+                "rows": rows(out) if callable(rows) else rows, "spark_s": spark_s,
+                "reference_s": reference_s, "reference_rows": ref_rows,
+                "spark_peak_tree_gb": spark_memory["tree_gb"],
+                "reference_peak_driver_gb": reference_memory["driver_gb"],
+                "load_average": os.getloadavg()[0],
+            }  # fmt: skip
+            _progress(stage, stages[stage])
+            return out
 
-        def simulate_reference() -> int:
-            _, tables = simulate_tables("chain", patients, 1)
-            for name, columns in tables.items():
-                pq.write_table(pa.table(dict(columns)), f"{tmp}/ref-{name}.parquet")
-            return sum(len(c["patient_id"]) for c in tables.values())
+        sim = measure("simulate", lambda r: sum(r.rows.values()),
+                      lambda: run_simulate(spark, config, "scale", domain="chain",
+                                           patients=patients, seed=1),
+                      lambda: _simulate_reference(patients, tmp))  # fmt: skip
+        n_transitions = sim.n_transitions
+        if "ingest" in stages_wanted:
+            ref: dict[str, Any] = {}
+            ing = measure("ingest", lambda r: sum(r.rows_in.values()),
+                          lambda: run_ingest(spark, config, "scale", domain="chain"),
+                          lambda: ref.setdefault("r", _ingest_reference(root, "scale", tmp))[
+                              "rows_in"])  # fmt: skip
+            counts = {(t, None): n for t, n in ing.rows_used.items() if n}
+            counts.update({(t, r): n for t, rs in ing.rejected.items() for r, n in rs.items()})
+            stages["ingest"]["reference_agrees"] = bool(
+                ref["r"]["counts"] == counts and ref["r"]["transitions"] == ing.n_transitions
+                and ref["r"]["trajectories"] == ing.n_trajectories
+                and ref["r"]["terminal"] == ing.n_terminal
+            )  # same counts per (table, reason), transitions, trajectories, terminal steps
+        if "stats" in stages_wanted:
+            measure("stats", lambda r: r.n_transitions,
+                    lambda: run_stats(spark, config, dataset="scale", spec=spec),
+                    lambda: _stats_reference(root, "scale", spec, tmp))  # fmt: skip
+        if "evaluate" in stages_wanted:
+            options = EvaluateOptions.from_settings(
+                config.evaluation, epsilon=1.0, delta=1e-6, seed=7, iterations=iterations,
+                statistics_share=0.0, public_trajectories=0,
+            )
+            report: dict[str, Any] = {}
 
-        rows, sim_ref_s = _timed(simulate_reference)
-        stages["simulate"] = {"rows": rows, "spark_s": sim_s, "reference_s": sim_ref_s}
-        _progress("simulate", stages["simulate"])
+            def evaluate() -> Any:
+                report["ev"] = run_evaluate(spark, config, dataset="scale", spec=spec,
+                                            options=options,
+                                            tracking_uri=f"sqlite:///{tmp}/mlflow.db")
+                return report["ev"]
 
-        ing, ing_s = _timed(lambda: run_ingest(spark, config, "scale", domain="chain"))
-        _, ing_ref_s = _timed(lambda: _ingest_reference(root, "scale"))
-        stages["ingest"] = {"rows": sum(ing.rows_in.values()), "spark_s": ing_s,
-                            "reference_s": ing_ref_s}
-        _progress("ingest", stages["ingest"])
-
-        st, st_s = _timed(lambda: run_stats(spark, config, dataset="scale", spec=spec))
-        _, st_ref_s = _timed(lambda: _stats_reference(root, "scale", spec))
-        stages["stats"] = {"rows": st.n_transitions, "spark_s": st_s, "reference_s": st_ref_s}
-        _progress("stats", stages["stats"])
-
-        options = EvaluateOptions.from_settings(
-            config.evaluation, epsilon=1.0, delta=1e-6, seed=7, iterations=iterations,
-            statistics_share=0.0, public_trajectories=0,
-        )
-        ev, ev_s = _timed(lambda: run_evaluate(spark, config, dataset="scale", spec=spec,
-                                               options=options,
-                                               tracking_uri=f"sqlite:///{tmp}/mlflow.db"))
-        _progress("evaluate (Spark part)", {"spark_s": ev_s})
-        _, ev_ref_s = _timed(lambda: _evaluate_reference(root, "scale", spec, options, ev))
-        stages["evaluate"] = {"rows": iterations, "spark_s": ev_s, "reference_s": ev_ref_s}
-        _progress("evaluate", stages["evaluate"])
+            measure("evaluate", iterations, evaluate,
+                    lambda: _evaluate_reference(root, "scale", spec, options, report["ev"]))
         total_s = time.perf_counter() - total_start
         spark.stop()
     for stage in stages.values():
@@ -212,7 +307,7 @@ def run(patients: int, master: str, iterations: int) -> dict[str, Any]:
         stage["ratio"] = stage["spark_s"] / stage["reference_s"]
     return {
         "patients": patients,
-        "transitions": sim.n_transitions,
+        "transitions": n_transitions,
         "master": master,
         "cpus": os.cpu_count(),
         "load_average_start": load_start,
@@ -232,18 +327,23 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['load_average_start'][0]:.1f} at the start, {result['load_average_end'][0]:.1f} "
         "at the end.",
         "",
-        "| stage | rows | Spark + Delta s | rows/s | single pass s | rows/s | ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| stage | rows | Spark + Delta s | rows/s | single pass s | rows/s | ratio | peak GB "
+        "(stage: driver + JVM + workers) | peak GB (single pass: driver) | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in result["stages"].items():
         label = f"evaluate (N = {s['rows']})" if name == "evaluate" else name
         lines.append(
             f"| {label} | {s['rows']:,} | {s['spark_s']:.1f} | {s['spark_rows_per_s']:,.0f} | "
-            f"{s['reference_s']:.1f} | {s['reference_rows_per_s']:,.0f} | {s['ratio']:.1f}x |"
+            f"{s['reference_s']:.1f} | {s['reference_rows_per_s']:,.0f} | {s['ratio']:.1f}x | "
+            f"{s.get('spark_peak_tree_gb', float('nan')):.2f} | "
+            f"{s.get('reference_peak_driver_gb', float('nan')):.2f} | "
+            f"{s.get('load_average', float('nan')):.1f} |"
         )
     lines += [
         "",
-        f"End to end (the four Spark stages): {result['end_to_end_s'] / 60:.1f} min; peak RSS of "
+        f"End to end (the {len(result['stages'])} Spark stages measured): "
+        f"{result['end_to_end_s'] / 60:.1f} min; peak RSS of "
         f"the process tree (Python driver + JVM + Python workers) {result['peak_rss_gb']:.2f} GB.",
     ]
     return "\n".join(lines)
@@ -259,12 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the docs table")
     parser.add_argument("--from-json", metavar="FILE",
                         help="render a result saved with --json instead of running")
+    parser.add_argument("--stages", default=",".join(STAGES),
+                        help="stages to run after simulate (comma-separated; default all)")
+    parser.add_argument("--workdir", default=None, help="where the temporary lake goes")
     args = parser.parse_args(argv)
     patients = args.patients or (10_000 if args.quick else 100_000)
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
     else:
-        result = run(patients, args.master, args.iterations)
+        result = run(patients, args.master, args.iterations, workdir=args.workdir,
+                     stages_wanted=tuple(args.stages.split(",")))
     if args.markdown:
         print(markdown(result))
         return 0

@@ -452,3 +452,38 @@ def test_a_lake_that_is_a_file_or_read_only_is_a_clear_config_error(spark, tmp_p
     with pytest.raises(ConfigError, match="writable directory"):
         lake.write(_df(spark, [("s", 0, 1.0)], STATS), TableRef("gold", "t", "d"), mode="append",
                    schema=STATS)
+
+
+def test_arrow_writer_commits_all_parts_at_once_and_refuses_a_bad_part(spark, lake, ref):
+    path = lake.location(ref)
+    writer = lake.arrow_writer(ref, mode="overwrite", schema=EVENTS)
+    writer.write(pa.table({"patient_id": ["a", "b"], "time": [T0, None], "n": [1, 2],
+                           "values": [[1.0], [2.0, 3.0]]}))  # fmt: skip
+    # a naive timestamp is UTC wall-clock time; int32 widens to int64
+    writer.write(pa.table({"patient_id": ["c"], "time": [T0.replace(tzinfo=None)],
+                           "n": pa.array([3], pa.int32()), "values": [[]]}))  # fmt: skip
+    assert not lake.exists(ref)  # staged only
+    assert writer.commit() == 0 and writer.rows == 3
+    got = _rows(lake.read(ref))
+    assert got == [("a", T0.replace(tzinfo=None), 1, [1.0]), ("b", None, 2, [2.0, 3.0]),
+                   ("c", T0.replace(tzinfo=None), 3, [])]  # fmt: skip
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 3  # a second engine agrees
+    files = _parquet_on_disk(path)
+    assert _live_files(path) == files and [h.operation for h in lake.history(ref)] == [
+        "CREATE TABLE"
+    ]
+
+    # a NOT NULL column with a null, a lossy type: SchemaError, nothing committed, nothing left
+    for bad, match in (
+        ({"patient_id": [None], "time": [T0], "n": [1], "values": [[1.0]]}, "NOT NULL"),
+        ({"patient_id": ["d"], "time": [T0], "n": [1.5], "values": [[1.0]]}, "without loss"),
+        ({"time": [T0], "patient_id": ["d"], "n": [1], "values": [[1.0]]}, "same order"),
+    ):
+        with pytest.raises(SchemaError, match=match), lake.arrow_writer(
+            ref, mode="overwrite", schema=EVENTS
+        ) as w:
+            w.write(pa.table(bad))
+    assert lake.version(ref) == 0 and _parquet_on_disk(path) == files
+    assert not (Path(path) / "_gpope_staging").exists()
+    with pytest.raises(ConfigError, match="unpartitioned"):
+        lake.arrow_writer(TableRef("gold", "stats", "demo"), mode="replace_where", schema=STATS)

@@ -129,3 +129,22 @@ def test_default_behaviour_policies_are_stochastic_with_valid_propensities(domai
     assert np.all((episodes.behavior_prob > 0) & (episodes.behavior_prob <= 1))
     assert np.any(episodes.behavior_prob < 1)
     np.testing.assert_array_equal(tables["treatments"]["propensity"], episodes.behavior_prob)
+
+
+def test_a_cohort_simulated_in_parts_equals_the_whole(monkeypatch):
+    from gpope.shell.pipeline import simulate
+
+    options = SimulateOptions(n_steps=5, jitter=0.2, missing_prob=0.3, noise=0.1, batch_size=2)
+    whole_tr, whole = simulate.simulate_tables("chain", 7, 3, options)
+    monkeypatch.setattr(simulate, "PATIENTS_PER_PART", 4)  # parts of 4, 3 patients
+    parts = list(simulate.iter_simulated_tables("chain", 7, 3, options))
+    assert [p.n_trajectories for p, _ in parts] == [4, 3]
+    again_tr, again = simulate.simulate_tables("chain", 7, 3, options)
+    assert again_tr.n_transitions == whole_tr.n_transitions
+    ids = np.concatenate([t["treatments"]["patient_id"] for _, t in parts])
+    assert sorted(set(ids)) == [f"P{i:06d}" for i in range(7)]  # numbered across the parts
+    for name, columns in again.items():
+        for column, values in columns.items():
+            np.testing.assert_array_equal(values, np.concatenate([t[name][column] for _, t in parts]))
+    assert len(again["treatments"]["time"]) == len(whole["treatments"]["time"])
+    np.testing.assert_array_equal(again_tr.state, whole_tr.state)  # episodes do not depend on parts

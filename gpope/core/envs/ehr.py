@@ -160,6 +160,7 @@ def episodes_to_event_tables(
     missing_prob: float = 0.0,
     noise: float = 0.0,
     outcome_fraction: float = 0.5,
+    first_patient: int = 0,
 ) -> dict[str, dict[str, np.ndarray]]:
     """Write episodes as the three bronze tables (see the module docstring for the layout).
 
@@ -168,12 +169,14 @@ def episodes_to_event_tables(
         spec: variable names, action vocabulary, decision interval, terminal marker.
         rng: randomness of stagger, jitter, missingness and noise (nothing is drawn when all are 0).
         start_time: first decision time of every patient (before stagger).
-        patient_prefix: patient ids are ``f"{prefix}{traj_index:06d}"``.
+        patient_prefix: patient ids are ``f"{prefix}{first_patient + traj_index:06d}"``.
         jitter: timing jitter as a fraction of the interval, in [0, 0.5).
         stagger_days: patient start offsets ~ U[0, stagger_days), >= 0.
         missing_prob: probability of dropping each observation row, in [0, 1).
         noise: standard deviation of additive Gaussian noise on observed values, >= 0.
         outcome_fraction: where the reward of a step sits between its decision and the next, (0, 1].
+        first_patient: number of the first patient (a cohort converted in parts: part i starts at
+            the number of patients before it), >= 0.
 
     Returns:
         ``{"observations": {...}, "treatments": {...}, "outcomes": {...}}`` of equal-length columns.
@@ -186,6 +189,7 @@ def episodes_to_event_tables(
     missing_prob = check_number(owner, "missing_prob", missing_prob, ge=0.0, lt=1.0)
     noise = check_number(owner, "noise", noise, ge=0.0)
     outcome_fraction = check_number(owner, "outcome_fraction", outcome_fraction, gt=0.0, le=1.0)
+    first_patient = check_int(owner, "first_patient", first_patient, ge=0)
     tr = transitions
     d = len(spec.variables)
     if tr.state.shape[1] != d:
@@ -213,7 +217,7 @@ def episodes_to_event_tables(
     slot_values = np.empty((T + m, d))
     slot_values[~is_end] = tr.state
     slot_values[is_end] = tr.next_state[last_rows]
-    pid_slot = _patient_ids(patient_prefix, slot_traj)
+    pid_slot = _patient_ids(patient_prefix, first_patient + slot_traj)
     obs_pid = np.repeat(pid_slot, d)
     obs_time = np.repeat(times, d)
     obs_var = np.tile(np.array(spec.variables, dtype=object), T + m)
@@ -228,7 +232,7 @@ def episodes_to_event_tables(
         )
     terminal_traj = tr.traj_index[last_rows[tr.terminal[last_rows]]] if m else np.zeros(0, dtype=np.int64)
     if spec.terminal_variable is not None and len(terminal_traj):
-        obs_pid = np.concatenate([obs_pid, _patient_ids(patient_prefix, terminal_traj)])
+        obs_pid = np.concatenate([obs_pid, _patient_ids(patient_prefix, first_patient + terminal_traj)])
         obs_time = np.concatenate([obs_time, end_times[terminal_traj]])
         obs_var = np.concatenate([obs_var, np.full(len(terminal_traj), spec.terminal_variable, dtype=object)])
         obs_val = np.concatenate([obs_val, np.ones(len(terminal_traj))])
@@ -248,7 +252,7 @@ def episodes_to_event_tables(
     out_times = dec_times + np.maximum(np.round(outcome_fraction * gap).astype(np.int64), 1).astype(
         "timedelta64[us]"
     )
-    pid_dec = _patient_ids(patient_prefix, tr.traj_index)
+    pid_dec = _patient_ids(patient_prefix, first_patient + tr.traj_index)
     treatments = {
         "patient_id": pid_dec,
         "time": dec_times,

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STAGING_FOLDER",
+    "ArrowTableWriter",
     "STALE_STAGING_HOURS",
     "DeltaRsStore",
     "MissingTableError",
@@ -325,15 +326,62 @@ class DeltaRsStore:
                     "replaces (partition_by=...)."
                 )
         conformed = conform(df, schema, table=table_name)
-        root = Path(path)
-        _check_writable(root, table_name)
-        token = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
-        staging_root = root / STAGING_FOLDER
-        _remove_stale_staging(staging_root)
-        staging = staging_root / token
+        root, token, staging = _new_staging(Path(path), table_name)
+        return self._publish(
+            lambda: self._write_parquet(conformed, staging, partitions, table_name),
+            path, root, staging, token, schema, partitions, mode, replace_where, user_metadata,
+            table_name,
+        )  # fmt: skip
+
+    def arrow_writer(
+        self,
+        path: str,
+        *,
+        schema: StructType,
+        mode: WriteMode,
+        user_metadata: str,
+        table_name: str,
+    ) -> ArrowTableWriter:
+        """A writer that stages Arrow tables as Parquet and commits them in one Delta commit.
+
+        For data that is already on the driver (``gpope simulate``): no Spark job, no copy into
+        the JVM. The table must be unpartitioned; ``mode`` is ``append`` or ``overwrite``. The
+        same protocol as :meth:`write` from step 3 on (staged files checked against the rows
+        written, statistics, one commit, clean-up on failure).
+
+        Raises:
+            ConfigError: a partitioned table or ``replace_where``.
+            SchemaError: the existing table does not match the contract.
+        """
+        existing = self.open(path) if self.exists(path) else None
+        partitions = self._check_table(existing, path, schema, None, table_name)
+        if partitions or mode not in ("append", "overwrite"):
+            raise ConfigError(
+                f"An Arrow write to {table_name} needs an unpartitioned table and mode append or "
+                f"overwrite; got partitions {partitions}, mode {mode!r}. Write a Spark DataFrame."
+            )
+        root, token, staging = _new_staging(Path(path), table_name)
+        return ArrowTableWriter(self, path, root, staging, token, schema, mode, user_metadata,
+                                table_name)  # fmt: skip
+
+    def _publish(
+        self,
+        produce: Any,
+        path: str,
+        root: Path,
+        staging: Path,
+        token: str,
+        schema: StructType,
+        partitions: list[str],
+        mode: WriteMode,
+        replace_where: Mapping[str, str | None] | None,
+        user_metadata: str,
+        table_name: str,
+    ) -> int:
+        """Run ``produce`` (writes the staged files, returns the rows it wrote), check, commit."""
         moved: list[Path] = []
         try:
-            written = self._write_parquet(conformed, staging, partitions, table_name)
+            written = produce()
             _check_visible(staging, table_name)
             files = _stage_files(
                 root, staging, token, partitions, _without(schema, partitions), table_name, moved
@@ -356,9 +404,7 @@ class DeltaRsStore:
             _remove_empty_dirs(root, moved)
             raise
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            if staging_root.is_dir() and not any(staging_root.iterdir()):
-                staging_root.rmdir()
+            _drop_staging(staging)
 
     def _check_table(
         self,
@@ -524,6 +570,141 @@ class DeltaRsStore:
         live = pa.table(self.open(path).get_add_actions(flatten=True)).column("path").to_pylist()
         decoded = {urllib.parse.unquote(p) for p in live}
         return urllib.parse.unquote(adds[0].path) in decoded
+
+
+def _new_staging(root: Path, table_name: str) -> tuple[Path, str, Path]:
+    """Create the table folder and a fresh staging folder (stale ones removed)."""
+    _check_writable(root, table_name)
+    token = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+    staging_root = root / STAGING_FOLDER
+    _remove_stale_staging(staging_root)
+    return root, token, staging_root / token
+
+
+def _drop_staging(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+    staging_root = staging.parent
+    if staging_root.is_dir() and not any(staging_root.iterdir()):
+        try:
+            staging_root.rmdir()
+        except OSError:  # another writer staged meanwhile
+            pass
+
+
+class ArrowTableWriter:
+    """Stages Arrow tables as Parquet files; :meth:`commit` makes them one Delta commit.
+
+    Created by :meth:`DeltaRsStore.arrow_writer`. Each :meth:`write` is checked against the
+    contract (exact column names, types equal or cast without loss, no null in a NOT NULL column)
+    and appended to the current staged file (a new file every :data:`ROWS_PER_FILE` rows).
+    :meth:`abort` (or an exception inside a ``with`` block) deletes everything staged.
+    """
+
+    ROWS_PER_FILE = 8_000_000
+
+    def __init__(
+        self, store: DeltaRsStore, path: str, root: Path, staging: Path, token: str,
+        schema: StructType, mode: WriteMode, user_metadata: str, table_name: str,
+    ) -> None:  # fmt: skip
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self._store, self._path, self._root, self._staging = store, path, root, staging
+        self._token, self._schema, self._mode = token, schema, mode
+        self._user_metadata, self._table_name = user_metadata, table_name
+        self._arrow_schema = to_arrow_schema(schema)
+        self._writer: Any = None
+        self._file_rows = 0
+        self._files = 0
+        self.rows = 0
+        self.version: int | None = None
+        staging.mkdir(parents=True, exist_ok=True)
+
+    def write(self, table: pa.Table) -> None:
+        """Stage ``table`` (its columns named as the contract's; cast without loss)."""
+        import pyarrow.parquet as pq
+
+        conformed = _conform_arrow(table, self._arrow_schema, self._table_name)
+        if conformed.num_rows == 0:
+            return
+        if self._writer is not None and self._file_rows >= self.ROWS_PER_FILE:
+            self._writer.close()
+            self._writer = None
+        if self._writer is None:
+            name = self._staging / f"part-{self._files:05d}.parquet"
+            self._writer = pq.ParquetWriter(
+                name, self._arrow_schema, compression="snappy",
+                coerce_timestamps="us", allow_truncated_timestamps=False,
+            )  # fmt: skip
+            self._files += 1
+            self._file_rows = 0
+        self._writer.write_table(conformed)
+        self._file_rows += conformed.num_rows
+        self.rows += conformed.num_rows
+
+    def _close(self) -> int:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        (self._staging / "_SUCCESS").touch()
+        return self.rows
+
+    def commit(self) -> int:
+        """Commit every staged row in one Delta commit; return the new table version."""
+        self.version = self._store._publish(
+            self._close, self._path, self._root, self._staging, self._token, self._schema, [],
+            self._mode, None, self._user_metadata, self._table_name,
+        )  # fmt: skip
+        return self.version
+
+    def abort(self) -> None:
+        """Delete everything staged; nothing is committed."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        _drop_staging(self._staging)
+
+    def __enter__(self) -> ArrowTableWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def _conform_arrow(table: pa.Table, schema: pa.Schema, table_name: str) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns and types, or SchemaError (see contract rules)."""
+    import pyarrow as pa
+
+    names = table.column_names
+    want = schema.names
+    if names != want:
+        raise SchemaError(
+            f"The Arrow table written to {table_name} has columns {names}; the contract's are "
+            f"{want} (same names, same order)."
+        )
+    columns = []
+    for field in schema:
+        column = table.column(field.name)
+        if not field.nullable and column.null_count:
+            raise SchemaError(
+                f"Column {field.name!r} of {table_name} is NOT NULL in the contract, but the "
+                "Arrow table has null values there. Nothing was committed."
+            )
+        if column.type != field.type:
+            naive_time = pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
+            if not (naive_time and column.type.unit == field.type.unit and column.type.tz is None):
+                try:
+                    column = column.cast(field.type, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaError(
+                        f"Column {field.name!r} of the Arrow table written to {table_name} has "
+                        f"type {column.type}, which does not convert without loss to "
+                        f"{field.type} ({exc})."
+                    ) from exc
+            else:  # a naive timestamp is UTC wall-clock time (the lake's time zone)
+                column = column.cast(field.type)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _transact(

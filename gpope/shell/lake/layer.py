@@ -28,7 +28,12 @@ from gpope.shell.lake.base import (
     encode_user_metadata,
     partition_string,
 )
-from gpope.shell.lake.delta_rs import DeltaRsStore, MissingTableError, check_local_root
+from gpope.shell.lake.delta_rs import (
+    ArrowTableWriter,
+    DeltaRsStore,
+    MissingTableError,
+    check_local_root,
+)
 from gpope.shell.lake.names import (
     TableRef,
     check_name,
@@ -337,6 +342,35 @@ class Lake:
             table_name=str(ref),
         )
 
+    def arrow_writer(
+        self,
+        ref: TableRef,
+        *,
+        mode: WriteMode,
+        schema: StructType | None = None,
+        run_id: str | None = None,
+    ) -> ArrowTableWriter | _BufferedArrowWriter:
+        """A writer for Arrow tables already on the driver: ``write(table)`` repeatedly, then
+        ``commit()`` (one atomic commit, returns the version) or ``abort()``.
+
+        With the delta-rs storage the tables are staged as Parquet by the driver itself (no Spark
+        job, no copy into the JVM, memory bounded by one table); with the native storage they are
+        buffered and written as one Spark DataFrame at ``commit()``. Unpartitioned tables and
+        ``append``/``overwrite`` only. ``run_id`` as for :meth:`write`.
+
+        Raises:
+            ConfigError: a partitioned table, or another mode.
+            SchemaError: the existing table, or a written Arrow table, does not match the contract.
+        """
+        check_write_mode(mode)
+        contract = schema if schema is not None else _contract(ref)
+        if self._delta_rs is not None:
+            return self._delta_rs.arrow_writer(
+                self._address(ref), schema=contract, mode=mode,
+                user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
+            )  # fmt: skip
+        return _BufferedArrowWriter(self, ref, mode=mode, schema=contract, run_id=run_id)
+
     def _native_store(self) -> NativeStore:
         if self._native is None:  # pragma: no cover - construction guarantees one store
             raise ConfigError("Lake has no storage backend.")
@@ -466,3 +500,41 @@ def write_shared_table(
         partition_by=partition_by,
         replace_where=replace_where,
     )
+
+
+class _BufferedArrowWriter:
+    """The native-storage form of :meth:`Lake.arrow_writer`: one Spark write at ``commit()``."""
+
+    def __init__(
+        self, lake: Lake, ref: TableRef, *, mode: WriteMode, schema: StructType, run_id: str | None
+    ) -> None:
+        self._lake, self._ref, self._mode, self._schema, self._run_id = lake, ref, mode, schema, run_id
+        self._tables: list[pa.Table] = []
+        self.rows = 0
+        self.version: int | None = None
+
+    def write(self, table: pa.Table) -> None:
+        self._tables.append(table)
+        self.rows += table.num_rows
+
+    def commit(self) -> int:
+        import pyarrow as pa
+
+        whole = pa.concat_tables(self._tables) if self._tables else None
+        self._tables = []
+        df = self._lake.spark.createDataFrame(
+            whole.to_pandas() if whole is not None else [], schema=self._schema
+        )
+        self.version = self._lake.write(df, self._ref, mode=self._mode, schema=self._schema,
+                                        run_id=self._run_id)  # fmt: skip
+        return self.version
+
+    def abort(self) -> None:
+        self._tables = []
+
+    def __enter__(self) -> _BufferedArrowWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            self.abort()

@@ -5,7 +5,11 @@ patient = one episode), turns them into EHR-style event tables with
 :func:`gpope.core.envs.ehr.episodes_to_event_tables` (the domain's
 :class:`~gpope.core.envs.ehr.EventTableSpec`; optional timing jitter, patient stagger, missing
 observations and measurement noise) and replaces the dataset's bronze ``observations``,
-``treatments`` and ``outcomes`` (one atomic overwrite per table, so re-running replaces the cohort).
+``treatments`` and ``outcomes`` (one atomic overwrite per table, made visible together by one
+manifest commit, so re-running replaces the cohort). The cohort is generated and staged part by
+part (:data:`PATIENTS_PER_PART` patients): the driver writes the Arrow tables straight to the
+tables' staging folders as Parquet (no Spark job: the rows are already on the driver), so memory
+stays bounded whatever the cohort size.
 
 Behaviour policies (the logged ``propensity``):
 
@@ -35,6 +39,9 @@ from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from gpope.core.policies import Policy
@@ -47,8 +54,10 @@ __all__ = [
     "behaviour_policy",
     "dataset_settings_for_domain",
     "generate_episodes",
+    "iter_simulated_tables",
     "run_simulate",
     "simulate_tables",
+    "tables_to_arrow",
     "tables_to_frames",
 ]
 
@@ -276,6 +285,63 @@ def generate_episodes(
     return _concatenate(parts)
 
 
+#: Patients converted to event tables and staged together (rounded down to whole generator
+#: batches, at least one): bounds the driver's memory whatever the cohort size (about 0.3 GB per
+#: 10,000 chain patients); the output does not depend on it.
+PATIENTS_PER_PART = 20_000
+
+
+def iter_simulated_tables(
+    domain: str,
+    patients: int,
+    seed: int | None,
+    options: SimulateOptions | None = None,
+    *,
+    policy: Policy | None = None,
+    progress: bool = False,
+) -> Iterator[tuple[Transitions, dict[str, dict[str, np.ndarray]]]]:
+    """The cohort part by part: ``(episodes, bronze event tables)`` of consecutive patients.
+
+    Part i holds the patients after those of parts 0..i-1 (patient ``P{j:06d}`` is the j-th
+    episode of the cohort); the episodes come from one stream, the recording (jitter, missingness,
+    noise) from another, both drawn part after part, so the cohort depends only on the seed and
+    ``options.batch_size``. :func:`simulate_tables` is the concatenation of the parts.
+    """
+    from tqdm.auto import tqdm
+
+    from gpope.core.envs import ehr
+
+    domain = _check_domain(domain)
+    m = check_int("simulate", "patients", patients, ge=1)
+    options = options or SimulateOptions()
+    if policy is None:
+        policy = behaviour_policy(domain)
+    episode_seq, record_seq = np.random.SeedSequence(seed).spawn(2)
+    episode_rng, record_rng = np.random.default_rng(episode_seq), np.random.default_rng(record_seq)
+    spec = ehr.spec_for_domain(domain)
+    part = options.batch_size * max(1, PATIENTS_PER_PART // options.batch_size)
+    with tqdm(total=m, desc=f"simulate {domain}", unit="patient", disable=not progress) as bar:
+        for first in range(0, m, part):
+            n = min(part, m - first)
+            transitions = generate_episodes(
+                domain, n, episode_rng, policy=policy, n_steps=options.n_steps,
+                batch_size=options.batch_size,
+            )  # fmt: skip
+            tables = ehr.episodes_to_event_tables(
+                transitions,
+                spec,
+                record_rng,
+                start_time=options.start_time,
+                jitter=options.jitter,
+                stagger_days=options.stagger_days,
+                missing_prob=options.missing_prob,
+                noise=options.noise,
+                first_patient=first,
+            )
+            bar.update(n)
+            yield transitions, tables
+
+
 def simulate_tables(
     domain: str,
     patients: int,
@@ -287,35 +353,44 @@ def simulate_tables(
 ) -> tuple[Transitions, dict[str, dict[str, np.ndarray]]]:
     """Episodes and their bronze event tables (columnar numpy dicts), no Spark involved.
 
+    The whole cohort in memory: the concatenation of :func:`iter_simulated_tables` (which
+    :func:`run_simulate` writes part by part), so both give the same rows for a seed.
+
     Returns:
         ``(transitions, tables)``: the simulated episodes (patient ``P{i:06d}`` = trajectory i)
         and ``{"observations", "treatments", "outcomes"}`` as returned by
         :func:`~gpope.core.envs.ehr.episodes_to_event_tables`.
     """
-    from gpope.core.envs import ehr
-
-    options = options or SimulateOptions()
-    episode_seq, record_seq = np.random.SeedSequence(seed).spawn(2)
-    transitions = generate_episodes(
-        domain,
-        patients,
-        np.random.default_rng(episode_seq),
-        policy=policy,
-        n_steps=options.n_steps,
-        batch_size=options.batch_size,
-        progress=progress,
-    )
-    tables = ehr.episodes_to_event_tables(
-        transitions,
-        ehr.spec_for_domain(domain),
-        np.random.default_rng(record_seq),
-        start_time=options.start_time,
-        jitter=options.jitter,
-        stagger_days=options.stagger_days,
-        missing_prob=options.missing_prob,
-        noise=options.noise,
-    )
+    parts = list(iter_simulated_tables(domain, patients, seed, options, policy=policy,
+                                       progress=progress))  # fmt: skip
+    transitions = _concatenate([p for p, _ in parts])
+    tables = {
+        name: {
+            column: np.concatenate([t[name][column] for _, t in parts])
+            for column in parts[0][1][name]
+        }
+        for name in parts[0][1]
+    }
     return transitions, tables
+
+
+def tables_to_arrow(tables: dict[str, dict[str, np.ndarray]]) -> dict[str, pa.Table]:
+    """Columnar bronze tables (numpy) as Arrow tables with the bronze contracts' columns.
+
+    ``time`` (``datetime64[us]``, UTC wall clock) becomes ``timestamp[us, UTC]``.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    out = {}
+    for name, columns in tables.items():
+        schema = to_arrow_schema(TABLE_SCHEMAS[name])
+        out[name] = pa.Table.from_arrays(
+            [pa.array(columns[f.name]).cast(f.type) for f in schema], schema=schema
+        )
+    return out
 
 
 def tables_to_frames(
@@ -356,14 +431,18 @@ def write_simulation_record(
     """
     from datetime import UTC, datetime
 
-    from gpope.shell import lake
-    from gpope.shell.schemas import SIMULATION
+    import pyarrow as pa
 
-    row = (domain, int(patients), int(max_length), datetime.now(UTC).replace(tzinfo=None))
-    df = spark.createDataFrame([row], schema=SIMULATION)
+    from gpope.shell import lake
+
+    row = {"domain": [domain], "patients": [int(patients)], "max_length": [int(max_length)],
+           "created_at": [datetime.now(UTC)]}  # fmt: skip
     target = lake.Lake.from_settings(spark, config.lake)
-    return target.write(df, lake.TableRef("bronze", "simulation", dataset), mode="overwrite",
-                        run_id=run_id)  # tagged: part of the simulate manifest
+    writer = target.arrow_writer(lake.TableRef("bronze", "simulation", dataset), mode="overwrite",
+                                 run_id=run_id)  # tagged: part of the simulate manifest
+    with writer:
+        writer.write(pa.table(row))
+        return writer.commit()
 
 
 def read_simulation_record(config: GpopeConfig, dataset: str) -> dict[str, object] | None:
@@ -424,21 +503,36 @@ def run_simulate(
     refs = {name: TableRef("bronze", name, dataset) for name in BRONZE_TABLES}  # names checked
     target = Lake.from_settings(spark, config.lake)  # lake path checked before simulating
     check_int("simulate", "patients", patients, ge=1)
-    transitions, tables = simulate_tables(
-        domain, patients, seed, options, policy=policy, progress=progress
-    )
-    frames = tables_to_frames(spark, tables)
     run_id = new_run_id()
+    # each part is staged as Parquet by the driver (no Spark job: the rows are already here);
+    # each commit is tagged: invisible until the manifest below
+    writers = {
+        name: target.arrow_writer(refs[name], mode="overwrite", run_id=run_id)
+        for name in BRONZE_TABLES
+    }
+    n_transitions = 0
     versions = {}
-    for name in BRONZE_TABLES:  # each commit tagged: invisible until the manifest below
-        versions[refs[name]] = target.write(frames[name], refs[name], mode="overwrite", run_id=run_id)
-        fault_point(f"simulate:{name}")
+    try:
+        for transitions, tables in iter_simulated_tables(
+            domain, patients, seed, options, policy=policy, progress=progress
+        ):
+            n_transitions += transitions.n_transitions
+            for name, table in tables_to_arrow(tables).items():
+                writers[name].write(table)
+        for name in BRONZE_TABLES:
+            versions[refs[name]] = writers[name].commit()
+            fault_point(f"simulate:{name}")
+    except BaseException:
+        for writer in writers.values():
+            if writer.version is None:
+                writer.abort()
+        raise
     record = TableRef("bronze", "simulation", dataset)
     versions[record] = write_simulation_record(
         spark, config, dataset, domain=domain, patients=patients,
         max_length=options.n_steps or _max_steps(domain), run_id=run_id,
     )  # fmt: skip
-    rows = {name: len(tables[name]["patient_id"]) for name in BRONZE_TABLES}
+    rows = {name: writers[name].rows for name in BRONZE_TABLES}
     PipelineRuns(config.lake, spark=spark).commit(
         run_id=run_id, stage="simulate", dataset=dataset, tables=versions,
         details={"domain": domain, "patients": patients, "rows": rows},
@@ -452,6 +546,6 @@ def run_simulate(
         patients=patients,
         seed=seed,
         rows=rows,
-        n_transitions=transitions.n_transitions,
+        n_transitions=n_transitions,
         options=options,
     )
