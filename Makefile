@@ -24,8 +24,13 @@ demo: $(STAMP)
 	$(BIN)/gpope demo
 
 # One BLAS thread per process: the suite's matrices are small and 2 cores are shared with Spark.
+# Two pytest workers (pytest-xdist), one test file per worker at a time (--dist loadfile keeps
+# module fixtures in one process): a single worker kept only about one core busy (pytest waiting
+# on its JVM and the JVM on pytest). Each worker starts its own local Spark session.
+# PYTEST_WORKERS=0 runs everything in one process.
 test: $(STAMP)
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(BIN)/python -m pytest
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(BIN)/python -m pytest \
+	  -n $${PYTEST_WORKERS:-2} --dist loadfile
 
 # The library wheel (base dependencies only; extras are opt-in), as Databricks installs it.
 wheel: $(STAMP)
