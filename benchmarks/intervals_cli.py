@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of the simulated cohort only")
     parser.add_argument("--lake", default=None, help="lake root (default: a temporary directory)")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--conf", default=None, help="gpope configuration file (e.g. a smaller "
+                        "spark.driver_memory on a crowded machine)")
+    parser.add_argument("--reuse-lake", action="store_true",
+                        help="the --lake already holds the cohort and its statistics (from an "
+                        "earlier run of this script): skip simulate, ingest and stats")
     args = parser.parse_args(argv)
 
     from gpope.core.envs import chain as chain_env
@@ -66,17 +71,29 @@ def main(argv: list[str] | None = None) -> int:
     exact = np.array([exact_all[int(s[0])] for s in spec.reference_array()])
     tmp = tempfile.TemporaryDirectory()
     lake = args.lake or f"{tmp.name}/lake"
-    common = ["--lake", lake]
+    common = ["--lake", lake, *(["--conf", args.conf] if args.conf else [])]
     t0 = time.perf_counter()
-    _cli(["simulate", "--domain", "chain", "--patients", str(args.patients), "--dataset", "chainci",
-          "--seed", str(args.seed), "--no-progress", *common])
-    _cli(["ingest", "--dataset", "chainci", "--domain", "chain", *common])
-    _cli(["stats", "--dataset", "chainci", "--spec", spec_path, *common])
-    n_runs = args.runs * len(args.estimators.split(","))
+    if not args.reuse_lake:
+        _cli(["simulate", "--domain", "chain", "--patients", str(args.patients), "--dataset",
+              "chainci", "--seed", str(args.seed), "--no-progress", *common])
+        _cli(["ingest", "--dataset", "chainci", "--domain", "chain", *common])
+        _cli(["stats", "--dataset", "chainci", "--spec", spec_path, *common])
+    # room for these runs on top of whatever an earlier (reused) run spent
+    n_runs = args.runs * len(args.estimators.split(",")) + (100 if args.reuse_lake else 0)
     _cli(["budget", "set", "--dataset", "chainci", "--epsilon", str(args.epsilon * n_runs * 1.01),
-          "--delta", str(min(0.5, args.delta * n_runs * 1.01)), *common])
+          "--delta", str(min(0.5, args.delta * n_runs * 1.01)),
+          *(["--force"] if args.reuse_lake else []), *common])  # a simulated benchmark cohort
     print(f"cohort of {args.patients} patients ready in {time.perf_counter() - t0:.0f} s", flush=True)
     results: dict[str, dict] = {}
+
+    def save(partial: bool) -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps({
+                "patients": args.patients, "epsilon": args.epsilon, "delta": args.delta,
+                "exact": exact.tolist(), "states": list(spec.reference_names), "partial": partial,
+                "gpope_args": args.gpope_args, "results": results,
+                "seconds": time.perf_counter() - t0}, indent=2))
+
     for est in args.estimators.split(","):
         rows = []
         for r in range(args.runs):
@@ -92,29 +109,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{est} run {r + 1}/{args.runs}: values {np.round(v, 3)} exact {np.round(exact, 3)} "
                   f"intervals {[f'[{a:.3f}, {b:.3f}]' for a, b in zip(lo, hi, strict=True)]} "
                   f"({time.perf_counter() - t1:.0f} s)", flush=True)
-        v = np.array([x["value"] for x in rows])
-        lo = np.array([x["lower"] for x in rows])
-        hi = np.array([x["upper"] for x in rows])
-        lb = np.array([x["lower_bound"] for x in rows])
-        results[est] = {
-            "intervals": int(v.size),
-            "coverage": float(np.mean((lo <= exact) & (exact <= hi))),
-            "lower_bound_coverage": float(np.mean(lb <= exact)),
-            "mean_width": float(np.mean(hi - lo)),
-            "median_abs_error": float(np.median(np.abs(v - exact))),
-            "runs": rows,
-        }
+            results[est] = _summary(rows, exact)
+            save(partial=True)  # a bounded run keeps what it finished
+        results[est] = _summary(rows, exact)
         s = results[est]
         print(f"== {est}: coverage {s['coverage']:.3f} of {s['intervals']} intervals (target >= 0.8), "
               f"one-sided {s['lower_bound_coverage']:.3f}, mean width {s['mean_width']:.3f} (<= 0.5), "
               f"median |error| {s['median_abs_error']:.4f} (<= 0.1)", flush=True)
-    out = {"patients": args.patients, "epsilon": args.epsilon, "delta": args.delta,
-           "exact": exact.tolist(), "states": list(spec.reference_names),
-           "gpope_args": args.gpope_args, "results": results,
-           "seconds": time.perf_counter() - t0}
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    save(partial=False)
     return 0
+
+
+def _summary(rows: list[dict], exact: np.ndarray) -> dict:
+    v, lo, hi, lb = (np.array([x[k] for x in rows]) for k in ("value", "lower", "upper", "lower_bound"))
+    return {"intervals": int(v.size),
+            "coverage": float(np.mean((lo <= exact) & (exact <= hi))),
+            "lower_bound_coverage": float(np.mean(lb <= exact)),
+            "mean_width": float(np.mean(hi - lo)),
+            "median_abs_error": float(np.median(np.abs(v - exact))),
+            "runs": rows}
 
 
 if __name__ == "__main__":

@@ -332,6 +332,8 @@ def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
             "unbounded": float(1.0 - finite.mean()),
             "mean_width": float(width[finite].mean()) if finite.any() else float("inf"),
             "median_width": float(np.median(width)),
+            "median_width_per_quantity": np.median(width, axis=0).tolist(),
+            "median_abs_error_per_quantity": np.median(np.abs(err), axis=0).tolist(),
             "rms_error": float(np.sqrt((err ** 2).mean())),
             "median_abs_error": float(np.median(np.abs(err))),
             "quantities": setup.names, "seconds_all_cells_of_m": seconds}

@@ -38,6 +38,13 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
     assert set(ev["reference_values"]) == set(first["ground_truth"]) == set(first["non_private_lstd"])
     assert first["ground_truth"]["target_day100"] > first["ground_truth"]["unhealthy_start"] > 0
     assert first["tracking_uri"] == f"sqlite:///{root.resolve() / 'mlflow.db'}"
+    # the SSP clip comes from a public cohort with the data's episode cap (--steps 4), not the
+    # simulator's 200 decisions (a clip ~5x too large buried every feature of the release)
+    from gpope.shell.pipeline.demo import demo_spec
+    from gpope.shell.pipeline.ssp import public_clip
+
+    assert ev["ssp_clip"] == pytest.approx(public_clip(demo_spec(), n_trajectories=4, quantile=0.99,
+                                                       max_length=4), rel=1e-12)
 
     assert main(args) == 0  # a second run: fresh dataset, its own budget
     second = json.loads(capsys.readouterr().out)
