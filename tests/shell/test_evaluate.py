@@ -17,7 +17,7 @@ from gpope.core.policies import importance_ratios
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.evaluate import EvaluateOptions, EvaluationReport, run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.schemas import PRIVACY_LEDGER, RELEASED_ESTIMATES, TRANSITIONS
@@ -282,3 +282,21 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
     assert report.to_dict()["no_better_than_zero"] is True
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
     assert run.data.tags["gpope.utility_guard"] == "no_better_than_zero"
+
+
+def test_unbounded_intervals_print_as_unbounded_with_a_note():
+    from gpope.shell.pipeline.evaluate import UNBOUNDED_NOTE, format_span
+
+    inf = float("inf")
+    assert format_span(-inf, inf) == "unbounded" and format_span(1.0, 2.5) == "[1, 2.5]"
+    assert format_span(-inf, 3.0) == "[-inf, 3]"
+    fields = dict(run_id="r", mlflow_run_id=None, dataset="d", spec_id="s", spec_name="n",
+                  policy="p", epsilon=1.0, delta=1e-5, spent_epsilon=1.0, accountant="pld",
+                  sigma=1.0, m=10, n=1, iterations=10, sampling="poisson", batch_rate=0.1,
+                  private=True, path="memory", theta=np.zeros(1), reference_values={"s0": 1.0},
+                  public_mspbe=None, remaining_epsilon=0.0, remaining_delta=0.0)
+    report = EvaluationReport(**{**fields, "intervals": {
+        "value": [1.0], "lower": [-inf], "upper": [inf], "lower_bound": [-inf], "se": [inf],
+        "level": 0.95, "df": 399}})
+    text = report.summary()
+    assert "95% interval unbounded" in text and UNBOUNDED_NOTE in text

@@ -34,6 +34,7 @@ Design choices (stated in the summary too):
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -163,9 +164,11 @@ class DemoReport:
         ]
         lines += [f"  {w}" for w in ev.get("warnings") or []]
         iv = ev.get("intervals")
+        from gpope.shell.pipeline.evaluate import UNBOUNDED_NOTE, format_span
+
         for i, (name, value) in enumerate(ev["reference_values"].items()):
-            span = f"[{iv['lower'][i]:.4g}, {iv['upper'][i]:.4g}]" if iv else "-"
-            low = f"{iv['lower_bound'][i]:.4g}" if iv else "-"
+            span = format_span(iv["lower"][i], iv["upper"][i]) if iv else "-"
+            low = f"{iv['lower_bound'][i]:.4g}" if iv and math.isfinite(iv["lower_bound"][i]) else "-"
             lines.append(
                 f"  {name:<20} {value:>18.4g} {span:>24} {low:>10} "
                 f"{self.ground_truth.get(name, float('nan')):>18.4g} "
@@ -175,6 +178,8 @@ class DemoReport:
             lines.append(f"  intervals: {100 * iv['level']:g}% two-sided and one-sided lower bound, "
                          "covering privacy noise and sampling variability (parametric bootstrap "
                          "over the run's noisy-statistics releases)")
+            if not all(math.isfinite(v) for v in [*iv["lower"], *iv["upper"]]):
+                lines.append(f"  {UNBOUNDED_NOTE}")
         if ev.get("private_relative_mspbe") is not None:
             lines.append(f"  private relative MSPBE (noisy statistics, post-processing): "
                          f"{ev['private_relative_mspbe']:.3g}")

@@ -60,9 +60,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INVALID_ACCOUNTING_REFUSAL",
+    "UNBOUNDED_NOTE",
     "EvaluateOptions",
     "EvaluationReport",
     "InterruptedAfterRelease",
+    "format_span",
     "privacy_label",
     "run_evaluate",
 ]
@@ -420,11 +422,17 @@ class EvaluationReport:
         iv = self.intervals
         for i, (name, value) in enumerate(self.reference_values.items()):
             if iv:
-                lines.append(
-                    f"  V({name}) = {value:.6g}   {100 * iv['level']:g}% interval "
-                    f"[{iv['lower'][i]:.4g}, {iv['upper'][i]:.4g}], at least {iv['lower_bound'][i]:.4g}")
+                if math.isfinite(iv["lower"][i]) and math.isfinite(iv["upper"][i]):
+                    lines.append(
+                        f"  V({name}) = {value:.6g}   {100 * iv['level']:g}% interval "
+                        f"[{iv['lower'][i]:.4g}, {iv['upper'][i]:.4g}], at least {iv['lower_bound'][i]:.4g}")
+                else:
+                    lines.append(f"  V({name}) = {value:.6g}   {100 * iv['level']:g}% interval "
+                                 f"{format_span(iv['lower'][i], iv['upper'][i])}")
             else:
                 lines.append(f"  V({name}) = {value:.6g}")
+        if iv and not all(math.isfinite(v) for v in [*iv["lower"], *iv["upper"]]):
+            lines.append(f"  {UNBOUNDED_NOTE}")
         if self.public_mspbe is not None:
             rel = ("" if self.public_relative_mspbe is None
                    else f" (relative to theta = 0: {self.public_relative_mspbe:.4g})")
@@ -435,6 +443,21 @@ class EvaluationReport:
         if self.mlflow_run_id:
             lines.append(f"  MLflow run {self.mlflow_run_id}")
         return "\n".join(lines)
+
+
+#: Printed under intervals that are unbounded (gpope.core.intervals.depends_on).
+UNBOUNDED_NOTE = ("unbounded: the noisy statistics leave a feature this value depends on below the "
+                  "noise (no finite interval is valid); more patients or a larger "
+                  "--statistics-share (gpope runs) give a finite one")
+
+
+def format_span(lower: float, upper: float) -> str:
+    """``[lower, upper]``, or ``unbounded`` / a one-sided form when an end is infinite."""
+    if math.isfinite(lower) and math.isfinite(upper):
+        return f"[{lower:.4g}, {upper:.4g}]"
+    if not math.isfinite(lower) and not math.isfinite(upper):
+        return "unbounded"
+    return f"[{lower:.4g}, {upper:.4g}]"
 
 
 def policy_label(spec: EvaluationSpec) -> str:
