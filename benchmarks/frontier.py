@@ -4,13 +4,18 @@ Run (one domain per process; results are written trial by trial, so a bounded ru
 finished)::
 
     .venv/bin/python benchmarks/frontier.py chain --spec conf/specs/chain.yaml \
-        --sizes 10000,100000 --trials 20 --methods gpope,ssp
+        --sizes 100000 --public-size 10000 --trials 20 --methods gpope,ssp
     .venv/bin/python benchmarks/frontier.py mountaincar-on --sizes 30000 --public-size 3000 \
         --tune-epsilons 10 --epsilons 1 --truth-size 30000 --trials 20 --methods gpope,ssp
     .venv/bin/python benchmarks/frontier.py mountaincar-off --sizes 10000 --public-size 10000 \
         --epsilons 1 --trials 20 --methods gpope,ssp
-    .venv/bin/python benchmarks/frontier.py hiv --pool 20000 --sizes 3000 --public-size 1000 \
-        --trials 20 --methods gpope,ssp
+    .venv/bin/python benchmarks/frontier.py hiv --pool 3000 --sizes 3000 --public-size 300 \
+        --tune-epsilons 10 --epsilons 1 --clip-grid 0.03,0.1,0.3,1,3 \
+        --step-grid 1,10,100,1000,10000,100000 --trials 20 --methods gpope,ssp
+    .venv/bin/python benchmarks/frontier.py hiv-demo --pool-dir DIR --spec conf/specs/hiv_demo.yaml \
+        --sizes 3000 --public-size 2000 --trials 20 --methods gpope,ssp
+
+(``--trial-offset`` splits the trials of one cell over processes; the report merges them.)
 
 What one run does (pure numpy core, no Spark; the same code as ``gpope tune --spec`` and
 ``gpope evaluate`` / ``gpope evaluate --estimator ssp``):
@@ -125,6 +130,19 @@ def _problem_factory(domain: str, delta: float, args: argparse.Namespace):
         return lambda m, rng: ChainProblem.simulate(m, rng, s)
     from gpope.core.experiments.continuous import HIVSettings, MountainCarSettings, _Domain
 
+    if args.pool_dir:  # statistics vectors [vec A, b, vec C] per patient, one .npy per chunk
+        from gpope.core.ssp import split_vector
+
+        files = sorted(Path(args.pool_dir).glob(args.pool_glob))
+        vec = np.concatenate([np.load(f) for f in files])
+        n = round((math.sqrt(1 + 8 * vec.shape[1]) - 1) / 4)
+        A, b, C = split_vector(vec, n)
+        pool = {"A": np.ascontiguousarray(A), "b": np.ascontiguousarray(b),
+                "C": np.ascontiguousarray(C), "tau": np.ones(len(vec), dtype=np.int64)}
+        args.pool = len(vec)
+        print(f"pool of {len(vec)} trajectories (n = {n}) from {len(files)} files", flush=True)
+        truth = (pool["A"].mean(axis=0), pool["b"].mean(axis=0), pool["C"].mean(axis=0))
+        return lambda m, rng: PoolProblem(pool, rng.integers(0, len(vec), m), truth)
     if domain == "hiv" and args.pool:
         pool = hiv_pool(args.pool, args.seed + 100, Path(args.cache),
                         log=lambda msg: print(msg, flush=True))
@@ -181,7 +199,8 @@ def ssp_theta(stats: TrajectoryStats, total: np.ndarray, *, clip: float, sigma: 
 # ---------------------------------------------------------------------- main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("domain", choices=("chain", "mountaincar-on", "mountaincar-off", "hiv"))
+    p.add_argument("domain", choices=("chain", "mountaincar-on", "mountaincar-off", "hiv",
+                                      "hiv-demo"))
     p.add_argument("--sizes", default="10000,100000")
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--epsilons", default="0.1,1,10")
@@ -196,9 +215,18 @@ def main() -> None:
     p.add_argument("--pool", type=int, default=None,
                    help="HIV: simulate one pool of this many patients, draw cohorts from it")
     p.add_argument("--cache", default="/tmp/utility/hiv_pool")
+    p.add_argument("--pool-dir", default=None,
+                   help="a pool given as per-trajectory statistics vectors [vec A, b, vec C] in "
+                        ".npy files (--pool-glob) of a spec's own pipeline, e.g. hiv-demo: "
+                        "`gpope simulate`'s HIV episodes (40 decisions) through the hiv_demo spec")
+    p.add_argument("--pool-glob", default="pool_*.npy")
     p.add_argument("--passes", type=float, default=20.0)
     p.add_argument("--iterations", type=int, default=20000)
     p.add_argument("--tune-trials", type=int, default=2)
+    p.add_argument("--clip-grid", default=None,
+                   help="explicit public clip grid of the tuning (default: the automatic rule)")
+    p.add_argument("--step-grid", default=None,
+                   help="explicit public step grid of the tuning (default: the automatic rule)")
     p.add_argument("--tune-epsilons", default=None,
                    help="epsilons of the public tuning (default: --epsilons); the rule picks the "
                         "tuned point with m_pub epsilon_k nearest to m epsilon, so a cohort of "
@@ -214,6 +242,9 @@ def main() -> None:
                    help="JSON list of {epsilon, clip, step_size} from an earlier public tuning of "
                         "this command (same seed and public size): skips the tuning")
     p.add_argument("--build-pool-only", action="store_true")
+    p.add_argument("--label", default=None,
+                   help="method label suffix in the output (e.g. a different --passes budget: "
+                        "gpope-40p), so the report keeps it apart")
     args = p.parse_args()
 
     sizes = [int(float(x)) for x in args.sizes.split(",")]
@@ -260,6 +291,8 @@ def main() -> None:
                 pub_stats, population, settings=fixed, delta=args.delta,
                 epsilons=tuple(float(x) for x in (args.tune_epsilons or args.epsilons).split(",")),
                 trials=args.tune_trials, rng=np.random.default_rng(seed_seq(args.seed + 1, 4)),
+                clips=[float(x) for x in args.clip_grid.split(",")] if args.clip_grid else None,
+                steps=[float(x) for x in args.step_grid.split(",")] if args.step_grid else None,
                 log=lambda msg: print(msg, flush=True))
         block = EvaluationBlock(**fixed, tuned=tuned.points, tuning={"patients": m_pub})
         tuned_rows, grad_scale, eta0 = tuned.rows, tuned.gradient_scale, tuned.eta0
@@ -335,7 +368,8 @@ def main() -> None:
                     ok = bool(np.isfinite(theta).all())
                     rel = float(problem.rel_mspbe(theta)[0]) if ok else math.inf
                     ve = float(problem.value_error(theta)[0]) if ok else math.inf
-                    record["trials"].append({"method": method, "m": m, "trial": t, "epsilon": eps,
+                    label = method + (f"-{args.label}" if args.label else "")
+                    record["trials"].append({"method": label, "m": m, "trial": t, "epsilon": eps,
                                              "rel_mspbe": rel, "value_error": ve,
                                              "seconds": secs, "cpu_seconds": cpu,
                                              "sigma": sigma,

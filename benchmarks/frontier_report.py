@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 FIGURES = ROOT / "docs" / "figures"
 MARKERS = {0.1: "o", 1.0: "s", 10.0: "^"}
-COLOURS = {"gpope": "tab:blue", "ssp": "tab:orange"}
-DOMAINS = ("chain", "mountaincar-on", "mountaincar-off", "hiv")
+COLOURS = {"gpope": "tab:blue", "ssp": "tab:orange", "gpope-40p": "tab:green"}
+DOMAINS = ("chain", "mountaincar-on", "mountaincar-off", "hiv", "hiv-demo")
 
 
 def load(domain: str) -> tuple[list[dict], list[dict]]:
@@ -107,7 +107,9 @@ def figure(domain: str, trials: list[dict]) -> Path:
 
     cs = cells(trials)
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for method, colour in COLOURS.items():
+    methods = sorted({me for (me, _, _) in cs}, key=lambda x: (x not in COLOURS, x))
+    for i, method in enumerate(methods):
+        colour = COLOURS.get(method, f"C{i + 3}")
         for eps, marker in MARKERS.items():
             ms = sorted(m for (me, m, e) in cs if me == method and e == eps)
             if not ms:
