@@ -557,11 +557,13 @@ def run_evaluate(
     n = spec.n_features
     # command line > the spec's evaluation: block (tuned on public data) > conf evaluation:
     options, settings_info = options.resolve(m=m, spec=spec, settings=config.evaluation)
+    # read once: it sets the public cohort's episode cap and the outside-tuned-range check below
+    recorded_max_length = _simulated_max_length(config, dataset)
     if options.public_max_length is None:
         # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the
         # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
         # for the demo's 40-decision ones and buried every feature of the noisy statistics
-        options = dataclasses.replace(options, public_max_length=_simulated_max_length(config, dataset))
+        options = dataclasses.replace(options, public_max_length=recorded_max_length)
     q = options.batch_rate
     ssp_run = options.estimator == "ssp"
     ssp_clip = _ssp_clip(spec, options, required=ssp_run)
@@ -764,7 +766,7 @@ def run_evaluate(
                                               draws=200 if n <= 128 else 40)
     guard = utility_guard({"public": public_rel, "private": private_diag})
     record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
-    outside = _outside_tuned(spec, config, dataset=dataset, m=m, epsilon=options.epsilon)
+    outside = _outside_tuned(spec, m=m, epsilon=options.epsilon, max_length=recorded_max_length)
     if spec.evaluation is not None and spec.evaluation.tuned:
         record = dataclasses.replace(record, tags={**dict(record.tags),
                                                    OUTSIDE_TUNED_TAG: str(bool(outside)).lower()})
@@ -901,13 +903,13 @@ def _check_seed_allowed(config: GpopeConfig, dataset: str) -> None:
 OUTSIDE_TUNED_TAG = "gpope.outside_tuned_range"
 
 
-def _outside_tuned(spec: EvaluationSpec, config: GpopeConfig, *, dataset: str, m: int,
-                   epsilon: float) -> str | None:
+def _outside_tuned(spec: EvaluationSpec, *, m: int, epsilon: float,
+                   max_length: int | None) -> str | None:
     """The warning when this run lies outside what the spec was tuned for (public inputs only:
-    m, epsilon and, for a simulated dataset, its recorded episode cap)."""
+    m, epsilon and, for a simulated dataset, its recorded episode cap ``max_length``)."""
     if spec.evaluation is None:
         return None
-    return spec.evaluation.outside_tuned(m, epsilon, max_length=_simulated_max_length(config, dataset))
+    return spec.evaluation.outside_tuned(m, epsilon, max_length=max_length)
 
 
 def _simulated_max_length(config: GpopeConfig, dataset: str) -> int | None:
