@@ -21,10 +21,13 @@ driver's), spilling to ``out``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 __all__ = ["check_against", "ingest_duckdb"]
 
+#: bronze rows per bucket of patients in the event-stream pass (about 1 GB of window input)
+ROWS_PER_BUCKET = 15_000_000
 NONFINITE = "({x} IS NULL OR isnan({x}) OR isinf({x}))"
 
 
@@ -67,11 +70,46 @@ def _duplicates(con: Any, src: str, dst: str, columns: tuple[str, ...],
             FROM (SELECT *, (_reason IS NOT NULL)::INT AS _bad FROM {dst})""")
 
 
+def _stream(con: Any, parts: list[str], settings: Any, path: str) -> None:
+    """Forward-filled states, rewards, next states and flags of the patients in ``parts`` (one
+    event stream), written sorted by ``(traj_index, t)`` to the Parquet file ``path``."""
+    variables = list(settings.variables)
+    upto = ("(PARTITION BY patient_id ORDER BY _end, time ASC NULLS FIRST, _ord "
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)")
+    seen = [f"last_value(CASE WHEN variable = {_lit(v)} THEN value END IGNORE NULLS) OVER {upto}"
+            for v in variables]
+    entries = [f"coalesce({s}, {float(settings.defaults.get(v, 0.0))!r}::DOUBLE)"
+               for v, s in zip(variables, seen, strict=True)]
+    if settings.missing_indicators:
+        entries += [f"CASE WHEN {s} IS NULL THEN 1.0::DOUBLE ELSE 0.0::DOUBLE END" for s in seen]
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE stepped AS
+        SELECT patient_id, _ord, k, reward, _action, _prob, [{', '.join(entries)}] AS state,
+               sum((_ord = 1)::BIGINT) OVER {upto} - 1 AS _step,
+               coalesce(bool_or(_terminal) OVER (PARTITION BY patient_id), false) AS _ended
+        FROM ({' UNION ALL '.join(parts)})""")
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE rewards AS
+        SELECT patient_id, _step,
+               list_reduce(list_sort(list(reward)), lambda acc, x: acc + x, 0.0::DOUBLE) AS _reward
+        FROM stepped WHERE reward IS NOT NULL GROUP BY patient_id, _step""")
+    con.execute(f"""
+        COPY (
+          SELECT patient_id, traj_index, k::INT AS t, state, _action AS action,
+                 _prob AS behavior_prob, coalesce(_reward, 0.0::DOUBLE) AS reward, next_state,
+                 (_next_ord = 2 AND _ended) AS terminal, (_next_ord = 2 AND NOT _ended) AS truncated
+          FROM (SELECT *, lead(state) OVER w AS next_state, lead(_ord) OVER w AS _next_ord
+                FROM stepped WHERE _ord >= 1 WINDOW w AS (PARTITION BY patient_id ORDER BY k))
+          JOIN idx USING (patient_id) LEFT JOIN rewards USING (patient_id, _step)
+          WHERE _ord = 1 ORDER BY traj_index, t
+        ) TO {_lit(path)} (FORMAT parquet)""")
+
+
 def ingest_duckdb(root: str, dataset: str, settings: Any, out: str) -> dict[str, Any]:
     """Bronze -> transitions and rejected rows of ``dataset`` under the lake ``root``.
 
     Returns ``{"rows_in": int, "transitions": int, "trajectories": int, "terminal": int,
-    "counts": {(table, reason or None): n}}`` and writes ``out/ref-transitions.parquet``,
+    "counts": {(table, reason or None): n}}`` and writes ``out/ref-transitions/part-*.parquet``,
     ``out/ref-rejected_events.parquet``.
     """
     import duckdb
@@ -182,39 +220,20 @@ def ingest_duckdb(root: str, dataset: str, settings: Any, out: str) -> dict[str,
         parts.append(events(
             "obs", f"_reason IS NULL AND variable = {_lit(term)} AND time > _last_time "
             "AND _cut_time IS NULL", 0, 0, time="time", _terminal="true"))  # fmt: skip
-    upto = ("(PARTITION BY patient_id ORDER BY _end, time ASC NULLS FIRST, _ord "
-            "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)")
-    seen = [f"last_value(CASE WHEN variable = {_lit(v)} THEN value END IGNORE NULLS) OVER {upto}"
-            for v in variables]
-    entries = [f"coalesce({s}, {float(settings.defaults.get(v, 0.0))!r}::DOUBLE)"
-               for v, s in zip(variables, seen, strict=True)]
-    if settings.missing_indicators:
-        entries += [f"CASE WHEN {s} IS NULL THEN 1.0::DOUBLE ELSE 0.0::DOUBLE END" for s in seen]
-    con.execute(f"""
-        CREATE TEMP TABLE stepped AS
-        SELECT patient_id, _ord, k, reward, _action, _prob, [{', '.join(entries)}] AS state,
-               sum((_ord = 1)::BIGINT) OVER {upto} - 1 AS _step,
-               coalesce(bool_or(_terminal) OVER (PARTITION BY patient_id), false) AS _ended
-        FROM ({' UNION ALL '.join(parts)})""")
-    con.execute("""
-        CREATE TEMP TABLE rewards AS
-        SELECT patient_id, _step,
-               list_reduce(list_sort(list(reward)), lambda acc, x: acc + x, 0.0::DOUBLE) AS _reward
-        FROM stepped WHERE reward IS NOT NULL GROUP BY patient_id, _step""")
     con.execute("""
         CREATE TEMP TABLE idx AS
         SELECT patient_id, (row_number() OVER (ORDER BY patient_id) - 1)::BIGINT AS traj_index
         FROM patients""")
-    con.execute(f"""
-        COPY (
-          SELECT patient_id, traj_index, k::INT AS t, state, _action AS action,
-                 _prob AS behavior_prob, coalesce(_reward, 0.0::DOUBLE) AS reward, next_state,
-                 (_next_ord = 2 AND _ended) AS terminal, (_next_ord = 2 AND NOT _ended) AS truncated
-          FROM (SELECT *, lead(state) OVER w AS next_state, lead(_ord) OVER w AS _next_ord
-                FROM stepped WHERE _ord >= 1 WINDOW w AS (PARTITION BY patient_id ORDER BY k))
-          JOIN idx USING (patient_id) LEFT JOIN rewards USING (patient_id, _step)
-          WHERE _ord = 1 ORDER BY traj_index, t
-        ) TO {_lit(out + '/ref-transitions.parquet')} (FORMAT parquet)""")
+    # The window pass over the event stream runs per bucket of patients (DuckDB's window
+    # operator holds its input in memory: 1e6 patients ran out of the 4 GB limit in one piece).
+    rows = sum(int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+               for t in ("treat", "obs", "outs"))
+    buckets = max(1, -(-rows // ROWS_PER_BUCKET))
+    Path(out, "ref-transitions").mkdir(parents=True, exist_ok=True)
+    for bucket in range(buckets):
+        where = f"hash(patient_id) % {buckets} = {bucket}"
+        _stream(con, [f"SELECT * FROM ({part}) WHERE {where}" for part in parts], settings,
+                f"{out}/ref-transitions/part-{bucket:05d}.parquet")
     raw = {"observations": ("patient_id", "time", "variable", "value"),
            "treatments": ("patient_id", "time", "action", "propensity"),
            "outcomes": ("patient_id", "time", "reward")}  # fmt: skip
@@ -232,7 +251,7 @@ def ingest_duckdb(root: str, dataset: str, settings: Any, out: str) -> dict[str,
             counts[(t, r)] = int(n)
     n, m, terminal = con.execute(
         f"SELECT count(*), count(DISTINCT traj_index), count(*) FILTER (WHERE terminal) "
-        f"FROM {_lit(out + '/ref-transitions.parquet')}").fetchone()
+        f"FROM {_lit(out + '/ref-transitions/*.parquet')}").fetchone()
     con.close()
     return {"rows_in": sum(counts.values()), "transitions": int(n), "trajectories": int(m),
             "terminal": int(terminal), "counts": counts}
@@ -244,7 +263,8 @@ def check_against(result: dict[str, Any], out: str, transitions: Any, counts: di
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    ref = pq.read_table(out + "/ref-transitions.parquet")
+    ref = pq.read_table(out + "/ref-transitions")
+    ref = ref.take(pc.sort_indices(ref, [("traj_index", "ascending"), ("t", "ascending")]))
     got = transitions.select(ref.column_names)
     got = got.take(pc.sort_indices(got, [("traj_index", "ascending"), ("t", "ascending")]))
     assert result["counts"] == counts, (result["counts"], counts)

@@ -250,15 +250,23 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
             memory.phase()
             out, spark_s = _timed(spark_fn)
             spark_memory = memory.phase()
-            ref_rows, reference_s = _timed(reference_fn)
-            reference_memory = memory.phase()
             stages[stage] = {
                 "rows": rows(out) if callable(rows) else rows, "spark_s": spark_s,
-                "reference_s": reference_s, "reference_rows": ref_rows,
                 "spark_peak_tree_gb": spark_memory["tree_gb"],
-                "reference_peak_driver_gb": reference_memory["driver_gb"],
                 "load_average": os.getloadavg()[0],
             }  # fmt: skip
+            _progress(f"{stage} (stage)", stages[stage])  # kept even if the reference fails
+            try:
+                ref_rows, reference_s = _timed(reference_fn)
+            except Exception as exc:  # a failed reference must not lose the stage's numbers
+                stages[stage]["reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                memory.phase()
+            else:
+                stages[stage].update({
+                    "reference_s": reference_s, "reference_rows": ref_rows,
+                    "reference_peak_driver_gb": memory.phase()["driver_gb"],
+                    "reference_load_average": os.getloadavg()[0],
+                })  # fmt: skip
             _progress(stage, stages[stage])
             return out
 
@@ -275,7 +283,7 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
                               "rows_in"])  # fmt: skip
             counts = {(t, None): n for t, n in ing.rows_used.items() if n}
             counts.update({(t, r): n for t, rs in ing.rejected.items() for r, n in rs.items()})
-            stages["ingest"]["reference_agrees"] = bool(
+            stages["ingest"]["reference_agrees"] = "r" in ref and bool(
                 ref["r"]["counts"] == counts and ref["r"]["transitions"] == ing.n_transitions
                 and ref["r"]["trajectories"] == ing.n_trajectories
                 and ref["r"]["terminal"] == ing.n_terminal
@@ -303,8 +311,9 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
         spark.stop()
     for stage in stages.values():
         stage["spark_rows_per_s"] = stage["rows"] / stage["spark_s"]
-        stage["reference_rows_per_s"] = stage["rows"] / stage["reference_s"]
-        stage["ratio"] = stage["spark_s"] / stage["reference_s"]
+        if "reference_s" in stage:
+            stage["reference_rows_per_s"] = stage["rows"] / stage["reference_s"]
+            stage["ratio"] = stage["spark_s"] / stage["reference_s"]
     return {
         "patients": patients,
         "transitions": n_transitions,
@@ -333,6 +342,14 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for name, s in result["stages"].items():
         label = f"evaluate (N = {s['rows']})" if name == "evaluate" else name
+        if "ratio" not in s:
+            lines.append(
+                f"| {label} | {s['rows']:,} | {s['spark_s']:.1f} | {s['spark_rows_per_s']:,.0f} | "
+                f"failed ({s.get('reference_error', 'not run')}) | - | - | "
+                f"{s.get('spark_peak_tree_gb', float('nan')):.2f} | - | "
+                f"{s.get('load_average', float('nan')):.1f} |"
+            )
+            continue
         lines.append(
             f"| {label} | {s['rows']:,} | {s['spark_s']:.1f} | {s['spark_rows_per_s']:,.0f} | "
             f"{s['reference_s']:.1f} | {s['reference_rows_per_s']:,.0f} | {s['ratio']:.1f}x | "
@@ -381,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'stage':<9} {'rows':>12} {'Spark s':>9} {'rows/s':>12} {'1-pass s':>9} "
           f"{'rows/s':>12} {'ratio':>7}")
     for name, s in result["stages"].items():
+        if "ratio" not in s:
+            print(f"  {name:<9} {s['rows']:>12,} {s['spark_s']:>9.1f} "
+                  f"{s['spark_rows_per_s']:>12,.0f}  reference failed: {s.get('reference_error')}")
+            continue
         print(f"  {name:<9} {s['rows']:>12,} {s['spark_s']:>9.1f} {s['spark_rows_per_s']:>12,.0f} "
               f"{s['reference_s']:>9.1f} {s['reference_rows_per_s']:>12,.0f} {s['ratio']:>6.1f}x")
     print(f"  end to end (Spark stages): {result['end_to_end_s'] / 60:.1f} min; peak RSS of the "
