@@ -194,6 +194,7 @@ class EvaluationSettings:
     moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
+    interval_groups: int = 0
     tune: Literal["none", "private"] = "none"
     private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
     secure_noise: bool = False
@@ -217,6 +218,9 @@ class EvaluationSettings:
         check_number("EvaluationSettings", "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number("EvaluationSettings", "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number("EvaluationSettings", "ci_level", self.ci_level, gt=0.0, lt=1.0)
+        from gpope.core.intervals import check_interval_groups
+
+        check_interval_groups("EvaluationSettings", self.interval_groups)
         check_int("EvaluationSettings", "iterations", self.iterations, ge=1, allow_none=True)
         check_int("EvaluationSettings", "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
         check_int("EvaluationSettings", "trace_every", self.trace_every, ge=1, allow_none=True)

@@ -28,7 +28,8 @@ centred near the released value.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,9 +42,10 @@ from gpope.core.ssp import (
     supported_features,
 )
 from gpope.core.validation import check_int, check_number
+from gpope.errors import ConfigError
 
-__all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval", "depends_on",
-           "split_interval", "ssp_values"]
+__all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval",
+           "check_interval_groups", "depends_on", "group_interval", "interval_groups", "split_interval", "ssp_values"]
 
 #: Bootstrap replications per interval (the quantiles of a 95% interval from 400 draws are
 #: within about +-0.01 in coverage).
@@ -200,3 +202,70 @@ def split_interval(iv: Interval, k: int) -> tuple[Interval, Interval]:
                         lower_bound=iv.lower_bound[sl], se=iv.se[sl], level=iv.level, df=iv.df)
 
     return part(slice(0, k)), part(slice(k, None))
+
+
+def check_interval_groups(owner: str, groups: object) -> int:
+    """``groups`` as an int: 0 (no disjoint-groups interval) or K >= 2; ConfigError otherwise."""
+    k = check_int(owner, "interval_groups", groups, ge=0)
+    if k == 1:
+        raise ConfigError(
+            f"The 'interval_groups' parameter of {owner} must be 0 (off) or at least 2 (the "
+            "number of disjoint patient groups whose spread gives the interval). Got 1 instead."
+        )
+    return k
+
+
+def interval_groups(keys: Iterable[object], groups: int) -> np.ndarray:
+    """(m,) int64 group 0..groups-1 of each trajectory, a PUBLIC function of its own key only.
+
+    group = (first 8 bytes of BLAKE2b(str(key)), big-endian) mod ``groups``. It depends on the
+    trajectory's key (the patient id) and nothing else, so adding or removing one patient leaves
+    every other patient in its group: the disjoint-splits interval (:func:`group_interval`) rests
+    on that (parallel composition). Use a key that is fixed per patient (``patient_id``), never a
+    rank among the patients (``traj_index`` shifts when a patient is added).
+    """
+    groups = check_int("interval_groups", "groups", groups, ge=2)
+    out = [int.from_bytes(hashlib.blake2b(str(k).encode("utf-8"), digest_size=8).digest(), "big")
+           % groups for k in keys]
+    return np.asarray(out, dtype=np.int64)
+
+
+def group_interval(estimates: np.ndarray, *, level: float = 0.95) -> Interval:
+    """Interval from K disjoint-group estimates of the same quantities (subsample and aggregate).
+
+    ``estimates`` (K, k): row g is the estimator run on group g alone (groups by
+    :func:`interval_groups`). The released value is their mean; the two-sided interval is the
+    Student-t interval ``mean +- t_{K-1, (1+level)/2} sd / sqrt(K)``, the one-sided lower bound
+    ``mean - t_{K-1, level} sd / sqrt(K)``, ``df = K - 1``.
+
+    Why valid: the groups are a public, data-independent partition of the patients, who are an
+    iid sample, so the K group estimates are iid given the population (each group's data and the
+    run's privacy noise are independent of the others'); their spread holds BOTH the sampling
+    variability and the privacy noise, and the t interval covers their common mean (exactly when
+    the group estimates are Gaussian, approximately otherwise). It covers the estimand when the
+    estimator's bias on a group of m/K patients is small against sd / sqrt(K): that is what
+    ``benchmarks/gpope_split_probe.py`` measures (docs/RESULTS.md).
+
+    Privacy (post-processing of K runs on disjoint data; Nissim, Raskhodnikova and Smith 2007,
+    "Smooth sensitivity and sampling in private data analysis", sample-and-aggregate; McSherry
+    2009, "Privacy integrated queries", parallel composition): under add/remove-one adjacency a
+    patient's record is in exactly one group, so the K runs together are (epsilon, delta)-DP if
+    each is; with Poisson sampling the accountant of one run depends on (q, N, sigma) only, not on
+    the group's size, so the K runs cost exactly one run's (epsilon, delta). Not under
+    replace-one adjacency (uniform sampling): a replaced record may move between two groups.
+    """
+    from scipy.stats import t as student_t
+
+    est = np.asarray(estimates, dtype=np.float64)
+    if est.ndim != 2 or est.shape[0] < 2:
+        raise ConfigError(
+            f"group_interval needs estimates of shape (K, k) with K >= 2 groups; got shape "
+            f"{est.shape} instead.")
+    level = check_number("group_interval", "level", level, gt=0.0, lt=1.0)
+    K = est.shape[0]
+    value = est.mean(axis=0)
+    se = est.std(axis=0, ddof=1) / np.sqrt(K)
+    half = float(student_t.ppf(0.5 + level / 2, K - 1)) * se
+    one = float(student_t.ppf(level, K - 1)) * se
+    return Interval(value=value, lower=value - half, upper=value + half, lower_bound=value - one,
+                    se=se, level=level, df=K - 1)

@@ -139,3 +139,47 @@ def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
     assert report.private_relative_mspbe is not None and report.spent_epsilon <= 2.0 + 1e-12
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
     assert "mspbe_private" in run.data.metrics and run.data.params["estimator"] == "gpope"
+
+
+def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(spark, setup):
+    import dataclasses
+
+    from scipy.stats import t
+
+    from gpope.core.accounting import calibrate_sigma, gpope_dp_event
+    from gpope.core.accounting.composition import mechanism_from_json
+    from gpope.errors import ConfigError
+
+    config, spec, uri = setup
+    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
+                           statistics_share=0.0, interval_groups=4, seed=9,
+                           allow_not_private=True, public_trajectories=0)
+    report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
+    # the 4 runs on disjoint groups are calibrated and charged as ONE run (parallel composition)
+    q = report.batch_rate
+    sigma = calibrate_sigma(m=M, iterations=500, epsilon=2.0, delta=1e-5, accountant="auto",
+                            sampling="poisson", batch_rate=q)
+    assert report.sigma == pytest.approx(sigma, rel=1e-12)
+    ledger = lake.read_shared_table(spark, config.lake, "privacy_ledger")
+    rows = [r for r in ledger.where(ledger.run_id == report.run_id).collect()
+            if r.kind != "settlement"]
+    assert len(rows) == 1 and rows[0].epsilon == 2.0
+    stored = mechanism_from_json(rows[0].mechanism)
+    assert "interval_groups=4" in stored.label and stored.relation == "add_or_remove_one"
+    assert stored.event == gpope_dp_event(m=M, iterations=500, sigma=report.sigma,
+                                          sampling="poisson", batch_rate=q)
+    # released: the mean of the group values and the Student-t interval of their spread
+    iv = report.intervals
+    value, se = np.array(iv["value"]), np.array(iv["se"])
+    assert iv["df"] == 3 and np.all(se > 0)
+    np.testing.assert_allclose(value, list(report.reference_values.values()), rtol=1e-9)
+    np.testing.assert_allclose(np.array(iv["upper"]) - value, t.ppf(0.975, 3) * se, rtol=1e-9)
+    np.testing.assert_allclose(value - np.array(iv["lower_bound"]), t.ppf(0.95, 3) * se, rtol=1e-9)
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
+    assert run.data.params["interval_groups"] == "4"
+    # replace-one adjacency (uniform sampling): refused before anything is reserved
+    before = ledger.count()
+    with pytest.raises(ConfigError, match="sampling poisson"):
+        run_evaluate(spark, config, dataset="ch", spec=spec,
+                     options=dataclasses.replace(opts, sampling="uniform"), tracking_uri=uri)
+    assert lake.read_shared_table(spark, config.lake, "privacy_ledger").count() == before

@@ -64,6 +64,18 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    "gives the private MSPBE and the intervals (0 disables; default 0.1)")
     e.add_argument("--ci-level", type=float, default=None,
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
+    e.add_argument("--interval-groups", type=int, default=None, metavar="K",
+                   help="gpope runs: K >= 2 splits the patients into K disjoint groups by a public "
+                   "hash of the patient id, runs GPOPE once per group with this run's settings "
+                   "and releases the mean of the K estimates with a Student-t interval (K - 1 df) "
+                   "from their spread (privacy noise and sampling both in it). Same privacy cost "
+                   "as one run (one patient is in one group: parallel composition; --sampling "
+                   "poisson only), but each group has m / K patients: its privacy noise is K "
+                   "times larger relative to its gradient, so the released mean is less accurate "
+                   "than one run on all patients (its noise std grows about sqrt(K)); worth it "
+                   "when m / K is large (docs/RESULTS.md). 0: the interval is the hull of the "
+                   "noisy-statistics release's interval and the value (default: "
+                   "evaluation.interval_groups, 0)")
 
 
 def add_privacy_overrides(parser: argparse.ArgumentParser) -> None:
@@ -156,6 +168,7 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         moments_share=args.moments_share,
         statistics_share=args.statistics_share,
         ci_level=args.ci_level,
+        interval_groups=getattr(args, "interval_groups", None),
         tune=getattr(args, "tune", None),
         allow_invalid_accounting=getattr(args, "allow_invalid_accounting", False) or None,
         allow_not_private=getattr(args, "allow_not_private", False) or None,

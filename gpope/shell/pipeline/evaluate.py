@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from gpope.core.validation import check_choice, check_int, check_number
-from gpope.errors import ConfigError
+from gpope.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -135,6 +135,12 @@ class EvaluateOptions:
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
             release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
+        interval_groups: gpope runs: 0 (the interval is the hull of the noisy-statistics
+            release's SSP interval and the GPOPE value), or K >= 2: split the patients into K
+            disjoint groups by a public hash of the patient id, run GPOPE once per group with the
+            run's settings, release the mean of the K group estimates and the Student-t interval
+            of their spread (:func:`gpope.core.intervals.group_interval`). Same privacy cost as
+            one run under add/remove adjacency (parallel composition); Poisson sampling only.
         tune: "none" (clip and step size as given) or "private" (chosen on the private data by
             :mod:`gpope.core.private_tuning` inside the GPOPE part of the budget; see
             :mod:`gpope.shell.pipeline.private_tune`).
@@ -177,6 +183,7 @@ class EvaluateOptions:
     moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
+    interval_groups: int = 0
     tune: Literal["none", "private"] = "none"
     secure_noise: bool = False
     noise_grid: float | None = None
@@ -212,6 +219,9 @@ class EvaluateOptions:
         check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
+        from gpope.core.intervals import check_interval_groups
+
+        check_interval_groups(o, self.interval_groups)
         check_number(o, "epsilon", self.epsilon, gt=0.0)
         check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_int(o, "iterations", self.iterations, ge=1, allow_none=True)
@@ -599,6 +609,10 @@ def run_evaluate(
             "--tune private tunes GPOPE's clip bound and step size; --estimator ssp has none to "
             "tune. Drop one of them."
         )
+    groups = None  # --interval-groups K: the group (0..K-1) of each traj_index, public hash
+    if options.interval_groups and not ssp_run:
+        _check_interval_groups(options, layout=layout)
+        groups = _patient_groups(spark, config, dataset=dataset, m=m, groups=options.interval_groups)
     if ssp_run:
         sigma, spent, solver = float(sigma_s), float(spent_s), None
         event = ssp_release_event(sigma_s, options.moments_share)
@@ -630,7 +644,10 @@ def run_evaluate(
                                 delta=gpope_delta)
         event = gpope_dp_event(m=m, iterations=options.iterations, sigma=sigma,
                                sampling=options.sampling, batch_rate=q)
-        mechanism = f"gpope(clip={options.clip:g}): {event!r}"
+        # --interval-groups: K runs on disjoint groups cost one run (parallel composition,
+        # add/remove adjacency; gpope.core.intervals.group_interval): the same event
+        split = f", interval_groups={options.interval_groups}" if groups is not None else ""
+        mechanism = f"gpope(clip={options.clip:g}{split}): {event!r}"
     if not ssp_run and sigma_s is not None:
         import dp_accounting
 
@@ -670,10 +687,14 @@ def run_evaluate(
             noisy, moments = _noisy_statistics(stats_df, options, spec, n=n, m=m,
                                                sigma=float(sigma_s), clip=float(ssp_clip))
         private_pop = None
+        group_thetas = None
         if ssp_run:
             result = _ssp_result(noisy, options, spec, accountant=accountant, spent=spent)
             if options.private_diagnostics:
                 private_pop = _spark_population(stats_df, n, m)
+        elif groups is not None:
+            result, group_thetas, private_pop = _solve_groups(
+                spark, stats_df, spec, solver, options, groups=groups, n=n, spent=spent)
         else:
             result, private_pop, tuned = _solve(
                 spark, stats_df, spec, solver, options, m=m, n=n, sigma=sigma, spent=spent,
@@ -687,7 +708,8 @@ def run_evaluate(
         released_theta = result.theta_avg if result.theta_avg is not None else result.theta
         values = spec.reference_values(released_theta)
         intervals, theta_iv, priv_mspbe = _intervals(noisy, moments, spec, released_theta, values,
-                                                     options=options, ssp_run=ssp_run)
+                                                     options=options, ssp_run=ssp_run,
+                                                     group_thetas=group_thetas)
         if priv_mspbe is None and tuned is not None:
             # no separate release: the tuning's noisy statistics give it (post-processing)
             from gpope.core.ssp import private_mspbe
@@ -1015,15 +1037,29 @@ def _ssp_result(noisy: Any, options: EvaluateOptions, spec: EvaluationSpec, *, a
 
 
 def _intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.ndarray,
-               values: np.ndarray, *, options: EvaluateOptions,
-               ssp_run: bool) -> tuple[Any, Any, tuple[float, float] | None]:
+               values: np.ndarray, *, options: EvaluateOptions, ssp_run: bool,
+               group_thetas: np.ndarray | None = None,
+               ) -> tuple[Any, Any, tuple[float, float] | None]:
     """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
     without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`);
-    GPOPE: the SSP interval anchored at GPOPE's estimate."""
+    GPOPE: the SSP interval anchored at GPOPE's estimate, or with ``group_thetas`` (K, n)
+    (``--interval-groups``) the Student-t interval of the K disjoint-group estimates
+    (:func:`gpope.core.intervals.group_interval`)."""
+    from gpope.core.intervals import (
+        anchored_interval,
+        bootstrap_interval,
+        group_interval,
+        split_interval,
+    )
+    from gpope.core.ssp import private_mspbe
+
+    if group_thetas is not None:  # --interval-groups: the spread of the K disjoint-group runs
+        iv = group_interval(np.array([spec.reference_values(th) for th in group_thetas]),
+                            level=options.ci_level)
+        tiv = group_interval(group_thetas, level=options.ci_level)
+        return iv, tiv, None if noisy is None else private_mspbe(theta, noisy)
     if noisy is None:
         return None, None, None
-    from gpope.core.intervals import anchored_interval, bootstrap_interval, split_interval
-    from gpope.core.ssp import private_mspbe
 
     k = len(values)
     _, boot = _noise_generators(options.seed)
@@ -1067,7 +1103,8 @@ def _record(
     params: dict[str, Any] = {k: getattr(options, k) for k in _FLAG_PARAMS}
     params.update(batch_rate=batch_rate, statistics_path=path,
                   private_diagnostics=options.private_diagnostics,
-                  statistics_share=0.0 if ssp is None else options.statistics_share)
+                  statistics_share=0.0 if ssp is None else options.statistics_share,
+                  interval_groups=0 if options.estimator == "ssp" else options.interval_groups)
     params.update(ssp or {})
     if intervals is not None:
         params["ci_level"] = float(intervals.level)
@@ -1157,6 +1194,93 @@ def _solve(
     )
     pop = _spark_population(stats_df, n, m) if options.private_diagnostics else None
     return result, pop, None
+
+
+def _check_interval_groups(options: EvaluateOptions, *, layout: str) -> None:
+    """Refuse ``--interval-groups`` where its privacy argument or its path does not hold."""
+    k = options.interval_groups
+    if options.sampling != "poisson":
+        raise ConfigError(
+            f"--interval-groups {k} needs --sampling poisson: its K runs on disjoint patient "
+            "groups cost one run only under add/remove-one adjacency (parallel composition); with "
+            f"sampling {options.sampling!r} (replace-one adjacency) a replaced patient may move "
+            "between two groups and the K runs would cost two runs. Use --sampling poisson or "
+            "--interval-groups 0."
+        )
+    if options.tune != "none":
+        raise ConfigError(
+            f"--interval-groups {k} does not combine with --tune {options.tune} (the tuning's "
+            "releases are made on the whole data set); use one of them."
+        )
+    if layout == "stream":
+        raise ConfigError(
+            f"--interval-groups {k} loads each group's statistics into driver memory, but they "
+            f"exceed in_memory_limit_mb={options.in_memory_limit_mb}; raise it (conf "
+            "evaluation.in_memory_limit_mb) or run with --interval-groups 0."
+        )
+
+
+def _patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m: int,
+                    groups: int) -> np.ndarray:
+    """(m,) group 0..groups-1 of each traj_index, from the public hash of its patient id
+    (:func:`gpope.core.intervals.interval_groups`; the silver transitions hold the mapping)."""
+    from gpope.core.intervals import interval_groups
+    from gpope.shell import lake
+    from gpope.shell.lake.manifest import read_pinned
+
+    target = lake.Lake.from_settings(spark, config.lake)
+    transitions, _ = read_pinned(target, lake.TableRef("silver", "transitions", dataset))
+    table = transitions.select("traj_index", "patient_id").distinct().toArrow()
+    index = table.column("traj_index").to_numpy().astype(np.int64)
+    if table.num_rows != m or not np.array_equal(np.sort(index), np.arange(m)):
+        raise DataError(
+            f"--interval-groups: the transitions of {dataset!r} hold {table.num_rows} "
+            f"(traj_index, patient_id) pairs, the statistics {m} trajectories 0..{m - 1}; the "
+            "statistics are older than the transitions. Re-run `gpope stats`, then evaluate again."
+        )
+    out = np.empty(m, dtype=np.int64)
+    out[index] = interval_groups(table.column("patient_id").to_pylist(), groups)
+    return out
+
+
+def _solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solver: Any,
+                  options: EvaluateOptions, *, groups: np.ndarray, n: int, spent: float,
+                  ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its
+    Poisson rate applies to the group); returns (the result with theta, w, the averaged iterate
+    and the trace = the means over the groups, (K, n) group estimates, private population)."""
+    from gpope.core.gpope import run_gpope
+    from gpope.shell.pipeline.sampled import spark_fetcher
+
+    fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
+    # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
+    rng = None if options.seed is None else np.random.default_rng(options.seed)
+    results = []
+    for g in range(int(groups.max()) + 1):
+        ids = np.flatnonzero(groups == g)
+        if len(ids) == 0:
+            raise DataError(
+                f"--interval-groups {options.interval_groups}: group {g} has no patients; use "
+                "fewer groups for this data set."
+            )
+        results.append(run_gpope(fetch(ids), solver, rng))
+    released = np.array([r.theta_avg if r.theta_avg is not None else r.theta for r in results])
+
+    def mean(name: str) -> np.ndarray | None:
+        parts = [getattr(r, name) for r in results]
+        return None if parts[0] is None else np.mean(parts, axis=0)
+
+    first = results[0]
+    result = dataclasses.replace(
+        first, theta=mean("theta"), w=mean("w"), theta_avg=mean("theta_avg"), epsilon=spent,
+        trace_theta=mean("trace_theta"), trace_w=mean("trace_w"),
+        private=all(r.private for r in results),
+        privacy_note=f"{first.privacy_note}; mean of {len(results)} runs on disjoint patient "
+        "groups (one run's cost: parallel composition)")
+    pop = None
+    if options.private_diagnostics:
+        pop = _spark_population(stats_df, n, len(groups))
+    return result, released, pop
 
 
 def _spark_population(stats_df: Any, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
