@@ -95,6 +95,57 @@ class PoolProblem:
         return np.full(np.atleast_2d(thetas).shape[0], np.nan)
 
 
+class ChunkedProblem:
+    """A mountain car data set simulated and featurised chunk by chunk (``--chunk``): only the
+    per-trajectory statistics of each chunk are kept (on-policy: each episode's distinct nonzero
+    entries, the sparse layout, about 5x smaller and faster than one row per transition;
+    off-policy: dense), so m = 3e5 fits where one-shot generation (about 45 million transitions)
+    does not. Statistically the same data set as :meth:`_Domain.problem` (iid episodes), from a
+    different random stream (chunk c uses the c-th child of the trial's generator)."""
+
+    def __init__(self, stats: TrajectoryStats,
+                 truth: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self.m = stats.m
+        self._stats = stats
+        self.truth = truth
+
+    stats = PoolProblem.stats
+    rel_mspbe = PoolProblem.rel_mspbe
+    value_error = PoolProblem.value_error
+
+
+def chunked_stats(d, m: int, rng: np.random.Generator, chunk: int) -> TrajectoryStats:
+    """Statistics of m behaviour episodes of domain ``d``, simulated ``chunk`` at a time."""
+    from gpope.core.statistics import statistics_from_transitions
+
+    rep = "tabular" if d.figure == "on" else "dense"
+    parts = []
+    for c, child in enumerate(rng.spawn(math.ceil(m / chunk))):
+        tr = d.generate(min(chunk, m - c * chunk), child)
+        st = statistics_from_transitions(tr, d.features, d.rho(tr), gamma=d.s.gamma,
+                                         normalization="transition", length_scale=200.0,
+                                         representation=rep)
+        del tr
+        parts.append(st.to_sparse() if rep == "tabular" else st)
+    return TrajectoryStats.concatenate(parts)
+
+
+def chunked_truth(d, size: int, chunk: int, log=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Population A, b, C of ``size`` independent behaviour episodes (the truth sample; its own
+    stream, never a data set's), accumulated chunk by chunk. On-policy only: off-policy mountain
+    car's truth (:func:`mountaincar.large_sample_statistics`) is already chunked."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed_seq(0, 5, 0 if d.figure == "on" else 1, size))
+    sums = None
+    for c, child in enumerate(rng.spawn(math.ceil(size / chunk))):
+        k = min(chunk, size - c * chunk)
+        pop = chunked_stats(d, k, child, k).population()
+        sums = [k * x for x in pop] if sums is None else [a + k * x for a, x in zip(sums, pop,
+                                                                                    strict=True)]
+    log(f"truth sample of {size} trajectories in {time.perf_counter() - t0:.0f} s")
+    return tuple(x / size for x in sums)  # type: ignore[return-value]
+
+
 def hiv_pool(size: int, seed: int, cache: Path, log=print) -> dict[str, np.ndarray]:
     """Per-trajectory dense statistics of ``size`` simulated HIV patients (200 decisions, the
     experiment's policies and features), built in chunks of :data:`POOL_CHUNK` cached under
@@ -153,6 +204,24 @@ def _problem_factory(domain: str, delta: float, args: argparse.Namespace):
     if domain.startswith("mountaincar"):
         figure = domain.split("-")[1]
         d = _Domain("mountaincar", figure, MountainCarSettings(delta=delta, **extra))
+        if args.chunk:
+            cache: dict = {}
+
+            def make_chunked(m: int, rng: np.random.Generator) -> ChunkedProblem:
+                if "truth" not in cache:  # the population: computed once, shared by every trial
+                    cache["truth"] = (chunked_truth(d, d.s.truth_trajectories, args.chunk,
+                                                    log=lambda msg: print(msg, flush=True))
+                                      if figure == "on" else d.truth(0))
+                if m <= args.chunk:  # one chunk: the same cohort as without --chunk
+                    from gpope.core.statistics import statistics_from_transitions
+
+                    tr = d.generate(m, rng)
+                    st = statistics_from_transitions(tr, d.features, d.rho(tr), gamma=d.s.gamma,
+                                                     length_scale=200.0)
+                    return ChunkedProblem(st, cache["truth"])
+                return ChunkedProblem(chunked_stats(d, m, rng, args.chunk), cache["truth"])
+
+            return make_chunked
     else:
         d = _Domain("hiv", "off", HIVSettings(delta=delta, **extra))
     return lambda m, rng: d.problem(m, rng, 0)
@@ -241,6 +310,10 @@ def main() -> None:
     p.add_argument("--tuned-points", default=None,
                    help="JSON list of {epsilon, clip, step_size} from an earlier public tuning of "
                         "this command (same seed and public size): skips the tuning")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="mountain car: simulate and featurise data sets (and the on-policy truth "
+                        "sample) this many trajectories at a time, keeping only the statistics "
+                        "(needed at m = 3e5)")
     p.add_argument("--build-pool-only", action="store_true")
     p.add_argument("--label", default=None,
                    help="method label suffix in the output (e.g. a different --passes budget: "

@@ -308,6 +308,48 @@ class TrajectoryStats:
             ev=np.ascontiguousarray(value[take]),
         )
 
+    @classmethod
+    def concatenate(cls, parts: list[TrajectoryStats]) -> TrajectoryStats:
+        """The trajectories of ``parts`` in order, as one object (same representation).
+
+        Lets a large data set be built chunk by chunk (simulate, featurise, keep the statistics,
+        drop the transitions), so peak memory is one chunk's transitions plus the statistics.
+
+        Raises:
+            SchemaError: no parts, or parts that differ in representation, n or normalization.
+        """
+        if not parts:
+            raise SchemaError("TrajectoryStats.concatenate needs at least one part.")
+        first = parts[0]
+        keys = {(p.representation, p.n, p.normalization) for p in parts}
+        if len(keys) != 1:
+            raise SchemaError(
+                "TrajectoryStats.concatenate: parts must share representation, n and "
+                f"normalization; got {sorted(keys, key=str)}."
+            )
+        if len(parts) == 1:
+            return first
+
+        def cat(name: str) -> np.ndarray | None:
+            arrays = [getattr(p, name) for p in parts]
+            return None if arrays[0] is None else np.concatenate(arrays)
+
+        rho = None  # a part whose ratios are all 1 stores none: materialise them if others do
+        if any(p._rho is not None for p in parts):
+            rho = np.concatenate([np.ones(int(p._offsets[-1])) if p._rho is None else p._rho
+                                  for p in parts])
+
+        offsets = None
+        if first._offsets is not None:
+            shifts = np.cumsum([0] + [int(p._offsets[-1]) for p in parts[:-1]])
+            offsets = np.concatenate([parts[0]._offsets[:1]] + [
+                p._offsets[1:] + s for p, s in zip(parts, shifts, strict=True)])
+        return cls(representation=first.representation, tau=np.concatenate([p.tau for p in parts]),
+                   b=np.concatenate([p._b for p in parts]), normalization=first.normalization,
+                   ac=cat("_ac"), offsets=offsets, norm=cat("_norm"), rho=rho,
+                   p=cat("_p"), e=cat("_e"), s=cat("_s"), sn=cat("_sn"), gn=cat("_gn"),
+                   ea=cat("_ea"), ex=cat("_ex"), ev=cat("_ev"))
+
     # ------------------------------------------------------------------ conversions
     def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-trajectory (A (m, n, n), b (m, n), C (m, n, n)); allocates O(m n^2) for compact."""
@@ -356,6 +398,40 @@ class TrajectoryStats:
         else:
             A, C = _rows_dense(self._p[r0:r1], self._e[r0:r1], rw, self._norm[lo:hi], off - r0)
         return A, b, C
+
+    def to_sparse(self) -> TrajectoryStats:
+        """The same statistics in the sparse layout (each trajectory's distinct nonzero entries).
+
+        For a tabular layout the entries are merged per trajectory (an episode that visits k
+        cells has at most 2k + (distinct transitions) entries instead of one row per transition),
+        so gradients cost O(nnz_i) instead of O(tau_i) and memory shrinks by the same factor.
+        A sparse layout is returned as it is.
+
+        Raises:
+            ConfigError: the layout is not tabular or sparse.
+        """
+        if self.representation == "sparse":
+            return self
+        if self.representation != "tabular":
+            raise ConfigError(
+                f"TrajectoryStats.to_sparse needs the tabular layout; got {self.representation!r}."
+            )
+        n, m = self.n, self.m
+        owner = np.repeat(np.arange(m, dtype=np.int64), self.tau)
+        rw = self._row_weights()
+        width = 2 * n
+        base = owner * (n * width) + self._s * width
+        keys = np.concatenate([base + self._s, base + self._sn, base + n + self._s])
+        vals = np.concatenate([rw, -rw * self._gn, np.repeat(self._norm, self.tau)])
+        uniq, inv = np.unique(keys, return_inverse=True)
+        value = np.bincount(inv, vals, len(uniq))
+        own = uniq // (n * width)
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(own, minlength=m))]).astype(np.int64)
+        within = uniq - own * (n * width)
+        return TrajectoryStats(
+            representation="sparse", tau=self.tau, b=self._b, normalization=self.normalization,
+            offsets=offsets, ea=(within // width).astype(np.int32),
+            ex=(within % width).astype(np.int32), ev=value)
 
     def to_rows(self) -> dict[str, np.ndarray]:
         """Storage rows: ``traj_index (m,), tau (m,), A (m, n*n), b (m, n), C (m, n*n)``."""

@@ -180,6 +180,60 @@ def test_dense_range_equals_the_slice_of_dense(representation):
         stats.dense_range(4, 2)
 
 
+@pytest.mark.parametrize("representation", ["dense", "compact", "tabular", "sparse"])
+def test_concatenated_chunks_equal_the_whole(representation):
+    """Statistics built chunk by chunk and concatenated hold the whole data set's statistics:
+    same dense arrays, population and gradients (a chunk whose ratios are all 1 included)."""
+    rng = np.random.default_rng(13)
+    sizes = (4, 1, 5)
+    chunks = [random_rows(rng, k, 3, 12, one_hot=True) for k in sizes]
+    chunks[1]["rho"][:] = 1.0  # stores no ratios; the others do
+    rep = "dense" if representation == "sparse" else representation
+    parts = [build(c, k, rep) for c, k in zip(chunks, sizes, strict=True)]
+    if representation == "sparse":
+        parts = [sparse_of(p, np.arange(p.m)) for p in parts]
+    whole = TrajectoryStats.concatenate(parts)
+    assert whole.representation == representation and whole.m == sum(sizes)
+    ref = [np.concatenate(x) for x in zip(*(p.dense() for p in parts), strict=True)]
+    for a, b in zip(whole.dense(), ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(whole.tau, np.concatenate([p.tau for p in parts]))
+    for a, b in zip(whole.population(), (x.mean(axis=0) for x in ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    idx = np.array([0, 4, 5, 9, 3])
+    th, w = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    A, bb, C = ref
+    g = whole.gradients(idx, th, w)
+    for r, j in enumerate(idx):
+        np.testing.assert_allclose(g[r, 3:], A[j] @ th[r] + C[j] @ w[r] - bb[j], atol=1e-12)
+        np.testing.assert_allclose(g[r, :3], -A[j].T @ w[r], atol=1e-12)
+    with pytest.raises(SchemaError, match="at least one"):
+        TrajectoryStats.concatenate([])
+    with pytest.raises(SchemaError, match="share"):
+        TrajectoryStats.concatenate([parts[0], build(chunks[0], 4, "compact" if rep == "dense"
+                                                     else "dense")])
+
+
+def test_tabular_to_sparse_merges_entries_and_keeps_the_statistics():
+    rng = np.random.default_rng(17)
+    m, n = 8, 3
+    rows = random_rows(rng, m, n, 200, one_hot=True)
+    tab = build(rows, m, "tabular")
+    sp = tab.to_sparse()
+    assert sp.representation == "sparse" and sp.to_sparse() is sp
+    assert sp.nbytes < tab.nbytes  # repeated (cell, next cell) pairs merged
+    for a, b in zip(sp.dense(), tab.dense(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    for a, b in zip(sp.population(), tab.population(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    idx = rng.integers(0, m, 6)
+    th, w = rng.normal(size=(6, n)), rng.normal(size=(6, n))
+    np.testing.assert_allclose(sp.gradients(idx, th, w), tab.gradients(idx, th, w), rtol=0,
+                               atol=1e-12)
+    with pytest.raises(ConfigError, match="tabular"):
+        build(rows, m, "dense").to_sparse()
+
+
 def test_rows_round_trip_in_any_order():
     rng = np.random.default_rng(5)
     stats = build(random_rows(rng, 6, 3, 10), 6, "compact")
