@@ -72,3 +72,28 @@ def test_statistics_with_trajectories_cut_by_arrow_batches_equal_the_core(spark)
     for name in ("A", "b", "C"):
         values = pc.list_flatten(got.column(name).combine_chunks()).to_numpy()
         np.testing.assert_allclose(values.reshape(15, -1)[order], want[name], rtol=0, atol=1e-12)
+
+
+def test_clamp_counts_riding_along_the_statistics_pass_equal_the_core_counts(spark):
+    """run_stats takes the clamp counts from the statistics pass itself (no second pass)."""
+    from pyspark.sql import functions as F
+
+    from gpope.shell.pipeline.stats import _CLAMPED, statistics_frame
+
+    spec = EvaluationSpec.from_mapping(SPEC, where="test")
+    behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
+    transitions = mountaincar.generate(12, np.random.default_rng(5), behaviour, max_steps=30)
+    _, _, want = _bounded(transitions, spec)
+    assert want["importance_weight_above_bound"] > 0
+    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, "23")  # many batches per partition: each carries its own count
+    try:
+        row = statistics_frame(df, spec, with_counts=True).agg(
+            *[F.sum(c).alias(r) for r, c in _CLAMPED.items()], F.count(F.lit(1)).alias("m")
+        ).collect()[0]
+    finally:
+        spark.conf.set(key, previous)
+    assert {r: row[r] for r in _CLAMPED} == want
+    assert row["m"] == 12

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -207,10 +208,16 @@ def statistics_of_transitions(transitions: Any, spec: EvaluationSpec, *,
     (:func:`gpope.core.bounds.clamp_to_public_bounds`), then rewards are multiplied by the spec's
     public ``reward_scale``; nothing else is changed.
     """
-    rho, reward, _ = _bounded(transitions, spec)
+    return _statistics_and_counts(transitions, spec, representation=representation)[0]
+
+
+def _statistics_and_counts(transitions: Any, spec: EvaluationSpec, *,
+                           representation: str = "dense") -> tuple[Any, dict[str, int]]:
+    """:func:`statistics_of_transitions` and the clamp counts of the same clamping."""
+    rho, reward, counts = _bounded(transitions, spec)
     if spec.reward_scale != 1.0 or reward is not transitions.reward:
         transitions = dataclasses.replace(transitions, reward=reward * spec.reward_scale)
-    return _statistics(transitions, spec, rho, representation=representation)
+    return _statistics(transitions, spec, rho, representation=representation), counts
 
 
 def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
@@ -241,8 +248,13 @@ def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,
     )
 
 
-def _statistics_batch(table: pa.Table, spec: EvaluationSpec) -> pa.RecordBatch:
-    """One ``trajectory_stats`` row per trajectory of ``table`` (whole trajectories, any ids)."""
+def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
+                      with_counts: bool = False) -> pa.RecordBatch:
+    """One ``trajectory_stats`` row per trajectory of ``table`` (whole trajectories, any ids).
+
+    With ``with_counts``, one more column per clamp reason (:data:`_CLAMPED`): the batch's clamp
+    count on its first row, 0 on the others (their sum over all batches is the stage's count).
+    """
     import pyarrow as pa
 
     ids, dense = np.unique(table.column("traj_index").to_numpy(), return_inverse=True)
@@ -250,24 +262,40 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec) -> pa.RecordBatch:
         table.schema.get_field_index("traj_index"), "traj_index", pa.array(dense.astype(np.int64))
     )
     transitions = transitions_from_arrow(table, n_trajectories=len(ids))
-    rows = statistics_of_transitions(transitions, spec).to_rows()
-    return pa.RecordBatch.from_pydict(
-        {
-            "spec_id": pa.array([spec.spec_id] * len(ids), type=pa.string()),
-            "traj_index": pa.array(ids.astype(np.int64), type=pa.int64()),
-            "tau": pa.array(rows["tau"].astype(np.int32), type=pa.int32()),
-            "A": _list_column(rows["A"]),
-            "b": _list_column(rows["b"]),
-            "C": _list_column(rows["C"]),
-        }
-    )
+    stats, counts = _statistics_and_counts(transitions, spec)
+    rows = stats.to_rows()
+    columns = {
+        "spec_id": pa.array([spec.spec_id] * len(ids), type=pa.string()),
+        "traj_index": pa.array(ids.astype(np.int64), type=pa.int64()),
+        "tau": pa.array(rows["tau"].astype(np.int32), type=pa.int32()),
+        "A": _list_column(rows["A"]),
+        "b": _list_column(rows["b"]),
+        "C": _list_column(rows["C"]),
+    }
+    if with_counts:
+        for reason, column in _CLAMPED.items():
+            first = np.zeros(len(ids), dtype=np.int64)
+            first[:1] = counts[reason]
+            columns[column] = pa.array(first, type=pa.int64())
+    return pa.RecordBatch.from_pydict(columns)
 
 
-def _statistics_kernel(spec: EvaluationSpec) -> Any:
+def _clamped_columns() -> dict[str, str]:
+    from gpope.core.bounds import CLAMP_REASONS
+
+    return {reason: f"_clamped_{reason}" for reason in CLAMP_REASONS}
+
+
+#: clamp reason -> the extra column of :func:`_statistics_kernel` ``with_counts`` that carries it
+_CLAMPED = _clamped_columns()
+
+
+def _statistics_kernel(spec: EvaluationSpec, *, with_counts: bool = False) -> Any:
     """mapInArrow function over a partition sorted by ``traj_index`` (each trajectory in one
     partition): statistics of every whole trajectory of each Arrow batch, in one vectorised call;
     a trajectory cut by a batch boundary is carried over to the next batch, so memory stays
-    bounded by the batch size (plus one trajectory) whatever the partition's size."""
+    bounded by the batch size (plus one trajectory) whatever the partition's size. With
+    ``with_counts``, the clamp counts ride along in extra columns (see :func:`_statistics_batch`)."""
 
     def kernel(batches: Any) -> Any:
         import pyarrow as pa
@@ -283,9 +311,9 @@ def _statistics_kernel(spec: EvaluationSpec) -> Any:
             cut = int(np.searchsorted(ids, ids[-1], side="left"))  # start of the last trajectory
             pending = table.slice(cut)
             if cut:
-                yield _statistics_batch(table.slice(0, cut), spec)
+                yield _statistics_batch(table.slice(0, cut), spec, with_counts=with_counts)
         if pending is not None and pending.num_rows:
-            yield _statistics_batch(pending, spec)
+            yield _statistics_batch(pending, spec, with_counts=with_counts)
 
     return kernel
 
@@ -334,13 +362,24 @@ def clamp_counts(transitions: DataFrame, spec: EvaluationSpec) -> dict[str, int]
     return {r: int(row[r] or 0) for r in CLAMP_REASONS}
 
 
-def statistics_frame(transitions: DataFrame, spec: EvaluationSpec) -> DataFrame:
+def statistics_frame(transitions: DataFrame, spec: EvaluationSpec, *,
+                     with_counts: bool = False) -> DataFrame:
     """Lazy DataFrame of ``trajectory_stats`` rows (schema TRAJECTORY_STATS) for ``spec``.
 
     One row per trajectory: ``spec_id, traj_index, tau, A (n*n, row-major), b (n), C (n*n)``.
+    With ``with_counts``, also one long column per clamp reason (``_clamped_<reason>``) whose
+    sum is the number of transitions clamped for that reason (the same pass computes both).
     """
+    from pyspark.sql.types import LongType, StructField, StructType
+
     from gpope.shell.schemas import TRAJECTORY_STATS
 
+    schema = TRAJECTORY_STATS
+    if with_counts:
+        schema = StructType(
+            [*TRAJECTORY_STATS.fields]
+            + [StructField(c, LongType(), False) for c in _CLAMPED.values()]
+        )
     # hash-partition by trajectory, sort inside each partition, then one vectorised kernel call
     # per Arrow batch (a per-trajectory groupBy().applyInArrow costs one Python call and one
     # Arrow round trip per patient)
@@ -349,7 +388,7 @@ def statistics_frame(transitions: DataFrame, spec: EvaluationSpec) -> DataFrame:
         transitions.select(*_INPUT_COLUMNS)
         .repartition(partitions, "traj_index")
         .sortWithinPartitions("traj_index", "t")
-        .mapInArrow(_statistics_kernel(spec), schema=TRAJECTORY_STATS)
+        .mapInArrow(_statistics_kernel(spec, with_counts=with_counts), schema=schema)
     )
 
 
@@ -372,10 +411,12 @@ def run_stats(
         TableNotFoundError: the silver transitions are missing (run ``gpope ingest`` first).
         DataError: the dataset has no transitions.
     """
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from gpope.shell import lake
     from gpope.shell.lake.manifest import read_pinned
+    from gpope.shell.schemas import TRAJECTORY_STATS
 
     start = time.perf_counter()
     target = lake.Lake.from_settings(spark, config.lake)
@@ -387,7 +428,13 @@ def run_stats(
             f"Dataset {dataset!r} has no transitions; run `gpope ingest --dataset {dataset}` on "
             "non-empty bronze tables first."
         )
-    frame = statistics_frame(transitions, spec)
+    # the clamp counts come out of the same pass as the statistics (observed while writing)
+    observation = Observation(f"gpope_stats_clamped_{uuid.uuid4().hex[:8]}")
+    frame = (
+        statistics_frame(transitions, spec, with_counts=True)
+        .observe(observation, *[F.sum(c).alias(r) for r, c in _CLAMPED.items()])
+        .select(*[f.name for f in TRAJECTORY_STATS.fields])
+    )
     version = target.write(
         frame,
         lake.TableRef("gold", "trajectory_stats", dataset),
@@ -399,7 +446,11 @@ def run_stats(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
     )
     m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
-    clamped = clamp_counts(transitions, spec)
+    observed = observation.get
+    if all(r in observed for r in _CLAMPED):
+        clamped = {r: int(observed[r] or 0) for r in _CLAMPED}
+    else:  # Spark Connect may return no observed metrics for some plans: count separately
+        clamped = clamp_counts(transitions, spec)
     return StatsReport(
         dataset=dataset,
         spec_id=spec.spec_id,
