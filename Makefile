@@ -26,11 +26,12 @@ demo: $(STAMP)
 # One BLAS thread per process: the suite's matrices are small and 2 cores are shared with Spark.
 # Two pytest workers (pytest-xdist), one test file per worker at a time (--dist loadfile keeps
 # module fixtures in one process): a single worker kept only about one core busy (pytest waiting
-# on its JVM and the JVM on pytest). Each worker starts its own local Spark session.
+# on its JVM and the JVM on pytest). Each worker starts its own local Spark session. Files go out
+# in collection order (--no-loadscope-reorder), longest first (tests/conftest.py LONGEST_FIRST).
 # PYTEST_WORKERS=0 runs everything in one process.
 test: $(STAMP)
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(BIN)/python -m pytest \
-	  -n $${PYTEST_WORKERS:-2} --dist loadfile
+	  -n $${PYTEST_WORKERS:-2} --dist loadfile --no-loadscope-reorder
 
 # The library wheel (base dependencies only; extras are opt-in), as Databricks installs it.
 wheel: $(STAMP)

@@ -15,6 +15,27 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ["GPOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpope-test-cache-")
 
 
+# The longest test files, longest first (pytest --durations, 2026-11-25). `make test` runs
+# two xdist workers with `--dist loadfile --no-loadscope-reorder`, which hands out whole files in
+# collection order: listing these first keeps a long file from starting last while the other
+# worker idles (xdist's default order, most tests first, put the one-test Connect file last).
+LONGEST_FIRST = (
+    "tests/shell/test_connect.py",
+    "tests/shell/test_atomic.py",
+    "tests/core/test_experiments.py",
+    "tests/shell/test_demo.py",
+    "tests/shell/test_evaluate_privacy.py",
+    "tests/shell/test_stats.py",
+    "tests/shell/test_java.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the files of :data:`LONGEST_FIRST` first, in that order; the rest keep their order."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A real local SparkSession (local[2], UI off, UTC), shared by all Spark tests."""
