@@ -273,7 +273,9 @@ def main() -> None:
     p.add_argument("--sizes", default="10000,100000")
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--epsilons", default="0.1,1,10")
-    p.add_argument("--methods", default="gpope", help="comma list of gpope, ssp")
+    p.add_argument("--methods", default="gpope",
+                   help="comma list of gpope, ssp, lstd (the non-private LSTD floor of each data "
+                        "set, recorded at epsilon = inf)")
     p.add_argument("--spec", default=None,
                    help="use this spec's evaluation: block (public tuning as shipped) for GPOPE "
                         "instead of tuning here; its tuning.patients is m_pub")
@@ -323,7 +325,7 @@ def main() -> None:
     sizes = [int(float(x)) for x in args.sizes.split(",")]
     epsilons = tuple(float(x) for x in args.epsilons.split(","))
     methods = tuple(x.strip() for x in args.methods.split(","))
-    if set(methods) - {"gpope", "ssp"}:
+    if set(methods) - {"gpope", "ssp", "lstd"}:
         p.error(f"unknown method in {args.methods!r}")
     t0 = time.perf_counter()
     make = _problem_factory(args.domain, args.delta, args)
@@ -390,10 +392,21 @@ def main() -> None:
             stats = problem.stats(norm)
             data_secs = time.perf_counter() - s_data
             ssp_total, ssp_sum_secs, ssp_sum_cpu = None, 0.0, 0.0
+            if "lstd" in methods:  # the NON-private floor on this data set (epsilon = inf)
+                s0, c0 = time.perf_counter(), time.process_time()
+                A_hat, b_hat, _ = stats.population()
+                theta = np.linalg.lstsq(A_hat, b_hat, rcond=None)[0]
+                record["trials"].append({
+                    "method": "lstd", "m": m, "trial": t, "epsilon": math.inf,
+                    "rel_mspbe": float(problem.rel_mspbe(theta)[0]),
+                    "value_error": float(problem.value_error(theta)[0]),
+                    "seconds": time.perf_counter() - s0, "cpu_seconds": time.process_time() - c0,
+                    "sigma": 0.0, "data_seconds": data_secs, "clip": None, "step_size": None,
+                    "touched": float(m), "steps": 1})
             for k, eps in enumerate(EPSILONS):
                 if eps not in epsilons:
                     continue
-                for method in methods:
+                for method in (x for x in methods if x != "lstd"):
                     rng = np.random.default_rng(seed_seq(args.seed, 2 if method == "gpope" else 5,
                                                          m, t, k))
                     s0, c0 = time.perf_counter(), time.process_time()
@@ -446,7 +459,8 @@ def main() -> None:
                                              "rel_mspbe": rel, "value_error": ve,
                                              "seconds": secs, "cpu_seconds": cpu,
                                              "sigma": sigma,
-                                             "data_seconds": data_secs, **row})
+                                             "data_seconds": data_secs,
+                                             "stats_mb": stats.nbytes / 2**20, **row})
                     out.write_text(json.dumps(record, indent=1, default=float))
             print(f"m={m} trial {t} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     record["total_seconds"] = time.perf_counter() - t0

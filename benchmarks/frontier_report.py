@@ -17,8 +17,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 FIGURES = ROOT / "docs" / "figures"
-MARKERS = {0.1: "o", 1.0: "s", 10.0: "^"}
-COLOURS = {"gpope": "tab:blue", "ssp": "tab:orange", "gpope-40p": "tab:green"}
+MARKERS = {0.1: "o", 1.0: "s", 10.0: "^", float("inf"): "x"}  # inf: non-private (lstd)
+COLOURS = {"gpope": "tab:blue", "ssp": "tab:orange", "gpope-40p": "tab:green", "lstd": "tab:gray"}
 DOMAINS = ("chain", "mountaincar-on", "mountaincar-off", "hiv", "hiv-demo")
 
 
@@ -119,7 +119,8 @@ def figure(domain: str, trials: list[dict]) -> Path:
             hi = [cs[(method, m, eps)]["rel_q75"] for m in ms]
             ax.errorbar(ms, ys, yerr=[np.subtract(ys, lo), np.subtract(hi, ys)], color=colour,
                         marker=marker, linestyle="-", capsize=3,
-                        label=f"{method}, eps {eps:g}")
+                        label=f"{method}, eps {eps:g}" if np.isfinite(eps) else
+                        f"{method} (non-private)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("m (trajectories)")
