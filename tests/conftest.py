@@ -15,10 +15,12 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ["GPOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpope-test-cache-")
 
 
-# The longest test files, longest first (pytest --durations, 2026-11-25). `make test` runs
-# two xdist workers with `--dist loadfile --no-loadscope-reorder`, which hands out whole files in
-# collection order: listing these first keeps a long file from starting last while the other
-# worker idles (xdist's default order, most tests first, put the one-test Connect file last).
+# The longest test files, longest first: the first seven are the slowest measured (2026-11-25,
+# under load, order approximate), then files expected to be long (a CLI experiment preset, Spark
+# evaluations, a 2 GiB calibration, a wheel build). `make test` runs two xdist workers with
+# `--dist loadfile --no-loadscope-reorder`, which hands out whole files in collection order:
+# listing these first keeps a long file from starting last while the other worker idles
+# (xdist's default order, most tests first, put the one-test Connect file last).
 LONGEST_FIRST = (
     "tests/shell/test_connect.py",
     "tests/shell/test_atomic.py",
@@ -27,6 +29,11 @@ LONGEST_FIRST = (
     "tests/shell/test_evaluate_privacy.py",
     "tests/shell/test_stats.py",
     "tests/shell/test_java.py",
+    "tests/shell/test_experiment_cli.py",
+    "tests/shell/test_evaluate.py",
+    "tests/shell/test_evaluate_private_tune.py",
+    "tests/core/test_accounting_pld_bounds.py",
+    "tests/test_packaging.py",
 )
 
 
