@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +12,13 @@ import pytest
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 # Calibration cache (gpope.core.accounting.cache) in a fresh directory: tests never read or fill
-# the user's cache.
-os.environ["GPOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpope-test-cache-")
+# the user's cache. One directory per run: xdist workers keep the one the controller made (they
+# inherit its environment), so a calibration made in one worker is not redone in the other (the
+# cache is safe for concurrent processes), as in a one-process run.
+_CACHE_PREFIX = "gpope-test-cache-"
+if not (os.environ.get("PYTEST_XDIST_WORKER")
+        and Path(os.environ.get("GPOPE_CACHE_DIR", "")).name.startswith(_CACHE_PREFIX)):
+    os.environ["GPOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix=_CACHE_PREFIX)
 
 
 # The longest test files, longest first: the first seven are the slowest measured (2026-11-25,
