@@ -4,7 +4,9 @@ Each data set (fresh, chain, m patients, ids "p<i>") is split into K groups by t
 the patient id (:func:`gpope.core.intervals.interval_groups`); GPOPE runs once per group with the
 operating point ``gpope evaluate`` takes from conf/specs/chain.yaml (poisson sampling, the block's
 budget: the same q, N, schedule; sigma calibrated to the FULL (epsilon, delta): parallel
-composition, no statistics share) on that group alone; the released value is the mean of the K
+composition, no statistics share) on that group alone, normalised by the public expected group
+size q m / K (the numbers in docs/RESULTS.md were measured before that change, with the group's
+actual size, which differs from m / K by about 1 %); the released value is the mean of the K
 group values and the interval the Student-t interval from their spread
 (:func:`gpope.core.intervals.group_interval`). Compared with ONE GPOPE run on all m patients at the
 same (epsilon, delta) (the estimate the split replaces).
@@ -23,6 +25,7 @@ Usage: nice -n 19 python benchmarks/gpope_split_probe.py --m 10000 --eps 1 --gro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -77,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--first", type=int, default=0, help="first data set number (resume)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                        help="pool the per-data-set records of saved --json files (same m, "
+                        "epsilon, K; distinct data sets) and print the markdown table")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table([c for f in args.table for c in json.loads(Path(f).read_text())]))
+        return 0
 
     from gpope.core.envs import chain as ch
     from gpope.core.gpope import run_gpope
@@ -111,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg = full_cfg if args.select == "run" else _config(
                 spec, m_select=m // K, m=m, eps=args.eps, delta=args.delta)
             vals = []
+            # as gpope evaluate: every group normalises by the public expected size m / K
+            cfg = dataclasses.replace(cfg, normalizing_size=m / K)
             for g in range(K):
                 res = run_gpope(stats_of(_subset(tr, assign[K] == g)), cfg, rng)
                 vals.append(res.theta_avg[STATES])
@@ -146,6 +157,31 @@ def main(argv: list[str] | None = None) -> int:
             f"err {c['median_abs_error']:.3g}" for c in cells)
             + f"; single run err {cells[0]['single_run_median_abs_error']:.3g}", flush=True)
     return 0
+
+
+def markdown_table(cells: list[dict]) -> str:
+    """One row per (m, epsilon, K): the records of all cells pooled (per-data-set raw records)."""
+    pooled: dict[tuple, dict] = {}
+    for c in cells:
+        key = (c["m"], c["epsilon"], c["groups"], c["select"])
+        p = pooled.setdefault(key, {"cov": [], "lb": [], "width": [], "err": [], "single": []})
+        for k in ("cov", "lb", "width", "err"):
+            p[k] += c["raw"][k]
+        p["single"] += c["raw_single_err"][-len(c["raw"]["cov"]):] if c["raw"]["cov"] else []
+    rows = ["| m | epsilon | K | data sets (intervals per state) | coverage | coverage s0 / s20 / s38 | "
+            "one-sided | median width s0 / s20 / s38 | mean width | mean error s0 / s20 / s38 | "
+            "median abs error (split) | median abs error (one run on all m) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (m, eps, K, _sel), p in sorted(pooled.items()):
+        cov, lb, w, e, one = (np.array(p[k]) for k in ("cov", "lb", "width", "err", "single"))
+
+        def trio(x, f=".3f"):
+            return " / ".join(format(v, f) for v in x)
+
+        rows.append(f"| {m} | {eps:g} | {K} | {len(cov)} | {cov.mean():.3f} | {trio(cov.mean(0), '.2f')} | "
+                    f"{lb.mean():.3f} | {trio(np.median(w, 0), '.4f')} | {w.mean():.4f} | "
+                    f"{trio(e.mean(0), '+.4f')} | {np.median(np.abs(e)):.4f} | {np.median(np.abs(one)):.4f} |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                         "run's; 0.1: the release a gpope run's interval rests on)")
     parser.add_argument("--draws", type=int, default=None, help="bootstrap draws (default: the pipeline's)")
     parser.add_argument("--public", type=int, default=1000, help="public cohort size (clip bounds)")
+    parser.add_argument("--clip-quantile", type=float, default=0.99,
+                        help="quantile of the public norms for the statistics clip and the residual "
+                        "bound (the pipeline's evaluation.ssp_clip_quantile, default 0.99)")
     parser.add_argument("--truth", type=int, default=20000,
                         help="trajectories of the Monte Carlo estimate of the clipped fixed point")
     parser.add_argument("--level", type=float, default=0.95)
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--estimators gpope: chain and hiv only (their specs' statistics are the "
                          "benchmark's; mountain car's harness scales rewards differently)")
     public = setup.public(args.public, args.seed)
-    clip = float(np.quantile(np.linalg.norm(public, axis=1), 0.99))
+    clip = float(np.quantile(np.linalg.norm(public, axis=1), args.clip_quantile))
     public_c = ssp.clip_statistics(public, clip)
     n = round((-1 + np.sqrt(1 + 8 * public.shape[1])) / 4)
     estimand = setup.estimand
@@ -253,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         noisy = ssp.release_noisy_statistics(total, n=n, m=m, sigma=s1, clip=clip, rng=rng)
         theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
         norms = np.linalg.norm(ssp.residuals(public_c, theta, n), axis=1)
-        bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, 0.99)))
+        bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, args.clip_quantile)))
         moments = ssp.release_moments(
             ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound), n=n,
             theta=theta, sigma=s2, bound=bound, rng=rng)
@@ -323,7 +326,7 @@ def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
     sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
     return {"domain": args.domain, "estimator": est, "m": m, "epsilon": eps, "delta": args.delta,
             "share": share if est == "ssp" else args.statistics_share,
-            "moments_share": args.moments_share, "draws": draws, "trials": trials,
+            "moments_share": args.moments_share, "clip_quantile": args.clip_quantile, "draws": draws, "trials": trials,
             "gpope_runs_per_trial": args.gpope_runs if est == "gpope" else None,
             "intervals_per_quantity": int(cov.shape[0]), "clip": clip, "sigma": sigma,
             "coverage": float(cov.mean()), "coverage_mc": float(cov_mc.mean()),

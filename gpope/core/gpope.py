@@ -102,6 +102,11 @@ class GPOPEConfig:
             grid ``noise_grid`` and round released iterates to it (:mod:`gpope.core.secure_noise`);
             refuses a seed. Opt-in (slower: a numpy loop per step).
         noise_grid: the public grid gamma > 0 of secure noise (None: clip * 2^-20).
+        normalizing_size: poisson only: the PUBLIC size M in the step's normalisation
+            ``(sum + noise) / (q M)``; None: the number of trajectories m of the statistics.
+            Set it when m itself is not public, e.g. ``gpope evaluate --interval-groups K`` runs
+            each group with M = m / K, the expected group size, so the group's actual size is
+            never used (nor released through the iterates).
     """
 
     iterations: int
@@ -120,9 +125,18 @@ class GPOPEConfig:
     trace_every: int | None = None
     secure_noise: bool = False
     noise_grid: float | None = None
+    normalizing_size: float | None = None
 
     def __post_init__(self) -> None:
         o = "GPOPEConfig"
+        object.__setattr__(self, "normalizing_size", check_number(
+            o, "normalizing_size", self.normalizing_size, gt=0.0, allow_none=True))
+        if self.normalizing_size is not None and self.sampling != "poisson":
+            raise ConfigError(
+                "The 'normalizing_size' parameter of GPOPEConfig applies to sampling='poisson' "
+                f"only. Got normalizing_size={self.normalizing_size!r} with sampling="
+                f"{self.sampling!r}."
+            )
         if not isinstance(self.secure_noise, bool):
             raise ConfigError(
                 "The 'secure_noise' parameter of GPOPEConfig must be a bool. Got "
@@ -568,7 +582,7 @@ def _iterate(
     acc = np.zeros((R, n))
     poisson = config.sampling == "poisson"
     q = float(config.batch_rate) if poisson else 1.0
-    div = q * m if poisson else 1.0
+    div = q * (config.normalizing_size or m) if poisson else 1.0
     chunk = plan_chunk_steps(n, R, stats.representation == "dense")
     fast = (R == 1 and not poisson and every is None
             and stats.representation in ("dense", "tabular"))
@@ -657,7 +671,7 @@ def _iterate_secure(
     x = np.zeros((R, 2 * n))
     acc = np.zeros((R, n))
     poisson = config.sampling == "poisson"
-    div = float(config.batch_rate) * m if poisson else 1.0
+    div = float(config.batch_rate) * (config.normalizing_size or m) if poisson else 1.0
     chunk = plan_chunk_steps(n, R, stats.representation == "dense")
     for plan in draw_plan(gen_plan, m=m, config=config, chunk=chunk, trials=R):
         noise = secure_gaussian_noise((plan.steps, R, 2 * n), std, grid) if std > 0 else None

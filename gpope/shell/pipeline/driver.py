@@ -103,7 +103,7 @@ def run_gpope_streamed(
     avg_from = N - avg_count if config.averaging != "none" else N
     every = config.trace_every
     poisson = config.sampling == "poisson"
-    div = float(config.batch_rate) * m if poisson else 1.0
+    div = float(config.batch_rate) * (config.normalizing_size or m) if poisson else 1.0
     if every is not None:
         trace_steps = np.unique(np.append(np.arange(0, N + 1, every), N))
         trace = np.zeros((len(trace_steps), 2 * n))

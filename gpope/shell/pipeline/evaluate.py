@@ -1247,16 +1247,21 @@ def _solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solv
                   options: EvaluateOptions, *, groups: np.ndarray, n: int, spent: float,
                   ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its
-    Poisson rate applies to the group); returns (the result with theta, w, the averaged iterate
+    Poisson rate applies to the group, each step normalised by the public expected group size
+    q m / K, not the group's actual size); returns (the result with theta, w, the averaged iterate
     and the trace = the means over the groups, (K, n) group estimates, private population)."""
     from gpope.core.gpope import run_gpope
     from gpope.shell.pipeline.sampled import spark_fetcher
 
     fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
+    # every group normalises by the PUBLIC expected group size m / K, never by its actual size
+    # (only m is public: the K group sizes would otherwise be released through the iterates)
+    k = int(groups.max()) + 1
+    solver = dataclasses.replace(solver, normalizing_size=len(groups) / options.interval_groups)
     # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
     rng = None if options.seed is None else np.random.default_rng(options.seed)
     results = []
-    for g in range(int(groups.max()) + 1):
+    for g in range(k):
         ids = np.flatnonzero(groups == g)
         if len(ids) == 0:
             raise DataError(
