@@ -294,7 +294,7 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
                     lambda: _stats_reference(root, "scale", spec, tmp))  # fmt: skip
         if "evaluate" in stages_wanted:
             options = EvaluateOptions.from_settings(
-                config.evaluation, epsilon=1.0, delta=1e-6, seed=7, iterations=iterations,
+                config.evaluation, epsilon=1.0, delta=min(1e-6, 0.1 / patients), seed=7, iterations=iterations,
                 statistics_share=0.0, public_trajectories=0,
             )
             report: dict[str, Any] = {}
