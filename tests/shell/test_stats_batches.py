@@ -6,6 +6,9 @@ trajectories 0..29 and 35..39 only was taken for a malformed cohort.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
@@ -30,13 +33,32 @@ SPEC = {
 }
 
 
-def test_clamp_counts_over_partitions_with_gaps_equal_the_core_counts(spark):
+def _cohort(spark, patients: int, seed: int, max_steps: int):
+    """(spec, transitions, Spark frame) of ``patients`` mountain car episodes."""
     spec = EvaluationSpec.from_mapping(SPEC, where="test")
     behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
-    transitions = mountaincar.generate(12, np.random.default_rng(3), behaviour, max_steps=30)
+    transitions = mountaincar.generate(patients, np.random.default_rng(seed), behaviour,
+                                       max_steps=max_steps)
+    return spec, transitions, spark.createDataFrame(transitions_to_arrow(transitions),
+                                                    schema=TRANSITIONS)
+
+
+@contextmanager
+def _arrow_batches(spark, rows: int) -> Iterator[None]:
+    """Spark's Arrow batches hold at most ``rows`` rows inside the block."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
+
+
+def test_clamp_counts_over_partitions_with_gaps_equal_the_core_counts(spark):
+    spec, transitions, df = _cohort(spark, 12, seed=3, max_steps=30)
     _, _, want = _bounded(transitions, spec)
     assert want["importance_weight_above_bound"] > 0
-    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
     # three partitions, each with non-contiguous trajectories (0, 3, 6, ...), one batch each
     gappy = df.repartition(3, (df.traj_index % 3)).sortWithinPartitions("traj_index", "t")
     assert clamp_counts(gappy, spec) == want
@@ -49,23 +71,15 @@ def test_statistics_with_trajectories_cut_by_arrow_batches_equal_the_core(spark)
     from gpope.core.statistics import statistics_from_transitions
     from gpope.shell.pipeline.stats import statistics_frame
 
-    spec = EvaluationSpec.from_mapping(SPEC, where="test")
-    behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
-    transitions = mountaincar.generate(15, np.random.default_rng(4), behaviour, max_steps=60)
+    spec, transitions, df = _cohort(spark, 15, seed=4, max_steps=60)
     rho, _, _ = _bounded(transitions, spec)
     want = statistics_from_transitions(
         transitions, spec.feature_map, rho, gamma=spec.gamma, normalization=spec.normalization,
         length_scale=spec.length_scale, representation="dense",
     ).to_rows()
-    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
     shuffled = df.orderBy((df.traj_index * 7919 + df.t * 104729) % 1009)  # no stored order
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    previous = spark.conf.get(key)
-    spark.conf.set(key, "37")
-    try:
+    with _arrow_batches(spark, 37):
         got = statistics_frame(shuffled, spec).toArrow()
-    finally:
-        spark.conf.set(key, previous)
     order = np.argsort(got.column("traj_index").to_numpy())
     assert got.column("traj_index").to_numpy()[order].tolist() == list(range(15))
     assert got.column("tau").to_numpy()[order].tolist() == want["tau"].tolist()
@@ -80,20 +94,12 @@ def test_clamp_counts_riding_along_the_statistics_pass_equal_the_core_counts(spa
 
     from gpope.shell.pipeline.stats import _CLAMPED, statistics_frame
 
-    spec = EvaluationSpec.from_mapping(SPEC, where="test")
-    behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
-    transitions = mountaincar.generate(12, np.random.default_rng(5), behaviour, max_steps=30)
+    spec, transitions, df = _cohort(spark, 12, seed=5, max_steps=30)
     _, _, want = _bounded(transitions, spec)
     assert want["importance_weight_above_bound"] > 0
-    df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    previous = spark.conf.get(key)
-    spark.conf.set(key, "23")  # many batches per partition: each carries its own count
-    try:
+    with _arrow_batches(spark, 23):  # many batches per partition: each carries its own count
         row = statistics_frame(df, spec, with_counts=True).agg(
             *[F.sum(c).alias(r) for r, c in _CLAMPED.items()], F.count(F.lit(1)).alias("m")
         ).collect()[0]
-    finally:
-        spark.conf.set(key, previous)
     assert {r: row[r] for r in _CLAMPED} == want
     assert row["m"] == 12
