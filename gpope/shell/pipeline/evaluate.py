@@ -1256,8 +1256,8 @@ def _solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solv
     fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
     # every group normalises by the PUBLIC expected group size m / K, never by its actual size
     # (only m is public: the K group sizes would otherwise be released through the iterates)
-    k = int(groups.max()) + 1
-    solver = dataclasses.replace(solver, normalizing_size=len(groups) / options.interval_groups)
+    k = options.interval_groups  # every group, the last included: an empty one is an error
+    solver = dataclasses.replace(solver, normalizing_size=len(groups) / k)
     # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
     rng = None if options.seed is None else np.random.default_rng(options.seed)
     results = []
