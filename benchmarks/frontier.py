@@ -114,20 +114,58 @@ class ChunkedProblem:
     value_error = PoolProblem.value_error
 
 
-def chunked_stats(d, m: int, rng: np.random.Generator, chunk: int) -> TrajectoryStats:
-    """Statistics of m behaviour episodes of domain ``d``, simulated ``chunk`` at a time."""
+def chunked_stats(d, m: int, rng: np.random.Generator, chunk: int,
+                  dtype: str = "float64") -> TrajectoryStats:
+    """Statistics of m behaviour episodes of domain ``d``, simulated ``chunk`` at a time.
+
+    Off-policy (dense per-episode A_i, C_i): written chunk by chunk into one preallocated
+    (m, n, 2n) array of ``dtype`` (``--stats-dtype float32`` halves the 6.2 GB of m = 3e5; the
+    solver's arithmetic stays float64, the stored entries are rounded to single precision,
+    relative error <= 6e-8), so no second copy is ever made by a concatenation."""
     from gpope.core.statistics import statistics_from_transitions
 
-    rep = "tabular" if d.figure == "on" else "dense"
-    parts = []
+    if d.figure == "on":
+        parts = []
+        for child in rng.spawn(math.ceil(m / chunk)):
+            tr = d.generate(min(chunk, m - len(parts) * chunk), child)
+            st = statistics_from_transitions(tr, d.features, d.rho(tr), gamma=d.s.gamma,
+                                             normalization="transition", length_scale=200.0,
+                                             representation="tabular")
+            del tr
+            parts.append(st.to_sparse())
+        return TrajectoryStats.concatenate(parts)
+    n = d.features.n_features
+    ac = np.empty((m, n, 2 * n), dtype=dtype)
+    b = np.empty((m, n))
+    tau = np.empty(m, dtype=np.int64)
     for c, child in enumerate(rng.spawn(math.ceil(m / chunk))):
-        tr = d.generate(min(chunk, m - c * chunk), child)
+        lo = c * chunk
+        k = min(chunk, m - lo)
+        tr = d.generate(k, child)
         st = statistics_from_transitions(tr, d.features, d.rho(tr), gamma=d.s.gamma,
                                          normalization="transition", length_scale=200.0,
-                                         representation=rep)
+                                         representation="compact")
         del tr
-        parts.append(st.to_sparse() if rep == "tabular" else st)
-    return TrajectoryStats.concatenate(parts)
+        A, b[lo:lo + k], C = st.dense()
+        ac[lo:lo + k, :, :n] = A
+        ac[lo:lo + k, :, n:] = C
+        tau[lo:lo + k] = st.tau
+        del st, A, C
+    return TrajectoryStats(representation="dense", tau=tau, b=b, normalization="transition",
+                           ac=ac)
+
+
+def population64(stats: TrajectoryStats, block: int = 10000
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """stats.population() accumulated in float64 (also for float32 storage), block by block."""
+    if stats.representation != "dense":
+        return stats.population()
+    n = stats.n
+    ac = np.zeros((n, 2 * n))
+    for lo in range(0, stats.m, block):
+        ac += stats._ac[lo:lo + block].sum(axis=0, dtype=np.float64)
+    ac /= stats.m
+    return ac[:, :n].copy(), stats._b.mean(axis=0), ac[:, n:].copy()
 
 
 def chunked_truth(d, size: int, chunk: int, log=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -144,6 +182,27 @@ def chunked_truth(d, size: int, chunk: int, log=print) -> tuple[np.ndarray, np.n
                                                                                     strict=True)]
     log(f"truth sample of {size} trajectories in {time.perf_counter() - t0:.0f} s")
     return tuple(x / size for x in sums)  # type: ignore[return-value]
+
+
+def _cached_truth(path: str | None, build, *, size: int, chunk: int):
+    """The truth (A, b, C) from ``path`` (``--truth-cache``) if it holds one of ``size``
+    trajectories, else built by ``build()`` and saved there (a public simulation: the same for
+    every process that names the file; the chunk it was simulated with is recorded in it)."""
+    if path is None:
+        return build()
+    f = Path(path)
+    if f.exists():
+        with np.load(f) as z:
+            if int(z["size"]) == size:
+                print(f"truth sample of {size} trajectories from {f} (simulated in chunks of "
+                      f"{int(z['chunk'])})", flush=True)
+                return (z["A"].copy(), z["b"].copy(), z["C"].copy())
+        raise SystemExit(f"{f} holds a truth sample of {int(z['size'])}, not {size}")
+    A, b, C = build()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(f.with_suffix(".tmp.npz"), A=A, b=b, C=C, size=size, chunk=chunk)
+    f.with_suffix(".tmp.npz").rename(f)
+    return A, b, C
 
 
 def hiv_pool(size: int, seed: int, cache: Path, log=print) -> dict[str, np.ndarray]:
@@ -209,9 +268,12 @@ def _problem_factory(domain: str, delta: float, args: argparse.Namespace):
 
             def make_chunked(m: int, rng: np.random.Generator) -> ChunkedProblem:
                 if "truth" not in cache:  # the population: computed once, shared by every trial
-                    cache["truth"] = (chunked_truth(d, d.s.truth_trajectories, args.chunk,
-                                                    log=lambda msg: print(msg, flush=True))
-                                      if figure == "on" else d.truth(0))
+                    cache["truth"] = _cached_truth(
+                        args.truth_cache,
+                        lambda: (chunked_truth(d, d.s.truth_trajectories, args.chunk,
+                                               log=lambda msg: print(msg, flush=True))
+                                 if figure == "on" else d.truth(0)),
+                        size=d.s.truth_trajectories, chunk=args.chunk)
                 if m <= args.chunk:  # one chunk: the same cohort as without --chunk
                     from gpope.core.statistics import statistics_from_transitions
 
@@ -219,7 +281,8 @@ def _problem_factory(domain: str, delta: float, args: argparse.Namespace):
                     st = statistics_from_transitions(tr, d.features, d.rho(tr), gamma=d.s.gamma,
                                                      length_scale=200.0)
                     return ChunkedProblem(st, cache["truth"])
-                return ChunkedProblem(chunked_stats(d, m, rng, args.chunk), cache["truth"])
+                return ChunkedProblem(chunked_stats(d, m, rng, args.chunk, args.stats_dtype),
+                                      cache["truth"])
 
             return make_chunked
     else:
@@ -316,6 +379,12 @@ def main() -> None:
                    help="mountain car: simulate and featurise data sets (and the on-policy truth "
                         "sample) this many trajectories at a time, keeping only the statistics "
                         "(needed at m = 3e5)")
+    p.add_argument("--stats-dtype", default="float64", choices=("float64", "float32"),
+                   help="mountain car off-policy with --chunk: storage of the dense per-episode "
+                        "statistics (float32: half the memory; the solver computes in float64)")
+    p.add_argument("--truth-cache", default=None,
+                   help="mountain car with --chunk: load the truth (A, b, C) from this .npz if it "
+                        "exists, else build it and save it there, so a later process reuses it")
     p.add_argument("--build-pool-only", action="store_true")
     p.add_argument("--label", default=None,
                    help="method label suffix in the output (e.g. a different --passes budget: "
@@ -394,7 +463,7 @@ def main() -> None:
             ssp_total, ssp_sum_secs, ssp_sum_cpu = None, 0.0, 0.0
             if "lstd" in methods:  # the NON-private floor on this data set (epsilon = inf)
                 s0, c0 = time.perf_counter(), time.process_time()
-                A_hat, b_hat, _ = stats.population()
+                A_hat, b_hat, _ = population64(stats)
                 theta = np.linalg.lstsq(A_hat, b_hat, rcond=None)[0]
                 record["trials"].append({
                     "method": "lstd", "m": m, "trial": t, "epsilon": math.inf,

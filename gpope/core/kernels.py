@@ -144,7 +144,7 @@ def dense_steps(
 
 # ---------------------------------------------------------------------- Poisson batches, R trials
 @functools.cache
-def _compiled_poisson() -> tuple[Callable, Callable] | None:
+def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
     if os.environ.get("GPOPE_NO_JIT"):
         return None
     try:
@@ -266,7 +266,38 @@ def _compiled_poisson() -> tuple[Callable, Callable] | None:
                     upd[r, c] += f * g[c]
             finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
-    return dense, tabular
+    @numba.njit(cache=True, nogil=True)
+    def sparse(row0, ea, ex, ev, b, members, owner, offs, s0, s1, x, acc, beta, div, h, z,
+               has_z, c0, avg_from):  # pragma: no cover - compiled
+        # Sparse layout: entry (a, x-position c, v) adds v * x[c] to the w-part's row a and, for
+        # A entries (c < n), subtracts v * w[a] from the theta-part's column c.
+        R, n2 = x.shape
+        n = n2 // 2
+        g = np.zeros(n2)
+        upd = np.zeros((R, n2))
+        for s in range(s0, s1):
+            for k in range(offs[s], offs[s + 1]):
+                j = members[k]
+                r = owner[k]
+                for c in range(n):
+                    g[c] = 0.0
+                    g[n + c] = -b[j, c]
+                for e in range(row0[j], row0[j + 1]):
+                    a = ea[e]
+                    c = ex[e]
+                    v = ev[e]
+                    g[n + a] += v * x[r, c]
+                    if c < n:
+                        g[c] -= v * x[r, n + a]
+                nrm2 = 0.0
+                for c in range(n2):
+                    nrm2 += g[c] * g[c]
+                f = factor(g, np.sqrt(nrm2), h)
+                for c in range(n2):
+                    upd[r, c] += f * g[c]
+            finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
+
+    return dense, tabular, sparse
 
 
 def poisson_steps(
@@ -290,11 +321,11 @@ def poisson_steps(
     Same arithmetic as the numpy loop of :mod:`gpope.core.gpope`: per step, the clipped gradients
     of the batch members (at their trial's iterate) are summed per trial, x -= beta_s / div * sum,
     then the scaled noise z[s] (L, R, 2n) is subtracted and acc (R, n) gets the tail sum. Works on
-    ``dense`` (n <= :data:`JIT_MAX_FEATURES`) and ``tabular`` statistics.
+    ``dense`` (n <= :data:`JIT_MAX_FEATURES`), ``tabular`` and ``sparse`` statistics.
     """
     rep = getattr(stats, "representation", None)
     fns = _compiled_poisson()
-    if fns is None or rep not in ("dense", "tabular"):
+    if fns is None or rep not in ("dense", "tabular", "sparse"):
         return False
     n = stats.n  # type: ignore[attr-defined]
     if rep == "dense" and n > JIT_MAX_FEATURES:
@@ -306,6 +337,10 @@ def poisson_steps(
               has_z, int(c0), int(avg_from))
     if rep == "dense":
         fns[0](stats._ac, stats._b, *common)  # type: ignore[attr-defined]
+        return True
+    if rep == "sparse":
+        st = stats
+        fns[2](st._offsets, st._ea, st._ex, st._ev, st._b, *common)  # type: ignore[attr-defined]
         return True
     st = stats  # tabular
     rho = st._rho if st._rho is not None else np.ones(1)  # type: ignore[attr-defined]

@@ -338,7 +338,7 @@ def test_compiled_dense_loop_equals_the_numpy_loop(n, monkeypatch):
     assert not np.allclose(fast.theta, 0.0)
 
 
-@pytest.mark.parametrize("representation", ["dense", "tabular"])
+@pytest.mark.parametrize("representation", ["dense", "tabular", "sparse"])
 def test_compiled_poisson_loop_equals_the_numpy_loop(representation, monkeypatch):
     # Poisson batches for several trials, with a trace: the compiled loop (kernels.poisson_steps)
     # and the numpy loop (forced by making poisson_steps decline) must give the same iterates.
@@ -350,7 +350,12 @@ def test_compiled_poisson_loop_equals_the_numpy_loop(representation, monkeypatch
     eye = np.eye(N_STATES)
     rho = rng.uniform(0.5, 1.5, size=len(s))
     stats = trajectory_statistics(eye[s], eye[sn], r, rho, traj, m, gamma=GAMMA, terminal=term,
-                                  length_scale=10.0, representation=representation)
+                                  length_scale=10.0,
+                                  representation="tabular" if representation == "sparse"
+                                  else representation)
+    if representation == "sparse":
+        stats = stats.to_sparse()
+    assert stats.representation == representation
     cfg = GPOPEConfig(iterations=400, step_size=50.0, clip=0.05, noise_multiplier=0.8,
                       sampling="poisson", batch_rate=0.05, step_schedule="inverse",
                       step_offset=40.0, averaging="tail", trace_every=7)
