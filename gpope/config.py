@@ -187,7 +187,7 @@ class EvaluationSettings:
     sampling: Literal["uniform", "poisson"] = "poisson"
     accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
     trace_every: int | None = None
-    in_memory_limit_mb: int = 1024
+    in_memory_limit_mb: int = 2048
     estimator: Literal["gpope", "ssp"] = "gpope"
     ssp_clip: float | None = None
     ssp_clip_quantile: float = 0.99

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,17 +45,63 @@ __all__ = ["run_gpope_streamed"]
 Fetcher = Callable[[np.ndarray], TrajectoryStats]
 
 
-def _blocks(chunks: list[PlanChunk], max_rows: int) -> list[list[PlanChunk]]:
-    """Group consecutive plan chunks into fetch blocks of at most ``max_rows`` ids (>= 1 chunk)."""
-    blocks: list[list[PlanChunk]] = []
+@dataclass(frozen=True)
+class _Piece:
+    """Steps ``lo .. hi - 1`` of one plan chunk: the unit a fetch block is made of."""
+
+    chunk: PlanChunk
+    lo: int
+    hi: int
+
+    @property
+    def first(self) -> int:
+        """Position in ``chunk.ids`` of this piece's first id."""
+        return int(self.chunk.offsets[self.lo])
+
+    @property
+    def rows(self) -> int:
+        return int(self.chunk.offsets[self.hi]) - self.first
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.chunk.ids[self.first : int(self.chunk.offsets[self.hi])]
+
+
+def _pieces(chunk: PlanChunk, max_rows: int) -> list[_Piece]:
+    """Split a chunk's steps into runs of consecutive steps holding at most ``max_rows`` ids.
+
+    A single step with more ids than ``max_rows`` is a piece of its own (one step's batch must be
+    in memory at once). The chunk itself stays the unit of the plan and noise draws, so splitting
+    it changes which rows are fetched together, never the random streams.
+    """
+    offsets = np.asarray(chunk.offsets, dtype=np.int64)
+    out: list[_Piece] = []
+    lo = 0
+    while lo < chunk.steps:
+        hi = int(np.searchsorted(offsets, offsets[lo] + max_rows, side="right")) - 1
+        hi = min(chunk.steps, max(lo + 1, hi))
+        out.append(_Piece(chunk, lo, hi))
+        lo = hi
+    return out
+
+
+def _blocks(chunks: list[PlanChunk], max_rows: int) -> list[list[_Piece]]:
+    """Fetch blocks: consecutive pieces of at most ``max_rows`` ids in all (one piece at least).
+
+    Before 2026-11-26 a block was at least one whole chunk: with large Poisson batches (chain,
+    m = 1e6: 1,278 steps of about 1,000 ids) one fetch asked Spark for 1.3e6 dense rows at once
+    and the driver JVM ran out of heap.
+    """
+    blocks: list[list[_Piece]] = []
     rows = 0
     for c in chunks:
-        if blocks and rows + len(c.ids) <= max_rows:
-            blocks[-1].append(c)
-            rows += len(c.ids)
-        else:
-            blocks.append([c])
-            rows = len(c.ids)
+        for p in _pieces(c, max_rows):
+            if blocks and rows + p.rows <= max_rows:
+                blocks[-1].append(p)
+                rows += p.rows
+            else:
+                blocks.append([p])
+                rows = p.rows
     return blocks
 
 
@@ -118,8 +165,8 @@ def run_gpope_streamed(
     chunks = list(draw_plan(gen_plan, m=m, config=config, chunk=plan_chunk_steps(n, 1, True)))
     blocks = _blocks(chunks, max(1, int(max_rows_per_fetch)))
 
-    def load(block: list[PlanChunk]) -> TrajectoryStats | None:
-        ids = np.concatenate([c.ids for c in block])
+    def load(block: list[_Piece]) -> TrajectoryStats | None:
+        ids = np.concatenate([p.ids for p in block])
         return fetch(ids) if len(ids) else None
 
     pool = ThreadPoolExecutor(max_workers=1) if prefetch else None
@@ -130,16 +177,19 @@ def run_gpope_streamed(
             if pool is not None and b_i + 1 < len(blocks):
                 pending = pool.submit(load, blocks[b_i + 1])
             base = 0
-            for c in block:
-                L = c.steps
-                beta = betas[c.start : c.start + L]
-                if noise_std > 0:
-                    z = gen_noise.standard_normal((L, 1, 2 * n))
-                    z *= (beta * (noise_std / div))[:, None, None]
-                else:
-                    z = None
-                for s in range(L):
-                    lo, hi = base + int(c.offsets[s]), base + int(c.offsets[s + 1])
+            for p in block:
+                c = p.chunk
+                if p.lo == 0:  # a new chunk: its step sizes and noise, drawn as the core does
+                    L = c.steps
+                    beta = betas[c.start : c.start + L]
+                    if noise_std > 0:
+                        z = gen_noise.standard_normal((L, 1, 2 * n))
+                        z *= (beta * (noise_std / div))[:, None, None]
+                    else:
+                        z = None
+                for s in range(p.lo, p.hi):
+                    lo = base + int(c.offsets[s]) - p.first
+                    hi = base + int(c.offsets[s + 1]) - p.first
                     if poisson:
                         upd = np.zeros((1, 2 * n))
                         if hi > lo:
@@ -156,7 +206,7 @@ def run_gpope_streamed(
                     if every is not None and (c.start + s + 1) % every == 0:
                         trace[t_pos] = x[0]
                         t_pos += 1
-                base += len(c.ids)
+                base += p.rows
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
