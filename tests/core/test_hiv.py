@@ -110,6 +110,45 @@ def test_vectorised_integrator_matches_solve_ivp():
     np.testing.assert_allclose(rewards, hiv.reward(vec, actions), rtol=1e-14)
 
 
+def test_compiled_integrator_equals_the_numpy_loop(monkeypatch):
+    """The numba loop (default) and the numpy loop (GPOPE_NO_JIT) run the same arithmetic."""
+    rng = np.random.default_rng(8)
+    logs = rng.uniform([4.5, -0.5, -1.0, -1.0, 0.0, 1.0], [6.0, 3.0, 5.0, 2.5, 6.0, 5.5], size=(9, 6))
+    states = np.vstack([hiv.START, hiv.HEALTHY_EQUILIBRIUM, 10.0**logs])
+    actions = np.arange(len(states)) % 4
+    params = hiv.patient_parameters(len(states), rng, 0.3)
+    policy = UniformPolicy(4)
+    kw = dict(n_steps=5, param_variation=0.2, obs_noise=0.05)
+
+    def run():
+        return (hiv.step(states, actions, params)[0], hiv.step(states[:1], actions[:1])[0],
+                hiv.generate(7, np.random.default_rng(2), policy, **kw))
+
+    hiv._compiled_integrator.cache_clear()
+    assert hiv._compiled_integrator() is not None
+    fast = run()
+    monkeypatch.setenv("GPOPE_NO_JIT", "1")
+    hiv._compiled_integrator.cache_clear()
+    try:
+        assert hiv._compiled_integrator() is None
+        slow = run()
+    finally:
+        monkeypatch.delenv("GPOPE_NO_JIT")
+        hiv._compiled_integrator.cache_clear()
+    got = [fast[0], fast[1], fast[2].state, fast[2].reward]
+    want = [slow[0], slow[1], slow[2].state, slow[2].reward]
+    np.testing.assert_array_equal(fast[2].action, slow[2].action)
+    # Bit for bit where numpy's float power is the C library's (as on the CI machine); numpy's
+    # AVX-512 power may differ in the last bit, which changes step sizes, not the accuracy.
+    power = np.lib.introspect.opt_func_info(func_name="power", signature="float64")
+    exact = power["power"]["ddd"]["current"].startswith("baseline")
+    for g, w in zip(got, want, strict=True):
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:  # pragma: no cover - machine dependent
+            np.testing.assert_allclose(g, w, rtol=1e-7)
+
+
 def test_generate_structure_and_consistency():
     policy = UniformPolicy(4)
     tr = hiv.generate(3, np.random.default_rng(0), policy, n_steps=4)

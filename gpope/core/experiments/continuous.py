@@ -24,9 +24,9 @@ Value errors are not computed here (NaN): Monte Carlo values are expensive for H
 has exact value errors.
 
 Cost. The truth of a (domain, figure, seed, truth settings) is computed once per process and shared
-by tuning and trials. The HIV simulator's cost per decision is dominated by fixed per-step overhead
-below about a thousand patients, so the HIV data sets of a phase (the truth sample, then the data
-sets in order) are simulated together as cohorts of at most :data:`HIV_COHORT` patients
+by tuning and trials. The HIV simulator has a fixed cost per decision (large below about a
+thousand patients without numba, see :mod:`gpope.core.envs.hiv`), so the HIV data sets of a phase
+(the truth sample, then the data sets in order) are simulated together as cohorts of at most :data:`HIV_COHORT` patients
 (:func:`gpope.core.envs.hiv.generate_many`): each data set is exactly the one a separate simulation
 from its own stream would give.
 """
