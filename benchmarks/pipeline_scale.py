@@ -204,7 +204,7 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
 
     from gpope.config import load_config
     from gpope.core.gpope import run_gpope
-    from gpope.shell.pipeline.evaluate import _solver_config
+    from gpope.shell.pipeline.evaluate_solve import solver_config
     from gpope.shell.pipeline.sampled import _COLUMNS, _sparse_batches, _sparse_from_arrow
 
     data = _dataset(f"{root}/gold/{dataset}/trajectory_stats")
@@ -214,7 +214,7 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     # the solver settings the pipeline run resolved (CLI > spec evaluation: block > conf)
     options, _ = options.resolve(m=stats.m, spec=spec,
                                  settings=load_config(None, lake={"root": root}).evaluation)
-    solver = _solver_config(options, sigma=report.sigma, batch_rate=report.batch_rate,
+    solver = solver_config(options, sigma=report.sigma, batch_rate=report.batch_rate,
                             trace_every=options.iterations, delta=options.delta)
     run_gpope(stats, solver, options.seed)
     return options.iterations

@@ -204,13 +204,44 @@ def split_interval(iv: Interval, k: int) -> tuple[Interval, Interval]:
     return part(slice(0, k)), part(slice(k, None))
 
 
-def check_interval_groups(owner: str, groups: object) -> int:
-    """``groups`` as an int: 0 (no disjoint-groups interval) or K >= 2; ConfigError otherwise."""
+def check_interval_groups(owner: str, groups: object, *, sampling: str | None = None,
+                          tune: str = "none", streamed: bool = False,
+                          in_memory_limit_mb: int | None = None) -> int:
+    """``groups`` as an int: 0 (no disjoint-groups interval) or K >= 2; ConfigError otherwise.
+
+    With the run's resolved ``sampling`` (at run time, once the solver settings are known), a
+    K >= 2 is also refused where the disjoint-groups interval does not hold: its privacy argument
+    (the K runs cost one run by parallel composition) needs Poisson sampling, i.e. add/remove-one
+    adjacency; it does not combine with ``tune`` "private" (whose releases use the whole data
+    set); and each group's statistics are loaded into driver memory, so not when they are
+    ``streamed`` (over ``in_memory_limit_mb``, named in the message).
+    """
     k = check_int(owner, "interval_groups", groups, ge=0)
     if k == 1:
         raise ConfigError(
             f"The 'interval_groups' parameter of {owner} must be 0 (off) or at least 2 (the "
             "number of disjoint patient groups whose spread gives the interval). Got 1 instead."
+        )
+    if k == 0 or sampling is None:
+        return k
+    if sampling != "poisson":
+        raise ConfigError(
+            f"--interval-groups {k} needs --sampling poisson: its K runs on disjoint patient "
+            "groups cost one run only under add/remove-one adjacency (parallel composition); with "
+            f"sampling {sampling!r} (replace-one adjacency) a replaced patient may move "
+            "between two groups and the K runs would cost two runs. Use --sampling poisson or "
+            "--interval-groups 0."
+        )
+    if tune != "none":
+        raise ConfigError(
+            f"--interval-groups {k} does not combine with --tune {tune} (the tuning's "
+            "releases are made on the whole data set); use one of them."
+        )
+    if streamed:
+        raise ConfigError(
+            f"--interval-groups {k} loads each group's statistics into driver memory, but they "
+            f"exceed in_memory_limit_mb={in_memory_limit_mb}; raise it (conf "
+            "evaluation.in_memory_limit_mb) or run with --interval-groups 0."
         )
     return k
 

@@ -29,6 +29,17 @@ def test_group_count_must_be_zero_or_at_least_two():
         group_interval(np.ones((1, 3)))
 
 
+def test_group_count_is_refused_at_run_time_where_its_interval_does_not_hold():
+    assert check_interval_groups("o", 4, sampling="poisson") == 4
+    assert check_interval_groups("o", 0, sampling="uniform", tune="private", streamed=True) == 0
+    for kw, match in [(dict(sampling="uniform"), "sampling poisson"),
+                      (dict(sampling="poisson", tune="private"), "--tune private"),
+                      (dict(sampling="poisson", streamed=True, in_memory_limit_mb=7),
+                       "in_memory_limit_mb=7")]:
+        with pytest.raises(ConfigError, match=match):
+            check_interval_groups("o", 4, **kw)
+
+
 def test_student_t_interval_covers_the_common_mean_of_iid_group_estimates():
     rng = np.random.default_rng(3)
     mean, sd, K = np.array([1.0, -2.0, 0.5]), np.array([0.3, 1.0, 0.01]), 5

@@ -13,7 +13,8 @@ from gpope.core.envs import chain as chain_env
 from gpope.core.intervals import bootstrap_interval, split_interval, ssp_values
 from gpope.core.spec import EvaluationSpec
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import EvaluateOptions, _noise_generators, run_evaluate
+from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.evaluate_intervals import noise_generators
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.ssp import public_residual_bound, spark_group_sums, spark_moment_sum
 from gpope.shell.pipeline.stats import read_statistics, run_stats, transitions_to_arrow
@@ -81,7 +82,7 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
     # the release equals the core mechanism on the same clipped sums with the same streams
     _idx, vec = _core_vectors(spark, config, spec)
     n = spec.n_features
-    rng, boot = _noise_generators(4)
+    rng, boot = noise_generators(4)
     sums = ssp.clip_statistics(vec, 0.05).sum(axis=0, keepdims=True)
     sigma = ssp.ssp_sigma(m=M, epsilon=2.0, delta=1e-5)
     s1, s2 = ssp.split_sigma(sigma, 0.2)

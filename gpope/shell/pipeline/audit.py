@@ -13,7 +13,7 @@ What runs for real (a temporary lake, the caller's local SparkSession):
    private``) so that step 3 can be checked against it.
 3. The releases: the statistics are read back by the same functions ``run_evaluate`` uses
    (``statistics_version`` / ``read_statistics`` / ``load_statistics``), the solver configuration
-   is rebuilt with ``run_evaluate``'s own option resolution and ``_solver_config``, and the
+   is rebuilt with ``run_evaluate``'s own option resolution and ``solver_config``, and the
    solver runs ``runs`` times per dataset (vectorised). The audit first checks that one seeded
    run of this path reproduces step 2's released theta EXACTLY; otherwise it refuses to audit.
 4. The statistic is black-box: only the released theta (what ``released_estimates`` stores)
@@ -174,7 +174,8 @@ def run_pipeline_audit(
     from gpope.core.gpope import run_gpope_trials
     from gpope.core.spec import EvaluationSpec
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate import _solver_config, run_evaluate
+    from gpope.shell.pipeline.evaluate import run_evaluate
+    from gpope.shell.pipeline.evaluate_solve import solver_config
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.pipeline.sampled import load_statistics
     from gpope.shell.pipeline.stats import (
@@ -208,7 +209,7 @@ def run_pipeline_audit(
                             version=version),
             spec.n_features, normalization=spec.normalization)
         resolved, _ = options.resolve(m=stats.m, spec=spec, settings=config.evaluation)
-        solver = _solver_config(
+        solver = solver_config(
             resolved, sigma=report.sigma, batch_rate=resolved.batch_rate,
             trace_every=resolved.trace_every or max(1, resolved.iterations // 20),
             delta=resolved.delta)

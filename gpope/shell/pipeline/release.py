@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["read_releases", "release_row", "value_rows", "write_release"]
+__all__ = ["policy_label", "read_releases", "release_row", "value_rows", "write_release"]
 
 
 def release_row(
@@ -123,3 +123,19 @@ def read_releases(spark: SparkSession, config: GpopeConfig, *, table: str = "rel
 
     rows, _ = read_pinned(Lake.from_settings(spark, config.lake), TableRef.shared(table))
     return rows
+
+
+def policy_label(spec: EvaluationSpec) -> str:
+    """Short public label of the target policy for released_estimates."""
+    from gpope.core.spec import canonical_json
+
+    if spec.policy_name:
+        return spec.policy_name
+    d = spec.target_policy.to_dict()
+    text = canonical_json(d)
+    if len(text) <= 80:
+        return text
+    import hashlib
+
+    return f"{d.get('kind', 'policy')}:{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.bounds import CLAMP_REASONS
 from gpope.errors import DataError, SchemaError
 from gpope.shell.pipeline.jobargs import load_spec
 
@@ -280,14 +281,8 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
     return pa.RecordBatch.from_pydict(columns)
 
 
-def _clamped_columns() -> dict[str, str]:
-    from gpope.core.bounds import CLAMP_REASONS
-
-    return {reason: f"_clamped_{reason}" for reason in CLAMP_REASONS}
-
-
 #: clamp reason -> the extra column of :func:`_statistics_kernel` ``with_counts`` that carries it
-_CLAMPED = _clamped_columns()
+_CLAMPED = {reason: f"_clamped_{reason}" for reason in CLAMP_REASONS}
 
 
 def _statistics_kernel(spec: EvaluationSpec, *, with_counts: bool = False) -> Any:
@@ -320,7 +315,6 @@ def _statistics_kernel(spec: EvaluationSpec, *, with_counts: bool = False) -> An
 
 def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
     """mapInArrow function: batches of transitions -> one row of clamp counts per batch."""
-    from gpope.core.bounds import CLAMP_REASONS
 
     def kernel(batches: Any) -> Any:
         import pyarrow as pa
@@ -351,8 +345,6 @@ def clamp_counts(transitions: DataFrame, spec: EvaluationSpec) -> dict[str, int]
     Noise-free counts of private data: report them only as private diagnostics.
     """
     from pyspark.sql import functions as F
-
-    from gpope.core.bounds import CLAMP_REASONS
 
     if spec.importance_weight_bound is None and spec.reward_bounds is None:
         return dict.fromkeys(CLAMP_REASONS, 0)

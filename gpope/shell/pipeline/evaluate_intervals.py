@@ -1,0 +1,127 @@
+"""The noisy-statistics release of an evaluation and what it gives (stages c-e of
+:mod:`gpope.shell.pipeline.evaluate`): its public clip bound, the release itself (a Spark
+aggregate of the clipped sums plus one Gaussian draw, then the residual second moments), and the
+intervals and private MSPBE computed from it by post-processing (:mod:`gpope.core.intervals`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.pipeline.evaluate_options import EvaluateOptions
+
+__all__ = ["noise_generators", "noisy_statistics", "release_intervals", "statistics_clip"]
+
+
+def statistics_clip(spec: EvaluationSpec, options: EvaluateOptions, *,
+                    required: bool) -> float | None:
+    """The public clip bound of the noisy-statistics release: the option, else a public quantile
+    on the spec's simulator; None (no release) for a gpope run whose spec has no simulator."""
+    if options.ssp_clip is not None:
+        return float(options.ssp_clip)
+    if not required and (spec.domain is None or options.public_trajectories <= 0):
+        return None  # no public data for a clip bound: this gpope run has no statistics release
+    from gpope.shell.pipeline.ssp import public_clip
+
+    return public_clip(spec, n_trajectories=options.public_trajectories,
+                       quantile=options.ssp_clip_quantile, max_length=options.public_max_length)
+
+
+def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
+    """(noise generator, bootstrap generator): OS entropy, or derived from ``seed`` (NOT private)
+    through streams independent of the solver's."""
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x55_53_50])
+    noise, boot = ss.spawn(2)
+    return np.random.default_rng(noise), np.random.default_rng(boot)
+
+
+def noisy_statistics(stats_df: Any, options: EvaluateOptions, spec: EvaluationSpec, *, n: int,
+                     m: int, sigma: float, clip: float) -> tuple[Any, Any]:
+    """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`): a Spark
+    aggregate of the clipped sums plus Gaussian noise at ``sigma / sqrt(1 - moments_share)``;
+    then, at the resulting (public) unregularised SSP estimate, a Spark aggregate of the clipped
+    residual second moments plus noise at ``sigma / sqrt(moments_share)``. Together: exactly the
+    Gaussian mechanism at ``sigma`` (:func:`gpope.core.ssp.ssp_release_event`)."""
+    from gpope.core.intervals import ssp_values
+    from gpope.core.ssp import release_moments, release_noisy_statistics, split_sigma
+    from gpope.shell.pipeline.ssp import public_residual_bound, spark_group_sums, spark_moment_sum
+
+    rng, _ = noise_generators(options.seed)
+    s1, s2 = split_sigma(sigma, options.moments_share)
+    sums = spark_group_sums(stats_df, n=n, clip=clip, expected_rows=m)
+    if options.secure_noise:
+        noisy = _secure_noisy_statistics(sums, options, n=n, m=m, sigma=s1, clip=clip)
+    else:
+        noisy = release_noisy_statistics(sums, n=n, m=m, sigma=s1, clip=clip, rng=rng)
+    theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
+    bound = public_residual_bound(spec, theta, clip=clip, n_trajectories=options.public_trajectories,
+                                  quantile=options.ssp_clip_quantile,
+                                  max_length=options.public_max_length)
+    msum = spark_moment_sum(stats_df, n=n, clip=clip, theta=theta, bound=bound, expected_rows=m)
+    if options.secure_noise:
+        from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
+        from gpope.core.ssp import NoisyMoments, moments_matrix
+
+        scale = bound * bound
+        grid = options.noise_grid if options.noise_grid is not None else scale * 2.0**-20
+        msum = round_to_grid(msum, grid)
+        std = s2 * scale * rounding_inflation(scale, grid, msum.shape[0])
+        msum = msum + secure_gaussian_noise(msum.shape, std, grid)
+        return noisy, NoisyMoments(matrix=moments_matrix(msum, n), theta=theta,
+                                   sigma=float(std / scale), bound=float(bound))
+    return noisy, release_moments(msum, n=n, theta=theta, sigma=s2, bound=bound, rng=rng)
+
+
+def _secure_noisy_statistics(sums: np.ndarray, options: EvaluateOptions, *, n: int, m: int,
+                             sigma: float, clip: float) -> Any:
+    """The noisy-statistics release with secure noise: the sums rounded to the public
+    grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
+    from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
+    from gpope.core.ssp import NoisyStatistics
+
+    grid = options.noise_grid if options.noise_grid is not None else clip * 2.0**-20
+    sums = round_to_grid(np.asarray(sums, dtype=np.float64), grid)
+    std = sigma * clip * rounding_inflation(clip, grid, sums.shape[1])
+    noisy = sums + secure_gaussian_noise(sums.shape, std, grid) if sigma > 0 else sums
+    return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip))
+
+
+def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.ndarray,
+                      values: np.ndarray, *, options: EvaluateOptions, ssp_run: bool,
+                      group_thetas: np.ndarray | None = None,
+                      ) -> tuple[Any, Any, tuple[float, float] | None]:
+    """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
+    without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`);
+    GPOPE: the SSP interval anchored at GPOPE's estimate, or with ``group_thetas`` (K, n)
+    (``--interval-groups``) the Student-t interval of the K disjoint-group estimates
+    (:func:`gpope.core.intervals.group_interval`)."""
+    from gpope.core.intervals import (
+        anchored_interval,
+        bootstrap_interval,
+        group_interval,
+        split_interval,
+    )
+    from gpope.core.ssp import private_mspbe
+
+    if group_thetas is not None:  # --interval-groups: the spread of the K disjoint-group runs
+        iv = group_interval(np.array([spec.reference_values(th) for th in group_thetas]),
+                            level=options.ci_level)
+        tiv = group_interval(group_thetas, level=options.ci_level)
+        return iv, tiv, None if noisy is None else private_mspbe(theta, noisy)
+    if noisy is None:
+        return None, None, None
+
+    k = len(values)
+    _, boot = noise_generators(options.seed)
+    _, both = bootstrap_interval(
+        noisy, moments, lambda th: np.concatenate([spec.reference_values(th), th]),
+        rng=boot, level=options.ci_level, regularize=False)
+    iv, tiv = split_interval(both, k)
+    if not ssp_run:
+        iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)
+    return iv, tiv, private_mspbe(theta, noisy)
+

@@ -1,0 +1,267 @@
+"""What one evaluation reports (stage g of :mod:`gpope.shell.pipeline.evaluate`): the privacy
+label of a release, :class:`EvaluationReport` (the command's output, ``--json`` and the demo
+summary), the record handed to MLflow tracking (:func:`build_record`) and the interrupt raised
+after a committed release (:class:`InterruptedAfterRelease`). Everything here is public or
+released, except the private population that tracking logs only as a tagged private diagnostic."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.config import GpopeConfig
+    from gpope.core.gpope import GPOPEResult
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.pipeline.evaluate_options import EvaluateOptions
+
+__all__ = [
+    "NOT_A_VALID_BOUND",
+    "UNBOUNDED_NOTE",
+    "EvaluationReport",
+    "InterruptedAfterRelease",
+    "build_record",
+    "format_span",
+    "privacy_label",
+]
+
+#: Label of a release whose accountant is not a valid bound.
+NOT_A_VALID_BOUND = "NOT PRIVATE: accountant 'paper' is not a valid bound"
+
+
+def privacy_label(*, private: bool, accountant: str, seeded: bool) -> str:
+    """The one-line privacy label of a release (used in output, MLflow and tables)."""
+    if accountant == "paper":
+        return NOT_A_VALID_BOUND
+    if seeded:
+        return "NOT PRIVATE: fixed seed"
+    return "PRIVATE" if private else "NOT PRIVATE"
+
+
+class InterruptedAfterRelease(KeyboardInterrupt):
+    """Ctrl-C after the release was committed: what was released (do not re-run and pay twice)."""
+
+    def __init__(self, message: str, run_id: str, summary: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.summary = summary
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """What one evaluation released and spent (all of it public or released)."""
+
+    run_id: str
+    mlflow_run_id: str | None
+    dataset: str
+    spec_id: str
+    spec_name: str
+    policy: str
+    epsilon: float
+    delta: float
+    spent_epsilon: float | None
+    accountant: str
+    sigma: float
+    m: int
+    n: int
+    iterations: int
+    sampling: str
+    batch_rate: float | None
+    private: bool
+    path: str
+    theta: np.ndarray
+    reference_values: dict[str, float]
+    public_mspbe: float | None
+    remaining_epsilon: float
+    remaining_delta: float
+    public_relative_mspbe: float | None = None
+    tables: dict[str, str] = field(default_factory=dict)
+    private_diagnostics: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    estimator: str = "gpope"
+    intervals: dict[str, Any] | None = None
+    theta_interval: dict[str, Any] | None = None
+    private_mspbe: float | None = None
+    private_relative_mspbe: float | None = None
+    private_relative_mspbe_interval: list[float] | None = None  # the guard's 90% bootstrap [lo, hi]
+    statistics_epsilon: float = 0.0
+    statistics_sigma: float | None = None
+    ssp_clip: float | None = None
+    tuning: dict[str, Any] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    no_better_than_zero: bool = False
+    utility_guard: str = "unknown"
+    warnings: list[str] = field(default_factory=list)
+    label: str = "PRIVATE"
+    no_further_run: bool = False
+    remaining_line: str = ""
+
+    def to_dict(self, *, include_private: bool = False) -> dict[str, Any]:
+        """Plain form for ``--json``. Private diagnostics (noise-free values of the private data)
+        are left out unless ``include_private``; then they sit under ``private_diagnostics``,
+        tagged ``diagnostic.private=true``."""
+        d = dataclasses.asdict(self)
+        d["theta"] = [float(v) for v in self.theta]
+        if include_private and self.private_diagnostics:
+            d["private_diagnostics"] = {"diagnostic.private": True, **self.private_diagnostics}
+        else:
+            d.pop("private_diagnostics", None)
+        return d
+
+    def interval_arrays(self) -> dict[str, np.ndarray] | None:
+        """The value intervals as arrays (value, lower, upper, lower_bound; parallel to
+        ``reference_values``) for plots, or None when the run has none."""
+        if not self.intervals:
+            return None
+        return {k: np.asarray(self.intervals[k], dtype=np.float64)
+                for k in ("value", "lower", "upper", "lower_bound")}
+
+    def summary(self) -> str:
+        """Human-readable lines."""
+        lines = [
+            f"released run {self.run_id} ({self.label}) "
+            f"dataset {self.dataset}, spec {self.spec_name} ({self.spec_id})",
+            f"  epsilon {self.epsilon:g} (accountant {self.accountant} "
+            f"{'claims, NOT a valid bound:' if self.accountant == 'paper' else 'certifies'} "
+            f"{self.spent_epsilon if self.spent_epsilon is not None else float('nan'):.4g}), "
+            f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, N {self.iterations}, "
+            f"sampling {self.sampling}, statistics {self.path}",
+            "  " + (self.remaining_line or f"remaining budget: epsilon "
+                    f"{self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}"),
+        ]
+        st = self.settings
+        if st:
+            lines.append(
+                f"  operating point: {st.get('passes', float('nan')):.3g} passes "
+                f"({st.get('touched_trajectories', float('nan')):.3g} trajectories touched), "
+                f"q {st.get('batch_rate') if st.get('batch_rate') is not None else 'n/a'}, "
+                f"clip {st.get('clip')}, step {st.get('step_size')} ({st.get('step_schedule')}), "
+                f"averaging {st.get('averaging')}; from {st.get('origin')}"
+            )
+        lines.extend(f"  {w}" for w in self.warnings)
+        lines.append(f"  estimator {self.estimator}"
+                     + (f"; noisy statistics: epsilon {self.statistics_epsilon:.4g}, sigma "
+                        f"{self.statistics_sigma:.4g}, clip {self.ssp_clip:.4g}"
+                        if self.statistics_sigma is not None else "; no noisy-statistics release"))
+        if self.tuning is not None:
+            t = self.tuning
+            lines.append(
+                f"  tuned privately (inside epsilon): clip {t['clip']:.4g}, step size "
+                f"{t['step_size']:.4g} (best of {t['runs']} runs by private MSPBE; private "
+                f"relative MSPBE {t['relative_mspbe_private']:.3g})")
+        iv = self.intervals
+        for i, (name, value) in enumerate(self.reference_values.items()):
+            if iv:
+                if math.isfinite(iv["lower"][i]) and math.isfinite(iv["upper"][i]):
+                    lines.append(
+                        f"  V({name}) = {value:.6g}   {100 * iv['level']:g}% interval "
+                        f"[{iv['lower'][i]:.4g}, {iv['upper'][i]:.4g}], at least {iv['lower_bound'][i]:.4g}")
+                else:
+                    lines.append(f"  V({name}) = {value:.6g}   {100 * iv['level']:g}% interval "
+                                 f"{format_span(iv['lower'][i], iv['upper'][i])}")
+            else:
+                lines.append(f"  V({name}) = {value:.6g}")
+        if iv and not all(math.isfinite(v) for v in [*iv["lower"], *iv["upper"]]):
+            lines.append(f"  {UNBOUNDED_NOTE}")
+        if self.public_mspbe is not None:
+            rel = ("" if self.public_relative_mspbe is None
+                   else f" (relative to theta = 0: {self.public_relative_mspbe:.4g})")
+            lines.append(f"  MSPBE on public simulated data: {self.public_mspbe:.4g}{rel}")
+        if self.private_relative_mspbe is not None:
+            lines.append(f"  private MSPBE (noisy statistics): {self.private_mspbe:.4g}, relative "
+                         f"{self.private_relative_mspbe:.4g}")
+        if self.mlflow_run_id:
+            lines.append(f"  MLflow run {self.mlflow_run_id}")
+        return "\n".join(lines)
+
+
+#: Printed under intervals that are unbounded (gpope.core.intervals.depends_on).
+UNBOUNDED_NOTE = ("unbounded: the noisy statistics leave a feature this value depends on below the "
+                  "noise (no finite interval is valid); more patients or a larger "
+                  "--statistics-share (gpope runs) give a finite one")
+
+
+def format_span(lower: float, upper: float) -> str:
+    """``[lower, upper]``, or ``unbounded`` / a one-sided form when an end is infinite."""
+    if math.isfinite(lower) and math.isfinite(upper):
+        return f"[{lower:.4g}, {upper:.4g}]"
+    if not math.isfinite(lower) and not math.isfinite(upper):
+        return "unbounded"
+    return f"[{lower:.4g}, {upper:.4g}]"
+
+
+#: EvaluateOptions fields logged under the name of their CLI flag (``--step-size`` -> step_size).
+_FLAG_PARAMS = ("epsilon", "delta", "passes", "iterations", "clip", "step_size", "step_schedule",
+                "step_offset", "averaging", "tail_fraction", "sampling", "trace_every")
+
+
+def build_record(
+    spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str, spec: EvaluationSpec,
+    options: EvaluateOptions, result: GPOPEResult, released_theta: np.ndarray,
+    values: np.ndarray, m: int, sigma: float, spent: float, accountant: str,
+    batch_rate: float | None, path: str, spec_text: str | None,
+    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    truth: Mapping[str, float] | None, intervals: Any, private_mspbe: tuple[float, float] | None,
+    ssp: Mapping[str, Any] | None, tuning: Mapping[str, Any] | None = None,
+) -> Any:
+    """The :class:`~gpope.shell.pipeline.evaluation_record.EvaluationRecord` MLflow tracking
+    reads (public settings, released outputs, lineage), built after the release was committed."""
+    from gpope.config import to_mapping
+    from gpope.shell import lake
+    from gpope.shell.pipeline.evaluation_record import (
+        EvaluationRecord,
+        Interval,
+        StatisticsInput,
+    )
+    from gpope.shell.pipeline.public import public_cohort
+
+    params: dict[str, Any] = {k: getattr(options, k) for k in _FLAG_PARAMS}
+    params.update(batch_rate=batch_rate, statistics_path=path,
+                  private_diagnostics=options.private_diagnostics,
+                  statistics_share=0.0 if ssp is None else options.statistics_share,
+                  interval_groups=0 if options.estimator == "ssp" else options.interval_groups)
+    params.update(ssp or {})
+    if intervals is not None:
+        params["ci_level"] = float(intervals.level)
+    metrics = {}
+    if private_mspbe is not None:  # post-processing of the run's noisy-statistics release
+        metrics = {"mspbe_private": float(private_mspbe[0]),
+                   "relative_mspbe_private": float(private_mspbe[1])}
+    table = lake.Lake.from_settings(spark, config.lake)
+    ref = lake.TableRef("gold", "trajectory_stats", dataset)
+    try:
+        version: int | None = table.version(ref)
+    except Exception:  # lineage is best effort: never fail a committed release over it
+        version = None
+    statistics = StatisticsInput(table=str(ref), location=table.location(ref), version=version,
+                                 spec_id=spec.spec_id, by_name=table.by_name)
+    return EvaluationRecord(
+        run_id=run_id, dataset=dataset, spec=spec, estimator=options.estimator, params=params,
+        epsilon=options.epsilon, delta=options.delta, epsilon_certified=spent,
+        accountant=accountant, sigma=sigma, m=m, private=bool(result.private),
+        seeded=options.seed is not None, privacy_note=result.privacy_note,
+        theta=np.asarray(released_theta, dtype=np.float64),
+        values=np.asarray(values, dtype=np.float64),
+        theta_final=np.asarray(result.theta, dtype=np.float64),
+        trace_steps=result.trace_steps, trace_theta=result.trace_theta,
+        statistics=statistics,
+        public_cohort=public_cohort(spec, n_trajectories=options.public_trajectories,
+                                    max_length=options.public_max_length),
+        truth=dict(truth) if truth else None,
+        intervals=None if intervals is None else {
+            name: Interval(float(intervals.lower[i]), float(intervals.upper[i]),
+                           float(intervals.lower_bound[i]))
+            for i, name in enumerate(spec.reference_names)
+        },
+        ci_level=None if intervals is None else float(intervals.level),
+        private_population=private_population, spec_text=spec_text,
+        config=to_mapping(config), metrics=metrics,
+        tuning=None if tuning is None else dict(tuning),
+    )
+

@@ -1,0 +1,212 @@
+"""The estimator step of an evaluation (stages d-e of :mod:`gpope.shell.pipeline.evaluate`):
+GPOPE on the sampled statistics (in memory or streamed from Spark, optionally tuned privately),
+GPOPE once per disjoint patient group (``--interval-groups``), or the SSP estimate of the
+noisy-statistics release. Noise is drawn here or in the solver it calls, never elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.config import GpopeConfig
+    from gpope.core.gpope import GPOPEResult
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.pipeline.evaluate_options import EvaluateOptions
+
+__all__ = [
+    "patient_groups",
+    "solve",
+    "solve_groups",
+    "solver_config",
+    "spark_population",
+    "ssp_result",
+]
+
+
+def solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float | None,
+                  trace_every: int | None, delta: float | None = None) -> Any:
+    """The core solver's :class:`~gpope.core.gpope.GPOPEConfig` for resolved ``options`` at the
+    calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's)."""
+    from gpope.core.gpope import GPOPEConfig
+
+    return GPOPEConfig(
+        iterations=options.iterations,
+        step_size=options.step_size,
+        clip=options.clip,
+        noise_multiplier=sigma,
+        delta=options.delta if delta is None else delta,
+        accountant=options.accountant,
+        sampling=options.sampling,
+        batch_rate=batch_rate,
+        step_schedule=options.step_schedule,
+        step_offset=options.step_offset,
+        averaging=options.averaging,
+        tail_fraction=options.tail_fraction,
+        trace_every=trace_every,
+        secure_noise=options.secure_noise,
+        noise_grid=options.noise_grid,
+    )
+
+
+def ssp_result(noisy: Any, options: EvaluateOptions, spec: EvaluationSpec, *, accountant: str,
+               spent: float) -> GPOPEResult:
+    """The SSP estimate in the solver's result record (no iterates, no trace): the plain
+    (unregularised) LSTD solve of the noisy sums on the supported features."""
+    from gpope.core.gpope import GPOPEResult
+    from gpope.core.intervals import ssp_values
+
+    theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
+    private = options.seed is None
+    return GPOPEResult(
+        theta=theta, w=np.zeros_like(theta), theta_avg=None, sigma=noisy.sigma, epsilon=spent,
+        delta=options.delta, accountant=accountant, sampling="poisson", iterations=1,
+        clip=noisy.clip, private=private,
+        privacy_note=("one Gaussian release of jointly clipped sufficient statistics and one of "
+                      "residual second moments, noise from OS entropy" if private
+                      else "fixed seed: reproducible, NOT private"),
+    )
+
+
+def solve(
+    spark: SparkSession,
+    stats_df: Any,
+    spec: EvaluationSpec,
+    solver: Any,
+    options: EvaluateOptions,
+    *,
+    m: int,
+    n: int,
+    sigma: float,
+    spent: float,
+    accountant: str,
+    in_memory: bool,
+    layout: str = "dense",
+    tuning: tuple[Any, Any] | None = None,
+) -> tuple[GPOPEResult, tuple[np.ndarray, np.ndarray, np.ndarray] | None, Any]:
+    """Run the solver on the statistics; also return the private population (A, b, C) if asked
+    for diagnostics (computed here, never released), and the private tuning's result (None
+    without ``--tune private``)."""
+    from gpope.core.gpope import run_gpope
+    from gpope.shell.pipeline.driver import run_gpope_streamed
+    from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
+
+    rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible
+    if tuning is not None:  # planned only with in-memory statistics (plan_tuned_run)
+        from gpope.core.private_tuning import tune_privately
+
+        stats = load_statistics(stats_df, n, normalization=spec.normalization, layout=layout)
+        tuned = tune_privately(stats, solver, tuning[0], tuning[1], rng)
+        pop = stats.population() if options.private_diagnostics else None
+        return tuned.result, pop, tuned
+    if options.secure_noise and not in_memory:
+        raise ConfigError(
+            f"--secure-noise runs on the in-memory path only, but the sampled statistics exceed "
+            f"in_memory_limit_mb={options.in_memory_limit_mb}; raise it (conf evaluation."
+            "in_memory_limit_mb) or run without secure noise."
+        )
+    if in_memory:
+        stats = load_statistics(stats_df, n, normalization=spec.normalization, layout=layout)
+        result = run_gpope(stats, solver, rng)
+        pop = stats.population() if options.private_diagnostics else None
+        return result, pop, None
+    fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
+    result = run_gpope_streamed(
+        fetch, solver, rng, m=m, n=n, sigma=sigma, epsilon=spent, accountant=accountant,
+        max_rows_per_fetch=options.rows_per_fetch,
+    )
+    pop = spark_population(stats_df, n, m) if options.private_diagnostics else None
+    return result, pop, None
+
+
+def patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m: int,
+                   groups: int) -> np.ndarray:
+    """(m,) group 0..groups-1 of each traj_index, from the public hash of its patient id
+    (:func:`gpope.core.intervals.interval_groups`; the silver transitions hold the mapping)."""
+    from gpope.core.intervals import interval_groups
+    from gpope.shell import lake
+    from gpope.shell.lake.manifest import read_pinned
+
+    target = lake.Lake.from_settings(spark, config.lake)
+    transitions, _ = read_pinned(target, lake.TableRef("silver", "transitions", dataset))
+    table = transitions.select("traj_index", "patient_id").distinct().toArrow()
+    index = table.column("traj_index").to_numpy().astype(np.int64)
+    if table.num_rows != m or not np.array_equal(np.sort(index), np.arange(m)):
+        raise DataError(
+            f"--interval-groups: the transitions of {dataset!r} hold {table.num_rows} "
+            f"(traj_index, patient_id) pairs, the statistics {m} trajectories 0..{m - 1}; the "
+            "statistics are older than the transitions. Re-run `gpope stats`, then evaluate again."
+        )
+    out = np.empty(m, dtype=np.int64)
+    out[index] = interval_groups(table.column("patient_id").to_pylist(), groups)
+    return out
+
+
+def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solver: Any,
+                 options: EvaluateOptions, *, groups: np.ndarray, n: int, spent: float,
+                 ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its
+    Poisson rate applies to the group, each step normalised by the public expected group size
+    q m / K, not the group's actual size); returns (the result with theta, w, the averaged iterate
+    and the trace = the means over the groups, (K, n) group estimates, private population)."""
+    from gpope.core.gpope import run_gpope
+    from gpope.shell.pipeline.sampled import spark_fetcher
+
+    fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
+    # every group normalises by the PUBLIC expected group size m / K, never by its actual size
+    # (only m is public: the K group sizes would otherwise be released through the iterates)
+    k = options.interval_groups  # every group, the last included: an empty one is an error
+    solver = dataclasses.replace(solver, normalizing_size=len(groups) / k)
+    # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
+    rng = None if options.seed is None else np.random.default_rng(options.seed)
+    results = []
+    for g in range(k):
+        ids = np.flatnonzero(groups == g)
+        if len(ids) == 0:
+            raise DataError(
+                f"--interval-groups {options.interval_groups}: group {g} has no patients; use "
+                "fewer groups for this data set."
+            )
+        results.append(run_gpope(fetch(ids), solver, rng))
+    released = np.array([r.theta_avg if r.theta_avg is not None else r.theta for r in results])
+
+    def mean(name: str) -> np.ndarray | None:
+        parts = [getattr(r, name) for r in results]
+        return None if parts[0] is None else np.mean(parts, axis=0)
+
+    first = results[0]
+    result = dataclasses.replace(
+        first, theta=mean("theta"), w=mean("w"), theta_avg=mean("theta_avg"), epsilon=spent,
+        trace_theta=mean("trace_theta"), trace_w=mean("trace_w"),
+        private=all(r.private for r in results),
+        privacy_note=f"{first.privacy_note}; mean of {len(results)} runs on disjoint patient "
+        "groups (one run's cost: parallel composition)")
+    pop = None
+    if options.private_diagnostics:
+        pop = spark_population(stats_df, n, len(groups))
+    return result, released, pop
+
+
+def spark_population(stats_df: Any, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Means of A, b, C over trajectories, aggregated in Spark (private; diagnostics only)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for name, width in (("A", n * n), ("b", n), ("C", n * n)):
+        sums = (
+            stats_df.select(F.posexplode(name).alias("i", "v"))
+            .groupBy("i")
+            .agg(F.sum("v").alias("s"))
+            .toArrow()
+        )
+        vec = np.zeros(width)
+        vec[sums.column("i").to_numpy()] = sums.column("s").to_numpy()
+        out.append(vec / m)
+    return out[0].reshape(n, n), out[1], out[2].reshape(n, n)
