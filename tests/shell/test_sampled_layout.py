@@ -8,6 +8,7 @@ import pytest
 
 from gpope.core.statistics import trajectory_statistics
 from gpope.shell.pipeline.sampled import (
+    collect_arrow,
     count_nonzeros,
     load_statistics,
     plan_loading,
@@ -56,3 +57,15 @@ def test_sparse_load_equals_dense_and_the_plan_picks_it(spark):
     assert plan_loading(df, m=m, n=n, path="auto", limit_mb=2) == "dense"
     assert plan_loading(df, m=m, n=n, path="auto", limit_mb=1) == "sparse"
     assert plan_loading(df, m=m, n=n, path="stream", limit_mb=1) == "stream"
+
+
+def test_collect_arrow_equals_to_arrow_and_keeps_empty_tables(spark):
+    # On a local master collect_arrow goes through executor-written Parquet (no task-result cap);
+    # it must hold exactly the rows toArrow() brings, list columns included.
+    df = spark.range(0, 500, numPartitions=4).selectExpr(
+        "id as traj_index", "array(cast(id as double), id * 0.5) as b")
+    got, want = collect_arrow(df), df.toArrow()
+    key = [("traj_index", "ascending")]
+    assert got.schema.equals(want.schema)
+    assert got.sort_by(key).equals(want.sort_by(key))
+    assert collect_arrow(df.where("traj_index < 0")).num_rows == 0

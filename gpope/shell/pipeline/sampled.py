@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gpope.core.statistics import TrajectoryStats
 
 __all__ = [
+    "collect_arrow",
     "count_nonzeros",
     "load_statistics",
     "plan_loading",
@@ -129,15 +130,44 @@ def stats_from_arrow(table: pa.Table, n: int, *, normalization: str, ids: np.nda
     return TrajectoryStats.from_rows(rows, normalization=normalization)
 
 
+def collect_arrow(df: DataFrame) -> pa.Table:
+    """All rows of ``df`` as one Arrow table on the driver, without a size cap below the driver's RAM.
+
+    ``toArrow()`` brings every row through the driver JVM's task results, which are capped
+    (``spark.driver.maxResultSize``, 1 GiB by default) and held in its heap: a 1e6-patient chain
+    (about 1 GB of sparse statistics) failed both ways on 2026-11-26. On a classic session with
+    a local master the executors share the driver's disk, so they write the rows as Parquet into
+    a temporary folder and the driver reads it with pyarrow (the folder is removed after). Elsewhere
+    (a cluster, Spark Connect) executors cannot write to the driver's disk: ``toArrow()``, with the
+    cluster's driver sized for it (``conf/databricks.yaml``).
+    """
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    session = getattr(df, "sparkSession", None)
+    try:  # Spark Connect sessions have no SparkContext (and no shared disk)
+        local = hasattr(df, "_jdf") and session.sparkContext.master.startswith("local")
+    except Exception:
+        local = False
+    if not local:
+        return df.toArrow()
+    with tempfile.TemporaryDirectory(prefix="gpope-collect-") as tmp:
+        folder = f"{tmp}/rows"
+        df.write.mode("overwrite").parquet(folder)
+        table = pq.read_table(folder)
+        return table.combine_chunks() if table.num_rows else table
+
+
 def load_statistics(stats: DataFrame, n: int, *, normalization: str,
                     layout: str = "dense") -> TrajectoryStats:
     """All rows of a spec's statistics (``stats`` already filtered to the spec) on the driver,
     in the ``layout`` "dense" or "sparse" (see :func:`plan_loading`)."""
     if layout == "sparse":
-        table = stats.select(*_COLUMNS).mapInArrow(
-            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA).toArrow()
+        table = collect_arrow(stats.select(*_COLUMNS).mapInArrow(
+            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA))
     else:
-        table = stats.select(*_COLUMNS).toArrow()
+        table = collect_arrow(stats.select(*_COLUMNS))
     if table.num_rows == 0:
         raise DataError("No trajectory statistics to load; run `gpope stats` first.")
     if layout == "sparse":
