@@ -24,8 +24,18 @@ __all__ = ["JIT_MAX_FEATURES", "dense_steps", "jit_available", "poisson_steps"]
 JIT_MAX_FEATURES = 64
 
 
+# The compiled helpers the compiled loops call, set by _compiled() / _compiled_poisson(). The
+# loops reach them as module globals (numba resolves those when it compiles), not as closure
+# variables: numba's on-disk cache key includes the pickled closure cells, and a pickled
+# dispatcher differs in every process, so a closure would make every process compile again.
+_total_clip: Callable | None = None
+_factor: Callable | None = None
+_finish: Callable | None = None
+
+
 @functools.cache
 def _compiled() -> Callable | None:
+    global _total_clip
     if os.environ.get("GPOPE_NO_JIT"):
         return None
     try:
@@ -69,6 +79,8 @@ def _compiled() -> Callable | None:
             gw[i] = (gw[i] / scale) * c
         return 1.0
 
+    _total_clip = total_clip
+
     @numba.njit(cache=True, nogil=True)
     def steps(blocks, bs, x, acc, beta, h, z, has_z, c0, avg_from):  # pragma: no cover - compiled
         L = blocks.shape[0]
@@ -96,7 +108,7 @@ def _compiled() -> Callable | None:
             elif nrm < np.inf:
                 f = beta[s] * h / nrm
             else:  # overflow, inf or NaN: total clip (gpope.core.clipping), then a plain step
-                f = beta[s] * total_clip(gt, gw, h)
+                f = beta[s] * _total_clip(gt, gw, h)
             for j in range(n):
                 x[j] += f * gt[j]
                 x[n + j] -= f * gw[j]
@@ -145,6 +157,7 @@ def dense_steps(
 # ---------------------------------------------------------------------- Poisson batches, R trials
 @functools.cache
 def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
+    global _factor, _finish
     if os.environ.get("GPOPE_NO_JIT"):
         return None
     try:
@@ -203,6 +216,8 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                 for j in range(n):
                     acc[r, j] += x[r, j]
 
+    _factor, _finish = factor, finish
+
     @numba.njit(cache=True, nogil=True)
     def dense(ac, b, members, owner, offs, s0, s1, x, acc, beta, div, h, z, has_z, c0,
               avg_from):  # pragma: no cover - compiled
@@ -227,10 +242,10 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                         v += x[r, n + i] * ac[j, i, c]
                     g[c] = -v
                     nrm2 += v * v
-                f = factor(g, np.sqrt(nrm2), h)
+                f = _factor(g, np.sqrt(nrm2), h)
                 for c in range(n2):
                     upd[r, c] += f * g[c]
-            finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
+            _finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
     @numba.njit(cache=True, nogil=True)
     def tabular(st, sn, gn, rho, has_rho, row0, tau, norm, b, members, owner, offs, s0, s1, x,
@@ -261,10 +276,10 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                 nrm2 = 0.0
                 for c in range(n2):
                     nrm2 += g[c] * g[c]
-                f = factor(g, np.sqrt(nrm2), h)
+                f = _factor(g, np.sqrt(nrm2), h)
                 for c in range(n2):
                     upd[r, c] += f * g[c]
-            finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
+            _finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
     @numba.njit(cache=True, nogil=True)
     def sparse(row0, ea, ex, ev, b, members, owner, offs, s0, s1, x, acc, beta, div, h, z,
@@ -292,10 +307,10 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                 nrm2 = 0.0
                 for c in range(n2):
                     nrm2 += g[c] * g[c]
-                f = factor(g, np.sqrt(nrm2), h)
+                f = _factor(g, np.sqrt(nrm2), h)
                 for c in range(n2):
                     upd[r, c] += f * g[c]
-            finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
+            _finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
     return dense, tabular, sparse
 

@@ -315,6 +315,21 @@ def test_config_basic_errors():
                   nonprivate(iterations=1, step_size=0.1), "seed")
 
 
+def test_compiled_loops_capture_no_closure_so_numbas_disk_cache_is_reused():
+    # numba's on-disk cache key includes the pickled closure cells of a compiled function, and a
+    # pickled dispatcher differs in every process: a loop that captured another compiled function
+    # would be compiled again (seconds) in every process instead of loaded from the cache.
+    from gpope.core import kernels
+    from gpope.core.envs import hiv
+
+    if not kernels.jit_available():
+        pytest.skip("numba not available")
+    loops = [kernels._compiled(), *kernels._compiled_poisson(), hiv._compiled_integrator()]
+    for fn in loops:
+        assert fn.py_func.__closure__ is None, fn.py_func.__qualname__
+    assert kernels._total_clip is not None and kernels._factor is not None
+
+
 @pytest.mark.parametrize("n", [6, 70])
 def test_compiled_dense_loop_equals_the_numpy_loop(n, monkeypatch):
     # The same run with the compiled single-trial loop and with the numpy loop (GPOPE_NO_JIT).
