@@ -27,12 +27,15 @@ may be shared.
 
 Usage: python benchmarks/pipeline_scale.py [--quick] [--patients N] [--master local[2]] [--json]
 [--markdown] [--from-json FILE] [--stages simulate,ingest,stats,evaluate] [--workdir DIR]
-(``--from-json`` renders a saved ``--json`` result)
+[--keep-lake DIR] [--skip-reference STAGES] [--driver-memory 4g]
+(``--from-json`` renders a saved ``--json`` result; ``--keep-lake`` keeps the lake and reuses
+the outputs of stages not listed in ``--stages``, so one stage can be re-measured alone)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -220,14 +223,53 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     return options.iterations
 
 
+_OUTPUTS = {  # what each stage leaves in the lake (for --keep-lake)
+    "simulate": ("bronze", "treatments"),
+    "ingest": ("silver", "transitions"),
+    "stats": ("gold", "trajectory_stats"),
+}
+
+
+def stages_to_run(stages_wanted: tuple[str, ...], done: set[str]) -> list[str]:
+    """The stages to run, in pipeline order: the wanted ones, plus every earlier stage whose
+    output is not in the lake (``done``) although a wanted stage needs it; a stage not wanted
+    whose output is there is reused (not measured)."""
+    unknown = sorted(set(stages_wanted) - set(STAGES))
+    if unknown:
+        raise SystemExit(f"--stages: unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    last = max(STAGES.index(s) for s in stages_wanted)
+    return [s for s in STAGES[: last + 1] if s in stages_wanted or s not in done]
+
+
+def _kept_lake(keep: str, patients: int) -> tuple[Path, dict[str, Any]]:
+    """The kept lake's folder and its record (patients, transitions); refuses another cohort."""
+    folder = Path(keep).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    record_file = folder / "pipeline_scale.json"
+    record = json.loads(record_file.read_text()) if record_file.is_file() else {}
+    if record and record.get("patients") != patients:
+        raise SystemExit(
+            f"--keep-lake {keep} holds a lake of {record.get('patients')} patients, not "
+            f"{patients}: pass that --patients, or another folder."
+        )
+    return folder, record
+
+
 def run(patients: int, master: str, iterations: int, *, workdir: str | None = None,
-        stages_wanted: tuple[str, ...] = STAGES) -> dict[str, Any]:
+        stages_wanted: tuple[str, ...] = STAGES, keep_lake: str | None = None,
+        driver_memory: str = "4g", skip_reference: tuple[str, ...] = ()) -> dict[str, Any]:
     """The pipeline and its references on ``patients`` chain patients; returns the measurements.
 
     Each stage's line goes to stderr as soon as it is measured (with its peak memory), so a run
-    cut short keeps what it finished.
+    cut short keeps what it finished. Without ``keep_lake`` the lake is temporary and simulate
+    plus ``stages_wanted`` run. With ``keep_lake`` (a folder) the lake is ``<folder>/lake`` and
+    is kept; a stage runs when it is wanted, or when its output is missing and a wanted stage
+    needs it (:func:`stages_to_run`); each stage that runs is measured with its reference, as
+    without the option. The stages in ``skip_reference`` run without their reference (e.g. to
+    build a kept lake quickly).
     """
     from gpope.config import SparkSettings, load_config
+    from gpope.shell import lake
     from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
     from gpope.shell.pipeline.ingest import run_ingest
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
@@ -238,12 +280,41 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
     spec = load_spec(resolve_path("conf/specs/chain.yaml"))
     load_start = os.getloadavg()
     stages: dict[str, dict[str, Any]] = {}
-    n_transitions = 0
-    with PeakMemory() as memory, tempfile.TemporaryDirectory(prefix="gpope-scale-",
-                                                            dir=workdir) as tmp:
+    record: dict[str, Any] = {}
+    if keep_lake is not None:
+        kept, record = _kept_lake(keep_lake, patients)
+        folder: Any = contextlib.nullcontext(str(kept))
+    else:
+        folder = tempfile.TemporaryDirectory(prefix="gpope-scale-", dir=workdir)
+    n_transitions = int(record.get("transitions", 0))
+    with PeakMemory() as memory, folder as tmp:
         root = f"{tmp}/lake"
         config = load_config(None, lake={"root": root})
-        spark = get_spark(SparkSettings(master=master, shuffle_partitions=8, driver_memory="4g"))
+        done = {s for s, (layer, table) in _OUTPUTS.items()
+                if keep_lake is not None and s in record.get("done", [])
+                and Path(lake.table_location(config.lake, layer, "scale", table)).is_dir()}
+        reused: list[str] = []
+        if keep_lake is None:
+            todo = ["simulate", *[s for s in STAGES[1:] if s in stages_wanted]]
+        else:
+            todo = stages_to_run(stages_wanted, done)
+            reused = [s for s in STAGES if s in done and s not in todo]
+            print(f"--keep-lake {tmp}: reusing {reused or 'nothing'}, running {todo}",
+                  file=sys.stderr, flush=True)
+
+        def mark(stage: str, *, finished: bool) -> None:
+            """Record in the kept lake which outputs are complete: before a stage runs, it and
+            every later stage are not (a kill leaves them marked missing); after, it is."""
+            if keep_lake is None:
+                return
+            later = set(STAGES[STAGES.index(stage):])
+            kept_done = [s for s in record.get("done", []) if s not in later]
+            record.update(patients=patients, transitions=n_transitions,
+                          done=[*kept_done, stage] if finished else kept_done)
+            Path(tmp, "pipeline_scale.json").write_text(json.dumps(record, indent=2))
+
+        spark = get_spark(SparkSettings(master=master, shuffle_partitions=8,
+                                        driver_memory=driver_memory))
         total_start = time.perf_counter()
 
         def measure(stage: str, rows: Any, spark_fn: Any, reference_fn: Any) -> Any:
@@ -256,6 +327,10 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
                 "load_average": os.getloadavg()[0],
             }  # fmt: skip
             _progress(f"{stage} (stage)", stages[stage])  # kept even if the reference fails
+            if stage in skip_reference:
+                stages[stage]["reference_error"] = "not run (--skip-reference)"
+                memory.phase()
+                return out
             try:
                 ref_rows, reference_s = _timed(reference_fn)
             except Exception as exc:  # a failed reference must not lose the stage's numbers
@@ -270,12 +345,16 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
             _progress(stage, stages[stage])
             return out
 
-        sim = measure("simulate", lambda r: sum(r.rows.values()),
-                      lambda: run_simulate(spark, config, "scale", domain="chain",
-                                           patients=patients, seed=1),
-                      lambda: _simulate_reference(patients, tmp))  # fmt: skip
-        n_transitions = sim.n_transitions
-        if "ingest" in stages_wanted:
+        if "simulate" in todo:
+            mark("simulate", finished=False)
+            sim = measure("simulate", lambda r: sum(r.rows.values()),
+                          lambda: run_simulate(spark, config, "scale", domain="chain",
+                                               patients=patients, seed=1),
+                          lambda: _simulate_reference(patients, tmp))  # fmt: skip
+            n_transitions = sim.n_transitions
+            mark("simulate", finished=True)
+        if "ingest" in todo:
+            mark("ingest", finished=False)
             ref: dict[str, Any] = {}
             ing = measure("ingest", lambda r: sum(r.rows_in.values()),
                           lambda: run_ingest(spark, config, "scale", domain="chain"),
@@ -288,11 +367,14 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
                 and ref["r"]["trajectories"] == ing.n_trajectories
                 and ref["r"]["terminal"] == ing.n_terminal
             )  # same counts per (table, reason), transitions, trajectories, terminal steps
-        if "stats" in stages_wanted:
+            mark("ingest", finished=True)
+        if "stats" in todo:
+            mark("stats", finished=False)
             measure("stats", lambda r: r.n_transitions,
                     lambda: run_stats(spark, config, dataset="scale", spec=spec),
                     lambda: _stats_reference(root, "scale", spec, tmp))  # fmt: skip
-        if "evaluate" in stages_wanted:
+            mark("stats", finished=True)
+        if "evaluate" in todo:
             options = EvaluateOptions.from_settings(
                 config.evaluation, epsilon=1.0, delta=min(1e-6, 0.1 / patients), seed=7, iterations=iterations,
                 statistics_share=0.0, public_trajectories=0,
@@ -322,6 +404,7 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
         "stages": stages,
+        "reused_stages": reused,  # --keep-lake: outputs taken from the kept lake, not measured
         "end_to_end_s": sum(stage["spark_s"] for stage in stages.values()),
         "wall_with_references_s": total_s,
         "peak_rss_gb": memory.peak / 2**30,
@@ -379,13 +462,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default=",".join(STAGES),
                         help="stages to run after simulate (comma-separated; default all)")
     parser.add_argument("--workdir", default=None, help="where the temporary lake goes")
+    parser.add_argument("--keep-lake", metavar="DIR", default=None,
+                        help="keep the lake in DIR/lake and reuse it: a stage runs if it is in "
+                             "--stages, or if its output is missing and a stage in --stages "
+                             "needs it (e.g. --stages stats re-measures stats alone, with its "
+                             "reference, on the kept silver tables)")
+    parser.add_argument("--skip-reference", default="", metavar="STAGES",
+                        help="stages to run without their single-pass reference (comma-separated)")
+    parser.add_argument("--driver-memory", default="4g",
+                        help="Spark driver memory (default 4g, the setting of every result "
+                             "in docs/BENCHMARKS.md)")
     args = parser.parse_args(argv)
     patients = args.patients or (10_000 if args.quick else 100_000)
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
     else:
         result = run(patients, args.master, args.iterations, workdir=args.workdir,
-                     stages_wanted=tuple(args.stages.split(",")))
+                     stages_wanted=tuple(args.stages.split(",")), keep_lake=args.keep_lake,
+                     driver_memory=args.driver_memory,
+                     skip_reference=tuple(s for s in args.skip_reference.split(",") if s))
     if args.markdown:
         print(markdown(result))
         return 0
