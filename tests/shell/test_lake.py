@@ -487,3 +487,57 @@ def test_arrow_writer_commits_all_parts_at_once_and_refuses_a_bad_part(spark, la
     assert not (Path(path) / "_gpope_staging").exists()
     with pytest.raises(ConfigError, match="unpartitioned"):
         lake.arrow_writer(TableRef("gold", "stats", "demo"), mode="replace_where", schema=STATS)
+
+
+def test_worker_staging_commits_only_reported_files_in_hive_folders_with_statistics(
+    spark, lake
+):
+    """Files written by (Python) workers: only the files the tasks reported are committed, in
+    Hive-style folders with min/max statistics; a leftover of a failed attempt is dropped; files
+    holding other row counts than reported, or rows of another partition, commit nothing."""
+    from gpope.shell.lake.delta_rs import StagedFileWriter
+
+    ref = TableRef("gold", "stats", "demo")
+    path = lake.location(ref)
+
+    def task(staging, spec_id, rows):
+        writer = StagedFileWriter(staging.folder, {"spec_id": spec_id}, staging.arrow_schema,
+                                  staging.table_name)  # fmt: skip
+        for lo in range(0, len(rows), 2):  # several small batches, one row group
+            writer.write(pa.table({"traj_index": [r[0] for r in rows[lo:lo + 2]],
+                                   "v": [r[1] for r in rows[lo:lo + 2]]}))  # fmt: skip
+        return writer.close()
+
+    with lake.worker_staging(ref, mode="overwrite", schema=STATS, partition_by=["spec_id"]) as st:
+        reports = [task(st, "s1", [(i, float(i)) for i in range(5)]),
+                   task(st, "s2", [(7, -1.0)])]  # fmt: skip
+        task(st, "s1", [(99, 99.0)])  # a failed attempt's file: written, never reported
+        assert StagedFileWriter(st.folder, {"spec_id": "s1"}, st.arrow_schema, "t").close() == (
+            None, 0)  # no rows: no file
+        assert reports[0][1] == 5 and reports[0][0].startswith("spec_id=s1/")
+        assert st.commit(reports) == 0
+    got = DeltaTable(path).to_pyarrow_table().to_pylist()  # a second engine
+    assert sorted((r["spec_id"], r["traj_index"], r["v"]) for r in got) == (
+        [("s1", i, float(i)) for i in range(5)] + [("s2", 7, -1.0)])
+    assert _live_files(path) == _parquet_on_disk(path)  # the unreported file is gone
+    assert {Path(p).parent.name for p in _live_files(path)} == {"spec_id=s1", "spec_id=s2"}
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    assert sorted((a["min.traj_index"], a["max.traj_index"]) for a in adds) == [(0, 4), (7, 7)]
+    assert not (Path(path) / "_gpope_staging").exists()
+
+    files = _parquet_on_disk(path)
+    with pytest.raises(CommitError, match="reported writing 3 rows"), lake.worker_staging(
+        ref, mode="replace_where", schema=STATS, replace_where={"spec_id": "s1"}
+    ) as st:
+        name, rows = task(st, "s1", [(0, 0.5), (1, 1.5)])
+        st.commit([(name, rows + 1)])
+    with pytest.raises(DataError, match="replace_where"), lake.worker_staging(
+        ref, mode="replace_where", schema=STATS, replace_where={"spec_id": "s1"}
+    ) as st:
+        st.commit([task(st, "s2", [(0, 0.5)])])
+    with pytest.raises(CommitError, match="not staged"), lake.worker_staging(
+        ref, mode="overwrite", schema=STATS
+    ) as st:
+        st.commit([("spec_id=s1/part-missing.parquet", 1)])
+    assert lake.version(ref) == 0 and _parquet_on_disk(path) == files
+    assert not (Path(path) / "_gpope_staging").exists()

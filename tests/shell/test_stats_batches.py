@@ -103,3 +103,44 @@ def test_clamp_counts_riding_along_the_statistics_pass_equal_the_core_counts(spa
         ).collect()[0]
     assert {r: row[r] for r in _CLAMPED} == want
     assert row["m"] == 12
+
+
+def test_statistics_the_python_workers_write_equal_the_core_with_their_clamp_counts(spark, tmp_path):
+    """run_stats on the delta-rs storage: the Python workers write the gold Parquet files
+    themselves (tiny Arrow batches cut trajectories; two tasks); a second engine reads the core's
+    statistics in the spec's Hive folder, and the clamp counts are the core's."""
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from gpope.config import load_config
+    from gpope.core.statistics import statistics_from_transitions
+    from gpope.shell import lake
+    from gpope.shell.pipeline.stats import run_stats
+
+    spec, transitions, df = _cohort(spark, 15, seed=6, max_steps=40)
+    rho, _, counts = _bounded(transitions, spec)
+    assert counts["importance_weight_above_bound"] > 0
+    want = statistics_from_transitions(
+        transitions, spec.feature_map, rho, gamma=spec.gamma, normalization=spec.normalization,
+        length_scale=spec.length_scale, representation="dense",
+    ).to_rows()
+    config = load_config(None, lake={"root": str(tmp_path / "lake")})
+    shuffled = df.orderBy((df.traj_index * 7919 + df.t * 104729) % 1009)  # no stored order
+    lake.write_table(shuffled, config.lake, "silver", "mc", "transitions", mode="overwrite")
+    with _arrow_batches(spark, 37):
+        report = run_stats(spark, config, dataset="mc", spec=spec)
+    assert report.clamped == counts and report.n_trajectories == 15
+    path = lake.table_location(config.lake, "gold", "mc", "trajectory_stats")
+    table = DeltaTable(path)
+    assert {Path(p).parent.name for p in table.file_uris()} == {f"spec_id={spec.spec_id}"}
+    got = table.to_pyarrow_table()
+    assert set(got.column("spec_id").to_pylist()) == {spec.spec_id}
+    order = np.argsort(got.column("traj_index").to_numpy())
+    assert got.column("traj_index").to_numpy()[order].tolist() == list(range(15))
+    assert got.column("tau").to_numpy()[order].tolist() == want["tau"].tolist()
+    for name in ("A", "b", "C"):
+        values = pc.list_flatten(got.column(name).combine_chunks()).to_numpy()
+        np.testing.assert_allclose(values.reshape(15, -1)[order], want[name], rtol=0, atol=1e-12)
+    assert not (Path(path) / "_gpope_staging").exists()

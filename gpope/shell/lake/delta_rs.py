@@ -9,6 +9,10 @@ Write protocol (one call = one atomic Delta commit):
    non-ASCII letters, ``#``...). Timestamps are written as ``TIMESTAMP_MICROS`` (UTC), the Delta
    encoding. The number of rows Spark wrote is observed on the write itself
    (:class:`pyspark.sql.Observation`).
+   Rows produced by a Python kernel inside Spark (``gpope stats``) can skip the JVM: the Python
+   workers write the Parquet files themselves (:class:`StagedFileWriter`, pyarrow, under a
+   hidden name until the file is complete) into the staging folder of a :class:`WorkerStaging`
+   and report ``(file, rows)``; only the reported files are taken, holding exactly those rows.
 3. The driver checks Spark's ``_SUCCESS`` marker and that the staged files hold exactly the rows
    Spark reported writing (a mismatch fails loudly: nothing is committed), checks each file's
    footer (columns and types must equal the table's data columns) and derives Delta statistics
@@ -52,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import CommitError, ConfigError, DataError, SchemaError
+from gpope.shell.delta_read import read_table
 from gpope.shell.lake.base import (
     HistoryEntry,
     WriteMode,
@@ -60,7 +65,6 @@ from gpope.shell.lake.base import (
     partition_string,
     spark_error,
 )
-from gpope.shell.delta_read import read_table
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 
 if TYPE_CHECKING:
@@ -71,10 +75,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STAGING_FOLDER",
-    "ArrowTableWriter",
     "STALE_STAGING_HOURS",
+    "ArrowTableWriter",
     "DeltaRsStore",
     "MissingTableError",
+    "StagedFileWriter",
+    "WorkerStaging",
     "check_local_root",
     "local_file_path",
 ]
@@ -317,14 +323,7 @@ class DeltaRsStore:
         """
         existing = self.open(path) if self.exists(path) else None
         partitions = self._check_table(existing, path, schema, partition_by, table_name)
-        if replace_where is not None:
-            unknown = sorted(set(replace_where) - set(partitions))
-            if unknown or not replace_where:
-                raise ConfigError(
-                    f"replace_where on {table_name} must name partition columns {partitions}; "
-                    f"got {sorted(replace_where)}. Partition the table by the columns a job "
-                    "replaces (partition_by=...)."
-                )
+        _check_replace_where_columns(replace_where, partitions, table_name)
         conformed = conform(df, schema, table=table_name)
         root, token, staging = _new_staging(Path(path), table_name)
         return self._publish(
@@ -364,6 +363,38 @@ class DeltaRsStore:
         return ArrowTableWriter(self, path, root, staging, token, schema, mode, user_metadata,
                                 table_name)  # fmt: skip
 
+    def worker_staging(
+        self,
+        path: str,
+        *,
+        schema: StructType,
+        mode: WriteMode,
+        partition_by: list[str] | None,
+        replace_where: Mapping[str, str | None] | None,
+        user_metadata: str,
+        table_name: str,
+    ) -> WorkerStaging:
+        """A staging folder that Spark's Python workers write Parquet files into themselves.
+
+        For a job whose rows are produced by a Python kernel (``mapInArrow``): each task writes
+        its rows with :class:`StagedFileWriter` (pyarrow) and returns ``(file, rows)``, so the
+        rows never travel back into the JVM nor through Spark's Parquet writer. The driver then
+        calls :meth:`WorkerStaging.commit` with what the tasks returned: the same protocol as
+        :meth:`write` from step 3 on (only the files the tasks reported, which must hold exactly
+        the rows they reported; footers checked; statistics; Hive-style places; one commit;
+        clean-up on failure). Partitioned tables and ``replace_where`` work as in :meth:`write`.
+
+        Raises:
+            ConfigError: ``replace_where`` names no partition column.
+            SchemaError: the existing table does not match the contract.
+        """
+        existing = self.open(path) if self.exists(path) else None
+        partitions = self._check_table(existing, path, schema, partition_by, table_name)
+        _check_replace_where_columns(replace_where, partitions, table_name)
+        root, token, staging = _new_staging(Path(path), table_name)
+        return WorkerStaging(self, path, root, staging, token, schema, partitions, mode,
+                             replace_where, user_metadata, table_name)  # fmt: skip
+
     def _publish(
         self,
         produce: Any,
@@ -377,14 +408,20 @@ class DeltaRsStore:
         replace_where: Mapping[str, str | None] | None,
         user_metadata: str,
         table_name: str,
+        reported: set[str] | None = None,
     ) -> int:
-        """Run ``produce`` (writes the staged files, returns the rows it wrote), check, commit."""
+        """Run ``produce`` (writes the staged files, returns the rows it wrote), check, commit.
+
+        ``reported``: the staged files (relative to ``staging``) the producer reports; only
+        these are committed (None: every staged file).
+        """
         moved: list[Path] = []
         try:
             written = produce()
             _check_visible(staging, table_name)
             files = _stage_files(
-                root, staging, token, partitions, _without(schema, partitions), table_name, moved
+                root, staging, token, partitions, _without(schema, partitions), table_name, moved,
+                reported,
             )
             staged_rows = sum(f.num_records for f in files)
             if staged_rows != written:
@@ -671,6 +708,169 @@ class ArrowTableWriter:
             self.abort()
 
 
+class WorkerStaging:
+    """A staging folder for Parquet files written by Spark's Python workers; one Delta commit.
+
+    Created by :meth:`DeltaRsStore.worker_staging`. Pass :attr:`folder`, :attr:`partitions` and
+    :attr:`arrow_schema` to the tasks; each writes its files with :class:`StagedFileWriter` and
+    returns what :meth:`StagedFileWriter.close` returned; :meth:`commit` takes those reports.
+    :meth:`abort` (or an exception inside a ``with`` block) deletes everything staged.
+    """
+
+    def __init__(
+        self, store: DeltaRsStore, path: str, root: Path, staging: Path, token: str,
+        schema: StructType, partitions: list[str], mode: WriteMode,
+        replace_where: Mapping[str, str | None] | None, user_metadata: str, table_name: str,
+    ) -> None:  # fmt: skip
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self._store, self._path, self._root, self._staging = store, path, root, staging
+        self._token, self._schema, self._mode = token, schema, mode
+        self._replace_where, self._user_metadata = replace_where, user_metadata
+        self.table_name = table_name
+        self.partitions = list(partitions)
+        self.arrow_schema = to_arrow_schema(_without(schema, partitions))
+        self.folder = str(staging)
+        self.version: int | None = None
+        staging.mkdir(parents=True, exist_ok=True)
+
+    def commit(self, files: list[tuple[str, int]]) -> int:
+        """Commit the reported ``(file, rows)`` in one Delta commit; return the new version.
+
+        Raises:
+            CommitError: a reported file is missing, or the files hold other row counts than
+                reported, or the commit failed. Nothing was committed.
+            DataError: rows outside the ``replace_where`` partition. Nothing was committed.
+        """
+        reported = {name for name, _ in files}
+        if len(reported) != len(files):
+            raise CommitError(
+                f"The Spark tasks writing {self.table_name} reported the same file twice. "
+                "Nothing was committed."
+            )
+        rows = sum(int(n) for _, n in files)
+
+        def produce() -> int:
+            (self._staging / "_SUCCESS").touch()
+            return rows
+
+        self.version = self._store._publish(
+            produce, self._path, self._root, self._staging, self._token, self._schema,
+            self.partitions, self._mode, self._replace_where, self._user_metadata,
+            self.table_name, reported,
+        )  # fmt: skip
+        return self.version
+
+    def abort(self) -> None:
+        """Delete everything staged; nothing is committed."""
+        _drop_staging(self._staging)
+
+    def __enter__(self) -> WorkerStaging:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None or self.version is None:
+            self.abort()
+
+
+class StagedFileWriter:
+    """Writes one Parquet file of a task into a :class:`WorkerStaging` folder (runs anywhere
+    the folder is visible: a Spark Python worker, or the driver).
+
+    Args:
+        folder: :attr:`WorkerStaging.folder`.
+        partition_values: partition column -> value (a string, or None) of every row written;
+            the file goes to the Hive-style sub-folder of these values.
+        schema: :attr:`WorkerStaging.arrow_schema` (the data columns, partition columns left out).
+        table_name: for messages.
+
+    Each :meth:`write` is checked against the contract (as :class:`ArrowTableWriter` does);
+    small tables are gathered into row groups of about :data:`ROW_GROUP_BYTES`. The file is
+    written under a hidden name and renamed when :meth:`close` succeeds, so a failed task
+    leaves no file the commit could take.
+    """
+
+    ROW_GROUP_BYTES = 64 * 2**20
+
+    def __init__(self, folder: str, partition_values: Mapping[str, str | None],
+                 schema: pa.Schema, table_name: str) -> None:  # fmt: skip
+        parts = [
+            f"{c}={_HIVE_NULL if v is None else urllib.parse.quote(str(v), safe='')}"
+            for c, v in partition_values.items()
+        ]
+        self.relative = "/".join([*parts, f"part-{uuid.uuid4().hex}.parquet"])
+        self._final = Path(folder) / self.relative
+        self._hidden = self._final.with_name("." + self._final.name + ".inprogress")
+        self._schema, self._table_name = schema, table_name
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
+        self._writer: Any = None
+        self.rows = 0
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        """Add ``table``'s rows (its columns named as the contract's data columns)."""
+        import pyarrow as pa
+
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        conformed = _conform_arrow(table, self._schema, self._table_name)
+        if conformed.num_rows == 0:
+            return
+        self._pending.append(conformed)
+        self._pending_bytes += conformed.nbytes
+        self.rows += conformed.num_rows
+        if self._pending_bytes >= self.ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        if self._writer is None:
+            self._hidden.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(
+                self._hidden, self._schema, compression="snappy",
+                coerce_timestamps="us", allow_truncated_timestamps=False,
+            )  # fmt: skip
+        self._writer.write_table(table, row_group_size=table.num_rows)
+
+    def close(self) -> tuple[str | None, int]:
+        """Finish the file; return ``(its path relative to the folder, rows)`` for
+        :meth:`WorkerStaging.commit` (``(None, 0)`` when no row was written: no file)."""
+        self._flush()
+        if self._writer is None:
+            return None, 0
+        self._writer.close()
+        self._writer = None
+        self._hidden.rename(self._final)
+        return self.relative, self.rows
+
+    def discard(self) -> None:
+        """Drop what was written (on a failure inside the task)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._pending = []
+        self._hidden.unlink(missing_ok=True)
+
+
+def _check_replace_where_columns(
+    replace_where: Mapping[str, str | None] | None, partitions: list[str], table_name: str
+) -> None:
+    if replace_where is not None:
+        unknown = sorted(set(replace_where) - set(partitions))
+        if unknown or not replace_where:
+            raise ConfigError(
+                f"replace_where on {table_name} must name partition columns {partitions}; "
+                f"got {sorted(replace_where)}. Partition the table by the columns a job "
+                "replaces (partition_by=...)."
+            )
+
+
 def _conform_arrow(table: pa.Table, schema: pa.Schema, table_name: str) -> pa.Table:
     """``table`` with exactly ``schema``'s columns and types, or SchemaError (see contract rules)."""
     import pyarrow as pa
@@ -855,10 +1055,13 @@ def _stage_files(
     data_schema: StructType,
     table_name: str,
     moved: list[Path],
+    reported: set[str] | None = None,
 ) -> list[_StagedFile]:
     """Check every file Spark staged, move it to its Hive-style place, build add-action records.
 
-    Appends each moved file to ``moved`` as soon as it is moved (so a failure can delete it).
+    With ``reported`` (paths relative to ``staging``), only those files are taken (a file a
+    failed task attempt left is not), and each of them must exist. Appends each moved file to
+    ``moved`` as soon as it is moved (so a failure can delete it).
     """
     import pyarrow.parquet as pq
 
@@ -866,9 +1069,17 @@ def _stage_files(
     for directory, _, names in os.walk(staging):
         for name in names:
             file = Path(directory) / name
+            if reported is not None and file.relative_to(staging).as_posix() not in reported:
+                continue
             if name.endswith(".parquet") and not name.startswith((".", "_")):
                 relative = file.parent.relative_to(staging)
                 found.append((file, relative, _partition_values(relative, partitions)))
+    if reported is not None and len(found) != len(reported):
+        missing = sorted(reported - {f.relative_to(staging).as_posix() for f, _, _ in found})
+        raise CommitError(
+            f"The Spark tasks writing {table_name} reported files that are not staged under "
+            f"{staging} (or not Parquet files): {missing[:5]}. Nothing was committed."
+        )
     expected = [(f.name, _spark_type_key(f.dataType)) for f in data_schema.fields]
     staged = []
     for index, (file, relative, values) in enumerate(sorted(found)):

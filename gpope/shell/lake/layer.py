@@ -32,6 +32,7 @@ from gpope.shell.lake.delta_rs import (
     ArrowTableWriter,
     DeltaRsStore,
     MissingTableError,
+    WorkerStaging,
     check_local_root,
 )
 from gpope.shell.lake.names import (
@@ -370,6 +371,51 @@ class Lake:
                 user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
             )  # fmt: skip
         return _BufferedArrowWriter(self, ref, mode=mode, schema=contract, run_id=run_id)
+
+    def worker_staging(
+        self,
+        ref: TableRef,
+        *,
+        mode: WriteMode,
+        schema: StructType | None = None,
+        partition_by: list[str] | None = None,
+        replace_where: Mapping[str, PartitionValue] | None = None,
+        run_id: str | None = None,
+    ) -> WorkerStaging | None:
+        """A staging folder that Spark's Python workers write the table's Parquet files into
+        (:class:`~gpope.shell.lake.delta_rs.StagedFileWriter`), committed by the driver in one
+        atomic commit (:meth:`~gpope.shell.lake.delta_rs.WorkerStaging.commit`, the same checks
+        as :meth:`write`); use it as a context manager (an exception deletes what was staged).
+
+        Returns None with the native storage (Spark's own Delta writer, e.g. on Databricks):
+        there the caller writes a DataFrame with :meth:`write`. Arguments as for :meth:`write`.
+
+        Raises:
+            ConfigError: bad mode or replace_where (as for :meth:`write`).
+            SchemaError: the existing table does not match the contract.
+        """
+        check_write_mode(mode)
+        if (mode == "replace_where") != (replace_where is not None):
+            raise ConfigError(
+                "replace_where={...} is required with mode='replace_where' and not allowed with "
+                f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
+            )
+        if self._delta_rs is None:
+            return None
+        rw = (
+            {c: partition_string(v) for c, v in replace_where.items()}
+            if replace_where is not None
+            else None
+        )
+        return self._delta_rs.worker_staging(
+            self._address(ref),
+            schema=schema if schema is not None else _contract(ref),
+            mode=mode,
+            partition_by=list(partition_by) if partition_by is not None else None,
+            replace_where=rw,
+            user_metadata=encode_user_metadata(mode, replace_where, run_id),
+            table_name=str(ref),
+        )
 
     def _native_store(self) -> NativeStore:
         if self._native is None:  # pragma: no cover - construction guarantees one store

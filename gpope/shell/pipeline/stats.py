@@ -11,7 +11,13 @@ rounding, 1e-12).
 
 :func:`run_stats` writes the result to the dataset's gold ``trajectory_stats`` table, partitioned
 by ``spec_id``: one atomic commit that replaces that spec's partition (re-running is idempotent)
-and leaves other specs' statistics untouched.
+and leaves other specs' statistics untouched. With the delta-rs storage the Python workers that
+run the kernel also write its rows as Parquet (pyarrow) straight into the table's staging folder
+and return only ``(file, rows, clamp counts)``; the driver commits the reported files with the
+lake's usual checks (:meth:`gpope.shell.lake.Lake.worker_staging`). The ``A`` and ``C`` lists
+(n*n doubles per trajectory) thus never go back into the JVM nor through Spark's Parquet writer,
+which took most of the stage (docs/BENCHMARKS.md). With the native storage (Databricks) Spark's
+Delta writer writes the same rows.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.bounds import CLAMP_REASONS
-from gpope.errors import DataError, SchemaError
+from gpope.errors import CommitError, DataError, SchemaError
 from gpope.shell.pipeline.jobargs import load_spec
 
 if TYPE_CHECKING:
@@ -313,6 +319,53 @@ def _statistics_kernel(spec: EvaluationSpec, *, with_counts: bool = False) -> An
     return kernel
 
 
+def _statistics_file_kernel(spec: EvaluationSpec, folder: str, partition_values: dict[str, Any],
+                            schema: pa.Schema, table_name: str) -> Any:
+    """mapInArrow function like :func:`_statistics_kernel` ``with_counts``, but the statistics
+    rows are written by the Python worker itself into a Delta staging folder
+    (:class:`~gpope.shell.lake.delta_rs.StagedFileWriter`, pyarrow): the task returns one row,
+    ``file, rows`` and the clamp counts of its partition (:func:`_file_report_schema`). The wide
+    ``A``/``C`` lists (n*n doubles per trajectory) never travel back into the JVM nor through
+    Spark's Parquet writer."""
+    statistics = _statistics_kernel(spec, with_counts=True)
+    columns = list(schema.names)
+
+    def kernel(batches: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from gpope.shell.lake.delta_rs import StagedFileWriter
+
+        writer = StagedFileWriter(folder, partition_values, schema, table_name)
+        counts = dict.fromkeys(_CLAMPED, 0)
+        try:
+            for batch in statistics(batches):
+                for reason, column in _CLAMPED.items():
+                    counts[reason] += int(pc.sum(batch.column(column)).as_py() or 0)
+                writer.write(pa.Table.from_batches([batch]).select(columns))
+            name, rows = writer.close()
+        except BaseException:
+            writer.discard()
+            raise
+        yield pa.RecordBatch.from_pydict({
+            "file": pa.array([name], type=pa.string()),
+            "rows": pa.array([rows], type=pa.int64()),
+            **{c: pa.array([counts[r]], type=pa.int64()) for r, c in _CLAMPED.items()},
+        })  # fmt: skip
+
+    return kernel
+
+
+def _file_report_schema() -> Any:
+    """Schema of the one row per task of :func:`_statistics_file_kernel`."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType(
+        [StructField("file", StringType(), True), StructField("rows", LongType(), False)]
+        + [StructField(c, LongType(), False) for c in _CLAMPED.values()]
+    )
+
+
 def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
     """mapInArrow function: batches of transitions -> one row of clamp counts per batch."""
 
@@ -375,13 +428,48 @@ def statistics_frame(transitions: DataFrame, spec: EvaluationSpec, *,
     # hash-partition by trajectory, sort inside each partition, then one vectorised kernel call
     # per Arrow batch (a per-trajectory groupBy().applyInArrow costs one Python call and one
     # Arrow round trip per patient)
+    return _sorted_by_trajectory(transitions).mapInArrow(
+        _statistics_kernel(spec, with_counts=with_counts), schema=schema
+    )
+
+
+def _sorted_by_trajectory(transitions: DataFrame) -> DataFrame:
+    """The input columns hash-partitioned by trajectory, sorted by ``(traj_index, t)`` inside
+    each partition (``spark.sql.shuffle.partitions`` partitions)."""
     partitions = int(transitions.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
     return (
         transitions.select(*_INPUT_COLUMNS)
         .repartition(partitions, "traj_index")
         .sortWithinPartitions("traj_index", "t")
-        .mapInArrow(_statistics_kernel(spec, with_counts=with_counts), schema=schema)
     )
+
+
+def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
+                        staging: Any) -> tuple[int, dict[str, int]]:
+    """The statistics written by the Python workers into ``staging`` (a
+    :class:`~gpope.shell.lake.delta_rs.WorkerStaging`) and committed there in one commit;
+    returns (the new table version, the clamp counts of the same pass)."""
+    from gpope.shell.lake.base import spark_error
+
+    kernel = _statistics_file_kernel(
+        spec, staging.folder, {"spec_id": spec.spec_id}, staging.arrow_schema,
+        staging.table_name,
+    )  # fmt: skip
+    try:
+        reports = _sorted_by_trajectory(transitions).mapInArrow(
+            kernel, _file_report_schema()
+        ).collect()
+    except Exception as exc:
+        cls, cause = spark_error(exc)
+        if cls is not None:  # a gpope error raised inside a Spark worker: keep it
+            raise cls(f"{cause} (while writing {staging.table_name}; nothing was committed)") from exc
+        raise CommitError(
+            f"Spark could not compute or write the statistics of {staging.table_name} ({cause}). "
+            "Nothing was committed."
+        ) from exc
+    clamped = {r: sum(int(row[c]) for row in reports) for r, c in _CLAMPED.items()}
+    files = [(row["file"], int(row["rows"])) for row in reports if row["file"] is not None]
+    return staging.commit(files), clamped
 
 
 def statistics_table(config: GpopeConfig, dataset: str) -> str:
@@ -420,29 +508,32 @@ def run_stats(
             f"Dataset {dataset!r} has no transitions; run `gpope ingest --dataset {dataset}` on "
             "non-empty bronze tables first."
         )
-    # the clamp counts come out of the same pass as the statistics (observed while writing)
-    observation = Observation(f"gpope_stats_clamped_{uuid.uuid4().hex[:8]}")
-    frame = (
-        statistics_frame(transitions, spec, with_counts=True)
-        .observe(observation, *[F.sum(c).alias(r) for r, c in _CLAMPED.items()])
-        .select(*[f.name for f in TRAJECTORY_STATS.fields])
-    )
-    version = target.write(
-        frame,
-        lake.TableRef("gold", "trajectory_stats", dataset),
-        mode="replace_where",
-        replace_where={"spec_id": spec.spec_id},
-        partition_by=["spec_id"],
-    )
+    ref = lake.TableRef("gold", "trajectory_stats", dataset)
+    replaced = {"spec_id": spec.spec_id}
+    staging = target.worker_staging(ref, mode="replace_where", replace_where=replaced,
+                                    partition_by=["spec_id"])  # fmt: skip
+    if staging is not None:  # delta-rs storage: the Python workers write the Parquet files
+        with staging:
+            version, clamped = _write_from_workers(transitions, spec, staging)
+    else:  # native Delta (Databricks): Spark's Delta writer
+        # the clamp counts come out of the same pass as the statistics (observed while writing)
+        observation = Observation(f"gpope_stats_clamped_{uuid.uuid4().hex[:8]}")
+        frame = (
+            statistics_frame(transitions, spec, with_counts=True)
+            .observe(observation, *[F.sum(c).alias(r) for r, c in _CLAMPED.items()])
+            .select(*[f.name for f in TRAJECTORY_STATS.fields])
+        )
+        version = target.write(frame, ref, mode="replace_where", replace_where=replaced,
+                               partition_by=["spec_id"])  # fmt: skip
+        observed = observation.get
+        if all(r in observed for r in _CLAMPED):
+            clamped = {r: int(observed[r] or 0) for r in _CLAMPED}
+        else:  # Spark Connect may return no observed metrics for some plans: count separately
+            clamped = clamp_counts(transitions, spec)
     written = read_statistics(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
     )
     m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
-    observed = observation.get
-    if all(r in observed for r in _CLAMPED):
-        clamped = {r: int(observed[r] or 0) for r in _CLAMPED}
-    else:  # Spark Connect may return no observed metrics for some plans: count separately
-        clamped = clamp_counts(transitions, spec)
     return StatsReport(
         dataset=dataset,
         spec_id=spec.spec_id,
