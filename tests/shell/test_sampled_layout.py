@@ -61,6 +61,7 @@ def test_sparse_load_equals_dense_and_the_plan_picks_it(spark):
 
 def test_collect_arrow_equals_to_arrow_and_keeps_empty_tables(spark):
     # On a local master collect_arrow goes through executor-written Parquet (no task-result cap);
+    assert spark.conf.get("spark.master").startswith("local")  # so that is the path tested here
     # it must hold exactly the rows toArrow() brings, list columns included.
     df = spark.range(0, 500, numPartitions=4).selectExpr(
         "id as traj_index", "array(cast(id as double), id * 0.5) as b")

@@ -145,11 +145,11 @@ def collect_arrow(df: DataFrame) -> pa.Table:
 
     import pyarrow.parquet as pq
 
-    session = getattr(df, "sparkSession", None)
-    try:  # Spark Connect sessions have no SparkContext (and no shared disk)
-        local = hasattr(df, "_jdf") and session.sparkContext.master.startswith("local")
-    except Exception:
-        local = False
+    from gpope.shell.spark import is_connect
+
+    session = df.sparkSession
+    # Spark Connect: the server's executors need not share this machine's disk
+    local = not is_connect(session) and str(session.conf.get("spark.master", "")).startswith("local")
     if not local:
         return df.toArrow()
     with tempfile.TemporaryDirectory(prefix="gpope-collect-") as tmp:
