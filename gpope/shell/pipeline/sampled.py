@@ -155,8 +155,7 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     with tempfile.TemporaryDirectory(prefix="gpope-collect-") as tmp:
         folder = f"{tmp}/rows"
         df.write.mode("overwrite").parquet(folder)
-        table = pq.read_table(folder)
-        return table.combine_chunks() if table.num_rows else table
+        return pq.read_table(folder)  # chunked like toArrow()'s table; every reader here takes chunks
 
 
 def load_statistics(stats: DataFrame, n: int, *, normalization: str,
