@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -105,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             iv = rep["intervals"]
             v, lo, hi = (np.array(iv[k]) for k in ("value", "lower", "upper"))
             rows.append({"value": v.tolist(), "lower": lo.tolist(), "upper": hi.tolist(),
-                         "lower_bound": iv["lower_bound"], "seconds": time.perf_counter() - t1})
+                         "lower_bound": iv["lower_bound"], "seconds": time.perf_counter() - t1,
+                         "interval_groups": rep.get("settings", {}).get("interval_groups"),
+                         "ssp_clip_quantile": rep.get("settings", {}).get("ssp_clip_quantile"),
+                         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                         "load_average": list(os.getloadavg())})
             print(f"{est} run {r + 1}/{args.runs}: values {np.round(v, 3)} exact {np.round(exact, 3)} "
                   f"intervals {[f'[{a:.3f}, {b:.3f}]' for a, b in zip(lo, hi, strict=True)]} "
                   f"({time.perf_counter() - t1:.0f} s)", flush=True)

@@ -170,7 +170,11 @@ class EvaluationSettings:
     The solver settings here apply only where neither the command line nor the spec's
     ``evaluation:`` block (written by ``gpope tune --spec``) sets them; see
     :mod:`gpope.core.operating` for the budget rule (passes, iterations, batch) and the layers.
-    The generic clip and step size suit no particular spec: tune the spec instead.
+    The generic clip and step size suit no particular spec: tune the spec instead. The interval
+    settings (``ssp_clip_quantile``, ``interval_groups`` and its thresholds
+    ``interval_groups_min_patients``, ``interval_groups_min_m_epsilon``) likewise apply only where
+    the command line and the spec's block leave them unset (:meth:`EvaluateOptions.resolve
+    <gpope.shell.pipeline.evaluate_options.EvaluateOptions.resolve>`).
     """
 
     passes: float | None = 20.0
@@ -195,6 +199,8 @@ class EvaluationSettings:
     statistics_share: float = 0.1
     ci_level: float = 0.95
     interval_groups: int = 0
+    interval_groups_min_patients: int = 0
+    interval_groups_min_m_epsilon: float = 0.0
     tune: Literal["none", "private"] = "none"
     private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
     secure_noise: bool = False
@@ -221,6 +227,10 @@ class EvaluationSettings:
         from gpope.core.intervals import check_interval_groups
 
         check_interval_groups("EvaluationSettings", self.interval_groups)
+        check_int("EvaluationSettings", "interval_groups_min_patients",
+                  self.interval_groups_min_patients, ge=0)
+        check_number("EvaluationSettings", "interval_groups_min_m_epsilon",
+                     self.interval_groups_min_m_epsilon, ge=0.0)
         check_int("EvaluationSettings", "iterations", self.iterations, ge=1, allow_none=True)
         check_int("EvaluationSettings", "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
         check_int("EvaluationSettings", "trace_every", self.trace_every, ge=1, allow_none=True)
@@ -231,6 +241,13 @@ class EvaluationSettings:
         from gpope.core.operating import SOLVER_KEYS
 
         return {k: getattr(self, k) for k in SOLVER_KEYS}
+
+    def interval_settings(self) -> dict[str, Any]:
+        """The interval keys of this section (:data:`gpope.core.operating.INTERVAL_KEYS`), the
+        lowest layer under the spec's ``evaluation:`` block."""
+        from gpope.core.operating import INTERVAL_KEYS
+
+        return {k: getattr(self, k) for k in INTERVAL_KEYS}
 
 
 @dataclass(frozen=True)

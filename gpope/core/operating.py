@@ -46,10 +46,12 @@ from gpope.errors import ConfigError
 
 __all__ = [
     "BUDGET_KEYS",
+    "INTERVAL_KEYS",
     "OFFSET_KEYS",
     "SOLVER_KEYS",
     "EvaluationBlock",
     "TunedPoint",
+    "interval_groups_for",
     "merge_layers",
     "resolve_budget",
     "resolve_step_offset",
@@ -70,6 +72,15 @@ SOLVER_KEYS = (
     "step_offset_fraction",
     "averaging",
     "tail_fraction",
+)
+#: Interval settings an ``evaluation:`` block may set (chosen on PUBLIC studies, provenance under
+#: ``intervals_provenance``): the SSP clip quantile and the rule of GPOPE's disjoint-groups interval
+#: (:meth:`EvaluationBlock.groups_rule`, :func:`interval_groups_for`).
+INTERVAL_KEYS = (
+    "ssp_clip_quantile",
+    "interval_groups",
+    "interval_groups_min_patients",
+    "interval_groups_min_m_epsilon",
 )
 #: The budget keys: any two determine (N, q), except batch_rate with batch_size.
 BUDGET_KEYS = ("passes", "iterations", "batch_rate", "batch_size")
@@ -153,6 +164,16 @@ class EvaluationBlock:
         tuned: per-epsilon (clip, step size) tuned at ``tuning['patients']`` public trajectories.
         tuning: provenance of the tuning (public seed, cohort size, grid, criterion...): recorded,
             never interpreted except ``patients`` (m_pub of :meth:`select`).
+        ssp_clip_quantile: the quantile of the public cohort's statistics norms that bounds the
+            noisy-statistics release (SSP clip) and its residual moments, in (0, 1].
+        interval_groups: gpope runs: K >= 2 disjoint patient groups for the interval, or 0
+            (the hull interval), applied only where the public (m, epsilon) of the run meets
+            ``interval_groups_min_patients`` (m >= it) and ``interval_groups_min_m_epsilon``
+            (m epsilon >= it); elsewhere 0 (:func:`interval_groups_for`).
+        interval_groups_min_patients, interval_groups_min_m_epsilon: those thresholds (>= 0;
+            None = 0, no threshold).
+        intervals_provenance: the public studies that chose the interval settings (recorded,
+            never interpreted; kept by ``gpope tune --spec``).
     """
 
     sampling: str | None = None
@@ -170,10 +191,39 @@ class EvaluationBlock:
     tail_fraction: float | None = None
     tuned: tuple[TunedPoint, ...] = ()
     tuning: Mapping[str, Any] = field(default_factory=dict)
+    ssp_clip_quantile: float | None = None
+    interval_groups: int | None = None
+    interval_groups_min_patients: int | None = None
+    interval_groups_min_m_epsilon: float | None = None
+    intervals_provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         o = "evaluation"
         set_ = object.__setattr__
+        set_(self, "ssp_clip_quantile", check_number(
+            o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0, allow_none=True))
+        if self.interval_groups is not None:
+            from gpope.core.intervals import check_interval_groups
+
+            set_(self, "interval_groups", check_interval_groups(o, self.interval_groups))
+        set_(self, "interval_groups_min_patients", check_int(
+            o, "interval_groups_min_patients", self.interval_groups_min_patients, ge=0,
+            allow_none=True))
+        set_(self, "interval_groups_min_m_epsilon", check_number(
+            o, "interval_groups_min_m_epsilon", self.interval_groups_min_m_epsilon, ge=0.0,
+            allow_none=True))
+        thresholds = [k for k in INTERVAL_KEYS[2:] if getattr(self, k) is not None]
+        if thresholds and self.interval_groups is None:
+            raise ConfigError(
+                f"The evaluation block sets {', '.join(thresholds)} but not 'interval_groups': "
+                "the thresholds say when the block's interval_groups K applies. Set "
+                "interval_groups (K >= 2) or drop them."
+            )
+        if not isinstance(self.intervals_provenance, Mapping):
+            raise ConfigError(
+                "evaluation.intervals_provenance must be a mapping (the public studies that chose "
+                f"the interval settings). Got {self.intervals_provenance!r} instead."
+            )
         if self.sampling is not None:
             check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
         if self.accountant is not None:
@@ -263,11 +313,14 @@ class EvaluationBlock:
         """Build from the YAML form; unknown keys raise ConfigError naming ``where``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"{where} must be a mapping. Got {data!r} instead.")
-        valid = (*SOLVER_KEYS, "tuned", "tuning")
+        valid = (*SOLVER_KEYS, *INTERVAL_KEYS, "intervals_provenance", "tuned", "tuning")
         unknown = sorted(set(data) - set(valid))
         if unknown:
             raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}.")
-        kwargs: dict[str, Any] = {k: data[k] for k in SOLVER_KEYS if data.get(k) is not None}
+        kwargs: dict[str, Any] = {k: data[k] for k in (*SOLVER_KEYS, *INTERVAL_KEYS)
+                                  if data.get(k) is not None}
+        if data.get("intervals_provenance") is not None:
+            kwargs["intervals_provenance"] = data["intervals_provenance"]
         tuned = data.get("tuned") or []
         if not isinstance(tuned, list):
             raise ConfigError(f"{where}.tuned must be a list of {{epsilon, clip, step_size}}.")
@@ -286,18 +339,25 @@ class EvaluationBlock:
         if not isinstance(tuning, Mapping):
             raise ConfigError(f"{where}.tuning must be a mapping. Got {tuning!r} instead.")
         try:
-            return cls(**kwargs, tuned=tuple(points), tuning=dict(tuning))
+            return cls(**kwargs, tuned=tuple(points), tuning=dict(tuning))  # type: ignore[arg-type]
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
         """Plain form; ``from_mapping(to_dict())`` gives an equal block."""
         d: dict[str, Any] = {k: getattr(self, k) for k in SOLVER_KEYS if getattr(self, k) is not None}
+        d.update(self.interval_settings())
+        if self.intervals_provenance:
+            d["intervals_provenance"] = dict(self.intervals_provenance)
         if self.tuned:
             d["tuned"] = [p.to_dict() for p in self.tuned]
         if self.tuning:
             d["tuning"] = dict(self.tuning)
         return d
+
+    def interval_settings(self) -> dict[str, Any]:
+        """The interval keys this block sets (:data:`INTERVAL_KEYS`; unset ones left out)."""
+        return {k: getattr(self, k) for k in INTERVAL_KEYS if getattr(self, k) is not None}
 
     # ------------------------------------------------------------------ the rule
     def select(self, m: int, epsilon: float) -> tuple[dict[str, Any], TunedPoint | None]:
@@ -319,6 +379,34 @@ class EvaluationBlock:
             out["clip"] = point.clip
             out["step_size"] = point.step_size
         return out, point
+
+
+def interval_groups_for(
+    groups: int, *, m: int, epsilon: float, min_patients: int | None = None,
+    min_m_epsilon: float | None = None,
+) -> tuple[int, str | None]:
+    """(K, why not) of the disjoint-groups rule: ``groups`` where the run's PUBLIC m and epsilon
+    meet both thresholds (m >= ``min_patients``, m epsilon >= ``min_m_epsilon``; None = no
+    threshold), else 0 (the hull interval) with the reason.
+
+    Why m epsilon: each group's privacy noise relative to its gradient grows like K / (m epsilon),
+    and GPOPE's clipping turns that noise into a bias towards 0 that the t interval of the group
+    spread does not see (docs/RESULTS.md, "GPOPE interval from disjoint patient groups"); why m as
+    well: each group's own sampling error. Both are public (m by DESIGN.md's privacy rules).
+    """
+    k = int(groups)
+    if k < 2:
+        return 0, None
+    lacks = []
+    if min_patients and m < min_patients:
+        lacks.append(f"m = {m} < interval_groups_min_patients = {min_patients}")
+    if min_m_epsilon and m * epsilon < min_m_epsilon:
+        lacks.append(f"m epsilon = {m * epsilon:.4g} < interval_groups_min_m_epsilon = "
+                     f"{min_m_epsilon:.4g}")
+    if lacks:
+        return 0, (f"interval_groups {k} not applied ({'; '.join(lacks)}): the interval is the "
+                   "hull of the noisy-statistics interval and the value")
+    return k, None
 
 
 def resolve_budget(

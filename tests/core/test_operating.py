@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpope.core.guard import utility_guard
 from gpope.core.operating import (
     EvaluationBlock,
+    interval_groups_for,
     merge_layers,
     resolve_budget,
     resolve_step_offset,
@@ -100,6 +101,46 @@ def test_block_round_trip_and_validation():
         EvaluationBlock.from_mapping({**BLOCK, "tuning": {}})
     with pytest.raises(ConfigError, match="epsilon, clip and step_size"):
         EvaluationBlock.from_mapping({**BLOCK, "tuned": [{"epsilon": 1.0}]})
+
+
+INTERVALS = {"ssp_clip_quantile": 0.5, "interval_groups": 3, "interval_groups_min_patients": 50000,
+             "interval_groups_min_m_epsilon": 50000.0,
+             "intervals_provenance": {"interval_groups": "a public study"}}
+
+
+def test_block_interval_settings_round_trip_and_validation():
+    block = EvaluationBlock.from_mapping({**BLOCK, **INTERVALS})
+    assert EvaluationBlock.from_mapping(block.to_dict()) == block
+    assert block.interval_settings() == {k: v for k, v in INTERVALS.items()
+                                         if k != "intervals_provenance"}
+    assert EvaluationBlock.from_mapping(BLOCK).interval_settings() == {}  # nothing set: no keys
+    for bad, match in [({"ssp_clip_quantile": 1.5}, "ssp_clip_quantile"),
+                       ({"ssp_clip_quantile": 0.0}, "ssp_clip_quantile"),
+                       ({"interval_groups": 1}, "interval_groups"),
+                       ({"interval_groups": -2}, "interval_groups"),
+                       ({"interval_groups_min_patients": -1}, "interval_groups_min_patients"),
+                       ({"interval_groups_min_m_epsilon": -1.0}, "interval_groups_min_m_epsilon"),
+                       ({"interval_groups": None}, "but not 'interval_groups'"),
+                       ({"intervals_provenance": "study"}, "intervals_provenance")]:
+        with pytest.raises(ConfigError, match=match):
+            EvaluationBlock.from_mapping({**BLOCK, **INTERVALS, **bad})
+
+
+@pytest.mark.parametrize(("m", "epsilon", "k", "why"), [
+    (50000, 1.0, 3, None),                              # the smallest measured valid point
+    (100000, 1.0, 3, None),
+    (100000, 0.1, 0, "m epsilon = 1e+04 < interval_groups_min_m_epsilon"),  # 10x the noise
+    (10000, 10.0, 0, "m = 10000 < interval_groups_min_patients = 50000"),   # small groups
+    (10000, 0.1, 0, "m = 10000 < interval_groups_min_patients = 50000; m epsilon"),
+])
+def test_interval_groups_apply_only_where_public_m_and_m_epsilon_reach_the_thresholds(
+        m, epsilon, k, why):
+    got, note = interval_groups_for(3, m=m, epsilon=epsilon, min_patients=50000,
+                                    min_m_epsilon=50000.0)
+    assert got == k
+    assert (note is None) if why is None else (why in note and "hull" in note)
+    assert interval_groups_for(3, m=10, epsilon=0.01) == (3, None)  # no thresholds: always
+    assert interval_groups_for(0, m=10**6, epsilon=10.0, min_patients=1) == (0, None)
 
 
 @pytest.mark.parametrize(("m", "epsilon", "expected"), [

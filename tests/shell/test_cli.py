@@ -32,6 +32,10 @@ def test_negative_delta_is_parsed_then_refused_naming_the_flag(capsys):
     assert err.strip() == "gpope evaluate: error: --delta must be > 0.0. Got -1e-05 instead."
     assert main([*argv[:-1], "1e-5", "--iterations", "0"]) == 2
     assert "--iterations must be >= 1" in capsys.readouterr().err
+    assert build_parser().parse_args([*argv[:-1], "1e-5", "--ssp-clip-quantile", "0.7"]
+                                     ).ssp_clip_quantile == 0.7
+    assert main([*argv[:-1], "1e-5", "--ssp-clip-quantile", "1.5"]) == 2  # before any Spark
+    assert "--ssp-clip-quantile must be <= 1" in capsys.readouterr().err
 
 
 def test_internal_class_names_become_flags_or_settings():

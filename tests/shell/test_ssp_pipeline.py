@@ -184,3 +184,28 @@ def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(s
         run_evaluate(spark, config, dataset="ch", spec=spec,
                      options=dataclasses.replace(opts, sampling="uniform"), tracking_uri=uri)
     assert lake.read_shared_table(spark, config.lake, "privacy_ledger").count() == before
+
+
+def test_a_spec_groups_rule_sets_the_interval_by_the_public_m_and_epsilon(spark, setup):
+    from gpope.core.operating import EvaluationBlock
+
+    config, spec, uri = setup
+    ruled = EvaluationSpec.from_mapping({**SPEC, "evaluation": EvaluationBlock(
+        interval_groups=3, interval_groups_min_patients=M, interval_groups_min_m_epsilon=1.5 * M,
+        intervals_provenance={"interval_groups": "test"}).to_dict()})
+    assert ruled.spec_id == spec.spec_id  # the same statistics
+    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=300, clip=0.05, step_size=0.5,
+                           statistics_share=0.0, seed=3, allow_not_private=True,
+                           public_trajectories=0)
+    # m epsilon = 2 M >= 1.5 M: three runs on disjoint groups, the t interval with 2 df
+    report = run_evaluate(spark, config, dataset="ch", spec=ruled, options=opts, tracking_uri=uri)
+    assert report.intervals["df"] == 2 and report.settings["interval_groups"] == 3
+    assert report.settings["interval_note"] is None and "3 runs on disjoint" in report.summary()
+    # m epsilon = M < 1.5 M: the hull (no noisy-statistics share here: no interval), and why
+    import dataclasses
+
+    low = run_evaluate(spark, config, dataset="ch", spec=ruled,
+                       options=dataclasses.replace(opts, epsilon=1.0), tracking_uri=uri)
+    assert low.settings["interval_groups"] == 0 and "m epsilon = 400" in low.settings["interval_note"]
+    assert mlflow.MlflowClient(tracking_uri=uri).get_run(
+        low.mlflow_run_id).data.params["interval_groups"] == "0"

@@ -45,3 +45,15 @@ def test_retuning_one_epsilon_keeps_the_others_tuned_on_the_same_cohort(tmp_path
     _tune(path, (0.1,), 80, (0.1, 0.3))
     block = EvaluationSpec.from_mapping(yaml.safe_load(path.read_text())).evaluation
     assert [p.epsilon for p in block.tuned] == [0.1] and "kept" not in block.tuning
+
+
+def test_retuning_keeps_the_interval_settings_and_their_provenance(tmp_path):
+    path = tmp_path / "chain.yaml"
+    shutil.copy(REPO / "conf" / "specs" / "chain.yaml", path)
+    before = EvaluationSpec.from_mapping(yaml.safe_load(path.read_text())).evaluation
+    assert before.interval_settings()  # the shipped chain spec sets them
+    _tune(path, (1.0,), 60, (1.0, 10.0))
+    after = EvaluationSpec.from_mapping(yaml.safe_load(path.read_text())).evaluation
+    assert after.interval_settings() == before.interval_settings()
+    assert after.intervals_provenance == before.intervals_provenance
+    assert after.tuning["command"] == "tune (1.0,)"

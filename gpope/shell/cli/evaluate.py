@@ -55,6 +55,10 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--ssp-clip", type=float, default=None,
                    help="public L2 bound of one trajectory's [A_i, b_i, C_i] (default: a public "
                    "quantile on the spec's simulator; required for specs without a domain)")
+    e.add_argument("--ssp-clip-quantile", type=float, default=None, metavar="Q",
+                   help="that public quantile, in (0, 1] (default: the spec's evaluation: block, "
+                   "e.g. 0.5 for conf/specs/chain.yaml, chosen on public simulated data, then "
+                   "evaluation.ssp_clip_quantile of --conf, 0.99)")
     e.add_argument("--moments-share", type=float, default=None,
                    help="share (zCDP, of 1/sigma^2) of the noisy-statistics release spent on the "
                    "residual second moments the intervals need (default 0.1; the two releases "
@@ -74,8 +78,13 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    "times larger relative to its gradient, so the released mean is less accurate "
                    "than one run on all patients (its noise std grows about sqrt(K)); worth it "
                    "when m / K is large (docs/RESULTS.md). 0: the interval is the hull of the "
-                   "noisy-statistics release's interval and the value (default: "
-                   "evaluation.interval_groups, 0)")
+                   "noisy-statistics release's interval and the value. Default: the rule of the "
+                   "spec's evaluation: block (interval_groups K where the public m and m * epsilon "
+                   "reach its interval_groups_min_patients and interval_groups_min_m_epsilon; "
+                   "conf/specs/chain.yaml: K = 3 from m = 5e4 and m * epsilon = 5e4, chosen on "
+                   "public simulated data), else of evaluation: in --conf (0); the rule falls "
+                   "back to 0 where it does not apply (uniform sampling, --tune private, "
+                   "streamed statistics); an explicit K is used as given")
 
 
 def add_privacy_overrides(parser: argparse.ArgumentParser) -> None:
@@ -165,6 +174,7 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         trace_every=args.trace_every,
         estimator=args.estimator,
         ssp_clip=args.ssp_clip,
+        ssp_clip_quantile=getattr(args, "ssp_clip_quantile", None),
         moments_share=args.moments_share,
         statistics_share=args.statistics_share,
         ci_level=args.ci_level,

@@ -239,6 +239,14 @@ def run_evaluate(
             "tune. Drop one of them."
         )
     groups = None  # --interval-groups K: the group (0..K-1) of each traj_index, public hash
+    if (options.interval_groups and not ssp_run and layout == "stream"
+            and settings_info["source"].get("interval_groups") != "options"):
+        # a default rule (spec or conf) yields to the streamed path; an explicit K is refused
+        settings_info["interval_note"] = (
+            f"interval_groups {options.interval_groups} (default) not applied: the statistics "
+            f"exceed in_memory_limit_mb={options.in_memory_limit_mb} and stream from Spark; the "
+            "interval is the hull of the noisy-statistics interval and the value")
+        options = dataclasses.replace(options, interval_groups=0)
     if options.interval_groups and not ssp_run:
         from gpope.core.intervals import check_interval_groups
 
@@ -457,6 +465,9 @@ def run_evaluate(
         "touched_trajectories": settings_info["touched_trajectories"],
         "source": settings_info["source"], "tuned_point": settings_info["tuned_point"],
         "tuning": settings_info["tuning"],
+        "ssp_clip_quantile": options.ssp_clip_quantile,
+        "interval_groups": 0 if options.estimator == "ssp" else options.interval_groups,
+        "interval_note": settings_info["interval_note"],
         "origin": ("spec evaluation: block" if settings_info["spec_has_evaluation_block"]
                    else "conf evaluation: (generic)")
         + (" + command line" if "options" in settings_info["source"].values() else ""),

@@ -67,6 +67,8 @@ class EvaluateOptions:
             ``ssp_clip_quantile`` of the norms on the public cohort of ``public_trajectories``
             trajectories from the spec's simulator, the one the public MSPBE uses; specs without a
             domain must give it).
+        ssp_clip_quantile: that quantile (None: the spec's ``evaluation:`` block, then the
+            configuration; filled by :meth:`resolve`).
         moments_share: share of the noisy-statistics release's budget (zCDP, 1/sigma^2) spent on
             the second release of the residual second moments that the intervals need.
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
@@ -78,6 +80,11 @@ class EvaluateOptions:
             run's settings, release the mean of the K group estimates and the Student-t interval
             of their spread (:func:`gpope.core.intervals.group_interval`). Same privacy cost as
             one run under add/remove adjacency (parallel composition); Poisson sampling only.
+            None: the rule of the spec's ``evaluation:`` block, else of the configuration (K
+            where the public m and m epsilon meet the layer's ``interval_groups_min_patients`` and
+            ``interval_groups_min_m_epsilon``, and the run is compatible: Poisson sampling, no
+            private tuning, statistics in memory; else 0), filled by :meth:`resolve`. An
+            explicit K is used as given (and refused where it does not hold).
         tune: "none" (clip and step size as given) or "private" (chosen on the private data by
             :mod:`gpope.core.private_tuning` inside the GPOPE part of the budget; see
             :mod:`gpope.shell.pipeline.private_tune`).
@@ -116,11 +123,11 @@ class EvaluateOptions:
     rows_per_fetch: int = 4096
     estimator: Literal["gpope", "ssp"] = "gpope"
     ssp_clip: float | None = None
-    ssp_clip_quantile: float = 0.99
+    ssp_clip_quantile: float | None = None
     moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
-    interval_groups: int = 0
+    interval_groups: int | None = None
     tune: Literal["none", "private"] = "none"
     secure_noise: bool = False
     noise_grid: float | None = None
@@ -152,13 +159,15 @@ class EvaluateOptions:
             raise ConfigError(INVALID_ACCOUNTING_REFUSAL)
         check_choice(o, "estimator", self.estimator, ("gpope", "ssp"))
         check_number(o, "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
-        check_number(o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
+        check_number(o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0,
+                     allow_none=True)
         check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
         from gpope.core.intervals import check_interval_groups
 
-        check_interval_groups(o, self.interval_groups)
+        if self.interval_groups is not None:
+            check_interval_groups(o, self.interval_groups)
         check_number(o, "epsilon", self.epsilon, gt=0.0)
         check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_int(o, "iterations", self.iterations, ge=1, allow_none=True)
@@ -183,16 +192,17 @@ class EvaluateOptions:
         """Options from the configuration's ``evaluation:`` section, then ``overrides`` (None
         values are ignored).
 
-        The SOLVER settings of ``settings`` (:data:`gpope.core.operating.SOLVER_KEYS`) are NOT
-        copied: :meth:`resolve` applies them as the lowest layer, below the spec's
-        ``evaluation:`` block. Its other settings (estimator, intervals, memory...) are copied.
+        The SOLVER and INTERVAL settings of ``settings`` (:data:`gpope.core.operating.SOLVER_KEYS`,
+        :data:`~gpope.core.operating.INTERVAL_KEYS`) are NOT copied: :meth:`resolve` applies them
+        as the lowest layer, below the spec's ``evaluation:`` block. Its other settings
+        (estimator, shares, level, memory...) are copied.
         """
-        from gpope.core.operating import SOLVER_KEYS
+        from gpope.core.operating import INTERVAL_KEYS, SOLVER_KEYS
 
         base: dict[str, Any] = {}
         if settings is not None:
             base = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)
-                    if hasattr(settings, f.name) and f.name not in SOLVER_KEYS}
+                    if hasattr(settings, f.name) and f.name not in (*SOLVER_KEYS, *INTERVAL_KEYS)}
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -207,8 +217,10 @@ class EvaluateOptions:
 
         Returns:
             (options with iterations N, batch_rate q (None for uniform), absolute step_offset,
-            passes = touched / m, batch_size = q m; provenance: ``source`` of each setting
-            ("options", "spec", "conf"), the tuned point used, the spec's tuning record).
+            passes = touched / m, batch_size = q m, ssp_clip_quantile and interval_groups;
+            provenance: ``source`` of each setting ("options", "spec", "conf"), the tuned point
+            used, the spec's tuning record, ``interval_note``: why a layer's interval_groups was
+            not applied, or None).
         """
         from gpope.core.operating import (
             SOLVER_KEYS,
@@ -235,6 +247,13 @@ class EvaluateOptions:
         offset = resolve_step_offset(iterations=N, step_offset=merged.get("step_offset"),
                                      step_offset_fraction=merged.get("step_offset_fraction"))
         touched = N * q * m if q is not None else float(N)
+        spec_iv = spec.evaluation.interval_settings() if spec.evaluation is not None else {}
+        quantile, source["ssp_clip_quantile"] = (
+            (self.ssp_clip_quantile, "options") if self.ssp_clip_quantile is not None
+            else (spec_iv["ssp_clip_quantile"], "spec") if "ssp_clip_quantile" in spec_iv
+            else (settings.ssp_clip_quantile, "conf"))
+        groups, note = self._interval_groups(m=m, sampling=sampling, spec_iv=spec_iv,
+                                             conf_iv=settings.interval_settings(), source=source)
         out = dataclasses.replace(
             self,
             sampling=sampling,
@@ -253,6 +272,8 @@ class EvaluateOptions:
             trace_every=self.trace_every if self.trace_every is not None else settings.trace_every,
             in_memory_limit_mb=(self.in_memory_limit_mb if self.in_memory_limit_mb is not None
                                 else settings.in_memory_limit_mb),
+            ssp_clip_quantile=float(quantile),
+            interval_groups=groups,
         )
         info = {
             "source": source,
@@ -260,8 +281,34 @@ class EvaluateOptions:
             "spec_has_evaluation_block": spec.evaluation is not None,
             "tuning": None if spec.evaluation is None else dict(spec.evaluation.tuning),
             "touched_trajectories": touched,
+            "interval_note": note,
         }
         return out, info
+
+    def _interval_groups(self, *, m: int, sampling: str, spec_iv: dict[str, Any],
+                         conf_iv: dict[str, Any], source: dict[str, str]) -> tuple[int, str | None]:
+        """(K, why a layer's K was not applied) of :meth:`resolve`: the explicit K as given,
+        else the first layer (spec, conf) that sets ``interval_groups``, with its thresholds
+        (:func:`gpope.core.operating.interval_groups_for`) and only where the run can take it."""
+        from gpope.core.operating import interval_groups_for
+
+        if self.interval_groups is not None:
+            source["interval_groups"] = "options"
+            return int(self.interval_groups), None
+        layer, source["interval_groups"] = ((spec_iv, "spec") if "interval_groups" in spec_iv
+                                            else (conf_iv, "conf"))
+        k, note = interval_groups_for(
+            layer["interval_groups"], m=m, epsilon=self.epsilon,
+            min_patients=layer.get("interval_groups_min_patients"),
+            min_m_epsilon=layer.get("interval_groups_min_m_epsilon"))
+        if k and self.estimator == "ssp":
+            return 0, None  # an ssp run's interval is its own
+        if k and (sampling != "poisson" or self.tune != "none"):
+            return 0, (f"interval_groups {k} ({source['interval_groups']} default) not applied: "
+                       f"it needs sampling poisson and no private tuning (sampling {sampling!r}, "
+                       f"tune {self.tune!r}); the interval is the hull of the noisy-statistics "
+                       "interval and the value")
+        return k, note
 
 
 def check_delta_against_m(delta: float, m: int) -> None:

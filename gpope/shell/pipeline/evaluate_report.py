@@ -149,6 +149,17 @@ class EvaluationReport:
                      + (f"; noisy statistics: epsilon {self.statistics_epsilon:.4g}, sigma "
                         f"{self.statistics_sigma:.4g}, clip {self.ssp_clip:.4g}"
                         if self.statistics_sigma is not None else "; no noisy-statistics release"))
+        if st and self.intervals:
+            k = st.get("interval_groups") or 0
+            how = ("parametric bootstrap of the noisy statistics" if self.estimator == "ssp"
+                   else f"Student-t of {k} runs on disjoint patient groups" if k
+                   else "hull of the noisy-statistics interval and the value")
+            quantile = (f"; statistics clip at the public {st['ssp_clip_quantile']:g} quantile"
+                        if st.get("ssp_clip_quantile") is not None and self.statistics_sigma
+                        is not None else "")
+            lines.append(f"  interval: {how}{quantile}")
+            if st.get("interval_note"):
+                lines.append(f"  NOTE: {st['interval_note']}")
         if self.tuning is not None:
             t = self.tuning
             lines.append(
@@ -226,6 +237,8 @@ def build_record(
                   private_diagnostics=options.private_diagnostics,
                   statistics_share=0.0 if ssp is None else options.statistics_share,
                   interval_groups=0 if options.estimator == "ssp" else options.interval_groups)
+    if ssp is not None:
+        params["ssp_clip_quantile"] = options.ssp_clip_quantile
     params.update(ssp or {})
     if intervals is not None:
         params["ci_level"] = float(intervals.level)

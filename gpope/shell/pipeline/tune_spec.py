@@ -152,7 +152,11 @@ def tune_spec(
         "rule": "tuned point with m_pub * epsilon nearest to m * epsilon (log scale); see "
                 "gpope.core.operating",
     }
-    block = EvaluationBlock(**fixed, tuned=result.points, tuning=tuning)
+    kept_intervals: dict[str, Any] = {}  # hand-chosen on public studies: a re-tune keeps them
+    if spec.evaluation is not None:
+        kept_intervals = {**spec.evaluation.interval_settings(),
+                          "intervals_provenance": dict(spec.evaluation.intervals_provenance)}
+    block = EvaluationBlock(**fixed, **kept_intervals, tuned=result.points, tuning=tuning)
     block = _keep_other_epsilons(block, spec.evaluation, epsilons)
     data = block.to_dict()
     if write:
@@ -220,5 +224,5 @@ def replace_evaluation_block(text: str, block: dict[str, Any]) -> str:
     body = yaml.safe_dump({"evaluation": block}, sort_keys=False, default_flow_style=None,
                           width=100)
     header = ("# evaluation: written by `gpope tune --spec` on PUBLIC simulated data only "
-              "(provenance under tuning:); edit by re-running it")
+              "(provenance under tuning:); edit by re-running it (it keeps the interval settings)")
     return "\n".join([*out, header, body.rstrip()]) + "\n"
