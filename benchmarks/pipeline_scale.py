@@ -27,7 +27,8 @@ may be shared.
 
 Usage: python benchmarks/pipeline_scale.py [--quick] [--patients N] [--master local[2]] [--json]
 [--markdown] [--from-json FILE] [--stages simulate,ingest,stats,evaluate] [--workdir DIR]
-[--keep-lake DIR] [--skip-reference STAGES] [--driver-memory 4g]
+[--keep-lake DIR] [--skip-reference STAGES] [--driver-memory 4g] [--per-process]
+[--evaluate-driver-memory 2g]
 (``--from-json`` renders a saved ``--json`` result; ``--keep-lake`` keeps the lake and reuses
 the outputs of stages not listed in ``--stages``, so one stage can be re-measured alone)
 """
@@ -211,7 +212,11 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     from gpope.shell.pipeline.sampled import _COLUMNS, _sparse_batches, _sparse_from_arrow
 
     data = _dataset(f"{root}/gold/{dataset}/trajectory_stats")
-    batches = data.to_batches(columns=list(_COLUMNS), filter=pc.field("spec_id") == spec.spec_id)
+    # small batches and no read-ahead: a dense row is 8 (2 n^2 + n) bytes (26 KB for the chain),
+    # so pyarrow's defaults (131,072-row batches, 16 batches x 4 files ahead) would hold tens of
+    # GB of dense rows at 1e6 trajectories before _sparse_batches shrinks them
+    batches = data.to_batches(columns=list(_COLUMNS), filter=pc.field("spec_id") == spec.spec_id,
+                              batch_size=4096, batch_readahead=1, fragment_readahead=1)
     table = pa.Table.from_batches(list(_sparse_batches(batches, n=spec.n_features)))
     stats = _sparse_from_arrow(table, spec.n_features, normalization=spec.normalization)
     # the solver settings the pipeline run resolved (CLI > spec evaluation: block > conf)
@@ -411,6 +416,77 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
     }
 
 
+def run_per_process(patients: int, master: str, iterations: int, *, workdir: str | None = None,
+                    stages_wanted: tuple[str, ...] = STAGES, keep_lake: str | None = None,
+                    driver_memory: str = "4g", evaluate_driver_memory: str | None = None,
+                    skip_reference: tuple[str, ...] = ()) -> dict[str, Any]:
+    """As :func:`run`, but each stage (and its reference) in its own child process with its own
+    Spark session, as the jobs run in production (one ``gpope`` command, one ``jobs/`` entry point,
+    one Databricks task per stage). A stage's peak memory is then its own process tree's (a JVM
+    that only ran that stage), not the residue of the stages before it in one long-lived JVM.
+
+    The stages share a kept lake (``keep_lake``, else a temporary folder); each child is this
+    script with ``--keep-lake DIR --stages STAGE --json``. A stage's time is as in :func:`run`
+    (``spark_s``); ``process_s`` is the child's wall time without its reference (imports, Spark
+    start and stop, the stage), and ``end_to_end_s`` sums ``process_s``: the honest end to end.
+    ``evaluate_driver_memory`` (default ``driver_memory``) sizes the evaluate stage's JVM: its Spark
+    work is two scans of the gold table (a count and the sparse rows written to Parquet), which
+    need far less heap than ingest's shuffles, while the statistics it loads live in Python.
+    """
+    import subprocess
+
+    load_start = os.getloadavg()
+    with contextlib.ExitStack() as stack:
+        if keep_lake is None:
+            keep_lake = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="gpope-scale-", dir=workdir))
+        kept, record = _kept_lake(keep_lake, patients)
+        done = set(record.get("done", []))
+        todo = stages_to_run(stages_wanted, done)
+        reused = [s for s in STAGES if s in done and s not in todo]
+        print(f"per-process stages in {kept}: reusing {reused or 'nothing'}, running {todo}",
+              file=sys.stderr, flush=True)
+        stages: dict[str, dict[str, Any]] = {}
+        peak = 0.0
+        for stage in todo:
+            argv = [sys.executable, __file__, "--patients", str(patients), "--master", master,
+                    "--iterations", str(iterations), "--keep-lake", str(kept), "--stages", stage,
+                    "--driver-memory", (evaluate_driver_memory or driver_memory)
+                    if stage == "evaluate" else driver_memory, "--json"]
+            if stage in skip_reference:
+                argv += ["--skip-reference", stage]
+            start = time.perf_counter()
+            child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
+            wall = time.perf_counter() - start
+            if child.returncode != 0:
+                raise SystemExit(f"stage {stage}: its process exited {child.returncode} "
+                                 f"(its stderr is above); measured so far: {stages}")
+            result = json.loads(child.stdout)
+            measured = result["stages"][stage]
+            measured["process_s"] = wall - measured.get("reference_s", 0.0)
+            measured["process_wall_with_reference_s"] = wall
+            stages[stage] = measured
+            peak = max(peak, result["peak_rss_gb"])
+            _progress(f"{stage} (process)", measured)
+        transitions = _kept_lake(str(kept), patients)[1].get("transitions", 0)
+    return {
+        "patients": patients,
+        "transitions": transitions,
+        "master": master,
+        "cpus": os.cpu_count(),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "stages": stages,
+        "reused_stages": reused,
+        "per_process": True,
+        "driver_memory": driver_memory,
+        "evaluate_driver_memory": evaluate_driver_memory or driver_memory,
+        "end_to_end_s": sum(stage["process_s"] for stage in stages.values()),
+        "end_to_end_spark_s": sum(stage["spark_s"] for stage in stages.values()),
+        "peak_rss_gb": peak,
+    }
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The result as the docs/BENCHMARKS.md table (numbers printed as measured, never edited)."""
     lines = [
@@ -440,12 +516,18 @@ def markdown(result: dict[str, Any]) -> str:
             f"{s.get('reference_peak_driver_gb', float('nan')):.2f} | "
             f"{s.get('load_average', float('nan')):.1f} |"
         )
-    lines += [
-        "",
-        f"End to end (the {len(result['stages'])} Spark stages measured): "
-        f"{result['end_to_end_s'] / 60:.1f} min; peak RSS of "
-        f"the process tree (Python driver + JVM + Python workers) {result['peak_rss_gb']:.2f} GB.",
-    ]
+    if result.get("per_process"):
+        ending = (f"End to end (the {len(result['stages'])} stages measured, each in its own "
+                  f"process: Python start, Spark start and stop, the stage): "
+                  f"{result['end_to_end_s'] / 60:.1f} min ({result['end_to_end_spark_s'] / 60:.1f}"
+                  f" min inside the stages); largest peak RSS of one stage's process tree "
+                  f"(Python driver + JVM + Python workers, reference included) "
+                  f"{result['peak_rss_gb']:.2f} GB.")
+    else:
+        ending = (f"End to end (the {len(result['stages'])} Spark stages measured): "
+                  f"{result['end_to_end_s'] / 60:.1f} min; peak RSS of the process tree "
+                  f"(Python driver + JVM + Python workers) {result['peak_rss_gb']:.2f} GB.")
+    lines += ["", ending]
     return "\n".join(lines)
 
 
@@ -469,17 +551,29 @@ def main(argv: list[str] | None = None) -> int:
                              "reference, on the kept silver tables)")
     parser.add_argument("--skip-reference", default="", metavar="STAGES",
                         help="stages to run without their single-pass reference (comma-separated)")
+    parser.add_argument("--per-process", action="store_true",
+                        help="run each stage (with its reference) in its own process and Spark "
+                             "session, as the jobs run in production; the stages share a kept "
+                             "lake (--keep-lake, else a temporary folder)")
     parser.add_argument("--driver-memory", default="4g",
                         help="Spark driver memory (default 4g, the setting of every result "
                              "in docs/BENCHMARKS.md)")
+    parser.add_argument("--evaluate-driver-memory", default=None,
+                        help="with --per-process: the evaluate stage's Spark driver memory "
+                             "(default: --driver-memory)")
     args = parser.parse_args(argv)
+    if args.evaluate_driver_memory and not args.per_process:
+        parser.error("--evaluate-driver-memory needs --per-process (one JVM per stage)")
     patients = args.patients or (10_000 if args.quick else 100_000)
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
     else:
-        result = run(patients, args.master, args.iterations, workdir=args.workdir,
+        result = (run_per_process if args.per_process else run)(
+                     patients, args.master, args.iterations, workdir=args.workdir,
                      stages_wanted=tuple(args.stages.split(",")), keep_lake=args.keep_lake,
                      driver_memory=args.driver_memory,
+                     **({"evaluate_driver_memory": args.evaluate_driver_memory}
+                        if args.per_process else {}),
                      skip_reference=tuple(s for s in args.skip_reference.split(",") if s))
     if args.markdown:
         print(markdown(result))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,6 +163,46 @@ def test_representations_give_identical_gradients(seed, m, n, extra, one_hot):
         np.testing.assert_allclose(s.gradients(idx, th, w), ref, rtol=0, atol=1e-12)
         for a, b in zip(s.population(), all_stats[0].population(), strict=True):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 8), n=st.integers(1, 4),
+       extra=st.integers(0, 20), cuts=st.integers(0, 4))
+def test_sparse_chunks_in_any_order_and_chunking_equal_the_dense_statistics(seed, m, n, extra, cuts):
+    """from_sparse_chunks (the evaluate stage's batch-by-batch load) gives the dense statistics,
+    whatever the storage order of the rows and wherever the chunks cut between rows."""
+    rng = np.random.default_rng(seed)
+    dense = build(random_rows(rng, m, n, extra), m, "dense")
+    rows = dense.to_rows()
+    perm = rng.permutation(m)
+    ac = np.concatenate([rows["A"], rows["C"]], axis=1)[perm]
+    mask = ac != 0
+    lengths = mask.sum(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    index, value = np.nonzero(mask)[1].astype(np.int32), ac[mask]
+    bounds = np.unique(np.concatenate([[0, m], rng.integers(0, m + 1, cuts)]))
+    chunks = [(index[offsets[lo]:offsets[hi]], value[offsets[lo]:offsets[hi]])
+              for lo, hi in itertools.pairwise(bounds)]
+    sparse = TrajectoryStats.from_sparse_chunks(
+        traj_index=rows["traj_index"][perm], tau=rows["tau"][perm], b=rows["b"][perm],
+        lengths=lengths, chunks=chunks, normalization=dense.normalization)
+    assert sparse.representation == "sparse"
+    for a, b in zip(sparse.dense(), dense.dense(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=0)
+    np.testing.assert_array_equal(sparse.tau, dense.tau)
+
+
+def test_sparse_chunks_must_end_on_row_boundaries_and_hold_every_entry():
+    kwargs = {"traj_index": [1, 0], "tau": [1, 1], "b": np.zeros((2, 1)), "lengths": [2, 1]}
+    one = (np.array([0, 1, 0], dtype=np.int32), np.array([1.0, 2.0, 3.0]))
+    assert TrajectoryStats.from_sparse_chunks(chunks=[one], **kwargs).representation == "sparse"
+    with pytest.raises(SchemaError, match="row boundary"):  # cuts row 0's two entries apart
+        TrajectoryStats.from_sparse_chunks(chunks=[(one[0][:1], one[1][:1]), (one[0][1:], one[1][1:])],
+                                           **kwargs)
+    with pytest.raises(SchemaError, match="the lengths say 3"):  # row 1's entry missing
+        TrajectoryStats.from_sparse_chunks(chunks=[(one[0][:2], one[1][:2])], **kwargs)
+    with pytest.raises(SchemaError, match="finite"):
+        TrajectoryStats.from_sparse_chunks(chunks=[(one[0], np.array([1.0, np.nan, 3.0]))], **kwargs)
 
 
 @pytest.mark.parametrize("representation", ["dense", "compact", "tabular", "sparse"])

@@ -195,18 +195,22 @@ def _sparse_batches(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.Re
 
 
 def _sparse_from_arrow(table: pa.Table, n: int, *, normalization: str) -> TrajectoryStats:
+    """Sparse statistics from the executors' rows ``traj_index, tau, b, nz_index, nz_value``,
+    one Arrow record batch at a time (no full-size copy of the entries besides the result)."""
     import pyarrow.compute as pc
 
     from gpope.core.statistics import TrajectoryStats
 
-    k = table.num_rows
-    lens = pc.list_value_length(table.column("nz_index")).to_numpy(zero_copy_only=False)
-    return TrajectoryStats.from_sparse(
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for batch in table.select(["nz_index", "nz_value"]).to_batches():
+            yield (pc.list_flatten(batch.column(0)).to_numpy(zero_copy_only=False),
+                   pc.list_flatten(batch.column(1)).to_numpy(zero_copy_only=False))
+
+    return TrajectoryStats.from_sparse_chunks(
         traj_index=table.column("traj_index").to_numpy(), tau=table.column("tau").to_numpy(),
-        b=_flat(table, "b", k, n), offsets=np.concatenate([[0], np.cumsum(lens)]),
-        index=pc.list_flatten(table.column("nz_index")).to_numpy(),
-        value=pc.list_flatten(table.column("nz_value")).to_numpy(),
-        normalization=normalization)
+        b=_flat(table, "b", table.num_rows, n),
+        lengths=pc.list_value_length(table.column("nz_index")).to_numpy(zero_copy_only=False),
+        chunks=chunks(), normalization=normalization)
 
 
 def spark_fetcher(
