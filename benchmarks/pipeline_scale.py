@@ -380,9 +380,11 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
                     lambda: _stats_reference(root, "scale", spec, tmp))  # fmt: skip
             mark("stats", finished=True)
         if "evaluate" in todo:
+            # one plain GPOPE run, what the reference computes: no statistics release and no
+            # disjoint-groups interval (a spec's default rule would otherwise apply at this m)
             options = EvaluateOptions.from_settings(
                 config.evaluation, epsilon=1.0, delta=min(1e-6, 0.1 / patients), seed=7, iterations=iterations,
-                statistics_share=0.0, public_trajectories=0,
+                statistics_share=0.0, public_trajectories=0, interval_groups=0,
             )
             report: dict[str, Any] = {}
 
