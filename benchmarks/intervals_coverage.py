@@ -107,9 +107,11 @@ def _hiv_pool(folder: Path, name: str, size: int, *, seed: int, chunk: int = 250
 
 
 class _Setup:
-    def __init__(self, domain: str, seed: int, pool: int = 6000, pool_dir: str = "/tmp/intervals/hivpool"):
+    def __init__(self, domain: str, seed: int, pool: int = 6000, pool_dir: str = "/tmp/intervals/hivpool",
+                 spec_scale: bool = False):
         self.domain = domain
         self.pool_dir = pool_dir
+        self.b_factor = 1.0  # multiplies the b part of every statistics vector (and the estimand)
         if domain == "chain":
             from gpope.core.envs import chain as ch
 
@@ -127,7 +129,13 @@ class _Setup:
             self.dom = _Domain(domain, "off", s)
             self.features, self.gamma, self.L = self.dom.features, s.gamma, 200.0
             A, b, _ = self.dom.truth(seed)
-            self.estimand = np.linalg.lstsq(A, b, rcond=None)[0]
+            if spec_scale:
+                # conf/specs/mountaincar.yaml (what `gpope evaluate` reads) keeps the raw -1 rewards
+                # (reward_scale 1); the harness multiplies them by 0.01. Same features, policies,
+                # gamma and length scale, so the spec's statistics are the harness's with b / 0.01
+                # (checked to 2e-16 on 50 episodes); GPOPE's tuned clip and step size are for them.
+                self.b_factor = 1.0 / s.reward_scale
+            self.estimand = np.linalg.lstsq(A, b * self.b_factor, rcond=None)[0]
             self.transform = lambda th: th
             self.names = [f"theta[{i}]" for i in range(len(self.estimand))]
         else:  # hiv: the demo's spec on a cached pool (module docstring)
@@ -160,7 +168,11 @@ class _Setup:
         else:
             tr = self.dom.generate(m, rng)
             rho = self.dom.rho(tr)
-        return _vectors(tr, self.features, rho, self.gamma, self.L)
+        vec = _vectors(tr, self.features, rho, self.gamma, self.L)
+        if self.b_factor != 1.0:
+            n = self.features.n_features
+            vec[:, n * n:n * n + n] *= self.b_factor
+        return vec
 
     def clipped_estimand(self, clip: float, m: int, seed: int) -> np.ndarray:
         """Monte Carlo estimate of the released quantities at the fixed point of the CLIPPED
@@ -187,7 +199,10 @@ def markdown_table(cells: list[dict]) -> str:
     for c in cells:
         q = c["quantities"]
         what = ", ".join(q) if len(q) <= 3 else f"{len(q)} quantities"
-        rows.append(f"| {c['domain']} | {c.get('estimator', 'ssp')} | {what} | {c['m']} | "
+        # cells measured before the identification test existed have no "identification"
+        ident = {"on": " (identification test)", "off": " (no identification test)"}.get(
+            c.get("identification", ""), "")
+        rows.append(f"| {c['domain']} | {c.get('estimator', 'ssp')}{ident} | {what} | {c['m']} | "
                     f"{c['epsilon']:g} | {c['share']:g} | {c.get('intervals_per_quantity', c['trials'])} | "
                     f"{c['coverage']:.3f} | {c['coverage_mc']:.3f} | {c['lower_bound_coverage']:.3f} | "
                     f"{c.get('unbounded', 0.0):.3f} | {c['mean_width']:.4g} | {c['median_width']:.4g} | "
@@ -216,13 +231,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--level", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--estimators", default="ssp",
-                        help="ssp and/or gpope (chain and hiv: GPOPE at the spec's operating point)")
+                        help="ssp and/or gpope (GPOPE at the spec's operating point; mountain car: the spec's raw rewards)")
     parser.add_argument("--gpope-runs", type=int, default=5,
                         help="GPOPE runs (independent noise, vectorised) per data set")
     parser.add_argument("--statistics-share", type=float, default=0.1,
                         help="a gpope run's share of (epsilon, delta) for the noisy statistics")
     parser.add_argument("--pool", type=int, default=6000, help="hiv: patients in the cached pool")
     parser.add_argument("--pool-dir", default="/tmp/intervals/hivpool", help="hiv: pool cache")
+    parser.add_argument("--identification", choices=("on", "off", "both"), default="on",
+                        help="the bootstrap's identification test (gpope.core.intervals."
+                        "separated_from_singular): on (the pipeline's), off (the method before "
+                        "2026-11-26), or both (each on the same release and bootstrap draws)")
+    parser.add_argument("--mc-rewards", choices=("harness", "spec"), default=None,
+                        help="mountain car: the harness's rewards (x 0.01) or the spec's raw ones "
+                        "(what `gpope evaluate` uses); default spec with gpope, harness otherwise")
     parser.add_argument("--json", default=None, help="result cells (rewritten after every trial)")
     parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
                         help="print the markdown table of saved --json results and exit")
@@ -236,10 +258,11 @@ def main(argv: list[str] | None = None) -> int:
 
     draws = args.draws or BOOTSTRAP_DRAWS
     estimators = args.estimators.split(",")
-    setup = _Setup(args.domain, args.seed, args.pool, args.pool_dir)
-    if "gpope" in estimators and args.domain == "mountaincar":
-        raise SystemExit("--estimators gpope: chain and hiv only (their specs' statistics are the "
-                         "benchmark's; mountain car's harness scales rewards differently)")
+    # mountain car with gpope: the spec's statistics (raw rewards), which its tuned GPOPE point needs
+    mc_rewards = args.mc_rewards or ("spec" if "gpope" in estimators else "harness")
+    setup = _Setup(args.domain, args.seed, args.pool, args.pool_dir,
+                   spec_scale=args.domain == "mountaincar" and mc_rewards == "spec")
+    idents = ["off", "on"] if args.identification == "both" else [args.identification]
     public = setup.public(args.public, args.seed)
     clip = float(np.quantile(np.linalg.norm(public, axis=1), args.clip_quantile))
     public_c = ssp.clip_statistics(public, clip)
@@ -248,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     clipped_estimand = setup.clipped_estimand(clip, args.truth, args.seed)
 
     def release_interval(vec, total, m, eps, delta, rng):
-        """The pipeline's SSP release and its bootstrap interval (pooled sums, moments)."""
+        """The pipeline's SSP release and its bootstrap interval (pooled sums, moments), per
+        identification setting: {ident: Interval}, each from the same bootstrap draws (``rng``
+        ends as after one interval, so a single setting reproduces the earlier streams)."""
+        import copy
+
         from gpope.core.intervals import bootstrap_interval, ssp_values
 
         sigma = ssp.ssp_sigma(m=m, epsilon=eps, delta=delta)
@@ -260,15 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         moments = ssp.release_moments(
             ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound), n=n,
             theta=theta, sigma=s2, bound=bound, rng=rng)
-        return bootstrap_interval(noisy, moments, setup.transform, rng=rng, level=args.level,
-                                  draws=draws, regularize=False)[1]
+        return {ident: bootstrap_interval(
+                    noisy, moments, setup.transform, rng=rng if i == len(idents) - 1 else copy.deepcopy(rng),
+                    level=args.level, draws=draws, regularize=False, identification=ident == "on")[1]
+                for i, ident in enumerate(idents)}
 
     cells: list[dict] = []
     keys = [(est, float(e), float(sh)) for est in estimators for e in args.epsilons.split(",")
             for sh in (args.shares.split(",") if est == "ssp" else ["1"])]
     for m in (int(float(x)) for x in args.sizes.split(",")):
         # fresh data per trial, shared by the cells of that trial (independent noise each)
-        acc = {k: {f: [] for f in ("cov", "cov_mc", "width", "err", "lb")} for k in keys}
+        acc = {(*k, i): {f: [] for f in ("cov", "cov_mc", "width", "err", "lb")} for k in keys
+               for i in idents}
         t0 = time.perf_counter()
         done = [c for c in cells]
 
@@ -289,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                 rng = np.random.default_rng([args.seed, m, int(eps * 1000), int(share * 1000), t,
                                              estimators.index(est)])
                 if est == "ssp":
-                    record(key, release_interval(vec, total, m, eps * share, args.delta * share, rng))
+                    for ident, iv in release_interval(vec, total, m, eps * share, args.delta * share,
+                                                      rng).items():
+                        record((*key, ident), iv)
                     continue
                 from gpope.core.intervals import anchored_interval
 
@@ -297,17 +329,19 @@ def main(argv: list[str] | None = None) -> int:
                 thetas = _gpope_thetas(setup, vec, m=m, n=n, epsilon=eps * (1 - sh),
                                        delta=args.delta * (1 - sh), runs=args.gpope_runs, rng=rng)
                 for th in thetas:
-                    ref = release_interval(vec, total, m, eps * sh, args.delta * sh, rng)
-                    record(key, anchored_interval(setup.transform(th), ref))
+                    for ident, ref in release_interval(vec, total, m, eps * sh, args.delta * sh,
+                                                       rng).items():
+                        record((*key, ident), anchored_interval(setup.transform(th), ref))
             cells = done + [_cell(args, setup, key, acc[key], m=m, clip=clip, draws=draws,
-                                  seconds=time.perf_counter() - t0, trials=t + 1) for key in keys]
+                                  seconds=time.perf_counter() - t0, trials=t + 1) for key in acc]
             if args.json:
                 Path(args.json).write_text(json.dumps(cells, indent=2))
             print(f"  trial {t + 1}: running coverage "
-                  + ", ".join(f"{k[0]} eps {k[1]:g} share {k[2]:g}: {np.mean(acc[k]['cov']):.3f}"
-                              for k in keys), flush=True)
+                  + ", ".join(f"{k[0]} eps {k[1]:g} share {k[2]:g} id {k[3]}: {np.mean(acc[k]['cov']):.3f}"
+                              for k in acc), flush=True)
         for c in cells[len(done):]:
-            print(f"{args.domain} {c['estimator']} m={m} eps={c['epsilon']:g} share={c['share']:g}: "
+            print(f"{args.domain} {c['estimator']} m={m} eps={c['epsilon']:g} share={c['share']:g} "
+                  f"identification {c['identification']}: "
                   f"coverage {c['coverage']:.3f} (vs the Monte Carlo clipped fixed point "
                   f"{c['coverage_mc']:.3f}; one-sided {c['lower_bound_coverage']:.3f}), mean width "
                   f"{c['mean_width']:.4g} (median {c['median_width']:.4g}), unbounded "
@@ -320,11 +354,12 @@ def main(argv: list[str] | None = None) -> int:
 def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
     from gpope.core import ssp
 
-    est, eps, share = key
+    est, eps, share, ident = key
     cov, cov_mc, width, err, lb = (np.array(a[k]) for k in ("cov", "cov_mc", "width", "err", "lb"))
     finite = np.isfinite(width)
     sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
-    return {"domain": args.domain, "estimator": est, "m": m, "epsilon": eps, "delta": args.delta,
+    return {"domain": args.domain, "estimator": est, "identification": ident, "seed": args.seed,
+            "m": m, "epsilon": eps, "delta": args.delta,
             "share": share if est == "ssp" else args.statistics_share,
             "moments_share": args.moments_share, "clip_quantile": args.clip_quantile, "draws": draws, "trials": trials,
             "gpope_runs_per_trial": args.gpope_runs if est == "gpope" else None,
@@ -339,7 +374,7 @@ def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
             "median_abs_error_per_quantity": np.median(np.abs(err), axis=0).tolist(),
             "rms_error": float(np.sqrt((err ** 2).mean())),
             "median_abs_error": float(np.median(np.abs(err))),
-            "quantities": setup.names, "seconds_all_cells_of_m": seconds}
+            "quantities": setup.names, "b_factor": setup.b_factor, "seconds_all_cells_of_m": seconds}
 
 
 def _gpope_thetas(setup, vec, *, m, n, epsilon, delta, runs, rng) -> np.ndarray:
@@ -353,8 +388,8 @@ def _gpope_thetas(setup, vec, *, m, n, epsilon, delta, runs, rng) -> np.ndarray:
     from gpope.core.statistics import TrajectoryStats
     from gpope.shell.pipeline.jobargs import load_spec
 
-    spec = load_spec(ROOT / ("conf/specs/chain.yaml" if setup.domain == "chain"
-                             else "conf/specs/hiv_demo.yaml"))
+    spec = load_spec(ROOT / {"chain": "conf/specs/chain.yaml", "mountaincar": "conf/specs/mountaincar.yaml",
+                             "hiv": "conf/specs/hiv_demo.yaml"}[setup.domain])
     s, _ = spec.evaluation.select(m, epsilon)
     N, q = resolve_budget(m=m, sampling="poisson", passes=s.get("passes"), batch_size=None,
                           iterations=s["iterations"], batch_rate=s.get("batch_rate"))

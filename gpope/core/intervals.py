@@ -21,6 +21,18 @@ Features the release hardly sees (noisy ``C_jj`` within the support threshold of
 on one gets an unbounded interval (:func:`depends_on`), and the bootstrap redraws the support with
 the mechanism's noise on ``C``'s diagonal.
 
+Weak identification (:func:`separated_from_singular`): where the noisy summed ``A~`` is not
+separated from singularity at the mechanism's known noise scale, the release cannot exclude a
+population ``A`` that is singular, i.e. a fixed point that is not identified, and then no interval
+that is always bounded can be valid (Dufour 1997, "Some impossibility theorems in econometrics
+with applications to structural and dynamic models", Econometrica 65(6); Gleser and Hwang 1987,
+"The nonexistence of 100(1 - alpha)% confidence sets of finite expected diameter in
+errors-in-variables and related models", Annals of Statistics 15(4)): every quantity that depends on the solve gets the unbounded interval. This is what
+the bootstrap needs to be trusted: with ``A`` within the noise of singular it replays the noise
+around ``A~``, which the noise has made better conditioned than ``A``, and undercovers (HIV,
+m = 2000, epsilon 10: 0.885 at nominal 0.95; docs/RESULTS.md, "Why m = 2000, epsilon 10
+undercovers").
+
 For an estimate that is not the SSP solution itself (GPOPE's theta), :func:`anchored_interval`
 extends the SSP interval to include it: valid (it contains an interval that covers the estimand),
 centred near the released value.
@@ -45,7 +57,8 @@ from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError
 
 __all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval",
-           "check_interval_groups", "depends_on", "group_interval", "interval_groups", "split_interval", "ssp_values"]
+           "check_interval_groups", "depends_on", "group_interval", "interval_groups",
+           "separated_from_singular", "split_interval", "ssp_values"]
 
 #: Bootstrap replications per interval (the quantiles of a 95% interval from 400 draws are
 #: within about +-0.01 in coverage).
@@ -97,10 +110,44 @@ def ssp_values(
     return theta, np.asarray(transform(theta), dtype=np.float64)
 
 
+def separated_from_singular(A: np.ndarray, noise_std: float, *, level: float = 0.95) -> bool:
+    """Whether the noisy square matrix ``A~`` (k, k) = ``A + E`` (``E`` iid ``N(0, noise_std^2)``
+    entries, the SSP release's noise on the summed A, known exactly) rejects "``A`` is singular"
+    at level ``1 - level``: ``s_min(A~)^2 > noise_std^2 chi2_k^-1(level)``.
+
+    The test is exact: if ``A v = 0`` for a unit ``v``, then ``s_min(A~) <= ||A~ v|| = ||E v||``
+    and ``E v ~ N(0, noise_std^2 I_k)`` (a fixed ``v``), so ``P(s_min(A~)^2 > noise_std^2
+    chi2_k^-1(level)) <= 1 - level`` for every singular ``A``. Read with
+    :func:`bootstrap_interval`: when it does not reject, every quantity of the solve is reported
+    unbounded, so for a singular ``A`` the interval covers with probability at least ``level``
+    (Dufour 1997: a valid interval for a possibly unidentified parameter must be unbounded with
+    at least that probability). It does not correct the bootstrap for a regular but weak ``A``
+    beyond the threshold (``s_min(A)`` of a few ``noise_std sqrt(k)``); that is measured
+    (docs/RESULTS.md). The privacy noise only: the data's sampling variability of ``A`` is not
+    released (the diagnosis found it second to the noise where the bootstrap failed).
+    Post-processing (``noise_std`` is public). ``noise_std = 0``: ``A`` non-singular numerically.
+    """
+    from scipy.stats import chi2
+
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ConfigError(f"separated_from_singular needs a square matrix; got shape {A.shape} instead.")
+    noise_std = check_number("separated_from_singular", "noise_std", noise_std, ge=0.0)
+    level = check_number("separated_from_singular", "level", level, gt=0.0, lt=1.0)
+    k = A.shape[0]
+    if k == 0:
+        return True
+    s_min = float(np.linalg.svd(A, compute_uv=False)[-1])
+    if noise_std == 0:
+        return s_min > 0.0
+    return s_min * s_min > noise_std * noise_std * float(chi2.ppf(level, k))
+
+
 def bootstrap_interval(
     noisy: NoisyStatistics, moments: NoisyMoments | None,
     transform: Callable[[np.ndarray], np.ndarray], *, rng: np.random.Generator,
     level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, regularize: bool = True,
+    identification: bool = True,
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its parametric-bootstrap interval: (theta, Interval of transform(theta)).
 
@@ -115,6 +162,12 @@ def bootstrap_interval(
     ``[2 g^ - q_hi, 2 g^ - q_lo]`` of the replayed released quantities ``g* = transform(theta*)``,
     which also corrects the solver's regularisation bias to first order; the one-sided bound is
     ``2 g^ - q_level``; ``se`` is the standard deviation of ``g*``.
+
+    Identification (``identification=True``, the default since 2026-11-26): when the supported
+    block of ``A~`` is not :func:`separated_from_singular` at the noise std and ``level``, every
+    quantity that depends on a supported feature is unbounded ``(-inf, inf)`` (the release
+    cannot exclude an unidentified fixed point; Dufour 1997). ``False``: the bootstrap interval
+    whatever ``A~`` (the method before, kept for the audit and the benchmarks).
 
     Method: the parametric bootstrap for differentially private confidence intervals of
     Ferrando, Wang and Sheldon (2022), "Parametric Bootstrap for Differentially Private
@@ -135,6 +188,8 @@ def bootstrap_interval(
     n = noisy.n
     keep = supported_features(C, noise_std=std)
     unbounded = depends_on(transform, theta, ~keep)
+    if identification and not separated_from_singular(A[np.ix_(keep, keep)], std, level=level):
+        unbounded = unbounded | depends_on(transform, theta, keep)
     b_star = A @ theta
     if moments is not None:
         w, V = np.linalg.eigh(moments.covariance())
