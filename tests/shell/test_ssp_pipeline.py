@@ -212,3 +212,21 @@ def test_a_spec_groups_rule_sets_the_interval_by_the_public_m_and_epsilon(spark,
     assert low.settings["interval_groups"] == 0 and "m epsilon = 400" in low.settings["interval_note"]
     assert mlflow.MlflowClient(tracking_uri=uri).get_run(
         low.mlflow_run_id).data.params["interval_groups"] == "0"
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+def test_group_statistics_are_the_rows_of_each_group_from_one_load(spark, setup, layout):
+    from gpope.shell.pipeline.sampled import load_group_statistics, load_statistics
+
+    config, spec, _ = setup
+    n = spec.n_features
+    stats_df = read_statistics(spark, config, dataset="ch", spec_id=spec.spec_id)
+    full = load_statistics(stats_df, n, normalization=spec.normalization, layout="dense").dense()
+    groups = np.random.default_rng(1).integers(0, 3, size=M)
+    parts = list(load_group_statistics(stats_df, n, groups, normalization=spec.normalization,
+                                       layout=layout))
+    assert [p.m for p in parts] == [int(np.sum(groups == g)) for g in range(3)]
+    for g, part in enumerate(parts):  # each group's rows, in traj_index order
+        ids = np.flatnonzero(groups == g)
+        for got, want in zip(part.dense(), full, strict=True):
+            np.testing.assert_array_equal(got, want[ids])

@@ -336,7 +336,8 @@ def run_evaluate(
                 private_pop = spark_population(stats_df, n, m)
         elif groups is not None:
             result, group_thetas, private_pop = solve_groups(
-                spark, stats_df, spec, solver, options, groups=groups, n=n, spent=spent)
+                spark, stats_df, spec, solver, options, groups=groups, n=n, spent=spent,
+                layout=layout)
         else:
             result, private_pop, tuned = solve(
                 spark, stats_df, spec, solver, options, m=m, n=n, sigma=sigma, spent=spent,

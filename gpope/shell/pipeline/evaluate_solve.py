@@ -151,30 +151,33 @@ def patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m:
 
 def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solver: Any,
                  options: EvaluateOptions, *, groups: np.ndarray, n: int, spent: float,
+                 layout: str = "dense",
                  ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its
     Poisson rate applies to the group, each step normalised by the public expected group size
     q m / K, not the group's actual size); returns (the result with theta, w, the averaged iterate
-    and the trace = the means over the groups, (K, n) group estimates, private population)."""
-    from gpope.core.gpope import run_gpope
-    from gpope.shell.pipeline.sampled import spark_fetcher
+    and the trace = the means over the groups, (K, n) group estimates, private population).
 
-    fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
+    The statistics are loaded once, in the in-memory path's ``layout`` and through its
+    memory-safe route (:func:`~gpope.shell.pipeline.sampled.load_group_statistics`), and split
+    by group on the driver; each group's trajectories in ``traj_index`` order."""
+    from gpope.core.gpope import run_gpope
+    from gpope.shell.pipeline.sampled import load_group_statistics
+
     # every group normalises by the PUBLIC expected group size m / K, never by its actual size
     # (only m is public: the K group sizes would otherwise be released through the iterates)
     k = options.interval_groups  # every group, the last included: an empty one is an error
     solver = dataclasses.replace(solver, normalizing_size=len(groups) / k)
     # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
     rng = None if options.seed is None else np.random.default_rng(options.seed)
-    results = []
     for g in range(k):
-        ids = np.flatnonzero(groups == g)
-        if len(ids) == 0:
+        if not np.any(groups == g):
             raise DataError(
                 f"--interval-groups {options.interval_groups}: group {g} has no patients; use "
                 "fewer groups for this data set."
             )
-        results.append(run_gpope(fetch(ids), solver, rng))
+    results = [run_gpope(part, solver, rng) for part in load_group_statistics(
+        stats_df, n, groups, normalization=spec.normalization, layout=layout)]
     released = np.array([r.theta_avg if r.theta_avg is not None else r.theta for r in results])
 
     def mean(name: str) -> np.ndarray | None:

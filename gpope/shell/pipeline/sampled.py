@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "collect_arrow",
     "count_nonzeros",
+    "load_group_statistics",
     "load_statistics",
     "plan_loading",
     "row_bytes",
@@ -172,6 +173,39 @@ def load_statistics(stats: DataFrame, n: int, *, normalization: str,
     if layout == "sparse":
         return _sparse_from_arrow(table, n, normalization=normalization)
     return stats_from_arrow(table, n, normalization=normalization)
+
+
+def load_group_statistics(stats: DataFrame, n: int, groups: np.ndarray, *, normalization: str,
+                          layout: str = "dense") -> Iterator[TrajectoryStats]:
+    """The statistics of each disjoint group 0..K-1 in turn (``groups[traj_index]`` is the group
+    of each trajectory), from ONE load of all rows through :func:`load_statistics`' memory-safe
+    route (:func:`collect_arrow`, ``layout`` "dense" or "sparse"); each group's trajectories in
+    ``traj_index`` order. Peak memory: the loaded rows plus one group's statistics."""
+    import pyarrow as pa
+
+    if layout == "sparse":
+        table = collect_arrow(stats.select(*_COLUMNS).mapInArrow(
+            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA))
+    else:
+        table = collect_arrow(stats.select(*_COLUMNS))
+    index = table.column("traj_index").to_numpy().astype(np.int64)
+    if table.num_rows != len(groups) or not np.array_equal(np.sort(index), np.arange(len(groups))):
+        raise DataError(
+            f"The statistics hold {table.num_rows} rows, the groups {len(groups)} trajectories; "
+            "the statistics changed during the run. Re-run `gpope stats`, then evaluate again."
+        )
+    of_row = np.asarray(groups, dtype=np.int64)[index]
+    for g in range(int(np.max(groups)) + 1):
+        rows = np.flatnonzero(of_row == g)
+        part = table.take(pa.array(rows))
+        ids = np.sort(index[rows])  # the group's trajectories, renumbered 0..size-1 in order
+        local = np.searchsorted(ids, index[rows])
+        part = part.set_column(part.schema.get_field_index("traj_index"), "traj_index",
+                               pa.array(local, type=pa.int64()))
+        if layout == "sparse":
+            yield _sparse_from_arrow(part, n, normalization=normalization)
+        else:
+            yield stats_from_arrow(part, n, normalization=normalization)
 
 
 def _sparse_batches(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBatch]:
