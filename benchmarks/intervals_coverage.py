@@ -238,10 +238,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a gpope run's share of (epsilon, delta) for the noisy statistics")
     parser.add_argument("--pool", type=int, default=6000, help="hiv: patients in the cached pool")
     parser.add_argument("--pool-dir", default="/tmp/intervals/hivpool", help="hiv: pool cache")
-    parser.add_argument("--identification", choices=("on", "off", "both"), default="on",
+    parser.add_argument("--identification", choices=("on", "off", "both"), default="off",
                         help="the bootstrap's identification test (gpope.core.intervals."
-                        "separated_from_singular): on (the pipeline's), off (the method before "
-                        "2026-11-26), or both (each on the same release and bootstrap draws)")
+                        "separated_from_singular): off (the pipeline's default), on (opt-in), "
+                        "or both (each on the same release and bootstrap draws)")
     parser.add_argument("--mc-rewards", choices=("harness", "spec"), default=None,
                         help="mountain car: the harness's rewards (x 0.01) or the spec's raw ones "
                         "(what `gpope evaluate` uses); default spec with gpope, harness otherwise")

@@ -147,7 +147,7 @@ def bootstrap_interval(
     noisy: NoisyStatistics, moments: NoisyMoments | None,
     transform: Callable[[np.ndarray], np.ndarray], *, rng: np.random.Generator,
     level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, regularize: bool = True,
-    identification: bool = True,
+    identification: bool = False,
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its parametric-bootstrap interval: (theta, Interval of transform(theta)).
 
@@ -163,11 +163,13 @@ def bootstrap_interval(
     which also corrects the solver's regularisation bias to first order; the one-sided bound is
     ``2 g^ - q_level``; ``se`` is the standard deviation of ``g*``.
 
-    Identification (``identification=True``, the default since 2026-11-26): when the supported
-    block of ``A~`` is not :func:`separated_from_singular` at the noise std and ``level``, every
-    quantity that depends on a supported feature is unbounded ``(-inf, inf)`` (the release
-    cannot exclude an unidentified fixed point; Dufour 1997). ``False``: the bootstrap interval
-    whatever ``A~`` (the method before, kept for the audit and the benchmarks).
+    Identification (``identification=True``, opt-in, NOT the pipeline's default): when the
+    supported block of ``A~`` is not :func:`separated_from_singular` at the noise std and
+    ``level``, every quantity that depends on a supported feature is unbounded ``(-inf, inf)``
+    (the release cannot exclude an unidentified fixed point; Dufour 1997). Measured 2026-11-26
+    (docs/RESULTS.md): it made every chain (m = 1e4, epsilon 1) and every HIV interval unbounded,
+    including cells where the bootstrap covers (HIV m = 8000, epsilon 10: 0.968, median width
+    3.7), so the default (``False``) is the bootstrap interval whatever ``A~``.
 
     Method: the parametric bootstrap for differentially private confidence intervals of
     Ferrando, Wang and Sheldon (2022), "Parametric Bootstrap for Differentially Private
