@@ -21,17 +21,18 @@ Features the release hardly sees (noisy ``C_jj`` within the support threshold of
 on one gets an unbounded interval (:func:`depends_on`), and the bootstrap redraws the support with
 the mechanism's noise on ``C``'s diagonal.
 
-Weak identification (:func:`separated_from_singular`): where the noisy summed ``A~`` is not
-separated from singularity at the mechanism's known noise scale, the release cannot exclude a
-population ``A`` that is singular, i.e. a fixed point that is not identified, and then no interval
-that is always bounded can be valid (Dufour 1997, "Some impossibility theorems in econometrics
-with applications to structural and dynamic models", Econometrica 65(6); Gleser and Hwang 1987,
-"The nonexistence of 100(1 - alpha)% confidence sets of finite expected diameter in
-errors-in-variables and related models", Annals of Statistics 15(4)): every quantity that depends on the solve gets the unbounded interval. This is what
-the bootstrap needs to be trusted: with ``A`` within the noise of singular it replays the noise
-around ``A~``, which the noise has made better conditioned than ``A``, and undercovers (HIV,
-m = 2000, epsilon 10: 0.885 at nominal 0.95; docs/RESULTS.md, "Why m = 2000, epsilon 10
-undercovers").
+Weak identification (:func:`separated_from_singular`; OPT-IN, ``bootstrap_interval(...,
+identification=True)``, off by default, measured in docs/RESULTS.md): where the noisy summed
+``A~`` is not separated from singularity at the mechanism's known noise scale, the release cannot
+exclude a population ``A`` that is singular, i.e. a fixed point that is not identified, and no
+interval that is always bounded can be valid there (Dufour 1997, "Some impossibility theorems in
+econometrics with applications to structural and dynamic models", Econometrica 65(6); Gleser and
+Hwang 1987, "The nonexistence of 100(1 - alpha)% confidence sets of finite expected diameter in
+errors-in-variables and related models", Annals of Statistics 15(4)); with the option every
+quantity that depends on the solve then gets the unbounded interval. Without it the bootstrap
+replays the noise around ``A~``, which the noise has made better conditioned than ``A``, and can
+undercover (HIV, m = 8000, epsilon 0.1 and 1: 0.862 and 0.865 at nominal 0.95; mountain car on
+the spec's raw rewards, m = 1000, epsilon 1: 0.715; docs/RESULTS.md, "Intervals and SSP").
 
 For an estimate that is not the SSP solution itself (GPOPE's theta), :func:`anchored_interval`
 extends the SSP interval to include it: valid (it contains an interval that covers the estimand),
