@@ -192,12 +192,11 @@ class EvaluationReport:
         return "\n".join(lines)
 
 
-#: Printed under intervals that are unbounded (gpope.core.intervals.depends_on,
-#: gpope.core.intervals.separated_from_singular).
-UNBOUNDED_NOTE = ("unbounded: the noisy statistics do not identify this value (a feature it "
-                  "depends on is below the noise, or the summed A is within the noise of "
-                  "singular), so no finite interval is valid; more patients, a larger epsilon or "
-                  "a larger --statistics-share (gpope runs) give a finite one")
+#: Printed under intervals that are unbounded (gpope.core.intervals.depends_on; the opt-in
+#: identification test, gpope.core.intervals.separated_from_singular, is not used by evaluate).
+UNBOUNDED_NOTE = ("unbounded: the noisy statistics leave a feature this value depends on below the "
+                  "noise (no finite interval is valid); more patients, a larger epsilon or a larger "
+                  "--statistics-share (gpope runs) give a finite one")
 
 
 def format_span(lower: float, upper: float) -> str:
