@@ -12,11 +12,17 @@ from gpope.core import ssp
 from gpope.core.envs import chain as chain_env
 from gpope.core.intervals import bootstrap_interval, split_interval, ssp_values
 from gpope.core.spec import EvaluationSpec
+from gpope.errors import DataError
 from gpope.shell import lake
 from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
 from gpope.shell.pipeline.evaluate_intervals import noise_generators
 from gpope.shell.pipeline.ledger import PrivacyLedger
-from gpope.shell.pipeline.ssp import public_residual_bound, spark_group_sums, spark_moment_sum
+from gpope.shell.pipeline.ssp import (
+    public_residual_bound,
+    spark_group_sums,
+    spark_moment_sum,
+    statistics_files,
+)
 from gpope.shell.pipeline.stats import read_statistics, run_stats, transitions_to_arrow
 from gpope.shell.schemas import RELEASED_VALUES, TRANSITIONS
 
@@ -71,6 +77,16 @@ def test_spark_sums_equal_core_sums_of_the_same_clipped_statistics(spark, setup,
     got_m = spark_moment_sum(stats, n=n, clip=clip, theta=theta, bound=bound, expected_rows=M)
     want_m = ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound)
     np.testing.assert_allclose(got_m, want_m, rtol=1e-12, atol=1e-12 * np.abs(want_m).max())
+    # the delta-rs storage's path (what `gpope evaluate` uses here): the same sums from the
+    # table's files, each read by a Spark task's Python worker
+    files = statistics_files(spark, config, dataset="ch", spec_id=spec.spec_id)
+    assert files is not None and len(files.paths) >= 2  # the stats stage wrote several files
+    got_f = spark_group_sums(files, n=n, clip=clip, key=99, groups=5, expected_rows=M)
+    np.testing.assert_allclose(got_f, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    got_fm = spark_moment_sum(files, n=n, clip=clip, theta=theta, bound=bound, expected_rows=M)
+    np.testing.assert_allclose(got_fm, want_m, rtol=1e-12, atol=1e-12 * np.abs(want_m).max())
+    with pytest.raises(DataError, match="m = 401"):  # the row count is still checked
+        spark_group_sums(files, n=n, clip=clip, expected_rows=M + 1)
 
 
 def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):

@@ -289,6 +289,32 @@ class DeltaRsStore:
         """The table at ``path`` (as of ``version``) as an Arrow table, read by delta-rs alone."""
         return read_table(self.open(path, version))
 
+    def data_files(self, path: str, version: int | None = None,
+                   partition: Mapping[str, str | None] | None = None) -> list[str]:
+        """The local paths of the live Parquet files of the table at ``path`` (as of
+        ``version``): all of them, or those of one ``partition`` (partition column -> value
+        string, None for null). The files hold the data columns only (partition columns live in
+        the log).
+
+        Raises:
+            ConfigError: a ``partition`` key that is not a partition column of the table.
+        """
+        table = self.open(path, version)
+        partition_columns = list(table.metadata().partition_columns)
+        wanted = dict(partition or {})
+        unknown = sorted(set(wanted) - set(partition_columns))
+        if unknown:
+            raise ConfigError(
+                f"Delta table {path} is partitioned by {partition_columns}; {unknown} are not "
+                "partition columns."
+            )
+        if wanted:
+            predicate = [(c, "=", "" if v is None else v) for c, v in wanted.items()]
+            uris = table.file_uris(file_pruning_predicate=predicate)
+        else:
+            uris = table.file_uris()
+        return [local_file_path(u) for u in uris]
+
     # ------------------------------------------------------------------ writes
     def write(
         self,

@@ -260,6 +260,35 @@ class Lake:
         except MissingTableError:
             raise self._not_found(ref, hint) from None
 
+    def data_files(
+        self,
+        ref: TableRef,
+        *,
+        version: int | None = None,
+        partition: Mapping[str, PartitionValue] | None = None,
+        hint: str | None = None,
+    ) -> list[str] | None:
+        """The local Parquet files holding the table's rows (as of ``version``; only those of
+        ``partition``, partition column -> value, when given), for readers that need no JVM
+        (Spark's Python workers reading them with pyarrow). None with the native storage: there
+        the files are Delta's business (deletion vectors, column mapping...) and the caller reads
+        :meth:`read`.
+
+        Raises:
+            TableNotFoundError: the table does not exist.
+            ConfigError: ``version`` does not exist, or a ``partition`` key is not a partition
+                column.
+        """
+        if self._delta_rs is None:
+            return None
+        values = (
+            {c: partition_string(v) for c, v in partition.items()} if partition is not None else None
+        )
+        try:
+            return self._delta_rs.data_files(self._address(ref), version, values)
+        except MissingTableError:
+            raise self._not_found(ref, hint) from None
+
     def to_pandas(
         self, ref: TableRef, *, version: int | None = None, hint: str | None = None
     ) -> pd.DataFrame:

@@ -326,8 +326,13 @@ def run_evaluate(
         noisy = moments = None
         tuned = None
         if sigma_s is not None:
-            noisy, moments = noisy_statistics(stats_df, options, spec, n=n, m=m,
-                                               sigma=float(sigma_s), clip=float(ssp_clip))
+            from gpope.shell.pipeline.ssp import statistics_files
+
+            # delta-rs storage: the same pinned rows as the version's files, read by the workers
+            files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
+                                     version=stats_version)
+            noisy, moments = noisy_statistics(stats_df if files is None else files, options, spec,
+                                               n=n, m=m, sigma=float(sigma_s), clip=float(ssp_clip))
         private_pop = None
         group_thetas = None
         if ssp_run:

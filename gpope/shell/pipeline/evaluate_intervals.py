@@ -41,7 +41,8 @@ def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.G
 
 def noisy_statistics(stats_df: Any, options: EvaluateOptions, spec: EvaluationSpec, *, n: int,
                      m: int, sigma: float, clip: float) -> tuple[Any, Any]:
-    """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`): a Spark
+    """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`) of the rows
+    ``stats_df`` (a DataFrame, or :class:`gpope.shell.pipeline.ssp.StatisticsFiles`): a Spark
     aggregate of the clipped sums plus Gaussian noise at ``sigma / sqrt(1 - moments_share)``;
     then, at the resulting (public) unregularised SSP estimate, a Spark aggregate of the clipped
     residual second moments plus noise at ``sigma / sqrt(moments_share)``. Together: exactly the

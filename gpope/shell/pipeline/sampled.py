@@ -87,11 +87,14 @@ def plan_loading(stats: DataFrame, *, m: int, n: int, path: str, limit_mb: int) 
     return "sparse" if sparse <= limit else "stream"
 
 
-def _flat(table: pa.Table, name: str, rows: int, width: int) -> np.ndarray:
+def _flat(table: pa.Table | pa.RecordBatch, name: str, rows: int, width: int) -> np.ndarray:
     import pyarrow.compute as pc
 
-    col = table.column(name).combine_chunks()
-    values = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    col = table.column(name)
+    # per chunk, without combine_chunks(): one chunk's flattened values are used in place
+    parts = [pc.list_flatten(c).to_numpy(zero_copy_only=False) for c in getattr(col, "chunks", [col])]
+    values = (parts[0] if len(parts) == 1 else np.concatenate(parts or [np.empty(0)]))
+    values = values.astype(np.float64, copy=False)
     if values.size != rows * width:
         raise DataError(
             f"trajectory_stats.{name} must hold {width} values per row for this spec; got "

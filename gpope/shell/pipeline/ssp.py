@@ -8,13 +8,22 @@ group); those few partial rows are the only thing that reaches the driver, where
 to the (K, 2n^2+n) sums. No statistics row is collected, no Python runs per row. Noise is added
 afterwards, once, on the driver (:func:`gpope.core.ssp.release_noisy_statistics`).
 
+The rows come either as a DataFrame (:func:`gpope.shell.pipeline.stats.read_statistics`: Spark's
+Parquet reader decodes them in the JVM and ships them to the Python workers as Arrow; what the
+native Delta storage on a cluster uses), or, with the delta-rs storage, as the table version's
+Parquet files (:func:`statistics_files`): a few Spark tasks (files grouped like Spark's own file
+scan groups them) whose Python workers read them with pyarrow, the same kernel on the same rows without the JVM decode and copy of the wide
+``A``/``C`` lists (the same move as ``gpope stats``' worker-written files).
+
 The result equals :func:`gpope.core.ssp.clipped_group_sums` of the same rows (to rounding, 1e-12;
 a test checks it). :func:`public_clip` gives the default clip bound from PUBLIC data only.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,11 +32,19 @@ from gpope.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
+    from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["public_clip", "public_residual_bound", "spark_group_sums", "spark_moment_sum"]
+__all__ = [
+    "StatisticsFiles",
+    "public_clip",
+    "public_residual_bound",
+    "spark_group_sums",
+    "spark_moment_sum",
+    "statistics_files",
+]
 
 
 def _group_kernel(n: int, clip: float, key: int, groups: int):  # -> Callable
@@ -52,46 +69,154 @@ def _moment_kernel(n: int, clip: float, theta: np.ndarray, bound: float):  # -> 
     return kernel
 
 
+def _block_sums(blocks: Iterator[pa.RecordBatch], n: int, kernel, rows: int,
+                width: int) -> Iterator[pa.RecordBatch]:
+    """The one partial-sum batch of ``kernel`` over Arrow ``blocks`` of statistics rows
+    (columns traj_index, A, b, C): ``rows`` rows ``group, sums, rows``; nothing without rows."""
+    import pyarrow as pa
+
+    from gpope.core.ssp import statistics_vectors
+    from gpope.shell.pipeline.sampled import _flat
+
+    acc = np.zeros((rows, width))
+    seen = 0
+    for batch in blocks:
+        k = batch.num_rows
+        if k == 0:
+            continue
+        vec = statistics_vectors(_flat(batch, "A", k, n * n), _flat(batch, "b", k, n),
+                                 _flat(batch, "C", k, n * n))
+        acc += kernel(batch.column("traj_index").to_numpy(), vec)
+        seen += k
+    if seen == 0:
+        return
+    offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
+    sums = pa.ListArray.from_arrays(offsets, pa.array(acc.reshape(-1), type=pa.float64()))
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(np.arange(rows, dtype=np.int32)), sums, pa.array(np.full(rows, seen, np.int64))],
+        names=["group", "sums", "rows"],
+    )
+
+
 def _partial_sums(n: int, kernel, rows: int, width: int):  # -> Callable
     """mapInArrow function: one (rows, width) partial sum of ``kernel`` per partition."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
-        from gpope.core.ssp import statistics_vectors
-        from gpope.shell.pipeline.sampled import _flat
-
-        acc = np.zeros((rows, width))
-        seen = 0
-        for batch in batches:
-            k = batch.num_rows
-            if k == 0:
-                continue
-            table = pa.Table.from_batches([batch])
-            vec = statistics_vectors(_flat(table, "A", k, n * n), _flat(table, "b", k, n),
-                                     _flat(table, "C", k, n * n))
-            acc += kernel(table.column("traj_index").to_numpy(), vec)
-            seen += k
-        if seen == 0:
-            return
-        offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
-        sums = pa.ListArray.from_arrays(offsets, pa.array(acc.reshape(-1), type=pa.float64()))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(np.arange(rows, dtype=np.int32)), sums, pa.array(np.full(rows, seen, np.int64))],
-            names=["group", "sums", "rows"],
-        )
+        yield from _block_sums(batches, n, kernel, rows, width)
 
     return run
 
 
-def _aggregate(stats: DataFrame, n: int, kernel, rows: int, width: int,
+_COLUMNS = ["traj_index", "A", "b", "C"]
+
+
+def _file_tasks(paths: tuple[str, ...], max_bytes: int) -> list[list[str]]:
+    """The files split into tasks as Spark's own file scan splits them: about ``max_bytes``
+    (``spark.sql.files.maxPartitionBytes``) per task, at least one file each, largest files first
+    into the lightest task. Every Spark task costs a Python worker round trip (measured: 10 tasks
+    over the benchmark's 10 files took 3x the CPU of 2 tasks, docs/BENCHMARKS.md), so not one
+    task per file."""
+    sizes = {p: os.path.getsize(p) for p in paths}
+    count = max(1, min(len(paths), -(-sum(sizes.values()) // max(max_bytes, 1))))
+    tasks: list[list[str]] = [[] for _ in range(count)]
+    load = [0] * count
+    for p in sorted(paths, key=lambda q: -sizes[q]):
+        i = load.index(min(load))
+        tasks[i].append(p)
+        load[i] += sizes[p]
+    return tasks
+
+
+def _file_partial_sums(tasks: list[list[str]], batch_rows: int, n: int, kernel, rows: int,
+                       width: int):  # -> Callable
+    """mapInArrow function over ``spark.range(len(tasks))``: task r reads its files
+    (``tasks[r]``) with pyarrow, ``batch_rows`` rows at a time (memory bounded like Spark's own
+    Arrow batches), and yields one partial sum of ``kernel`` as :func:`_partial_sums` does."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def blocks() -> Iterator[pa.RecordBatch]:
+            import pyarrow.parquet as pq
+
+            for ids in batches:
+                for path in (p for i in ids.column(0).to_numpy() for p in tasks[int(i)]):
+                    try:
+                        reader = pq.ParquetFile(path)
+                    except (OSError, ValueError) as exc:
+                        raise DataError(
+                            f"Cannot read the statistics file {path} ({exc}): the table changed "
+                            "or was vacuumed during the run. Evaluate again."
+                        ) from exc
+                    missing = sorted(set(_COLUMNS) - set(reader.schema_arrow.names))
+                    if missing:
+                        raise DataError(
+                            f"The statistics file {path} has no column(s) {missing}. Re-run "
+                            "`gpope stats` for this spec."
+                        )
+                    yield from reader.iter_batches(batch_size=batch_rows, columns=_COLUMNS,
+                                                   use_threads=False)
+
+        yield from _block_sums(blocks(), n, kernel, rows, width)
+
+    return run
+
+
+@dataclass(frozen=True)
+class StatisticsFiles:
+    """One spec's ``trajectory_stats`` rows as the live Parquet files of one pinned table version
+    (delta-rs storage: :meth:`gpope.shell.lake.Lake.data_files`). The aggregate then runs a few
+    Spark tasks whose Python workers read the files with pyarrow: the wide ``A`` and ``C``
+    lists are neither decoded by the JVM nor shipped from it to Python (most of the aggregate's
+    time, docs/BENCHMARKS.md). It stays a distributed Spark aggregate: only the partial sums reach
+    the driver."""
+
+    spark: SparkSession
+    paths: tuple[str, ...]
+
+
+def statistics_files(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec_id: str,
+                     version: int | None = None) -> StatisticsFiles | None:
+    """One spec's statistics (as of ``version``) as files for :func:`spark_group_sums` and
+    :func:`spark_moment_sum`; None with the native Delta storage (a cluster, Databricks), where
+    the caller passes the DataFrame of :func:`gpope.shell.pipeline.stats.read_statistics`.
+
+    Raises:
+        TableNotFoundError: stats never ran for the dataset.
+    """
+    from gpope.shell import lake
+
+    target = lake.Lake.from_settings(spark, config.lake)
+    paths = target.data_files(lake.TableRef("gold", "trajectory_stats", dataset), version=version,
+                              partition={"spec_id": spec_id})
+    return None if paths is None else StatisticsFiles(spark=spark, paths=tuple(paths))
+
+
+def _bytes(text: str) -> int:
+    """A Spark byte size (``134217728``, ``128m``, ``1g``...) in bytes."""
+    text = str(text).strip().lower().removesuffix("b")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def _aggregate(stats: DataFrame | StatisticsFiles, n: int, kernel, rows: int, width: int,
                expected_rows: int | None) -> np.ndarray:
     """(rows, width) total of ``kernel`` over all statistics rows (distributed partial sums)."""
-    partials = (
-        stats.select("traj_index", "A", "b", "C")
-        .mapInArrow(_partial_sums(n, kernel, rows, width),
-                    "group int, sums array<double>, rows long")
-        .toArrow()
-    )
+    import pyarrow as pa
+
+    schema = "group int, sums array<double>, rows long"
+    if isinstance(stats, StatisticsFiles):
+        spark = stats.spark
+        batch_rows = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") or 10_000)
+        max_bytes = _bytes(spark.conf.get("spark.sql.files.maxPartitionBytes") or "128m")
+        tasks = _file_tasks(stats.paths, max_bytes) if stats.paths else []
+        fn = _file_partial_sums(tasks, max(batch_rows, 1), n, kernel, rows, width)
+        partials = (
+            spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fn, schema).toArrow()
+            if tasks else pa.table({"group": pa.array([], pa.int32())})
+        )
+    else:
+        partials = (
+            stats.select(*_COLUMNS).mapInArrow(_partial_sums(n, kernel, rows, width), schema).toArrow()
+        )
     out = np.zeros((rows, width))
     if partials.num_rows:
         import pyarrow.compute as pc
@@ -110,12 +235,13 @@ def _aggregate(stats: DataFrame, n: int, kernel, rows: int, width: int,
     return out
 
 
-def spark_group_sums(stats: DataFrame, *, n: int, clip: float, key: int = 0, groups: int = 1,
+def spark_group_sums(stats: DataFrame | StatisticsFiles, *, n: int, clip: float, key: int = 0, groups: int = 1,
                      expected_rows: int | None = None) -> np.ndarray:
     """(groups, 2n^2+n) sums of the jointly clipped statistics rows of ``stats`` (one spec).
 
     Args:
-        stats: the spec's trajectory_stats rows (columns traj_index, A, b, C).
+        stats: the spec's trajectory_stats rows (columns traj_index, A, b, C), as a DataFrame
+            or as the files of :func:`statistics_files`.
         n: number of features; clip: the public L2 bound; key: the secret group key (never
             logged); groups: K (1: the plain total, what the release uses).
         expected_rows: m; if given, the rows summed must number exactly m (the table did not change
@@ -128,7 +254,7 @@ def spark_group_sums(stats: DataFrame, *, n: int, clip: float, key: int = 0, gro
                       2 * n * n + n, expected_rows)
 
 
-def spark_moment_sum(stats: DataFrame, *, n: int, clip: float, theta: np.ndarray, bound: float,
+def spark_moment_sum(stats: DataFrame | StatisticsFiles, *, n: int, clip: float, theta: np.ndarray, bound: float,
                      expected_rows: int | None = None) -> np.ndarray:
     """(n(n+1)/2,) sum of the second moments of the residuals ``b_i - A_i theta`` of the clipped
     rows, each residual clipped to ``bound`` (equals :func:`gpope.core.ssp.clipped_moment_sum`)."""
