@@ -175,7 +175,8 @@ def statistics_files(spark: SparkSession, config: GpopeConfig, *, dataset: str, 
                      version: int | None = None) -> StatisticsFiles | None:
     """One spec's statistics (as of ``version``) as files for :func:`spark_group_sums` and
     :func:`spark_moment_sum`; None with the native Delta storage (a cluster, Databricks), where
-    the caller passes the DataFrame of :func:`gpope.shell.pipeline.stats.read_statistics`.
+    the caller passes the DataFrame of :func:`gpope.shell.pipeline.stats.read_statistics` (also
+    when the table is not partitioned by ``spec_id``).
 
     Raises:
         TableNotFoundError: stats never ran for the dataset.
@@ -183,8 +184,11 @@ def statistics_files(spark: SparkSession, config: GpopeConfig, *, dataset: str, 
     from gpope.shell import lake
 
     target = lake.Lake.from_settings(spark, config.lake)
-    paths = target.data_files(lake.TableRef("gold", "trajectory_stats", dataset), version=version,
-                              partition={"spec_id": spec_id})
+    try:
+        paths = target.data_files(lake.TableRef("gold", "trajectory_stats", dataset),
+                                  version=version, partition={"spec_id": spec_id})
+    except ConfigError:  # not partitioned by spec_id (a hand-made table): read the DataFrame
+        return None
     return None if paths is None else StatisticsFiles(spark=spark, paths=tuple(paths))
 
 
