@@ -55,6 +55,20 @@ def _arrow_batches(spark, rows: int) -> Iterator[None]:
         spark.conf.set(key, previous)
 
 
+
+def _assert_rows_equal(got, want, m: int) -> None:
+    """``got`` (Arrow rows traj_index, tau, A, b, C in any order) holds exactly the core's rows
+    ``want`` for trajectories 0..m-1, to 1e-12."""
+    import pyarrow.compute as pc
+
+    order = np.argsort(got.column("traj_index").to_numpy())
+    assert got.column("traj_index").to_numpy()[order].tolist() == list(range(m))
+    assert got.column("tau").to_numpy()[order].tolist() == want["tau"].tolist()
+    for name in ("A", "b", "C"):
+        values = pc.list_flatten(got.column(name).combine_chunks()).to_numpy()
+        np.testing.assert_allclose(values.reshape(m, -1)[order], want[name], rtol=0, atol=1e-12)
+
+
 def test_clamp_counts_over_partitions_with_gaps_equal_the_core_counts(spark):
     spec, transitions, df = _cohort(spark, 12, seed=3, max_steps=30)
     _, _, want = _bounded(transitions, spec)
@@ -66,7 +80,6 @@ def test_clamp_counts_over_partitions_with_gaps_equal_the_core_counts(spark):
 
 def test_statistics_with_trajectories_cut_by_arrow_batches_equal_the_core(spark):
     """Tiny Arrow batches (37 rows) cut most trajectories; the kernel carries them over."""
-    import pyarrow.compute as pc
 
     from gpope.core.statistics import statistics_from_transitions
     from gpope.shell.pipeline.stats import statistics_frame
@@ -80,12 +93,7 @@ def test_statistics_with_trajectories_cut_by_arrow_batches_equal_the_core(spark)
     shuffled = df.orderBy((df.traj_index * 7919 + df.t * 104729) % 1009)  # no stored order
     with _arrow_batches(spark, 37):
         got = statistics_frame(shuffled, spec).toArrow()
-    order = np.argsort(got.column("traj_index").to_numpy())
-    assert got.column("traj_index").to_numpy()[order].tolist() == list(range(15))
-    assert got.column("tau").to_numpy()[order].tolist() == want["tau"].tolist()
-    for name in ("A", "b", "C"):
-        values = pc.list_flatten(got.column(name).combine_chunks()).to_numpy()
-        np.testing.assert_allclose(values.reshape(15, -1)[order], want[name], rtol=0, atol=1e-12)
+    _assert_rows_equal(got, want, 15)
 
 
 def test_clamp_counts_riding_along_the_statistics_pass_equal_the_core_counts(spark):
@@ -111,7 +119,6 @@ def test_statistics_the_python_workers_write_equal_the_core_with_their_clamp_cou
     statistics in the spec's Hive folder, and the clamp counts are the core's."""
     from pathlib import Path
 
-    import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     from gpope.config import load_config
@@ -137,10 +144,5 @@ def test_statistics_the_python_workers_write_equal_the_core_with_their_clamp_cou
     assert {Path(p).parent.name for p in table.file_uris()} == {f"spec_id={spec.spec_id}"}
     got = table.to_pyarrow_table()
     assert set(got.column("spec_id").to_pylist()) == {spec.spec_id}
-    order = np.argsort(got.column("traj_index").to_numpy())
-    assert got.column("traj_index").to_numpy()[order].tolist() == list(range(15))
-    assert got.column("tau").to_numpy()[order].tolist() == want["tau"].tolist()
-    for name in ("A", "b", "C"):
-        values = pc.list_flatten(got.column(name).combine_chunks()).to_numpy()
-        np.testing.assert_allclose(values.reshape(15, -1)[order], want[name], rtol=0, atol=1e-12)
+    _assert_rows_equal(got, want, 15)
     assert not (Path(path) / "_gpope_staging").exists()

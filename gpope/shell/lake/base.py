@@ -23,6 +23,7 @@ __all__ = [
     "partition_string",
     "replace_where_sql",
     "spark_error",
+    "spark_write_cause",
 ]
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
@@ -170,3 +171,13 @@ def spark_error(exc: BaseException) -> tuple[type[Exception] | None, str]:
     if isinstance(cls, type) and issubclass(cls, errors.GpopeError):
         return cls, message.strip()
     return None, f"{name.rsplit('.', 1)[-1]}: {message.strip()}"
+
+
+def spark_write_cause(exc: BaseException, table_name: str) -> str:
+    """For a failed write of ``table_name``: re-raise the gpope error a Spark worker raised (same
+    type, its message, "nothing was committed"), else return the cause's message for the caller's
+    own :class:`~gpope.errors.CommitError`."""
+    cls, cause = spark_error(exc)
+    if cls is not None:  # a gpope error raised inside a Spark worker: keep it
+        raise cls(f"{cause} (while writing {table_name}; nothing was committed)") from exc
+    return cause

@@ -63,7 +63,7 @@ from gpope.shell.lake.base import (
     decode_user_metadata,
     decode_user_metadata_run,
     partition_string,
-    spark_error,
+    spark_write_cause,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 
@@ -539,9 +539,7 @@ class DeltaRsStore:
                     "DataFrame has null values there. Fix or filter the rows in the producing "
                     "job. Nothing was committed."
                 ) from exc
-            cls, cause = spark_error(exc)
-            if cls is not None:  # a gpope error raised inside a Spark worker: keep it
-                raise cls(f"{cause} (while writing {table_name}; nothing was committed)") from exc
+            cause = spark_write_cause(exc, table_name)
             raise CommitError(
                 f"Spark could not write the Parquet files of {table_name} ({cause}). "
                 "Nothing was committed."

@@ -23,7 +23,7 @@ from gpope.shell.lake.base import (
     decode_user_metadata,
     decode_user_metadata_run,
     replace_where_sql,
-    spark_error,
+    spark_write_cause,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 from gpope.shell.lake.delta_rs import MissingTableError
@@ -206,9 +206,7 @@ class NativeStore:
                     "NULL in the contract, but the DataFrame has nulls there. Nothing was "
                     "committed."
                 ) from exc
-            cls, cause = spark_error(exc)
-            if cls is not None:  # a gpope error raised inside a Spark worker: keep it
-                raise cls(f"{cause} (while writing {table_name}; nothing was committed)") from exc
+            cause = spark_write_cause(exc, table_name)
             raise CommitError(
                 f"Delta refused the write to {table_name} at {location} ({cause}). Nothing was "
                 "committed."

@@ -449,7 +449,7 @@ def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
     """The statistics written by the Python workers into ``staging`` (a
     :class:`~gpope.shell.lake.delta_rs.WorkerStaging`) and committed there in one commit;
     returns (the new table version, the clamp counts of the same pass)."""
-    from gpope.shell.lake.base import spark_error
+    from gpope.shell.lake.base import spark_write_cause
 
     kernel = _statistics_file_kernel(
         spec, staging.folder, {"spec_id": spec.spec_id}, staging.arrow_schema,
@@ -460,9 +460,7 @@ def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
             kernel, _file_report_schema()
         ).collect()
     except Exception as exc:
-        cls, cause = spark_error(exc)
-        if cls is not None:  # a gpope error raised inside a Spark worker: keep it
-            raise cls(f"{cause} (while writing {staging.table_name}; nothing was committed)") from exc
+        cause = spark_write_cause(exc, staging.table_name)
         raise CommitError(
             f"Spark could not compute or write the statistics of {staging.table_name} ({cause}). "
             "Nothing was committed."
