@@ -11,6 +11,15 @@ import pytest
 # Spark binds to loopback only; keep MLflow and Spark from touching the user's defaults.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+# Every Spark JVM of the suite (each worker's session, the CLI and script subprocesses, the Connect
+# server: all start through spark-submit, which adds $SPARK_SUBMIT_OPTS) compiles with C1 only
+# and uses the serial GC. The suite's Spark jobs are tiny and short-lived: C2 compilation and G1's
+# threads were most of their CPU (measured 2026-11-26: the ingest CLI on 4 chain patients 95 -> 52
+# CPU-seconds, tests/shell/test_ingest.py 189 -> 105), and the suite is CPU-bound on 2 cores. JIT
+# tiers and the collector change no result. Subprocesses inherit it with os.environ.
+_TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+if _TEST_JVM_OPTS not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {_TEST_JVM_OPTS}".strip()
 # Calibration cache (gpope.core.accounting.cache) in a fresh directory: tests never read or fill
 # the user's cache. One directory per run: xdist workers keep the one the controller made (they
 # inherit its environment), so a calibration made in one worker is not redone in the other (the
