@@ -198,6 +198,7 @@ class EvaluationSettings:
     moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
+    ssp_identification: bool = True
     interval_groups: int = 0
     interval_groups_min_patients: int = 0
     interval_groups_min_m_epsilon: float = 0.0
@@ -217,6 +218,13 @@ class EvaluationSettings:
             )
         check_number("EvaluationSettings", "noise_grid", self.noise_grid, gt=0.0,
                      allow_none=True)
+        if not isinstance(self.ssp_identification, bool):
+            raise ConfigError(
+                "The 'ssp_identification' parameter of EvaluationSettings must be true or false "
+                "(true: an SSP-type interval is unbounded where the noisy statistics cannot "
+                "exclude a singular A, gpope.core.intervals.separated_from_singular). Got "
+                f"{self.ssp_identification!r} instead."
+            )
 
         check_choice("EvaluationSettings", "estimator", self.estimator, ("gpope", "ssp"))
         check_number("EvaluationSettings", "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)

@@ -21,18 +21,22 @@ Features the release hardly sees (noisy ``C_jj`` within the support threshold of
 on one gets an unbounded interval (:func:`depends_on`), and the bootstrap redraws the support with
 the mechanism's noise on ``C``'s diagonal.
 
-Weak identification (:func:`separated_from_singular`; OPT-IN, ``bootstrap_interval(...,
-identification=True)``, off by default, measured in docs/RESULTS.md): where the noisy summed
-``A~`` is not separated from singularity at the mechanism's known noise scale, the release cannot
-exclude a population ``A`` that is singular, i.e. a fixed point that is not identified, and no
-interval that is always bounded can be valid there (Dufour 1997, "Some impossibility theorems in
-econometrics with applications to structural and dynamic models", Econometrica 65(6); Gleser and
-Hwang 1987, "The nonexistence of 100(1 - alpha)% confidence sets of finite expected diameter in
-errors-in-variables and related models", Annals of Statistics 15(4)); with the option every
-quantity that depends on the solve then gets the unbounded interval. Without it the bootstrap
-replays the noise around ``A~``, which the noise has made better conditioned than ``A``, and can
-undercover (HIV, m = 8000, epsilon 0.1 and 1: 0.862 and 0.865 at nominal 0.95; mountain car on
-the spec's raw rewards, m = 1000, epsilon 1: 0.715; docs/RESULTS.md, "Intervals and SSP").
+Weak identification (:func:`separated_from_singular`; ON by default, ``bootstrap_interval(...,
+identification=True)``; the pipeline's ``evaluation.ssp_identification``, measured in
+docs/RESULTS.md): where the noisy summed ``A~`` is not separated from singularity at the
+mechanism's known noise scale, the release cannot exclude a population ``A`` that is singular,
+i.e. a fixed point that is not identified, and no interval that is always bounded can be valid
+there (Dufour 1997, "Some impossibility theorems in econometrics with applications to structural
+and dynamic models", Econometrica 65(6); Gleser and Hwang 1987, "The nonexistence of
+100(1 - alpha)% confidence sets of finite expected diameter in errors-in-variables and related
+models", Annals of Statistics 15(4)); every quantity that depends on the solve then gets the
+unbounded interval (:attr:`Interval.unidentified` says so). Without the test
+(``identification=False``) the bootstrap replays the noise around ``A~``, which the noise has made
+better conditioned than ``A``, and can undercover (HIV, m = 8000, epsilon 0.1 and 1: 0.862 and
+0.865 at nominal 0.95; mountain car on the spec's raw rewards, m = 1000, epsilon 1: 0.715;
+docs/RESULTS.md, "Intervals and SSP"): its coverage there is luck, not a guarantee. The cost of
+the default: where the bootstrap happened to cover an unidentified release (HIV m = 8000,
+epsilon 10; chain m = 1e4, epsilon 1) the interval is now unbounded.
 
 For an estimate that is not the SSP solution itself (GPOPE's theta), :func:`anchored_interval`
 extends the SSP interval to include it: valid (it contains an interval that covers the estimand),
@@ -59,7 +63,7 @@ from gpope.errors import ConfigError
 
 __all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval",
            "check_interval_groups", "depends_on", "group_interval", "interval_groups",
-           "separated_from_singular", "split_interval", "ssp_values"]
+           "separated_from_singular", "separation", "split_interval", "ssp_values"]
 
 #: Bootstrap replications per interval (the quantiles of a 95% interval from 400 draws are
 #: within about +-0.01 in coverage).
@@ -77,6 +81,12 @@ class Interval:
         se: the estimated standard error (privacy noise + sampling).
         level: confidence level, e.g. 0.95.
         df: degrees of freedom of the t reference distribution.
+        unidentified: True when the identification test applied and did not reject "the
+            population's summed A is singular" (:func:`separated_from_singular`): every quantity
+            that depends on the solve is unbounded for that reason.
+        separation: ``s_min(A~) / (noise_std sqrt(chi2_k^-1(level)))`` of the release's
+            supported block (:func:`separation`; the test rejects iff it is > 1), or None (no
+            SSP release, e.g. a disjoint-groups interval). Post-processing of the release.
     """
 
     value: np.ndarray
@@ -86,6 +96,8 @@ class Interval:
     se: np.ndarray
     level: float
     df: int
+    unidentified: bool = False
+    separation: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Plain lists (for JSON and MLflow artifacts)."""
@@ -97,6 +109,8 @@ class Interval:
             "se": [float(v) for v in self.se],
             "level": float(self.level),
             "df": int(self.df),
+            "unidentified": bool(self.unidentified),
+            "separation": None if self.separation is None else float(self.separation),
         }
 
 
@@ -111,10 +125,32 @@ def ssp_values(
     return theta, np.asarray(transform(theta), dtype=np.float64)
 
 
+def separation(A: np.ndarray, noise_std: float, *, level: float = 0.95) -> float:
+    """``s_min(A~) / (noise_std sqrt(chi2_k^-1(level)))`` of the noisy square matrix ``A~``
+    (k, k): :func:`separated_from_singular` rejects "``A`` is singular" iff it is > 1 (how far
+    a release is from being identified; ``inf`` for k = 0 or a non-singular ``A~`` without noise,
+    0 for a singular one). Post-processing (``noise_std`` is public)."""
+    from scipy.stats import chi2
+
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ConfigError(f"separated_from_singular needs a square matrix; got shape {A.shape} instead.")
+    noise_std = check_number("separated_from_singular", "noise_std", noise_std, ge=0.0)
+    level = check_number("separated_from_singular", "level", level, gt=0.0, lt=1.0)
+    k = A.shape[0]
+    if k == 0:
+        return float("inf")
+    s_min = float(np.linalg.svd(A, compute_uv=False)[-1])
+    if noise_std == 0:
+        return float("inf") if s_min > 0.0 else 0.0
+    return s_min / (noise_std * float(np.sqrt(chi2.ppf(level, k))))
+
+
 def separated_from_singular(A: np.ndarray, noise_std: float, *, level: float = 0.95) -> bool:
     """Whether the noisy square matrix ``A~`` (k, k) = ``A + E`` (``E`` iid ``N(0, noise_std^2)``
     entries, the SSP release's noise on the summed A, known exactly) rejects "``A`` is singular"
-    at level ``1 - level``: ``s_min(A~)^2 > noise_std^2 chi2_k^-1(level)``.
+    at level ``1 - level``: ``s_min(A~)^2 > noise_std^2 chi2_k^-1(level)`` (:func:`separation`
+    > 1).
 
     The test is exact: if ``A v = 0`` for a unit ``v``, then ``s_min(A~) <= ||A~ v|| = ||E v||``
     and ``E v ~ N(0, noise_std^2 I_k)`` (a fixed ``v``), so ``P(s_min(A~)^2 > noise_std^2
@@ -128,27 +164,14 @@ def separated_from_singular(A: np.ndarray, noise_std: float, *, level: float = 0
     released (the diagnosis found it second to the noise where the bootstrap failed).
     Post-processing (``noise_std`` is public). ``noise_std = 0``: ``A`` non-singular numerically.
     """
-    from scipy.stats import chi2
-
-    A = np.asarray(A, dtype=np.float64)
-    if A.ndim != 2 or A.shape[0] != A.shape[1]:
-        raise ConfigError(f"separated_from_singular needs a square matrix; got shape {A.shape} instead.")
-    noise_std = check_number("separated_from_singular", "noise_std", noise_std, ge=0.0)
-    level = check_number("separated_from_singular", "level", level, gt=0.0, lt=1.0)
-    k = A.shape[0]
-    if k == 0:
-        return True
-    s_min = float(np.linalg.svd(A, compute_uv=False)[-1])
-    if noise_std == 0:
-        return s_min > 0.0
-    return s_min * s_min > noise_std * noise_std * float(chi2.ppf(level, k))
+    return separation(A, noise_std, level=level) > 1.0
 
 
 def bootstrap_interval(
     noisy: NoisyStatistics, moments: NoisyMoments | None,
     transform: Callable[[np.ndarray], np.ndarray], *, rng: np.random.Generator,
     level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, regularize: bool = True,
-    identification: bool = False,
+    identification: bool = True,
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its parametric-bootstrap interval: (theta, Interval of transform(theta)).
 
@@ -164,13 +187,17 @@ def bootstrap_interval(
     which also corrects the solver's regularisation bias to first order; the one-sided bound is
     ``2 g^ - q_level``; ``se`` is the standard deviation of ``g*``.
 
-    Identification (``identification=True``, opt-in, NOT the pipeline's default): when the
-    supported block of ``A~`` is not :func:`separated_from_singular` at the noise std and
-    ``level``, every quantity that depends on a supported feature is unbounded ``(-inf, inf)``
-    (the release cannot exclude an unidentified fixed point; Dufour 1997). Measured 2026-11-26
-    (docs/RESULTS.md): it made every chain (m = 1e4, epsilon 1) and every HIV interval unbounded,
-    including cells where the bootstrap covers (HIV m = 8000, epsilon 10: 0.968, median width
-    3.7), so the default (``False``) is the bootstrap interval whatever ``A~``.
+    Identification (``identification=True``, the default; ``gpope evaluate`` takes it from
+    ``evaluation.ssp_identification``): when the supported block of ``A~`` is not
+    :func:`separated_from_singular` at the noise std and ``level``, every quantity that depends on
+    a supported feature is unbounded ``(-inf, inf)`` and ``Interval.unidentified`` is True (the
+    release cannot exclude an unidentified fixed point, and no always-bounded interval is valid
+    there: Dufour 1997). "Valid or unbounded": measured 2026-11-26 (docs/RESULTS.md), every cell
+    where the bootstrap alone undercovered (HIV m = 8000, epsilon 0.1 / 1; mountain car on the
+    spec's rewards, m = 1000, epsilon 1) is unbounded with it; the cost is the cells where the
+    bootstrap happened to cover an unidentified release (HIV m = 8000, epsilon 10: 0.968, median
+    width 3.7; chain m = 1e4, epsilon 1), now unbounded too. ``identification=False``: the
+    bootstrap interval whatever ``A~`` (no guarantee where ``A`` may be singular).
 
     Method: the parametric bootstrap for differentially private confidence intervals of
     Ferrando, Wang and Sheldon (2022), "Parametric Bootstrap for Differentially Private
@@ -191,7 +218,9 @@ def bootstrap_interval(
     n = noisy.n
     keep = supported_features(C, noise_std=std)
     unbounded = depends_on(transform, theta, ~keep)
-    if identification and not separated_from_singular(A[np.ix_(keep, keep)], std, level=level):
+    sep = separation(A[np.ix_(keep, keep)], std, level=level)
+    unidentified = bool(identification and not sep > 1.0)
+    if unidentified:
         unbounded = unbounded | depends_on(transform, theta, keep)
     b_star = A @ theta
     if moments is not None:
@@ -216,7 +245,8 @@ def bootstrap_interval(
     return theta, Interval(value=value, lower=np.minimum(lower, value) - inf,
                            upper=np.maximum(upper, value) + inf,
                            lower_bound=np.minimum(lower_bound, value) - inf,
-                           se=reps.std(axis=0, ddof=1) + inf, level=level, df=draws - 1)
+                           se=reps.std(axis=0, ddof=1) + inf, level=level, df=draws - 1,
+                           unidentified=unidentified, separation=sep)
 
 
 def depends_on(transform: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,
@@ -250,14 +280,16 @@ def anchored_interval(centre: np.ndarray, reference: Interval) -> Interval:
     gap = np.abs(c - reference.value)
     return Interval(value=c, lower=np.minimum(reference.lower, c), upper=np.maximum(reference.upper, c),
                     lower_bound=np.minimum(reference.lower_bound, c),
-                    se=np.sqrt(reference.se ** 2 + gap ** 2), level=reference.level, df=reference.df)
+                    se=np.sqrt(reference.se ** 2 + gap ** 2), level=reference.level, df=reference.df,
+                    unidentified=reference.unidentified, separation=reference.separation)
 
 
 def split_interval(iv: Interval, k: int) -> tuple[Interval, Interval]:
     """The first ``k`` quantities of ``iv`` and the rest, as two Intervals."""
     def part(sl: slice) -> Interval:
         return Interval(value=iv.value[sl], lower=iv.lower[sl], upper=iv.upper[sl],
-                        lower_bound=iv.lower_bound[sl], se=iv.se[sl], level=iv.level, df=iv.df)
+                        lower_bound=iv.lower_bound[sl], se=iv.se[sl], level=iv.level, df=iv.df,
+                        unidentified=iv.unidentified, separation=iv.separation)
 
     return part(slice(0, k)), part(slice(k, None))
 

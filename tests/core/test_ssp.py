@@ -6,11 +6,18 @@ import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
+from scipy.stats import chi2
 
 from gpope.core import ssp
 from gpope.core.accounting import RDP_ORDERS
 from gpope.core.envs import chain as chain_env
-from gpope.core.intervals import anchored_interval, bootstrap_interval, separated_from_singular
+from gpope.core.intervals import (
+    anchored_interval,
+    bootstrap_interval,
+    separated_from_singular,
+    separation,
+    split_interval,
+)
 from gpope.core.metrics import mspbe, relative_mspbe
 from gpope.core.statistics import statistics_from_transitions
 from gpope.errors import ConfigError
@@ -200,6 +207,8 @@ def test_bootstrap_interval_covers_the_population_fixed_point(noise, sigma):
         for moments, out in ((mom, hits), (None, hits_no_moments)):
             _, iv = bootstrap_interval(noisy, moments, lambda th: th, rng=rng, level=0.9,
                                        draws=100, regularize=False)
+            # identified (default test on): the coverage measured is the bootstrap's own
+            assert not iv.unidentified and np.all(np.isfinite(iv.upper))
             out.append((iv.lower <= truth) & (truth <= iv.upper))
     assert 0.85 <= np.mean(hits) <= 0.97
     if noise > 0.1:
@@ -253,7 +262,7 @@ def test_quantities_on_a_feature_below_the_support_threshold_get_unbounded_inter
     refs = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
     theta, iv = bootstrap_interval(noisy, None, lambda th: np.concatenate([refs @ th, th]),
                                    rng=np.random.default_rng(4), draws=100, regularize=False)
-    assert theta[2] == 0.0
+    assert theta[2] == 0.0 and not iv.unidentified  # unbounded by the support rule only
     unbounded = ~np.isfinite(iv.upper)
     assert list(unbounded) == [False, True, False, False, True]
     assert np.all(iv.lower[unbounded] == -np.inf) and np.all(iv.lower_bound[unbounded] == -np.inf)
@@ -308,3 +317,42 @@ def test_interval_is_unbounded_where_the_release_cannot_exclude_a_singular_popul
     on, off = (bootstrap_interval(noisy, None, lambda th: th, rng=np.random.default_rng(10),
                                   draws=50, regularize=False, identification=i)[1] for i in (True, False))
     assert np.all(np.isfinite(on.upper)) and np.array_equal(on.lower, off.lower)
+
+
+def test_identification_is_the_default_and_says_why_through_anchor_and_split():
+    """The default bootstrap interval (identification on) of a release whose noisy A is within
+    the noise of singular: every quantity unbounded, ``unidentified`` set and the separation
+    (s_min(A~) / the test's threshold) <= 1, carried by the gpope hull (anchored_interval) and
+    the value/theta split; ``identification=False`` gives finite intervals on the same release;
+    a well-identified release keeps finite intervals with ``unidentified`` False."""
+    n = 3
+    Q1, Q2 = (np.linalg.qr(np.random.default_rng(s).normal(size=(n, n)))[0] for s in (0, 1))
+    A = (Q1 * np.array([5.0, 2.0, 0.0])) @ Q2.T
+    tot = ssp.statistics_vectors(A[None], (A @ np.ones(n))[None], (10 * np.eye(n))[None])
+    noisy = ssp.release_noisy_statistics(tot, n=n, m=100, sigma=1.0, clip=0.5,
+                                         rng=np.random.default_rng(2))
+    A_noisy, std = noisy.pooled()[0], noisy.pooled_noise_std()
+    sep = separation(A_noisy, std)
+    assert sep <= 1.0 and not separated_from_singular(A_noisy, std)
+    assert sep == pytest.approx(np.linalg.svd(A_noisy, compute_uv=False)[-1]
+                                / (std * np.sqrt(chi2.ppf(0.95, n))), rel=1e-12)
+    _, iv = bootstrap_interval(noisy, None, lambda th: np.concatenate([th[:1] + th[1:2], th]),
+                               rng=np.random.default_rng(3), draws=30, regularize=False)
+    assert iv.unidentified and iv.separation == pytest.approx(sep, rel=1e-12)
+    assert np.all(iv.lower == -np.inf) and np.all(iv.upper == np.inf)
+    d = iv.to_dict()
+    assert d["unidentified"] is True and d["separation"] == pytest.approx(sep)
+    hull = anchored_interval(iv.value + 1.0, iv)
+    head, rest = split_interval(hull, 1)
+    assert all(x.unidentified and x.separation == iv.separation for x in (hull, head, rest))
+    _, off = bootstrap_interval(noisy, None, lambda th: th, rng=np.random.default_rng(3), draws=30,
+                                regularize=False, identification=False)
+    assert not off.unidentified and np.all(np.isfinite(off.upper))
+    good = ssp.statistics_vectors(_A_STAR[None] * 300, (_A_STAR @ _B_STAR)[None] * 300,
+                                  np.eye(3)[None] * 300)
+    noisy = ssp.release_noisy_statistics(good, n=3, m=300, sigma=1.0, clip=1.0,
+                                         rng=np.random.default_rng(9))
+    _, ok = bootstrap_interval(noisy, None, lambda th: th, rng=np.random.default_rng(10), draws=30,
+                               regularize=False)
+    assert not ok.unidentified and ok.separation > 1.0 and np.all(np.isfinite(ok.upper))
+    assert separation(np.zeros((0, 0)), 1.0) == np.inf and separation(np.eye(2), 0.0) == np.inf

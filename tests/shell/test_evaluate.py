@@ -285,7 +285,7 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
 
 
 def test_unbounded_intervals_print_as_unbounded_with_a_note():
-    from gpope.shell.pipeline.evaluate import UNBOUNDED_NOTE, format_span
+    from gpope.shell.pipeline.evaluate import UNBOUNDED_NOTE, format_span, unbounded_note
 
     inf = float("inf")
     assert format_span(-inf, inf) == "unbounded" and format_span(1.0, 2.5) == "[1, 2.5]"
@@ -300,3 +300,11 @@ def test_unbounded_intervals_print_as_unbounded_with_a_note():
         "level": 0.95, "df": 399}})
     text = report.summary()
     assert "95% interval unbounded" in text and UNBOUNDED_NOTE in text
+    # unbounded because the identification test did not reject a singular A: that note instead
+    report = EvaluationReport(**{**fields, "intervals": {
+        "value": [1.0], "lower": [-inf], "upper": [inf], "lower_bound": [-inf], "se": [inf],
+        "level": 0.95, "df": 399, "unidentified": True, "separation": 0.4213}})
+    text = report.summary()
+    assert "95% interval unbounded" in text and UNBOUNDED_NOTE not in text
+    assert unbounded_note(report.intervals) in text and "singular A" in text and "0.42" in text
+    assert unbounded_note({"lower": [0.0], "upper": [1.0], "unidentified": True}) is None

@@ -76,3 +76,17 @@ def test_conf_thresholds_are_validated():
         EvaluationSettings(interval_groups_min_m_epsilon=-0.5)
     with pytest.raises(ConfigError, match="ssp_clip_quantile"):
         EvaluateOptions(epsilon=1.0, delta=1e-6, ssp_clip_quantile=2.0)
+
+
+def test_the_identification_test_is_on_by_default_and_the_conf_can_turn_it_off():
+    """evaluation.ssp_identification (conf/default.yaml: true) reaches the run's options and
+    survives resolve; an operator's ``false`` turns it off; anything but a bool is refused."""
+    out, _ = _resolve(10000, 1.0)
+    assert CONF.ssp_identification is True and out.ssp_identification is True
+    off = dataclasses.replace(CONF, ssp_identification=False)
+    out, _ = _resolve(10000, 1.0, settings=off)
+    assert out.ssp_identification is False
+    with pytest.raises(ConfigError, match="ssp_identification"):
+        load_config(None, evaluation={"ssp_identification": "yes"})
+    with pytest.raises(ConfigError, match="ssp_identification"):
+        EvaluateOptions(epsilon=1.0, delta=1e-7, ssp_identification=1)

@@ -164,7 +164,7 @@ class DemoReport:
         ]
         lines += [f"  {w}" for w in ev.get("warnings") or []]
         iv = ev.get("intervals")
-        from gpope.shell.pipeline.evaluate import UNBOUNDED_NOTE, format_span
+        from gpope.shell.pipeline.evaluate import format_span, unbounded_note
 
         for i, (name, value) in enumerate(ev["reference_values"].items()):
             span = format_span(iv["lower"][i], iv["upper"][i]) if iv else "-"
@@ -178,8 +178,9 @@ class DemoReport:
             lines.append(f"  intervals: {100 * iv['level']:g}% two-sided and one-sided lower bound, "
                          "covering privacy noise and sampling variability (parametric bootstrap "
                          "over the run's noisy-statistics releases)")
-            if not all(math.isfinite(v) for v in [*iv["lower"], *iv["upper"]]):
-                lines.append(f"  {UNBOUNDED_NOTE}")
+            note = unbounded_note(iv)
+            if note:
+                lines.append(f"  {note}")
         if ev.get("private_relative_mspbe") is not None:
             lines.append(f"  private relative MSPBE (noisy statistics, post-processing): "
                          f"{ev['private_relative_mspbe']:.3g}")

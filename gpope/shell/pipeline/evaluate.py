@@ -68,6 +68,7 @@ from gpope.shell.pipeline.evaluate_options import (
     check_seed_allowed,
 )
 from gpope.shell.pipeline.evaluate_report import (
+    IDENTIFICATION_NOTE,
     NOT_A_VALID_BOUND,
     UNBOUNDED_NOTE,
     EvaluationReport,
@@ -75,6 +76,7 @@ from gpope.shell.pipeline.evaluate_report import (
     build_record,
     format_span,
     privacy_label,
+    unbounded_note,
 )
 from gpope.shell.pipeline.evaluate_solve import (
     patient_groups,
@@ -93,6 +95,8 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
 
 __all__ = [
+    "IDENTIFICATION_NOTE",
+    "INTERVAL_NOTE_TAG",
     "INVALID_ACCOUNTING_REFUSAL",
     "NOT_A_VALID_BOUND",
     "OUTSIDE_TUNED_TAG",
@@ -105,7 +109,11 @@ __all__ = [
     "policy_label",
     "privacy_label",
     "run_evaluate",
+    "unbounded_note",
 ]
+
+#: MLflow tag: why some released interval is unbounded (one line; absent when all are finite).
+INTERVAL_NOTE_TAG = "gpope.interval_note"
 
 #: MLflow tag: "true" when the run's (m, epsilon, episode cap) lie outside what the spec's
 #: evaluation: block was tuned for (issue 15 section 4).
@@ -436,6 +444,9 @@ def run_evaluate(
                                               draws=200 if n <= 128 else 40)
     guard = utility_guard({"public": public_rel, "private": private_diag})
     record = dataclasses.replace(record, tags={**dict(record.tags), GUARD_TAG: guard.verdict})
+    iv_note = unbounded_note(None if intervals is None else intervals.to_dict())
+    if iv_note:  # why a released interval is unbounded, one line (MLflow has no -inf metric)
+        record = dataclasses.replace(record, tags={**dict(record.tags), INTERVAL_NOTE_TAG: iv_note})
     outside = _outside_tuned(spec, m=m, epsilon=options.epsilon, max_length=recorded_max_length)
     if spec.evaluation is not None and spec.evaluation.tuned:
         record = dataclasses.replace(record, tags={**dict(record.tags),

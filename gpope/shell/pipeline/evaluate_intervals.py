@@ -96,8 +96,10 @@ def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.
                       group_thetas: np.ndarray | None = None,
                       ) -> tuple[Any, Any, tuple[float, float] | None]:
     """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
-    without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`);
-    GPOPE: the SSP interval anchored at GPOPE's estimate, or with ``group_thetas`` (K, n)
+    without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`)
+    with the identification test of ``options.ssp_identification`` (default on: unbounded, with
+    ``Interval.unidentified``, where the noisy summed A cannot be separated from a singular one);
+    GPOPE: that SSP interval anchored at GPOPE's estimate, or with ``group_thetas`` (K, n)
     (``--interval-groups``) the Student-t interval of the K disjoint-group estimates
     (:func:`gpope.core.intervals.group_interval`)."""
     from gpope.core.intervals import (
@@ -120,7 +122,8 @@ def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.
     _, boot = noise_generators(options.seed)
     _, both = bootstrap_interval(
         noisy, moments, lambda th: np.concatenate([spec.reference_values(th), th]),
-        rng=boot, level=options.ci_level, regularize=False)
+        rng=boot, level=options.ci_level, regularize=False,
+        identification=options.ssp_identification)
     iv, tiv = split_interval(both, k)
     if not ssp_run:
         iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)

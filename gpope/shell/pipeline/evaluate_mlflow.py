@@ -6,7 +6,9 @@ One run per released evaluation, in the configured experiment (``tracking.experi
 - **run name**: ``<dataset> | <spec> | <estimator> | eps=<epsilon> | <UTC time>`` (unique).
 - **tags**: ``gpope.dataset``, ``gpope.spec``, ``gpope.spec_id``, ``gpope.estimator``,
   ``gpope.run_id`` (= released_estimates.run_id), ``gpope.private``, ``gpope.seeded``,
-  ``gpope.privacy_note``, ``gpope.stage``, ``gpope.version`` and ``gpope.git_commit``.
+  ``gpope.privacy_note``, ``gpope.stage``, ``gpope.version`` and ``gpope.git_commit``; when a
+  released interval is unbounded (no ``value_lower``/``value_upper`` metric then: MLflow takes
+  finite numbers only), ``gpope.interval_note`` says why in one line.
 - **params**: the public settings under their CLI flag names (``--step-size`` -> ``step_size``)
   plus every setting that changes the result: the spec's gamma, reward_scale, normalization,
   length_scale and feature count, the tail fraction, the resolved accountant and batch rate,

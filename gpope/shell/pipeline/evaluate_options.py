@@ -74,6 +74,11 @@ class EvaluateOptions:
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
             release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
+        ssp_identification: the identification test of the SSP-type intervals (an ssp run's,
+            and the statistics-share interval a gpope run's hull rests on): unbounded where the
+            noisy statistics cannot exclude a singular summed A
+            (:func:`gpope.core.intervals.separated_from_singular`); False: the bootstrap
+            interval whatever A (no guarantee there). Default: the configuration's.
         interval_groups: gpope runs: 0 (the interval is the hull of the noisy-statistics
             release's SSP interval and the GPOPE value), or K >= 2: split the patients into K
             disjoint groups by a public hash of the patient id, run GPOPE once per group with the
@@ -127,6 +132,7 @@ class EvaluateOptions:
     moments_share: float = 0.1
     statistics_share: float = 0.1
     ci_level: float = 0.95
+    ssp_identification: bool = True
     interval_groups: int | None = None
     tune: Literal["none", "private"] = "none"
     secure_noise: bool = False
@@ -164,6 +170,10 @@ class EvaluateOptions:
         check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
         check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
+        if not isinstance(self.ssp_identification, bool):
+            raise ConfigError(
+                f"The 'ssp_identification' option of {o} must be True or False. Got "
+                f"{self.ssp_identification!r} instead.")
         from gpope.core.intervals import check_interval_groups
 
         if self.interval_groups is not None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpope.shell.pipeline.evaluate_options import EvaluateOptions
 
 __all__ = [
+    "IDENTIFICATION_NOTE",
     "NOT_A_VALID_BOUND",
     "UNBOUNDED_NOTE",
     "EvaluationReport",
@@ -30,6 +31,7 @@ __all__ = [
     "build_record",
     "format_span",
     "privacy_label",
+    "unbounded_note",
 ]
 
 #: Label of a release whose accountant is not a valid bound.
@@ -178,8 +180,9 @@ class EvaluationReport:
                                  f"{format_span(iv['lower'][i], iv['upper'][i])}")
             else:
                 lines.append(f"  V({name}) = {value:.6g}")
-        if iv and not all(math.isfinite(v) for v in [*iv["lower"], *iv["upper"]]):
-            lines.append(f"  {UNBOUNDED_NOTE}")
+        note = unbounded_note(iv)
+        if note:
+            lines.append(f"  {note}")
         if self.public_mspbe is not None:
             rel = ("" if self.public_relative_mspbe is None
                    else f" (relative to theta = 0: {self.public_relative_mspbe:.4g})")
@@ -192,11 +195,31 @@ class EvaluationReport:
         return "\n".join(lines)
 
 
-#: Printed under intervals that are unbounded (gpope.core.intervals.depends_on; the opt-in
-#: identification test, gpope.core.intervals.separated_from_singular, is not used by evaluate).
+#: Printed under intervals that are unbounded because a feature they depend on is below the
+#: support threshold (gpope.core.intervals.depends_on).
 UNBOUNDED_NOTE = ("unbounded: the noisy statistics leave a feature this value depends on below the "
                   "noise (no finite interval is valid); more patients, a larger epsilon or a larger "
                   "--statistics-share (gpope runs) give a finite one")
+
+#: Printed under intervals that are unbounded because the identification test did not reject a
+#: singular summed A (gpope.core.intervals.separated_from_singular; evaluation.ssp_identification).
+IDENTIFICATION_NOTE = ("unbounded: the noisy statistics cannot exclude a singular A (the values may "
+                       "not be identified; separation {separation} of the identification test's "
+                       "threshold, > 1 needed), and there no finite interval is valid; more "
+                       "patients, a larger epsilon or a larger --statistics-share (gpope runs) "
+                       "give a finite one")
+
+
+def unbounded_note(intervals: Mapping[str, Any] | None) -> str | None:
+    """The one line saying why some of ``intervals`` (an ``Interval.to_dict()``) are unbounded,
+    or None when every interval is finite: :data:`IDENTIFICATION_NOTE` when the identification
+    test did not reject (its ``unidentified``), else :data:`UNBOUNDED_NOTE`."""
+    if not intervals or all(math.isfinite(v) for v in [*intervals["lower"], *intervals["upper"]]):
+        return None
+    if intervals.get("unidentified"):
+        sep = intervals.get("separation")
+        return IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}")
+    return UNBOUNDED_NOTE
 
 
 def format_span(lower: float, upper: float) -> str:
@@ -240,6 +263,7 @@ def build_record(
                   interval_groups=0 if options.estimator == "ssp" else options.interval_groups)
     if ssp is not None:
         params["ssp_clip_quantile"] = options.ssp_clip_quantile
+        params["ssp_identification"] = options.ssp_identification
     params.update(ssp or {})
     if intervals is not None:
         params["ci_level"] = float(intervals.level)
