@@ -108,9 +108,10 @@ def _hiv_pool(folder: Path, name: str, size: int, *, seed: int, chunk: int = 250
 
 class _Setup:
     def __init__(self, domain: str, seed: int, pool: int = 6000, pool_dir: str = "/tmp/intervals/hivpool",
-                 spec_scale: bool = False):
+                 spec_scale: bool = False, mc_pool: int = 0):
         self.domain = domain
         self.pool_dir = pool_dir
+        self.pool = None  # hiv, or mountain car with mc_pool: cohorts drawn from this pool
         self.b_factor = 1.0  # multiplies the b part of every statistics vector (and the estimand)
         if domain == "chain":
             from gpope.core.envs import chain as ch
@@ -138,6 +139,17 @@ class _Setup:
             self.estimand = np.linalg.lstsq(A, b * self.b_factor, rcond=None)[0]
             self.transform = lambda th: th
             self.names = [f"theta[{i}]" for i in range(len(self.estimand))]
+            if mc_pool:  # like HIV: one simulated pool is the population (cached)
+                from gpope.core import ssp
+
+                f = Path(pool_dir) / f"mountaincar_pool_{mc_pool}_{seed}_{'spec' if spec_scale else 'harness'}.npy"
+                if not f.exists():
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    np.save(f, self._simulate(mc_pool, np.random.default_rng([seed, 4242])))
+                self.pool = np.load(f)
+                n = self.features.n_features
+                A, b, _ = ssp.split_vector(self.pool.mean(axis=0), n)
+                self.estimand = np.linalg.lstsq(A, b, rcond=None)[0]
         else:  # hiv: the demo's spec on a cached pool (module docstring)
             from gpope.core import ssp
             from gpope.shell.pipeline.jobargs import load_spec
@@ -155,11 +167,25 @@ class _Setup:
         """An independent public cohort's statistics vectors (clip bounds only)."""
         if self.domain == "hiv":
             return _hiv_pool(Path(self.pool_dir), "public", m, seed=77)
-        return self.data(m, np.random.default_rng([seed, 99]))
+        return self._simulate(m, np.random.default_rng([seed, 99]))
 
     def data(self, m: int, rng: np.random.Generator):
-        if self.domain == "hiv":  # iid with replacement from the pool
+        if self.pool is not None:  # iid with replacement from the pool
             return self.pool[rng.integers(0, len(self.pool), m)]
+        return self._simulate(m, rng)
+
+    def weighted(self, m: int, rng: np.random.Generator):
+        """(rows, counts, expand): the trial's data set as distinct rows with their counts
+        (counts None: every row once) and a function giving the m rows themselves. HIV: the
+        pool and how often the m iid draws (the same ``rng.integers`` stream as :meth:`data`)
+        picked each patient, so a cohort of 512,000 costs the pool's memory, not m rows'."""
+        if self.pool is not None:
+            idx = rng.integers(0, len(self.pool), m)
+            return self.pool, np.bincount(idx, minlength=len(self.pool)), lambda: self.pool[idx]
+        vec = self._simulate(m, rng)
+        return vec, None, lambda: vec
+
+    def _simulate(self, m: int, rng: np.random.Generator):
         if self.domain == "chain":
             from gpope.core.envs import chain as ch
 
@@ -179,11 +205,11 @@ class _Setup:
         population statistics (what a clipped release estimates), from m fresh trajectories."""
         from gpope.core import ssp
 
-        if self.domain == "hiv":  # the pool is the population: its clipped fixed point, exactly
+        if self.pool is not None:  # the pool is the population: its clipped fixed point, exactly
             vec = ssp.clip_statistics(self.pool, clip)
-            n = self.spec.n_features
+            n = round((-1 + np.sqrt(1 + 8 * vec.shape[1])) / 4)
             A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
-            return self.transform(np.linalg.solve(A, b))
+            return self.transform(np.linalg.lstsq(A, b, rcond=None)[0])
         vec = ssp.clip_statistics(self.data(m, np.random.default_rng([seed, 7777])), clip)
         n = round((-1 + np.sqrt(1 + 8 * vec.shape[1])) / 4)
         A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
@@ -238,10 +264,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="a gpope run's share of (epsilon, delta) for the noisy statistics")
     parser.add_argument("--pool", type=int, default=6000, help="hiv: patients in the cached pool")
     parser.add_argument("--pool-dir", default="/tmp/intervals/hivpool", help="hiv: pool cache")
-    parser.add_argument("--identification", choices=("on", "off", "both"), default="off",
+    parser.add_argument("--mc-pool", type=int, default=0,
+                        help="mountain car: draw every cohort with replacement from ONE simulated "
+                        "pool of this many trajectories (the population; cached in --pool-dir), "
+                        "so large m is cheap; 0: fresh simulation per trial")
+    parser.add_argument("--identification", choices=("on", "off", "both"), default="on",
                         help="the bootstrap's identification test (gpope.core.intervals."
-                        "separated_from_singular): off (the pipeline's default), on (opt-in), "
-                        "or both (each on the same release and bootstrap draws)")
+                        "separated_from_singular): on (the pipeline's default, "
+                        "evaluation.ssp_identification), off, or both (each on the same release "
+                        "and bootstrap draws)")
     parser.add_argument("--mc-rewards", choices=("harness", "spec"), default=None,
                         help="mountain car: the harness's rewards (x 0.01) or the spec's raw ones "
                         "(what `gpope evaluate` uses); default spec with gpope, harness otherwise")
@@ -261,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     # mountain car with gpope: the spec's statistics (raw rewards), which its tuned GPOPE point needs
     mc_rewards = args.mc_rewards or ("spec" if "gpope" in estimators else "harness")
     setup = _Setup(args.domain, args.seed, args.pool, args.pool_dir,
-                   spec_scale=args.domain == "mountaincar" and mc_rewards == "spec")
+                   spec_scale=args.domain == "mountaincar" and mc_rewards == "spec",
+                   mc_pool=args.mc_pool if args.domain == "mountaincar" else 0)
     idents = ["off", "on"] if args.identification == "both" else [args.identification]
     public = setup.public(args.public, args.seed)
     clip = float(np.quantile(np.linalg.norm(public, axis=1), args.clip_quantile))
@@ -270,7 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     estimand = setup.estimand
     clipped_estimand = setup.clipped_estimand(clip, args.truth, args.seed)
 
-    def release_interval(vec, total, m, eps, delta, rng):
+    def moment_sum(rows, counts, theta, bound):
+        """The clipped residual moments' sum of the data set (rows with their counts)."""
+        if counts is None:
+            return ssp.clipped_moment_sum(rows, theta, n=n, clip=clip, bound=bound)
+        from gpope.core.clipping import clip_rows
+
+        r = clip_rows(ssp.residuals(ssp.clip_statistics(rows, clip), theta, n), float(bound))
+        return counts @ ssp.moment_vectors(r)
+
+    def release_interval(vec, total, m, eps, delta, rng, counts=None):
         """The pipeline's SSP release and its bootstrap interval (pooled sums, moments), per
         identification setting: {ident: Interval}, each from the same bootstrap draws (``rng``
         ends as after one interval, so a single setting reproduces the earlier streams)."""
@@ -285,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         norms = np.linalg.norm(ssp.residuals(public_c, theta, n), axis=1)
         bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, args.clip_quantile)))
         moments = ssp.release_moments(
-            ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound), n=n,
+            moment_sum(vec, counts, theta, bound), n=n,
             theta=theta, sigma=s2, bound=bound, rng=rng)
         return {ident: bootstrap_interval(
                     noisy, moments, setup.transform, rng=rng if i == len(idents) - 1 else copy.deepcopy(rng),
@@ -297,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             for sh in (args.shares.split(",") if est == "ssp" else ["1"])]
     for m in (int(float(x)) for x in args.sizes.split(",")):
         # fresh data per trial, shared by the cells of that trial (independent noise each)
-        acc = {(*k, i): {f: [] for f in ("cov", "cov_mc", "width", "err", "lb")} for k in keys
+        acc = {(*k, i): {f: [] for f in ("cov", "cov_mc", "width", "err", "lb", "sep")} for k in keys
                for i in idents}
         t0 = time.perf_counter()
         done = [c for c in cells]
@@ -309,31 +350,36 @@ def main(argv: list[str] | None = None) -> int:
             a["lb"].append(iv.lower_bound <= estimand)
             a["width"].append(iv.upper - iv.lower)
             a["err"].append(iv.value - estimand)
+            a["sep"].append(np.nan if iv.separation is None else iv.separation)
 
         for t in range(args.trials):
             rng_data = np.random.default_rng([args.seed, m, t])
-            vec = setup.data(m, rng_data)
-            total = ssp.clip_statistics(vec, clip).sum(axis=0, keepdims=True)
+            rows, counts, expand = setup.weighted(m, rng_data)
+            clipped_rows = ssp.clip_statistics(rows, clip)
+            total = (clipped_rows.sum(axis=0, keepdims=True) if counts is None
+                     else (counts @ clipped_rows)[None, :])
             for key in keys:
                 est, eps, share = key
                 rng = np.random.default_rng([args.seed, m, int(eps * 1000), int(share * 1000), t,
                                              estimators.index(est)])
                 if est == "ssp":
-                    for ident, iv in release_interval(vec, total, m, eps * share, args.delta * share,
-                                                      rng).items():
+                    for ident, iv in release_interval(rows, total, m, eps * share,
+                                                      args.delta * share, rng, counts).items():
                         record((*key, ident), iv)
                     continue
                 from gpope.core.intervals import anchored_interval
 
                 sh = args.statistics_share
+                vec = expand()
                 thetas = _gpope_thetas(setup, vec, m=m, n=n, epsilon=eps * (1 - sh),
                                        delta=args.delta * (1 - sh), runs=args.gpope_runs, rng=rng)
                 for th in thetas:
-                    for ident, ref in release_interval(vec, total, m, eps * sh, args.delta * sh,
-                                                       rng).items():
+                    for ident, ref in release_interval(rows, total, m, eps * sh, args.delta * sh,
+                                                       rng, counts).items():
                         record((*key, ident), anchored_interval(setup.transform(th), ref))
             cells = done + [_cell(args, setup, key, acc[key], m=m, clip=clip, draws=draws,
-                                  seconds=time.perf_counter() - t0, trials=t + 1) for key in acc]
+                                  seconds=time.perf_counter() - t0, trials=t + 1,
+                                  clipped=clipped_estimand) for key in acc]
             if args.json:
                 Path(args.json).write_text(json.dumps(cells, indent=2))
             print(f"  trial {t + 1}: running coverage "
@@ -351,12 +397,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
+def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials, clipped) -> dict:
     from gpope.core import ssp
 
     est, eps, share, ident = key
     cov, cov_mc, width, err, lb = (np.array(a[k]) for k in ("cov", "cov_mc", "width", "err", "lb"))
     finite = np.isfinite(width)
+    sep = np.array(a["sep"], dtype=np.float64)
+    sep = sep[np.isfinite(sep) | (sep == np.inf)]
+
+    def median_bounded(w):  # median width of the bounded intervals (None: none bounded)
+        w = w[np.isfinite(w)]
+        return float(np.median(w)) if w.size else None
     sigma = ssp.ssp_sigma(m=m, epsilon=eps * share, delta=args.delta * share)
     return {"domain": args.domain, "estimator": est, "identification": ident, "seed": args.seed,
             "m": m, "epsilon": eps, "delta": args.delta,
@@ -370,11 +422,23 @@ def _cell(args, setup, key, a, *, m, clip, draws, seconds, trials) -> dict:
             "unbounded": float(1.0 - finite.mean()),
             "mean_width": float(width[finite].mean()) if finite.any() else float("inf"),
             "median_width": float(np.median(width)),
+            "median_width_bounded": median_bounded(width.ravel()),
+            "median_width_bounded_per_quantity": [median_bounded(width[:, j])
+                                                  for j in range(width.shape[1])],
+            "unbounded_per_quantity": (1.0 - finite.mean(axis=0)).tolist(),
+            "coverage_of_bounded": float(cov[finite].mean()) if finite.any() else None,
+            "coverage_mc_of_bounded": float(cov_mc[finite].mean()) if finite.any() else None,
+            # s_min(A~) / the identification test's threshold per release (> 1: identified)
+            "separation_quantiles_0_10_50_90_100": (np.quantile(sep, [0, .1, .5, .9, 1]).tolist()
+                                                    if sep.size else None),
+            "identified_fraction": float((sep > 1.0).mean()) if sep.size else None,
             "median_width_per_quantity": np.median(width, axis=0).tolist(),
             "median_abs_error_per_quantity": np.median(np.abs(err), axis=0).tolist(),
             "rms_error": float(np.sqrt((err ** 2).mean())),
             "median_abs_error": float(np.median(np.abs(err))),
-            "quantities": setup.names, "b_factor": setup.b_factor, "seconds_all_cells_of_m": seconds}
+            "quantities": setup.names, "b_factor": setup.b_factor, "seconds_all_cells_of_m": seconds,
+            "estimand": np.asarray(setup.estimand, dtype=float).tolist(),
+            "clipped_estimand": np.asarray(clipped, dtype=float).tolist()}
 
 
 def _gpope_thetas(setup, vec, *, m, n, epsilon, delta, runs, rng) -> np.ndarray:
