@@ -14,7 +14,7 @@ from gpope.core.intervals import bootstrap_interval, split_interval, ssp_values
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import DataError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate, unbounded_note
 from gpope.shell.pipeline.evaluate_intervals import noise_generators
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.ssp import (
@@ -144,6 +144,9 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
     assert run.data.metrics["relative_mspbe_private"] == pytest.approx(report.private_relative_mspbe)
     assert run.data.metrics["value_lower.s0"] == pytest.approx(report.intervals["lower"][0])
     assert "[" in report.summary() and "interval" in report.summary()
+    # identified (the test is on by default): no note, no tag
+    assert not report.intervals["unidentified"] and report.intervals["separation"] > 1.0
+    assert "gpope.interval_note" not in run.data.tags and unbounded_note(report.intervals) is None
 
 
 def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
@@ -159,6 +162,15 @@ def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
     assert report.private_relative_mspbe is not None and report.spent_epsilon <= 2.0 + 1e-12
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
     assert "mspbe_private" in run.data.metrics and run.data.params["estimator"] == "gpope"
+    # the hull rests on the 10 % release (epsilon 0.2 on 400 patients), whose noisy A the
+    # identification test (on by default) cannot separate from a singular one: every value is
+    # unbounded, and the summary and the MLflow tag say why in one line
+    assert iv["unidentified"] and iv["separation"] <= 1.0
+    assert np.all(np.isinf(iv["lower"])) and np.all(np.isinf(iv["upper"]))
+    note = unbounded_note(iv)
+    assert "singular A" in note and note in report.summary()
+    assert run.data.tags["gpope.interval_note"] == note
+    assert run.data.params["ssp_identification"] == "True"
 
 
 def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(spark, setup):
