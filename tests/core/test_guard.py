@@ -51,3 +51,30 @@ def test_bootstrap_interval_covers_the_noise_free_relative_mspbe():
         d = private_relative_mspbe(theta, noisy, rng, draws=100, level=0.9)
         covered += d.lower <= exact <= d.upper
     assert covered >= 0.75 * trials  # nominal 90%
+
+
+def test_a_release_that_does_not_identify_the_fixed_point_gives_an_inconclusive_diagnostic():
+    # The same kind of statistics, but noise far above the summed A: the private diagnostic is
+    # [0, inf] and the guard ignores it (it must not say "no better than zero" from noise alone).
+    rng = np.random.default_rng(1)
+    m, n = 400, 4
+    A = rng.normal(size=(m, n, n)) * 0.1 + np.eye(n) * 0.5
+    b = rng.normal(size=(m, n)) * 0.2 + 0.3
+    C = np.einsum("mij,mkj->mik", A, A) * 0.5 + np.eye(n) * 2.0  # C's diagonal stays supported
+    rows = statistics_vectors(A, b, C)
+    clip = float(np.linalg.norm(rows, axis=1).max())
+    sums = rows.sum(axis=0, keepdims=True)
+    theta = np.linalg.solve(A.mean(0), b.mean(0))
+    std = 110.0  # noise std on each summed entry: above s_min(summed A) / 2.8, below C_jj / 4
+    loud = release_noisy_statistics(sums, n=n, m=m, sigma=std / clip, clip=clip, rng=rng)
+    A_sum, _, C_sum = loud.pooled()
+    assert np.all(np.diag(C_sum) > 4 * std)  # every feature supported: the A test decides
+    d = private_relative_mspbe(theta, loud, rng, draws=50, level=0.9)
+    assert d.lower == 0.0 and d.upper == math.inf
+    assert utility_guard({"private": d}).verdict == "unknown"
+    # without the gate the bootstrap gives a finite interval from the same release
+    raw = private_relative_mspbe(theta, loud, rng, draws=50, level=0.9, identification=False)
+    assert math.isfinite(raw.upper)
+    # an identified release keeps its bootstrap interval
+    quiet = release_noisy_statistics(sums, n=n, m=m, sigma=3.0, clip=clip, rng=rng)
+    assert math.isfinite(private_relative_mspbe(theta, quiet, rng, draws=50, level=0.9).upper)
