@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from gpope.core.guard import Diagnostic, private_relative_mspbe, utility_guard
+from gpope.core.intervals import separated_from_singular
 from gpope.core.metrics import relative_mspbe
 from gpope.core.ssp import release_noisy_statistics, statistics_vectors
 
@@ -69,6 +70,7 @@ def test_a_release_that_does_not_identify_the_fixed_point_gives_an_inconclusive_
     loud = release_noisy_statistics(sums, n=n, m=m, sigma=std / clip, clip=clip, rng=rng)
     A_sum, _, C_sum = loud.pooled()
     assert np.all(np.diag(C_sum) > 4 * std)  # every feature supported: the A test decides
+    assert not separated_from_singular(A_sum, std, level=0.9)
     d = private_relative_mspbe(theta, loud, rng, draws=50, level=0.9)
     assert d.lower == 0.0 and d.upper == math.inf
     assert utility_guard({"private": d}).verdict == "unknown"
