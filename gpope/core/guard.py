@@ -132,17 +132,16 @@ def private_relative_mspbe(
     "NO BETTER THAN theta = 0" from a private interval [1.04, 1.21] while the public relative
     MSPBE was 0.05). A conservative gate: it only removes claims.
     """
-    from gpope.core.intervals import separated_from_singular
-    from gpope.core.ssp import private_mspbe, release_noisy_statistics, supported_features
+    from gpope.core.intervals import supported_separation
+    from gpope.core.ssp import private_mspbe, release_noisy_statistics
 
     check_int("private_relative_mspbe", "draws", draws, ge=2)
     check_number("private_relative_mspbe", "level", level, gt=0.0, lt=1.0)
     r = private_mspbe(theta, noisy)[1]
     if identification:
         A, _, C = noisy.pooled()
-        std = noisy.pooled_noise_std()
-        keep = supported_features(C, noise_std=std)
-        if not keep.any() or not separated_from_singular(A[np.ix_(keep, keep)], std, level=level):
+        keep, sep = supported_separation(A, C, noisy.pooled_noise_std(), level=level)
+        if not keep.any() or not sep > 1.0:  # the test of separated_from_singular
             return Diagnostic(float(r), 0.0, math.inf, float(level))
     boot = np.array([
         private_mspbe(theta, release_noisy_statistics(noisy.sums, n=noisy.n, m=noisy.m,

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -63,7 +63,8 @@ from gpope.errors import ConfigError
 
 __all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval",
            "check_interval_groups", "depends_on", "group_interval", "interval_groups",
-           "separated_from_singular", "separation", "split_interval", "ssp_values"]
+           "separated_from_singular", "separation", "split_interval", "ssp_values",
+           "supported_separation"]
 
 #: Bootstrap replications per interval (the quantiles of a 95% interval from 400 draws are
 #: within about +-0.01 in coverage).
@@ -146,6 +147,17 @@ def separation(A: np.ndarray, noise_std: float, *, level: float = 0.95) -> float
     return s_min / (noise_std * float(np.sqrt(chi2.ppf(level, k))))
 
 
+def supported_separation(A: np.ndarray, C: np.ndarray, noise_std: float, *,
+                         level: float = 0.95) -> tuple[np.ndarray, float]:
+    """(supported features, :func:`separation` of their block of ``A~``) of a release's pooled
+    noisy sums ``A~``, ``C~`` (noise std ``noise_std`` per entry): the support rule
+    (:func:`gpope.core.ssp.supported_features`) and the identification test's input, the one
+    definition :func:`bootstrap_interval` and the guard's private diagnostic
+    (:func:`gpope.core.guard.private_relative_mspbe`) share. Post-processing."""
+    keep = supported_features(C, noise_std=noise_std)
+    return keep, separation(np.asarray(A)[np.ix_(keep, keep)], noise_std, level=level)
+
+
 def separated_from_singular(A: np.ndarray, noise_std: float, *, level: float = 0.95) -> bool:
     """Whether the noisy square matrix ``A~`` (k, k) = ``A + E`` (``E`` iid ``N(0, noise_std^2)``
     entries, the SSP release's noise on the summed A, known exactly) rejects "``A`` is singular"
@@ -216,9 +228,8 @@ def bootstrap_interval(
     theta, _ = solve_ssp(A, b, C=C, noise_std=std, regularize=regularize)
     value = np.asarray(transform(theta), dtype=np.float64)
     n = noisy.n
-    keep = supported_features(C, noise_std=std)
+    keep, sep = supported_separation(A, C, std, level=level)
     unbounded = depends_on(transform, theta, ~keep)
-    sep = separation(A[np.ix_(keep, keep)], std, level=level)
     unidentified = bool(identification and not sep > 1.0)
     if unidentified:
         unbounded = unbounded | depends_on(transform, theta, keep)
@@ -278,18 +289,17 @@ def anchored_interval(centre: np.ndarray, reference: Interval) -> Interval:
     ``min(reference.lower_bound, centre)``."""
     c = np.asarray(centre, dtype=np.float64)
     gap = np.abs(c - reference.value)
-    return Interval(value=c, lower=np.minimum(reference.lower, c), upper=np.maximum(reference.upper, c),
-                    lower_bound=np.minimum(reference.lower_bound, c),
-                    se=np.sqrt(reference.se ** 2 + gap ** 2), level=reference.level, df=reference.df,
-                    unidentified=reference.unidentified, separation=reference.separation)
+    return replace(reference, value=c, lower=np.minimum(reference.lower, c),
+                   upper=np.maximum(reference.upper, c),
+                   lower_bound=np.minimum(reference.lower_bound, c),
+                   se=np.sqrt(reference.se ** 2 + gap ** 2))
 
 
 def split_interval(iv: Interval, k: int) -> tuple[Interval, Interval]:
     """The first ``k`` quantities of ``iv`` and the rest, as two Intervals."""
     def part(sl: slice) -> Interval:
-        return Interval(value=iv.value[sl], lower=iv.lower[sl], upper=iv.upper[sl],
-                        lower_bound=iv.lower_bound[sl], se=iv.se[sl], level=iv.level, df=iv.df,
-                        unidentified=iv.unidentified, separation=iv.separation)
+        return replace(iv, value=iv.value[sl], lower=iv.lower[sl], upper=iv.upper[sl],
+                       lower_bound=iv.lower_bound[sl], se=iv.se[sl])
 
     return part(slice(0, k)), part(slice(k, None))
 
