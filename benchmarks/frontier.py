@@ -241,11 +241,11 @@ def _problem_factory(domain: str, delta: float, args: argparse.Namespace):
     from gpope.core.experiments.continuous import HIVSettings, MountainCarSettings, _Domain
 
     if args.pool_dir:  # statistics vectors [vec A, b, vec C] per patient, one .npy per chunk
-        from gpope.core.ssp import split_vector
+        from gpope.core.ssp import split_vector, vector_features
 
         files = sorted(Path(args.pool_dir).glob(args.pool_glob))
         vec = np.concatenate([np.load(f) for f in files])
-        n = round((math.sqrt(1 + 8 * vec.shape[1]) - 1) / 4)
+        n = vector_features(vec.shape[1])
         A, b, C = split_vector(vec, n)
         pool = {"A": np.ascontiguousarray(A), "b": np.ascontiguousarray(b),
                 "C": np.ascontiguousarray(C), "tau": np.ones(len(vec), dtype=np.int64)}

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                    spec_scale=args.domain == "mountaincar")
     public = setup.public(args.public, args.seed)
     clip = float(np.quantile(np.linalg.norm(public, axis=1), args.clip_quantile))
-    n = round((-1 + np.sqrt(1 + 8 * public.shape[1])) / 4)
+    n = ssp.vector_features(public.shape[1])
     vec = setup.pool if args.domain == "hiv" else setup.data(args.n, np.random.default_rng([args.seed, 5]))
     A_bar = ssp.split_vector(ssp.clip_statistics(vec, clip).mean(axis=0), n)[0]
     s_min = float(np.linalg.svd(A_bar, compute_uv=False)[-1])

@@ -207,11 +207,11 @@ class _Setup:
 
         if self.pool is not None:  # the pool is the population: its clipped fixed point, exactly
             vec = ssp.clip_statistics(self.pool, clip)
-            n = round((-1 + np.sqrt(1 + 8 * vec.shape[1])) / 4)
+            n = ssp.vector_features(vec.shape[1])
             A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
             return self.transform(np.linalg.lstsq(A, b, rcond=None)[0])
         vec = ssp.clip_statistics(self.data(m, np.random.default_rng([seed, 7777])), clip)
-        n = round((-1 + np.sqrt(1 + 8 * vec.shape[1])) / 4)
+        n = ssp.vector_features(vec.shape[1])
         A, b, _ = ssp.split_vector(vec.mean(axis=0), n)
         return self.transform(np.linalg.lstsq(A, b, rcond=None)[0])
 
@@ -298,18 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     public = setup.public(args.public, args.seed)
     clip = float(np.quantile(np.linalg.norm(public, axis=1), args.clip_quantile))
     public_c = ssp.clip_statistics(public, clip)
-    n = round((-1 + np.sqrt(1 + 8 * public.shape[1])) / 4)
+    n = ssp.vector_features(public.shape[1])
     estimand = setup.estimand
     clipped_estimand = setup.clipped_estimand(clip, args.truth, args.seed)
-
-    def moment_sum(rows, counts, theta, bound):
-        """The clipped residual moments' sum of the data set (rows with their counts)."""
-        if counts is None:
-            return ssp.clipped_moment_sum(rows, theta, n=n, clip=clip, bound=bound)
-        from gpope.core.clipping import clip_rows
-
-        r = clip_rows(ssp.residuals(ssp.clip_statistics(rows, clip), theta, n), float(bound))
-        return counts @ ssp.moment_vectors(r)
 
     def release_interval(vec, total, m, eps, delta, rng, counts=None):
         """The pipeline's SSP release and its bootstrap interval (pooled sums, moments), per
@@ -326,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         norms = np.linalg.norm(ssp.residuals(public_c, theta, n), axis=1)
         bound = min(ssp.residual_bound(theta, clip), float(np.quantile(norms, args.clip_quantile)))
         moments = ssp.release_moments(
-            moment_sum(vec, counts, theta, bound), n=n,
+            ssp.clipped_moment_sum(vec, theta, n=n, clip=clip, bound=bound, counts=counts), n=n,
             theta=theta, sigma=s2, bound=bound, rng=rng)
         return {ident: bootstrap_interval(
                     noisy, moments, setup.transform, rng=rng if i == len(idents) - 1 else copy.deepcopy(rng),

@@ -53,6 +53,7 @@ __all__ = [
     "ssp_sigma",
     "statistics_vectors",
     "supported_features",
+    "vector_features",
 ]
 
 #: Probability that the pooled noise's spectral norm exceeds the bound used by the AdaSSP rule.
@@ -72,6 +73,19 @@ def statistics_vectors(A: np.ndarray, b: np.ndarray, C: np.ndarray) -> np.ndarra
     A = np.asarray(A, dtype=np.float64).reshape(k, n * n)
     C = np.asarray(C, dtype=np.float64).reshape(k, n * n)
     return np.concatenate([A, b, C], axis=1)
+
+
+def vector_features(width: int) -> int:
+    """n of statistics vectors of length ``width`` = 2n^2 + n (inverse of the layout of
+    :func:`statistics_vectors`).
+
+    Raises:
+        DataError: ``width`` is not 2n^2 + n for any n >= 1.
+    """
+    n = round((math.sqrt(1 + 8 * int(width)) - 1) / 4)
+    if n < 1 or 2 * n * n + n != int(width):
+        raise DataError(f"Statistics vectors have length 2n^2+n; {width} is not of that form.")
+    return n
 
 
 def split_vector(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -430,14 +444,15 @@ def moments_matrix(vec: np.ndarray, n: int) -> np.ndarray:
 
 
 def clipped_moment_sum(vectors: np.ndarray, theta: np.ndarray, *, n: int, clip: float,
-                       bound: float) -> np.ndarray:
+                       bound: float, counts: np.ndarray | None = None) -> np.ndarray:
     """(n(n+1)/2,) sum of :func:`moment_vectors` of the residuals of the rows clipped to ``clip``,
     each residual clipped to L2 norm ``bound`` (so each row adds at most ``bound^2`` in L2): the
-    in-memory reference of the pipeline's second aggregate."""
+    in-memory reference of the pipeline's second aggregate. ``counts`` (k,): how often each row
+    occurs (a multiset of rows, e.g. a cohort drawn with replacement from a pool); None: once."""
     from gpope.core.clipping import clip_rows
 
-    r = residuals(clip_statistics(vectors, clip), theta, n)
-    return moment_vectors(clip_rows(r, float(bound))).sum(axis=0)
+    m = moment_vectors(clip_rows(residuals(clip_statistics(vectors, clip), theta, n), float(bound)))
+    return m.sum(axis=0) if counts is None else np.asarray(counts, dtype=np.float64) @ m
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from gpope.core.intervals import (
 )
 from gpope.core.metrics import mspbe, relative_mspbe
 from gpope.core.statistics import statistics_from_transitions
-from gpope.errors import ConfigError
+from gpope.errors import ConfigError, DataError
 
 
 def _chain_vectors(m: int, seed: int) -> tuple[np.ndarray, int]:
@@ -356,3 +356,24 @@ def test_identification_is_the_default_and_says_why_through_anchor_and_split():
                                regularize=False)
     assert not ok.unidentified and ok.separation > 1.0 and np.all(np.isfinite(ok.upper))
     assert separation(np.zeros((0, 0)), 1.0) == np.inf and separation(np.eye(2), 0.0) == np.inf
+
+
+def test_vector_features_inverts_the_statistics_layout_and_rejects_other_widths():
+    for n in (1, 2, 9, 40):
+        assert ssp.vector_features(2 * n * n + n) == n
+    for width in (0, 2, 4, 170, 172):
+        with pytest.raises(DataError, match="2n\\^2\\+n"):
+            ssp.vector_features(width)
+
+
+def test_clipped_moment_sum_with_counts_equals_the_sum_over_the_repeated_rows():
+    # oracle: the multiset written out row by row
+    rng = np.random.default_rng(3)
+    n = 3
+    rows = rng.normal(size=(7, 2 * n * n + n)) * 2.0
+    counts = np.array([0, 1, 3, 0, 2, 5, 1])
+    theta = rng.normal(size=n)
+    repeated = np.repeat(rows, counts, axis=0)
+    want = ssp.clipped_moment_sum(repeated, theta, n=n, clip=1.5, bound=0.7)
+    got = ssp.clipped_moment_sum(rows, theta, n=n, clip=1.5, bound=0.7, counts=counts)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
