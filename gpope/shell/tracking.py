@@ -28,10 +28,12 @@ __all__ = [
     "EXPERIMENT_KIND",
     "PRIVATE_DIAGNOSTIC_TAG",
     "code_version",
+    "ensure_store",
     "log_json_artifact",
     "log_private_diagnostics",
     "resolve_tracking_uri",
     "start_run",
+    "store_lock",
 ]
 
 PRIVATE_DIAGNOSTIC_TAG = "diagnostic.private"
@@ -73,6 +75,41 @@ def resolve_tracking_uri(cli_uri: str | None, conf_uri: str | None, lake_root: s
     root = Path(lake_root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / 'mlflow.db'}"
+
+
+@contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """Hold an exclusive lock on a local SQLite store while it may be created or migrated.
+
+    MLflow creates a SQLite store's schema (alembic migrations) on first use; several processes
+    doing that at once fail (``Online migration expected to match one row``, ``table
+    _alembic_tmp_tags already exists``). Under this lock (``<db>.lock``, an ``flock`` that the
+    OS releases when a holder dies) exactly one process creates the store and the others find
+    it complete. Other URIs (tracking servers, server databases) need no lock: a no-op.
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    db = Path(tracking_uri[len("sqlite:///") :])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_store(tracking_uri: str, experiment: str) -> str:
+    """Create (once, under :func:`store_lock`) the tracking store and ``experiment``; its id.
+
+    Safe to call from several processes at once; a store that exists is only read.
+    """
+    _require_sql_store(tracking_uri)
+    with store_lock(tracking_uri):
+        return _experiment_id(experiment, tracking_uri)
 
 
 def _experiment_id(name: str, tracking_uri: str) -> str:
@@ -126,7 +163,7 @@ def start_run(
     previous = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(tracking_uri)
     try:
-        exp_id = _experiment_id(experiment, tracking_uri)
+        exp_id = ensure_store(tracking_uri, experiment)
         run_tags = dict(tags or {})
         if parent_run_id:
             run_tags["mlflow.parentRunId"] = parent_run_id

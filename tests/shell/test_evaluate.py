@@ -308,3 +308,40 @@ def test_unbounded_intervals_print_as_unbounded_with_a_note():
     assert "95% interval unbounded" in text and UNBOUNDED_NOTE not in text
     assert unbounded_note(report.intervals) in text and "singular A" in text and "0.42" in text
     assert unbounded_note({"lower": [0.0], "upper": [1.0], "unidentified": True}) is None
+
+
+def test_tracking_failure_after_release_reports_the_release_and_track_relogs_it(
+    spark, setup, tmp_path, capsys
+):
+    # An MLflow store that cannot be opened (its directory is a file): the run is released and
+    # charged, the command does not fail, and its one line says so and how to re-log it;
+    # `gpope track --run-id` then logs the released numbers from the lake, once.
+    from gpope.shell.cli import main
+
+    config, spec, _, uri = setup
+    (tmp_path / "blocked").write_text("a file where the store's directory should be")
+    broken = f"sqlite:///{tmp_path / 'blocked' / 'mlflow.db'}"
+    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=_options(public_trajectories=0), tracking_uri=broken)
+    assert report.mlflow_run_id is None
+    line = report.warnings[0]
+    assert "WAS RELEASED" in line and f"gpope track --run-id {report.run_id}" in line
+    assert "Do not re-run" in line and line in report.summary()
+    assert PrivacyLedger(None, config).entry("mc", report.run_id).status == "released"
+    relog = ["track", "--run-id", report.run_id, "--lake", str(config.lake.root),
+             "--tracking-uri", uri, "--json"]
+    assert main(relog) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["created"] is True and first["run_id"] == report.run_id
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(first["mlflow_run_id"])
+    assert run.data.tags["gpope.run_id"] == report.run_id
+    assert run.data.tags["gpope.relogged"] == "lake"
+    for state, value in report.reference_values.items():
+        assert run.data.metrics[f"value.{state}"] == pytest.approx(value, rel=1e-12)
+    assert run.data.metrics["reserved_epsilon"] == 1.0
+    assert main(relog) == 0  # idempotent: already tracked, nothing logged
+    again = json.loads(capsys.readouterr().out)
+    assert again == {**first, "created": False}
+    assert main(["track", "--run-id", "0" * 32, "--lake", str(config.lake.root),
+                 "--tracking-uri", uri]) == 2
+    assert "has no release" in capsys.readouterr().err

@@ -170,6 +170,11 @@ def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
     note = unbounded_note(iv)
     assert "singular A" in note and note in report.summary()
     assert run.data.tags["gpope.interval_note"] == note
+    # unbounded ends: no metric (MLflow would show NaN), a tag per state naming the omitted ones
+    assert not any(k.startswith(("value_lower", "value_upper")) for k in run.data.metrics)
+    assert run.data.tags["gpope.unbounded"] == ",".join(spec.reference_names)
+    for s in spec.reference_names:
+        assert run.data.tags[f"gpope.unbounded.{s}"] == "value_lower,value_upper,value_lower_bound"
     assert run.data.params["ssp_identification"] == "True"
 
 

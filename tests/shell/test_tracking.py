@@ -60,3 +60,44 @@ def test_experiments_are_classic_ml_and_private_diagnostics_go_to_a_tagged_child
     assert child.data.metrics == {"mspbe": 0.5}
     assert [a.path for a in client.list_artifacts(child_id)] == ["lstd.json"]
     assert code_version()["gpope.version"]
+
+
+_CREATE_STORE = """
+import pathlib, sys, time
+from gpope.shell.tracking import ensure_store
+gate = pathlib.Path(sys.argv[2])
+(gate / sys.argv[3]).touch()
+while len(list(gate.iterdir())) < int(sys.argv[4]):
+    time.sleep(0.01)
+print(ensure_store(sys.argv[1], "gpope"))
+"""
+
+
+def test_processes_creating_a_fresh_store_at_once_all_succeed(tmp_path):
+    # Parallel first runs on a lake without mlflow.db: one process creates the store under the
+    # lock, the others find it complete (without the lock alembic's migrations collide).
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'lake' / 'mlflow.db'}"
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", _CREATE_STORE, uri, str(gate), str(i), "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-800:] for _, err in outs]
+    ids = {out.strip().splitlines()[-1] for out, _ in outs}
+    assert len(ids) == 1  # one experiment, created once
+
+
+def test_unbounded_ends_become_tags_and_json_strings_never_nan_metrics():
+    from gpope.shell.pipeline.evaluate_mlflow import json_end, unbounded_tags
+
+    inf = float("inf")
+    tags = unbounded_tags({"a": (-inf, 2.0, -inf), "b": (0.0, 1.0, 0.5), "c": (None, None, None),
+                           "d": (1.0, inf, 1.0)})
+    assert tags == {"gpope.unbounded.a": "value_lower,value_lower_bound",
+                    "gpope.unbounded.d": "value_upper", "gpope.unbounded": "a,d"}
+    assert unbounded_tags({"b": (0.0, 1.0, 0.5)}) == {}
+    assert [json_end(v) for v in (-inf, inf, 1.5, None)] == ["-inf", "inf", 1.5, None]

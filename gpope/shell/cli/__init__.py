@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "budget",
     "maintain",
     "query",
+    "track",
     "accountant",
     "experiment",
     "tune",

@@ -394,7 +394,7 @@ def run_evaluate(
             f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
             f"({label}; epsilon {options.epsilon:g}, delta {options.delta:g} charged) and "
             f"recorded in the ledger; MLflow logging was skipped. Do not re-run it (that would "
-            f"spend the budget again); read it from released_estimates (run_id {run_id}).",
+            f"spend the budget again); re-log it to MLflow with `gpope track --run-id {run_id}`.",
             run_id, summary,
         ) from exc
     except BaseException:
@@ -461,11 +461,13 @@ def run_evaluate(
         raise InterruptedAfterRelease(
             f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
             f"({label}) and recorded in the ledger; MLflow logging was cut short. Do not re-run "
-            f"it; read it from released_estimates (run_id {run_id}).", run_id, "",
+            f"it; re-log it to MLflow with `gpope track --run-id {run_id}`.", run_id, "",
         ) from exc
     from gpope.shell import lake
 
     warnings = [guard.message] if guard.message else []
+    if tracking.failed_line:  # the release stands; say so and how to re-log, never to re-run
+        warnings.insert(0, tracking.failed_line)
     if outside:
         warnings.append(outside)
     if not settings_info["spec_has_evaluation_block"]:

@@ -6,9 +6,14 @@ One run per released evaluation, in the configured experiment (``tracking.experi
 - **run name**: ``<dataset> | <spec> | <estimator> | eps=<epsilon> | <UTC time>`` (unique).
 - **tags**: ``gpope.dataset``, ``gpope.spec``, ``gpope.spec_id``, ``gpope.estimator``,
   ``gpope.run_id`` (= released_estimates.run_id), ``gpope.private``, ``gpope.seeded``,
-  ``gpope.privacy_note``, ``gpope.stage``, ``gpope.version`` and ``gpope.git_commit``; when a
-  released interval is unbounded (no ``value_lower``/``value_upper`` metric then: MLflow takes
-  finite numbers only), ``gpope.interval_note`` says why in one line.
+  ``gpope.privacy_note``, ``gpope.stage``, ``gpope.version`` and ``gpope.git_commit``.
+- **unbounded interval ends**: MLflow stores finite metrics only and shows a NaN where one was
+  logged, so an infinite end is never logged as a metric. Its metric (``value_lower.<state>``,
+  ``value_upper.<state>`` or ``value_lower_bound.<state>``) is omitted, the tag
+  ``gpope.unbounded.<state>`` lists the omitted metric names (e.g.
+  ``value_lower,value_upper,value_lower_bound``), the tag ``gpope.unbounded`` lists the states with
+  an unbounded end, ``gpope.interval_note`` says why in one line, and ``values.json`` holds the
+  strings ``"-inf"``/``"inf"``. Filter such runs with ``tags.gpope.unbounded != ''``.
 - **params**: the public settings under their CLI flag names (``--step-size`` -> ``step_size``)
   plus every setting that changes the result: the spec's gamma, reward_scale, normalization,
   length_scale and feature count, the tail fraction, the resolved accountant and batch rate,
@@ -44,6 +49,7 @@ them. The sample plan and the seed are never logged.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -55,17 +61,25 @@ if TYPE_CHECKING:
     from gpope.shell.pipeline.evaluation_record import EvaluationRecord
 
 __all__ = [
+    "UNBOUNDED_TAG",
     "TrackingOutcome",
+    "json_end",
     "log_evaluation",
     "private_diagnostics",
     "run_name",
+    "tracking_failed_line",
+    "unbounded_tags",
     "value_figure",
 ]
 
 
 @dataclass(frozen=True)
 class TrackingOutcome:
-    """What the MLflow run recorded that the caller reports."""
+    """What the MLflow run recorded that the caller reports.
+
+    ``error``/``failed_line`` are set (and ``mlflow_run_id`` is None) when tracking failed after
+    the release: ``failed_line`` is the one line the command prints.
+    """
 
     mlflow_run_id: str | None
     tracking_uri: str
@@ -73,6 +87,17 @@ class TrackingOutcome:
     public_relative_mspbe: float | None = None
     private_diagnostics: dict[str, Any] = field(default_factory=dict)
     private_run_id: str | None = None
+    error: str | None = None
+    failed_line: str | None = None
+
+
+def tracking_failed_line(run_id: str, tracking_uri: str, error: str) -> str:
+    """What to tell the operator when MLflow logging failed after a release: the release stands,
+    nothing is to be re-run, and the command that re-logs the run from the lake."""
+    return (f"WARNING: run {run_id} WAS RELEASED and charged (released_estimates, "
+            f"released_values, privacy_ledger), but MLflow tracking at {tracking_uri} failed "
+            f"({error}). Do not re-run the evaluation (that would spend the budget again); "
+            f"re-log it from the lake with: gpope track --run-id {run_id}")
 
 
 def run_name(record: EvaluationRecord, when: datetime | None = None) -> str:
@@ -191,13 +216,50 @@ def _log_input(record: EvaluationRecord) -> None:
     mlflow.log_input(MetaDataset(source, name=_input_name(stats)), context=f"statistics spec_id={stats.spec_id}")
 
 
+#: Tag listing the states with an unbounded interval end; ``<UNBOUNDED_TAG>.<state>`` lists
+#: that state's omitted metrics.
+UNBOUNDED_TAG = "gpope.unbounded"
+_END_METRICS = ("value_lower", "value_upper", "value_lower_bound")
+
+
+def unbounded_tags(ends: Mapping[str, tuple[float | None, float | None, float | None]]) -> dict[str, str]:
+    """Tags naming the interval ends that are not finite, so their omitted metrics read as
+    unbounded (module docstring).
+
+    Args:
+        ends: per reference state, ``(lower, upper, lower_bound)``; None means no interval.
+
+    Returns:
+        ``{"gpope.unbounded.<state>": "value_lower,value_upper", "gpope.unbounded": "s0,s3"}`` for
+        the states with an infinite (or NaN) end; empty when every end is finite or absent.
+    """
+    tags: dict[str, str] = {}
+    for state, row in ends.items():
+        names = [n for n, v in zip(_END_METRICS, row, strict=True)
+                 if v is not None and not math.isfinite(v)]
+        if names:
+            tags[f"{UNBOUNDED_TAG}.{state}"] = ",".join(names)
+    if tags:
+        tags[UNBOUNDED_TAG] = ",".join(k[len(UNBOUNDED_TAG) + 1:] for k in tags)
+    return tags
+
+
+def json_end(value: float | None) -> float | str | None:
+    """An interval end for a JSON table: a finite number, None, or ``"-inf"``/``"inf"``."""
+    if value is None or math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "nan"
+    return "inf" if value > 0 else "-inf"
+
+
 def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
     names = list(record.spec.reference_names)
     table: dict[str, list[Any]] = {"state": names, "value": [float(v) for v in record.values]}
     if record.intervals:
-        table["lower"] = [record.intervals[n].lower for n in names]
-        table["upper"] = [record.intervals[n].upper for n in names]
-        table["lower_bound"] = [record.intervals[n].lower_bound for n in names]
+        table["lower"] = [json_end(record.intervals[n].lower) for n in names]
+        table["upper"] = [json_end(record.intervals[n].upper) for n in names]
+        table["lower_bound"] = [json_end(record.intervals[n].lower_bound) for n in names]
         table["ci_level"] = [record.ci_level] * len(names)
     if record.truth:
         table["true_value"] = [record.truth.get(n) for n in names]
@@ -207,7 +269,26 @@ def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
 def log_evaluation(
     record: EvaluationRecord, *, tracking_uri: str, experiment: str
 ) -> TrackingOutcome:
-    """Create the evaluation's MLflow run and log everything listed in the module docstring."""
+    """Create the evaluation's MLflow run and log everything listed in the module docstring.
+
+    Called after the release is committed, so it never raises an ``Exception``: a tracking
+    failure (store locked or unreachable, disk full, a bad artifact) comes back as
+    ``TrackingOutcome.error`` with ``failed_line`` saying how to re-log the run
+    (``gpope track --run-id``); the MLflow run, if one was started, ends FAILED.
+    ``KeyboardInterrupt`` still propagates.
+    """
+    try:
+        return _log_evaluation(record, tracking_uri=tracking_uri, experiment=experiment)
+    except Exception as exc:  # the release stands; tracking is re-done by `gpope track`
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return TrackingOutcome(None, tracking_uri, error=reason[:300],
+                               failed_line=tracking_failed_line(record.run_id, tracking_uri,
+                                                                reason[:300]))
+
+
+def _log_evaluation(
+    record: EvaluationRecord, *, tracking_uri: str, experiment: str
+) -> TrackingOutcome:
     import mlflow
 
     from gpope.core.metrics import mspbe
@@ -228,6 +309,8 @@ def log_evaluation(
         "gpope.valid_bound": str(record.accountant != "paper").lower(),
         **code_version(),
         **dict(record.tags),
+        **unbounded_tags({n: (iv.lower, iv.upper, iv.lower_bound)
+                          for n, iv in (record.intervals or {}).items()}),
     }
     public_mspbe = relative = None
     diagnostics: dict[str, Any] = {}

@@ -1,0 +1,46 @@
+"""``gpope track --run-id RUN``: log a released run to MLflow again, from the lake (no budget)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpope.shell.cli._common import add_json_flag, emit
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``track`` command."""
+    parser = subparsers.add_parser(
+        "track",
+        help="log a released run to MLflow from the lake (after a tracking failure; no budget)",
+        description=(
+            "An evaluation commits its release before it logs to MLflow, so a tracking failure "
+            "(store locked, unreachable, disk full) leaves a released, charged run without an "
+            "MLflow run; the evaluate command then prints this command. It rebuilds the run from "
+            "released_estimates and released_values (released numbers only: values, intervals, "
+            "theta, epsilon, delta, accountant, spec) and logs it, tagged gpope.relogged=lake. "
+            "It reads no private table, draws no noise and spends no budget; a run that MLflow "
+            "already holds is left alone unless --force. No Spark, no JVM (local lakes)."
+        ),
+    )
+    parser.add_argument("--run-id", required=True, help="the gpope run id (released_estimates.run_id)")
+    parser.add_argument("--lake", default=None,
+                        help="lake root directory (default: ./lake, or lake.root in --conf)")
+    parser.add_argument("--conf", default=None,
+                        help="YAML configuration file (default: the packaged conf/default.yaml)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                        "sqlite:///<lake>/mlflow.db)")
+    parser.add_argument("--force", action="store_true",
+                        help="log it even when a finished MLflow run already holds this run id")
+    add_json_flag(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope.shell.pipeline.track import relog_release
+
+    config = config_from_args(args)
+    report = relog_release(config, args.run_id, tracking_uri=args.tracking_uri, force=args.force)
+    emit(args, report.to_dict(), report.summary())
+    return 0
