@@ -15,12 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gpope.errors import GpopeError
+from gpope.shell.cli.domains import domain_arg
 from gpope.shell.pipeline.jobargs import job_parser, job_setup
 
 __all__ = ["demo", "evaluate", "ingest", "simulate", "stats"]
-
-_DOMAINS = ("chain", "mountaincar", "hiv")
-
 
 def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Namespace) -> int:
     try:
@@ -34,7 +32,7 @@ def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Na
 def simulate(argv: Sequence[str] | None = None) -> int:
     """``gpope-simulate``: a synthetic cohort -> the dataset's bronze tables (replaced)."""
     parser = job_parser("Simulate a cohort into the dataset's bronze tables.", dataset=True)
-    parser.add_argument("--domain", default="hiv", choices=_DOMAINS)
+    parser.add_argument("--domain", default="hiv", type=domain_arg)
     parser.add_argument("--patients", type=int, default=2000, help="patients (episodes)")
     parser.add_argument("--steps", type=int, default=None,
                         help="decisions recorded per patient (default: the domain's)")
@@ -63,7 +61,7 @@ def simulate(argv: Sequence[str] | None = None) -> int:
 def ingest(argv: Sequence[str] | None = None) -> int:
     """``gpope-ingest``: bronze events -> silver transitions and rejected_events."""
     parser = job_parser("Bronze events -> silver transitions and rejected_events.", dataset=True)
-    parser.add_argument("--domain", default=None, choices=_DOMAINS,
+    parser.add_argument("--domain", default=None, type=domain_arg,
                         help="simulated domain of a dataset not configured under 'datasets:'")
     args = parser.parse_args(argv)
 

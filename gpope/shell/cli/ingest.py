@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
-
-DOMAINS = ("chain", "mountaincar", "hiv")
+from gpope.shell.cli.domains import domain_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
     parser.add_argument(
         "--domain",
-        choices=DOMAINS,
+        type=domain_arg,
         default=None,
         help="simulated domain whose settings to use when the dataset is not in --conf",
     )

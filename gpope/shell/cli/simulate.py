@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpope.shell.cli._common import add_json_flag, add_lake_options, emit, show_progress
-
-DOMAINS = ("chain", "mountaincar", "hiv")
+from gpope.shell.cli.domains import domain_arg, domain_help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "`gpope ingest --dataset NAME --domain DOMAIN`."
         ),
     )
-    parser.add_argument("--domain", required=True, choices=DOMAINS, help="simulated domain")
+    parser.add_argument("--domain", required=True, type=domain_arg, help=domain_help("simulated domain"))
     parser.add_argument("--patients", required=True, type=int, help="number of patients (episodes)")
     parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
     parser.add_argument(

@@ -11,13 +11,8 @@ part (:data:`PATIENTS_PER_PART` patients): the driver writes the Arrow tables st
 tables' staging folders as Parquet (no Spark job: the rows are already on the driver), so memory
 stays bounded whatever the cohort size.
 
-Behaviour policies (the logged ``propensity``):
-
-| domain | behaviour |
-|---|---|
-| chain | the only action (probability 1) |
-| mountaincar | the Q-learned policy, epsilon-greedy with epsilon 0.1 |
-| hiv | softmax over the learned Q at the artifact's behaviour temperature |
+Domains, their behaviour policies (the logged ``propensity``) and episode caps come from the one
+registry :mod:`gpope.core.envs.registry` (chain, mountain car, HIV, generated random MDPs).
 
 :func:`dataset_settings_for_domain` gives the ingest settings that read such a cohort back
 (variables, actions, terminal variable from the spec; ``max_length`` = the domain's episode cap).
@@ -30,13 +25,13 @@ episodes of a seed do not depend on the recording options.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpope.config import DatasetSettings, GpopeConfig
-from gpope.core.validation import check_choice, check_int, check_number
-from gpope.errors import ConfigError
+from gpope.core.envs.registry import domain_names, get_domain
+from gpope.core.validation import check_int, check_number
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,14 +56,13 @@ __all__ = [
     "tables_to_frames",
 ]
 
-Domain = Literal["chain", "mountaincar", "hiv"]
-DOMAINS: tuple[str, ...] = ("chain", "mountaincar", "hiv")
+DOMAINS: tuple[str, ...] = domain_names()
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
 
 
 def _check_domain(domain: object) -> str:
-    check_choice("simulate", "domain", domain, DOMAINS)
-    return str(domain)
+    """``domain`` if the registry knows it (:func:`gpope.core.envs.registry.get_domain`)."""
+    return get_domain(domain).name  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -145,17 +139,9 @@ class SimulateReport:
 
 
 def _max_steps(domain: str) -> int:
-    if domain == "chain":
-        from gpope.core.envs.chain import ChainConfig
+    from gpope.core.envs.registry import get_domain
 
-        return ChainConfig().max_steps
-    if domain == "mountaincar":
-        from gpope.core.envs.mountaincar import MAX_STEPS
-
-        return MAX_STEPS
-    from gpope.core.envs.hiv import MAX_STEPS as HIV_MAX_STEPS
-
-    return HIV_MAX_STEPS
+    return get_domain(domain).max_steps
 
 
 def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -> DatasetSettings:
@@ -174,10 +160,8 @@ def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -
     Raises:
         ConfigError: unknown domain.
     """
-    from gpope.core.envs import ehr
-
     domain = _check_domain(domain)
-    spec = ehr.spec_for_domain(domain)
+    spec = get_domain(domain).event_spec
     return DatasetSettings(
         variables=spec.variables,
         actions=spec.actions,
@@ -188,40 +172,24 @@ def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -
 
 
 def behaviour_policy(domain: str) -> Policy | None:
-    """The behaviour policy of ``domain`` (None for the chain, whose only action has probability 1).
+    """The behaviour policy of ``domain`` (None for the chain, whose only action has probability 1,
+    and for generated MDPs, whose simulator logs its own).
 
     Raises:
         ConfigError: unknown domain, or a stored policy artifact is missing.
     """
-    domain = _check_domain(domain)
-    if domain == "chain":
-        return None
-    if domain == "mountaincar":
-        from gpope.core.envs import mountaincar
+    from gpope.core.envs.registry import get_domain
 
-        return mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
-    from gpope.core.envs import train_hiv
-
-    return train_hiv.behavior_policy()
+    return get_domain(_check_domain(domain)).behaviour_policy()
 
 
 def _generate_batch(
     domain: str, n: int, rng: np.random.Generator, policy: Policy | None, n_steps: int | None
 ) -> Transitions:
-    if domain == "chain":
-        from gpope.core.envs import chain
+    from gpope.core.envs.registry import get_domain
 
-        cfg = chain.ChainConfig() if n_steps is None else chain.ChainConfig(max_steps=n_steps)
-        return chain.generate(n, rng, cfg)
-    if policy is None:
-        raise ConfigError(f"Simulating {domain!r} needs a behaviour policy; got None.")
-    if domain == "mountaincar":
-        from gpope.core.envs import mountaincar
-
-        return mountaincar.generate(n, rng, policy, max_steps=n_steps or mountaincar.MAX_STEPS)
-    from gpope.core.envs import hiv
-
-    return hiv.generate(n, rng, policy, n_steps=n_steps or hiv.MAX_STEPS)
+    entry = get_domain(domain)
+    return entry.generate(n, rng, policy, n_steps or entry.max_steps)
 
 
 def _concatenate(parts: list[Transitions]) -> Transitions:
@@ -318,7 +286,7 @@ def iter_simulated_tables(
         policy = behaviour_policy(domain)
     episode_seq, record_seq = np.random.SeedSequence(seed).spawn(2)
     episode_rng, record_rng = np.random.default_rng(episode_seq), np.random.default_rng(record_seq)
-    spec = ehr.spec_for_domain(domain)
+    spec = get_domain(domain).event_spec
     part = options.batch_size * max(1, PATIENTS_PER_PART // options.batch_size)
     with tqdm(total=m, desc=f"simulate {domain}", unit="patient", disable=not progress) as bar:
         for first in range(0, m, part):
