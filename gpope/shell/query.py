@@ -22,6 +22,12 @@ view                           what
                                left (``released_values`` joined with ``budget_status``)
 =============================  ===============================================================
 
+One query reads every table it opens as of one instant (:func:`snapshot`: the pipeline_runs
+manifest and the ledger behind ``budget_status`` included), so an answer never mixes table versions
+from before and after a concurrent commit. ``latest_release`` orders by commit (the
+``released_values`` version that committed each release, its ``release_version`` column), never by
+``created_at``, which is the writing host's clock.
+
 Every view reads its table as the pipeline's readers do (:mod:`gpope.shell.lake.manifest`): at
 the latest version not written by an incomplete multi-table step, with the rows of incomplete
 runs hidden, so a half-written release or ingest never shows. Columns keep the comments the table
@@ -56,7 +62,9 @@ __all__ = [
     "connect",
     "describe",
     "lake_tables",
+    "latest_version",
     "query",
+    "snapshot",
     "view_names",
 ]
 
@@ -68,11 +76,22 @@ _LATEST_BUDGET_COLUMNS = ("budget_epsilon", "spent_epsilon", "remaining_epsilon"
                           "remaining_delta", "runs_left")
 _LATEST_RELEASE_SQL = """
 SELECT v.dataset, v.spec_name, v.estimator, v.state, v.value, v.lower, v.upper, v.lower_bound,
-       v.ci_level, v.epsilon, v.delta, v.private, v.created_at, v.run_id, v.spec_id, {budget}
-FROM released_values v {join}
+       v.ci_level, v.epsilon, v.delta, v.private, v.created_at, v.run_id, v.spec_id,
+       c.release_version, {budget}
+FROM released_values v LEFT JOIN {commits} c ON c.run_id = v.run_id {join}
 QUALIFY row_number() OVER (PARTITION BY v.dataset, v.spec_id, v.estimator, v.state
-                           ORDER BY v.created_at DESC, v.run_id) = 1
+                           ORDER BY c.release_version DESC NULLS LAST, v.created_at DESC,
+                                    v.run_id) = 1
 """
+#: Arrow view behind latest_release's commit order: run_id -> released_values version.
+_RELEASE_COMMITS = "__release_commits"
+_RELEASE_VERSION_COMMENT = (
+    "version of released_values that committed this release: commit order, which decides "
+    "'latest' (created_at is the writer's clock and may be skewed)")
+_PIPELINE_RUNS = "pipeline_runs"
+_LEDGER = "privacy_ledger"
+#: Attempts at a consistent snapshot of the lake's table versions before giving up.
+_SNAPSHOT_ATTEMPTS = 50
 _LAYERS = ("bronze", "silver", "gold")
 _SEPARATOR = "__"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -201,33 +220,85 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def latest_version(path: str | Path) -> int | None:
+    """The newest committed version of the local Delta table at ``path`` (None: no commit yet).
+
+    Reads only the ``_delta_log`` listing (``<20 digits>.json`` commit files), so it costs one
+    directory listing whatever the table's size.
+    """
+    try:
+        names = os.listdir(Path(path) / "_delta_log")
+    except FileNotFoundError:
+        return None
+    versions = [int(n[:20]) for n in names
+                if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+    return max(versions) if versions else None
+
+
+def snapshot(paths: Iterable[str]) -> dict[str, int | None]:
+    """The version of every table in ``paths`` as of ONE instant.
+
+    Delta commits one table at a time, so reading table after table may mix a version from
+    before a commit elsewhere with one from after it. The versions are listed twice in a row;
+    when both listings agree, every table had exactly that version throughout the moment between
+    them (versions only grow), so the set is a state the lake really was in. Otherwise it is
+    listed again.
+
+    Raises:
+        QueryError: the tables kept changing through every attempt.
+    """
+    paths = list(paths)
+    first = {p: latest_version(p) for p in paths}
+    for _ in range(_SNAPSHOT_ATTEMPTS):
+        second = {p: latest_version(p) for p in paths}
+        if second == first:
+            return first
+        first = second
+        time.sleep(0.01)
+    raise QueryError(
+        f"The lake's tables changed during each of {_SNAPSHOT_ATTEMPTS} attempts at a consistent "
+        "read (many writers committing at once); run the query again."
+    )
+
+
+def _history(delta: Any, at: int) -> list[tuple[int, str | None]]:
+    """``(version, run tag)`` of the commits up to version ``at``."""
+    from gpope.shell.lake.base import decode_user_metadata_run
+
+    return [(int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
+            for c in delta.history() if int(c["version"]) <= at]
+
+
 def _open_dataset(
-    table: LakeTable, committed: set[str]
-) -> tuple[Any, dict[str, str], set[str]] | None:
-    """The table as readers must see it: its Arrow dataset at the pinned version (the latest
-    commit not tagged with an incomplete pipeline run, :mod:`gpope.shell.lake.manifest`), its
-    column comments from the Delta schema, and the incomplete runs whose rows stay hidden.
-    None when only incomplete runs wrote the table."""
+    table: LakeTable, committed: set[str], at: int
+) -> tuple[Any, dict[str, str], set[str], dict[str, int]] | None:
+    """The table as readers must see it in the snapshot where it is at version ``at``: its Arrow
+    dataset at the pinned version (the latest commit up to ``at`` not tagged with an incomplete
+    pipeline run, :mod:`gpope.shell.lake.manifest`), its column comments from the Delta schema,
+    the incomplete runs whose rows stay hidden, and the version that committed each complete
+    run's rows (commit order). None when only incomplete runs wrote the table."""
     from deltalake import DeltaTable
 
-    from gpope.shell.lake.base import decode_user_metadata_run
     from gpope.shell.lake.manifest import pinned_version
 
-    delta = DeltaTable(table.path)
-    history = [(int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-               for c in delta.history()]
+    delta = DeltaTable(table.path, version=at)
+    history = _history(delta, at)
     version = pinned_version(history, committed)
     if version is None:
         return None
-    if version != delta.version():
+    if version != at:
         delta = DeltaTable(table.path, version=version)
     hidden = {tag for v, tag in history if tag is not None and v <= version and tag not in committed}
+    commits: dict[str, int] = {}
+    for v, tag in history:
+        if tag is not None and tag in committed and v <= version:
+            commits[tag] = max(v, commits.get(tag, -1))
     comments = {}
     for f in delta.schema().fields:
         comment = (f.metadata or {}).get("comment")
         if isinstance(comment, str) and comment:
             comments[f.name] = comment
-    return delta.to_pyarrow_dataset(), comments, hidden
+    return delta.to_pyarrow_dataset(), comments, hidden, commits
 
 
 def _comment_columns(con: duckdb.DuckDBPyConnection, view: str, comments: dict[str, str]) -> None:
@@ -238,12 +309,14 @@ def _comment_columns(con: duckdb.DuckDBPyConnection, view: str, comments: dict[s
 
 
 def _register(
-    con: duckdb.DuckDBPyConnection, table: LakeTable, committed: set[str]
+    con: duckdb.DuckDBPyConnection, table: LakeTable, committed: set[str], at: int
 ) -> dict[str, str] | None:
-    opened = _open_dataset(table, committed)
+    opened = _open_dataset(table, committed, at)
     if opened is None:
         return None
-    dataset, comments, hidden = opened
+    dataset, comments, hidden, commits = opened
+    if table.view == _RELEASED_VALUES:
+        _register_commits(con, commits)
     arrow_name = f"__arrow_{table.view}"
     con.register(arrow_name, dataset)
     where = ""
@@ -268,8 +341,20 @@ def _register_stacked(
     )
 
 
-def _register_budget_status(con: duckdb.DuckDBPyConnection, config: GpopeConfig) -> None:
+def _register_commits(con: duckdb.DuckDBPyConnection, commits: dict[str, int]) -> None:
+    import pyarrow as pa
+
+    con.register(_RELEASE_COMMITS, pa.table({
+        "run_id": pa.array(list(commits), type=pa.string()),
+        "release_version": pa.array(list(commits.values()), type=pa.int64()),
+    }))
+
+
+def _register_budget_status(
+    con: duckdb.DuckDBPyConnection, config: GpopeConfig, ledger_path: str, at: int | None
+) -> None:
     from gpope.shell.pipeline import ledger
+    from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
 
     provider = getattr(ledger, "budget_status_table", None)
     if provider is None:
@@ -277,7 +362,7 @@ def _register_budget_status(con: duckdb.DuckDBPyConnection, config: GpopeConfig)
             "The budget_status view needs gpope.shell.pipeline.ledger.budget_status_table, which "
             "this version of gpope does not have; query privacy_ledger instead."
         )
-    rows = provider(config)
+    rows = provider(config, store=DeltaRsLedgerStore(ledger_path, version=at))
     con.register("__arrow_budget_status", rows)
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {BUDGET_STATUS_VIEW} AS SELECT * FROM __arrow_budget_status"
@@ -296,12 +381,14 @@ def _register_latest_release(con: duckdb.DuckDBPyConnection, *, with_budget: boo
         budget = ", ".join(f"CAST(NULL AS DOUBLE) AS {c}" for c in _LATEST_BUDGET_COLUMNS)
         join = ""
     con.execute(f"CREATE OR REPLACE TEMP VIEW {LATEST_RELEASE_VIEW} AS "
-                + _LATEST_RELEASE_SQL.format(budget=budget, join=join))
+                + _LATEST_RELEASE_SQL.format(budget=budget, join=join, commits=_RELEASE_COMMITS))
     comments = dict(con.execute(
         "SELECT column_name, comment FROM duckdb_columns() WHERE table_name IN (?, ?) "
         "AND comment IS NOT NULL", [_RELEASED_VALUES, BUDGET_STATUS_VIEW]).fetchall())
     comments["value"] = ("the LATEST released value at this reference state for (dataset, spec, "
-                         "estimator); " + comments.get("value", ""))
+                         "estimator), latest by commit order (release_version); "
+                         + comments.get("value", ""))
+    comments["release_version"] = _RELEASE_VERSION_COMMENT
     columns = {r[0] for r in con.execute(f"DESCRIBE {LATEST_RELEASE_VIEW}").fetchall()}
     _comment_columns(con, LATEST_RELEASE_VIEW,
                      {k: v for k, v in comments.items() if k in columns and v})
@@ -333,30 +420,44 @@ def connect(
     for t in tables:
         if t.dataset is not None:
             stacked.setdefault(t.table, []).append(t)
-    from gpope.shell.lake.manifest import PipelineRuns
-
-    committed = PipelineRuns(config.lake).committed()
+    has_ledger = any(t.view == _LEDGER for t in tables)
+    needed = [t for t in tables if wanted is None or t.view.lower() in wanted or (
+        t.dataset is not None and t.table.lower() in wanted)]
+    ledger_path = next((t.path for t in tables if t.view == _LEDGER), "")
+    manifest = next((t.path for t in tables if t.view == _PIPELINE_RUNS), None)
+    with_budget = has_ledger and (wanted is None or BUDGET_STATUS_VIEW in wanted)
+    # one instant for every table the query reads, the manifest and the ledger included
+    versions = snapshot([t.path for t in needed] + ([manifest] if manifest else [])
+                        + ([ledger_path] if with_budget else []))
+    committed = _committed(manifest, versions.get(manifest) if manifest else None)
     comments_of: dict[str, dict[str, str]] = {}
-    for t in tables:
-        needed = wanted is None or t.view.lower() in wanted or (
-            t.dataset is not None and t.table.lower() in wanted
-        )
-        if needed:
-            comments = _register(con, t, committed)
-            if comments is not None:
-                comments_of[t.view] = comments
+    for t in needed:
+        at = versions[t.path]
+        comments = None if at is None else _register(con, t, committed, at)
+        if comments is not None:
+            comments_of[t.view] = comments
     for name, members in stacked.items():
         visible = [t for t in members if t.view in comments_of]
         if visible and (wanted is None or name.lower() in wanted) and name not in {
             t.view for t in tables
         }:
             _register_stacked(con, name, visible, comments_of[visible[-1].view])
-    has_ledger = any(t.view == "privacy_ledger" for t in tables)
-    if has_ledger and (wanted is None or BUDGET_STATUS_VIEW in wanted):
-        _register_budget_status(con, config)
+    if with_budget:
+        _register_budget_status(con, config, ledger_path, versions[ledger_path])
     if _RELEASED_VALUES in comments_of and (wanted is None or LATEST_RELEASE_VIEW in wanted):
         _register_latest_release(con, with_budget=has_ledger)
     return con
+
+
+def _committed(manifest: str | None, at: int | None) -> set[str]:
+    """Run ids with a complete manifest in ``pipeline_runs`` at version ``at``."""
+    if manifest is None or at is None:
+        return set()
+    from deltalake import DeltaTable
+
+    from gpope.shell.delta_read import read_table
+
+    return set(read_table(DeltaTable(manifest, version=at)).column("run_id").to_pylist())
 
 
 def query(sql: str, *, lake: str | Path | GpopeConfig | None = None) -> QueryResult:

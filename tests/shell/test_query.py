@@ -273,3 +273,80 @@ def test_half_written_pipeline_steps_never_show(spark, pipeline_lake):
     assert query(sql, lake=config).to_pylist()[0] == before  # ...readers do not see it
     for ref, n in ((releases, before["releases"]), (transitions, before["transitions"])):
         assert read_pinned(lk, ref)[0].count() == n  # the Spark readers agree
+
+
+def test_latest_release_follows_commit_order_not_the_writers_clock(pipeline_lake):
+    # A release committed last from a host whose clock is 2 h behind: its created_at is the
+    # oldest, yet it is the latest release (commit order, the released_values version).
+    from datetime import timedelta
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+    from gpope.shell.lake.base import encode_user_metadata
+    from gpope.shell.lake.manifest import PipelineRuns
+
+    config, _ = pipeline_lake
+    before = query("SELECT * FROM latest_release WHERE dataset = 'cohort_a' ORDER BY state",
+                   lake=config).to_pylist()
+    path = lake.shared_table_location(config.lake, "released_values")
+    table = DeltaTable(path)
+    rows = query(f"SELECT * FROM released_values WHERE run_id = '{before[0]['run_id']}'",
+                 lake=config).table
+    run_id = "skewed" + "0" * 26
+    skewed = (rows.set_column(rows.schema.get_field_index("run_id"), "run_id",
+                              pa.array([run_id] * rows.num_rows))
+              .set_column(rows.schema.get_field_index("value"), "value",
+                          pc.add(rows.column("value"), 1.0))
+              .set_column(rows.schema.get_field_index("created_at"), "created_at",
+                          pc.subtract(rows.column("created_at"),
+                                      pa.scalar(timedelta(hours=2), pa.duration("us")))))
+    write_deltalake(path, skewed.select(table.schema().to_arrow().names).cast(
+        pa.schema(table.schema().to_arrow())), mode="append",
+        commit_properties=CommitProperties(
+            custom_metadata={"userMetadata": encode_user_metadata("append", None, run_id)}))
+    PipelineRuns(config.lake).commit(run_id=run_id, stage="release", dataset="cohort_a",
+                                     tables={"gold/released_values": DeltaTable(path).version()})
+    after = query("SELECT * FROM latest_release WHERE dataset = 'cohort_a' ORDER BY state",
+                  lake=config).to_pylist()
+    assert {r["run_id"] for r in after} == {run_id}
+    for old, new in zip(before, after, strict=True):
+        assert new["value"] == pytest.approx(old["value"] + 1.0)
+        assert new["created_at"] < old["created_at"] and new["release_version"] > old["release_version"]
+
+
+def test_a_query_reads_every_table_at_one_instant(tmp_path):
+    # A writer appends one row to a, b, c, d in turn, again and again; every answer must be a
+    # state the lake was in: counts non-increasing from a to d and at most one apart.
+    import itertools
+    import threading
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    names = "abcd"
+    paths = [tmp_path / "lake" / "silver" / "d" / x for x in names]
+    for p in paths:
+        write_deltalake(p, pa.table({"k": pa.array([0], pa.int64())}))
+    stop = threading.Event()
+
+    def writer() -> None:
+        k = 1
+        while not stop.is_set():
+            for p in paths:
+                write_deltalake(p, pa.table({"k": pa.array([k], pa.int64())}), mode="append")
+            k += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    sql = "SELECT " + ", ".join(f"(SELECT count(*) FROM d__{x}) AS {x}" for x in names)
+    try:
+        answers = [list(query(sql, lake=tmp_path / "lake").to_pylist()[0].values())
+                   for _ in range(15)]
+    finally:
+        stop.set()
+        thread.join()
+    mixed = [a for a in answers
+             if not (all(x >= y for x, y in itertools.pairwise(a)) and a[0] - a[-1] <= 1)]
+    assert not mixed and answers[-1][0] > answers[0][0]

@@ -16,16 +16,17 @@ views: shared gold tables by name (released_values, released_estimates, privacy_
 one dataset's table as <dataset>__<table> (hiv_demo__transitions); every dataset's table
 stacked with a leading dataset column as <table> (transitions, trajectory_stats...);
 budget_status (one row per dataset); latest_release (the latest released value and
-interval per dataset, spec, estimator and reference state, with the budget left).
+interval per dataset, spec, estimator and reference state, with the budget left; latest
+by commit order, release_version, never by the writer's clock). Every table a query reads is
+read as of one instant.
 `gpope query --tables` lists them; `--describe VIEW` shows the columns with their comments
 (units, scale, meaning).
 
 examples:
   gpope query "SELECT dataset, spec_name, state, value, lower, upper, remaining_epsilon
                FROM latest_release WHERE spec_name = 'hiv_demo'"
-  gpope query "SELECT dataset, spec_name, state, value, lower, upper FROM released_values
-               QUALIFY row_number() OVER (PARTITION BY dataset, spec_id, estimator, state
-                                          ORDER BY created_at DESC) = 1"
+  gpope query "SELECT dataset, spec_name, estimator, state, value, lower_bound, release_version
+               FROM latest_release ORDER BY dataset, spec_name, state"
   gpope query "SELECT * FROM budget_status"
   gpope query --csv "SELECT * FROM released_values WHERE spec_name = 'hiv_demo' ORDER BY created_at"
 """

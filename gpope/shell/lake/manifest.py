@@ -274,9 +274,14 @@ class PipelineRuns:
         return sorted(out, key=lambda m: (m.created_at or datetime.min.replace(tzinfo=UTC)))
 
     def latest(self, *, stage: str, dataset: str, key: str | None = None) -> Manifest | None:
-        """The last complete run of ``stage`` on ``dataset`` (and ``key``), or None."""
+        """The last committed complete run of ``stage`` on ``dataset`` (and ``key``), or None.
+
+        "Last" is commit order: runs of one stage on one dataset write the same tables, so the
+        later commit has the higher table versions; ``created_at`` (the writer's clock) only
+        breaks ties.
+        """
         runs = [m for m in self.manifests(stage=stage, dataset=dataset) if key is None or m.key == key]
-        return runs[-1] if runs else None
+        return max(runs, key=lambda m: max(m.tables.values(), default=-1)) if runs else None
 
     def committed(self) -> set[str]:
         """Run ids with a complete manifest."""

@@ -890,9 +890,11 @@ def _refusal(status: BudgetStatus, fold: _Fold, candidate: LedgerEntry, rule: st
 
 
 # ---------------------------------------------------------------------- budget_status
-def budget_status_rows(config: GpopeConfig, *, spark: SparkSession | None = None) -> list[dict[str, Any]]:
-    """One ``budget_status`` row per dataset in the ledger (no JVM on a local lake)."""
-    ledger = PrivacyLedger(spark, config)
+def budget_status_rows(config: GpopeConfig, *, spark: SparkSession | None = None,
+                       store: LedgerStore | None = None) -> list[dict[str, Any]]:
+    """One ``budget_status`` row per dataset in the ledger (no JVM on a local lake); ``store``
+    reads a given ledger (e.g. one pinned to a version) instead of the lake's latest."""
+    ledger = PrivacyLedger(spark, config, store=store)
     rows = ledger._store.rows()
     names = sorted({r["dataset"] for r in rows})
     return [ledger._status(name, [r for r in rows if r["dataset"] == name]).row() for name in names]
@@ -938,7 +940,8 @@ _BUDGET_STATUS_TYPES: dict[str, str] = {
 }
 
 
-def budget_status_table(config: GpopeConfig, *, spark: SparkSession | None = None) -> pa.Table:
+def budget_status_table(config: GpopeConfig, *, spark: SparkSession | None = None,
+                        store: LedgerStore | None = None) -> pa.Table:
     """:func:`budget_status_rows` as an Arrow table (the ``budget_status`` view of ``gpope query``)."""
     import pyarrow as pa
 
@@ -948,5 +951,5 @@ def budget_status_table(config: GpopeConfig, *, spark: SparkSession | None = Non
         pa.field(name, types[kind], metadata={"comment": BUDGET_STATUS_COMMENTS[name]})
         for name, kind in _BUDGET_STATUS_TYPES.items()
     ])
-    rows = budget_status_rows(config, spark=spark)
+    rows = budget_status_rows(config, spark=spark, store=store)
     return pa.Table.from_pylist(rows, schema=schema)

@@ -109,15 +109,16 @@ class DeltaRsLedgerStore:
     path and encodes it itself.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, version: int | None = None) -> None:
         self.location = path
+        self._version = version  # read at this version (a pinned snapshot); None: the latest
 
     def _table(self):
         from deltalake import DeltaTable
 
         if not DeltaTable.is_deltatable(self.location):
             return None
-        return DeltaTable(self.location)
+        return DeltaTable(self.location, version=self._version)
 
     def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
         """All rows (of ``dataset``), oldest first by ``created_at``."""
