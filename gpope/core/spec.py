@@ -186,6 +186,14 @@ class EvaluationSpec:
                 f"probabilities(states) method). Got {self.target_policy!r} instead."
             )
         names = [name for name, _ in self.reference_states]
+        from gpope.core.policy_value import QUANTITIES
+
+        reserved = sorted(set(names) & set(QUANTITIES))
+        if reserved:
+            raise ConfigError(
+                f"Reference state name(s) {reserved} of spec {self.name!r} are reserved for the "
+                f"run's scalar answers ({', '.join(QUANTITIES)}, rows of released_values); "
+                "rename the reference state(s).")
         if len(set(names)) != len(names):
             raise ConfigError(f"EvaluationSpec.reference_states names must be unique. Got {names}.")
         dims = {len(state) for _, state in self.reference_states}

@@ -1,0 +1,313 @@
+"""Evidence (issue 27): coverage and width of the released policy value, behaviour value and
+contrast, per domain x m x epsilon, beside the same estimator's non-private interval.
+
+Everything runs on the core (:mod:`gpope.core.policy_value`, :mod:`gpope.core.policy_value_release`)
+exactly as ``gpope evaluate`` releases it: per-patient terms, the release at the share
+``PolicyValueSettings.share`` of (epsilon, delta) (Gaussian mechanism calibrated by
+:func:`gpope.core.policy_value_release.policy_value_sigma`, add/remove), the intervals at
+level 0.95. The non-private column is the same estimator with exact statistics and no clipping
+(:func:`gpope.core.policy_value_release.exact_intervals`).
+
+Data sets and truths:
+
+* chain (conf/specs/chain.yaml, on-policy, H = 200): a fresh simulated data set per trial; truth
+  the closed form mean of V(s) over the start states 0..38 (DOMAINS.md 1) for both values,
+  contrast 0.
+* mountaincar (conf/specs/mountaincar.yaml: uniform target, 0.1-greedy learned behaviour,
+  W = 10, H = 200): the simulator costs ~0.5 ms per episode, so one pool of ``--mc-pool``
+  behaviour episodes is simulated once (cached) and each data set is drawn iid with replacement
+  from it; J(behaviour) is the pool's mean return (the pool is the population), J(target) a Monte
+  Carlo estimate from ``--mc-truth`` independent episodes of the uniform policy (standard error
+  printed).
+* hiv (conf/specs/hiv_demo.yaml, the demo's 40 decisions, W = 20, rewards in [-1e6, 1e9]): a
+  pool of ``--hiv-pool`` patients, iid resampling as above; J(target) is the deterministic
+  greedy rollout (no patient variation), J(behaviour) the pool mean.
+* random (a random tabular MDP, exact values by dynamic programming; the generator is
+  :func:`random_mdp` below): fresh data sets per trial.
+
+Usage: nice -n 10 python benchmarks/policy_value_coverage.py --domains chain --sizes 2000 \
+          --epsilons 1 --trials 20 [--json docs/results/policy_value_coverage.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpope.core.policy_value import PolicyValueBounds, policy_value_terms  # noqa: E402
+from gpope.core.policy_value_release import (  # noqa: E402
+    QUANTITIES,
+    PolicyValueSettings,
+    exact_intervals,
+    policy_value_sigma,
+    release_policy_value,
+)
+from gpope.core.transitions import Transitions  # noqa: E402
+
+DELTA = 1e-5
+LEVEL = 0.95
+
+
+# --- a random tabular MDP with exact values --------------------------------------------------
+
+@dataclass(frozen=True)
+class RandomMDP:
+    """A random MDP: ``n`` states, ``k`` actions, rewards in [0, 1], per-step termination
+    probability ``stop``, episode cap ``horizon``; behaviour and target are random stochastic
+    policies (target = a sharpened behaviour perturbation, so ratios exceed 1)."""
+
+    P: np.ndarray       # (n, k, n)
+    R: np.ndarray       # (n, k)
+    mu: np.ndarray      # (n, k) behaviour
+    pi: np.ndarray      # (n, k) target
+    start: np.ndarray   # (n,)
+    stop: float
+    gamma: float
+    horizon: int
+
+
+def random_mdp(seed: int, n: int = 12, k: int = 3, stop: float = 0.05, gamma: float = 0.95,
+               horizon: int = 60) -> RandomMDP:
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.full(n, 0.3), size=(n, k))
+    R = rng.random((n, k))
+    mu = rng.dirichlet(np.full(k, 5.0), size=n)
+    logits = np.log(mu) + rng.normal(0.0, 0.7, size=(n, k))
+    pi = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    return RandomMDP(P=P, R=R, mu=mu, pi=pi, start=np.full(n, 1.0 / n), stop=stop, gamma=gamma,
+                     horizon=horizon)
+
+
+def exact_value(mdp: RandomMDP, policy: np.ndarray) -> float:
+    """sum_{t < H} gamma^t E[r_t] with per-step termination (r after the end is 0)."""
+    d = mdp.start.copy()
+    total = 0.0
+    for t in range(mdp.horizon):
+        total += mdp.gamma ** t * float(d @ (policy * mdp.R).sum(axis=1))
+        d = (1.0 - mdp.stop) * np.einsum("s,sa,sat->t", d, policy, mdp.P)
+    return total
+
+
+def simulate_mdp(mdp: RandomMDP, m: int, rng: np.random.Generator) -> tuple[Transitions, np.ndarray]:
+    n, k = mdp.R.shape
+    s = rng.choice(n, size=m, p=mdp.start)
+    alive = np.arange(m)
+    parts = {key: [] for key in ("i", "t", "s", "a", "r", "p", "term", "ns")}
+    for t in range(mdp.horizon):
+        u = rng.random(len(alive))
+        a = (u[:, None] > np.cumsum(mdp.mu[s], axis=1)).sum(axis=1).clip(0, k - 1)
+        cdf = np.cumsum(mdp.P[s, a], axis=1)
+        ns = (rng.random(len(alive))[:, None] > cdf).sum(axis=1).clip(0, n - 1)
+        term = rng.random(len(alive)) < mdp.stop
+        for key, val in zip(parts, (alive, np.full(len(alive), t), s, a, mdp.R[s, a],
+                                    mdp.mu[s, a], term, ns), strict=True):
+            parts[key].append(val)
+        keep = ~term
+        alive, s = alive[keep], ns[keep]
+        if len(alive) == 0:
+            break
+    cat = {key: np.concatenate(v) for key, v in parts.items()}
+    order = np.lexsort((cat["t"], cat["i"]))
+    c = {key: v[order] for key, v in cat.items()}
+    tr = Transitions(traj_index=c["i"].astype(np.int64), t=c["t"].astype(np.int64),
+                     state=c["s"][:, None].astype(np.float64), action=c["a"].astype(np.int64),
+                     reward=c["r"], next_state=c["ns"][:, None].astype(np.float64),
+                     terminal=c["term"], truncated=(c["t"] == mdp.horizon - 1) & ~c["term"],
+                     behavior_prob=c["p"], n_trajectories=m)
+    ratios = mdp.pi[c["s"], c["a"]] / c["p"]
+    return tr, ratios
+
+
+# --- domains: terms of a data set and the truths ---------------------------------------------
+
+class Domain:
+    """Per-patient terms of data sets of one domain and the three true quantities."""
+
+    def __init__(self, name: str, args: argparse.Namespace):
+        self.name = name
+        self.pool = None
+        self.note = ""
+        if name == "chain":
+            from gpope.core.envs import chain
+
+            self.cfg = chain.ChainConfig()
+            self.bounds = PolicyValueBounds(gamma=self.cfg.gamma, horizon=self.cfg.max_steps,
+                                            weight_clip=1.0, reward_bounds=(0.0, 1.0),
+                                            on_policy=True)
+            v = float(np.mean(chain.exact_values(self.cfg)[: self.cfg.n_states - 1]))
+            self.truth = {"policy_value": v, "behaviour_value": v, "policy_contrast": 0.0}
+            self.note = "fresh data sets; truth: closed form"
+        elif name == "random":
+            self.mdp = random_mdp(args.seed)
+            w = float(np.max(self.mdp.pi / self.mdp.mu))
+            self.bounds = PolicyValueBounds(gamma=self.mdp.gamma, horizon=self.mdp.horizon,
+                                            weight_clip=round(w, 3) + 0.001, reward_bounds=(0.0, 1.0))
+            jt, jb = exact_value(self.mdp, self.mdp.pi), exact_value(self.mdp, self.mdp.mu)
+            self.truth = {"policy_value": jt, "behaviour_value": jb, "policy_contrast": jt - jb}
+            self.note = (f"random MDP (12 states, 3 actions, seed {args.seed}), weight clip "
+                         f"{self.bounds.weight_clip:g}; fresh data sets; truth: dynamic programming")
+        elif name in ("mountaincar", "hiv"):
+            self._pool_domain(name, args)
+        else:
+            raise SystemExit(f"unknown domain {name!r}")
+
+    def _pool_domain(self, name: str, args: argparse.Namespace) -> None:
+        from gpope.core.policies import importance_ratios
+        from gpope.shell.pipeline.jobargs import load_spec
+        from gpope.shell.pipeline.simulate import generate_episodes
+
+        spec_file = {"mountaincar": "mountaincar.yaml", "hiv": "hiv_demo.yaml"}[name]
+        spec = load_spec(ROOT / "conf/specs" / spec_file)
+        horizon = 200 if name == "mountaincar" else 40
+        self.bounds = PolicyValueBounds.from_spec(spec, horizon=horizon)
+        size = args.mc_pool if name == "mountaincar" else args.hiv_pool
+        folder = Path(args.pool_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        f = folder / f"{name}_terms_{size}_{args.seed}.npy"
+        if not f.exists():
+            chunk = 5000 if name == "mountaincar" else 1000
+            parts = []
+            for c in range(-(-size // chunk)):
+                tr = generate_episodes(name, min(chunk, size - c * chunk),
+                                       np.random.default_rng([args.seed, 31, c]),
+                                       n_steps=horizon, batch_size=chunk)
+                t = policy_value_terms(tr, importance_ratios(spec.target_policy, tr), self.bounds)
+                parts.append(np.stack([t.g, t.a, t.n], axis=1))
+                print(f"  {name} pool chunk {c}: {(c + 1) * chunk} episodes", flush=True)
+            np.save(f, np.concatenate(parts))
+        self.pool = np.load(f)
+        jb = float(self.pool[:, 0].mean())
+        if name == "mountaincar":
+            from gpope.core.envs import mountaincar
+
+            tf = folder / f"mountaincar_uniform_{args.mc_truth}_{args.seed}.npy"
+            if not tf.exists():
+                tr = mountaincar.generate(args.mc_truth, np.random.default_rng([args.seed, 77]),
+                                          mountaincar.uniform_policy())
+                disc = self.bounds.gamma ** tr.t.astype(np.float64)
+                np.save(tf, np.bincount(tr.traj_index, weights=disc * tr.reward,
+                                        minlength=tr.n_trajectories))
+            returns = np.load(tf)
+            jt = float(returns.mean())
+            se = float(returns.std() / np.sqrt(len(returns)))
+            self.note = (f"iid from a pool of {size} simulated episodes; J(target) by Monte Carlo "
+                         f"({len(returns)} uniform-policy episodes, standard error {se:.3g})")
+        else:
+            from gpope.core.envs import hiv
+
+            tr = hiv.generate(1, np.random.default_rng(0), spec.target_policy, n_steps=horizon)
+            jt = float(np.sum(self.bounds.gamma ** tr.t.astype(np.float64) * tr.reward))
+            self.note = (f"iid from a pool of {size} simulated patients; J(target) the "
+                         "deterministic greedy rollout")
+        self.truth = {"policy_value": jt, "behaviour_value": jb, "policy_contrast": jt - jb}
+
+    def terms(self, m: int, rng: np.random.Generator):
+        from gpope.core.policy_value import PolicyValueTerms
+
+        if self.pool is not None:
+            x = self.pool[rng.integers(0, len(self.pool), m)]
+            return PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
+        if self.name == "chain":
+            from gpope.core.envs import chain
+
+            tr = chain.generate(m, rng, self.cfg)
+            return policy_value_terms(tr, np.ones(len(tr.t)), self.bounds)
+        tr, ratios = simulate_mdp(self.mdp, m, rng)
+        return policy_value_terms(tr, ratios, self.bounds)
+
+
+def _cell_summary(rows: list[dict], truth: dict) -> dict:
+    out = {}
+    for q in QUANTITIES:
+        lo = np.array([r[q]["lower"] for r in rows])
+        hi = np.array([r[q]["upper"] for r in rows])
+        lb = np.array([r[q]["lower_bound"] for r in rows])
+        out[q] = {"coverage": float(np.mean((lo <= truth[q]) & (truth[q] <= hi))),
+                  "lower_bound_holds": float(np.mean(lb <= truth[q])),
+                  "finite": float(np.mean(np.isfinite(lo) & np.isfinite(hi))),
+                  "median_width": float(np.median(hi - lo)),
+                  "median_value_error": float(np.median(np.abs(
+                      np.array([r[q]["value"] for r in rows]) - truth[q])))}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--domains", default="chain,random,mountaincar,hiv")
+    p.add_argument("--sizes", default="2000,20000,200000")
+    p.add_argument("--epsilons", default="0.1,1,10")
+    p.add_argument("--trials", type=int, default=100)
+    p.add_argument("--trials-large", type=int, default=0,
+                   help="trials at m >= 200,000 (0: --trials)")
+    p.add_argument("--seed", type=int, default=2027)
+    p.add_argument("--mc-pool", type=int, default=400_000)
+    p.add_argument("--mc-truth", type=int, default=100_000)
+    p.add_argument("--hiv-pool", type=int, default=50_000)
+    p.add_argument("--pool-dir", default="/tmp/policy_value_pools")
+    p.add_argument("--methods", default="bernstein,normal")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    settings = PolicyValueSettings()
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    methods = args.methods.split(",")
+    report = {"command": "python benchmarks/policy_value_coverage.py " + " ".join(argv or sys.argv[1:]),
+              "settings": settings.__dict__, "delta": DELTA, "level": LEVEL, "domains": {}}
+    for name in args.domains.split(","):
+        t0 = time.perf_counter()
+        dom = Domain(name, args)
+        print(f"{name}: truth {dom.truth} ({dom.note}); setup {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        cells = []
+        for m in sizes:
+            trials = args.trials_large if (m >= 200_000 and args.trials_large) else args.trials
+            rng = np.random.default_rng([args.seed, m])
+            sig = {e: policy_value_sigma(m=m, epsilon=e, delta=DELTA, settings=settings)
+                   for e in epsilons}
+            rows = {(e, meth): [] for e in epsilons for meth in methods}
+            exact = {meth: [] for meth in methods}
+            t1 = time.perf_counter()
+            for _ in range(trials):
+                terms = dom.terms(m, rng)
+                for meth in methods:
+                    iv = exact_intervals(terms, dom.bounds, LEVEL, meth)
+                    exact[meth].append({q: iv[q].__dict__ for q in QUANTITIES})
+                for e in epsilons:
+                    rel = release_policy_value(terms, dom.bounds, sigma=sig[e], settings=settings,
+                                               rng=rng)
+                    for meth in methods:
+                        iv = rel.intervals(LEVEL, meth)
+                        rows[(e, meth)].append({q: iv[q].__dict__ for q in QUANTITIES})
+            for meth in methods:
+                np_sum = _cell_summary(exact[meth], dom.truth)
+                for e in epsilons:
+                    summ = _cell_summary(rows[(e, meth)], dom.truth)
+                    for q in QUANTITIES:
+                        summ[q]["nonprivate_median_width"] = np_sum[q]["median_width"]
+                        summ[q]["nonprivate_coverage"] = np_sum[q]["coverage"]
+                    cells.append({"m": m, "epsilon": e, "method": meth, "trials": trials,
+                                  "sigma": sig[e], **summ})
+                    print(f"  m={m} eps={e:g} {meth}: " + "; ".join(
+                        f"{q} cov {summ[q]['coverage']:.2f} w {summ[q]['median_width']:.4g} "
+                        f"(np {summ[q]['nonprivate_median_width']:.4g})" for q in QUANTITIES),
+                        flush=True)
+            print(f"  m={m}: {trials} trials in {time.perf_counter() - t1:.1f} s", flush=True)
+        report["domains"][name] = {"truth": dom.truth, "note": dom.note, "cells": cells,
+                                   "bounds": {**dom.bounds.__dict__,
+                                              "discount_mass": dom.bounds.discount_mass}}
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

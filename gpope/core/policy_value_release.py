@@ -1,0 +1,407 @@
+"""One accounted release of J(target), J(behaviour) and their contrast, with intervals.
+
+Mechanism (add/remove-one adjacency; replace-one doubles every sensitivity through the noise
+multiplier, :func:`gpope.core.ssp.ssp_sigma`). The run gives this release the share ``share`` of
+its (epsilon, delta) and calibrates one Gaussian noise multiplier ``sigma`` for it. Three Gaussian
+sub-releases split ``1 / sigma^2`` (zCDP: Bun and Steinke 2016, Lemma 2.3; Mironov 2017, Prop. 7),
+so together they are exactly the Gaussian mechanism at ``sigma`` (:func:`policy_value_event`):
+
+1. ``clip_share``: noisy log-grid histograms of |g|, |a| and (off-policy) n (L2 sensitivity
+   sqrt k for k histograms), read top down for each term's clip c_j (:func:`choose_clip`).
+2. ``1 - clip_share - moments_share``: the sum of the per-patient vectors
+   z_i = (x_i - mid) / half in [-1, 1]^k, x_i = (clip(g_i, c_g), lambda_i a_i, lambda_i n_i) with
+   lambda_i = min(1, c_a / |a_i|, c_n / n_i) (sensitivity sqrt k).
+3. ``moments_share``: the sum of the upper triangles of z_i z_i^T (sensitivity ||z||^2 <= k).
+
+What the intervals cover. Off-policy, a patient's factor lambda_i scales its importance weights
+down (lambda_i min(rho_t, C) <= rho_t), so the identified set of :mod:`gpope.core.policy_value`
+holds for every clip: clipping the target's terms widens its interval and never moves J(target)
+out of it. The behaviour value (and, on-policy, the target value, which is then the same) covers
+the mean of the clipped return E[clip(g, -c_g, c_g)]: the clip is read where the noisy histogram
+finds no more returns above it, so it binds for few patients (docs/RESULTS.md measures coverage
+of the unclipped truth). Deficit mass is noisy at the scale S / m per patient (a single patient
+can carry all of it), which is why on-policy specs, where n = S is public, release no n.
+
+Intervals. Each end of each quantity's identified set is the mean of a public linear combination
+y_i = c . x_i + k. Its interval accounts for sampling (Maurer and Pontil 2009, Thm. 4:
+empirical Bernstein, valid at every m for variables in a known range; the sample variance is
+replaced by an upper confidence bound that holds despite the privacy noise) and for the privacy
+noise (Gaussian with a public standard deviation), by a union bound over the three error sources;
+``method="normal"`` instead uses sqrt(V / m + noise variance) times the normal quantile (a CLT
+interval, measured in docs/RESULTS.md). Two-sided intervals give each end alpha / 2; the one-sided
+``lower_bound`` gives the lower end alpha.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from scipy.stats import norm
+
+from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
+from gpope.core.private_quantile import LogGrid
+from gpope.core.validation import check_choice, check_int, check_number
+from gpope.errors import ConfigError
+
+__all__ = [
+    "QUANTITIES",
+    "PolicyValueInterval",
+    "PolicyValueRelease",
+    "PolicyValueSettings",
+    "choose_clip",
+    "exact_intervals",
+    "policy_value_event",
+    "policy_value_sigma",
+    "release_policy_value",
+]
+
+_METHODS = ("bernstein", "normal")
+
+
+@dataclass(frozen=True)
+class PolicyValueSettings:
+    """Public settings of the release (conf ``evaluation.policy_value``).
+
+    Attributes:
+        share: share of the run's (epsilon, delta) spent on this release, in (0, 1).
+        clip_share: share of the release's 1/sigma^2 spent on the clip histograms.
+        moments_share: share of 1/sigma^2 spent on the second moments.
+        clip_z: a bin above the clip holds at most about ``clip_z`` noise standard deviations
+            of a bin count (the walk stops at the first bin whose noisy count exceeds it).
+        max_clipped: no clip below the public bound when ``clip_z`` noise standard deviations of
+            a bin count exceed this fraction of m (the histogram cannot resolve so few patients).
+        bins_per_decade: resolution of the clip grid (a clip is at most a factor
+            10^(1/bins_per_decade) above the largest term it keeps).
+        grid_decades: the grid spans this many decades below each term's public bound.
+        method: ``bernstein`` (finite-sample, valid at every m) or ``normal`` (CLT).
+        variance_share / noise_share: parts of each end's alpha spent on the variance's upper
+            bound and on the privacy noise (the rest goes to the sampling bound).
+    """
+
+    share: float = 0.3
+    clip_share: float = 0.2
+    moments_share: float = 0.2
+    clip_z: float = 2.0
+    max_clipped: float = 0.05
+    bins_per_decade: int = 4
+    grid_decades: float = 9.0
+    method: Literal["bernstein", "normal"] = "bernstein"
+    variance_share: float = 0.25
+    noise_share: float = 0.25
+
+    def __post_init__(self) -> None:
+        o = "PolicyValueSettings"
+        check_number(o, "share", self.share, gt=0.0, lt=1.0)
+        check_number(o, "clip_share", self.clip_share, gt=0.0, lt=1.0)
+        check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
+        if self.clip_share + self.moments_share >= 1.0:
+            raise ConfigError(
+                "PolicyValueSettings.clip_share + moments_share must be < 1 (the rest is the "
+                f"means' share). Got {self.clip_share} + {self.moments_share}.")
+        check_number(o, "clip_z", self.clip_z, ge=0.0)
+        check_number(o, "max_clipped", self.max_clipped, gt=0.0, lt=1.0)
+        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
+        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
+        check_choice(o, "method", self.method, _METHODS)
+        check_number(o, "variance_share", self.variance_share, gt=0.0, lt=1.0)
+        check_number(o, "noise_share", self.noise_share, gt=0.0, lt=1.0)
+        if self.variance_share + self.noise_share >= 1.0:
+            raise ConfigError("PolicyValueSettings.variance_share + noise_share must be < 1.")
+
+    def sub_sigmas(self, sigma: float) -> tuple[float, float, float]:
+        """(clip, means, moments) noise multipliers whose composition is Gaussian(sigma)."""
+        means = 1.0 - self.clip_share - self.moments_share
+        return (sigma / math.sqrt(self.clip_share), sigma / math.sqrt(means),
+                sigma / math.sqrt(self.moments_share))
+
+
+def policy_value_event(sigma: float, relation: str = "add_or_remove_one"):
+    """The dp-accounting event of the whole release: one Gaussian mechanism at ``sigma``
+    (the three sub-releases compose exactly to it), under ``relation``."""
+    from gpope.core.ssp import ssp_dp_event
+
+    return ssp_dp_event(float(check_number("policy_value_event", "sigma", sigma, gt=0.0)),
+                        relation)
+
+
+def policy_value_sigma(*, m: int, epsilon: float, delta: float, settings: PolicyValueSettings,
+                       accountant: str = "auto", relation: str = "add_or_remove_one") -> float:
+    """The release's noise multiplier: one Gaussian mechanism meeting ``settings.share`` times
+    the run's (epsilon, delta) (basic composition with the rest of the run), under ``relation``
+    (:func:`gpope.core.ssp.ssp_sigma`)."""
+    from gpope.core.ssp import ssp_sigma
+
+    return float(ssp_sigma(m=m, epsilon=epsilon * settings.share, delta=delta * settings.share,
+                           accountant=accountant, relation=relation))
+
+
+@dataclass(frozen=True)
+class PolicyValueInterval:
+    """One released scalar: point value, two-sided interval, one-sided lower bound."""
+
+    value: float
+    lower: float
+    upper: float
+    lower_bound: float
+    level: float
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyValueRelease:
+    """What the mechanism releases (public) and the public constants it was made with.
+
+    Attributes:
+        clips: (c_g, c_a, c_n) chosen clips (c_n = S on-policy).
+        means: (3,) noisy mean of x = (g, a, n) over the m patients (n = S exactly on-policy).
+        second: (3, 3) noisy mean of z z^T, z = (x - mid) / half (0 for a constant component).
+        mid, half: (3,) centre and half-range of each component's public range after clipping.
+        noise_means: (3,) std of the noise of ``means``.
+        noise_second: std of the noise of a diagonal entry of ``second`` (off-diagonal: / sqrt 2).
+        m: number of patients; bounds: the public constants; sigma: the release's multiplier.
+    """
+
+    clips: tuple[float, float, float]
+    means: np.ndarray
+    second: np.ndarray
+    mid: np.ndarray
+    half: np.ndarray
+    noise_means: np.ndarray
+    noise_second: float
+    m: int
+    bounds: PolicyValueBounds
+    sigma: float
+    extras: dict = field(default_factory=dict)
+
+    def intervals(self, level: float, method: str = "bernstein", *, variance_share: float = 0.25,
+                  noise_share: float = 0.25) -> dict[str, PolicyValueInterval]:
+        """The three released scalars at ``level`` (post-processing)."""
+        return _intervals(self, level, method, variance_share, noise_share)
+
+
+def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:
+    """Public bounds of |g|, |a| and n with lambda = 1 (the top edges of the clip grids)."""
+    lo0, hi0 = bounds.range_with_zero
+    s = bounds.discount_mass
+    rmax = max(-lo0, hi0)
+    return s * rmax, bounds.weight_clip * s * rmax, bounds.weight_clip * s
+
+
+def _grid(top: float, settings: PolicyValueSettings) -> LogGrid:
+    return LogGrid(lo=top * 10.0 ** (-settings.grid_decades), hi=top,
+                   bins_per_decade=settings.bins_per_decade)
+
+
+def _bin_counts(values: np.ndarray, grid: LogGrid) -> np.ndarray:
+    idx = np.searchsorted(grid.edges(), np.abs(values), side="right")
+    return np.bincount(idx, minlength=grid.n_bins).astype(np.float64)
+
+
+def choose_clip(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
+                max_count: float = math.inf) -> float:
+    """The clip read top down from a noisy histogram (post-processing).
+
+    Walking down from the public top edge, the clip is lowered past a bin while that bin's noisy
+    count stays below ``z * noise_std``: the lower edge of the last bin passed. It stays at the
+    top when ``z * noise_std`` exceeds ``max_count`` (the histogram cannot resolve so few
+    patients). So each bin above the clip holds about ``z * noise_std`` terms at most, and a
+    histogram drowned in noise clips nothing.
+    """
+    edges = grid.edges()
+    counts = np.asarray(noisy_counts, dtype=np.float64)
+    threshold = z * noise_std
+    clip = float(edges[-1])
+    if threshold > max_count or counts[-1] > threshold:
+        return clip
+    for j in range(len(edges) - 1, 0, -1):  # bin j = [edges[j-1], edges[j])
+        if counts[j] > threshold:
+            break
+        clip = float(edges[j - 1])
+    return clip
+
+
+def _components(terms: PolicyValueTerms, clips: tuple[float, float, float],
+                bounds: PolicyValueBounds) -> np.ndarray:
+    c_g, c_a, c_n = clips
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.minimum.reduce([np.ones(terms.m),
+                                 np.where(terms.a != 0, c_a / np.abs(terms.a), 1.0),
+                                 np.where(terms.n > 0, c_n / terms.n, 1.0)])
+    n = np.full(terms.m, bounds.discount_mass) if bounds.on_policy else lam * terms.n
+    return np.stack([np.clip(terms.g, -c_g, c_g), lam * terms.a, n], axis=1)
+
+
+def _ranges(clips: tuple[float, float, float], bounds: PolicyValueBounds) -> tuple[np.ndarray, np.ndarray]:
+    """Public (low, high) of each component of x after clipping."""
+    lo0, hi0 = bounds.range_with_zero
+    c_g, c_a, c_n = clips
+    sg_lo, sg_hi = (-1.0 if lo0 < 0 else 0.0), (1.0 if hi0 > 0 else 0.0)
+    s = bounds.discount_mass
+    if bounds.on_policy:  # a = g and n = S: only g is released
+        return np.array([sg_lo * c_g, 0.0, s]), np.array([sg_hi * c_g, 0.0, s])
+    low = np.array([sg_lo * c_g, sg_lo * c_a, 0.0])
+    high = np.array([sg_hi * c_g, sg_hi * c_a, c_n])
+    return low, high
+
+
+def _moment_vec(z: np.ndarray) -> np.ndarray:
+    iu = np.triu_indices(z.shape[1])
+    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+    return (z[:, iu[0]] * z[:, iu[1]]) * w
+
+
+def _moment_mat(vec: np.ndarray, k: int) -> np.ndarray:
+    iu = np.triu_indices(k)
+    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+    out = np.zeros((k, k))
+    out[iu] = vec / w
+    return out + np.triu(out, 1).T
+
+
+def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, sigma: float,
+                         settings: PolicyValueSettings, rng: np.random.Generator,
+                         clips: tuple[float, float, float] | None = None) -> PolicyValueRelease:
+    """Release the policy-value statistics with noise multiplier ``sigma`` (the three
+    sub-releases of the module docstring; ``sigma = 0``: exact, not private).
+
+    Args:
+        terms: the per-patient terms (private).
+        bounds: public constants.
+        sigma: noise std / add-remove sensitivity of the whole release (:func:`policy_value_event`
+            accounts it); 0 releases exact statistics (diagnostics and benchmarks only).
+        settings: public settings.
+        rng: the noise generator.
+        clips: public clips to use instead of the private choice (spends no clip share).
+
+    Guarantees: with ``sigma > 0`` and ``clips=None`` the output is as private as
+    ``policy_value_event(sigma)``; nothing else about ``terms`` leaves this function.
+    """
+    s = check_number("release_policy_value", "sigma", sigma, ge=0.0)
+    m = terms.m
+    if m < 2:
+        raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
+    s_clip, s_mean, s_mom = settings.sub_sigmas(s) if s > 0 else (0.0, 0.0, 0.0)
+    tops = public_limits(bounds)
+    values = (terms.g, terms.a, terms.n)
+    k = 1 if bounds.on_policy else 3  # components released (on-policy a = g and n = S)
+    if clips is None and s == 0:
+        clips = tuple(float(np.max(np.abs(v))) for v in values)
+    elif clips is None:
+        hist_std = s_clip * math.sqrt(k)
+        chosen = [tops[2]] * 3
+        for j in range(k):
+            grid = _grid(tops[j], settings)
+            counts = _bin_counts(values[j], grid) + hist_std * rng.standard_normal(grid.n_bins)
+            chosen[j] = min(tops[j], choose_clip(counts, grid, hist_std, settings.clip_z,
+                                                 settings.max_clipped * m))
+        clips = (chosen[0], chosen[1], chosen[2])
+    clips = tuple(max(float(c), 1e-300) for c in clips)
+    x = _components(terms, clips, bounds)
+    low, high = _ranges(clips, bounds)
+    mid, half = (low + high) / 2.0, (high - low) / 2.0
+    active = half > 0
+    safe = np.where(active, half, 1.0)
+    z = np.where(active, np.clip((x - mid) / safe, -1.0, 1.0), 0.0)
+    first = z.sum(axis=0)
+    mom = _moment_vec(z).sum(axis=0)
+    sens = math.sqrt(k)  # ||z_i|| <= sqrt k: only k components vary
+    mom_noise = _moment_vec(active[None, :].astype(np.float64)).reshape(-1) > 0
+    if s > 0:
+        first = first + np.where(active, sens * s_mean, 0.0) * rng.standard_normal(first.shape)
+        mom = mom + np.where(mom_noise, k * s_mom, 0.0) * rng.standard_normal(mom.shape)
+    means = mid + half * first / m
+    extras = {"clipped_fraction": None if s > 0 else 0.0}
+    return PolicyValueRelease(
+        clips=clips, means=means, second=_moment_mat(mom / m, 3), mid=mid, half=half,
+        noise_means=np.where(active, half * sens * s_mean / m, 0.0), noise_second=k * s_mom / m,
+        m=m, bounds=bounds, sigma=s, extras=extras)
+
+
+def exact_intervals(terms: PolicyValueTerms, bounds: PolicyValueBounds, level: float,
+                    method: str = "bernstein") -> dict[str, PolicyValueInterval]:
+    """The same estimator without privacy: no noise, clips at the largest terms (no patient
+    scaled), all of each end's alpha on the sampling bound. Diagnostics and benchmarks only."""
+    rel = release_policy_value(terms, bounds, sigma=0.0, settings=PolicyValueSettings(),
+                               rng=np.random.default_rng(0))
+    return rel.intervals(level, method)
+
+
+# --- intervals (post-processing of a release) -----------------------------------------------------
+
+def _combos(bounds: PolicyValueBounds) -> dict[str, tuple[tuple[np.ndarray, float], ...]]:
+    """(lower, upper) linear combinations (c, k) of x = (g, a, n): the mean of c . x + k.
+    On-policy a = g and n = S are public identities, folded into g and the constant."""
+    lo0, hi0 = bounds.range_with_zero
+    s = bounds.discount_mass
+    t_lo, t_hi = (np.array([0.0, 1.0, -lo0]), lo0 * s), (np.array([0.0, 1.0, -hi0]), hi0 * s)
+    b = (np.array([1.0, 0.0, 0.0]), 0.0)
+    out = {
+        "policy_value": (t_lo, t_hi),
+        "behaviour_value": (b, b),
+        "policy_contrast": ((t_lo[0] - b[0], t_lo[1]), (t_hi[0] - b[0], t_hi[1])),
+    }
+    if bounds.on_policy:
+        fold = lambda c, k: (np.array([c[0] + c[1], 0.0, 0.0]), k + c[2] * s)  # noqa: E731
+        out = {q: (fold(*lo), fold(*hi)) for q, (lo, hi) in out.items()}
+    return out
+
+
+def _half_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, method: str,
+                variance_share: float, noise_share: float) -> float:
+    m = rel.m
+    cz = c * rel.half
+    zbar = np.where(rel.half > 0, (rel.means - rel.mid) / np.where(rel.half > 0, rel.half, 1.0), 0.0)
+    cov = rel.second - np.outer(zbar, zbar)
+    var = float(cz @ cov @ cz) * m / max(m - 1, 1)  # sample variance of c . x
+    low, high = _ranges(rel.clips, rel.bounds)
+    span = float(np.abs(c) @ (high - low))
+    noise_sd = float(np.sqrt(np.sum((c * rel.noise_means) ** 2)))
+    private = rel.sigma > 0
+    if method == "normal":
+        return float(norm.ppf(1.0 - alpha)) * math.sqrt(max(var, 0.0) / m + noise_sd ** 2)
+    a_var = alpha * variance_share if private else 0.0
+    a_noise = alpha * noise_share if private else 0.0
+    a_samp = alpha - a_var - a_noise
+    if private:
+        nz = float(np.linalg.norm(cz))
+        var_sd = math.hypot(rel.noise_second * nz ** 2,
+                            2.0 * abs(float(cz @ zbar)) * noise_sd)
+        var = var + float(norm.ppf(1.0 - a_var)) * var_sd
+    var = min(max(var, 0.0), span ** 2 / 4.0)
+    log_term = math.log(2.0 / a_samp)
+    samp = math.sqrt(2.0 * var * log_term / m) + 7.0 * span * log_term / (3.0 * max(m - 1, 1))
+    noise = float(norm.ppf(1.0 - a_noise)) * noise_sd if private else 0.0
+    return samp + noise
+
+
+def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_share: float,
+               noise_share: float) -> dict[str, PolicyValueInterval]:
+    level = check_number("PolicyValueRelease.intervals", "level", level, gt=0.0, lt=1.0)
+    check_choice("PolicyValueRelease.intervals", "method", method, _METHODS)
+    alpha = 1.0 - level
+    x = rel.means
+    s = rel.bounds.discount_mass
+    points = {}
+    points["behaviour_value"] = x[0]
+    if rel.bounds.on_policy:
+        points["policy_value"] = x[0]
+    else:
+        points["policy_value"] = s * x[1] / x[2] if x[2] > 0 else float("nan")
+    points["policy_contrast"] = points["policy_value"] - points["behaviour_value"]
+    out = {}
+    for name, ((c_lo, k_lo), (c_hi, k_hi)) in _combos(rel.bounds).items():
+        e_lo, e_hi = float(c_lo @ x + k_lo), float(c_hi @ x + k_hi)
+        h = lambda c, a: _half_width(rel, c, a, method, variance_share, noise_share)  # noqa: E731
+        lower, upper = e_lo - h(c_lo, alpha / 2.0), e_hi + h(c_hi, alpha / 2.0)
+        if upper < lower:  # noise can cross the ends; the interval is their hull
+            lower, upper = min(lower, upper), max(lower, upper)
+        point = points[name]
+        mid_ends = (e_lo + e_hi) / 2.0
+        value = mid_ends if not math.isfinite(point) else point
+        value = min(max(value, min(e_lo, e_hi)), max(e_lo, e_hi))
+        out[name] = PolicyValueInterval(value=float(value), lower=float(lower), upper=float(upper),
+                                        lower_bound=float(e_lo - h(c_lo, alpha)),
+                                        level=float(level))
+    return out

@@ -1,0 +1,268 @@
+"""Policy value terms and release: closed forms, dp-accounting, an exact tabular MDP."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpope.core.envs import chain
+from gpope.core.policy_value import (
+    PolicyValueBounds,
+    PolicyValueTerms,
+    doubly_robust_terms,
+    per_decision_weights,
+    policy_value_terms,
+)
+from gpope.core.policy_value_release import (
+    QUANTITIES,
+    PolicyValueSettings,
+    choose_clip,
+    exact_intervals,
+    policy_value_event,
+    policy_value_sigma,
+    release_policy_value,
+)
+from gpope.core.private_quantile import LogGrid
+from gpope.core.transitions import Transitions
+from gpope.errors import ConfigError
+
+
+def _transitions(lengths, rewards, probs, terminal_last=True):
+    m = len(lengths)
+    idx = np.repeat(np.arange(m), lengths)
+    t = np.concatenate([np.arange(n) for n in lengths])
+    last = np.cumsum(lengths) - 1
+    term = np.zeros(len(idx), dtype=bool)
+    if terminal_last:
+        term[last] = True
+    z = np.zeros((len(idx), 1))
+    return Transitions(traj_index=idx, t=t, state=z, action=np.zeros(len(idx), dtype=np.int64),
+                       reward=np.asarray(rewards, dtype=np.float64), next_state=z, terminal=term,
+                       truncated=~term & np.isin(np.arange(len(idx)), last),
+                       behavior_prob=np.asarray(probs, dtype=np.float64), n_trajectories=m)
+
+
+def test_terms_by_hand():
+    # two patients: ratios (2, 3) and (0.5,); gamma 0.5, horizon 3, C = 4
+    tr = _transitions([2, 1], [1.0, 2.0, 4.0], [0.5, 0.5, 1.0])
+    b = PolicyValueBounds(gamma=0.5, horizon=3, weight_clip=4.0, reward_bounds=(-10.0, 10.0))
+    ratios = np.array([2.0, 3.0, 0.5])
+    np.testing.assert_allclose(per_decision_weights(tr, ratios, 4.0), [2.0, 4.0, 0.5])
+    terms = policy_value_terms(tr, ratios, b)
+    np.testing.assert_allclose(terms.g, [1.0 + 0.5 * 2.0, 4.0])
+    np.testing.assert_allclose(terms.a, [2.0 + 0.5 * 4.0 * 2.0, 0.5 * 4.0])
+    # n: the weights frozen after the record's end, up to t = H - 1 = 2
+    np.testing.assert_allclose(terms.n, [2.0 + 0.5 * 4.0 + 0.25 * 4.0, 0.5 * (1 + 0.5 + 0.25)])
+    assert b.discount_mass == pytest.approx(1.75)
+
+
+def test_a_zero_ratio_stays_zero_and_rewards_are_clamped():
+    tr = _transitions([3], [100.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+    b = PolicyValueBounds(gamma=1.0, horizon=3, weight_clip=5.0, reward_bounds=(0.0, 2.0))
+    terms = policy_value_terms(tr, np.array([1.0, 0.0, 3.0]), b)
+    assert terms.g[0] == pytest.approx(4.0)   # 100 clamped to 2
+    assert terms.a[0] == pytest.approx(2.0)   # rho = 1, 0, 0
+    assert terms.n[0] == pytest.approx(1.0)
+
+
+def test_record_beyond_the_horizon_is_refused():
+    tr = _transitions([3], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+    b = PolicyValueBounds(gamma=0.9, horizon=2, weight_clip=1.0, reward_bounds=(0.0, 1.0))
+    with pytest.raises(ConfigError, match="max_length"):
+        policy_value_terms(tr, np.ones(3), b)
+
+
+def test_chain_returns_match_the_closed_form():
+    cfg = chain.ChainConfig()
+    rng = np.random.default_rng(5)
+    tr = chain.generate(40_000, rng, cfg)
+    b = PolicyValueBounds(gamma=cfg.gamma, horizon=cfg.max_steps, weight_clip=1.0,
+                          reward_bounds=(0.0, 1.0), on_policy=True)
+    terms = policy_value_terms(tr, np.ones(len(tr.t)), b)
+    truth = float(np.mean(chain.exact_values(cfg)[:39]))
+    se = terms.g.std() / math.sqrt(terms.m)
+    assert abs(terms.g.mean() - truth) < 4 * se
+    np.testing.assert_allclose(terms.a, terms.g)
+    np.testing.assert_allclose(terms.n, b.discount_mass)
+
+
+# --- a small tabular MDP with exact values ---------------------------------------------------
+
+def _mdp(seed=3, n=4, k=2, stop=0.2, horizon=6):
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(n), size=(n, k))
+    R = rng.random((n, k))
+    mu = rng.dirichlet(np.full(k, 3.0), size=n)
+    pi = rng.dirichlet(np.full(k, 1.0), size=n)
+    return P, R, mu, pi, stop, horizon
+
+
+def _exact(P, R, policy, stop, horizon, gamma):
+    n = R.shape[0]
+    d, total = np.full(n, 1.0 / n), 0.0
+    for t in range(horizon):
+        total += gamma ** t * float(d @ (policy * R).sum(axis=1))
+        d = (1 - stop) * np.einsum("s,sa,sat->t", d, policy, P)
+    return total
+
+
+def _simulate(P, R, mu, pi, stop, horizon, m, rng):
+    n, k = R.shape
+    rows = []
+    for i in range(m):
+        s = rng.integers(n)
+        for t in range(horizon):
+            a = rng.choice(k, p=mu[s])
+            ns = rng.choice(n, p=P[s, a])
+            end = rng.random() < stop
+            rows.append((i, t, s, a, R[s, a], mu[s, a], end, ns))
+            s = ns
+            if end:
+                break
+    c = [np.array(col) for col in zip(*rows, strict=True)]
+    tr = Transitions(traj_index=c[0], t=c[1], state=c[2][:, None].astype(float),
+                     action=c[3], reward=c[4], next_state=c[7][:, None].astype(float),
+                     terminal=c[6].astype(bool), truncated=~c[6].astype(bool) & (c[1] == horizon - 1),
+                     behavior_prob=c[5], n_trajectories=m)
+    return tr, pi[c[2], c[3]] / c[5]
+
+
+def test_unclipped_importance_sampling_is_unbiased_and_the_set_holds_the_truth():
+    P, R, mu, pi, stop, H = _mdp()
+    gamma = 0.9
+    truth = _exact(P, R, pi, stop, H, gamma)
+    rng = np.random.default_rng(11)
+    tr, ratios = _simulate(P, R, mu, pi, stop, H, 6000, rng)
+    wmax = float(np.max(pi / mu)) ** H  # C above every product: nothing clipped
+    terms = policy_value_terms(tr, ratios, PolicyValueBounds(gamma=gamma, horizon=H,
+                                                             weight_clip=wmax, reward_bounds=(0, 1)))
+    se = terms.a.std() / math.sqrt(terms.m)
+    assert abs(terms.a.mean() - truth) < 4 * se
+    # with a binding clip the identified set (non-private ends, large m) still holds the truth
+    b = PolicyValueBounds(gamma=gamma, horizon=H, weight_clip=1.5, reward_bounds=(0.0, 1.0))
+    iv = exact_intervals(policy_value_terms(tr, ratios, b), b, 0.95)["policy_value"]
+    assert iv.lower <= truth <= iv.upper
+    # informative: narrower than the trivial range [0, S] of a discounted sum of rewards in [0, 1]
+    assert iv.lower <= iv.value <= iv.upper and iv.upper - iv.lower < 0.6 * b.discount_mass
+
+
+def test_doubly_robust_on_policy_telescopes_to_the_return():
+    tr = _transitions([3, 2], [1.0, 0.0, 2.0, 1.0, 1.0], [1.0] * 5, terminal_last=False)
+    b = PolicyValueBounds(gamma=0.8, horizon=4, weight_clip=1.0, reward_bounds=(0.0, 2.0))
+    v = np.array([0.3, 1.1, 0.7, 0.2, 0.9])
+    nv = np.array([1.1, 0.7, 5.0, 0.9, 5.0])  # V of the next row; the last is ignored (end)
+    a, (d_lo, d_hi) = doubly_robust_terms(tr, np.ones(5), b, v, nv, (0.0, 10.0))
+    np.testing.assert_allclose(a, policy_value_terms(tr, np.ones(5), b).g)
+    assert d_lo <= -10.0 and d_hi >= 2.0 + 0.8 * 10.0
+
+
+# --- the release -------------------------------------------------------------------------------
+
+def test_sub_releases_compose_to_one_gaussian():
+    s = PolicyValueSettings(clip_share=0.2, moments_share=0.3)
+    a, b, c = s.sub_sigmas(2.0)
+    assert 1 / a**2 + 1 / b**2 + 1 / c**2 == pytest.approx(1 / 4.0)
+
+
+def _gaussian_delta(eps: float, mu: float) -> float:
+    """Exact delta(eps) of the Gaussian mechanism with sensitivity / noise std = mu (Balle and
+    Wang 2018, Thm. 8): an independent closed form."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu))
+
+
+@pytest.mark.parametrize("relation", ["add_or_remove_one", "replace_one"])
+def test_sigma_meets_the_share_by_a_closed_form(relation):
+    settings_ = PolicyValueSettings(share=0.25)
+    sigma = policy_value_sigma(m=10_000, epsilon=2.0, delta=1e-5, settings=settings_,
+                               relation=relation)
+    # std / sensitivity: sigma under add/remove, sigma / 2 under replace-one (sensitivity doubles)
+    factor = 2.0 if relation == "replace_one" else 1.0
+    mu = factor / sigma
+    assert _gaussian_delta(0.5, mu) <= 0.25e-5 * 1.001
+    assert _gaussian_delta(0.45, mu) > 0.25e-5  # tight: not wastefully noisy
+    assert policy_value_event(sigma, relation) == dp_accounting.GaussianDpEvent(sigma / factor)
+
+
+def test_choose_clip_reads_the_top_nonempty_bin():
+    grid = LogGrid(lo=1e-3, hi=100.0, bins_per_decade=1)
+    values = np.array([0.5, 0.7, 2.0])
+    counts = np.bincount(np.searchsorted(grid.edges(), values, side="right"),
+                         minlength=grid.n_bins).astype(float)
+    assert choose_clip(counts, grid, noise_std=0.1, z=2.0) == pytest.approx(10.0)
+    assert choose_clip(counts, grid, noise_std=10.0, z=2.0, max_count=5.0) == pytest.approx(100.0)
+
+
+def _chain_terms(m, rng):
+    cfg = chain.ChainConfig()
+    tr = chain.generate(m, rng, cfg)
+    b = PolicyValueBounds(gamma=cfg.gamma, horizon=cfg.max_steps, weight_clip=1.0,
+                          reward_bounds=(0.0, 1.0), on_policy=True)
+    return policy_value_terms(tr, np.ones(len(tr.t)), b), b
+
+
+def test_noise_has_the_public_scale():
+    rng = np.random.default_rng(2)
+    terms, b = _chain_terms(500, rng)
+    clips = (1.5, 1.5, b.discount_mass)
+    sig = 3.0
+    means = np.array([release_policy_value(terms, b, sigma=sig, settings=PolicyValueSettings(),
+                                           rng=rng, clips=clips).means[0] for _ in range(2000)])
+    rel = release_policy_value(terms, b, sigma=sig, settings=PolicyValueSettings(), rng=rng,
+                               clips=clips)
+    # sensitivity 1 (one component on-policy), half-range 0.75, means' share 0.6
+    expected = 0.75 * sig / math.sqrt(0.6) / 500
+    assert rel.noise_means[0] == pytest.approx(expected)
+    assert means.std() == pytest.approx(expected, rel=0.06)
+
+
+def test_chain_coverage_and_finite_intervals_at_m_2000():
+    rng = np.random.default_rng(8)
+    truth = float(np.mean(chain.exact_values()[:39]))
+    sig = policy_value_sigma(m=2000, epsilon=1.0, delta=1e-5, settings=PolicyValueSettings())
+    hits = 0
+    for _ in range(30):
+        terms, b = _chain_terms(2000, rng)
+        iv = release_policy_value(terms, b, sigma=sig, settings=PolicyValueSettings(),
+                                  rng=rng).intervals(0.95)
+        assert set(iv) == set(QUANTITIES)
+        assert all(math.isfinite(x) for q in iv.values() for x in (q.lower, q.upper))
+        hits += iv["policy_value"].lower <= truth <= iv["policy_value"].upper
+        assert iv["policy_contrast"].value == 0.0
+    assert hits >= 27
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(2, 40), seed=st.integers(0, 10_000), sigma=st.sampled_from([0.0, 0.5, 5.0]),
+       on_policy=st.booleans())
+def test_intervals_are_ordered_for_any_terms(m, seed, sigma, on_policy):
+    rng = np.random.default_rng(seed)
+    b = PolicyValueBounds(gamma=0.9, horizon=5, weight_clip=3.0, reward_bounds=(-1.0, 2.0),
+                          on_policy=on_policy)
+    s = b.discount_mass
+    g = rng.uniform(-s, 2 * s, m)
+    terms = PolicyValueTerms(g=g, a=g if on_policy else rng.uniform(-3 * s, 6 * s, m),
+                             n=np.full(m, s) if on_policy else rng.uniform(0, 3 * s, m))
+    rel = release_policy_value(terms, b, sigma=sigma, settings=PolicyValueSettings(), rng=rng)
+    for method in ("bernstein", "normal"):
+        for q in rel.intervals(0.9, method).values():
+            assert q.lower <= q.upper
+            assert q.lower <= q.lower_bound
+            assert all(math.isfinite(x) for x in (q.value, q.lower, q.upper, q.lower_bound))
+
+
+def test_a_spec_may_not_name_a_reference_state_after_a_released_scalar():
+    from gpope.core.spec import EvaluationSpec
+
+    base = {"name": "x", "gamma": 0.9, "length_scale": 10,
+            "feature_map": {"kind": "tabular", "n_states": 3},
+            "target_policy": {"kind": "uniform", "n_actions": 1}}
+    EvaluationSpec.from_mapping({**base, "reference_states": {"s0": [0]}})
+    with pytest.raises(ConfigError, match="reserved"):
+        EvaluationSpec.from_mapping({**base, "reference_states": {"policy_value": [0]}})
