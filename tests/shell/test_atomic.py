@@ -2,7 +2,7 @@
 
 Each stage writes its tables in commits tagged with its run id and makes them visible with one
 ``pipeline_runs`` manifest commit (gpope.shell.lake.manifest). The tests run the real CLI in a
-subprocess with ``GPOPE_FAULT_KILL=<stage>:<table>``, which kills the process with SIGKILL right
+subprocess with ``GPOPE_FAULT=<stage>:<table>``, which kills the process with SIGKILL right
 after that table's commit, and then check what readers see against the stored counts.
 
 The three killed processes (simulate, ingest, release) each start their own Spark; a module
@@ -21,8 +21,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from gpope.config import GpopeConfig, LakeSettings
+from gpope.shell import faults
 from gpope.shell.lake import Lake, TableRef
-from gpope.shell.lake.manifest import FAULT_ENV, PipelineRuns, pinned_version, read_pinned
+from gpope.shell.lake.manifest import PipelineRuns, pinned_version, read_pinned
 
 pytestmark = pytest.mark.spark
 
@@ -38,8 +39,8 @@ def test_pinned_version_skips_commits_of_incomplete_runs():
 
 
 def _start_killed(argv: list[str], point: str, log) -> subprocess.Popen:
-    """Start ``argv`` with ``$GPOPE_FAULT_KILL=point`` (SIGKILL right after that commit)."""
-    env = {**os.environ, FAULT_ENV: point, "SPARK_LOCAL_IP": "127.0.0.1"}
+    """Start ``argv`` with ``$GPOPE_FAULT=point`` (SIGKILL right after that commit)."""
+    env = {**os.environ, faults.ENV: point, "SPARK_LOCAL_IP": "127.0.0.1"}
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
 
 

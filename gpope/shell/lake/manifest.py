@@ -29,8 +29,6 @@ ledger and ``gpope query`` use them); on Unity Catalog or a remote root through 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,12 +49,10 @@ if TYPE_CHECKING:
     from gpope.shell.lake.layer import Lake
 
 __all__ = [
-    "FAULT_ENV",
     "PIPELINE_RUNS",
     "STAGES",
     "Manifest",
     "PipelineRuns",
-    "fault_point",
     "new_run_id",
     "pin",
     "pinned_version",
@@ -67,20 +63,11 @@ __all__ = [
 PIPELINE_RUNS = "pipeline_runs"
 """Name of the shared gold manifest table."""
 STAGES: tuple[str, ...] = ("simulate", "ingest", "stats", "release")
-FAULT_ENV = "GPOPE_FAULT_KILL"
-"""Fault injection for tests: ``GPOPE_FAULT_KILL=<stage>:<table>`` kills the process (SIGKILL)
-right after that table's commit, before the stage's manifest."""
 
 
 def new_run_id() -> str:
     """A fresh stage run id (32 hex characters)."""
     return uuid.uuid4().hex
-
-
-def fault_point(name: str) -> None:
-    """Kill this process with SIGKILL if ``$GPOPE_FAULT_KILL`` equals ``name`` (tests only)."""
-    if os.environ.get(FAULT_ENV) == name:  # pragma: no cover - the process dies here
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -233,8 +233,9 @@ def run_ingest(
     """
     from pyspark.sql import functions as F
 
+    from gpope.shell import faults
     from gpope.shell.lake import Lake, TableRef
-    from gpope.shell.lake.manifest import PipelineRuns, fault_point, new_run_id, read_pinned
+    from gpope.shell.lake.manifest import PipelineRuns, new_run_id, read_pinned
     from gpope.shell.pipeline.ingest_contract import conform_bronze
 
     settings = settings or resolve_dataset_settings(config, dataset, domain=domain)
@@ -259,11 +260,11 @@ def run_ingest(
                 frames.transitions, transitions_ref, mode="overwrite", run_id=run_id
             )
         }
-        fault_point("ingest:transitions")
+        faults.point("ingest:transitions")
         written[rejected_ref] = target.write(
             frames.rejected_events, rejected_ref, mode="overwrite", run_id=run_id
         )
-        fault_point("ingest:rejected_events")
+        faults.point("ingest:rejected_events")
         counts = [
             (r["table"], r["reason"], int(r["count"])) for r in frames.outcome_counts.collect()
         ]

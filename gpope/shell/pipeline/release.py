@@ -86,8 +86,9 @@ def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
     without a ``released`` ledger mark (a kill in between) is the evidence ``budget reconcile``
     settles as released.
     """
+    from gpope.shell import faults
     from gpope.shell.lake import Lake, TableRef
-    from gpope.shell.lake.manifest import PipelineRuns, fault_point
+    from gpope.shell.lake.manifest import PipelineRuns
     from gpope.shell.schemas import RELEASED_ESTIMATES, RELEASED_VALUES
 
     run_id = row["run_id"]
@@ -97,19 +98,19 @@ def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
     )
     estimates = TableRef.shared("released_estimates")
     versions = {estimates: target.write(df, estimates, mode="append", run_id=run_id)}
-    fault_point("release:released_estimates")
+    faults.point("release:released_estimates")
     if values:
         vdf = spark.createDataFrame(
             [tuple(r[f.name] for f in RELEASED_VALUES.fields) for r in values], schema=RELEASED_VALUES
         )
         value_ref = TableRef.shared("released_values")
         versions[value_ref] = target.write(vdf, value_ref, mode="append", run_id=run_id)
-        fault_point("release:released_values")
+        faults.point("release:released_values")
     PipelineRuns(config.lake, spark=spark).commit(
         run_id=run_id, stage="release", dataset=row["dataset"], tables=versions,
         key=row["spec_id"], details={"estimator": row.get("estimator"), "values": len(values or [])},
     )  # fmt: skip
-    fault_point("release:manifest")
+    faults.point("release:manifest")
 
 
 def read_releases(spark: SparkSession, config: GpopeConfig, *, table: str = "released_estimates") -> Any:

@@ -463,8 +463,9 @@ def run_simulate(
         ConfigError: bad domain, patients or options.
         CommitError: a table could not be written (nothing half-written stays visible).
     """
+    from gpope.shell import faults
     from gpope.shell.lake import Lake, TableRef
-    from gpope.shell.lake.manifest import PipelineRuns, fault_point, new_run_id
+    from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 
     domain = _check_domain(domain)
     options = options or SimulateOptions()
@@ -489,7 +490,7 @@ def run_simulate(
                 writers[name].write(table)
         for name in BRONZE_TABLES:
             versions[refs[name]] = writers[name].commit()
-            fault_point(f"simulate:{name}")
+            faults.point(f"simulate:{name}")
     except BaseException:
         for writer in writers.values():
             if writer.version is None:
