@@ -9,11 +9,7 @@ import pytest
 from gpope.core.statistics import trajectory_statistics
 from gpope.shell.pipeline.sampled import (
     collect_arrow,
-    count_nonzeros,
     load_statistics,
-    plan_loading,
-    row_bytes,
-    sparse_bytes,
 )
 
 pytestmark = pytest.mark.spark
@@ -33,7 +29,7 @@ def _tabular_rows(m: int, n: int, seed: int) -> dict[str, np.ndarray]:
     return stats.to_rows()
 
 
-def test_sparse_load_equals_dense_and_the_plan_picks_it(spark):
+def test_sparse_load_equals_dense(spark):
     m, n = 60, 40
     rows = _tabular_rows(m, n, 3)
     perm = np.random.default_rng(4).permutation(m)  # table order differs from traj_index
@@ -50,13 +46,6 @@ def test_sparse_load_equals_dense_and_the_plan_picks_it(spark):
     for a, b in zip(sparse.dense(), dense.dense(), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(sparse.tau, dense.tau)
-    # the Spark count equals numpy's, and the plan follows the sizes
-    nz = int(np.count_nonzero(rows["A"]) + np.count_nonzero(rows["C"]))
-    assert count_nonzeros(df) == nz
-    assert m * row_bytes(n) > 2**20 > sparse_bytes(m, n, nz)  # 1.5 MiB dense, a few KiB sparse
-    assert plan_loading(df, m=m, n=n, path="auto", limit_mb=2) == "dense"
-    assert plan_loading(df, m=m, n=n, path="auto", limit_mb=1) == "sparse"
-    assert plan_loading(df, m=m, n=n, path="stream", limit_mb=1) == "stream"
 
 
 def test_collect_arrow_equals_to_arrow_and_keeps_empty_tables(spark):

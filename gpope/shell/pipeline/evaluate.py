@@ -174,13 +174,6 @@ def run_evaluate(
         DataError: no statistics for the spec.
         ConfigError, AccountingError: invalid public settings (before anything is written).
     """
-    from gpope.core.accounting import (
-        calibrate_sigma,
-        epsilon_spent,
-        gpope_dp_event,
-        resolve_accountant,
-    )
-    from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.pipeline.release import release_row, value_rows, write_release
     from gpope.shell.pipeline.stats import (
@@ -214,105 +207,42 @@ def run_evaluate(
     q = options.batch_rate
     ssp_run = options.estimator == "ssp"
     ssp_clip = statistics_clip(spec, options, required=ssp_run)
-    share = 1.0 if ssp_run else (options.statistics_share if ssp_clip is not None else 0.0)
-    stats_eps, stats_delta = options.epsilon * share, options.delta * share
-    gpope_eps, gpope_delta = options.epsilon - stats_eps, options.delta - stats_delta
-    accountant = resolve_accountant(options.accountant, "poisson" if ssp_run else options.sampling)
-    from gpope.core.accounting.composition import relation_of_sampling
+    from gpope.core.evaluation import plan_loading, plan_release
+    from gpope.core.evaluation.loading import is_one_hot
 
-    # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
-    # add/remove; the statistics release is calibrated, reported and charged under it
-    relation = "add_or_remove_one" if ssp_run else relation_of_sampling(options.sampling)
-    sigma_s = spent_s = None
-    if share > 0:
-        # the one-shot release is accounted rigorously even when the GPOPE part uses 'paper'
-        stats_acc = "auto" if options.accountant == "paper" else options.accountant
-        sigma_s = ssp_sigma(m=m, epsilon=stats_eps, delta=stats_delta, accountant=stats_acc,
-                            relation=relation)
-        spent_s = ssp_epsilon(m=m, sigma=sigma_s, delta=stats_delta, accountant=stats_acc,
-                              relation=relation)
-    from gpope.shell.pipeline.sampled import plan_loading
-
+    # dense rows in memory when they fit evaluation.in_memory_limit_mb, else streamed: decided
+    # from the public m and n only
+    layout = plan_loading(m=m, n=n, path=options.path, limit_mb=options.in_memory_limit_mb,
+                          one_hot=is_one_hot(spec.feature_map))
+    plan = plan_release(
+        options, m=m, spec=spec, layout=layout, statistics_clip=ssp_clip,
+        groups_explicit=settings_info["source"].get("interval_groups") == "options",
+        private_tuning=config.evaluation.private_tuning.to_core()
+        if options.tune == "private" and not ssp_run else None)
+    if plan.interval_note:
+        settings_info["interval_note"] = plan.interval_note
+    if not ssp_run and options.interval_groups != plan.interval_groups:
+        options = dataclasses.replace(options, interval_groups=plan.interval_groups)
+    in_memory = plan.in_memory
     stats_df = read_statistics(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=stats_version
     )
-    # dense or sparse rows in memory when they fit evaluation.in_memory_limit_mb, else streamed
-    layout = plan_loading(stats_df, m=m, n=n, path=options.path,
-                          limit_mb=options.in_memory_limit_mb)
-    in_memory = layout != "stream"
-    tuning = None  # (plan, settings) of --tune private
-    if ssp_run and options.tune == "private":
-        raise ConfigError(
-            "--tune private tunes GPOPE's clip bound and step size; --estimator ssp has none to "
-            "tune. Drop one of them."
-        )
-    groups = None  # --interval-groups K: the group (0..K-1) of each traj_index, public hash
-    if (options.interval_groups and not ssp_run and layout == "stream"
-            and settings_info["source"].get("interval_groups") != "options"):
-        # a default rule (spec or conf) yields to the streamed path; an explicit K is refused
-        settings_info["interval_note"] = (
-            f"interval_groups {options.interval_groups} (default) not applied: the statistics "
-            f"exceed in_memory_limit_mb={options.in_memory_limit_mb} and stream from Spark; the "
-            "interval is the hull of the noisy-statistics interval and the value")
-        options = dataclasses.replace(options, interval_groups=0)
-    if options.interval_groups and not ssp_run:
-        from gpope.core.intervals import check_interval_groups
-
-        check_interval_groups("EvaluateOptions", options.interval_groups,
-                              sampling=options.sampling, tune=options.tune,
-                              streamed=layout == "stream",
-                              in_memory_limit_mb=options.in_memory_limit_mb)
-        groups = patient_groups(spark, config, dataset=dataset, m=m, groups=options.interval_groups)
-    if ssp_run:
-        sigma, spent, solver = float(sigma_s), float(spent_s), None
-        event = ssp_release_event(sigma_s, options.moments_share)
-        mechanism = f"ssp(clip={ssp_clip:g}, moments_share={options.moments_share:g}): {event!r}"
-    elif options.tune == "private":
-        # the GPOPE part of the budget covers the tuning's releases and its K runs (one
-        # composed event, :mod:`gpope.core.private_tuning`)
-        from gpope.shell.pipeline.private_tune import plan_tuned_run
-
-        tuning = plan_tuned_run(
-            config.evaluation.private_tuning, m=m, iterations=options.iterations, batch_rate=q,
-            epsilon=gpope_eps, delta=gpope_delta, sampling=options.sampling,
-            accountant=accountant, in_memory=in_memory)
-        accountant = tuning[0].accountant
-        sigma = float(tuning[0].gpope_sigma)
-        spent = float(tuning[0].epsilon_spent) + (spent_s or 0.0)
+    groups = None  # --interval-groups: the group (0..K-1) of each traj_index, public hash
+    if plan.interval_groups:
+        groups = patient_groups(spark, config, dataset=dataset, m=m, groups=plan.interval_groups)
+    tuning = plan.tuning
+    accountant = plan.accountant
+    sigma, spent = plan.sigma, plan.spent_epsilon
+    stats_part = plan.statistics
+    sigma_s = None if stats_part is None else stats_part.sigma
+    stats_eps = 0.0 if stats_part is None else stats_part.epsilon
+    stats_delta = 0.0 if stats_part is None else stats_part.delta
+    solver = None
+    if not ssp_run:
         trace_every = options.trace_every or max(1, options.iterations // 20)
         solver = solver_config(options, sigma=sigma, batch_rate=q, trace_every=trace_every,
-                                delta=gpope_delta)
-        event = tuning[0].dp_event
-        mechanism = f"gpope-tuned(private, {tuning[0].candidates} runs): {event!r}"
-    else:
-        common = dict(m=m, iterations=options.iterations, delta=gpope_delta,
-                      accountant=options.accountant, sampling=options.sampling, batch_rate=q)
-        sigma = float(calibrate_sigma(epsilon=gpope_eps, **common))
-        spent = float(epsilon_spent(sigma=sigma, **common)) + (spent_s or 0.0)
-        trace_every = options.trace_every or max(1, options.iterations // 20)
-        solver = solver_config(options, sigma=sigma, batch_rate=q, trace_every=trace_every,
-                                delta=gpope_delta)
-        event = gpope_dp_event(m=m, iterations=options.iterations, sigma=sigma,
-                               sampling=options.sampling, batch_rate=q)
-        # --interval-groups: K runs on disjoint groups cost one run (parallel composition,
-        # add/remove adjacency; gpope.core.intervals.group_interval): the same event
-        split = f", interval_groups={options.interval_groups}" if groups is not None else ""
-        mechanism = f"gpope(clip={options.clip:g}{split}): {event!r}"
-    if not ssp_run and sigma_s is not None:
-        import dp_accounting
-
-        head = mechanism.split(":", 1)[0]
-        event = dp_accounting.ComposedDpEvent(
-            [event, ssp_release_event(sigma_s, options.moments_share, relation)])
-        mechanism = (f"{head} + noisy statistics(clip={ssp_clip:g}, "
-                     f"moments_share={options.moments_share:g}; basic composition of "
-                     f"({gpope_eps:g}, {gpope_delta:g}) and ({stats_eps:g}, {stats_delta:g})): "
-                     f"{event!r}")
-    valid_bound = accountant != "paper"
-    charged = options.epsilon
-    if not valid_bound:  # charge what the mechanism really costs (a rigorous RDP bound)
-        charged = max(options.epsilon, float(epsilon_spent(
-            sigma=sigma, **{**common, "accountant": "rdp"})) + (spent_s or 0.0))
+                                delta=plan.gpope_delta)
+    event, relation, valid_bound = plan.event, plan.relation, plan.valid_bound
 
     # (b) reserve.
     from gpope.shell import faults
@@ -322,10 +252,8 @@ def run_evaluate(
     ledger.reserve(
         dataset, run_id=run_id, epsilon=options.epsilon, delta=options.delta,
         accountant=accountant, event=event, relation=relation,
-        label=mechanism.split(": ")[0], charged_epsilon=charged, valid_bound=valid_bound,
-        note=None if valid_bound else "accountant 'paper' is not a valid bound "
-        "(--allow-invalid-accounting): released NOT private; charged at rigorous RDP epsilon "
-        f"{charged:.6g}",
+        label=plan.label, charged_epsilon=plan.charged_epsilon, valid_bound=valid_bound,
+        note=plan.ledger_note,
     )
     faults.point("evaluate.after_reserve")
     released = False

@@ -99,7 +99,7 @@ def solve(
     from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
 
     rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible
-    if tuning is not None:  # planned only with in-memory statistics (plan_tuned_run)
+    if tuning is not None:  # planned only with in-memory statistics (gpope.core.evaluation.plan_release)
         from gpope.core.private_tuning import tune_privately
 
         stats = load_statistics(stats_df, n, normalization=spec.normalization, layout=layout)

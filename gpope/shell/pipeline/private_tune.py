@@ -1,6 +1,6 @@
 """``gpope evaluate --tune private``: the pipeline side of :mod:`gpope.core.private_tuning`.
 
-The run's whole (epsilon, delta) covers the tuning: :func:`plan_tuned_run` calibrates the noise of
+The run's whole (epsilon, delta) covers the tuning: :func:`gpope.core.evaluation.plan_release` calibrates the noise of
 every release from public inputs only (m, N, q, epsilon, delta, the conf's ``private_tuning``
 rules) before the ledger reservation, the reservation is the target epsilon and the ledger stores
 the plan's composed dp-accounting event. Everything the tuning outputs (the chosen clip and step
@@ -12,62 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpope.errors import ConfigError
-
 if TYPE_CHECKING:
-    from gpope.config import PrivateTuningConf
     from gpope.core.private_tuning import (
-        PrivateTuningPlan,
         PrivateTuningResult,
-        PrivateTuningSettings,
     )
 
-__all__ = ["log_tuning", "plan_tuned_run", "tuning_summary"]
-
-
-def plan_tuned_run(
-    conf: PrivateTuningConf,
-    *,
-    m: int,
-    iterations: int,
-    batch_rate: float | None,
-    epsilon: float,
-    delta: float,
-    sampling: str,
-    accountant: str,
-    in_memory: bool,
-) -> tuple[PrivateTuningPlan, PrivateTuningSettings]:
-    """The accounting plan of a privately tuned run (public inputs only; nothing drawn).
-
-    Raises:
-        ConfigError: a setting the private tuning does not support (uniform sampling, the paper
-            accountant, statistics too large for driver memory), before any reservation.
-    """
-    from gpope.core.private_tuning import plan_private_tuning
-
-    if sampling != "poisson" or batch_rate is None:
-        raise ConfigError(
-            "--tune private needs --sampling poisson (its releases are accounted under "
-            f"add/remove-one adjacency with Poisson-sampled GPOPE steps). Got sampling={sampling!r}."
-        )
-    if accountant == "paper":
-        raise ConfigError(
-            "--tune private needs a rigorous accountant (--accountant auto, rdp or pld); the "
-            "paper's Lemma 1 is not a valid bound and cannot compose the tuning's releases."
-        )
-    if not in_memory:
-        raise ConfigError(
-            "--tune private reads every trajectory's statistics on the driver (the quantiles and "
-            "the noisy statistics); this data set's statistics exceed "
-            "evaluation.in_memory_limit_mb (or --stream stream was given). Raise "
-            "in_memory_limit_mb, or tune on a public cohort (gpope tune) instead."
-        )
-    settings = conf.to_core()
-    plan = plan_private_tuning(
-        m=m, iterations=iterations, batch_rate=batch_rate, epsilon=epsilon, delta=delta,
-        settings=settings, accountant="rdp" if accountant == "rdp" else "pld",
-    )
-    return plan, settings
+__all__ = ["log_tuning", "tuning_summary"]
 
 
 def tuning_summary(tuned: PrivateTuningResult) -> dict[str, Any]:

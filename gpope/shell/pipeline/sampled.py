@@ -1,9 +1,7 @@
 """Getting trajectory statistics from the gold table to the driver: all at once, or as sampled.
 
-* :func:`plan_loading`: ``"dense"`` when the m dense rows fit the configured
-  ``evaluation.in_memory_limit_mb``, else ``"sparse"`` when their nonzero entries do (counted by
-  one Spark aggregate; e.g. tabular specs, whose A_i and C_i are mostly zero: the 40-state chain at
-  m = 1e5 takes 2.6 GB dense, about 0.2 GB sparse), else ``"stream"``.
+* The layout (dense, sparse or streamed) is decided from public quantities only, by
+  :func:`gpope.core.evaluation.plan_loading`.
 * :func:`load_statistics`: all m rows of a spec as one
   :class:`~gpope.core.statistics.TrajectoryStats`, dense or sparse. The sparse rows are built on
   the executors (``mapInArrow``), so only nonzero entries (float64, no rounding) cross to the
@@ -35,56 +33,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "collect_arrow",
-    "count_nonzeros",
     "load_group_statistics",
     "load_statistics",
-    "plan_loading",
-    "row_bytes",
     "spark_fetcher",
-    "sparse_bytes",
     "stats_from_arrow",
 ]
 
 _COLUMNS = ("traj_index", "tau", "A", "b", "C")
 _SPARSE_SCHEMA = "traj_index long, tau long, b array<double>, nz_index array<int>, nz_value array<double>"
 _SPARSE_CHUNK = 1024  # rows densified at once in a Python worker (bounds its memory)
-
-
-def row_bytes(n: int) -> int:
-    """Bytes of one statistics row held densely on the driver (A, C: n*n, b: n, plus ids)."""
-    return 8 * (2 * n * n + n) + 16
-
-
-def sparse_bytes(m: int, n: int, nonzeros: int) -> int:
-    """Bytes of m rows held sparsely on the driver: 16 per entry (value, row, column), b and ids."""
-    return 16 * nonzeros + m * (8 * n + 24)
-
-
-def count_nonzeros(stats: DataFrame) -> int:
-    """Nonzero entries of A and C over all rows of ``stats`` (one Spark aggregate)."""
-    from pyspark.sql import functions as F
-
-    nz = F.size(F.filter("A", lambda v: v != 0)) + F.size(F.filter("C", lambda v: v != 0))
-    total = stats.select(F.sum(nz).alias("nz")).first()
-    return int(total["nz"] or 0)
-
-
-def plan_loading(stats: DataFrame, *, m: int, n: int, path: str, limit_mb: int) -> str:
-    """How evaluate gets the statistics: ``"dense"``, ``"sparse"`` (both in memory) or ``"stream"``.
-
-    ``path`` "stream" forces streaming; "memory" forces memory (sparse when that is smaller);
-    "auto" takes the first layout whose size fits ``limit_mb`` MiB.
-    """
-    if path == "stream":
-        return "stream"
-    limit = limit_mb * 2**20
-    dense = m * row_bytes(n)
-    if dense <= limit:
-        return "dense"
-    sparse = sparse_bytes(m, n, count_nonzeros(stats))
-    if path == "memory":
-        return "sparse" if sparse < dense else "dense"
-    return "sparse" if sparse <= limit else "stream"
 
 
 def _flat(table: pa.Table | pa.RecordBatch, name: str, rows: int, width: int) -> np.ndarray:
@@ -165,7 +122,7 @@ def collect_arrow(df: DataFrame) -> pa.Table:
 def load_statistics(stats: DataFrame, n: int, *, normalization: str,
                     layout: str = "dense") -> TrajectoryStats:
     """All rows of a spec's statistics (``stats`` already filtered to the spec) on the driver,
-    in the ``layout`` "dense" or "sparse" (see :func:`plan_loading`)."""
+    in the ``layout`` "dense" or "sparse" (see :func:`gpope.core.evaluation.plan_loading`)."""
     if layout == "sparse":
         table = collect_arrow(stats.select(*_COLUMNS).mapInArrow(
             functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA))

@@ -1,0 +1,425 @@
+"""The release plan of one private evaluation: every privacy decision of the run, made before it
+touches the data, from public inputs only.
+
+:func:`plan_release` turns the run's resolved settings, m and the public spec (and the public
+clip bound of the noisy-statistics release, computed on the spec's simulator) into a frozen
+:class:`ReleasePlan`: the noise multiplier of each release, the composed dp-accounting event the
+ledger stores, the neighbouring relation it is interpreted under, the epsilon the ledger charges,
+and what the run releases. The Spark stage (:mod:`gpope.shell.pipeline.evaluate`) executes the
+plan; it does no privacy arithmetic itself.
+
+The budget. The run's (epsilon, delta) is split by basic composition into one share per
+release component: each auxiliary component (the noisy-statistics release behind the intervals
+and the private MSPBE; others as they are added) takes its documented share, and the estimator's
+own release (GPOPE, privately tuned GPOPE, or the one-shot SSP release, which takes all) takes
+the rest. Each component is calibrated to its share by the run's accountant; the ledger stores the
+composition of all component events (``ComposedDpEvent([estimator, *auxiliary])``), so datasets
+compose it tightly across runs.
+
+Adding a released component with its own share of the run's (epsilon, delta):
+
+1. give the settings a share for it (a fraction in [0, 1) of the run's epsilon and delta);
+2. write a planner ``plan_x(inputs: PlanInputs, epsilon, delta) -> ReleaseComponent`` that
+   calibrates its noise to (epsilon, delta) under ``inputs.relation`` with the run's accountant
+   and returns its event, certified epsilon, label and the names it releases;
+3. list it in :data:`AUXILIARY` as ``(name, share_of, planner)``, where ``share_of(inputs)`` reads
+   the share from the settings (0: the component is not part of this run).
+
+The estimator's share shrinks by the new component's; the composed event, the spent and charged
+epsilon, the ledger label and :attr:`ReleasePlan.releases` include it with no further change, and
+the executing stage finds its calibration by name (:meth:`ReleasePlan.component`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+    from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "plan_release"]
+
+
+class PlanSettings(Protocol):
+    """The resolved public settings a plan reads (the run's settings type provides them)."""
+
+    epsilon: float
+    delta: float
+    estimator: str
+    sampling: str
+    accountant: str
+    iterations: int
+    batch_rate: float | None
+    clip: float
+    moments_share: float
+    statistics_share: float
+    interval_groups: int | None
+    tune: str
+    in_memory_limit_mb: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseComponent:
+    """One noisy release of a run, calibrated to its share of the run's budget.
+
+    Attributes:
+        name: ``"gpope"``, ``"gpope-tuned"``, ``"ssp"`` (the estimator's release) or an
+            auxiliary component's name (``"noisy_statistics"``).
+        epsilon, delta: its share of the run's (epsilon, delta) (basic composition).
+        sigma: its noise multiplier (noise std / its sensitivity bound).
+        event: its dp-accounting event, interpreted under the plan's relation.
+        epsilon_spent: epsilon of ``event`` at ``delta`` certified by the accountant.
+        label: one line for the ledger and MLflow.
+        releases: the names of what it releases (``theta``, ``values``, ``intervals``...).
+    """
+
+    name: str
+    epsilon: float
+    delta: float
+    sigma: float
+    event: Any
+    epsilon_spent: float
+    label: str
+    releases: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs:
+    """The public inputs every component planner reads.
+
+    Attributes:
+        settings: the run's resolved settings.
+        m: the number of trajectories (public).
+        relation: the neighbouring relation of the run.
+        accountant: the settings' accountant name (``auto``, ``rdp``, ``pld``, ``paper``).
+        statistics_clip: the public clip bound of the noisy-statistics release, or None.
+    """
+
+    settings: PlanSettings
+    m: int
+    relation: str
+    accountant: str
+    statistics_clip: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleasePlan:
+    """Everything private about a run, decided from public inputs (see the module docstring).
+
+    Attributes:
+        epsilon, delta: the run's target (what the ledger reserves).
+        m: the number of trajectories (public).
+        estimator: ``"gpope"`` or ``"ssp"``.
+        accountant: the accountant that certifies the estimator's release.
+        relation: the neighbouring relation (``"replace_one"`` for uniform sampling, else
+            ``"add_or_remove_one"``); every component is calibrated and charged under it.
+        main: the estimator's release (theta and what follows from it).
+        auxiliary: the other releases, each with its own share.
+        event: the composed dp-accounting event (what the ledger stores).
+        label: the mechanism's one-line description (ledger, MLflow).
+        spent_epsilon: the certified epsilon of the run (sum over the components).
+        charged_epsilon: what the ledger charges: ``epsilon``, or for an accountant that is not a
+            valid bound (``paper``) a rigorous RDP bound of the same mechanism if larger.
+        valid_bound: False for the ``paper`` accountant: the release is NOT private.
+        ledger_note: why the release is not private, for the ledger row (None when valid).
+        layout: how the statistics reach the driver (:func:`gpope.core.evaluation.plan_loading`).
+        interval_groups: K >= 2 disjoint patient groups for GPOPE's interval, or 0.
+        interval_note: why the settings' K is not applied, or None.
+        statistics_clip: the public clip bound of the noisy-statistics release, or None.
+        moments_share: the moments' share of that release (zCDP).
+        tuning: the plan of ``--tune private`` (None otherwise) and its core settings.
+    """
+
+    epsilon: float
+    delta: float
+    m: int
+    estimator: str
+    accountant: str
+    relation: str
+    main: ReleaseComponent
+    auxiliary: tuple[ReleaseComponent, ...]
+    event: Any
+    label: str
+    spent_epsilon: float
+    charged_epsilon: float
+    valid_bound: bool
+    ledger_note: str | None
+    layout: str
+    interval_groups: int
+    interval_note: str | None
+    statistics_clip: float | None
+    moments_share: float
+    tuning: tuple[PrivateTuningPlan, PrivateTuningSettings] | None = None
+
+    @property
+    def sigma(self) -> float:
+        """The estimator's noise multiplier."""
+        return self.main.sigma
+
+    @property
+    def in_memory(self) -> bool:
+        """The statistics are loaded into driver memory (dense or sparse)."""
+        return self.layout != "stream"
+
+    @property
+    def components(self) -> tuple[ReleaseComponent, ...]:
+        """Every release of the run, the estimator's first (the order of :attr:`event`)."""
+        return (self.main, *self.auxiliary)
+
+    def component(self, name: str) -> ReleaseComponent | None:
+        """The component called ``name``, or None when the run has none."""
+        return next((c for c in self.components if c.name == name), None)
+
+    @property
+    def statistics(self) -> ReleaseComponent | None:
+        """The noisy-statistics release: an ssp run's estimator release, else the auxiliary
+        ``noisy_statistics`` component (None when the run has none)."""
+        return self.main if self.estimator == "ssp" else self.component("noisy_statistics")
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """What the run releases, over all components (first mention order)."""
+        return tuple(dict.fromkeys(r for c in self.components for r in c.releases))
+
+    @property
+    def gpope_delta(self) -> float:
+        """The estimator's share of delta."""
+        return self.main.delta
+
+
+def _statistics_share(inputs: PlanInputs) -> float:
+    if inputs.statistics_clip is None:
+        return 0.0  # no public clip bound (no simulator): no statistics release
+    return float(inputs.settings.statistics_share)
+
+
+def _statistics_accountant(inputs: PlanInputs) -> str:
+    # the one-shot release is accounted rigorously even when the GPOPE part uses 'paper'
+    return "auto" if inputs.accountant == "paper" else inputs.accountant
+
+
+def plan_noisy_statistics(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
+    """The noisy-statistics release (clipped sums of (A, b, C), then the residual second moments
+    at its own estimate; :func:`gpope.core.ssp.ssp_release_event`) at (epsilon, delta)."""
+    from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
+
+    acc = _statistics_accountant(inputs)
+    ms = inputs.settings.moments_share
+    sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
+                      relation=inputs.relation)
+    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
+                        relation=inputs.relation)
+    return ReleaseComponent(
+        name="noisy_statistics", epsilon=epsilon, delta=delta, sigma=float(sigma),
+        event=ssp_release_event(sigma, ms, inputs.relation), epsilon_spent=float(spent),
+        label=f"noisy statistics(clip={inputs.statistics_clip:g}, moments_share={ms:g})",
+        releases=("intervals", "private_mspbe"))
+
+
+#: The auxiliary releases: (name, share of the run's budget, planner). See the module docstring.
+AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],
+                       Callable[[PlanInputs, float, float], ReleaseComponent]], ...] = (
+    ("noisy_statistics", _statistics_share, plan_noisy_statistics),
+)
+
+_ESTIMATE = ("theta", "values")
+
+
+def _plan_ssp(inputs: PlanInputs) -> ReleaseComponent:
+    """The one-shot SSP release: all of the budget on the noisy statistics."""
+    from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
+
+    s = inputs.settings
+    acc = _statistics_accountant(inputs)
+    sigma = ssp_sigma(m=inputs.m, epsilon=s.epsilon, delta=s.delta, accountant=acc,
+                      relation=inputs.relation)
+    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=s.delta, accountant=acc,
+                        relation=inputs.relation)
+    return ReleaseComponent(
+        name="ssp", epsilon=s.epsilon, delta=s.delta, sigma=float(sigma),
+        event=ssp_release_event(sigma, s.moments_share), epsilon_spent=float(spent),
+        label=f"ssp(clip={inputs.statistics_clip:g}, moments_share={s.moments_share:g})",
+        releases=(*_ESTIMATE, "intervals", "private_mspbe"))
+
+
+def _plan_gpope(inputs: PlanInputs, epsilon: float, delta: float, groups: int
+                ) -> ReleaseComponent:
+    """GPOPE at (epsilon, delta); K disjoint groups cost one run (parallel composition under
+    add/remove adjacency, :func:`gpope.core.intervals.group_interval`): the same event."""
+    from gpope.core.accounting import calibrate_sigma, epsilon_spent, gpope_dp_event
+
+    s = inputs.settings
+    common = dict(m=inputs.m, iterations=s.iterations, delta=delta, accountant=s.accountant,
+                  sampling=s.sampling, batch_rate=s.batch_rate)
+    sigma = float(calibrate_sigma(epsilon=epsilon, **common))
+    spent = float(epsilon_spent(sigma=sigma, **common))
+    event = gpope_dp_event(m=inputs.m, iterations=s.iterations, sigma=sigma, sampling=s.sampling,
+                           batch_rate=s.batch_rate)
+    split = f", interval_groups={groups}" if groups else ""
+    return ReleaseComponent(
+        name="gpope", epsilon=epsilon, delta=delta, sigma=sigma, event=event,
+        epsilon_spent=spent, label=f"gpope(clip={s.clip:g}{split})",
+        releases=(*_ESTIMATE, "intervals") if groups else _ESTIMATE)
+
+
+def _plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: PrivateTuningSettings,
+                *, in_memory: bool) -> tuple[ReleaseComponent, PrivateTuningPlan]:
+    """``--tune private``: the estimator's share covers the tuning's releases and its K runs
+    (one composed event, :mod:`gpope.core.private_tuning`)."""
+    from gpope.core.private_tuning import plan_private_tuning
+
+    s = inputs.settings
+    if s.sampling != "poisson" or s.batch_rate is None:
+        raise ConfigError(
+            "--tune private needs --sampling poisson (its releases are accounted under "
+            f"add/remove-one adjacency with Poisson-sampled GPOPE steps). Got sampling={s.sampling!r}."
+        )
+    if s.accountant == "paper":
+        raise ConfigError(
+            "--tune private needs a rigorous accountant (--accountant auto, rdp or pld); the "
+            "paper's Lemma 1 is not a valid bound and cannot compose the tuning's releases."
+        )
+    if not in_memory:
+        raise ConfigError(
+            "--tune private reads every trajectory's statistics on the driver (the quantiles and "
+            "the noisy statistics); at this m and feature count the statistics exceed "
+            "evaluation.in_memory_limit_mb (or --stream stream was given). Raise "
+            "in_memory_limit_mb, or tune on a public cohort (gpope tune) instead."
+        )
+    plan = plan_private_tuning(
+        m=inputs.m, iterations=s.iterations, batch_rate=s.batch_rate, epsilon=epsilon,
+        delta=delta, settings=tuning, accountant="rdp" if s.accountant == "rdp" else "pld")
+    return ReleaseComponent(
+        name="gpope-tuned", epsilon=epsilon, delta=delta, sigma=float(plan.gpope_sigma),
+        event=plan.dp_event, epsilon_spent=float(plan.epsilon_spent),
+        label=f"gpope-tuned(private, {plan.candidates} runs)",
+        releases=(*_ESTIMATE, "tuning")), plan
+
+
+def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[int, str | None]:
+    """K of the run once the layout is known (public): a default rule yields to the streamed
+    path; an explicit K is refused where it does not hold."""
+    from gpope.core.intervals import check_interval_groups
+
+    k = int(s.interval_groups or 0)
+    if not k or s.estimator == "ssp":
+        return 0, None
+    if layout == "stream" and not explicit:
+        return 0, (f"interval_groups {k} (default) not applied: the statistics exceed "
+                   f"in_memory_limit_mb={s.in_memory_limit_mb} and stream from Spark; the "
+                   "interval is the hull of the noisy-statistics interval and the value")
+    check_interval_groups("EvaluateOptions", k, sampling=s.sampling, tune=s.tune,
+                          streamed=layout == "stream", in_memory_limit_mb=s.in_memory_limit_mb)
+    return k, None
+
+
+def plan_release(
+    settings: PlanSettings,
+    *,
+    m: int,
+    spec: EvaluationSpec,
+    layout: str,
+    statistics_clip: float | None,
+    groups_explicit: bool = False,
+    private_tuning: PrivateTuningSettings | None = None,
+) -> ReleasePlan:
+    """The release plan of a run (see the module docstring); nothing is drawn or read.
+
+    Args:
+        settings: the run's resolved settings (every solver setting set, N and q computed).
+        m: the number of trajectories (public).
+        spec: the public evaluation spec.
+        layout: how the statistics reach the driver (:func:`gpope.core.evaluation.plan_loading`).
+        statistics_clip: the public clip bound of the noisy-statistics release (required for an
+            ssp run; None: a gpope run without that release).
+        groups_explicit: the settings' ``interval_groups`` was given explicitly (an explicit K is
+            refused where it cannot hold; a default rule yields).
+        private_tuning: the core settings of ``--tune private`` (required with it).
+
+    Returns:
+        The frozen plan; equal for any two data sets with the same m.
+
+    Raises:
+        ConfigError, AccountingError: a combination of settings the run cannot account for.
+    """
+    from gpope.core.accounting import epsilon_spent, resolve_accountant
+    from gpope.core.accounting.composition import relation_of_sampling
+
+    s = settings
+    ssp_run = s.estimator == "ssp"
+    if ssp_run and s.tune == "private":
+        raise ConfigError(
+            "--tune private tunes GPOPE's clip bound and step size; --estimator ssp has none to "
+            "tune. Drop one of them."
+        )
+    if ssp_run and statistics_clip is None:
+        raise ConfigError("An ssp run needs the public clip bound of its statistics release.")
+    # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
+    # add/remove; every component is calibrated, reported and charged under it
+    relation = "add_or_remove_one" if ssp_run else relation_of_sampling(s.sampling)
+    accountant = resolve_accountant(s.accountant, "poisson" if ssp_run else s.sampling)
+    inputs = PlanInputs(settings=s, m=m, relation=relation, accountant=s.accountant,
+                        statistics_clip=statistics_clip)
+    groups, note = _interval_groups(s, explicit=groups_explicit, layout=layout)
+    tuning = None
+    if ssp_run:
+        main, auxiliary = _plan_ssp(inputs), ()
+    else:
+        shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY]
+        auxiliary = tuple(planner(inputs, s.epsilon * sh, s.delta * sh)
+                          for _, sh, planner in shares if sh > 0)
+        main_eps, main_delta = s.epsilon, s.delta
+        for c in auxiliary:
+            main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
+        if s.tune == "private":
+            if private_tuning is None:
+                raise ConfigError("--tune private needs its settings (evaluation.private_tuning).")
+            main, plan = _plan_tuned(inputs, main_eps, main_delta, private_tuning,
+                                     in_memory=layout != "stream")
+            accountant, tuning = plan.accountant, (plan, private_tuning)
+        else:
+            main = _plan_gpope(inputs, main_eps, main_delta, groups)
+    event, label = _compose(main, auxiliary)
+    spent = main.epsilon_spent
+    for c in auxiliary:
+        spent = spent + c.epsilon_spent
+    valid = accountant != "paper"
+    charged = s.epsilon
+    if not valid:  # charge what the mechanism really costs (a rigorous RDP bound)
+        rigorous = float(epsilon_spent(
+            m=m, iterations=s.iterations, sigma=main.sigma, delta=main.delta, accountant="rdp",
+            sampling=s.sampling, batch_rate=s.batch_rate))
+        for c in auxiliary:
+            rigorous = rigorous + c.epsilon_spent
+        charged = max(s.epsilon, rigorous)
+    return ReleasePlan(
+        epsilon=s.epsilon, delta=s.delta, m=m, estimator=s.estimator, accountant=accountant,
+        relation=relation, main=main, auxiliary=auxiliary, event=event, label=label,
+        spent_epsilon=float(spent), charged_epsilon=float(charged), valid_bound=valid,
+        ledger_note=None if valid else (
+            "accountant 'paper' is not a valid bound (--allow-invalid-accounting): released NOT "
+            f"private; charged at rigorous RDP epsilon {charged:.6g}"),
+        layout=layout, interval_groups=groups, interval_note=note,
+        statistics_clip=None if statistics_clip is None else float(statistics_clip),
+        moments_share=float(s.moments_share), tuning=tuning)
+
+
+def _compose(main: ReleaseComponent, auxiliary: tuple[ReleaseComponent, ...]
+             ) -> tuple[dp_accounting.DpEvent, str]:
+    """The run's event (the estimator's alone, or composed with the auxiliary ones) and label."""
+    if not auxiliary:
+        return main.event, main.label
+    import dp_accounting
+
+    parts = (main, *auxiliary)
+    shares = " and ".join(f"({c.epsilon:g}, {c.delta:g})" for c in parts)
+    label = " + ".join(c.label for c in parts)
+    return (dp_accounting.ComposedDpEvent([c.event for c in parts]),
+            f"{label} (basic composition of {shares})")
