@@ -13,6 +13,7 @@ __all__ = [
     "BudgetExceededError",
     "CommitError",
     "ConfigError",
+    "CorruptTableError",
     "DataError",
     "EnvironmentSetupError",
     "GpopeError",
@@ -52,6 +53,10 @@ class TableNotFoundError(GpopeError):
 
 class CommitError(GpopeError):
     """A write to a Delta table could not be committed atomically."""
+
+
+class CorruptTableError(GpopeError):
+    """A Delta table's log is damaged (e.g. a truncated commit file); the message names the table."""
 
 
 class QueryError(GpopeError, ValueError):

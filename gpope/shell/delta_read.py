@@ -5,20 +5,73 @@ pool, and about half of the processes that did so abort at interpreter exit ("te
 without an active exception", exit 134: a joinable ``std::thread`` destroyed during static
 teardown; the same symptom as apache/arrow#34314 and delta-io/delta-rs#2184). ``gpope budget show``
 exited 134 in 7 of 12 quiet runs on 2026-11-23. A scan on the calling thread leaves no such thread
-(0 of 12 runs aborted). Every delta-rs read in gpope goes through :func:`read_table`.
+(0 of 12 runs aborted). Every delta-rs read in gpope goes through :func:`read_table`, and every commit-history read
+through :func:`commit_history`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-__all__ = ["read_table"]
+__all__ = ["commit_history", "read_table"]
 
 
 def read_table(table: DeltaTable) -> pa.Table:
     """The whole table, at the version it was opened at, as Arrow (scanned on this thread)."""
     return table.to_pyarrow_dataset().to_table(use_threads=False)
+
+
+def commit_history(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+    """The commit infos of ``table`` up to the version it was opened at, newest first.
+
+    Each is the commit's ``commitInfo`` action (``timestamp``, ``operation``,
+    ``operationParameters``, ``userMetadata``...) plus its ``version``, as
+    ``DeltaTable.history()`` returns them. For a local table the commit files are read directly:
+    delta-rs's own ``history()`` returns no commit at all for a path containing ``#`` or ``?``
+    (it reads the log through a URL, where they start a fragment or a query), which made every
+    pinned read of such a lake fail as "table does not exist".
+
+    Raises:
+        CorruptTableError: a commit file of the table is not valid JSON (truncated or damaged);
+            the message names the table and the file.
+    """
+    uri = table.table_uri
+    if not uri.startswith("file:"):
+        return table.history(limit)
+    from urllib.parse import unquote, urlsplit
+
+    log = Path(unquote(urlsplit(uri).path if uri.startswith("file://") else uri[5:])) / "_delta_log"
+    current = table.version()
+    versions = sorted((int(n[:20]) for n in os.listdir(log)
+                       if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
+                       and int(n[:20]) <= current), reverse=True)
+    out = []
+    for version in versions[:limit] if limit else versions:
+        info = _commit_info(log / f"{version:020d}.json", log.parent)
+        out.append({**info, "version": version})
+    return out
+
+
+def _commit_info(path: Path, table: Path) -> dict[str, Any]:
+    from gpope.errors import CorruptTableError
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    action = json.loads(line)
+                    if "commitInfo" in action:
+                        return dict(action["commitInfo"])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptTableError(
+            f"The Delta table at {table} has a damaged commit file {path.name} ({exc}); restore "
+            "the file from a backup, or re-run the stage that writes this table."
+        ) from None
+    return {}

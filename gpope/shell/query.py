@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, QueryError
+from gpope.shell.delta_read import commit_history
 
 if TYPE_CHECKING:
     import duckdb
@@ -266,7 +267,7 @@ def _history(delta: Any, at: int) -> list[tuple[int, str | None]]:
     from gpope.shell.lake.base import decode_user_metadata_run
 
     return [(int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-            for c in delta.history() if int(c["version"]) <= at]
+            for c in commit_history(delta) if int(c["version"]) <= at]
 
 
 def _open_dataset(

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import CommitError, ConfigError, DataError, SchemaError
-from gpope.shell.delta_read import read_table
+from gpope.shell.delta_read import commit_history, read_table
 from gpope.shell.lake.base import (
     HistoryEntry,
     WriteMode,
@@ -215,7 +215,7 @@ class DeltaRsStore:
     def history(self, path: str) -> list[HistoryEntry]:
         """All commits of the table at ``path``, oldest first."""
         entries = []
-        for commit in self.open(path).history():
+        for commit in commit_history(self.open(path)):
             parameters = {
                 str(k): v if isinstance(v, str) else json.dumps(v)
                 for k, v in (commit.get("operationParameters") or {}).items()

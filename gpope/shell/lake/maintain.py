@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
+from gpope.shell.delta_read import commit_history
 from gpope.shell.lake.base import decode_user_metadata_run
 from gpope.shell.lake.names import LAYERS, TableRef, check_name, local_root
 
@@ -163,7 +164,7 @@ def maintain_lake(
         before = int(table.version())
         history = [
             (int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-            for c in table.history()
+            for c in commit_history(table)
         ]
         pinned = pinned_version(history, committed)
         files_before = len(table.file_uris())

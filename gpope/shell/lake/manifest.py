@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
-from gpope.shell.delta_read import read_table
+from gpope.shell.delta_read import commit_history, read_table
 from gpope.shell.lake.base import decode_user_metadata_run
 from gpope.shell.lake.names import TableRef, local_root, table_path
 
@@ -353,7 +353,7 @@ def read_pinned_arrow(settings: LakeSettings, ref: TableRef) -> pa.Table | None:
     table = DeltaTable(path)
     history = [
         (int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-        for c in table.history()
+        for c in commit_history(table)
     ]
     committed = PipelineRuns(settings).committed()
     version = pinned_version(history, committed)

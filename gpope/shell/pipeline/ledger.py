@@ -636,8 +636,10 @@ class PrivacyLedger:
         if path is not None:
             from deltalake import DeltaTable
 
+            from gpope.shell.delta_read import commit_history
+
             if DeltaTable.is_deltatable(path):
-                history = DeltaTable(path).history(1)
+                history = commit_history(DeltaTable(path), 1)
                 stamp = history[0].get("timestamp") if history else None
                 if stamp is not None:
                     committed = datetime.fromtimestamp(stamp / 1000, UTC).replace(tzinfo=None)
