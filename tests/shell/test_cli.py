@@ -87,3 +87,57 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
     assert show_progress(argparse.Namespace(json=False, no_progress=False))
     assert not show_progress(argparse.Namespace(json=True, no_progress=False))
     assert not show_progress(argparse.Namespace(json=False, no_progress=True))
+
+
+_REFUSED = r"""
+import json, os, sys, time
+import pyarrow as pa
+from deltalake import write_deltalake
+from gpope.shell.cli import main
+lake, spec = sys.argv[1], sys.argv[2]
+write_deltalake(f"{lake}/gold/other/trajectory_stats",
+                pa.table({"spec_id": ["not_this_spec"], "traj_index": [0]}), partition_by=["spec_id"])
+cases = [
+    ["simulate", "--domain", "chain", "--patients", "5", "--dataset", "bad name", "--lake", lake],
+    ["simulate", "--domain", "chain", "--patients", "5", "--dataset", "d",
+     "--lake", os.path.join(os.path.dirname(lake), "ward[1]", "lake")],
+    ["ingest", "--dataset", "nope", "--domain", "chain", "--lake", lake],
+    ["stats", "--dataset", "nope", "--spec", spec, "--lake", lake],
+    ["evaluate", "--dataset", "nope", "--spec", spec, "--epsilon", "1", "--delta", "1e-5",
+     "--lake", lake],
+    ["evaluate", "--dataset", "other", "--spec", spec, "--epsilon", "1", "--delta", "1e-5",
+     "--lake", lake],
+    ["demo", "--dataset", "x y", "--lake", lake],
+]
+out = []
+for argv in cases:
+    start = time.perf_counter()
+    rc = main(argv)
+    out.append({"rc": rc, "seconds": time.perf_counter() - start})
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j"))
+print("RESULT", json.dumps({"cases": out, "loaded": loaded}))
+"""
+
+
+def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
+    # Each command is refused for its arguments, its lake path or a missing input table in
+    # well under a second, with no pyspark import and so no JVM (a Spark start costs 27-37 s).
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[2] / "conf" / "specs" / "chain.yaml"
+    lake = tmp_path / "lake"
+    out = subprocess.run([sys.executable, "-c", _REFUSED, str(lake), str(spec)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.split("RESULT ", 1)[1])
+    assert result["loaded"] == []
+    assert [c["rc"] for c in result["cases"]] == [2] * 7, out.stderr
+    assert max(c["seconds"] for c in result["cases"]) < 5
+    err = out.stderr
+    for needle in ("'dataset' name", "'['", "bronze/nope/observations does not exist",
+                   "silver/nope/transitions does not exist", "gold/nope/trajectory_stats does not",
+                   "no statistics for spec 'chain'", "'x y'"):
+        assert needle in err, needle

@@ -63,6 +63,13 @@ def _run(args: argparse.Namespace) -> int:
         from gpope.shell.pipeline.evaluate import INVALID_ACCOUNTING_REFUSAL
 
         raise ConfigError(INVALID_ACCOUNTING_REFUSAL)  # at once, before Spark starts
+    from gpope.shell.preflight import check_lake
+
+    check_lake(config)
+    if args.dataset is not None:
+        from gpope.shell.lake.names import check_name
+
+        check_name("dataset", args.dataset)
     spark = get_spark(config.spark)
     report = api.demo(spark, options=options, config=config, tracking_uri=args.tracking_uri)
     emit(args, report.to_dict(), report.summary())

@@ -189,15 +189,17 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.shell.pipeline.jobargs import config_from_args, load_spec
+    from gpope.shell.preflight import check_stage
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    load_spec(args.spec)  # fail fast, before Spark
+    spec = load_spec(args.spec)  # fail fast, before Spark
     options = options_from_args(
         args, config.evaluation, seed=args.seed, path=args.stream,
         secure_noise=args.secure_noise,
         private_diagnostics=args.private_diagnostics, public_trajectories=args.public_trajectories,
     )
+    check_stage(config, "evaluate", args.dataset, spec)  # the lake's inputs, before Spark
     spark = get_spark(config.spark)
     report = api.evaluate(
         spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta, options=options,

@@ -37,10 +37,12 @@ def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.shell.pipeline.ingest import resolve_dataset_settings
     from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope.shell.preflight import check_stage
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    resolve_dataset_settings(config, args.dataset, domain=args.domain)  # fail fast, before Spark
+    check_stage(config, "ingest", args.dataset)  # fail fast, before Spark starts
+    resolve_dataset_settings(config, args.dataset, domain=args.domain)
     spark = get_spark(config.spark)
     report = api.ingest(spark, args.dataset, domain=args.domain, config=config)
     emit(args, report.to_dict(), report.summary())

@@ -52,6 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpope.core.validation import check_int
     from gpope.shell.pipeline.jobargs import config_from_args
     from gpope.shell.pipeline.simulate import SimulateOptions
+    from gpope.shell.preflight import check_stage
     from gpope.shell.spark import get_spark
 
     check_int("gpope simulate", "patients", args.patients, ge=1)
@@ -63,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         noise=args.noise,
     )
     config = config_from_args(args)
+    check_stage(config, "simulate", args.dataset)  # fail fast, before Spark starts
     spark = get_spark(config.spark)
     report = api.simulate(
         spark,

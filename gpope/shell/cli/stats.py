@@ -29,10 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.shell.pipeline.jobargs import config_from_args, load_spec
+    from gpope.shell.preflight import check_stage
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
     spec = load_spec(args.spec)  # fail fast, before Spark starts
+    check_stage(config, "stats", args.dataset, spec)
     spark = get_spark(config.spark)
     report = api.stats(spark, args.dataset, spec, config=config)
     emit(args, report.to_dict(), report.summary())

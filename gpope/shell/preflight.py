@@ -1,0 +1,104 @@
+"""Checks a pipeline command runs before it starts Spark, so a refused command fails in a second.
+
+A Spark start costs tens of seconds of JVM start-up; a command that is going to be refused for
+its arguments, its lake or a missing input table says so first. Everything here reads only the
+arguments, the configuration and (on a local lake) the Delta logs' directory listings: no Spark,
+no JVM, no table data.
+
+What a stage needs (:data:`STAGE_INPUTS`): ``ingest`` the dataset's three bronze tables, ``stats``
+its silver ``transitions``, ``evaluate`` its gold ``trajectory_stats`` (with the spec's
+partition). On a Unity Catalog or remote lake only the names are checked; the tables are
+checked by the stage itself once Spark runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpope.errors import TableNotFoundError
+from gpope.shell.lake.names import TableRef, check_name, creator_hint, local_root, table_path
+
+if TYPE_CHECKING:
+    from gpope.config import GpopeConfig
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = ["STAGE_INPUTS", "check_lake", "check_stage"]
+
+#: The tables each stage reads, per dataset (layer, table).
+STAGE_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "simulate": (),
+    "ingest": (("bronze", "observations"), ("bronze", "treatments"), ("bronze", "outcomes")),
+    "stats": (("silver", "transitions"),),
+    "evaluate": (("gold", "trajectory_stats"),),
+}
+
+
+def check_lake(config: GpopeConfig) -> None:
+    """Refuse a local lake root that the Delta storage path cannot address (the character named).
+
+    Raises:
+        ConfigError: the root holds a character delta-rs cannot address, or is a file.
+    """
+    if config.lake.catalog is not None:
+        return
+    root = local_root(str(config.lake.root))
+    if root is not None:
+        from gpope.shell.lake.delta_rs import check_local_root
+
+        check_local_root(str(root))
+
+
+def check_stage(
+    config: GpopeConfig, stage: str, dataset: str, spec: EvaluationSpec | None = None
+) -> None:
+    """Everything about ``stage`` on ``dataset`` that can be checked without Spark.
+
+    Guarantees: the dataset name is valid, the lake root is addressable, and on a local lake
+    every input table of the stage exists (for ``evaluate`` with ``spec``: with statistics of
+    that spec). Returns None when all hold.
+
+    Raises:
+        ConfigError: an invalid dataset name or lake root (the message names the character).
+        TableNotFoundError: an input table is missing; the message names the command that
+            creates it.
+    """
+    check_name("dataset", dataset)
+    check_lake(config)
+    root = None if config.lake.catalog is not None else local_root(str(config.lake.root))
+    if root is None:
+        return
+    from gpope.shell.query import latest_version
+
+    for layer, table in STAGE_INPUTS[stage]:
+        ref = TableRef(layer, table, dataset)  # type: ignore[arg-type]
+        path = table_path(root, ref)
+        if latest_version(path) is None:
+            raise TableNotFoundError(
+                f"Delta table {ref} does not exist at {path}, so `gpope {stage}` cannot run "
+                f"(checked before starting Spark). {creator_hint(ref)}"
+            )
+        if stage == "evaluate" and spec is not None and not _has_partition(path, spec.spec_id):
+            raise TableNotFoundError(
+                f"{ref} at {path} has no statistics for spec {spec.name!r} (spec_id "
+                f"{spec.spec_id}), so `gpope evaluate` cannot run (checked before starting "
+                f"Spark). Compute them with `gpope stats --dataset {dataset} --spec FILE` "
+                "using the same spec file."
+            )
+
+
+def _has_partition(path: str, spec_id: str) -> bool:
+    """True when the table's live files include the ``spec_id`` partition (or are unpartitioned)."""
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(path)
+        columns = table.metadata().partition_columns
+        if "spec_id" not in columns:
+            return True
+        actions = table.get_add_actions(flatten=True)
+        names = [n for n in actions.schema.names if n in ("partition.spec_id", "partition_values.spec_id")]
+        if not names:
+            return True
+        return spec_id in set(actions.column(names[0]).to_pylist())
+    except Exception:  # an unreadable log is reported by the stage itself, with its context
+        return True
