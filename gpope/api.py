@@ -51,6 +51,7 @@ __all__ = [
     "evaluate_options",
     "get_spark",
     "ingest",
+    "load",
     "load_config",
     "load_spec",
     "set_budget",
@@ -146,8 +147,8 @@ def simulate(
 ) -> SimulateReport:
     """Simulate a cohort of ``domain`` and replace the bronze tables of ``dataset`` with it.
 
-    The bronze tables (``observations``, ``treatments``, ``outcomes``) are what your own EHR
-    extract provides instead; see README "Your own EHR tables".
+    The bronze tables (``observations``, ``treatments``, ``outcomes``) are what your own event
+    files provide instead (:func:`load`; docs/OWN_DATA.md).
     """
     from gpope.shell.pipeline.simulate import run_simulate
 
@@ -155,6 +156,20 @@ def simulate(
         spark, _config(config), dataset, domain=domain, patients=patients, seed=seed,
         options=options, progress=progress,
     )
+
+
+def load(
+    spark: SparkSession, dataset: str, files: Mapping[str, str], *, fmt: str = "auto",
+    config: ConfigLike = None,
+) -> Any:
+    """Your own files (Parquet/CSV) -> the dataset's bronze tables, replaced atomically.
+
+    ``files`` maps ``observations``, ``treatments`` and ``outcomes`` to a file, folder or glob;
+    returns a :class:`~gpope.shell.pipeline.load.LoadReport` (docs/OWN_DATA.md).
+    """
+    from gpope.shell.pipeline.load import run_load
+
+    return run_load(spark, _config(config), dataset, dict(files), fmt=fmt)  # type: ignore[arg-type]
 
 
 def ingest(

@@ -235,6 +235,9 @@ def test_each_bad_row_is_rejected_with_its_reason_and_counts_balance(toy):
         assert report.rows_in[table] == report.rows_used[table] + report.rejected_total(table)
     assert report.balanced
     assert (report.n_trajectories, report.n_transitions, report.n_terminal) == (3, 7, 1)
+    # p3 stops after one step (truncated), p2 is cut at max_length 3 (length-capped)
+    assert (report.n_truncated, report.n_length_capped) == (1, 1)
+    assert report.warnings == [] and "1 terminal, 1 truncated" in report.summary()
 
 
 def test_rejected_events_hold_the_raw_rows_as_json(toy):
@@ -416,3 +419,21 @@ def test_bronze_contract_missing_or_wrong_type_is_one_line_and_bad_text_is_quara
         message = str(err.value)
         assert "\n" not in message and f"bronze/{dataset}/outcomes" in message
         assert "'reward'" in message and "expected double" in message
+
+
+def test_episode_ends_are_reported_and_a_missing_terminal_convention_warns_in_one_line():
+    from gpope.shell.pipeline.ingest import IngestReport
+
+    base = {"dataset": "d", "rows_in": {"treatments": 5}, "rows_used": {"treatments": 5},
+            "n_trajectories": 3, "n_transitions": 5, "max_length": 4}
+    undeclared = IngestReport(**base, n_truncated=2, n_length_capped=1)
+    (line,) = undeclared.warnings
+    assert "no terminal_variable is declared" in line and "\n" not in line
+    assert undeclared.summary().splitlines()[0] == line
+    assert "0 terminal, 2 truncated (record stops, bootstrapped), 1 at the length cap 4; no " \
+           "terminal_variable declared" in undeclared.summary()
+    assert undeclared.to_dict()["warnings"] == [line]
+    unseen = IngestReport(**base, terminal_variable="death", n_truncated=3)
+    assert "'death' is declared but never observed" in unseen.warnings[0]
+    ended = IngestReport(**base, terminal_variable="death", n_terminal=1, n_truncated=2)
+    assert ended.warnings == [] and ended.to_dict()["n_truncated"] == 2

@@ -38,6 +38,7 @@ Version history: v1 (this module).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -187,6 +188,20 @@ class RandomMDP:
         v = self.values()
         return {name: float(v[int(name[1:])]) for name in self.reference_states()}
 
+    def spec_mapping(self, name: str) -> dict[str, Any]:
+        """An evaluation spec (the YAML mapping) of this MDP as an analyst would write it for own
+        data: no ``domain``, no ``evaluation:`` block; public bounds from the design (the ratio
+        bound, the reward range), ``length_scale`` = the episode cap, the target policy's table."""
+        c = self.config
+        low = 0.0 if c.features == "tabular" else -self.r_max
+        return {
+            "name": name, "gamma": c.gamma, "normalization": "transition",
+            "length_scale": c.max_steps, "feature_map": self.feature_map(),
+            "importance_weight_bound": _round_up(self.max_ratio()),
+            "reward_bounds": [-_round_up(-low) if low else 0.0, _round_up(self.r_max)],
+            "target_policy": self.target_spec, "reference_states": self.reference_states(),
+        }  # fmt: skip
+
     def observe(self, states: np.ndarray) -> np.ndarray:
         """(T, d) observations of integer states (T,): the state itself, or its vector."""
         states = np.asarray(states, dtype=np.int64)
@@ -245,6 +260,12 @@ class RandomMDP:
             terminal=terminal, truncated=(flat["t"] == cap - 1) & ~terminal,
             behavior_prob=flat["p"].astype(np.float64), n_trajectories=m,
         )  # fmt: skip
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up at the 4th significant digit (a public bound a person would write)."""
+    scale = 10.0 ** (math.floor(math.log10(abs(x))) - 3)
+    return float(math.ceil(x / scale * (1.0 + 1e-12)) * scale)
 
 
 def _pad_rows(table: np.ndarray, extra: int) -> np.ndarray:

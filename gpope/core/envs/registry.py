@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpope.core.envs.ehr import CHAIN_SPEC, HIV_SPEC, MOUNTAINCAR_SPEC, EventTableSpec
 from gpope.errors import ConfigError
@@ -62,6 +62,16 @@ class SimDomain:
     def behaviour_policy(self) -> Policy | None:
         """The behaviour policy (loaded on first use)."""
         return self.behaviour()
+
+    def dataset_mapping(self, max_length: int | None = None) -> dict[str, Any]:
+        """The ``datasets:`` entry that ingests this domain's event tables (variables, actions,
+        ``max_length`` = the episode cap unless given, ``terminal_variable``)."""
+        spec = self.event_spec
+        entry: dict[str, Any] = {"variables": list(spec.variables), "actions": list(spec.actions),
+                                 "max_length": int(max_length or self.max_steps)}
+        if spec.terminal_variable is not None:
+            entry["terminal_variable"] = spec.terminal_variable
+        return entry
 
 
 def _chain() -> SimDomain:

@@ -23,6 +23,7 @@ from gpope.errors import GpopeError
 COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "simulate",
+    "load",
     "ingest",
     "stats",
     "evaluate",

@@ -41,6 +41,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--noise", type=float, default=0.0, help="std of Gaussian noise on recorded observations"
     )
+    parser.add_argument(
+        "--to-files", metavar="DIR", default=None,
+        help="write the cohort as plain files under DIR instead of the lake (no Spark): "
+        "observations/treatments/outcomes files and conf.yaml with its 'datasets:' entry; for "
+        "random_mdp/<seed> also spec.yaml (an own-data spec) and truth.json (exact values). "
+        "Load them with `gpope load` (docs/OWN_DATA.md)",
+    )
+    parser.add_argument("--format", choices=("parquet", "csv"), default="parquet",
+                        help="file format of --to-files (default parquet)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_lake_options(parser)
     add_json_flag(parser)
@@ -63,6 +72,18 @@ def _run(args: argparse.Namespace) -> int:
         missing_prob=args.missing,
         noise=args.noise,
     )
+    if args.to_files is not None:
+        from gpope.shell.pipeline.simulate_files import write_cohort_files
+
+        written = write_cohort_files(args.domain, args.patients, args.seed, args.to_files,
+                                     options=options, fmt=args.format, dataset=args.dataset,
+                                     progress=show_progress(args))  # fmt: skip
+        lines = [f"simulate {args.dataset}: {args.patients} {args.domain} patients as files"]
+        lines += [f"  {t:<13}{written['rows'][t]:>10} rows  {p}" for t, p in written["files"].items()]
+        lines += [f"  {k:<13}{'':>10}       {written[k]}" for k in ("conf", "spec", "truth")
+                  if written[k]]
+        emit(args, written, "\n".join(lines))
+        return 0
     config = config_from_args(args)
     check_stage(config, "simulate", args.dataset)  # fail fast, before Spark starts
     spark = get_spark(config.spark)

@@ -62,7 +62,7 @@ __all__ = [
 
 PIPELINE_RUNS = "pipeline_runs"
 """Name of the shared gold manifest table."""
-STAGES: tuple[str, ...] = ("simulate", "ingest", "stats", "release")
+STAGES: tuple[str, ...] = ("simulate", "load", "ingest", "stats", "release")
 
 
 def new_run_id() -> str:

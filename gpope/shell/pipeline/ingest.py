@@ -49,7 +49,15 @@ class IngestReport:
         rejected: per table, the number of rejected rows per reason (reasons with 0 omitted).
         n_trajectories: m, the number of trajectories (= patients with a valid treatment).
         n_transitions: T, the number of silver transitions.
-        n_terminal: trajectories whose last step is terminal (the others are truncated).
+        n_terminal: episodes whose last step is terminal (the episode really ended: the value
+            after it is 0).
+        n_truncated: episodes whose record stops before ``max_length`` steps without a terminal
+            event (the value after the last step is bootstrapped from its next state).
+        n_length_capped: episodes that reached ``max_length`` steps without a terminal event (cut
+            there, or ending exactly there; bootstrapped like a truncation).
+        terminal_variable: the declared terminal variable (``datasets: terminal_variable``), or
+            None: then no episode can be terminal, and every end is assumed a truncation.
+        max_length: the dataset's public length cap L.
     """
 
     dataset: str
@@ -59,6 +67,37 @@ class IngestReport:
     n_trajectories: int = 0
     n_transitions: int = 0
     n_terminal: int = 0
+    n_truncated: int = 0
+    n_length_capped: int = 0
+    terminal_variable: str | None = None
+    max_length: int | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per thing the user must know about how episodes end (empty: nothing)."""
+        if self.n_trajectories == 0 or self.n_terminal > 0:
+            return []
+        if self.terminal_variable is None:
+            return [
+                "WARNING: no episode is terminal and no terminal_variable is declared, so every "
+                "episode end is treated as a truncation (the value after the last step is "
+                "bootstrapped from its next state); if your episodes really end (death, "
+                "discharge, goal), declare the event as 'terminal_variable' under 'datasets:' and "
+                "ingest again (docs/OWN_DATA.md, 'How an episode ends')."
+            ]
+        return [
+            f"WARNING: terminal_variable {self.terminal_variable!r} is declared but never observed "
+            "after a patient's last treatment, so no episode is terminal; check the variable's "
+            "name in the observations and that the event is recorded after the last treatment."
+        ]
+
+    def episode_ends(self) -> str:
+        """One line: how the episodes ended and what was assumed."""
+        cap = f" at the length cap {self.max_length}" if self.max_length else " at the length cap"
+        assumed = ("" if self.terminal_variable is not None
+                   else "; no terminal_variable declared: every end assumed a truncation")
+        return (f"episode ends: {self.n_terminal} terminal, {self.n_truncated} truncated "
+                f"(record stops, bootstrapped), {self.n_length_capped}{cap}{assumed}")
 
     def rejected_total(self, table: str) -> int:
         """Rows of ``table`` that went to rejected_events."""
@@ -81,14 +120,20 @@ class IngestReport:
             "n_trajectories": self.n_trajectories,
             "n_transitions": self.n_transitions,
             "n_terminal": self.n_terminal,
+            "n_truncated": self.n_truncated,
+            "n_length_capped": self.n_length_capped,
+            "terminal_variable": self.terminal_variable,
+            "max_length": self.max_length,
             "balanced": self.balanced,
+            "warnings": self.warnings,
         }
 
     def summary(self) -> str:
         """A few human-readable lines."""
         lines = [
             f"ingest {self.dataset}: {self.n_trajectories} trajectories, "
-            f"{self.n_transitions} transitions ({self.n_terminal} terminal)"
+            f"{self.n_transitions} transitions ({self.n_terminal} terminal)",
+            f"  {self.episode_ends()}",
         ]
         for table in self.rows_in:
             rej = self.rejected.get(table, {})
@@ -97,7 +142,7 @@ class IngestReport:
                 f"  {table}: {self.rows_in[table]} in = {self.rows_used[table]} used + "
                 f"{self.rejected_total(table)} rejected" + (f" ({detail})" if detail else "")
             )
-        return "\n".join(lines)
+        return "\n".join([*self.warnings, *lines])
 
 
 def resolve_dataset_settings(
@@ -168,6 +213,9 @@ def report_from_counts(
     n_trajectories: int,
     n_transitions: int,
     n_terminal: int,
+    n_truncated: int = 0,
+    n_length_capped: int = 0,
+    settings: DatasetSettings | None = None,
 ) -> IngestReport:
     """Assemble an :class:`IngestReport` from ``(table, reason or None, count)`` triples.
 
@@ -190,6 +238,10 @@ def report_from_counts(
         n_trajectories=n_trajectories,
         n_transitions=n_transitions,
         n_terminal=n_terminal,
+        n_truncated=n_truncated,
+        n_length_capped=n_length_capped,
+        terminal_variable=settings.terminal_variable if settings is not None else None,
+        max_length=settings.max_length if settings is not None else None,
     )
     if not report.balanced or used["treatments"] != n_transitions:
         raise DataError(
@@ -271,10 +323,13 @@ def run_ingest(
     finally:
         frames.release()
     stored = target.read(transitions_ref, version=written[transitions_ref])
+    cap = settings.max_length
     totals = stored.agg(
         F.count(F.lit(1)).alias("n"),
         F.countDistinct("traj_index").alias("m"),
         F.sum(F.col("terminal").cast("long")).alias("terminal"),
+        F.sum((F.col("truncated") & (F.col("t") < cap - 1)).cast("long")).alias("truncated"),
+        F.sum((F.col("truncated") & (F.col("t") >= cap - 1)).cast("long")).alias("capped"),
     ).collect()[0]
     report = report_from_counts(
         dataset,
@@ -283,6 +338,9 @@ def run_ingest(
         n_trajectories=int(totals["m"] or 0),
         n_transitions=int(totals["n"] or 0),
         n_terminal=int(totals["terminal"] or 0),
+        n_truncated=int(totals["truncated"] or 0),
+        n_length_capped=int(totals["capped"] or 0),
+        settings=settings,
     )
     runs.commit(
         run_id=run_id, stage="ingest", dataset=dataset, tables=written,
