@@ -22,8 +22,9 @@ Data sets and truths:
 * hiv (conf/specs/hiv_demo.yaml, the demo's 40 decisions, W = 20, rewards in [-1e6, 1e9]): a
   pool of ``--hiv-pool`` patients, iid resampling as above; J(target) is the deterministic
   greedy rollout (no patient variation), J(behaviour) the pool mean.
-* random (a random tabular MDP, exact values by dynamic programming; the generator is
-  :func:`random_mdp` below): fresh data sets per trial.
+* random<seed> (generated tabular MDPs, :class:`gpope.core.envs.random_mdp.RandomMDPConfig.drawn`:
+  weight clip = the instance's ratio bound, rewards in [0, r_max], H = its cap): fresh data sets
+  per trial; truths by forward recursion over the cap (the recorded-horizon estimand).
 
 Usage: nice -n 10 python benchmarks/policy_value_coverage.py --domains chain --sizes 2000 \
           --epsilons 1 --trials 20 [--json docs/results/policy_value_coverage.json]
@@ -35,7 +36,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,80 +51,22 @@ from gpope.core.policy_value_release import (  # noqa: E402
     policy_value_sigma,
     release_policy_value,
 )
-from gpope.core.transitions import Transitions  # noqa: E402
 
 DELTA = 1e-5
 LEVEL = 0.95
 
 
-# --- a random tabular MDP with exact values --------------------------------------------------
-
-@dataclass(frozen=True)
-class RandomMDP:
-    """A random MDP: ``n`` states, ``k`` actions, rewards in [0, 1], per-step termination
-    probability ``stop``, episode cap ``horizon``; behaviour and target are random stochastic
-    policies (target = a sharpened behaviour perturbation, so ratios exceed 1)."""
-
-    P: np.ndarray       # (n, k, n)
-    R: np.ndarray       # (n, k)
-    mu: np.ndarray      # (n, k) behaviour
-    pi: np.ndarray      # (n, k) target
-    start: np.ndarray   # (n,)
-    stop: float
-    gamma: float
-    horizon: int
-
-
-def random_mdp(seed: int, n: int = 12, k: int = 3, stop: float = 0.05, gamma: float = 0.95,
-               horizon: int = 60) -> RandomMDP:
-    rng = np.random.default_rng(seed)
-    P = rng.dirichlet(np.full(n, 0.3), size=(n, k))
-    R = rng.random((n, k))
-    mu = rng.dirichlet(np.full(k, 5.0), size=n)
-    logits = np.log(mu) + rng.normal(0.0, 0.7, size=(n, k))
-    pi = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-    return RandomMDP(P=P, R=R, mu=mu, pi=pi, start=np.full(n, 1.0 / n), stop=stop, gamma=gamma,
-                     horizon=horizon)
-
-
-def exact_value(mdp: RandomMDP, policy: np.ndarray) -> float:
-    """sum_{t < H} gamma^t E[r_t] with per-step termination (r after the end is 0)."""
-    d = mdp.start.copy()
-    total = 0.0
-    for t in range(mdp.horizon):
-        total += mdp.gamma ** t * float(d @ (policy * mdp.R).sum(axis=1))
-        d = (1.0 - mdp.stop) * np.einsum("s,sa,sat->t", d, policy, mdp.P)
+def finite_horizon_value(mdp, policy: np.ndarray) -> float:
+    """sum_{t < cap} gamma^t E[r_t] of a :class:`~gpope.core.envs.random_mdp.RandomMDP` under
+    ``policy`` (S, A): the recorded-horizon estimand (exact, by forward recursion)."""
+    S = mdp.n_states
+    P_pi = np.einsum("sa,sat->st", policy, mdp.P[:, :, :S])
+    r_pi = np.einsum("sa,sa->s", policy, mdp.reward_mean)
+    d, total = mdp.start.copy(), 0.0
+    for t in range(mdp.config.max_steps):
+        total += mdp.config.gamma ** t * float(d @ r_pi)
+        d = d @ P_pi
     return total
-
-
-def simulate_mdp(mdp: RandomMDP, m: int, rng: np.random.Generator) -> tuple[Transitions, np.ndarray]:
-    n, k = mdp.R.shape
-    s = rng.choice(n, size=m, p=mdp.start)
-    alive = np.arange(m)
-    parts = {key: [] for key in ("i", "t", "s", "a", "r", "p", "term", "ns")}
-    for t in range(mdp.horizon):
-        u = rng.random(len(alive))
-        a = (u[:, None] > np.cumsum(mdp.mu[s], axis=1)).sum(axis=1).clip(0, k - 1)
-        cdf = np.cumsum(mdp.P[s, a], axis=1)
-        ns = (rng.random(len(alive))[:, None] > cdf).sum(axis=1).clip(0, n - 1)
-        term = rng.random(len(alive)) < mdp.stop
-        for key, val in zip(parts, (alive, np.full(len(alive), t), s, a, mdp.R[s, a],
-                                    mdp.mu[s, a], term, ns), strict=True):
-            parts[key].append(val)
-        keep = ~term
-        alive, s = alive[keep], ns[keep]
-        if len(alive) == 0:
-            break
-    cat = {key: np.concatenate(v) for key, v in parts.items()}
-    order = np.lexsort((cat["t"], cat["i"]))
-    c = {key: v[order] for key, v in cat.items()}
-    tr = Transitions(traj_index=c["i"].astype(np.int64), t=c["t"].astype(np.int64),
-                     state=c["s"][:, None].astype(np.float64), action=c["a"].astype(np.int64),
-                     reward=c["r"], next_state=c["ns"][:, None].astype(np.float64),
-                     terminal=c["term"], truncated=(c["t"] == mdp.horizon - 1) & ~c["term"],
-                     behavior_prob=c["p"], n_trajectories=m)
-    ratios = mdp.pi[c["s"], c["a"]] / c["p"]
-    return tr, ratios
 
 
 # --- domains: terms of a data set and the truths ---------------------------------------------
@@ -146,15 +88,22 @@ class Domain:
             v = float(np.mean(chain.exact_values(self.cfg)[: self.cfg.n_states - 1]))
             self.truth = {"policy_value": v, "behaviour_value": v, "policy_contrast": 0.0}
             self.note = "fresh data sets; truth: closed form"
-        elif name == "random":
-            self.mdp = random_mdp(args.seed)
-            w = float(np.max(self.mdp.pi / self.mdp.mu))
-            self.bounds = PolicyValueBounds(gamma=self.mdp.gamma, horizon=self.mdp.horizon,
-                                            weight_clip=round(w, 3) + 0.001, reward_bounds=(0.0, 1.0))
-            jt, jb = exact_value(self.mdp, self.mdp.pi), exact_value(self.mdp, self.mdp.mu)
+        elif name.startswith("random"):
+            from gpope.core.envs.random_mdp import RandomMDPConfig, random_mdp
+
+            seed = int(name[len("random"):] or 0)
+            self.mdp = random_mdp(RandomMDPConfig.drawn(seed))
+            c = self.mdp.config
+            self.bounds = PolicyValueBounds(gamma=c.gamma, horizon=c.max_steps,
+                                            weight_clip=c.ratio_bound,
+                                            reward_bounds=(0.0, self.mdp.r_max))
+            jt = finite_horizon_value(self.mdp, self.mdp.target)
+            jb = finite_horizon_value(self.mdp, self.mdp.behaviour)
             self.truth = {"policy_value": jt, "behaviour_value": jb, "policy_contrast": jt - jb}
-            self.note = (f"random MDP (12 states, 3 actions, seed {args.seed}), weight clip "
-                         f"{self.bounds.weight_clip:g}; fresh data sets; truth: dynamic programming")
+            self.note = (f"gpope.core.envs.random_mdp RandomMDPConfig.drawn({seed}): {c.n_states} "
+                         f"states, {c.n_actions} actions, mean length {c.mean_length:.1f}, cap "
+                         f"{c.max_steps}, gamma {c.gamma}, ratio bound (= weight clip) "
+                         f"{c.ratio_bound:.2f}; fresh data sets; truth: forward recursion")
         elif name in ("mountaincar", "hiv"):
             self._pool_domain(name, args)
         else:
@@ -221,7 +170,9 @@ class Domain:
 
             tr = chain.generate(m, rng, self.cfg)
             return policy_value_terms(tr, np.ones(len(tr.t)), self.bounds)
-        tr, ratios = simulate_mdp(self.mdp, m, rng)
+        tr = self.mdp.generate(m, rng)
+        s, a = tr.state[:, 0].astype(np.int64), tr.action
+        ratios = self.mdp.target[s, a] / self.mdp.behaviour[s, a]
         return policy_value_terms(tr, ratios, self.bounds)
 
 
@@ -242,7 +193,7 @@ def _cell_summary(rows: list[dict], truth: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--domains", default="chain,random,mountaincar,hiv")
+    p.add_argument("--domains", default="chain,random0,random1,random2,mountaincar,hiv")
     p.add_argument("--sizes", default="2000,20000,200000")
     p.add_argument("--epsilons", default="0.1,1,10")
     p.add_argument("--trials", type=int, default=100)

@@ -35,7 +35,7 @@ interval, measured in docs/RESULTS.md). Two-sided intervals give each end alpha 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -173,7 +173,6 @@ class PolicyValueRelease:
     m: int
     bounds: PolicyValueBounds
     sigma: float
-    extras: dict = field(default_factory=dict)
 
     def intervals(self, level: float, method: str = "bernstein", *, variance_share: float = 0.25,
                   noise_share: float = 0.25) -> dict[str, PolicyValueInterval]:
@@ -200,26 +199,24 @@ def _bin_counts(values: np.ndarray, grid: LogGrid) -> np.ndarray:
 
 
 def choose_clip(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
-                max_count: float = math.inf) -> float:
+                max_count: float = math.inf) -> np.ndarray | float:
     """The clip read top down from a noisy histogram (post-processing).
 
     Walking down from the public top edge, the clip is lowered past a bin while that bin's noisy
     count stays below ``z * noise_std``: the lower edge of the last bin passed. It stays at the
     top when ``z * noise_std`` exceeds ``max_count`` (the histogram cannot resolve so few
     patients). So each bin above the clip holds about ``z * noise_std`` terms at most, and a
-    histogram drowned in noise clips nothing.
+    histogram drowned in noise clips nothing. ``noisy_counts`` (..., bins) gives clips (...).
     """
     edges = grid.edges()
     counts = np.asarray(noisy_counts, dtype=np.float64)
     threshold = z * noise_std
-    clip = float(edges[-1])
-    if threshold > max_count or counts[-1] > threshold:
-        return clip
-    for j in range(len(edges) - 1, 0, -1):  # bin j = [edges[j-1], edges[j])
-        if counts[j] > threshold:
-            break
-        clip = float(edges[j - 1])
-    return clip
+    hit = counts[..., 1:len(edges)] > threshold  # bins 1 .. K-1 (bin j = [edges[j-1], edges[j]))
+    last = np.where(hit.any(axis=-1), hit.shape[-1] - np.argmax(hit[..., ::-1], axis=-1), 0)
+    clip = edges[last]
+    top = (threshold > max_count) | (counts[..., -1] > threshold)
+    out = np.where(top, edges[-1], clip)
+    return float(out) if out.ndim == 0 else out
 
 
 def _components(terms: PolicyValueTerms, clips: tuple[float, float, float],
@@ -282,41 +279,92 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     m = terms.m
     if m < 2:
         raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
-    s_clip, s_mean, s_mom = settings.sub_sigmas(s) if s > 0 else (0.0, 0.0, 0.0)
+    k = released_components(bounds)
+    hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
+    if clips is None and s == 0:
+        clips = tuple(float(np.max(np.abs(v))) for v in (terms.g, terms.a, terms.n))
+    elif clips is None:
+        grids, counts = clip_histograms(terms, bounds, settings)
+        noisy = add_histogram_noise(counts, hist_std, rng)
+        clips = clips_from_histograms(noisy, grids, bounds, settings, hist_std=hist_std, m=m)
+    clips = tuple(max(float(c), 1e-300) for c in clips)
+    first, mom, mid, half = exact_sums(terms, bounds, clips)
+    active = half > 0
+    if s > 0:
+        first, mom = add_sum_noise(first, mom, active, k, s_mean=s_mean, s_mom=s_mom, rng=rng)
+    means = mid + half * first / m
+    return PolicyValueRelease(
+        clips=clips, means=means, second=_moment_mat(mom / m, 3), mid=mid, half=half,
+        noise_means=np.where(active, half * math.sqrt(k) * s_mean / m, 0.0),
+        noise_second=k * s_mom / m, m=m, bounds=bounds, sigma=s)
+
+
+def noise_scales(sigma: float, settings: PolicyValueSettings,
+                 bounds: PolicyValueBounds) -> tuple[float, float, float]:
+    """(histogram bin noise std, means' multiplier, moments' multiplier) of the release at
+    ``sigma``: the k histograms have L2 sensitivity sqrt k (one count each)."""
+    if sigma == 0:
+        return 0.0, 0.0, 0.0
+    s_clip, s_mean, s_mom = settings.sub_sigmas(sigma)
+    return s_clip * math.sqrt(released_components(bounds)), s_mean, s_mom
+
+
+def add_histogram_noise(counts: list[np.ndarray], hist_std: float, rng: np.random.Generator,
+                        size: int | None = None) -> list[np.ndarray]:
+    """Each histogram plus iid N(0, hist_std^2) per bin (``size``: that many releases)."""
+    return [c + hist_std * rng.standard_normal(c.shape if size is None else (size, len(c)))
+            for c in counts]
+
+
+def released_components(bounds: PolicyValueBounds) -> int:
+    """k: the components with a private range (on-policy 1: a = g and n = S are public)."""
+    return 1 if bounds.on_policy else 3
+
+
+def clip_histograms(terms: PolicyValueTerms, bounds: PolicyValueBounds,
+                    settings: PolicyValueSettings) -> tuple[list[LogGrid], list[np.ndarray]]:
+    """The k exact (private) histograms of |g|, |a|, n on their public grids."""
     tops = public_limits(bounds)
     values = (terms.g, terms.a, terms.n)
-    k = 1 if bounds.on_policy else 3  # components released (on-policy a = g and n = S)
-    if clips is None and s == 0:
-        clips = tuple(float(np.max(np.abs(v))) for v in values)
-    elif clips is None:
-        hist_std = s_clip * math.sqrt(k)
-        chosen = [tops[2]] * 3
-        for j in range(k):
-            grid = _grid(tops[j], settings)
-            counts = _bin_counts(values[j], grid) + hist_std * rng.standard_normal(grid.n_bins)
-            chosen[j] = min(tops[j], choose_clip(counts, grid, hist_std, settings.clip_z,
-                                                 settings.max_clipped * m))
-        clips = (chosen[0], chosen[1], chosen[2])
-    clips = tuple(max(float(c), 1e-300) for c in clips)
+    grids = [_grid(tops[j], settings) for j in range(released_components(bounds))]
+    return grids, [_bin_counts(values[j], grid) for j, grid in enumerate(grids)]
+
+
+def clips_from_histograms(noisy: list[np.ndarray], grids: list[LogGrid], bounds: PolicyValueBounds,
+                          settings: PolicyValueSettings, *, hist_std: float, m: int):
+    """(c_g, c_a, c_n) read from the noisy histograms (post-processing); arrays of clips when
+    the counts carry leading run dimensions (the audit)."""
+    tops = public_limits(bounds)
+    chosen = [tops[0], tops[1], tops[2]]
+    for j, (grid, counts) in enumerate(zip(grids, noisy, strict=True)):
+        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, settings.clip_z,
+                                                    settings.max_clipped * m))
+    return tuple(chosen)
+
+
+def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds,
+               clips: tuple[float, float, float]):
+    """(sum z (3,), sum of the upper triangles of z z^T (6,), mid (3,), half (3,)) of the
+    clipped components z = (x - mid) / half (0 where a component is constant)."""
     x = _components(terms, clips, bounds)
     low, high = _ranges(clips, bounds)
     mid, half = (low + high) / 2.0, (high - low) / 2.0
     active = half > 0
-    safe = np.where(active, half, 1.0)
-    z = np.where(active, np.clip((x - mid) / safe, -1.0, 1.0), 0.0)
-    first = z.sum(axis=0)
-    mom = _moment_vec(z).sum(axis=0)
-    sens = math.sqrt(k)  # ||z_i|| <= sqrt k: only k components vary
-    mom_noise = _moment_vec(active[None, :].astype(np.float64)).reshape(-1) > 0
-    if s > 0:
-        first = first + np.where(active, sens * s_mean, 0.0) * rng.standard_normal(first.shape)
-        mom = mom + np.where(mom_noise, k * s_mom, 0.0) * rng.standard_normal(mom.shape)
-    means = mid + half * first / m
-    extras = {"clipped_fraction": None if s > 0 else 0.0}
-    return PolicyValueRelease(
-        clips=clips, means=means, second=_moment_mat(mom / m, 3), mid=mid, half=half,
-        noise_means=np.where(active, half * sens * s_mean / m, 0.0), noise_second=k * s_mom / m,
-        m=m, bounds=bounds, sigma=s, extras=extras)
+    z = np.where(active, np.clip((x - mid) / np.where(active, half, 1.0), -1.0, 1.0), 0.0)
+    return z.sum(axis=0), _moment_vec(z).sum(axis=0), mid, half
+
+
+def add_sum_noise(first: np.ndarray, mom: np.ndarray, active: np.ndarray, k: int, *,
+                  s_mean: float, s_mom: float, rng: np.random.Generator, size: int | None = None):
+    """The sums plus their Gaussian noise: std sqrt(k) s_mean on each varying first moment
+    (sensitivity ||z|| <= sqrt k), k s_mom on each varying second moment (||z z^T||_F <= k).
+    ``size``: that many independent releases (the audit)."""
+    mom_active = _moment_vec(active[None, :].astype(np.float64)).reshape(-1) > 0
+    shape_f = first.shape if size is None else (size, *first.shape)
+    shape_m = mom.shape if size is None else (size, *mom.shape)
+    noisy_first = first + np.where(active, math.sqrt(k) * s_mean, 0.0) * rng.standard_normal(shape_f)
+    noisy_mom = mom + np.where(mom_active, k * s_mom, 0.0) * rng.standard_normal(shape_m)
+    return noisy_first, noisy_mom
 
 
 def exact_intervals(terms: PolicyValueTerms, bounds: PolicyValueBounds, level: float,

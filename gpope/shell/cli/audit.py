@@ -6,7 +6,10 @@ the canary coordinate of every iterate, computes a likelihood-ratio statistic, c
 threshold on half the runs and reports a Clopper-Pearson epsilon lower bound next to the claimed
 epsilon (see gpope.core.audit). The SSP release is audited the same way under both adjacencies
 (gpope.core.audit_ssp): add/remove (--estimator ssp, Poisson runs) and replace-one (the
-statistics share of uniform-sampling runs, a canary pair at distance 2 clip).
+statistics share of uniform-sampling runs, a canary pair at distance 2 clip). The policy value
+release (--estimator policy_value: clip histograms and moment sums, one Gaussian mechanism at the
+run's policy-value share) is audited with a canary patient at the public maxima
+(gpope.core.audit_policy_value).
 
 The settings default to documented presets (small m, few steps, many runs) in which the
 accountant is nearly tight, so a factor-2 error shows. ``--include-broken`` also audits
@@ -50,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--sampling", nargs="+", choices=("uniform", "poisson"),
                         default=["uniform", "poisson"], help="GPOPE sampling schemes to audit")
-    parser.add_argument("--estimator", nargs="+", choices=("gpope", "ssp"),
-                        default=["gpope", "ssp"], help="mechanisms to audit")
+    parser.add_argument("--estimator", nargs="+", choices=("gpope", "ssp", "policy_value"),
+                        default=["gpope", "ssp", "policy_value"], help="mechanisms to audit")
     parser.add_argument("--m", type=int, default=None, help="trajectories per data set (preset)")
     parser.add_argument("--iterations", type=int, default=None, help="solver steps N (preset)")
     parser.add_argument("--epsilon", type=float, default=None, help="claimed epsilon (preset)")
@@ -119,6 +122,19 @@ def _run(args: argparse.Namespace) -> int:
             for name, kw in variants_ssp:
                 results.append(run_ssp_audit(cfg_ssp, args.seed, **kw))
                 names.append(name)
+    if "policy_value" in args.estimator:
+        from gpope.core.audit_policy_value import PolicyValueAuditConfig, run_policy_value_audit
+
+        pv_kw = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
+        if args.quick and "runs" not in pv_kw:
+            pv_kw["runs"] = PolicyValueAuditConfig().runs // 2
+        cfg_pv = PolicyValueAuditConfig(delta=args.delta, **pv_kw)
+        variants_pv = [("real", {})] + ([("noise x0.5", {"_noise_scale": 0.5}),
+                                         ("noise/10", {"_noise_scale": 0.1})]
+                                        if args.include_broken else [])
+        for name, kw in variants_pv:
+            results.append(run_policy_value_audit(cfg_pv, args.seed, **kw))
+            names.append(name)
     return _report(args, names, results)
 
 
