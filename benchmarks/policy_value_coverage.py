@@ -205,9 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hiv-pool", type=int, default=50_000)
     p.add_argument("--pool-dir", default="/tmp/policy_value_pools")
     p.add_argument("--methods", default="bernstein,normal")
+    p.add_argument("--settings", default="{}",
+                   help="JSON of PolicyValueSettings fields to change (default: the product's)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    settings = PolicyValueSettings()
+    settings = PolicyValueSettings(**json.loads(args.settings))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     methods = args.methods.split(",")
@@ -236,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                     rel = release_policy_value(terms, dom.bounds, sigma=sig[e], settings=settings,
                                                rng=rng)
                     for meth in methods:
-                        iv = rel.intervals(LEVEL, meth)
+                        iv = rel.intervals(LEVEL, meth, variance_share=settings.variance_share,
+                                           noise_share=settings.noise_share)
                         rows[(e, meth)].append({q: iv[q].__dict__ for q in QUANTITIES})
             for meth in methods:
                 np_sum = _cell_summary(exact[meth], dom.truth)

@@ -39,7 +39,7 @@ from gpope.core.policy_value_release import (
     noise_scales,
     policy_value_sigma,
     public_limits,
-    released_components,
+    sum_noise_stds,
 )
 from gpope.core.validation import check_int, check_number
 
@@ -92,7 +92,6 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
     g0, g1 = gen.spawn(2)
     settings = PolicyValueSettings()
     b = AUDIT_BOUNDS
-    k = released_components(b)
     # the claimed share of the run: what the accountant certifies for this release
     claim = settings.share * config.epsilon
     sigma = policy_value_sigma(m=config.m + 1, epsilon=config.epsilon, delta=config.delta,
@@ -118,11 +117,12 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
             f0, m0, _, _ = exact_sums(d0, b, tuple(cl))
             f1, m1, _, _ = exact_sums(d1, b, tuple(cl))
             active = half > 0
-            yf, ym = add_sum_noise(f_t, m_t, active, k, s_mean=_noise_scale * s_mean,
-                                   s_mom=_noise_scale * s_mom, rng=g, size=len(rows))
-            vf, vm = k * s_mean**2, (k * s_mom) ** 2
+            f_std, m_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
+            yf, ym = add_sum_noise(f_t, m_t, _noise_scale * f_std, _noise_scale * m_std, active,
+                                   rng=g, size=len(rows))
+            vf, vm = np.where(active, f_std, 1.0) ** 2, m_std**2
             df, dm = f1 - f0, m1 - m0
-            stat[rows] += ((yf - f0) @ df - 0.5 * df @ df) / vf
+            stat[rows] += ((yf - f0) / vf) @ df - 0.5 * float(df @ (df / vf))
             stat[rows] += ((ym - m0) @ dm - 0.5 * dm @ dm) / vm
         return stat
 

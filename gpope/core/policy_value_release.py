@@ -10,15 +10,16 @@ so together they are exactly the Gaussian mechanism at ``sigma`` (:func:`policy_
    sqrt k for k histograms), read top down for each term's clip c_j (:func:`choose_clip`).
 2. ``1 - clip_share - moments_share``: the sum of the per-patient vectors
    z_i = (x_i - mid) / half in [-1, 1]^k, x_i = (clip(g_i, c_g), lambda_i a_i, lambda_i n_i) with
-   lambda_i = min(1, c_a / |a_i|, c_n / n_i) (sensitivity sqrt k).
+   lambda_i = min(1, c_a / |a_i|, c_n / n_i), weighted (:func:`sum_noise_stds`).
 3. ``moments_share``: the sum of the upper triangles of z_i z_i^T (sensitivity ||z||^2 <= k).
 
 What the intervals cover. Off-policy, a patient's factor lambda_i scales its importance weights
 down (lambda_i min(rho_t, C) <= rho_t), so the identified set of :mod:`gpope.core.policy_value`
 holds for every clip: clipping the target's terms widens its interval and never moves J(target)
 out of it. The behaviour value (and, on-policy, the target value, which is then the same) covers
-the mean of the clipped return E[clip(g, -c_g, c_g)]: the clip is read where the noisy histogram
-finds no more returns above it, so it binds for few patients (docs/RESULTS.md measures coverage
+the mean of the clipped return E[clip(g, -c_g, c_g)] (with rewards of one sign, |g| is also
+raised to a floor f_g read bottom up): clip and floor are read where the noisy histogram finds
+no more returns beyond them, so they bind for few patients (docs/RESULTS.md measures coverage
 of the unclipped truth). Deficit mass is noisy at the scale S / m per patient (a single patient
 can carry all of it), which is why on-policy specs, where n = S is public, release no n.
 
@@ -69,10 +70,14 @@ class PolicyValueSettings:
         share: share of the run's (epsilon, delta) spent on this release, in (0, 1).
         clip_share: share of the release's 1/sigma^2 spent on the clip histograms.
         moments_share: share of 1/sigma^2 spent on the second moments.
-        clip_z: a bin above the clip holds at most about ``clip_z`` noise standard deviations
-            of a bin count (the walk stops at the first bin whose noisy count exceeds it).
-        max_clipped: no clip below the public bound when ``clip_z`` noise standard deviations of
-            a bin count exceed this fraction of m (the histogram cannot resolve so few patients).
+        behaviour_weight: off-policy, the behaviour return's weight in the first moments
+            relative to the target's terms (whose interval is mostly the identified set's width).
+        false_alarm: probability that noise alone stops a walk over an empty grid: a walk
+            stops at the first bin whose noisy count exceeds z noise standard deviations, with
+            z = Phi^-1(1 - false_alarm / bins) (Bonferroni over the grid's bins); a bin beyond
+            the clip holds about z standard deviations of terms at most.
+        max_clipped: the return g is not clipped (nor floored) when z noise standard deviations
+            of a bin count exceed this fraction of m (the histogram cannot resolve so few patients).
         bins_per_decade: resolution of the clip grid (a clip is at most a factor
             10^(1/bins_per_decade) above the largest term it keeps).
         grid_decades: the grid spans this many decades below each term's public bound.
@@ -84,10 +89,11 @@ class PolicyValueSettings:
     share: float = 0.3
     clip_share: float = 0.2
     moments_share: float = 0.2
-    clip_z: float = 2.0
-    max_clipped: float = 0.05
+    behaviour_weight: float = 2.0
+    false_alarm: float = 0.05
+    max_clipped: float = 0.1
     bins_per_decade: int = 4
-    grid_decades: float = 9.0
+    grid_decades: float = 6.0
     method: Literal["bernstein", "normal"] = "bernstein"
     variance_share: float = 0.25
     noise_share: float = 0.25
@@ -101,7 +107,8 @@ class PolicyValueSettings:
             raise ConfigError(
                 "PolicyValueSettings.clip_share + moments_share must be < 1 (the rest is the "
                 f"means' share). Got {self.clip_share} + {self.moments_share}.")
-        check_number(o, "clip_z", self.clip_z, ge=0.0)
+        check_number(o, "behaviour_weight", self.behaviour_weight, gt=0.0)
+        check_number(o, "false_alarm", self.false_alarm, gt=0.0, lt=1.0)
         check_number(o, "max_clipped", self.max_clipped, gt=0.0, lt=1.0)
         check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
         check_number(o, "grid_decades", self.grid_decades, gt=0.0)
@@ -154,7 +161,7 @@ class PolicyValueRelease:
     """What the mechanism releases (public) and the public constants it was made with.
 
     Attributes:
-        clips: (c_g, c_a, c_n) chosen clips (c_n = S on-policy).
+        clips: (c_g, c_a, c_n, f_g) chosen clips and floor of |g| (c_n unused on-policy).
         means: (3,) noisy mean of x = (g, a, n) over the m patients (n = S exactly on-policy).
         second: (3, 3) noisy mean of z z^T, z = (x - mid) / half (0 for a constant component).
         mid, half: (3,) centre and half-range of each component's public range after clipping.
@@ -219,28 +226,56 @@ def choose_clip(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: fl
     return float(out) if out.ndim == 0 else out
 
 
-def _components(terms: PolicyValueTerms, clips: tuple[float, float, float],
+def _one_signed(bounds: PolicyValueBounds) -> int:
+    """+1 / -1 when every return is >= 0 / <= 0 (public reward bounds), else 0."""
+    lo0, hi0 = bounds.range_with_zero
+    return 1 if lo0 == 0.0 else (-1 if hi0 == 0.0 else 0)
+
+
+def _clip_g(g: np.ndarray, c_g: float, f_g: float, bounds: PolicyValueBounds) -> np.ndarray:
+    sign = _one_signed(bounds)
+    if sign == 0:
+        return np.clip(g, -c_g, c_g)
+    return sign * np.clip(sign * g, f_g, c_g)
+
+
+def choose_floor(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
+                 max_count: float = math.inf) -> np.ndarray | float:
+    """The floor of |g| read bottom up from the same noisy histogram (post-processing): the
+    lower edge of the first bin (from 0 up) whose noisy count exceeds ``z * noise_std``; 0 when
+    that threshold exceeds ``max_count`` or no bin does."""
+    edges = grid.edges()
+    counts = np.asarray(noisy_counts, dtype=np.float64)
+    threshold = z * noise_std
+    hit = counts > threshold
+    first = np.argmax(hit, axis=-1)
+    lower = np.concatenate([[0.0], edges])[np.minimum(first, len(edges))]
+    out = np.where(hit.any(axis=-1) & (threshold <= max_count), lower, 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def _components(terms: PolicyValueTerms, clips: tuple[float, ...],
                 bounds: PolicyValueBounds) -> np.ndarray:
-    c_g, c_a, c_n = clips
+    c_g, c_a, c_n, f_g = clips
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.minimum.reduce([np.ones(terms.m),
                                  np.where(terms.a != 0, c_a / np.abs(terms.a), 1.0),
                                  np.where(terms.n > 0, c_n / terms.n, 1.0)])
     n = np.full(terms.m, bounds.discount_mass) if bounds.on_policy else lam * terms.n
-    return np.stack([np.clip(terms.g, -c_g, c_g), lam * terms.a, n], axis=1)
+    return np.stack([_clip_g(terms.g, c_g, f_g, bounds), lam * terms.a, n], axis=1)
 
 
-def _ranges(clips: tuple[float, float, float], bounds: PolicyValueBounds) -> tuple[np.ndarray, np.ndarray]:
+def _ranges(clips: tuple[float, ...], bounds: PolicyValueBounds) -> tuple[np.ndarray, np.ndarray]:
     """Public (low, high) of each component of x after clipping."""
     lo0, hi0 = bounds.range_with_zero
-    c_g, c_a, c_n = clips
+    c_g, c_a, c_n, f_g = clips
+    sign = _one_signed(bounds)
+    g_lo, g_hi = {1: (f_g, c_g), -1: (-c_g, -f_g), 0: (-c_g, c_g)}[sign]
     sg_lo, sg_hi = (-1.0 if lo0 < 0 else 0.0), (1.0 if hi0 > 0 else 0.0)
     s = bounds.discount_mass
     if bounds.on_policy:  # a = g and n = S: only g is released
-        return np.array([sg_lo * c_g, 0.0, s]), np.array([sg_hi * c_g, 0.0, s])
-    low = np.array([sg_lo * c_g, sg_lo * c_a, 0.0])
-    high = np.array([sg_hi * c_g, sg_hi * c_a, c_n])
-    return low, high
+        return np.array([g_lo, 0.0, s]), np.array([g_hi, 0.0, s])
+    return np.array([g_lo, sg_lo * c_a, 0.0]), np.array([g_hi, sg_hi * c_a, c_n])
 
 
 def _moment_vec(z: np.ndarray) -> np.ndarray:
@@ -270,7 +305,8 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
             accounts it); 0 releases exact statistics (diagnostics and benchmarks only).
         settings: public settings.
         rng: the noise generator.
-        clips: public clips to use instead of the private choice (spends no clip share).
+        clips: public (c_g, c_a, c_n, f_g) to use instead of the private choice (spends no
+            clip share).
 
     Guarantees: with ``sigma > 0`` and ``clips=None`` the output is as private as
     ``policy_value_event(sigma)``; nothing else about ``terms`` leaves this function.
@@ -279,24 +315,24 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     m = terms.m
     if m < 2:
         raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
-    k = released_components(bounds)
     hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
     if clips is None and s == 0:
-        clips = tuple(float(np.max(np.abs(v))) for v in (terms.g, terms.a, terms.n))
+        clips = (*(float(np.max(np.abs(v))) for v in (terms.g, terms.a, terms.n)),
+                 float(np.min(np.abs(terms.g))) if _one_signed(bounds) else 0.0)
     elif clips is None:
         grids, counts = clip_histograms(terms, bounds, settings)
         noisy = add_histogram_noise(counts, hist_std, rng)
         clips = clips_from_histograms(noisy, grids, bounds, settings, hist_std=hist_std, m=m)
-    clips = tuple(max(float(c), 1e-300) for c in clips)
+    clips = (*(max(float(c), 1e-300) for c in clips[:3]), float(clips[3]))
     first, mom, mid, half = exact_sums(terms, bounds, clips)
     active = half > 0
+    first_std, mom_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
     if s > 0:
-        first, mom = add_sum_noise(first, mom, active, k, s_mean=s_mean, s_mom=s_mom, rng=rng)
+        first, mom = add_sum_noise(first, mom, first_std, mom_std, active, rng=rng)
     means = mid + half * first / m
     return PolicyValueRelease(
         clips=clips, means=means, second=_moment_mat(mom / m, 3), mid=mid, half=half,
-        noise_means=np.where(active, half * math.sqrt(k) * s_mean / m, 0.0),
-        noise_second=k * s_mom / m, m=m, bounds=bounds, sigma=s)
+        noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s)
 
 
 def noise_scales(sigma: float, settings: PolicyValueSettings,
@@ -332,18 +368,23 @@ def clip_histograms(terms: PolicyValueTerms, bounds: PolicyValueBounds,
 
 def clips_from_histograms(noisy: list[np.ndarray], grids: list[LogGrid], bounds: PolicyValueBounds,
                           settings: PolicyValueSettings, *, hist_std: float, m: int):
-    """(c_g, c_a, c_n) read from the noisy histograms (post-processing); arrays of clips when
-    the counts carry leading run dimensions (the audit)."""
+    """(c_g, c_a, c_n, f_g) read from the noisy histograms (post-processing): the clips and,
+    when every return has one sign, the floor of |g| (else 0); arrays when the counts carry
+    leading run dimensions (the audit)."""
     tops = public_limits(bounds)
-    chosen = [tops[0], tops[1], tops[2]]
+    chosen = [tops[0], tops[1], tops[2], 0.0]
+    cap = settings.max_clipped * m
     for j, (grid, counts) in enumerate(zip(grids, noisy, strict=True)):
-        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, settings.clip_z,
-                                                    settings.max_clipped * m))
+        z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
+        # the target's terms are clipped by scaling weights (always valid): no cap there
+        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, z,
+                                                    cap if j == 0 else math.inf))
+        if j == 0 and _one_signed(bounds):
+            chosen[3] = np.minimum(chosen[0], choose_floor(counts, grid, hist_std, z, cap))
     return tuple(chosen)
 
 
-def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds,
-               clips: tuple[float, float, float]):
+def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds, clips: tuple[float, ...]):
     """(sum z (3,), sum of the upper triangles of z z^T (6,), mid (3,), half (3,)) of the
     clipped components z = (x - mid) / half (0 where a component is constant)."""
     x = _components(terms, clips, bounds)
@@ -354,16 +395,30 @@ def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds,
     return z.sum(axis=0), _moment_vec(z).sum(axis=0), mid, half
 
 
-def add_sum_noise(first: np.ndarray, mom: np.ndarray, active: np.ndarray, k: int, *,
-                  s_mean: float, s_mom: float, rng: np.random.Generator, size: int | None = None):
-    """The sums plus their Gaussian noise: std sqrt(k) s_mean on each varying first moment
-    (sensitivity ||z|| <= sqrt k), k s_mom on each varying second moment (||z z^T||_F <= k).
-    ``size``: that many independent releases (the audit)."""
+def sum_noise_stds(active: np.ndarray, settings: PolicyValueSettings, *, s_mean: float,
+                   s_mom: float) -> tuple[np.ndarray, float]:
+    """Noise std of each coordinate of sum z (3,) and of each second-moment entry.
+
+    The first moments are released as sum w_j z_j with public weights w = (behaviour_weight, 1,
+    1) on the varying components: L2 sensitivity ||w|| (|z_j| <= 1), so coordinate j carries
+    std s_mean ||w|| / w_j. The second moments have sensitivity ||z z^T||_F <= k (k varying
+    components): std k s_mom.
+    """
+    w = np.where(active, np.array([settings.behaviour_weight, 1.0, 1.0]), 0.0)
+    norm_w = float(np.linalg.norm(w))
+    first_std = np.where(active, s_mean * norm_w / np.where(active, w, 1.0), 0.0)
+    return first_std, float(int(active.sum()) * s_mom)
+
+
+def add_sum_noise(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_std: float,
+                  active: np.ndarray, *, rng: np.random.Generator, size: int | None = None):
+    """The sums plus their Gaussian noise (:func:`sum_noise_stds`); ``size``: that many
+    independent releases (the audit)."""
     mom_active = _moment_vec(active[None, :].astype(np.float64)).reshape(-1) > 0
     shape_f = first.shape if size is None else (size, *first.shape)
     shape_m = mom.shape if size is None else (size, *mom.shape)
-    noisy_first = first + np.where(active, math.sqrt(k) * s_mean, 0.0) * rng.standard_normal(shape_f)
-    noisy_mom = mom + np.where(mom_active, k * s_mom, 0.0) * rng.standard_normal(shape_m)
+    noisy_first = first + first_std * rng.standard_normal(shape_f)
+    noisy_mom = mom + np.where(mom_active, mom_std, 0.0) * rng.standard_normal(shape_m)
     return noisy_first, noisy_mom
 
 

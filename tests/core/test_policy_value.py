@@ -210,7 +210,7 @@ def _chain_terms(m, rng):
 def test_noise_has_the_public_scale():
     rng = np.random.default_rng(2)
     terms, b = _chain_terms(500, rng)
-    clips = (1.5, 1.5, b.discount_mass)
+    clips = (1.5, 1.5, b.discount_mass, 0.0)
     sig = 3.0
     means = np.array([release_policy_value(terms, b, sigma=sig, settings=PolicyValueSettings(),
                                            rng=rng, clips=clips).means[0] for _ in range(2000)])
