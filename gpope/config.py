@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from gpope.core.validation import check_choice, check_int, check_number
+from gpope.core.validation import check_choice, check_int, check_number, type_note
 from gpope.errors import ConfigError
 
 __all__ = [
@@ -354,11 +354,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(f"{where} must be an integer. Got {value!r} instead.")
+            raise ConfigError(f"{where} must be an integer. Got {value!r}{type_note(value)} instead.")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number. Got {value!r} instead.")
+            raise ConfigError(f"{where} must be a number. Got {value!r}{type_note(value)} instead.")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -405,15 +405,40 @@ def to_mapping(obj: Any) -> Any:
     return obj
 
 
+def _yaml_loader() -> Any:
+    """PyYAML's safe loader reading every YAML 1.2 number form as a number.
+
+    PyYAML follows YAML 1.1, where an exponent needs a dot and a sign: ``1.0e308``, ``1e-5`` and
+    ``2E3`` came back as strings, and a spec's ``reward_bounds: [0, 1.0e308]`` was refused as
+    text. Quoted scalars (``"1e5"``) stay strings.
+    """
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+    return Loader
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; a missing file or non-mapping content raises ConfigError."""
+    """Read a YAML mapping; a missing file or non-mapping content raises ConfigError.
+
+    Numbers in every YAML 1.2 form (``1e-5``, ``1.0e308``) are read as numbers.
+    """
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"Configuration file {str(p)!r} does not exist; pass an existing --conf.")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_yaml_loader()) or {}
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"Configuration file {str(p)!r} is not UTF-8 text (byte {exc.start} is "

@@ -56,10 +56,18 @@ def check_bounds(
             raise ConfigError(
                 f"The 'reward_bounds' parameter of {owner} must be a pair [low, high] of finite "
                 f"numbers with low < high (the public range of a raw reward). Got "
-                f"{reward_bounds!r} instead."
+                f"{reward_bounds!r}{_types(reward_bounds)} instead."
             )
         r = (float(reward_bounds[0]), float(reward_bounds[1]))  # type: ignore[index]
     return w, r
+
+
+def _types(values: object) -> str:
+    """`` (types float, str)`` when some element of ``values`` is not a number, else ''."""
+    if not isinstance(values, (list, tuple)) or all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return ""
+    return f" (types {', '.join(type(v).__name__ for v in values)}; write numbers without quotes)"
 
 
 def clamp_to_public_bounds(

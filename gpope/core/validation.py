@@ -18,13 +18,27 @@ __all__ = [
     "check_int",
     "check_number",
     "check_probability",
+    "type_note",
 ]
 
 
 def _fail(owner: str, name: str, constraint: str, value: Any) -> ConfigError:
     return ConfigError(
-        f"The {name!r} parameter of {owner} must be {constraint}. Got {value!r} instead."
+        f"The {name!r} parameter of {owner} must be {constraint}. Got {value!r}"
+        f"{type_note(value) if constraint in ('a number', 'an integer') else ''} instead."
     )
+
+
+def type_note(value: Any) -> str:
+    """`` (a str: write numbers without quotes)`` for a value of the wrong type ('' for None).
+
+    A number that arrives as text (a quoted YAML scalar) prints like a number; naming its type
+    says why it was refused.
+    """
+    if value is None:
+        return ""
+    hint = ": write numbers without quotes" if isinstance(value, str) else ""
+    return f" (a {type(value).__name__}{hint})"
 
 
 def check_number(

@@ -20,7 +20,45 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-__all__ = ["commit_history", "read_table"]
+__all__ = ["commit_history", "open_table", "read_table"]
+
+
+def open_table(path: str, version: int | None = None) -> DeltaTable:
+    """``DeltaTable(path, version=version)``, with a damaged log reported in one line.
+
+    A truncated or otherwise unreadable commit file makes delta-rs raise a ``DeltaError`` whose
+    text (a Rust backtrace) names neither the table nor the file.
+
+    Raises:
+        CorruptTableError: the table's log cannot be read; the message names the table's path.
+        deltalake.exceptions.DeltaError: any other failure (e.g. ``version`` does not exist),
+            unchanged.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    try:
+        return DeltaTable(path, version=version)
+    except TableNotFoundError:
+        raise
+    except DeltaError as exc:
+        if version is not None:
+            try:
+                DeltaTable(path)
+            except TableNotFoundError:
+                raise exc from None
+            except DeltaError:
+                pass
+            else:
+                raise  # the table is sound; that version is the problem
+        from gpope.errors import CorruptTableError
+
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorruptTableError(
+            f"The Delta table at {path} cannot be read: its log is damaged ({reason[:200]}). "
+            "Restore the table's _delta_log from a backup, or re-run the stage that writes it "
+            "(for bronze tables: reload the raw data)."
+        ) from None
 
 
 def read_table(table: DeltaTable) -> pa.Table:

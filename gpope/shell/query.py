@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, QueryError
-from gpope.shell.delta_read import commit_history
+from gpope.shell.delta_read import commit_history, open_table
 
 if TYPE_CHECKING:
     import duckdb
@@ -282,7 +282,7 @@ def _open_dataset(
 
     from gpope.shell.lake.manifest import pinned_version
 
-    delta = DeltaTable(table.path, version=at)
+    delta = open_table(table.path, version=at)
     history = _history(delta, at)
     version = pinned_version(history, committed)
     if version is None:

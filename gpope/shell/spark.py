@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "WORKER_MODULES",
+    "check_workers",
     "connect_host",
     "delta_available",
     "get_spark",
@@ -140,7 +142,90 @@ def _connect_session(
             spark.conf.set(key, value)
         except Exception:  # best effort by design
             continue
+    check_workers(spark, url=url)
     return spark
+
+
+#: Modules gpope's Spark jobs import on the Python workers (gpope at the client's version).
+WORKER_MODULES: tuple[str, ...] = ("gpope", "pyarrow", "numpy", "pandas")
+
+# The probe runs on a Python worker of the server. It is compiled from source in a namespace
+# named __main__, so cloudpickle ships it by value: unpickling it needs no gpope on the worker.
+_PROBE_SOURCE = """
+def probe(_):
+    import importlib, json, sys
+    found = {}
+    for name in MODULES:
+        try:
+            module = importlib.import_module(name)
+            found[name] = str(getattr(module, "__version__", "?"))
+        except Exception as exc:
+            found[name] = None
+            found["error." + name] = type(exc).__name__ + ": " + str(exc).splitlines()[0]
+    return json.dumps({"python": sys.executable, "version": sys.version.split()[0],
+                       "modules": found})
+"""
+
+
+def _worker_probe(modules: tuple[str, ...]):
+    namespace: dict = {"__name__": "__main__", "MODULES": tuple(modules)}
+    exec(compile(_PROBE_SOURCE, "<gpope worker probe>", "exec"), namespace)
+    return namespace["probe"]
+
+
+def check_workers(
+    spark: SparkSession, *, url: str | None = None, modules: tuple[str, ...] = WORKER_MODULES
+) -> dict:
+    """Run one tiny job on the server's Python workers; refuse a server that lacks ``modules``.
+
+    A Spark Connect server runs gpope's Arrow functions on its own Python workers (its
+    ``PYSPARK_PYTHON``, else ``python3`` of the shell that started it), which need gpope at the
+    client's version, pyarrow, numpy and pandas. Without them the first Spark job failed late,
+    with a ``ModuleNotFoundError`` that did not say where the module was missing. This probe (one
+    row, one plain Python UDF, well under a second on a running server) says it before any work.
+
+    Returns:
+        What the workers reported: ``python`` (the worker's interpreter), ``version`` and
+        ``modules`` (name -> version).
+
+    Raises:
+        EnvironmentSetupError: one line naming the server, the worker's Python, what is missing
+            or at another version, and what to install there.
+    """
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    from gpope import __version__
+
+    where = url or "the Spark Connect server"
+    probe = F.udf(_worker_probe(tuple(modules)), StringType())
+    try:
+        report = json.loads(spark.range(1).select(probe(F.col("id"))).first()[0])
+    except Exception as exc:  # the worker could not even run Python (version mismatch, no python)
+        text = " ".join(str(exc).split())
+        raise EnvironmentSetupError(
+            f"The Python workers of {where} cannot run gpope's jobs ({type(exc).__name__}: "
+            f"{text[:300]}). Start the server with PYSPARK_PYTHON set to a Python "
+            f"{sys.version_info.major}.{sys.version_info.minor} that has 'gpope=={__version__}' "
+            "installed (pip install 'gpope[local]'), e.g. PYSPARK_PYTHON=$(pwd)/.venv/bin/python; "
+            "README 'Spark Connect'."
+        ) from None
+    found = report["modules"]
+    missing = [m for m in modules if found.get(m) is None]
+    stale = "gpope" in modules and found.get("gpope") not in (None, __version__)
+    if missing or stale:
+        what = ", ".join(missing) + (" missing" if missing else "")
+        if stale:
+            what += ("; " if missing else "") + f"gpope {found['gpope']} (client: {__version__})"
+        raise EnvironmentSetupError(
+            f"The Python workers of {where} ({report['python']}, Python {report['version']}) "
+            f"cannot run gpope's jobs: {what}. Install there: {report['python']} -m pip install "
+            f"'gpope=={__version__}' pyarrow numpy pandas, or restart the server with "
+            "PYSPARK_PYTHON pointing at a Python that has them (README 'Spark Connect')."
+        )
+    return report
 
 
 def _classic_session(

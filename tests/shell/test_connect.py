@@ -44,6 +44,12 @@ lake, spec, tracking = sys.argv[1:4]
 config = api.load_config(lake=lake)
 spark = api.get_spark(config)
 out = {"connect": is_connect(spark), "storage": Lake.from_settings(spark, config.lake).storage}
+from gpope.shell.spark import check_workers  # get_spark ran it once; the report and a refusal:
+out["workers"] = check_workers(spark)
+try:
+    check_workers(spark, url="sc://test", modules=("gpope", "gpope_absent_probe_module"))
+except Exception as exc:
+    out["refused"] = f"{type(exc).__name__}: {exc}"
 out["simulate"] = api.simulate(spark, "cohort", domain="hiv", patients=40, seed=11,
                                options=SimulateOptions(n_steps=8), config=config).to_dict()
 out["ingest"] = api.ingest(spark, "cohort", domain="hiv", config=config).to_dict()
@@ -198,6 +204,15 @@ def test_ingest_stats_evaluate_through_spark_connect_equal_classic_spark(
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     remote = json.loads(line[len("RESULT "):])
+    # the worker probe: gpope at the client's version on the server's workers; a module they
+    # lack is refused in one line naming the server, the worker's Python and what to install
+    from gpope import __version__
+
+    assert remote["workers"]["modules"]["gpope"] == __version__
+    refused = remote["refused"]
+    assert refused.startswith("EnvironmentSetupError: The Python workers of sc://test (")
+    assert "gpope_absent_probe_module missing" in refused and "-m pip install" in refused
+    assert "\n" not in refused
     # The client went through Connect, and a Connect server without Delta is not "native Delta".
     assert remote["connect"] is True
     assert remote["storage"] == "delta-rs"

@@ -79,6 +79,7 @@ EXPECTED_GOOD_REJECTS = {
 # Hand-made bad rows, each with the one reason it must be rejected for.
 BAD_TREATMENTS = [
     ((None, d(0), "a", 0.5), fr.NULL_PATIENT),
+    (("", d(0), "a", 0.5), fr.EMPTY_PATIENT),
     (("p3", None, "a", 0.5), fr.NULL_TIME),
     (("p3", d(1), None, 0.5), fr.NULL_ACTION),
     (("p3", d(1), "a", NAN), fr.BAD_PROPENSITY),
@@ -92,6 +93,7 @@ BAD_TREATMENTS = [
 ]
 BAD_OBSERVATIONS = [
     (("p4", d(0), "hr", 1.0), fr.NO_TREATMENT),
+    ((" ", d(0), "hr", 1.0), fr.EMPTY_PATIENT),
     (("p1", d(1), "bp", 120.0), fr.DUPLICATE_ROW),  # p4's only treatments were rejected
     (("p1", d(1), "temp", 37.0), fr.UNCONFIGURED_VARIABLE),
     (("p1", d(1), "hr", INF), fr.BAD_VALUE),
@@ -107,6 +109,7 @@ BAD_OUTCOMES = [
     (("p3", d(0), None), fr.BAD_REWARD),
     (("p3", d(1), -INF), fr.BAD_REWARD),
     ((None, d(1), 1.0), fr.NULL_PATIENT),
+    (("", d(1), 1.0), fr.EMPTY_PATIENT),
 ]
 
 

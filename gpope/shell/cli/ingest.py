@@ -41,8 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    check_stage(config, "ingest", args.dataset)  # fail fast, before Spark starts
-    resolve_dataset_settings(config, args.dataset, domain=args.domain)
+    resolve_dataset_settings(config, args.dataset, domain=args.domain)  # fail fast, before Spark
+    check_stage(config, "ingest", args.dataset)
     spark = get_spark(config.spark)
     report = api.ingest(spark, args.dataset, domain=args.domain, config=config)
     emit(args, report.to_dict(), report.summary())

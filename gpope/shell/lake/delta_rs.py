@@ -43,9 +43,12 @@ layout. This backend supports local lake roots only, whose path delta-rs can add
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import time
 import urllib.parse
 import uuid
@@ -56,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import CommitError, ConfigError, DataError, SchemaError
-from gpope.shell.delta_read import commit_history, read_table
+from gpope.shell.delta_read import commit_history, open_table, read_table
 from gpope.shell.lake.base import (
     HistoryEntry,
     WriteMode,
@@ -91,6 +94,10 @@ STALE_STAGING_HOURS = 24.0
 """Staging folders older than this were left by killed runs; the next write removes them."""
 
 _MAX_COMMIT_ATTEMPTS = 8
+#: This host in staging folder names (``-h<host>-p<pid>-``), so a later write on the same host
+#: removes the folders of killed processes at once instead of after STALE_STAGING_HOURS.
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+_OWNER = re.compile(r"-h([0-9a-f]{8})-p([0-9]+)-")
 # Characters delta-rs (1.x) cannot address in a local path: it panics on ``[ ] | ^`` ("invalid
 # object store url"), decodes ``%XX`` a second time and treats ``\`` as a separator.
 _UNADDRESSABLE = ("[", "]", "|", "^", "\\")
@@ -188,7 +195,7 @@ class DeltaRsStore:
         if not self.exists(path):
             raise MissingTableError(path)
         try:
-            table = DeltaTable(path, version=version)
+            table = open_table(path, version=version)
         except TableNotFoundError as exc:
             raise MissingTableError(path) from exc
         except DeltaError as exc:
@@ -636,7 +643,8 @@ class DeltaRsStore:
 def _new_staging(root: Path, table_name: str) -> tuple[Path, str, Path]:
     """Create the table folder and a fresh staging folder (stale ones removed)."""
     _check_writable(root, table_name)
-    token = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+    token = (f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-h{_HOST}-p{os.getpid()}-"
+             f"{uuid.uuid4().hex[:12]}")
     staging_root = root / STAGING_FOLDER
     _remove_stale_staging(staging_root)
     return root, token, staging_root / token
@@ -1047,14 +1055,30 @@ def _check_writable(root: Path, table_name: str) -> None:
         ) from exc
 
 
+def _owner_dead(folder: Path) -> bool:
+    """True when ``folder`` was staged by a process of this host that no longer runs."""
+    match = _OWNER.search(folder.name)
+    if match is None or match.group(1) != _HOST:
+        return False
+    try:
+        os.kill(int(match.group(2)), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False
+    return False
+
+
 def _remove_stale_staging(staging_root: Path) -> None:
-    """Delete staging folders that killed runs left behind (older than STALE_STAGING_HOURS)."""
+    """Delete staging folders that killed runs left behind: their process (on this host) is
+    gone, or they are older than STALE_STAGING_HOURS (the run's own drop removes the root
+    once it is empty)."""
     if not staging_root.is_dir():
         return
     cutoff = time.time() - STALE_STAGING_HOURS * 3600
     for folder in staging_root.iterdir():
         try:
-            if folder.stat().st_mtime < cutoff:
+            if _owner_dead(folder) or folder.stat().st_mtime < cutoff:
                 shutil.rmtree(folder, ignore_errors=True)
         except FileNotFoundError:  # another writer removed it
             continue

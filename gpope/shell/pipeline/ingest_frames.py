@@ -67,6 +67,7 @@ __all__ = [
 ]
 
 NULL_PATIENT = "null patient_id"
+EMPTY_PATIENT = "empty patient_id"  # '' or blanks: no patient to keep one history for
 NULL_TIME = "null time"
 NULL_ACTION = "null action"
 NULL_VARIABLE = "null variable"
@@ -87,17 +88,17 @@ REWARD_OVERFLOW = "patient's rewards overflow (sum not finite)"
 #: Every rejection reason per bronze table, in the order they are checked (first match wins).
 REASONS: dict[str, tuple[str, ...]] = {
     "treatments": (
-        unparsable_reason("time"), unparsable_reason("propensity"), NULL_PATIENT, NULL_TIME, NULL_ACTION, BAD_PROPENSITY, PROPENSITY_RANGE, UNKNOWN_ACTION,
+        unparsable_reason("time"), unparsable_reason("propensity"), NULL_PATIENT, EMPTY_PATIENT, NULL_TIME, NULL_ACTION, BAD_PROPENSITY, PROPENSITY_RANGE, UNKNOWN_ACTION,
         REWARD_OVERFLOW, DUPLICATE_ROW, DUPLICATED_TIMESTAMP, BEYOND_MAX_LENGTH,
     ),
     "observations": (
         unparsable_reason("time"), unparsable_reason("value"),
-        NULL_PATIENT, NULL_TIME, NULL_VARIABLE, BAD_VALUE, UNCONFIGURED_VARIABLE,
+        NULL_PATIENT, EMPTY_PATIENT, NULL_TIME, NULL_VARIABLE, BAD_VALUE, UNCONFIGURED_VARIABLE,
         REWARD_OVERFLOW, DUPLICATE_ROW, DUPLICATED_TIMESTAMP, NO_TREATMENT, BEYOND_MAX_LENGTH, TERMINAL_BEFORE_LAST_TREATMENT,
     ),
     "outcomes": (
         unparsable_reason("time"), unparsable_reason("reward"),
-        NULL_PATIENT, NULL_TIME, BAD_REWARD, REWARD_OVERFLOW, DUPLICATE_ROW, NO_TREATMENT,
+        NULL_PATIENT, EMPTY_PATIENT, NULL_TIME, BAD_REWARD, REWARD_OVERFLOW, DUPLICATE_ROW, NO_TREATMENT,
         BEYOND_MAX_LENGTH,
         OUTCOME_BEFORE_FIRST_TREATMENT,
     ),
@@ -237,6 +238,7 @@ def _annotate_treatments(treatments: DataFrame, settings: DatasetSettings) -> Da
         _REASON,
         _first_reason([
             (F.col("patient_id").isNull(), NULL_PATIENT),
+            (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
             (F.col("time").isNull(), NULL_TIME),
             (F.col("action").isNull(), NULL_ACTION),
             (_non_finite(p), BAD_PROPENSITY),
@@ -280,6 +282,7 @@ def _annotate_observations(
         _REASON,
         _first_reason([
             (F.col("patient_id").isNull(), NULL_PATIENT),
+            (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
             (F.col("time").isNull(), NULL_TIME),
             (F.col("variable").isNull(), NULL_VARIABLE),
             (_non_finite(F.col("value")), BAD_VALUE),
@@ -308,6 +311,7 @@ def _annotate_outcomes(outcomes: DataFrame, patients: DataFrame) -> DataFrame:
         _REASON,
         _first_reason([
             (F.col("patient_id").isNull(), NULL_PATIENT),
+            (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
             (F.col("time").isNull(), NULL_TIME),
             (_non_finite(F.col("reward")), BAD_REWARD),
             (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
