@@ -1,0 +1,389 @@
+"""The tuning-free private default: an accurate release for a spec nobody tuned.
+
+A spec without an ``evaluation:`` block (own data: no public simulator to tune on) gets this
+release instead of generic solver settings. Every data-dependent choice is made privately inside
+the run's (epsilon, delta), from the spec's public bounds and four Gaussian releases over the
+per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
+
+1. **Clip by a private quantile.** One noisy histogram of the norms ``||v_i||`` on a public log
+   grid (:mod:`gpope.core.private_quantile`) whose top is the worst-case norm the spec's bounds
+   allow (:func:`statistics_norm_bound`); the clip ``c`` is its ``clip_quantile``. No clip is
+   ever asked of the user.
+2. **SSP** (:mod:`gpope.core.ssp`): the sums of the rows clipped to ``c`` plus Gaussian noise;
+   ``theta^`` = the unregularised LSTD solve on the supported features of the noisy sums.
+3. **Residual clip by a private quantile.** One noisy histogram of the residual norms
+   ``||b_i - A_i theta^||`` (rows not clipped) on the grid topped by the Cauchy-Schwarz bound
+   ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``; ``c_r`` is its ``residual_quantile``.
+4. **Refinement.** The sum of the residuals clipped to ``c_r`` and the sum of their outer
+   products (the moments, for the interval), plus Gaussian noise. The residual sum is
+   ``R = A (theta_LSTD - theta^)``, so ``theta = theta^ + A~^-1 R~`` removes the first-order
+   error ``A~^-1 E theta`` that the noise E on A leaves in ``theta^`` (and, because the residuals
+   are those of the unclipped rows, most of the re-weighting bias of the clip ``c``); what remains
+   is the residual release's noise, at the scale ``c_r``, far below ``c ||theta||``.
+
+The interval is the delta method: ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
+A~^-T`` with ``Sigma_r`` the released moments (sampling), ``s_R`` the residual release's noise and
+the last term the remaining second-order effect of the noise on A; normal quantiles. It is
+unbounded where the identification test cannot separate the noisy A from a singular one
+(:func:`gpope.core.intervals.separation`: "valid or unbounded"). Finally values and finite
+interval ends are clamped into the range the spec's reward bounds and gamma imply
+(:func:`value_range`; post-processing).
+
+Every step reads the statistics only through an ``aggregate(kernel, width)`` callback that sums a
+kernel's output over all rows (:func:`release_untuned`): the pipeline passes a Spark aggregate,
+:func:`release_untuned_rows` the rows in memory, so both run the very same arithmetic.
+
+Accounting (add/remove-one adjacency; m public): the histograms have sensitivity 1, the SSP sums
+``c``, the residual sum ``c_r`` and the moments ``c_r^2``; each release is a Gaussian mechanism
+calibrated by the run's accountant to its share of (epsilon, delta) (basic composition, as every
+component of a release plan: :func:`plan_untuned`), and the run's event is
+``ComposedDpEvent([histogram, ssp, histogram, residual release])`` (:func:`untuned_dp_event`).
+The choice of this estimator and of its public rules was measured on generated MDPs
+(``benchmarks/own_data_core.py``; docs/RESULTS.md, "Own data without tuning").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.core.validation import check_int, check_number, check_probability
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpope.core.intervals import Interval
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = [
+    "Aggregate",
+    "UntunedRelease",
+    "UntunedSettings",
+    "UntunedSigmas",
+    "clamp_interval",
+    "feature_norm_bound",
+    "plan_untuned",
+    "quantile_grid",
+    "release_untuned",
+    "release_untuned_rows",
+    "statistics_norm_bound",
+    "untuned_dp_event",
+    "upper_quantile",
+    "value_range",
+]
+
+#: ``aggregate(kernel, width) -> (width,)``: the sum over all statistics rows of
+#: ``kernel(traj_index (k,), rows (k, 2n^2+n)) -> (1, width)``.
+Aggregate = Callable[[Callable[[np.ndarray, np.ndarray], np.ndarray], int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class UntunedSettings:
+    """Public rules of the default (conf ``evaluation.untuned``), not values tuned to a data set.
+
+    Attributes:
+        clip_quantile: the quantile of the trajectories' statistics norms used as the clip bound.
+        quantile_share: share of the run's (epsilon, delta) spent on each of the two quantiles.
+        refine_share: share spent on the residual release (sum and moments).
+        residual_quantile: the quantile of the residual norms used as their clip bound.
+        grid_decades: decades each quantile's log grid spans below its public top.
+        bins_per_decade: resolution of those grids.
+    """
+
+    clip_quantile: float = 0.9
+    quantile_share: float = 0.05
+    refine_share: float = 0.4
+    residual_quantile: float = 0.99
+    grid_decades: float = 6.0
+    bins_per_decade: int = 8
+
+    def __post_init__(self) -> None:
+        o = "UntunedSettings"
+        check_probability(o, "clip_quantile", self.clip_quantile)
+        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
+        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
+        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
+        check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
+        check_probability(o, "residual_quantile", self.residual_quantile)
+        if 2 * self.quantile_share + self.refine_share >= 1.0:
+            raise ConfigError(
+                "UntunedSettings shares leave nothing for the statistics release: 2 x "
+                f"quantile_share ({self.quantile_share}) + refine_share ({self.refine_share}) "
+                "must be < 1."
+            )
+
+
+def feature_norm_bound(feature_map: Any) -> float:
+    """A public bound on ``||phi(s)||`` for every state: 1 (one-hot), ``sqrt(1 + d)``
+    (``[1, x]`` with x in [0, 1]^d), ``sqrt(n)`` (cosine features, each in [-1, 1])."""
+    from gpope.core.features import ConstantIdentityFeatures, TabularFeatures
+
+    if isinstance(feature_map, TabularFeatures):
+        return 1.0
+    if isinstance(feature_map, ConstantIdentityFeatures):
+        return math.sqrt(1.0 + len(feature_map.low))
+    return math.sqrt(float(feature_map.n_features))
+
+
+def statistics_norm_bound(spec: EvaluationSpec) -> float:
+    """The largest ``||[A_i, b_i, C_i]||`` the spec's public bounds allow for a trajectory of
+    ``length_scale`` steps (``transition`` normalisation; any length for ``trajectory_mean``):
+    ``F^2 sqrt((W (1 + gamma))^2 + 1) + W R F`` with F :func:`feature_norm_bound`, W the
+    importance-weight bound (its absence: 1e3) and R the largest |scaled reward| (absence: 1e3).
+    The top of the quantile's grid: longer trajectories fall into its overflow bin."""
+    F = feature_norm_bound(spec.feature_map)
+    W = float(spec.importance_weight_bound or 1e3)
+    R = (max(abs(x) for x in spec.reward_bounds) * spec.reward_scale
+         if spec.reward_bounds is not None else 1e3)
+    return float(F * F * math.hypot(W * (1.0 + spec.gamma), 1.0) + W * R * F)
+
+
+def value_range(spec: EvaluationSpec) -> tuple[float, float]:
+    """The range of any state's value that the spec's public bounds imply (raw reward units).
+
+    With rewards in ``[lo, hi]`` and ``gamma < 1`` every value lies in
+    ``[min(lo, lo / (1 - gamma)), max(hi, hi / (1 - gamma))]`` (an episode may end after one
+    step, or go on for ever); without reward bounds, or with ``gamma = 1``, the unbounded side is
+    infinite.
+    """
+    if spec.reward_bounds is None:
+        return (-math.inf, math.inf)
+    lo, hi = (float(x) for x in spec.reward_bounds)
+    if spec.gamma >= 1.0:
+        return (lo if lo >= 0 else -math.inf, hi if hi <= 0 else math.inf)
+    h = 1.0 / (1.0 - spec.gamma)
+    return (min(lo, lo * h), max(hi, hi * h))
+
+
+def clamp_interval(iv: Interval, bounds: tuple[float, float]) -> Interval:
+    """``iv`` with its value and finite ends clamped into ``bounds`` (post-processing); an
+    unbounded end stays unbounded (the interval's validity is what it claims)."""
+    lo, hi = bounds
+
+    def clamp(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(np.isfinite(x), np.clip(x, lo, hi), x)
+
+    return replace(iv, value=clamp(iv.value), lower=clamp(iv.lower), upper=clamp(iv.upper),
+                   lower_bound=clamp(iv.lower_bound))
+
+
+def quantile_grid(spec: EvaluationSpec, settings: UntunedSettings) -> Any:
+    """The public log grid of the clip quantile: ``grid_decades`` below the worst-case norm."""
+    from gpope.core.private_quantile import LogGrid
+
+    hi = statistics_norm_bound(spec)
+    return LogGrid(lo=hi * 10.0 ** -settings.grid_decades, hi=hi,
+                   bins_per_decade=settings.bins_per_decade)
+
+
+@dataclass(frozen=True)
+class UntunedSigmas:
+    """Noise multipliers of the default's releases and their shares of (epsilon, delta): each
+    histogram (``quantile``), the SSP sums (``statistics``) and the residual release."""
+
+    quantile: float
+    statistics: float
+    quantile_epsilon: float
+    quantile_delta: float
+    statistics_epsilon: float
+    statistics_delta: float
+    residual: float
+    residual_epsilon: float
+    residual_delta: float
+
+
+def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSettings,
+                 accountant: str = "auto") -> UntunedSigmas:
+    """Calibrate the releases to their shares of (epsilon, delta) (add/remove-one, the run's
+    accountant): two histograms at ``quantile_share`` each, the residual release at
+    ``refine_share``, the SSP sums at the rest."""
+    from gpope.core.ssp import ssp_sigma
+
+    s, r = settings.quantile_share, settings.refine_share
+    eq, dq = epsilon * s, delta * s
+    er, dr = epsilon * r, delta * r
+    es, ds = epsilon - 2 * eq - er, delta - 2 * dq - dr
+
+    def sigma(e: float, d: float) -> float:
+        return float(ssp_sigma(m=m, epsilon=e, delta=d, accountant=accountant))
+
+    return UntunedSigmas(
+        quantile=sigma(eq, dq), statistics=sigma(es, ds), quantile_epsilon=eq,
+        quantile_delta=dq, statistics_epsilon=es, statistics_delta=ds,
+        residual=sigma(er, dr), residual_epsilon=er, residual_delta=dr)
+
+
+def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
+    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, residual
+    sum with its moments (``moments_share`` of the residual release, zCDP split as in
+    :func:`gpope.core.ssp.ssp_release_event`)."""
+    import dp_accounting
+
+    from gpope.core.private_quantile import quantile_dp_event
+    from gpope.core.ssp import ssp_release_event
+
+    return dp_accounting.ComposedDpEvent([
+        quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.statistics, 0.0),
+        quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.residual, moments_share)])
+
+
+@dataclass(frozen=True)
+class UntunedRelease:
+    """What the default releases (all of it covered by :func:`untuned_dp_event`).
+
+    Attributes:
+        theta: (n,) the refined estimate.
+        interval: values at the reference states with their interval, clamped into
+            :func:`value_range`.
+        clip: the privately chosen clip of the statistics (post-processing of a release).
+        residual_clip: the privately chosen clip of the residuals.
+        noisy: the noisy SSP sums (:class:`gpope.core.ssp.NoisyStatistics`; released).
+        moments: the noisy residual moments (:class:`gpope.core.ssp.NoisyMoments`; released).
+    """
+
+    theta: np.ndarray
+    interval: Interval
+    clip: float
+    residual_clip: float
+    noisy: Any
+    moments: Any
+
+
+def _histogram_kernel(edges: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]):
+    """(idx, rows) -> (1, bins) counts of ``||transform(rows)||`` on the grid's bins."""
+    def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        norms = np.linalg.norm(transform(rows), axis=1)
+        norms = np.where(np.isfinite(norms), norms, np.inf)  # non-finite rows: the top bin
+        return np.bincount(np.searchsorted(edges, norms, side="right"),
+                           minlength=len(edges) + 1).astype(np.float64)[None, :]
+
+    return kernel
+
+
+def upper_quantile(noisy_counts: np.ndarray, edges: np.ndarray, quantile: float, m: int) -> float:
+    """The smallest grid edge above which the noisy counts hold at most ``(1 - quantile) m``
+    rows (post-processing). Read from the top, a high quantile sums few noisy bins, so its error
+    is that of the tail's bins only, not of every bin below it; the top edge when even the
+    overflow bin holds more."""
+    above = np.cumsum(np.asarray(noisy_counts, dtype=np.float64)[::-1])[::-1]  # rows >= edge
+    ok = np.nonzero(above[1:] <= (1.0 - quantile) * m)[0]  # above[i + 1]: rows >= edges[i]
+    return float(edges[ok[0]]) if len(ok) else float(edges[-1])
+
+
+def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.ndarray], np.ndarray],
+                      quantile: float, *, m: int, sigma: float, rng: np.random.Generator) -> float:
+    """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile."""
+    edges = grid.edges()
+    counts = aggregate(_histogram_kernel(edges, transform), len(edges) + 1)
+    return upper_quantile(counts + sigma * rng.standard_normal(len(counts)), edges, quantile, m)
+
+
+def _sum_kernel(clip: float):
+    def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        from gpope.core.ssp import clip_statistics
+
+        return clip_statistics(rows, clip).sum(axis=0, keepdims=True)
+
+    return kernel
+
+
+def _residual_kernel(theta: np.ndarray, n: int, bound: float):
+    """(idx, rows) -> (1, n + n(n+1)/2): clipped residuals' sum and their moment vectors' sum."""
+    theta = np.asarray(theta, dtype=np.float64).copy()
+
+    def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        from gpope.core.clipping import clip_rows
+        from gpope.core.ssp import moment_vectors, residuals
+
+        r = clip_rows(residuals(rows, theta, n), bound)
+        return np.concatenate([r.sum(axis=0), moment_vectors(r).sum(axis=0)])[None, :]
+
+    return kernel
+
+
+def release_untuned(
+    aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigmas: UntunedSigmas,
+    moments_share: float, settings: UntunedSettings, rng: np.random.Generator,
+    level: float = 0.95, identification: bool = True,
+) -> UntunedRelease:
+    """The default release (module docstring), reading the statistics only through
+    ``aggregate``; ``rng`` draws every noise (OS entropy in production).
+
+    Raises:
+        DataError: the aggregate returned non-finite sums.
+    """
+    from scipy.stats import norm
+
+    from gpope.core.intervals import Interval, separation
+    from gpope.core.private_quantile import LogGrid
+    from gpope.core.ssp import (
+        NoisyMoments,
+        moments_matrix,
+        release_noisy_statistics,
+        residuals,
+        supported_features,
+    )
+
+    n = spec.n_features
+    width = 2 * n * n + n
+    clip = _private_quantile(aggregate, quantile_grid(spec, settings), lambda rows: rows,
+                             settings.clip_quantile, m=m, sigma=sigmas.quantile, rng=rng)
+    noisy = release_noisy_statistics(aggregate(_sum_kernel(clip), width)[None, :], n=n, m=m,
+                                     sigma=sigmas.statistics, clip=clip, rng=rng)  # fmt: skip
+    A, b, C = noisy.pooled()
+    std = noisy.pooled_noise_std()
+    keep = supported_features(C, noise_std=std)
+    Ak = A[np.ix_(keep, keep)]
+    theta0 = np.zeros(n)
+    theta0[keep] = np.linalg.lstsq(Ak, b[keep], rcond=None)[0]
+    top = float(statistics_norm_bound(spec) * math.sqrt(1.0 + float(theta0 @ theta0)))
+    grid = LogGrid(lo=top * 10.0 ** -settings.grid_decades, hi=top,
+                   bins_per_decade=settings.bins_per_decade)
+    c_r = _private_quantile(aggregate, grid, lambda rows: residuals(rows, theta0, n),
+                            settings.residual_quantile, m=m, sigma=sigmas.quantile, rng=rng)
+    s_sum = sigmas.residual / math.sqrt(1.0 - moments_share)
+    s_mom = sigmas.residual / math.sqrt(moments_share)
+    parts = aggregate(_residual_kernel(theta0, n, c_r), n + n * (n + 1) // 2)
+    r_sum = parts[:n] + s_sum * c_r * rng.standard_normal(n)
+    mom = parts[n:] + s_mom * c_r * c_r * rng.standard_normal(n * (n + 1) // 2)
+    moments = NoisyMoments(matrix=moments_matrix(mom, n), theta=theta0, sigma=float(s_mom),
+                           bound=float(c_r))
+    step = np.zeros(n)
+    step[keep] = np.linalg.lstsq(Ak, r_sum[keep], rcond=None)[0]
+    theta = theta0 + step
+    values = spec.reference_values(theta)
+    G = np.array([spec.reference_values(e) for e in np.eye(n)]).T[:, keep]  # (k, supported)
+    inv = np.linalg.pinv(Ak)
+    meat = moments.covariance()[np.ix_(keep, keep)] + (
+        (s_sum * c_r) ** 2 + std ** 2 * float(step @ step)) * np.eye(int(keep.sum()))
+    se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, inv @ meat @ inv.T, G), 0.0))
+    sep = separation(Ak, std, level=level) if identification else math.inf
+    identified = sep > 1.0
+    z2, z1 = float(norm.ppf(0.5 + level / 2.0)), float(norm.ppf(level))
+    inf = np.full_like(values, np.inf)
+    iv = Interval(
+        value=values, lower=values - z2 * se if identified else -inf,
+        upper=values + z2 * se if identified else inf,
+        lower_bound=values - z1 * se if identified else -inf, se=se, level=level, df=0,
+        unidentified=not identified, separation=float(sep) if identification else None)
+    return UntunedRelease(theta=theta, interval=clamp_interval(iv, value_range(spec)), clip=clip,
+                          residual_clip=float(c_r), noisy=noisy, moments=moments)
+
+
+def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) -> UntunedRelease:
+    """:func:`release_untuned` on statistics rows (m, 2n^2+n) held in memory (benchmarks, tests;
+    the same arithmetic as the pipeline's Spark aggregates)."""
+    vec = np.asarray(rows, dtype=np.float64)
+    idx = np.arange(vec.shape[0])
+
+    def aggregate(kernel: Callable[[np.ndarray, np.ndarray], np.ndarray], width: int) -> np.ndarray:
+        out = kernel(idx, vec)[0]
+        if out.shape != (width,):
+            raise ConfigError(f"kernel returned shape {out.shape}, expected ({width},)")
+        return out
+
+    return release_untuned(aggregate, spec, m=vec.shape[0], **kwargs)

@@ -1,0 +1,116 @@
+"""The tuning-free default (gpope.core.untuned) against independent oracles: closed-form LSTD,
+dp-accounting's own Gaussian composition, brute-force bounds."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.pld import PLDAccountant
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpope.core.envs.registry import get_domain, random_mdp_of
+from gpope.core.spec import EvaluationSpec
+from gpope.core.untuned import (
+    UntunedSettings,
+    plan_untuned,
+    release_untuned_rows,
+    statistics_norm_bound,
+    untuned_dp_event,
+    upper_quantile,
+    value_range,
+)
+from gpope.errors import ConfigError
+
+
+def _data(name: str, m: int, seed: int):
+    from gpope.core.ssp import statistics_vectors
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    mdp = random_mdp_of(name)
+    spec = EvaluationSpec.from_mapping(mdp.spec_mapping("t"))
+    tr = get_domain(name).generate(m, np.random.default_rng(seed), None, mdp.config.max_steps)
+    rows = statistics_of_transitions(tr, spec).to_rows()
+    truth = np.array([mdp.reference_values()[k] for k, _ in spec.reference_states])
+    return spec, truth, statistics_vectors(rows["A"], rows["b"], rows["C"])
+
+
+@pytest.fixture(scope="module")
+def tabular():
+    return _data("random_mdp/11", 4000, 1)
+
+
+def test_without_noise_the_release_is_the_lstd_fixed_point(tabular):
+    """Noise -> 0: the clip of the SSP step re-weights long trajectories, and the refinement from
+    the unclipped rows' residuals lands on the LSTD fixed point of ALL rows (closed form)."""
+    from gpope.core.ssp import split_vector, vector_features
+
+    spec, _, vec = tabular
+    n = vector_features(vec.shape[1])
+    A, b, _ = split_vector(vec.sum(axis=0, keepdims=True), n)
+    keep = np.abs(np.diag(A[0])) > 0
+    lstd = np.zeros(n)
+    lstd[keep] = np.linalg.solve(A[0][np.ix_(keep, keep)], b[0][keep])
+    tiny = plan_untuned(m=len(vec), epsilon=1e6, delta=1e-5, settings=UntunedSettings())
+    rel = release_untuned_rows(vec, spec, sigmas=tiny, moments_share=0.1,
+                               settings=UntunedSettings(residual_quantile=1.0),
+                               rng=np.random.default_rng(0))
+    np.testing.assert_allclose(rel.interval.value, spec.reference_values(lstd), atol=2e-3)
+
+
+def test_private_release_is_accurate_and_its_interval_finite(tabular):
+    spec, truth, vec = tabular
+    sig = plan_untuned(m=len(vec), epsilon=10.0, delta=1e-5, settings=UntunedSettings())
+    rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1,
+                               settings=UntunedSettings(), rng=np.random.default_rng(3))
+    iv = rel.interval
+    assert np.all(np.isfinite(iv.lower)) and np.all(np.isfinite(iv.upper))
+    assert np.max(np.abs(iv.value - truth)) < 0.1
+    lo, hi = value_range(spec)
+    assert np.all((lo <= iv.lower) & (iv.upper <= hi))
+
+
+def test_event_composes_to_the_run_epsilon_by_an_independent_accountant():
+    s = UntunedSettings()
+    sig = plan_untuned(m=20_000, epsilon=1.0, delta=1e-5, settings=s, accountant="pld")
+    assert sig.quantile_epsilon * 2 + sig.residual_epsilon + sig.statistics_epsilon == \
+        pytest.approx(1.0)
+    # each part alone certifies at most its share (basic composition then bounds the run)
+    for sigma, eps, delta in ((sig.quantile, sig.quantile_epsilon, sig.quantile_delta),
+                              (sig.statistics, sig.statistics_epsilon, sig.statistics_delta),
+                              (sig.residual, sig.residual_epsilon, sig.residual_delta)):
+        acc = PLDAccountant().compose(dp_accounting.GaussianDpEvent(sigma))
+        assert acc.get_epsilon(delta) <= eps * (1 + 1e-6)
+    whole = PLDAccountant().compose(untuned_dp_event(sig, 0.1)).get_epsilon(1e-5)
+    assert whole <= 1.0 + 1e-6
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.floats(0.0, 1e3), min_size=1, max_size=200), st.floats(0.5, 0.999))
+def test_upper_quantile_without_noise_is_an_upper_bound_of_the_true_quantile(xs, q):
+    from gpope.core.private_quantile import LogGrid
+
+    grid = LogGrid(lo=1e-3, hi=1e3, bins_per_decade=4)
+    edges = grid.edges()
+    counts = np.bincount(np.searchsorted(edges, xs, side="right"), minlength=len(edges) + 1)
+    est = upper_quantile(counts.astype(float), edges, q, len(xs))
+    # at most (1 - q) m values are >= the estimate, unless it is the top edge
+    assert est == edges[-1] or np.sum(np.asarray(xs) >= est) <= (1 - q) * len(xs) + 1e-9
+
+
+def test_public_bounds_hold_for_generated_data(tabular):
+    spec, truth, vec = tabular
+    # trajectories are at most length_scale long, so no row exceeds the public norm bound
+    assert np.linalg.norm(vec, axis=1).max() <= statistics_norm_bound(spec)
+    lo, hi = value_range(spec)
+    assert lo <= truth.min() and truth.max() <= hi
+    assert value_range(EvaluationSpec.from_mapping(
+        {**random_mdp_of("random_mdp/11").spec_mapping("t"), "gamma": 1.0}))[1] == math.inf
+
+
+def test_settings_refuse_shares_that_leave_nothing():
+    with pytest.raises(ConfigError, match="leave nothing"):
+        UntunedSettings(quantile_share=0.3, refine_share=0.5)
