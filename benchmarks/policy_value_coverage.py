@@ -191,6 +191,29 @@ def _cell_summary(rows: list[dict], truth: dict) -> dict:
     return out
 
 
+def markdown(report: dict, method: str = "bernstein") -> str:
+    """The RESULTS tables of a report: per domain, coverage / median width (non-private width)."""
+    short = {"policy_value": "J(target)", "behaviour_value": "J(behaviour)",
+             "policy_contrast": "contrast"}
+    out = []
+    for name, dom in report["domains"].items():
+        t = dom["truth"]
+        out.append(f"**{name}** ({dom['note']}; truth J(target) {t['policy_value']:.4g}, "
+                   f"J(behaviour) {t['behaviour_value']:.4g})\n")
+        out.append("| m | eps | trials | " + " | ".join(
+            f"{short[q]}: coverage, width (non-private)" for q in QUANTITIES) + " |")
+        out.append("|---|---|---|" + "---|" * len(QUANTITIES))
+        for c in dom["cells"]:
+            if c["method"] != method:
+                continue
+            cells = [f"{c[q]['coverage']:.2f}, {c[q]['median_width']:.3g} "
+                     f"({c[q]['nonprivate_median_width']:.3g})" for q in QUANTITIES]
+            out.append(f"| {c['m']:,} | {c['epsilon']:g} | {c['trials']} | " + " | ".join(cells)
+                       + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--domains", default="chain,random0,random1,random2,mountaincar,hiv")
@@ -208,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", default="{}",
                    help="JSON of PolicyValueSettings fields to change (default: the product's)")
     p.add_argument("--json", default=None)
+    p.add_argument("--markdown", default=None, metavar="JSON",
+                   help="print the RESULTS tables of a saved report and exit")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     settings = PolicyValueSettings(**json.loads(args.settings))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     epsilons = [float(e) for e in args.epsilons.split(",")]

@@ -197,6 +197,7 @@ class EvaluationSettings:
     ssp_clip_quantile: float = 0.99
     moments_share: float = 0.1
     statistics_share: float = 0.1
+    policy_value_share: float = 0.3
     ci_level: float = 0.95
     ssp_identification: bool = True
     interval_groups: int = 0
@@ -231,6 +232,8 @@ class EvaluationSettings:
         check_number("EvaluationSettings", "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
         check_number("EvaluationSettings", "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number("EvaluationSettings", "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
+        check_number("EvaluationSettings", "policy_value_share", self.policy_value_share, ge=0.0,
+                     lt=1.0)
         check_number("EvaluationSettings", "ci_level", self.ci_level, gt=0.0, lt=1.0)
         from gpope.core.intervals import check_interval_groups
 

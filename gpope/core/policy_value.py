@@ -2,7 +2,8 @@
 contrast, and the identified set they bound.
 
 The estimand. For a dataset whose episodes are recorded for at most ``horizon`` decisions H (the
-dataset's public episode cap), the value of a policy pi over the data's initial states is
+dataset's public episode cap; decisions at t >= H are not counted), the value of a policy pi over
+the data's initial states is
 
     J(pi) = E_pi[ sum_{t < T} gamma^t r_t ],      T = the recorded episode's length <= H,
 
@@ -58,6 +59,8 @@ __all__ = [
     "doubly_robust_terms",
     "per_decision_weights",
     "policy_value_terms",
+    "policy_value_unavailable",
+    "spec_bounds",
 ]
 
 #: The reserved names of the released scalars: their ``state`` in gold/released_values (a spec
@@ -129,6 +132,22 @@ class PolicyValueBounds:
         return min(lo, 0.0), max(hi, 0.0)
 
 
+def policy_value_unavailable(spec) -> str | None:
+    """Why ``spec`` cannot carry the policy value release (None: it can). Public: the spec
+    needs ``importance_weight_bound``, ``reward_bounds`` and ``length_scale`` (the horizon H)."""
+    missing = [k for k in ("importance_weight_bound", "reward_bounds", "length_scale")
+               if getattr(spec, k, None) is None]
+    if missing:
+        return (f"spec {spec.name!r} sets no {', '.join(missing)}: the policy value release needs "
+                "public bounds of a ratio and a reward and the episode cap (length_scale)")
+    return None
+
+
+def spec_bounds(spec) -> PolicyValueBounds:
+    """The :class:`PolicyValueBounds` of a spec (horizon = its ``length_scale``)."""
+    return PolicyValueBounds.from_spec(spec, horizon=math.ceil(float(spec.length_scale)))
+
+
 @dataclass(frozen=True, eq=False)
 class PolicyValueTerms:
     """Per-patient terms before the release's per-patient factor (lambda = 1).
@@ -188,14 +207,9 @@ def per_decision_weights(transitions: Transitions, ratios: np.ndarray,
 
 
 def _discounts(transitions: Transitions, bounds: PolicyValueBounds) -> np.ndarray:
+    """gamma^t of every row, 0 for rows at t >= H (the estimand sums the first H decisions)."""
     t = np.asarray(transitions.t, dtype=np.int64)
-    if len(t) and t.max() >= bounds.horizon:
-        raise ConfigError(
-            f"A record has a decision at t = {int(t.max())} beyond the public horizon "
-            f"{bounds.horizon}; set the dataset's max_length (the episode cap) to at least "
-            f"{int(t.max()) + 1}."
-        )
-    return float(bounds.gamma) ** t.astype(np.float64)
+    return np.where(t < bounds.horizon, float(bounds.gamma) ** t.astype(np.float64), 0.0)
 
 
 def _tail_mass(transitions: Transitions, bounds: PolicyValueBounds) -> tuple[np.ndarray, np.ndarray]:

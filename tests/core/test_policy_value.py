@@ -70,11 +70,11 @@ def test_a_zero_ratio_stays_zero_and_rewards_are_clamped():
     assert terms.n[0] == pytest.approx(1.0)
 
 
-def test_record_beyond_the_horizon_is_refused():
+def test_decisions_beyond_the_horizon_are_not_counted():
     tr = _transitions([3], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
-    b = PolicyValueBounds(gamma=0.9, horizon=2, weight_clip=1.0, reward_bounds=(0.0, 1.0))
-    with pytest.raises(ConfigError, match="max_length"):
-        policy_value_terms(tr, np.ones(3), b)
+    b = PolicyValueBounds(gamma=0.5, horizon=2, weight_clip=1.0, reward_bounds=(0.0, 1.0))
+    terms = policy_value_terms(tr, np.ones(3), b)
+    assert terms.g[0] == pytest.approx(1.5) and terms.n[0] == pytest.approx(b.discount_mass)
 
 
 def test_chain_returns_match_the_closed_form():

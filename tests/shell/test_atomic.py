@@ -234,7 +234,7 @@ def test_count_and_statistics_come_from_one_pinned_version(spark, lake_root):
     ref = TableRef("gold", "trajectory_stats", "d")
 
     def write(m):
-        rows = [("s", i, 1, [1.0], [1.0], [1.0]) for i in range(m)]
+        rows = [("s", i, 1, [1.0], [1.0], [1.0], None) for i in range(m)]
         lk.write(spark.createDataFrame(rows, TRAJECTORY_STATS), ref, mode="replace_where",
                  replace_where={"spec_id": "s"}, partition_by=["spec_id"])
 

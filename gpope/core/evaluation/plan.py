@@ -60,6 +60,7 @@ class PlanSettings(Protocol):
     clip: float
     moments_share: float
     statistics_share: float
+    policy_value_share: float
     interval_groups: int | None
     tune: str
     in_memory_limit_mb: int | None
@@ -100,6 +101,7 @@ class PlanInputs:
         relation: the neighbouring relation of the run.
         accountant: the settings' accountant name (``auto``, ``rdp``, ``pld``, ``paper``).
         statistics_clip: the public clip bound of the noisy-statistics release, or None.
+        spec: the public evaluation spec (None: components that need it are not planned).
     """
 
     settings: PlanSettings
@@ -107,6 +109,7 @@ class PlanInputs:
     relation: str
     accountant: str
     statistics_clip: float | None
+    spec: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,27 +226,54 @@ def plan_noisy_statistics(inputs: PlanInputs, epsilon: float, delta: float) -> R
         releases=("intervals", "private_mspbe"))
 
 
+def _policy_value_share(inputs: PlanInputs) -> float:
+    from gpope.core.policy_value import policy_value_unavailable
+
+    if inputs.spec is None or policy_value_unavailable(inputs.spec):
+        return 0.0  # the spec lacks a public bound the release needs (public: no release)
+    return float(getattr(inputs.settings, "policy_value_share", 0.0) or 0.0)
+
+
+def plan_policy_value(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
+    """The policy value release (J(target), J(behaviour), their contrast; one Gaussian mechanism,
+    :mod:`gpope.core.policy_value_release`) at (epsilon, delta) under the run's relation."""
+    from gpope.core.policy_value_release import policy_value_event
+    from gpope.core.ssp import ssp_epsilon, ssp_sigma
+
+    acc = _statistics_accountant(inputs)
+    sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
+                      relation=inputs.relation)
+    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
+                        relation=inputs.relation)
+    return ReleaseComponent(
+        name="policy_value", epsilon=epsilon, delta=delta, sigma=float(sigma),
+        event=policy_value_event(sigma, inputs.relation), epsilon_spent=float(spent),
+        label="policy value(clipped importance sampling)",
+        releases=("policy_value", "behaviour_value", "policy_contrast"))
+
+
 #: The auxiliary releases: (name, share of the run's budget, planner). See the module docstring.
 AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],
                        Callable[[PlanInputs, float, float], ReleaseComponent]], ...] = (
     ("noisy_statistics", _statistics_share, plan_noisy_statistics),
+    ("policy_value", _policy_value_share, plan_policy_value),
 )
 
 _ESTIMATE = ("theta", "values")
 
 
-def _plan_ssp(inputs: PlanInputs) -> ReleaseComponent:
-    """The one-shot SSP release: all of the budget on the noisy statistics."""
+def _plan_ssp(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
+    """The one-shot SSP release: the budget left by the policy value on the noisy statistics."""
     from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
 
     s = inputs.settings
     acc = _statistics_accountant(inputs)
-    sigma = ssp_sigma(m=inputs.m, epsilon=s.epsilon, delta=s.delta, accountant=acc,
+    sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
                       relation=inputs.relation)
-    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=s.delta, accountant=acc,
+    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
                         relation=inputs.relation)
     return ReleaseComponent(
-        name="ssp", epsilon=s.epsilon, delta=s.delta, sigma=float(sigma),
+        name="ssp", epsilon=epsilon, delta=delta, sigma=float(sigma),
         event=ssp_release_event(sigma, s.moments_share), epsilon_spent=float(spent),
         label=f"ssp(clip={inputs.statistics_clip:g}, moments_share={s.moments_share:g})",
         releases=(*_ESTIMATE, "intervals", "private_mspbe"))
@@ -366,18 +396,25 @@ def plan_release(
     relation = "add_or_remove_one" if ssp_run else relation_of_sampling(s.sampling)
     accountant = resolve_accountant(s.accountant, "poisson" if ssp_run else s.sampling)
     inputs = PlanInputs(settings=s, m=m, relation=relation, accountant=s.accountant,
-                        statistics_clip=statistics_clip)
+                        statistics_clip=statistics_clip, spec=spec)
     groups, note = _interval_groups(s, explicit=groups_explicit, layout=layout)
     tuning = None
+    # an ssp run's estimator release IS the noisy statistics: its other components only
+    shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY
+              if not (ssp_run and name == "noisy_statistics")]
+    if sum(sh for _, sh, _ in shares) >= 1.0:
+        raise ConfigError(
+            "The shares of the run's auxiliary releases (statistics_share, policy_value_share) "
+            f"sum to {sum(sh for _, sh, _ in shares):g}; they must leave a positive share for "
+            "the estimator (sum < 1). Lower one of them.")
+    auxiliary = tuple(planner(inputs, s.epsilon * sh, s.delta * sh)
+                      for _, sh, planner in shares if sh > 0)
+    main_eps, main_delta = s.epsilon, s.delta
+    for c in auxiliary:
+        main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
     if ssp_run:
-        main, auxiliary = _plan_ssp(inputs), ()
+        main = _plan_ssp(inputs, main_eps, main_delta)
     else:
-        shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY]
-        auxiliary = tuple(planner(inputs, s.epsilon * sh, s.delta * sh)
-                          for _, sh, planner in shares if sh > 0)
-        main_eps, main_delta = s.epsilon, s.delta
-        for c in auxiliary:
-            main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
         if s.tune == "private":
             if private_tuning is None:
                 raise ConfigError("--tune private needs its settings (evaluation.private_tuning).")

@@ -66,6 +66,10 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--statistics-share", type=float, default=None,
                    help="gpope runs: share of (epsilon, delta) for the noisy-statistics release that "
                    "gives the private MSPBE and the intervals (0 disables; default 0.1)")
+    e.add_argument("--policy-value-share", type=float, default=None,
+                   help="share of (epsilon, delta) for the release of J(target), J(behaviour) and "
+                   "their contrast with intervals (one Gaussian mechanism over clipped importance-"
+                   "sampling terms; 0 disables; default 0.3)")
     e.add_argument("--ci-level", type=float, default=None,
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
     e.add_argument("--interval-groups", type=int, default=None, metavar="K",
@@ -177,6 +181,7 @@ def options_from_args(args: argparse.Namespace, settings, **extra):
         ssp_clip_quantile=getattr(args, "ssp_clip_quantile", None),
         moments_share=args.moments_share,
         statistics_share=args.statistics_share,
+        policy_value_share=args.policy_value_share,
         ci_level=args.ci_level,
         interval_groups=getattr(args, "interval_groups", None),
         tune=getattr(args, "tune", None),

@@ -116,6 +116,7 @@ class DemoReport:
     evaluation: dict[str, Any]
     ground_truth: dict[str, float]
     non_private_lstd: dict[str, float]
+    policy_truth: dict[str, float] = field(default_factory=dict)
     gamma: float = 0.9
     public_relative_mspbe: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -181,6 +182,7 @@ class DemoReport:
             note = unbounded_note(iv)
             if note:
                 lines.append(f"  {note}")
+        lines += _policy_value_lines(ev.get("policy_value"), self.policy_truth, self.gamma)
         if ev.get("private_relative_mspbe") is not None:
             lines.append(f"  private relative MSPBE (noisy statistics, post-processing): "
                          f"{ev['private_relative_mspbe']:.3g}")
@@ -255,6 +257,7 @@ def run_demo(
         public_trajectories=options.public_trajectories,
     )
     truth = timed("ground truth", lambda: _ground_truth(spec))
+    policy_truth = timed("policy truth", lambda: _policy_truth(spec, options.steps))
     evaluation = timed("evaluate", lambda: run_evaluate(
         spark, config, dataset=dataset, spec=spec, options=eval_options,
         tracking_uri=tracking_uri, spec_text=_spec_text(options.spec), truth=truth,
@@ -296,6 +299,7 @@ def run_demo(
         ingest=ingest.to_dict(),
         evaluation=evaluation.to_dict(),
         ground_truth=truth,
+        policy_truth=policy_truth,
         non_private_lstd=dict(evaluation.private_diagnostics.get("lstd_values", {})),
         gamma=float(spec.gamma),
         public_relative_mspbe=relative,
@@ -317,6 +321,53 @@ def _ground_truth(spec: EvaluationSpec) -> dict[str, float]:
         gamma=spec.gamma, n_steps=_TRUTH_STEPS,
     )
     return {k: float(v) for k, v in zip(spec.reference_names, values, strict=True)}
+
+
+#: Behaviour patients of the Monte Carlo truth of J(behaviour) (its standard error is printed).
+_BEHAVIOUR_TRUTH_PATIENTS = 500
+
+
+def _policy_truth(spec: EvaluationSpec, steps: int) -> dict[str, float]:
+    """The simulator's J(target), J(behaviour) and contrast over the recorded ``steps``
+    decisions from the common start state: the target's one exact rollout (deterministic) and
+    a Monte Carlo mean of behaviour patients (with its standard error)."""
+    from gpope.core.envs import hiv, train_hiv
+
+    start = hiv.to_observation(np.asarray(hiv.START, dtype=np.float64))[None, :]
+    jt, _ = train_hiv.monte_carlo_values(spec.target_policy, start, np.random.default_rng(0),
+                                         n_rollouts=1, gamma=spec.gamma, n_steps=steps)
+    jb, se = train_hiv.monte_carlo_values(train_hiv.behavior_policy(), start,
+                                          np.random.default_rng(1),
+                                          n_rollouts=_BEHAVIOUR_TRUTH_PATIENTS, gamma=spec.gamma,
+                                          n_steps=steps)
+    return {"policy_value": float(jt[0]), "behaviour_value": float(jb[0]),
+            "policy_contrast": float(jt[0] - jb[0]), "behaviour_value_se": float(se[0])}
+
+
+def _policy_value_lines(released: dict[str, Any] | None, truth: dict[str, float],
+                        gamma: float) -> list[str]:
+    """The demo's table of the three released scalars beside the simulator's truth."""
+    if not released:
+        return []
+    names = {"policy_value": "J(target)", "behaviour_value": "J(behaviour)",
+             "policy_contrast": "J(target) - J(behaviour)"}
+    level = next(iter(released.values()))["ci_level"]
+    lines = ["", f"policy value over the patients' start states (gamma {gamma:g}, the recorded "
+             "decisions):",
+             f"  {'quantity':<26} {'released':>12} {f'{100 * level:g}% interval':>26} "
+             f"{'at least':>12} {'simulator truth':>16}"]
+    for key, label in names.items():
+        v = released[key]
+        span = f"[{v['lower']:.4g}, {v['upper']:.4g}]"
+        lines.append(f"  {label:<26} {v['value']:>12.4g} {span:>26} {v['lower_bound']:>12.4g} "
+                     f"{truth.get(key, float('nan')):>16.4g}")
+    if "behaviour_value_se" in truth:
+        lines.append(f"  truth: the target's exact rollout; J(behaviour) by Monte Carlo over "
+                     f"{_BEHAVIOUR_TRUTH_PATIENTS} simulated patients (standard error "
+                     f"{truth['behaviour_value_se']:.3g}). Intervals: one release at the run's "
+                     "policy value share, clipped importance weights with their bias inside the "
+                     "interval (docs/RESULTS.md)")
+    return lines
 
 
 def _spec_text(path: str) -> str:

@@ -227,6 +227,9 @@ def run_evaluate(
     stats_df = read_statistics(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=stats_version
     )
+    from gpope.shell.pipeline import evaluate_policy_value as pv
+
+    pv.check_policy_terms(stats_df, plan)
     groups = None  # --interval-groups: the group (0..K-1) of each traj_index, public hash
     if plan.interval_groups:
         groups = patient_groups(spark, config, dataset=dataset, m=m, groups=plan.interval_groups)
@@ -307,7 +310,10 @@ def run_evaluate(
             created_at=created, theta=released_theta, values=values, private=result.private,
             estimator=options.estimator,
         )
-        write_release(spark, config, row, value_rows(row, spec_name=spec.name, interval=intervals))
+        policy_values = pv.release_policy_values(stats_df, spec, plan, level=options.ci_level,
+                                                 seed=options.seed)
+        write_release(spark, config, row, value_rows(row, spec_name=spec.name, interval=intervals)
+                      + pv.policy_value_rows(row, spec_name=spec.name, released=policy_values))
         released = True
         faults.point("evaluate.after_release")
         ledger.mark(dataset, run_id, "released")
@@ -351,6 +357,8 @@ def run_evaluate(
              "statistics_delta": stats_delta, "moments_share": options.moments_share}
         if sigma_s is not None else None, tuning=tuning_summary,
     )
+    record = dataclasses.replace(record, metrics={**dict(record.metrics),
+                                                  **pv.mlflow_metrics(policy_values)})
     # the loud guard: public (fresh simulated cohort) and private (noisy statistics) diagnostics
     from gpope.core.guard import GUARD_TAG, private_relative_mspbe, utility_guard
 
@@ -455,6 +463,7 @@ def run_evaluate(
         seconds=time.perf_counter() - start,
         estimator=options.estimator,
         intervals=intervals.to_dict() if intervals is not None else None,
+        policy_value=pv.as_report(policy_values),
         theta_interval=theta_iv.to_dict() if theta_iv is not None else None,
         private_mspbe=priv_mspbe[0] if priv_mspbe else None,
         private_relative_mspbe=priv_mspbe[1] if priv_mspbe else None,

@@ -115,10 +115,18 @@ def value_figure(record: EvaluationRecord) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from gpope.shell.pipeline.evaluate_policy_value import plot_policy_values, released_from_metrics
+
     names = list(record.spec.reference_names)
     x = np.arange(len(names), dtype=float)
     values = np.asarray(record.values, dtype=np.float64)
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(names) + 2.5), 3.6))
+    scalars = released_from_metrics(record.metrics)  # J(target), J(behaviour), contrast
+    width = max(4.5, 1.6 * len(names) + 2.5)
+    fig, axes = plt.subplots(1, 2 if scalars else 1, figsize=(width + (5.0 if scalars else 0), 3.6),
+                             squeeze=False)
+    ax = axes[0][0]
+    if scalars:
+        plot_policy_values(axes[0][1], scalars, epsilon=record.epsilon)
     label = f"{record.estimator} (released, eps={record.epsilon:g})"
     if record.intervals:
         lo = np.array([record.intervals[n].lower for n in names])

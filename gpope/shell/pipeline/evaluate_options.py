@@ -73,6 +73,10 @@ class EvaluateOptions:
             the second release of the residual second moments that the intervals need.
         statistics_share: gpope runs: share of (epsilon, delta) spent on the noisy-statistics
             release (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
+        policy_value_share: share of (epsilon, delta) spent on the policy value release
+            (J(target), J(behaviour), their contrast; :mod:`gpope.core.policy_value_release`);
+            0 disables it. Runs built from the configuration (:meth:`from_settings`: the CLI,
+            ``gpope.api``) take ``evaluation.policy_value_share`` (0.3 by default).
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
         ssp_identification: the identification test of the SSP-type intervals (an ssp run's,
             and the statistics-share interval a gpope run's hull rests on): unbounded where the
@@ -131,6 +135,7 @@ class EvaluateOptions:
     ssp_clip_quantile: float | None = None
     moments_share: float = 0.1
     statistics_share: float = 0.1
+    policy_value_share: float = 0.0
     ci_level: float = 0.95
     ssp_identification: bool = True
     interval_groups: int | None = None
@@ -169,6 +174,7 @@ class EvaluateOptions:
                      allow_none=True)
         check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
         check_number(o, "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
+        check_number(o, "policy_value_share", self.policy_value_share, ge=0.0, lt=1.0)
         check_number(o, "ci_level", self.ci_level, gt=0.0, lt=1.0)
         if not isinstance(self.ssp_identification, bool):
             raise ConfigError(

@@ -88,6 +88,7 @@ class EvaluationReport:
     seconds: float = 0.0
     estimator: str = "gpope"
     intervals: dict[str, Any] | None = None
+    policy_value: dict[str, dict[str, float]] | None = None  # the three released scalars
     theta_interval: dict[str, Any] | None = None
     private_mspbe: float | None = None
     private_relative_mspbe: float | None = None
@@ -183,6 +184,9 @@ class EvaluationReport:
         note = unbounded_note(iv)
         if note:
             lines.append(f"  {note}")
+        from gpope.shell.pipeline.evaluate_policy_value import summary_lines
+
+        lines.extend(summary_lines(self.policy_value))
         if self.public_mspbe is not None:
             rel = ("" if self.public_relative_mspbe is None
                    else f" (relative to theta = 0: {self.public_relative_mspbe:.4g})")

@@ -31,8 +31,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.bounds import CLAMP_REASONS
-from gpope.errors import CommitError, DataError, SchemaError
+from gpope.errors import CommitError, DataError
 from gpope.shell.pipeline.jobargs import load_spec
+from gpope.shell.pipeline.transitions_arrow import (
+    _INPUT_COLUMNS,
+    _list_column,
+    transitions_from_arrow,
+    transitions_to_arrow,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,17 +60,6 @@ __all__ = [
     "transitions_to_arrow",
 ]
 
-_INPUT_COLUMNS = (
-    "traj_index",
-    "t",
-    "state",
-    "action",
-    "behavior_prob",
-    "reward",
-    "next_state",
-    "terminal",
-    "truncated",
-)
 
 
 @dataclass(frozen=True)
@@ -113,99 +108,6 @@ class StatsReport:
         )
 
 
-def _list_column(values: np.ndarray) -> pa.Array:
-    """A list<double> Arrow column from a (k, p) float64 array."""
-    import pyarrow as pa
-
-    k, p = values.shape
-    offsets = pa.array(np.arange(0, (k + 1) * p, p, dtype=np.int32))
-    list_type = pa.list_(pa.field("element", pa.float64(), nullable=False))
-    return pa.ListArray.from_arrays(
-        offsets, pa.array(values.reshape(-1), type=pa.float64()), type=list_type
-    )
-
-
-def _matrix(column: pa.ChunkedArray | pa.Array, rows: int, name: str) -> np.ndarray:
-    """(rows, d) float64 array from a list<double> Arrow column of equal-length lists."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if rows == 0:
-        return np.zeros((0, 0))
-    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-    d = int(lengths[0])
-    if np.any(lengths != d):
-        raise SchemaError(f"transitions.{name} arrays must all have the same length; got {set(lengths)}.")
-    flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    return flat.reshape(rows, d)
-
-
-def transitions_to_arrow(transitions: Any, patient_ids: Any = None) -> pa.Table:
-    """Arrow rows with the silver ``transitions`` columns from a core Transitions batch.
-
-    ``patient_ids`` (T,) strings default to ``"p<traj_index>"``. Used to load simulated batches
-    into the lake directly (tests, benchmarks).
-    """
-    import pyarrow as pa
-
-    tr = transitions
-    T = tr.n_transitions
-    d = tr.state.shape[1]
-    list_type = pa.list_(pa.field("element", pa.float64(), nullable=False))
-
-    def lists(a: np.ndarray) -> pa.Array:
-        offsets = pa.array(np.arange(0, (T + 1) * d, d, dtype=np.int32))
-        return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(a).reshape(-1)), type=list_type)
-
-    pids = patient_ids if patient_ids is not None else np.char.add("p", tr.traj_index.astype(str))
-    return pa.table({
-        "patient_id": pa.array(np.asarray(pids, dtype=str)),
-        "traj_index": pa.array(tr.traj_index.astype(np.int64)),
-        "t": pa.array(tr.t.astype(np.int32)),
-        "state": lists(tr.state),
-        "action": pa.array(tr.action.astype(np.int32)),
-        "behavior_prob": pa.array(tr.behavior_prob.astype(np.float64)),
-        "reward": pa.array(tr.reward.astype(np.float64)),
-        "next_state": lists(tr.next_state),
-        "terminal": pa.array(tr.terminal.astype(bool)),
-        "truncated": pa.array(tr.truncated.astype(bool)),
-    })
-
-
-def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None) -> Any:
-    """A core :class:`~gpope.core.transitions.Transitions` from Arrow rows of the silver table.
-
-    Rows are sorted by (traj_index, t). ``traj_index`` is kept as is (dense 0..m-1 expected) unless
-    ``n_trajectories`` is None and the rows hold one trajectory, which is re-indexed to 0.
-    """
-    from gpope.core.transitions import Transitions
-
-    cols = {c: table.column(c) for c in _INPUT_COLUMNS}
-    ti = cols["traj_index"].to_numpy().astype(np.int64)
-    t = cols["t"].to_numpy().astype(np.int64)
-    order = np.lexsort((t, ti))
-    rows = len(ti)
-    state = _matrix(cols["state"], rows, "state")[order]
-    next_state = _matrix(cols["next_state"], rows, "next_state")[order]
-    ti = ti[order]
-    if n_trajectories is None:
-        ti = ti - ti[0]
-        n_trajectories = int(ti[-1]) + 1 if rows else 0
-    return Transitions(
-        traj_index=ti,
-        t=t[order],
-        state=state,
-        action=cols["action"].to_numpy().astype(np.int64)[order],
-        reward=cols["reward"].to_numpy().astype(np.float64)[order],
-        next_state=next_state,
-        terminal=cols["terminal"].to_numpy(zero_copy_only=False).astype(bool)[order],
-        truncated=cols["truncated"].to_numpy(zero_copy_only=False).astype(bool)[order],
-        behavior_prob=cols["behavior_prob"].to_numpy().astype(np.float64)[order],
-        n_trajectories=n_trajectories,
-    )
-
-
 def statistics_of_transitions(transitions: Any, spec: EvaluationSpec, *,
                               representation: str = "dense") -> Any:
     """The core's statistics of a Transitions batch under ``spec`` (dense representation unless
@@ -219,12 +121,28 @@ def statistics_of_transitions(transitions: Any, spec: EvaluationSpec, *,
 
 
 def _statistics_and_counts(transitions: Any, spec: EvaluationSpec, *,
-                           representation: str = "dense") -> tuple[Any, dict[str, int]]:
-    """:func:`statistics_of_transitions` and the clamp counts of the same clamping."""
+                           representation: str = "dense", with_terms: bool = False) -> Any:
+    """:func:`statistics_of_transitions` and the clamp counts of the same clamping; with
+    ``with_terms`` also the policy value terms (:func:`policy_terms`) of the same batch."""
     rho, reward, counts = _bounded(transitions, spec)
+    terms = policy_terms(dataclasses.replace(transitions, reward=reward), rho, spec) \
+        if with_terms else None
     if spec.reward_scale != 1.0 or reward is not transitions.reward:
         transitions = dataclasses.replace(transitions, reward=reward * spec.reward_scale)
-    return _statistics(transitions, spec, rho, representation=representation), counts
+    stats = _statistics(transitions, spec, rho, representation=representation)
+    return (stats, counts, terms) if with_terms else (stats, counts)
+
+
+def policy_terms(transitions: Any, rho: np.ndarray, spec: EvaluationSpec) -> np.ndarray | None:
+    """(m, 3) per-trajectory (g, a, n) of :func:`gpope.core.policy_value.policy_value_terms`
+    (raw reward units, ratios and rewards already clamped to the spec's public bounds), or None
+    when the spec lacks a public bound the policy value release needs."""
+    from gpope.core.policy_value import policy_value_terms, policy_value_unavailable, spec_bounds
+
+    if policy_value_unavailable(spec):
+        return None
+    t = policy_value_terms(transitions, rho, spec_bounds(spec))
+    return np.stack([t.g, t.a, t.n], axis=1)
 
 
 def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
@@ -269,7 +187,7 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
         table.schema.get_field_index("traj_index"), "traj_index", pa.array(dense.astype(np.int64))
     )
     transitions = transitions_from_arrow(table, n_trajectories=len(ids))
-    stats, counts = _statistics_and_counts(transitions, spec)
+    stats, counts, terms = _statistics_and_counts(transitions, spec, with_terms=True)
     rows = stats.to_rows()
     columns = {
         "spec_id": pa.array([spec.spec_id] * len(ids), type=pa.string()),
@@ -278,7 +196,11 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
         "A": _list_column(rows["A"]),
         "b": _list_column(rows["b"]),
         "C": _list_column(rows["C"]),
+        "policy_terms": _list_column(np.zeros((len(ids), 3))) if terms is None
+        else _list_column(terms),
     }
+    if terms is None:  # the spec has no public bounds for it: null terms
+        columns["policy_terms"] = pa.nulls(len(ids), type=columns["policy_terms"].type)
     if with_counts:
         for reason, column in _CLAMPED.items():
             first = np.zeros(len(ids), dtype=np.int64)

@@ -1,0 +1,162 @@
+"""The policy value part of ``gpope evaluate``: executes the plan's ``policy_value`` component.
+
+The stats stage stores each trajectory's (g, a, n) (:func:`gpope.shell.pipeline.stats.policy_terms`)
+in ``trajectory_stats.policy_terms``; here the driver reads them from the run's pinned statistics
+(3 doubles per patient), releases them once with the component's noise multiplier
+(:func:`gpope.core.policy_value_release.release_policy_value`: clip histograms, first and second
+moments, one Gaussian mechanism accounted in the plan's composed event) and forms the three
+released scalars with their intervals. Their ``released_values`` rows (``state`` =
+``policy_value``, ``behaviour_value``, ``policy_contrast``) are written in the same atomic step
+as the run's other rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.errors import DataError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from gpope.core.evaluation import ReleasePlan
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = [
+    "ESTIMATOR",
+    "as_report",
+    "check_policy_terms",
+    "mlflow_metrics",
+    "plot_policy_values",
+    "policy_value_rows",
+    "release_policy_values",
+    "summary_lines",
+]
+
+#: The ``estimator`` of the scalar rows in released_values (clipped importance sampling with
+#: the identified set of :mod:`gpope.core.policy_value`).
+ESTIMATOR = "clipped_is"
+
+
+def check_policy_terms(stats_df: DataFrame, plan: ReleasePlan) -> None:
+    """Refuse, before anything is reserved, statistics written without the policy terms.
+
+    Raises:
+        DataError: the plan releases the policy value but the statistics lack the column.
+    """
+    if plan.component("policy_value") is not None and "policy_terms" not in stats_df.columns:
+        raise DataError(
+            "The dataset's trajectory_stats were computed before the policy value release "
+            "existed (no policy_terms column); re-run `gpope stats` for this spec, or pass "
+            "--policy-value-share 0 to evaluate without the policy value."
+        )
+
+
+def _noise_generator(seed: int | None) -> np.random.Generator:
+    """OS entropy, or a stream derived from ``seed`` (NOT private) independent of the others."""
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x5056])
+    return np.random.default_rng(ss)
+
+
+def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
+                          level: float, seed: int | None) -> dict[str, Any] | None:
+    """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
+    component, or None when the run has none. Nothing but the release leaves this function."""
+    from gpope.core.policy_value import PolicyValueTerms, spec_bounds
+    from gpope.core.policy_value_release import PolicyValueSettings, release_policy_value
+
+    comp = plan.component("policy_value")
+    if comp is None:
+        return None
+    table = stats_df.select("policy_terms").toArrow()
+    col = table.column("policy_terms").combine_chunks()
+    if col.null_count:
+        raise DataError(
+            f"{col.null_count} trajectories of the statistics have no policy terms although spec "
+            f"{spec.name!r} sets the public bounds; re-run `gpope stats` for this spec.")
+    x = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64).reshape(-1, 3)
+    if len(x) != plan.m:
+        raise DataError(f"The statistics hold {len(x)} policy terms for m = {plan.m} patients.")
+    terms = PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
+    rel = release_policy_value(terms, spec_bounds(spec), sigma=comp.sigma,
+                               settings=PolicyValueSettings(), rng=_noise_generator(seed))
+    return rel.intervals(level)
+
+
+def policy_value_rows(row: dict[str, Any], *, spec_name: str,
+                      released: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The released_values rows of the three scalars (none when ``released`` is None)."""
+    out = []
+    for state, iv in (released or {}).items():
+        out.append({
+            "run_id": row["run_id"], "dataset": row["dataset"], "spec_id": row["spec_id"],
+            "spec_name": spec_name, "estimator": ESTIMATOR, "state": state,
+            "value": float(iv.value), "lower": float(iv.lower), "upper": float(iv.upper),
+            "lower_bound": float(iv.lower_bound), "ci_level": float(iv.level),
+            "epsilon": row["epsilon"], "delta": row["delta"], "accountant": row["accountant"],
+            "private": row["private"], "created_at": row["created_at"],
+        })
+    return out
+
+
+def as_report(released: dict[str, Any] | None) -> dict[str, dict[str, float]] | None:
+    """Plain form for the run's report and ``--json``."""
+    if released is None:
+        return None
+    return {k: {"value": v.value, "lower": v.lower, "upper": v.upper,
+                "lower_bound": v.lower_bound, "ci_level": v.level} for k, v in released.items()}
+
+
+def mlflow_metrics(released: dict[str, Any] | None) -> dict[str, float]:
+    """MLflow metrics of the three scalars: ``<name>``, ``<name>_lower``, ``<name>_upper``,
+    ``<name>_lower_bound`` (all finite by construction)."""
+    out: dict[str, float] = {}
+    for name, iv in (released or {}).items():
+        out.update({name: float(iv.value), f"{name}_lower": float(iv.lower),
+                    f"{name}_upper": float(iv.upper), f"{name}_lower_bound": float(iv.lower_bound)})
+    return out
+
+
+def released_from_metrics(metrics: Any) -> dict[str, tuple[float, float, float]]:
+    """``{name: (value, lower, upper)}`` of the scalars found in a run's metrics."""
+    from gpope.core.policy_value import QUANTITIES
+
+    return {q: (float(metrics[q]), float(metrics[f"{q}_lower"]), float(metrics[f"{q}_upper"]))
+            for q in QUANTITIES if q in metrics and f"{q}_lower" in metrics}
+
+
+def plot_policy_values(ax: Any, scalars: dict[str, tuple[float, float, float]], *,
+                       epsilon: float) -> None:
+    """The three released scalars with their intervals on one matplotlib axis."""
+    labels = {"policy_value": "J(target)", "behaviour_value": "J(behaviour)",
+              "policy_contrast": "contrast"}
+    names = list(scalars)
+    x = np.arange(len(names), dtype=float)
+    v = np.array([scalars[n][0] for n in names])
+    lo = np.array([scalars[n][1] for n in names])
+    hi = np.array([scalars[n][2] for n in names])
+    ax.errorbar(x, v, yerr=[v - lo, hi - v], fmt="s", capsize=6, color="C1",
+                label=f"released (eps={epsilon:g}), interval")
+    ax.axhline(0.0, color="0.7", lw=0.8)
+    ax.set_xticks(x, [labels.get(n, n) for n in names])
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylabel("discounted return, raw reward unit")
+    ax.set_title("policy value over the data's start states", fontsize=9)
+    ax.legend(fontsize=8, loc="best")
+
+
+def summary_lines(policy_value: dict[str, dict[str, float]] | None) -> list[str]:
+    """The CLI summary's lines for the three scalars."""
+    if not policy_value:
+        return []
+    names = {"policy_value": "J(target)", "behaviour_value": "J(behaviour)",
+             "policy_contrast": "J(target) - J(behaviour)"}
+    out = []
+    for key, label in names.items():
+        v = policy_value.get(key)
+        if v is not None:
+            out.append(f"  {label} = {v['value']:.6g}   {100 * v['ci_level']:g}% interval "
+                       f"[{v['lower']:.4g}, {v['upper']:.4g}], at least {v['lower_bound']:.4g}")
+    return out
