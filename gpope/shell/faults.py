@@ -1,29 +1,75 @@
-"""Fault injection for kill tests: ``GPOPE_FAULT=<point>`` makes the process SIGKILL itself there.
+"""Fault injection for tests: ``GPOPE_FAULT`` names points where the process fails or pauses.
 
 Named points sit between the commits of multi-step stages (e.g. ``evaluate.after_reserve``,
-``evaluate.after_release``), so tests can really kill a run at that step (``kill -9``, no
-cleanup, no ``finally``) and check what the lake and the ledger look like afterwards. Without the
-environment variable :func:`point` does nothing.
+``evaluate.after_release``, ``ledger.before_append``), so tests can really kill a run at that
+step (``kill -9``, no cleanup, no ``finally``), or hold it there while another process acts, and
+check what the lake and the ledger look like afterwards. ``$GPOPE_FAULT`` is a comma-separated
+list of:
+
+* ``<point>``: SIGKILL this process at ``<point>``;
+* ``<point>:int``: SIGINT (a Ctrl-C) at ``<point>``;
+* ``<point>:wait=<file>``: at ``<point>``, create ``<file>.reached`` and block until ``<file>``
+  exists (a deterministic interleaving of two real processes; the path holds no comma);
+* ``clock=<seconds>``: this process's wall clock for the rows it writes is shifted by
+  ``<seconds>`` (e.g. ``clock=-7200``: a writer whose clock is two hours behind).
+
+Without the environment variable nothing happens.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
-__all__ = ["ENV", "point"]
+from gpope.errors import GpopeError
+
+__all__ = ["ENV", "WAIT_TIMEOUT_S", "clock_offset", "point"]
 
 ENV = "GPOPE_FAULT"
+#: How long a paused process waits for its release file before it gives up.
+WAIT_TIMEOUT_S = 120.0
+
+
+def _entries() -> list[str]:
+    wanted = os.environ.get(ENV)
+    return [w.strip() for w in wanted.split(",")] if wanted else []
 
 
 def point(name: str) -> None:
-    """SIGKILL the current process if ``$GPOPE_FAULT`` names this point (comma-separated list);
-    ``<point>:int`` sends SIGINT instead (a Ctrl-C at that step)."""
-    wanted = os.environ.get(ENV)
-    if not wanted:
+    """Act at point ``name`` as ``$GPOPE_FAULT`` says (kill, interrupt, or wait); else nothing.
+
+    Raises:
+        GpopeError: a ``wait`` point's release file did not appear within WAIT_TIMEOUT_S.
+    """
+    entries = _entries()
+    if not entries:
         return
-    names = {w.strip() for w in wanted.split(",")}
-    if name in names:
+    if name in entries:
         os.kill(os.getpid(), signal.SIGKILL)
-    if f"{name}:int" in names:
+    if f"{name}:int" in entries:
         os.kill(os.getpid(), signal.SIGINT)
+    for entry in entries:
+        if entry.startswith(f"{name}:wait="):
+            _wait(name, Path(entry.split("=", 1)[1]))
+
+
+def _wait(name: str, release: Path) -> None:
+    Path(f"{release}.reached").touch()
+    deadline = time.monotonic() + WAIT_TIMEOUT_S
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise GpopeError(
+                f"fault point {name!r} waited {WAIT_TIMEOUT_S:g} s for {release}, which never "
+                f"appeared; unset {ENV} outside tests."
+            )
+        time.sleep(0.01)
+
+
+def clock_offset() -> float:
+    """Seconds added to this process's wall clock for the rows it writes (0 without a fault)."""
+    for entry in _entries():
+        if entry.startswith("clock="):
+            return float(entry.split("=", 1)[1])
+    return 0.0

@@ -17,38 +17,83 @@ See reference/ACCOUNTING.md.
 
 from __future__ import annotations
 
-from gpope.core.accounting._common import (
-    ACCOUNTANTS,
-    SAMPLINGS,
-    SUPPORTED,
-    Accountant,
-    Sampling,
-    gpope_dp_event,
-    neighboring_relation,
-    resolve_accountant,
-)
-from gpope.core.accounting.api import (
-    RDP_ORDERS,
-    SIGMA_MAX,
-    SIGMA_MIN,
-    Calibration,
-    PrivacySpend,
-    calibrate,
-    calibrate_sigma,
-    epsilon_spent,
-    privacy_spend,
-)
-from gpope.core.accounting.paper import paper_epsilon, paper_sigma
-from gpope.core.accounting.pld import (
-    DEFAULT_PLD_GRID,
-    PLDCost,
-    PLDEstimate,
-    PLDGrid,
-    gdp_sigma_guess,
-    pld_cost,
-    pld_epsilon,
-    pld_epsilon_adaptive,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpope.core.accounting._common import (
+        ACCOUNTANTS,
+        SAMPLINGS,
+        SUPPORTED,
+        Accountant,
+        Sampling,
+        gpope_dp_event,
+        neighboring_relation,
+        resolve_accountant,
+    )
+    from gpope.core.accounting.api import (
+        RDP_ORDERS,
+        SIGMA_MAX,
+        SIGMA_MIN,
+        Calibration,
+        PrivacySpend,
+        calibrate,
+        calibrate_sigma,
+        epsilon_spent,
+        privacy_spend,
+    )
+    from gpope.core.accounting.paper import paper_epsilon, paper_sigma
+    from gpope.core.accounting.pld import (
+        DEFAULT_PLD_GRID,
+        PLDCost,
+        PLDEstimate,
+        PLDGrid,
+        gdp_sigma_guess,
+        pld_cost,
+        pld_epsilon,
+        pld_epsilon_adaptive,
+    )
+
+#: Public name -> submodule. Loaded on first use (PEP 562), so importing one submodule (e.g. the
+#: ledger's pure budget logic for ``gpope budget show``) does not import dp-accounting's PLD and
+#: scipy.
+_EXPORTS: dict[str, str] = {
+    "ACCOUNTANTS": "_common",
+    "Accountant": "_common",
+    "Calibration": "api",
+    "DEFAULT_PLD_GRID": "pld",
+    "PLDCost": "pld",
+    "PLDEstimate": "pld",
+    "PLDGrid": "pld",
+    "PrivacySpend": "api",
+    "RDP_ORDERS": "api",
+    "SAMPLINGS": "_common",
+    "SIGMA_MAX": "api",
+    "SIGMA_MIN": "api",
+    "SUPPORTED": "_common",
+    "Sampling": "_common",
+    "calibrate": "api",
+    "calibrate_sigma": "api",
+    "epsilon_spent": "api",
+    "gdp_sigma_guess": "pld",
+    "gpope_dp_event": "_common",
+    "neighboring_relation": "_common",
+    "paper_epsilon": "paper",
+    "paper_sigma": "paper",
+    "pld_cost": "pld",
+    "pld_epsilon": "pld",
+    "pld_epsilon_adaptive": "pld",
+    "privacy_spend": "api",
+    "resolve_accountant": "_common",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "ACCOUNTANTS",

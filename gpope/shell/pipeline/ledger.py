@@ -1,59 +1,60 @@
-"""The privacy ledger: per-dataset budgets and every run's spend, in the gold ``privacy_ledger``.
+"""The privacy ledger's storage and protocol: budgets and every run's spend, in ``privacy_ledger``.
 
 One append-only Delta table shared by all datasets (``<lake>/gold/privacy_ledger``; columns in
 :mod:`gpope.shell.pipeline.ledger_store`). On a local lake it is read and written with
 ``deltalake`` alone (no Spark, no JVM). Rows have a ``kind``:
 
-* **budget**: written by ``gpope budget set``; the latest one is the dataset's total budget.
-  Raising a budget needs ``force`` and is recorded with who (``actor``) and when.
+* **budget**: written by ``gpope budget set``; the latest one (in commit order) is the dataset's
+  total budget. Raising a budget needs ``force`` and is recorded with who (``actor``) and when.
 * **reservation**: written before a run draws noise or writes output. It carries the run's
   claimed (epsilon, delta), its **charge** (``charged_epsilon``/``charged_delta``: the claim, or
   for an accountant that is not a valid bound, ``paper``, a rigorous RDP bound of the same
   mechanism) and its mechanism (the dp-accounting event and neighbouring relation, as JSON).
 * **settlement**: a later status of a reserved run: ``released``, ``failed`` (still counted:
-  noise may have been drawn, privacy spent is spent) or ``cancelled`` (a concurrent reservation
-  won the race before this run drew anything; its charge is reversed).
+  noise may have been drawn, privacy spent is spent) or ``cancelled`` (the run was not admitted,
+  so it drew nothing; its charge is reversed).
 
 ``SUM(charged_epsilon)`` per dataset is the basic spend; the ``epsilon`` column mixes budgets and
 spends and must not be summed (the table's description says so).
 
-Composition (``privacy.composition``):
-
-* ``rdp`` (default): runs are composed tightly from their stored events with the Rényi filter of
-  :mod:`gpope.core.accounting.composition` (valid when runs are chosen adaptively; the theorem is
-  stated there). A run is admitted iff the filter still certifies the budget's epsilon at the
-  budget's delta after it (a dataset's first run may also be admitted on its own certificate).
-  Runs do not consume delta under the filter.
-* ``basic``: epsilons and deltas of the charges add up.
-
-Both are always computed and shown. A dataset holding a run whose mechanism cannot be composed
-(rows written before mechanisms were stored) is governed by the basic rule.
-
-Reservation is check - append - re-check: a run that does not fit raises
-:class:`~gpope.errors.BudgetExceededError` having written nothing; if concurrent runs race past
-the check, the re-check folds all counted runs in reservation order and cancels the ones that do
-not fit. Stale reservations of killed runs are settled by :meth:`PrivacyLedger.reconcile` from the
-evidence (a released_estimates row whose release manifest is committed), automatically before each new reservation.
+The decisions (folding, admission, refusal, runs left) are pure and live in
+:mod:`gpope.core.accounting.budget`; they follow the **commit order** of the rows (the table's
+versions, recorded by the store), never a writer's clock. Reservation is check - append -
+decide: a run that does not fit raises :class:`~gpope.errors.BudgetExceededError` having written
+nothing; otherwise its reservation is appended, the table is read back, and the run proceeds iff
+the commit-order fold admits it at the version its commit got. Two racing runs both read the
+same commit order, so exactly the runs that fit in that order proceed; the others write a
+``cancelled`` settlement and raise. Stale reservations of killed runs are settled by
+:meth:`PrivacyLedger.reconcile` from the evidence, automatically before each new reservation.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import getpass
-import math
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from gpope.core.accounting.budget import (
+    COUNTED_STATUSES,
+    TOLERANCE,
+    Budget,
+    BudgetStatus,
+    LedgerEntry,
+    LedgerRow,
+    admits,
+    check_one_relation,
+    fold,
+    refusal_message,
+)
 from gpope.core.validation import check_number
 from gpope.errors import BudgetExceededError, ConfigError
+from gpope.shell import faults
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,15 +75,13 @@ __all__ = [
     "budget_status_table",
 ]
 
-#: Statuses whose spend counts against the budget.
-COUNTED_STATUSES: tuple[str, ...] = ("reserved", "released", "failed")
-_FINAL = ("released", "failed", "cancelled")
-_TOLERANCE = 1e-9  # float slack when comparing spends with the budget
-_MAX_RUNS_LEFT = 100_000
-
 
 def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+    """The writer's wall clock (naive UTC), shown in the rows; never used to order them."""
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    offset = faults.clock_offset()
+    return now + timedelta(seconds=offset) if offset else now
 
 
 def _actor() -> str:
@@ -95,32 +94,6 @@ def _actor() -> str:
 
 def _process() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """The current state of one run in the ledger."""
-
-    dataset: str
-    run_id: str
-    mechanism: str
-    epsilon: float
-    delta: float
-    accountant: str
-    status: str
-    created_at: datetime
-    charged_epsilon: float = 0.0
-    charged_delta: float = 0.0
-    valid_bound: bool = True
-    actor: str | None = None
-    process: str | None = None
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``."""
-        d = dict(self.__dict__)
-        d["created_at"] = self.created_at.isoformat()
-        return d
 
 
 @dataclass(frozen=True)
@@ -137,359 +110,19 @@ class Settlement:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
-class BudgetStatus:
-    """Budget, spend (basic and tight) and remaining of one dataset.
-
-    ``spent_epsilon`` is the spend under the governing rule (``composition``); ``remaining_*``
-    and ``runs_left`` follow it. ``runs_left``: how many more runs like the latest counted one
-    still fit (None before the first run).
-    """
-
-    dataset: str
-    budget_epsilon: float
-    budget_delta: float
-    budget_source: str
-    composition: str
-    spent_epsilon: float
-    spent_delta: float
-    spent_epsilon_basic: float
-    spent_delta_basic: float
-    spent_epsilon_tight: float | None
-    remaining_epsilon: float
-    remaining_delta: float
-    runs_left: int | None
-    runs: tuple[LedgerEntry, ...] = field(default=())
-    lake: str = ""
-    location: str = ""
-
-    @property
-    def counted(self) -> tuple[LedgerEntry, ...]:
-        """Runs whose spend counts (reserved, released, failed)."""
-        return tuple(r for r in self.runs if r.status in COUNTED_STATUSES)
-
-    @property
-    def no_further_run(self) -> bool:
-        """True when no further run fits this budget."""
-        if self.runs_left == 0 or self.remaining_epsilon <= _TOLERANCE:
-            return True
-        return self.composition == "basic" and self.remaining_delta <= 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``."""
-        return {
-            "dataset": self.dataset,
-            "lake": self.lake,
-            "ledger": self.location,
-            "composition": self.composition,
-            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta,
-                       "source": self.budget_source},
-            "spent": {"epsilon": self.spent_epsilon, "delta": self.spent_delta},
-            "spent_basic": {"epsilon": self.spent_epsilon_basic, "delta": self.spent_delta_basic},
-            "spent_tight": {"epsilon": self.spent_epsilon_tight, "delta": self.budget_delta},
-            "remaining": {"epsilon": self.remaining_epsilon, "delta": self.remaining_delta},
-            "runs_left": self.runs_left,
-            "no_further_run": self.no_further_run,
-            "runs": [r.to_dict() for r in self.runs],
-        }
-
-    def row(self) -> dict[str, Any]:
-        """One ``budget_status`` row."""
-        return {
-            "dataset": self.dataset,
-            "budget_epsilon": self.budget_epsilon,
-            "budget_delta": self.budget_delta,
-            "budget_source": self.budget_source,
-            "composition": self.composition,
-            "spent_epsilon": self.spent_epsilon,
-            "spent_delta": self.spent_delta,
-            "spent_epsilon_basic": self.spent_epsilon_basic,
-            "spent_delta_basic": self.spent_delta_basic,
-            "spent_epsilon_tight": self.spent_epsilon_tight,
-            "remaining_epsilon": self.remaining_epsilon,
-            "remaining_delta": self.remaining_delta,
-            "runs_counted": len(self.counted),
-            "runs_left": self.runs_left,
-            "invalid_runs": sum(1 for r in self.counted if not r.valid_bound),
-            "updated_at": max((r.created_at for r in self.runs), default=None),
-        }
-
-    def remaining_line(self) -> str:
-        """"remaining budget: ..." with what it means for the next run."""
-        text = (
-            f"remaining budget: epsilon {self.remaining_epsilon:.6g}, delta "
-            f"{self.remaining_delta:.3g} ({self.composition} composition)"
-        )
-        if self.no_further_run:
-            return text + ": no further run is possible on this dataset within its budget"
-        if self.runs_left is not None:
-            return text + f": {self.runs_left} more run(s) like the latest one fit"
-        return text
-
-    def summary(self) -> str:
-        """Human-readable lines."""
-        tight = (
-            f"{self.spent_epsilon_tight:.6g}" if self.spent_epsilon_tight is not None
-            else "n/a (a run has no stored mechanism)"
-        )
-        gov = {"rdp": "tight governs", "basic": "basic governs"}[self.composition]
-        lines = [
-            f"privacy budget of dataset {self.dataset!r} (lake {self.lake}; ledger {self.location})",
-            f"  budget     epsilon {self.budget_epsilon:.6g}   delta {self.budget_delta:.3g}   "
-            f"({self.budget_source})",
-            f"  spent      tight (RDP filter, at delta {self.budget_delta:.3g}): epsilon {tight}; "
-            f"basic (sum of charges): epsilon {self.spent_epsilon_basic:.6g}, delta "
-            f"{self.spent_delta_basic:.3g}   [{gov}]",
-            f"  {self.remaining_line()}",
-        ]
-        if self.runs:
-            lines.append(f"  runs ({len(self.runs)}):")
-            for r in self.runs:
-                flag = "" if r.valid_bound else "  [NOT a valid bound: charged at rigorous RDP]"
-                lines.append(
-                    f"    {r.created_at:%Y-%m-%d %H:%M:%S}  {r.run_id}  {r.status:<9}  "
-                    f"epsilon {r.epsilon:.6g}  delta {r.delta:.3g}  charged {r.charged_epsilon:.6g}"
-                    f"  {r.accountant}{flag}"
-                )
-        return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------- pure folding
-def _kind(row: dict[str, Any]) -> str:
-    if row.get("kind"):
-        return str(row["kind"])
-    if row["status"] == "budget":
-        return "budget"
-    return "reservation" if row["status"] == "reserved" else "settlement"
-
-
-def _curve(mechanism: str) -> tuple[str, np.ndarray] | None:
-    """(relation, RDP curve at the filter's orders) of a stored mechanism, or None."""
-    cached = _curve_cached(mechanism)
-    return None if cached is None else (cached[0], np.asarray(cached[1]))
-
-
-@functools.lru_cache(maxsize=4096)
-def _curve_cached(mechanism: str) -> tuple[str, tuple[float, ...]] | None:
-    from gpope.core.accounting.composition import mechanism_from_json, rdp_curve
-    from gpope.errors import AccountingError
-
-    stored = mechanism_from_json(mechanism)
-    if stored is None:
-        return None
-    try:
-        return stored.relation, tuple(float(v) for v in rdp_curve(stored))
-    except (AccountingError, ValueError, TypeError):
-        return None
-
-
-def _relation(mechanism: str) -> str | None:
-    """The neighbouring relation a stored mechanism is analysed under (None: not stored)."""
-    from gpope.core.accounting.composition import mechanism_from_json
-
-    stored = mechanism_from_json(mechanism)
-    return None if stored is None else stored.relation
-
-
-def _check_one_relation(dataset: str, counted: tuple[LedgerEntry, ...], mechanism: str) -> None:
-    """Refuse a run whose neighbouring relation differs from the dataset's counted runs.
-
-    A dataset's guarantee is stated under one neighbouring relation. Neither the Rényi filter
-    nor basic composition covers adding an add/remove epsilon (Poisson runs) to a replace-one
-    epsilon (uniform runs): by group privacy an add/remove (eps, delta) run is only
-    (2 eps, (1 + e^eps) delta) under replace-one, and splitting one budget adaptively between two
-    interleaved filters is not a theorem we can cite (see gpope.core.accounting.composition).
-    Until a proven rule lands, a dataset's runs share the relation of its first counted run.
-
-    Raises:
-        ConfigError: the new run's relation differs from the one the dataset already uses.
-    """
-    from gpope.core.accounting.composition import relation_of_sampling
-
-    new = _relation(mechanism)
-    if new is None:
-        return
-    used = {rel for e in counted if (rel := _relation(e.mechanism)) is not None}
-    if used and new not in used:
-        old = sorted(used)[0]
-        sampling = {relation_of_sampling(s): s for s in ("uniform", "poisson")}
-        raise ConfigError(
-            f"Dataset {dataset!r} already holds runs analysed under {old} adjacency "
-            f"(--sampling {sampling[old]}); this run uses {new} (--sampling {sampling[new]}), "
-            f"and the ledger cannot compose the two soundly. Use --sampling {sampling[old]} for "
-            "this dataset, or evaluate a separate dataset."
-        )
-
-
-def _legacy_charge(row: dict[str, Any]) -> float:
-    """The charge of a reservation written before charges were stored."""
-    eps = float(row["epsilon"])
-    if row.get("accountant") == "paper":  # not a valid bound: charge rigorous RDP of the event
-        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
-        from gpope.core.accounting.composition import FILTER_ORDERS
-
-        curve = _curve(row["mechanism"])
-        if curve is not None:
-            eps = max(eps, float(compute_epsilon(list(FILTER_ORDERS), curve[1], row["delta"])[0]))
-    return eps
-
-
-def _entries(rows: list[dict[str, Any]]) -> tuple[LedgerEntry, ...]:
-    order = {"budget": 0, "origin": 0, "reservation": 1, "settlement": 2}
-    runs: dict[str, dict[str, Any]] = {}
-    for r in sorted(rows, key=lambda r: (r["created_at"], order[_kind(r)])):
-        kind = _kind(r)
-        if kind in ("budget", "origin"):
-            continue
-        prev = runs.get(r["run_id"])
-        if kind == "reservation" and prev is None:
-            charged = r.get("charged_epsilon")
-            runs[r["run_id"]] = {
-                **{k: r[k] for k in ("dataset", "run_id", "mechanism", "epsilon", "delta",
-                                     "accountant", "status", "created_at")},
-                "charged_epsilon": float(charged) if charged is not None else _legacy_charge(r),
-                "charged_delta": float(r["charged_delta"]) if r.get("charged_delta") is not None
-                else float(r["delta"]),
-                "valid_bound": bool(r["valid_bound"]) if r.get("valid_bound") is not None
-                else r["accountant"] != "paper",
-                "actor": r.get("actor"),
-                "process": r.get("process"),
-                "note": r.get("note"),
-            }
-        elif prev is not None and prev["status"] not in _FINAL:
-            prev["status"] = r["status"]
-            if r.get("note"):
-                prev["note"] = r["note"]
-    return tuple(LedgerEntry(**v) for v in runs.values())
-
-
-class _Fold:
-    """Admission under the governing rule, run by run in reservation order (pure)."""
-
-    def __init__(self, budget_eps: float, budget_delta: float, composition: str,
-                 curves: dict[str, tuple[str, np.ndarray] | None]) -> None:
-        self.b_eps, self.b_delta = budget_eps, budget_delta
-        self.composition = composition
-        self.curves = curves
-
-    def rule(self, entries: tuple[LedgerEntry, ...]) -> str:
-        if self.composition == "rdp" and all(self.curves.get(e.run_id) is not None for e in entries):
-            return "rdp"
-        return "basic"
-
-    def tight(self, entries: list[LedgerEntry], extra: int = 0, like: LedgerEntry | None = None) -> float:
-        from gpope.core.accounting.composition import filter_epsilon
-
-        curves = [self.curves[e.run_id] for e in entries]
-        if extra and like is not None:
-            rel, curve = self.curves[like.run_id]  # type: ignore[misc]
-            curves.append((rel, curve * extra))
-        return filter_epsilon(curves, self.b_delta)  # type: ignore[arg-type]
-
-    def fits(self, admitted: list[LedgerEntry], candidate: LedgerEntry, rule: str) -> bool:
-        eps = sum(e.charged_epsilon for e in admitted) + candidate.charged_epsilon
-        delta = sum(e.charged_delta for e in admitted) + candidate.charged_delta
-        basic_ok = eps <= self.b_eps + _TOLERANCE and delta <= self.b_delta * (1 + _TOLERANCE)
-        if rule == "basic":
-            return basic_ok
-        if not admitted and basic_ok:  # a first run on its own certificate
-            return True
-        return self.tight([*admitted, candidate]) <= self.b_eps + _TOLERANCE
-
-    def admitted(self, entries: tuple[LedgerEntry, ...], rule: str) -> set[str]:
-        ok: list[LedgerEntry] = []
-        for e in sorted(entries, key=lambda e: (e.created_at, e.run_id)):
-            if self.fits(ok, e, rule):
-                ok.append(e)
-        return {e.run_id for e in ok}
+def _default_budget(config: GpopeConfig) -> Budget:
+    return Budget(config.privacy.default_epsilon, config.privacy.default_delta,
+                  "privacy.default_* of the configuration")
 
 
 def _fold(
     dataset: str, rows: list[dict[str, Any]], config: GpopeConfig, *, lake: str = "",
     location: str = "",
 ) -> BudgetStatus:
-    """Fold the ledger rows of one dataset into its BudgetStatus (pure)."""
-    rows = [r for r in rows if r["dataset"] == dataset]
-    budgets = sorted((r for r in rows if _kind(r) == "budget"), key=lambda r: r["created_at"])
-    if budgets:
-        last = budgets[-1]
-        budget_eps, budget_delta = float(last["epsilon"]), float(last["delta"])
-        who = f" by {last['actor']}" if last.get("actor") else ""
-        source = f"set with `gpope budget set`{who} at {last['created_at']:%Y-%m-%d %H:%M:%S} UTC"
-    else:
-        budget_eps = config.privacy.default_epsilon
-        budget_delta = config.privacy.default_delta
-        source = "privacy.default_* of the configuration"
-    entries = _entries(rows)
-    counted = tuple(e for e in entries if e.status in COUNTED_STATUSES)
-    curves = {e.run_id: _curve(e.mechanism) for e in counted}
-    fold = _Fold(budget_eps, budget_delta, config.privacy.composition, curves)
-    rule = fold.rule(counted)
-    basic_eps = float(sum(e.charged_epsilon for e in counted))
-    basic_delta = float(sum(e.charged_delta for e in counted))
-    composable = all(c is not None for c in curves.values())
-    tight = fold.tight(list(counted)) if composable and counted else (0.0 if composable else None)
-    latest = max(counted, key=lambda e: e.created_at) if counted else None
-    if rule == "rdp":
-        spent = tight if len(counted) != 1 else min(tight, counted[0].charged_epsilon)  # type: ignore[type-var]
-        spent_delta = budget_delta if counted else 0.0
-        if len(counted) == 1 and counted[0].charged_epsilon <= (tight or math.inf):
-            spent_delta = counted[0].charged_delta
-        remaining_delta = budget_delta if (not counted or (tight or math.inf) <= budget_eps) else 0.0
-        runs_left = None
-        if latest is not None:
-            runs_left = _runs_left_tight(fold, list(counted), latest)
-    else:
-        spent, spent_delta = basic_eps, basic_delta
-        remaining_delta = max(0.0, budget_delta - basic_delta)
-        runs_left = None
-        if latest is not None:
-            k_eps = _floor_div(budget_eps - basic_eps, latest.charged_epsilon)
-            k_delta = _floor_div(budget_delta - basic_delta, latest.charged_delta)
-            runs_left = max(0, min(k_eps, k_delta))
-    return BudgetStatus(
-        dataset=dataset,
-        budget_epsilon=budget_eps,
-        budget_delta=budget_delta,
-        budget_source=source,
-        composition=rule,
-        spent_epsilon=float(spent),  # type: ignore[arg-type]
-        spent_delta=float(spent_delta),
-        spent_epsilon_basic=basic_eps,
-        spent_delta_basic=basic_delta,
-        spent_epsilon_tight=None if tight is None else float(tight),
-        remaining_epsilon=max(0.0, budget_eps - float(spent)),  # type: ignore[arg-type]
-        remaining_delta=remaining_delta,
-        runs_left=runs_left,
-        runs=entries,
-        lake=lake,
-        location=location,
-    )
-
-
-def _floor_div(rest: float, each: float) -> int:
-    if each <= 0:
-        return _MAX_RUNS_LEFT
-    return math.floor((rest + _TOLERANCE) / each) if rest > -_TOLERANCE else 0
-
-
-def _runs_left_tight(fold: _Fold, counted: list[LedgerEntry], latest: LedgerEntry) -> int:
-    """Largest k such that k more copies of the latest run's mechanism keep the filter in budget."""
-    def ok(k: int) -> bool:
-        return fold.tight(counted, extra=k, like=latest) <= fold.b_eps + _TOLERANCE
-
-    if not ok(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= _MAX_RUNS_LEFT and ok(hi):
-        lo, hi = hi, hi * 2
-    if hi > _MAX_RUNS_LEFT:
-        return _MAX_RUNS_LEFT
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    """Fold the ledger rows (store mappings) of one dataset into its BudgetStatus."""
+    return fold(dataset, [LedgerRow.from_mapping(r) for r in rows],
+                default=_default_budget(config), composition=config.privacy.composition,
+                lake=lake, location=location)
 
 
 def _row(
@@ -541,6 +174,14 @@ class PrivacyLedger:
         return str(local) if local is not None else str(lk.root)
 
     # ------------------------------------------------------------------ queries
+    def _rows(self, dataset: str | None = None) -> list[LedgerRow]:
+        return [LedgerRow.from_mapping(r) for r in self._store.rows(dataset)]
+
+    def _fold_rows(self, dataset: str, rows: list[LedgerRow]) -> BudgetStatus:
+        return fold(dataset, rows, default=_default_budget(self._config),
+                    composition=self._config.privacy.composition, lake=self.lake,
+                    location=self.location)
+
     def _status(self, dataset: str, rows: list[dict[str, Any]] | None = None) -> BudgetStatus:
         rows = self._store.rows(dataset) if rows is None else rows
         return _fold(dataset, rows, self._config, lake=self.lake, location=self.location)
@@ -626,10 +267,11 @@ class PrivacyLedger:
         On a local lake the record must be at least as new as the last commit of the bronze
         ``observations`` table: raw data loaded after a simulation is not simulated.
         """
-        rows = [r for r in self._store.rows(dataset) if _kind(r) == "origin"]
+        rows = [r for r in self._store.rows(dataset)
+                if LedgerRow.from_mapping(r).row_kind == "origin"]
         if not rows:
             return None
-        latest = max(rows, key=lambda r: r["created_at"])
+        latest = max(rows, key=lambda r: (r.get("version", -1), r["created_at"]))
         from gpope.shell.pipeline.ledger_store import _local_path_of
 
         path = _local_path_of(self._config, "bronze", dataset, "observations")
@@ -649,10 +291,7 @@ class PrivacyLedger:
 
     def entry(self, dataset: str, run_id: str) -> LedgerEntry | None:
         """The current state of run ``run_id`` (None if the ledger has no such run)."""
-        for run in self.status(dataset).runs:
-            if run.run_id == run_id:
-                return run
-        return None
+        return self.status(dataset).entry(run_id)
 
     # ------------------------------------------------------------------ updates
     def set_budget(
@@ -672,18 +311,18 @@ class PrivacyLedger:
         if require_known and not rows:
             self.check_known(dataset)
         current = self._status(dataset, rows)
-        if epsilon + _TOLERANCE < current.spent_epsilon:
+        if epsilon + TOLERANCE < current.spent_epsilon:
             raise ConfigError(
                 f"Dataset {dataset!r} has already spent epsilon {current.spent_epsilon:.6g} "
                 f"({current.composition} composition); a budget must be at least that. Got "
                 f"epsilon {epsilon}, delta {delta}."
             )
-        if current.composition == "basic" and delta * (1 + _TOLERANCE) < current.spent_delta_basic:
+        if current.composition == "basic" and delta * (1 + TOLERANCE) < current.spent_delta_basic:
             raise ConfigError(
                 f"Dataset {dataset!r} has already spent delta {current.spent_delta_basic:.3g}; a "
                 f"budget must be at least that. Got delta {delta}."
             )
-        has_budget = any(_kind(r) == "budget" for r in rows)
+        has_budget = any(LedgerRow.from_mapping(r).row_kind == "budget" for r in rows)
         raising = epsilon > current.budget_epsilon or delta > current.budget_delta
         note = None
         if raising and (has_budget or current.counted):
@@ -745,31 +384,30 @@ class PrivacyLedger:
             raise ConfigError("reserve() needs the run's dp-accounting 'event' (or 'mechanism').")
         charge = float(epsilon if charged_epsilon is None else charged_epsilon)
         self.reconcile(dataset)
-        before = self.status(dataset)
-        if any(r.run_id == run_id for r in before.runs):
+        rows = self._rows(dataset)
+        before = self._fold_rows(dataset, rows)
+        if before.entry(run_id) is not None:
             raise ConfigError(f"Run id {run_id!r} is already in the ledger; use a fresh run id.")
-        _check_one_relation(dataset, before.counted, text)
+        check_one_relation(dataset, before.counted, text)
         row = _row(dataset, run_id, kind="reservation", mechanism=text, epsilon=epsilon,
                    delta=delta, accountant=accountant, status="reserved", charged_epsilon=charge,
                    charged_delta=delta, valid_bound=valid_bound, note=note, process=_process())
-        candidate = LedgerEntry(**{k: row[k] for k in LedgerEntry.__dataclass_fields__})
-        curves = {e.run_id: _curve(e.mechanism) for e in before.counted}
-        curves[run_id] = _curve(text)
-        fold = _Fold(before.budget_epsilon, before.budget_delta, self._config.privacy.composition,
-                     curves)
-        rule = fold.rule((*before.counted, candidate))
-        if not fold.fits(list(before.counted), candidate, rule):
-            raise BudgetExceededError(_refusal(before, fold, candidate, rule))
+        candidate = LedgerRow.from_mapping(row)
+        entry = LedgerEntry(**{k: row[k] for k in LedgerEntry.__dataclass_fields__ if k in row})
+        default, composition = _default_budget(self._config), self._config.privacy.composition
+        if not admits(rows, candidate, default=default, composition=composition):
+            raise BudgetExceededError(refusal_message(before, entry))
+        faults.point("ledger.before_append")
         self._store.append([row])
-        after = self.status(dataset)
-        curves = {e.run_id: _curve(e.mechanism) for e in after.counted}
-        fold = _Fold(after.budget_epsilon, after.budget_delta, self._config.privacy.composition,
-                     curves)
-        if run_id not in fold.admitted(after.counted, fold.rule(after.counted)):
+        faults.point("ledger.after_append")
+        # the decision: the commit-order fold at the version the reservation's commit got
+        after = self._fold_rows(dataset, self._rows(dataset))
+        decided = after.entry(run_id)
+        if decided is None or not decided.admitted:
             self._append_settlement(row, "cancelled", reverse=True,
-                                    note="a concurrent reservation took the budget first")
-            raise BudgetExceededError(_refusal(before, fold, candidate, rule, race=True))
-        return candidate
+                                    note="not admitted: an earlier commit took the budget")
+            raise BudgetExceededError(refusal_message(after, entry, race=True))
+        return decided
 
     def _append_settlement(self, reservation: dict[str, Any], status: str, *,
                            reverse: bool = False, note: str | None = None) -> dict[str, Any]:
@@ -812,9 +450,11 @@ class PrivacyLedger:
         A reservation is stale when its process is known dead (same host, pid gone) or it is
         older than ``privacy.reservation_timeout_hours``. It becomes ``released`` if
         released_estimates has a row with its run id that readers see (its release manifest in
-        ``pipeline_runs`` is committed), else ``failed`` (still counted: it may have
-        drawn noise). A reservation with a release is settled ``released`` even if its process
-        still runs (the evidence is final; the run's own mark is then a no-op).
+        ``pipeline_runs`` is committed); ``cancelled`` (charge reversed) if the commit-order fold
+        did not admit it (its run could not pass its own decision, so it drew nothing); else
+        ``failed`` (still counted: it may have drawn noise). A reservation with a release is
+        settled ``released`` even if its process still runs (the evidence is final; the run's
+        own mark is then a no-op).
         """
         from gpope.shell.pipeline.ledger_store import released_run_ids
 
@@ -830,9 +470,14 @@ class PrivacyLedger:
         now = _now()
         out: list[Settlement] = []
         for e in open_runs:
+            reverse = False
             if e.run_id in released:
                 status, evidence = "released", ("released_estimates has a row with this run_id "
                                       "(release manifest committed)")
+            elif not e.admitted and (_process_dead(e.process) or now - e.created_at > timeout):
+                status, reverse = "cancelled", True
+                evidence = ("not admitted in commit order, so the run could not proceed past its "
+                            "reservation and drew no noise (charge reversed)")
             elif _process_dead(e.process) or now - e.created_at > timeout:
                 why = (f"process {e.process} is gone" if _process_dead(e.process)
                        else f"reserved more than {timeout} ago")
@@ -841,7 +486,8 @@ class PrivacyLedger:
                             "(still counted)")
             else:
                 continue
-            self._append_settlement(e.__dict__, status, note=f"reconciled: {evidence}")
+            self._append_settlement(e.__dict__, status, reverse=reverse,
+                                    note=f"reconciled: {evidence}")
             out.append(Settlement(e.dataset, e.run_id, status, evidence))
         return out
 
@@ -860,35 +506,6 @@ def _process_dead(process: str | None) -> bool:
     except PermissionError:
         return False
     return False
-
-
-def _refusal(status: BudgetStatus, fold: _Fold, candidate: LedgerEntry, rule: str, *,
-             race: bool = False) -> str:
-    why = " (a concurrent run reserved first)" if race else ""
-    if rule == "rdp":
-        after = fold.tight([*status.counted, candidate])
-        detail = (
-            f"composed tightly with the dataset's {len(status.counted)} counted run(s) (RDP "
-            f"filter at delta {status.budget_delta:.3g}) the spend would be epsilon {after:.6g}"
-        )
-    else:
-        detail = (
-            f"basic composition over {len(status.counted)} counted run(s) would spend epsilon "
-            f"{status.spent_epsilon_basic + candidate.charged_epsilon:.6g}, delta "
-            f"{status.spent_delta_basic + candidate.charged_delta:.3g}"
-        )
-    charge = ""
-    if not candidate.valid_bound:
-        charge = (f" The {candidate.accountant!r} accountant is not a valid bound: this run is "
-                  f"charged its rigorous RDP epsilon {candidate.charged_epsilon:.6g}, not the "
-                  f"claimed {candidate.epsilon:g}.")
-    return (
-        f"Privacy budget of dataset {status.dataset!r} exceeded{why}: this run claims epsilon "
-        f"{candidate.epsilon:.6g}, delta {candidate.delta:.3g}; {detail}, over the budget epsilon "
-        f"{status.budget_epsilon:.6g}, delta {status.budget_delta:.3g}.{charge} Nothing was "
-        f"released. Lower --epsilon, or raise the budget with `gpope budget set --dataset "
-        f"{status.dataset} --epsilon E --delta D --force` if your policy allows."
-    )
 
 
 # ---------------------------------------------------------------------- budget_status

@@ -7,14 +7,23 @@ layer (:mod:`gpope.shell.lake`). Both stores hold the same Delta table with the 
 :data:`LEDGER_COLUMNS` (the first eight are DESIGN.md's contract; the others make the table hard
 to misread: see :mod:`gpope.shell.pipeline.ledger`).
 
+Every append is one commit that records the identities of its rows (``kind/run_id/status``) in
+the commit's metadata (``gpope.ledger_rows``); :meth:`LedgerStore.rows` returns each row with the
+``version`` of the commit that added it, read back from the table's history. The ledger decides by
+that commit order, never by ``created_at`` (a writer's clock). A row whose commit has left the
+log (older than the table's log retention) gets version -1.
+
 Nothing here imports pyspark unless the Spark store is used.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpope.core.accounting.budget import UNKNOWN_VERSION, LedgerRow
 from gpope.errors import CommitError
 from gpope.shell.delta_read import read_table
 from gpope.shell.ledger_comments import LEDGER_COMMENTS
@@ -82,6 +91,37 @@ def arrow_schema() -> pa.Schema:
     ])
 
 
+#: Commit metadata key holding the JSON list of the identities of the rows a commit adds.
+ROWS_KEY = "gpope.ledger_rows"
+
+
+def _commit_rows(rows: list[dict[str, Any]]) -> str:
+    """The commit metadata value for an append of ``rows``."""
+    return json.dumps([LedgerRow.from_mapping(r).key for r in rows])
+
+
+def _versions(history: Iterable[tuple[int, Any]]) -> dict[str, int]:
+    """Row identity -> version of the first commit that added it, from (version, metadata)."""
+    out: dict[str, int] = {}
+    for version, value in history:
+        if not value:
+            continue
+        try:
+            keys = json.loads(value)
+        except (TypeError, ValueError):
+            continue
+        for key in keys if isinstance(keys, list) else ():
+            if isinstance(key, str):
+                out[key] = min(out.get(key, version), int(version))
+    return out
+
+
+def _with_versions(rows: list[dict[str, Any]], versions: dict[str, int]) -> list[dict[str, Any]]:
+    for r in rows:
+        r["version"] = versions.get(LedgerRow.from_mapping(r).key, UNKNOWN_VERSION)
+    return rows
+
+
 def _naive_utc(value: Any) -> Any:
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value.astimezone(UTC).replace(tzinfo=None)
@@ -94,11 +134,12 @@ class LedgerStore(Protocol):
     location: str
 
     def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
-        """All rows (of ``dataset`` when given), ``created_at`` as naive UTC."""
+        """All rows (of ``dataset`` when given), ``created_at`` as naive UTC, each with the
+        ``version`` of the commit that added it."""
         ...
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """Append ``rows`` in one atomic commit."""
+        """Append ``rows`` in one atomic commit that records their identities."""
         ...
 
 
@@ -121,11 +162,12 @@ class DeltaRsLedgerStore:
         return DeltaTable(self.location, version=self._version)
 
     def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
-        """All rows (of ``dataset``), oldest first by ``created_at``."""
+        """All rows (of ``dataset``), each with the version of the commit that added it."""
         table = self._table()
         if table is None:
             return []
         data = read_table(table)
+        versions = _versions((h["version"], h.get(ROWS_KEY)) for h in table.history())
         out = []
         for r in data.to_pylist():
             if dataset is not None and r.get("dataset") != dataset:
@@ -133,12 +175,12 @@ class DeltaRsLedgerStore:
             full = {name: r.get(name) for name, _, _ in LEDGER_COLUMNS}
             full["created_at"] = _naive_utc(full["created_at"])
             out.append(full)
-        return out
+        return _with_versions(out, versions)
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One atomic append; adds the newer columns to a table written before them."""
         import pyarrow as pa
-        from deltalake import write_deltalake
+        from deltalake import CommitProperties, write_deltalake
         from deltalake.exceptions import DeltaError
 
         schema = arrow_schema()
@@ -154,6 +196,7 @@ class DeltaRsLedgerStore:
             write_deltalake(
                 self.location, table, mode="append", schema_mode="merge",
                 description=LEDGER_DESCRIPTION,
+                commit_properties=CommitProperties(custom_metadata={ROWS_KEY: _commit_rows(rows)}),
             )
         except (DeltaError, OSError) as exc:
             raise CommitError(
@@ -186,10 +229,18 @@ class SparkLedgerStore:
         if dataset is not None:
             df = df.where(F.col("dataset") == dataset)
         names = set(df.columns)
-        return [
+        rows = [
             {name: (r[name] if name in names else None) for name, _, _ in LEDGER_COLUMNS}
             for r in df.collect()
         ]
+        history = self._spark.sql(f"DESCRIBE HISTORY {self._sql_name()}").select(
+            "version", "userMetadata").collect()
+        return _with_versions(rows, _versions((h.version, h.userMetadata) for h in history))
+
+    def _sql_name(self) -> str:
+        if self._config.lake.catalog is not None:
+            return ".".join(f"`{p}`" for p in self.location.split("."))
+        return f"delta.`{self.location}`"
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One atomic append through the table layer."""
@@ -200,7 +251,12 @@ class SparkLedgerStore:
             [tuple(r.get(f.name) for f in PRIVACY_LEDGER.fields) for r in rows],
             schema=PRIVACY_LEDGER,
         )
-        lake.write_shared_table(df, self._config.lake, "privacy_ledger", mode="append")
+        conf = "spark.databricks.delta.commitInfo.userMetadata"
+        self._spark.conf.set(conf, _commit_rows(rows))
+        try:
+            lake.write_shared_table(df, self._config.lake, "privacy_ledger", mode="append")
+        finally:
+            self._spark.conf.unset(conf)
 
 
 def _local_path(config: GpopeConfig, table: str) -> str | None:
