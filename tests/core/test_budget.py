@@ -61,3 +61,71 @@ def test_decisions_are_prefix_stable_and_ignore_timestamps(eps, skew):
         prefix = fold("d", rows[:k], default=DEFAULT, composition="basic")
         assert [e.admitted for e in prefix.runs] == [e.admitted for e in full.runs[:k]]
     assert full.spent_epsilon <= DEFAULT.epsilon + 1e-9
+
+
+# ---------------------------------------------------------------------- one definition of spent
+def _run(run_id: str, version: int, event, charged: float, delta: float = 1e-6) -> LedgerRow:
+    from gpope.core.accounting.composition import mechanism_to_json
+
+    return LedgerRow(dataset="d", run_id=run_id, mechanism=mechanism_to_json(
+        event, "add_or_remove_one"), epsilon=charged, delta=delta, accountant="pld",
+        status="released", created_at=T0, kind="reservation", charged_epsilon=charged,
+        charged_delta=delta, valid_bound=True, version=version)
+
+
+def _oracle_tight(event, copies: int, delta: float) -> float:
+    """dp-accounting composes ``copies`` runs itself; the filter's union over its orders."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from gpope.core.accounting.composition import FILTER_ORDERS
+
+    acc = RdpAccountant(orders=list(FILTER_ORDERS))
+    acc.compose(dp_accounting.SelfComposedDpEvent(event, copies))
+    return float(compute_epsilon(list(FILTER_ORDERS), acc._rdp, delta / len(FILTER_ORDERS))[0])
+
+
+def test_spent_remaining_and_runs_left_match_dp_accounting():
+    """Tight: one run is its own certificate (tight <= basic); runs_left is the largest k that
+    dp-accounting's composition of 1 + k runs keeps within the budget, as admission requires."""
+    import dp_accounting
+
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 1000)
+    budget = Budget(25.0, 1e-5, "test")
+    own = 1.0  # the run's own (PLD) certificate, below what the RDP filter gives for it alone
+    assert _oracle_tight(event, 1, budget.delta) > own
+    status = fold("d", [_run("a", 1, event, own)], default=budget, composition="rdp")
+    assert status.spent_epsilon_tight == pytest.approx(own) == status.spent_epsilon
+    assert status.spent_epsilon_tight <= status.spent_epsilon_basic
+    assert status.spent_delta == pytest.approx(1e-6)
+    assert status.remaining_epsilon == pytest.approx(24.0)
+    assert status.remaining_delta == budget.delta  # the filter's delta is fixed, not consumed
+    k = status.runs_left
+    assert _oracle_tight(event, 1 + k, budget.delta) <= budget.epsilon
+    assert _oracle_tight(event, 2 + k, budget.delta) > budget.epsilon
+    # exactly k more such reservations are admitted, by the ledger's own rule
+    rows = [_run("a", 1, event, own)] + [_run(f"r{i}", 2 + i, event, own) for i in range(k + 1)]
+    admitted = [e.admitted for e in fold("d", rows, default=budget, composition="rdp").runs]
+    assert admitted == [True] * (k + 1) + [False]
+    after = fold("d", rows[:-1], default=budget, composition="rdp")
+    assert after.runs_left == 0 and after.no_further_run
+    assert after.spent_epsilon == pytest.approx(_oracle_tight(event, k + 1, budget.delta))
+    text = after.summary()
+    assert "beyond the budget under basic composition; not the governing rule" in text
+
+
+def test_basic_spent_and_remaining_delta_add_up():
+    import dp_accounting
+
+    event = dp_accounting.GaussianDpEvent(3.0)
+    budget = Budget(3.0, 1e-5, "test")
+    rows = [_run(f"r{i}", i, event, 0.5, delta=3e-6) for i in range(2)]
+    status = fold("d", rows, default=budget, composition="basic")
+    assert (status.spent_epsilon, status.spent_delta) == pytest.approx((1.0, 6e-6))
+    assert (status.remaining_epsilon, status.remaining_delta) == pytest.approx((2.0, 4e-6))
+    assert status.runs_left == 1  # delta: 4e-6 // 3e-6; epsilon would allow 4
+    more = fold("d", [*rows, _run("x", 9, event, 0.5, delta=3e-6),
+                      _run("y", 10, event, 0.5, delta=3e-6)], default=budget, composition="basic")
+    assert [e.admitted for e in more.runs] == [True, True, True, False]

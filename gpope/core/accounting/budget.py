@@ -472,6 +472,10 @@ class BudgetStatus:
             f"{self.spent_epsilon_tight:.6g}" if self.spent_epsilon_tight is not None
             else "n/a (a run has no stored mechanism)"
         )
+        counted = self.counted
+        if (len(counted) == 1 and self.spent_epsilon_tight is not None
+                and self.spent_epsilon_tight >= counted[0].charged_epsilon - TOLERANCE):
+            tight += " (the one run's own certificate)"
         governs = {"rdp": "tight governs", "basic": "basic governs"}[self.composition]
         basic = (f"epsilon {self.spent_epsilon_basic:.6g}, delta {self.spent_delta_basic:.3g}")
         if self.composition == "rdp" and (
