@@ -246,6 +246,9 @@ def test_budget_authority_and_unknown_datasets(tmp_path, capsys):
     raised = [r for r in table if r["note"] and "--force" in r["note"]]
     assert len(raised) == 1 and raised[0]["actor"] and raised[0]["created_at"]
     assert not any("%" in p.name for p in lake.parent.parent.iterdir())  # no encoded sibling
+    from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore as Store
+
+    assert all(r["version"] >= 0 for r in Store(str(lake / "gold" / "privacy_ledger")).rows())
 
 
 def _fresh_python(code: str) -> subprocess.CompletedProcess:

@@ -113,6 +113,7 @@ def test_exactly_one_of_two_racing_processes_releases(tmp_path, pause):
     runs = {r.run_id: r.status for r in status.runs}
     assert runs[winner] == "released"
     assert runs.get(loser) in (None, "cancelled")  # refused before its append, or cancelled
+    assert all(r["version"] >= 0 for r in ledger._store.rows())  # every row's commit is known
     table = DeltaTable(ledger.location).to_pyarrow_table().to_pylist()
     assert sum(r["charged_epsilon"] or 0.0 for r in table) <= budget  # the basic sum too
     set_at = next(r["created_at"] for r in table if r["kind"] == "budget")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpope.core.accounting.budget import UNKNOWN_VERSION, LedgerRow
 from gpope.errors import CommitError
-from gpope.shell.delta_read import read_table
+from gpope.shell.delta_read import commit_history, read_table
 from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class DeltaRsLedgerStore:
         if table is None:
             return []
         data = read_table(table)
-        versions = _versions((h["version"], h.get(ROWS_KEY)) for h in table.history())
+        versions = _versions((h["version"], h.get(ROWS_KEY)) for h in commit_history(table))
         out = []
         for r in data.to_pylist():
             if dataset is not None and r.get("dataset") != dataset:
