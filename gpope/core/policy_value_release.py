@@ -9,7 +9,7 @@ so together they are exactly the Gaussian mechanism at ``sigma`` (:func:`policy_
 1. ``clip_share``: noisy log-grid histograms of |g|, |a| and (off-policy) n (L2 sensitivity
    sqrt k for k histograms), read top down for each term's clip c_j (:func:`choose_clip`).
 2. ``1 - clip_share - moments_share``: the sum of the per-patient vectors
-   z_i = (x_i - mid) / half in [-1, 1]^k, x_i = (clip(g_i, c_g), lambda_i a_i, lambda_i n_i) with
+   z_i = (x_i - mid) / half in [-1, 1]^k, x_i = (clip(g_i, g_lo, g_hi), lambda_i a_i, lambda_i n_i) with
    lambda_i = min(1, c_a / |a_i|, c_n / n_i), weighted (:func:`sum_noise_stds`).
 3. ``moments_share``: the sum of the upper triangles of z_i z_i^T (sensitivity ||z||^2 <= k).
 
@@ -17,9 +17,8 @@ What the intervals cover. Off-policy, a patient's factor lambda_i scales its imp
 down (lambda_i min(rho_t, C) <= rho_t), so the identified set of :mod:`gpope.core.policy_value`
 holds for every clip: clipping the target's terms widens its interval and never moves J(target)
 out of it. The behaviour value (and, on-policy, the target value, which is then the same) covers
-the mean of the clipped return E[clip(g, -c_g, c_g)] (with rewards of one sign, |g| is also
-raised to a floor f_g read bottom up): clip and floor are read where the noisy histogram finds
-no more returns beyond them, so they bind for few patients (docs/RESULTS.md measures coverage
+the mean of the clipped return E[clip(g, g_lo, g_hi)]: both ends are read from the outside in
+where the noisy histogram finds no more returns beyond them, so they bind for few patients (docs/RESULTS.md measures coverage
 of the unclipped truth). Deficit mass is noisy at the scale S / m per patient (a single patient
 can carry all of it), which is why on-policy specs, where n = S is public, release no n.
 
@@ -161,7 +160,8 @@ class PolicyValueRelease:
     """What the mechanism releases (public) and the public constants it was made with.
 
     Attributes:
-        clips: (c_g, c_a, c_n, f_g) chosen clips and floor of |g| (c_n unused on-policy).
+        clips: (g_hi, c_a, c_n, g_lo): the returns' clip range [g_lo, g_hi] and the target
+            terms' clips (c_a, c_n unused on-policy).
         means: (3,) noisy mean of x = (g, a, n) over the m patients (n = S exactly on-policy).
         second: (3, 3) noisy mean of z z^T, z = (x - mid) / half (0 for a constant component).
         mid, half: (3,) centre and half-range of each component's public range after clipping.
@@ -232,13 +232,6 @@ def _one_signed(bounds: PolicyValueBounds) -> int:
     return 1 if lo0 == 0.0 else (-1 if hi0 == 0.0 else 0)
 
 
-def _clip_g(g: np.ndarray, c_g: float, f_g: float, bounds: PolicyValueBounds) -> np.ndarray:
-    sign = _one_signed(bounds)
-    if sign == 0:
-        return np.clip(g, -c_g, c_g)
-    return sign * np.clip(sign * g, f_g, c_g)
-
-
 def choose_floor(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
                  max_count: float = math.inf) -> np.ndarray | float:
     """The floor of |g| read bottom up from the same noisy histogram (post-processing): the
@@ -256,21 +249,19 @@ def choose_floor(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: f
 
 def _components(terms: PolicyValueTerms, clips: tuple[float, ...],
                 bounds: PolicyValueBounds) -> np.ndarray:
-    c_g, c_a, c_n, f_g = clips
+    g_hi, c_a, c_n, g_lo = clips
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.minimum.reduce([np.ones(terms.m),
                                  np.where(terms.a != 0, c_a / np.abs(terms.a), 1.0),
                                  np.where(terms.n > 0, c_n / terms.n, 1.0)])
     n = np.full(terms.m, bounds.discount_mass) if bounds.on_policy else lam * terms.n
-    return np.stack([_clip_g(terms.g, c_g, f_g, bounds), lam * terms.a, n], axis=1)
+    return np.stack([np.clip(terms.g, g_lo, g_hi), lam * terms.a, n], axis=1)
 
 
 def _ranges(clips: tuple[float, ...], bounds: PolicyValueBounds) -> tuple[np.ndarray, np.ndarray]:
     """Public (low, high) of each component of x after clipping."""
     lo0, hi0 = bounds.range_with_zero
-    c_g, c_a, c_n, f_g = clips
-    sign = _one_signed(bounds)
-    g_lo, g_hi = {1: (f_g, c_g), -1: (-c_g, -f_g), 0: (-c_g, c_g)}[sign]
+    g_hi, c_a, c_n, g_lo = clips
     sg_lo, sg_hi = (-1.0 if lo0 < 0 else 0.0), (1.0 if hi0 > 0 else 0.0)
     s = bounds.discount_mass
     if bounds.on_policy:  # a = g and n = S: only g is released
@@ -305,7 +296,7 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
             accounts it); 0 releases exact statistics (diagnostics and benchmarks only).
         settings: public settings.
         rng: the noise generator.
-        clips: public (c_g, c_a, c_n, f_g) to use instead of the private choice (spends no
+        clips: public (g_hi, c_a, c_n, g_lo) to use instead of the private choice (spends no
             clip share).
 
     Guarantees: with ``sigma > 0`` and ``clips=None`` the output is as private as
@@ -317,13 +308,13 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
     hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
     if clips is None and s == 0:
-        clips = (*(float(np.max(np.abs(v))) for v in (terms.g, terms.a, terms.n)),
-                 float(np.min(np.abs(terms.g))) if _one_signed(bounds) else 0.0)
+        clips = (float(np.max(terms.g)), float(np.max(np.abs(terms.a))), float(np.max(terms.n)),
+                 float(np.min(terms.g)))
     elif clips is None:
         grids, counts = clip_histograms(terms, bounds, settings)
         noisy = add_histogram_noise(counts, hist_std, rng)
         clips = clips_from_histograms(noisy, grids, bounds, settings, hist_std=hist_std, m=m)
-    clips = (*(max(float(c), 1e-300) for c in clips[:3]), float(clips[3]))
+    clips = (float(clips[0]), *(max(float(c), 1e-300) for c in clips[1:3]), float(clips[3]))
     first, mom, mid, half = exact_sums(terms, bounds, clips)
     active = half > 0
     first_std, mom_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
@@ -359,29 +350,61 @@ def released_components(bounds: PolicyValueBounds) -> int:
 
 def clip_histograms(terms: PolicyValueTerms, bounds: PolicyValueBounds,
                     settings: PolicyValueSettings) -> tuple[list[LogGrid], list[np.ndarray]]:
-    """The k exact (private) histograms of |g|, |a|, n on their public grids."""
+    """The k exact (private) histograms of g, |a|, n on their public grids: g's is of |g| when
+    every return has one sign, else its negative and non-negative parts side by side (one
+    count per patient either way)."""
     tops = public_limits(bounds)
     values = (terms.g, terms.a, terms.n)
     grids = [_grid(tops[j], settings) for j in range(released_components(bounds))]
-    return grids, [_bin_counts(values[j], grid) for j, grid in enumerate(grids)]
+    counts = [_bin_counts(values[j], grid) for j, grid in enumerate(grids)]
+    if not _one_signed(bounds):
+        g = terms.g
+        counts[0] = np.concatenate([_bin_counts(-g[g < 0], grids[0]),
+                                    _bin_counts(g[g >= 0], grids[0])])
+    return grids, counts
 
 
 def clips_from_histograms(noisy: list[np.ndarray], grids: list[LogGrid], bounds: PolicyValueBounds,
                           settings: PolicyValueSettings, *, hist_std: float, m: int):
-    """(c_g, c_a, c_n, f_g) read from the noisy histograms (post-processing): the clips and,
-    when every return has one sign, the floor of |g| (else 0); arrays when the counts carry
-    leading run dimensions (the audit)."""
+    """(g_hi, c_a, c_n, g_lo) read from the noisy histograms (post-processing): the range
+    [g_lo, g_hi] the returns are clipped to and the target terms' clips; arrays when the counts
+    carry leading run dimensions (the audit)."""
     tops = public_limits(bounds)
-    chosen = [tops[0], tops[1], tops[2], 0.0]
+    chosen = [tops[0], tops[1], tops[2], -tops[0]]
     cap = settings.max_clipped * m
     for j, (grid, counts) in enumerate(zip(grids, noisy, strict=True)):
+        if j == 0:
+            chosen[0], chosen[3] = _return_range(counts, grid, bounds, settings, hist_std, cap)
+            continue
         z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
         # the target's terms are clipped by scaling weights (always valid): no cap there
-        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, z,
-                                                    cap if j == 0 else math.inf))
-        if j == 0 and _one_signed(bounds):
-            chosen[3] = np.minimum(chosen[0], choose_floor(counts, grid, hist_std, z, cap))
+        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, z, math.inf))
     return tuple(chosen)
+
+
+def _return_range(counts: np.ndarray, grid: LogGrid, bounds: PolicyValueBounds,
+                  settings: PolicyValueSettings, hist_std: float, cap: float):
+    """(g_hi, g_lo) from g's noisy histogram: each end read from the outside in, and a side
+    with no resolvable mass ends at the other side's floor."""
+    top = public_limits(bounds)[0]
+    sign = _one_signed(bounds)
+    if sign:
+        z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
+        c = np.minimum(top, choose_clip(counts, grid, hist_std, z, cap))
+        f = np.minimum(c, choose_floor(counts, grid, hist_std, z, cap))
+        return (c, f) if sign > 0 else (-f, -c)
+    nb = grid.n_bins
+    neg, pos = counts[..., :nb], counts[..., nb:]
+    z = float(norm.ppf(1.0 - settings.false_alarm / (2 * nb)))
+    threshold = z * hist_std
+    ok = threshold <= cap
+    pos_any = (pos > threshold).any(axis=-1) & ok
+    neg_any = (neg > threshold).any(axis=-1) & ok
+    hi = np.where(pos_any, choose_clip(pos, grid, hist_std, z, cap),
+                  np.where(neg_any, -choose_floor(neg, grid, hist_std, z, cap), top))
+    lo = np.where(neg_any, -choose_clip(neg, grid, hist_std, z, cap),
+                  np.where(pos_any, choose_floor(pos, grid, hist_std, z, cap), -top))
+    return np.minimum(hi, top), np.maximum(lo, -top)
 
 
 def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds, clips: tuple[float, ...]):

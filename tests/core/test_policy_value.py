@@ -266,3 +266,48 @@ def test_a_spec_may_not_name_a_reference_state_after_a_released_scalar():
     EvaluationSpec.from_mapping({**base, "reference_states": {"s0": [0]}})
     with pytest.raises(ConfigError, match="reserved"):
         EvaluationSpec.from_mapping({**base, "reference_states": {"policy_value": [0]}})
+
+
+@pytest.mark.parametrize("estimator", ["gpope", "ssp"])
+def test_release_plan_gives_the_policy_value_its_share_of_one_composed_event(estimator):
+    import dataclasses
+
+    from gpope.core.evaluation import plan_release
+    from gpope.core.spec import EvaluationSpec
+
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        epsilon: float = 1.0
+        delta: float = 1e-6
+        estimator: str = "gpope"
+        sampling: str = "poisson"
+        accountant: str = "rdp"
+        iterations: int = 200
+        batch_rate: float | None = 0.02
+        clip: float = 1.0
+        moments_share: float = 0.1
+        statistics_share: float = 0.1
+        policy_value_share: float = 0.3
+        interval_groups: int | None = 0
+        tune: str = "none"
+        in_memory_limit_mb: int | None = 2048
+
+    base = {"name": "c", "gamma": 0.99, "length_scale": 200,
+            "feature_map": {"kind": "tabular", "n_states": 40},
+            "target_policy": {"kind": "uniform", "n_actions": 1}}
+    spec = EvaluationSpec.from_mapping({**base, "importance_weight_bound": 1.0,
+                                        "reward_bounds": [0.0, 1.0]})
+    plan = plan_release(Settings(estimator=estimator), m=1000, spec=spec, layout="dense",
+                        statistics_clip=0.5)
+    pv = plan.component("policy_value")
+    assert pv.epsilon == pytest.approx(0.3) and pv.delta == pytest.approx(0.3e-6)
+    assert set(pv.releases) == set(QUANTITIES) <= set(plan.releases)
+    assert plan.event.events[-1] == pv.event  # one composed event, the policy value's last
+    # its share, no more: the exact Gaussian-mechanism curve at the event's multiplier
+    assert _gaussian_delta(0.3, 1.0 / pv.event.noise_multiplier) <= pv.delta * 1.001
+    total_eps = sum(c.epsilon for c in plan.components)
+    assert total_eps == pytest.approx(1.0) and plan.charged_epsilon == 1.0  # no extra budget
+    # a spec without the public bounds has no policy value release (a public decision)
+    bare = plan_release(Settings(estimator=estimator), m=1000, spec=EvaluationSpec.from_mapping(base),
+                        layout="dense", statistics_clip=0.5)
+    assert bare.component("policy_value") is None

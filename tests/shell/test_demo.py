@@ -45,11 +45,43 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
 
     assert ev["ssp_clip"] == pytest.approx(public_clip(demo_spec(), n_trajectories=4, quantile=0.99,
                                                        max_length=4), rel=1e-12)
+    _check_policy_value(first, root)
 
     assert main(args) == 0  # a second run: fresh dataset, its own budget
     second = json.loads(capsys.readouterr().out)
     assert second["dataset"] != first["dataset"]
     assert second["evaluation"]["remaining_epsilon"] == pytest.approx(2.0)
+
+
+def _check_policy_value(report: dict, root: Path) -> None:
+    """Issue 27: the run released J(target), J(behaviour) and their contrast, finite, beside the
+    simulator's truth, as released_values rows, from one composed ledger event."""
+    import math
+
+    import dp_accounting
+    from deltalake import DeltaTable
+
+    from gpope.config import load_config
+    from gpope.core.accounting.composition import mechanism_from_json
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    quantities = ("policy_value", "behaviour_value", "policy_contrast")
+    ev = report["evaluation"]
+    pv = ev["policy_value"]
+    assert set(pv) == set(quantities) and set(quantities) <= set(report["policy_truth"])
+    for q in quantities:
+        assert all(math.isfinite(pv[q][k]) for k in ("value", "lower", "upper", "lower_bound"))
+        assert pv[q]["lower"] <= pv[q]["value"] <= pv[q]["upper"] and pv[q]["ci_level"] == 0.95
+    rows = DeltaTable(str(root / "gold" / "released_values")).to_pyarrow_table().to_pylist()
+    mine = {r["state"]: r for r in rows if r["run_id"] == ev["run_id"]}
+    assert set(quantities) <= set(mine) and "unhealthy_start" in mine
+    assert mine["policy_value"]["value"] == pytest.approx(pv["policy_value"]["value"])
+    assert mine["policy_contrast"]["estimator"] == "clipped_is"
+    config = load_config(None, lake={"root": str(root)})
+    stored = mechanism_from_json(PrivacyLedger(None, config).entry(report["dataset"],
+                                                                    ev["run_id"]).mechanism)
+    assert "policy value" in stored.label and isinstance(stored.event, dp_accounting.ComposedDpEvent)
+    assert isinstance(stored.event.events[-1], dp_accounting.GaussianDpEvent)
 
 
 def test_databricks_conf_leaves_the_solver_settings_to_the_spec():

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.spark
 
 M = 120  # patients: small, so each run is quick; the statistics are tabular (n = 40)
 # the pins cover the estimator's releases as they were taken: no policy value share (that
-# release is a separate component, tests/shell/test_policy_value_release.py)
+# release is a separate component, checked by tests/shell/test_demo.py)
 SOLVER = {"iterations": 600, "public_trajectories": 30, "allow_not_private": True,
           "policy_value_share": 0.0}
 
