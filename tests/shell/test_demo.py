@@ -50,7 +50,9 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
     assert main(args) == 0  # a second run: fresh dataset, its own budget
     second = json.loads(capsys.readouterr().out)
     assert second["dataset"] != first["dataset"]
-    assert second["evaluation"]["remaining_epsilon"] == pytest.approx(2.0)
+    # one run spent of the fresh default budget (3): at most its epsilon 1, less when the ledger's
+    # tight composition of the run's components (estimator, statistics, policy value) is below
+    assert 2.0 - 1e-9 <= second["evaluation"]["remaining_epsilon"] < 3.0
 
 
 def _check_policy_value(report: dict, root: Path) -> None:
