@@ -43,6 +43,7 @@ from scipy.stats import norm
 
 from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
 from gpope.core.private_quantile import LogGrid
+from gpope.core.ssp import moment_vectors, moments_matrix
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
@@ -269,20 +270,6 @@ def _ranges(clips: tuple[float, ...], bounds: PolicyValueBounds) -> tuple[np.nda
     return np.array([g_lo, sg_lo * c_a, 0.0]), np.array([g_hi, sg_hi * c_a, c_n])
 
 
-def _moment_vec(z: np.ndarray) -> np.ndarray:
-    iu = np.triu_indices(z.shape[1])
-    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
-    return (z[:, iu[0]] * z[:, iu[1]]) * w
-
-
-def _moment_mat(vec: np.ndarray, k: int) -> np.ndarray:
-    iu = np.triu_indices(k)
-    w = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
-    out = np.zeros((k, k))
-    out[iu] = vec / w
-    return out + np.triu(out, 1).T
-
-
 def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, sigma: float,
                          settings: PolicyValueSettings, rng: np.random.Generator,
                          clips: tuple[float, float, float] | None = None) -> PolicyValueRelease:
@@ -322,7 +309,7 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         first, mom = add_sum_noise(first, mom, first_std, mom_std, active, rng=rng)
     means = mid + half * first / m
     return PolicyValueRelease(
-        clips=clips, means=means, second=_moment_mat(mom / m, 3), mid=mid, half=half,
+        clips=clips, means=means, second=moments_matrix(mom / m, 3), mid=mid, half=half,
         noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s)
 
 
@@ -415,7 +402,7 @@ def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds, clips: tuple[
     mid, half = (low + high) / 2.0, (high - low) / 2.0
     active = half > 0
     z = np.where(active, np.clip((x - mid) / np.where(active, half, 1.0), -1.0, 1.0), 0.0)
-    return z.sum(axis=0), _moment_vec(z).sum(axis=0), mid, half
+    return z.sum(axis=0), moment_vectors(z).sum(axis=0), mid, half
 
 
 def sum_noise_stds(active: np.ndarray, settings: PolicyValueSettings, *, s_mean: float,
@@ -437,7 +424,7 @@ def add_sum_noise(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom
                   active: np.ndarray, *, rng: np.random.Generator, size: int | None = None):
     """The sums plus their Gaussian noise (:func:`sum_noise_stds`); ``size``: that many
     independent releases (the audit)."""
-    mom_active = _moment_vec(active[None, :].astype(np.float64)).reshape(-1) > 0
+    mom_active = moment_vectors(active[None, :].astype(np.float64)).reshape(-1) > 0
     shape_f = first.shape if size is None else (size, *first.shape)
     shape_m = mom.shape if size is None else (size, *mom.shape)
     noisy_first = first + first_std * rng.standard_normal(shape_f)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import dp_accounting
+import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
@@ -43,6 +44,7 @@ class Settings:
     clip: float = 1.0
     moments_share: float = 0.1
     statistics_share: float = 0.1
+    policy_value_share: float = 0.0
     interval_groups: int | None = 0
     tune: str = "none"
     in_memory_limit_mb: int | None = 2048
@@ -159,3 +161,27 @@ def test_loading_depends_on_public_m_and_n_only():
     assert plan_loading(m=fits + 1, n=n, path="memory", limit_mb=2, one_hot=True) == "sparse"
     assert plan_loading(m=fits + 1, n=n, path="memory", limit_mb=2) == "dense"
     assert plan_loading(m=1, n=n, path="stream", limit_mb=2) == "stream"
+
+
+@pytest.mark.parametrize("estimator", ["gpope", "ssp"])
+def test_policy_value_takes_its_share_of_one_composed_event(estimator):
+    from scipy.stats import norm
+
+    from gpope.core.policy_value import QUANTITIES
+
+    settings = Settings(estimator=estimator, policy_value_share=0.3, epsilon=1.0, delta=1e-6)
+    bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))
+    plan = plan_release(settings, m=M, spec=bounded, layout="dense", statistics_clip=0.5)
+    pv = plan.component("policy_value")
+    assert pv.epsilon == pytest.approx(0.3) and pv.delta == pytest.approx(0.3e-6)
+    assert set(pv.releases) == set(QUANTITIES) <= set(plan.releases)
+    assert plan.event.events[-1] == pv.event  # one composed event, the policy value's last
+    # its share, no more: the exact Gaussian-mechanism curve (Balle and Wang 2018, Thm. 8)
+    mu, eps = 1.0 / pv.event.noise_multiplier, 0.3
+    exact = norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
+    assert exact <= pv.delta * 1.001
+    assert sum(c.epsilon for c in plan.components) == pytest.approx(1.0)
+    assert plan.charged_epsilon == 1.0  # no extra budget
+    # a spec without the public bounds has no policy value release (a public decision)
+    assert _plan(settings).component("policy_value") is None
+

@@ -208,17 +208,27 @@ def _statistics_accountant(inputs: PlanInputs) -> str:
     return "auto" if inputs.accountant == "paper" else inputs.accountant
 
 
-def plan_noisy_statistics(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
-    """The noisy-statistics release (clipped sums of (A, b, C), then the residual second moments
-    at its own estimate; :func:`gpope.core.ssp.ssp_release_event`) at (epsilon, delta)."""
-    from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
+def _gaussian_calibration(inputs: PlanInputs, epsilon: float, delta: float
+                          ) -> tuple[float, float]:
+    """(sigma, certified epsilon) of one Gaussian release at (epsilon, delta) under the run's
+    relation, accounted rigorously (:func:`gpope.core.ssp.ssp_sigma`)."""
+    from gpope.core.ssp import ssp_epsilon, ssp_sigma
 
     acc = _statistics_accountant(inputs)
-    ms = inputs.settings.moments_share
     sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
                       relation=inputs.relation)
     spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
                         relation=inputs.relation)
+    return float(sigma), float(spent)
+
+
+def plan_noisy_statistics(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
+    """The noisy-statistics release (clipped sums of (A, b, C), then the residual second moments
+    at its own estimate; :func:`gpope.core.ssp.ssp_release_event`) at (epsilon, delta)."""
+    from gpope.core.ssp import ssp_release_event
+
+    ms = inputs.settings.moments_share
+    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
     return ReleaseComponent(
         name="noisy_statistics", epsilon=epsilon, delta=delta, sigma=float(sigma),
         event=ssp_release_event(sigma, ms, inputs.relation), epsilon_spent=float(spent),
@@ -238,13 +248,8 @@ def plan_policy_value(inputs: PlanInputs, epsilon: float, delta: float) -> Relea
     """The policy value release (J(target), J(behaviour), their contrast; one Gaussian mechanism,
     :mod:`gpope.core.policy_value_release`) at (epsilon, delta) under the run's relation."""
     from gpope.core.policy_value_release import policy_value_event
-    from gpope.core.ssp import ssp_epsilon, ssp_sigma
 
-    acc = _statistics_accountant(inputs)
-    sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
-                      relation=inputs.relation)
-    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
-                        relation=inputs.relation)
+    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
     return ReleaseComponent(
         name="policy_value", epsilon=epsilon, delta=delta, sigma=float(sigma),
         event=policy_value_event(sigma, inputs.relation), epsilon_spent=float(spent),
@@ -264,14 +269,10 @@ _ESTIMATE = ("theta", "values")
 
 def _plan_ssp(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
     """The one-shot SSP release: the budget left by the policy value on the noisy statistics."""
-    from gpope.core.ssp import ssp_epsilon, ssp_release_event, ssp_sigma
+    from gpope.core.ssp import ssp_release_event
 
     s = inputs.settings
-    acc = _statistics_accountant(inputs)
-    sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
-                      relation=inputs.relation)
-    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
-                        relation=inputs.relation)
+    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
     return ReleaseComponent(
         name="ssp", epsilon=epsilon, delta=delta, sigma=float(sigma),
         event=ssp_release_event(sigma, s.moments_share), epsilon_spent=float(spent),
