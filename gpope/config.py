@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from gpope.core.validation import check_choice, check_int, check_number, type_note
 from gpope.errors import ConfigError
+from gpope.shell.lake.registry import STORAGE_CHOICES
 
 __all__ = [
     "DatasetSettings",
@@ -66,12 +67,13 @@ class LakeSettings:
     root: str = "lake"
     catalog: str | None = None
     schema: str | None = None
-    storage: Literal["auto", "native", "delta-rs"] = "auto"
+    storage: Literal[STORAGE_CHOICES] = "auto"  # type: ignore[valid-type]
+    """``auto`` or a registered store's name (:data:`gpope.shell.lake.registry.STORES`)."""
     retention_hours: float = 168.0
     """Time-travel window that ``gpope maintain`` keeps when it vacuums (hours, >= 0)."""
 
     def __post_init__(self) -> None:
-        check_choice("LakeSettings", "storage", self.storage, ("auto", "native", "delta-rs"))
+        check_choice("LakeSettings", "storage", self.storage, STORAGE_CHOICES)
         check_number("LakeSettings", "retention_hours", self.retention_hours, ge=0.0)
         if (self.catalog is None) != (self.schema is None):
             raise ConfigError(

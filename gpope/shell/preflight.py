@@ -88,17 +88,9 @@ def check_stage(
 
 def _has_partition(path: str, spec_id: str) -> bool:
     """True when the table's live files include the ``spec_id`` partition (or are unpartitioned)."""
-    from deltalake import DeltaTable
+    from gpope.shell.lake.delta_rs import DeltaRsTables
 
     try:
-        table = DeltaTable(path)
-        columns = table.metadata().partition_columns
-        if "spec_id" not in columns:
-            return True
-        actions = table.get_add_actions(flatten=True)
-        names = [n for n in actions.schema.names if n in ("partition.spec_id", "partition_values.spec_id")]
-        if not names:
-            return True
-        return spec_id in set(actions.column(names[0]).to_pylist())
+        return DeltaRsTables().has_partition(path, "spec_id", spec_id)
     except Exception:  # an unreadable log is reported by the stage itself, with its context
         return True

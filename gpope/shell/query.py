@@ -1,7 +1,7 @@
 """The analysts' query path: SQL over every lake table, with DuckDB, without Spark or a JVM.
 
 Each Delta table of a path-based lake is exposed as a named view over delta-rs's Arrow dataset
-(``DeltaTable(path).to_pyarrow_dataset()``, the table's latest version), and DuckDB runs the
+(the delta-rs store's ``to_pyarrow_dataset()``, the table's latest version), and DuckDB runs the
 query in-process: an interactive query answers in well under a second on a laptop.
 
 View names (the same names as the Unity Catalog tables of :mod:`gpope.shell.lake.names`, so a
@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, QueryError
-from gpope.shell.delta_read import commit_history, open_table
 
 if TYPE_CHECKING:
     import duckdb
@@ -262,14 +261,6 @@ def snapshot(paths: Iterable[str]) -> dict[str, int | None]:
     )
 
 
-def _history(delta: Any, at: int) -> list[tuple[int, str | None]]:
-    """``(version, run tag)`` of the commits up to version ``at``."""
-    from gpope.shell.lake.base import decode_user_metadata_run
-
-    return [(int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-            for c in commit_history(delta) if int(c["version"]) <= at]
-
-
 def _open_dataset(
     table: LakeTable, committed: set[str], at: int
 ) -> tuple[Any, dict[str, str], set[str], dict[str, int]] | None:
@@ -278,28 +269,21 @@ def _open_dataset(
     pipeline run, :mod:`gpope.shell.lake.manifest`), its column comments from the Delta schema,
     the incomplete runs whose rows stay hidden, and the version that committed each complete
     run's rows (commit order). None when only incomplete runs wrote the table."""
-    from deltalake import DeltaTable
-
+    from gpope.shell.lake.delta_rs import DeltaRsTables
     from gpope.shell.lake.manifest import pinned_version
 
-    delta = open_table(table.path, version=at)
-    history = _history(delta, at)
+    store = DeltaRsTables()
+    history = [(e.version, e.run_id) for e in store.history(table.path, at)]
     version = pinned_version(history, committed)
     if version is None:
         return None
-    if version != at:
-        delta = DeltaTable(table.path, version=version)
     hidden = {tag for v, tag in history if tag is not None and v <= version and tag not in committed}
     commits: dict[str, int] = {}
     for v, tag in history:
         if tag is not None and tag in committed and v <= version:
             commits[tag] = max(v, commits.get(tag, -1))
-    comments = {}
-    for f in delta.schema().fields:
-        comment = (f.metadata or {}).get("comment")
-        if isinstance(comment, str) and comment:
-            comments[f.name] = comment
-    return delta.to_pyarrow_dataset(), comments, hidden, commits
+    comments = store.column_comments(table.path, version)
+    return store.arrow_dataset(table.path, version), comments, hidden, commits
 
 
 def _comment_columns(con: duckdb.DuckDBPyConnection, view: str, comments: dict[str, str]) -> None:
@@ -454,11 +438,9 @@ def _committed(manifest: str | None, at: int | None) -> set[str]:
     """Run ids with a complete manifest in ``pipeline_runs`` at version ``at``."""
     if manifest is None or at is None:
         return set()
-    from deltalake import DeltaTable
+    from gpope.shell.lake.delta_rs import DeltaRsTables
 
-    from gpope.shell.delta_read import read_table
-
-    return set(read_table(DeltaTable(manifest, version=at)).column("run_id").to_pylist())
+    return set(DeltaRsTables().read_arrow(manifest, at).column("run_id").to_pylist())
 
 
 def query(sql: str, *, lake: str | Path | GpopeConfig | None = None) -> QueryResult:

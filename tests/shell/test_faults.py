@@ -25,7 +25,7 @@ def _truncate_last_commit(table: Path) -> Path:
 
 def test_a_truncated_delta_log_is_one_line_naming_the_table(tmp_path, capsys):
     from gpope.shell.cli import main
-    from gpope.shell.delta_read import open_table
+    from gpope.shell.lake.delta_rs.log import open_table
 
     table = tmp_path / "lake" / "bronze" / "ward" / "observations"
     write_deltalake(table, pa.table({"x": [1]}))
@@ -65,8 +65,8 @@ def test_numbers_in_every_yaml_form_are_numbers_and_text_is_refused_naming_its_t
 _KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
-from gpope.shell.lake.delta_rs import _new_staging
-root, token, staging = _new_staging(Path(sys.argv[1]), "gold/d/trajectory_stats")
+from gpope.shell.lake.delta_rs.files import new_staging
+root, token, staging = new_staging(Path(sys.argv[1]), "gold/d/trajectory_stats")
 staging.mkdir(parents=True)
 (staging / "part-00000.snappy.parquet").write_bytes(b"half a file")
 os.kill(os.getpid(), signal.SIGKILL)
@@ -74,18 +74,18 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_staging_of_a_killed_writer_is_removed_by_the_next_write(tmp_path):
-    from gpope.shell.lake.delta_rs import STAGING_FOLDER, _drop_staging, _new_staging
+    from gpope.shell.lake.delta_rs.files import STAGING_FOLDER, drop_staging, new_staging
 
     table = tmp_path / "t"
     proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(table)], timeout=120)
     assert proc.returncode == -signal.SIGKILL
     (left,) = (table / STAGING_FOLDER).iterdir()  # what the killed writer left
-    _, _, live = _new_staging(table, "t")  # this (living) process starts a write...
+    _, _, live = new_staging(table, "t")  # this (living) process starts a write...
     live.mkdir()
     assert not left.exists()  # ...which removes the dead writer's folder at once
-    _, _, rerun = _new_staging(table, "t")  # a concurrent writer keeps the living one's
+    _, _, rerun = new_staging(table, "t")  # a concurrent writer keeps the living one's
     assert live.exists()
     for staging in (rerun, live):
-        _drop_staging(staging)
+        drop_staging(staging)
     assert not (table / STAGING_FOLDER).exists()  # no litter once both are done
     assert os.getpid() > 0

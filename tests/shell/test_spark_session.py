@@ -9,7 +9,7 @@ import pytest
 
 from gpope.config import SparkSettings, load_config
 from gpope.errors import ConfigError
-from gpope.shell.lake.delta_rs import _check_visible
+from gpope.shell.lake.delta_rs.store import _check_visible
 from gpope.shell.spark import is_loopback, resolve_remote
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpope"

@@ -1,10 +1,10 @@
-"""Small records shared by the two storage backends: write modes, history entries, literals."""
+"""Small records shared by the storage backends: write modes, history entries, literals."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -13,6 +13,7 @@ from gpope.errors import ConfigError
 __all__ = [
     "WRITE_MODES",
     "HistoryEntry",
+    "MissingTableError",
     "PartitionValue",
     "StorageMode",
     "WriteMode",
@@ -24,15 +25,21 @@ __all__ = [
     "replace_where_sql",
     "spark_error",
     "spark_write_cause",
+    "sql_in",
 ]
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
 WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "replace_where")
-StorageMode = Literal["auto", "native", "delta-rs"]
+StorageMode = str
+"""``auto`` or a registered store's name (:func:`gpope.shell.lake.store.storage_names`)."""
 PartitionValue = str | int | bool | dt.date | None
 
 _USER_METADATA_KEY = "gpope.mode"
 _RUN_KEY = "gpope.run"
+
+
+class MissingTableError(LookupError):
+    """Internal: the location holds no Delta table (the table layer turns it into a user error)."""
 
 
 @dataclass(frozen=True)
@@ -108,12 +115,29 @@ def replace_where_sql(replace_where: Mapping[str, PartitionValue]) -> str:
     return " AND ".join(terms)
 
 
+def sql_in(column: str, values: Iterable[str]) -> str:
+    """A predicate ``column IN ('v1', ...)`` that Spark SQL and delta-rs parse alike.
+
+    Raises:
+        ConfigError: a column or value that is not a plain name (letters, digits, ``_``, ``-``,
+            ``.``): such text would need quoting rules the two engines do not share.
+    """
+    import re
+
+    texts = [column, *values]
+    bad = [t for t in texts if not re.fullmatch(r"[A-Za-z0-9_.-]+", t)]
+    if bad:
+        raise ConfigError(f"Row predicates take plain names only; got {bad[:3]!r}.")
+    return f"{column} IN (" + ", ".join(f"'{v}'" for v in sorted(values)) + ")"
+
+
 def encode_user_metadata(
-    mode: WriteMode,
+    mode: WriteMode | Literal["delete"],
     replace_where: Mapping[str, PartitionValue] | None,
     run_id: str | None = None,
 ) -> str:
-    """The commit's ``userMetadata`` string: the gpope write mode and stage run (both backends)."""
+    """The commit's ``userMetadata`` string: the gpope write mode (or ``delete`` for a row
+    removal) and stage run (every store)."""
     payload: dict[str, Any] = {_USER_METADATA_KEY: mode}
     if run_id is not None:
         payload[_RUN_KEY] = run_id

@@ -6,34 +6,27 @@ lake root, or a Unity Catalog name) and picks the storage path once, when it is 
 - ``native``: Spark's ``delta`` format (the Delta classes load in the JVM: a cluster, Databricks);
 - ``delta-rs``: Spark writes Parquet, delta-rs commits it (no Delta JARs: local runs and tests).
 
-Nothing outside this package knows which one is used. The module-level functions
+Both implement :class:`~gpope.shell.lake.store.TableStore`; :class:`Lake` holds one and never asks
+which. Nothing outside this package knows which one is used. The module-level functions
 (:func:`read_table`, :func:`write_table`...) are the short form the pipeline uses with a
 :class:`~gpope.config.LakeSettings`.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpope.errors import ConfigError, TableNotFoundError
 from gpope.shell.lake.base import (
     HistoryEntry,
+    MissingTableError,
     PartitionValue,
     StorageMode,
     WriteMode,
     check_write_mode,
     encode_user_metadata,
-    partition_string,
-)
-from gpope.shell.lake.delta_rs import (
-    ArrowTableWriter,
-    DeltaRsStore,
-    MissingTableError,
-    WorkerStaging,
-    check_local_root,
 )
 from gpope.shell.lake.names import (
     TableRef,
@@ -43,7 +36,7 @@ from gpope.shell.lake.names import (
     table_path,
     uc_table_name,
 )
-from gpope.shell.lake.native import NativeStore
+from gpope.shell.lake.store import TableStore, storage_names, store_class
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,21 +56,7 @@ __all__ = [
     "write_table",
 ]
 
-_STORAGE_MODES = ("auto", "native", "delta-rs")
-_DELTA_LOADS: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDictionary()
-
-
-def _delta_loads(spark: SparkSession) -> bool:
-    """Whether the Delta classes load in ``spark``'s JVM, detected once per session."""
-    from gpope.shell.spark import delta_available
-
-    try:
-        cached = _DELTA_LOADS.get(spark)
-    except TypeError:  # pragma: no cover - a session type without weak references
-        return delta_available(spark)
-    if cached is None:
-        cached = _DELTA_LOADS[spark] = delta_available(spark)
-    return cached
+_T = TypeVar("_T")
 
 
 class Lake:
@@ -88,8 +67,9 @@ class Lake:
         root: lake root for path-based tables (default ``lake``); local paths are made absolute.
         catalog: Unity Catalog catalog; with ``schema``, tables are ``catalog.schema.name``.
         schema: Unity Catalog schema (database).
-        mode: ``"auto"`` (detect once whether the Delta classes load), ``"native"`` or
-            ``"delta-rs"`` (force one path; for tests and debugging).
+        mode: ``"auto"`` (the first registered store available in the session: ``native``
+            where the Delta classes load, else ``delta-rs``), or a store's name (force one path;
+            for tests and debugging). See :mod:`gpope.shell.lake.store`.
 
     Raises:
         ConfigError: an unknown mode; only one of catalog/schema; Unity Catalog or a non-local
@@ -110,9 +90,9 @@ class Lake:
         schema: str | None = None,
         mode: StorageMode = "auto",
     ) -> None:
-        if mode not in _STORAGE_MODES:
+        if mode not in storage_names():
             raise ConfigError(
-                f"The 'mode' parameter of Lake must be one of {', '.join(_STORAGE_MODES)}. "
+                f"The 'mode' parameter of Lake must be one of {', '.join(storage_names())}. "
                 f"Got {mode!r} instead."
             )
         if (catalog is None) != (schema is None):
@@ -128,28 +108,10 @@ class Lake:
         self.schema = schema
         local = local_root(str(root))
         self.root = str(local) if local is not None else str(root)
-        storage: Literal["native", "delta-rs"]
-        if mode == "auto":
-            storage = "native" if _delta_loads(spark) else "delta-rs"
-        else:
-            storage = mode
-        if storage == "delta-rs" and catalog is not None:
-            raise ConfigError(
-                f"Unity Catalog tables ({catalog}.{schema}) need the native Delta path, but the "
-                "Delta classes do not load in this Spark session (or mode='delta-rs' was forced). "
-                "Run on a cluster with Delta Lake, or drop catalog/schema to use a path lake."
-            )
-        if storage == "delta-rs" and local is None:
-            raise ConfigError(
-                f"The delta-rs storage path supports local lake roots only; got {root!r}. Use a "
-                "local directory, or run on a cluster with Delta Lake (storage 'native')."
-            )
-        if storage == "delta-rs":
-            check_local_root(self.root)
-            _check_delta_rs_reach(spark, self.root)
-        self.storage: Literal["native", "delta-rs"] = storage
-        self._delta_rs = DeltaRsStore(spark) if storage == "delta-rs" else None
-        self._native = NativeStore(spark) if storage == "native" else None
+        chosen = store_class(spark, mode)
+        chosen.check_lake(spark, self.root, local=local is not None, by_name=catalog is not None)
+        self.storage: str = chosen.name
+        self.store: TableStore = chosen(spark, by_name=catalog is not None)
 
     @classmethod
     def from_settings(cls, spark: SparkSession, settings: LakeSettings) -> Lake:
@@ -192,12 +154,17 @@ class Lake:
             f"Delta table {ref} does not exist at {self.location(ref)}. {hint or creator_hint(ref)}"
         )
 
+    def _found(self, ref: TableRef, hint: str | None, call: Callable[[str], _T]) -> _T:
+        """``call(location)``, a missing table raised as TableNotFoundError naming its creator."""
+        try:
+            return call(self._address(ref))
+        except MissingTableError:
+            raise self._not_found(ref, hint) from None
+
     # ------------------------------------------------------------------ metadata
     def exists(self, ref: TableRef) -> bool:
         """True when the table exists."""
-        if self._delta_rs is not None:
-            return self._delta_rs.exists(self._address(ref))
-        return self._native_store().exists(self._address(ref), by_name=self.by_name)
+        return self.store.exists(self._address(ref))
 
     def version(self, ref: TableRef, *, hint: str | None = None) -> int:
         """The table's latest version (0 after its first commit).
@@ -205,12 +172,7 @@ class Lake:
         Raises:
             TableNotFoundError: the table does not exist (``hint`` replaces the default advice).
         """
-        try:
-            if self._delta_rs is not None:
-                return self._delta_rs.version(self._address(ref))
-            return self._native_store().version(self._address(ref), by_name=self.by_name)
-        except MissingTableError:
-            raise self._not_found(ref, hint) from None
+        return self._found(ref, hint, self.store.version)
 
     def history(self, ref: TableRef, *, hint: str | None = None) -> list[HistoryEntry]:
         """Every commit of the table, oldest first (version, timestamp, operation, mode).
@@ -218,12 +180,7 @@ class Lake:
         Raises:
             TableNotFoundError: the table does not exist.
         """
-        try:
-            if self._delta_rs is not None:
-                return self._delta_rs.history(self._address(ref))
-            return self._native_store().history(self._address(ref), by_name=self.by_name)
-        except MissingTableError:
-            raise self._not_found(ref, hint) from None
+        return self._found(ref, hint, self.store.history)
 
     # ------------------------------------------------------------------ reads
     def read(
@@ -238,27 +195,13 @@ class Lake:
             TableNotFoundError: the table does not exist.
             ConfigError: ``version`` does not exist.
         """
-        try:
-            if self._delta_rs is not None:
-                return self._delta_rs.read(self._address(ref), version)
-            return self._native_store().read(
-                self._address(ref), by_name=self.by_name, version=version
-            )
-        except MissingTableError:
-            raise self._not_found(ref, hint) from None
+        return self._found(ref, hint, lambda at: self.store.read(at, version))
 
     def read_arrow(
         self, ref: TableRef, *, version: int | None = None, hint: str | None = None
     ) -> pa.Table:
         """A small table read whole into Arrow on the driver (delta-rs reads it directly)."""
-        try:
-            if self._delta_rs is not None:
-                return self._delta_rs.read_arrow(self._address(ref), version)
-            return self._native_store().read_arrow(
-                self._address(ref), by_name=self.by_name, version=version
-            )
-        except MissingTableError:
-            raise self._not_found(ref, hint) from None
+        return self._found(ref, hint, lambda at: self.store.read_arrow(at, version))
 
     def data_files(
         self,
@@ -279,15 +222,7 @@ class Lake:
             ConfigError: ``version`` does not exist, or a ``partition`` key is not a partition
                 column.
         """
-        if self._delta_rs is None:
-            return None
-        values = (
-            {c: partition_string(v) for c, v in partition.items()} if partition is not None else None
-        )
-        try:
-            return self._delta_rs.data_files(self._address(ref), version, values)
-        except MissingTableError:
-            raise self._not_found(ref, hint) from None
+        return self._found(ref, hint, lambda at: self.store.data_files(at, version, partition))
 
     def to_pandas(
         self, ref: TableRef, *, version: int | None = None, hint: str | None = None
@@ -341,34 +276,14 @@ class Lake:
                 "replace_where={...} is required with mode='replace_where' and not allowed with "
                 f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
             )
-        contract = schema if schema is not None else _contract(ref)
-        user_metadata = encode_user_metadata(mode, replace_where, run_id)
-        partitions = list(partition_by) if partition_by is not None else None
-        if self._delta_rs is not None:
-            rw = (
-                {c: partition_string(v) for c, v in replace_where.items()}
-                if replace_where is not None
-                else None
-            )
-            return self._delta_rs.write(
-                df,
-                self._address(ref),
-                schema=contract,
-                mode=mode,
-                partition_by=partitions,
-                replace_where=rw,
-                user_metadata=user_metadata,
-                table_name=str(ref),
-            )
-        return self._native_store().write(
+        return self.store.write(
             df,
             self._address(ref),
-            by_name=self.by_name,
-            schema=contract,
+            schema=schema if schema is not None else _contract(ref),
             mode=mode,
-            partition_by=partitions,
+            partition_by=list(partition_by) if partition_by is not None else None,
             replace_where=replace_where,
-            user_metadata=user_metadata,
+            user_metadata=encode_user_metadata(mode, replace_where, run_id),
             table_name=str(ref),
         )
 
@@ -379,7 +294,7 @@ class Lake:
         mode: WriteMode,
         schema: StructType | None = None,
         run_id: str | None = None,
-    ) -> ArrowTableWriter | _BufferedArrowWriter:
+    ) -> Any:
         """A writer for Arrow tables already on the driver: ``write(table)`` repeatedly, then
         ``commit()`` (one atomic commit, returns the version) or ``abort()``.
 
@@ -393,13 +308,10 @@ class Lake:
             SchemaError: the existing table, or a written Arrow table, does not match the contract.
         """
         check_write_mode(mode)
-        contract = schema if schema is not None else _contract(ref)
-        if self._delta_rs is not None:
-            return self._delta_rs.arrow_writer(
-                self._address(ref), schema=contract, mode=mode,
-                user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
-            )  # fmt: skip
-        return _BufferedArrowWriter(self, ref, mode=mode, schema=contract, run_id=run_id)
+        return self.store.arrow_writer(
+            self._address(ref), schema=schema if schema is not None else _contract(ref),
+            mode=mode, user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
+        )  # fmt: skip
 
     def worker_staging(
         self,
@@ -410,7 +322,7 @@ class Lake:
         partition_by: list[str] | None = None,
         replace_where: Mapping[str, PartitionValue] | None = None,
         run_id: str | None = None,
-    ) -> WorkerStaging | None:
+    ) -> Any | None:
         """A staging folder that Spark's Python workers write the table's Parquet files into
         (:class:`~gpope.shell.lake.delta_rs.StagedFileWriter`), committed by the driver in one
         atomic commit (:meth:`~gpope.shell.lake.delta_rs.WorkerStaging.commit`, the same checks
@@ -429,45 +341,30 @@ class Lake:
                 "replace_where={...} is required with mode='replace_where' and not allowed with "
                 f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
             )
-        if self._delta_rs is None:
-            return None
-        rw = (
-            {c: partition_string(v) for c, v in replace_where.items()}
-            if replace_where is not None
-            else None
-        )
-        return self._delta_rs.worker_staging(
+        return self.store.worker_staging(
             self._address(ref),
             schema=schema if schema is not None else _contract(ref),
             mode=mode,
             partition_by=list(partition_by) if partition_by is not None else None,
-            replace_where=rw,
+            replace_where=replace_where,
             user_metadata=encode_user_metadata(mode, replace_where, run_id),
             table_name=str(ref),
         )
 
-    def _native_store(self) -> NativeStore:
-        if self._native is None:  # pragma: no cover - construction guarantees one store
-            raise ConfigError("Lake has no storage backend.")
-        return self._native
+    def delete_rows(self, ref: TableRef, column: str, values: set[str]) -> int | None:
+        """Remove the rows whose ``column`` is in ``values``, in one untagged commit (history
+        mode ``delete``): readers at the latest version, pinned or raw, no longer see them.
 
+        Returns:
+            The version of the commit, or None when no row matched (nothing was committed).
 
-def _check_delta_rs_reach(spark: SparkSession, root: str) -> None:
-    """The delta-rs path commits files Spark wrote: refuse a Connect server on another host.
-
-    Supported: a classic session, or a Spark Connect server on this machine (loopback), both
-    writing under the local lake root this process reads. A remote server (Databricks Connect,
-    serverless) writes where this process cannot see; there the native Delta path is used.
-    """
-    from gpope.shell.spark import connect_host, is_connect, is_loopback
-
-    if is_connect(spark) and not is_loopback(connect_host(spark)):
-        raise ConfigError(
-            f"The delta-rs storage path needs the Spark server to write into this machine's lake "
-            f"root {root}, but the Spark Connect server is at {connect_host(spark)!r}. Use a "
-            "server with Delta Lake (storage 'native': Databricks, or Delta on the server's "
-            "classpath), or a Connect server on this machine (sc://localhost:PORT)."
-        )
+        Raises:
+            CommitError: the commit failed; nothing was removed.
+        """
+        return self.store.delete_rows(
+            self._address(ref), column, values,
+            user_metadata=encode_user_metadata("delete", None), table_name=str(ref),
+        )  # fmt: skip
 
 
 def _contract(ref: TableRef) -> StructType:
@@ -575,41 +472,3 @@ def write_shared_table(
         partition_by=partition_by,
         replace_where=replace_where,
     )
-
-
-class _BufferedArrowWriter:
-    """The native-storage form of :meth:`Lake.arrow_writer`: one Spark write at ``commit()``."""
-
-    def __init__(
-        self, lake: Lake, ref: TableRef, *, mode: WriteMode, schema: StructType, run_id: str | None
-    ) -> None:
-        self._lake, self._ref, self._mode, self._schema, self._run_id = lake, ref, mode, schema, run_id
-        self._tables: list[pa.Table] = []
-        self.rows = 0
-        self.version: int | None = None
-
-    def write(self, table: pa.Table) -> None:
-        self._tables.append(table)
-        self.rows += table.num_rows
-
-    def commit(self) -> int:
-        import pyarrow as pa
-
-        whole = pa.concat_tables(self._tables) if self._tables else None
-        self._tables = []
-        df = self._lake.spark.createDataFrame(
-            whole.to_pandas() if whole is not None else [], schema=self._schema
-        )
-        self.version = self._lake.write(df, self._ref, mode=self._mode, schema=self._schema,
-                                        run_id=self._run_id)  # fmt: skip
-        return self.version
-
-    def abort(self) -> None:
-        self._tables = []
-
-    def __enter__(self) -> _BufferedArrowWriter:
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is not None:
-            self.abort()

@@ -1,7 +1,7 @@
 """Table maintenance: compaction and vacuum that respect time travel and the manifests.
 
-:func:`maintain_lake` visits every Delta table of a local lake (or of one dataset) with
-``deltalake`` alone (no Spark, no JVM) and, per table:
+:func:`maintain_lake` visits every Delta table of a local lake (or of one dataset) with the JVM-free
+delta-rs store (:class:`~gpope.shell.lake.delta_rs.DeltaRsTables`, no Spark) and, per table:
 
 1. **skips** it when its latest commit belongs to an incomplete stage run (a killed or running
    step, :mod:`gpope.shell.lake.manifest`): a compaction commit on top would make that half-written
@@ -15,7 +15,7 @@
    delete the files of a commit in progress: keep the default (``lake.retention_hours``, 168 h)
    while jobs run;
 4. removes staging folders of killed runs (older than
-   :data:`~gpope.shell.lake.delta_rs.STALE_STAGING_HOURS`).
+   :data:`~gpope.shell.lake.delta_rs.files.STALE_STAGING_HOURS`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
-from gpope.shell.delta_read import commit_history
-from gpope.shell.lake.base import decode_user_metadata_run
+from gpope.shell.lake.delta_rs import DeltaRsTables
 from gpope.shell.lake.names import LAYERS, TableRef, check_name, local_root
 
 if TYPE_CHECKING:
@@ -94,24 +93,24 @@ class MaintenanceReport:
         return "\n".join(lines)
 
 
-def _tables(root: Path, dataset: str | None) -> list[tuple[TableRef, str]]:
+def _tables(
+    store: DeltaRsTables, root: Path, dataset: str | None
+) -> list[tuple[TableRef, str]]:
     """Every Delta table under ``root`` in the lake layout (``dataset``'s only, when given)."""
-    from deltalake import DeltaTable
-
     found = []
     for layer in LAYERS:
         base = root / layer
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):
-            if DeltaTable.is_deltatable(str(entry)):  # a shared table: <root>/gold/<table>
+            if store.exists(str(entry)):  # a shared table: <root>/gold/<table>
                 if dataset is None:
                     found.append((TableRef(layer, entry.name), str(entry)))  # type: ignore[arg-type]
                 continue
             if not entry.is_dir() or (dataset is not None and entry.name != dataset):
                 continue
             for table in sorted(entry.iterdir()):
-                if DeltaTable.is_deltatable(str(table)):
+                if store.exists(str(table)):
                     found.append((TableRef(layer, table.name, entry.name), str(table)))  # type: ignore[arg-type]
     return found
 
@@ -136,9 +135,7 @@ def maintain_lake(
     Raises:
         ConfigError: not a local lake, or a negative retention.
     """
-    from deltalake import DeltaTable
-
-    from gpope.shell.lake.delta_rs import STAGING_FOLDER, _remove_stale_staging
+    from gpope.shell.lake.delta_rs.files import STAGING_FOLDER, remove_stale_staging
     from gpope.shell.lake.manifest import PipelineRuns, pinned_version
 
     start = time.perf_counter()
@@ -158,16 +155,13 @@ def maintain_lake(
     if dataset is not None:
         check_name("dataset", dataset)
     committed = PipelineRuns(settings).committed()
+    store = DeltaRsTables()
     report = []
-    for ref, path in _tables(root, dataset):
-        table = DeltaTable(path)
-        before = int(table.version())
-        history = [
-            (int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-            for c in commit_history(table)
-        ]
+    for ref, path in _tables(store, root, dataset):
+        before = store.version(path)
+        history = [(e.version, e.run_id) for e in store.history(path)]
         pinned = pinned_version(history, committed)
-        files_before = len(table.file_uris())
+        files_before = store.file_count(path)
         if pinned != before:
             report.append(TableMaintenance(
                 str(ref), before, before, files_before, files_before, 0,
@@ -176,18 +170,11 @@ def maintain_lake(
             ))  # fmt: skip
             continue
         if not dry_run and files_before > 1:
-            table.optimize.compact(target_size=target_size)
-            table = DeltaTable(path)
-        deleted = table.vacuum(
-            retention_hours=int(retention_hours),
-            dry_run=dry_run,
-            enforce_retention_duration=False,
-            full=True,
-        )
-        _remove_stale_staging(Path(path) / STAGING_FOLDER)
-        table = DeltaTable(path)
+            store.compact(path, target_size=target_size)
+        deleted = store.vacuum(path, retention_hours=retention_hours, dry_run=dry_run)
+        remove_stale_staging(Path(path) / STAGING_FOLDER)
         report.append(TableMaintenance(
-            str(ref), before, int(table.version()), files_before, len(table.file_uris()),
+            str(ref), before, store.version(path), files_before, store.file_count(path),
             len(deleted),
         ))  # fmt: skip
     return MaintenanceReport(

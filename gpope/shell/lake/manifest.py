@@ -16,14 +16,17 @@ three bronze tables; ingest: ``transitions`` and ``rejected_events``; an evaluat
    incomplete run are hidden (for tables several runs append to, such as ``released_estimates``).
    Commits without a tag (data loaded by other tools, single-table stages) are always visible.
 
-A process killed between the commits of a stage therefore leaves the lake exactly as readers saw
-it before the stage started; re-running the stage makes a new, complete run. The version numbers
+A process killed between the commits of a stage therefore leaves the lake exactly as pinned
+readers saw it before the stage started. Raw Delta readers (delta-rs, DuckDB, Polars at the
+latest version) do see the rows a killed run appended; once the run is known dead,
+:func:`remove_incomplete` deletes them in one untagged commit (``gpope budget reconcile`` does so
+for the release tables), so the latest version holds no row of a failed run; re-running the stage makes a new, complete run. The version numbers
 in a manifest also let an operator time-travel to the exact inputs of any later stage, and
 ``gpope maintain`` never vacuums files a pinned version still needs.
 
-Manifests on a local lake are read and written with ``deltalake`` alone (no Spark, no JVM: the
-ledger and ``gpope query`` use them); on Unity Catalog or a remote root through the Spark
-:class:`~gpope.shell.lake.Lake`.
+Manifests on a local lake are read and written by the JVM-free store
+(:func:`gpope.shell.lake.store.local_tables`: no Spark, no JVM; the ledger and ``gpope query``
+use them); on Unity Catalog or a remote root through the Spark :class:`~gpope.shell.lake.Lake`.
 """
 
 from __future__ import annotations
@@ -33,17 +36,16 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
-from gpope.shell.delta_read import commit_history, read_table
-from gpope.shell.lake.base import decode_user_metadata_run
 from gpope.shell.lake.names import TableRef, local_root, table_path
+from gpope.shell.lake.store import local_tables
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from gpope.config import LakeSettings
     from gpope.shell.lake.layer import Lake
@@ -58,6 +60,7 @@ __all__ = [
     "pinned_version",
     "read_pinned",
     "read_pinned_arrow",
+    "remove_incomplete",
 ]
 
 PIPELINE_RUNS = "pipeline_runs"
@@ -105,10 +108,10 @@ def _local_table(settings: LakeSettings, table: str) -> str | None:
     return None if root is None else table_path(root, TableRef.shared(table))
 
 
-def _contract_json() -> str:
+def _contract() -> StructType:
     from gpope.shell.schemas import TABLE_SCHEMAS
 
-    return TABLE_SCHEMAS[PIPELINE_RUNS].json()
+    return TABLE_SCHEMAS[PIPELINE_RUNS]
 
 
 class PipelineRuns:
@@ -123,6 +126,7 @@ class PipelineRuns:
         self._settings = settings
         self._spark = spark
         self._path = _local_table(settings, PIPELINE_RUNS)
+        self._local = local_tables(settings) if self._path is not None else None
         if self._path is None and spark is None:
             raise ConfigError(
                 f"The manifests of lake {settings.root!r} (catalog {settings.catalog!r}) are read "
@@ -175,8 +179,9 @@ class PipelineRuns:
             created_at=datetime.now(UTC),
         )
         m = manifest
-        if self._path is not None:
-            self._append_local(self._arrow([manifest]))
+        if self._path is not None and self._local is not None:
+            self._local.append_arrow(self._path, self._arrow([manifest]),
+                                     create_schema=_contract(), table_name="gold/pipeline_runs")
         else:
             from gpope.shell.schemas import TABLE_SCHEMAS
 
@@ -191,9 +196,9 @@ class PipelineRuns:
 
     def _arrow(self, manifests: list[Manifest]) -> pa.Table:
         import pyarrow as pa
-        from deltalake import Schema
 
-        schema = pa.schema(Schema.from_json(_contract_json()).to_arrow())
+        assert self._local is not None
+        schema = self._local.arrow_schema(_contract())
         return pa.Table.from_pylist(
             [
                 {
@@ -210,27 +215,10 @@ class PipelineRuns:
             schema=schema,
         )
 
-    def _append_local(self, row: pa.Table) -> None:
-        from deltalake import DeltaTable, Schema, write_deltalake
-        from deltalake.exceptions import DeltaError
-
-        path = str(self._path)
-        Path(path).mkdir(parents=True, exist_ok=True)
-        if not DeltaTable.is_deltatable(path):
-            try:
-                DeltaTable.create(path, schema=Schema.from_json(_contract_json()), mode="ignore")
-            except DeltaError:  # another writer created it first
-                pass
-        write_deltalake(path, row, mode="append")
-
     # ------------------------------------------------------------------ reads
     def _table(self) -> pa.Table | None:
-        if self._path is not None:
-            from deltalake import DeltaTable
-
-            if not DeltaTable.is_deltatable(self._path):
-                return None
-            return read_table(DeltaTable(self._path))
+        if self._path is not None and self._local is not None:
+            return self._local.read_arrow(self._path) if self._local.exists(self._path) else None
         lake = self._lake()
         ref = TableRef.shared(PIPELINE_RUNS)
         return lake.read_arrow(ref) if lake.exists(ref) else None
@@ -342,30 +330,74 @@ def read_pinned(
 def read_pinned_arrow(settings: LakeSettings, ref: TableRef) -> pa.Table | None:
     """The JVM-free form of :func:`read_pinned` for local lakes (None: no such table)."""
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
-    root = local_root(str(settings.root))
-    if root is None or settings.catalog is not None:
+    local = local_tables(settings)
+    if local is None:
         raise ConfigError("read_pinned_arrow needs a local lake directory; use read_pinned.")
-    path = table_path(root, ref)
-    if not DeltaTable.is_deltatable(path):
+    path = table_path(str(settings.root), ref)
+    if not local.exists(path):
         return None
-    table = DeltaTable(path)
-    history = [
-        (int(c["version"]), decode_user_metadata_run(c.get("userMetadata")))
-        for c in commit_history(table)
-    ]
+    history = [(e.version, e.run_id) for e in local.history(path)]
     committed = PipelineRuns(settings).committed()
     version = pinned_version(history, committed)
     if version is None:
         return None
-    if version != table.version():
-        table = DeltaTable(path, version=version)
-    data = read_table(table)
+    data = local.read_arrow(path, version)
     hidden = _incomplete((t for v, t in history if v <= version), committed)
     if hidden and "run_id" in data.column_names:
         data = data.filter(pc.invert(pc.is_in(data.column("run_id"), value_set=_strings(hidden))))
     return data
+
+
+def remove_incomplete(
+    settings: LakeSettings,
+    refs: Iterable[TableRef],
+    run_ids: Iterable[str],
+    *,
+    spark: SparkSession | None = None,
+) -> dict[str, int]:
+    """Delete the rows of ``run_ids`` without a complete manifest from each table of ``refs``.
+
+    For runs known to have failed (killed, or given up on): their appended rows were never valid,
+    and after this no reader, raw or pinned, sees them at the latest version. A run whose
+    manifest is committed keeps its rows whatever ``run_ids`` says. One untagged commit per
+    table that held such rows; tables without any are left alone (no commit).
+
+    Args:
+        settings: the lake.
+        refs: tables with a ``run_id`` column (e.g. the release tables).
+        run_ids: the failed runs.
+        spark: needed only for lakes that are not a local directory.
+
+    Returns:
+        ``str(ref)`` -> the version of its delete commit, for the tables that changed.
+
+    Raises:
+        CommitError: a delete commit failed (nothing was removed from that table); run again.
+    """
+    from gpope.shell.lake.base import encode_user_metadata
+
+    run_ids = set(run_ids)
+    if not run_ids:
+        return {}
+    runs = PipelineRuns(settings, spark=spark)
+    failed = run_ids - runs.committed()
+    if not failed:
+        return {}
+    local = local_tables(settings)
+    out: dict[str, int] = {}
+    for ref in refs:
+        if local is not None:
+            version = local.delete_rows(
+                table_path(str(settings.root), ref), "run_id", failed,
+                user_metadata=encode_user_metadata("delete", None), table_name=str(ref),
+            )  # fmt: skip
+        else:
+            lake = runs._lake()
+            version = lake.delete_rows(ref, "run_id", failed) if lake.exists(ref) else None
+        if version is not None:
+            out[str(ref)] = version
+    return out
 
 
 def _strings(values: set[str]) -> pa.Array:

@@ -5,6 +5,8 @@ The same operations as :mod:`gpope.shell.lake.delta_rs`, each a thin call into d
 ``versionAsOf``, ``DESCRIBE HISTORY``. Delta itself makes every write one atomic commit, checks
 that ``replaceWhere`` writes stay inside their partition and enforces NOT NULL columns. Tables are
 addressed by path or, with Unity Catalog, by name (``by_name=True``).
+
+Nothing here opens ``deltalake``: every operation is a Spark (delta-spark) call.
 """
 
 from __future__ import annotations
@@ -12,30 +14,39 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpope.errors import CommitError, SchemaError
+from gpope.errors import CommitError, ConfigError, SchemaError
 from gpope.shell.lake.base import (
     HistoryEntry,
+    MissingTableError,
     PartitionValue,
     WriteMode,
     decode_user_metadata,
     decode_user_metadata_run,
     replace_where_sql,
     spark_write_cause,
+    sql_in,
 )
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
-from gpope.shell.lake.delta_rs import MissingTableError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["COMMIT_TOKEN_KEY", "NativeStore", "own_commit_version", "with_commit_token"]
+__all__ = [
+    "COMMIT_TOKEN_KEY",
+    "BufferedArrowWriter",
+    "NativeStore",
+    "own_commit_version",
+    "with_commit_token",
+]
 
 COMMIT_TOKEN_KEY = "gpope.commit"
+_DELTA_LOADS: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDictionary()
 
 
 def with_commit_token(user_metadata: str) -> tuple[str, str]:
@@ -88,43 +99,71 @@ class NativeStore:
 
     Args:
         spark: a session whose JVM has the Delta Lake classes.
+        by_name: locations are Unity Catalog names (else paths).
     """
 
-    def __init__(self, spark: SparkSession) -> None:
+    name = "native"
+
+    def __init__(self, spark: SparkSession | None, *, by_name: bool = False) -> None:
+        if spark is None:
+            raise ConfigError("The native Delta store runs in a Spark session; pass one.")
         self._spark = spark
+        self._by_name = by_name
 
-    @staticmethod
-    def _sql_target(location: str, by_name: bool) -> str:
-        return location if by_name else "delta.`" + location.replace("`", "``") + "`"
+    @classmethod
+    def available(cls, spark: SparkSession) -> bool:
+        """Whether the Delta classes load in ``spark``'s JVM, detected once per session."""
+        from gpope.shell.spark import delta_available
 
-    def exists(self, location: str, *, by_name: bool) -> bool:
+        try:
+            cached = _DELTA_LOADS.get(spark)
+        except TypeError:  # pragma: no cover - a session type without weak references
+            return delta_available(spark)
+        if cached is None:
+            cached = _DELTA_LOADS[spark] = delta_available(spark)
+        return cached
+
+    @classmethod
+    def check_lake(cls, spark: SparkSession, root: str, *, local: bool, by_name: bool) -> None:
+        """Any root or Unity Catalog schema works where the Delta classes load."""
+
+    def _sql_target(self, location: str) -> str:
+        return location if self._by_name else "delta.`" + location.replace("`", "``") + "`"
+
+    def exists(self, location: str) -> bool:
         """True when the table exists (a catalog table, or a Delta table at the path)."""
-        if by_name:
+        if self._by_name:
             return bool(self._spark.catalog.tableExists(location))
         from delta.tables import DeltaTable
 
         return bool(DeltaTable.isDeltaTable(self._spark, location))
 
-    def _require(self, location: str, by_name: bool) -> None:
-        if not self.exists(location, by_name=by_name):
+    def _require(self, location: str) -> None:
+        if not self.exists(location):
             raise MissingTableError(location)
 
-    def read(self, location: str, *, by_name: bool, version: int | None = None) -> DataFrame:
+    def read(self, location: str, version: int | None = None) -> DataFrame:
         """The table (as of ``version``) as a lazy DataFrame."""
-        self._require(location, by_name)
+        self._require(location)
         reader = self._spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", int(version))
-        return reader.table(location) if by_name else reader.load(location)
+        return reader.table(location) if self._by_name else reader.load(location)
 
-    def read_arrow(self, location: str, *, by_name: bool, version: int | None = None) -> pa.Table:
+    def read_arrow(self, location: str, version: int | None = None) -> pa.Table:
         """The table as an Arrow table, collected through Spark."""
-        return self.read(location, by_name=by_name, version=version).toArrow()
+        return self.read(location, version).toArrow()
 
-    def history(self, location: str, *, by_name: bool) -> list[HistoryEntry]:
+    def data_files(self, location: str, version: int | None = None,
+                   partition: Mapping[str, PartitionValue] | None = None) -> None:
+        """None: the files are Delta's business (deletion vectors, column mapping...); callers
+        read :meth:`read`."""
+        return None
+
+    def history(self, location: str) -> list[HistoryEntry]:
         """All commits, oldest first."""
-        self._require(location, by_name)
-        rows = self._spark.sql(f"DESCRIBE HISTORY {self._sql_target(location, by_name)}").collect()
+        self._require(location)
+        rows = self._spark.sql(f"DESCRIBE HISTORY {self._sql_target(location)}").collect()
         entries = []
         for row in rows:
             stamp = row["timestamp"]
@@ -146,10 +185,10 @@ class NativeStore:
             )
         return sorted(entries, key=lambda e: e.version)
 
-    def version(self, location: str, *, by_name: bool) -> int:
+    def version(self, location: str) -> int:
         """The latest version (whoever committed it; a write returns its own version)."""
-        self._require(location, by_name)
-        target = self._sql_target(location, by_name)
+        self._require(location)
+        target = self._sql_target(location)
         return int(self._spark.sql(f"DESCRIBE HISTORY {target} LIMIT 1").collect()[0]["version"])
 
     def write(
@@ -157,7 +196,6 @@ class NativeStore:
         df: DataFrame,
         location: str,
         *,
-        by_name: bool,
         schema: StructType,
         mode: WriteMode,
         partition_by: list[str] | None,
@@ -171,8 +209,8 @@ class NativeStore:
             SchemaError: the DataFrame or the existing table does not match the contract.
             CommitError: Delta refused or failed the write (nothing was committed).
         """
-        if self.exists(location, by_name=by_name):
-            current = self.read(location, by_name=by_name).schema
+        if self.exists(location):
+            current = self.read(location).schema
             if current.simpleString() != schema.simpleString():
                 raise SchemaError(
                     f"Delta table {location} ({table_name}) has schema {current.simpleString()}, "
@@ -194,7 +232,7 @@ class NativeStore:
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         try:
-            if by_name:
+            if self._by_name:
                 writer.saveAsTable(location)
             else:
                 writer.save(location)
@@ -211,9 +249,9 @@ class NativeStore:
                 f"Delta refused the write to {table_name} at {location} ({cause}). Nothing was "
                 "committed."
             ) from exc
-        return self._own_version(location, by_name, token)
+        return self._own_version(location, token)
 
-    def _own_version(self, location: str, by_name: bool, token: str) -> int:
+    def _own_version(self, location: str, token: str) -> int:
         """The version this write committed: the history entry carrying its token.
 
         ``DESCRIBE HISTORY ... LIMIT 1`` would return whichever writer committed last.
@@ -221,9 +259,113 @@ class NativeStore:
         from pyspark.sql import functions as F
 
         history = (
-            self._spark.sql(f"DESCRIBE HISTORY {self._sql_target(location, by_name)}")
+            self._spark.sql(f"DESCRIBE HISTORY {self._sql_target(location)}")
             .where(F.col("userMetadata").contains(token))
             .select("version", "userMetadata")
             .collect()
         )
         return own_commit_version(((r["version"], r["userMetadata"]) for r in history), token)
+
+    def append_arrow(
+        self, location: str, data: pa.Table, *, create_schema: StructType | None = None,
+        merge_schema: bool = False, description: str | None = None, table_name: str,
+    ) -> int:  # fmt: skip
+        """Append driver-side rows through Spark in one Delta commit; return its version.
+
+        Raises:
+            CommitError: Delta refused or failed the write (nothing was committed).
+        """
+        df = self._spark.createDataFrame(data.to_pandas(), schema=create_schema)
+        user_metadata, token = with_commit_token("")
+        writer = df.write.format("delta").mode("append").option("userMetadata", user_metadata)
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if description is not None and not self.exists(location):
+            writer = writer.option("description", description)
+        try:
+            writer.saveAsTable(location) if self._by_name else writer.save(location)
+        except Exception as exc:
+            raise CommitError(
+                f"Delta refused the append to {table_name} at {location} "
+                f"({spark_write_cause(exc, table_name)}). Nothing was committed."
+            ) from exc
+        return self._own_version(location, token)
+
+    def arrow_writer(
+        self, location: str, *, schema: StructType, mode: WriteMode, user_metadata: str,
+        table_name: str,
+    ) -> BufferedArrowWriter:  # fmt: skip
+        """Arrow tables buffered on the driver and written as one Spark DataFrame at commit."""
+        return BufferedArrowWriter(self, location, schema=schema, mode=mode,
+                                   user_metadata=user_metadata, table_name=table_name)  # fmt: skip
+
+    def worker_staging(self, location: str, **_: Any) -> None:
+        """None: Spark's own Delta writer writes the files (callers use :meth:`write`)."""
+        return None
+
+    def delete_rows(
+        self, location: str, column: str, values: set[str], *, user_metadata: str,
+        table_name: str,
+    ) -> int | None:  # fmt: skip
+        """``DELETE FROM`` the rows whose ``column`` is in ``values`` (one Delta commit)."""
+        if not values or not self.exists(location):
+            return None
+        predicate = sql_in(column, values)
+        if self.read(location).where(predicate).limit(1).count() == 0:
+            return None
+        key = "spark.databricks.delta.commitInfo.userMetadata"
+        user_metadata, token = with_commit_token(user_metadata)
+        self._spark.conf.set(key, user_metadata)
+        try:
+            self._spark.sql(f"DELETE FROM {self._sql_target(location)} WHERE {predicate}")
+        except Exception as exc:
+            raise CommitError(
+                f"Could not remove the rows of {sorted(values)} from {table_name} at {location} "
+                f"({spark_write_cause(exc, table_name)}). Nothing was removed."
+            ) from exc
+        finally:
+            self._spark.conf.unset(key)
+        return self._own_version(location, token)
+
+
+class BufferedArrowWriter:
+    """The native form of an Arrow writer: tables buffered, one Spark write at ``commit()``."""
+
+    def __init__(self, store: NativeStore, location: str, *, schema: StructType, mode: WriteMode,
+                 user_metadata: str, table_name: str) -> None:  # fmt: skip
+        self._store, self._location, self._schema = store, location, schema
+        self._mode, self._user_metadata, self._table_name = mode, user_metadata, table_name
+        self._tables: list[pa.Table] = []
+        self.rows = 0
+        self.version: int | None = None
+
+    def write(self, table: pa.Table) -> None:
+        """Buffer ``table`` (its columns named as the contract's)."""
+        self._tables.append(table)
+        self.rows += table.num_rows
+
+    def commit(self) -> int:
+        """Write every buffered row in one Delta commit; return its version."""
+        import pyarrow as pa
+
+        whole = pa.concat_tables(self._tables) if self._tables else None
+        self._tables = []
+        df = self._store._spark.createDataFrame(
+            whole.to_pandas() if whole is not None else [], schema=self._schema
+        )
+        self.version = self._store.write(
+            df, self._location, schema=self._schema, mode=self._mode, partition_by=None,
+            replace_where=None, user_metadata=self._user_metadata, table_name=self._table_name,
+        )  # fmt: skip
+        return self.version
+
+    def abort(self) -> None:
+        """Drop what was buffered; nothing is committed."""
+        self._tables = []
+
+    def __enter__(self) -> BufferedArrowWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            self.abort()

@@ -276,15 +276,14 @@ class PrivacyLedger:
 
         path = _local_path_of(self._config, "bronze", dataset, "observations")
         if path is not None:
-            from deltalake import DeltaTable
+            from gpope.shell.lake.delta_rs import DeltaRsTables
 
-            from gpope.shell.delta_read import commit_history
-
-            if DeltaTable.is_deltatable(path):
-                history = commit_history(DeltaTable(path), 1)
-                stamp = history[0].get("timestamp") if history else None
+            tables = DeltaRsTables()
+            if tables.exists(path):
+                history = tables.history(path)
+                stamp = history[-1].timestamp if history else None
                 if stamp is not None:
-                    committed = datetime.fromtimestamp(stamp / 1000, UTC).replace(tzinfo=None)
+                    committed = stamp.replace(tzinfo=None)
                     if committed > latest["created_at"] + timedelta(seconds=1):
                         return None
         return str(latest["mechanism"]).removeprefix("origin:")

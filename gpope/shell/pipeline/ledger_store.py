@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpope.core.accounting.budget import UNKNOWN_VERSION, LedgerRow
 from gpope.errors import CommitError
-from gpope.shell.delta_read import commit_history, read_table
+from gpope.shell.lake.delta_rs.log import commit_history, read_table
 from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
 if TYPE_CHECKING:
