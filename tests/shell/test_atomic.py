@@ -16,11 +16,13 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
 from gpope.config import GpopeConfig, LakeSettings
+from gpope.errors import SchemaError
 from gpope.shell import faults
 from gpope.shell.lake import Lake, TableRef
 from gpope.shell.lake.manifest import PipelineRuns, pinned_version, read_pinned
@@ -98,9 +100,13 @@ def killed(spark, tmp_path_factory):
         [*GPOPE, "simulate", "--domain", "chain", "--patients", "4", "--steps", "3", "--dataset",
          "s", "--seed", "2", "--no-progress", "--lake", str(roots["simulate"])],
         "simulate:treatments", logs["simulate"])
-    # release: r1 released, then r2's release killed after released_estimates
+    # release: r1 released, then r2 reserved in the ledger and its release killed after
+    # released_estimates
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
     config = GpopeConfig(lake=LakeSettings(root=str(roots["release"])))
     write_release(spark, config, *_release("r1"))
+    PrivacyLedger(None, config).set_budget("d", epsilon=10.0, delta=1e-3)
     row, values = _release("r2")
     procs["release"] = _start_killed(
         [sys.executable, "-c", _RELEASE_SCRIPT, str(roots["release"]), repr(row), repr(values)],
@@ -173,8 +179,11 @@ from gpope.config import GpopeConfig, LakeSettings, SparkSettings
 from gpope.shell.spark import get_spark
 from gpope.shell.pipeline.release import write_release
 spark = get_spark(SparkSettings(master="local[1]", shuffle_partitions=1), app_name="kill", ui=False)
+from gpope.shell.pipeline.ledger import PrivacyLedger
 config = GpopeConfig(lake=LakeSettings(root=sys.argv[1]))
 row, values = eval(sys.argv[2]), eval(sys.argv[3])
+PrivacyLedger(None, config).reserve("d", run_id=row["run_id"], epsilon=1.0, delta=1e-6,
+                                    accountant="rdp", mechanism="gaussian")
 write_release(spark, config, row, values)
 """
 
@@ -212,6 +221,13 @@ def test_kill_between_release_commits_releases_nothing(spark, killed):
 
     # reconcile's evidence reads through the manifest: r2's row is there, but r2 is no release
     assert released_run_ids(config, {"r1", "r2"}) == {"r1"}
+    assert _raw_run_ids(config, "released_estimates") == {"r1", "r2"}  # raw readers see it...
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    settled = PrivacyLedger(None, config).reconcile("d")  # r2's process is gone: failed
+    assert [(s.run_id, s.status) for s in settled] == [("r2", "failed")]
+    for table in ("released_estimates", "released_values"):  # ...until reconcile deletes it
+        assert _raw_run_ids(config, table) == {"r1"}, table
     write_release(spark, config, *_release("r3"))  # a later release does not reveal r2
     ids = {r[0] for r in read_releases(spark, config).select("run_id").collect()}
     assert ids == {"r1", "r3"}
@@ -219,6 +235,29 @@ def test_kill_between_release_commits_releases_nothing(spark, killed):
 
     arrow = read_pinned_arrow(config.lake, TableRef.shared("released_values"))  # JVM-free readers
     assert set(arrow.column("run_id").to_pylist()) == {"r1", "r3"}
+
+    row, values = _release("r4")  # a release failing after its released_estimates commit...
+    values[1]["state"] = None  # (NOT NULL: the released_values write fails)
+    with pytest.raises((SchemaError, ValueError)):  # Spark refuses the null (either place)
+        write_release(spark, config, row, values)
+    for table in ("released_estimates", "released_values"):  # ...deletes its row at once
+        assert _raw_run_ids(config, table) == {"r1", "r3"}, table
+
+
+def _raw_run_ids(config, table: str) -> set[str]:
+    """run_ids at the latest version as raw Delta readers see them: delta-rs and DuckDB (over
+    delta-rs's Arrow dataset), no manifest, no pinning."""
+    import duckdb
+    from deltalake import DeltaTable
+
+    path = str(Path(config.lake.root) / "gold" / table)
+    if not DeltaTable.is_deltatable(path):
+        return set()
+    by_delta_rs = set(DeltaTable(path).to_pyarrow_table().column("run_id").to_pylist())
+    dataset = DeltaTable(path).to_pyarrow_dataset()  # noqa: F841 - DuckDB scans it by name
+    by_duckdb = {r[0] for r in duckdb.sql("SELECT DISTINCT run_id FROM dataset").fetchall()}
+    assert by_delta_rs == by_duckdb
+    return by_delta_rs
 
 
 def test_count_and_statistics_come_from_one_pinned_version(spark, lake_root):

@@ -453,7 +453,9 @@ class PrivacyLedger:
         did not admit it (its run could not pass its own decision, so it drew nothing); else
         ``failed`` (still counted: it may have drawn noise). A reservation with a release is
         settled ``released`` even if its process still runs (the evidence is final; the run's
-        own mark is then a no-op).
+        own mark is then a no-op). The rows a run settled ``failed`` appended to the release
+        tables are deleted, so raw Delta readers at the latest version never see them
+        (:func:`~gpope.shell.pipeline.release.remove_failed_releases`).
         """
         from gpope.shell.pipeline.ledger_store import released_run_ids
 
@@ -488,6 +490,10 @@ class PrivacyLedger:
             self._append_settlement(e.__dict__, status, reverse=reverse,
                                     note=f"reconciled: {evidence}")
             out.append(Settlement(e.dataset, e.run_id, status, evidence))
+        from gpope.shell.pipeline.release import remove_failed_releases
+
+        remove_failed_releases(self._config, {s.run_id for s in out if s.status == "failed"},
+                               spark or self._spark)  # fmt: skip
         return out
 
 

@@ -19,7 +19,18 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["policy_label", "read_releases", "release_row", "value_rows", "write_release"]
+__all__ = [
+    "RELEASE_TABLES",
+    "policy_label",
+    "read_releases",
+    "release_row",
+    "remove_failed_releases",
+    "value_rows",
+    "write_release",
+]
+
+RELEASE_TABLES: tuple[str, ...] = ("released_estimates", "released_values")
+"""The shared tables one release appends to (tagged with its run id, made valid by its manifest)."""
 
 
 def release_row(
@@ -82,9 +93,11 @@ def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
     Both appends are tagged with the run id and stay invisible to readers
     (:func:`read_releases`, :func:`gpope.shell.lake.manifest.read_pinned`) until the one
     ``pipeline_runs`` commit (stage ``release``, key = spec id) that follows them: a crash between
-    the commits releases nothing. The caller marks the ledger after this returns; a manifest
-    without a ``released`` ledger mark (a kill in between) is the evidence ``budget reconcile``
-    settles as released.
+    the commits releases nothing. An exception before the manifest deletes the rows already
+    appended (:func:`~gpope.shell.lake.manifest.remove_incomplete`), so raw Delta readers never
+    keep a failed release's row; after a kill, ``budget reconcile`` deletes them. The caller marks
+    the ledger after this returns; a manifest without a ``released`` ledger mark (a kill in
+    between) is the evidence ``budget reconcile`` settles as released.
     """
     from gpope.shell import faults
     from gpope.shell.lake import Lake, TableRef
@@ -92,25 +105,70 @@ def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
     from gpope.shell.schemas import RELEASED_ESTIMATES, RELEASED_VALUES
 
     run_id = row["run_id"]
-    target = Lake.from_settings(spark, config.lake)
-    df = spark.createDataFrame(
-        [tuple(row[f.name] for f in RELEASED_ESTIMATES.fields)], schema=RELEASED_ESTIMATES
-    )
-    estimates = TableRef.shared("released_estimates")
-    versions = {estimates: target.write(df, estimates, mode="append", run_id=run_id)}
-    faults.point("release:released_estimates")
-    if values:
-        vdf = spark.createDataFrame(
-            [tuple(r[f.name] for f in RELEASED_VALUES.fields) for r in values], schema=RELEASED_VALUES
+    try:
+        target = Lake.from_settings(spark, config.lake)
+        df = spark.createDataFrame(
+            [tuple(row[f.name] for f in RELEASED_ESTIMATES.fields)], schema=RELEASED_ESTIMATES
         )
-        value_ref = TableRef.shared("released_values")
-        versions[value_ref] = target.write(vdf, value_ref, mode="append", run_id=run_id)
-        faults.point("release:released_values")
-    PipelineRuns(config.lake, spark=spark).commit(
-        run_id=run_id, stage="release", dataset=row["dataset"], tables=versions,
-        key=row["spec_id"], details={"estimator": row.get("estimator"), "values": len(values or [])},
-    )  # fmt: skip
-    faults.point("release:manifest")
+        estimates = TableRef.shared("released_estimates")
+        versions = {estimates: target.write(df, estimates, mode="append", run_id=run_id)}
+        faults.point("release:released_estimates")
+        if values:
+            vdf = spark.createDataFrame(
+                [tuple(r[f.name] for f in RELEASED_VALUES.fields) for r in values], schema=RELEASED_VALUES
+            )
+            value_ref = TableRef.shared("released_values")
+            versions[value_ref] = target.write(vdf, value_ref, mode="append", run_id=run_id)
+            faults.point("release:released_values")
+        PipelineRuns(config.lake, spark=spark).commit(
+            run_id=run_id, stage="release", dataset=row["dataset"], tables=versions,
+            key=row["spec_id"], details={"estimator": row.get("estimator"), "values": len(values or [])},
+        )  # fmt: skip
+        faults.point("release:manifest")
+    except BaseException:
+        _remove_own_rows(spark, config, run_id)
+        raise
+
+
+def _remove_own_rows(spark: SparkSession, config: GpopeConfig, run_id: str) -> None:
+    """Delete what a failed release appended (best effort: if the delete fails too, the ledger
+    marks the run failed and ``budget reconcile`` deletes the rows)."""
+    from gpope.errors import GpopeError
+
+    try:
+        remove_failed_releases(config, {run_id}, spark)
+    except (GpopeError, OSError):
+        pass
+
+
+def remove_failed_releases(
+    config: GpopeConfig, run_ids: set[str], spark: SparkSession | None = None
+) -> dict[str, int]:
+    """Delete the release rows of failed runs (those without a committed release manifest).
+
+    Afterwards a raw Delta read of ``released_estimates`` and ``released_values`` at the latest
+    version (delta-rs, DuckDB, Polars) holds no row of these runs; a run whose manifest is
+    committed keeps its rows. ``spark`` is needed only for lakes that are not a local directory
+    (one is started from the configuration when missing).
+
+    Returns:
+        table -> version of its delete commit, for the tables that held such rows.
+
+    Raises:
+        CommitError: a delete failed (nothing removed from that table); run reconcile again.
+    """
+    from gpope.shell.lake import TableRef
+    from gpope.shell.lake.manifest import remove_incomplete
+    from gpope.shell.lake.store import local_tables
+
+    if not run_ids:
+        return {}
+    if spark is None and local_tables(config.lake) is None:
+        from gpope.shell.spark import get_spark
+
+        spark = get_spark(config.spark)
+    return remove_incomplete(config.lake, [TableRef.shared(t) for t in RELEASE_TABLES], run_ids,
+                             spark=spark)  # fmt: skip
 
 
 def read_releases(spark: SparkSession, config: GpopeConfig, *, table: str = "released_estimates") -> Any:
