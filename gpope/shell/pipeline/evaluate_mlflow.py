@@ -128,9 +128,10 @@ def value_figure(record: EvaluationRecord) -> Any:
     if scalars:
         plot_policy_values(axes[0][1], scalars, epsilon=record.epsilon)
     label = f"{record.estimator} (released, eps={record.epsilon:g})"
-    if record.intervals:
-        lo = np.array([record.intervals[n].lower for n in names])
-        hi = np.array([record.intervals[n].upper for n in names])
+    bounds = record.state_intervals()
+    if bounds:
+        lo = np.array([bounds[n][0] for n in names])
+        hi = np.array([bounds[n][1] for n in names])
         level = f"{100 * record.ci_level:g}% " if record.ci_level else ""
         ax.errorbar(x, values, yerr=[values - lo, hi - values], fmt="o", capsize=6,
                     label=f"{label}, {level}interval")
@@ -264,10 +265,11 @@ def json_end(value: float | None) -> float | str | None:
 def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
     names = list(record.spec.reference_names)
     table: dict[str, list[Any]] = {"state": names, "value": [float(v) for v in record.values]}
-    if record.intervals:
-        table["lower"] = [json_end(record.intervals[n].lower) for n in names]
-        table["upper"] = [json_end(record.intervals[n].upper) for n in names]
-        table["lower_bound"] = [json_end(record.intervals[n].lower_bound) for n in names]
+    bounds = record.state_intervals()
+    if bounds:
+        table["lower"] = [json_end(bounds[n][0]) for n in names]
+        table["upper"] = [json_end(bounds[n][1]) for n in names]
+        table["lower_bound"] = [json_end(bounds[n][2]) for n in names]
         table["ci_level"] = [record.ci_level] * len(names)
     if record.truth:
         table["true_value"] = [record.truth.get(n) for n in names]
@@ -317,8 +319,7 @@ def _log_evaluation(
         "gpope.valid_bound": str(record.accountant != "paper").lower(),
         **code_version(),
         **dict(record.tags),
-        **unbounded_tags({n: (iv.lower, iv.upper, iv.lower_bound)
-                          for n, iv in (record.intervals or {}).items()}),
+        **unbounded_tags(record.state_intervals()),
     }
     public_mspbe = relative = None
     diagnostics: dict[str, Any] = {}
@@ -337,9 +338,9 @@ def _log_evaluation(
             "reserved_epsilon": float(record.epsilon),
         }
         metrics.update({f"value.{k}": v for k, v in record.reference_values.items()})
-        for name, iv in (record.intervals or {}).items():
-            metrics.update({f"value_lower.{name}": iv.lower, f"value_upper.{name}": iv.upper,
-                            f"value_lower_bound.{name}": iv.lower_bound})
+        for name, (lower, upper, lower_bound) in record.state_intervals().items():
+            metrics.update({f"value_lower.{name}": lower, f"value_upper.{name}": upper,
+                            f"value_lower_bound.{name}": lower_bound})
         for name, v in (record.truth or {}).items():
             metrics[f"true_value.{name}"] = float(v)
         metrics.update({k: float(v) for k, v in record.metrics.items()})

@@ -255,7 +255,6 @@ def build_record(
     from gpope.shell import lake
     from gpope.shell.pipeline.evaluation_record import (
         EvaluationRecord,
-        Interval,
         StatisticsInput,
     )
     from gpope.shell.pipeline.public import public_cohort
@@ -296,11 +295,7 @@ def build_record(
         public_cohort=public_cohort(spec, n_trajectories=options.public_trajectories,
                                     max_length=options.public_max_length),
         truth=dict(truth) if truth else None,
-        intervals=None if intervals is None else {
-            name: Interval(float(intervals.lower[i]), float(intervals.upper[i]),
-                           float(intervals.lower_bound[i]))
-            for i, name in enumerate(spec.reference_names)
-        },
+        intervals=intervals,
         ci_level=None if intervals is None else float(intervals.level),
         private_population=private_population, spec_text=spec_text,
         config=to_mapping(config), metrics=metrics,

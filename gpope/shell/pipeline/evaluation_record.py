@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["EvaluationRecord", "Interval", "PublicCohort", "StatisticsInput"]
+__all__ = ["EvaluationRecord", "PublicCohort", "StatisticsInput"]
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,6 @@ class PublicCohort:
     population: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A released interval at one reference state (two-sided and one-sided lower bound)."""
-
-    lower: float
-    upper: float
-    lower_bound: float
-
-
 @dataclass(frozen=True, kw_only=True)
 class EvaluationRecord:
     """Everything one released evaluation reports to tracking.
@@ -91,7 +83,8 @@ class EvaluationRecord:
         values: released values at the spec's reference states, in ``spec.reference_names`` order.
         theta_final: the last iterate (released too: same noise), or None.
         trace_steps, trace_theta: released iterates at traced steps, or None.
-        intervals: per reference state name, the released interval, or None.
+        intervals: the released intervals at the reference states (in ``spec.reference_names``
+            order), or None.
         ci_level: the intervals' confidence level.
         statistics: the statistics table read.
         public_cohort: the public cohort of public MSPBE, or None (no simulator).
@@ -124,7 +117,7 @@ class EvaluationRecord:
     theta_final: np.ndarray | None = None
     trace_steps: np.ndarray | None = None
     trace_theta: np.ndarray | None = None
-    intervals: Mapping[str, Interval] | None = None
+    intervals: Interval | None = None
     ci_level: float | None = None
     statistics: StatisticsInput | None = None
     public_cohort: PublicCohort | None = None
@@ -135,6 +128,15 @@ class EvaluationRecord:
     tags: Mapping[str, str] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
     tuning: Mapping[str, Any] | None = None
+
+    def state_intervals(self) -> dict[str, tuple[float, float, float]]:
+        """Per reference state name, ``(lower, upper, lower_bound)`` of its released interval
+        (empty without intervals)."""
+        if self.intervals is None:
+            return {}
+        iv = self.intervals
+        return {name: (float(iv.lower[i]), float(iv.upper[i]), float(iv.lower_bound[i]))
+                for i, name in enumerate(self.spec.reference_names)}
 
     @property
     def reference_values(self) -> dict[str, float]:
