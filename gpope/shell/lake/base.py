@@ -55,6 +55,8 @@ class HistoryEntry:
         parameters: the engine's operation parameters, as strings.
         run_id: the stage run that made the commit (see :mod:`gpope.shell.lake.manifest`), or
             None for commits outside a multi-table stage.
+        info: the commit's other fields as the engine reports them (delta-rs: the whole
+            ``commitInfo``, custom commit metadata included).
     """
 
     version: int
@@ -63,6 +65,7 @@ class HistoryEntry:
     mode: str | None
     parameters: dict[str, str] = field(default_factory=dict)
     run_id: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 def check_write_mode(mode: object) -> WriteMode:

@@ -181,6 +181,7 @@ class NativeStore:
                     mode=decode_user_metadata(row["userMetadata"]),
                     parameters=parameters,
                     run_id=decode_user_metadata_run(row["userMetadata"]),
+                    info={"userMetadata": row["userMetadata"]},
                 )
             )
         return sorted(entries, key=lambda e: e.version)
@@ -268,15 +269,17 @@ class NativeStore:
 
     def append_arrow(
         self, location: str, data: pa.Table, *, create_schema: StructType | None = None,
-        merge_schema: bool = False, description: str | None = None, table_name: str,
+        merge_schema: bool = False, description: str | None = None,
+        commit_metadata: Mapping[str, str] | None = None, table_name: str,
     ) -> int:  # fmt: skip
-        """Append driver-side rows through Spark in one Delta commit; return its version.
+        """Append driver-side rows through Spark in one Delta commit; return its version
+        (``commit_metadata`` goes into the commit's ``userMetadata`` JSON).
 
         Raises:
             CommitError: Delta refused or failed the write (nothing was committed).
         """
         df = self._spark.createDataFrame(data.to_pandas(), schema=create_schema)
-        user_metadata, token = with_commit_token("")
+        user_metadata, token = with_commit_token(json.dumps(dict(commit_metadata or {})))
         writer = df.write.format("delta").mode("append").option("userMetadata", user_metadata)
         if merge_schema:
             writer = writer.option("mergeSchema", "true")

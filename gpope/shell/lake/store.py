@@ -94,7 +94,8 @@ class TableStore(Protocol):
 
     def append_arrow(
         self, location: str, data: pa.Table, *, create_schema: StructType | None = None,
-        merge_schema: bool = False, description: str | None = None, table_name: str,
+        merge_schema: bool = False, description: str | None = None,
+        commit_metadata: Mapping[str, str] | None = None, table_name: str,
     ) -> int:  # fmt: skip
         """Append small driver-side rows in one atomic commit; return its version."""
         ...

@@ -1,7 +1,7 @@
 """Where the privacy ledger's rows live: delta-rs directly (no JVM) or the Spark table layer.
 
-The ledger is small and append-only, so on a local lake it is read and appended with
-``deltalake`` alone: ``gpope budget show`` answers in about a second and starts no JVM. Only a
+The ledger is small and append-only, so on a local lake it is read and appended by the JVM-free
+delta-rs store: ``gpope budget show`` answers in about a second and starts no JVM. Only a
 Unity Catalog lake (``--catalog/--schema``) or a non-local root goes through Spark and the table
 layer (:mod:`gpope.shell.lake`). Both stores hold the same Delta table with the columns of
 :data:`LEDGER_COLUMNS` (the first eight are DESIGN.md's contract; the others make the table hard
@@ -24,8 +24,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpope.core.accounting.budget import UNKNOWN_VERSION, LedgerRow
-from gpope.errors import CommitError
-from gpope.shell.lake.delta_rs.log import commit_history, read_table
 from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
 if TYPE_CHECKING:
@@ -144,30 +142,27 @@ class LedgerStore(Protocol):
 
 
 class DeltaRsLedgerStore:
-    """The ledger of a local lake through ``deltalake`` only (no Spark, no JVM).
+    """The ledger of a local lake through the JVM-free delta-rs store
+    (:class:`~gpope.shell.lake.delta_rs.DeltaRsTables`; no Spark, no JVM).
 
     Works under any local path (spaces, non-ASCII letters, ``#``): delta-rs is given the plain
     path and encodes it itself.
     """
 
     def __init__(self, path: str, *, version: int | None = None) -> None:
+        from gpope.shell.lake.delta_rs import DeltaRsTables
+
         self.location = path
         self._version = version  # read at this version (a pinned snapshot); None: the latest
-
-    def _table(self):
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self.location):
-            return None
-        return DeltaTable(self.location, version=self._version)
+        self._tables = DeltaRsTables()
 
     def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
         """All rows (of ``dataset``), each with the version of the commit that added it."""
-        table = self._table()
-        if table is None:
+        if not self._tables.exists(self.location):
             return []
-        data = read_table(table)
-        versions = _versions((h["version"], h.get(ROWS_KEY)) for h in commit_history(table))
+        data = self._tables.read_arrow(self.location, self._version)
+        history = self._tables.history(self.location, self._version)
+        versions = _versions((h.version, h.info.get(ROWS_KEY)) for h in history)
         out = []
         for r in data.to_pylist():
             if dataset is not None and r.get("dataset") != dataset:
@@ -178,12 +173,13 @@ class DeltaRsLedgerStore:
         return _with_versions(out, versions)
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """One atomic append; adds the newer columns to a table written before them."""
-        import pyarrow as pa
-        from deltalake import CommitProperties, write_deltalake
-        from deltalake.exceptions import DeltaError
+        """One atomic append; adds the newer columns to a table written before them.
 
-        schema = arrow_schema()
+        Raises:
+            CommitError: the append failed; nothing was committed.
+        """
+        import pyarrow as pa
+
         data = {
             name: [
                 (r.get(name).replace(tzinfo=UTC) if name == "created_at" else r.get(name))
@@ -191,18 +187,11 @@ class DeltaRsLedgerStore:
             ]
             for name, _, _ in LEDGER_COLUMNS
         }
-        table = pa.table(data, schema=schema)
-        try:
-            write_deltalake(
-                self.location, table, mode="append", schema_mode="merge",
-                description=LEDGER_DESCRIPTION,
-                commit_properties=CommitProperties(custom_metadata={ROWS_KEY: _commit_rows(rows)}),
-            )
-        except (DeltaError, OSError) as exc:
-            raise CommitError(
-                f"Could not append to the privacy ledger at {self.location}: {exc}. Nothing was "
-                "committed; check that the lake is writable."
-            ) from exc
+        self._tables.append_arrow(
+            self.location, pa.table(data, schema=arrow_schema()), merge_schema=True,
+            description=LEDGER_DESCRIPTION, commit_metadata={ROWS_KEY: _commit_rows(rows)},
+            table_name="the privacy ledger",
+        )  # fmt: skip
 
 
 class SparkLedgerStore:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,6 +165,7 @@ class DeltaRsTables:
                     mode=decode_user_metadata(commit.get("userMetadata")),
                     parameters=parameters,
                     run_id=decode_user_metadata_run(commit.get("userMetadata")),
+                    info=dict(commit),
                 )
             )
         return sorted(entries, key=lambda e: e.version)
@@ -227,6 +229,7 @@ class DeltaRsTables:
         create_schema: StructType | None = None,
         merge_schema: bool = False,
         description: str | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
         table_name: str,
     ) -> int:
         """Append ``data`` in one atomic commit; return the table version it created.
@@ -236,13 +239,17 @@ class DeltaRsTables:
                 (concurrent creators race safely); otherwise the append creates it.
             merge_schema: add columns of ``data`` the table does not have yet.
             description: the table description when the append creates the table.
+            commit_metadata: extra fields of the commit's ``commitInfo`` (read back in
+                :attr:`HistoryEntry.info <gpope.shell.lake.base.HistoryEntry.info>`).
 
         Raises:
             CommitError: the commit failed (nothing was committed).
         """
-        from deltalake import DeltaTable, Schema, write_deltalake
+        from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
         from deltalake.exceptions import DeltaError
 
+        properties = (CommitProperties(custom_metadata=dict(commit_metadata))
+                      if commit_metadata else None)
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
             if create_schema is not None and not self.exists(path):
@@ -253,7 +260,7 @@ class DeltaRsTables:
                     pass
             write_deltalake(path, data, mode="append",
                             schema_mode="merge" if merge_schema else None,
-                            description=description)
+                            description=description, commit_properties=properties)
         except (DeltaError, OSError) as exc:
             raise CommitError(
                 f"Could not append to {table_name} at {path}: {exc}. Nothing was committed; "
