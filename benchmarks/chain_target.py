@@ -5,7 +5,7 @@ Run: ``.venv/bin/python benchmarks/chain_target.py --patients 100000 --trials 3`
 Per trial: a fresh chain cohort from the simulator (the data ``gpope simulate --domain chain``
 writes), its statistics under conf/specs/chain.yaml, the run's settings resolved exactly as
 ``gpope evaluate --epsilon E --delta 1e-6`` with no solver flags resolves them
-(:meth:`EvaluateOptions.resolve`: the spec's evaluation: block, then conf), sigma from the
+(:func:`gpope.core.evaluation.settings.resolve_settings`: the spec's evaluation: block, then conf), sigma from the
 accountant, GPOPE from OS entropy, and the released values at the spec's reference states next to
 the exact chain values. The in-memory statistics are tabular here (the pipeline holds the same
 statistics densely; the arithmetic is the same). Skips Spark and the ledger, nothing else.
@@ -19,11 +19,10 @@ import time
 
 import numpy as np
 
-from gpope.config import EvaluationSettings
 from gpope.core.accounting import calibrate_sigma
 from gpope.core.envs import chain as chain_env
+from gpope.core.evaluation.settings import RunSettings, SettingsLayer, resolve_settings
 from gpope.core.gpope import GPOPEConfig, run_gpope
-from gpope.shell.pipeline.evaluate import EvaluateOptions
 from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.public import public_transitions
 from gpope.shell.pipeline.stats import statistics_of_transitions
@@ -44,8 +43,8 @@ def main() -> None:
         stats = statistics_of_transitions(tr, spec, representation="auto")
         m = stats.m
         for eps in (float(e) for e in args.epsilons.split(",")):
-            opts, info = EvaluateOptions(epsilon=eps, delta=1e-6).resolve(
-                m=m, spec=spec, settings=EvaluationSettings())
+            opts, info = resolve_settings(RunSettings(), spec,
+                                          SettingsLayer.of(epsilon=eps, delta=1e-6), m=m)
             sigma = float(calibrate_sigma(m=m, iterations=opts.iterations, epsilon=eps,
                                           delta=1e-6, accountant=opts.accountant,
                                           sampling=opts.sampling, batch_rate=opts.batch_rate))

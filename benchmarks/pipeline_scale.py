@@ -207,6 +207,7 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     import pyarrow.compute as pc
 
     from gpope.config import load_config
+    from gpope.core.evaluation.settings import resolve_settings
     from gpope.core.gpope import run_gpope
     from gpope.shell.pipeline.evaluate_solve import solver_config
     from gpope.shell.pipeline.sampled import _COLUMNS, _sparse_batches, _sparse_from_arrow
@@ -220,8 +221,8 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     table = pa.Table.from_batches(list(_sparse_batches(batches, n=spec.n_features)))
     stats = _sparse_from_arrow(table, spec.n_features, normalization=spec.normalization)
     # the solver settings the pipeline run resolved (CLI > spec evaluation: block > conf)
-    options, _ = options.resolve(m=stats.m, spec=spec,
-                                 settings=load_config(None, lake={"root": root}).evaluation)
+    options, _ = resolve_settings(load_config(None, lake={"root": root}).evaluation, spec,
+                                  options, m=stats.m)
     solver = solver_config(options, sigma=report.sigma, batch_rate=report.batch_rate,
                             trace_every=options.iterations, delta=options.delta)
     run_gpope(stats, solver, options.seed)
@@ -274,8 +275,9 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
     build a kept lake quickly).
     """
     from gpope.config import SparkSettings, load_config
+    from gpope.core.evaluation.settings import SettingsLayer
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+    from gpope.shell.pipeline.evaluate import run_evaluate
     from gpope.shell.pipeline.ingest import run_ingest
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
     from gpope.shell.pipeline.simulate import run_simulate
@@ -382,8 +384,8 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
         if "evaluate" in todo:
             # one plain GPOPE run, what the reference computes: no statistics release and no
             # disjoint-groups interval (a spec's default rule would otherwise apply at this m)
-            options = EvaluateOptions.from_settings(
-                config.evaluation, epsilon=1.0, delta=min(1e-6, 0.1 / patients), seed=7, iterations=iterations,
+            options = SettingsLayer.of(
+                epsilon=1.0, delta=min(1e-6, 0.1 / patients), seed=7, iterations=iterations,
                 statistics_share=0.0, public_trajectories=0, interval_groups=0,
             )
             report: dict[str, Any] = {}

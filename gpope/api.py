@@ -36,8 +36,9 @@ from gpope.core.spec import EvaluationSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from gpope.core.evaluation.settings import SettingsLayer
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
-    from gpope.shell.pipeline.evaluate import EvaluateOptions, EvaluationReport
+    from gpope.shell.pipeline.evaluate_report import EvaluationReport
     from gpope.shell.pipeline.ingest import IngestReport
     from gpope.shell.pipeline.ledger import BudgetStatus
     from gpope.shell.pipeline.simulate import SimulateOptions, SimulateReport
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = [
     "bronze_tables",
     "budget_status",
+    "check_demo",
+    "check_evaluation",
     "demo",
     "evaluate",
     "evaluate_options",
@@ -203,16 +206,44 @@ def evaluate_options(
     delta: float,
     seed: int | None = None,
     solver: Mapping[str, Any] | None = None,
-) -> EvaluateOptions:
-    """The options of a private run: ``evaluation:`` of the configuration, then ``solver``
-    (fields of :class:`~gpope.shell.pipeline.evaluate.EvaluateOptions`, e.g. ``iterations``),
-    then the spend and seed. Validated on construction."""
-    from gpope.shell.pipeline.evaluate import EvaluateOptions
+) -> SettingsLayer:
+    """The caller's settings of a private run: ``solver`` (names of
+    :class:`~gpope.core.evaluation.settings.RunSettings`, e.g. ``iterations``; None values are
+    not set), then the spend and seed; they apply over the spec's ``evaluation:`` block and the
+    configuration's ``evaluation:`` section. Each value is checked, and so is its combination
+    with the configuration (e.g. the ``paper`` accountant needs ``allow_invalid_accounting``).
 
-    overrides = dict(solver or {})
-    return EvaluateOptions.from_settings(
-        _config(config).evaluation, **overrides, epsilon=epsilon, delta=delta, seed=seed
-    )
+    Raises:
+        ConfigError: an unknown setting, a value outside its constraint, or an invalid
+            combination.
+    """
+    from gpope.core.evaluation.settings import SettingsLayer, merged_view
+
+    layer = SettingsLayer({**dict(solver or {}), "epsilon": epsilon, "delta": delta,
+                           "seed": seed})
+    merged_view(_config(config).evaluation, layer)
+    return layer
+
+
+def check_evaluation(spec: SpecLike, options: SettingsLayer, *, dataset: str | None = None,
+                     config: ConfigLike = None) -> EvaluationSpec:
+    """Check a run before Spark starts (everything that needs no data): its settings against the
+    spec and the configuration, and with ``dataset`` the lake's inputs (a valid name, the
+    statistics of the spec on a local lake); returns the loaded spec.
+
+    Raises:
+        ConfigError: an invalid spec, setting, combination or dataset name.
+        TableNotFoundError: an input table is missing (the message names the command).
+    """
+    from gpope.shell.pipeline.evaluate_inputs import check_request
+
+    cfg, loaded = _config(config), load_spec(spec)
+    check_request(cfg, loaded, options)
+    if dataset is not None:
+        from gpope.shell.preflight import check_stage
+
+        check_stage(cfg, "evaluate", dataset, loaded)
+    return loaded
 
 
 def evaluate(
@@ -224,7 +255,7 @@ def evaluate(
     delta: float,
     seed: int | None = None,
     solver: Mapping[str, Any] | None = None,
-    options: EvaluateOptions | None = None,
+    options: SettingsLayer | None = None,
     config: ConfigLike = None,
     tracking_uri: str | None = None,
 ) -> EvaluationReport:
@@ -263,6 +294,17 @@ def set_budget(
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     return PrivacyLedger(spark, _config(config)).set_budget(dataset, epsilon=epsilon, delta=delta)
+
+
+def check_demo(options: DemoOptions, *, config: ConfigLike = None) -> None:
+    """Check the demo's settings against the configuration before Spark starts.
+
+    Raises:
+        ConfigError: an invalid setting or combination.
+    """
+    from gpope.shell.pipeline.demo import check_demo as _check
+
+    _check(_config(config), options)
 
 
 def demo(

@@ -16,17 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
+from gpope.core.evaluation.settings import RunSettings
 from gpope.core.validation import check_choice, check_int, check_number, type_note
 from gpope.errors import ConfigError
 from gpope.shell.lake.registry import STORAGE_CHOICES
 
 __all__ = [
     "DatasetSettings",
-    "EvaluationSettings",
     "GpopeConfig",
     "LakeSettings",
     "PrivacySettings",
-    "PrivateTuningConf",
     "SparkSettings",
     "TrackingSettings",
     "from_mapping",
@@ -127,143 +126,6 @@ class DatasetSettings:
 
 
 @dataclass(frozen=True)
-class PrivateTuningConf:
-    """Public settings of ``gpope evaluate --tune private`` (:mod:`gpope.core.private_tuning`):
-    generic rules (quantiles, budget shares, candidate multipliers), not values tuned to a data
-    set."""
-
-    clip_quantile: float = 0.5
-    statistics_quantile: float = 0.9
-    quantile_share: float = 0.02
-    statistics_share: float = 0.1
-    step_multipliers: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0)
-    clip_multipliers: tuple[float, ...] = (1.0,)
-    score_z: float = 1.0
-    norm_low: float = 1e-6
-    norm_high: float = 1e3
-    bins_per_decade: int = 4
-
-    def __post_init__(self) -> None:
-        # Validates every changed field with the core's messages. The defaults are valid (a test
-        # checks it) and are not re-validated: that would import dp-accounting and the solver on
-        # every configuration load, seconds that `gpope query` and `gpope budget` must not pay.
-        if any(getattr(self, f.name) != f.default for f in dataclasses.fields(self)):
-            self.to_core()
-
-    def to_core(self) -> Any:
-        """The core :class:`~gpope.core.private_tuning.PrivateTuningSettings`."""
-        from gpope.core.private_quantile import LogGrid
-        from gpope.core.private_tuning import PrivateTuningSettings
-
-        return PrivateTuningSettings(
-            clip_quantile=self.clip_quantile, statistics_quantile=self.statistics_quantile,
-            quantile_share=self.quantile_share, statistics_share=self.statistics_share,
-            step_multipliers=self.step_multipliers, clip_multipliers=self.clip_multipliers,
-            score_z=self.score_z,
-            grid=LogGrid(lo=self.norm_low, hi=self.norm_high,
-                         bins_per_decade=self.bins_per_decade),
-        )
-
-
-@dataclass(frozen=True)
-class EvaluationSettings:
-    """Fallback settings of ``gpope evaluate`` (public, never derived from private data).
-
-    The solver settings here apply only where neither the command line nor the spec's
-    ``evaluation:`` block (written by ``gpope tune --spec``) sets them; see
-    :mod:`gpope.core.operating` for the budget rule (passes, iterations, batch) and the layers.
-    The generic clip and step size suit no particular spec: tune the spec instead. The interval
-    settings (``ssp_clip_quantile``, ``interval_groups`` and its thresholds
-    ``interval_groups_min_patients``, ``interval_groups_min_m_epsilon``) likewise apply only where
-    the command line and the spec's block leave them unset (:meth:`EvaluateOptions.resolve
-    <gpope.shell.pipeline.evaluate_options.EvaluateOptions.resolve>`).
-    """
-
-    passes: float | None = 20.0
-    iterations: int | None = 20000
-    batch_rate: float | None = None
-    batch_size: float | None = None
-    clip: float = 1.0
-    step_size: float = 0.5
-    step_schedule: Literal["constant", "inverse"] = "inverse"
-    step_offset: float | None = None
-    step_offset_fraction: float | None = 0.1
-    averaging: Literal["none", "uniform", "tail"] = "tail"
-    tail_fraction: float = 0.5
-    sampling: Literal["uniform", "poisson"] = "poisson"
-    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
-    trace_every: int | None = None
-    in_memory_limit_mb: int = 2048
-    estimator: Literal["gpope", "ssp"] = "gpope"
-    ssp_clip: float | None = None
-    ssp_clip_quantile: float = 0.99
-    moments_share: float = 0.1
-    statistics_share: float = 0.1
-    policy_value_share: float = 0.3
-    ci_level: float = 0.95
-    ssp_identification: bool = True
-    interval_groups: int = 0
-    interval_groups_min_patients: int = 0
-    interval_groups_min_m_epsilon: float = 0.0
-    tune: Literal["none", "private"] = "none"
-    private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
-    secure_noise: bool = False
-    noise_grid: float | None = None
-
-    def __post_init__(self) -> None:
-        from gpope.core.operating import EvaluationBlock
-        from gpope.core.validation import check_choice, check_number
-
-        if not isinstance(self.secure_noise, bool):
-            raise ConfigError(
-                "The 'secure_noise' parameter of EvaluationSettings must be true or false. Got "
-                f"{self.secure_noise!r} instead."
-            )
-        check_number("EvaluationSettings", "noise_grid", self.noise_grid, gt=0.0,
-                     allow_none=True)
-        if not isinstance(self.ssp_identification, bool):
-            raise ConfigError(
-                "The 'ssp_identification' parameter of EvaluationSettings must be true or false "
-                "(true: an SSP-type interval is unbounded where the noisy statistics cannot "
-                "exclude a singular A, gpope.core.intervals.separated_from_singular). Got "
-                f"{self.ssp_identification!r} instead."
-            )
-
-        check_choice("EvaluationSettings", "estimator", self.estimator, ("gpope", "ssp"))
-        check_number("EvaluationSettings", "ssp_clip", self.ssp_clip, gt=0.0, allow_none=True)
-        check_number("EvaluationSettings", "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0)
-        check_number("EvaluationSettings", "moments_share", self.moments_share, gt=0.0, lt=1.0)
-        check_number("EvaluationSettings", "statistics_share", self.statistics_share, ge=0.0, lt=1.0)
-        check_number("EvaluationSettings", "policy_value_share", self.policy_value_share, ge=0.0,
-                     lt=1.0)
-        check_number("EvaluationSettings", "ci_level", self.ci_level, gt=0.0, lt=1.0)
-        from gpope.core.intervals import check_interval_groups
-
-        check_interval_groups("EvaluationSettings", self.interval_groups)
-        check_int("EvaluationSettings", "interval_groups_min_patients",
-                  self.interval_groups_min_patients, ge=0)
-        check_number("EvaluationSettings", "interval_groups_min_m_epsilon",
-                     self.interval_groups_min_m_epsilon, ge=0.0)
-        check_int("EvaluationSettings", "iterations", self.iterations, ge=1, allow_none=True)
-        check_int("EvaluationSettings", "in_memory_limit_mb", self.in_memory_limit_mb, ge=1)
-        check_int("EvaluationSettings", "trace_every", self.trace_every, ge=1, allow_none=True)
-        EvaluationBlock(**self.solver_settings())  # same validation as a spec's block
-
-    def solver_settings(self) -> dict[str, Any]:
-        """The solver keys of this section (None = not set), as an evaluation-block mapping."""
-        from gpope.core.operating import SOLVER_KEYS
-
-        return {k: getattr(self, k) for k in SOLVER_KEYS}
-
-    def interval_settings(self) -> dict[str, Any]:
-        """The interval keys of this section (:data:`gpope.core.operating.INTERVAL_KEYS`), the
-        lowest layer under the spec's ``evaluation:`` block."""
-        from gpope.core.operating import INTERVAL_KEYS
-
-        return {k: getattr(self, k) for k in INTERVAL_KEYS}
-
-
-@dataclass(frozen=True)
 class PrivacySettings:
     """Privacy budget defaults for datasets without an explicit ``gpope budget set``."""
 
@@ -290,7 +152,7 @@ class GpopeConfig:
     spark: SparkSettings = field(default_factory=SparkSettings)
     lake: LakeSettings = field(default_factory=LakeSettings)
     tracking: TrackingSettings = field(default_factory=TrackingSettings)
-    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    evaluation: RunSettings = field(default_factory=RunSettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
     datasets: dict[str, DatasetSettings] = field(default_factory=dict)
 

@@ -108,7 +108,7 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
     from gpope.shell.cli.evaluate import (
         add_privacy_overrides,
         add_solver_options,
-        options_from_args,
+        settings_from_args,
     )
 
     parser = job_parser("A differentially private evaluation of a spec on a dataset.",
@@ -124,7 +124,9 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
         from gpope import api
 
         spark, config, _ = job_setup(a)
-        options = options_from_args(a, config.evaluation, seed=a.seed)
+        options = api.evaluate_options(config, epsilon=a.epsilon, delta=a.delta, seed=a.seed,
+                                       solver=settings_from_args(a))
+        api.check_evaluation(a.spec, options, dataset=a.dataset, config=config)
         return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
                             options=options, config=config,
                             tracking_uri=a.tracking_uri).summary()

@@ -121,7 +121,7 @@ def test_interval_groups_default_yields_to_streaming_and_an_explicit_k_is_refuse
 
 
 def test_private_tuning_needs_memory_and_poisson():
-    from gpope.config import PrivateTuningConf
+    from gpope.core.evaluation.settings import PrivateTuningConf
 
     tuning = PrivateTuningConf().to_core()
     plan = _plan(Settings(tune="private"), private_tuning=tuning)

@@ -110,10 +110,13 @@ def test_secure_solver_converges_like_the_standard_one():
 
 
 def test_evaluate_options_refuse_a_seed_with_secure_noise():
-    from gpope.shell.pipeline.evaluate import EvaluateOptions
+    from gpope.core.evaluation.settings import RunSettings, SettingsLayer, merged_view
+
+    def settings(**kw):  # the caller's settings over the packaged defaults
+        return merged_view(RunSettings(), SettingsLayer(kw))
 
     with pytest.raises(ConfigError, match="refuses a user seed"):
-        EvaluateOptions(epsilon=1.0, delta=1e-6, secure_noise=True, seed=1)
+        settings(epsilon=1.0, delta=1e-6, secure_noise=True, seed=1)
     with pytest.raises(ConfigError, match="in-memory path only"):
-        EvaluateOptions(epsilon=1.0, delta=1e-6, secure_noise=True, path="stream")
-    assert EvaluateOptions(epsilon=1.0, delta=1e-6, secure_noise=True).secure_noise
+        settings(epsilon=1.0, delta=1e-6, secure_noise=True, path="stream")
+    assert settings(epsilon=1.0, delta=1e-6, secure_noise=True).secure_noise

@@ -41,7 +41,7 @@ def test_negative_delta_is_parsed_then_refused_naming_the_flag(capsys):
 def test_internal_class_names_become_flags_or_settings():
     parser = argparse.ArgumentParser()
     parser.add_argument("--step-size", dest="step_size")
-    msg = "The 'step_size' parameter of EvaluateOptions must be > 0. Got -1 instead."
+    msg = "The 'step_size' parameter of RunSettings must be > 0. Got -1 instead."
     assert user_message(msg, parser) == "--step-size must be > 0. Got -1 instead."
     assert user_message("The 'gamma' parameter of EvaluationSpec must be <= 1.", parser) == (
         "The spec's 'gamma' must be <= 1.")

@@ -12,12 +12,14 @@ import pytest
 from gpope.config import load_config
 from gpope.core.accounting import calibrate_sigma
 from gpope.core.envs import mountaincar
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.gpope import GPOPEConfig, run_gpope
 from gpope.core.policies import importance_ratios
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import EvaluateOptions, EvaluationReport, run_evaluate
+from gpope.shell.pipeline.evaluate import run_evaluate
+from gpope.shell.pipeline.evaluate_report import EvaluationReport
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.schemas import PRIVACY_LEDGER, RELEASED_ESTIMATES, TRANSITIONS
@@ -65,7 +67,7 @@ def _options(**kw):
     base.update(kw)
     if base["sampling"] == "poisson" and "batch_rate" not in base:
         base["batch_size"] = 1.0
-    return EvaluateOptions(**base)
+    return SettingsLayer(base)
 
 
 def _core_result(spec, transitions, *, seed, sampling="poisson", epsilon=1.0, share=0.1):
@@ -227,7 +229,7 @@ def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
         tuning={"patients": 60, "public_seed": 1},
     )
     tuned = dataclasses.replace(spec, evaluation=block)
-    opts = EvaluateOptions(epsilon=1.0, delta=1e-5, seed=5, allow_not_private=True,
+    opts = SettingsLayer.of(epsilon=1.0, delta=1e-5, seed=5, allow_not_private=True,
                            public_trajectories=15,
                            public_max_length=40)
     report = run_evaluate(spark, config, dataset="mc", spec=tuned, options=opts, tracking_uri=uri)
@@ -252,7 +254,7 @@ def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
                                atol=1e-12)
 
     over = run_evaluate(spark, config, dataset="mc", spec=tuned, tracking_uri=uri,
-                        options=dataclasses.replace(opts, clip=0.7, iterations=100))
+                        options=opts.replace(clip=0.7, iterations=100))
     assert over.settings["clip"] == 0.7 and over.settings["source"]["clip"] == "options"
     assert over.settings["step_size"] == 2.0  # still the block's
     # inside the tuned range (m eps = 60 within 30..3000): no warning, tag false; at epsilon 0.1
@@ -261,7 +263,7 @@ def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
     assert client.get_run(report.mlflow_run_id).data.tags["gpope.outside_tuned_range"] == "false"
     assert not any("outside what was tuned" in w for w in report.warnings)
     far = run_evaluate(spark, config, dataset="mc", spec=tuned, tracking_uri=uri,
-                       options=dataclasses.replace(opts, epsilon=0.1, iterations=100))
+                       options=opts.replace(epsilon=0.1, iterations=100))
     assert any("m*epsilon = 6 is outside the tuned range 30..3e+03" in w for w in far.warnings)
     assert client.get_run(far.mlflow_run_id).data.tags["gpope.outside_tuned_range"] == "true"
     assert "outside what was tuned" in far.summary()
@@ -285,7 +287,7 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
 
 
 def test_unbounded_intervals_print_as_unbounded_with_a_note():
-    from gpope.shell.pipeline.evaluate import UNBOUNDED_NOTE, format_span, unbounded_note
+    from gpope.shell.pipeline.evaluate_report import UNBOUNDED_NOTE, format_span, unbounded_note
 
     inf = float("inf")
     assert format_span(-inf, inf) == "unbounded" and format_span(1.0, 2.5) == "[1, 2.5]"

@@ -19,10 +19,11 @@ from dp_accounting.rdp import RdpAccountant
 from gpope.config import load_config
 from gpope.core.accounting import RDP_ORDERS, calibrate_sigma
 from gpope.core.envs import chain
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.errors import ConfigError
 from gpope.shell import lake
 from gpope.shell.cli import main
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
@@ -81,7 +82,7 @@ def test_paper_accountant_is_refused_before_anything_is_written(tmp_path, capsys
 def test_paper_release_with_the_flag_is_not_private_everywhere(spark, chain_lake, tmp_path):
     config, root = chain_lake
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    options = EvaluateOptions(epsilon=0.5, delta=1e-5, iterations=300, sampling="uniform",
+    options = SettingsLayer.of(epsilon=0.5, delta=1e-5, iterations=300, sampling="uniform",
                               accountant="paper", allow_invalid_accounting=True,
                               statistics_share=0.0,
                               public_trajectories=0)
@@ -114,19 +115,19 @@ def test_seed_refused_on_real_data_and_never_persisted(spark, chain_lake, tmp_pa
     before = _ledger_version(root)
     with pytest.raises(ConfigError, match="--allow-not-private"):
         run_evaluate(spark, config, dataset="ch", spec=spec, tracking_uri=uri,
-                     options=EvaluateOptions(epsilon=0.5, delta=1e-5, iterations=200,
+                     options=SettingsLayer.of(epsilon=0.5, delta=1e-5, iterations=200,
                                              seed=SEED, public_trajectories=0))
     assert _ledger_version(root) == before and not (tmp_path / "mlflow.db").exists()
     # delta >= 1/m (m = 40) is refused, delta > 1/(10 m) warns
     with pytest.raises(ConfigError, match=r"below 1/m"):
         run_evaluate(spark, config, dataset="ch", spec=spec, tracking_uri=uri,
-                     options=EvaluateOptions(epsilon=0.5, delta=0.03, iterations=200,
+                     options=SettingsLayer.of(epsilon=0.5, delta=0.03, iterations=200,
                                              public_trajectories=0))
     assert _ledger_version(root) == before
     with pytest.warns(UserWarning, match=r"1/\(10 m\)"):
         report = run_evaluate(
             spark, config, dataset="ch", spec=spec, tracking_uri=uri,
-            options=EvaluateOptions(epsilon=0.5, delta=0.005, iterations=200, seed=SEED,
+            options=SettingsLayer.of(epsilon=0.5, delta=0.005, iterations=200, seed=SEED,
                                     allow_not_private=True, public_trajectories=0))
     assert not report.private and "fixed seed" in report.label
     # the seed is nowhere: tables, MLflow params/tags/artifacts, ledger
@@ -216,7 +217,7 @@ def test_kill_9_after_reservation_and_after_release_is_reconciled(spark, chain_l
     # the next run settles it automatically from the evidence
     report = run_evaluate(spark, config_copy, dataset="ch", spec=load_spec(SPEC_FILE),
                           tracking_uri=f"sqlite:///{tmp_path / 'k2.db'}",
-                          options=EvaluateOptions(epsilon=0.5, delta=1e-5, iterations=200,
+                          options=SettingsLayer.of(epsilon=0.5, delta=1e-5, iterations=200,
                                                   public_trajectories=0))
     runs = {r.run_id: r.status for r in ledger_copy.status("ch").runs}
     assert runs[second.run_id] == "released" and runs[report.run_id] == "released"
@@ -275,7 +276,7 @@ def test_uniform_statistics_share_is_calibrated_and_charged_under_replace_one(sp
     # release by 2 clip. Its share must be met at sensitivity 2 clip (oracle: dp-accounting's PLD
     # of the Gaussian mechanism with the noise actually drawn), reported and charged alike.
     config, _ = chain_lake
-    options = EvaluateOptions(epsilon=1.0, delta=1e-5, iterations=200, sampling="uniform",
+    options = SettingsLayer.of(epsilon=1.0, delta=1e-5, iterations=200, sampling="uniform",
                               statistics_share=0.2, ssp_clip=2.0, public_trajectories=0)
     report = run_evaluate(spark, config, dataset="chu", spec=load_spec(SPEC_FILE),
                           options=options, tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")

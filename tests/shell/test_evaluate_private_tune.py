@@ -11,6 +11,7 @@ import pytest
 
 from gpope.config import load_config
 from gpope.core.envs import mountaincar
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.gpope import GPOPEConfig
 from gpope.core.policies import importance_ratios
 from gpope.core.private_tuning import composed_epsilon, plan_private_tuning, tune_privately
@@ -18,7 +19,7 @@ from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
 from gpope.errors import ConfigError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.schemas import TRANSITIONS
@@ -61,7 +62,7 @@ def _options(**kw):
                 public_max_length=40, tune="private", statistics_share=0.0,
                 allow_not_private=True)
     base.update(kw)
-    return EvaluateOptions(**base)
+    return SettingsLayer(base)
 
 
 def _ledger_rows(spark, config, dataset):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpope.config import EvaluationSettings, load_config
+from gpope.config import load_config
+from gpope.core.evaluation.settings import RunSettings, SettingsLayer, resolve_settings
 from gpope.errors import ConfigError
-from gpope.shell.pipeline.evaluate_options import EvaluateOptions
 from gpope.shell.pipeline.jobargs import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,8 +19,8 @@ CONF = load_config(None).evaluation
 
 
 def _resolve(m: int, epsilon: float, spec=CHAIN, settings=CONF, **given):
-    opts = EvaluateOptions.from_settings(settings, epsilon=epsilon, delta=1e-7, **given)
-    return opts.resolve(m=m, spec=spec, settings=settings)
+    return resolve_settings(settings, spec, SettingsLayer.of(epsilon=epsilon, delta=1e-7, **given),
+                            m=m)
 
 
 def test_the_chain_spec_sets_the_quantile_and_the_groups_rule_chosen_on_public_studies():
@@ -71,11 +71,11 @@ def test_without_spec_settings_the_conf_layer_applies_with_its_own_thresholds():
 
 def test_conf_thresholds_are_validated():
     with pytest.raises(ConfigError, match="interval_groups_min_patients"):
-        EvaluationSettings(interval_groups_min_patients=-1)
+        RunSettings(interval_groups_min_patients=-1)
     with pytest.raises(ConfigError, match="interval_groups_min_m_epsilon"):
-        EvaluationSettings(interval_groups_min_m_epsilon=-0.5)
+        RunSettings(interval_groups_min_m_epsilon=-0.5)
     with pytest.raises(ConfigError, match="ssp_clip_quantile"):
-        EvaluateOptions(epsilon=1.0, delta=1e-6, ssp_clip_quantile=2.0)
+        SettingsLayer.of(epsilon=1.0, delta=1e-6, ssp_clip_quantile=2.0)
 
 
 def test_the_identification_test_is_on_by_default_and_the_conf_can_turn_it_off():
@@ -89,4 +89,4 @@ def test_the_identification_test_is_on_by_default_and_the_conf_can_turn_it_off()
     with pytest.raises(ConfigError, match="ssp_identification"):
         load_config(None, evaluation={"ssp_identification": "yes"})
     with pytest.raises(ConfigError, match="ssp_identification"):
-        EvaluateOptions(epsilon=1.0, delta=1e-7, ssp_identification=1)
+        SettingsLayer.of(epsilon=1.0, delta=1e-7, ssp_identification=1)

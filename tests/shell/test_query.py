@@ -12,11 +12,12 @@ import pytest
 
 from gpope.config import load_config
 from gpope.core.envs import mountaincar
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import ConfigError, QueryError
 from gpope.shell import lake
 from gpope.shell.cli import main
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.query import describe, lake_tables, query
@@ -50,7 +51,7 @@ def pipeline_lake(spark, tmp_path_factory):
         lake.write_table(df, config.lake, "silver", name, "transitions", mode="overwrite")
         run_stats(spark, config, dataset=name, spec=spec)
     PrivacyLedger(spark, config).set_budget("cohort_a", epsilon=5.0, delta=1e-4)
-    options = EvaluateOptions(epsilon=1.0, delta=1e-5, iterations=200, step_size=0.2, seed=3,
+    options = SettingsLayer.of(epsilon=1.0, delta=1e-5, iterations=200, step_size=0.2, seed=3,
                               allow_not_private=True,
                               public_trajectories=0)
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
@@ -241,12 +242,12 @@ def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
 
 def test_loading_the_configuration_imports_no_accounting_or_spark():
     # `gpope query` and `gpope budget` load the configuration on every call: it must stay cheap.
-    code = ("import sys; from gpope.config import load_config, PrivateTuningConf; load_config(); "
+    code = ("import sys; from gpope.config import load_config; from gpope.core.evaluation.settings import PrivateTuningConf; load_config(); "
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('dp_accounting', 'numba', 'pyspark', 'mlflow')); print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
-    from gpope.config import PrivateTuningConf
+    from gpope.core.evaluation.settings import PrivateTuningConf
 
     PrivateTuningConf().to_core()  # the defaults are valid
     with pytest.raises(ConfigError):

@@ -10,12 +10,14 @@ import pytest
 from gpope.config import load_config
 from gpope.core import ssp
 from gpope.core.envs import chain as chain_env
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.intervals import bootstrap_interval, split_interval, ssp_values
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import DataError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate, unbounded_note
+from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.evaluate_intervals import noise_generators
+from gpope.shell.pipeline.evaluate_report import unbounded_note
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.ssp import (
     public_residual_bound,
@@ -93,7 +95,7 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
     config, spec, uri = setup
     # epsilon 8: the noisy summed A is separated from singularity (s_min 0.31 against the test's
     # 0.13; at epsilon 2, 0.27 against 0.42, every value would be unbounded)
-    opts = EvaluateOptions(epsilon=8.0, delta=1e-5, estimator="ssp", ssp_clip=0.05, moments_share=0.2,
+    opts = SettingsLayer.of(epsilon=8.0, delta=1e-5, estimator="ssp", ssp_clip=0.05, moments_share=0.2,
                            seed=4, allow_not_private=True, public_trajectories=50)
     report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
 
@@ -151,7 +153,7 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
 
 def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
     config, spec, uri = setup
-    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
+    opts = SettingsLayer.of(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
                            ssp_clip=0.05, seed=8, allow_not_private=True,
                            public_trajectories=50)
     report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
@@ -179,7 +181,6 @@ def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
 
 
 def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(spark, setup):
-    import dataclasses
 
     from scipy.stats import t
 
@@ -188,7 +189,7 @@ def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(s
     from gpope.errors import ConfigError
 
     config, spec, uri = setup
-    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
+    opts = SettingsLayer.of(epsilon=2.0, delta=1e-5, iterations=500, clip=0.05, step_size=0.5,
                            statistics_share=0.0, interval_groups=4, seed=9,
                            allow_not_private=True, public_trajectories=0)
     report = run_evaluate(spark, config, dataset="ch", spec=spec, options=opts, tracking_uri=uri)
@@ -218,7 +219,7 @@ def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(s
     before = ledger.count()
     with pytest.raises(ConfigError, match="sampling poisson"):
         run_evaluate(spark, config, dataset="ch", spec=spec,
-                     options=dataclasses.replace(opts, sampling="uniform"), tracking_uri=uri)
+                     options=opts.replace(sampling="uniform"), tracking_uri=uri)
     assert lake.read_shared_table(spark, config.lake, "privacy_ledger").count() == before
 
 
@@ -230,7 +231,7 @@ def test_a_spec_groups_rule_sets_the_interval_by_the_public_m_and_epsilon(spark,
         interval_groups=3, interval_groups_min_patients=M, interval_groups_min_m_epsilon=1.5 * M,
         intervals_provenance={"interval_groups": "test"}).to_dict()})
     assert ruled.spec_id == spec.spec_id  # the same statistics
-    opts = EvaluateOptions(epsilon=2.0, delta=1e-5, iterations=300, clip=0.05, step_size=0.5,
+    opts = SettingsLayer.of(epsilon=2.0, delta=1e-5, iterations=300, clip=0.05, step_size=0.5,
                            statistics_share=0.0, seed=3, allow_not_private=True,
                            public_trajectories=0)
     # m epsilon = 2 M >= 1.5 M: three runs on disjoint groups, the t interval with 2 df
@@ -238,10 +239,9 @@ def test_a_spec_groups_rule_sets_the_interval_by_the_public_m_and_epsilon(spark,
     assert report.intervals["df"] == 2 and report.settings["interval_groups"] == 3
     assert report.settings["interval_note"] is None and "3 runs on disjoint" in report.summary()
     # m epsilon = M < 1.5 M: the hull (no noisy-statistics share here: no interval), and why
-    import dataclasses
 
     low = run_evaluate(spark, config, dataset="ch", spec=ruled,
-                       options=dataclasses.replace(opts, epsilon=1.0), tracking_uri=uri)
+                       options=opts.replace(epsilon=1.0), tracking_uri=uri)
     assert low.settings["interval_groups"] == 0 and "m epsilon = 400" in low.settings["interval_note"]
     assert mlflow.MlflowClient(tracking_uri=uri).get_run(
         low.mlflow_run_id).data.params["interval_groups"] == "0"

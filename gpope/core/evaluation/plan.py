@@ -346,7 +346,7 @@ def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[i
         return 0, (f"interval_groups {k} (default) not applied: the statistics exceed "
                    f"in_memory_limit_mb={s.in_memory_limit_mb} and stream from Spark; the "
                    "interval is the hull of the noisy-statistics interval and the value")
-    check_interval_groups("EvaluateOptions", k, sampling=s.sampling, tune=s.tune,
+    check_interval_groups("RunSettings", k, sampling=s.sampling, tune=s.tune,
                           streamed=layout == "stream", in_memory_limit_mb=s.in_memory_limit_mb)
     return k, None
 

@@ -42,7 +42,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 # "--delta -1e-5" reaches the validation that refuses it with a clear message.
 _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.IGNORECASE)
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
-# "The 'delta' parameter of EvaluateOptions must be ..." from option objects the CLI fills.
+# "The 'delta' parameter of RunSettings must be ..." from the settings the CLI fills.
 _PARAMETER_OF = re.compile(r"The '(\w+)' parameter of (\w+)")
 
 
@@ -121,7 +121,7 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 def user_message(message: str, parser: Any) -> str:
     """``message`` with internal option-class names replaced by the command's flag names.
 
-    "The 'delta' parameter of EvaluateOptions must be > 0" becomes "--delta must be > 0" when the
+    "The 'delta' parameter of RunSettings must be > 0" becomes "--delta must be > 0" when the
     command has a ``--delta`` flag; a spec's parameters become "the spec's 'gamma'"; other
     internal class names become "the 'x' setting".
     """

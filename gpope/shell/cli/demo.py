@@ -58,11 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         allow_invalid_accounting=args.allow_invalid_accounting,
     )
     config = config_from_args(args)
-    if config.evaluation.accountant == "paper" and not args.allow_invalid_accounting:
-        from gpope.errors import ConfigError
-        from gpope.shell.pipeline.evaluate import INVALID_ACCOUNTING_REFUSAL
-
-        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)  # at once, before Spark starts
+    api.check_demo(options, config=config)  # at once, before Spark starts
     from gpope.shell.preflight import check_lake
 
     check_lake(config)

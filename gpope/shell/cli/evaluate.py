@@ -70,6 +70,10 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="share of (epsilon, delta) for the release of J(target), J(behaviour) and "
                    "their contrast with intervals (one Gaussian mechanism over clipped importance-"
                    "sampling terms; 0 disables; default 0.3)")
+    e.add_argument("--policy-value-share", type=float, default=None,
+                   help="share of (epsilon, delta) for the release of J(target), J(behaviour) and "
+                   "their contrast with intervals (one Gaussian mechanism over clipped importance-"
+                   "sampling terms; 0 disables; default 0.3)")
     e.add_argument("--ci-level", type=float, default=None,
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
     e.add_argument("--interval-groups", type=int, default=None, metavar="K",
@@ -137,7 +141,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "(conf: evaluation.secure_noise, evaluation.noise_grid)",
     )
     add_privacy_overrides(parser)
-    parser.add_argument("--stream", choices=("auto", "memory", "stream"), default="auto",
+    parser.add_argument("--stream", choices=("auto", "memory", "stream"), default=None,
                         help="statistics in driver memory or streamed from Spark (auto: by size)")
     parser.add_argument("--private-diagnostics", action="store_true",
                         help="also log MSPBE/LSTD of the PRIVATE statistics to MLflow, tagged "
@@ -154,58 +158,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run)
 
 
-def options_from_args(args: argparse.Namespace, settings, **extra):
-    """EvaluateOptions from parsed arguments over the configuration's evaluation settings."""
-    from gpope.shell.pipeline.evaluate import EvaluateOptions
+#: Settings named like their flag (``--step-size`` -> ``step_size``); argparse leaves unset ones None.
+_FLAGS = ("passes", "iterations", "batch_rate", "batch_size", "clip", "step_size", "step_schedule",
+          "step_offset", "step_offset_fraction", "averaging", "tail_fraction", "sampling",
+          "accountant", "trace_every", "tune", "estimator", "ssp_clip", "ssp_clip_quantile",
+          "moments_share", "statistics_share", "policy_value_share", "ci_level",
+          "interval_groups", "secure_noise", "private_diagnostics", "public_trajectories")
 
-    return EvaluateOptions.from_settings(
-        settings,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        passes=args.passes,
-        iterations=args.iterations,
-        batch_rate=args.batch_rate,
-        batch_size=args.batch_size,
-        clip=args.clip,
-        step_size=args.step_size,
-        step_schedule=args.step_schedule,
-        step_offset=args.step_offset,
-        step_offset_fraction=args.step_offset_fraction,
-        averaging=args.averaging,
-        tail_fraction=args.tail_fraction,
-        sampling=args.sampling,
-        accountant=args.accountant,
-        trace_every=args.trace_every,
-        estimator=args.estimator,
-        ssp_clip=args.ssp_clip,
-        ssp_clip_quantile=getattr(args, "ssp_clip_quantile", None),
-        moments_share=args.moments_share,
-        statistics_share=args.statistics_share,
-        policy_value_share=args.policy_value_share,
-        ci_level=args.ci_level,
-        interval_groups=getattr(args, "interval_groups", None),
-        tune=getattr(args, "tune", None),
-        allow_invalid_accounting=getattr(args, "allow_invalid_accounting", False) or None,
-        allow_not_private=getattr(args, "allow_not_private", False) or None,
-        **extra,
-    )
+
+def settings_from_args(args: argparse.Namespace) -> dict:
+    """The settings the parsed arguments set (the command-line layer; unset flags are absent):
+    :func:`gpope.api.evaluate_options` checks them."""
+    given = {k: getattr(args, k, None) for k in _FLAGS}
+    given["path"] = getattr(args, "stream", None)
+    given["allow_invalid_accounting"] = getattr(args, "allow_invalid_accounting", False) or None
+    given["allow_not_private"] = getattr(args, "allow_not_private", False) or None
+    if not given.get("private_diagnostics"):
+        given["private_diagnostics"] = None
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
-    from gpope.shell.pipeline.jobargs import config_from_args, load_spec
-    from gpope.shell.preflight import check_stage
-    from gpope.shell.spark import get_spark
+    from gpope.shell.pipeline.jobargs import config_from_args
 
     config = config_from_args(args)
-    spec = load_spec(args.spec)  # fail fast, before Spark
-    options = options_from_args(
-        args, config.evaluation, seed=args.seed, path=args.stream,
-        secure_noise=args.secure_noise,
-        private_diagnostics=args.private_diagnostics, public_trajectories=args.public_trajectories,
-    )
-    check_stage(config, "evaluate", args.dataset, spec)  # the lake's inputs, before Spark
-    spark = get_spark(config.spark)
+    # every argument, the spec and the configuration are checked before Spark starts
+    options = api.evaluate_options(config, epsilon=args.epsilon, delta=args.delta,
+                                   seed=args.seed, solver=settings_from_args(args))
+    api.check_evaluation(args.spec, options, dataset=args.dataset, config=config)
+    spark = api.get_spark(config)
     report = api.evaluate(
         spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta, options=options,
         config=config, tracking_uri=args.tracking_uri,

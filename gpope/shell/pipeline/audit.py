@@ -110,9 +110,9 @@ def _canary_transitions(first_state: int, steps: int = 4) -> Any:
 
 
 def _options(cfg: PipelineAuditConfig, seed: int) -> Any:
-    from gpope.shell.pipeline.evaluate import EvaluateOptions
+    from gpope.core.evaluation.settings import SettingsLayer
 
-    return EvaluateOptions(
+    return SettingsLayer.of(
         epsilon=cfg.epsilon, delta=cfg.delta, iterations=cfg.iterations, sampling="uniform",
         accountant="auto", clip=cfg.clip, step_size=cfg.step_size, step_schedule="constant",
         averaging="none", statistics_share=0.0, public_trajectories=0, seed=seed,
@@ -171,6 +171,7 @@ def run_pipeline_audit(
             return run_pipeline_audit(spark, cfg, variants=variants, root=tmp)
     from gpope.config import load_config
     from gpope.core.audit import certify
+    from gpope.core.evaluation.settings import resolve_settings
     from gpope.core.gpope import run_gpope_trials
     from gpope.core.spec import EvaluationSpec
     from gpope.shell import lake
@@ -208,7 +209,7 @@ def run_pipeline_audit(
             read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id,
                             version=version),
             spec.n_features, normalization=spec.normalization)
-        resolved, _ = options.resolve(m=stats.m, spec=spec, settings=config.evaluation)
+        resolved, _ = resolve_settings(config.evaluation, spec, options, m=stats.m)
         solver = solver_config(
             resolved, sigma=report.sigma, batch_rate=resolved.batch_rate,
             trace_every=resolved.trace_every or max(1, resolved.iterations // 20),

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["DEMO_SPEC_PATH", "DemoOptions", "DemoReport", "demo_spec", "run_demo"]
+__all__ = ["DEMO_SPEC_PATH", "DemoOptions", "DemoReport", "check_demo", "demo_spec", "run_demo"]
 
 #: The demo's evaluation spec (with its publicly tuned ``evaluation:`` block), looked up in the
 #: working directory, then the bundle / repository root (:func:`~gpope.shell.pipeline.jobargs.resolve_path`).
@@ -165,7 +165,7 @@ class DemoReport:
         ]
         lines += [f"  {w}" for w in ev.get("warnings") or []]
         iv = ev.get("intervals")
-        from gpope.shell.pipeline.evaluate import format_span, unbounded_note
+        from gpope.shell.pipeline.evaluate_report import format_span, unbounded_note
 
         for i, (name, value) in enumerate(ev["reference_values"].items()):
             span = format_span(iv["lower"][i], iv["upper"][i]) if iv else "-"
@@ -204,6 +204,25 @@ def _stage(name: str, progress: bool) -> Any:
     return tqdm(total=1, desc=name, unit="stage", disable=not progress, leave=True)
 
 
+def check_demo(config: GpopeConfig, options: DemoOptions) -> tuple[EvaluationSpec, Any]:
+    """The demo's spec and evaluation settings, checked (no Spark needed).
+
+    Raises:
+        ConfigError: an invalid setting or combination (e.g. the ``paper`` accountant from the
+            configuration without ``allow_invalid_accounting``).
+    """
+    from gpope.core.evaluation.settings import SettingsLayer
+    from gpope.shell.pipeline.evaluate_inputs import check_request
+
+    layer = SettingsLayer.of(
+        iterations=options.iterations, epsilon=options.epsilon, delta=options.delta,
+        private_diagnostics=True, public_trajectories=options.public_trajectories,
+        allow_invalid_accounting=options.allow_invalid_accounting or None)
+    spec = demo_spec(options.spec)
+    check_request(config, spec, layer)
+    return spec, layer
+
+
 def run_demo(
     spark: SparkSession,
     config: GpopeConfig,
@@ -213,7 +232,7 @@ def run_demo(
 ) -> DemoReport:
     """Run the whole demo and return its report (the CLI prints ``report.summary()``)."""
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate import EvaluateOptions, run_evaluate
+    from gpope.shell.pipeline.evaluate import run_evaluate
     from gpope.shell.pipeline.ingest import run_ingest
     from gpope.shell.pipeline.simulate import (
         SimulateOptions,
@@ -223,12 +242,7 @@ def run_demo(
     from gpope.shell.pipeline.stats import run_stats
     from gpope.shell.tracking import resolve_tracking_uri
 
-    if config.evaluation.accountant == "paper" and not options.allow_invalid_accounting:
-        from gpope.errors import ConfigError
-        from gpope.shell.pipeline.evaluate import INVALID_ACCOUNTING_REFUSAL
-
-        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)  # before anything is simulated or written
-    spec = demo_spec(options.spec)
+    spec, eval_options = check_demo(config, options)  # before anything is simulated or written
     dataset = options.dataset or (
         f"hiv_demo_{datetime.now(UTC):%Y%m%d_%H%M%S}_{secrets.token_hex(2)}"
     )
@@ -249,13 +263,6 @@ def run_demo(
     settings = dataset_settings_for_domain("hiv", max_length=options.steps)
     ingest = timed("ingest", lambda: run_ingest(spark, config, dataset, settings=settings))
     timed("stats", lambda: run_stats(spark, config, dataset=dataset, spec=spec))
-    eval_options = EvaluateOptions.from_settings(
-        config.evaluation,
-        iterations=options.iterations,
-        epsilon=options.epsilon, delta=options.delta, private_diagnostics=True,
-        allow_invalid_accounting=options.allow_invalid_accounting or None,
-        public_trajectories=options.public_trajectories,
-    )
     truth = timed("ground truth", lambda: _ground_truth(spec))
     policy_truth = timed("policy truth", lambda: _policy_truth(spec, options.steps))
     evaluation = timed("evaluate", lambda: run_evaluate(

@@ -1,7 +1,7 @@
-"""The noisy-statistics release of an evaluation and what it gives (stages c-e of
-:mod:`gpope.shell.pipeline.evaluate`): its public clip bound, the release itself (a Spark
-aggregate of the clipped sums plus one Gaussian draw, then the residual second moments), and the
-intervals and private MSPBE computed from it by post-processing (:mod:`gpope.core.intervals`).
+"""The noisy-statistics release of an evaluation and what it gives: the release itself (a Spark
+aggregate of the clipped sums plus one Gaussian draw, then the residual second moments, at the
+multiplier the release plan fixed), and the intervals and private MSPBE computed from it by
+post-processing (:mod:`gpope.core.intervals`).
 """
 
 from __future__ import annotations
@@ -11,24 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from gpope.core.evaluation.settings import RunSettings
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate_options import EvaluateOptions
 
-__all__ = ["noise_generators", "noisy_statistics", "release_intervals", "statistics_clip"]
-
-
-def statistics_clip(spec: EvaluationSpec, options: EvaluateOptions, *,
-                    required: bool) -> float | None:
-    """The public clip bound of the noisy-statistics release: the option, else a public quantile
-    on the spec's simulator; None (no release) for a gpope run whose spec has no simulator."""
-    if options.ssp_clip is not None:
-        return float(options.ssp_clip)
-    if not required and (spec.domain is None or options.public_trajectories <= 0):
-        return None  # no public data for a clip bound: this gpope run has no statistics release
-    from gpope.shell.pipeline.ssp import public_clip
-
-    return public_clip(spec, n_trajectories=options.public_trajectories,
-                       quantile=options.ssp_clip_quantile, max_length=options.public_max_length)
+__all__ = ["noise_generators", "noisy_statistics", "release_intervals"]
 
 
 def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
@@ -39,7 +25,7 @@ def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.G
     return np.random.default_rng(noise), np.random.default_rng(boot)
 
 
-def noisy_statistics(stats_df: Any, options: EvaluateOptions, spec: EvaluationSpec, *, n: int,
+def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, *, n: int,
                      m: int, sigma: float, clip: float) -> tuple[Any, Any]:
     """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`) of the rows
     ``stats_df`` (a DataFrame, or :class:`gpope.shell.pipeline.ssp.StatisticsFiles`): a Spark
@@ -77,7 +63,7 @@ def noisy_statistics(stats_df: Any, options: EvaluateOptions, spec: EvaluationSp
     return noisy, release_moments(msum, n=n, theta=theta, sigma=s2, bound=bound, rng=rng)
 
 
-def _secure_noisy_statistics(sums: np.ndarray, options: EvaluateOptions, *, n: int, m: int,
+def _secure_noisy_statistics(sums: np.ndarray, options: RunSettings, *, n: int, m: int,
                              sigma: float, clip: float) -> Any:
     """The noisy-statistics release with secure noise: the sums rounded to the public
     grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
@@ -92,7 +78,7 @@ def _secure_noisy_statistics(sums: np.ndarray, options: EvaluateOptions, *, n: i
 
 
 def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.ndarray,
-                      values: np.ndarray, *, options: EvaluateOptions, ssp_run: bool,
+                      values: np.ndarray, *, options: RunSettings, ssp_run: bool,
                       group_thetas: np.ndarray | None = None,
                       ) -> tuple[Any, Any, tuple[float, float] | None]:
     """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones

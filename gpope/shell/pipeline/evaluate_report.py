@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,9 +19,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
+    from gpope.core.evaluation.settings import RunSettings
     from gpope.core.gpope import GPOPEResult
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate_options import EvaluateOptions
 
 __all__ = [
     "IDENTIFICATION_NOTE",
@@ -235,14 +236,14 @@ def format_span(lower: float, upper: float) -> str:
     return f"[{lower:.4g}, {upper:.4g}]"
 
 
-#: EvaluateOptions fields logged under the name of their CLI flag (``--step-size`` -> step_size).
+#: Settings logged under the name of their CLI flag (``--step-size`` -> step_size).
 _FLAG_PARAMS = ("epsilon", "delta", "passes", "iterations", "clip", "step_size", "step_schedule",
                 "step_offset", "averaging", "tail_fraction", "sampling", "trace_every")
 
 
 def build_record(
     spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str, spec: EvaluationSpec,
-    options: EvaluateOptions, result: GPOPEResult, released_theta: np.ndarray,
+    options: RunSettings, result: GPOPEResult, released_theta: np.ndarray,
     values: np.ndarray, m: int, sigma: float, spent: float, accountant: str,
     batch_rate: float | None, path: str, spec_text: str | None,
     private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
@@ -302,3 +303,157 @@ def build_record(
         tuning=None if tuning is None else dict(tuning),
     )
 
+
+
+#: Above this many features the guard skips the private diagnostic's bootstrap (its cost grows as
+#: n^3 per draw) and decides on the public diagnostic alone.
+_GUARD_MAX_FEATURES = 512
+
+
+def _guard(record: Any, est: Any, *, n: int, seed: int | None) -> Any:
+    """The loud guard's verdict on the released theta: a public diagnostic (MSPBE on a fresh
+    simulated cohort) and a private one (the noisy statistics' MSPBE, counted only through its
+    bootstrap interval, :mod:`gpope.core.guard`)."""
+    from gpope.core.guard import private_relative_mspbe, utility_guard
+
+    public_rel = None
+    if record.public_cohort is not None:
+        from gpope.core.metrics import relative_mspbe
+
+        try:
+            public_rel = float(relative_mspbe(est.theta, *record.public_cohort.population))
+        except Exception:  # a degenerate public cohort (MSPBE(0) = 0): no public verdict
+            public_rel = None
+    private_diag = None
+    if est.private_mspbe is not None and est.noisy is not None and n <= _GUARD_MAX_FEATURES:
+        # each draw costs an n x n eigendecomposition: fewer draws for wide feature maps
+        private_diag = private_relative_mspbe(est.theta, est.noisy, np.random.default_rng(seed),
+                                              draws=200 if n <= 128 else 40)
+    return utility_guard({"public": public_rel, "private": private_diag}), private_diag
+
+
+def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant: str
+                     ) -> dict[str, Any]:
+    """The run's operating point and where each setting came from (``--json``'s ``settings``)."""
+    s, info = settings, provenance
+    return {
+        "passes": s.passes, "iterations": s.iterations, "batch_rate": s.batch_rate,
+        "batch_size": s.batch_size, "clip": s.clip, "step_size": s.step_size,
+        "step_schedule": s.step_schedule, "step_offset": s.step_offset,
+        "averaging": s.averaging, "tail_fraction": s.tail_fraction,
+        "sampling": s.sampling, "accountant": accountant,
+        "touched_trajectories": info["touched_trajectories"],
+        "source": info["source"], "tuned_point": info["tuned_point"], "tuning": info["tuning"],
+        "ssp_clip_quantile": s.ssp_clip_quantile,
+        "interval_groups": 0 if s.estimator == "ssp" else s.interval_groups,
+        "interval_note": info["interval_note"],
+        "origin": ("spec evaluation: block" if info["spec_has_evaluation_block"]
+                   else "conf evaluation: (generic)")
+        + (" + command line" if "options" in info["source"].values() else ""),
+    }
+
+
+def track_and_report(
+    spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str,
+    spec: EvaluationSpec, prepared: Any, est: Any, label: str, budget: Any, ledger_location: str,
+    tracking_uri: str | None, spec_text: str | None, truth: Mapping[str, float] | None,
+    start: float,
+) -> EvaluationReport:
+    """After a committed release: the MLflow record (with the guard's verdict and notes), its
+    logging (a tracking failure never undoes the release) and the run's report."""
+    from gpope.shell import lake
+    from gpope.shell.mlflow_names import GUARD, INTERVAL_NOTE, OUTSIDE_TUNED
+    from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
+    from gpope.shell.pipeline.release import policy_label
+    from gpope.shell.tracking import resolve_tracking_uri
+
+    plan, s, m, n = prepared.plan, est.settings, prepared.m, spec.n_features
+    stats = plan.statistics
+    tuning = None
+    if est.tuned is not None:
+        from gpope.shell.pipeline.private_tune import tuning_summary
+
+        tuning = tuning_summary(est.tuned)
+    record = build_record(
+        spark, config, run_id=run_id, dataset=dataset, spec=spec, options=s, result=est.result,
+        released_theta=est.theta, values=est.values, m=m, sigma=plan.sigma,
+        spent=plan.spent_epsilon, accountant=plan.accountant, batch_rate=s.batch_rate,
+        path="memory" if plan.in_memory else "stream", spec_text=spec_text,
+        private_population=est.private_population if s.private_diagnostics else None,
+        truth=truth, intervals=est.intervals, private_mspbe=est.private_mspbe,
+        ssp=None if stats is None else {
+            "statistics_sigma": stats.sigma, "ssp_clip": plan.statistics_clip,
+            "statistics_epsilon": stats.epsilon, "statistics_delta": stats.delta,
+            "moments_share": s.moments_share}, tuning=tuning)
+    from gpope.shell.pipeline import evaluate_policy_value as pv
+
+    record = dataclasses.replace(record, metrics={**dict(record.metrics),
+                                                  **pv.mlflow_metrics(est.policy_values)})
+    guard, private_diag = _guard(record, est, n=n, seed=s.seed)
+    tags = {GUARD: guard.verdict}
+    iv_note = unbounded_note(None if est.intervals is None else est.intervals.to_dict())
+    if iv_note:  # why a released interval is unbounded, one line (MLflow has no -inf metric)
+        tags[INTERVAL_NOTE] = iv_note
+    outside = None
+    if spec.evaluation is not None:
+        outside = spec.evaluation.outside_tuned(m, s.epsilon,
+                                                max_length=prepared.recorded_max_length)
+        if spec.evaluation.tuned:
+            tags[OUTSIDE_TUNED] = str(bool(outside)).lower()
+    record = dataclasses.replace(record, tags={**dict(record.tags), **tags})
+    try:
+        tracking = log_evaluation(
+            record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
+                                                      config.lake.root),
+            experiment=config.tracking.experiment)
+    except KeyboardInterrupt as exc:
+        raise InterruptedAfterRelease(
+            f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
+            f"({label}) and recorded in the ledger; MLflow logging was cut short. Do not re-run "
+            f"it; re-log it to MLflow with `gpope track --run-id {run_id}`.", run_id, "",
+        ) from exc
+    warnings = [guard.message] if guard.message else []
+    if tracking.failed_line:  # the release stands; say so and how to re-log, never to re-run
+        warnings.insert(0, tracking.failed_line)
+    if outside:
+        warnings.append(outside)
+    if not prepared.provenance["spec_has_evaluation_block"]:
+        warnings.append(
+            f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
+            "were used; tune it on public data with `gpope tune --spec FILE`.")
+    spent = plan.spent_epsilon
+    iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
+    return EvaluationReport(
+        run_id=run_id, mlflow_run_id=tracking.mlflow_run_id, dataset=dataset,
+        spec_id=spec.spec_id, spec_name=spec.name, policy=policy_label(spec),
+        epsilon=s.epsilon, delta=s.delta, spent_epsilon=spent if math.isfinite(spent) else None,
+        accountant=plan.accountant, sigma=plan.sigma, m=m, n=n, iterations=s.iterations,
+        sampling=s.sampling, batch_rate=s.batch_rate, private=bool(est.result.private),
+        path="memory" if plan.in_memory else "stream",
+        theta=np.asarray(est.theta, dtype=np.float64),
+        reference_values={k: float(v) for k, v in zip(spec.reference_names, est.values,
+                                                      strict=True)},
+        public_mspbe=tracking.public_mspbe, public_relative_mspbe=tracking.public_relative_mspbe,
+        remaining_epsilon=budget.remaining_epsilon, remaining_delta=budget.remaining_delta,
+        tables={
+            "trajectory_stats": str(lake.table_location(config.lake, "gold", dataset,
+                                                        "trajectory_stats")),
+            "released_estimates": str(lake.shared_table_location(config.lake,
+                                                                 "released_estimates")),
+            "released_values": str(lake.shared_table_location(config.lake, "released_values")),
+            "privacy_ledger": ledger_location,
+        },
+        private_diagnostics=tracking.private_diagnostics, seconds=time.perf_counter() - start, estimator=s.estimator,
+        intervals=iv.to_dict() if iv is not None else None,
+        policy_value=pv.as_report(est.policy_values),
+        theta_interval=tiv.to_dict() if tiv is not None else None,
+        private_mspbe=pm[0] if pm else None, private_relative_mspbe=pm[1] if pm else None,
+        statistics_epsilon=0.0 if stats is None else float(stats.epsilon),
+        statistics_sigma=None if stats is None else float(stats.sigma),
+        ssp_clip=plan.statistics_clip, tuning=tuning,
+        settings=settings_summary(s, prepared.provenance, accountant=plan.accountant),
+        no_better_than_zero=guard.no_better_than_zero, utility_guard=guard.verdict,
+        private_relative_mspbe_interval=None if private_diag is None
+        else [private_diag.lower, private_diag.upper],
+        warnings=warnings, label=label, no_further_run=budget.no_further_run,
+        remaining_line=budget.remaining_line())

@@ -1,12 +1,17 @@
-"""The estimator step of an evaluation (stages d-e of :mod:`gpope.shell.pipeline.evaluate`):
-GPOPE on the sampled statistics (in memory or streamed from Spark, optionally tuned privately),
-GPOPE once per disjoint patient group (``--interval-groups``), or the SSP estimate of the
-noisy-statistics release. Noise is drawn here or in the solver it calls, never elsewhere.
+"""Executing a release plan on the private statistics: the estimate and what follows from it.
+
+:func:`estimate` runs the plan's releases in order: the noisy-statistics release (a Spark
+aggregate plus Gaussian noise, :mod:`gpope.shell.pipeline.evaluate_intervals`), then the
+estimator: GPOPE on the sampled statistics (in memory or streamed from Spark, optionally tuned
+privately), GPOPE once per disjoint patient group (``--interval-groups``), or the SSP estimate of
+the noisy-statistics release; then the values and intervals, by post-processing. Noise is drawn
+here or in the solver it calls, never elsewhere, at the multipliers the plan fixed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,11 +22,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
+    from gpope.core.evaluation.plan import ReleasePlan
+    from gpope.core.evaluation.settings import RunSettings
     from gpope.core.gpope import GPOPEResult
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate_options import EvaluateOptions
 
 __all__ = [
+    "Estimate",
+    "estimate",
     "patient_groups",
     "solve",
     "solve_groups",
@@ -31,7 +39,104 @@ __all__ = [
 ]
 
 
-def solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float | None,
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """What a run computed under its plan (released, except ``private_population``).
+
+    Attributes:
+        result: the solver's result record (private flag and note as released).
+        theta: the released weights (the averaged iterate when there is one).
+        values: the values at the spec's reference states.
+        intervals, theta_interval: the released intervals (None without them).
+        private_mspbe: (private MSPBE, relative) from the noisy statistics, or None.
+        noisy: the noisy-statistics release (or the tuning's), for the guard; None without one.
+        tuned: the private tuning's result, or None.
+        policy_values: the released policy value scalars (``{name: PolicyValueInterval}``), or
+            None when the plan has no ``policy_value`` component.
+        settings: the settings the run used (the tuned clip and step size when tuned).
+        private_population: the population (A, b, C) of the PRIVATE statistics, only for the
+            operator's tagged private diagnostics.
+    """
+
+    result: GPOPEResult
+    theta: np.ndarray
+    values: np.ndarray
+    intervals: Any
+    theta_interval: Any
+    private_mspbe: tuple[float, float] | None
+    noisy: Any
+    tuned: Any
+    policy_values: dict[str, Any] | None
+    settings: RunSettings
+    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+
+
+def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
+             plan: ReleasePlan, settings: RunSettings, stats_df: Any, stats_version: int,
+             ) -> Estimate:
+    """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): every noisy
+    release at the plan's multipliers, then the estimate, values and intervals."""
+    from gpope.shell.pipeline.evaluate_intervals import noisy_statistics, release_intervals
+    from gpope.shell.pipeline.evaluate_report import NOT_A_VALID_BOUND
+
+    m, n = plan.m, spec.n_features
+    noisy = moments = tuned = private_pop = group_thetas = None
+    stats = plan.statistics
+    if stats is not None:
+        from gpope.shell.pipeline.ssp import statistics_files
+
+        # delta-rs storage: the same pinned rows as the version's files, read by the workers
+        files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
+                                 version=stats_version)
+        noisy, moments = noisy_statistics(stats_df if files is None else files, settings, spec,
+                                          n=n, m=m, sigma=float(stats.sigma),
+                                          clip=float(plan.statistics_clip))
+    solver = None if plan.estimator == "ssp" else solver_config(
+        settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
+        trace_every=settings.trace_every or max(1, settings.iterations // 20),
+        delta=plan.gpope_delta)
+    if plan.estimator == "ssp":
+        result = ssp_result(noisy, settings, spec, accountant=plan.accountant,
+                            spent=plan.spent_epsilon)
+        if settings.private_diagnostics:
+            private_pop = spark_population(stats_df, n, m)
+    elif plan.interval_groups:
+        groups = patient_groups(spark, config, dataset=dataset, m=m, groups=plan.interval_groups)
+        result, group_thetas, private_pop = solve_groups(
+            spark, stats_df, spec, solver, settings, groups=groups, n=n,
+            spent=plan.spent_epsilon, layout=plan.layout)
+    else:
+        result, private_pop, tuned = solve(
+            spark, stats_df, spec, solver, settings, m=m, n=n, sigma=plan.sigma,
+            spent=plan.spent_epsilon, accountant=plan.accountant, in_memory=plan.in_memory,
+            layout=plan.layout, tuning=plan.tuning)
+        if tuned is not None:  # the chosen (DP) settings are what this run used
+            settings = dataclasses.replace(settings, clip=tuned.config.clip,
+                                           step_size=tuned.config.step_size)
+    if not plan.valid_bound:
+        result = dataclasses.replace(result, private=False, privacy_note=NOT_A_VALID_BOUND)
+    theta = result.theta_avg if result.theta_avg is not None else result.theta
+    values = spec.reference_values(theta)
+    intervals, theta_iv, priv_mspbe = release_intervals(
+        noisy, moments, spec, theta, values, options=settings, ssp_run=plan.estimator == "ssp",
+        group_thetas=group_thetas)
+    if priv_mspbe is None and tuned is not None:
+        # no separate release: the tuning's noisy statistics give it (post-processing)
+        from gpope.core.ssp import private_mspbe
+
+        priv_mspbe = private_mspbe(theta, tuned.noisy)
+    from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
+
+    policy_values = release_policy_values(stats_df, spec, plan, level=settings.ci_level,
+                                          seed=settings.seed)
+    return Estimate(result=result, theta=theta, values=values, intervals=intervals,
+                    theta_interval=theta_iv, private_mspbe=priv_mspbe,
+                    noisy=noisy if noisy is not None else getattr(tuned, "noisy", None),
+                    tuned=tuned, policy_values=policy_values, settings=settings,
+                    private_population=private_pop)
+
+
+def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,
                   trace_every: int | None, delta: float | None = None) -> Any:
     """The core solver's :class:`~gpope.core.gpope.GPOPEConfig` for resolved ``options`` at the
     calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's)."""
@@ -56,7 +161,7 @@ def solver_config(options: EvaluateOptions, *, sigma: float, batch_rate: float |
     )
 
 
-def ssp_result(noisy: Any, options: EvaluateOptions, spec: EvaluationSpec, *, accountant: str,
+def ssp_result(noisy: Any, options: RunSettings, spec: EvaluationSpec, *, accountant: str,
                spent: float) -> GPOPEResult:
     """The SSP estimate in the solver's result record (no iterates, no trace): the plain
     (unregularised) LSTD solve of the noisy sums on the supported features."""
@@ -80,7 +185,7 @@ def solve(
     stats_df: Any,
     spec: EvaluationSpec,
     solver: Any,
-    options: EvaluateOptions,
+    options: RunSettings,
     *,
     m: int,
     n: int,
@@ -150,7 +255,7 @@ def patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m:
 
 
 def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solver: Any,
-                 options: EvaluateOptions, *, groups: np.ndarray, n: int, spent: float,
+                 options: RunSettings, *, groups: np.ndarray, n: int, spent: float,
                  layout: str = "dense",
                  ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its

@@ -34,7 +34,7 @@ import numpy as np
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gpope.config import EvaluationSettings
+    from gpope.core.evaluation.settings import RunSettings
 
 __all__ = ["TUNE_SEED", "TuneSpecReport", "replace_evaluation_block", "tune_spec"]
 
@@ -80,7 +80,7 @@ class TuneSpecReport:
 def tune_spec(
     spec_path: str | Path,
     *,
-    settings: EvaluationSettings,
+    settings: RunSettings,
     patients: int,
     max_length: int | None = None,
     public_seed: int = TUNE_SEED,

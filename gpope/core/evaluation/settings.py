@@ -1,0 +1,523 @@
+"""The settings of one private evaluation: one type, its constraints as data, one resolver.
+
+:class:`RunSettings` names every public setting of ``gpope evaluate`` once. Its constraints are
+declared as data (:data:`CONSTRAINTS`, in the manner of scikit-learn's parameter constraints) and
+checked by one function (:func:`check_setting`) wherever a value enters: the configuration's
+``evaluation:`` section (a complete :class:`RunSettings` whose defaults are the packaged ones), the
+spec's ``evaluation:`` block (publicly tuned, :class:`gpope.core.operating.EvaluationBlock`) and the
+command line or caller (a :class:`SettingsLayer`). :func:`resolve_settings` applies the layers,
+command line > spec block > configuration, once the public m is known, and records where each
+setting came from; :func:`check_combination` refuses the combinations no run may take (the one
+place that refuses the ``paper`` accountant) and runs before Spark starts and again on the
+resolved settings.
+
+Everything here is public configuration: nothing is read from private data (m is public).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpope.core.validation import check_choice, check_int, check_number
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = [
+    "CONSTRAINTS",
+    "INVALID_ACCOUNTING_REFUSAL",
+    "PrivateTuningConf",
+    "RunSettings",
+    "SettingsLayer",
+    "check_combination",
+    "check_delta_against_m",
+    "check_setting",
+    "resolve_settings",
+]
+
+#: The one message that refuses the ``paper`` accountant for a release.
+INVALID_ACCOUNTING_REFUSAL = (
+    "The 'paper' accountant is not a valid privacy bound (the paper's formula drops terms: at its "
+    "settings the true epsilon is several times larger), so it cannot certify a private release. "
+    "Use --accountant auto (or rdp/pld), or pass --allow-invalid-accounting to run it anyway: "
+    "the run is then NOT private everywhere, labelled 'not a valid bound', and the ledger charges "
+    "a rigorous RDP bound of its mechanism."
+)
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number within the bounds given (None: no bound)."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def check(self, owner: str, name: str, value: Any) -> float:
+        return check_number(owner, name, value, gt=self.gt, ge=self.ge, lt=self.lt, le=self.le)
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer (not a bool) within the bounds given; ``not_one``: 1 is refused (a count of
+    groups is 0 or at least 2)."""
+
+    ge: int | None = None
+    not_one: bool = False
+
+    def check(self, owner: str, name: str, value: Any) -> int:
+        out = check_int(owner, name, value, ge=self.ge)
+        if self.not_one and out == 1:
+            raise ConfigError(
+                f"The {name!r} parameter of {owner} must be 0 (off) or at least 2 (the number of "
+                "disjoint patient groups whose spread gives the interval). Got 1 instead.")
+        return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of the listed strings."""
+
+    options: tuple[str, ...]
+
+    def check(self, owner: str, name: str, value: Any) -> str:
+        return check_choice(owner, name, value, self.options)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """True or False."""
+
+    def check(self, owner: str, name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"The {name!r} parameter of {owner} must be true or false. Got {value!r} instead.")
+        return value
+
+
+#: The constraint of every setting; None is always accepted as "not set" (a setting a run must
+#: have is filled by the packaged default or refused by the resolver).
+CONSTRAINTS: dict[str, Real | Int | Choice | Flag] = {
+    "epsilon": Real(gt=0.0),
+    "delta": Real(gt=0.0, lt=1.0),
+    "passes": Real(gt=0.0),
+    "iterations": Int(ge=1),
+    "batch_rate": Real(gt=0.0, le=1.0),
+    "batch_size": Real(ge=1.0),
+    "clip": Real(gt=0.0),
+    "step_size": Real(gt=0.0),
+    "step_schedule": Choice(("constant", "inverse")),
+    "step_offset": Real(ge=0.0),
+    "step_offset_fraction": Real(ge=0.0),
+    "averaging": Choice(("none", "uniform", "tail")),
+    "tail_fraction": Real(gt=0.0, le=1.0),
+    "sampling": Choice(("uniform", "poisson")),
+    "accountant": Choice(("auto", "paper", "rdp", "pld")),
+    "trace_every": Int(ge=1),
+    "seed": Int(ge=0),
+    "in_memory_limit_mb": Int(ge=1),
+    "path": Choice(("auto", "memory", "stream")),
+    "private_diagnostics": Flag(),
+    "public_trajectories": Int(ge=0),
+    "public_max_length": Int(ge=1),
+    "rows_per_fetch": Int(ge=1),
+    "estimator": Choice(("gpope", "ssp")),
+    "ssp_clip": Real(gt=0.0),
+    "ssp_clip_quantile": Real(gt=0.0, le=1.0),
+    "moments_share": Real(gt=0.0, lt=1.0),
+    "statistics_share": Real(ge=0.0, lt=1.0),
+    "policy_value_share": Real(ge=0.0, lt=1.0),
+    "ci_level": Real(gt=0.0, lt=1.0),
+    "ssp_identification": Flag(),
+    "interval_groups": Int(ge=0, not_one=True),
+    "interval_groups_min_patients": Int(ge=0),
+    "interval_groups_min_m_epsilon": Real(ge=0.0),
+    "tune": Choice(("none", "private")),
+    "secure_noise": Flag(),
+    "noise_grid": Real(gt=0.0),
+    "allow_invalid_accounting": Flag(),
+    "allow_not_private": Flag(),
+}
+
+#: Settings that belong to one run and never come from the configuration.
+RUN_ONLY = ("epsilon", "delta", "seed", "allow_invalid_accounting", "allow_not_private")
+
+
+def check_setting(owner: str, name: str, value: Any) -> Any:
+    """``value`` checked against the constraint of setting ``name`` (None passes: not set).
+
+    Raises:
+        ConfigError: an unknown setting, or a value outside its constraint; the message names the
+            setting, the constraint and the value.
+    """
+    if name not in CONSTRAINTS:
+        raise ConfigError(
+            f"Unknown setting {name!r} of {owner}; valid settings: {', '.join(CONSTRAINTS)}.")
+    return None if value is None else CONSTRAINTS[name].check(owner, name, value)
+
+
+@dataclass(frozen=True)
+class PrivateTuningConf:
+    """Public settings of ``gpope evaluate --tune private`` (:mod:`gpope.core.private_tuning`):
+    generic rules (quantiles, budget shares, candidate multipliers), not values tuned to a data
+    set."""
+
+    clip_quantile: float = 0.5
+    statistics_quantile: float = 0.9
+    quantile_share: float = 0.02
+    statistics_share: float = 0.1
+    step_multipliers: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0)
+    clip_multipliers: tuple[float, ...] = (1.0,)
+    score_z: float = 1.0
+    norm_low: float = 1e-6
+    norm_high: float = 1e3
+    bins_per_decade: int = 4
+
+    def __post_init__(self) -> None:
+        # Validates every changed field with the core's messages. The defaults are valid (a test
+        # checks it) and are not re-validated: that would import dp-accounting and the solver on
+        # every configuration load, seconds that `gpope query` and `gpope budget` must not pay.
+        if any(getattr(self, f.name) != f.default for f in dataclasses.fields(self)):
+            self.to_core()
+
+    def to_core(self) -> Any:
+        """The core :class:`~gpope.core.private_tuning.PrivateTuningSettings`."""
+        from gpope.core.private_quantile import LogGrid
+        from gpope.core.private_tuning import PrivateTuningSettings
+
+        return PrivateTuningSettings(
+            clip_quantile=self.clip_quantile, statistics_quantile=self.statistics_quantile,
+            quantile_share=self.quantile_share, statistics_share=self.statistics_share,
+            step_multipliers=self.step_multipliers, clip_multipliers=self.clip_multipliers,
+            score_z=self.score_z,
+            grid=LogGrid(lo=self.norm_low, hi=self.norm_high,
+                         bins_per_decade=self.bins_per_decade),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """Every public setting of one private evaluation (the configuration's ``evaluation:`` section
+    with the packaged defaults, and, resolved, one run's settings).
+
+    The solver settings (:data:`gpope.core.operating.SOLVER_KEYS`) and the interval settings
+    (:data:`gpope.core.operating.INTERVAL_KEYS`) of the configuration apply only where neither the
+    command line nor the spec's ``evaluation:`` block sets them (:func:`resolve_settings`); the
+    generic clip and step size suit no particular spec: tune the spec instead.
+
+    Attributes:
+        epsilon, delta: the privacy spend of the run (reserved in the ledger); run only.
+        passes, iterations, batch_rate, batch_size: the compute budget (trajectories touched / m,
+            noisy steps N, Poisson rate q or expected batch q m); resolved: N, q, P = touched / m
+            and B = q m (:func:`gpope.core.operating.resolve_budget`).
+        clip, step_size, step_schedule, step_offset, step_offset_fraction, averaging,
+            tail_fraction, sampling, accountant, trace_every: solver settings (resolved:
+            ``step_offset`` absolute, ``step_offset_fraction`` None).
+        seed: None (OS entropy: private) or an int (reproducible, NOT private); run only.
+        in_memory_limit_mb: statistics larger than this stream from Spark.
+        path: "auto" (by the public size), "memory" or "stream" (forced).
+        private_diagnostics: also log MSPBE/LSTD of the private statistics, tagged private.
+        public_trajectories, public_max_length: the fresh public cohort simulated for MSPBE and
+            the public clip bounds (specs with a domain; 0 disables).
+        rows_per_fetch: sampled rows per Spark fetch on the streamed path.
+        estimator: "gpope" or "ssp" (one-shot LSTD on noisy sufficient statistics).
+        ssp_clip, ssp_clip_quantile: the public L2 bound of one trajectory's [A_i, b_i, C_i], or
+            the quantile of the norms on the public cohort that sets it.
+        moments_share: the residual second moments' share (zCDP) of the noisy-statistics release.
+        statistics_share: gpope runs: share of (epsilon, delta) of the noisy-statistics release
+            (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
+        policy_value_share: share of (epsilon, delta) of the policy value release (J(target),
+            J(behaviour), their contrast; :mod:`gpope.core.policy_value_release`); 0 disables it.
+        ci_level: level of the two-sided intervals and of the one-sided lower bound.
+        ssp_identification: SSP-type intervals are unbounded where the noisy statistics cannot
+            exclude a singular summed A (:func:`gpope.core.intervals.separated_from_singular`).
+        interval_groups, interval_groups_min_patients, interval_groups_min_m_epsilon: gpope runs:
+            K >= 2 disjoint patient groups for the interval where the public m and m epsilon reach
+            the thresholds (:func:`gpope.core.operating.interval_groups_for`), else 0 (the hull).
+        tune: "none", or "private" (clip and step size chosen on the private data inside the
+            run's budget, :mod:`gpope.core.private_tuning`).
+        private_tuning: the rules of ``tune: private``.
+        secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.
+        allow_invalid_accounting: run with the ``paper`` accountant anyway (NOT private); run only.
+        allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; run
+            only.
+    """
+
+    epsilon: float | None = None
+    delta: float | None = None
+    passes: float | None = 20.0
+    iterations: int | None = 20000
+    batch_rate: float | None = None
+    batch_size: float | None = None
+    clip: float | None = 1.0
+    step_size: float | None = 0.5
+    step_schedule: Literal["constant", "inverse"] | None = "inverse"
+    step_offset: float | None = None
+    step_offset_fraction: float | None = 0.1
+    averaging: Literal["none", "uniform", "tail"] | None = "tail"
+    tail_fraction: float | None = 0.5
+    sampling: Literal["uniform", "poisson"] | None = "poisson"
+    accountant: Literal["auto", "paper", "rdp", "pld"] | None = "auto"
+    trace_every: int | None = None
+    seed: int | None = None
+    in_memory_limit_mb: int | None = 2048
+    path: Literal["auto", "memory", "stream"] = "auto"
+    private_diagnostics: bool = False
+    public_trajectories: int = 100
+    public_max_length: int | None = None
+    rows_per_fetch: int = 4096
+    estimator: Literal["gpope", "ssp"] = "gpope"
+    ssp_clip: float | None = None
+    ssp_clip_quantile: float | None = 0.99
+    moments_share: float = 0.1
+    statistics_share: float = 0.1
+    policy_value_share: float = 0.3
+    ci_level: float = 0.95
+    ssp_identification: bool = True
+    interval_groups: int | None = 0
+    interval_groups_min_patients: int | None = 0
+    interval_groups_min_m_epsilon: float | None = 0.0
+    tune: Literal["none", "private"] = "none"
+    private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
+    secure_noise: bool = False
+    noise_grid: float | None = None
+    allow_invalid_accounting: bool = False
+    allow_not_private: bool = False
+
+    def __post_init__(self) -> None:
+        owner = "RunSettings"
+        for name in CONSTRAINTS:
+            value = check_setting(owner, name, getattr(self, name))
+            if value is not None:
+                object.__setattr__(self, name, value)
+
+    def layer(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        """The values of ``keys`` (None = not set), as a layer mapping."""
+        return {k: getattr(self, k) for k in keys}
+
+    def solver_settings(self) -> dict[str, Any]:
+        """The solver keys (:data:`gpope.core.operating.SOLVER_KEYS`) as a layer mapping."""
+        from gpope.core.operating import SOLVER_KEYS
+
+        return self.layer(SOLVER_KEYS)
+
+    def interval_settings(self) -> dict[str, Any]:
+        """The interval keys (:data:`gpope.core.operating.INTERVAL_KEYS`) as a layer mapping."""
+        from gpope.core.operating import INTERVAL_KEYS
+
+        return self.layer(INTERVAL_KEYS)
+
+
+@dataclass(frozen=True)
+class SettingsLayer:
+    """The settings one caller gives (the command line, a job, a notebook): a validated partial
+    mapping of :class:`RunSettings` names; unset names are absent.
+
+    Attributes:
+        values: setting name -> value, each checked by :func:`check_setting`.
+        source: the name the provenance shows (``"options"``: the command line or caller).
+    """
+
+    values: Mapping[str, Any]
+    source: str = "options"
+
+    def __post_init__(self) -> None:
+        owner = "RunSettings"
+        clean = {k: check_setting(owner, k, v) for k, v in dict(self.values).items()
+                 if v is not None}
+        object.__setattr__(self, "values", clean)
+
+    @classmethod
+    def of(cls, **values: Any) -> SettingsLayer:
+        """The layer of the given settings (None values: not set)."""
+        return cls(values)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of ``name``, or ``default`` when this layer does not set it."""
+        return self.values.get(name, default)
+
+    def replace(self, **values: Any) -> SettingsLayer:
+        """This layer with ``values`` set over it (None values unset nothing)."""
+        return SettingsLayer({**self.values, **{k: v for k, v in values.items() if v is not None}},
+                             self.source)
+
+
+def check_combination(s: Any) -> None:
+    """Refuse the combinations of settings no run may take (public settings only).
+
+    ``s`` is a :class:`RunSettings` or anything with its attribute names. The one place that
+    refuses the ``paper`` accountant without ``allow_invalid_accounting``.
+
+    Raises:
+        ConfigError: the ``paper`` accountant unless allowed; ``secure_noise`` with a seed, with
+            ``tune`` other than "none", or with ``path`` "stream".
+    """
+    if getattr(s, "accountant", None) == "paper" and not s.allow_invalid_accounting:
+        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)
+    if getattr(s, "secure_noise", False):
+        from gpope.core.secure_noise import check_no_seed
+
+        check_no_seed(s.seed, "gpope evaluate --secure-noise")
+        if s.tune != "none":
+            raise ConfigError(
+                "The 'secure_noise' setting of gpope evaluate does not support "
+                f"tune={s.tune!r} yet; run with tune='none'.")
+        if s.path == "stream":
+            raise ConfigError(
+                "The 'secure_noise' setting of gpope evaluate runs on the in-memory path only; got "
+                "path='stream'. Use path 'auto' or 'memory'.")
+
+
+def check_delta_against_m(delta: float, m: int) -> None:
+    """Refuse ``delta >= 1/m`` and warn above ``1/(10 m)`` (m is public by the design).
+
+    A delta of 1/m allows a mechanism that publishes one random patient's record outright.
+
+    Raises:
+        ConfigError: ``delta >= 1/m``.
+    """
+    import warnings
+
+    if delta >= 1.0 / m:
+        raise ConfigError(
+            f"delta must be below 1/m = {1.0 / m:.3g} for m = {m} trajectories (a delta of 1/m "
+            f"permits releasing one patient's record in the clear). Got delta {delta:g}; use "
+            f"delta <= {0.1 / m:.3g} (1/(10 m)) or smaller."
+        )
+    if delta > 0.1 / m:
+        warnings.warn(
+            f"delta {delta:g} is above 1/(10 m) = {0.1 / m:.3g} for m = {m} trajectories; a delta "
+            "well below 1/m (e.g. 1/m^1.1 or 1e-6) is recommended.",
+            UserWarning, stacklevel=2,
+        )
+
+
+def _check_conf(conf: RunSettings) -> None:
+    given = [k for k in RUN_ONLY if getattr(conf, k) not in (None, False)]
+    if given:
+        raise ConfigError(
+            f"The configuration's evaluation: section sets {', '.join(given)}, which belong to one "
+            "run: pass them on the command line (or to gpope.api.evaluate) instead.")
+
+
+def merged_view(conf: RunSettings, flags: SettingsLayer) -> RunSettings:
+    """The configuration with the caller's settings over it (no spec block, no m): what the
+    checks before Spark see."""
+    _check_conf(conf)
+    view = dataclasses.replace(conf, **dict(flags.values))
+    check_combination(view)
+    return view
+
+
+def resolve_settings(
+    conf: RunSettings, spec: EvaluationSpec, flags: SettingsLayer, *, m: int
+) -> tuple[RunSettings, dict[str, Any]]:
+    """One run's settings for m trajectories: command line > spec block > configuration.
+
+    Returns:
+        (the resolved :class:`RunSettings`: every solver setting set, N and q computed,
+        ``passes`` = touched / m, ``batch_size`` = q m, ``step_offset`` absolute,
+        ``ssp_clip_quantile`` and ``interval_groups`` from their layer's rule; the provenance:
+        ``source`` of every setting ("options", "spec", "conf"), the tuned point used, the spec's
+        tuning record, ``touched_trajectories``, ``interval_note`` (why a layer's
+        interval_groups was not applied, or None)).
+
+    Raises:
+        ConfigError: an invalid combination (:func:`check_combination`), a missing epsilon or
+            delta, or a budget that the layers do not determine.
+    """
+    from gpope.core.operating import (
+        INTERVAL_KEYS,
+        SOLVER_KEYS,
+        merge_layers,
+        resolve_budget,
+        resolve_step_offset,
+    )
+
+    base = merged_view(conf, flags)
+    if flags.get("epsilon") is None or flags.get("delta") is None:
+        raise ConfigError("A run needs its spend: give epsilon and delta (--epsilon, --delta).")
+    epsilon = float(flags.get("epsilon"))
+    mine = {k: flags.get(k) for k in SOLVER_KEYS}
+    block, point = ({}, None)
+    if spec.evaluation is not None:
+        block, point = spec.evaluation.select(m, epsilon)
+    merged = merge_layers(mine, block, conf.solver_settings())
+    source = {k: "options" if k in flags.values else "conf" for k in CONSTRAINTS}
+    for k in merged:
+        source[k] = ("options" if mine.get(k) is not None
+                     else "spec" if block.get(k) is not None else "conf")
+    sampling = merged.get("sampling", "poisson")
+    N, q = resolve_budget(m=m, sampling=sampling, passes=merged.get("passes"),
+                          batch_size=merged.get("batch_size"), iterations=merged.get("iterations"),
+                          batch_rate=merged.get("batch_rate"))
+    offset = resolve_step_offset(iterations=N, step_offset=merged.get("step_offset"),
+                                 step_offset_fraction=merged.get("step_offset_fraction"))
+    touched = N * q * m if q is not None else float(N)
+    spec_iv = spec.evaluation.interval_settings() if spec.evaluation is not None else {}
+    quantile, source["ssp_clip_quantile"] = (
+        (flags.get("ssp_clip_quantile"), "options") if flags.get("ssp_clip_quantile") is not None
+        else (spec_iv["ssp_clip_quantile"], "spec") if "ssp_clip_quantile" in spec_iv
+        else (conf.ssp_clip_quantile, "conf"))
+    groups, note = _interval_groups(base, m=m, epsilon=epsilon, sampling=sampling,
+                                    layers=((flags.values, "options"), (spec_iv, "spec"),
+                                            (conf.layer(INTERVAL_KEYS), "conf")), source=source)
+    out = dataclasses.replace(
+        base,
+        sampling=sampling,
+        accountant=merged.get("accountant", "auto"),
+        iterations=N,
+        batch_rate=q,
+        passes=touched / m,
+        batch_size=None if q is None else q * m,
+        clip=float(merged["clip"]),
+        step_size=float(merged["step_size"]),
+        step_schedule=merged.get("step_schedule", "constant"),
+        step_offset=offset,
+        step_offset_fraction=None,
+        averaging=merged.get("averaging", "tail"),
+        tail_fraction=float(merged.get("tail_fraction", 0.5)),
+        ssp_clip_quantile=float(quantile),
+        interval_groups=groups,
+    )
+    check_combination(out)
+    info = {
+        "source": source,
+        "tuned_point": None if point is None else point.to_dict(),
+        "spec_has_evaluation_block": spec.evaluation is not None,
+        "tuning": None if spec.evaluation is None else dict(spec.evaluation.tuning),
+        "touched_trajectories": touched,
+        "interval_note": note,
+    }
+    return out, info
+
+
+def _interval_groups(s: RunSettings, *, m: int, epsilon: float, sampling: str,
+                     layers: tuple[tuple[Mapping[str, Any], str], ...],
+                     source: dict[str, str]) -> tuple[int, str | None]:
+    """(K, why a layer's K was not applied): the caller's K as given, else the rule of the first
+    layer (spec, conf) that sets ``interval_groups``, with its thresholds
+    (:func:`gpope.core.operating.interval_groups_for`), and only where the run can take it."""
+    from gpope.core.operating import interval_groups_for
+
+    layer, where = next(((lay, w) for lay, w in layers if lay.get("interval_groups") is not None),
+                        ({"interval_groups": 0}, "conf"))
+    source["interval_groups"] = where
+    if where == "options":
+        return int(layer["interval_groups"]), None
+    k, note = interval_groups_for(
+        layer["interval_groups"], m=m, epsilon=epsilon,
+        min_patients=layer.get("interval_groups_min_patients"),
+        min_m_epsilon=layer.get("interval_groups_min_m_epsilon"))
+    if k and s.estimator == "ssp":
+        return 0, None  # an ssp run's interval is its own
+    if k and (sampling != "poisson" or s.tune != "none"):
+        return 0, (f"interval_groups {k} ({where} default) not applied: it needs sampling "
+                   f"poisson and no private tuning (sampling {sampling!r}, tune {s.tune!r}); the "
+                   "interval is the hull of the noisy-statistics interval and the value")
+    return k, note

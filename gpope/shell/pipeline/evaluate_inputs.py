@@ -1,0 +1,162 @@
+"""The public inputs of one private evaluation and its release plan, before anything is written.
+
+:func:`prepare_run` reads what the design treats as public and nothing else: m (the number of
+trajectories with statistics for the spec, from one pinned version of the gold table), the
+episode cap ``gpope simulate`` recorded for a simulated dataset, and the public clip bound of the
+noisy-statistics release (a quantile on a fresh cohort of the spec's simulator). From those, the
+settings are resolved (:func:`gpope.core.evaluation.settings.resolve_settings`) and the run's
+:class:`~gpope.core.evaluation.plan.ReleasePlan` is made
+(:func:`gpope.core.evaluation.plan.plan_release`). Nothing here reads a private row.
+
+The refusals of this step read public inputs only: an invalid combination of settings (the
+``paper`` accountant among them), ``delta`` against 1/m, and a fixed seed only on a simulated
+dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.config import GpopeConfig
+    from gpope.core.evaluation.plan import ReleasePlan
+    from gpope.core.evaluation.settings import RunSettings, SettingsLayer
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = ["PreparedRun", "check_request", "check_seed_allowed", "prepare_run"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRun:
+    """A run ready to reserve: its public inputs, resolved settings and release plan.
+
+    Attributes:
+        m: the number of trajectories (public).
+        stats_version: the pinned version of trajectory_stats every read uses.
+        settings: the resolved settings (``interval_groups`` as the plan applies it).
+        provenance: where each setting came from, the tuned point, the interval note.
+        recorded_max_length: the episode cap ``gpope simulate`` recorded, or None.
+        plan: the release plan.
+    """
+
+    m: int
+    stats_version: int
+    settings: RunSettings
+    provenance: dict[str, Any]
+    recorded_max_length: int | None
+    plan: ReleasePlan
+
+    @property
+    def seeded(self) -> bool:
+        """A fixed seed was given: the run is reproducible and NOT private."""
+        return self.settings.seed is not None
+
+
+def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLayer) -> None:
+    """The checks that need no Spark and no m: the configuration with the caller's settings over
+    it, and the spec's block (:func:`gpope.core.evaluation.settings.merged_view`).
+
+    Raises:
+        ConfigError: an invalid setting or combination.
+    """
+    from gpope.core.evaluation.settings import check_combination, merged_view
+
+    view = merged_view(config.evaluation, flags)
+    block = spec.evaluation
+    if flags.get("accountant") is None and block is not None and block.accountant is not None:
+        check_combination(dataclasses.replace(view, accountant=block.accountant))
+
+
+def check_seed_allowed(config: GpopeConfig, dataset: str) -> None:
+    """A fixed seed makes noise and plan reproducible: only on a simulated dataset, or with
+    ``allow_not_private``.
+
+    Raises:
+        ConfigError: the dataset was not produced by ``gpope simulate``.
+    """
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    if PrivacyLedger(None, config).origin(dataset) == "simulate":
+        return
+    raise ConfigError(
+        f"--seed makes the noise and the sample plan reproducible, so the output of dataset "
+        f"{dataset!r} (not produced by `gpope simulate`) would not be private. Drop --seed, or "
+        "pass --allow-not-private to accept a release marked NOT private."
+    )
+
+
+def _simulated_max_length(config: GpopeConfig, dataset: str) -> int | None:
+    """The episode cap recorded by ``gpope simulate`` for ``dataset`` (public), or None."""
+    from gpope.shell.pipeline.simulate import read_simulation_record
+
+    try:
+        record = read_simulation_record(config, dataset)
+    except Exception:  # the record is a convenience: never fail a run over it
+        record = None
+    return int(record["max_length"]) if record and record.get("max_length") is not None else None
+
+
+def statistics_clip(spec: EvaluationSpec, settings: Any, *, required: bool) -> float | None:
+    """The public clip bound of the noisy-statistics release: the setting, else a public quantile
+    on the spec's simulator; None (no release) for a gpope run whose spec has no simulator."""
+    if settings.ssp_clip is not None:
+        return float(settings.ssp_clip)
+    if not required and (spec.domain is None or settings.public_trajectories <= 0):
+        return None  # no public data for a clip bound: this gpope run has no statistics release
+    from gpope.shell.pipeline.ssp import public_clip
+
+    return public_clip(spec, n_trajectories=settings.public_trajectories,
+                       quantile=settings.ssp_clip_quantile, max_length=settings.public_max_length)
+
+
+def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
+                flags: SettingsLayer) -> PreparedRun:
+    """The public inputs, the resolved settings and the release plan of a run.
+
+    Raises:
+        ConfigError, AccountingError: invalid public settings (nothing is written).
+        DataError, TableNotFoundError: no statistics for the spec.
+    """
+    from gpope.core.evaluation import plan_loading, plan_release
+    from gpope.core.evaluation.loading import is_one_hot
+    from gpope.core.evaluation.settings import check_delta_against_m, resolve_settings
+    from gpope.shell.pipeline.stats import statistics_version, trajectory_count
+
+    check_request(config, spec, flags)
+    if flags.get("seed") is not None and not flags.get("allow_not_private", False):
+        check_seed_allowed(config, dataset)
+    # m and the statistics come from one pinned version of trajectory_stats: a concurrent
+    # `gpope stats` cannot make the count and the rows disagree
+    version = statistics_version(spark, config, dataset=dataset)
+    m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=version)
+    check_delta_against_m(float(flags.get("delta")), m)
+    settings, provenance = resolve_settings(config.evaluation, spec, flags, m=m)
+    recorded = _simulated_max_length(config, dataset)
+    if settings.public_max_length is None:
+        # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the
+        # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
+        # for the demo's 40-decision ones and buried every feature of the noisy statistics
+        settings = dataclasses.replace(settings, public_max_length=recorded)
+    ssp_run = settings.estimator == "ssp"
+    clip = statistics_clip(spec, settings, required=ssp_run)
+    # dense rows in memory when they fit in_memory_limit_mb, else streamed: from m and n only
+    layout = plan_loading(m=m, n=spec.n_features, path=settings.path,
+                          limit_mb=settings.in_memory_limit_mb,
+                          one_hot=is_one_hot(spec.feature_map))
+    plan = plan_release(
+        settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
+        groups_explicit=provenance["source"].get("interval_groups") == "options",
+        private_tuning=settings.private_tuning.to_core()
+        if settings.tune == "private" and not ssp_run else None)
+    if plan.interval_note:
+        provenance["interval_note"] = plan.interval_note
+    if not ssp_run and settings.interval_groups != plan.interval_groups:
+        settings = dataclasses.replace(settings, interval_groups=plan.interval_groups)
+    return PreparedRun(m=m, stats_version=version, settings=settings, provenance=provenance,
+                       recorded_max_length=recorded, plan=plan)
