@@ -5,7 +5,7 @@ Every diagnostic of an evaluation that can measure the relative MSPBE of the rel
 the spec's domain) and a private one (the MSPBE from the run's noisy sufficient statistics,
 ``relative_mspbe_private``). A relative MSPBE >= 1 means the estimate is no better than the
 trivial theta = 0, whose values are all zero: the command says so in its output, its JSON and
-MLflow (tag :data:`GUARD_TAG`) instead of printing the values as if they were useful.
+MLflow (tag ``gpope.utility_guard``, named in :mod:`gpope.shell.mlflow_names`) instead of printing the values as if they were useful.
 
 The rule: a diagnostic counts only where its evidence is conclusive.
 
@@ -37,11 +37,7 @@ from gpope.core.validation import check_int, check_number
 if TYPE_CHECKING:
     from gpope.core.ssp import NoisyStatistics
 
-__all__ = ["GUARD_TAG", "Diagnostic", "UtilityGuard", "private_relative_mspbe", "utility_guard"]
-
-#: MLflow tag holding the guard's verdict: "no_better_than_zero", "ok" or "unknown".
-GUARD_TAG = "gpope.utility_guard"
-
+__all__ = ["Diagnostic", "UtilityGuard", "private_relative_mspbe", "utility_guard"]
 
 @dataclass(frozen=True)
 class Diagnostic:

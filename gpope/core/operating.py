@@ -198,20 +198,12 @@ class EvaluationBlock:
     intervals_provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        o = "evaluation"
-        set_ = object.__setattr__
-        set_(self, "ssp_clip_quantile", check_number(
-            o, "ssp_clip_quantile", self.ssp_clip_quantile, gt=0.0, le=1.0, allow_none=True))
-        if self.interval_groups is not None:
-            from gpope.core.intervals import check_interval_groups
+        from gpope.core.evaluation.settings import check_setting
 
-            set_(self, "interval_groups", check_interval_groups(o, self.interval_groups))
-        set_(self, "interval_groups_min_patients", check_int(
-            o, "interval_groups_min_patients", self.interval_groups_min_patients, ge=0,
-            allow_none=True))
-        set_(self, "interval_groups_min_m_epsilon", check_number(
-            o, "interval_groups_min_m_epsilon", self.interval_groups_min_m_epsilon, ge=0.0,
-            allow_none=True))
+        set_ = object.__setattr__
+        # the same constraints as every other layer of the run's settings
+        for k in (*SOLVER_KEYS, *INTERVAL_KEYS):
+            set_(self, k, check_setting("evaluation", k, getattr(self, k)))
         thresholds = [k for k in INTERVAL_KEYS[2:] if getattr(self, k) is not None]
         if thresholds and self.interval_groups is None:
             raise ConfigError(
@@ -224,28 +216,6 @@ class EvaluationBlock:
                 "evaluation.intervals_provenance must be a mapping (the public studies that chose "
                 f"the interval settings). Got {self.intervals_provenance!r} instead."
             )
-        if self.sampling is not None:
-            check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
-        if self.accountant is not None:
-            check_choice(o, "accountant", self.accountant, ("auto", "paper", "rdp", "pld"))
-        if self.step_schedule is not None:
-            check_choice(o, "step_schedule", self.step_schedule, ("constant", "inverse"))
-        if self.averaging is not None:
-            check_choice(o, "averaging", self.averaging, ("none", "uniform", "tail"))
-        set_(self, "passes", check_number(o, "passes", self.passes, gt=0.0, allow_none=True))
-        set_(self, "batch_size",
-             check_number(o, "batch_size", self.batch_size, ge=1.0, allow_none=True))
-        set_(self, "iterations", check_int(o, "iterations", self.iterations, ge=1, allow_none=True))
-        set_(self, "batch_rate",
-             check_number(o, "batch_rate", self.batch_rate, gt=0.0, le=1.0, allow_none=True))
-        set_(self, "clip", check_number(o, "clip", self.clip, gt=0.0, allow_none=True))
-        set_(self, "step_size", check_number(o, "step_size", self.step_size, gt=0.0, allow_none=True))
-        set_(self, "step_offset",
-             check_number(o, "step_offset", self.step_offset, ge=0.0, allow_none=True))
-        set_(self, "step_offset_fraction", check_number(
-            o, "step_offset_fraction", self.step_offset_fraction, ge=0.0, allow_none=True))
-        set_(self, "tail_fraction", check_number(
-            o, "tail_fraction", self.tail_fraction, gt=0.0, le=1.0, allow_none=True))
         budget = {k for k in BUDGET_KEYS if getattr(self, k) is not None}
         if not _budget_ok(budget):
             raise ConfigError(

@@ -122,11 +122,14 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
+        from gpope.shell.pipeline.jobargs import config_from_args
 
-        spark, config, _ = job_setup(a)
+        config = config_from_args(a)
+        # the arguments, the spec and the configuration are checked before Spark starts
         options = api.evaluate_options(config, epsilon=a.epsilon, delta=a.delta, seed=a.seed,
                                        solver=settings_from_args(a))
         api.check_evaluation(a.spec, options, dataset=a.dataset, config=config)
+        spark = api.get_spark(config)
         return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
                             options=options, config=config,
                             tracking_uri=a.tracking_uri).summary()

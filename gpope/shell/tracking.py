@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpope.jsonable import jsonable
+from gpope.shell import mlflow_names
 
 __all__ = [
     "EXPERIMENT_KIND",
@@ -36,7 +37,7 @@ __all__ = [
     "store_lock",
 ]
 
-PRIVATE_DIAGNOSTIC_TAG = "diagnostic.private"
+PRIVATE_DIAGNOSTIC_TAG = mlflow_names.PRIVATE_DIAGNOSTIC
 #: MLflow 3's experiment-kind tag value for classic (non-GenAI) experiments.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 

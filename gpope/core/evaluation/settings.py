@@ -108,7 +108,9 @@ CONSTRAINTS: dict[str, Real | Int | Choice | Flag] = {
     "passes": Real(gt=0.0),
     "iterations": Int(ge=1),
     "batch_rate": Real(gt=0.0, le=1.0),
-    "batch_size": Real(ge=1.0),
+    # resolved, the expected batch q m may be below 1; a given one must reach 1 trajectory
+    # (gpope.core.operating.resolve_budget refuses less)
+    "batch_size": Real(gt=0.0),
     "clip": Real(gt=0.0),
     "step_size": Real(gt=0.0),
     "step_schedule": Choice(("constant", "inverse")),
@@ -398,11 +400,25 @@ def check_delta_against_m(delta: float, m: int) -> None:
 
 
 def _check_conf(conf: RunSettings) -> None:
+    """The configuration layer: no run-only setting, and a budget and step offset that the
+    layer determines consistently (the same rules as a spec's block)."""
+    from gpope.core.operating import BUDGET_KEYS
+
     given = [k for k in RUN_ONLY if getattr(conf, k) not in (None, False)]
     if given:
         raise ConfigError(
             f"The configuration's evaluation: section sets {', '.join(given)}, which belong to one "
             "run: pass them on the command line (or to gpope.api.evaluate) instead.")
+    budget = sorted(k for k in BUDGET_KEYS if getattr(conf, k) is not None)
+    if len(budget) > 2 or {"batch_rate", "batch_size"} <= set(budget):
+        raise ConfigError(
+            "The configuration's evaluation: section over-determines the budget: give at most two "
+            "of passes, iterations, batch_rate, batch_size, and not both batch_rate and "
+            f"batch_size (see gpope.core.operating). Got {budget}; set the others to null.")
+    if conf.step_offset is not None and conf.step_offset_fraction is not None:
+        raise ConfigError(
+            "The configuration's evaluation: section sets both 'step_offset' and "
+            "'step_offset_fraction'; they are alternatives. Set one of them to null.")
 
 
 def merged_view(conf: RunSettings, flags: SettingsLayer) -> RunSettings:

@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.shell import mlflow_names as names
+
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.shell.pipeline.evaluation_record import EvaluationRecord
@@ -227,7 +229,7 @@ def _log_input(record: EvaluationRecord) -> None:
 
 #: Tag listing the states with an unbounded interval end; ``<UNBOUNDED_TAG>.<state>`` lists
 #: that state's omitted metrics.
-UNBOUNDED_TAG = "gpope.unbounded"
+UNBOUNDED_TAG = names.UNBOUNDED
 _END_METRICS = ("value_lower", "value_upper", "value_lower_bound")
 
 
@@ -307,16 +309,16 @@ def _log_evaluation(
 
     spec = record.spec
     tags = {
-        "gpope.run_id": record.run_id,
-        "gpope.stage": "evaluate",
-        "gpope.dataset": record.dataset,
-        "gpope.spec": spec.name,
-        "gpope.spec_id": spec.spec_id,
-        "gpope.estimator": record.estimator,
-        "gpope.private": str(bool(record.private)).lower(),
-        "gpope.seeded": str(bool(record.seeded)).lower(),
-        "gpope.privacy_note": record.privacy_note,
-        "gpope.valid_bound": str(record.accountant != "paper").lower(),
+        names.RUN_ID: record.run_id,
+        names.STAGE: "evaluate",
+        names.DATASET: record.dataset,
+        names.SPEC: spec.name,
+        names.SPEC_ID: spec.spec_id,
+        names.ESTIMATOR: record.estimator,
+        names.PRIVATE: str(bool(record.private)).lower(),
+        names.SEEDED: str(bool(record.seeded)).lower(),
+        names.PRIVACY_NOTE: record.privacy_note,
+        names.VALID_BOUND: str(record.accountant != "paper").lower(),
         **code_version(),
         **dict(record.tags),
         **unbounded_tags(record.state_intervals()),
@@ -333,9 +335,9 @@ def _log_evaluation(
 
             log_tuning(dict(record.tuning))
         metrics = {
-            "spent_epsilon": float(record.epsilon_certified),
-            "spent_delta": float(record.delta),
-            "reserved_epsilon": float(record.epsilon),
+            names.METRIC_SPENT_EPSILON: float(record.epsilon_certified),
+            names.METRIC_SPENT_DELTA: float(record.delta),
+            names.METRIC_RESERVED_EPSILON: float(record.epsilon),
         }
         metrics.update({f"value.{k}": v for k, v in record.reference_values.items()})
         for name, (lower, upper, lower_bound) in record.state_intervals().items():
@@ -349,13 +351,13 @@ def _log_evaluation(
             if record.trace_theta is not None and record.trace_steps is not None:
                 trace = np.atleast_1d(mspbe(record.trace_theta, A, b, C))
                 for step, value in zip(record.trace_steps, trace, strict=True):
-                    mlflow.log_metric("public_mspbe", float(value), step=int(step))
+                    mlflow.log_metric(names.METRIC_PUBLIC_MSPBE, float(value), step=int(step))
             public_mspbe = float(mspbe(record.theta, A, b, C))
             zero = float(mspbe(np.zeros_like(record.theta), A, b, C))
             metrics.update(public_mspbe_final=public_mspbe, public_mspbe_zero=zero)
             if zero > 0:
                 relative = public_mspbe / zero
-                metrics["relative_mspbe_public"] = relative
+                metrics[names.METRIC_RELATIVE_MSPBE_PUBLIC] = relative
         mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         mlflow.log_dict(
             {
@@ -395,8 +397,8 @@ def _log_evaluation(
                 {k: v for k, v in flat.items() if math.isfinite(v)},
                 note="computed WITHOUT noise from the private trajectory statistics (MSPBE of the "
                 "released theta, LSTD fixed point): for operators only, never released",
-                tags={"gpope.run_id": record.run_id, "gpope.dataset": record.dataset,
-                      "gpope.spec": spec.name, "gpope.stage": "evaluate.private_diagnostics"},
+                tags={names.RUN_ID: record.run_id, names.DATASET: record.dataset,
+                      names.SPEC: spec.name, names.STAGE: "evaluate.private_diagnostics"},
                 artifacts={"lstd.json": {"theta": diagnostics["lstd_theta"],
                                          "values": diagnostics["lstd_values"]}},
             )

@@ -273,8 +273,10 @@ def build_record(
         params["ci_level"] = float(intervals.level)
     metrics = {}
     if private_mspbe is not None:  # post-processing of the run's noisy-statistics release
-        metrics = {"mspbe_private": float(private_mspbe[0]),
-                   "relative_mspbe_private": float(private_mspbe[1])}
+        from gpope.shell import mlflow_names as names
+
+        metrics = {names.METRIC_MSPBE_PRIVATE: float(private_mspbe[0]),
+                   names.METRIC_RELATIVE_MSPBE_PRIVATE: float(private_mspbe[1])}
     table = lake.Lake.from_settings(spark, config.lake)
     ref = lake.TableRef("gold", "trajectory_stats", dataset)
     try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
+from gpope.shell import mlflow_names as names
 
 if TYPE_CHECKING:
     from gpope.config import GpopeConfig
@@ -71,7 +72,7 @@ def tracked_runs(run_id: str, tracking_uri: str, experiment: str) -> list[Any]:
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     runs = client.search_runs([exp_id], filter_string=f"tags.`gpope.run_id` = '{run_id}'")
     return [r for r in runs if r.info.status == "FINISHED"
-            and r.data.tags.get("gpope.stage") == "evaluate"]
+            and r.data.tags.get(names.STAGE) == "evaluate"]
 
 
 def _released(config: GpopeConfig, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -130,17 +131,17 @@ def relog_release(
     value_of = ({r["state"]: r["value"] for r in values} if values
                 else dict(zip(estimate["reference_states"], estimate["values"], strict=True)))
     tags = {
-        "gpope.run_id": run_id, "gpope.stage": "evaluate", "gpope.dataset": estimate["dataset"],
-        "gpope.spec": spec_name, "gpope.spec_id": estimate["spec_id"],
-        "gpope.estimator": estimate["estimator"],
-        "gpope.private": str(bool(estimate["private"])).lower(),
-        "gpope.valid_bound": str(estimate["accountant"] != "paper").lower(),
+        names.RUN_ID: run_id, names.STAGE: "evaluate", names.DATASET: estimate["dataset"],
+        names.SPEC: spec_name, names.SPEC_ID: estimate["spec_id"],
+        names.ESTIMATOR: estimate["estimator"],
+        names.PRIVATE: str(bool(estimate["private"])).lower(),
+        names.VALID_BOUND: str(estimate["accountant"] != "paper").lower(),
         RELOGGED_TAG: "lake", **code_version(),
         **unbounded_tags({r["state"]: (r["lower"], r["upper"], r["lower_bound"])
                           for r in values}),
     }
-    metrics = {"reserved_epsilon": float(estimate["epsilon"]),
-               "spent_delta": float(estimate["delta"])}
+    metrics = {names.METRIC_RESERVED_EPSILON: float(estimate["epsilon"]),
+               names.METRIC_SPENT_DELTA: float(estimate["delta"])}
     metrics.update({f"value.{k}": float(v) for k, v in value_of.items()})
     for r in values:
         for column in ("lower", "upper", "lower_bound"):
