@@ -198,7 +198,7 @@ class EvaluationBlock:
     intervals_provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from gpope.core.evaluation.settings import check_setting
+        from gpope.core.evaluation.constraints import check_setting
 
         set_ = object.__setattr__
         # the same constraints as every other layer of the run's settings

@@ -1,8 +1,9 @@
 """The settings of one private evaluation: one type, its constraints as data, one resolver.
 
 :class:`RunSettings` names every public setting of ``gpope evaluate`` once. Its constraints are
-declared as data (:data:`CONSTRAINTS`, in the manner of scikit-learn's parameter constraints) and
-checked by one function (:func:`check_setting`) wherever a value enters: the configuration's
+declared as data (:data:`gpope.core.evaluation.constraints.CONSTRAINTS`, in the manner of
+scikit-learn's parameter constraints) and checked by one function
+(:func:`~gpope.core.evaluation.constraints.check_setting`) wherever a value enters: the configuration's
 ``evaluation:`` section (a complete :class:`RunSettings` whose defaults are the packaged ones), the
 spec's ``evaluation:`` block (publicly tuned, :class:`gpope.core.operating.EvaluationBlock`) and the
 command line or caller (a :class:`SettingsLayer`). :func:`resolve_settings` applies the layers,
@@ -21,21 +22,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpope.core.validation import check_choice, check_int, check_number
+from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
 
 __all__ = [
-    "CONSTRAINTS",
     "INVALID_ACCOUNTING_REFUSAL",
     "PrivateTuningConf",
     "RunSettings",
     "SettingsLayer",
     "check_combination",
     "check_delta_against_m",
-    "check_setting",
     "resolve_settings",
 ]
 
@@ -47,120 +46,6 @@ INVALID_ACCOUNTING_REFUSAL = (
     "the run is then NOT private everywhere, labelled 'not a valid bound', and the ledger charges "
     "a rigorous RDP bound of its mechanism."
 )
-
-
-@dataclass(frozen=True)
-class Real:
-    """A finite number within the bounds given (None: no bound)."""
-
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-    def check(self, owner: str, name: str, value: Any) -> float:
-        return check_number(owner, name, value, gt=self.gt, ge=self.ge, lt=self.lt, le=self.le)
-
-
-@dataclass(frozen=True)
-class Int:
-    """An integer (not a bool) within the bounds given; ``not_one``: 1 is refused (a count of
-    groups is 0 or at least 2)."""
-
-    ge: int | None = None
-    not_one: bool = False
-
-    def check(self, owner: str, name: str, value: Any) -> int:
-        out = check_int(owner, name, value, ge=self.ge)
-        if self.not_one and out == 1:
-            raise ConfigError(
-                f"The {name!r} parameter of {owner} must be 0 (off) or at least 2 (the number of "
-                "disjoint patient groups whose spread gives the interval). Got 1 instead.")
-        return out
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One of the listed strings."""
-
-    options: tuple[str, ...]
-
-    def check(self, owner: str, name: str, value: Any) -> str:
-        return check_choice(owner, name, value, self.options)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """True or False."""
-
-    def check(self, owner: str, name: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise ConfigError(
-                f"The {name!r} parameter of {owner} must be true or false. Got {value!r} instead.")
-        return value
-
-
-#: The constraint of every setting; None is always accepted as "not set" (a setting a run must
-#: have is filled by the packaged default or refused by the resolver).
-CONSTRAINTS: dict[str, Real | Int | Choice | Flag] = {
-    "epsilon": Real(gt=0.0),
-    "delta": Real(gt=0.0, lt=1.0),
-    "passes": Real(gt=0.0),
-    "iterations": Int(ge=1),
-    "batch_rate": Real(gt=0.0, le=1.0),
-    # resolved, the expected batch q m may be below 1; a given one must reach 1 trajectory
-    # (gpope.core.operating.resolve_budget refuses less)
-    "batch_size": Real(gt=0.0),
-    "clip": Real(gt=0.0),
-    "step_size": Real(gt=0.0),
-    "step_schedule": Choice(("constant", "inverse")),
-    "step_offset": Real(ge=0.0),
-    "step_offset_fraction": Real(ge=0.0),
-    "averaging": Choice(("none", "uniform", "tail")),
-    "tail_fraction": Real(gt=0.0, le=1.0),
-    "sampling": Choice(("uniform", "poisson")),
-    "accountant": Choice(("auto", "paper", "rdp", "pld")),
-    "trace_every": Int(ge=1),
-    "seed": Int(ge=0),
-    "in_memory_limit_mb": Int(ge=1),
-    "path": Choice(("auto", "memory", "stream")),
-    "private_diagnostics": Flag(),
-    "public_trajectories": Int(ge=0),
-    "public_max_length": Int(ge=1),
-    "rows_per_fetch": Int(ge=1),
-    "estimator": Choice(("gpope", "ssp")),
-    "ssp_clip": Real(gt=0.0),
-    "ssp_clip_quantile": Real(gt=0.0, le=1.0),
-    "moments_share": Real(gt=0.0, lt=1.0),
-    "statistics_share": Real(ge=0.0, lt=1.0),
-    "policy_value_share": Real(ge=0.0, lt=1.0),
-    "ci_level": Real(gt=0.0, lt=1.0),
-    "ssp_identification": Flag(),
-    "interval_groups": Int(ge=0, not_one=True),
-    "interval_groups_min_patients": Int(ge=0),
-    "interval_groups_min_m_epsilon": Real(ge=0.0),
-    "tune": Choice(("none", "private")),
-    "secure_noise": Flag(),
-    "noise_grid": Real(gt=0.0),
-    "allow_invalid_accounting": Flag(),
-    "allow_not_private": Flag(),
-}
-
-#: Settings that belong to one run and never come from the configuration.
-RUN_ONLY = ("epsilon", "delta", "seed", "allow_invalid_accounting", "allow_not_private")
-
-
-def check_setting(owner: str, name: str, value: Any) -> Any:
-    """``value`` checked against the constraint of setting ``name`` (None passes: not set).
-
-    Raises:
-        ConfigError: an unknown setting, or a value outside its constraint; the message names the
-            setting, the constraint and the value.
-    """
-    if name not in CONSTRAINTS:
-        raise ConfigError(
-            f"Unknown setting {name!r} of {owner}; valid settings: {', '.join(CONSTRAINTS)}.")
-    return None if value is None else CONSTRAINTS[name].check(owner, name, value)
 
 
 @dataclass(frozen=True)
