@@ -70,10 +70,6 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="share of (epsilon, delta) for the release of J(target), J(behaviour) and "
                    "their contrast with intervals (one Gaussian mechanism over clipped importance-"
                    "sampling terms; 0 disables; default 0.3)")
-    e.add_argument("--policy-value-share", type=float, default=None,
-                   help="share of (epsilon, delta) for the release of J(target), J(behaviour) and "
-                   "their contrast with intervals (one Gaussian mechanism over clipped importance-"
-                   "sampling terms; 0 disables; default 0.3)")
     e.add_argument("--ci-level", type=float, default=None,
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
     e.add_argument("--interval-groups", type=int, default=None, metavar="K",
