@@ -264,7 +264,9 @@ def evaluate(
     Reserves (epsilon, delta) in the dataset's privacy ledger before anything is drawn, releases
     theta and the values at the spec's reference states to ``released_estimates`` /
     ``released_values``, logs an MLflow run. ``seed`` makes the run reproducible and marks it NOT
-    private. ``options`` (complete) replaces epsilon/delta/seed/solver when given.
+    private. ``options`` (from :func:`evaluate_options`) replaces epsilon/delta/seed/solver
+    when given; either way the settings apply over the spec's ``evaluation:`` block and the
+    configuration's ``evaluation:`` section.
 
     Raises:
         BudgetExceededError: the run would take the dataset past its budget (nothing written).

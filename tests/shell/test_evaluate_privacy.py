@@ -84,7 +84,7 @@ def test_paper_release_with_the_flag_is_not_private_everywhere(spark, chain_lake
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     options = SettingsLayer.of(epsilon=0.5, delta=1e-5, iterations=300, sampling="uniform",
                               accountant="paper", allow_invalid_accounting=True,
-                              statistics_share=0.0,
+                              statistics_share=0.0, policy_value_share=0.0,
                               public_trajectories=0)
     report = run_evaluate(spark, config, dataset="chu", spec=load_spec(SPEC_FILE),
                           options=options, tracking_uri=uri)

@@ -115,7 +115,8 @@ def _options(cfg: PipelineAuditConfig, seed: int) -> Any:
     return SettingsLayer.of(
         epsilon=cfg.epsilon, delta=cfg.delta, iterations=cfg.iterations, sampling="uniform",
         accountant="auto", clip=cfg.clip, step_size=cfg.step_size, step_schedule="constant",
-        averaging="none", statistics_share=0.0, public_trajectories=0, seed=seed,
+        averaging="none", statistics_share=0.0, policy_value_share=0.0, public_trajectories=0,
+        seed=seed,
         allow_not_private=True, path="memory",
     )
 
