@@ -84,6 +84,13 @@ def _check_policy_value(report: dict, root: Path) -> None:
                                                                     ev["run_id"]).mechanism)
     assert "policy value" in stored.label and isinstance(stored.event, dp_accounting.ComposedDpEvent)
     assert isinstance(stored.event.events[-1], dp_accounting.GaussianDpEvent)
+    # the analysts' view shows them as the dataset's latest answers
+    from gpope.shell.query import query
+
+    latest = query("SELECT state, value FROM latest_release WHERE dataset = "
+                   f"'{report['dataset']}' AND estimator = 'clipped_is'", lake=config)
+    rows = {r["state"]: r["value"] for r in latest.to_pylist()}
+    assert rows == pytest.approx({q: pv[q]["value"] for q in quantities})
 
 
 def test_databricks_conf_leaves_the_solver_settings_to_the_spec():
