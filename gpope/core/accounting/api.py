@@ -350,16 +350,83 @@ def _solve(
 # --------------------------------------------------------------------------- calibration
 
 
+def _on_grids(m: int, q: float, n: int, delta: float, grid: PLDGrid,
+              levels: list[float]) -> Callable[[float], float]:
+    """PLD epsilon of sigma on the finest of ``levels`` within the resource bound at sigma.
+
+    Smaller sigma -> coarser grid -> larger epsilon, so the function stays decreasing in sigma.
+    """
+    def f(s: float) -> float:
+        for interval in reversed(levels):
+            if pld_cost(q, n, s, interval).within(grid):
+                return pld_epsilon(batch_rate=q, iterations=n, sigma=s, delta=delta,
+                                   interval=interval, grid=grid)
+        return math.inf
+
+    return f
+
+
+def _search(f: Callable[[float], float], epsilon: float, guess: float, upper: float,
+            e_upper: float) -> float:
+    """Smallest sigma (within _XTOL) with f(sigma) <= epsilon, at most ``upper`` (certified)."""
+    br = _bracket(f, epsilon, guess, step=1.05)
+    if isinstance(br, float):
+        return br
+    if br[2] > upper:  # the bracket stepped past an end that is already certified
+        br = (br[0], br[1], upper, e_upper)
+    return _solve(f, epsilon, br)[0]
+
+
+_AIM = -0.02  # the fine phase aims at log(eps / target) = -2 %: inside the target
+_CLOSE = -0.035  # and stops once certified within 3.5 % of it in epsilon (about 1.3 % in sigma)
+
+
+def _refine(fine: Callable[[float], float], coarse: Callable[[float], float], sigma: float,
+            epsilon: float, evaluations: int = 3) -> float:
+    """Lower ``sigma`` (certified on ``coarse``) to the root on ``fine`` in a few evaluations.
+
+    Newton steps in (log sigma, log eps) with the slope measured on the coarse grid (nearly
+    the same curve, several times cheaper), then secant steps on the fine values. Returns the smallest
+    evaluated sigma that ``fine`` certifies; ``sigma`` itself when even it is not certified.
+    """
+    x_hi, y_hi = math.log(sigma), _log_gap(fine(sigma), epsilon)
+    if not y_hi <= 0.0:
+        return sigma
+    h = 0.02
+    slope = (_log_gap(coarse(sigma * (1 - h)), epsilon) - _log_gap(coarse(sigma), epsilon)) / math.log1p(-h)
+    if not (math.isfinite(slope) and slope < 0.0):
+        return sigma
+    x_lo = y_lo = None
+    for _ in range(evaluations):
+        if y_hi >= _CLOSE:
+            break
+        if x_lo is None or y_lo is None:
+            x = x_hi + (_AIM - y_hi) / slope
+        else:
+            x = x_hi + (_AIM - y_hi) * (x_lo - x_hi) / (y_lo - y_hi)
+        y = _log_gap(fine(math.exp(x)), epsilon)
+        if y <= 0.0:
+            if math.isfinite(y) and x != x_hi:
+                slope = (y - y_hi) / (x - x_hi) if (y - y_hi) * (x - x_hi) < 0 else slope
+            x_hi, y_hi = x, y
+        else:
+            x_lo, y_lo = x, y
+    return math.exp(x_hi)
+
+
 def _calibrate_pld(
     m: int, q: float, n: int, epsilon: float, delta: float, grid: PLDGrid
 ) -> float:
     """PLD calibration below the RDP answer, certified by the epsilon that epsilon_spent reports.
 
     1. The RDP sigma (cheap, certified) is an upper end. The adaptive PLD estimate at it picks
-       the grid to search on; if PLD does not certify even that sigma, RDP is the answer.
-    2. Solve ``pld_epsilon(sigma, grid) = epsilon`` for sigma <= sigma_rdp on that one grid
-       (monotone in sigma; an evaluation over the resource bound counts as "not certified").
-    3. Check the result with the reported epsilon (min of the adaptive PLD and RDP) and raise it
+       the finest grid to use; if PLD does not certify even that sigma, RDP is the answer.
+    2. Solve ``pld_epsilon(sigma) = epsilon`` for sigma <= sigma_rdp on the grid one ladder step
+       coarser than the finest affordable near the answer (several times cheaper): a certified
+       upper end, near the root.
+    3. Refine on the finest grid with a few Newton/secant steps (:func:`_refine`): each fine
+       evaluation costs seconds at tiny q, so the search does not bisect there.
+    4. Check the result with the reported epsilon (min of the adaptive PLD and RDP) and raise it
        if needed, so ``epsilon_spent(calibrate_sigma(e)) <= e`` always holds.
     """
     sigma_rdp = _calibrate("rdp", m, n, epsilon, delta, "poisson", q, grid)
@@ -369,27 +436,21 @@ def _calibrate_pld(
         return sigma_rdp
 
     ladder = [g for g in grid.ladder() if g >= est.interval]
-
-    def f(s: float) -> float:
-        # The finest grid (not finer than the one chosen at sigma_rdp) within the resource bound
-        # at s: smaller sigma -> coarser grid -> larger epsilon, so f stays decreasing in s.
-        for interval in reversed(ladder):
-            if pld_cost(q, n, s, interval).within(grid):
-                return pld_epsilon(batch_rate=q, iterations=n, sigma=s, delta=delta,
-                                   interval=interval, grid=grid)
-        return math.inf
-
-    guess = gdp_sigma_guess(batch_rate=q, iterations=n, epsilon=epsilon, delta=delta)
-    guess = min(max(guess, 0.5 * sigma_rdp), 0.9 * sigma_rdp)
-    e_guess = f(guess)
-    if e_guess > epsilon:
-        br: tuple[float, float, float, float] | float = (guess, e_guess, sigma_rdp, est.epsilon)
+    clt = gdp_sigma_guess(batch_rate=q, iterations=n, epsilon=epsilon, delta=delta)
+    guess = min(max(clt, 0.3 * sigma_rdp), 0.9 * sigma_rdp)
+    # the finest grid affordable near the answer (the CLT guess), and ten times coarser
+    probe = min(clt, guess)
+    finest = max((k for k, g in enumerate(ladder) if pld_cost(q, n, probe, g).within(grid)),
+                 default=0)
+    fine = _on_grids(m, q, n, delta, grid, ladder[:finest + 1])
+    if finest >= 1:
+        coarse = _on_grids(m, q, n, delta, grid, ladder[:finest])
+        e_up = coarse(sigma_rdp)
+        sigma = sigma_rdp if e_up > epsilon else min(
+            _search(coarse, epsilon, guess, sigma_rdp, e_up), sigma_rdp)
+        sigma = _refine(fine, coarse, sigma, epsilon)
     else:
-        br = _bracket(f, epsilon, guess, step=1.1)
-    if isinstance(br, float):
-        sigma = br
-    else:
-        sigma = _solve(f, epsilon, br)[0]
+        sigma = _search(fine, epsilon, guess, sigma_rdp, est.epsilon)
     sigma = min(sigma, sigma_rdp)
     for _ in range(20):
         reported = _pld_or_rdp(m, n, sigma, delta, q, grid)[0]

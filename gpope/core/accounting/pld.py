@@ -66,7 +66,8 @@ class PLDGrid:
             (:func:`pld_cost`) exceeds this many points; bounds memory (~80 bytes a point: the
             default keeps one evaluation under ~1 GB).
         max_step_points: never evaluate a grid whose per-step PLD has more points than this;
-            bounds time (~3e-5 s a point: the default keeps one evaluation near ~1.5 s).
+            bounds time (one evaluation at the default takes a few seconds on one core:
+            ``benchmarks/accounting_pld.py`` measures it, docs/BENCHMARKS.md lists it).
     """
 
     initial_interval: float = 1e-3
@@ -74,7 +75,7 @@ class PLDGrid:
     refine_factor: float = math.sqrt(10.0)
     rtol: float = 0.02
     max_points: int = 12_000_000
-    max_step_points: int = 50_000
+    max_step_points: int = 500_000
 
     def __post_init__(self) -> None:
         check_number("PLDGrid", "initial_interval", self.initial_interval, gt=0.0, le=1.0)
@@ -111,6 +112,9 @@ class PLDEstimate:
             bound or the finest grid did).
         skipped: the first grid not evaluated because its predicted cost exceeded the bound
             (None if none was); ``epsilon`` is inf when even the coarsest grid was skipped.
+        unstable: the first grid whose epsilon rose above the coarser grid's by more than
+            ``rtol`` (floating-point breakdown of the FFT composition: a finer grid can only
+            tighten the bound). Its value is discarded and the ladder stops there (None: none).
     """
 
     epsilon: float
@@ -118,6 +122,7 @@ class PLDEstimate:
     evaluated: tuple[tuple[float, float], ...]
     converged: bool
     skipped: float | None = None
+    unstable: float | None = None
 
 
 @dataclass(frozen=True)
@@ -265,13 +270,16 @@ def pld_epsilon_adaptive(
     when no grid could be evaluated within the resource bound). Stops when the extrapolated
     remaining improvement ``d_k r / (1 - r)`` (``d_k`` the last decrease, ``r`` the ratio of the
     last two decreases, ``r = 1/2`` when only one is known) is at most ``grid.rtol`` times
-    epsilon; before a grid whose predicted cost exceeds the bound; or at the finest grid.
+    epsilon; before a grid whose predicted cost exceeds the bound; at a grid whose epsilon
+    rises above the coarser grid's by more than ``grid.rtol`` (discarded: see
+    :attr:`PLDEstimate.unstable`); or at the finest grid.
     """
     ladder = grid.ladder()
     evaluated: list[tuple[float, float]] = []
     best_eps, best_interval = math.inf, ladder[0]
     converged = False
     skipped: float | None = None
+    unstable: float | None = None
     for k, interval in enumerate(ladder):
         eps_or_none = _pld_eval(batch_rate, iterations, sigma, delta, interval,
                                 grid.max_step_points, grid.max_points)
@@ -279,6 +287,9 @@ def pld_epsilon_adaptive(
             skipped = interval
             break
         eps = eps_or_none
+        if evaluated and math.isfinite(evaluated[-1][1]) and eps > evaluated[-1][1] * (1 + grid.rtol):
+            unstable = interval  # a finer grid never loosens the bound by this much
+            break
         evaluated.append((interval, eps))
         if eps <= best_eps:
             best_eps, best_interval = eps, interval
@@ -300,7 +311,7 @@ def pld_epsilon_adaptive(
                     break
     return PLDEstimate(
         epsilon=best_eps, interval=best_interval, evaluated=tuple(evaluated),
-        converged=converged, skipped=skipped,
+        converged=converged, skipped=skipped, unstable=unstable,
     )
 
 
