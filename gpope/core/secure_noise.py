@@ -16,19 +16,44 @@ Two weaknesses of textbook floating-point Gaussian noise are closed here:
   no low-order bits carry information.
 
 Privacy. The discrete Gaussian's Renyi divergences are at most the continuous Gaussian's with the
-same variance (CKS 2020, Prop. 5 and Thm. 14 for vectors), so the accountant of the continuous
+same variance (CKS 2020, Prop. 5 and Thm. 14 for vectors), so an RDP accountant of the continuous
 mechanism applies with the sensitivity increased by the rounding: ``||round(S) - round(S')||_2
 <= ||S - S'||_2 + gamma sqrt(d)``. :func:`rounding_inflation` gives the factor by which the
 noise std is raised to cover it (``h -> h + gamma sqrt(d)``), so the noise multiplier the
-accountant certified keeps its meaning.
+accountant certified keeps its meaning. Which accountants this covers: RDP of a single release,
+and RDP of sampling without replacement (Wang, Balle, Kasiviswanathan 2019, Thm. 27: a bound
+for any base mechanism, increasing in its RDP). NOT covered: the PLD accountant (its privacy
+curve is computed for the continuous Gaussian) and dp-accounting's Poisson-subsampled RDP (the
+exact computation of Mironov, Talwar, Zhang 2019 for the continuous Gaussian). ``gpope
+evaluate --secure-noise`` is therefore refused unless the run's accountant is ``rdp`` and its
+GPOPE steps sample uniformly (or the estimator is ``ssp``, one unsampled release):
+:data:`gpope.core.evaluation.settings.SECURE_NOISE_REFUSAL`.
 
-Implementation note. The integer sampler is vectorised: the discrete Laplace is drawn by the
-inverse CDF of 53-bit uniforms (``floor(-t log U)`` with a random sign) and accepted with
-probability ``exp(-(|Y| - s^2/t)^2 / (2 s^2))`` (CKS Alg. 3, ``t = floor(s) + 1``). These two
-probabilities are evaluated in double precision, so the sampled law differs from the exact
-discrete Gaussian by a relative error of order 2^-50 per probability (the outputs themselves are
-exact integers); an exact big-rational sampler (CKS Alg. 1-2) is orders of magnitude slower in
-Python. Expected cost: about 1.3 candidate draws per sample.
+Implementation error (a bound, not an estimate). The integer sampler is vectorised: the discrete
+Laplace magnitude is ``floor(-t log U)`` of a 53-bit uniform ``U`` with a random sign, accepted
+with probability ``exp(-(|Y| - s^2/t)^2 / (2 s^2))`` (CKS Alg. 3, ``t = floor(s) + 1``,
+``s = scale``). The outputs are exact integers; their law is not exactly ``N_Z(0, s^2)``:
+
+* ``U`` takes the values ``k 2^-53``, so each threshold ``P(mag >= j) = exp(-j / t)`` is realised
+  with an absolute error below ``2^-53`` (plus the relative ``2^-52`` of ``log``), and magnitudes
+  above ``53 t ln 2 ~ 36.7 t`` are never drawn. Over the ``~37 t`` thresholds that carry mass
+  the magnitude's law is off by at most ``~37 t 2^-52`` in total variation.
+* The acceptance test compares a double ``exp(...)`` (relative error ``<= 2^-52 (1 + a)`` for
+  the exponent ``a``) with a 53-bit uniform (absolute ``2^-53``): at most ``~2^-51`` in total
+  variation of the accepted draw.
+* Normalising by the acceptance rate (at least ~0.6) gives, per draw, a total-variation distance
+  to the exact discrete Gaussian of at most ``tau(s) = (37 s + 40) 2^-51 / 0.6 < (s + 2) 2^-45``.
+  Pointwise, the relative error at the mode is of order ``s 2^-52`` (the mode's mass is
+  ``~1/(s sqrt(2 pi))`` against an absolute error ``~2^-52``) and grows into the tails like
+  ``s 2^-52 exp(y^2 / (2 s^2))``: it is not the flat ``2^-50`` once claimed here.
+
+Consequence for the guarantee. A release of ``k`` draws whose exact mechanism is
+``(epsilon, delta)``-DP is ``(epsilon, delta + (1 + e^epsilon) k tau(s))``-DP as implemented.
+With ``scale = std / gamma`` large (a fine grid) the added term can matter: choose ``gamma`` so
+that ``(1 + e^epsilon) N d tau(std / gamma)`` is far below delta (e.g. ``std / gamma <= 2^10``
+keeps it below ``2^-34 N d (1 + e^epsilon)``). An exact big-rational sampler (CKS Alg. 1-2)
+removes the term at a cost of orders of magnitude in Python. Expected cost here: about 1.3
+candidate draws per sample.
 """
 
 from __future__ import annotations

@@ -119,4 +119,29 @@ def test_evaluate_options_refuse_a_seed_with_secure_noise():
         settings(epsilon=1.0, delta=1e-6, secure_noise=True, seed=1)
     with pytest.raises(ConfigError, match="in-memory path only"):
         settings(epsilon=1.0, delta=1e-6, secure_noise=True, path="stream")
-    assert settings(epsilon=1.0, delta=1e-6, secure_noise=True).secure_noise
+    assert settings(epsilon=1.0, delta=1e-6, secure_noise=True, sampling="uniform").secure_noise
+    with pytest.raises(ConfigError, match="certified only by RDP"):  # default: Poisson + PLD
+        settings(epsilon=1.0, delta=1e-6, secure_noise=True)
+
+
+def test_secure_noise_is_refused_where_the_accountant_does_not_cover_it():
+    """Only RDP covers the discrete Gaussian, and for GPOPE steps only uniform sampling."""
+    from types import SimpleNamespace
+
+    from gpope.core.evaluation.settings import check_combination
+
+    base = dict(secure_noise=True, seed=None, tune="none", path="auto", estimator="gpope",
+                allow_invalid_accounting=False)
+    for sampling, accountant, estimator in (("poisson", "auto", "gpope"),
+                                            ("poisson", "pld", "gpope"),
+                                            ("poisson", "rdp", "gpope"),
+                                            ("poisson", "pld", "ssp")):
+        with pytest.raises(ConfigError, match="secure-noise draws discrete Gaussian"):
+            check_combination(SimpleNamespace(**{**base, "sampling": sampling,
+                                                 "accountant": accountant,
+                                                 "estimator": estimator}))
+    for sampling, accountant, estimator in (("uniform", "auto", "gpope"),
+                                            ("uniform", "rdp", "gpope"),
+                                            ("poisson", "rdp", "ssp")):
+        check_combination(SimpleNamespace(**{**base, "sampling": sampling,
+                                             "accountant": accountant, "estimator": estimator}))

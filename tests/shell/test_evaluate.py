@@ -206,7 +206,8 @@ def test_secure_noise_run_releases_grid_values_privately(spark, setup):
     config, spec, _, uri = setup
     grid = 2.0**-20
     report = run_evaluate(spark, config, dataset="mc", spec=spec,
-                          options=_options(public_trajectories=0, secure_noise=True),
+                          options=_options(public_trajectories=0, secure_noise=True,
+                                           sampling="uniform"),
                           tracking_uri=uri)
     assert report.private
     rel = lake.read_shared_table(spark, config.lake, "released_estimates")

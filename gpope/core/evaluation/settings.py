@@ -234,6 +234,18 @@ class SettingsLayer:
                              self.source)
 
 
+#: Why ``secure_noise`` needs the RDP accountant and (for GPOPE) uniform sampling.
+SECURE_NOISE_REFUSAL = (
+    "--secure-noise draws discrete Gaussian noise, whose privacy is certified only by RDP "
+    "(Canonne, Kamath, Steinke 2020: its Renyi divergences are at most the continuous "
+    "Gaussian's) and, for subsampled GPOPE steps, only under --sampling uniform (the "
+    "without-replacement RDP bound of Wang, Balle, Kasiviswanathan 2019 holds for any base "
+    "mechanism; the PLD accountant and the Poisson RDP bound are computed for the continuous "
+    "Gaussian). Got sampling {sampling!r}, accountant {accountant!r}. Use --secure-noise with "
+    "--sampling uniform --accountant rdp (or auto), or with --estimator ssp --accountant rdp."
+)
+
+
 def check_combination(s: Any) -> None:
     """Refuse the combinations of settings no run may take (public settings only).
 
@@ -242,7 +254,8 @@ def check_combination(s: Any) -> None:
 
     Raises:
         ConfigError: the ``paper`` accountant unless allowed; ``secure_noise`` with a seed, with
-            ``tune`` other than "none", or with ``path`` "stream".
+            ``tune`` other than "none", with ``path`` "stream", or with an accountant whose
+            guarantee does not cover the discrete Gaussian (:data:`SECURE_NOISE_REFUSAL`).
     """
     if getattr(s, "accountant", None) == "paper" and not s.allow_invalid_accounting:
         raise ConfigError(INVALID_ACCOUNTING_REFUSAL)
@@ -258,6 +271,13 @@ def check_combination(s: Any) -> None:
             raise ConfigError(
                 "The 'secure_noise' setting of gpope evaluate runs on the in-memory path only; got "
                 "path='stream'. Use path 'auto' or 'memory'.")
+        from gpope.core.accounting import resolve_accountant
+
+        sampling = getattr(s, "sampling", None) or "poisson"
+        accountant = resolve_accountant(getattr(s, "accountant", None) or "auto", sampling)
+        if accountant != "rdp" or (sampling != "uniform" and s.estimator != "ssp"):
+            raise ConfigError(SECURE_NOISE_REFUSAL.format(sampling=sampling,
+                                                          accountant=accountant))
 
 
 def check_delta_against_m(delta: float, m: int) -> None:

@@ -133,7 +133,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--secure-noise", action="store_true", default=None,
         help="noise from the OS CSPRNG as a discrete Gaussian on a public grid, released values "
-             "rounded to it (floating-point safe); refuses --seed; in-memory path only "
+             "rounded to it (floating-point safe); refuses --seed; in-memory path only; needs "
+             "--sampling uniform with the rdp accountant (or --estimator ssp --accountant rdp) "
              "(conf: evaluation.secure_noise, evaluation.noise_grid)",
     )
     add_privacy_overrides(parser)
