@@ -12,6 +12,7 @@ from gpope.core import ssp
 from gpope.core.accounting import RDP_ORDERS
 from gpope.core.envs import chain as chain_env
 from gpope.core.intervals import (
+    SAMPLING_SD_RATIO,
     anchored_interval,
     bootstrap_interval,
     separated_from_singular,
@@ -278,12 +279,13 @@ def test_singularity_test_is_exact_for_a_singular_matrix_and_rejects_a_regular_o
     Q1, Q2 = (np.linalg.qr(rng.normal(size=(k, k)))[0] for _ in range(2))
     singular = (Q1 * np.array([6.0, 3.0, 2.0, 0.0])) @ Q2.T
     regular = (Q1 * np.array([6.0, 5.0, 5.0, 4.0])) @ Q2.T
-    rej = [separated_from_singular(singular + s * rng.standard_normal((k, k)), s, level=level)
+    rej = [separated_from_singular(singular + s * rng.standard_normal((k, k)), s, level=level,
+                                   sampling_ratio=0.0)  # the data set's own A: exact
            for _ in range(draws)]
     # binomial(1000, <= 0.1): sd <= 0.0095 (conservative: s_min <= ||E v||)
     assert np.mean(rej) <= 0.1 + 3 * 0.0095
-    assert all(separated_from_singular(regular + s * rng.standard_normal((k, k)), s, level=level)
-               for _ in range(200))
+    assert all(separated_from_singular(regular + s * rng.standard_normal((k, k)), s, level=level,
+                                       sampling_ratio=0.0) for _ in range(200))
     assert separated_from_singular(regular, 0.0) and not separated_from_singular(singular * 0, 0.0)
     with pytest.raises(ConfigError):
         separated_from_singular(np.ones((2, 3)), 1.0)
@@ -335,7 +337,8 @@ def test_identification_is_the_default_and_says_why_through_anchor_and_split():
     sep = separation(A_noisy, std)
     assert sep <= 1.0 and not separated_from_singular(A_noisy, std)
     assert sep == pytest.approx(np.linalg.svd(A_noisy, compute_uv=False)[-1]
-                                / (std * np.sqrt(chi2.ppf(0.95, n))), rel=1e-12)
+                                / (std * np.sqrt((1 + SAMPLING_SD_RATIO**2)
+                                                 * chi2.ppf(0.95, n))), rel=1e-12)
     _, iv = bootstrap_interval(noisy, None, lambda th: np.concatenate([th[:1] + th[1:2], th]),
                                rng=np.random.default_rng(3), draws=30, regularize=False)
     assert iv.unidentified and iv.separation == pytest.approx(sep, rel=1e-12)
