@@ -483,8 +483,10 @@ class PrivacyLedger:
                 why = (f"process {e.process} is gone" if _process_dead(e.process)
                        else f"reserved more than {timeout} ago")
                 status = "failed"
-                evidence = (f"{why} and released_estimates has no committed row for it "
-                            "(still counted)")
+                evidence = (f"{why} and released_estimates has no committed row for it; still "
+                            "charged: the run may have drawn noise before it stopped and the "
+                            "ledger cannot tell how far it got (docs/ARCHITECTURE.md, privacy "
+                            "rules)")
             else:
                 continue
             self._append_settlement(e.__dict__, status, reverse=reverse,
