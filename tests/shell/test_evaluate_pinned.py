@@ -75,46 +75,46 @@ def _released(spark, config, report) -> dict:
 #: The exact releases of the seeded runs (GPOPE_PRINT_PINS=1 prints them).
 PINS: dict[str, dict] = {
     "gpope": {
-        "theta": "a37125665457127ad1136902",
+        "theta": "bae7d0ff91ded9070bf94581",
         "values": [
-            "-0x1.efcd49cacb16cp-2",
-            "0x1.88aa3ae6ecb5cp-4",
-            "0x1.774c2a6f582d4p-1"
+            "-0x1.efbb24f8d27acp-2",
+            "0x1.888906360e6a4p-4",
+            "0x1.775125357d0d4p-1"
         ],
         "intervals": "cffcfb66adb81cba4873d490",
-        "sigma": "0x1.fe408c5f109f5p+0",
-        "statistics_sigma": "0x1.304f1039a6fc1p+4",
-        "spent_epsilon": "0x1.ffabbdc83e78bp+0",
+        "sigma": "0x1.fe2dd47eb1887p+0",
+        "statistics_sigma": "0x1.2fd3bb7a337c8p+4",
+        "spent_epsilon": "0x1.ffd7fd02c236ep+0",
         "relation": "add_or_remove_one",
-        "event": "adf89c491a1d4e7d8b5e872e"
+        "event": "4184e22f6ded36e9511bf1e0"
     },
     "ssp": {
-        "theta": "6e1ac8d6a8869e664d6dd5be",
+        "theta": "e32101adacb9ca58a0aa9e58",
         "values": [
             "0x0.0p+0",
             "0x0.0p+0",
-            "0x1.38edaba1da504p-1"
+            "0x1.38f15af2b9bb9p-1"
         ],
         "intervals": "cffcfb66adb81cba4873d490",
-        "sigma": "0x1.fe6ff46eec69fp+0",
-        "statistics_sigma": "0x1.fe6ff46eec69fp+0",
-        "spent_epsilon": "0x1.fff9e2a26188fp+0",
+        "sigma": "0x1.fe6be425245bep+0",
+        "statistics_sigma": "0x1.fe6be425245bep+0",
+        "spent_epsilon": "0x1.fffe6f223cee4p+0",
         "relation": "add_or_remove_one",
-        "event": "cd922a22d8a7e6fca1d23320"
+        "event": "2e416622c190fcd2673dd6dc"
     },
     "groups": {
-        "theta": "11551d92a2d7e8aaa9adf978",
+        "theta": "95d5ccfe00ff2a869195f53f",
         "values": [
-            "0x1.8b8287d8f503fp-2",
-            "-0x1.64266af96b1c0p-1",
-            "0x1.64e53dbba2b0dp-1"
+            "0x1.8b73cbe81574dp-2",
+            "-0x1.6414c37d697bdp-1",
+            "0x1.64cc6cb4519d5p-1"
         ],
-        "intervals": "5f7ba479aa53ef9696ebf54a",
-        "sigma": "0x1.fe408c5f109f5p+0",
-        "statistics_sigma": "0x1.304f1039a6fc1p+4",
-        "spent_epsilon": "0x1.ffabbdc83e78bp+0",
+        "intervals": "a0dfd318d52aa71a23633a7c",
+        "sigma": "0x1.fe2dd47eb1887p+0",
+        "statistics_sigma": "0x1.2fd3bb7a337c8p+4",
+        "spent_epsilon": "0x1.ffd7fd02c236ep+0",
         "relation": "add_or_remove_one",
-        "event": "adf89c491a1d4e7d8b5e872e"
+        "event": "4184e22f6ded36e9511bf1e0"
     },
     "uniform": {
         "theta": "045a948a4bdc6671cc0834de",
@@ -125,10 +125,10 @@ PINS: dict[str, dict] = {
         ],
         "intervals": "cffcfb66adb81cba4873d490",
         "sigma": "0x1.f6d2a5cb8f920p+0",
-        "statistics_sigma": "0x1.304f1039a6fc1p+5",
-        "spent_epsilon": "0x1.ff08dc55cc8bdp+0",
+        "statistics_sigma": "0x1.2fd3bb7a337c8p+5",
+        "spent_epsilon": "0x1.ff1f01e1be758p+0",
         "relation": "replace_one",
-        "event": "0ed3c3550e65c4cb0289afb5"
+        "event": "59073ce876b5b7c6480679c4"
     }
 }
 
