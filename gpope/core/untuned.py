@@ -66,6 +66,7 @@ __all__ = [
     "clamp_interval",
     "feature_norm_bound",
     "plan_untuned",
+    "plan_untuned_component",
     "quantile_grid",
     "release_untuned",
     "release_untuned_rows",
@@ -356,19 +357,22 @@ def release_untuned(
     step[keep] = np.linalg.lstsq(Ak, r_sum[keep], rcond=None)[0]
     theta = theta0 + step
     values = spec.reference_values(theta)
-    G = np.array([spec.reference_values(e) for e in np.eye(n)]).T[:, keep]  # (k, supported)
+    G_all = np.array([spec.reference_values(e) for e in np.eye(n)]).T  # (k, n): linear in theta
+    G = G_all[:, keep]
+    # a value that depends on a feature the noisy statistics leave unsupported is not identified
+    unsupported = np.any(G_all[:, ~keep] != 0.0, axis=1)
     inv = np.linalg.pinv(Ak)
     meat = moments.covariance()[np.ix_(keep, keep)] + (
         (s_sum * c_r) ** 2 + std ** 2 * float(step @ step)) * np.eye(int(keep.sum()))
     se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, inv @ meat @ inv.T, G), 0.0))
-    sep = separation(Ak, std, level=level) if identification else math.inf
-    identified = sep > 1.0
+    sep = separation(Ak, std, level=level) if identification and keep.any() else math.inf
+    identified = bool(keep.any()) and sep > 1.0
     z2, z1 = float(norm.ppf(0.5 + level / 2.0)), float(norm.ppf(level))
-    inf = np.full_like(values, np.inf)
+    bounded = identified & ~unsupported
     iv = Interval(
-        value=values, lower=values - z2 * se if identified else -inf,
-        upper=values + z2 * se if identified else inf,
-        lower_bound=values - z1 * se if identified else -inf, se=se, level=level, df=0,
+        value=values, lower=np.where(bounded, values - z2 * se, -np.inf),
+        upper=np.where(bounded, values + z2 * se, np.inf),
+        lower_bound=np.where(bounded, values - z1 * se, -np.inf), se=se, level=level, df=0,
         unidentified=not identified, separation=float(sep) if identification else None)
     return UntunedRelease(theta=theta, interval=clamp_interval(iv, value_range(spec)), clip=clip,
                           residual_clip=float(c_r), noisy=noisy, moments=moments)
@@ -387,3 +391,32 @@ def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) 
         return out
 
     return release_untuned(aggregate, spec, m=vec.shape[0], **kwargs)
+
+
+def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: str,
+                           moments_share: float, settings: UntunedSettings) -> Any:
+    """The estimator component of a default run's release plan
+    (:func:`gpope.core.evaluation.plan.plan_release` with ``estimator="untuned"``): its share
+    (epsilon, delta) of the run, the event :func:`untuned_dp_event`, the epsilon the accountant
+    certifies for it (add/remove-one adjacency). Nothing is drawn or read.
+
+    Raises:
+        ConfigError: the ``paper`` accountant (not a valid bound: the default is always private).
+    """
+    from gpope.core.accounting import resolve_accountant
+    from gpope.core.evaluation.plan import ReleaseComponent
+    from gpope.core.private_tuning import composed_epsilon
+
+    if accountant == "paper":
+        raise ConfigError(
+            "The tuning-free default is accounted rigorously; the 'paper' accountant is not a valid "
+            "bound. Use --accountant auto, rdp or pld.")
+    resolved = resolve_accountant(accountant, "poisson")
+    sig = plan_untuned(m=m, epsilon=epsilon, delta=delta, settings=settings, accountant=resolved)
+    event = untuned_dp_event(sig, moments_share)
+    label = (f"untuned(clip at a private {settings.clip_quantile:g} quantile, residual clip at a "
+             f"private {settings.residual_quantile:g} quantile, moments_share={moments_share:g})")
+    return ReleaseComponent(
+        name="untuned", epsilon=epsilon, delta=delta, sigma=sig.statistics, event=event,
+        epsilon_spent=float(composed_epsilon(event, delta, resolved)), label=label,
+        releases=("theta", "values", "intervals", "private_mspbe"))

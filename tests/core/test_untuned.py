@@ -23,7 +23,7 @@ from gpope.core.untuned import (
     upper_quantile,
     value_range,
 )
-from gpope.errors import ConfigError
+from gpope.errors import ConfigError, GpopeError
 
 
 def _data(name: str, m: int, seed: int):
@@ -114,3 +114,24 @@ def test_public_bounds_hold_for_generated_data(tabular):
 def test_settings_refuse_shares_that_leave_nothing():
     with pytest.raises(ConfigError, match="leave nothing"):
         UntunedSettings(quantile_share=0.3, refine_share=0.5)
+
+
+def test_release_plan_of_the_default_is_charged_and_certified():
+    import types
+
+    from gpope.core.evaluation.plan import plan_release
+
+    spec = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/11").spec_mapping("t"))
+    base = dict(epsilon=1.0, delta=1e-5, estimator="untuned", sampling="poisson",
+                accountant="auto", iterations=1, batch_rate=None, clip=1.0, moments_share=0.1,
+                statistics_share=0.1, interval_groups=3, tune="none", in_memory_limit_mb=None,
+                policy_value_share=0.0)
+    plan = plan_release(types.SimpleNamespace(**base), m=20_000, spec=spec, layout="dense",
+                        statistics_clip=None)
+    assert plan.estimator == "untuned" and plan.valid_bound and plan.charged_epsilon == 1.0
+    assert plan.main.name == "untuned" and plan.interval_groups == 0
+    assert plan.spent_epsilon <= 1.0 + 1e-6 and plan.relation == "add_or_remove_one"
+    assert "intervals" in plan.releases
+    with pytest.raises(GpopeError, match="paper"):  # never charged under a non-bound
+        plan_release(types.SimpleNamespace(**{**base, "accountant": "paper"}), m=20_000,
+                     spec=spec, layout="dense", statistics_clip=None)

@@ -6,6 +6,7 @@ this test cannot drift apart; they run in-process on the suite's Spark session, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from pathlib import Path
@@ -46,6 +47,29 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     spec = (tmp_path / "mydata" / "spec.yaml").read_text()
     assert "evaluation:" not in spec and "domain:" not in spec
     truth = json.loads((tmp_path / "mydata" / "truth.json").read_text())["values"]
-    released = {line.split("=")[0].strip()[2:-1]: float(line.split("=")[1])
+    released = {line.split("=")[0].strip()[2:-1]: float(line.split("=")[1].split()[0])
                 for line in outputs["evaluate"].splitlines() if line.strip().startswith("V(")}
     assert set(released) == set(truth)
+    # the tuning-free default: values inside the range the spec's public bounds imply, each
+    # with an interval
+    assert "tuning-free private default" in outputs["evaluate"]
+    assert all(0.0 <= v for v in released.values()), outputs["evaluate"]
+    assert outputs["evaluate"].count("95% interval") >= len(truth)
+
+
+def test_gpope_warnings_are_one_line_without_a_source_path(capsys):
+    import warnings
+
+    from gpope.shell import cli
+
+    before = warnings.showwarning
+    with contextlib.suppress(SystemExit):  # --help exits after main() installed the hook
+        cli.main(["accountant", "compare", "--help"])
+    try:
+        assert warnings.showwarning is cli._one_line_warning
+        warnings.warn_explicit("delta is large", UserWarning,
+                               "/x/gpope/shell/pipeline/evaluate.py", 196)
+    finally:
+        warnings.showwarning = before
+    err = capsys.readouterr().err
+    assert err == "WARNING: delta is large\n"

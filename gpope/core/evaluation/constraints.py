@@ -96,7 +96,7 @@ CONSTRAINTS: dict[str, Real | Int | Choice | Flag] = {
     "public_trajectories": Int(ge=0),
     "public_max_length": Int(ge=1),
     "rows_per_fetch": Int(ge=1),
-    "estimator": Choice(("gpope", "ssp")),
+    "estimator": Choice(("gpope", "ssp", "untuned")),
     "ssp_clip": Real(gt=0.0),
     "ssp_clip_quantile": Real(gt=0.0, le=1.0),
     "moments_share": Real(gt=0.0, lt=1.0),

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
     from gpope.core.spec import EvaluationSpec
+    from gpope.core.untuned import UntunedSettings
 
 __all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "plan_release"]
 
@@ -184,7 +185,8 @@ class ReleasePlan:
     def statistics(self) -> ReleaseComponent | None:
         """The noisy-statistics release: an ssp run's estimator release, else the auxiliary
         ``noisy_statistics`` component (None when the run has none)."""
-        return self.main if self.estimator == "ssp" else self.component("noisy_statistics")
+        return (self.main if self.estimator in ("ssp", "untuned")
+                else self.component("noisy_statistics"))
 
     @property
     def releases(self) -> tuple[str, ...]:
@@ -340,7 +342,7 @@ def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[i
     from gpope.core.intervals import check_interval_groups
 
     k = int(s.interval_groups or 0)
-    if not k or s.estimator == "ssp":
+    if not k or s.estimator in ("ssp", "untuned"):
         return 0, None
     if layout == "stream" and not explicit:
         return 0, (f"interval_groups {k} (default) not applied: the statistics exceed "
@@ -360,6 +362,7 @@ def plan_release(
     statistics_clip: float | None,
     groups_explicit: bool = False,
     private_tuning: PrivateTuningSettings | None = None,
+    untuned: UntunedSettings | None = None,
 ) -> ReleasePlan:
     """The release plan of a run (see the module docstring); nothing is drawn or read.
 
@@ -373,6 +376,8 @@ def plan_release(
         groups_explicit: the settings' ``interval_groups`` was given explicitly (an explicit K is
             refused where it cannot hold; a default rule yields).
         private_tuning: the core settings of ``--tune private`` (required with it).
+        untuned: the public rules of the tuning-free default (``estimator="untuned"``; None:
+            :class:`gpope.core.untuned.UntunedSettings` defaults).
 
     Returns:
         The frozen plan; equal for any two data sets with the same m.
@@ -384,6 +389,7 @@ def plan_release(
     from gpope.core.accounting.composition import relation_of_sampling
 
     s = settings
+    untuned_run = s.estimator == "untuned"  # the tuning-free default (gpope.core.untuned)
     ssp_run = s.estimator == "ssp"
     if ssp_run and s.tune == "private":
         raise ConfigError(
@@ -394,15 +400,16 @@ def plan_release(
         raise ConfigError("An ssp run needs the public clip bound of its statistics release.")
     # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
     # add/remove; every component is calibrated, reported and charged under it
-    relation = "add_or_remove_one" if ssp_run else relation_of_sampling(s.sampling)
-    accountant = resolve_accountant(s.accountant, "poisson" if ssp_run else s.sampling)
+    one_shot = ssp_run or untuned_run
+    relation = "add_or_remove_one" if one_shot else relation_of_sampling(s.sampling)
+    accountant = resolve_accountant(s.accountant, "poisson" if one_shot else s.sampling)
     inputs = PlanInputs(settings=s, m=m, relation=relation, accountant=s.accountant,
                         statistics_clip=statistics_clip, spec=spec)
     groups, note = _interval_groups(s, explicit=groups_explicit, layout=layout)
     tuning = None
     # an ssp run's estimator release IS the noisy statistics: its other components only
     shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY
-              if not (ssp_run and name == "noisy_statistics")]
+              if not (one_shot and name == "noisy_statistics")]
     if sum(sh for _, sh, _ in shares) >= 1.0:
         raise ConfigError(
             "The shares of the run's auxiliary releases (statistics_share, policy_value_share) "
@@ -415,6 +422,12 @@ def plan_release(
         main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
     if ssp_run:
         main = _plan_ssp(inputs, main_eps, main_delta)
+    elif untuned_run:
+        from gpope.core.untuned import UntunedSettings, plan_untuned_component
+
+        main = plan_untuned_component(
+            m=m, epsilon=main_eps, delta=main_delta, accountant=s.accountant,
+            moments_share=s.moments_share, settings=untuned or UntunedSettings())
     else:
         if s.tune == "private":
             if private_tuning is None:

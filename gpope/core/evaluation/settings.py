@@ -112,7 +112,9 @@ class RunSettings:
         public_trajectories, public_max_length: the fresh public cohort simulated for MSPBE and
             the public clip bounds (specs with a domain; 0 disables).
         rows_per_fetch: sampled rows per Spark fetch on the streamed path.
-        estimator: "gpope" or "ssp" (one-shot LSTD on noisy sufficient statistics).
+        estimator: "gpope", "ssp" (one-shot LSTD on noisy sufficient statistics) or "untuned"
+            (the tuning-free private default, :mod:`gpope.core.untuned`; what a spec without an
+            ``evaluation:`` block gets when no estimator or solver setting is given).
         ssp_clip, ssp_clip_quantile: the public L2 bound of one trajectory's [A_i, b_i, C_i], or
             the quantile of the norms on the public cohort that sets it.
         moments_share: the residual second moments' share (zCDP) of the noisy-statistics release.
@@ -158,7 +160,7 @@ class RunSettings:
     public_trajectories: int = 100
     public_max_length: int | None = None
     rows_per_fetch: int = 4096
-    estimator: Literal["gpope", "ssp"] = "gpope"
+    estimator: Literal["gpope", "ssp", "untuned"] = "gpope"
     ssp_clip: float | None = None
     ssp_clip_quantile: float | None = 0.99
     moments_share: float = 0.1

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,8 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_PYTHON_SHOWWARNING = warnings.showwarning
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """gpope's own warnings as one clear line on stderr (no source path, no code line); other
+    packages' warnings keep Python's format."""
+    if issubclass(category, UserWarning) and f"{os.sep}gpope{os.sep}" in str(filename):
+        print(f"WARNING: {message}", file=file or sys.stderr)
+        return
+    _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpope`` console script; returns the exit status."""
+    warnings.showwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -143,8 +143,13 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
         # for the demo's 40-decision ones and buried every feature of the noisy statistics
         settings = dataclasses.replace(settings, public_max_length=recorded)
+    from gpope.shell.pipeline.evaluate_untuned import untuned_applies
+
+    if untuned_applies(spec, provenance["source"]):  # nobody tuned it, nothing was chosen
+        settings = dataclasses.replace(settings, estimator="untuned", interval_groups=0)
     ssp_run = settings.estimator == "ssp"
-    clip = statistics_clip(spec, settings, required=ssp_run)
+    clip = None if settings.estimator == "untuned" else statistics_clip(spec, settings,
+                                                                         required=ssp_run)
     # dense rows in memory when they fit in_memory_limit_mb, else streamed: from m and n only
     layout = plan_loading(m=m, n=spec.n_features, path=settings.path,
                           limit_mb=settings.in_memory_limit_mb,

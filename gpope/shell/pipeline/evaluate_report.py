@@ -140,7 +140,7 @@ class EvaluationReport:
                     f"{self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}"),
         ]
         st = self.settings
-        if st:
+        if st and self.estimator != "untuned":  # the default has no solver operating point
             lines.append(
                 f"  operating point: {st.get('passes', float('nan')):.3g} passes "
                 f"({st.get('touched_trajectories', float('nan')):.3g} trajectories touched), "
@@ -155,12 +155,16 @@ class EvaluationReport:
                         if self.statistics_sigma is not None else "; no noisy-statistics release"))
         if st and self.intervals:
             k = st.get("interval_groups") or 0
-            how = ("parametric bootstrap of the noisy statistics" if self.estimator == "ssp"
+            how = ("delta method around the refined estimate (released residual moments and "
+                   "privacy noise); clip and residual clip at private quantiles"
+                   if self.estimator == "untuned"
+                   else "parametric bootstrap of the noisy statistics" if self.estimator == "ssp"
                    else f"Student-t of {k} runs on disjoint patient groups" if k
                    else "hull of the noisy-statistics interval and the value")
             quantile = (f"; statistics clip at the public {st['ssp_clip_quantile']:g} quantile"
                         if st.get("ssp_clip_quantile") is not None and self.statistics_sigma
-                        is not None else "")
+                        is not None and self.estimator == "ssp" and st.get("ssp_clip") is None
+                        else "")
             lines.append(f"  interval: {how}{quantile}")
             if st.get("interval_note"):
                 lines.append(f"  NOTE: {st['interval_note']}")
@@ -355,6 +359,11 @@ def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant
     }
 
 
+def _statistics_clip(plan: Any, est: Any) -> float | None:
+    """The clip of the run's statistics release: public, or chosen privately by the default."""
+    return float(est.result.clip) if plan.estimator == "untuned" else plan.statistics_clip
+
+
 def track_and_report(
     spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str,
     spec: EvaluationSpec, prepared: Any, est: Any, label: str, budget: Any, ledger_location: str,
@@ -384,7 +393,7 @@ def track_and_report(
         private_population=est.private_population if s.private_diagnostics else None,
         truth=truth, intervals=est.intervals, private_mspbe=est.private_mspbe,
         ssp=None if stats is None else {
-            "statistics_sigma": stats.sigma, "ssp_clip": plan.statistics_clip,
+            "statistics_sigma": stats.sigma, "ssp_clip": _statistics_clip(plan, est),
             "statistics_epsilon": stats.epsilon, "statistics_delta": stats.delta,
             "moments_share": s.moments_share}, tuning=tuning)
     from gpope.shell.pipeline import evaluate_policy_value as pv
@@ -419,10 +428,18 @@ def track_and_report(
         warnings.insert(0, tracking.failed_line)
     if outside:
         warnings.append(outside)
-    if not prepared.provenance["spec_has_evaluation_block"]:
+    if plan.estimator == "untuned":
+        from gpope.shell.pipeline.evaluate_untuned import UNTUNED_NOTE
+
+        warnings.append(UNTUNED_NOTE.format(name=spec.name))
+    elif not prepared.provenance["spec_has_evaluation_block"]:
+        # advice that works for this spec: public tuning needs its simulator (a 'domain')
         warnings.append(
             f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
-            "were used; tune it on public data with `gpope tune --spec FILE`.")
+            "were used; " + ("tune it on public data with `gpope tune --spec FILE`."
+                             if spec.domain is not None else
+                             "drop the estimator and solver flags to get the tuning-free "
+                             "private default (docs/OWN_DATA.md)."))
     spent = plan.spent_epsilon
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
     return EvaluationReport(
@@ -452,7 +469,7 @@ def track_and_report(
         private_mspbe=pm[0] if pm else None, private_relative_mspbe=pm[1] if pm else None,
         statistics_epsilon=0.0 if stats is None else float(stats.epsilon),
         statistics_sigma=None if stats is None else float(stats.sigma),
-        ssp_clip=plan.statistics_clip, tuning=tuning,
+        ssp_clip=_statistics_clip(plan, est), tuning=tuning,
         settings=settings_summary(s, prepared.provenance, accountant=plan.accountant),
         no_better_than_zero=guard.no_better_than_zero, utility_guard=guard.verdict,
         private_relative_mspbe_interval=None if private_diag is None

@@ -80,6 +80,9 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     from gpope.shell.pipeline.evaluate_report import NOT_A_VALID_BOUND
 
     m, n = plan.m, spec.n_features
+    if plan.estimator == "untuned":
+        return _estimate_untuned(spark, config, dataset=dataset, spec=spec, plan=plan,
+                                 settings=settings, stats_df=stats_df, stats_version=stats_version)
     noisy = moments = tuned = private_pop = group_thetas = None
     stats = plan.statistics
     if stats is not None:
@@ -134,6 +137,32 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
                     noisy=noisy if noisy is not None else getattr(tuned, "noisy", None),
                     tuned=tuned, policy_values=policy_values, settings=settings,
                     private_population=private_pop)
+
+
+def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
+                      spec: EvaluationSpec, plan: ReleasePlan, settings: RunSettings,
+                      stats_df: Any, stats_version: int) -> Estimate:
+    """The tuning-free default's releases (:mod:`gpope.shell.pipeline.evaluate_untuned`): values
+    clamped into the spec's public range, each with its interval."""
+    from gpope.core.ssp import private_mspbe
+    from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
+    from gpope.shell.pipeline.evaluate_untuned import run_untuned, untuned_result
+    from gpope.shell.pipeline.ssp import statistics_files
+
+    files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
+                             version=stats_version)
+    rel = run_untuned(stats_df if files is None else files, spec, m=plan.m, plan=plan,
+                      moments_share=settings.moments_share, seed=settings.seed,
+                      level=settings.ci_level, identification=settings.ssp_identification)
+    result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
+    private_pop = spark_population(stats_df, spec.n_features, plan.m) \
+        if settings.private_diagnostics else None
+    return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
+                    intervals=rel.interval, theta_interval=None,
+                    private_mspbe=private_mspbe(rel.theta, rel.noisy), noisy=rel.noisy,
+                    tuned=None, policy_values=release_policy_values(
+                        stats_df, spec, plan, level=settings.ci_level, seed=settings.seed),
+                    settings=settings, private_population=private_pop)
 
 
 def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,

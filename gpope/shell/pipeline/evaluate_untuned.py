@@ -1,0 +1,82 @@
+"""The tuning-free default of ``gpope evaluate`` in the pipeline: when it applies, and its release
+as Spark aggregates over ``trajectory_stats``.
+
+A spec without an ``evaluation:`` block has nothing publicly tuned; unless the command line (or
+the caller) chose the estimator or a solver setting, the run releases
+:mod:`gpope.core.untuned`'s default instead of generic GPOPE settings. Its four releases read the
+statistics only through sums over all rows: each is one distributed aggregate
+(:func:`gpope.shell.pipeline.ssp` machinery, partial sums per partition, only those reach the
+driver), so it runs at any m, in the same arithmetic as the core's in-memory reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.untuned import UntunedRelease, UntunedSettings
+
+__all__ = ["EXPLICIT_CHOICES", "UNTUNED_NOTE", "run_untuned", "untuned_applies", "untuned_result"]
+
+#: Settings whose explicit choice (command line or caller) means "not the default": the user
+#: asked for a particular estimator or solver.
+EXPLICIT_CHOICES = ("estimator", "clip", "step_size", "tune", "ssp_clip", "interval_groups")
+
+#: The one line evaluate prints about the default (no Python warning, no file path).
+UNTUNED_NOTE = (
+    "NOTE: spec {name!r} has no evaluation: block, so the tuning-free private default was used "
+    "(clip and residual clip by private quantiles, one refined SSP release; docs/OWN_DATA.md)."
+)
+
+
+def untuned_applies(spec: EvaluationSpec, sources: Mapping[str, str]) -> bool:
+    """True when the run takes the default: the spec has no ``evaluation:`` block and none of
+    :data:`EXPLICIT_CHOICES` came from the command line or the caller (``sources``: where each
+    resolved setting came from, ``"options"``, ``"spec"`` or ``"conf"``)."""
+    if spec.evaluation is not None:
+        return False
+    return not any(sources.get(name) == "options" for name in EXPLICIT_CHOICES)
+
+
+def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_share: float,
+                seed: int | None, level: float, identification: bool,
+                settings: UntunedSettings | None = None) -> UntunedRelease:
+    """The default's releases over ``stats`` (the plan's ``untuned`` component; a DataFrame or
+    :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
+    checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private)."""
+    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned
+    from gpope.shell.pipeline.ssp import _aggregate
+
+    n = spec.n_features
+    settings = settings or UntunedSettings()
+    main = plan.component("untuned")  # the estimator's share of the run (the plan's numbers)
+    sigmas = plan_untuned(m=m, epsilon=main.epsilon, delta=main.delta, settings=settings,
+                          accountant=plan.accountant)
+
+    def aggregate(kernel, width: int) -> np.ndarray:
+        return _aggregate(stats, n, kernel, 1, width, m)[0]
+
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
+    return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
+                           settings=settings, rng=np.random.default_rng(ss), level=level,
+                           identification=identification)
+
+
+def untuned_result(release: UntunedRelease, *, plan: Any, delta: float, seed: int | None) -> Any:
+    """The release in the solver's result record (no iterates, no trace)."""
+    from gpope.core.gpope import GPOPEResult
+
+    private = seed is None
+    theta = np.asarray(release.theta, dtype=np.float64)
+    return GPOPEResult(
+        theta=theta, w=np.zeros_like(theta), theta_avg=None, sigma=plan.sigma,
+        epsilon=plan.spent_epsilon, delta=delta, accountant=plan.accountant, sampling="poisson",
+        iterations=1, clip=release.clip, private=private,
+        privacy_note=("tuning-free default: two private quantiles, the clipped sufficient "
+                      "statistics and the clipped residuals, noise from OS entropy" if private
+                      else "fixed seed: reproducible, NOT private"),
+    )
