@@ -394,17 +394,17 @@ def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) 
 
 
 def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: str,
-                           moments_share: float, settings: UntunedSettings) -> Any:
-    """The estimator component of a default run's release plan
-    (:func:`gpope.core.evaluation.plan.plan_release` with ``estimator="untuned"``): its share
-    (epsilon, delta) of the run, the event :func:`untuned_dp_event`, the epsilon the accountant
-    certifies for it (add/remove-one adjacency). Nothing is drawn or read.
+                           moments_share: float, settings: UntunedSettings) -> dict[str, Any]:
+    """The estimator component of a default run's release plan at its share (epsilon, delta)
+    of the run (:func:`gpope.core.evaluation.plan.plan_release` with ``estimator="untuned"``
+    builds its ``ReleaseComponent`` from this): ``sigma`` (of the SSP sums), ``event``
+    (:func:`untuned_dp_event`), ``epsilon_spent`` (what the accountant certifies for it,
+    add/remove-one adjacency), ``label`` and ``releases``. Nothing is drawn or read.
 
     Raises:
         ConfigError: the ``paper`` accountant (not a valid bound: the default is always private).
     """
     from gpope.core.accounting import resolve_accountant
-    from gpope.core.evaluation.plan import ReleaseComponent
     from gpope.core.private_tuning import composed_epsilon
 
     if accountant == "paper":
@@ -416,7 +416,6 @@ def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: 
     event = untuned_dp_event(sig, moments_share)
     label = (f"untuned(clip at a private {settings.clip_quantile:g} quantile, residual clip at a "
              f"private {settings.residual_quantile:g} quantile, moments_share={moments_share:g})")
-    return ReleaseComponent(
-        name="untuned", epsilon=epsilon, delta=delta, sigma=sig.statistics, event=event,
-        epsilon_spent=float(composed_epsilon(event, delta, resolved)), label=label,
-        releases=("theta", "values", "intervals", "private_mspbe"))
+    return {"sigma": sig.statistics, "event": event,
+            "epsilon_spent": float(composed_epsilon(event, delta, resolved)), "label": label,
+            "releases": ("theta", "values", "intervals", "private_mspbe")}

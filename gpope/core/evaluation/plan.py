@@ -425,9 +425,11 @@ def plan_release(
     elif untuned_run:
         from gpope.core.untuned import UntunedSettings, plan_untuned_component
 
-        main = plan_untuned_component(
-            m=m, epsilon=main_eps, delta=main_delta, accountant=s.accountant,
-            moments_share=s.moments_share, settings=untuned or UntunedSettings())
+        main = ReleaseComponent(name="untuned", epsilon=main_eps, delta=main_delta,
+                                **plan_untuned_component(
+                                    m=m, epsilon=main_eps, delta=main_delta,
+                                    accountant=s.accountant, moments_share=s.moments_share,
+                                    settings=untuned or UntunedSettings()))
     else:
         if s.tune == "private":
             if private_tuning is None:
