@@ -112,8 +112,17 @@ def main(argv=None) -> int:
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--kinds", default="random_mdp,random_mdp_linear")
     p.add_argument("--out", default=None)
+    p.add_argument("--summarize", nargs="+", metavar="JSON",
+                   help="print the table of earlier runs' JSON files (merged) and exit")
     a = p.parse_args(argv)
     eps = [float(x) for x in a.epsilons.split(",")]
+    if a.summarize:
+        merged = [r for f in a.summarize for r in json.loads(Path(f).read_text())["records"]]
+        _print_table(summarize(merged, sorted({r["epsilon"] for r in merged})))
+        if a.out:
+            Path(a.out).write_text(json.dumps({"args": vars(a), "summary": summarize(
+                merged, sorted({r["epsilon"] for r in merged})), "records": merged}, indent=1))
+        return 0
     records: list[dict] = []
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="gpope-own-data-") as tmp:
@@ -130,12 +139,16 @@ def main(argv=None) -> int:
                     Path(a.out).write_text(json.dumps(
                         {"args": vars(a), "summary": summarize(records, eps), "records": records},
                         indent=1))
+    _print_table(summarize(records, eps))
+    return 0
+
+
+def _print_table(rows: list[dict]) -> None:
     print(f"\n{'epsilon':>7} {'data sets':>9} {'median error':>12} {'LSTD error':>10} "
           f"{'coverage':>8} {'finite':>6}")
-    for row in summarize(records, eps):
+    for row in rows:
         print(f"{row['epsilon']:>7g} {row['datasets']:>9} {row['median_error']:>12.4f} "
               f"{row['median_lstd_error']:>10.4f} {row['coverage']:>8.2f} {row['finite']:>6.2f}")
-    return 0
 
 
 if __name__ == "__main__":

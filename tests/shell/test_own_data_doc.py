@@ -73,3 +73,16 @@ def test_gpope_warnings_are_one_line_without_a_source_path(capsys):
         warnings.showwarning = before
     err = capsys.readouterr().err
     assert err == "WARNING: delta is large\n"
+
+
+def test_the_default_applies_only_to_untuned_specs_without_explicit_choices():
+    from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.pipeline.evaluate_untuned import untuned_applies
+    from gpope.shell.pipeline.jobargs import load_spec
+
+    own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
+    assert untuned_applies(own, {"estimator": "conf", "clip": "conf", "epsilon": "options"})
+    assert not untuned_applies(own, {"estimator": "options"})
+    assert not untuned_applies(own, {"clip": "options"})
+    assert not untuned_applies(load_spec("conf/specs/chain.yaml"), {})  # publicly tuned

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
+from gpope.core.untuned import UntunedSettings
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class RunSettings:
         tune: "none", or "private" (clip and step size chosen on the private data inside the
             run's budget, :mod:`gpope.core.private_tuning`).
         private_tuning: the rules of ``tune: private``.
+        untuned: the rules of the tuning-free default (:mod:`gpope.core.untuned`).
         secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.
         allow_invalid_accounting: run with the ``paper`` accountant anyway (NOT private); run only.
         allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; run
@@ -173,6 +175,7 @@ class RunSettings:
     interval_groups_min_m_epsilon: float | None = 0.0
     tune: Literal["none", "private"] = "none"
     private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
+    untuned: UntunedSettings = field(default_factory=UntunedSettings)
     secure_noise: bool = False
     noise_grid: float | None = None
     allow_invalid_accounting: bool = False

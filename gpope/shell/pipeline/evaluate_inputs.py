@@ -158,7 +158,7 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
         private_tuning=settings.private_tuning.to_core()
-        if settings.tune == "private" and not ssp_run else None)
+        if settings.tune == "private" and not ssp_run else None, untuned=settings.untuned)
     if plan.interval_note:
         provenance["interval_note"] = plan.interval_note
     if not ssp_run and settings.interval_groups != plan.interval_groups:
