@@ -14,7 +14,7 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 # Every Spark JVM of the suite (each worker's session, the CLI and script subprocesses, the Connect
 # server: all start through spark-submit, which adds $SPARK_SUBMIT_OPTS) compiles with C1 only
 # and uses the serial GC. The suite's Spark jobs are tiny and short-lived: C2 compilation and G1's
-# threads were most of their CPU (measured 2026-11-26: the ingest CLI on 4 chain patients 95 -> 52
+# threads are most of their CPU (the ingest CLI on 4 chain patients 95 -> 52
 # CPU-seconds, tests/shell/test_ingest.py 189 -> 105), and the suite is CPU-bound on 2 cores. JIT
 # tiers and the collector change no result. Subprocesses inherit it with os.environ.
 _TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -30,8 +30,8 @@ if not (os.environ.get("PYTEST_XDIST_WORKER")
     os.environ["GPOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix=_CACHE_PREFIX)
 
 
-# The longest test files, longest first: the first seven are the slowest measured (2026-11-25,
-# under load, order approximate), then files expected to be long (a CLI experiment preset, Spark
+# The longest test files, longest first: the first seven are the slowest measured (under
+# load, order approximate), then files expected to be long (a CLI experiment preset, Spark
 # evaluations, a 2 GiB calibration, a wheel build). `make test` runs two xdist workers with
 # `--dist loadfile --no-loadscope-reorder`, which hands out whole files in collection order:
 # listing these first keeps a long file from starting last while the other worker idles

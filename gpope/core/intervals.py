@@ -219,11 +219,11 @@ def bootstrap_interval(
     :func:`separated_from_singular` at the noise std and ``level``, every quantity that depends on
     a supported feature is unbounded ``(-inf, inf)`` and ``Interval.unidentified`` is True (the
     release cannot exclude an unidentified fixed point, and no always-bounded interval is valid
-    there: Dufour 1997). "Valid or unbounded": measured 2026-11-26 (docs/RESULTS.md), every cell
-    where the bootstrap alone undercovered (HIV m = 8000, epsilon 0.1 / 1; mountain car on the
+    there: Dufour 1997). "Valid or unbounded" (measured in docs/RESULTS.md): every cell
+    where the bootstrap alone undercovers (HIV m = 8000, epsilon 0.1 / 1; mountain car on the
     spec's rewards, m = 1000, epsilon 1) is unbounded with it; the cost is the cells where the
-    bootstrap happened to cover an unidentified release (HIV m = 8000, epsilon 10: 0.968, median
-    width 3.7; chain m = 1e4, epsilon 1), now unbounded too. ``identification=False``: the
+    bootstrap happens to cover an unidentified release (HIV m = 8000, epsilon 10: 0.968, median
+    width 3.7; chain m = 1e4, epsilon 1), unbounded too. ``identification=False``: the
     bootstrap interval whatever ``A~`` (no guarantee where ``A`` may be singular).
 
     Method: the parametric bootstrap for differentially private confidence intervals of

@@ -1,8 +1,8 @@
 """The streamed driver loop fetches bounded blocks and still releases the core's theta.
 
-Regression (2026-11-26): a fetch block used to be at least one whole plan chunk. With large
-Poisson batches (chain at m = 1e6: 1,278 steps of ~1,000 ids per chunk) one fetch asked Spark for
-1.3e6 dense rows and the driver JVM ran out of heap. Blocks are now cut inside chunks.
+A fetch block never holds more than ``max_rows`` ids, even inside one plan chunk: with large
+Poisson batches (chain at m = 1e6: 1,278 steps of ~1,000 ids per chunk) a whole chunk would be
+1.3e6 dense rows, more than the driver JVM's heap holds.
 """
 
 from __future__ import annotations

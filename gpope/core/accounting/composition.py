@@ -38,9 +38,9 @@ split: either the filter holds from the first run on, or the dataset holds exact
 
 Runs analysed under different neighbouring relations (replace-one for uniform sampling,
 add/remove for Poisson) are composed tightly within each relation and the per-relation epsilons
-are added (the basic rule the ledger used for every run before).
+are added (the basic rule).
 
-Review (2026-11-23, issue 12). The union step above is correct as stated: along a transcript
+Why the union step is valid. The union step above is correct as stated: along a transcript
 assigned to ``alpha`` every decision of the ledger equals the single-order filter's at
 ``alpha`` (an admitted run keeps the final sum at ``alpha``, hence every partial sum, within
 ``B_alpha``; a refused run exceeds ``B_alpha`` by the very quantity that filter checks), so the

@@ -58,10 +58,8 @@ integrator is a loop over patients compiled with numba (:func:`_compiled_integra
 numba or with ``GPOPE_NO_JIT=1`` the same arithmetic runs in numpy, vectorised over patients
 (:func:`_integrate_numpy`), with the same result (bit for bit where numpy's float power is the C
 library's; a test checks it).
-Cost (CPU seconds per decision: ``time.process_time()`` around ``generate(m, rng, policy,
-n_steps=10 to 50)``, 2026-11-26, at load average 14, which inflates CPU times): compiled, 0.004 s for 60 patients and 0.04 s for 1000 under the stored
-behaviour policy, 0.08 s for 2000 under a uniformly random policy (the worst case: frequent drug
-switches); the numpy loop took 0.22, 0.22 and 0.19 s. The numpy loop's cost is dominated below
+Cost: the compiled path is 2-55x faster than the numpy loop (CPU seconds per decision in
+docs/BENCHMARKS.md, "How fast are the simulators?"). The numpy loop's cost is dominated below
 about a thousand patients by fixed per-step overhead (the cohort steps until its slowest patient
 is done), so independent data sets are simulated together: :func:`generate_many` (exactly the same
 data as separate :func:`generate` calls; it also shares the per-decision work of the compiled

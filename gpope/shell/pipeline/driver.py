@@ -88,9 +88,9 @@ def _pieces(chunk: PlanChunk, max_rows: int) -> list[_Piece]:
 def _blocks(chunks: list[PlanChunk], max_rows: int) -> list[list[_Piece]]:
     """Fetch blocks: consecutive pieces of at most ``max_rows`` ids in all (one piece at least).
 
-    Before 2026-11-26 a block was at least one whole chunk: with large Poisson batches (chain,
-    m = 1e6: 1,278 steps of about 1,000 ids) one fetch asked Spark for 1.3e6 dense rows at once
-    and the driver JVM ran out of heap.
+    Blocks are cut inside chunks, so one fetch never exceeds ``max_rows`` ids whatever the Poisson
+    batch size: a whole chunk of a large batch (chain, m = 1e6: 1,278 steps of about 1,000 ids)
+    would be 1.3e6 dense rows, more than the driver JVM's heap holds.
     """
     blocks: list[list[_Piece]] = []
     rows = 0

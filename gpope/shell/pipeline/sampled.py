@@ -96,7 +96,7 @@ def collect_arrow(df: DataFrame) -> pa.Table:
 
     ``toArrow()`` brings every row through the driver JVM's task results, which are capped
     (``spark.driver.maxResultSize``, 1 GiB by default) and held in its heap: a 1e6-patient chain
-    (about 1 GB of sparse statistics) failed both ways on 2026-11-26. On a classic session with
+    (about 1 GB of sparse statistics) exceeds both. On a classic session with
     a local master the executors share the driver's disk, so they write the rows as Parquet into
     a temporary folder and the driver reads it with pyarrow (the folder is removed after). Elsewhere
     (a cluster, Spark Connect) executors cannot write to the driver's disk: ``toArrow()``, with the
