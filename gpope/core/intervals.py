@@ -12,7 +12,7 @@ here is post-processing.
 
 The released sums carry noise ONCE on the total (no groups): an earlier grouped-jackknife design
 paid a factor K in noise variance for its K groups and, with the AdaSSP shrinkage, gave coverage
-0.08-0.22 (docs/RESULTS.md, "Intervals and SSP"); the interval's point estimate is the
+0.08-0.22 (docs/RESULTS.md, "When is an interval bounded"); the interval's point estimate is the
 unregularised LSTD solve, whose bias is second order, and the pivotal bootstrap corrects that to
 first order.
 
@@ -34,7 +34,7 @@ unbounded interval (:attr:`Interval.unidentified` says so). Without the test
 (``identification=False``) the bootstrap replays the noise around ``A~``, which the noise has made
 better conditioned than ``A``, and can undercover (HIV, m = 8000, epsilon 0.1 and 1: 0.862 and
 0.865 at nominal 0.95; mountain car on the spec's raw rewards, m = 1000, epsilon 1: 0.715;
-docs/RESULTS.md, "Intervals and SSP"): its coverage there is luck, not a guarantee. The cost of
+docs/RESULTS.md, "When is an interval bounded"): its coverage there is luck, not a guarantee. The cost of
 the default: where the bootstrap happened to cover an unidentified release (HIV m = 8000,
 epsilon 10; chain m = 1e4, epsilon 1) the interval is now unbounded.
 

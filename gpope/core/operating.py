@@ -361,7 +361,7 @@ def interval_groups_for(
 
     Why m epsilon: each group's privacy noise relative to its gradient grows like K / (m epsilon),
     and GPOPE's clipping turns that noise into a bias towards 0 that the t interval of the group
-    spread does not see (docs/RESULTS.md, "GPOPE interval from disjoint patient groups"); why m as
+    spread does not see (docs/RESULTS.md, "When is an interval bounded"); why m as
     well: each group's own sampling error. Both are public (m by DESIGN.md's privacy rules).
     """
     k = int(groups)

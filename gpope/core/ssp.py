@@ -22,7 +22,7 @@ The mechanism (:func:`release_noisy_statistics`), one Gaussian release per run:
    "Revisiting differentially private linear regression" (UAI), Algorithm 2, ``lambda = max(0,
    tau^2 - s_min(A~)^2)`` with ``tau`` the (1 - rho) bound on the noise's spectral norm
    (Davidson and Szarek 2001), is kept as ``regularize=True``: on the chain it shrank V(s0) by
-   more than its noise and its intervals under-covered (docs/RESULTS.md, "Intervals and SSP").
+   more than its noise and its intervals under-covered (docs/RESULTS.md, "When is an interval bounded").
 
 The same release gives MSPBE(theta) of any theta as post-processing (:func:`private_mspbe`).
 """
