@@ -136,7 +136,7 @@ def main() -> None:
 
 def poisson_regime(rng: np.random.Generator, *, quick: bool) -> None:
     """Many-pass Poisson batches (q = passes / N) for R trials vs the gather floor of the plan."""
-    from gpope.core.gpope import draw_plan, plan_chunk_steps
+    from gpope.core.sample_plan import draw_plan, plan_chunk_steps
 
     R = 4
     N = 5_000 if quick else 20_000

@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gpope.core import gpope as gp
-from gpope.core import kernels
+from gpope.core import gpope_iterate, kernels
 from gpope.core.clipping import clip_rows, clip_vector
 from gpope.core.gpope import GPOPEConfig, run_gpope, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
@@ -107,7 +106,7 @@ def test_release_with_a_huge_record_is_finite_on_every_path(sampling, jit, monke
     cfg = GPOPEConfig(iterations=400, step_size=0.1, clip=1.0, noise_multiplier=0.5,
                       sampling=sampling, batch_rate=0.2 if sampling == "poisson" else None)
     if not jit:
-        monkeypatch.setattr(gp, "dense_steps", lambda *a, **k: False)  # the numpy fast loop
+        monkeypatch.setattr(gpope_iterate, "dense_steps", lambda *a, **k: False)  # the numpy fast loop
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the record's own gradient overflows
         thetas = _paths(stats, cfg, 3)

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpope.core import gpope as gp
+from gpope.core import gpope_iterate, sample_plan
+from gpope.core.clipping import clip_rows
 from gpope.core.gpope import GPOPEConfig, run_gpope, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
 from gpope.errors import ConfigError
@@ -88,7 +89,7 @@ def test_sampled_gtd2_recovers_chain_values(chain_stats, schedule, eta):
 @given(seed=st.integers(0, 2**31), h=st.floats(1e-3, 1e3), scale=st.floats(1e-4, 1e4))
 def test_clip_bounds_norm_and_keeps_direction(seed, h, scale):
     g = np.random.default_rng(seed).normal(size=(7, 6)) * scale
-    c = gp.clip_rows(g, h)
+    c = clip_rows(g, h)
     nrm, cn = np.linalg.norm(g, axis=1), np.linalg.norm(c, axis=1)
     assert np.all(cn <= h * (1 + 1e-12))
     small = nrm <= h
@@ -233,7 +234,7 @@ def test_poisson_q1_is_full_batch_gradient_descent(clip):
 def test_poisson_plan_is_exact_bernoulli_membership():
     gen = np.random.default_rng(0)
     m, q, steps, R = 50, 0.02, 4000, 3
-    members, owner, offs = gp._poisson_plan(gen, m, q, steps, R)
+    members, owner, offs = sample_plan._poisson_plan(gen, m, q, steps, R)
     assert offs[-1] == len(members) == len(owner)
     counts = np.zeros((steps, R, m), dtype=int)
     for s in range(steps):
@@ -377,7 +378,7 @@ def test_compiled_poisson_loop_equals_the_numpy_loop(representation, monkeypatch
     kernels._compiled_poisson.cache_clear()
     assert kernels._compiled_poisson() is not None
     fast = run_gpope_trials(stats, cfg, 21, 3)
-    monkeypatch.setattr(gp, "poisson_steps", lambda *a, **k: False)
+    monkeypatch.setattr(gpope_iterate, "poisson_steps", lambda *a, **k: False)
     slow = run_gpope_trials(stats, cfg, 21, 3)
     for a, b in ((fast.theta, slow.theta), (fast.w, slow.w), (fast.theta_avg, slow.theta_avg),
                  (fast.trace_theta, slow.trace_theta)):

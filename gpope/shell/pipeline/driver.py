@@ -12,8 +12,8 @@ The plan (which trajectories each step used) never leaves this process: it is no
 logged or written.
 
 The plan, the stream split, the chunking and the clip are the core's public pieces
-(:func:`~gpope.core.gpope.split_streams`, :func:`~gpope.core.gpope.draw_plan`,
-:func:`~gpope.core.gpope.plan_chunk_steps`, :func:`~gpope.core.gpope.clip_rows`), so both paths
+(:func:`~gpope.core.sample_plan.split_streams`, :func:`~gpope.core.sample_plan.draw_plan`,
+:func:`~gpope.core.sample_plan.plan_chunk_steps`, :func:`~gpope.core.clipping.clip_rows`), so both paths
 consume the random streams identically by construction.
 """
 
@@ -26,15 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpope.core.gpope import (
-    GPOPEConfig,
-    GPOPEResult,
-    PlanChunk,
-    clip_rows,
-    draw_plan,
-    plan_chunk_steps,
-    split_streams,
-)
+from gpope.core.clipping import clip_rows
+from gpope.core.gpope import GPOPEConfig, GPOPEResult
+from gpope.core.sample_plan import PlanChunk, draw_plan, plan_chunk_steps, split_streams
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.steps import step_sizes
 from gpope.errors import ConfigError
