@@ -13,10 +13,11 @@ is writable); without numba (or with ``GPOPE_NO_JIT=1``)
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 
 import numpy as np
+
+from gpope.core.jit import numba_module
 
 __all__ = ["JIT_MAX_FEATURES", "dense_steps", "jit_available", "poisson_steps"]
 
@@ -36,11 +37,8 @@ _finish: Callable | None = None
 @functools.cache
 def _compiled() -> Callable | None:
     global _total_clip
-    if os.environ.get("GPOPE_NO_JIT"):
-        return None
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - numba is a pinned dependency
+    numba = numba_module()
+    if numba is None:
         return None
 
     @numba.njit(cache=True, nogil=True)
@@ -158,11 +156,8 @@ def dense_steps(
 @functools.cache
 def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
     global _factor, _finish
-    if os.environ.get("GPOPE_NO_JIT"):
-        return None
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - numba is a pinned dependency
+    numba = numba_module()
+    if numba is None:
         return None
 
     @numba.njit(cache=True, nogil=True)

@@ -321,11 +321,11 @@ def test_compiled_loops_capture_no_closure_so_numbas_disk_cache_is_reused():
     # pickled dispatcher differs in every process: a loop that captured another compiled function
     # would be compiled again (seconds) in every process instead of loaded from the cache.
     from gpope.core import kernels
-    from gpope.core.envs import hiv
+    from gpope.core.envs import hiv_integrator
 
     if not kernels.jit_available():
         pytest.skip("numba not available")
-    loops = [kernels._compiled(), *kernels._compiled_poisson(), hiv._compiled_integrator()]
+    loops = [kernels._compiled(), *kernels._compiled_poisson(), hiv_integrator._compiled_integrator()]
     for fn in loops:
         assert fn.py_func.__closure__ is None, fn.py_func.__qualname__
     assert kernels._total_clip is not None and kernels._factor is not None

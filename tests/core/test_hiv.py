@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpope.core.envs import hiv
+from gpope.core.envs import hiv, hiv_integrator
 from gpope.core.policies import FixedActionPolicy, UniformPolicy
 from gpope.errors import ConfigError, DataError, SchemaError
 
@@ -124,17 +124,17 @@ def test_compiled_integrator_equals_the_numpy_loop(monkeypatch):
         return (hiv.step(states, actions, params)[0], hiv.step(states[:1], actions[:1])[0],
                 hiv.generate(7, np.random.default_rng(2), policy, **kw))
 
-    hiv._compiled_integrator.cache_clear()
-    assert hiv._compiled_integrator() is not None
+    hiv_integrator._compiled_integrator.cache_clear()
+    assert hiv_integrator._compiled_integrator() is not None
     fast = run()
     monkeypatch.setenv("GPOPE_NO_JIT", "1")
-    hiv._compiled_integrator.cache_clear()
+    hiv_integrator._compiled_integrator.cache_clear()
     try:
-        assert hiv._compiled_integrator() is None
+        assert hiv_integrator._compiled_integrator() is None
         slow = run()
     finally:
         monkeypatch.delenv("GPOPE_NO_JIT")
-        hiv._compiled_integrator.cache_clear()
+        hiv_integrator._compiled_integrator.cache_clear()
     got = [fast[0], fast[1], fast[2].state, fast[2].reward]
     want = [slow[0], slow[1], slow[2].state, slow[2].reward]
     np.testing.assert_array_equal(fast[2].action, slow[2].action)
