@@ -111,7 +111,7 @@ def test_dp_event_structure():
     ("kwargs", "message"),
     [
         ({"m": 0}, "The 'm' parameter of epsilon_spent must be >= 1. Got 0 instead."),
-        ({"m": 2.5}, "The 'm' parameter of epsilon_spent must be an integer. Got 2.5 instead."),
+        ({"m": 2.5}, "The 'm' parameter of epsilon_spent must be an integer. Got 2.5 (a float) instead."),
         ({"iterations": 0}, "The 'iterations' parameter of epsilon_spent must be >= 1."),
         ({"sigma": -1.0}, "The 'sigma' parameter of epsilon_spent must be > 0.0. Got -1.0"),
         ({"delta": 1.0}, "The 'delta' parameter of epsilon_spent must be < 1.0. Got 1.0"),
