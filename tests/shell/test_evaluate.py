@@ -205,9 +205,9 @@ def test_secure_noise_run_releases_grid_values_privately(spark, setup):
     # Gaussian noise from the OS CSPRNG; the released theta lies on the public grid.
     config, spec, _, uri = setup
     grid = 2.0**-20
-    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+    report = run_evaluate(spark, config, dataset="mcu", spec=spec,
                           options=_options(public_trajectories=0, secure_noise=True,
-                                           sampling="uniform"),
+                                           sampling="uniform", accountant="rdp"),
                           tracking_uri=uri)
     assert report.private
     rel = lake.read_shared_table(spark, config.lake, "released_estimates")

@@ -76,7 +76,8 @@ def neighbours(spark, tmp_path_factory):
         run_stats(spark, config, dataset=name, spec=SPEC)
         PrivacyLedger(spark, config).set_budget(name, epsilon=10.0, delta=1e-3)
         report = api.evaluate(spark, name, SPEC, epsilon=1.0, delta=1e-5, seed=3,
-                              solver={"iterations": 40, "passes": 2, "allow_not_private": True},
+                              solver={"estimator": "gpope", "iterations": 40, "passes": 2,
+                                      "allow_not_private": True},
                               config=config, tracking_uri=uri)
         params = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id).data.params
         out[name] = (tr, report, params)
