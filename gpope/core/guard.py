@@ -1,4 +1,7 @@
-"""The loud guard: is a released theta any better than releasing theta = 0?
+"""The loud guard: is the released theta's projected Bellman error below that of theta = 0?
+
+It checks only that, never the values' accuracy: a theta whose MSPBE beats theta = 0's can still
+be far from the true values (the released intervals say how far).
 
 Every diagnostic of an evaluation that can measure the relative MSPBE of the released theta
 (MSPBE(theta) / MSPBE(0)) feeds :func:`utility_guard`: the public one (a fresh simulated cohort of
@@ -55,7 +58,9 @@ class UtilityGuard:
 
     Attributes:
         no_better_than_zero: True when some diagnostic conclusively says relative MSPBE >= 1.
-        verdict: "no_better_than_zero", "ok" or "unknown" (none given, or none conclusive).
+        verdict: "no_better_than_zero" (MSPBE(theta) >= MSPBE(0)), "ok" (MSPBE(theta) <
+            MSPBE(0): nothing more, in particular not that the values are accurate) or
+            "unknown" (none given, or none conclusive).
         relative_mspbe: the diagnostics' point values, by source name.
         message: one line for the command's output, or "" when ok.
     """
@@ -74,8 +79,14 @@ def _reading(v: float | Diagnostic) -> tuple[bool, bool]:
     return bad, not bad
 
 
-def utility_guard(diagnostics: Mapping[str, float | Diagnostic | None]) -> UtilityGuard:
+def utility_guard(diagnostics: Mapping[str, float | Diagnostic | None], *,
+                  remedy: str = "more trajectories or a larger epsilon help") -> UtilityGuard:
     """The verdict from relative MSPBE diagnostics by source (None values are ignored).
+
+    The guard checks one thing: whether the released theta's MSPBE is below that of theta = 0.
+    "ok" is that and no more: a theta can beat theta = 0 and still be far from the true values
+    (the value intervals, not the guard, say how far). ``remedy`` ends the WARNING: what the
+    caller can do about it (the shell names only commands that work for the run's spec).
 
     Examples: ``utility_guard({"public": 0.59, "private": Diagnostic(1.18, 0.4, 2.1)})`` -> ok
     (the noisy value is inconclusive); ``utility_guard({"private": Diagnostic(1.5, 1.2, 1.9)})``
@@ -89,16 +100,18 @@ def utility_guard(diagnostics: Mapping[str, float | Diagnostic | None]) -> Utili
     bad = [k for k, (is_bad, _) in readings.items() if is_bad]
     if bad:
         which = ", ".join(_describe(k, given[k]) for k in bad)
-        msg = (f"WARNING: the released theta is NO BETTER THAN theta = 0 ({which}): the values "
-               "below carry no information about the policy. Re-tune the spec on public data "
-               "(gpope tune --spec FILE), raise epsilon or the number of trajectories.")
+        msg = (f"WARNING: the released theta's projected Bellman error (MSPBE) is NOT BELOW that "
+               f"of theta = 0, whose values are all 0 ({which}): by this measure the values "
+               f"below are no better than zeros; {remedy}.")
         return UtilityGuard(True, "no_better_than_zero", points, msg)
     if any(ok for _, ok in readings.values()):
         return UtilityGuard(False, "ok", points)
     which = ", ".join(_describe(k, v) for k, v in given.items())
     return UtilityGuard(False, "unknown", points,
-                        f"NOTE: the diagnostics cannot tell whether the released theta beats "
-                        f"theta = 0 ({which}); treat the values with caution.")
+                        f"NOTE: the guard cannot tell whether the released theta's projected "
+                        f"Bellman error (MSPBE) is below that of theta = 0 ({which}); it checks "
+                        f"only that, never the values' accuracy (their intervals say how far "
+                        f"off they may be).")
 
 
 def _describe(name: str, v: float | Diagnostic) -> str:

@@ -5,6 +5,9 @@ its arguments, its lake or a missing input table says so first. Everything here 
 arguments, the configuration and (on a local lake) the Delta logs' directory listings: no Spark,
 no JVM, no table data.
 
+``load`` (:func:`check_load`) checks its three files: each exists, its format is known and, where a
+Parquet footer or CSV header is readable here, it has the bronze contract's columns.
+
 What a stage needs (:data:`STAGE_INPUTS`): ``ingest`` the dataset's three bronze tables, ``stats``
 its silver ``transitions``, ``evaluate`` its gold ``trajectory_stats`` (with the spec's
 partition). On a Unity Catalog or remote lake only the names are checked; the tables are
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["STAGE_INPUTS", "check_lake", "check_stage"]
+__all__ = ["STAGE_INPUTS", "check_lake", "check_load", "check_stage"]
 
 #: The tables each stage reads, per dataset (layer, table).
 STAGE_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -84,6 +87,24 @@ def check_stage(
                 f"Spark). Compute them with `gpope stats --dataset {dataset} --spec FILE` "
                 "using the same spec file."
             )
+
+
+def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt: str = "auto"
+               ) -> None:
+    """Everything about ``gpope load`` that can be checked without Spark.
+
+    Guarantees: the dataset name is valid, the lake root is addressable, and the three files pass
+    :func:`gpope.shell.pipeline.load.check_files` (exist, known format, contract columns present).
+
+    Raises:
+        ConfigError: an invalid dataset name or lake root, a missing file or an unknown format.
+        SchemaError: a file lacks a bronze contract column.
+    """
+    from gpope.shell.pipeline.load import check_files
+
+    check_name("dataset", dataset)
+    check_lake(config)
+    check_files(files, fmt=fmt)  # type: ignore[arg-type]
 
 
 def _has_partition(path: str, spec_id: str) -> bool:

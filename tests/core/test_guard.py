@@ -25,6 +25,7 @@ def test_a_noisy_diagnostic_counts_only_when_conclusive():
     assert utility_guard({"private": Diagnostic(1.5, 1.1, 1.9)}).verdict == "no_better_than_zero"
     unsure = utility_guard({"private": Diagnostic(0.9, 0.2, 1.7)})
     assert unsure.verdict == "unknown" and not unsure.no_better_than_zero
+    assert "never the values' accuracy" in unsure.message  # what the guard does not check
     assert "cannot tell" in unsure.message
     assert utility_guard({"private": Diagnostic(math.inf, -math.inf, math.inf)}).verdict == "unknown"
     # exact (public) values keep their plain rule

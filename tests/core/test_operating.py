@@ -177,7 +177,11 @@ def test_guard_verdicts():
                 {"public": math.inf}):
         g = utility_guard(bad)
         assert g.no_better_than_zero and g.verdict == "no_better_than_zero"
-        assert "NO BETTER THAN theta = 0" in g.message
+        # the words say what is checked (the MSPBE against theta = 0's), and the default advice
+        # names no command that needs a simulator
+        assert "projected Bellman error (MSPBE) is NOT BELOW that of theta = 0" in g.message
+        assert "gpope tune" not in g.message
+    assert utility_guard({"public": 1.0}, remedy="do X").message.endswith("; do X.")
 
 
 def test_public_tuning_picks_the_best_candidate_and_grids_reach_the_scale():

@@ -97,6 +97,16 @@ from gpope.shell.cli import main
 lake, spec = sys.argv[1], sys.argv[2]
 write_deltalake(f"{lake}/gold/other/trajectory_stats",
                 pa.table({"spec_id": ["not_this_spec"], "traj_index": [0]}), partition_by=["spec_id"])
+files = os.path.join(os.path.dirname(lake), "files")
+os.makedirs(files)
+import pyarrow.parquet as pq
+pq.write_table(pa.table({"patient_id": ["p"], "time": ["t"], "reward": [1.0]}), f"{files}/out.parquet")
+os.makedirs(f"{files}/obs")
+pq.write_table(pa.table({"patient_id": ["p"], "time": ["t"], "variable": ["v"], "value": [1.0]}),
+               f"{files}/obs/part-0.parquet")
+with open(f"{files}/tx.csv", "w") as fh:
+    fh.write("patient_id,time,action\n")
+load = ["load", "--dataset", "d", "--lake", lake, "--outcomes", f"{files}/out.parquet"]
 cases = [
     ["simulate", "--domain", "chain", "--patients", "5", "--dataset", "bad name", "--lake", lake],
     ["simulate", "--domain", "chain", "--patients", "5", "--dataset", "d",
@@ -108,6 +118,11 @@ cases = [
     ["evaluate", "--dataset", "other", "--spec", spec, "--epsilon", "1", "--delta", "1e-5",
      "--lake", lake],
     ["demo", "--dataset", "x y", "--lake", lake],
+    [*load, "--observations", f"{files}/missing.parquet", "--treatments", f"{files}/tx.csv"],
+    [*load, "--observations", f"{files}/out.parquet", "--treatments", f"{files}/out.parquet"],
+    [*load, "--observations", f"{files}/out.parquet", "--treatments", f"{files}/tx.csv",
+     "--dataset", "a-b"],
+    [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv"],
 ]
 out = []
 for argv in cases:
@@ -134,10 +149,13 @@ def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.split("RESULT ", 1)[1])
     assert result["loaded"] == []
-    assert [c["rc"] for c in result["cases"]] == [2] * 7, out.stderr
+    assert [c["rc"] for c in result["cases"]] == [2] * 11, out.stderr
     assert max(c["seconds"] for c in result["cases"]) < 5
     err = out.stderr
     for needle in ("'dataset' name", "'['", "bronze/nope/observations does not exist",
                    "silver/nope/transitions does not exist", "gold/nope/trajectory_stats does not",
-                   "no statistics for spec 'chain'", "'x y'"):
+                   "no statistics for spec 'chain'", "'x y'",
+                   "observations file", "missing.parquet' does not exist",
+                   "lacks the column(s) ['variable', 'value']", "'a-b'",
+                   "treatments file", "lacks the column(s) ['propensity']"):
         assert needle in err, needle

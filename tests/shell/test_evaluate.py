@@ -281,7 +281,8 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
     assert report.no_better_than_zero and report.utility_guard == "no_better_than_zero"
     lo, hi = report.to_dict()["private_relative_mspbe_interval"]  # the private one's bootstrap
     assert 0.0 <= lo <= hi
-    assert "NO BETTER THAN theta = 0" in report.summary()
+    assert "MSPBE) is NOT BELOW that of theta = 0" in report.summary()
+    assert "`gpope tune --spec FILE`" in report.summary()  # the spec has a simulator to tune on
     assert report.to_dict()["no_better_than_zero"] is True
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
     assert run.data.tags["gpope.utility_guard"] == "no_better_than_zero"
@@ -311,6 +312,9 @@ def test_unbounded_intervals_print_as_unbounded_with_a_note():
     assert "95% interval unbounded" in text and UNBOUNDED_NOTE not in text
     assert unbounded_note(report.intervals) in text and "singular A" in text and "0.42" in text
     assert unbounded_note({"lower": [0.0], "upper": [1.0], "unidentified": True}) is None
+    # the advice names only what helps the run's estimator (--statistics-share is a gpope knob)
+    untuned = unbounded_note(report.intervals, estimator="untuned")
+    assert "--statistics-share" not in untuned and "more patients or a larger epsilon" in untuned
 
 
 def test_tracking_failure_after_release_reports_the_release_and_track_relogs_it(

@@ -86,3 +86,12 @@ def test_the_default_applies_only_to_untuned_specs_without_explicit_choices():
     assert not untuned_applies(own, {"estimator": "options"})
     assert not untuned_applies(own, {"clip": "options"})
     assert not untuned_applies(load_spec("conf/specs/chain.yaml"), {})  # publicly tuned
+
+
+def test_load_checks_the_same_columns_as_the_bronze_contract():
+    # gpope load checks column names before Spark starts; they are the contract's names
+    from gpope.shell.pipeline.load import BRONZE_COLUMNS
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    assert {t: tuple(f.name for f in TABLE_SCHEMAS[t].fields) for t in BRONZE_COLUMNS} == \
+        BRONZE_COLUMNS

@@ -22,11 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--dataset", required=True, help="dataset name (bronze/<dataset>/...)")
-    for table, columns in (("observations", "patient_id, time, variable, value"),
-                           ("treatments", "patient_id, time, action, propensity"),
-                           ("outcomes", "patient_id, time, reward")):
+    from gpope.shell.pipeline.load import BRONZE_COLUMNS
+
+    for table, columns in BRONZE_COLUMNS.items():
         parser.add_argument(f"--{table}", required=True, metavar="PATH",
-                            help=f"{table} file, folder or glob (columns {columns})")
+                            help=f"{table} file, folder or glob (columns {', '.join(columns)})")
     parser.add_argument("--format", choices=("auto", "parquet", "csv"), default="auto",
                         help="file format (default: from the file names, .parquet or .csv)")
     add_lake_options(parser)
@@ -37,10 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope.shell.pipeline.load import BRONZE_TABLES
+    from gpope.shell.preflight import check_load
     from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    files = {t: getattr(args, t) for t in ("observations", "treatments", "outcomes")}
+    files = {t: getattr(args, t) for t in BRONZE_TABLES}
+    check_load(config, args.dataset, files, fmt=args.format)  # refused before Spark starts
     spark = get_spark(config.spark)
     report = api.load(spark, args.dataset, files, fmt=args.format, config=config)
     emit(args, report.to_dict(), report.summary())

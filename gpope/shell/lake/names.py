@@ -53,11 +53,14 @@ MAX_NAME_LENGTH = 128
 dataset is part of a table name there)."""
 _UC_SEPARATOR = "__"
 
+_BRONZE_CREATOR = ("`gpope load --dataset {dataset} --observations FILE --treatments FILE "
+                   "--outcomes FILE` (your own files), or `gpope simulate --dataset {dataset}` "
+                   "(a simulated cohort)")
 # Which command creates each known table (for "table not found" messages).
 _CREATORS: dict[str, str] = {
-    "observations": "`gpope simulate --dataset {dataset}` (or load the raw data)",
-    "treatments": "`gpope simulate --dataset {dataset}` (or load the raw data)",
-    "outcomes": "`gpope simulate --dataset {dataset}` (or load the raw data)",
+    "observations": _BRONZE_CREATOR,
+    "treatments": _BRONZE_CREATOR,
+    "outcomes": _BRONZE_CREATOR,
     "simulation": "`gpope simulate --dataset {dataset}`",
     "transitions": "`gpope ingest --dataset {dataset}`",
     "rejected_events": "`gpope ingest --dataset {dataset}`",

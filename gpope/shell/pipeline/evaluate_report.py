@@ -99,7 +99,10 @@ class EvaluationReport:
     ssp_clip: float | None = None
     tuning: dict[str, Any] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    #: True when the released theta's MSPBE is conclusively not below theta = 0's.
     no_better_than_zero: bool = False
+    #: the guard's verdict on one question, is MSPBE(theta) below MSPBE(0)? "ok" (yes: nothing
+    #: about accuracy), "no_better_than_zero" (no) or "unknown" (the diagnostics cannot tell).
     utility_guard: str = "unknown"
     warnings: list[str] = field(default_factory=list)
     label: str = "PRIVATE"
@@ -186,7 +189,7 @@ class EvaluationReport:
                                  f"{format_span(iv['lower'][i], iv['upper'][i])}")
             else:
                 lines.append(f"  V({name}) = {value:.6g}")
-        note = unbounded_note(iv)
+        note = unbounded_note(iv, estimator=self.estimator)
         if note:
             lines.append(f"  {note}")
         from gpope.shell.pipeline.evaluate_policy_value import summary_lines
@@ -199,6 +202,9 @@ class EvaluationReport:
         if self.private_relative_mspbe is not None:
             lines.append(f"  private MSPBE (noisy statistics): {self.private_mspbe:.4g}, relative "
                          f"{self.private_relative_mspbe:.4g}")
+        if self.utility_guard == "ok":
+            lines.append("  guard: the released theta's MSPBE is below theta = 0's (it checks "
+                         "only that, not the values' accuracy)")
         if self.mlflow_run_id:
             lines.append(f"  MLflow run {self.mlflow_run_id}")
         return "\n".join(lines)
@@ -219,16 +225,26 @@ IDENTIFICATION_NOTE = ("unbounded: the noisy statistics cannot exclude a singula
                        "give a finite one")
 
 
-def unbounded_note(intervals: Mapping[str, Any] | None) -> str | None:
+#: The notes' advice for a gpope run, and for every other estimator (whose intervals do not rest
+#: on the --statistics-share release, so that flag would not help them).
+_GPOPE_REMEDY = ("more patients, a larger epsilon or a larger --statistics-share (gpope runs) "
+                 "give a finite one")
+_REMEDY = "more patients or a larger epsilon give a finite one"
+
+
+def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpope"
+                   ) -> str | None:
     """The one line saying why some of ``intervals`` (an ``Interval.to_dict()``) are unbounded,
     or None when every interval is finite: :data:`IDENTIFICATION_NOTE` when the identification
-    test did not reject (its ``unidentified``), else :data:`UNBOUNDED_NOTE`."""
+    test did not reject (its ``unidentified``), else :data:`UNBOUNDED_NOTE`; its advice names
+    only what helps the run's ``estimator``."""
     if not intervals or all(math.isfinite(v) for v in [*intervals["lower"], *intervals["upper"]]):
         return None
+    note = UNBOUNDED_NOTE
     if intervals.get("unidentified"):
         sep = intervals.get("separation")
-        return IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}")
-    return UNBOUNDED_NOTE
+        note = IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}")
+    return note if estimator == "gpope" else note.replace(_GPOPE_REMEDY, _REMEDY)
 
 
 def format_span(lower: float, upper: float) -> str:
@@ -316,10 +332,11 @@ def build_record(
 _GUARD_MAX_FEATURES = 512
 
 
-def _guard(record: Any, est: Any, *, n: int, seed: int | None) -> Any:
+def _guard(record: Any, est: Any, *, n: int, seed: int | None, spec: EvaluationSpec) -> Any:
     """The loud guard's verdict on the released theta: a public diagnostic (MSPBE on a fresh
     simulated cohort) and a private one (the noisy statistics' MSPBE, counted only through its
-    bootstrap interval, :mod:`gpope.core.guard`)."""
+    bootstrap interval, :mod:`gpope.core.guard`). Its advice names `gpope tune` only for a spec
+    with a simulator (``domain``), the only kind it can tune."""
     from gpope.core.guard import private_relative_mspbe, utility_guard
 
     public_rel = None
@@ -335,7 +352,11 @@ def _guard(record: Any, est: Any, *, n: int, seed: int | None) -> Any:
         # each draw costs an n x n eigendecomposition: fewer draws for wide feature maps
         private_diag = private_relative_mspbe(est.theta, est.noisy, np.random.default_rng(seed),
                                               draws=200 if n <= 128 else 40)
-    return utility_guard({"public": public_rel, "private": private_diag}), private_diag
+    remedy = ("re-tune the spec on public data (`gpope tune --spec FILE`), raise epsilon or the "
+              "number of trajectories" if spec.domain is not None
+              else "more trajectories or a larger epsilon help")
+    return (utility_guard({"public": public_rel, "private": private_diag}, remedy=remedy),
+            private_diag)
 
 
 def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant: str
@@ -400,9 +421,10 @@ def track_and_report(
 
     record = dataclasses.replace(record, metrics={**dict(record.metrics),
                                                   **pv.mlflow_metrics(est.policy_values)})
-    guard, private_diag = _guard(record, est, n=n, seed=s.seed)
+    guard, private_diag = _guard(record, est, n=n, seed=s.seed, spec=spec)
     tags = {GUARD: guard.verdict}
-    iv_note = unbounded_note(None if est.intervals is None else est.intervals.to_dict())
+    iv_note = unbounded_note(None if est.intervals is None else est.intervals.to_dict(),
+                             estimator=s.estimator)
     if iv_note:  # why a released interval is unbounded, one line (MLflow has no -inf metric)
         tags[INTERVAL_NOTE] = iv_note
     outside = None

@@ -28,9 +28,17 @@ if TYPE_CHECKING:
 
     from gpope.config import GpopeConfig
 
-__all__ = ["BRONZE_TABLES", "FileFormat", "LoadReport", "read_bronze_file", "run_load"]
+__all__ = ["BRONZE_COLUMNS", "BRONZE_TABLES", "FileFormat", "LoadReport", "check_files",
+           "read_bronze_file", "run_load"]
 
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
+#: The bronze contract's column names per table (the types are in :mod:`gpope.shell.schemas`,
+#: which needs Spark; a test checks that both name the same columns).
+BRONZE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "observations": ("patient_id", "time", "variable", "value"),
+    "treatments": ("patient_id", "time", "action", "propensity"),
+    "outcomes": ("patient_id", "time", "reward"),
+}
 FileFormat = Literal["auto", "parquet", "csv"]
 
 
@@ -80,6 +88,83 @@ def _format_of(path: str, fmt: FileFormat) -> str:
     )
 
 
+def _resolve(path: str, table: str) -> str:
+    """``path`` made absolute where the user's working directory is (local paths only).
+
+    Raises:
+        ConfigError: a local path that matches no file.
+    """
+    if "://" in path:
+        return path
+    path = os.path.abspath(os.path.expanduser(path))
+    if not glob.glob(path):
+        raise ConfigError(f"The {table} file {path!r} does not exist (no file matches it).")
+    return path
+
+
+def _first_file(path: str, kind: str) -> str | None:
+    """One local data file behind ``path`` (a file, a folder of files or a glob), or None."""
+    suffix = ".csv" if kind == "csv" else ".parquet"
+    for match in sorted(glob.glob(path)):
+        if os.path.isfile(match):
+            return match
+        for root, _dirs, names in sorted(os.walk(match)):
+            for name in sorted(names):
+                if name.endswith(suffix) and not name.startswith(("_", ".")):
+                    return os.path.join(root, name)
+    return None
+
+
+def _columns(path: str, kind: str) -> list[str] | None:
+    """The column names of the local file ``path`` (CSV: its header row), or None if unreadable
+    here (then Spark reads it and reports)."""
+    try:
+        if kind == "csv":
+            import csv
+            import gzip
+
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rt", newline="", encoding="utf-8-sig") as fh:
+                return next(csv.reader(fh), [])
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    except Exception:  # an unreadable file is reported by Spark, with its own error
+        return None
+
+
+def check_files(files: dict[str, str], *, fmt: FileFormat = "auto") -> dict[str, str]:
+    """The three files' paths, resolved, after every check that needs no Spark.
+
+    Guarantees: every table has a path; each local path matches a file; its format is known
+    (``fmt`` or the name); and where a local file's column names are readable (a Parquet
+    footer, a CSV header row), every contract column is among them.
+
+    Raises:
+        ConfigError: a table without a path, a path matching no file, or an unknown format.
+        SchemaError: a contract column is missing from a file (named with the columns found).
+    """
+    from gpope.errors import SchemaError
+
+    missing = [t for t in BRONZE_TABLES if not files.get(t)]
+    if missing:
+        raise ConfigError(f"gpope load needs one file per bronze table; missing: {missing}.")
+    resolved = {}
+    for table in BRONZE_TABLES:
+        path = resolved[table] = _resolve(files[table], table)
+        kind = _format_of(path, fmt)
+        first = None if "://" in path else _first_file(path, kind)
+        found = None if first is None else _columns(first, kind)
+        absent = [c for c in BRONZE_COLUMNS[table] if found is not None and c not in found]
+        if absent:
+            raise SchemaError(
+                f"The {table} file {first} lacks the column(s) {absent} of the bronze contract "
+                f"({', '.join(BRONZE_COLUMNS[table])}); found columns {found}. Rename or add "
+                "them (docs/OWN_DATA.md, 'The bronze contract'), then load again."
+            )
+    return resolved
+
+
 def read_bronze_file(spark: SparkSession, path: str, table: str, *,
                      fmt: FileFormat = "auto") -> DataFrame:
     """The rows of ``path`` (a file, a folder of files or a glob) as a DataFrame, as delivered.
@@ -95,10 +180,7 @@ def read_bronze_file(spark: SparkSession, path: str, table: str, *,
 
     from gpope.shell.pipeline.ingest_contract import conform_bronze
 
-    if "://" not in path:  # a local path: resolved here, where the user's working directory is
-        path = os.path.abspath(os.path.expanduser(path))
-        if not glob.glob(path):
-            raise ConfigError(f"The {table} file {path!r} does not exist (no file matches it).")
+    path = _resolve(path, table)  # a local path: where the user's working directory is
     kind = _format_of(path, fmt)
     if kind == "csv":
         df = spark.read.option("header", True).option("inferSchema", False).csv(path)
@@ -139,12 +221,10 @@ def run_load(
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 
-    missing = [t for t in BRONZE_TABLES if not files.get(t)]
-    if missing:
-        raise ConfigError(f"gpope load needs one file per bronze table; missing: {missing}.")
+    paths = check_files(files, fmt=fmt)
     refs = {t: TableRef("bronze", t, dataset) for t in BRONZE_TABLES}  # names checked
     target = Lake.from_settings(spark, config.lake)
-    frames = {t: read_bronze_file(spark, files[t], t, fmt=fmt) for t in BRONZE_TABLES}
+    frames = {t: read_bronze_file(spark, paths[t], t, fmt=fmt) for t in BRONZE_TABLES}
     run_id = new_run_id()
     versions, rows = {}, {}
     for t in BRONZE_TABLES:  # tagged commits: invisible until the manifest below
