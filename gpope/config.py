@@ -102,6 +102,10 @@ class DatasetSettings:
             longer trajectories are cut and the rest is quarantined with a reason).
         terminal_variable: an observation variable whose presence marks the end of an episode
             (terminal: next features zero); without it every last step is truncated.
+        no_terminal_events: True declares that episodes never really end (no death, discharge
+            or goal): every record that stops early is a truncation. It confirms what ingest
+            assumes without a ``terminal_variable`` (silencing its warning and its refusal of an
+            undeclared end marker); it cannot be combined with ``terminal_variable``.
         domain: simulator behind a synthetic dataset (chain, mountaincar, hiv), None for real data.
     """
 
@@ -111,10 +115,16 @@ class DatasetSettings:
     actions: tuple[str, ...] = ()
     max_length: int = 200
     terminal_variable: str | None = None
+    no_terminal_events: bool = False
     domain: str | None = None
 
     def __post_init__(self) -> None:
         check_int("DatasetSettings", "max_length", self.max_length, ge=1)
+        if self.no_terminal_events and self.terminal_variable is not None:
+            raise ConfigError(
+                "DatasetSettings: 'no_terminal_events: true' says episodes never end, but "
+                f"'terminal_variable' is {self.terminal_variable!r}. Keep one of the two."
+            )
         unknown = sorted(set(self.defaults) - set(self.variables))
         if unknown:
             raise ConfigError(

@@ -243,6 +243,39 @@ def test_each_bad_row_is_rejected_with_its_reason_and_counts_balance(toy):
     assert report.warnings == [] and "1 terminal, 1 truncated" in report.summary()
 
 
+def test_an_undeclared_end_marker_is_refused_before_anything_is_written(toy, spark):
+    # 'death' is observed only after p1's and p2's last treatments: with no terminal_variable
+    # declared, the data are ambiguous (a real end, or a variable to ignore?) and ingest refuses
+    # in one line naming both declarations that settle it
+    import dataclasses
+
+    from gpope.shell import lake
+    from gpope.shell.pipeline.ingest import run_ingest
+    from gpope.shell.pipeline.ingest_ends import undeclared_end_markers
+
+    config = toy["config"]
+    undeclared = dataclasses.replace(SETTINGS, terminal_variable=None)
+    bronze = {t: lake.read_table(spark, config.lake, "bronze", "toy", t)
+              for t in ("observations", "treatments")}
+    # hr and bp are declared; the bad rows' unknown variable is seen before a last treatment
+    assert undeclared_end_markers(bronze["observations"], bronze["treatments"], undeclared) == \
+        {"death": 2}
+    silver = lake.Lake.from_settings(spark, config.lake)
+    before = silver.version(lake.TableRef("silver", "transitions", "toy"))
+    with pytest.raises(ConfigError) as err:
+        run_ingest(spark, config, "toy", settings=undeclared)
+    message = str(err.value)
+    assert "\n" not in message and "nothing written" in message and "'death'" in message
+    assert "terminal_variable: death" in message and "no_terminal_events: true" in message
+    assert silver.version(lake.TableRef("silver", "transitions", "toy")) == before
+    # declared either way, or a simulated cohort: nothing to check (no Spark job)
+    for settled in (SETTINGS, dataclasses.replace(undeclared, no_terminal_events=True),
+                    dataclasses.replace(undeclared, domain="chain")):
+        assert undeclared_end_markers(None, None, settled) == {}  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="Keep one of the two"):
+        dataclasses.replace(SETTINGS, no_terminal_events=True)
+
+
 def test_rejected_events_hold_the_raw_rows_as_json(toy):
     import json
 
@@ -431,11 +464,21 @@ def test_episode_ends_are_reported_and_a_missing_terminal_convention_warns_in_on
             "n_trajectories": 3, "n_transitions": 5, "max_length": 4}
     undeclared = IngestReport(**base, n_truncated=2, n_length_capped=1)
     (line,) = undeclared.warnings
-    assert "no terminal_variable is declared" in line and "\n" not in line
+    # one line: what was seen, what was assumed, what it costs if wrong, how to declare it
+    assert "2 of 3 episodes stop before max_length 4 and no terminal_variable is declared" in line
+    assert "ASSUMED each was truncated" in line and "biased" in line and "\n" not in line
+    assert "'terminal_variable'" in line and "'no_terminal_events: true'" in line
     assert undeclared.summary().splitlines()[0] == line
     assert "0 terminal, 2 truncated (record stops, bootstrapped), 1 at the length cap 4; no " \
            "terminal_variable declared" in undeclared.summary()
     assert undeclared.to_dict()["warnings"] == [line]
+    # every episode reached the cap: nothing was assumed, nothing to warn about
+    capped = IngestReport(**base, n_length_capped=3)
+    assert capped.warnings == [] and "assumed" not in capped.summary()
+    # the user declared that episodes never end: the assumption is theirs, no warning
+    confirmed = IngestReport(**base, n_truncated=2, n_length_capped=1, no_terminal_events=True)
+    assert confirmed.warnings == [] and "no_terminal_events declared" in confirmed.summary()
+    assert confirmed.to_dict()["no_terminal_events"] is True
     unseen = IngestReport(**base, terminal_variable="death", n_truncated=3)
     assert "'death' is declared but never observed" in unseen.warnings[0]
     ended = IngestReport(**base, terminal_variable="death", n_terminal=1, n_truncated=2)

@@ -58,6 +58,8 @@ class IngestReport:
         terminal_variable: the declared terminal variable (``datasets: terminal_variable``), or
             None: then no episode can be terminal, and every end is assumed a truncation.
         max_length: the dataset's public length cap L.
+        no_terminal_events: the dataset declares that episodes never end (``datasets:
+            no_terminal_events: true``), so the truncation assumption is the user's, not gpope's.
     """
 
     dataset: str
@@ -71,19 +73,31 @@ class IngestReport:
     n_length_capped: int = 0
     terminal_variable: str | None = None
     max_length: int | None = None
+    no_terminal_events: bool = False
 
     @property
     def warnings(self) -> list[str]:
-        """One line per thing the user must know about how episodes end (empty: nothing)."""
+        """One line per thing the user must know about how episodes end (empty: nothing).
+
+        Without a declared ``terminal_variable``: a warning only when some episode stops before
+        ``max_length`` (if every episode reached the cap, nothing was assumed) and the dataset
+        does not declare ``no_terminal_events`` (then the assumption is the user's own).
+        """
         if self.n_trajectories == 0 or self.n_terminal > 0:
             return []
         if self.terminal_variable is None:
+            if self.no_terminal_events or self.n_truncated == 0:
+                return []
+            cap = f" {self.max_length}" if self.max_length else ""
             return [
-                "WARNING: no episode is terminal and no terminal_variable is declared, so every "
-                "episode end is treated as a truncation (the value after the last step is "
-                "bootstrapped from its next state); if your episodes really end (death, "
-                "discharge, goal), declare the event as 'terminal_variable' under 'datasets:' and "
-                "ingest again (docs/OWN_DATA.md, 'How an episode ends')."
+                f"WARNING: {self.n_truncated} of {self.n_trajectories} episodes stop before "
+                f"max_length{cap} and no terminal_variable is declared, so gpope ASSUMED each "
+                "was truncated (the record stops but the episode goes on: the value after its "
+                "last step is bootstrapped from its next state); if they really ended (death, "
+                "discharge, goal), every released value is biased: declare the end event as "
+                "'terminal_variable' under 'datasets:' and ingest again, or declare "
+                "'no_terminal_events: true' to confirm the assumption (docs/OWN_DATA.md, 'How "
+                "an episode ends')."
             ]
         return [
             f"WARNING: terminal_variable {self.terminal_variable!r} is declared but never observed "
@@ -94,8 +108,11 @@ class IngestReport:
     def episode_ends(self) -> str:
         """One line: how the episodes ended and what was assumed."""
         cap = f" at the length cap {self.max_length}" if self.max_length else " at the length cap"
-        assumed = ("" if self.terminal_variable is not None
-                   else "; no terminal_variable declared: every end assumed a truncation")
+        assumed = (
+            "" if self.terminal_variable is not None or self.n_truncated == 0
+            else "; no_terminal_events declared: every early stop is a truncation"
+            if self.no_terminal_events
+            else "; no terminal_variable declared: every early stop assumed a truncation")
         return (f"episode ends: {self.n_terminal} terminal, {self.n_truncated} truncated "
                 f"(record stops, bootstrapped), {self.n_length_capped}{cap}{assumed}")
 
@@ -123,6 +140,7 @@ class IngestReport:
             "n_truncated": self.n_truncated,
             "n_length_capped": self.n_length_capped,
             "terminal_variable": self.terminal_variable,
+            "no_terminal_events": self.no_terminal_events,
             "max_length": self.max_length,
             "balanced": self.balanced,
             "warnings": self.warnings,
@@ -242,6 +260,7 @@ def report_from_counts(
         n_length_capped=n_length_capped,
         terminal_variable=settings.terminal_variable if settings is not None else None,
         max_length=settings.max_length if settings is not None else None,
+        no_terminal_events=settings.no_terminal_events if settings is not None else False,
     )
     if not report.balanced or used["treatments"] != n_transitions:
         raise DataError(
@@ -280,7 +299,8 @@ def run_ingest(
         The :class:`IngestReport` (counts balance; checked before returning).
 
     Raises:
-        ConfigError: no settings for the dataset.
+        ConfigError: no settings for the dataset, or data whose end convention is ambiguous
+            with none declared (:mod:`~gpope.shell.pipeline.ingest_ends`; nothing written).
         TableNotFoundError: a bronze table is missing (run ``gpope simulate`` or load the data).
     """
     from pyspark.sql import functions as F
@@ -289,6 +309,7 @@ def run_ingest(
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id, read_pinned
     from gpope.shell.pipeline.ingest_contract import conform_bronze
+    from gpope.shell.pipeline.ingest_ends import check_end_convention
 
     settings = settings or resolve_dataset_settings(config, dataset, domain=domain)
     target = Lake.from_settings(spark, config.lake)
@@ -299,6 +320,8 @@ def run_ingest(
         ref = TableRef("bronze", t, dataset)
         raw, inputs[str(ref)] = read_pinned(target, ref, committed=committed)
         bronze[t] = conform_bronze(raw, t, str(ref))  # contract checked: one clear line
+    # ambiguous data with no declared end convention: refused before anything is written
+    check_end_convention(bronze["observations"], bronze["treatments"], settings, dataset)
     rows_in = {t: bronze[t].count() for t in BRONZE_TABLES}
     frames = build_silver(
         bronze["observations"], bronze["treatments"], bronze["outcomes"], settings
