@@ -95,3 +95,38 @@ def test_load_checks_the_same_columns_as_the_bronze_contract():
 
     assert {t: tuple(f.name for f in TABLE_SCHEMAS[t].fields) for t in BRONZE_COLUMNS} == \
         BRONZE_COLUMNS
+
+
+def test_every_printed_advice_works_for_a_spec_without_a_simulator():
+    # advice reachable from the own-data path names only commands and flags that work for a spec
+    # without a 'domain': `gpope tune` needs a simulator, --statistics-share only helps gpope runs
+    from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.guard import utility_guard
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.lake.names import TableRef, creator_hint
+    from gpope.shell.pipeline.evaluate_report import (
+        generic_settings_note,
+        guard_remedy,
+        unbounded_note,
+    )
+    from gpope.shell.pipeline.jobargs import load_spec
+
+    own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
+    assert own.domain is None
+    inf = float("inf")
+    printed = [
+        generic_settings_note(own),
+        utility_guard({"public": 1.5}, remedy=guard_remedy(own)).message,
+        unbounded_note({"lower": [-inf], "upper": [inf], "unidentified": True, "separation": 0.4},
+                       estimator="untuned"),
+        unbounded_note({"lower": [-inf], "upper": [inf]}, estimator="untuned"),
+    ]
+    for line in printed:
+        assert "gpope tune" not in line and "--statistics-share" not in line, line
+        assert "\n" not in line
+    assert "drop the estimator and solver flags" in printed[0]
+    assert "gpope load --dataset ward7" in creator_hint(TableRef("bronze", "observations", "ward7"))
+    # a spec with a simulator keeps the advice that works for it
+    chain = load_spec("conf/specs/chain.yaml")
+    assert "gpope tune --spec FILE" in generic_settings_note(chain)
+    assert "gpope tune --spec FILE" in guard_remedy(chain)

@@ -352,11 +352,27 @@ def _guard(record: Any, est: Any, *, n: int, seed: int | None, spec: EvaluationS
         # each draw costs an n x n eigendecomposition: fewer draws for wide feature maps
         private_diag = private_relative_mspbe(est.theta, est.noisy, np.random.default_rng(seed),
                                               draws=200 if n <= 128 else 40)
-    remedy = ("re-tune the spec on public data (`gpope tune --spec FILE`), raise epsilon or the "
-              "number of trajectories" if spec.domain is not None
-              else "more trajectories or a larger epsilon help")
-    return (utility_guard({"public": public_rel, "private": private_diag}, remedy=remedy),
-            private_diag)
+    return (utility_guard({"public": public_rel, "private": private_diag},
+                          remedy=guard_remedy(spec)), private_diag)
+
+
+def guard_remedy(spec: EvaluationSpec) -> str:
+    """What helps a release no better than theta = 0: `gpope tune` only for a spec with a
+    simulator (``domain``), the only kind it can tune."""
+    if spec.domain is not None:
+        return ("re-tune the spec on public data (`gpope tune --spec FILE`), raise epsilon or the "
+                "number of trajectories")
+    return "more trajectories or a larger epsilon help"
+
+
+def generic_settings_note(spec: EvaluationSpec) -> str:
+    """The NOTE of a run of a spec without an ``evaluation:`` block that did not take the
+    tuning-free default (an estimator or solver flag was given): advice that works for it."""
+    return (f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
+            "were used; " + ("tune it on public data with `gpope tune --spec FILE`."
+                             if spec.domain is not None else
+                             "drop the estimator and solver flags to get the tuning-free "
+                             "private default (docs/OWN_DATA.md)."))
 
 
 def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant: str
@@ -455,13 +471,7 @@ def track_and_report(
 
         warnings.append(UNTUNED_NOTE.format(name=spec.name))
     elif not prepared.provenance["spec_has_evaluation_block"]:
-        # advice that works for this spec: public tuning needs its simulator (a 'domain')
-        warnings.append(
-            f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
-            "were used; " + ("tune it on public data with `gpope tune --spec FILE`."
-                             if spec.domain is not None else
-                             "drop the estimator and solver flags to get the tuning-free "
-                             "private default (docs/OWN_DATA.md)."))
+        warnings.append(generic_settings_note(spec))
     spent = plan.spent_epsilon
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
     return EvaluationReport(
