@@ -82,6 +82,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
 _QUICK_RUNS = {"uniform": 200_000, "poisson": 100_000}
 
 __all__ = [
+    "AuditClaim",
     "AuditConfig",
     "AuditResult",
     "audit_datasets",
@@ -94,7 +95,30 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuditConfig:
+class AuditClaim:
+    """What every audit tests and how hard (all public); each audit's settings extend it.
+
+    Attributes:
+        epsilon, delta: the claimed (epsilon, delta).
+        runs: runs per world (half choose the threshold, half test).
+        alpha: level of each one-sided Clopper-Pearson bound.
+    """
+
+    epsilon: float = 4.0
+    delta: float = 1e-5
+    runs: int = 200_000
+    alpha: float = 0.025
+
+    def __post_init__(self) -> None:
+        o = type(self).__name__
+        check_number(o, "epsilon", self.epsilon, gt=0.0)
+        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
+        check_int(o, "runs", self.runs, ge=4)
+        check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditConfig(AuditClaim):
     """Settings of one audit (all public).
 
     Attributes:
@@ -116,38 +140,33 @@ class AuditConfig:
         alpha: level of each one-sided Clopper-Pearson bound.
     """
 
+    epsilon: float = 2.0
+    runs: int = 2000
     sampling: Literal["uniform", "poisson"] = "uniform"
     m: int = 1000
     iterations: int = 1000
-    epsilon: float = 2.0
-    delta: float = 1e-5
     accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
     batch_rate: float | None = None
-    runs: int = 2000
     clip: float = 1.0
     canary_scale: float = 100.0
     n_features: int = 3
     step_size: float = 0.1
     statistic: Literal["likelihood_ratio", "max_increment", "final"] = "likelihood_ratio"
-    alpha: float = 0.025
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         o = "AuditConfig"
         check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
         check_int(o, "m", self.m, ge=1)
         check_int(o, "iterations", self.iterations, ge=1)
-        check_number(o, "epsilon", self.epsilon, gt=0.0)
-        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_choice(o, "accountant", self.accountant, ("auto", "paper", "rdp", "pld"))
         if self.batch_rate is not None:
             check_probability(o, "batch_rate", self.batch_rate)
-        check_int(o, "runs", self.runs, ge=4)
         check_number(o, "clip", self.clip, gt=0.0)
         check_number(o, "canary_scale", self.canary_scale, gt=1.0)
         check_int(o, "n_features", self.n_features, ge=2)
         check_number(o, "step_size", self.step_size, gt=0.0)
         check_choice(o, "statistic", self.statistic, _STATISTICS)
-        check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
 
     def solver_config(self) -> GPOPEConfig:
         """The solver configuration audited (sigma calibrated by the solver)."""

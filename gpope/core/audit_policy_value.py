@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gpope.core.audit import AuditResult, certify
+from gpope.core.audit import AuditClaim, AuditResult, certify
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_release import (
     PolicyValueSettings,
@@ -41,13 +41,13 @@ from gpope.core.policy_value_release import (
     public_limits,
     sum_noise_stds,
 )
-from gpope.core.validation import check_int, check_number
+from gpope.core.validation import check_int
 
 __all__ = ["PolicyValueAuditConfig", "run_policy_value_audit"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class PolicyValueAuditConfig:
+class PolicyValueAuditConfig(AuditClaim):
     """Settings of one policy value audit (all public).
 
     Attributes:
@@ -56,19 +56,13 @@ class PolicyValueAuditConfig:
             choose the threshold); alpha: Clopper-Pearson level.
     """
 
-    m: int = 4
     epsilon: float = 16.0
-    delta: float = 1e-5
     runs: int = 100_000
-    alpha: float = 0.025
+    m: int = 4
 
     def __post_init__(self) -> None:
-        o = "PolicyValueAuditConfig"
-        check_int(o, "m", self.m, ge=1)
-        check_number(o, "epsilon", self.epsilon, gt=0.0)
-        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
-        check_int(o, "runs", self.runs, ge=4)
-        check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
+        super().__post_init__()
+        check_int("PolicyValueAuditConfig", "m", self.m, ge=1)
 
 
 #: The audited spec's public bounds (off-policy: every component released).

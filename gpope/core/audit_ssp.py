@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from gpope.core.audit import AuditResult, certify
+from gpope.core.audit import AuditClaim, AuditResult, certify
 from gpope.core.ssp import (
     assign_groups,
     clip_statistics,
@@ -51,7 +51,7 @@ __all__ = ["SSPAuditConfig", "run_ssp_audit"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SSPAuditConfig:
+class SSPAuditConfig(AuditClaim):
     """Settings of one SSP audit (all public).
 
     Attributes:
@@ -62,27 +62,20 @@ class SSPAuditConfig:
     """
 
     m: int = 4
-    epsilon: float = 4.0
-    delta: float = 1e-5
-    runs: int = 200_000
     clip: float = 1.0
     canary_scale: float = 100.0
     groups: int = 1
     n_features: int = 3
-    alpha: float = 0.025
     relation: str = "add_or_remove_one"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         o = "SSPAuditConfig"
         check_int(o, "m", self.m, ge=1)
-        check_number(o, "epsilon", self.epsilon, gt=0.0)
-        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
-        check_int(o, "runs", self.runs, ge=4)
         check_number(o, "clip", self.clip, gt=0.0)
         check_number(o, "canary_scale", self.canary_scale, gt=1.0)
         check_int(o, "groups", self.groups, ge=1)
         check_int(o, "n_features", self.n_features, ge=2)
-        check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
         check_choice(o, "relation", self.relation, ("add_or_remove_one", "replace_one"))
 
 

@@ -59,7 +59,25 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class GPOPEResult:
+class _RunOutput:
+    """The fields every GPOPE output carries, in this order (see :class:`GPOPEResult`)."""
+
+    theta: np.ndarray
+    w: np.ndarray
+    theta_avg: np.ndarray | None
+    sigma: float
+    epsilon: float | None
+    delta: float | None
+    accountant: str
+    sampling: str
+    iterations: int
+    clip: float | None
+    private: bool
+    privacy_note: str
+
+
+@dataclass(frozen=True)
+class GPOPEResult(_RunOutput):
     """Output of one run.
 
     Attributes:
@@ -80,44 +98,20 @@ class GPOPEResult:
         trace_w: (k, n) w at those steps, or None.
     """
 
-    theta: np.ndarray
-    w: np.ndarray
-    theta_avg: np.ndarray | None
-    sigma: float
-    epsilon: float | None
-    delta: float | None
-    accountant: str
-    sampling: str
-    iterations: int
-    clip: float | None
-    private: bool
-    privacy_note: str
     trace_steps: np.ndarray | None = None
     trace_theta: np.ndarray | None = None
     trace_w: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
-class GPOPETrialsResult:
+class GPOPETrialsResult(_RunOutput):
     """Output of R independent trials; arrays carry a leading trial axis.
 
     Attributes:
         theta: (R, n); w: (R, n); theta_avg: (R, n) or None; trace_theta, trace_w: (R, k, n)
-        or None; the rest as in :class:`GPOPEResult`.
+        or None; trials: R; the rest as in :class:`GPOPEResult`.
     """
 
-    theta: np.ndarray
-    w: np.ndarray
-    theta_avg: np.ndarray | None
-    sigma: float
-    epsilon: float | None
-    delta: float | None
-    accountant: str
-    sampling: str
-    iterations: int
-    clip: float | None
-    private: bool
-    privacy_note: str
     trials: int
     trace_steps: np.ndarray | None = None
     trace_theta: np.ndarray | None = None

@@ -41,7 +41,7 @@ import dp_accounting
 import numpy as np
 
 from gpope.core.baselines._common import as_matrix, as_vector
-from gpope.core.baselines.first_visit import first_visit_statistics, transitions_states
+from gpope.core.baselines.first_visit import first_visit_statistics, tabular_columns
 from gpope.core.baselines.smooth import (
     LSLSensitivity,
     lsl_estimate,
@@ -291,9 +291,7 @@ def dp_lsw_from_transitions(
 ) -> DPLSResult:
     """:func:`dp_lsw` on a tabular :class:`Transitions` (state column 0 = integer state)."""
     return dp_lsw(
-        transitions_states(transitions),
-        transitions.reward,
-        transitions.traj_index,
+        *tabular_columns(transitions),
         n_states=n_states,
         features=features,
         weights=weights,
@@ -323,9 +321,7 @@ def dp_lsl_from_transitions(
 ) -> DPLSResult:
     """:func:`dp_lsl` on a tabular :class:`Transitions`; m is ``transitions.n_trajectories``."""
     return dp_lsl(
-        transitions_states(transitions),
-        transitions.reward,
-        transitions.traj_index,
+        *tabular_columns(transitions),
         n_states=n_states,
         features=features,
         weights=weights,

@@ -136,18 +136,14 @@ def first_visit_statistics_from_transitions(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`first_visit_statistics` of a tabular :class:`Transitions` (state column 0 = state id)."""
     return first_visit_statistics(
-        transitions_states(transitions),
-        transitions.reward,
-        transitions.traj_index,
-        n_states=n_states,
-        gamma=gamma,
-        clip=clip,
+        *tabular_columns(transitions), n_states=n_states, gamma=gamma, clip=clip
     )
 
 
-def transitions_states(transitions: Transitions) -> np.ndarray:
-    """(T,) state ids of a tabular Transitions batch: column 0 of ``state`` (TabularFeatures)."""
+def tabular_columns(transitions: Transitions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(states, rewards, traj_index)`` of a tabular Transitions batch, as the first-visit
+    estimators take them: the state ids are column 0 of ``state`` (TabularFeatures)."""
     state = np.asarray(transitions.state)
     if state.ndim != 2 or state.shape[1] < 1:
         raise SchemaError(f"Transitions.state must have shape (T, d >= 1); got {state.shape}.")
-    return state[:, 0]
+    return state[:, 0], transitions.reward, transitions.traj_index

@@ -149,28 +149,26 @@ def encode_user_metadata(
     return json.dumps(payload, sort_keys=True)
 
 
-def decode_user_metadata(text: object) -> str | None:
-    """The gpope write mode recorded by :func:`encode_user_metadata`, or None."""
+def _user_metadata_field(text: object, key: str) -> str | None:
+    """The string ``key`` of a ``userMetadata`` JSON object, or None when absent or unparsable."""
     if not isinstance(text, str):
         return None
     try:
         payload = json.loads(text)
     except ValueError:
         return None
-    mode = payload.get(_USER_METADATA_KEY) if isinstance(payload, dict) else None
-    return mode if isinstance(mode, str) else None
+    value = payload.get(key) if isinstance(payload, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def decode_user_metadata(text: object) -> str | None:
+    """The gpope write mode recorded by :func:`encode_user_metadata`, or None."""
+    return _user_metadata_field(text, _USER_METADATA_KEY)
 
 
 def decode_user_metadata_run(text: object) -> str | None:
     """The stage run id recorded by :func:`encode_user_metadata`, or None."""
-    if not isinstance(text, str):
-        return None
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return None
-    run = payload.get(_RUN_KEY) if isinstance(payload, dict) else None
-    return run if isinstance(run, str) else None
+    return _user_metadata_field(text, _RUN_KEY)
 
 
 _ERROR_LINE = r"^\s*((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception)): (.+)$"

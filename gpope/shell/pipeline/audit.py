@@ -39,13 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.audit import AuditClaim, AuditResult
 from gpope.core.validation import check_int, check_number
 from gpope.errors import AuditError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from gpope.core.audit import AuditResult
 
 __all__ = ["CANARY_SPEC", "PipelineAuditConfig", "run_pipeline_audit"]
 
@@ -66,7 +65,7 @@ _CANARY_STATES = {"audit_d0": 5, "audit_d1": 25}
 
 
 @dataclass(frozen=True, kw_only=True)
-class PipelineAuditConfig:
+class PipelineAuditConfig(AuditClaim):
     """Public settings of the pipeline audit.
 
     Attributes:
@@ -78,23 +77,17 @@ class PipelineAuditConfig:
     """
 
     runs: int = 20_000
-    epsilon: float = 4.0
-    delta: float = 1e-5
     iterations: int = 4
     clip: float = 1e-3
     step_size: float = 10.0
-    alpha: float = 0.025
     seed: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         o = "PipelineAuditConfig"
-        check_int(o, "runs", self.runs, ge=4)
-        check_number(o, "epsilon", self.epsilon, gt=0.0)
-        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_int(o, "iterations", self.iterations, ge=1)
         check_number(o, "clip", self.clip, gt=0.0)
         check_number(o, "step_size", self.step_size, gt=0.0)
-        check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
 
 
 def _canary_transitions(first_state: int, steps: int = 4) -> Any:
