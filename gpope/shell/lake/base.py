@@ -6,9 +6,12 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "WRITE_MODES",
@@ -17,6 +20,7 @@ __all__ = [
     "PartitionValue",
     "StorageMode",
     "WriteMode",
+    "WriteSpec",
     "check_write_mode",
     "decode_user_metadata",
     "decode_user_metadata_run",
@@ -40,6 +44,27 @@ _RUN_KEY = "gpope.run"
 
 class MissingTableError(LookupError):
     """Internal: the location holds no Delta table (the table layer turns it into a user error)."""
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """How one commit writes a table: what the table layer hands every store's writers.
+
+    Attributes:
+        schema: the table contract.
+        mode: ``append``, ``overwrite`` (replace all rows) or ``replace_where``.
+        user_metadata: recorded as the commit's ``userMetadata`` (:func:`encode_user_metadata`).
+        table_name: the logical table, for messages.
+        partition_by: partition columns; None keeps the table's (or none for a new table).
+        replace_where: for ``replace_where``: partition column -> value; None otherwise.
+    """
+
+    schema: StructType
+    mode: WriteMode
+    user_metadata: str
+    table_name: str
+    partition_by: list[str] | None = None
+    replace_where: Mapping[str, PartitionValue] | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from gpope.shell.lake.base import (
     PartitionValue,
     StorageMode,
     WriteMode,
+    WriteSpec,
     check_write_mode,
     encode_user_metadata,
 )
@@ -270,22 +271,8 @@ class Lake:
             CommitError: the write or the commit failed; nothing was committed and no new file
                 is left behind.
         """
-        check_write_mode(mode)
-        if (mode == "replace_where") != (replace_where is not None):
-            raise ConfigError(
-                "replace_where={...} is required with mode='replace_where' and not allowed with "
-                f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
-            )
-        return self.store.write(
-            df,
-            self._address(ref),
-            schema=schema if schema is not None else _contract(ref),
-            mode=mode,
-            partition_by=list(partition_by) if partition_by is not None else None,
-            replace_where=replace_where,
-            user_metadata=encode_user_metadata(mode, replace_where, run_id),
-            table_name=str(ref),
-        )
+        spec = _write_spec(ref, mode, schema, partition_by, replace_where, run_id)
+        return self.store.write(df, self._address(ref), spec)
 
     def arrow_writer(
         self,
@@ -308,10 +295,11 @@ class Lake:
             SchemaError: the existing table, or a written Arrow table, does not match the contract.
         """
         check_write_mode(mode)
-        return self.store.arrow_writer(
-            self._address(ref), schema=schema if schema is not None else _contract(ref),
-            mode=mode, user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
+        spec = WriteSpec(
+            schema=schema if schema is not None else _contract(ref), mode=mode,
+            user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
         )  # fmt: skip
+        return self.store.arrow_writer(self._address(ref), spec)
 
     def worker_staging(
         self,
@@ -335,21 +323,8 @@ class Lake:
             ConfigError: bad mode or replace_where (as for :meth:`write`).
             SchemaError: the existing table does not match the contract.
         """
-        check_write_mode(mode)
-        if (mode == "replace_where") != (replace_where is not None):
-            raise ConfigError(
-                "replace_where={...} is required with mode='replace_where' and not allowed with "
-                f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
-            )
-        return self.store.worker_staging(
-            self._address(ref),
-            schema=schema if schema is not None else _contract(ref),
-            mode=mode,
-            partition_by=list(partition_by) if partition_by is not None else None,
-            replace_where=replace_where,
-            user_metadata=encode_user_metadata(mode, replace_where, run_id),
-            table_name=str(ref),
-        )
+        spec = _write_spec(ref, mode, schema, partition_by, replace_where, run_id)
+        return self.store.worker_staging(self._address(ref), spec)
 
     def delete_rows(self, ref: TableRef, column: str, values: set[str]) -> int | None:
         """Remove the rows whose ``column`` is in ``values``, in one untagged commit (history
@@ -380,6 +355,36 @@ def _contract(ref: TableRef) -> StructType:
 
 
 # ---------------------------------------------------------------------- short forms
+def _write_spec(
+    ref: TableRef,
+    mode: WriteMode,
+    schema: StructType | None,
+    partition_by: list[str] | None,
+    replace_where: Mapping[str, PartitionValue] | None,
+    run_id: str | None,
+) -> WriteSpec:
+    """The store's :class:`WriteSpec` of a :meth:`Lake.write` (contract schema by default).
+
+    Raises:
+        ConfigError: bad mode, or replace_where missing with mode ``replace_where`` or given
+            with another mode.
+    """
+    check_write_mode(mode)
+    if (mode == "replace_where") != (replace_where is not None):
+        raise ConfigError(
+            "replace_where={...} is required with mode='replace_where' and not allowed with "
+            f"other modes. Got mode={mode!r}, replace_where={replace_where!r}."
+        )
+    return WriteSpec(
+        schema=schema if schema is not None else _contract(ref),
+        mode=mode,
+        user_metadata=encode_user_metadata(mode, replace_where, run_id),
+        table_name=str(ref),
+        partition_by=list(partition_by) if partition_by is not None else None,
+        replace_where=replace_where,
+    )
+
+
 def _ref(layer: str, dataset: str, table: str) -> TableRef:
     return TableRef(layer, table, dataset)  # type: ignore[arg-type]
 

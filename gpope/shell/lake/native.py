@@ -23,7 +23,7 @@ from gpope.shell.lake.base import (
     HistoryEntry,
     MissingTableError,
     PartitionValue,
-    WriteMode,
+    WriteSpec,
     decode_user_metadata,
     decode_user_metadata_run,
     replace_where_sql,
@@ -192,24 +192,14 @@ class NativeStore:
         target = self._sql_target(location)
         return int(self._spark.sql(f"DESCRIBE HISTORY {target} LIMIT 1").collect()[0]["version"])
 
-    def write(
-        self,
-        df: DataFrame,
-        location: str,
-        *,
-        schema: StructType,
-        mode: WriteMode,
-        partition_by: list[str] | None,
-        replace_where: Mapping[str, PartitionValue] | None,
-        user_metadata: str,
-        table_name: str,
-    ) -> int:
+    def write(self, df: DataFrame, location: str, spec: WriteSpec) -> int:
         """Write ``df`` in one Delta commit; return the table's version right after it.
 
         Raises:
             SchemaError: the DataFrame or the existing table does not match the contract.
             CommitError: Delta refused or failed the write (nothing was committed).
         """
+        schema, mode, table_name = spec.schema, spec.mode, spec.table_name
         if self.exists(location):
             current = self.read(location).schema
             if current.simpleString() != schema.simpleString():
@@ -218,7 +208,7 @@ class NativeStore:
                     f"but the contract is {schema.simpleString()}. Migrate the table, or drop it "
                     "and rerun the stage that writes it."
                 )
-        user_metadata, token = with_commit_token(user_metadata)
+        user_metadata, token = with_commit_token(spec.user_metadata)
         writer = (
             conform(df, schema, table=table_name)
             .write.format("delta")
@@ -229,9 +219,10 @@ class NativeStore:
         else:
             writer = writer.mode("overwrite")
             if mode == "replace_where":
-                writer = writer.option("replaceWhere", replace_where_sql(replace_where or {}))
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
+                where = replace_where_sql(spec.replace_where or {})
+                writer = writer.option("replaceWhere", where)
+        if spec.partition_by:
+            writer = writer.partitionBy(*spec.partition_by)
         try:
             if self._by_name:
                 writer.saveAsTable(location)
@@ -294,15 +285,11 @@ class NativeStore:
             ) from exc
         return self._own_version(location, token)
 
-    def arrow_writer(
-        self, location: str, *, schema: StructType, mode: WriteMode, user_metadata: str,
-        table_name: str,
-    ) -> BufferedArrowWriter:  # fmt: skip
+    def arrow_writer(self, location: str, spec: WriteSpec) -> BufferedArrowWriter:
         """Arrow tables buffered on the driver and written as one Spark DataFrame at commit."""
-        return BufferedArrowWriter(self, location, schema=schema, mode=mode,
-                                   user_metadata=user_metadata, table_name=table_name)  # fmt: skip
+        return BufferedArrowWriter(self, location, spec)
 
-    def worker_staging(self, location: str, **_: Any) -> None:
+    def worker_staging(self, location: str, spec: WriteSpec) -> None:
         """None: Spark's own Delta writer writes the files (callers use :meth:`write`)."""
         return None
 
@@ -334,10 +321,8 @@ class NativeStore:
 class BufferedArrowWriter:
     """The native form of an Arrow writer: tables buffered, one Spark write at ``commit()``."""
 
-    def __init__(self, store: NativeStore, location: str, *, schema: StructType, mode: WriteMode,
-                 user_metadata: str, table_name: str) -> None:  # fmt: skip
-        self._store, self._location, self._schema = store, location, schema
-        self._mode, self._user_metadata, self._table_name = mode, user_metadata, table_name
+    def __init__(self, store: NativeStore, location: str, spec: WriteSpec) -> None:
+        self._store, self._location, self._spec = store, location, spec
         self._tables: list[pa.Table] = []
         self.rows = 0
         self.version: int | None = None
@@ -354,12 +339,9 @@ class BufferedArrowWriter:
         whole = pa.concat_tables(self._tables) if self._tables else None
         self._tables = []
         df = self._store._spark.createDataFrame(
-            whole.to_pandas() if whole is not None else [], schema=self._schema
+            whole.to_pandas() if whole is not None else [], schema=self._spec.schema
         )
-        self.version = self._store.write(
-            df, self._location, schema=self._schema, mode=self._mode, partition_by=None,
-            replace_where=None, user_metadata=self._user_metadata, table_name=self._table_name,
-        )  # fmt: skip
+        self.version = self._store.write(df, self._location, self._spec)
         return self.version
 
     def abort(self) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from gpope.errors import ConfigError
-from gpope.shell.lake.base import HistoryEntry, PartitionValue, WriteMode
+from gpope.shell.lake.base import HistoryEntry, PartitionValue, WriteSpec
 from gpope.shell.lake.delta_rs import DeltaRsTables
 from gpope.shell.lake.names import local_root
 from gpope.shell.lake.registry import STORAGE_CHOICES, STORES
@@ -84,12 +84,9 @@ class TableStore(Protocol):
         the engine's business (the caller then reads :meth:`read`)."""
         ...
 
-    def write(
-        self, df: DataFrame, location: str, *, schema: StructType, mode: WriteMode,
-        partition_by: list[str] | None, replace_where: Mapping[str, PartitionValue] | None,
-        user_metadata: str, table_name: str,
-    ) -> int:  # fmt: skip
-        """Write ``df`` in one atomic commit (validated against ``schema``); return its version."""
+    def write(self, df: DataFrame, location: str, spec: WriteSpec) -> int:
+        """Write ``df`` in one atomic commit (validated against ``spec.schema``); return its
+        version."""
         ...
 
     def append_arrow(
@@ -100,19 +97,12 @@ class TableStore(Protocol):
         """Append small driver-side rows in one atomic commit; return its version."""
         ...
 
-    def arrow_writer(
-        self, location: str, *, schema: StructType, mode: WriteMode, user_metadata: str,
-        table_name: str,
-    ) -> Any:  # fmt: skip
-        """A writer of Arrow tables: ``write(table)`` repeatedly, then ``commit()`` (one
-        atomic commit, returns the version) or ``abort()``."""
+    def arrow_writer(self, location: str, spec: WriteSpec) -> Any:
+        """A writer of Arrow tables into an unpartitioned table: ``write(table)`` repeatedly,
+        then ``commit()`` (one atomic commit, returns the version) or ``abort()``."""
         ...
 
-    def worker_staging(
-        self, location: str, *, schema: StructType, mode: WriteMode,
-        partition_by: list[str] | None, replace_where: Mapping[str, PartitionValue] | None,
-        user_metadata: str, table_name: str,
-    ) -> Any | None:  # fmt: skip
+    def worker_staging(self, location: str, spec: WriteSpec) -> Any | None:
         """A folder Spark's Python workers write Parquet files into, committed by the driver;
         None when the store has no such path (the caller then writes a DataFrame)."""
         ...

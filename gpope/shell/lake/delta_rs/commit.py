@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import CommitError
-from gpope.shell.lake.base import WriteMode, partition_string
+from gpope.shell.lake.base import WriteMode, WriteSpec, partition_string
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -22,20 +22,17 @@ __all__ = ["MAX_COMMIT_ATTEMPTS", "commit_files"]
 MAX_COMMIT_ATTEMPTS = 8
 
 
-
 def commit_files(
     store: DeltaRsTables,
     check_table: Callable[[DeltaTable, str, StructType, list[str], str], object],
     path: str,
     files: list[StagedFile],
-    schema: StructType,
-    partitions: list[str],
-    mode: WriteMode,
-    replace_where: Mapping[str, str | None] | None,
-    user_metadata: str,
-    table_name: str,
+    spec: WriteSpec,
 ) -> int:
     """Commit the staged ``files`` in one Delta transaction; return the version it created.
+
+    ``spec`` is resolved: its ``partition_by`` are the table's partition columns and its
+    ``replace_where`` values partition strings.
 
     The table is loaded fresh for each attempt and the transaction refuses to land on a newer
     version than the one it read, so a remove set always sees every concurrent commit; a lost
@@ -54,12 +51,16 @@ def commit_files(
         create_table_with_add_actions,
     )
 
+    schema, mode, table_name = spec.schema, spec.mode, spec.table_name
+    partitions = spec.partition_by or []
+    replace_where = spec.replace_where
+
     adds = [
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files
     ]
     properties = CommitProperties(
-        custom_metadata={"userMetadata": user_metadata}, max_commit_retries=0
+        custom_metadata={"userMetadata": spec.user_metadata}, max_commit_retries=0
     )
     last_error: Exception | None = None
     for attempt in range(MAX_COMMIT_ATTEMPTS):

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import CommitError, ConfigError, SchemaError
-from gpope.shell.lake.base import PartitionValue, WriteMode, partition_string, spark_write_cause
+from gpope.shell.lake.base import (
+    PartitionValue,
+    WriteSpec,
+    partition_string,
+    spark_write_cause,
+)
 from gpope.shell.lake.contract import NULL_GUARD_MARKER, conform
 from gpope.shell.lake.delta_rs.commit import commit_files
 from gpope.shell.lake.delta_rs.files import (
@@ -150,29 +156,14 @@ class DeltaRsStore(DeltaRsTables):
         return [local_file_path(u) for u in uris]
 
     # ------------------------------------------------------------------ writes
-    def write(
-        self,
-        df: DataFrame,
-        path: str,
-        *,
-        schema: StructType,
-        mode: WriteMode,
-        partition_by: list[str] | None,
-        replace_where: Mapping[str, PartitionValue] | None,
-        user_metadata: str,
-        table_name: str,
-    ) -> int:
+    def write(self, df: DataFrame, path: str, spec: WriteSpec) -> int:
         """Write ``df`` to the table at ``path`` in one atomic commit; return the new version.
 
         Args:
             df: the rows to write.
             path: local table directory.
-            schema: the table contract.
-            mode: ``append``, ``overwrite`` (replace all rows) or ``replace_where``.
-            partition_by: partition columns; None keeps the table's (or none for a new table).
-            replace_where: for ``replace_where``: partition column -> value.
-            user_metadata: recorded as the commit's ``userMetadata``.
-            table_name: the logical table, for messages.
+            spec: the contract, mode, partitioning, ``replace_where`` partition, commit
+                ``userMetadata`` and logical table name (:class:`WriteSpec`).
 
         Raises:
             SchemaError: the DataFrame, the existing table or a written file does not match the
@@ -181,27 +172,15 @@ class DeltaRsStore(DeltaRsTables):
             CommitError: Spark could not write the files or the commit failed. Nothing was
                 committed and the written files were deleted.
         """
-        existing = self.open(path) if self.exists(path) else None
-        partitions = self.check_table(existing, path, schema, partition_by, table_name)
-        replace_where = _partition_strings(replace_where)
-        check_replace_where_columns(replace_where, partitions, table_name)
-        conformed = conform(df, schema, table=table_name)
-        root, token, staging = new_staging(Path(path), table_name)
+        resolved, root, token, staging = self._stage(path, spec)
+        conformed = conform(df, spec.schema, table=spec.table_name)
+        partitions = resolved.partition_by or []
         return self.publish(
-            lambda: self._write_parquet(conformed, staging, partitions, table_name),
-            path, root, staging, token, schema, partitions, mode, replace_where, user_metadata,
-            table_name,
+            lambda: self._write_parquet(conformed, staging, partitions, spec.table_name),
+            path, root, staging, token, resolved,
         )  # fmt: skip
 
-    def arrow_writer(
-        self,
-        path: str,
-        *,
-        schema: StructType,
-        mode: WriteMode,
-        user_metadata: str,
-        table_name: str,
-    ) -> ArrowTableWriter:
+    def arrow_writer(self, path: str, spec: WriteSpec) -> ArrowTableWriter:
         """A writer that stages Arrow tables as Parquet and commits them in one Delta commit.
 
         For data that is already on the driver (``gpope simulate``): no Spark job, no copy into
@@ -214,27 +193,18 @@ class DeltaRsStore(DeltaRsTables):
             SchemaError: the existing table does not match the contract.
         """
         existing = self.open(path) if self.exists(path) else None
-        partitions = self.check_table(existing, path, schema, None, table_name)
-        if partitions or mode not in ("append", "overwrite"):
+        partitions = self.check_table(existing, path, spec.schema, None, spec.table_name)
+        if partitions or spec.mode not in ("append", "overwrite"):
             raise ConfigError(
-                f"An Arrow write to {table_name} needs an unpartitioned table and mode append or "
-                f"overwrite; got partitions {partitions}, mode {mode!r}. Write a Spark DataFrame."
+                f"An Arrow write to {spec.table_name} needs an unpartitioned table and mode append "
+                f"or overwrite; got partitions {partitions}, mode {spec.mode!r}. Write a Spark "
+                "DataFrame."
             )
-        root, token, staging = new_staging(Path(path), table_name)
-        return ArrowTableWriter(self, path, root, staging, token, schema, mode, user_metadata,
-                                table_name)  # fmt: skip
+        root, token, staging = new_staging(Path(path), spec.table_name)
+        resolved = replace(spec, partition_by=[], replace_where=None)
+        return ArrowTableWriter(self, path, root, staging, token, resolved)
 
-    def worker_staging(
-        self,
-        path: str,
-        *,
-        schema: StructType,
-        mode: WriteMode,
-        partition_by: list[str] | None,
-        replace_where: Mapping[str, PartitionValue] | None,
-        user_metadata: str,
-        table_name: str,
-    ) -> WorkerStaging:
+    def worker_staging(self, path: str, spec: WriteSpec) -> WorkerStaging:
         """A staging folder that Spark's Python workers write Parquet files into themselves.
 
         For a job whose rows are produced by a Python kernel (``mapInArrow``): each task writes
@@ -249,13 +219,21 @@ class DeltaRsStore(DeltaRsTables):
             ConfigError: ``replace_where`` names no partition column.
             SchemaError: the existing table does not match the contract.
         """
+        resolved, root, token, staging = self._stage(path, spec)
+        return WorkerStaging(self, path, root, staging, token, resolved)
+
+    def _stage(self, path: str, spec: WriteSpec) -> tuple[WriteSpec, Path, str, Path]:
+        """Check ``spec`` against the table at ``path``; return it resolved (the table's
+        partition columns, ``replace_where`` values as partition strings) and a new staging
+        folder ``(root, token, staging)``."""
         existing = self.open(path) if self.exists(path) else None
-        partitions = self.check_table(existing, path, schema, partition_by, table_name)
-        rw = _partition_strings(replace_where)
-        check_replace_where_columns(rw, partitions, table_name)
-        root, token, staging = new_staging(Path(path), table_name)
-        return WorkerStaging(self, path, root, staging, token, schema, partitions, mode,
-                             rw, user_metadata, table_name)  # fmt: skip
+        partitions = self.check_table(
+            existing, path, spec.schema, spec.partition_by, spec.table_name
+        )
+        rw = _partition_strings(spec.replace_where)
+        check_replace_where_columns(rw, partitions, spec.table_name)
+        root, token, staging = new_staging(Path(path), spec.table_name)
+        return replace(spec, partition_by=partitions, replace_where=rw), root, token, staging
 
     def publish(
         self,
@@ -264,19 +242,18 @@ class DeltaRsStore(DeltaRsTables):
         root: Path,
         staging: Path,
         token: str,
-        schema: StructType,
-        partitions: list[str],
-        mode: WriteMode,
-        replace_where: Mapping[str, str | None] | None,
-        user_metadata: str,
-        table_name: str,
+        spec: WriteSpec,
         reported: set[str] | None = None,
     ) -> int:
         """Run ``produce`` (writes the staged files, returns the rows it wrote), check, commit.
 
-        ``reported``: the staged files (relative to ``staging``) the producer reports; only
-        these are committed (None: every staged file).
+        ``spec`` is resolved (:meth:`_stage`): its ``partition_by`` are the table's partition
+        columns and its ``replace_where`` values partition strings. ``reported``: the staged
+        files (relative to ``staging``) the producer reports; only these are committed (None:
+        every staged file).
         """
+        schema, table_name = spec.schema, spec.table_name
+        partitions = spec.partition_by or []
         moved: list[Path] = []
         try:
             written = produce()
@@ -292,12 +269,9 @@ class DeltaRsStore(DeltaRsTables):
                     f"staged under {staging} hold {staged_rows}. Nothing was committed (were the "
                     "files written somewhere else, or removed while the job ran?)."
                 )
-            if replace_where is not None:
-                check_replace_where(files, replace_where, table_name)
-            return commit_files(
-                self, self.check_table, path, files, schema, partitions, mode, replace_where, user_metadata,
-                table_name,
-            )
+            if spec.replace_where is not None:
+                check_replace_where(files, spec.replace_where, table_name)
+            return commit_files(self, self.check_table, path, files, spec)
         except BaseException:
             for file in moved:
                 file.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpope.errors import CommitError
-from gpope.shell.lake.base import WriteMode
+from gpope.shell.lake.base import WriteSpec
 from gpope.shell.lake.delta_rs.files import HIVE_NULL, conform_arrow, drop_staging, without
 
 if TYPE_CHECKING:
@@ -26,9 +26,7 @@ class Publisher(Protocol):
     (:meth:`gpope.shell.lake.delta_rs.store.DeltaRsStore.publish`)."""
 
     def publish(self, produce: Any, path: str, root: Path, staging: Path, token: str,
-                schema: StructType, partitions: list[str], mode: WriteMode,
-                replace_where: Mapping[str, str | None] | None, user_metadata: str,
-                table_name: str, reported: set[str] | None = None) -> int: ...
+                spec: WriteSpec, reported: set[str] | None = None) -> int: ...
 
 
 class ArrowTableWriter:
@@ -43,15 +41,13 @@ class ArrowTableWriter:
     ROWS_PER_FILE = 8_000_000
 
     def __init__(
-        self, store: Publisher, path: str, root: Path, staging: Path, token: str,
-        schema: StructType, mode: WriteMode, user_metadata: str, table_name: str,
+        self, store: Publisher, path: str, root: Path, staging: Path, token: str, spec: WriteSpec,
     ) -> None:  # fmt: skip
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self._store, self._path, self._root, self._staging = store, path, root, staging
-        self._token, self._schema, self._mode = token, schema, mode
-        self._user_metadata, self._table_name = user_metadata, table_name
-        self._arrow_schema = to_arrow_schema(schema)
+        self._token, self._spec, self._table_name = token, spec, spec.table_name
+        self._arrow_schema = to_arrow_schema(spec.schema)
         self._writer: Any = None
         self._file_rows = 0
         self._files = 0
@@ -91,9 +87,8 @@ class ArrowTableWriter:
     def commit(self) -> int:
         """Commit every staged row in one Delta commit; return the new table version."""
         self.version = self._store.publish(
-            self._close, self._path, self._root, self._staging, self._token, self._schema, [],
-            self._mode, None, self._user_metadata, self._table_name,
-        )  # fmt: skip
+            self._close, self._path, self._root, self._staging, self._token, self._spec
+        )
         return self.version
 
     def abort(self) -> None:
@@ -121,18 +116,15 @@ class WorkerStaging:
     """
 
     def __init__(
-        self, store: Publisher, path: str, root: Path, staging: Path, token: str,
-        schema: StructType, partitions: list[str], mode: WriteMode,
-        replace_where: Mapping[str, str | None] | None, user_metadata: str, table_name: str,
+        self, store: Publisher, path: str, root: Path, staging: Path, token: str, spec: WriteSpec,
     ) -> None:  # fmt: skip
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self._store, self._path, self._root, self._staging = store, path, root, staging
-        self._token, self._schema, self._mode = token, schema, mode
-        self._replace_where, self._user_metadata = replace_where, user_metadata
-        self.table_name = table_name
-        self.partitions = list(partitions)
-        self.arrow_schema = to_arrow_schema(without(schema, partitions))
+        self._token, self._spec = token, spec
+        self.table_name = spec.table_name
+        self.partitions = list(spec.partition_by or [])
+        self.arrow_schema = to_arrow_schema(without(spec.schema, self.partitions))
         self.folder = str(staging)
         self.version: int | None = None
         staging.mkdir(parents=True, exist_ok=True)
@@ -158,10 +150,8 @@ class WorkerStaging:
             return rows
 
         self.version = self._store.publish(
-            produce, self._path, self._root, self._staging, self._token, self._schema,
-            self.partitions, self._mode, self._replace_where, self._user_metadata,
-            self.table_name, reported,
-        )  # fmt: skip
+            produce, self._path, self._root, self._staging, self._token, self._spec, reported
+        )
         return self.version
 
     def abort(self) -> None:
