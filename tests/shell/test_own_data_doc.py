@@ -130,3 +130,31 @@ def test_every_printed_advice_works_for_a_spec_without_a_simulator():
     chain = load_spec("conf/specs/chain.yaml")
     assert "gpope tune --spec FILE" in generic_settings_note(chain)
     assert "gpope tune --spec FILE" in guard_remedy(chain)
+
+
+def test_a_release_of_theta_zero_is_called_no_better_than_zero_and_no_support_is_named():
+    # at m = 1000 and epsilon 1 the documented example can release theta = 0 exactly: its
+    # relative MSPBE is exactly 1 whatever the noise, so the guard says so instead of "cannot
+    # tell"; intervals unbounded because no feature is supported say that, not "separation inf"
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.pipeline.evaluate_report import NO_SUPPORT_NOTE, _guard, unbounded_note
+
+    own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
+    record = SimpleNamespace(public_cohort=None)
+    zero = SimpleNamespace(theta=np.zeros(own.n_features), private_mspbe=None, noisy=None)
+    guard, _ = _guard(record, zero, n=own.n_features, seed=None, spec=own)
+    assert guard.verdict == "no_better_than_zero"
+    assert "(the released theta is 0, exact relative MSPBE 1)" in guard.message
+    some = SimpleNamespace(theta=np.full(own.n_features, 0.5), private_mspbe=None, noisy=None)
+    assert _guard(record, some, n=own.n_features, seed=None, spec=own)[0].verdict == "unknown"
+    inf = float("inf")
+    note = unbounded_note({"lower": [-inf], "upper": [inf], "unidentified": True,
+                           "separation": inf}, estimator="untuned")
+    assert note == NO_SUPPORT_NOTE.replace(
+        "more patients, a larger epsilon or a larger --statistics-share (gpope runs)",
+        "more patients or a larger epsilon") and "separation" not in note

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IDENTIFICATION_NOTE",
     "NOT_A_VALID_BOUND",
+    "NO_SUPPORT_NOTE",
     "UNBOUNDED_NOTE",
     "EvaluationReport",
     "InterruptedAfterRelease",
@@ -225,6 +226,12 @@ IDENTIFICATION_NOTE = ("unbounded: the noisy statistics cannot exclude a singula
                        "give a finite one")
 
 
+#: Printed under intervals that are unbounded because the noisy statistics support no feature at
+#: all, so there was nothing to test for identification.
+NO_SUPPORT_NOTE = ("unbounded: the noisy statistics leave every feature below the noise, so no "
+                   "value is identified and no finite interval is valid; more patients, a larger "
+                   "epsilon or a larger --statistics-share (gpope runs) give a finite one")
+
 #: The notes' advice for a gpope run, and for every other estimator (whose intervals do not rest
 #: on the --statistics-share release, so that flag would not help them).
 _GPOPE_REMEDY = ("more patients, a larger epsilon or a larger --statistics-share (gpope runs) "
@@ -243,7 +250,9 @@ def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpo
     note = UNBOUNDED_NOTE
     if intervals.get("unidentified"):
         sep = intervals.get("separation")
-        note = IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}")
+        # unidentified with an infinite separation: no feature was supported to test at all
+        note = (NO_SUPPORT_NOTE if sep is not None and math.isinf(sep) else
+                IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}"))
     return note if estimator == "gpope" else note.replace(_GPOPE_REMEDY, _REMEDY)
 
 
@@ -352,7 +361,10 @@ def _guard(record: Any, est: Any, *, n: int, seed: int | None, spec: EvaluationS
         # each draw costs an n x n eigendecomposition: fewer draws for wide feature maps
         private_diag = private_relative_mspbe(est.theta, est.noisy, np.random.default_rng(seed),
                                               draws=200 if n <= 128 else 40)
-    return (utility_guard({"public": public_rel, "private": private_diag},
+    # a released theta of exactly 0 has relative MSPBE exactly 1, whatever the noise
+    exact = 1.0 if not np.any(np.asarray(est.theta)) else None
+    return (utility_guard({"public": public_rel, "private": private_diag,
+                           "the released theta is 0, exact": exact},
                           remedy=guard_remedy(spec)), private_diag)
 
 
