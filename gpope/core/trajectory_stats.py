@@ -41,6 +41,11 @@ __all__ = ["NORMALIZATIONS", "TrajectoryStats"]
 #: The per-trajectory weightings of the statistics (see :mod:`gpope.core.statistics`).
 NORMALIZATIONS = ("transition", "trajectory_mean")
 
+#: The arrays a layout may hold besides b (attribute ``_<name>``; each layout's constructor says
+#: which it uses). Sparse: ``ea`` the row a of each entry, ``ex`` its column as a position in
+#: ``x = [theta, w]`` (A: c, C: n + c), ``ev`` its value.
+_LAYOUT_ARRAYS = ("ac", "offsets", "norm", "rho", "p", "e", "s", "sn", "gn", "ea", "ex", "ev")
+
 
 class TrajectoryStats:
     """Per-trajectory statistics of m trajectories with n features, in one of three layouts.
@@ -83,36 +88,18 @@ class TrajectoryStats:
         tau: np.ndarray,
         b: np.ndarray,
         normalization: str,
-        ac: np.ndarray | None = None,
-        offsets: np.ndarray | None = None,
-        norm: np.ndarray | None = None,
-        rho: np.ndarray | None = None,
-        p: np.ndarray | None = None,
-        e: np.ndarray | None = None,
-        s: np.ndarray | None = None,
-        sn: np.ndarray | None = None,
-        gn: np.ndarray | None = None,
-        ea: np.ndarray | None = None,
-        ex: np.ndarray | None = None,
-        ev: np.ndarray | None = None,
+        **arrays: np.ndarray | None,
     ) -> None:
+        unknown = sorted(set(arrays) - set(_LAYOUT_ARRAYS))
+        if unknown:
+            raise TypeError(f"TrajectoryStats holds no layout arrays named {unknown}.")
         self.representation = representation
         self.tau = np.asarray(tau, dtype=np.int64)
         self._b = b
         self.n = int(b.shape[1])
         self.normalization = normalization
-        self._ac = ac
-        self._offsets = offsets
-        self._norm = norm
-        self._rho = rho
-        self._p = p
-        self._e = e
-        self._s = s
-        self._sn = sn
-        self._gn = gn
-        self._ea = ea  # sparse: row a of the entry (0..n-1)
-        self._ex = ex  # sparse: column as a position in x = [theta, w] (A: c, C: n + c)
-        self._ev = ev  # sparse: value
+        for name in _LAYOUT_ARRAYS:
+            setattr(self, "_" + name, arrays.get(name))
 
     # ------------------------------------------------------------------ basic properties
     @property
@@ -123,8 +110,7 @@ class TrajectoryStats:
     @property
     def nbytes(self) -> int:
         """Bytes held by the arrays of this object."""
-        arrays = (self._ac, self._b, self._offsets, self._norm, self._rho, self._p, self._e,
-                  self._s, self._sn, self._gn, self._ea, self._ex, self._ev, self.tau)
+        arrays = (self._b, self.tau, *(getattr(self, "_" + k) for k in _LAYOUT_ARRAYS))
         return int(sum(a.nbytes for a in arrays if a is not None))
 
     def __repr__(self) -> str:

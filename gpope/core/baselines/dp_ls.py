@@ -149,11 +149,14 @@ def _release(
     rng: np.random.Generator,
     mechanism: str,
     regularization: float | None,
+    draws: int | None,
 ) -> DPLSResult:
     if not isinstance(rng, np.random.Generator):
         raise ConfigError(f"'rng' must be a numpy.random.Generator; got {type(rng).__name__}.")
     sigma = a_inv * sens
-    noisy = theta + sigma * rng.standard_normal(theta.shape[0])
+    shape = (theta.shape[0],) if draws is None else (check_int(mechanism, "draws", draws, ge=1),
+                                                     theta.shape[0])
+    noisy = theta + sigma * rng.standard_normal(shape)
     diagnostics = MappingProxyType(
         {
             "private": True,
@@ -186,6 +189,7 @@ def dp_lsw(
     epsilon: float,
     delta: float,
     rng: np.random.Generator,
+    draws: int | None = None,
 ) -> DPLSResult:
     """DP-LSW (BASELINES 1.3, 1.5-1.7): LSW with fixed weights plus smooth-sensitivity noise.
 
@@ -201,16 +205,19 @@ def dp_lsw(
         epsilon: in (0, 1].
         delta: in (0, 1).
         rng: generator of the Gaussian noise.
+        draws: None for one release; R for R independent noise draws on the same data
+            (experiments: the data-dependent parts are computed once), each (epsilon, delta)-DP
+            on its own (R releases compose).
 
     Returns:
-        DPLSResult with the (epsilon, delta)-DP ``theta`` (d,).
+        DPLSResult with the (epsilon, delta)-DP ``theta`` (d,), or (R, d) with ``draws``.
     """
     phi, rho = _public_inputs(features, weights, n_states, distribution=False)
     a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
     counts, fbar, _ = _statistics("dp_lsw", states, rewards, traj_index, n_states, gamma, f_max)
     theta = lsw_estimate(fbar, phi, rho)
     sens = lsw_smooth_sensitivity(counts, phi, rho, f_max=f_max, beta=beta)
-    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsw", None)
+    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsw", None, draws)
 
 
 def dp_lsl(
@@ -231,12 +238,13 @@ def dp_lsl(
     reg_c: float = 100.0,
     reg_p: float = 0.4,
     sensitivity: LSLSensitivity = "authors",
+    draws: int | None = None,
 ) -> DPLSResult:
     """DP-LSL (BASELINES 1.4-1.7): ridge LSL plus smooth-sensitivity Gaussian noise.
 
     Args:
-        states, rewards, traj_index, n_states, features, gamma, f_max, epsilon, delta, rng:
-            as in :func:`dp_lsw`.
+        states, rewards, traj_index, n_states, features, gamma, f_max, epsilon, delta, rng,
+            draws: as in :func:`dp_lsw`.
         weights: (N,) public state distribution rho (>= 0, sum <= 1).
         n_trajectories: public m (default: the number of trajectories in ``traj_index``).
         regularization: lambda; default the authors' schedule
@@ -274,7 +282,7 @@ def dp_lsl(
         beta=beta,
         sensitivity=sensitivity,
     )
-    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsl", lam)
+    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsl", lam, draws)
 
 
 def dp_lsw_from_transitions(

@@ -23,15 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gpope.core.baselines import (
-    first_visit_statistics,
-    lsl_estimate,
-    lsl_regularization,
-    lsl_smooth_sensitivity,
-    lsw_estimate,
-    lsw_smooth_sensitivity,
-    nrs_constants,
-)
+from gpope.core.baselines import dp_lsl, dp_lsw
 from gpope.core.envs import chain as chain_env
 from gpope.core.experiments.common import (
     BASELINE,
@@ -191,28 +183,18 @@ class ChainProblem:
     ) -> dict[str, np.ndarray]:
         """DP-LSW and DP-LSL releases, ``trials`` fresh noise draws each on this data set.
 
-        Same computation as :func:`gpope.core.baselines.dp_lsw` / ``dp_lsl`` (a test checks
-        equality for one draw), with the data-dependent parts computed once.
+        :func:`gpope.core.baselines.dp_lsw` / ``dp_lsl`` with ``draws=trials``: the
+        data-dependent parts are computed once per estimator.
         """
         tr, n, s = self.transitions, self.n, self.settings
-        states = tr.state[:, 0]
-        phi = np.eye(n)
         rho = np.full(n, 1.0 / (n - 1))
         rho[n - 1] = 0.0
-        a_inv, beta = nrs_constants(epsilon, delta, n)
-        counts, fbar = first_visit_statistics(states, tr.reward, tr.traj_index, n_states=n,
-                                              gamma=s.chain.gamma, clip=s.f_max)
-        out = {}
-        theta_w = lsw_estimate(fbar, phi, rho)
-        sens_w = lsw_smooth_sensitivity(counts, phi, rho, f_max=s.f_max, beta=beta)
-        lam = lsl_regularization(self.m, phi, rho)
-        theta_l = lsl_estimate(counts, fbar, phi, rho, lam)
-        sens_l = lsl_smooth_sensitivity(counts, phi, rho, n_trajectories=self.m,
-                                        regularization=lam, f_max=s.f_max, beta=beta)
         g_w, g_l = rng.spawn(2)
-        out["dp_lsw"] = theta_w + a_inv * sens_w * g_w.standard_normal((trials, n))
-        out["dp_lsl"] = theta_l + a_inv * sens_l * g_l.standard_normal((trials, n))
-        return out
+        data = (tr.state[:, 0], tr.reward, tr.traj_index)
+        public = dict(n_states=n, features=np.eye(n), weights=rho, gamma=s.chain.gamma,
+                      f_max=s.f_max, epsilon=epsilon, delta=delta, draws=trials)
+        return {"dp_lsw": dp_lsw(*data, rng=g_w, **public).theta,
+                "dp_lsl": dp_lsl(*data, rng=g_l, n_trajectories=self.m, **public).theta}
 
 
 # ---------------------------------------------------------------------- tuning

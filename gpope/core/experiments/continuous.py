@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -158,20 +158,22 @@ def _methods(s: Any) -> tuple[GPOPEMethod, ...]:
 
 
 # ---------------------------------------------------------------------- problems
+@dataclass(eq=False)
 class FeatureProblem:
-    """A data set with a feature map, importance ratios and ground-truth population statistics."""
+    """A data set with a feature map, importance ratios and ground-truth population statistics
+    (``truth``: the population ``A, b, C``); ``m`` is the number of trajectories."""
 
-    def __init__(self, transitions: Transitions, features: Any, rho: np.ndarray, gamma: float,
-                 truth: tuple[np.ndarray, np.ndarray, np.ndarray], length_scale: float = 200.0
-                 ) -> None:
-        self.transitions = transitions
-        self.features = features
-        self.rho = rho
-        self.gamma = gamma
-        self.truth = truth
-        self.length_scale = length_scale
-        self.m = transitions.n_trajectories
-        self._stats: dict[str, TrajectoryStats] = {}
+    transitions: Transitions
+    features: Any
+    rho: np.ndarray
+    gamma: float
+    truth: tuple[np.ndarray, np.ndarray, np.ndarray]
+    length_scale: float = 200.0
+    m: int = field(init=False)
+    _stats: dict[str, TrajectoryStats] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.m = self.transitions.n_trajectories
 
     def stats(self, normalization: str) -> TrajectoryStats:
         """Per-trajectory statistics (cached)."""
@@ -431,22 +433,13 @@ def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log 
 def _dp_lsw_grid(problem: FeatureProblem, s: Any, eps: float, rng: np.random.Generator,
                  trials: int) -> np.ndarray:
     """DP-LSW on the aggregated grid; costs (negated rewards) in [0, 1], estimate negated back."""
-    from gpope.core.baselines import (
-        first_visit_statistics,
-        lsw_estimate,
-        lsw_smooth_sensitivity,
-        nrs_constants,
-    )
+    from gpope.core.baselines import dp_lsw
 
     tr = problem.transitions
     n = problem.features.n_features
-    f_max = (1 - s.gamma ** 200) / (1 - s.gamma)
-    phi = np.eye(n)
-    rho = np.full(n, 1.0 / n)
-    a_inv, beta = nrs_constants(eps, s.delta, n)
     cost = -tr.reward / s.reward_scale  # back to the raw costs in [0, 1] (public transformation)
-    counts, fbar = first_visit_statistics(tr.state[:, 0], cost, tr.traj_index, n_states=n,
-                                          gamma=s.gamma, clip=f_max)
-    theta = lsw_estimate(fbar, phi, rho)
-    sens = lsw_smooth_sensitivity(counts, phi, rho, f_max=f_max, beta=beta)
-    return -s.reward_scale * (theta + a_inv * sens * rng.standard_normal((trials, n)))
+    theta = dp_lsw(tr.state[:, 0], cost, tr.traj_index, n_states=n, features=np.eye(n),
+                   weights=np.full(n, 1.0 / n), gamma=s.gamma,
+                   f_max=(1 - s.gamma ** 200) / (1 - s.gamma), epsilon=eps, delta=s.delta,
+                   rng=rng, draws=trials).theta
+    return -s.reward_scale * theta
