@@ -24,6 +24,7 @@ tabular for one-hot features and compact for the rest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -31,7 +32,7 @@ import numpy as np
 from gpope.core.features import FeatureMap, TabularFeatures
 from gpope.core.trajectory_stats import NORMALIZATIONS, TrajectoryStats
 from gpope.core.transitions import Transitions
-from gpope.core.validation import check_choice, check_number
+from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError, DataError, SchemaError
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DENSE_MAX_BYTES",
     "TrajectoryStats",
+    "population_scale",
+    "population_statistics",
     "population_sums",
     "statistics_from_transitions",
     "trajectory_statistics",
@@ -351,3 +354,59 @@ def population_sums(
         A += (wphi[rows] * rho[rows, None]).T @ (phi[rows] - gamma * nphi[rows])
         C += wphi[rows].T @ phi[rows]
     return A, b, C
+
+
+def population_scale(
+    owner: str, normalization: str, gamma: float, length_scale: float | None
+) -> tuple[float, float | None]:
+    """``(gamma, length_scale for population_sums)``, validated: the scale is None for
+    ``trajectory_mean`` (weights ``1/tau_i``) and a positive number for ``transition``.
+
+    Raises:
+        ConfigError: an unknown normalisation, gamma outside [0, 1], or a missing or
+            non-positive length_scale with ``transition``.
+    """
+    check_choice(owner, "normalization", normalization, NORMALIZATIONS)
+    gamma = check_number(owner, "gamma", gamma, ge=0.0, le=1.0)  # type: ignore[assignment]
+    if normalization != "transition":
+        return gamma, None
+    return gamma, check_number(owner, "length_scale", length_scale, gt=0.0)
+
+
+def population_statistics(
+    simulate: Callable[[int], Transitions],
+    target: Policy,
+    features: FeatureMap,
+    *,
+    gamma: float,
+    normalization: str,
+    length_scale: float | None,
+    n_trajectories: int,
+    chunk: int,
+    next_is_following_state: bool = False,
+    owner: str = "large_sample_statistics",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Population ``A, b, C`` (means over ``n_trajectories``) of behaviour trajectories that
+    ``simulate(size)`` draws ``chunk`` at a time, so memory stays bounded by one chunk.
+
+    Each chunk's sums are :func:`population_sums` (``next_is_following_state`` as there).
+
+    Raises:
+        ConfigError: a bad normalisation, gamma, length_scale, n_trajectories or chunk.
+    """
+    gamma, scale = population_scale(owner, normalization, gamma, length_scale)
+    m = check_int(owner, "n_trajectories", n_trajectories, ge=1)
+    size_max = check_int(owner, "chunk", chunk, ge=1)
+    n = features.n_features
+    A, b, C = np.zeros((n, n)), np.zeros(n), np.zeros((n, n))
+    done = 0
+    while done < m:
+        size = min(size_max, m - done)
+        dA, db, dC = population_sums(simulate(size), target, features, gamma=gamma,
+                                     length_scale=scale,
+                                     next_is_following_state=next_is_following_state)
+        A += dA
+        b += db
+        C += dC
+        done += size
+    return A / m, b / m, C / m

@@ -49,7 +49,7 @@ from gpope.core.policies import (
     load_policy,
     sample_actions,
 )
-from gpope.core.statistics import population_sums
+from gpope.core.statistics import population_statistics
 from gpope.core.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import DataError, SchemaError
@@ -332,24 +332,9 @@ def large_sample_statistics(
     Returns:
         ``(A (n, n), b (n,), C (n, n))`` for the features (default :func:`feature_map`).
     """
-    check_choice("large_sample_statistics", "normalization", normalization, ("transition", "trajectory_mean"))
-    gamma = check_number("large_sample_statistics", "gamma", gamma, ge=0.0, le=1.0)
-    m = check_int("large_sample_statistics", "n_trajectories", n_trajectories, ge=1)
-    chunk = check_int("large_sample_statistics", "chunk", chunk, ge=1)
-    scale = None
-    if normalization == "transition":
-        scale = check_number("large_sample_statistics", "length_scale", length_scale, gt=0.0)
-    phi_map = features if features is not None else feature_map()
-    n = phi_map.n_features
-    A, b, C = np.zeros((n, n)), np.zeros(n), np.zeros((n, n))
-    done = 0
-    while done < m:
-        size = min(chunk, m - done)
-        batch = generate(size, rng, behavior, max_steps)
-        dA, db, dC = population_sums(batch, target, phi_map, gamma=gamma, length_scale=scale,
-                                     next_is_following_state=True)
-        A += dA
-        b += db
-        C += dC
-        done += size
-    return A / m, b / m, C / m
+    return population_statistics(
+        lambda size: generate(size, rng, behavior, max_steps), target,
+        features if features is not None else feature_map(), gamma=gamma,
+        normalization=normalization, length_scale=length_scale, n_trajectories=n_trajectories,
+        chunk=chunk, next_is_following_state=True,
+    )

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from gpope.core.envs import hiv
-from gpope.core.statistics import population_sums
-from gpope.core.validation import check_choice, check_int, check_number
+from gpope.core.statistics import population_scale, population_statistics, population_sums
+from gpope.core.validation import check_int, check_number
 from gpope.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -274,28 +274,13 @@ def large_sample_statistics(
     Returns:
         ``(A (n, n), b (n,), C (n, n))`` for ``features`` (default :func:`hiv.hiv_feature_map`).
     """
-    check_choice("large_sample_statistics", "normalization", normalization, ("transition", "trajectory_mean"))
-    gamma = check_number("large_sample_statistics", "gamma", gamma, ge=0.0, le=1.0)
-    m = check_int("large_sample_statistics", "n_trajectories", n_trajectories, ge=1)
-    chunk = check_int("large_sample_statistics", "chunk", chunk, ge=1)
-    scale = None
-    if normalization == "transition":
-        scale = check_number("large_sample_statistics", "length_scale", length_scale, gt=0.0)
-    phi_map = features if features is not None else hiv.hiv_feature_map()
-    n = phi_map.n_features
-    A, b, C = np.zeros((n, n)), np.zeros(n), np.zeros((n, n))
-    done = 0
-    while done < m:
-        size = min(chunk, m - done)
-        batch = hiv.generate(
-            size, rng, behavior, n_steps=n_steps, param_variation=param_variation, obs_noise=obs_noise
-        )
-        dA, db, dC = population_sums(batch, target, phi_map, gamma=gamma, length_scale=scale)
-        A += dA
-        b += db
-        C += dC
-        done += size
-    return A / m, b / m, C / m
+    return population_statistics(
+        lambda size: hiv.generate(size, rng, behavior, n_steps=n_steps,
+                                  param_variation=param_variation, obs_noise=obs_noise),
+        target, features if features is not None else hiv.hiv_feature_map(), gamma=gamma,
+        normalization=normalization, length_scale=length_scale, n_trajectories=n_trajectories,
+        chunk=chunk,
+    )
 
 
 def sample_statistics(
@@ -314,11 +299,7 @@ def sample_statistics(
     ``m <= chunk`` (one chunk); it lets a caller simulate the sample together with other cohorts
     (:func:`gpope.core.envs.hiv.generate_many`).
     """
-    check_choice("sample_statistics", "normalization", normalization, ("transition", "trajectory_mean"))
-    gamma = check_number("sample_statistics", "gamma", gamma, ge=0.0, le=1.0)
-    scale = None
-    if normalization == "transition":
-        scale = check_number("sample_statistics", "length_scale", length_scale, gt=0.0)
+    gamma, scale = population_scale("sample_statistics", normalization, gamma, length_scale)
     phi_map = features if features is not None else hiv.hiv_feature_map()
     A, b, C = population_sums(sample, target, phi_map, gamma=gamma, length_scale=scale)
     m = sample.n_trajectories
