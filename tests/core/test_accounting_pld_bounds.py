@@ -109,7 +109,8 @@ def test_calibrated_sigma_is_certified_by_an_independent_accountant(m, n, epsilo
     cal = calibrate(m=m, iterations=n, epsilon=epsilon, delta=delta, accountant="pld",
                     sampling="poisson", batch_rate=q)
     assert cal.epsilon <= epsilon
-    assert _independent_epsilon(cal, m, n, delta, q) <= epsilon * (1 + 1e-9)
+    # equal up to the FFT rounding of the composition (~1e-8 relative, both libraries alike)
+    assert _independent_epsilon(cal, m, n, delta, q) <= epsilon * (1 + 1e-7)
 
 
 def test_two_stage_composition_matches_dp_accounting():

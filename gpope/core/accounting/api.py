@@ -367,51 +367,76 @@ def _on_grids(m: int, q: float, n: int, delta: float, grid: PLDGrid,
 
 
 def _search(f: Callable[[float], float], epsilon: float, guess: float, upper: float,
-            e_upper: float) -> float:
-    """Smallest sigma (within _XTOL) with f(sigma) <= epsilon, at most ``upper`` (certified)."""
+            e_upper: float, xtol: float = _XTOL) -> float:
+    """Smallest sigma (within ``xtol``) with f(sigma) <= epsilon, at most ``upper`` (certified)."""
     br = _bracket(f, epsilon, guess, step=1.05)
     if isinstance(br, float):
         return br
     if br[2] > upper:  # the bracket stepped past an end that is already certified
         br = (br[0], br[1], upper, e_upper)
-    return _solve(f, epsilon, br)[0]
+    return _solve(f, epsilon, br, xtol)[0]
 
 
 _AIM = -0.02  # the fine phase aims at log(eps / target) = -2 %: inside the target
 _CLOSE = -0.035  # and stops once certified within 3.5 % of it in epsilon (about 1.3 % in sigma)
+_COARSE_XTOL = 0.01  # the coarse root only seeds the fine phase: 1 % in sigma is enough
 
 
-def _refine(fine: Callable[[float], float], coarse: Callable[[float], float], sigma: float,
-            epsilon: float, evaluations: int = 3) -> float:
-    """Lower ``sigma`` (certified on ``coarse``) to the root on ``fine`` in a few evaluations.
+def _extrapolate(values: list[float]) -> float | None:
+    """The next finer grid's epsilon from four grids' (coarse to fine), or None.
 
-    Newton steps in (log sigma, log eps) with the slope measured on the coarse grid (nearly
-    the same curve, several times cheaper), then secant steps on the fine values. Returns the smallest
-    evaluated sigma that ``fine`` certifies; ``sigma`` itself when even it is not certified.
+    The differences between successive grids shrink roughly geometrically with a ratio that
+    itself shrinks: the next ratio is taken as ``r2^2 / r1`` (capped at 0.9). Only a prediction
+    that seeds the fine phase; nothing is certified by it.
     """
-    x_hi, y_hi = math.log(sigma), _log_gap(fine(sigma), epsilon)
-    if not y_hi <= 0.0:
+    if len(values) != 4 or not all(math.isfinite(v) for v in values):
+        return None
+    d = [values[i - 1] - values[i] for i in range(1, 4)]
+    if min(d) <= 0.0:
+        return None
+    r1, r2 = d[1] / d[0], d[2] / d[1]
+    return values[-1] - d[2] * min(r2 * r2 / r1, 0.9)
+
+
+def _slope(seen: dict[float, float], sigma: float, epsilon: float,
+           f: Callable[[float], float]) -> float:
+    """d log eps / d log sigma at ``sigma``: from the nearest other point the search evaluated
+    (within 5 %), else from one more evaluation 2 % below ``sigma``."""
+    near = [s for s, e in seen.items() if s != sigma and math.isfinite(e) and e > 0
+            and abs(math.log(s / sigma)) <= 0.05]
+    other = min(near, key=lambda s: abs(math.log(s / sigma))) if near else sigma * 0.98
+    return (_log_gap(f(other), epsilon) - _log_gap(f(sigma), epsilon)) / math.log(other / sigma)
+
+
+def _refine(fine: Callable[[float], float], slope: float, sigma: float, epsilon: float,
+            predicted: float, evaluations: int = 3) -> float:
+    """Lower ``sigma`` (certified on a coarser grid) to the root on ``fine`` in a few evaluations.
+
+    ``predicted`` is the fine-grid epsilon expected at ``sigma`` (:func:`_extrapolate`, or the
+    fine value itself). Newton steps in (log sigma, log eps) with ``slope`` measured on the
+    coarse grid (nearly the same curve), then secant steps on the fine values. Returns the
+    smallest evaluated sigma that ``fine`` certifies; ``sigma`` itself when none is.
+    """
+    if not (math.isfinite(slope) and slope < 0.0 and math.isfinite(predicted)):
         return sigma
-    h = 0.02
-    slope = (_log_gap(coarse(sigma * (1 - h)), epsilon) - _log_gap(coarse(sigma), epsilon)) / math.log1p(-h)
-    if not (math.isfinite(slope) and slope < 0.0):
-        return sigma
-    x_lo = y_lo = None
+    x0, y0 = math.log(sigma), _log_gap(predicted, epsilon)
+    best = sigma
+    x_hi = y_hi = x_lo = y_lo = None
+    x = x0 + (_AIM - y0) / slope
     for _ in range(evaluations):
-        if y_hi >= _CLOSE:
-            break
-        if x_lo is None or y_lo is None:
-            x = x_hi + (_AIM - y_hi) / slope
-        else:
-            x = x_hi + (_AIM - y_hi) * (x_lo - x_hi) / (y_lo - y_hi)
         y = _log_gap(fine(math.exp(x)), epsilon)
         if y <= 0.0:
-            if math.isfinite(y) and x != x_hi:
-                slope = (y - y_hi) / (x - x_hi) if (y - y_hi) * (x - x_hi) < 0 else slope
+            best = min(best, math.exp(x))
+            if y >= _CLOSE:
+                break
             x_hi, y_hi = x, y
         else:
             x_lo, y_lo = x, y
-    return math.exp(x_hi)
+        if x_hi is not None and x_lo is not None and math.isfinite(y_lo) and y_lo != y_hi:
+            x = x_hi + (_AIM - y_hi) * (x_lo - x_hi) / (y_lo - y_hi)
+        else:
+            x = x + (_AIM - y) / slope if math.isfinite(y) else 0.5 * (x + x0)
+    return best
 
 
 def _calibrate_pld(
@@ -421,11 +446,12 @@ def _calibrate_pld(
 
     1. The RDP sigma (cheap, certified) is an upper end. The adaptive PLD estimate at it picks
        the finest grid to use; if PLD does not certify even that sigma, RDP is the answer.
-    2. Solve ``pld_epsilon(sigma) = epsilon`` for sigma <= sigma_rdp on the grid one ladder step
-       coarser than the finest affordable near the answer (several times cheaper): a certified
-       upper end, near the root.
-    3. Refine on the finest grid with a few Newton/secant steps (:func:`_refine`): each fine
-       evaluation costs seconds at tiny q, so the search does not bisect there.
+    2. Solve ``pld_epsilon(sigma) = epsilon`` to 1 % for sigma <= sigma_rdp on the grid one
+       ladder step coarser than the finest affordable near the answer (several times cheaper):
+       a certified upper end, near the root, and the local slope of log eps in log sigma.
+    3. Predict the finest grid's epsilon there from the three coarser grids (cheap) and take
+       Newton/secant steps on the finest grid from that prediction (:func:`_refine`): each fine
+       evaluation costs seconds at tiny q, so the search makes as few as it can (one, usually).
     4. Check the result with the reported epsilon (min of the adaptive PLD and RDP) and raise it
        if needed, so ``epsilon_spent(calibrate_sigma(e)) <= e`` always holds.
     """
@@ -444,11 +470,22 @@ def _calibrate_pld(
                  default=0)
     fine = _on_grids(m, q, n, delta, grid, ladder[:finest + 1])
     if finest >= 1:
-        coarse = _on_grids(m, q, n, delta, grid, ladder[:finest])
+        on_coarse = _on_grids(m, q, n, delta, grid, ladder[:finest])
+        seen: dict[float, float] = {}
+
+        def coarse(s: float) -> float:
+            seen[s] = on_coarse(s)
+            return seen[s]
+
         e_up = coarse(sigma_rdp)
         sigma = sigma_rdp if e_up > epsilon else min(
-            _search(coarse, epsilon, guess, sigma_rdp, e_up), sigma_rdp)
-        sigma = _refine(fine, coarse, sigma, epsilon)
+            _search(coarse, epsilon, guess, sigma_rdp, e_up, _COARSE_XTOL), sigma_rdp)
+        slope = _slope(seen, sigma, epsilon, coarse)
+        coarser = [_on_grids(m, q, n, delta, grid, ladder[:k + 1])(sigma)
+                   for k in range(max(0, finest - 4), finest)]
+        predicted = _extrapolate(coarser)
+        sigma = _refine(fine, slope, sigma, epsilon,
+                        fine(sigma) if predicted is None else predicted)
     else:
         sigma = _search(fine, epsilon, guess, sigma_rdp, est.epsilon)
     sigma = min(sigma, sigma_rdp)

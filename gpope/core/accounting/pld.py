@@ -9,9 +9,9 @@ fine, until the estimated remaining improvement drops below a relative tolerance
 would exceed the resource bound. The reported epsilon is the smallest value that one of the
 evaluated grids certifies, so it is never below a certified bound.
 
-Resource bound (issue 12, defect 4). dp-accounting builds the per-step PLD on every grid point
-(time ~3e-5 s per point) and then self-composes it with one FFT whose length it fixes from a
-Chernoff bound; the FFT length, not the final support, sets the peak memory (~80 bytes per
+Resource bound. One evaluation builds the per-step PLD on every grid point and then
+self-composes it with one FFT whose length a Chernoff bound fixes (:mod:`.pld_kernels`, the
+vectorised equivalent of dp-accounting's PLDAccountant); the FFT length, not the final support, sets the peak memory (~80 bytes per
 point), and it grows before any support bound can be checked (24 GB at m = 1e5, N = 1e6,
 q = 1e-5 on a fine grid). :func:`pld_cost` therefore PREDICTS both sizes from dp-accounting's
 public privacy-loss API before anything is allocated: the per-step support exactly (the
@@ -31,13 +31,12 @@ import functools
 import math
 from dataclasses import dataclass
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from scipy.optimize import brentq
 from scipy.special import logsumexp, ndtr
 
+from gpope.core.accounting.pld_kernels import TAIL_MASS, epsilon_for_delta, self_compose, step_pmfs
 from gpope.core.validation import check_int, check_number
 
 __all__ = [
@@ -148,7 +147,6 @@ class PLDCost:
 
 
 _FFT_SAFETY = 4.0  # measured: predictions within a factor 3.3 of dp-accounting's FFT length
-_TAIL_MASS = 1e-15  # dp-accounting's default tail_mass_truncation of self_compose
 
 
 @functools.lru_cache(maxsize=4096)
@@ -182,7 +180,7 @@ def pld_cost(batch_rate: float, iterations: int, sigma: float, interval: float) 
         for k in (*range(-20, 0), *range(1, 21)):
             order = k / size
             log_mgf = float(logsumexp(idx[keep] * order, b=probs[keep]))
-            bound = (iterations * log_mgf + math.log(2.0 / _TAIL_MASS)) / order
+            bound = (iterations * log_mgf + math.log(2.0 / TAIL_MASS)) / order
             if not math.isfinite(bound):
                 continue
             if order > 0:
@@ -199,45 +197,19 @@ def _pld_eval(
     batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
     max_step_points: int, max_points: int,
 ) -> float | None:
-    """Epsilon of PLDAccountant at one grid, or None when its predicted cost is too large."""
+    """Epsilon of PLDAccountant at one grid, or None when its predicted cost is too large.
+
+    The per-step (remove, add) PMFs are exactly those dp-accounting's PLDAccountant builds for
+    this event; each is composed and read in turn (:mod:`.pld_kernels`), and the epsilon is the
+    larger of the two, as in ``PrivacyLossDistribution.get_epsilon_for_delta``.
+    """
     cost = pld_cost(batch_rate, iterations, sigma, interval)
     if cost.step_points > max_step_points or cost.fft_points > max_points:
         return None
-    step = privacy_loss_distribution.from_gaussian_mechanism(
-        standard_deviation=sigma,
-        value_discretization_interval=interval,
-        sampling_prob=batch_rate,
-        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-    )  # exactly the per-step PLD that dp-accounting's PLDAccountant builds for this event
-    return float(_self_compose(step, iterations, cost.step_points).get_epsilon_for_delta(delta))
-
-
-_SPARSE_MAX = 1000  # dp-accounting keeps a PMF of at most this many points sparse
-
-
-def _self_compose(
-    step: privacy_loss_distribution.PrivacyLossDistribution, count: int, size: int
-) -> privacy_loss_distribution.PrivacyLossDistribution:
-    """``step`` composed ``count`` times, as PLDAccountant does, without its big-integer stall.
-
-    dp-accounting's sparse PMF (<= 1000 points) decides dense-vs-sparse by computing the Python
-    integer ``size ** count``: millions of digits, seconds of CPU, at N = 1e6. For such PMFs the
-    composition runs in two stages instead: ``a`` sparse self-compositions (just enough for the
-    result to turn dense), then the dense result composed ``count // a`` times by FFT, then the
-    remaining ``count % a`` steps. Every stage truncates pessimistically (dropped tail mass goes
-    to the infinity mass), so the result is a valid upper bound; it agrees with the one-stage
-    composition to ~1e-9 relative. Dense PMFs (and small counts) take the one-stage path.
-    """
-    if size > _SPARSE_MAX or count <= 10_000 or size < 2:
-        return step.self_compose(count)
-    a = max(2, math.ceil(math.log(_SPARSE_MAX + 1) / math.log(size)))
-    if a >= count:  # pragma: no cover - count > 10_000 and a <= 10
-        return step.self_compose(count)
-    blocks, rest = divmod(count, a)
-    out = step.self_compose(a).self_compose(blocks)
-    if rest:
-        out = out.compose(step.self_compose(rest), tail_mass_truncation=1e-15)
-    return out
+    eps = 0.0
+    for pmf in step_pmfs(batch_rate, sigma, interval):
+        eps = max(eps, epsilon_for_delta(self_compose(pmf, iterations), delta))
+    return float(eps)
 
 
 def pld_epsilon(
