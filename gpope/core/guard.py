@@ -95,7 +95,11 @@ def utility_guard(diagnostics: Mapping[str, float | Diagnostic | None], *,
     given = {k: v for k, v in diagnostics.items() if v is not None}
     points = {k: float(v.value if isinstance(v, Diagnostic) else v) for k, v in given.items()}
     if not given:
-        return UtilityGuard(False, "unknown", {})
+        return UtilityGuard(False, "unknown", {},
+                            "NOTE: nothing in this run can check whether the released theta's "
+                            "projected Bellman error (MSPBE) is below that of theta = 0 (no "
+                            "public simulated cohort and no noisy-statistics release); nor does "
+                            "anything here measure the values' accuracy.")
     readings = {k: _reading(v) for k, v in given.items()}
     bad = [k for k, (is_bad, _) in readings.items() if is_bad]
     if bad:

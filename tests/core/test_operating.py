@@ -170,6 +170,7 @@ def test_spec_carries_the_block_outside_its_id():
 
 def test_guard_verdicts():
     assert utility_guard({}).verdict == "unknown"
+    assert "nothing in this run can check" in utility_guard({}).message  # said, not silent
     assert utility_guard({"public": None}).verdict == "unknown"
     ok = utility_guard({"public": 0.2, "private": 0.9})
     assert ok.verdict == "ok" and not ok.no_better_than_zero and ok.message == ""

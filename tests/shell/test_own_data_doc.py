@@ -121,6 +121,15 @@ def test_every_printed_advice_works_for_a_spec_without_a_simulator():
                        estimator="untuned"),
         unbounded_note({"lower": [-inf], "upper": [inf]}, estimator="untuned"),
     ]
+    from gpope.errors import ConfigError
+    from gpope.shell.pipeline.ssp import public_clip
+
+    try:  # --estimator ssp on such a spec: refused, with a way out that needs no bound
+        public_clip(own, n_trajectories=100, quantile=0.99)
+    except ConfigError as exc:
+        printed.append(str(exc))
+    assert "tuning-free private default" in printed[-1]
+    printed.append(utility_guard({}, remedy=guard_remedy(own)).message)
     for line in printed:
         assert "gpope tune" not in line and "--statistics-share" not in line, line
         assert "\n" not in line

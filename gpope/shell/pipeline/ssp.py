@@ -306,10 +306,13 @@ def public_clip(spec: EvaluationSpec, *, n_trajectories: int, quantile: float,
             the clip must then be given (``--ssp-clip`` or ``evaluation.ssp_clip``).
     """
     if spec.domain is None or n_trajectories <= 0:
+        default = ("; or drop --estimator and the solver flags: the tuning-free private default "
+                   "chooses its clip privately inside the run's budget (docs/OWN_DATA.md)"
+                   if spec.evaluation is None else "")
         raise ConfigError(
             f"Spec {spec.name!r} has no public simulator (no 'domain'), so the SSP clip bound cannot "
             "be derived from public data; give it with --ssp-clip or evaluation.ssp_clip "
-            "(a public bound on the L2 norm of one trajectory's [A_i, b_i, C_i])."
+            f"(a public bound on the L2 norm of one trajectory's [A_i, b_i, C_i]){default}."
         )
     norms = np.linalg.norm(_public_vectors(spec, n_trajectories, max_length), axis=1)
     clip = float(np.quantile(norms, quantile))
