@@ -165,13 +165,22 @@ def _non_finite(col: Column) -> Column:
     return col.isNull() | F.isnan(col) | (F.abs(col) == F.lit(float("inf")))
 
 
-def _first_reason(rules: list[tuple[Column, str]]) -> Column:
+def _first_reason(*checks: tuple[Column, str]) -> Column:
     """The reason of the first rule whose condition is true (null: no rule applies).
 
-    A value that did not parse (:mod:`~gpope.shell.pipeline.ingest_contract`) comes first.
+    Every event table is checked in one order: a value that did not parse
+    (:mod:`~gpope.shell.pipeline.ingest_contract`), the patient id (null, empty), the time
+    (null), then the table's own ``checks`` in their order, last the patient's reward overflow.
     """
     from pyspark.sql import functions as F
 
+    rules = [
+        (F.col("patient_id").isNull(), NULL_PATIENT),
+        (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
+        (F.col("time").isNull(), NULL_TIME),
+        *checks,
+        (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
+    ]
     expr = F.when(F.col(UNPARSABLE_COLUMN).isNotNull(), F.col(UNPARSABLE_COLUMN))
     for cond, reason in rules:
         expr = expr.when(cond, F.lit(reason))
@@ -236,16 +245,12 @@ def _annotate_treatments(treatments: DataFrame, settings: DatasetSettings) -> Da
     p = F.col("propensity")
     df = treatments.withColumn(
         _REASON,
-        _first_reason([
-            (F.col("patient_id").isNull(), NULL_PATIENT),
-            (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
-            (F.col("time").isNull(), NULL_TIME),
+        _first_reason(
             (F.col("action").isNull(), NULL_ACTION),
             (_non_finite(p), BAD_PROPENSITY),
             ((p <= 0) | (p > 1), PROPENSITY_RANGE),
             (~F.col("action").isin(list(settings.actions)), UNKNOWN_ACTION),
-            (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
-        ]),
+        ),
     )
     df = _mark_duplicates(df, ("time", "action", "propensity"), conflict=("time",))
     ok = F.col(_REASON).isNull().cast("int")
@@ -280,20 +285,14 @@ def _annotate_observations(
     configured = list(dict.fromkeys([*settings.variables, *filter(None, [settings.terminal_variable])]))
     df = observations.withColumn(
         _REASON,
-        _first_reason([
-            (F.col("patient_id").isNull(), NULL_PATIENT),
-            (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
-            (F.col("time").isNull(), NULL_TIME),
+        _first_reason(
             (F.col("variable").isNull(), NULL_VARIABLE),
             (_non_finite(F.col("value")), BAD_VALUE),
             (~F.col("variable").isin(configured), UNCONFIGURED_VARIABLE),
-            (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
-        ]),
+        ),
     )
     df = _mark_duplicates(df, ("variable", "time", "value"), conflict=("variable", "time"))
-    df = df.join(patients, on="patient_id", how="left")
-    df = _add_reason(df, F.col("_first_time").isNull(), NO_TREATMENT)
-    df = _add_reason(df, F.col("time") > F.col("_cut_time"), BEYOND_MAX_LENGTH)
+    df = _against_patients(df, patients)
     term = settings.terminal_variable
     if term is not None and term not in settings.variables:
         df = _add_reason(
@@ -307,21 +306,20 @@ def _annotate_observations(
 def _annotate_outcomes(outcomes: DataFrame, patients: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
-    df = outcomes.withColumn(
-        _REASON,
-        _first_reason([
-            (F.col("patient_id").isNull(), NULL_PATIENT),
-            (F.trim(F.col("patient_id")) == "", EMPTY_PATIENT),
-            (F.col("time").isNull(), NULL_TIME),
-            (_non_finite(F.col("reward")), BAD_REWARD),
-            (F.coalesce(F.col(_OVERFLOW), F.lit(False)), REWARD_OVERFLOW),
-        ]),
-    )
+    df = outcomes.withColumn(_REASON, _first_reason((_non_finite(F.col("reward")), BAD_REWARD)))
     df = _mark_duplicates(df, ("time", "reward"), conflict=None)
+    df = _against_patients(df, patients)
+    return _add_reason(df, F.col("time") <= F.col("_first_time"), OUTCOME_BEFORE_FIRST_TREATMENT)
+
+
+def _against_patients(df: DataFrame, patients: DataFrame) -> DataFrame:
+    """Event rows joined with their patient's treatment times (:func:`_patient_table`); rows of a
+    patient with no valid treatment, or after the patient's cut time, get their reason."""
+    from pyspark.sql import functions as F
+
     df = df.join(patients, on="patient_id", how="left")
     df = _add_reason(df, F.col("_first_time").isNull(), NO_TREATMENT)
-    df = _add_reason(df, F.col("time") > F.col("_cut_time"), BEYOND_MAX_LENGTH)
-    return _add_reason(df, F.col("time") <= F.col("_first_time"), OUTCOME_BEFORE_FIRST_TREATMENT)
+    return _add_reason(df, F.col("time") > F.col("_cut_time"), BEYOND_MAX_LENGTH)
 
 
 def _with_overflow(df: DataFrame, overflow: DataFrame) -> DataFrame:
