@@ -159,13 +159,9 @@ def tune_operating_point(
             # the clip grid must contain the optimum too: while the best clip is at an edge of the
             # tried ones, extend by factors of 3 in that direction at the best step size
             for _ in range(EXTEND):
-                h_best, eta_best = min(results, key=results.get)  # type: ignore[arg-type]
-                tried = sorted({h for (h, _) in results})
-                if h_best == tried[0]:
-                    new = float(f"{h_best / 3:.3g}")
-                elif h_best == tried[-1]:
-                    new = float(f"{h_best * 3:.3g}")
-                else:
+                h_best, _ = min(results, key=results.get)  # type: ignore[arg-type]
+                new = _past_edge(h_best, [h for (h, _) in results], 3.0)
+                if new is None:
                     break
                 for eta in coarse:
                     results[(new, eta)] = score(new, eta)
@@ -174,12 +170,8 @@ def tune_operating_point(
             # tried ones, extend by decades in that direction (at most EXTEND times)
             for _ in range(EXTEND):
                 h_best, eta_best = min(results, key=results.get)  # type: ignore[arg-type]
-                tried = sorted({eta for (h, eta) in results if h == h_best})
-                if eta_best == tried[0]:
-                    new = float(f"{eta_best / 10:.3g}")
-                elif eta_best == tried[-1]:
-                    new = float(f"{eta_best * 10:.3g}")
-                else:
+                new = _past_edge(eta_best, [eta for (h, eta) in results if h == h_best], 10.0)
+                if new is None:
                     break
                 results[(h_best, new)] = score(h_best, new)
             h_best, eta_best = min(results, key=results.get)  # type: ignore[arg-type]
@@ -190,3 +182,14 @@ def tune_operating_point(
         points.append(TunedPoint(epsilon=float(eps), clip=h, step_size=eta,
                                  score=s if math.isfinite(s) else None))
     return TuningResult(tuple(points), rows, scale, eta0)
+
+
+def _past_edge(best: float, tried: list[float], factor: float) -> float | None:
+    """The next grid value beyond ``best`` when it is the smallest (``best / factor``) or the
+    largest (``best * factor``) of ``tried``, to 3 significant digits; None when it is inside."""
+    ordered = sorted(set(tried))
+    if best == ordered[0]:
+        return float(f"{best / factor:.3g}")
+    if best == ordered[-1]:
+        return float(f"{best * factor:.3g}")
+    return None

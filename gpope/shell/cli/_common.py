@@ -17,9 +17,12 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_lake_options(parser: argparse.ArgumentParser, *, tracking: bool = False) -> None:
+def add_lake_options(
+    parser: argparse.ArgumentParser, *, tracking: bool = False, remote: bool = True
+) -> None:
     """Add the common pipeline options ``--lake`` and ``--conf``; with ``tracking`` (commands
-    that log to MLflow) also ``--tracking-uri``."""
+    that log to MLflow) also ``--tracking-uri``; with ``remote`` (commands that start Spark)
+    also ``--remote``."""
     parser.add_argument(
         "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
     )
@@ -32,7 +35,8 @@ def add_lake_options(parser: argparse.ArgumentParser, *, tracking: bool = False)
             default=None,
             help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db)",
         )
-    add_remote_option(parser)
+    if remote:
+        add_remote_option(parser)
 
 
 def add_remote_option(parser: argparse.ArgumentParser) -> None:

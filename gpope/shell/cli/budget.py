@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, emit
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
 
 
 def _add_lake(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
-    )
-    parser.add_argument(
-        "--conf", default=None, help="YAML configuration file (default: the packaged conf/default.yaml)"
-    )
+    add_lake_options(parser, remote=False)
     # accepted for scripts written before; the ledger never logs to MLflow
     parser.add_argument("--tracking-uri", default=None, help=argparse.SUPPRESS)
 

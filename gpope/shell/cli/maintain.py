@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, emit
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,12 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="list what vacuum would delete; change nothing"
     )
-    parser.add_argument(
-        "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
-    )
-    parser.add_argument(
-        "--conf", default=None, help="YAML configuration file (default: the packaged conf/default.yaml)"
-    )
+    add_lake_options(parser, remote=False)
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from gpope.jsonable import jsonable
+from gpope.shell.cli._common import add_lake_options
 
 _EPILOG = """\
 views: shared gold tables by name (released_values, released_estimates, privacy_ledger);
@@ -49,10 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sql", nargs="?", default=None, help="the SQL statement (quote it)")
-    parser.add_argument("--lake", default=None,
-                        help="lake root directory (default: ./lake, or lake.root in --conf)")
-    parser.add_argument("--conf", default=None,
-                        help="YAML configuration file (lake root, default privacy budget)")
+    add_lake_options(parser, remote=False)
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--tables", action="store_true",
                       help="list the lake's views (name, layer, dataset, table, path)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, emit
+from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,13 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--run-id", required=True, help="the gpope run id (released_estimates.run_id)")
-    parser.add_argument("--lake", default=None,
-                        help="lake root directory (default: ./lake, or lake.root in --conf)")
-    parser.add_argument("--conf", default=None,
-                        help="YAML configuration file (default: the packaged conf/default.yaml)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                        "sqlite:///<lake>/mlflow.db)")
+    add_lake_options(parser, tracking=True, remote=False)
     parser.add_argument("--force", action="store_true",
                         help="log it even when a finished MLflow run already holds this run id")
     add_json_flag(parser)
