@@ -272,7 +272,8 @@ def _ranges(clips: tuple[float, ...], bounds: PolicyValueBounds) -> tuple[np.nda
 
 def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, sigma: float,
                          settings: PolicyValueSettings, rng: np.random.Generator,
-                         clips: tuple[float, float, float] | None = None) -> PolicyValueRelease:
+                         clips: tuple[float, float, float] | None = None,
+                         secure_noise: bool = False) -> PolicyValueRelease:
     """Release the policy-value statistics with noise multiplier ``sigma`` (the three
     sub-releases of the module docstring; ``sigma = 0``: exact, not private).
 
@@ -285,9 +286,12 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         rng: the noise generator.
         clips: public (g_hi, c_a, c_n, g_lo) to use instead of the private choice (spends no
             clip share).
+        secure_noise: draw every noise term from the OS-CSPRNG discrete Gaussian on a public
+            grid instead of ``rng`` (:func:`secure_perturb`): the run's ``--secure-noise``.
 
     Guarantees: with ``sigma > 0`` and ``clips=None`` the output is as private as
-    ``policy_value_event(sigma)``; nothing else about ``terms`` leaves this function.
+    ``policy_value_event(sigma)`` (under ``secure_noise``: its RDP curve, which bounds the
+    discrete Gaussian's); nothing else about ``terms`` leaves this function.
     """
     s = check_number("release_policy_value", "sigma", sigma, ge=0.0)
     m = terms.m
@@ -299,18 +303,67 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
                  float(np.min(terms.g)))
     elif clips is None:
         grids, counts = clip_histograms(terms, bounds, settings)
-        noisy = add_histogram_noise(counts, hist_std, rng)
+        if secure_noise:
+            noisy, hist_std = _secure_histograms(counts, hist_std, bounds)
+        else:
+            noisy = add_histogram_noise(counts, hist_std, rng)
         clips = clips_from_histograms(noisy, grids, bounds, settings, hist_std=hist_std, m=m)
     clips = (float(clips[0]), *(max(float(c), 1e-300) for c in clips[1:3]), float(clips[3]))
     first, mom, mid, half = exact_sums(terms, bounds, clips)
     active = half > 0
     first_std, mom_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
-    if s > 0:
+    if s > 0 and secure_noise and active.any():
+        first, mom, first_std, mom_std = _secure_sums(first, mom, first_std, mom_std, active,
+                                                      settings)
+    elif s > 0:
         first, mom = add_sum_noise(first, mom, first_std, mom_std, active, rng=rng)
     means = mid + half * first / m
     return PolicyValueRelease(
         clips=clips, means=means, second=moments_matrix(mom / m, 3), mid=mid, half=half,
         noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s)
+
+
+def secure_perturb(values: np.ndarray, std: float, sensitivity: float) -> tuple[np.ndarray, float]:
+    """(values rounded to the public grid ``sensitivity * 2^-20`` plus OS-CSPRNG discrete
+    Gaussian noise, the noise's std): the std is ``std`` raised by the rounding's inflation
+    (:func:`gpope.core.secure_noise.rounding_inflation`), so a release whose L2 sensitivity is
+    ``sensitivity`` keeps the noise multiplier ``std / sensitivity`` it was accounted at."""
+    from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
+
+    v = np.asarray(values, dtype=np.float64)
+    grid = float(sensitivity) * 2.0**-20
+    std_out = float(std) * rounding_inflation(float(sensitivity), grid, max(v.size, 1))
+    v = round_to_grid(v, grid)
+    return v + secure_gaussian_noise(v.shape, std_out, grid), std_out
+
+
+def _secure_histograms(counts: list[np.ndarray], hist_std: float,
+                       bounds: PolicyValueBounds) -> tuple[list[np.ndarray], float]:
+    """The k histograms as one vector (L2 sensitivity sqrt k) under :func:`secure_perturb`."""
+    sizes = np.cumsum([len(c) for c in counts])[:-1]
+    noisy, std = secure_perturb(np.concatenate(counts), hist_std,
+                                math.sqrt(released_components(bounds)))
+    return np.split(noisy, sizes), std
+
+
+def _secure_sums(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_std: float,
+                 active: np.ndarray, settings: PolicyValueSettings):
+    """The sums of :func:`add_sum_noise` under :func:`secure_perturb`: the first moments as the
+    weighted vector w * sum z (sensitivity ||w||), the active second moments (sensitivity k)."""
+    w = np.where(active, np.array([settings.behaviour_weight, 1.0, 1.0]), 0.0)
+    norm_w = float(np.linalg.norm(w))
+    safe = np.where(active, w, 1.0)
+    noisy_w, std_w = secure_perturb(w[active] * first[active], float(first_std[active][0]
+                                    * w[active][0]), norm_w)
+    first = first.copy()
+    first[active] = noisy_w / w[active]
+    first_std = np.where(active, std_w / safe, 0.0)
+    mom_active = moment_vectors(active[None, :].astype(np.float64)).reshape(-1) > 0
+    k = float(active.sum())
+    mom = mom.copy()
+    if mom_std > 0:
+        mom[mom_active], mom_std = secure_perturb(mom[mom_active], mom_std, k)
+    return first, mom, first_std, float(mom_std)
 
 
 def noise_scales(sigma: float, settings: PolicyValueSettings,

@@ -222,6 +222,33 @@ def test_noise_has_the_public_scale():
     assert means.std() == pytest.approx(expected, rel=0.06)
 
 
+def test_secure_noise_has_the_public_scale_and_draws_nothing_from_rng():
+    # --secure-noise: every noise term comes from the OS-CSPRNG discrete Gaussian (the seeded
+    # generator is never touched), at the accounted scale raised only by the grid's rounding.
+    rng = np.random.default_rng(2)
+    terms, b = _chain_terms(500, rng)
+    clips = (1.5, 1.5, b.discount_mass, 0.0)
+    sig = 3.0
+    state = rng.bit_generator.state
+    rels = [release_policy_value(terms, b, sigma=sig, settings=PolicyValueSettings(), rng=rng,
+                                 clips=clips, secure_noise=True) for _ in range(1000)]
+    assert rng.bit_generator.state == state
+    expected = 0.75 * sig / math.sqrt(0.6) / 500
+    assert rels[0].noise_means[0] == pytest.approx(expected, rel=1e-5)
+    assert rels[0].noise_means[0] >= expected
+    means = np.array([r.means[0] for r in rels])
+    assert means.std() == pytest.approx(expected, rel=0.07)
+    # off-policy, with the private clips: three components, finite ordered intervals
+    m = 400
+    g = rng.uniform(0, 5, m)
+    off = PolicyValueTerms(g=g, a=g * rng.uniform(0, 2, m), n=rng.uniform(0, 9, m))
+    bo = PolicyValueBounds(gamma=0.9, horizon=40, weight_clip=2.0, reward_bounds=(0.0, 1.0))
+    iv = release_policy_value(off, bo, sigma=2.0, settings=PolicyValueSettings(), rng=rng,
+                              secure_noise=True).intervals(0.95)
+    assert all(math.isfinite(x) and q.lower <= q.upper
+               for q in iv.values() for x in (q.lower, q.upper))
+
+
 def test_chain_coverage_and_finite_intervals_at_m_2000():
     rng = np.random.default_rng(8)
     truth = float(np.mean(chain.exact_values()[:39]))

@@ -309,3 +309,58 @@ def test_uniform_statistics_share_is_calibrated_and_charged_under_replace_one(sp
     multipliers = gaussians(stored["event"]["events"][1])
     equivalent = sum(1.0 / s**2 for s in multipliers) ** -0.5
     assert equivalent == pytest.approx(std / (2.0 * report.ssp_clip), rel=1e-9)
+
+
+def test_secure_noise_covers_the_policy_value_release(spark, chain_lake, tmp_path, monkeypatch):
+    # --secure-noise covers the policy value release too: its three noisy releases (clip
+    # histogram, first and second moments) go through the OS-CSPRNG discrete Gaussian, inside the
+    # run's RDP event; the three scalars are released with finite intervals.
+    from gpope.core import policy_value_release as pvr
+
+    calls = []
+    real = pvr.secure_perturb
+
+    def counted(values, std, sensitivity):
+        calls.append((np.size(values), std, sensitivity))
+        return real(values, std, sensitivity)
+
+    monkeypatch.setattr(pvr, "secure_perturb", counted)
+    config, root = chain_lake
+    options = SettingsLayer.of(epsilon=1.0, delta=1e-5, estimator="ssp", accountant="rdp",
+                              secure_noise=True, public_trajectories=0, ssp_clip=2.0)
+    report = run_evaluate(spark, config, dataset="ch", spec=load_spec(SPEC_FILE),
+                          options=options, tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    assert report.private
+    assert len(calls) == 3  # histogram, first moments, second moments
+    assert all(std > 0 and sens > 0 for _, std, sens in calls)
+    rows = DeltaTable(str(root / "gold" / "released_values")).to_pyarrow_table().to_pylist()
+    scalars = {r["state"]: r for r in rows if r["run_id"] == report.run_id
+               and r["state"] in ("policy_value", "behaviour_value", "policy_contrast")}
+    assert set(scalars) == {"policy_value", "behaviour_value", "policy_contrast"}
+    assert all(np.isfinite([r["lower"], r["upper"]]).all() for r in scalars.values())
+
+
+def test_statistics_without_policy_terms_are_refused_in_one_line(spark, chain_lake, tmp_path,
+                                                                  capsys):
+    # A lake whose trajectory_stats were written before the policy value existed (no
+    # policy_terms column): evaluate refuses before reserving anything, telling the user to re-run
+    # `gpope stats`; the CLI prints it as one line.
+    import shutil
+
+    from deltalake import write_deltalake
+
+    config, root = chain_lake
+    for layer in ("silver", "gold"):
+        shutil.copytree(root / layer / "ch", root / layer / "old_stats")
+    path = str(root / "gold" / "old_stats" / "trajectory_stats")
+    table = DeltaTable(path).to_pyarrow_table().drop(["policy_terms"])
+    write_deltalake(path, table, mode="overwrite", schema_mode="overwrite")
+    PrivacyLedger(None, config).set_budget("old_stats", epsilon=10.0, delta=1e-3)
+    before = _ledger_version(root)
+    code = main(["evaluate", "--dataset", "old_stats", "--spec", str(SPEC_FILE), "--epsilon",
+                 "1", "--delta", "1e-5", "--lake", str(root),
+                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "re-run `gpope stats`" in err[0], err
+    assert _ledger_version(root) == before  # nothing reserved

@@ -61,9 +61,12 @@ def _noise_generator(seed: int | None) -> np.random.Generator:
 
 
 def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
-                          level: float, seed: int | None) -> dict[str, Any] | None:
+                          level: float, seed: int | None,
+                          secure_noise: bool = False) -> dict[str, Any] | None:
     """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
-    component, or None when the run has none. Nothing but the release leaves this function."""
+    component, or None when the run has none. Nothing but the release leaves this function.
+    ``secure_noise`` (the run's ``--secure-noise``): every noise term is the OS-CSPRNG discrete
+    Gaussian on a public grid, accounted by the run's RDP event like the run's other releases."""
     from gpope.core.policy_value import PolicyValueTerms, spec_bounds
     from gpope.core.policy_value_release import PolicyValueSettings, release_policy_value
 
@@ -81,7 +84,8 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
         raise DataError(f"The statistics hold {len(x)} policy terms for m = {plan.m} patients.")
     terms = PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
     rel = release_policy_value(terms, spec_bounds(spec), sigma=comp.sigma,
-                               settings=PolicyValueSettings(), rng=_noise_generator(seed))
+                               settings=PolicyValueSettings(), rng=_noise_generator(seed),
+                               secure_noise=secure_noise)
     return rel.intervals(level)
 
 

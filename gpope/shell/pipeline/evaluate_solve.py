@@ -131,7 +131,7 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
 
     policy_values = release_policy_values(stats_df, spec, plan, level=settings.ci_level,
-                                          seed=settings.seed)
+                                          seed=settings.seed, secure_noise=settings.secure_noise)
     return Estimate(result=result, theta=theta, values=values, intervals=intervals,
                     theta_interval=theta_iv, private_mspbe=priv_mspbe,
                     noisy=noisy if noisy is not None else getattr(tuned, "noisy", None),
@@ -162,7 +162,8 @@ def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
                     intervals=rel.interval, theta_interval=None,
                     private_mspbe=private_mspbe(rel.theta, rel.noisy), noisy=rel.noisy,
                     tuned=None, policy_values=release_policy_values(
-                        stats_df, spec, plan, level=settings.ci_level, seed=settings.seed),
+                        stats_df, spec, plan, level=settings.ci_level, seed=settings.seed,
+                        secure_noise=settings.secure_noise),
                     settings=settings, private_population=private_pop)
 
 
