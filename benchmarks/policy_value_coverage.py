@@ -26,6 +26,15 @@ Data sets and truths:
   weight clip = the instance's ratio bound, rewards in [0, r_max], H = its cap): fresh data sets
   per trial; truths by forward recursion over the cap (the recorded-horizon estimand).
 
+Estimators (``--estimators``): ``is`` (the product's: clipped per-decision importance sampling,
+weighted point) and ``dr`` (doubly robust, :func:`gpope.core.policy_value.doubly_robust_terms`,
+released through the same mechanism on the same data set). The doubly robust control variate is
+the target's EXACT value function V^pi (the best any released theta can give; its public range
+[0, S r_max]), so its numbers bound from above what the run's private value function achieves.
+It runs where V^pi is known (generated MDPs); on-policy (chain) it equals ``is`` exactly (the
+terms telescope); on mountain car and HIV the report gives its identified set's width, which
+no V changes: (d_hi' - d_lo') (S - E[n]) with the TD error's public range (``dr_set_width``).
+
 Usage: nice -n 10 python benchmarks/policy_value_coverage.py --domains chain --sizes 2000 \
           --epsilons 1 --trials 20 [--json docs/results/policy_value_coverage.json]
 """
@@ -33,6 +42,7 @@ Usage: nice -n 10 python benchmarks/policy_value_coverage.py --domains chain --s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -78,6 +88,7 @@ class Domain:
         self.name = name
         self.pool = None
         self.note = ""
+        self.dr_bounds = None
         if name == "chain":
             from gpope.core.envs import chain
 
@@ -100,6 +111,13 @@ class Domain:
             jt = finite_horizon_value(self.mdp, self.mdp.target)
             jb = finite_horizon_value(self.mdp, self.mdp.behaviour)
             self.truth = {"policy_value": jt, "behaviour_value": jb, "policy_contrast": jt - jb}
+            S = self.mdp.n_states
+            p_pi = np.einsum("sa,sat->st", self.mdp.target, self.mdp.P[:, :, :S])
+            v_pi = np.linalg.solve(np.eye(S) - c.gamma * p_pi, np.einsum(
+                "sa,sa->s", self.mdp.target, self.mdp.reward_mean))
+            self.v_ext = np.concatenate([v_pi, np.zeros(c.n_terminal)])
+            self.dr_bounds = dataclasses.replace(
+                self.bounds, value_range=(0.0, self.bounds.discount_mass * self.mdp.r_max))
             self.note = (f"gpope.core.envs.random_mdp RandomMDPConfig.drawn({seed}): {c.n_states} "
                          f"states, {c.n_actions} actions, mean length {c.mean_length:.1f}, cap "
                          f"{c.max_steps}, gamma {c.gamma}, ratio bound (= weight clip) "
@@ -159,21 +177,37 @@ class Domain:
                          "deterministic greedy rollout")
         self.truth = {"policy_value": jt, "behaviour_value": jb, "policy_contrast": jt - jb}
 
-    def terms(self, m: int, rng: np.random.Generator):
-        from gpope.core.policy_value import PolicyValueTerms
+    def terms(self, m: int, rng: np.random.Generator) -> dict:
+        """{estimator: (terms, bounds)} of one fresh data set (``dr`` where V^pi is known)."""
+        from gpope.core.policy_value import PolicyValueTerms, doubly_robust_terms
 
         if self.pool is not None:
             x = self.pool[rng.integers(0, len(self.pool), m)]
-            return PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
+            return {"is": (PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy()),
+                           self.bounds)}
         if self.name == "chain":
             from gpope.core.envs import chain
 
             tr = chain.generate(m, rng, self.cfg)
-            return policy_value_terms(tr, np.ones(len(tr.t)), self.bounds)
+            return {"is": (policy_value_terms(tr, np.ones(len(tr.t)), self.bounds), self.bounds)}
         tr = self.mdp.generate(m, rng)
         s, a = tr.state[:, 0].astype(np.int64), tr.action
         ratios = self.mdp.target[s, a] / self.mdp.behaviour[s, a]
-        return policy_value_terms(tr, ratios, self.bounds)
+        dr = doubly_robust_terms(tr, ratios, self.dr_bounds, self.v_ext[s],
+                                 self.v_ext[tr.next_state[:, 0].astype(np.int64)])
+        return {"is": (policy_value_terms(tr, ratios, self.bounds), self.bounds),
+                "dr": (dr, self.dr_bounds)}
+
+    def dr_set_width(self) -> float | None:
+        """Off-policy pools: the doubly robust identified set's width over the whole pool,
+        (d_hi' - d_lo') (S - E[n]) with V's public range S (lo', hi'): no V narrows it."""
+        if self.pool is None or self.bounds.on_policy:
+            return None
+        lo0, hi0 = self.bounds.range_with_zero
+        s = self.bounds.discount_mass
+        b = dataclasses.replace(self.bounds, value_range=(s * lo0, s * hi0))
+        d_lo, d_hi = b.target_range
+        return float((d_hi - d_lo) * (s - self.pool[:, 2].mean()))
 
 
 def _cell_summary(rows: list[dict], truth: dict) -> dict:
@@ -187,7 +221,8 @@ def _cell_summary(rows: list[dict], truth: dict) -> dict:
                   "finite": float(np.mean(np.isfinite(lo) & np.isfinite(hi))),
                   "median_width": float(np.median(hi - lo)),
                   "median_value_error": float(np.median(np.abs(
-                      np.array([r[q]["value"] for r in rows]) - truth[q])))}
+                      np.array([r[q]["value"] for r in rows]) - truth[q]))),
+                  "bias": float(np.mean(np.array([r[q]["value"] for r in rows]) - truth[q]))}
     return out
 
 
@@ -204,7 +239,7 @@ def markdown(report: dict, method: str = "bernstein") -> str:
             f"{short[q]}: coverage, width (non-private)" for q in QUANTITIES) + " |")
         out.append("|---|---|---|" + "---|" * len(QUANTITIES))
         for c in dom["cells"]:
-            if c["method"] != method:
+            if c["method"] != method or c.get("estimator", "is") != "is":
                 continue
             cells = [f"{c[q]['coverage']:.2f}, {c[q]['median_width']:.3g} "
                      f"({c[q]['nonprivate_median_width']:.3g})" for q in QUANTITIES]
@@ -228,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hiv-pool", type=int, default=50_000)
     p.add_argument("--pool-dir", default="/tmp/policy_value_pools")
     p.add_argument("--methods", default="bernstein,normal")
+    p.add_argument("--estimators", default="is,dr",
+                   help="is (importance sampling, the product's) and/or dr (doubly robust)")
     p.add_argument("--settings", default="{}",
                    help="JSON of PolicyValueSettings fields to change (default: the product's)")
     p.add_argument("--json", default=None)
@@ -241,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     methods = args.methods.split(",")
+    estimators = args.estimators.split(",")
     report = {"command": "python benchmarks/policy_value_coverage.py " + " ".join(argv or sys.argv[1:]),
               "settings": settings.__dict__, "delta": DELTA, "level": LEVEL, "domains": {}}
     for name in args.domains.split(","):
@@ -248,42 +286,55 @@ def main(argv: list[str] | None = None) -> int:
         dom = Domain(name, args)
         print(f"{name}: truth {dom.truth} ({dom.note}); setup {time.perf_counter() - t0:.1f} s",
               flush=True)
+        if dom.dr_set_width() is not None:
+            print(f"  dr identified set width over the pool (any V): {dom.dr_set_width():.4g}",
+                  flush=True)
         cells = []
         for m in sizes:
             trials = args.trials_large if (m >= 200_000 and args.trials_large) else args.trials
             rng = np.random.default_rng([args.seed, m])
             sig = {e: policy_value_sigma(m=m, epsilon=e, delta=DELTA, settings=settings)
                    for e in epsilons}
-            rows = {(e, meth): [] for e in epsilons for meth in methods}
-            exact = {meth: [] for meth in methods}
+            rows = {(est, e, meth): [] for est in estimators for e in epsilons
+                    for meth in methods}
+            exact = {(est, meth): [] for est in estimators for meth in methods}
             t1 = time.perf_counter()
             for _ in range(trials):
-                terms = dom.terms(m, rng)
-                for meth in methods:
-                    iv = exact_intervals(terms, dom.bounds, LEVEL, meth)
-                    exact[meth].append({q: iv[q].__dict__ for q in QUANTITIES})
-                for e in epsilons:
-                    rel = release_policy_value(terms, dom.bounds, sigma=sig[e], settings=settings,
-                                               rng=rng)
+                data = dom.terms(m, rng)
+                for est in estimators:
+                    if est not in data:
+                        continue
+                    terms, bounds = data[est]
                     for meth in methods:
-                        iv = rel.intervals(LEVEL, meth, variance_share=settings.variance_share,
-                                           noise_share=settings.noise_share)
-                        rows[(e, meth)].append({q: iv[q].__dict__ for q in QUANTITIES})
-            for meth in methods:
-                np_sum = _cell_summary(exact[meth], dom.truth)
-                for e in epsilons:
-                    summ = _cell_summary(rows[(e, meth)], dom.truth)
-                    for q in QUANTITIES:
-                        summ[q]["nonprivate_median_width"] = np_sum[q]["median_width"]
-                        summ[q]["nonprivate_coverage"] = np_sum[q]["coverage"]
-                    cells.append({"m": m, "epsilon": e, "method": meth, "trials": trials,
-                                  "sigma": sig[e], **summ})
-                    print(f"  m={m} eps={e:g} {meth}: " + "; ".join(
-                        f"{q} cov {summ[q]['coverage']:.2f} w {summ[q]['median_width']:.4g} "
-                        f"(np {summ[q]['nonprivate_median_width']:.4g})" for q in QUANTITIES),
-                        flush=True)
+                        iv = exact_intervals(terms, bounds, LEVEL, meth)
+                        exact[(est, meth)].append({q: iv[q].__dict__ for q in QUANTITIES})
+                    for e in epsilons:
+                        rel = release_policy_value(terms, bounds, sigma=sig[e],
+                                                   settings=settings, rng=rng)
+                        for meth in methods:
+                            iv = rel.intervals(LEVEL, meth,
+                                               variance_share=settings.variance_share,
+                                               noise_share=settings.noise_share)
+                            rows[(est, e, meth)].append({q: iv[q].__dict__ for q in QUANTITIES})
+            for est in estimators:
+                for meth in methods:
+                    if not exact[(est, meth)]:
+                        continue
+                    np_sum = _cell_summary(exact[(est, meth)], dom.truth)
+                    for e in epsilons:
+                        summ = _cell_summary(rows[(est, e, meth)], dom.truth)
+                        for q in QUANTITIES:
+                            summ[q]["nonprivate_median_width"] = np_sum[q]["median_width"]
+                            summ[q]["nonprivate_coverage"] = np_sum[q]["coverage"]
+                        cells.append({"m": m, "epsilon": e, "method": meth, "estimator": est,
+                                      "trials": trials, "sigma": sig[e], **summ})
+                        print(f"  m={m} eps={e:g} {est} {meth}: " + "; ".join(
+                            f"{q} cov {summ[q]['coverage']:.2f} w {summ[q]['median_width']:.4g}"
+                            f" (np {summ[q]['nonprivate_median_width']:.4g}) bias "
+                            f"{summ[q]['bias']:.3g}" for q in QUANTITIES), flush=True)
             print(f"  m={m}: {trials} trials in {time.perf_counter() - t1:.1f} s", flush=True)
         report["domains"][name] = {"truth": dom.truth, "note": dom.note, "cells": cells,
+                                   "dr_set_width": dom.dr_set_width(),
                                    "bounds": {**dom.bounds.__dict__,
                                               "discount_mass": dom.bounds.discount_mass}}
         if args.json:

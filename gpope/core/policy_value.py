@@ -34,10 +34,12 @@ construction (``on_policy``): every ratio is 1 and n = S is public.
 
 The behaviour value is the mean of g_i = sum_t gamma^t r_t (rho = 1).
 
-The doubly robust form (:func:`doubly_robust_terms`) replaces r_t by the TD error of a value
-function V (post-processing of the run's released theta): J(pi) = E[V(s_0)] + sum_t gamma^t
-E[rho_t delta_t]. Its identified set has the same form with the range of delta_t instead of the
-reward range, about (1 + gamma) (V_hi - V_lo) / (hi - lo) times wider wherever weights are clipped:
+The doubly robust form (:func:`doubly_robust_terms`) replaces r_t by the TD error delta_t of a
+value function V (post-processing of the run's released theta): J(pi) = E[V(s_0)] + sum_t
+gamma^t E[rho_t delta_t]. Its identified set is E[v0 + a] + [d_lo', d_hi'] (S - E[n]) with the TD
+error's public range (``PolicyValueBounds.target_range``) in place of the reward range: whatever
+V is, that part is 1 + (1 + gamma)(V_hi - V_lo) / (hi' - lo') times the importance sampling one
+(with V's public range S (lo', hi')), so the control variate can only narrow the sampling part.
 docs/RESULTS.md measures both.
 """
 
@@ -80,6 +82,9 @@ class PolicyValueBounds:
         reward_bounds: public range (lo, hi) of a raw reward (the spec's ``reward_bounds``).
         on_policy: public fact that every ratio is 1 (the target policy has one action, so the
             behaviour had no other choice): no weight is clipped and n = S for every patient.
+        value_range: public (V_lo, V_hi) of the doubly robust control variate V (None: no control
+            variate, per-decision importance sampling). Off-policy only: on-policy the doubly
+            robust terms telescope to the return.
     """
 
     gamma: float
@@ -87,6 +92,7 @@ class PolicyValueBounds:
     weight_clip: float
     reward_bounds: tuple[float, float]
     on_policy: bool = False
+    value_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         check_number("PolicyValueBounds", "gamma", self.gamma, ge=0.0, le=1.0)
@@ -98,6 +104,15 @@ class PolicyValueBounds:
         object.__setattr__(self, "reward_bounds", (float(lo), float(hi)))
         if not isinstance(self.on_policy, bool):
             raise ConfigError(f"PolicyValueBounds.on_policy must be a bool. Got {self.on_policy!r}.")
+        if self.value_range is not None:
+            vlo, vhi = (check_number("PolicyValueBounds", f"value_range[{i}]", v)
+                        for i, v in enumerate(self.value_range))
+            if not vlo <= vhi or self.on_policy:
+                raise ConfigError(
+                    "PolicyValueBounds.value_range must be (low, high) with low <= high, and only "
+                    f"off-policy (on-policy the doubly robust terms are the return). Got "
+                    f"{self.value_range} with on_policy={self.on_policy}.")
+            object.__setattr__(self, "value_range", (float(vlo), float(vhi)))
 
     @classmethod
     def from_spec(cls, spec, *, horizon: int) -> PolicyValueBounds:
@@ -131,6 +146,23 @@ class PolicyValueBounds:
         lo, hi = self.reward_bounds
         return min(lo, 0.0), max(hi, 0.0)
 
+    @property
+    def control_range(self) -> tuple[float, float]:
+        """(V_lo, V_hi) of the control variate; (0, 0) without one."""
+        return self.value_range if self.value_range is not None else (0.0, 0.0)
+
+    @property
+    def target_range(self) -> tuple[float, float]:
+        """The range, with 0, of what the target's weights multiply: the reward (importance
+        sampling) or the TD error r + gamma V' - V (doubly robust; V' = 0 after a record's last
+        decision): (min(lo' + gamma min(V_lo, 0) - V_hi, 0), max(hi' + gamma max(V_hi, 0) - V_lo, 0))."""
+        lo0, hi0 = self.range_with_zero
+        if self.value_range is None:
+            return lo0, hi0
+        vlo, vhi = self.value_range
+        g = float(self.gamma)
+        return min(lo0 + g * min(vlo, 0.0) - vhi, 0.0), max(hi0 + g * max(vhi, 0.0) - vlo, 0.0)
+
 
 def policy_value_unavailable(spec) -> str | None:
     """Why ``spec`` cannot carry the policy value release (None: it can). Public: the spec
@@ -154,19 +186,24 @@ class PolicyValueTerms:
 
     Attributes:
         g: (m,) observed discounted return sum_t gamma^t r_t (rewards clamped to the bounds).
-        a: (m,) sum_t gamma^t min(rho_t, C) r_t (per-decision importance sampling, clipped).
+        a: (m,) sum_t gamma^t min(rho_t, C) r_t (per-decision importance sampling, clipped), or
+            with a control variate sum_t gamma^t min(rho_t, C) delta_t (the doubly robust
+            correction, :func:`doubly_robust_terms`).
         n: (m,) sum_{t < H} gamma^t min(rho_t, C), rho frozen after the record ends.
+        v0: (m,) V(s_0) clamped to the public value range (doubly robust), or None.
     """
 
     g: np.ndarray
     a: np.ndarray
     n: np.ndarray
+    v0: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        shapes = {np.shape(self.g), np.shape(self.a), np.shape(self.n)}
+        names = ("g", "a", "n") if self.v0 is None else ("g", "a", "n", "v0")
+        shapes = {np.shape(getattr(self, k)) for k in names}
         if len(shapes) != 1 or len(next(iter(shapes))) != 1:
-            raise SchemaError(f"PolicyValueTerms needs three (m,) arrays; got shapes {shapes}.")
-        for name in ("g", "a", "n"):
+            raise SchemaError(f"PolicyValueTerms needs (m,) arrays; got shapes {shapes}.")
+        for name in names:
             if not np.all(np.isfinite(getattr(self, name))):
                 raise SchemaError(f"PolicyValueTerms.{name} must be finite.")
 
@@ -254,41 +291,37 @@ def policy_value_terms(transitions: Transitions, ratios: np.ndarray,
 
 
 def doubly_robust_terms(transitions: Transitions, ratios: np.ndarray, bounds: PolicyValueBounds,
-                        values: np.ndarray, next_values: np.ndarray,
-                        value_range: tuple[float, float]) -> tuple[np.ndarray, tuple[float, float]]:
-    """Per-patient doubly robust terms and the public range of the TD error.
+                        values: np.ndarray, next_values: np.ndarray) -> PolicyValueTerms:
+    """Per-patient doubly robust terms: the control variate V(s_0) and the correction.
 
-    a_i = V(s_0) + sum_t gamma^t min(rho_t, C) delta_t with delta_t = r_t + gamma V(s_{t+1}) -
-    V(s_t), V(s_{t+1}) = 0 after a record's last decision (the estimand stops there) and V
-    clamped to the public ``value_range``. The identified set of :mod:`this module
-    <gpope.core.policy_value>` holds with these a (and the same n) and the returned range of
-    delta in place of the reward range.
+    J(pi) = E[V(s_0)] + sum_{t < H} gamma^t E[rho_t delta_t] with delta_t = r_t + gamma V(s_{t+1})
+    - V(s_t) (V(s_{t+1}) = 0 after a record's last decision and at t = H - 1: the estimand stops
+    there) for ANY V,
+    so V may be the run's released value function (post-processing of theta, no budget).
+    The returned ``a`` is sum_t gamma^t min(rho_t, C) delta_t, ``v0`` = V(s_0), and g, n are
+    those of :func:`policy_value_terms`; V is clamped to the public ``bounds.value_range``.
+    The identified set of this module holds with E[v0 + a] in place of E[a] and
+    ``bounds.target_range`` (the TD error's) in place of the reward range.
 
     Args:
         values: (T,) V(s_t) of every row; next_values: (T,) V(s_{t+1}).
-        value_range: public (V_lo, V_hi), e.g. S * (lo', hi').
-
-    Returns:
-        (a (m,), (delta_lo, delta_hi)).
+        bounds: off-policy bounds with a ``value_range``.
     """
-    vlo, vhi = float(value_range[0]), float(value_range[1])
-    if not vlo <= vhi:
-        raise ConfigError(f"value_range must be (low, high) with low <= high; got {value_range}.")
+    if bounds.value_range is None:
+        raise ConfigError("doubly_robust_terms needs bounds with a public value_range (V_lo, V_hi).")
+    vlo, vhi = bounds.value_range
     lo, hi = bounds.reward_bounds
     r = np.clip(np.nan_to_num(np.asarray(transitions.reward, dtype=np.float64)), lo, hi)
     v = np.clip(np.nan_to_num(np.asarray(values, dtype=np.float64)), vlo, vhi)
     nv = np.clip(np.nan_to_num(np.asarray(next_values, dtype=np.float64)), vlo, vhi)
     m = transitions.n_trajectories
     last, _ = _tail_mass(transitions, bounds)
-    nv = nv.copy()
-    nv[last] = 0.0
-    gam = float(bounds.gamma)
-    delta = r + gam * nv - v
+    nv = np.where(np.asarray(transitions.t) >= bounds.horizon - 1, 0.0, nv)
+    nv[last] = 0.0  # the estimand stops at a record's end and at the cap H
+    delta = r + float(bounds.gamma) * nv - v
     disc = _discounts(transitions, bounds)
     w = per_decision_weights(transitions, ratios, bounds.weight_clip)
     first = np.concatenate([[0], last[:-1] + 1])
-    a = v[first] + np.bincount(transitions.traj_index, weights=disc * w * delta, minlength=m)
-    lo0, hi0 = bounds.range_with_zero
-    d_lo = min(lo0 + gam * min(vlo, 0.0) - vhi, 0.0)
-    d_hi = max(hi0 + gam * max(vhi, 0.0) - vlo, 0.0)
-    return a, (d_lo, d_hi)
+    base = policy_value_terms(transitions, ratios, bounds)
+    a = np.bincount(transitions.traj_index, weights=disc * w * delta, minlength=m)
+    return PolicyValueTerms(g=base.g, a=a, n=base.n, v0=v[first])

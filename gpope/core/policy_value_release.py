@@ -191,9 +191,9 @@ class PolicyValueRelease:
 def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:
     """Public bounds of |g|, |a| and n with lambda = 1 (the top edges of the clip grids)."""
     lo0, hi0 = bounds.range_with_zero
+    d_lo, d_hi = bounds.target_range
     s = bounds.discount_mass
-    rmax = max(-lo0, hi0)
-    return s * rmax, bounds.weight_clip * s * rmax, bounds.weight_clip * s
+    return s * max(-lo0, hi0), bounds.weight_clip * s * max(-d_lo, d_hi), bounds.weight_clip * s
 
 
 def _grid(top: float, settings: PolicyValueSettings) -> LogGrid:
@@ -256,18 +256,22 @@ def _components(terms: PolicyValueTerms, clips: tuple[float, ...],
                                  np.where(terms.a != 0, c_a / np.abs(terms.a), 1.0),
                                  np.where(terms.n > 0, c_n / terms.n, 1.0)])
     n = np.full(terms.m, bounds.discount_mass) if bounds.on_policy else lam * terms.n
-    return np.stack([np.clip(terms.g, g_lo, g_hi), lam * terms.a, n], axis=1)
+    a = lam * terms.a
+    if terms.v0 is not None and bounds.value_range is not None:  # doubly robust: V(s_0) + correction
+        a = a + np.clip(terms.v0, *bounds.value_range)
+    return np.stack([np.clip(terms.g, g_lo, g_hi), a, n], axis=1)
 
 
 def _ranges(clips: tuple[float, ...], bounds: PolicyValueBounds) -> tuple[np.ndarray, np.ndarray]:
     """Public (low, high) of each component of x after clipping."""
-    lo0, hi0 = bounds.range_with_zero
+    d_lo, d_hi = bounds.target_range
+    vlo, vhi = bounds.control_range
     g_hi, c_a, c_n, g_lo = clips
-    sg_lo, sg_hi = (-1.0 if lo0 < 0 else 0.0), (1.0 if hi0 > 0 else 0.0)
+    sg_lo, sg_hi = (-1.0 if d_lo < 0 else 0.0), (1.0 if d_hi > 0 else 0.0)
     s = bounds.discount_mass
     if bounds.on_policy:  # a = g and n = S: only g is released
         return np.array([g_lo, 0.0, s]), np.array([g_hi, 0.0, s])
-    return np.array([g_lo, sg_lo * c_a, 0.0]), np.array([g_hi, sg_hi * c_a, c_n])
+    return np.array([g_lo, vlo + sg_lo * c_a, 0.0]), np.array([g_hi, vhi + sg_hi * c_a, c_n])
 
 
 def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, sigma: float,
@@ -499,7 +503,7 @@ def exact_intervals(terms: PolicyValueTerms, bounds: PolicyValueBounds, level: f
 def _combos(bounds: PolicyValueBounds) -> dict[str, tuple[tuple[np.ndarray, float], ...]]:
     """(lower, upper) linear combinations (c, k) of x = (g, a, n): the mean of c . x + k.
     On-policy a = g and n = S are public identities, folded into g and the constant."""
-    lo0, hi0 = bounds.range_with_zero
+    lo0, hi0 = bounds.target_range
     s = bounds.discount_mass
     t_lo, t_hi = (np.array([0.0, 1.0, -lo0]), lo0 * s), (np.array([0.0, 1.0, -hi0]), hi0 * s)
     b = (np.array([1.0, 0.0, 0.0]), 0.0)
@@ -554,7 +558,9 @@ def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_shar
     if rel.bounds.on_policy:
         points["policy_value"] = x[0]
     else:
-        points["policy_value"] = s * x[1] / x[2] if x[2] > 0 else float("nan")
+        # weighted (self-normalised) importance sampling; doubly robust: the mean of v0 + a
+        points["policy_value"] = (x[1] if rel.bounds.value_range is not None
+                                  else s * x[1] / x[2] if x[2] > 0 else float("nan"))
     points["policy_contrast"] = points["policy_value"] - points["behaviour_value"]
     out = {}
     for name, ((c_lo, k_lo), (c_hi, k_hi)) in _combos(rel.bounds).items():

@@ -153,12 +153,56 @@ def test_unclipped_importance_sampling_is_unbiased_and_the_set_holds_the_truth()
 
 def test_doubly_robust_on_policy_telescopes_to_the_return():
     tr = _transitions([3, 2], [1.0, 0.0, 2.0, 1.0, 1.0], [1.0] * 5, terminal_last=False)
-    b = PolicyValueBounds(gamma=0.8, horizon=4, weight_clip=1.0, reward_bounds=(0.0, 2.0))
+    b = PolicyValueBounds(gamma=0.8, horizon=4, weight_clip=1.0, reward_bounds=(0.0, 2.0),
+                          value_range=(0.0, 10.0))
     v = np.array([0.3, 1.1, 0.7, 0.2, 0.9])
     nv = np.array([1.1, 0.7, 5.0, 0.9, 5.0])  # V of the next row; the last is ignored (end)
-    a, (d_lo, d_hi) = doubly_robust_terms(tr, np.ones(5), b, v, nv, (0.0, 10.0))
-    np.testing.assert_allclose(a, policy_value_terms(tr, np.ones(5), b).g)
-    assert d_lo <= -10.0 and d_hi >= 2.0 + 0.8 * 10.0
+    dr = doubly_robust_terms(tr, np.ones(5), b, v, nv)
+    np.testing.assert_allclose(dr.v0 + dr.a, policy_value_terms(tr, np.ones(5), b).g)
+    np.testing.assert_allclose(dr.v0, [0.3, 0.2])
+    d_lo, d_hi = b.target_range
+    assert d_lo == -10.0 and d_hi == 2.0 + 0.8 * 10.0
+    # a record longer than the cap H = 2: the estimand (and the telescoping) stops at H
+    b2 = PolicyValueBounds(gamma=0.8, horizon=2, weight_clip=1.0, reward_bounds=(0.0, 2.0),
+                           value_range=(0.0, 10.0))
+    dr2 = doubly_robust_terms(tr, np.ones(5), b2, v, nv)
+    np.testing.assert_allclose(dr2.v0 + dr2.a, policy_value_terms(tr, np.ones(5), b2).g)
+
+
+def test_doubly_robust_release_covers_with_the_true_value_function():
+    # generated MDP, V = the target's exact value (the best control variate): the doubly robust
+    # identified set holds J(target) and is wider than importance sampling's wherever weights
+    # are clipped, by the TD error's range
+    from gpope.core.envs.random_mdp import RandomMDPConfig, random_mdp
+
+    mdp = random_mdp(RandomMDPConfig.drawn(0))
+    c = mdp.config
+    S = mdp.n_states
+    p_pi = np.einsum("sa,sat->st", mdp.target, mdp.P[:, :, :S])
+    v_pi = np.linalg.solve(np.eye(S) - c.gamma * p_pi, np.einsum("sa,sa->s", mdp.target,
+                                                                     mdp.reward_mean))
+    b_is = PolicyValueBounds(gamma=c.gamma, horizon=c.max_steps, weight_clip=c.ratio_bound,
+                             reward_bounds=(0.0, mdp.r_max))
+    b_dr = PolicyValueBounds(gamma=c.gamma, horizon=c.max_steps, weight_clip=c.ratio_bound,
+                             reward_bounds=(0.0, mdp.r_max),
+                             value_range=(0.0, b_is.discount_mass * mdp.r_max))
+    tr = mdp.generate(3000, np.random.default_rng(4))
+    s, a = tr.state[:, 0].astype(np.int64), tr.action
+    ratios = mdp.target[s, a] / mdp.behaviour[s, a]
+    v_ext = np.concatenate([v_pi, np.zeros(c.n_terminal)])  # terminal states pay nothing more
+    dr = doubly_robust_terms(tr, ratios, b_dr, v_pi[s], v_ext[tr.next_state[:, 0].astype(int)])
+    iv_dr = exact_intervals(dr, b_dr, 0.95)["policy_value"]
+    iv_is = exact_intervals(policy_value_terms(tr, ratios, b_is), b_is, 0.95)["policy_value"]
+    sig = policy_value_sigma(m=3000, epsilon=1.0, delta=1e-5, settings=PolicyValueSettings())
+    priv = release_policy_value(dr, b_dr, sigma=sig, settings=PolicyValueSettings(),
+                                rng=np.random.default_rng(5)).intervals(0.95)["policy_value"]
+    assert iv_dr.upper - iv_dr.lower > iv_is.upper - iv_is.lower
+    d, truth = mdp.start.copy(), 0.0  # the recorded-horizon estimand, by forward recursion
+    for t in range(c.max_steps):
+        truth += c.gamma ** t * float(d @ np.einsum("sa,sa->s", mdp.target, mdp.reward_mean))
+        d = d @ p_pi
+    assert iv_dr.lower <= truth <= iv_dr.upper and priv.lower <= truth <= priv.upper
+    assert math.isfinite(priv.lower) and math.isfinite(priv.upper)
 
 
 # --- the release -------------------------------------------------------------------------------
