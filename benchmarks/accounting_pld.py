@@ -16,8 +16,8 @@ Fine-grid check (issue 26 item 3: within 2 % of the fine-grid sigma, <= 10 s, <=
 ``calibrate`` at m = 1e5, N = 1e6, q = 1e-5, epsilon 0.1, delta 1e-5 in a fresh capped process,
 then dp-accounting's own ``PLDAccountant`` at grid 1e-5 at the returned sigma (must certify the
 target) and at sigma / 1.02 (must miss it): the returned sigma is then within 2 % of the
-fine-grid root. Times are also given as a ratio to ONE dp-accounting evaluation at grid 1e-5
-(a machine-independent measure: load moves both alike).
+fine-grid root. Wall time, CPU time and peak memory are also given as ratios to ONE
+dp-accounting evaluation at grid 1e-5 measured in the same run (load moves both alike).
 
     python benchmarks/accounting_pld.py            # full run (minutes)
     python benchmarks/accounting_pld.py --quick    # one small setting + the resource bound
@@ -108,35 +108,71 @@ def resource_table() -> None:
     print(f"(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
+_DP_CHILD = textwrap.dedent("""
+    import json, resource, sys, time
+    cap = 4 * 2**30
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+    m, n, q, sigma, delta, interval = json.loads(sys.argv[1])
+    w0, c0 = time.perf_counter(), time.process_time()
+    acc = PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                        value_discretization_interval=interval)
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), n))
+    eps = acc.get_epsilon(delta)
+    print(json.dumps({"epsilon": eps, "wall": time.perf_counter() - w0,
+                      "cpu": time.process_time() - c0,
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+""")
+
+
+def _dp_run(m: int, n: int, q: float, sigma: float, delta: float, interval: float) -> dict:
+    """dp-accounting's PLDAccountant at one grid, in a fresh capped process (wall, cpu, RSS)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _DP_CHILD,
+                          json.dumps([m, n, q, sigma, delta, interval])],
+                         env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def fine_check(fine: float = 1e-5) -> dict:
-    """The issue's calibration against dp-accounting's PLD at the fine grid (prints, returns)."""
+    """The issue's calibration against dp-accounting's PLD at the fine grid (prints, returns).
+
+    Three fresh processes, each capped at 4 GiB: gpope's calibration, then dp-accounting's
+    PLDAccountant at grid ``fine`` at the returned sigma (must certify the target) and at
+    sigma / 1.02 (must miss it). Times and peak memory are reported as ratios to ONE
+    dp-accounting evaluation measured in the same run, so load moves both alike.
+    """
     m, n, q, eps, delta = 100_000, 1_000_000, 1e-5, 0.1, 1e-5
     ours = _resource_run(m, n, q, eps, delta, "pld")
     if "error" in ours:
         print(f"fine-grid check FAILED: {ours['error']}")
         return ours
-
-    def dp(sigma: float) -> tuple[float, float]:
-        start = time.process_time()
-        acc = PLDAccountant(
-            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-            value_discretization_interval=fine)
-        acc.compose(gpope_dp_event(m=m, iterations=n, sigma=sigma, sampling="poisson",
-                                   batch_rate=q))
-        return acc.get_epsilon(delta), time.process_time() - start
-
-    e_at, t_one = dp(ours["sigma"])
-    e_below, _ = dp(ours["sigma"] / 1.02)
-    result = {**ours, "dp_eps_at_sigma": e_at, "dp_eps_at_sigma_over_1.02": e_below,
-              "within_2pct": e_at <= eps < e_below, "one_eval_cpu": t_one,
-              "cpu_ratio": ours["cpu"] / t_one}
+    at = _dp_run(m, n, q, ours["sigma"], delta, fine)
+    below = _dp_run(m, n, q, ours["sigma"] / 1.02, delta, fine)
+    if "error" in at or "error" in below:
+        print(f"dp-accounting FAILED: {at.get('error') or below.get('error')}")
+        return {**ours, "dp_error": at.get("error") or below.get("error")}
+    result = {**ours, "dp_eps_at_sigma": at["epsilon"],
+              "dp_eps_at_sigma_over_1.02": below["epsilon"],
+              "within_2pct": at["epsilon"] <= eps < below["epsilon"],
+              "dp_one_eval_wall": at["wall"], "dp_one_eval_cpu": at["cpu"],
+              "dp_one_eval_rss_mb": at["rss_mb"],
+              "wall_ratio": ours["wall"] / at["wall"], "cpu_ratio": ours["cpu"] / at["cpu"],
+              "rss_ratio": ours["rss_mb"] / at["rss_mb"]}
     print(f"calibrate(pld) m=1e5 N=1e6 q=1e-5 eps 0.1: sigma {ours['sigma']:.4f} "
           f"({ours['by']}), wall {ours['wall']:.1f} s, cpu {ours['cpu']:.1f} s, peak RSS "
           f"{ours['rss_mb']:.0f} MB")
-    print(f"  dp-accounting PLD at grid {fine:g}: eps(sigma) = {e_at:.5f}, eps(sigma/1.02) = "
-          f"{e_below:.5f} -> within 2 % of the fine-grid sigma: {result['within_2pct']}")
-    print(f"  one dp-accounting evaluation at grid {fine:g}: cpu {t_one:.1f} s; calibration = "
-          f"{result['cpu_ratio']:.1f} such evaluations")
+    print(f"  dp-accounting PLD at grid {fine:g}: eps(sigma) = {at['epsilon']:.5f}, "
+          f"eps(sigma/1.02) = {below['epsilon']:.5f} -> within 2 % of the fine-grid sigma: "
+          f"{result['within_2pct']}")
+    print(f"  one dp-accounting evaluation at grid {fine:g}: wall {at['wall']:.1f} s, cpu "
+          f"{at['cpu']:.1f} s, peak RSS {at['rss_mb']:.0f} MB")
+    print(f"  calibration / one dp-accounting evaluation: wall {result['wall_ratio']:.2f}, cpu "
+          f"{result['cpu_ratio']:.2f}, peak RSS {result['rss_ratio']:.2f}")
     return result
 
 

@@ -33,6 +33,7 @@ __all__ = ["TAIL_MASS", "epsilon_for_delta", "self_compose", "step_pmfs"]
 TAIL_MASS = 1e-15  # dp-accounting's default tail_mass_truncation of self_compose
 _SPARSE_MAX = 1000  # dp-accounting keeps a PMF of at most this many points sparse
 _BLOCK = 1 << 16  # points scanned per block by epsilon_for_delta
+_UNDERFLOW = -760.0  # exp(x) is exactly 0.0 in float64 for x < -745.2
 
 
 def _close(values: np.ndarray, edge: float) -> np.ndarray:
@@ -149,9 +150,17 @@ def _dense_self_compose(pmf: pld_pmf.DensePLDPmf, count: int) -> pld_pmf.DensePL
     size = upper - lower + 1
     n_fft = fft.next_fast_len(max(size, len(probs)), real=True)
     spectrum = fft.rfft(probs, n_fft)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        spectrum = np.exp(count * np.log(spectrum))  # equals spectrum ** count, faster
-    composed = np.roll(fft.irfft(spectrum, n_fft), -lower)[:size]
+    # spectrum ** count, as exp(count * log): only where |spectrum| ** count does not underflow
+    # (elsewhere exp returns exactly 0 anyway, so skipping it changes no bit)
+    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+        alive = count * np.log(np.abs(spectrum)) > _UNDERFLOW
+        powered = np.zeros_like(spectrum)
+        powered[alive] = np.exp(count * np.log(spectrum[alive]))
+    spectrum = powered
+    circular = fft.irfft(spectrum, n_fft)
+    start = lower % n_fft  # the window [lower, upper] of the circular result, as np.roll would
+    composed = (circular[start:start + size] if start + size <= n_fft else
+                np.concatenate((circular[start:], circular[:size - (n_fft - start)])))
     infinity = TAIL_MASS - math.expm1(count * math.log1p(-pmf._infinity_mass))
     return pld_pmf.DensePLDPmf(pmf._discretization, pmf._lower_loss * count + lower, composed,
                                infinity, True)
@@ -199,8 +208,8 @@ def epsilon_for_delta(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
         p = probs[start:start + _BLOCK]
         losses = (top - np.arange(start, start + len(p))) * pmf._discretization
         upper = np.cumsum(np.concatenate(([mass_upper], p)))  # upper[k]: before point k
-        lower = np.cumsum(np.concatenate(([mass_lower], np.exp(-losses) * p)))
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            lower = np.cumsum(np.concatenate(([mass_lower], np.exp(-losses) * p)))
             stop = (upper[:-1] > delta) & (lower[:-1] > 0) & (
                 np.log((upper[:-1] - delta) / lower[:-1]) >= losses)
         huge = (upper[1:] >= delta) & (lower[1:] == 0)  # exp(-loss) underflowed to 0
