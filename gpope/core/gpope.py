@@ -239,16 +239,17 @@ def run_gpope_trials(
         private, note = False, "fixed seed: not private"
     elif config.secure_noise:
         private, note = True, (f"secure noise: OS-CSPRNG discrete Gaussian on the grid "
-                               f"{config.grid:.3g}, releases rounded to it")
+                               f"{config.secure_grid(noise_std):.3g}, releases rounded to it")
     else:
         private, note = True, "OS-entropy noise and sampling"
     avg = None
     if config.averaging != "none":
         avg = acc / config.averaged_iterations
     if config.secure_noise:  # released values on the public grid (post-processing)
-        x = round_to_grid(x, config.grid)
-        avg = None if avg is None else round_to_grid(avg, config.grid)
-        trace = None if trace is None else round_to_grid(trace, config.grid)
+        grid = config.secure_grid(noise_std)
+        x = round_to_grid(x, grid)
+        avg = None if avg is None else round_to_grid(avg, grid)
+        trace = None if trace is None else round_to_grid(trace, grid)
     return GPOPETrialsResult(
         theta=x[:, :n].copy(), w=x[:, n:].copy(), theta_avg=avg, sigma=sigma, epsilon=epsilon,
         delta=delta, accountant=accountant, sampling=config.sampling,

@@ -50,7 +50,7 @@ class GPOPEConfig:
         secure_noise: draw the noise from the OS CSPRNG as a discrete Gaussian on the public
             grid ``noise_grid`` and round released iterates to it (:mod:`gpope.core.secure_noise`);
             refuses a seed. Opt-in (slower: a numpy loop per step).
-        noise_grid: the public grid gamma > 0 of secure noise (None: clip * 2^-20).
+        noise_grid: the public grid gamma > 0 of secure noise (None: noise std * 2^-12).
         normalizing_size: poisson only: the PUBLIC size M in the step's normalisation
             ``(sum + noise) / (q M)``; None: the number of trajectories m of the statistics.
             Set it when m itself is not public, e.g. ``gpope evaluate --interval-groups K`` runs
@@ -152,12 +152,14 @@ class GPOPEConfig:
                     f"Got clip=None with noise_multiplier={self.noise_multiplier!r}."
                 )
 
-    @property
-    def grid(self) -> float:
-        """The public grid of secure noise (``noise_grid``, default clip * 2^-20)."""
+    def secure_grid(self, noise_std: float) -> float:
+        """The public grid of secure noise for noise of std ``noise_std`` (``noise_grid``, by
+        default :func:`gpope.core.secure_noise.default_grid`: ``noise_std * 2^-12``)."""
         if self.noise_grid is not None:
             return float(self.noise_grid)
-        return float(self.clip or 1.0) * 2.0**-20
+        from gpope.core.secure_noise import default_grid
+
+        return default_grid(noise_std, float(self.clip or 1.0))
 
     @property
     def is_private(self) -> bool:

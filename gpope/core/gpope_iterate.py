@@ -158,7 +158,7 @@ def iterate_secure(
     grid, then the iterate moves by ``beta / d`` times the noisy sum. Same plan as :func:`iterate`.
     """
     n, m = stats.n, stats.m
-    grid = config.grid
+    grid = config.secure_grid(noise_std)
     std = noise_std * rounding_inflation(float(config.clip), grid, 2 * n)
     betas, avg_from, x, acc, trace, div, chunk = _start(stats, config, R)
     for plan in draw_plan(gen_plan, m=m, config=config, chunk=chunk, trials=R):

@@ -328,14 +328,19 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
 
 
 def secure_perturb(values: np.ndarray, std: float, sensitivity: float) -> tuple[np.ndarray, float]:
-    """(values rounded to the public grid ``sensitivity * 2^-20`` plus OS-CSPRNG discrete
+    """(values rounded to the public grid ``std * 2^-12`` (``default_grid``) plus OS-CSPRNG discrete
     Gaussian noise, the noise's std): the std is ``std`` raised by the rounding's inflation
     (:func:`gpope.core.secure_noise.rounding_inflation`), so a release whose L2 sensitivity is
     ``sensitivity`` keeps the noise multiplier ``std / sensitivity`` it was accounted at."""
-    from gpope.core.secure_noise import round_to_grid, rounding_inflation, secure_gaussian_noise
+    from gpope.core.secure_noise import (
+        default_grid,
+        round_to_grid,
+        rounding_inflation,
+        secure_gaussian_noise,
+    )
 
     v = np.asarray(values, dtype=np.float64)
-    grid = float(sensitivity) * 2.0**-20
+    grid = default_grid(float(std), float(sensitivity))
     std_out = float(std) * rounding_inflation(float(sensitivity), grid, max(v.size, 1))
     v = round_to_grid(v, grid)
     return v + secure_gaussian_noise(v.shape, std_out, grid), std_out

@@ -278,7 +278,8 @@ def test_secure_noise_has_the_public_scale_and_draws_nothing_from_rng():
                                  clips=clips, secure_noise=True) for _ in range(1000)]
     assert rng.bit_generator.state == state
     expected = 0.75 * sig / math.sqrt(0.6) / 500
-    assert rels[0].noise_means[0] == pytest.approx(expected, rel=1e-5)
+    # the default grid (noise std * 2^-12) raises the std by 1 + (std / sensitivity) sqrt(k) 2^-12
+    assert rels[0].noise_means[0] == pytest.approx(expected, rel=2e-3)
     assert rels[0].noise_means[0] >= expected
     means = np.array([r.means[0] for r in rels])
     assert means.std() == pytest.approx(expected, rel=0.07)

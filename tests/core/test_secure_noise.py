@@ -15,7 +15,12 @@ from scipy.stats import chisquare
 
 from gpope.core.gpope import GPOPEConfig, run_gpope, run_gpope_trials
 from gpope.core.secure_noise import (
+    DEFAULT_SCALE,
+    _bernoulli_exp,
+    _bernoulli_exp_exact,
+    _random_below,
     check_no_seed,
+    default_grid,
     discrete_gaussian,
     os_uniform,
     round_to_grid,
@@ -37,7 +42,7 @@ def test_discrete_gaussian_moments_match_the_exact_distribution(scale):
     k, p = _exact_pmf(scale)
     var = float(np.sum(p * k**2))
     m4 = float(np.sum(p * k.astype(float) ** 4))
-    z = discrete_gaussian(400_000, scale).astype(float)
+    z = discrete_gaussian(200_000, scale).astype(float)
     se_mean = math.sqrt(var / len(z))
     assert abs(z.mean()) < 5 * se_mean
     assert z.var() == pytest.approx(var, rel=0.02)
@@ -46,15 +51,51 @@ def test_discrete_gaussian_moments_match_the_exact_distribution(scale):
         assert var < 0.9 * scale**2
 
 
-def test_discrete_gaussian_pmf_passes_a_chi_square_test():
-    scale = 1.5
+@pytest.mark.parametrize("scale", [1.5, 40.0])
+def test_discrete_gaussian_pmf_passes_a_chi_square_test(scale):
     k, p = _exact_pmf(scale)
     z = discrete_gaussian(200_000, scale)
     keep = p * len(z) >= 5
     observed = np.array([np.sum(z == v) for v in k[keep]], dtype=float)
     expected = p[keep] * len(z)
     expected *= observed.sum() / expected.sum()
-    assert chisquare(observed, expected).pvalue > 1e-4
+    assert chisquare(observed, expected).pvalue > 1e-5
+
+
+def test_random_below_is_exactly_uniform():
+    # bound 3 * 2^60 leaves a rejection band of 1/4 of the words: a modulo without rejection
+    # would give the lowest third of the range probability 1/2 instead of 1/3
+    bound = 3 * 2**60
+    x = _random_below(np.full(60_000, bound, dtype=np.int64))
+    assert x.min() >= 0 and x.max() < bound
+    assert np.mean(x < 2**60) == pytest.approx(1 / 3, abs=0.01)
+    small = _random_below(np.full(60_000, 7, dtype=np.int64))
+    assert chisquare(np.bincount(small, minlength=7)).pvalue > 1e-6
+
+
+@pytest.mark.parametrize(("num", "den"), [(0, 5), (3, 10), (1, 1), (27, 10), (61, 7)])
+def test_bernoulli_exp_has_probability_exp_minus_gamma(num, den):
+    n = 100_000
+    p = math.exp(-num / den)
+    hits = _bernoulli_exp(np.full(n, num, dtype=np.int64), np.full(n, den, dtype=np.int64))
+    assert abs(hits.mean() - p) <= 6 * math.sqrt(p * (1 - p) / n) + 1e-12
+    exact = np.mean([_bernoulli_exp_exact(num, den) for _ in range(4000)])
+    assert abs(exact - p) <= 6 * math.sqrt(p * (1 - p) / 4000) + 1e-12
+
+
+def test_large_scales_take_the_exact_python_path_with_the_right_spread():
+    # scale 1e5: acceptance fractions exceed int64, every candidate uses Python integers
+    z = discrete_gaussian(3000, 1e5).astype(float)
+    assert z.std() == pytest.approx(1e5, rel=0.06) and abs(z.mean()) < 6 * 1e5 / math.sqrt(3000)
+
+
+def test_default_grid_keeps_the_noise_near_4096_grid_units():
+    std, clip = 0.8, 2.0
+    grid = default_grid(std, clip)
+    assert std / grid == DEFAULT_SCALE
+    inflated = std * rounding_inflation(clip, grid, 100)
+    assert inflated / std == pytest.approx(1 + (std / clip) * 10 * 2.0**-12)
+    assert default_grid(0.0, clip) == clip * 2.0**-20
 
 
 def test_os_uniform_is_in_the_unit_interval_and_unpredictable():

@@ -204,10 +204,11 @@ def test_secure_noise_run_releases_grid_values_privately(spark, setup):
     # --secure-noise end to end: the solver and the noisy-statistics release draw discrete
     # Gaussian noise from the OS CSPRNG; the released theta lies on the public grid.
     config, spec, _, uri = setup
-    grid = 2.0**-20
+    grid = 2.0**-8  # a public grid set by the user (the default is the noise std * 2^-12)
     report = run_evaluate(spark, config, dataset="mcu", spec=spec,
                           options=_options(public_trajectories=0, secure_noise=True,
-                                           sampling="uniform", accountant="rdp"),
+                                           sampling="uniform", accountant="rdp",
+                                           noise_grid=grid),
                           tracking_uri=uri)
     assert report.private
     rel = lake.read_shared_table(spark, config.lake, "released_estimates")
