@@ -20,7 +20,12 @@ run the ledger marks released has exactly one visible row in ``released_estimate
 ``released_values`` and one FINISHED MLflow run; no visible release lacks its ledger mark; the
 last ingest balances (rows in = used + rejected); no ``_gpope_staging`` folder remains.
 
-Usage (about 15-30 minutes on 2 cores, most of it JVM starts)::
+Every command runs with a bounded time (``--timeout``; a command past it is killed and its trial
+counts as lost), the trials run ``--jobs`` at a time on their own lakes, and the JVMs use the
+suite's light settings (C1 compiler, serial GC, ``local[2]``): a sweep finishes on a loaded
+machine, and the settings change no result.
+
+Usage (about 15-40 minutes on 2 cores, most of it JVM starts)::
 
     nice -n 10 .venv/bin/python benchmarks/fault_sweep.py --out docs/results/fault_sweep.json
     .venv/bin/python benchmarks/fault_sweep.py --only kills --patients 200
@@ -40,6 +45,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +66,8 @@ SKEWED = [sys.executable, "-c", (
     "sys.exit(main())\n")]
 KILL_POINTS = (
     "simulate:treatments",
+    "ledger.before_append",
+    "ledger.after_append",
     "ingest:transitions",
     "ingest:rejected_events",
     "release:released_estimates",
@@ -68,6 +76,13 @@ KILL_POINTS = (
     "evaluate.after_reserve",
     "evaluate.after_release",
 )
+#: The sweep's Spark settings (a small local session; every command gets them with --conf).
+SWEEP_CONF = "spark:\n  master: local[2]\n  shuffle_partitions: 2\n  driver_memory: 1g\n"
+#: JVM flags of the test suite (tests/conftest.py): C1 only and the serial GC, about half the
+#: CPU of a short Spark job; results are unchanged.
+JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: Seconds one command may take before it is killed and its trial counts as lost (--timeout).
+TIMEOUT = {"seconds": 1200.0}
 
 
 @dataclass
@@ -82,20 +97,33 @@ class Trial:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "OPENBLAS_NUM_THREADS": "1", **extra}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "OPENBLAS_NUM_THREADS": "1",
+           "SPARK_SUBMIT_OPTS": f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {JVM_OPTS}".strip()}
     env.pop("GPOPE_FAULT", None)
     env.pop("GPOPE_FAULT_KILL", None)
     env.update(extra)
     return env
 
 
-def gpope(lake: Path, *argv: str, fault: str | None = None, skewed: bool = False,
-          timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``gpope ARGV --lake LAKE`` in a child process (optionally killed at ``fault``)."""
+def _conf(lake: Path) -> Path:
+    """The sweep's configuration file beside the trial's lake (written on first use)."""
+    conf = lake.parent / "sweep.yaml"
+    if not conf.exists():
+        conf.write_text(SWEEP_CONF)
+    return conf
+
+
+def gpope(lake: Path, *argv: str, fault: str | None = None,
+          skewed: bool = False) -> subprocess.CompletedProcess:
+    """Run ``gpope ARGV --lake LAKE`` in a child process (optionally killed at ``fault``).
+
+    Raises:
+        subprocess.TimeoutExpired: the command ran past ``--timeout`` (it is killed).
+    """
     extra = {"GPOPE_FAULT": fault} if fault else {}
-    cmd = [*(SKEWED if skewed else GPOPE), *argv, "--lake", str(lake)]
+    cmd = [*(SKEWED if skewed else GPOPE), *argv, "--lake", str(lake), "--conf", str(_conf(lake))]
     return subprocess.run(cmd, env=_env(**extra), capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+                          timeout=TIMEOUT["seconds"], cwd=REPO)
 
 
 def evaluate_args(epsilon: float = 1.0) -> list[str]:
@@ -111,7 +139,7 @@ def prepare(root: Path, patients: int) -> Path:
         "from gpope import api\n"
         "from gpope.config import load_config\n"
         "from gpope.shell.pipeline.simulate import SimulateOptions\n"
-        "config = load_config(None, lake={'root': sys.argv[1]})\n"
+        "config = load_config(sys.argv[4], lake={'root': sys.argv[1]})\n"
         "spark = api.get_spark(config)\n"
         "api.simulate(spark, 'sweep', domain='chain', patients=int(sys.argv[2]), seed=1,\n"
         "             options=SimulateOptions(n_steps=20), config=config)\n"
@@ -119,8 +147,10 @@ def prepare(root: Path, patients: int) -> Path:
         "api.stats(spark, 'sweep', sys.argv[3], config=config)\n"
         "api.set_budget(spark, 'sweep', epsilon=20.0, delta=1e-4, config=config)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(lake), str(patients), str(SPEC)],
-                         env=_env(), capture_output=True, text=True, timeout=1800, cwd=REPO)
+    lake.parent.mkdir(parents=True)
+    out = subprocess.run([sys.executable, "-c", code, str(lake), str(patients), str(SPEC),
+                          str(_conf(lake))],
+                         env=_env(), capture_output=True, text=True, timeout=3600, cwd=REPO)
     if out.returncode != 0:
         raise SystemExit(f"preparing the template lake failed:\n{out.stderr[-3000:]}")
     return lake
@@ -148,7 +178,16 @@ def _tracked(lake: Path) -> dict[str, int]:
     return tracked
 
 
+_CHECK = threading.Lock()
+
+
 def check_lake(lake: Path, facts: dict[str, Any] | None = None) -> list[str]:
+    """:func:`_check_lake`, one lake at a time (the in-process readers are not shared)."""
+    with _CHECK:
+        return _check_lake(lake, facts)
+
+
+def _check_lake(lake: Path, facts: dict[str, Any] | None = None) -> list[str]:
     """What was lost or double-counted in ``lake`` (empty: nothing), after the operator's
     recovery: ``gpope budget reconcile``, then ``gpope track --run-id`` for a released run
     that has no MLflow run (a process killed after its release). ``facts`` records what the
@@ -267,7 +306,8 @@ def stats_kill_trial(template: Path, root: Path, seed: int) -> Trial:
     trial = Trial("kill -9 of stats at a random moment")
     lake = copy_lake(template, root, f"kill_stats_{seed}")
     delay = random.Random(seed).uniform(15.0, 60.0)
-    argv = [*GPOPE, "stats", "--dataset", DATASET, "--spec", str(SPEC), "--lake", str(lake)]
+    argv = [*GPOPE, "stats", "--dataset", DATASET, "--spec", str(SPEC), "--lake", str(lake),
+            "--conf", str(_conf(lake))]
     proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
     try:
@@ -334,7 +374,7 @@ def clock_skew_trial(template: Path, root: Path) -> Trial:
     trial = Trial("release from a host whose clock is 2 h behind")
     lake = copy_lake(template, root, "skew")
     first = gpope(lake, *evaluate_args())
-    skewed = gpope(lake, *evaluate_args(), skewed=True)
+    skewed = gpope(lake, *evaluate_args(), skewed=True, fault="clock=-7200")
     if first.returncode or skewed.returncode:
         trial.problems.append(f"evaluate failed: {first.stderr[-200:]} {skewed.stderr[-200:]}")
     else:
@@ -359,14 +399,24 @@ def query_during_release_trial(template: Path, root: Path) -> Trial:
     if first.returncode:
         trial.problems.append(f"evaluate failed: {first.stderr[-300:]}")
         return trial
-    proc = subprocess.Popen([*GPOPE, *evaluate_args(), "--lake", str(lake)], env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    proc = subprocess.Popen([*GPOPE, *evaluate_args(), "--lake", str(lake), "--conf",
+                             str(_conf(lake))], env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
     answers = []
+    deadline = time.monotonic() + TIMEOUT["seconds"]
     while proc.poll() is None:
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            trial.problems.append(f"the evaluate ran past {TIMEOUT['seconds']:g} s (killed)")
+            break
         row = query(sql, lake=lake).to_pylist()[0]
         answers.append(row)
         if row["counted"] is None or row["visible"] > row["counted"]:
             trial.problems.append(f"inconsistent answer: {row}")
+        time.sleep(0.05)  # the reader leaves CPU to the writer on a loaded machine
+    if proc.returncode not in (0, None) and not trial.problems:
+        trial.problems.append(f"the evaluate during the queries exited {proc.returncode}")
     trial.facts["answers"] = len(answers)
     trial.facts["distinct_answers"] = sorted({(a["visible"], a["counted"]) for a in answers})
     trial.problems += check_lake(lake, trial.facts)
@@ -375,12 +425,16 @@ def query_during_release_trial(template: Path, root: Path) -> Trial:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--patients", type=int, default=200, help="chain cohort size")
+    parser.add_argument("--patients", type=int, default=100, help="chain cohort size")
     parser.add_argument("--only", choices=("kills", "parallel", "skew", "query"), default=None)
     parser.add_argument("--stats-kills", type=int, default=1, help="random-moment stats kills")
     parser.add_argument("--out", type=Path, default=None, help="write the trials as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the trial lakes")
+    parser.add_argument("--jobs", type=int, default=2, help="trials run at once (own lakes)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT["seconds"],
+                        help="seconds one command may take before its trial counts as lost")
     args = parser.parse_args(argv)
+    TIMEOUT["seconds"] = args.timeout
     root = Path(tempfile.mkdtemp(prefix="gpope_fault_sweep_"))
     start = time.perf_counter()
     print(f"preparing a {args.patients}-patient chain lake in {root} ...", flush=True)
@@ -398,18 +452,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "query"):
         plan.append(("query", lambda: query_during_release_trial(template, root)))
     trials = []
-    for _, make in plan:
+
+    def run(make: Callable[[], Trial], name: str) -> Trial:
         t0 = time.perf_counter()
         try:
             trial = make()
         except Exception as exc:  # a crash of the harness is a failed trial, not a lost sweep
-            trial = Trial(getattr(make, "__name__", "trial"), problems=[f"{type(exc).__name__}: {exc}"])
+            trial = Trial(name, problems=[f"{type(exc).__name__}: {exc}"])
         trial.seconds = round(time.perf_counter() - t0, 1)
         trial.survived = not trial.problems
-        trials.append(trial)
-        mark = "ok  " if trial.survived else "LOST"
-        print(f"{mark} {trial.name} ({trial.seconds:.0f} s){'' if trial.survived else ': '}"
-              + "; ".join(trial.problems), flush=True)
+        return trial
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(run, make, f"{group} trial {i}")
+                   for i, (group, make) in enumerate(plan)]
+        for future in as_completed(futures):
+            trial = future.result()
+            trials.append(trial)
+            mark = "ok  " if trial.survived else "LOST"
+            print(f"{mark} {trial.name} ({trial.seconds:.0f} s){'' if trial.survived else ': '}"
+                  + "; ".join(trial.problems), flush=True)
     survived = sum(t.survived for t in trials)
     print(f"survived with nothing lost: {survived} of {len(trials)} "
           f"({time.perf_counter() - start:.0f} s)")
