@@ -19,7 +19,7 @@ Nothing here imports pyspark unless the Spark store is used.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,9 +39,11 @@ __all__ = [
     "DeltaRsLedgerStore",
     "LedgerStore",
     "SparkLedgerStore",
+    "TableLedgerStore",
     "arrow_schema",
     "open_ledger_store",
     "released_run_ids",
+    "rows_metadata",
 ]
 
 #: (name, arrow type name, nullable). The first eight are the DESIGN.md contract (NOT NULL);
@@ -141,28 +143,44 @@ class LedgerStore(Protocol):
         ...
 
 
-class DeltaRsLedgerStore:
-    """The ledger of a local lake through the JVM-free delta-rs store
-    (:class:`~gpope.shell.lake.delta_rs.DeltaRsTables`; no Spark, no JVM).
+def rows_metadata(info: Mapping[str, Any]) -> Any:
+    """The ledger-row identities a commit recorded (:data:`ROWS_KEY`), from its history entry.
 
-    Works under any local path (spaces, non-ASCII letters, ``#``): delta-rs is given the plain
-    path and encodes it itself.
+    delta-rs keeps commit metadata as top-level ``commitInfo`` fields; Spark's Delta writer keeps
+    it inside the ``userMetadata`` JSON, next to the table layer's commit token
+    (:func:`gpope.shell.lake.native.with_commit_token`). None when the commit recorded none.
     """
+    if ROWS_KEY in info:
+        return info[ROWS_KEY]
+    text = info.get("userMetadata")
+    if not isinstance(text, str):
+        return None
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    return payload.get(ROWS_KEY) if isinstance(payload, dict) else None
 
-    def __init__(self, path: str, *, version: int | None = None) -> None:
-        from gpope.shell.lake.delta_rs import DeltaRsTables
 
-        self.location = path
+class TableLedgerStore:
+    """The ledger through a table store (``exists``, ``read_arrow``, ``history``, ``append_arrow``
+    at a location): every row comes back with the version of the commit that added it."""
+
+    def __init__(self, tables: Any, location: str, *, version: int | None = None,
+                 create_schema: Any = None) -> None:
+        self.location = location
+        self._tables = tables
         self._version = version  # read at this version (a pinned snapshot); None: the latest
-        self._tables = DeltaRsTables()
+        self._create_schema = create_schema
 
     def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
         """All rows (of ``dataset``), each with the version of the commit that added it."""
         if not self._tables.exists(self.location):
             return []
         data = self._tables.read_arrow(self.location, self._version)
-        history = self._tables.history(self.location, self._version)
-        versions = _versions((h.version, h.info.get(ROWS_KEY)) for h in history)
+        history = (self._tables.history(self.location) if self._version is None
+                   else self._tables.history(self.location, self._version))
+        versions = _versions((h.version, rows_metadata(h.info)) for h in history)
         out = []
         for r in data.to_pylist():
             if dataset is not None and r.get("dataset") != dataset:
@@ -173,7 +191,8 @@ class DeltaRsLedgerStore:
         return _with_versions(out, versions)
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """One atomic append; adds the newer columns to a table written before them.
+        """One atomic append recording the rows' identities in the commit's metadata; adds the
+        newer columns to a table written before them.
 
         Raises:
             CommitError: the append failed; nothing was committed.
@@ -188,64 +207,40 @@ class DeltaRsLedgerStore:
             for name, _, _ in LEDGER_COLUMNS
         }
         self._tables.append_arrow(
-            self.location, pa.table(data, schema=arrow_schema()), merge_schema=True,
+            self.location, pa.table(data, schema=arrow_schema()),
+            create_schema=self._create_schema, merge_schema=True,
             description=LEDGER_DESCRIPTION, commit_metadata={ROWS_KEY: _commit_rows(rows)},
             table_name="the privacy ledger",
         )  # fmt: skip
 
 
-class SparkLedgerStore:
-    """The ledger through the Spark table layer (Unity Catalog names, non-local roots)."""
+class DeltaRsLedgerStore(TableLedgerStore):
+    """The ledger of a local lake through the JVM-free delta-rs store
+    (:class:`~gpope.shell.lake.delta_rs.DeltaRsTables`; no Spark, no JVM).
+
+    Works under any local path (spaces, non-ASCII letters, ``#``): delta-rs is given the plain
+    path and encodes it itself.
+    """
+
+    def __init__(self, path: str, *, version: int | None = None) -> None:
+        from gpope.shell.lake.delta_rs import DeltaRsTables
+
+        super().__init__(DeltaRsTables(), path, version=version)
+
+
+class SparkLedgerStore(TableLedgerStore):
+    """The ledger through the Spark table layer's store (Unity Catalog names, non-local roots;
+    native Delta where the Delta classes load, else delta-rs under Spark)."""
 
     def __init__(self, spark: SparkSession, config: GpopeConfig) -> None:
-        from gpope.shell import lake
-
-        self._spark = spark
-        self._config = config
-        self.location = str(lake.shared_table_location(config.lake, "privacy_ledger"))
-
-    def rows(self, dataset: str | None = None) -> list[dict[str, Any]]:
-        """All rows (of ``dataset``)."""
-        from pyspark.sql import functions as F
-
-        from gpope.errors import TableNotFoundError
-        from gpope.shell import lake
-
-        try:
-            df = lake.read_shared_table(self._spark, self._config.lake, "privacy_ledger")
-        except TableNotFoundError:
-            return []
-        if dataset is not None:
-            df = df.where(F.col("dataset") == dataset)
-        names = set(df.columns)
-        rows = [
-            {name: (r[name] if name in names else None) for name, _, _ in LEDGER_COLUMNS}
-            for r in df.collect()
-        ]
-        history = self._spark.sql(f"DESCRIBE HISTORY {self._sql_name()}").select(
-            "version", "userMetadata").collect()
-        return _with_versions(rows, _versions((h.version, h.userMetadata) for h in history))
-
-    def _sql_name(self) -> str:
-        if self._config.lake.catalog is not None:
-            return ".".join(f"`{p}`" for p in self.location.split("."))
-        return f"delta.`{self.location}`"
-
-    def append(self, rows: list[dict[str, Any]]) -> None:
-        """One atomic append through the table layer."""
-        from gpope.shell import lake
+        from gpope.shell.lake.layer import Lake
+        from gpope.shell.lake.names import TableRef
         from gpope.shell.schemas import PRIVACY_LEDGER
 
-        df = self._spark.createDataFrame(
-            [tuple(r.get(f.name) for f in PRIVACY_LEDGER.fields) for r in rows],
-            schema=PRIVACY_LEDGER,
-        )
-        conf = "spark.databricks.delta.commitInfo.userMetadata"
-        self._spark.conf.set(conf, _commit_rows(rows))
-        try:
-            lake.write_shared_table(df, self._config.lake, "privacy_ledger", mode="append")
-        finally:
-            self._spark.conf.unset(conf)
+        lake = Lake.from_settings(spark, config.lake)
+        self.storage = lake.storage
+        super().__init__(lake.store, lake.location(TableRef.shared("privacy_ledger")),
+                         create_schema=PRIVACY_LEDGER)
 
 
 def _local_path(config: GpopeConfig, table: str) -> str | None:
