@@ -110,7 +110,25 @@ def ensure_store(tracking_uri: str, experiment: str) -> str:
     """
     _require_sql_store(tracking_uri)
     with store_lock(tracking_uri):
+        _create_sqlite_store(tracking_uri)
         return _experiment_id(experiment, tracking_uri)
+
+
+def _create_sqlite_store(tracking_uri: str) -> None:
+    """Create a new SQLite store with its artifact root beside it, as a ``file:`` URI.
+
+    MLflow otherwise roots the store's default experiment at ``./mlruns`` of the current
+    working directory and writes that path into raw SQL, which fails when the directory's name
+    holds a quote. A percent-encoded URI holds none. An existing store is left untouched.
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    db = Path(tracking_uri[len("sqlite:///") :])
+    if db.exists():
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    SqlAlchemyStore(tracking_uri, (db.parent / "mlartifacts").resolve().as_uri())
 
 
 def _experiment_id(name: str, tracking_uri: str) -> str:

@@ -3,8 +3,10 @@
 the character named.
 
 A hypothesis test drives the JVM-free path functions (root check, table paths, commit history,
-pinned reads, ``gpope query``) over generated folder names; one small whole-pipeline run in a
-combined nasty path checks Spark's stages and the CLI readers on top.
+pinned reads, ``gpope query``) over generated folder names. The whole pipeline (files -> ``gpope
+load`` -> ingest -> stats -> evaluate, a driver-side ``simulate``, then ``gpope query`` and
+``gpope budget show``) runs in the combined nasty path in ``tests/shell/test_own_data_doc.py``,
+where the documented own-data example runs in such a working directory.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,42 +78,3 @@ def test_generated_lake_paths_work_through_the_jvm_free_readers_or_are_refused(f
         assert got == [{"n": 2, "s": 3.0}]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.mark.spark
-def test_whole_pipeline_in_a_combined_hostile_path(spark, tmp_path, capsys):
-    # Simulate, ingest, stats and a private evaluation on a small chain cohort whose lake path
-    # holds a space, an accent, '#', '?', '%', braces, a comma and both quotes; then the JVM-free
-    # readers (gpope query, budget show, the manifest) see every row.
-    import json
-
-    from gpope import api
-    from gpope.config import load_config
-    from gpope.shell.cli import main
-    from gpope.shell.pipeline.simulate import SimulateOptions
-
-    root = str(tmp_path / _NASTY / "lake")
-    config = load_config(None, lake={"root": root})
-    spec = str(Path(__file__).resolve().parents[2] / "conf" / "specs" / "chain.yaml")
-    sim = api.simulate(spark, "hostile", domain="chain", patients=30, seed=1, config=config,
-                       options=SimulateOptions(n_steps=6))
-    ingest = api.ingest(spark, "hostile", domain="chain", config=config)
-    stats = api.stats(spark, "hostile", spec, config=config)
-    api.set_budget(spark, "hostile", epsilon=5.0, delta=1e-4, config=config)
-    report = api.evaluate(spark, "hostile", spec, epsilon=1.0, delta=1e-5, seed=2, config=config,
-                          solver={"iterations": 200, "allow_not_private": True,
-                                  "public_trajectories": 0},
-                          tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert report.m == 30 and report.mlflow_run_id is not None
-    del sim, stats
-    assert main(["query", "--lake", root, "--json",
-                 "SELECT (SELECT count(*) FROM hostile__transitions) AS transitions, "
-                 "(SELECT count(DISTINCT run_id) FROM latest_release) AS releases, "
-                 "(SELECT count(*) FROM hostile__trajectory_stats) AS trajectories"]) == 0
-    got = json.loads(capsys.readouterr().out)["rows"][0]
-    assert got == {"transitions": ingest.n_transitions, "releases": 1,
-                   "trajectories": 30}
-    assert main(["budget", "show", "--dataset", "hostile", "--lake", root, "--json"]) == 0
-    budget = json.loads(capsys.readouterr().out)
-    assert budget["spent_basic"]["epsilon"] == pytest.approx(1.0)
-    assert [r["status"] for r in budget["runs"]] == ["released"]

@@ -11,6 +11,8 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OWN_DATA.md"
 
 
@@ -34,19 +36,36 @@ def test_the_documented_example_covers_the_whole_own_data_path():
     assert not {"--clip", "--step-size", "--ssp-clip", "--estimator", "--tune"} & set(evaluate)
 
 
-def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys):
-    from gpope.shell.cli import main
+#: A working directory whose name holds a space, accents, '#', '?', '%', braces, a comma and both
+#: quotes (issue 28.1's combined hostile path): the example runs in it, so its files, the lake
+#: under it and every Spark stage and JVM-free reader are exercised there.
+_NASTY = "ward é #7 ?q=1 %zz {a,b} 'x\""
 
-    monkeypatch.chdir(tmp_path)
+
+def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys):
+    # The page's commands, as written, in a hostile working directory (so `./lake` and the
+    # files are under it); then the JVM-free readers (gpope query, budget show) see every row.
+    # This one run is also the suite's whole-pipeline hostile-path check.
+    from gpope import api
+    from gpope.config import load_config
+    from gpope.shell.cli import main
+    from gpope.shell.pipeline.simulate import SimulateOptions
+
+    work = tmp_path / _NASTY
+    work.mkdir()
+    monkeypatch.chdir(work)
+    # an SQLAlchemy URL cannot hold '?' or '#' in a file name: the MLflow store goes beside it
+    # (its default artifact root still follows the hostile working directory)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     outputs = {}
     for argv in documented_commands():
         assert main(argv) == 0, (argv, capsys.readouterr())
         outputs[argv[0]] = capsys.readouterr().out
     assert "rows as delivered" in outputs["load"]
     assert "episode ends: " in outputs["ingest"] and "WARNING" not in outputs["ingest"]
-    spec = (tmp_path / "mydata" / "spec.yaml").read_text()
+    spec = (work / "mydata" / "spec.yaml").read_text()
     assert "evaluation:" not in spec and "domain:" not in spec
-    truth = json.loads((tmp_path / "mydata" / "truth.json").read_text())["values"]
+    truth = json.loads((work / "mydata" / "truth.json").read_text())["values"]
     released = {line.split("=")[0].strip()[2:-1]: float(line.split("=")[1].split()[0])
                 for line in outputs["evaluate"].splitlines() if line.strip().startswith("V(")}
     assert set(released) == set(truth)
@@ -55,6 +74,25 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert "tuning-free private default" in outputs["evaluate"]
     assert all(0.0 <= v for v in released.values()), outputs["evaluate"]
     assert outputs["evaluate"].count("95% interval") >= len(truth)
+    assert "MLflow run " in outputs["evaluate"] and "WAS RELEASED" not in outputs["evaluate"]
+
+    # a simulated cohort written straight into the same hostile lake (the driver-side writer)
+    config = load_config(None, lake={"root": str(work / "lake")})
+    api.simulate(spark, "sim", domain="chain", patients=3, seed=1, config=config,
+                 options=SimulateOptions(n_steps=2))
+    transitions = int(outputs["ingest"].split(" trajectories, ")[1].split()[0])
+    assert main(["query", "--json",
+                 "SELECT (SELECT count(*) FROM ward7__transitions) AS transitions, "
+                 "(SELECT count(DISTINCT run_id) FROM latest_release) AS releases, "
+                 "(SELECT count(*) FROM ward7__trajectory_stats) AS trajectories, "
+                 "(SELECT count(*) FROM sim__treatments) AS simulated"]) == 0
+    got = json.loads(capsys.readouterr().out)["rows"][0]
+    assert got == {"transitions": transitions, "releases": 1, "trajectories": 1000,
+                   "simulated": 6}
+    assert main(["budget", "show", "--dataset", "ward7", "--json"]) == 0
+    budget = json.loads(capsys.readouterr().out)
+    assert budget["spent_basic"]["epsilon"] == pytest.approx(1.0)
+    assert [r["status"] for r in budget["runs"]] == ["released"]
 
 
 def test_gpope_warnings_are_one_line_without_a_source_path(capsys):

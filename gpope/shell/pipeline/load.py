@@ -97,15 +97,31 @@ def _resolve(path: str, table: str) -> str:
     if "://" in path:
         return path
     path = os.path.abspath(os.path.expanduser(path))
-    if not glob.glob(path):
+    if not _matches(path):
         raise ConfigError(f"The {table} file {path!r} does not exist (no file matches it).")
     return path
+
+
+def _matches(path: str) -> list[str]:
+    """The local files or folders ``path`` names: itself when it exists (whatever characters
+    its name holds: ``?``, ``[``, ``{`` are literal then), else the matches of it as a glob."""
+    return [path] if os.path.exists(path) else sorted(glob.glob(path))
+
+
+def _spark_paths(path: str) -> list[str]:
+    """What Spark reads for ``path``: each local match as a literal ``file:`` path (Hadoop would
+    otherwise expand ``?``, ``*``, ``[...]`` and ``{a,b}`` in a folder's name); a URI as given."""
+    if "://" in path:
+        return [path]
+    from gpope.shell.lake.delta_rs.store import _spark_path
+
+    return [_spark_path(match) for match in _matches(path)]
 
 
 def _first_file(path: str, kind: str) -> str | None:
     """One local data file behind ``path`` (a file, a folder of files or a glob), or None."""
     suffix = ".csv" if kind == "csv" else ".parquet"
-    for match in sorted(glob.glob(path)):
+    for match in _matches(path):
         if os.path.isfile(match):
             return match
         for root, _dirs, names in sorted(os.walk(match)):
@@ -182,10 +198,11 @@ def read_bronze_file(spark: SparkSession, path: str, table: str, *,
 
     path = _resolve(path, table)  # a local path: where the user's working directory is
     kind = _format_of(path, fmt)
+    paths = _spark_paths(path)
     if kind == "csv":
-        df = spark.read.option("header", True).option("inferSchema", False).csv(path)
+        df = spark.read.option("header", True).option("inferSchema", False).csv(paths)
     else:
-        df = spark.read.parquet(path)
+        df = spark.read.parquet(*paths)
     naive = [f.name for f in df.schema.fields if f.dataType.simpleString() == "timestamp_ntz"]
     if naive:
         df = df.select(*[F.col(f"`{c}`").cast("timestamp").alias(c) if c in naive
