@@ -147,13 +147,20 @@ def policy_value_sigma(*, m: int, epsilon: float, delta: float, settings: Policy
 
 @dataclass(frozen=True)
 class PolicyValueInterval:
-    """One released scalar: point value, two-sided interval, one-sided lower bound."""
+    """One released scalar: point value, two-sided interval, one-sided lower bound.
+
+    ``observed_weight`` (J(target) off-policy only, else None): the released mean weight mass
+    E[n] / S in [0, 1], the share of the target's discounted weight the data's recorded decisions
+    carry after clipping (post-processing of the release). The rest, 1 - observed_weight, is what
+    the identified set charges at the public reward range: near 0, no valid interval is narrow.
+    """
 
     value: float
     lower: float
     upper: float
     lower_bound: float
     level: float
+    observed_weight: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -578,7 +585,9 @@ def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_shar
         mid_ends = (e_lo + e_hi) / 2.0
         value = mid_ends if not math.isfinite(point) else point
         value = min(max(value, min(e_lo, e_hi)), max(e_lo, e_hi))
+        observed = (None if rel.bounds.on_policy or name != "policy_value"
+                    else float(min(max(x[2] / s, 0.0), 1.0)))
         out[name] = PolicyValueInterval(value=float(value), lower=float(lower), upper=float(upper),
                                         lower_bound=float(e_lo - h(c_lo, alpha)),
-                                        level=float(level))
+                                        level=float(level), observed_weight=observed)
     return out

@@ -338,3 +338,23 @@ def test_a_spec_may_not_name_a_reference_state_after_a_released_scalar():
     EvaluationSpec.from_mapping({**base, "reference_states": {"s0": [0]}})
     with pytest.raises(ConfigError, match="reserved"):
         EvaluationSpec.from_mapping({**base, "reference_states": {"policy_value": [0]}})
+
+
+def test_observed_weight_is_the_released_weight_share_and_its_note():
+    # J(target)'s observed weight is the release's mean weight mass over S (post-processing),
+    # None on-policy; below one half the CLI and the demo say why the interval is wide
+    from gpope.shell.pipeline.evaluate_policy_value import observed_weight_note
+
+    rng = np.random.default_rng(3)
+    m = 500
+    g = rng.uniform(0, 5, m)
+    off = PolicyValueTerms(g=g, a=0.2 * g, n=rng.uniform(0, 2, m))
+    bo = PolicyValueBounds(gamma=0.9, horizon=40, weight_clip=2.0, reward_bounds=(0.0, 1.0))
+    rel = release_policy_value(off, bo, sigma=0.0, settings=PolicyValueSettings(), rng=rng)
+    iv = rel.intervals(0.95)
+    assert iv["policy_value"].observed_weight == pytest.approx(rel.means[2] / bo.discount_mass)
+    assert iv["behaviour_value"].observed_weight is None
+    assert "only 10%" in observed_weight_note(0.1) and observed_weight_note(0.7) is None
+    terms, b = _chain_terms(50, rng)
+    on = release_policy_value(terms, b, sigma=0.0, settings=PolicyValueSettings(), rng=rng)
+    assert on.intervals(0.95)["policy_value"].observed_weight is None

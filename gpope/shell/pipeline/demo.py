@@ -374,7 +374,10 @@ def _policy_value_lines(released: dict[str, Any] | None, truth: dict[str, float]
                      f"{truth['behaviour_value_se']:.3g}). Intervals: one release at the run's "
                      "policy value share, clipped importance weights with their bias inside the "
                      "interval (docs/RESULTS.md)")
-    return lines
+    from gpope.shell.pipeline.evaluate_policy_value import observed_weight_note
+
+    note = observed_weight_note(released["policy_value"].get("observed_weight"))
+    return lines + ([f"  {note}"] if note else [])
 
 
 def _spec_text(path: str) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "as_report",
     "check_policy_terms",
     "mlflow_metrics",
+    "observed_weight_note",
     "plot_policy_values",
     "policy_value_rows",
     "release_policy_values",
@@ -109,8 +110,12 @@ def as_report(released: dict[str, Any] | None) -> dict[str, dict[str, float]] | 
     """Plain form for the run's report and ``--json``."""
     if released is None:
         return None
-    return {k: {"value": v.value, "lower": v.lower, "upper": v.upper,
-                "lower_bound": v.lower_bound, "ci_level": v.level} for k, v in released.items()}
+    out = {k: {"value": v.value, "lower": v.lower, "upper": v.upper,
+               "lower_bound": v.lower_bound, "ci_level": v.level} for k, v in released.items()}
+    for k, v in released.items():
+        if v.observed_weight is not None:
+            out[k]["observed_weight"] = v.observed_weight
+    return out
 
 
 def mlflow_metrics(released: dict[str, Any] | None) -> dict[str, float]:
@@ -163,4 +168,16 @@ def summary_lines(policy_value: dict[str, dict[str, float]] | None) -> list[str]
         if v is not None:
             out.append(f"  {label} = {v['value']:.6g}   {100 * v['ci_level']:g}% interval "
                        f"[{v['lower']:.4g}, {v['upper']:.4g}], at least {v['lower_bound']:.4g}")
-    return out
+    note = observed_weight_note(policy_value.get("policy_value", {}).get("observed_weight"))
+    return out + ([f"  {note}"] if note else [])
+
+
+def observed_weight_note(observed: float | None) -> str | None:
+    """A line saying how much of J(target) the data identify, when little of it is (the released
+    weight share below one half); None otherwise."""
+    if observed is None or observed >= 0.5:
+        return None
+    return (f"J(target): the recorded decisions carry only {100 * observed:.0f}% of the target's "
+            "discounted weight (after clipping); the rest is bounded only by the spec's public "
+            "reward range, so its interval is wide. Data whose treatments follow the target for "
+            "longer narrow it; a tighter valid public reward bound narrows it in proportion.")
