@@ -72,8 +72,8 @@ _PENDING = 2**62  # the version of a candidate that is not yet committed: after 
 
 
 @dataclass(frozen=True)
-class LedgerRow:
-    """One row of the ledger table, with the version of the commit that added it."""
+class _LedgerFields:
+    """The ledger table's contract columns (DESIGN.md): what every row and run state carries."""
 
     dataset: str
     run_id: str
@@ -83,6 +83,12 @@ class LedgerRow:
     accountant: str
     status: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerRow(_LedgerFields):
+    """One row of the ledger table, with the version of the commit that added it."""
+
     kind: str | None = None
     charged_epsilon: float | None = None
     charged_delta: float | None = None
@@ -122,21 +128,13 @@ def row_key(kind: str, run_id: str, status: str) -> str:
 
 
 @dataclass(frozen=True)
-class LedgerEntry:
+class LedgerEntry(_LedgerFields):
     """The current state of one run in the ledger.
 
     ``admitted``: the ledger's commit-order decision for its reservation; a run that was not
     admitted never draws noise, and its spend is not counted.
     """
 
-    dataset: str
-    run_id: str
-    mechanism: str
-    epsilon: float
-    delta: float
-    accountant: str
-    status: str
-    created_at: datetime
     charged_epsilon: float = 0.0
     charged_delta: float = 0.0
     valid_bound: bool = True
