@@ -18,7 +18,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(one trajectory per patient) and rejected_events (every unusable row with its reason). "
             "Re-running replaces the dataset's silver tables. The dataset's variables, actions and "
             "max_length come from 'datasets:' in --conf; for a cohort written by `gpope simulate` "
-            "from its recorded simulation (--domain is then optional)."
+            "from its recorded simulation (--domain is then optional). It reports how episodes "
+            "end (terminal, truncated, at the length cap); with neither 'terminal_variable' nor "
+            "'no_terminal_events: true' declared it refuses data holding an undeclared variable "
+            "seen mostly after patients' last treatments (an undeclared end event), and warns "
+            "when episodes stop early (docs/OWN_DATA.md, 'How an episode ends')."
         ),
     )
     parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
