@@ -36,7 +36,12 @@ from dp_accounting.pld import privacy_loss_mechanism as plm
 from scipy.optimize import brentq
 from scipy.special import logsumexp, ndtr
 
-from gpope.core.accounting.pld_kernels import TAIL_MASS, epsilon_for_delta, self_compose, step_pmfs
+from gpope.core.accounting.pld_kernels import (
+    chernoff_window,
+    epsilon_for_delta,
+    self_compose,
+    step_pmfs,
+)
 from gpope.core.validation import check_int, check_number
 
 __all__ = [
@@ -175,18 +180,10 @@ def pld_cost(batch_rate: float, iterations: int, sigma: float, interval: float) 
         probs = np.maximum(np.diff(np.asarray(loss.mu_upper_cdf(xs), dtype=np.float64)), 0.0)
         mids = 0.5 * (xs[1:] + xs[:-1])
         idx = np.array([loss.privacy_loss(float(x)) for x in mids]) / interval - lo
-        upper, lower = (size - 1) * iterations, 0
         keep = probs > 0
-        for k in (*range(-20, 0), *range(1, 21)):
-            order = k / size
-            log_mgf = float(logsumexp(idx[keep] * order, b=probs[keep]))
-            bound = (iterations * log_mgf + math.log(2.0 / TAIL_MASS)) / order
-            if not math.isfinite(bound):
-                continue
-            if order > 0:
-                upper = min(upper, math.ceil(bound))
-            else:
-                lower = max(lower, math.floor(bound))
+        orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / size
+        log_mgf = [float(logsumexp(idx[keep] * o, b=probs[keep])) for o in orders]
+        lower, upper = chernoff_window(orders, np.asarray(log_mgf), iterations, size)
         step = max(step, size)
         fft = max(fft, int(_FFT_SAFETY * max(upper - lower + 1, size)) + 2048)
     return PLDCost(step_points=step, fft_points=fft)

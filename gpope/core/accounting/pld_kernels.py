@@ -28,7 +28,7 @@ from dp_accounting.pld import pld_pmf, privacy_loss_distribution
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from scipy import fft
 
-__all__ = ["TAIL_MASS", "epsilon_for_delta", "self_compose", "step_pmfs"]
+__all__ = ["TAIL_MASS", "chernoff_window", "epsilon_for_delta", "self_compose", "step_pmfs"]
 
 TAIL_MASS = 1e-15  # dp-accounting's default tail_mass_truncation of self_compose
 _SPARSE_MAX = 1000  # dp-accounting keeps a PMF of at most this many points sparse
@@ -130,9 +130,19 @@ def _convolve_bounds(probs: np.ndarray, count: int) -> tuple[int, int]:
     for start in range(0, n, _BLOCK):
         p = probs[start:start + _BLOCK]
         mgf += np.exp(np.outer(orders, np.arange(start, start + len(p)))) @ p
-    upper, lower = (n - 1) * count, 0
     with np.errstate(divide="ignore"):
-        bounds = (count * np.log(mgf) + math.log(2.0 / TAIL_MASS)) / orders
+        return chernoff_window(orders, np.log(mgf), count, n)
+
+
+def chernoff_window(orders: np.ndarray, log_mgf: np.ndarray, count: int,
+                    size: int) -> tuple[int, int]:
+    """(lower, upper): the index window outside which the ``count``-fold sum of a PMF on
+    ``size`` points has at most ``TAIL_MASS / 2`` on each side, by the Chernoff bound at each
+    order (``log_mgf``: the log moment generating function there); dp-accounting's rule."""
+    upper, lower = (size - 1) * count, 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bounds = (count * np.asarray(log_mgf, dtype=np.float64)
+                  + math.log(2.0 / TAIL_MASS)) / orders
     for order, bound in zip(orders, bounds, strict=True):
         if not math.isfinite(bound):
             continue

@@ -30,6 +30,7 @@ __all__ = [
     "spark_error",
     "spark_write_cause",
     "sql_in",
+    "user_metadata_field",
 ]
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
@@ -174,7 +175,7 @@ def encode_user_metadata(
     return json.dumps(payload, sort_keys=True)
 
 
-def _user_metadata_field(text: object, key: str) -> str | None:
+def user_metadata_field(text: object, key: str) -> str | None:
     """The string ``key`` of a ``userMetadata`` JSON object, or None when absent or unparsable."""
     if not isinstance(text, str):
         return None
@@ -188,12 +189,12 @@ def _user_metadata_field(text: object, key: str) -> str | None:
 
 def decode_user_metadata(text: object) -> str | None:
     """The gpope write mode recorded by :func:`encode_user_metadata`, or None."""
-    return _user_metadata_field(text, _USER_METADATA_KEY)
+    return user_metadata_field(text, _USER_METADATA_KEY)
 
 
 def decode_user_metadata_run(text: object) -> str | None:
     """The stage run id recorded by :func:`encode_user_metadata`, or None."""
-    return _user_metadata_field(text, _RUN_KEY)
+    return user_metadata_field(text, _RUN_KEY)
 
 
 _ERROR_LINE = r"^\s*((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception)): (.+)$"

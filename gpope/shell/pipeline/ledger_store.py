@@ -152,14 +152,9 @@ def rows_metadata(info: Mapping[str, Any]) -> Any:
     """
     if ROWS_KEY in info:
         return info[ROWS_KEY]
-    text = info.get("userMetadata")
-    if not isinstance(text, str):
-        return None
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return None
-    return payload.get(ROWS_KEY) if isinstance(payload, dict) else None
+    from gpope.shell.lake.base import user_metadata_field
+
+    return user_metadata_field(info.get("userMetadata"), ROWS_KEY)
 
 
 class TableLedgerStore:
