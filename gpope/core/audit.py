@@ -68,6 +68,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.stats import beta as beta_dist
 
+from gpope.core.accounting.registry import accountant_choices
 from gpope.core.gpope import GPOPEConfig, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_choice, check_int, check_number, check_probability
@@ -145,7 +146,7 @@ class AuditConfig(AuditClaim):
     sampling: Literal["uniform", "poisson"] = "uniform"
     m: int = 1000
     iterations: int = 1000
-    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
+    accountant: str = "auto"
     batch_rate: float | None = None
     clip: float = 1.0
     canary_scale: float = 100.0
@@ -159,7 +160,7 @@ class AuditConfig(AuditClaim):
         check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
         check_int(o, "m", self.m, ge=1)
         check_int(o, "iterations", self.iterations, ge=1)
-        check_choice(o, "accountant", self.accountant, ("auto", "paper", "rdp", "pld"))
+        check_choice(o, "accountant", self.accountant, accountant_choices())
         if self.batch_rate is not None:
             check_probability(o, "batch_rate", self.batch_rate)
         check_number(o, "clip", self.clip, gt=0.0)

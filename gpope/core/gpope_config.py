@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from gpope.core.accounting.registry import accountant_choices
 from gpope.core.steps import STEP_SCHEDULES
 from gpope.core.validation import (
     check_choice,
@@ -22,7 +23,6 @@ from gpope.errors import ConfigError
 
 __all__ = ["GPOPEConfig"]
 
-_ACCOUNTANTS = ("auto", "paper", "rdp", "pld")
 _SAMPLINGS = ("uniform", "poisson")
 _AVERAGING = ("none", "uniform", "tail")
 
@@ -37,7 +37,8 @@ class GPOPEConfig:
         noise_multiplier: sigma >= 0 (noise std = h sigma); None = calibrate from epsilon/delta.
         epsilon: target epsilon > 0 (with noise_multiplier None).
         delta: delta in (0, 1); with a given sigma, used to report the spent epsilon.
-        accountant: "auto" (tightest rigorous for the sampling), "paper", "rdp" or "pld".
+        accountant: "auto" (tightest rigorous for the sampling) or a registered accountant
+            (:mod:`gpope.core.accounting.registry`: "rdp", "pld", "paper", ...).
         sampling: "uniform" (one trajectory per step, the paper) or "poisson".
         batch_rate: q in (0, 1], required for (and only for) "poisson".
         step_size: eta > 0.
@@ -64,7 +65,7 @@ class GPOPEConfig:
     noise_multiplier: float | None = None
     epsilon: float | None = None
     delta: float | None = None
-    accountant: Literal["auto", "paper", "rdp", "pld"] = "auto"
+    accountant: str = "auto"
     sampling: Literal["uniform", "poisson"] = "uniform"
     batch_rate: float | None = None
     step_schedule: Literal["constant", "inverse"] = "constant"
@@ -107,7 +108,7 @@ class GPOPEConfig:
         set_(self, "epsilon", check_number(o, "epsilon", self.epsilon, gt=0.0, allow_none=True))
         set_(self, "delta",
              check_number(o, "delta", self.delta, gt=0.0, lt=1.0, allow_none=True))
-        check_choice(o, "accountant", self.accountant, _ACCOUNTANTS)
+        check_choice(o, "accountant", self.accountant, accountant_choices())
         check_choice(o, "sampling", self.sampling, _SAMPLINGS)
         check_choice(o, "step_schedule", self.step_schedule, STEP_SCHEDULES)
         set_(self, "step_offset", check_number(o, "step_offset", self.step_offset, ge=0.0))

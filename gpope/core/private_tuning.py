@@ -48,10 +48,9 @@ from dataclasses import dataclass, field, replace
 
 import dp_accounting
 import numpy as np
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import RdpAccountant
 
 from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
+from gpope.core.accounting.registry import REFERENCE, composing_accountants, implementation
 from gpope.core.gpope import GPOPEConfig, GPOPEResult, run_gpope
 from gpope.core.private_quantile import LogGrid, private_quantile, quantile_dp_event
 from gpope.core.private_scoring import (
@@ -70,7 +69,6 @@ from gpope.core.validation import (
 from gpope.errors import AccountingError, ConfigError
 
 __all__ = [
-    "TUNING_ACCOUNTANTS",
     "Candidate",
     "PrivateTuningPlan",
     "PrivateTuningResult",
@@ -82,8 +80,6 @@ __all__ = [
     "tune_privately",
 ]
 
-TUNING_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
-_PLD_INTERVAL = 1e-4  # PLD discretisation of the composed event (a valid, slightly pessimistic grid)
 _XTOL = 2e-3  # relative precision of the sigma bisections
 _SIGMA_MAX = 1e5
 
@@ -145,21 +141,14 @@ class PrivateTuningSettings:
 
 # ---------------------------------------------------------------------- accounting
 def _epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str) -> float:
-    if accountant == "rdp":
-        acc = RdpAccountant(orders=RDP_ORDERS,
-                            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    else:
-        acc = PLDAccountant(
-            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-            value_discretization_interval=_PLD_INTERVAL,
-        )
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+    return implementation(accountant).event_epsilon(
+        event, delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
-def composed_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp") -> float:
+def composed_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = REFERENCE
+                     ) -> float:
     """Epsilon at ``delta`` of ``event`` under add/remove-one adjacency (dp-accounting)."""
-    check_choice("composed_epsilon", "accountant", accountant, TUNING_ACCOUNTANTS)
+    check_choice("composed_epsilon", "accountant", accountant, composing_accountants())
     d = check_number("composed_epsilon", "delta", delta, gt=0.0, lt=1.0)
     return _epsilon(event, d, accountant)
 
@@ -189,7 +178,7 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
     """Noise multiplier of one Gaussian mechanism certified (epsilon, delta)-DP by RDP."""
     e = check_number("gaussian_sigma", "epsilon", epsilon, gt=0.0)
     d = check_number("gaussian_sigma", "delta", delta, gt=0.0, lt=1.0)
-    return _bisect(lambda s: _epsilon(dp_accounting.GaussianDpEvent(s), d, "rdp"), e, 0.1, 1e5)
+    return _bisect(lambda s: _epsilon(dp_accounting.GaussianDpEvent(s), d, REFERENCE), e, 0.1, 1e5)
 
 
 @dataclass(frozen=True)
@@ -199,7 +188,8 @@ class PrivateTuningPlan:
     Attributes:
         m, iterations, batch_rate: the GPOPE run's public size, N and Poisson rate q.
         epsilon, delta: the target (what the ledger reserves).
-        accountant: "rdp" or "pld", the accountant that certifies ``epsilon_spent``.
+        accountant: the accountant that certifies ``epsilon_spent`` (one of
+            :func:`gpope.core.accounting.registry.composing_accountants`).
         quantile_sigma: noise multiplier of each histogram (sensitivity 1).
         statistics_sigma: noise multiplier of the noisy statistics (sensitivity = their clip).
         gpope_sigma: noise multiplier of every candidate GPOPE run.
@@ -248,7 +238,7 @@ def _rdp_curve(event_parts: tuple[float, float, float, int, int, int, float]) ->
     releases have RDP ``alpha / (2 s^2)`` (Mironov 2017, Prop. 7), the GPOPE step's curve comes
     from dp-accounting (cached per sigma), multiplied by ``K * N``.
     """
-    from gpope.core.accounting.api import _rdp_step
+    from gpope.core.accounting.rdp import rdp_step as _rdp_step
 
     s_q, s_s, s_g, m, n, k, q = event_parts
     alpha = np.asarray(RDP_ORDERS, dtype=np.float64)
@@ -264,7 +254,7 @@ def plan_private_tuning(
     epsilon: float,
     delta: float,
     settings: PrivateTuningSettings,
-    accountant: str = "rdp",
+    accountant: str = REFERENCE,
 ) -> PrivateTuningPlan:
     """Calibrate every noise multiplier so the composed run meets (epsilon, delta).
 
@@ -287,7 +277,7 @@ def plan_private_tuning(
     q = check_probability(o, "batch_rate", batch_rate)
     eps = check_number(o, "epsilon", epsilon, gt=0.0)
     d = check_number(o, "delta", delta, gt=0.0, lt=1.0)
-    acc = check_choice(o, "accountant", accountant, TUNING_ACCOUNTANTS)
+    acc = check_choice(o, "accountant", accountant, composing_accountants())
     if not isinstance(settings, PrivateTuningSettings):
         raise ConfigError(f"{o} needs PrivateTuningSettings; got {type(settings).__name__}.")
     total = gaussian_sigma(eps, d)
@@ -300,23 +290,23 @@ def plan_private_tuning(
         return float(compute_epsilon(RDP_ORDERS, rdp, d)[0])
 
     # One run alone needs less noise than K runs plus the releases: a valid lower end.
-    lo = calibrate_sigma(m=m_, iterations=n_, epsilon=eps, delta=d, accountant="rdp",
+    lo = calibrate_sigma(m=m_, iterations=n_, epsilon=eps, delta=d, accountant=REFERENCE,
                          sampling="poisson", batch_rate=q)
     hi = lo * 2.0
     while f_rdp(hi) > eps and hi < _SIGMA_MAX:
         lo, hi = hi, min(hi * 2.0, _SIGMA_MAX)
     s_g = _bisect(f_rdp, eps, lo, hi)
     e_g = f_rdp(s_g)
-    if acc == "pld":
+    if acc != REFERENCE:  # a tighter accountant searches below the reference's answer
 
-        def f_pld(s: float) -> float:
-            return _epsilon(_event(m_, n_, q, s_q, s_s, s, k), d, "pld")
+        def f_acc(s: float) -> float:
+            return _epsilon(_event(m_, n_, q, s_q, s_s, s, k), d, acc)
 
-        if f_pld(s_g) <= eps:
-            s_g = _bisect(f_pld, eps, s_g / 1.5, s_g)
-            e_g = f_pld(s_g)
+        if f_acc(s_g) <= eps:
+            s_g = _bisect(f_acc, eps, s_g / 1.5, s_g)
+            e_g = f_acc(s_g)
         else:  # pragma: no cover - PLD is tighter than RDP for these events
-            acc = "rdp"
+            acc = REFERENCE
     return PrivateTuningPlan(
         m=m_, iterations=n_, batch_rate=q, epsilon=eps, delta=d, accountant=acc,
         quantile_sigma=s_q, statistics_sigma=s_s, gpope_sigma=s_g, candidates=k,

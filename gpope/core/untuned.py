@@ -405,12 +405,13 @@ def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: 
         ConfigError: the ``paper`` accountant (not a valid bound: the default is always private).
     """
     from gpope.core.accounting import resolve_accountant
+    from gpope.core.accounting.registry import not_a_valid_bound
     from gpope.core.private_tuning import composed_epsilon
 
-    if accountant == "paper":
+    if not_a_valid_bound(accountant):
         raise ConfigError(
-            "The tuning-free default is accounted rigorously; the 'paper' accountant is not a valid "
-            "bound. Use --accountant auto, rdp or pld.")
+            f"The tuning-free default is accounted rigorously; the {accountant!r} accountant is "
+            "not a valid bound. Use --accountant auto, rdp or pld.")
     resolved = resolve_accountant(accountant, "poisson")
     sig = plan_untuned(m=m, epsilon=epsilon, delta=delta, settings=settings, accountant=resolved)
     event = untuned_dp_event(sig, moments_share)

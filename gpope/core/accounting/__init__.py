@@ -1,6 +1,7 @@
 """Privacy accounting of GPOPE: epsilon for a noise multiplier and sigma for a target epsilon.
 
-Accountants (``accountant=``):
+Accountants (``accountant=``), registered in :mod:`.registry` (one interface; the CLI choices,
+the settings' constraint and ``"auto"`` read it):
 
 - ``"rdp"``: Renyi DP via dp-accounting (Mironov 2017; subsampling without replacement: Wang,
   Balle, Kasiviswanathan 2019, Thm. 27; Poisson: Mironov, Talwar, Zhang 2019). Rigorous.
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
         Sampling,
         gpope_dp_event,
         neighboring_relation,
-        resolve_accountant,
     )
     from gpope.core.accounting.api import (
         RDP_ORDERS,
@@ -53,6 +53,15 @@ if TYPE_CHECKING:
         pld_epsilon,
         pld_epsilon_adaptive,
     )
+    from gpope.core.accounting.registry import (
+        AccountantInfo,
+        PrivacyAccountant,
+        accountant_choices,
+        accountant_info,
+        not_a_valid_bound,
+        register,
+        resolve_accountant,
+    )
 
 #: Public name -> submodule. Loaded on first use (PEP 562), so importing one submodule (e.g. the
 #: ledger's pure budget logic for ``gpope budget show``) does not import dp-accounting's PLD and
@@ -60,6 +69,12 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "ACCOUNTANTS": "_common",
     "Accountant": "_common",
+    "AccountantInfo": "registry",
+    "PrivacyAccountant": "registry",
+    "accountant_choices": "registry",
+    "accountant_info": "registry",
+    "not_a_valid_bound": "registry",
+    "register": "registry",
     "Calibration": "api",
     "DEFAULT_PLD_GRID": "pld",
     "PLDCost": "pld",
@@ -84,7 +99,7 @@ _EXPORTS: dict[str, str] = {
     "pld_epsilon": "pld",
     "pld_epsilon_adaptive": "pld",
     "privacy_spend": "api",
-    "resolve_accountant": "_common",
+    "resolve_accountant": "registry",
 }
 
 
@@ -104,23 +119,29 @@ __all__ = [
     "SIGMA_MIN",
     "SUPPORTED",
     "Accountant",
+    "AccountantInfo",
     "Calibration",
     "PLDCost",
     "PLDEstimate",
     "PLDGrid",
+    "PrivacyAccountant",
     "PrivacySpend",
     "Sampling",
+    "accountant_choices",
+    "accountant_info",
     "calibrate",
     "calibrate_sigma",
     "epsilon_spent",
     "gdp_sigma_guess",
     "gpope_dp_event",
     "neighboring_relation",
+    "not_a_valid_bound",
     "paper_epsilon",
     "paper_sigma",
     "pld_cost",
     "pld_epsilon",
     "pld_epsilon_adaptive",
     "privacy_spend",
+    "register",
     "resolve_accountant",
 ]

@@ -16,17 +16,21 @@ The ``sigma / 2`` of the uniform row is deliberate: under ``REPLACE_ONE`` dp-acc
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import dp_accounting
 
+from gpope.core.accounting.registry import (
+    SAMPLINGS,
+    accountant_choices,
+    resolve_accountant,
+    supported_pairs,
+)
 from gpope.core.validation import check_choice, check_int, check_number, check_probability
-from gpope.errors import AccountingError, ConfigError
+from gpope.errors import ConfigError
 
 __all__ = [
-    "ACCOUNTANTS",
     "SAMPLINGS",
-    "SUPPORTED",
     "Accountant",
     "Sampling",
     "check_common",
@@ -35,53 +39,19 @@ __all__ = [
     "resolve_accountant",
 ]
 
-Accountant = Literal["auto", "paper", "rdp", "pld"]
+#: An accountant name: "auto" or a registered one (:mod:`.registry`).
+Accountant = str
 Sampling = Literal["uniform", "poisson"]
 
-ACCOUNTANTS: tuple[str, ...] = ("auto", "paper", "rdp", "pld")
-SAMPLINGS: tuple[str, ...] = ("uniform", "poisson")
 
-#: Every (accountant, sampling) pair that can be answered; "auto" resolves to one of these.
-SUPPORTED: tuple[tuple[str, str], ...] = (
-    ("paper", "uniform"),
-    ("rdp", "uniform"),
-    ("rdp", "poisson"),
-    ("pld", "poisson"),
-)
-
-# "auto": the tightest rigorous accountant for the sampling. PLD does not support sampling
-# without replacement in dp-accounting 0.6, so uniform sampling falls back to RDP.
-_AUTO: dict[str, str] = {"uniform": "rdp", "poisson": "pld"}
-
-
-def resolve_accountant(accountant: str, sampling: str) -> str:
-    """The concrete accountant used for ``accountant`` under ``sampling``.
-
-    ``"auto"`` becomes the tightest rigorous accountant for the sampling: ``"rdp"`` for uniform
-    (fixed-size, without replacement) sampling and ``"pld"`` for Poisson sampling. Other names are
-    returned unchanged once the pair is known to be supported.
-
-    Raises:
-        ConfigError: unknown accountant or sampling name.
-        AccountingError: the pair is not supported (e.g. ``"pld"`` with ``"uniform"``); the message
-            lists the supported pairs.
-    """
-    check_choice("resolve_accountant", "accountant", accountant, ACCOUNTANTS)
-    check_choice("resolve_accountant", "sampling", sampling, SAMPLINGS)
-    resolved = _AUTO[sampling] if accountant == "auto" else accountant
-    if (resolved, sampling) not in SUPPORTED:
-        pairs = ", ".join(f"{a}+{s}" for a, s in SUPPORTED)
-        reason = {
-            ("pld", "uniform"): "dp-accounting's PLD accountant does not support sampling "
-            "without replacement",
-            ("paper", "poisson"): "the paper's Lemma 1 is stated for one trajectory per step",
-        }.get((resolved, sampling), "no bound is implemented for it")
-        raise AccountingError(
-            f"The accountant {resolved!r} cannot account for sampling {sampling!r}: {reason}. "
-            f"Supported accountant+sampling pairs: {pairs} (or accountant='auto'). "
-            "Choose one of those."
-        )
-    return resolved
+def __getattr__(name: str) -> Any:
+    """``ACCOUNTANTS`` (every valid name) and ``SUPPORTED`` (every (accountant, sampling) pair
+    that can be answered), read from the registry when asked so registered accountants appear."""
+    if name == "ACCOUNTANTS":
+        return accountant_choices()
+    if name == "SUPPORTED":
+        return supported_pairs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_common(

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from gpope.core.accounting.registry import not_a_valid_bound
 from gpope.errors import ConfigError
 
 __all__ = [
@@ -226,7 +227,7 @@ def check_one_relation(dataset: str, counted: Iterable[LedgerEntry], mechanism: 
 def _legacy_charge(row: LedgerRow) -> float:
     """The charge of a reservation written before charges were stored."""
     eps = float(row.epsilon)
-    if row.accountant == "paper":  # not a valid bound: charge rigorous RDP of the event
+    if not_a_valid_bound(row.accountant):  # charge rigorous RDP of the event
         from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
         from gpope.core.accounting.composition import FILTER_ORDERS
@@ -247,7 +248,7 @@ def _entry(row: LedgerRow) -> LedgerEntry:
         charged_delta=(float(row.charged_delta) if row.charged_delta is not None
                        else float(row.delta)),
         valid_bound=(bool(row.valid_bound) if row.valid_bound is not None
-                     else row.accountant != "paper"),
+                     else not not_a_valid_bound(row.accountant)),
         actor=row.actor, process=row.process, note=row.note, version=row.version,
     )
 

@@ -23,8 +23,12 @@ as ``h`` instead of ``2h``: the result can be far below what a rigorous accounta
 from __future__ import annotations
 
 import math
+from typing import Any
 
-__all__ = ["paper_epsilon", "paper_sigma", "paper_step_factor"]
+from gpope.core.accounting.registry import Certificate, RunShape
+from gpope.errors import AccountingError
+
+__all__ = ["ACCOUNTANT", "PaperAccountant", "paper_epsilon", "paper_sigma", "paper_step_factor"]
 
 
 def paper_step_factor(sigma: float) -> float:
@@ -59,3 +63,26 @@ def paper_sigma(*, m: int, iterations: int, epsilon: float, delta: float) -> flo
     while paper_epsilon(m=m, iterations=iterations, sigma=sigma, delta=delta) > epsilon:
         sigma = math.nextafter(sigma, math.inf) * (1.0 + 1e-12)
     return sigma
+
+
+class PaperAccountant:
+    """:class:`gpope.core.accounting.registry.PrivacyAccountant` of the paper's literal formula
+    (uniform sampling; NOT a valid bound)."""
+
+    def epsilon(self, run: RunShape, sigma: float) -> float:
+        return paper_epsilon(m=run.m, iterations=run.iterations, sigma=sigma, delta=run.delta)
+
+    def certify(self, run: RunShape, sigma: float) -> Certificate:
+        return Certificate(self.epsilon(run, sigma), "paper")
+
+    def calibrate(self, run: RunShape, epsilon: float) -> float:
+        """Exact up to rounding (closed form, :func:`paper_sigma`)."""
+        return paper_sigma(m=run.m, iterations=run.iterations, epsilon=epsilon, delta=run.delta)
+
+    def event_epsilon(self, event: Any, delta: float, relation: Any) -> float:
+        raise AccountingError(
+            "The 'paper' accountant bounds one GPOPE run only and composes no other release; use "
+            "a rigorous accountant (auto, rdp or pld).")
+
+
+ACCOUNTANT = PaperAccountant()

@@ -14,7 +14,8 @@ from typing import Any
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = ["CONSTRAINTS", "RUN_ONLY", "Choice", "Flag", "Int", "Real", "check_setting"]
+__all__ = ["CONSTRAINTS", "RUN_ONLY", "Accountant", "Choice", "Flag", "Int", "Real",
+           "check_setting"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,17 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Accountant:
+    """"auto" or a registered accountant (:mod:`gpope.core.accounting.registry`, read when
+    checked, so a registered accountant is valid everywhere at once)."""
+
+    def check(self, owner: str, name: str, value: Any) -> str:
+        from gpope.core.accounting.registry import accountant_choices
+
+        return check_choice(owner, name, value, accountant_choices())
+
+
+@dataclass(frozen=True)
 class Flag:
     """True or False."""
 
@@ -70,7 +82,7 @@ class Flag:
 
 #: The constraint of every setting; None is always accepted as "not set" (a setting a run must
 #: have is filled by the packaged default or refused by the resolver).
-CONSTRAINTS: dict[str, Real | Int | Choice | Flag] = {
+CONSTRAINTS: dict[str, Real | Int | Choice | Accountant | Flag] = {
     "epsilon": Real(gt=0.0),
     "delta": Real(gt=0.0, lt=1.0),
     "passes": Real(gt=0.0),
@@ -87,7 +99,7 @@ CONSTRAINTS: dict[str, Real | Int | Choice | Flag] = {
     "averaging": Choice(("none", "uniform", "tail")),
     "tail_fraction": Real(gt=0.0, le=1.0),
     "sampling": Choice(("uniform", "poisson")),
-    "accountant": Choice(("auto", "paper", "rdp", "pld")),
+    "accountant": Accountant(),
     "trace_every": Int(ge=1),
     "seed": Int(ge=0),
     "in_memory_limit_mb": Int(ge=1),

@@ -206,8 +206,10 @@ def _statistics_share(inputs: PlanInputs) -> float:
 
 
 def _statistics_accountant(inputs: PlanInputs) -> str:
-    # the one-shot release is accounted rigorously even when the GPOPE part uses 'paper'
-    return "auto" if inputs.accountant == "paper" else inputs.accountant
+    from gpope.core.accounting.registry import AUTO, not_a_valid_bound
+
+    # the one-shot release is accounted rigorously even when the GPOPE part's accountant is not
+    return AUTO if not_a_valid_bound(inputs.accountant) else inputs.accountant
 
 
 def _gaussian_calibration(inputs: PlanInputs, epsilon: float, delta: float
@@ -306,6 +308,7 @@ def _plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: Privat
                 *, in_memory: bool) -> tuple[ReleaseComponent, PrivateTuningPlan]:
     """``--tune private``: the estimator's share covers the tuning's releases and its K runs
     (one composed event, :mod:`gpope.core.private_tuning`)."""
+    from gpope.core.accounting.registry import not_a_valid_bound, resolve_accountant
     from gpope.core.private_tuning import plan_private_tuning
 
     s = inputs.settings
@@ -314,10 +317,10 @@ def _plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: Privat
             "--tune private needs --sampling poisson (its releases are accounted under "
             f"add/remove-one adjacency with Poisson-sampled GPOPE steps). Got sampling={s.sampling!r}."
         )
-    if s.accountant == "paper":
+    if not_a_valid_bound(s.accountant):
         raise ConfigError(
-            "--tune private needs a rigorous accountant (--accountant auto, rdp or pld); the "
-            "paper's Lemma 1 is not a valid bound and cannot compose the tuning's releases."
+            "--tune private needs a rigorous accountant (--accountant auto, rdp or pld); "
+            f"{s.accountant!r} is not a valid bound and cannot compose the tuning's releases."
         )
     if not in_memory:
         raise ConfigError(
@@ -328,7 +331,7 @@ def _plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: Privat
         )
     plan = plan_private_tuning(
         m=inputs.m, iterations=s.iterations, batch_rate=s.batch_rate, epsilon=epsilon,
-        delta=delta, settings=tuning, accountant="rdp" if s.accountant == "rdp" else "pld")
+        delta=delta, settings=tuning, accountant=resolve_accountant(s.accountant, "poisson"))
     return ReleaseComponent(
         name="gpope-tuned", epsilon=epsilon, delta=delta, sigma=float(plan.gpope_sigma),
         event=plan.dp_event, epsilon_spent=float(plan.epsilon_spent),
@@ -387,6 +390,7 @@ def plan_release(
     """
     from gpope.core.accounting import epsilon_spent, resolve_accountant
     from gpope.core.accounting.composition import relation_of_sampling
+    from gpope.core.accounting.registry import REFERENCE, not_a_valid_bound
 
     s = settings
     untuned_run = s.estimator == "untuned"  # the tuning-free default (gpope.core.untuned)
@@ -443,11 +447,11 @@ def plan_release(
     spent = main.epsilon_spent
     for c in auxiliary:
         spent = spent + c.epsilon_spent
-    valid = accountant != "paper"
+    valid = not not_a_valid_bound(accountant)
     charged = s.epsilon
     if not valid:  # charge what the mechanism really costs (a rigorous RDP bound)
         rigorous = float(epsilon_spent(
-            m=m, iterations=s.iterations, sigma=main.sigma, delta=main.delta, accountant="rdp",
+            m=m, iterations=s.iterations, sigma=main.sigma, delta=main.delta, accountant=REFERENCE,
             sampling=s.sampling, batch_rate=s.batch_rate))
         for c in auxiliary:
             rigorous = rigorous + c.epsilon_spent

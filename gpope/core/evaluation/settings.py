@@ -39,13 +39,13 @@ __all__ = [
     "resolve_settings",
 ]
 
-#: The one message that refuses the ``paper`` accountant for a release.
+#: The one message that refuses an accountant that is not a valid bound (``paper``) for a
+#: release; ``{accountant}`` and ``{why}`` come from its registry entry.
 INVALID_ACCOUNTING_REFUSAL = (
-    "The 'paper' accountant is not a valid privacy bound (the paper's formula drops terms: at its "
-    "settings the true epsilon is several times larger), so it cannot certify a private release. "
-    "Use --accountant auto (or rdp/pld), or pass --allow-invalid-accounting to run it anyway: "
-    "the run is then NOT private everywhere, labelled 'not a valid bound', and the ledger charges "
-    "a rigorous RDP bound of its mechanism."
+    "The {accountant!r} accountant is not a valid privacy bound ({why}), so it cannot certify a "
+    "private release. Use --accountant auto (or rdp/pld), or pass --allow-invalid-accounting to "
+    "run it anyway: the run is then NOT private everywhere, labelled 'not a valid bound', and the "
+    "ledger charges a rigorous RDP bound of its mechanism."
 )
 
 
@@ -153,7 +153,7 @@ class RunSettings:
     averaging: Literal["none", "uniform", "tail"] | None = "tail"
     tail_fraction: float | None = 0.5
     sampling: Literal["uniform", "poisson"] | None = "poisson"
-    accountant: Literal["auto", "paper", "rdp", "pld"] | None = "auto"
+    accountant: str | None = "auto"
     trace_every: int | None = None
     seed: int | None = None
     in_memory_limit_mb: int | None = 2048
@@ -262,8 +262,12 @@ def check_combination(s: Any) -> None:
             ``tune`` other than "none", with ``path`` "stream", or with an accountant whose
             guarantee does not cover the discrete Gaussian (:data:`SECURE_NOISE_REFUSAL`).
     """
-    if getattr(s, "accountant", None) == "paper" and not s.allow_invalid_accounting:
-        raise ConfigError(INVALID_ACCOUNTING_REFUSAL)
+    from gpope.core.accounting.registry import accountant_info, not_a_valid_bound
+
+    name = getattr(s, "accountant", None) or "auto"
+    if not_a_valid_bound(name) and not s.allow_invalid_accounting:
+        raise ConfigError(INVALID_ACCOUNTING_REFUSAL.format(
+            accountant=name, why=accountant_info(name).limitation_of_bound))
     if getattr(s, "secure_noise", False):
         from gpope.core.secure_noise import check_no_seed
 
@@ -276,11 +280,12 @@ def check_combination(s: Any) -> None:
             raise ConfigError(
                 "The 'secure_noise' setting of gpope evaluate runs on the in-memory path only; got "
                 "path='stream'. Use path 'auto' or 'memory'.")
-        from gpope.core.accounting import resolve_accountant
+        from gpope.core.accounting.registry import resolve_accountant
 
         sampling = getattr(s, "sampling", None) or "poisson"
-        accountant = resolve_accountant(getattr(s, "accountant", None) or "auto", sampling)
-        if accountant != "rdp" or (sampling != "uniform" and s.estimator != "ssp"):
+        accountant = resolve_accountant(name, sampling)
+        if (not accountant_info(accountant).discrete_gaussian
+                or (sampling != "uniform" and s.estimator != "ssp")):
             raise ConfigError(SECURE_NOISE_REFUSAL.format(sampling=sampling,
                                                           accountant=accountant))
 

@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+from gpope.core.accounting.registry import accountant_names
 from gpope.core.gpope import GPOPEConfig
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
@@ -63,7 +64,7 @@ class GPOPEMethod:
         name: identifier used in CSV/JSON (``gpope_paper``...).
         label: legend label.
         sampling: "uniform" or "poisson".
-        accountant: "paper", "rdp" or "pld".
+        accountant: a registered accountant (:mod:`gpope.core.accounting.registry`).
         normalization: "trajectory_mean" (the paper) or "transition".
         iterations: N for uniform sampling; for Poisson the number of steps is
             ``max(1, round(iterations / batch_size))`` so both touch about N trajectories.
@@ -79,7 +80,7 @@ class GPOPEMethod:
     name: str
     label: str
     sampling: Literal["uniform", "poisson"] = "uniform"
-    accountant: Literal["paper", "rdp", "pld"] = "paper"
+    accountant: str = "paper"
     normalization: Literal["trajectory_mean", "transition"] = "trajectory_mean"
     iterations: int = 20_000
     batch_size: float = 1.0
@@ -93,7 +94,7 @@ class GPOPEMethod:
     def __post_init__(self) -> None:
         o = "GPOPEMethod"
         check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
-        check_choice(o, "accountant", self.accountant, ("paper", "rdp", "pld"))
+        check_choice(o, "accountant", self.accountant, accountant_names())
         check_choice(o, "normalization", self.normalization, ("trajectory_mean", "transition"))
         check_int(o, "iterations", self.iterations, ge=1)
         check_number(o, "batch_size", self.batch_size, ge=1.0)

@@ -8,9 +8,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpope.core.accounting.registry import (
+    AUTO,
+    accountant_choices,
+    accountant_help,
+    accountant_info,
+)
 from gpope.shell.cli._common import add_json_flag, emit
 
-_PAPER_NOTE = "paper formula: not a valid bound, reproduction only"
 _ADJACENCY = {"uniform": "replace-one (2h)", "poisson": "add/remove (h)"}
 
 
@@ -33,9 +38,7 @@ def _add_common(parser: argparse.ArgumentParser, *, with_accountant: bool = True
     parser.add_argument("--delta", type=float, default=1e-5, help="target delta (default 1e-5)")
     if with_accountant:
         parser.add_argument(
-            "--accountant", default="auto", choices=("auto", "rdp", "pld", "paper"),
-            help="auto: tightest rigorous for the sampling (rdp for uniform, pld for poisson); "
-                 "paper: the paper's formula, NOT a valid bound (reproduction only)",
+            "--accountant", default=AUTO, choices=accountant_choices(), help=accountant_help(),
         )
     parser.add_argument(
         "--sampling", default="uniform", choices=("uniform", "poisson"),
@@ -56,9 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="privacy accounting: sigma for a target epsilon, epsilon for a sigma",
         description=(
             "Privacy accounting of GPOPE. sigma is the noise multiplier relative to the clip "
-            "bound h (noise std = h * sigma). Rigorous accountants: rdp (uniform or poisson) and "
-            "pld (poisson, adaptive grid); 'paper' reproduces the paper's formula, which is not "
-            "a valid bound."
+            "bound h (noise std = h * sigma). Accountants: " + accountant_help() + "."
         ),
     )
     sub = parser.add_subparsers(dest="accountant_command", metavar="{calibrate,epsilon,compare}")
@@ -101,10 +102,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _emit_labelled(args: argparse.Namespace, payload: dict[str, Any], text: str, resolved: str) -> int:
-    """Print the result; a 'paper' accountant result carries the note that it is not a bound."""
-    if resolved == "paper":
-        payload["note"] = _PAPER_NOTE
-        text += f"\n{_PAPER_NOTE}"
+    """Print the result; the result of an accountant that is not a valid bound carries its
+    caveat."""
+    caveat = accountant_info(resolved).caveat
+    if caveat:
+        payload["note"] = caveat
+        text += f"\n{caveat}"
     emit(args, payload, text)
     return 0
 
@@ -137,20 +140,21 @@ def _epsilon(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from gpope.core.accounting import SUPPORTED, calibrate_sigma
+    from gpope.core.accounting import calibrate_sigma
+    from gpope.core.accounting.registry import supported_pairs
 
     q = args.batch_rate if args.batch_rate is not None else 1.0 / args.m
     rows = []
-    for accountant, sampling in SUPPORTED:
+    for accountant, sampling in supported_pairs():
         rate = q if sampling == "poisson" else None
+        info = accountant_info(accountant)
         sigma = calibrate_sigma(m=args.m, iterations=args.iterations, epsilon=args.epsilon,
                                 delta=args.delta, accountant=accountant, sampling=sampling,
                                 batch_rate=rate)
         rows.append({
             "accountant": accountant, "sampling": sampling, "batch_rate": rate,
-            "adjacency": "paper's (h)" if accountant == "paper" else _ADJACENCY[sampling],
-            "sigma": sigma,
-            "note": _PAPER_NOTE if accountant == "paper" else "rigorous upper bound",
+            "adjacency": _ADJACENCY[sampling] if info.rigorous else "paper's (h)",
+            "sigma": sigma, "note": info.caveat or "rigorous upper bound",
         })
     header = (f"sigma for epsilon {args.epsilon:g}, delta {args.delta:g}, m {args.m}, "
               f"N {args.iterations} (Poisson rate {q:.3g})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gpope.core.accounting.registry import accountant_choices, accountant_help
 from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
 
 
@@ -32,8 +33,8 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="fraction of the last iterates averaged with --averaging tail")
     g.add_argument("--sampling", choices=("uniform", "poisson"), default=None,
                    help="uniform: one trajectory per step (the paper); poisson: rate q")
-    g.add_argument("--accountant", choices=("auto", "paper", "rdp", "pld"), default=None,
-                   help="auto: tightest rigorous one for the sampling; paper: NOT a valid bound, "
+    g.add_argument("--accountant", choices=accountant_choices(), default=None,
+                   help=accountant_help() + ". An accountant that is not a valid bound is "
                    "refused unless --allow-invalid-accounting")
     g.add_argument("--trace-every", type=int, default=None,
                    help="log public MSPBE every k steps (default N/20)")

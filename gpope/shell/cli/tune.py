@@ -18,6 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from gpope.core.accounting.registry import accountant_choices, accountant_help
 from gpope.shell.cli._common import add_json_flag, emit
 from gpope.shell.cli.experiment import _DOMAINS, add_settings_options, settings_from_args
 
@@ -52,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--averaging", choices=("none", "uniform", "tail"), default=None)
     g.add_argument("--tail-fraction", type=float, default=None)
     g.add_argument("--sampling", choices=("uniform", "poisson"), default=None)
-    g.add_argument("--accountant", choices=("auto", "paper", "rdp", "pld"), default=None)
+    g.add_argument("--accountant", choices=accountant_choices(), default=None,
+                   help=accountant_help())
     add_settings_options(parser)  # --trials (default 3), --epsilons (default 0.1,1,10),
     # --delta (default 1e-6) and --iterations (fixed N) apply to --spec too
     parser.add_argument("--public-seed", type=int, default=None,

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.accounting.registry import not_a_valid_bound
 from gpope.shell import mlflow_names as names
 
 if TYPE_CHECKING:
@@ -318,7 +319,7 @@ def _log_evaluation(
         names.PRIVATE: str(bool(record.private)).lower(),
         names.SEEDED: str(bool(record.seeded)).lower(),
         names.PRIVACY_NOTE: record.privacy_note,
-        names.VALID_BOUND: str(record.accountant != "paper").lower(),
+        names.VALID_BOUND: str(not not_a_valid_bound(record.accountant)).lower(),
         **code_version(),
         **dict(record.tags),
         **unbounded_tags(record.state_intervals()),

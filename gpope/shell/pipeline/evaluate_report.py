@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.accounting.registry import not_a_valid_bound
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -36,14 +38,14 @@ __all__ = [
     "unbounded_note",
 ]
 
-#: Label of a release whose accountant is not a valid bound.
+#: Label of a release whose accountant is not a valid bound (the paper's).
 NOT_A_VALID_BOUND = "NOT PRIVATE: accountant 'paper' is not a valid bound"
 
 
 def privacy_label(*, private: bool, accountant: str, seeded: bool) -> str:
     """The one-line privacy label of a release (used in output, MLflow and tables)."""
-    if accountant == "paper":
-        return NOT_A_VALID_BOUND
+    if not_a_valid_bound(accountant):
+        return f"NOT PRIVATE: accountant {accountant!r} is not a valid bound"
     if seeded:
         return "NOT PRIVATE: fixed seed"
     return "PRIVATE" if private else "NOT PRIVATE"

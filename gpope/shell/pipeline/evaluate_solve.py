@@ -77,7 +77,7 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): every noisy
     release at the plan's multipliers, then the estimate, values and intervals."""
     from gpope.shell.pipeline.evaluate_intervals import noisy_statistics, release_intervals
-    from gpope.shell.pipeline.evaluate_report import NOT_A_VALID_BOUND
+    from gpope.shell.pipeline.evaluate_report import privacy_label
 
     m, n = plan.m, spec.n_features
     if plan.estimator == "untuned":
@@ -117,7 +117,8 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
             settings = dataclasses.replace(settings, clip=tuned.config.clip,
                                            step_size=tuned.config.step_size)
     if not plan.valid_bound:
-        result = dataclasses.replace(result, private=False, privacy_note=NOT_A_VALID_BOUND)
+        result = dataclasses.replace(result, private=False, privacy_note=privacy_label(
+            private=False, accountant=plan.accountant, seeded=False))
     theta = result.theta_avg if result.theta_avg is not None else result.theta
     values = spec.reference_values(theta)
     intervals, theta_iv, priv_mspbe = release_intervals(

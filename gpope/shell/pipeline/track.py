@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpope.core.accounting.registry import not_a_valid_bound
 from gpope.errors import ConfigError
 from gpope.shell import mlflow_names as names
 
@@ -135,7 +136,7 @@ def relog_release(
         names.SPEC: spec_name, names.SPEC_ID: estimate["spec_id"],
         names.ESTIMATOR: estimate["estimator"],
         names.PRIVATE: str(bool(estimate["private"])).lower(),
-        names.VALID_BOUND: str(estimate["accountant"] != "paper").lower(),
+        names.VALID_BOUND: str(not not_a_valid_bound(estimate["accountant"])).lower(),
         RELOGGED_TAG: "lake", **code_version(),
         **unbounded_tags({r["state"]: (r["lower"], r["upper"], r["lower_bound"])
                           for r in values}),
