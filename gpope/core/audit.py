@@ -86,6 +86,7 @@ __all__ = [
     "AuditClaim",
     "AuditConfig",
     "AuditResult",
+    "CanaryClaim",
     "audit_datasets",
     "audit_statistics",
     "certify",
@@ -119,7 +120,32 @@ class AuditClaim:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuditConfig(AuditClaim):
+class CanaryClaim(AuditClaim):
+    """An audit of m base records plus one canary with n features (the last is the canary's).
+
+    Attributes:
+        m: base records per data set.
+        clip: the clip bound (h, or the joint bound of the statistics).
+        canary_scale: G / clip of the canary (> 1, so a missing clip shows).
+        n_features: n >= 2.
+    """
+
+    m: int = 4
+    clip: float = 1.0
+    canary_scale: float = 100.0
+    n_features: int = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        o = type(self).__name__
+        check_int(o, "m", self.m, ge=1)
+        check_number(o, "clip", self.clip, gt=0.0)
+        check_number(o, "canary_scale", self.canary_scale, gt=1.0)
+        check_int(o, "n_features", self.n_features, ge=2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditConfig(CanaryClaim):
     """Settings of one audit (all public).
 
     Attributes:
@@ -143,14 +169,11 @@ class AuditConfig(AuditClaim):
 
     epsilon: float = 2.0
     runs: int = 2000
-    sampling: Literal["uniform", "poisson"] = "uniform"
     m: int = 1000
+    sampling: Literal["uniform", "poisson"] = "uniform"
     iterations: int = 1000
     accountant: str = "auto"
     batch_rate: float | None = None
-    clip: float = 1.0
-    canary_scale: float = 100.0
-    n_features: int = 3
     step_size: float = 0.1
     statistic: Literal["likelihood_ratio", "max_increment", "final"] = "likelihood_ratio"
 
@@ -158,14 +181,10 @@ class AuditConfig(AuditClaim):
         super().__post_init__()
         o = "AuditConfig"
         check_choice(o, "sampling", self.sampling, ("uniform", "poisson"))
-        check_int(o, "m", self.m, ge=1)
         check_int(o, "iterations", self.iterations, ge=1)
         check_choice(o, "accountant", self.accountant, accountant_choices())
         if self.batch_rate is not None:
             check_probability(o, "batch_rate", self.batch_rate)
-        check_number(o, "clip", self.clip, gt=0.0)
-        check_number(o, "canary_scale", self.canary_scale, gt=1.0)
-        check_int(o, "n_features", self.n_features, ge=2)
         check_number(o, "step_size", self.step_size, gt=0.0)
         check_choice(o, "statistic", self.statistic, _STATISTICS)
 

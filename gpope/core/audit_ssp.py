@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from gpope.core.audit import AuditClaim, AuditResult, certify
+from gpope.core.audit import AuditResult, CanaryClaim, certify
 from gpope.core.ssp import (
     assign_groups,
     clip_statistics,
@@ -45,13 +45,13 @@ from gpope.core.ssp import (
     ssp_sigma,
     statistics_vectors,
 )
-from gpope.core.validation import check_choice, check_int, check_number
+from gpope.core.validation import check_choice, check_int
 
 __all__ = ["SSPAuditConfig", "run_ssp_audit"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SSPAuditConfig(AuditClaim):
+class SSPAuditConfig(CanaryClaim):
     """Settings of one SSP audit (all public).
 
     Attributes:
@@ -61,21 +61,13 @@ class SSPAuditConfig(AuditClaim):
         relation: "add_or_remove_one" or "replace_one" (the adjacency claimed and audited).
     """
 
-    m: int = 4
-    clip: float = 1.0
-    canary_scale: float = 100.0
     groups: int = 1
-    n_features: int = 3
     relation: str = "add_or_remove_one"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         o = "SSPAuditConfig"
-        check_int(o, "m", self.m, ge=1)
-        check_number(o, "clip", self.clip, gt=0.0)
-        check_number(o, "canary_scale", self.canary_scale, gt=1.0)
         check_int(o, "groups", self.groups, ge=1)
-        check_int(o, "n_features", self.n_features, ge=2)
         check_choice(o, "relation", self.relation, ("add_or_remove_one", "replace_one"))
 
 
