@@ -16,7 +16,7 @@ import numpy as np
 
 from gpope.core.clipping import clip_rows
 from gpope.core.gpope_config import GPOPEConfig
-from gpope.core.kernels import dense_steps, poisson_steps
+from gpope.core.kernels import StepChunk, dense_steps, poisson_steps
 from gpope.core.sample_plan import draw_plan, plan_chunk_steps
 from gpope.core.secure_noise import (
     round_to_grid,
@@ -111,8 +111,8 @@ def iterate(
         if fast:
             chunk_steps = (_fast_tabular_chunk if stats.representation == "tabular"
                            else _fast_dense_chunk)
-            chunk_steps(stats, idx[:, 0], x[0], acc[0], beta, clip_h,
-                        None if z is None else z[:, 0], c0, avg_from)
+            chunk_steps(stats, idx[:, 0], StepChunk(x[0], acc[0], beta, clip_h,
+                                                    None if z is None else z[:, 0], c0, avg_from))
             continue
         if poisson and compiled_poisson:
             s0 = 0
@@ -180,18 +180,8 @@ def iterate_secure(
     return _finish(x, acc, trace)
 
 
-def _fast_dense_chunk(
-    stats: TrajectoryStats,
-    idx: np.ndarray,
-    x: np.ndarray,
-    acc: np.ndarray,
-    beta: np.ndarray,
-    h: float,
-    z: np.ndarray | None,
-    c0: int,
-    avg_from: int,
-) -> None:
-    """Single-trial uniform steps on dense stats, updating x (2n,) and acc (n,) in place.
+def _fast_dense_chunk(stats: TrajectoryStats, idx: np.ndarray, chunk: StepChunk) -> None:
+    """Single-trial uniform steps of trajectories ``idx`` on dense stats, in place on ``chunk``.
 
     Gathers the chunk's [A_j | C_j] blocks once (the read floor), then runs the sequential steps on
     views with a handful of small BLAS calls each.
@@ -199,8 +189,9 @@ def _fast_dense_chunk(
     n = stats.n
     blocks = stats._ac[idx]  # (L, n, 2n)
     bs = stats._b[idx]  # (L, n)
-    if dense_steps(blocks, bs, x, acc, beta, h, z, c0, avg_from):
+    if dense_steps(blocks, bs, chunk):
         return
+    x, acc, beta, h, z, c0, avg_from = chunk
     theta = x[:n]
     w = x[n:]
     gw = np.empty(n)
@@ -219,21 +210,12 @@ def _fast_dense_chunk(
             acc += theta
 
 
-def _fast_tabular_chunk(
-    stats: TrajectoryStats,
-    idx: np.ndarray,
-    x: np.ndarray,
-    acc: np.ndarray,
-    beta: np.ndarray,
-    h: float,
-    z: np.ndarray | None,
-    c0: int,
-    avg_from: int,
-) -> None:
+def _fast_tabular_chunk(stats: TrajectoryStats, idx: np.ndarray, chunk: StepChunk) -> None:
     """Single-trial uniform steps on tabular stats: rows of the chunk gathered once, O(tau) a step.
 
     Same arithmetic as ``TrajectoryStats._grad_x`` for one trajectory at a time.
     """
+    x, acc, beta, h, z, c0, avg_from = chunk
     n = stats.n
     lens = stats.tau[idx]
     ends = np.cumsum(lens)

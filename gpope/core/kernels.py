@@ -14,15 +14,38 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from gpope.core.jit import numba_module
 
-__all__ = ["JIT_MAX_FEATURES", "dense_steps", "jit_available", "poisson_steps"]
+__all__ = ["JIT_MAX_FEATURES", "StepChunk", "dense_steps", "jit_available", "poisson_steps"]
 
 #: Above this many features the numpy path (BLAS matrix-vector products) is as fast or faster.
 JIT_MAX_FEATURES = 64
+
+
+class StepChunk(NamedTuple):
+    """Consecutive single-trial steps of one plan chunk, run in place on the iterate.
+
+    Attributes:
+        x: (2n,) iterate [theta, w], updated in place.
+        acc: (n,) sum of the averaged thetas, updated in place.
+        beta: (L,) step sizes of the chunk's L steps.
+        h: clip bound of each gradient (inf: no clipping).
+        z: (L, 2n) scaled noise subtracted after each step, or None.
+        c0: global index of the chunk's first step.
+        avg_from: first step whose theta enters ``acc``.
+    """
+
+    x: np.ndarray
+    acc: np.ndarray
+    beta: np.ndarray
+    h: float
+    z: np.ndarray | None
+    c0: int
+    avg_from: int
 
 
 # The compiled helpers the compiled loops call, set by _compiled() / _compiled_poisson(). The
@@ -125,30 +148,21 @@ def jit_available() -> bool:
     return _compiled() is not None
 
 
-def dense_steps(
-    blocks: np.ndarray,
-    bs: np.ndarray,
-    x: np.ndarray,
-    acc: np.ndarray,
-    beta: np.ndarray,
-    h: float,
-    z: np.ndarray | None,
-    c0: int,
-    avg_from: int,
-) -> bool:
-    """Run the chunk's steps in place on x (2n,) and acc (n,); False if not compiled.
+def dense_steps(blocks: np.ndarray, bs: np.ndarray, chunk: StepChunk) -> bool:
+    """Run the chunk's steps in place on ``chunk.x`` and ``chunk.acc``; False if not compiled.
 
-    blocks: (L, n, 2n) gathered [A_j | C_j]; bs: (L, n) gathered b_j; z: (L, 2n) scaled noise.
+    blocks: (L, n, 2n) gathered [A_j | C_j]; bs: (L, n) gathered b_j.
     """
     if bs.shape[1] > JIT_MAX_FEATURES:
         return False
     fn = _compiled()
     if fn is None:
         return False
-    zz = z if z is not None else np.zeros((1, x.shape[0]))
-    fn(np.ascontiguousarray(blocks), np.ascontiguousarray(bs), x, acc,
-       np.ascontiguousarray(beta, dtype=np.float64), float(h), np.ascontiguousarray(zz),
-       z is not None, int(c0), int(avg_from))
+    z = chunk.z
+    zz = z if z is not None else np.zeros((1, chunk.x.shape[0]))
+    fn(np.ascontiguousarray(blocks), np.ascontiguousarray(bs), chunk.x, chunk.acc,
+       np.ascontiguousarray(chunk.beta, dtype=np.float64), float(chunk.h),
+       np.ascontiguousarray(zz), z is not None, int(chunk.c0), int(chunk.avg_from))
     return True
 
 

@@ -171,6 +171,6 @@ def test_compiled_kernel_total_clip_matches_clip_rows():
     acc = np.zeros(n)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        kernels.dense_steps(blk, bs, x, acc, np.array([0.5]), 1.0, None, 0, 10)
+        kernels.dense_steps(blk, bs, kernels.StepChunk(x, acc, np.array([0.5]), 1.0, None, 0, 10))
     assert np.all(np.isfinite(x))
     assert np.linalg.norm(x - [0.0, 0.0, 1.0, 1.0]) <= 0.5 + 1e-12
