@@ -42,6 +42,7 @@ LONGEST_FIRST = (
     "tests/core/test_experiments.py",
     "tests/shell/test_demo.py",
     "tests/shell/test_evaluate_privacy.py",
+    "tests/shell/test_kill_points.py",
     "tests/shell/test_stats.py",
     "tests/shell/test_java.py",
     "tests/shell/test_experiment_cli.py",

@@ -8,6 +8,8 @@ list of:
 
 * ``<point>``: SIGKILL this process at ``<point>``;
 * ``<point>:int``: SIGINT (a Ctrl-C) at ``<point>``;
+* ``<point>:raise``: raise :class:`InjectedFault` (an unexpected error, not a
+  :class:`~gpope.errors.GpopeError`) at ``<point>``;
 * ``<point>:wait=<file>``: at ``<point>``, create ``<file>.reached`` and block until ``<file>``
   exists (a deterministic interleaving of two real processes; the path holds no comma);
 * ``clock=<seconds>``: this process's wall clock for the rows it writes is shifted by
@@ -25,11 +27,15 @@ from pathlib import Path
 
 from gpope.errors import GpopeError
 
-__all__ = ["ENV", "WAIT_TIMEOUT_S", "clock_offset", "point"]
+__all__ = ["ENV", "WAIT_TIMEOUT_S", "InjectedFault", "clock_offset", "point"]
 
 ENV = "GPOPE_FAULT"
 #: How long a paused process waits for its release file before it gives up.
 WAIT_TIMEOUT_S = 120.0
+
+
+class InjectedFault(RuntimeError):
+    """The error a ``<point>:raise`` fault raises: stands for any unexpected failure there."""
 
 
 def _entries() -> list[str]:
@@ -38,9 +44,11 @@ def _entries() -> list[str]:
 
 
 def point(name: str) -> None:
-    """Act at point ``name`` as ``$GPOPE_FAULT`` says (kill, interrupt, or wait); else nothing.
+    """Act at point ``name`` as ``$GPOPE_FAULT`` says (kill, interrupt, raise or wait); else
+    nothing.
 
     Raises:
+        InjectedFault: ``$GPOPE_FAULT`` holds ``<name>:raise``.
         GpopeError: a ``wait`` point's release file did not appear within WAIT_TIMEOUT_S.
     """
     entries = _entries()
@@ -50,6 +58,8 @@ def point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if f"{name}:int" in entries:
         os.kill(os.getpid(), signal.SIGINT)
+    if f"{name}:raise" in entries:
+        raise InjectedFault(f"fault injected at {name!r} (${ENV})")
     for entry in entries:
         if entry.startswith(f"{name}:wait="):
             _wait(name, Path(entry.split("=", 1)[1]))

@@ -1,12 +1,10 @@
 """Privacy edges of a release (issue 12 defects 1, 2, 6, 8) and killed or interrupted runs
-(issue 13 section 4): real Spark, real Delta tables, real MLflow, real kill -9."""
+(issue 13 section 4): real Spark, real Delta tables, real MLflow; runs killed at each point are
+in tests/shell/test_kill_points.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dp_accounting
@@ -158,75 +156,6 @@ def test_interrupt_after_the_release_reports_what_was_released(chain_lake, tmp_p
     run_id = out.err.split("run ")[1].split()[0]
     assert run_id in {r["run_id"] for r in _released(root)}
     assert PrivacyLedger(None, config).entry("ch", run_id).status == "released"
-
-
-def _start_killed_evaluate(root: Path, fault: str, tracking: str, log) -> subprocess.Popen:
-    env = {**os.environ, "GPOPE_FAULT": fault, "PYTHONPATH": str(REPO),
-           "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from gpope.shell.cli import main; "
-         "sys.exit(main(sys.argv[1:]))", "evaluate", "--dataset", "ch", "--spec",
-         str(SPEC_FILE), "--epsilon", "0.5", "--delta", "1e-5", "--iterations", "200",
-         "--public-trajectories", "0", "--lake", str(root), "--tracking-uri", tracking],
-        env=env, stdout=subprocess.DEVNULL, stderr=log,
-    )
-
-
-def _wait_killed(proc: subprocess.Popen, log) -> None:
-    try:
-        code = proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log.seek(0)
-    assert code == -9, log.read()[-3000:]
-
-
-def test_kill_9_after_reservation_and_after_release_is_reconciled(spark, chain_lake, tmp_path,
-                                                                 capsys):
-    """Two real processes killed with SIGKILL: one right after its reservation (nothing
-    released), one right after its release (ledger not yet marked). They run concurrently on two
-    copies of the lake (one JVM start's wall time instead of two)."""
-    import shutil
-
-    config, root = chain_lake
-    copy = tmp_path / "lake_copy"
-    shutil.copytree(root, copy)
-    config_copy = load_config(None, lake={"root": str(copy)})
-    ledger, ledger_copy = PrivacyLedger(None, config), PrivacyLedger(None, config_copy)
-    known = {r.run_id for r in ledger.status("ch").runs}
-    assert {r.run_id for r in ledger_copy.status("ch").runs} == known
-    logs = [(tmp_path / f"killed{i}.log").open("w+") for i in range(2)]
-    after_reserve = _start_killed_evaluate(root, "evaluate.after_reserve",
-                                           f"sqlite:///{tmp_path / 'k.db'}", logs[0])
-    after_release = _start_killed_evaluate(copy, "evaluate.after_release",
-                                           f"sqlite:///{tmp_path / 'k2.db'}", logs[1])
-    _wait_killed(after_reserve, logs[0])
-    _wait_killed(after_release, logs[1])
-
-    (first,) = [r for r in ledger.status("ch").runs if r.run_id not in known]
-    assert first.status == "reserved"
-    assert first.run_id not in {r["run_id"] for r in _released(root)}
-    assert main(["budget", "reconcile", "--dataset", "ch", "--lake", str(root)]) == 0
-    assert f"{first.run_id}: failed" in capsys.readouterr().out
-    assert ledger.entry("ch", first.run_id).status == "failed"  # still counted
-
-    (second,) = [r for r in ledger_copy.status("ch").runs if r.run_id not in known]
-    assert second.status == "reserved"
-    assert second.run_id in {r["run_id"] for r in _released(copy)}
-    # the next run settles it automatically from the evidence
-    report = run_evaluate(spark, config_copy, dataset="ch", spec=load_spec(SPEC_FILE),
-                          tracking_uri=f"sqlite:///{tmp_path / 'k2.db'}",
-                          options=SettingsLayer.of(epsilon=0.5, delta=1e-5, iterations=200,
-                                                  public_trajectories=0))
-    runs = {r.run_id: r.status for r in ledger_copy.status("ch").runs}
-    assert runs[second.run_id] == "released" and runs[report.run_id] == "released"
-    assert report.run_id != second.run_id
-    # and a later run's automatic reconcile leaves the failed reservation failed (counted)
-    assert main(["budget", "reconcile", "--dataset", "ch", "--lake", str(root)]) == 0
-    assert ledger.entry("ch", first.run_id).status == "failed"
-    for log in logs:
-        log.close()
 
 
 def test_jobs_keep_noise_free_counts_out_of_stdout(spark, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
@@ -178,6 +179,8 @@ def settings_from_args(args: argparse.Namespace) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
+    from gpope.shell import faults
+    from gpope.shell.pipeline.after_release import printing_failed_line
     from gpope.shell.pipeline.jobargs import config_from_args
 
     config = config_from_args(args)
@@ -190,5 +193,10 @@ def _run(args: argparse.Namespace) -> int:
         spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta, options=options,
         config=config, tracking_uri=args.tracking_uri,
     )
-    emit(args, report.to_dict(include_private=args.print_private_diagnostics), report.summary())
+    try:  # the release is committed: a failure to print it must not invite a second run
+        faults.point("evaluate.print")
+        emit(args, report.to_dict(include_private=args.print_private_diagnostics),
+             report.summary())
+    except Exception as exc:
+        print(printing_failed_line(report, exc), file=sys.stderr)
     return 0

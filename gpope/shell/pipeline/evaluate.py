@@ -22,7 +22,10 @@
 * **the report** (:mod:`~gpope.shell.pipeline.evaluate_report`,
   :mod:`~gpope.shell.pipeline.evaluate_mlflow`): one MLflow run after the release (tracking
   problems never undo a release; MSPBE only on PUBLIC evaluation data, private diagnostics only
-  tagged ``diagnostic.private=true``) and the command's report.
+  tagged ``diagnostic.private=true``) and the command's report. Any error after the release
+  commit (the ledger mark, the record, the guard, MLflow, the report) returns a report of the
+  released values with one WARNING saying the release stands, not to re-run, and how to log it
+  (:mod:`~gpope.shell.pipeline.after_release`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from gpope.shell.pipeline.after_release import unreported_release
 from gpope.shell.pipeline.evaluate_report import EvaluationReport, InterruptedAfterRelease
 
 if TYPE_CHECKING:
@@ -132,12 +136,23 @@ def run_evaluate(
             f"spend the budget again); re-log it to MLflow with `gpope track --run-id {run_id}`.",
             run_id, summary,
         ) from exc
-    except BaseException:
+    except BaseException as exc:
         if not released:
             ledger.mark(dataset, run_id, "failed")
-        raise
-    return report(
-        spark, config, run_id=run_id, dataset=dataset, spec=spec, prepared=prepared, est=est,
-        label=label, budget=ledger.status(dataset), ledger_location=ledger.location,
-        tracking_uri=tracking_uri, spec_text=spec_text, truth=truth,
-        start=start)
+            raise
+        if not isinstance(exc, Exception):
+            raise
+        return unreported_release(ledger, run_id=run_id, dataset=dataset, spec=spec,
+                                  prepared=prepared, est=est, label=label, error=exc,
+                                  marked=False, start=start)
+    try:
+        faults.point("evaluate.report")
+        return report(
+            spark, config, run_id=run_id, dataset=dataset, spec=spec, prepared=prepared, est=est,
+            label=label, budget=ledger.status(dataset), ledger_location=ledger.location,
+            tracking_uri=tracking_uri, spec_text=spec_text, truth=truth,
+            start=start)
+    except Exception as exc:  # the release stands: report it and how to log it, never fail
+        return unreported_release(ledger, run_id=run_id, dataset=dataset, spec=spec,
+                                  prepared=prepared, est=est, label=label, error=exc,
+                                  marked=True, start=start)

@@ -1,0 +1,90 @@
+"""What a run reports when something fails after its release was committed: the
+release stands and is charged, so the command reports the released values and run id, says that
+tracking did not complete and how to log the run (``gpope track --run-id``), and never fails in
+a way that invites a second spend. Everything here is public or released."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.shell.pipeline.evaluate_report import EvaluationReport
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+
+__all__ = ["after_release_warning", "printing_failed_line", "unreported_release"]
+
+
+def _reason(error: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters)."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def after_release_warning(run_id: str, *, dataset: str, error: BaseException,
+                          marked: bool) -> str:
+    """The line a run prints when something failed after its release was committed: the release
+    stands and is charged, re-running would spend the budget again, the command that logs it to
+    MLflow from the lake, and (``marked`` False) the one that records it in the ledger."""
+    ledger = "" if marked else (
+        f" The ledger still shows it reserved; `gpope budget reconcile --dataset {dataset}` "
+        "records it as released (its release manifest is committed).")
+    return (f"WARNING: run {run_id} WAS RELEASED and charged (released_estimates, "
+            f"released_values, privacy_ledger), but reporting it failed after the release "
+            f"({_reason(error)}), so MLflow tracking did not complete. Do not re-run the "
+            f"evaluation (that would spend the budget again); log it to MLflow from the lake "
+            f"with: gpope track --run-id {run_id}.{ledger}")
+
+
+def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:
+    """What ``gpope evaluate`` writes on stderr when printing its report failed: the release, its
+    values and where they are kept, and the report's own after-release warning if it has one;
+    never an invitation to run again."""
+    values = "; ".join(f"V({k}) = {v:.6g}" for k, v in report.reference_values.items())
+    tracked = (f"MLflow run {report.mlflow_run_id}" if report.mlflow_run_id
+               else f"log it to MLflow with: gpope track --run-id {report.run_id}")
+    earlier = "".join(f" Before that: {w}" for w in report.warnings if "WAS RELEASED" in w)
+    return (f"WARNING: run {report.run_id} of dataset {report.dataset} WAS RELEASED and charged "
+            f"({values}), but printing its report failed ({_reason(error)}). Do not re-run the "
+            f"evaluation (that would spend the budget again); its rows are in released_estimates "
+            f"and released_values (gpope query); {tracked}.{earlier}")
+
+
+def unreported_release(
+    ledger: Any, *, run_id: str, dataset: str, spec: EvaluationSpec, prepared: Any, est: Any,
+    label: str, error: Exception, marked: bool, start: float,
+) -> EvaluationReport:
+    """The report of a committed release whose reporting failed afterwards (the ledger mark, the
+    MLflow record, the guard, tracking or the report itself raised ``error``): the run id, the
+    released theta and values, the public settings, and :func:`after_release_warning` as its
+    first warning; no MLflow run. It reads only the plan, the released numbers and (best effort)
+    the ledger's remaining budget, so it stands where the full report failed."""
+    from gpope.shell.pipeline.release import policy_label
+
+    plan, s = prepared.plan, est.settings
+    remaining = (math.nan, math.nan,
+                 f"remaining budget: see `gpope budget show --dataset {dataset}`")
+    try:
+        budget = ledger.status(dataset)
+        remaining = (budget.remaining_epsilon, budget.remaining_delta, budget.remaining_line())
+    except Exception:  # the ledger is the place to look; the release is reported regardless
+        pass
+    spent = plan.spent_epsilon
+    return EvaluationReport(
+        run_id=run_id, mlflow_run_id=None, dataset=dataset, spec_id=spec.spec_id,
+        spec_name=spec.name, policy=policy_label(spec), epsilon=plan.epsilon, delta=plan.delta,
+        spent_epsilon=spent if math.isfinite(spent) else None, accountant=plan.accountant,
+        sigma=plan.sigma, m=prepared.m, n=spec.n_features, iterations=s.iterations,
+        sampling=s.sampling, batch_rate=s.batch_rate, private=bool(est.result.private),
+        path="memory" if plan.in_memory else "stream",
+        theta=np.asarray(est.theta, dtype=np.float64),
+        reference_values={k: float(v) for k, v in zip(spec.reference_names, est.values,
+                                                      strict=True)},
+        public_mspbe=None, remaining_epsilon=remaining[0], remaining_delta=remaining[1],
+        seconds=time.perf_counter() - start, estimator=s.estimator, label=label,
+        warnings=[after_release_warning(run_id, dataset=dataset, error=error, marked=marked)],
+        remaining_line=remaining[2])
