@@ -184,6 +184,18 @@ def _gathered_rows(
     return rows, owner, seg
 
 
+def _weighted_rows(
+    idx: np.ndarray, tau: np.ndarray, offsets: np.ndarray, norm: np.ndarray, rho: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, owner, seg, nrm, rw): :func:`_gathered_rows` of trajectories idx, each row's
+    trajectory norm ``nrm`` and its weight ``rw`` (``nrm`` times the row's rho, if any)."""
+    lens = tau[idx]
+    rows, owner, seg = _gathered_rows(idx, lens, offsets)
+    nrm = np.repeat(norm[idx], lens)
+    rw = nrm if rho is None else nrm * rho[rows]
+    return rows, owner, seg, nrm, rw
+
+
 def grad_tabular(
     idx: np.ndarray,
     x: np.ndarray,
@@ -200,10 +212,7 @@ def grad_tabular(
 ) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(tau_i) each."""
     k, n = len(idx), b.shape[1]
-    lens = tau[idx]
-    rows, owner, _ = _gathered_rows(idx, lens, offsets)
-    nrm = np.repeat(norm[idx], lens)
-    rw = nrm if rho is None else nrm * rho[rows]
+    rows, owner, _, nrm, rw = _weighted_rows(idx, tau, offsets, norm, rho)
     s = s[rows]
     sn = sn[rows]
     gn = gn[rows]
@@ -234,10 +243,7 @@ def grad_compact(
 ) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(tau_i n) each."""
     n = b.shape[1]
-    lens = tau[idx]
-    rows, owner, seg = _gathered_rows(idx, lens, offsets)
-    nrm = np.repeat(norm[idx], lens)
-    rw = nrm if rho is None else nrm * rho[rows]
+    rows, owner, seg, nrm, rw = _weighted_rows(idx, tau, offsets, norm, rho)
     p = p[rows]
     e = e[rows]
     xo = x[owner]
