@@ -70,6 +70,7 @@ __all__ = [
     "quantile_grid",
     "release_untuned",
     "release_untuned_rows",
+    "second_order_widths",
     "statistics_norm_bound",
     "untuned_dp_event",
     "upper_quantile",
@@ -306,6 +307,37 @@ def _residual_kernel(theta: np.ndarray, n: int, bound: float):
     return kernel
 
 
+def second_order_widths(G: np.ndarray, inv: np.ndarray, meat: np.ndarray, noise_std: float, *,
+                        level: float) -> tuple[np.ndarray, float]:
+    """The part of the refined estimate's error that the delta method leaves out, bounded:
+    ``(widths (k,), rho)``. Post-processing of released quantities only.
+
+    With ``A~ = A + E`` (E the release's noise, entries iid ``N(0, noise_std^2)``), ``u`` the
+    first-order error term (covariance ``meat``) and ``err`` the error of theta, the refinement
+    satisfies exactly ``err = A~^-1 u + A~^-1 E err``. On the event ``||E|| <= tau``
+    (:func:`gpope.core.ssp.noise_norm_bound`) and ``||A~^-1 u|| <= B`` (``B^2`` the ``level``
+    chi-square quantile of ``k`` times the top eigenvalue of ``A~^-1 meat A~^-T``), with
+    ``rho = ||A~^-1|| tau < 1``: ``||err|| <= B / (1 - rho)`` and
+    ``|g^T A~^-1 E err| <= ||A~^-T g|| tau B / (1 - rho)`` for every reference row g of ``G``,
+    which is the width returned beside the first-order ``z se``. ``rho >= 1``: the bound does
+    not hold and the widths are infinite (the interval is then unbounded: valid or unbounded).
+    """
+    from scipy.stats import chi2
+
+    from gpope.core.ssp import noise_norm_bound
+
+    k = inv.shape[0]
+    if k == 0:
+        return np.zeros(G.shape[0]), 0.0
+    tau = noise_norm_bound(k, noise_std)
+    rho = float(np.linalg.norm(inv, 2) * tau)
+    if rho >= 1.0:
+        return np.full(G.shape[0], np.inf), rho
+    cov = inv @ meat @ inv.T
+    B = math.sqrt(float(chi2.ppf(level, k)) * max(float(np.linalg.eigvalsh(cov)[-1]), 0.0))
+    return np.linalg.norm(G @ inv, axis=1) * tau * B / (1.0 - rho), rho
+
+
 def release_untuned(
     aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigmas: UntunedSigmas,
     moments_share: float, settings: UntunedSettings, rng: np.random.Generator,
@@ -365,15 +397,16 @@ def release_untuned(
     meat = moments.covariance()[np.ix_(keep, keep)] + (
         (s_sum * c_r) ** 2 + std ** 2 * float(step @ step)) * np.eye(int(keep.sum()))
     se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, inv @ meat @ inv.T, G), 0.0))
+    extra, contraction = second_order_widths(G, inv, meat, std, level=level)
     sep = separation(Ak, std, level=level) if identification and keep.any() else math.inf
-    identified = bool(keep.any()) and sep > 1.0
+    identified = bool(keep.any()) and sep > 1.0 and contraction < 1.0
     z2, z1 = float(norm.ppf(0.5 + level / 2.0)), float(norm.ppf(level))
     bounded = identified & ~unsupported
     iv = Interval(
-        value=values, lower=np.where(bounded, values - z2 * se, -np.inf),
-        upper=np.where(bounded, values + z2 * se, np.inf),
-        lower_bound=np.where(bounded, values - z1 * se, -np.inf), se=se, level=level, df=0,
-        unidentified=not identified, separation=float(sep) if identification else None)
+        value=values, lower=np.where(bounded, values - z2 * se - extra, -np.inf),
+        upper=np.where(bounded, values + z2 * se + extra, np.inf),
+        lower_bound=np.where(bounded, values - z1 * se - extra, -np.inf), se=se, level=level,
+        df=0, unidentified=not identified, separation=float(sep) if identification else None)
     return UntunedRelease(theta=theta, interval=clamp_interval(iv, value_range(spec)), clip=clip,
                           residual_clip=float(c_r), noisy=noisy, moments=moments)
 
