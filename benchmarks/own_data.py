@@ -56,6 +56,7 @@ def lstd_values(lake: Path, dataset: str, spec) -> np.ndarray:
 
 def run_dataset(name: str, *, m: int, seed: int, epsilons: list[float], delta: float,
                 work: Path) -> list[dict]:
+    from gpope.core.untuned import value_range
     from gpope.shell.pipeline.jobargs import load_spec
 
     ds = name.replace("/", "_")
@@ -74,6 +75,7 @@ def run_dataset(name: str, *, m: int, seed: int, epsilons: list[float], delta: f
     truth_map = json.loads((files / "truth.json").read_text())["values"]
     truth = np.array([truth_map[k] for k, _ in spec.reference_states])
     lstd_err = float(np.max(np.abs(lstd_values(lake, ds, spec) - truth)))
+    lo, hi = value_range(spec)  # public: what every released value and interval end obeys
     out = []
     for eps in epsilons:
         t0 = time.perf_counter()
@@ -83,11 +85,15 @@ def run_dataset(name: str, *, m: int, seed: int, epsilons: list[float], delta: f
         value = np.array([rep["reference_values"][k] for k, _ in spec.reference_states])
         lower = np.asarray(iv.get("lower", [-np.inf] * len(value)), dtype=float)
         upper = np.asarray(iv.get("upper", [np.inf] * len(value)), dtype=float)
+        ends = np.concatenate([value, lower[np.isfinite(lower)], upper[np.isfinite(upper)]])
         out.append({"dataset": name, "seed": seed, "epsilon": eps, "estimator": rep["estimator"],
                     "error": float(np.max(np.abs(value - truth))), "lstd_error": lstd_err,
                     "covered": bool(np.all((lower <= truth) & (truth <= upper))),
                     "finite": bool(np.all(np.isfinite(lower) & np.isfinite(upper))),
-                    "seconds": time.perf_counter() - t0})
+                    "in_range": bool(np.all((ends >= lo) & (ends <= hi))),
+                    "width": float(np.max(upper - lower)), "values": value.tolist(),
+                    "lower": lower.tolist(), "upper": upper.tolist(), "truth": truth.tolist(),
+                    "value_range": [lo, hi], "seconds": time.perf_counter() - t0})
     return out
 
 
@@ -99,7 +105,12 @@ def summarize(records: list[dict], epsilons: list[float]) -> list[dict]:
                      "median_error": float(np.median([r["error"] for r in rs])),
                      "median_lstd_error": float(np.median([r["lstd_error"] for r in rs])),
                      "coverage": float(np.mean([r["covered"] for r in rs])),
-                     "finite": float(np.mean([r["finite"] for r in rs]))})
+                     "finite": float(np.mean([r["finite"] for r in rs])),
+                     "coverage_of_finite": float(np.mean([r["covered"] for r in rs if r["finite"]]
+                                                         or [np.nan])),
+                     "median_finite_width": float(np.median([r.get("width", np.nan) for r in rs if r["finite"]]
+                                                            or [np.nan])),
+                     "in_range": float(np.mean([r.get("in_range", np.nan) for r in rs]))})
     return rows
 
 
@@ -145,10 +156,12 @@ def main(argv=None) -> int:
 
 def _print_table(rows: list[dict]) -> None:
     print(f"\n{'epsilon':>7} {'data sets':>9} {'median error':>12} {'LSTD error':>10} "
-          f"{'coverage':>8} {'finite':>6}")
+          f"{'coverage':>8} {'finite':>6} {'cov|finite':>10} {'width':>7} {'in range':>8}")
     for row in rows:
         print(f"{row['epsilon']:>7g} {row['datasets']:>9} {row['median_error']:>12.4f} "
-              f"{row['median_lstd_error']:>10.4f} {row['coverage']:>8.2f} {row['finite']:>6.2f}")
+              f"{row['median_lstd_error']:>10.4f} {row['coverage']:>8.2f} {row['finite']:>6.2f} "
+              f"{row['coverage_of_finite']:>10.2f} {row['median_finite_width']:>7.3f} "
+              f"{row['in_range']:>8.2f}")
 
 
 if __name__ == "__main__":
