@@ -135,3 +135,35 @@ def test_release_plan_of_the_default_is_charged_and_certified():
     with pytest.raises(GpopeError, match="paper"):  # never charged under a non-bound
         plan_release(types.SimpleNamespace(**{**base, "accountant": "paper"}), m=20_000,
                      spec=spec, layout="dense", statistics_clip=None)
+
+
+def test_second_order_widths_bound_what_the_delta_method_leaves_out():
+    """Monte Carlo against the exact error: with A~ = A + E, the refinement's error is
+    err = A^-1 u, its first-order part A~^-1 u; the rest stays inside the returned widths in at
+    least 1 - (level's and the noise bound's failure) of draws, and rho >= 1 gives inf."""
+    from gpope.core.untuned import second_order_widths
+
+    rng = np.random.default_rng(5)
+    n, s = 3, 0.04
+    A = np.array([[1.0, 0.2, 0.0], [0.1, 0.6, 0.1], [0.0, 0.3, 0.8]])
+    L = rng.standard_normal((n, n))
+    V = L @ L.T + 0.5 * np.eye(n)
+    G = np.array([[1.0, 0.0, 0.0], [0.3, 0.3, 0.4]])
+    misses = bounded = 0
+    rest_scale = []
+    for _ in range(400):
+        inv = np.linalg.inv(A + s * rng.standard_normal((n, n)))
+        u = rng.multivariate_normal(np.zeros(n), V)
+        widths, rho = second_order_widths(G, inv, V, s, level=0.95)
+        if rho >= 1.0:
+            assert np.all(np.isinf(widths))
+            continue
+        bounded += 1
+        rest = G @ (np.linalg.solve(A, u) - inv @ u)
+        rest_scale.append(np.max(np.abs(rest) / np.sqrt(np.einsum("ki,ij,kj->k", G, inv @ V @ inv.T, G))))
+        misses += bool(np.any(np.abs(rest) > widths))
+    assert bounded > 300
+    assert misses / bounded <= 0.10
+    assert np.median(rest_scale) > 0.05  # the second-order part is not negligible here
+    widths, rho = second_order_widths(G, np.eye(n) * 100.0, V, s, level=0.95)
+    assert rho >= 1.0 and np.all(np.isinf(widths))
