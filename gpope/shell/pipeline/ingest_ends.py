@@ -79,7 +79,8 @@ def check_end_convention(observations: DataFrame, treatments: DataFrame,
         f"a variable not declared for the dataset and observed after the last treatment of "
         f"{patients} patient(s) (at least half of its rows are), so it looks like an "
         "end-of-episode event; with no terminal_variable declared, every early stop would be "
-        "bootstrapped as a truncation. Under 'datasets: {dataset}:' declare 'terminal_variable: {name}' if it "
-        "marks a real end (death, discharge, goal), or 'no_terminal_events: true' if episodes "
-        "never end, then ingest again (docs/OWN_DATA.md, 'How an episode ends')."
+        f"bootstrapped as a truncation. Under 'datasets: {dataset}:' declare "
+        f"'terminal_variable: {name}' if it marks a real end (death, discharge, goal), or "
+        "'no_terminal_events: true' if episodes never end, then ingest again (docs/OWN_DATA.md, "
+        "'How an episode ends')."
     )
