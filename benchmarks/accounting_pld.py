@@ -62,7 +62,16 @@ RESOURCE = [  # (m, N, q, epsilon, delta)
     (100_000, 1_000_000, 1e-5, 0.1, 1e-5),
 ]
 
-_CHILD = textwrap.dedent("""
+_PEAK = """
+def _peak_mb():
+    # VmHWM starts afresh at exec; ru_maxrss would keep the forking parent's size
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
+_CHILD = _PEAK + textwrap.dedent("""
     import json, resource, sys, time
     cap = 4 * 2**30
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -73,7 +82,7 @@ _CHILD = textwrap.dedent("""
                     sampling="poisson", batch_rate=q)
     print(json.dumps({"sigma": cal.sigma, "epsilon": cal.epsilon, "by": cal.certified_by,
                       "wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
-                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "rss_mb": _peak_mb()}))
 """)
 
 
@@ -108,7 +117,7 @@ def resource_table() -> None:
     print(f"(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
-_DP_CHILD = textwrap.dedent("""
+_DP_CHILD = _PEAK + textwrap.dedent("""
     import json, resource, sys, time
     cap = 4 * 2**30
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -123,7 +132,7 @@ _DP_CHILD = textwrap.dedent("""
     eps = acc.get_epsilon(delta)
     print(json.dumps({"epsilon": eps, "wall": time.perf_counter() - w0,
                       "cpu": time.process_time() - c0,
-                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "rss_mb": _peak_mb()}))
 """)
 
 
