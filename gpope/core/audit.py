@@ -88,6 +88,7 @@ __all__ = [
     "AuditResult",
     "CanaryClaim",
     "audit_datasets",
+    "audit_generator",
     "audit_statistics",
     "certify",
     "clopper_pearson",
@@ -117,6 +118,25 @@ class AuditClaim:
         check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
         check_int(o, "runs", self.runs, ge=4)
         check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
+
+    def verdict(
+        self, t0: np.ndarray, t1: np.ndarray, *, started: float, sigma: float,
+        accountant: str = "auto", override: Mapping[str, Any] | None = None,
+        epsilon_claimed: float | None = None, delta: float | None = None, **details: Any,
+    ) -> AuditResult:  # fmt: skip
+        """:func:`certify` of this claim from the statistics of D0 (``t0``) and D1 (``t1``).
+
+        The claimed epsilon and delta default to this claim's (an audit of one share of a run
+        passes the share's); ``started`` is the ``time.perf_counter()`` of the audit's start;
+        the result's config is these settings plus ``details`` (e.g. ``sampling``).
+        """
+        return certify(
+            t0, t1, alpha=self.alpha, sigma=sigma, accountant=accountant,
+            epsilon_claimed=self.epsilon if epsilon_claimed is None else epsilon_claimed,
+            delta=self.delta if delta is None else delta,
+            override=None if override is None else dict(override),
+            seconds=time.perf_counter() - started, config={**asdict(self), **details},
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -398,6 +418,11 @@ def audit_statistics(res: Any, config: AuditConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the audit
+def audit_generator(rng: np.random.Generator | int) -> np.random.Generator:
+    """The audit's generator: ``rng`` itself, or a fresh one seeded with it."""
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
 def run_audit(
     config: AuditConfig,
     rng: np.random.Generator | int,
@@ -415,8 +440,7 @@ def run_audit(
         AuditResult.
     """
     t_start = time.perf_counter()
-    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    g_data, g0, g1 = gen.spawn(3)
+    g_data, g0, g1 = audit_generator(rng).spawn(3)
     d0, d1 = audit_datasets(config, g_data)
     solver = config.solver_config()
     R = config.runs
@@ -424,12 +448,8 @@ def run_audit(
         r0 = run_gpope_trials(d0, solver, g0, R, _mechanism_override=_mechanism_override)
         r1 = run_gpope_trials(d1, solver, g1, R, _mechanism_override=_mechanism_override)
     t0, t1 = audit_statistics(r0, config), audit_statistics(r1, config)
-    return certify(
-        t0, t1, epsilon_claimed=config.epsilon, alpha=config.alpha, delta=config.delta,
-        sigma=float(r0.sigma), accountant=str(r0.accountant),
-        override=None if _mechanism_override is None else dict(_mechanism_override),
-        seconds=time.perf_counter() - t_start, config=asdict(config),
-    )
+    return config.verdict(t0, t1, started=t_start, sigma=float(r0.sigma),
+                          accountant=str(r0.accountant), override=_mechanism_override)
 
 
 def certify(

@@ -23,11 +23,11 @@ factor-2 error the audit must catch.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpope.core.audit import AuditClaim, AuditResult, certify
+from gpope.core.audit import AuditClaim, AuditResult, audit_generator
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_release import (
     PolicyValueSettings,
@@ -82,8 +82,7 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
                            _noise_scale: float = 1.0) -> AuditResult:
     """Audit the policy value release (both worlds, ``config.runs`` runs each)."""
     t_start = time.perf_counter()
-    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    g0, g1 = gen.spawn(2)
+    g0, g1 = audit_generator(rng).spawn(2)
     settings = PolicyValueSettings()
     b = AUDIT_BOUNDS
     # the claimed share of the run: what the accountant certifies for this release
@@ -121,11 +120,9 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
         return stat
 
     t0, t1 = world(d0, c0, g0), world(d1, c1, g1)
-    return certify(
-        t0, t1, epsilon_claimed=claim, alpha=config.alpha, delta=config.delta * settings.share,
-        sigma=sigma, accountant="auto",
+    return config.verdict(
+        t0, t1, started=t_start, sigma=sigma, epsilon_claimed=claim,
+        delta=config.delta * settings.share,
         override=None if _noise_scale == 1.0 else {"noise_scale": float(_noise_scale)},
-        seconds=time.perf_counter() - t_start,
-        config={**asdict(config), "sampling": "policy value (add/remove)",
-                "share": settings.share},
+        sampling="policy value (add/remove)", share=settings.share,
     )

@@ -30,13 +30,13 @@ sensitivity ``clip`` (the add/remove sigma, half of what is needed: the sigma-fo
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.special import logsumexp
 
-from gpope.core.audit import AuditResult, CanaryClaim, certify
+from gpope.core.audit import AuditResult, CanaryClaim, audit_generator
 from gpope.core.ssp import (
     assign_groups,
     clip_statistics,
@@ -98,8 +98,7 @@ def run_ssp_audit(
 ) -> AuditResult:
     """Audit the SSP release (both worlds, ``config.runs`` runs each); see the module docstring."""
     t_start = time.perf_counter()
-    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    g_data, g0, g1 = gen.spawn(3)
+    g_data, g0, g1 = audit_generator(rng).spawn(3)
     v0, v1, coord = _worlds(config, g_data)
     sigma = ssp_sigma(m=config.m + 1, epsilon=config.epsilon, delta=config.delta,
                       relation=config.relation)
@@ -131,12 +130,9 @@ def run_ssp_audit(
         return logsumexp(z, axis=1) - np.log(K)
 
     t0, t1 = world(v0, g0), world(v1, g1)
-    return certify(
-        t0, t1, epsilon_claimed=config.epsilon, alpha=config.alpha, delta=config.delta,
-        sigma=sigma, accountant="auto", override=_override(_noise_scale, _sensitivity_trap),
-        seconds=time.perf_counter() - t_start,
-        config={**asdict(config), "sampling": f"ssp ({_SHORT[config.relation]})"},
-    )
+    return config.verdict(t0, t1, started=t_start, sigma=sigma,
+                          override=_override(_noise_scale, _sensitivity_trap),
+                          sampling=f"ssp ({_SHORT[config.relation]})")
 
 
 _SHORT = {"add_or_remove_one": "add/remove", "replace_one": "replace-one"}

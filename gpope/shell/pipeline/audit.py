@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +164,6 @@ def run_pipeline_audit(
         with tempfile.TemporaryDirectory(prefix="gpope-audit-") as tmp:
             return run_pipeline_audit(spark, cfg, variants=variants, root=tmp)
     from gpope.config import load_config
-    from gpope.core.audit import certify
     from gpope.core.evaluation.settings import resolve_settings
     from gpope.core.gpope import run_gpope_trials
     from gpope.core.spec import EvaluationSpec
@@ -224,12 +223,8 @@ def run_pipeline_audit(
             r0 = run_gpope_trials(*worlds["audit_d0"], g0, cfg.runs, _mechanism_override=override)
             r1 = run_gpope_trials(*worlds["audit_d1"], g1, cfg.runs, _mechanism_override=override)
         t0, t1 = _gaussian_ratio_statistic(r0.theta, r1.theta)
-        out.append((name, certify(
-            t0, t1, epsilon_claimed=cfg.epsilon, alpha=cfg.alpha, delta=cfg.delta,
-            sigma=float(r0.sigma), accountant=str(r0.accountant),
-            override=None if override is None else dict(override),
-            seconds=time.perf_counter() - t_start,
-            config={**asdict(cfg), "sampling": "pipeline"},
-        )))
+        out.append((name, cfg.verdict(t0, t1, started=t_start, sigma=float(r0.sigma),
+                                      accountant=str(r0.accountant), override=override,
+                                      sampling="pipeline")))
     return out
 
