@@ -61,9 +61,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.experiments.common import seed_seq
 from gpope.core.gpope import GPOPEConfig, run_gpope_trials
-from gpope.core.operating import EvaluationBlock, resolve_budget, resolve_step_offset
+from gpope.core.operating import resolve_budget, resolve_step_offset
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.tuning import tune_operating_point
 
@@ -438,7 +439,7 @@ def main() -> None:
                 clips=[float(x) for x in args.clip_grid.split(",")] if args.clip_grid else None,
                 steps=[float(x) for x in args.step_grid.split(",")] if args.step_grid else None,
                 log=lambda msg: print(msg, flush=True))
-        block = EvaluationBlock(**fixed, tuned=tuned.points, tuning={"patients": m_pub})
+        block = SettingsLayer(fixed, "spec", tuned.points, {"patients": m_pub})
         tuned_rows, grad_scale, eta0 = tuned.rows, tuned.gradient_scale, tuned.eta0
     clip_ssp = ssp_clip(public.stats(norm), args.ssp_quantile) if "ssp" in methods else None
     record = {"domain": args.domain, "methods": list(methods), "settings": fixed,

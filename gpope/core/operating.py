@@ -24,7 +24,7 @@ The rule. ``gpope tune --spec FILE`` tunes (clip, step size) on a PUBLIC simulat
 m_pub trajectories at a grid of epsilons and stores one :class:`TunedPoint` per epsilon in the
 spec's ``evaluation:`` block (with the cohort's seed, size and grid under ``tuning``). An evaluation
 at (m, epsilon) uses the tuned point whose m_pub epsilon_k is nearest to m epsilon on a log scale
-(:meth:`EvaluationBlock.select`); P, N, f, sampling and averaging are the block's fixed settings.
+(:func:`select_tuned`); P, N, f, sampling and averaging are the block's fixed settings.
 
 Layers. Settings come from the command line (or the caller), then the spec's block, then the
 configuration's ``evaluation:`` section (:func:`merge_layers`): the first layer that sets a key
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 from gpope.core.validation import check_choice, check_int, check_number
@@ -49,12 +49,17 @@ __all__ = [
     "INTERVAL_KEYS",
     "OFFSET_KEYS",
     "SOLVER_KEYS",
-    "EvaluationBlock",
+    "SPEC_BLOCK_RECORDS",
     "TunedPoint",
+    "check_layer_rules",
+    "check_spec_layer",
     "interval_groups_for",
     "merge_layers",
+    "outside_tuned",
+    "parse_spec_block",
     "resolve_budget",
     "resolve_step_offset",
+    "select_tuned",
 ]
 
 #: Solver settings an ``evaluation:`` block (and ``gpope evaluate``'s flags) may set.
@@ -75,7 +80,7 @@ SOLVER_KEYS = (
 )
 #: Interval settings an ``evaluation:`` block may set (chosen on PUBLIC studies, provenance under
 #: ``intervals_provenance``): the SSP clip quantile and the rule of GPOPE's disjoint-groups interval
-#: (:meth:`EvaluationBlock.groups_rule`, :func:`interval_groups_for`).
+#: (:func:`interval_groups_for`).
 INTERVAL_KEYS = (
     "ssp_clip_quantile",
     "interval_groups",
@@ -152,203 +157,153 @@ class TunedPoint:
         return d
 
 
-@dataclass(frozen=True, kw_only=True)
-class EvaluationBlock:
-    """The ``evaluation:`` block of a spec: publicly tuned solver settings (None = not set here).
+#: The keys of a spec's ``evaluation:`` block besides its settings.
+SPEC_BLOCK_RECORDS = ("tuned", "tuning", "intervals_provenance")
 
-    Attributes:
-        sampling, accountant, passes, batch_size, iterations, batch_rate, clip, step_size,
-        step_schedule, step_offset, step_offset_fraction, averaging, tail_fraction: solver
-            settings (see the module docstring for the budget and schedule rule). ``clip`` and
-            ``step_size`` apply when no tuned point does.
-        tuned: per-epsilon (clip, step size) tuned at ``tuning['patients']`` public trajectories.
-        tuning: provenance of the tuning (public seed, cohort size, grid, criterion...): recorded,
-            never interpreted except ``patients`` (m_pub of :meth:`select`).
-        ssp_clip_quantile: the quantile of the public cohort's statistics norms that bounds the
-            noisy-statistics release (SSP clip) and its residual moments, in (0, 1].
-        interval_groups: gpope runs: K >= 2 disjoint patient groups for the interval, or 0
-            (the hull interval), applied only where the public (m, epsilon) of the run meets
-            ``interval_groups_min_patients`` (m >= it) and ``interval_groups_min_m_epsilon``
-            (m epsilon >= it); elsewhere 0 (:func:`interval_groups_for`).
-        interval_groups_min_patients, interval_groups_min_m_epsilon: those thresholds (>= 0;
-            None = 0, no threshold).
-        intervals_provenance: the public studies that chose the interval settings (recorded,
-            never interpreted; kept by ``gpope tune --spec``).
+
+def check_layer_rules(values: Mapping[str, Any], where: str) -> None:
+    """The rules every layer that fixes a run's budget keeps (the spec's block, the
+    configuration's section): at most two budget keys and not both ``batch_rate`` and
+    ``batch_size``; not both step offsets.
+
+    Raises:
+        ConfigError: naming ``where`` and the keys to drop.
     """
+    budget = sorted(k for k in BUDGET_KEYS if values.get(k) is not None)
+    if not _budget_ok(set(budget)):
+        raise ConfigError(
+            f"{where} over-determines the budget: give at most two of passes, iterations, "
+            "batch_rate, batch_size, and not both batch_rate and batch_size (see "
+            f"gpope.core.operating). Got {budget}; drop the others.")
+    if values.get("step_offset") is not None and values.get("step_offset_fraction") is not None:
+        raise ConfigError(
+            f"{where} sets both 'step_offset' and 'step_offset_fraction'; they are alternatives. "
+            "Keep one.")
 
-    sampling: str | None = None
-    accountant: str | None = None
-    passes: float | None = None
-    batch_size: float | None = None
-    iterations: int | None = None
-    batch_rate: float | None = None
-    clip: float | None = None
-    step_size: float | None = None
-    step_schedule: str | None = None
-    step_offset: float | None = None
-    step_offset_fraction: float | None = None
-    averaging: str | None = None
-    tail_fraction: float | None = None
-    tuned: tuple[TunedPoint, ...] = ()
-    tuning: Mapping[str, Any] = field(default_factory=dict)
-    ssp_clip_quantile: float | None = None
-    interval_groups: int | None = None
-    interval_groups_min_patients: int | None = None
-    interval_groups_min_m_epsilon: float | None = None
-    intervals_provenance: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        from gpope.core.evaluation.constraints import check_setting
+def check_spec_layer(values: Mapping[str, Any], tuned: tuple[TunedPoint, ...],
+                     tuning: Mapping[str, Any], provenance: Mapping[str, Any]
+                     ) -> tuple[TunedPoint, ...]:
+    """The rules of a spec's ``evaluation:`` layer beyond each setting's constraint; returns the
+    tuned points sorted by epsilon.
 
-        set_ = object.__setattr__
-        # the same constraints as every other layer of the run's settings
-        for k in (*SOLVER_KEYS, *INTERVAL_KEYS):
-            set_(self, k, check_setting("evaluation", k, getattr(self, k)))
-        thresholds = [k for k in INTERVAL_KEYS[2:] if getattr(self, k) is not None]
-        if thresholds and self.interval_groups is None:
+    Only solver and interval settings (:data:`SOLVER_KEYS`, :data:`INTERVAL_KEYS`); the budget
+    and offset rules (:func:`check_layer_rules`); interval thresholds only with
+    ``interval_groups``; one tuned point per epsilon, tuned at a recorded public cohort size
+    (``tuning['patients']``).
+
+    Raises:
+        ConfigError: in the words of the block's YAML keys.
+    """
+    allowed = (*SOLVER_KEYS, *INTERVAL_KEYS)
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ConfigError(f"The evaluation block cannot set {unknown}; valid settings: "
+                          f"{', '.join(allowed)}.")
+    thresholds = [k for k in INTERVAL_KEYS[2:] if values.get(k) is not None]
+    if thresholds and values.get("interval_groups") is None:
+        raise ConfigError(
+            f"The evaluation block sets {', '.join(thresholds)} but not 'interval_groups': the "
+            "thresholds say when the block's interval_groups K applies. Set interval_groups "
+            "(K >= 2) or drop them.")
+    for name, record in (("tuning", tuning), ("intervals_provenance", provenance)):
+        if not isinstance(record, Mapping):
+            raise ConfigError(f"evaluation.{name} must be a mapping (recorded provenance). Got "
+                              f"{record!r} instead.")
+    check_layer_rules(values, "The evaluation block")
+    points = tuple(sorted(tuned, key=lambda p: p.epsilon))
+    if len({p.epsilon for p in points}) != len(points):
+        raise ConfigError("evaluation.tuned lists an epsilon twice; keep one point per epsilon.")
+    if points and tuning.get("patients") is None:
+        raise ConfigError(
+            "evaluation.tuned needs evaluation.tuning.patients (the public cohort size the "
+            "points were tuned at); re-run `gpope tune --spec FILE`.")
+    return points
+
+
+def parse_spec_block(data: Mapping[str, Any], where: str = "evaluation"
+                     ) -> tuple[dict[str, Any], tuple[TunedPoint, ...], dict[str, Any],
+                                dict[str, Any]]:
+    """(settings, tuned points, tuning, intervals_provenance) of a spec's YAML ``evaluation:``
+    block; unknown keys raise ConfigError naming ``where``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping. Got {data!r} instead.")
+    valid = (*SOLVER_KEYS, *INTERVAL_KEYS, *SPEC_BLOCK_RECORDS)
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}.")
+    values = {k: data[k] for k in (*SOLVER_KEYS, *INTERVAL_KEYS) if data.get(k) is not None}
+    tuned = data.get("tuned") or []
+    if not isinstance(tuned, list):
+        raise ConfigError(f"{where}.tuned must be a list of {{epsilon, clip, step_size}}.")
+    points = []
+    for i, p in enumerate(tuned):
+        if not isinstance(p, Mapping) or not {"epsilon", "clip", "step_size"} <= set(p):
             raise ConfigError(
-                f"The evaluation block sets {', '.join(thresholds)} but not 'interval_groups': "
-                "the thresholds say when the block's interval_groups K applies. Set "
-                "interval_groups (K >= 2) or drop them."
-            )
-        if not isinstance(self.intervals_provenance, Mapping):
-            raise ConfigError(
-                "evaluation.intervals_provenance must be a mapping (the public studies that chose "
-                f"the interval settings). Got {self.intervals_provenance!r} instead."
-            )
-        budget = {k for k in BUDGET_KEYS if getattr(self, k) is not None}
-        if not _budget_ok(budget):
-            raise ConfigError(
-                "The evaluation block over-determines the budget: give at most two of passes, "
-                "iterations, batch_rate, batch_size, and not both batch_rate and batch_size "
-                f"(see gpope.core.operating). Got {sorted(budget)}."
-            )
-        if self.step_offset is not None and self.step_offset_fraction is not None:
-            raise ConfigError(
-                "The evaluation block sets both 'step_offset' and 'step_offset_fraction'; they "
-                "are alternatives. Keep one."
-            )
-        set_(self, "tuned", tuple(sorted(self.tuned, key=lambda p: p.epsilon)))
-        if len({p.epsilon for p in self.tuned}) != len(self.tuned):
-            raise ConfigError("evaluation.tuned lists an epsilon twice; keep one point per epsilon.")
-        if self.tuned and self.public_size is None:
-            raise ConfigError(
-                "evaluation.tuned needs evaluation.tuning.patients (the public cohort size the "
-                "points were tuned at); re-run `gpope tune --spec FILE`."
-            )
+                f"{where}.tuned[{i}] must be a mapping with epsilon, clip and step_size. "
+                f"Got {p!r} instead.")
+        extra = sorted(set(p) - {"epsilon", "clip", "step_size", "score"})
+        if extra:
+            raise ConfigError(f"Unknown key(s) {extra} in {where}.tuned[{i}].")
+        points.append(TunedPoint(**{k: p[k] for k in p}))
+    tuning = data.get("tuning") or {}
+    if not isinstance(tuning, Mapping):
+        raise ConfigError(f"{where}.tuning must be a mapping. Got {tuning!r} instead.")
+    return values, tuple(points), dict(tuning), data.get("intervals_provenance") or {}
 
-    @property
-    def public_size(self) -> int | None:
-        """m_pub, the public cohort size of the tuned points (None when not recorded)."""
-        v = self.tuning.get("patients") if isinstance(self.tuning, Mapping) else None
-        return None if v is None else int(v)
 
-    def outside_tuned(
-        self, m: int, epsilon: float, *, max_length: int | None = None, factor: float = 2.0
-    ) -> str | None:
-        """Why an evaluation of ``m`` trajectories at ``epsilon`` lies outside what was tuned, or
-        None when it lies inside.
+def select_tuned(values: Mapping[str, Any], tuned: tuple[TunedPoint, ...], public_size: int | None,
+                 m: int, epsilon: float) -> tuple[dict[str, Any], TunedPoint | None]:
+    """A spec layer's solver settings for an evaluation of m trajectories at ``epsilon``: its
+    settings, with clip and step_size of the tuned point whose m_pub epsilon_k is nearest to
+    m epsilon on a log scale; (settings, the point or None)."""
+    m = check_int("select", "m", m, ge=1)
+    epsilon = check_number("select", "epsilon", epsilon, gt=0.0)
+    out = {k: values[k] for k in SOLVER_KEYS if values.get(k) is not None}
+    point = None
+    if tuned:
+        target = math.log(m * epsilon)
+        m_pub = float(public_size)  # type: ignore[arg-type]
+        point = min(tuned, key=lambda p: (abs(math.log(m_pub * p.epsilon) - target), p.epsilon))
+        out["clip"] = point.clip
+        out["step_size"] = point.step_size
+    return out, point
 
-        Outside: m epsilon more than ``factor`` times below the smallest or above the largest
-        m_pub epsilon_k of the tuned points (the tuned clip and step size depend on (m, epsilon)
-        mainly through m epsilon, see the module docstring), or an episode cap ``max_length``
-        other than the tuning cohort's ``tuning['max_length']``. Nothing to say without tuned
-        points.
-        """
-        if not self.tuned or self.public_size is None:
-            return None
-        reasons = []
-        scale = m * epsilon
-        lo = min(self.public_size * p.epsilon for p in self.tuned)
-        hi = max(self.public_size * p.epsilon for p in self.tuned)
-        if scale < lo / factor or scale > hi * factor:
-            reasons.append(
-                f"m*epsilon = {scale:.3g} is outside the tuned range {lo:.3g}..{hi:.3g} "
-                f"(public cohort of {self.public_size} trajectories at epsilon "
-                f"{', '.join(f'{p.epsilon:g}' for p in self.tuned)})"
-            )
-        tuned_length = self.tuning.get("max_length") if isinstance(self.tuning, Mapping) else None
-        if max_length is not None and tuned_length is not None and int(tuned_length) != max_length:
-            reasons.append(f"episodes of at most {max_length} decisions, tuned on "
-                           f"{int(tuned_length)}")
-        if not reasons:
-            return None
-        return ("WARNING: settings outside what was tuned: " + "; ".join(reasons) + ". The tuned "
-                "clip and step size may be far from right here: check the relative MSPBE, or "
-                "tune for this size with `gpope tune --spec FILE`.")
 
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], *, where: str = "evaluation") -> EvaluationBlock:
-        """Build from the YAML form; unknown keys raise ConfigError naming ``where``."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where} must be a mapping. Got {data!r} instead.")
-        valid = (*SOLVER_KEYS, *INTERVAL_KEYS, "intervals_provenance", "tuned", "tuning")
-        unknown = sorted(set(data) - set(valid))
-        if unknown:
-            raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {', '.join(valid)}.")
-        kwargs: dict[str, Any] = {k: data[k] for k in (*SOLVER_KEYS, *INTERVAL_KEYS)
-                                  if data.get(k) is not None}
-        if data.get("intervals_provenance") is not None:
-            kwargs["intervals_provenance"] = data["intervals_provenance"]
-        tuned = data.get("tuned") or []
-        if not isinstance(tuned, list):
-            raise ConfigError(f"{where}.tuned must be a list of {{epsilon, clip, step_size}}.")
-        points = []
-        for i, p in enumerate(tuned):
-            if not isinstance(p, Mapping) or not {"epsilon", "clip", "step_size"} <= set(p):
-                raise ConfigError(
-                    f"{where}.tuned[{i}] must be a mapping with epsilon, clip and step_size. "
-                    f"Got {p!r} instead."
-                )
-            extra = sorted(set(p) - {"epsilon", "clip", "step_size", "score"})
-            if extra:
-                raise ConfigError(f"Unknown key(s) {extra} in {where}.tuned[{i}].")
-            points.append(TunedPoint(**{k: p[k] for k in p}))
-        tuning = data.get("tuning") or {}
-        if not isinstance(tuning, Mapping):
-            raise ConfigError(f"{where}.tuning must be a mapping. Got {tuning!r} instead.")
-        try:
-            return cls(**kwargs, tuned=tuple(points), tuning=dict(tuning))  # type: ignore[arg-type]
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
+def outside_tuned(tuned: tuple[TunedPoint, ...], tuning: Mapping[str, Any], m: int,
+                  epsilon: float, *, max_length: int | None = None, factor: float = 2.0
+                  ) -> str | None:
+    """Why an evaluation of ``m`` trajectories at ``epsilon`` lies outside what was tuned, or
+    None when it lies inside.
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain form; ``from_mapping(to_dict())`` gives an equal block."""
-        d: dict[str, Any] = {k: getattr(self, k) for k in SOLVER_KEYS if getattr(self, k) is not None}
-        d.update(self.interval_settings())
-        if self.intervals_provenance:
-            d["intervals_provenance"] = dict(self.intervals_provenance)
-        if self.tuned:
-            d["tuned"] = [p.to_dict() for p in self.tuned]
-        if self.tuning:
-            d["tuning"] = dict(self.tuning)
-        return d
-
-    def interval_settings(self) -> dict[str, Any]:
-        """The interval keys this block sets (:data:`INTERVAL_KEYS`; unset ones left out)."""
-        return {k: getattr(self, k) for k in INTERVAL_KEYS if getattr(self, k) is not None}
-
-    # ------------------------------------------------------------------ the rule
-    def select(self, m: int, epsilon: float) -> tuple[dict[str, Any], TunedPoint | None]:
-        """The block's settings for an evaluation of m trajectories at ``epsilon``.
-
-        Returns:
-            (settings set by the block, with clip and step_size of the tuned point whose
-            m_pub epsilon_k is nearest to m epsilon on a log scale; the point or None).
-        """
-        m = check_int("EvaluationBlock.select", "m", m, ge=1)
-        epsilon = check_number("EvaluationBlock.select", "epsilon", epsilon, gt=0.0)
-        out = {k: getattr(self, k) for k in SOLVER_KEYS if getattr(self, k) is not None}
-        point = None
-        if self.tuned:
-            target = math.log(m * epsilon)
-            m_pub = float(self.public_size)  # type: ignore[arg-type]
-            point = min(self.tuned, key=lambda p: (abs(math.log(m_pub * p.epsilon) - target),
-                                                   p.epsilon))
-            out["clip"] = point.clip
-            out["step_size"] = point.step_size
-        return out, point
+    Outside: m epsilon more than ``factor`` times below the smallest or above the largest
+    m_pub epsilon_k of the tuned points (the tuned clip and step size depend on (m, epsilon)
+    mainly through m epsilon, see the module docstring), or an episode cap ``max_length``
+    other than the tuning cohort's ``tuning['max_length']``. Nothing to say without tuned
+    points.
+    """
+    public_size = tuning.get("patients")
+    if not tuned or public_size is None:
+        return None
+    public_size = int(public_size)
+    reasons = []
+    scale = m * epsilon
+    lo = min(public_size * p.epsilon for p in tuned)
+    hi = max(public_size * p.epsilon for p in tuned)
+    if scale < lo / factor or scale > hi * factor:
+        reasons.append(
+            f"m*epsilon = {scale:.3g} is outside the tuned range {lo:.3g}..{hi:.3g} "
+            f"(public cohort of {public_size} trajectories at epsilon "
+            f"{', '.join(f'{p.epsilon:g}' for p in tuned)})")
+    tuned_length = tuning.get("max_length")
+    if max_length is not None and tuned_length is not None and int(tuned_length) != max_length:
+        reasons.append(f"episodes of at most {max_length} decisions, tuned on "
+                       f"{int(tuned_length)}")
+    if not reasons:
+        return None
+    return ("WARNING: settings outside what was tuned: " + "; ".join(reasons) + ". The tuned "
+            "clip and step size may be far from right here: check the relative MSPBE, or "
+            "tune for this size with `gpope tune --spec FILE`.")
 
 
 def interval_groups_for(
@@ -445,8 +400,3 @@ def resolve_step_offset(
         return float(check_number("resolve_step_offset", "step_offset_fraction",
                                   step_offset_fraction, ge=0.0)) * int(iterations)
     return 1.0 if step_offset is None else float(step_offset)
-
-
-def block_fields() -> tuple[str, ...]:
-    """Names of :class:`EvaluationBlock`'s fields (for tests and docs)."""
-    return tuple(f.name for f in fields(EvaluationBlock))

@@ -33,7 +33,8 @@ YAML form::
       tuned: [{epsilon: 1.0, clip: 2.0e-4, step_size: 4.0}]
       tuning: {patients: 2000, public_seed: 1}
 
-The ``evaluation:`` block is :class:`gpope.core.operating.EvaluationBlock`; it is not part of the
+The ``evaluation:`` block is a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`
+(one layer of the run's settings); it is not part of the
 spec id (it changes how statistics are used, not what they are).
 """
 
@@ -129,7 +130,8 @@ class EvaluationSpec:
         reward_bounds: public range (lo, hi) of a raw reward (before ``reward_scale``); the stats
             stage clamps rewards outside it and counts them. None: no bound.
         evaluation: the publicly tuned solver settings of ``gpope evaluate`` for this spec
-            (:class:`gpope.core.operating.EvaluationBlock`, written by ``gpope tune --spec``),
+            (a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`, written by
+            ``gpope tune --spec``),
             or None; not part of the spec id.
     """
 
@@ -167,12 +169,13 @@ class EvaluationSpec:
             check_number("EvaluationSpec", "length_scale", self.length_scale, gt=0.0)
         check_number("EvaluationSpec", "reward_scale", self.reward_scale, gt=0.0)
         if self.evaluation is not None:
-            from gpope.core.operating import EvaluationBlock
+            from gpope.core.evaluation.settings import SettingsLayer
 
-            if not isinstance(self.evaluation, EvaluationBlock):
+            if not (isinstance(self.evaluation, SettingsLayer) and self.evaluation.source == "spec"):
                 raise ConfigError(
-                    "The 'evaluation' parameter of EvaluationSpec must be an EvaluationBlock or "
-                    f"None. Got {type(self.evaluation).__name__} instead."
+                    "The 'evaluation' parameter of EvaluationSpec must be a spec SettingsLayer "
+                    "(SettingsLayer.from_spec_block) or None. Got "
+                    f"{type(self.evaluation).__name__} instead."
                 )
         n = getattr(self.feature_map, "n_features", None)
         if not isinstance(n, int) or n < 1 or not callable(self.feature_map):
@@ -288,9 +291,10 @@ class EvaluationSpec:
         length_scale = data.get("length_scale")
         evaluation = None
         if data.get("evaluation") is not None:
-            from gpope.core.operating import EvaluationBlock
+            from gpope.core.evaluation.settings import SettingsLayer
 
-            evaluation = EvaluationBlock.from_mapping(data["evaluation"], where=f"{where}.evaluation")
+            evaluation = SettingsLayer.from_spec_block(data["evaluation"],
+                                                       where=f"{where}.evaluation")
         try:
             return cls(
                 name=data["name"],

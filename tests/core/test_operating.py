@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.guard import utility_guard
 from gpope.core.operating import (
-    EvaluationBlock,
     interval_groups_for,
     merge_layers,
     resolve_budget,
@@ -90,17 +90,17 @@ def test_layers_first_wins_and_budget_stays_consistent():
 
 
 def test_block_round_trip_and_validation():
-    block = EvaluationBlock.from_mapping(BLOCK)
-    assert EvaluationBlock.from_mapping(block.to_dict()) == block
+    block = SettingsLayer.from_spec_block(BLOCK)
+    assert SettingsLayer.from_spec_block(block.to_dict()) == block
     assert [p.epsilon for p in block.tuned] == [0.1, 1.0, 10.0]
     with pytest.raises(ConfigError, match="over-determines the budget"):
-        EvaluationBlock.from_mapping({**BLOCK, "batch_rate": 0.01})
+        SettingsLayer.from_spec_block({**BLOCK, "batch_rate": 0.01})
     with pytest.raises(ConfigError, match="Unknown key"):
-        EvaluationBlock.from_mapping({**BLOCK, "clipp": 1})
+        SettingsLayer.from_spec_block({**BLOCK, "clipp": 1})
     with pytest.raises(ConfigError, match=r"tuning\.patients"):
-        EvaluationBlock.from_mapping({**BLOCK, "tuning": {}})
+        SettingsLayer.from_spec_block({**BLOCK, "tuning": {}})
     with pytest.raises(ConfigError, match="epsilon, clip and step_size"):
-        EvaluationBlock.from_mapping({**BLOCK, "tuned": [{"epsilon": 1.0}]})
+        SettingsLayer.from_spec_block({**BLOCK, "tuned": [{"epsilon": 1.0}]})
 
 
 INTERVALS = {"ssp_clip_quantile": 0.5, "interval_groups": 3, "interval_groups_min_patients": 50000,
@@ -109,11 +109,11 @@ INTERVALS = {"ssp_clip_quantile": 0.5, "interval_groups": 3, "interval_groups_mi
 
 
 def test_block_interval_settings_round_trip_and_validation():
-    block = EvaluationBlock.from_mapping({**BLOCK, **INTERVALS})
-    assert EvaluationBlock.from_mapping(block.to_dict()) == block
+    block = SettingsLayer.from_spec_block({**BLOCK, **INTERVALS})
+    assert SettingsLayer.from_spec_block(block.to_dict()) == block
     assert block.interval_settings() == {k: v for k, v in INTERVALS.items()
                                          if k != "intervals_provenance"}
-    assert EvaluationBlock.from_mapping(BLOCK).interval_settings() == {}  # nothing set: no keys
+    assert SettingsLayer.from_spec_block(BLOCK).interval_settings() == {}  # nothing set: no keys
     for bad, match in [({"ssp_clip_quantile": 1.5}, "ssp_clip_quantile"),
                        ({"ssp_clip_quantile": 0.0}, "ssp_clip_quantile"),
                        ({"interval_groups": 1}, "interval_groups"),
@@ -123,7 +123,7 @@ def test_block_interval_settings_round_trip_and_validation():
                        ({"interval_groups": None}, "but not 'interval_groups'"),
                        ({"intervals_provenance": "study"}, "intervals_provenance")]:
         with pytest.raises(ConfigError, match=match):
-            EvaluationBlock.from_mapping({**BLOCK, **INTERVALS, **bad})
+            SettingsLayer.from_spec_block({**BLOCK, **INTERVALS, **bad})
 
 
 @pytest.mark.parametrize(("m", "epsilon", "k", "why"), [
@@ -151,7 +151,7 @@ def test_interval_groups_apply_only_where_public_m_and_m_epsilon_reach_the_thres
     (3000, 0.01, 0.1),      # far below every point: the smallest
 ])
 def test_select_uses_the_point_nearest_in_m_epsilon(m, epsilon, expected):
-    block = EvaluationBlock.from_mapping(BLOCK)
+    block = SettingsLayer.from_spec_block(BLOCK)
     settings_, point = block.select(m, epsilon)
     assert point.epsilon == expected
     assert settings_["clip"] == point.clip and settings_["step_size"] == point.step_size
@@ -162,7 +162,7 @@ def test_spec_carries_the_block_outside_its_id():
     plain = EvaluationSpec.from_mapping(SPEC)
     tuned = EvaluationSpec.from_mapping({**SPEC, "evaluation": BLOCK})
     assert tuned.spec_id == plain.spec_id  # the block does not change the statistics
-    assert tuned.evaluation == EvaluationBlock.from_mapping(BLOCK)
+    assert tuned.evaluation == SettingsLayer.from_spec_block(BLOCK)
     assert EvaluationSpec.from_mapping(tuned.to_dict()) == tuned
     with pytest.raises(ConfigError, match=r"spec\.evaluation"):
         EvaluationSpec.from_mapping({**SPEC, "evaluation": {"passes": -1}})
@@ -236,13 +236,11 @@ def test_shipped_specs_carry_a_publicly_tuned_block(path):
 
 
 def test_outside_tuned_names_the_range_and_the_episode_cap():
-    from gpope.core.operating import EvaluationBlock, TunedPoint
+    from gpope.core.operating import TunedPoint
 
-    block = EvaluationBlock(
-        tuned=(TunedPoint(epsilon=0.5, clip=1.0, step_size=1.0),
-               TunedPoint(epsilon=2.0, clip=1.0, step_size=1.0)),
-        tuning={"patients": 2000, "max_length": 40},
-    )
+    block = SettingsLayer({}, "spec", tuned=(TunedPoint(epsilon=0.5, clip=1.0, step_size=1.0),
+                                             TunedPoint(epsilon=2.0, clip=1.0, step_size=1.0)),
+                          tuning={"patients": 2000, "max_length": 40})
     # tuned m*epsilon range: 2000*0.5 = 1000 .. 2000*2 = 4000, tolerance factor 2
     assert block.outside_tuned(2000, 1.0, max_length=40) is None
     assert block.outside_tuned(1000, 0.5, max_length=40) is None  # 500 = 1000 / 2: edge inside
@@ -251,4 +249,4 @@ def test_outside_tuned_names_the_range_and_the_episode_cap():
     assert block.outside_tuned(100_000, 1.0) is not None  # far above
     steps = block.outside_tuned(2000, 1.0, max_length=20)
     assert steps is not None and "at most 20 decisions, tuned on 40" in steps
-    assert EvaluationBlock(tuning={"patients": 10}).outside_tuned(1, 1.0) is None  # nothing tuned
+    assert SettingsLayer({}, "spec", tuning={"patients": 10}).outside_tuned(1, 1.0) is None

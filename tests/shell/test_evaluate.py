@@ -220,12 +220,12 @@ def test_secure_noise_run_releases_grid_values_privately(spark, setup):
 def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
     # The spec's evaluation: block (tuned on public data) is used when no option says otherwise;
     # the reported settings say where each came from; an explicit option wins over the block.
-    from gpope.core.operating import EvaluationBlock, TunedPoint
+    from gpope.core.operating import TunedPoint
 
     config, spec, transitions, uri = setup
-    block = EvaluationBlock(
-        sampling="poisson", passes=5.0, iterations=400, step_schedule="inverse",
-        step_offset_fraction=0.1, averaging="tail", tail_fraction=0.5,
+    block = SettingsLayer(
+        dict(sampling="poisson", passes=5.0, iterations=400, step_schedule="inverse",
+             step_offset_fraction=0.1, averaging="tail", tail_fraction=0.5), "spec",
         tuned=(TunedPoint(epsilon=0.5, clip=0.3, step_size=2.0),
                TunedPoint(epsilon=50.0, clip=0.9, step_size=8.0)),
         tuning={"patients": 60, "public_seed": 1},
@@ -258,6 +258,11 @@ def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
     over = run_evaluate(spark, config, dataset="mc", spec=tuned, tracking_uri=uri,
                         options=opts.replace(clip=0.7, iterations=100))
     assert over.settings["clip"] == 0.7 and over.settings["source"]["clip"] == "options"
+    # --json shows where every setting came from: command line, spec block or configuration
+    shown = json.loads(json.dumps(over.to_dict()))["settings"]["source"]
+    assert (shown["clip"], shown["step_size"], shown["iterations"]) == ("options", "spec",
+                                                                        "options")
+    assert shown["ci_level"] == "conf" and shown["epsilon"] == "options"
     assert over.settings["step_size"] == 2.0  # still the block's
     # inside the tuned range (m eps = 60 within 30..3000): no warning, tag false; at epsilon 0.1
     # (m eps = 6 < 30 / 2) the run still releases but says it is outside what was tuned

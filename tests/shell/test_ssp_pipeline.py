@@ -224,12 +224,11 @@ def test_interval_groups_cost_one_run_and_release_the_t_interval_of_the_groups(s
 
 
 def test_a_spec_groups_rule_sets_the_interval_by_the_public_m_and_epsilon(spark, setup):
-    from gpope.core.operating import EvaluationBlock
-
     config, spec, uri = setup
-    ruled = EvaluationSpec.from_mapping({**SPEC, "evaluation": EvaluationBlock(
-        interval_groups=3, interval_groups_min_patients=M, interval_groups_min_m_epsilon=1.5 * M,
-        intervals_provenance={"interval_groups": "test"}).to_dict()})
+    ruled = EvaluationSpec.from_mapping({**SPEC, "evaluation": {
+        "interval_groups": 3, "interval_groups_min_patients": M,
+        "interval_groups_min_m_epsilon": 1.5 * M,
+        "intervals_provenance": {"interval_groups": "test"}}})
     assert ruled.spec_id == spec.spec_id  # the same statistics
     opts = SettingsLayer.of(epsilon=2.0, delta=1e-5, iterations=300, clip=0.05, step_size=0.5,
                            statistics_share=0.0, seed=3, allow_not_private=True,

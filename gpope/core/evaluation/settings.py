@@ -5,8 +5,8 @@ declared as data (:data:`gpope.core.evaluation.constraints.CONSTRAINTS`, in the 
 scikit-learn's parameter constraints) and checked by one function
 (:func:`~gpope.core.evaluation.constraints.check_setting`) wherever a value enters: the configuration's
 ``evaluation:`` section (a complete :class:`RunSettings` whose defaults are the packaged ones), the
-spec's ``evaluation:`` block (publicly tuned, :class:`gpope.core.operating.EvaluationBlock`) and the
-command line or caller (a :class:`SettingsLayer`). :func:`resolve_settings` applies the layers,
+spec's ``evaluation:`` block (publicly tuned, a ``"spec"`` :class:`SettingsLayer`) and the
+command line or caller (an ``"options"`` :class:`SettingsLayer`). :func:`resolve_settings` applies the layers,
 command line > spec block > configuration, once the public m is known, and records where each
 setting came from; :func:`check_combination` refuses the combinations no run may take (the one
 place that refuses the ``paper`` accountant) and runs before Spark starts and again on the
@@ -207,27 +207,85 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class SettingsLayer:
-    """The settings one caller gives (the command line, a job, a notebook): a validated partial
-    mapping of :class:`RunSettings` names; unset names are absent.
+    """One layer of a run's settings: a validated partial mapping of :class:`RunSettings` names
+    (unset names are absent) and where it comes from.
+
+    The command line, a job or a notebook give an ``"options"`` layer. A spec's ``evaluation:``
+    block is a ``"spec"`` layer (:meth:`from_spec_block`): publicly tuned solver and interval
+    settings, plus the (clip, step size) points tuned on a public cohort at each epsilon
+    (:meth:`select` picks one for a run's public (m, epsilon)) and their provenance.
 
     Attributes:
         values: setting name -> value, each checked by :func:`check_setting`.
-        source: the name the provenance shows (``"options"``: the command line or caller).
+        source: the name the provenance shows (``"options"``: the command line or caller;
+            ``"spec"``: a spec's ``evaluation:`` block).
+        tuned: spec layer: per-epsilon (clip, step size) tuned at ``tuning['patients']`` public
+            trajectories (:class:`gpope.core.operating.TunedPoint`), sorted by epsilon.
+        tuning: spec layer: provenance of the tuning (public seed, cohort size, grid,
+            criterion...): recorded, never interpreted except ``patients`` (m_pub) and
+            ``max_length``.
+        intervals_provenance: spec layer: the public studies that chose the interval settings
+            (recorded, never interpreted; kept by ``gpope tune --spec``).
     """
 
     values: Mapping[str, Any]
     source: str = "options"
+    tuned: tuple[Any, ...] = ()
+    tuning: Mapping[str, Any] = field(default_factory=dict)
+    intervals_provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        owner = "RunSettings"
+        owner = "RunSettings" if self.source != "spec" else "evaluation"
         clean = {k: check_setting(owner, k, v) for k, v in dict(self.values).items()
                  if v is not None}
         object.__setattr__(self, "values", clean)
+        if self.source == "spec":
+            from gpope.core.operating import check_spec_layer
+
+            object.__setattr__(self, "tuned", check_spec_layer(
+                clean, tuple(self.tuned), self.tuning, self.intervals_provenance))
+            object.__setattr__(self, "tuning", dict(self.tuning))
+            object.__setattr__(self, "intervals_provenance", dict(self.intervals_provenance))
+        elif self.tuned or self.tuning or self.intervals_provenance:
+            raise ConfigError("Only a spec's evaluation: layer (source 'spec') carries tuned "
+                              "points and their provenance.")
 
     @classmethod
     def of(cls, **values: Any) -> SettingsLayer:
         """The layer of the given settings (None values: not set)."""
         return cls(values)
+
+    @classmethod
+    def from_spec_block(cls, data: Mapping[str, Any], *, where: str = "evaluation"
+                        ) -> SettingsLayer:
+        """The ``"spec"`` layer of a spec's YAML ``evaluation:`` block (keys unchanged:
+        :data:`gpope.core.operating.SOLVER_KEYS`, :data:`~gpope.core.operating.INTERVAL_KEYS`,
+        ``tuned``, ``tuning``, ``intervals_provenance``).
+
+        Raises:
+            ConfigError: an unknown key or an invalid value, naming ``where``.
+        """
+        from gpope.core.operating import parse_spec_block
+
+        values, tuned, tuning, provenance = parse_spec_block(data, where)
+        try:
+            return cls(values, "spec", tuned, tuning, provenance)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML form; ``from_spec_block(to_dict())`` gives an equal layer."""
+        from gpope.core.operating import INTERVAL_KEYS, SOLVER_KEYS
+
+        d: dict[str, Any] = {k: self.values[k] for k in (*SOLVER_KEYS, *INTERVAL_KEYS)
+                             if k in self.values}
+        if self.intervals_provenance:
+            d["intervals_provenance"] = dict(self.intervals_provenance)
+        if self.tuned:
+            d["tuned"] = [p.to_dict() for p in self.tuned]
+        if self.tuning:
+            d["tuning"] = dict(self.tuning)
+        return d
 
     def get(self, name: str, default: Any = None) -> Any:
         """The value of ``name``, or ``default`` when this layer does not set it."""
@@ -235,8 +293,36 @@ class SettingsLayer:
 
     def replace(self, **values: Any) -> SettingsLayer:
         """This layer with ``values`` set over it (None values unset nothing)."""
-        return SettingsLayer({**self.values, **{k: v for k, v in values.items() if v is not None}},
-                             self.source)
+        return dataclasses.replace(
+            self, values={**self.values, **{k: v for k, v in values.items() if v is not None}})
+
+    @property
+    def public_size(self) -> int | None:
+        """m_pub, the public cohort size of the tuned points (None when not recorded)."""
+        v = self.tuning.get("patients")
+        return None if v is None else int(v)
+
+    def interval_settings(self) -> dict[str, Any]:
+        """The interval settings this layer sets (:data:`gpope.core.operating.INTERVAL_KEYS`)."""
+        from gpope.core.operating import INTERVAL_KEYS
+
+        return {k: self.values[k] for k in INTERVAL_KEYS if k in self.values}
+
+    def select(self, m: int, epsilon: float) -> tuple[dict[str, Any], Any]:
+        """The layer's solver settings for a run of m trajectories at ``epsilon``, with the
+        tuned point nearest in m epsilon (:func:`gpope.core.operating.select_tuned`)."""
+        from gpope.core.operating import select_tuned
+
+        return select_tuned(self.values, self.tuned, self.public_size, m, epsilon)
+
+    def outside_tuned(self, m: int, epsilon: float, *, max_length: int | None = None,
+                      factor: float = 2.0) -> str | None:
+        """Why a run lies outside what was tuned, or None
+        (:func:`gpope.core.operating.outside_tuned`)."""
+        from gpope.core.operating import outside_tuned
+
+        return outside_tuned(self.tuned, self.tuning, m, epsilon, max_length=max_length,
+                             factor=factor)
 
 
 #: Why ``secure_noise`` needs the RDP accountant and (for GPOPE) uniform sampling.
@@ -317,23 +403,15 @@ def check_delta_against_m(delta: float, m: int) -> None:
 def _check_conf(conf: RunSettings) -> None:
     """The configuration layer: no run-only setting, and a budget and step offset that the
     layer determines consistently (the same rules as a spec's block)."""
-    from gpope.core.operating import BUDGET_KEYS
+    from gpope.core.operating import BUDGET_KEYS, OFFSET_KEYS, check_layer_rules
 
     given = [k for k in RUN_ONLY if getattr(conf, k) not in (None, False)]
     if given:
         raise ConfigError(
             f"The configuration's evaluation: section sets {', '.join(given)}, which belong to one "
             "run: pass them on the command line (or to gpope.api.evaluate) instead.")
-    budget = sorted(k for k in BUDGET_KEYS if getattr(conf, k) is not None)
-    if len(budget) > 2 or {"batch_rate", "batch_size"} <= set(budget):
-        raise ConfigError(
-            "The configuration's evaluation: section over-determines the budget: give at most two "
-            "of passes, iterations, batch_rate, batch_size, and not both batch_rate and "
-            f"batch_size (see gpope.core.operating). Got {budget}; set the others to null.")
-    if conf.step_offset is not None and conf.step_offset_fraction is not None:
-        raise ConfigError(
-            "The configuration's evaluation: section sets both 'step_offset' and "
-            "'step_offset_fraction'; they are alternatives. Set one of them to null.")
+    check_layer_rules(conf.layer((*BUDGET_KEYS, *OFFSET_KEYS)),
+                      "The configuration's evaluation: section")
 
 
 def merged_view(conf: RunSettings, flags: SettingsLayer) -> RunSettings:

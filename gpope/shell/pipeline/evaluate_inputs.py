@@ -69,8 +69,8 @@ def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLaye
 
     view = merged_view(config.evaluation, flags)
     block = spec.evaluation
-    if flags.get("accountant") is None and block is not None and block.accountant is not None:
-        check_combination(dataclasses.replace(view, accountant=block.accountant))
+    if flags.get("accountant") is None and block is not None and block.get("accountant"):
+        check_combination(dataclasses.replace(view, accountant=block.get("accountant")))
 
 
 def check_seed_allowed(config: GpopeConfig, dataset: str) -> None:

@@ -99,7 +99,7 @@ def tune_spec(
     Raises:
         ConfigError: the spec has no ``domain`` (no public simulator to tune on).
     """
-    from gpope.core.operating import EvaluationBlock
+    from gpope.core.evaluation.settings import SettingsLayer
     from gpope.core.tuning import tune_operating_point
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
     from gpope.shell.pipeline.public import public_transitions
@@ -117,7 +117,7 @@ def tune_spec(
     fixed: dict[str, Any] = {k: v for k, v in settings.solver_settings().items()
                              if k in _FIXED_KEYS}
     if spec.evaluation is not None:
-        block_fixed = {k: getattr(spec.evaluation, k) for k in _FIXED_KEYS}
+        block_fixed = {k: spec.evaluation.get(k) for k in _FIXED_KEYS}
         from gpope.core.operating import merge_layers
 
         fixed = merge_layers(block_fixed, fixed)
@@ -153,10 +153,11 @@ def tune_spec(
                 "gpope.core.operating",
     }
     kept_intervals: dict[str, Any] = {}  # hand-chosen on public studies: a re-tune keeps them
+    provenance: dict[str, Any] = {}
     if spec.evaluation is not None:
-        kept_intervals = {**spec.evaluation.interval_settings(),
-                          "intervals_provenance": dict(spec.evaluation.intervals_provenance)}
-    block = EvaluationBlock(**fixed, **kept_intervals, tuned=result.points, tuning=tuning)
+        kept_intervals = spec.evaluation.interval_settings()
+        provenance = dict(spec.evaluation.intervals_provenance)
+    block = SettingsLayer({**fixed, **kept_intervals}, "spec", result.points, tuning, provenance)
     block = _keep_other_epsilons(block, spec.evaluation, epsilons)
     data = block.to_dict()
     if write:
