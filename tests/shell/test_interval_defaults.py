@@ -53,9 +53,12 @@ def test_the_default_rule_yields_where_groups_do_not_hold():
 
 
 def test_without_spec_settings_the_conf_layer_applies_with_its_own_thresholds():
+    from gpope.core.operating import INTERVAL_KEYS
+
+    block = CHAIN.evaluation  # the spec's layer without its interval settings
     plain = dataclasses.replace(CHAIN, evaluation=dataclasses.replace(
-        CHAIN.evaluation, ssp_clip_quantile=None, interval_groups=None,
-        interval_groups_min_patients=None, interval_groups_min_m_epsilon=None))
+        block, values={k: v for k, v in block.values.items() if k not in INTERVAL_KEYS},
+        intervals_provenance={}))
     out, info = _resolve(50000, 1.0, spec=plain)
     assert (out.ssp_clip_quantile, out.interval_groups) == (0.99, 0)  # conf/default.yaml
     assert info["source"]["interval_groups"] == "conf"
