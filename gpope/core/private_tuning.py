@@ -44,15 +44,16 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import dp_accounting
 import numpy as np
 
 from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
 from gpope.core.accounting.registry import REFERENCE, composing_accountants, implementation
+from gpope.core.evaluation.settings import PrivateTuningSettings
 from gpope.core.gpope import GPOPEConfig, GPOPEResult, run_gpope
-from gpope.core.private_quantile import LogGrid, private_quantile, quantile_dp_event
+from gpope.core.private_quantile import private_quantile, quantile_dp_event
 from gpope.core.private_scoring import (
     noisy_statistics,
     selection_relative_mspbe,
@@ -82,61 +83,6 @@ __all__ = [
 
 _XTOL = 2e-3  # relative precision of the sigma bisections
 _SIGMA_MAX = 1e5
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrivateTuningSettings:
-    """Public settings of the private tuning (conf ``evaluation.private_tuning``).
-
-    Attributes:
-        clip_quantile: quantile of the gradient norms at (theta_hat, 0) used as the clip base h.
-        statistics_quantile: quantile of the statistics norms used as the statistics clip.
-        quantile_share: zCDP share of each of the two histograms (see the module docstring).
-        statistics_share: zCDP share of the noisy statistics.
-        step_multipliers: candidate step sizes, as multiples c of the base ``i0 / L``.
-        clip_multipliers: candidate clip bounds, as multiples d of h.
-        score_z: the selection score is the private relative MSPBE plus ``score_z`` standard
-            deviations of its noise (:func:`gpope.core.private_scoring.selection_mspbe`).
-        grid: the public log grid of both histograms.
-    """
-
-    clip_quantile: float = 0.5
-    statistics_quantile: float = 0.9
-    quantile_share: float = 0.02
-    statistics_share: float = 0.1
-    step_multipliers: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0)
-    clip_multipliers: tuple[float, ...] = (1.0,)
-    score_z: float = 1.0
-    grid: LogGrid = field(default_factory=LogGrid)
-
-    def __post_init__(self) -> None:
-        o = "PrivateTuningSettings"
-        check_probability(o, "clip_quantile", self.clip_quantile)
-        check_probability(o, "statistics_quantile", self.statistics_quantile)
-        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=0.5)
-        check_number(o, "statistics_share", self.statistics_share, gt=0.0, lt=0.5)
-        check_number(o, "score_z", self.score_z, ge=0.0)
-        if 2 * self.quantile_share + self.statistics_share >= 0.9:
-            raise ConfigError(
-                "The shares of PrivateTuningSettings must leave at least 10% of the budget to "
-                f"GPOPE: 2 * quantile_share + statistics_share < 0.9. Got quantile_share="
-                f"{self.quantile_share!r}, statistics_share={self.statistics_share!r}."
-            )
-        for name in ("step_multipliers", "clip_multipliers"):
-            vals = tuple(float(v) for v in getattr(self, name))
-            if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
-                raise ConfigError(
-                    f"The '{name}' parameter of PrivateTuningSettings must be a non-empty list "
-                    f"of numbers > 0. Got {getattr(self, name)!r} instead."
-                )
-            object.__setattr__(self, name, vals)
-        if not isinstance(self.grid, LogGrid):
-            raise ConfigError(f"'grid' must be a LogGrid; got {type(self.grid).__name__}.")
-
-    @property
-    def n_candidates(self) -> int:
-        """K, the number of GPOPE runs."""
-        return len(self.step_multipliers) * len(self.clip_multipliers)
 
 
 # ---------------------------------------------------------------------- accounting
