@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any, Required, TypedDict, Unpack
 
 import dp_accounting
 
@@ -42,6 +43,8 @@ __all__ = [
     "SIGMA_MIN",
     "Calibration",
     "PrivacySpend",
+    "SpendArgs",
+    "TargetArgs",
     "calibrate",
     "calibrate_sigma",
     "epsilon_spent",
@@ -93,11 +96,37 @@ class PrivacySpend:
         return dp_accounting.SelfComposedDpEvent(event=step, count=self.iterations)
 
 
+class _RunArgs(TypedDict, total=False):
+    m: Required[int]
+    iterations: Required[int]
+    delta: Required[float]
+    accountant: Accountant
+    sampling: Sampling
+    batch_rate: float | None
+    pld_grid: PLDGrid
+
+
+class SpendArgs(_RunArgs, total=False):
+    """The arguments of :func:`epsilon_spent` and :func:`privacy_spend` (see
+    :func:`epsilon_spent`)."""
+
+    sigma: Required[float]
+
+
+class TargetArgs(_RunArgs, total=False):
+    """The arguments of :func:`calibrate_sigma` and :func:`calibrate` (see
+    :func:`calibrate_sigma`)."""
+
+    epsilon: Required[float]
+
+
 def _validate(
-    owner: str, *, m: object, iterations: object, delta: object, accountant: object,
-    sampling: object, batch_rate: object, pld_grid: object,
+    owner: str, *, m: object, iterations: object, delta: object, accountant: object = "auto",
+    sampling: object = "uniform", batch_rate: object = None,
+    pld_grid: object = DEFAULT_PLD_GRID,
 ) -> tuple[str, RunShape]:
-    """(the resolved accountant, the run's shape) of validated inputs."""
+    """(the resolved accountant, the run's shape) of validated inputs (the defaults of every
+    public entry point)."""
     m_, n_, d_, s_, q = check_common(
         owner, m=m, iterations=iterations, delta=delta, sampling=sampling, batch_rate=batch_rate
     )
@@ -109,32 +138,23 @@ def _validate(
     return resolve_accountant(accountant, s_), RunShape(m_, n_, d_, s_, q, pld_grid)  # type: ignore[arg-type]
 
 
-def epsilon_spent(
-    *,
-    m: int,
-    iterations: int,
-    sigma: float,
-    delta: float,
-    accountant: Accountant = "auto",
-    sampling: Sampling = "uniform",
-    batch_rate: float | None = None,
-    pld_grid: PLDGrid = DEFAULT_PLD_GRID,
-) -> float:
+def epsilon_spent(**run: Unpack[SpendArgs]) -> float:
     """Epsilon of a GPOPE run with noise multiplier ``sigma`` at the given ``delta``.
 
-    Args:
+    Args (keyword only; :class:`SpendArgs`):
         m: number of trajectories (public), ``>= 1``.
         iterations: number of noisy steps ``N``, ``>= 1``.
         sigma: noise multiplier relative to the clip bound ``h`` (noise std ``h * sigma``).
         delta: target delta in (0, 1).
-        accountant: ``"auto"`` (tightest rigorous for the sampling, see
+        accountant: ``"auto"`` (the default: tightest rigorous for the sampling, see
             :func:`resolve_accountant`) or a registered accountant (:mod:`.registry`): ``"rdp"``,
             ``"pld"`` or ``"paper"`` (the paper's Lemma 1 used literally: NOT a valid upper bound,
             for reproducing the paper only).
-        sampling: ``"uniform"`` (one trajectory per step, replace-one adjacency, sensitivity
+        sampling: ``"uniform"`` (the default: one trajectory per step, replace-one adjacency, sensitivity
             ``2h``) or ``"poisson"`` (rate ``batch_rate``, add/remove adjacency, sensitivity ``h``).
-        batch_rate: the Poisson rate ``q`` in (0, 1]; must be ``None`` for uniform sampling.
-        pld_grid: how the PLD grid is refined (PLD only).
+        batch_rate: the Poisson rate ``q`` in (0, 1]; must be ``None`` (the default) for uniform
+            sampling.
+        pld_grid: how the PLD grid is refined (PLD only; default ``DEFAULT_PLD_GRID``).
 
     Returns:
         The certified epsilon (``inf`` if no finite epsilon is certified). ``"rdp"`` and
@@ -145,50 +165,28 @@ def epsilon_spent(
         ConfigError: invalid inputs (house message form).
         AccountingError: unsupported accountant/sampling pair.
     """
-    owner = "epsilon_spent"
-    acc, run = _validate(
-        owner, m=m, iterations=iterations, delta=delta, accountant=accountant, sampling=sampling,
-        batch_rate=batch_rate, pld_grid=pld_grid,
-    )
-    return implementation(acc).epsilon(run, check_number(owner, "sigma", sigma, gt=0.0))
+    return _spend("epsilon_spent", **run).epsilon
 
 
-def privacy_spend(
-    *,
-    m: int,
-    iterations: int,
-    sigma: float,
-    delta: float,
-    accountant: Accountant = "auto",
-    sampling: Sampling = "uniform",
-    batch_rate: float | None = None,
-) -> PrivacySpend:
+def privacy_spend(**run: Unpack[SpendArgs]) -> PrivacySpend:
     """:func:`epsilon_spent` wrapped in a :class:`PrivacySpend` record (accountant resolved)."""
-    eps = epsilon_spent(
-        m=m, iterations=iterations, sigma=sigma, delta=delta, accountant=accountant,
-        sampling=sampling, batch_rate=batch_rate,
-    )
+    return _spend("privacy_spend", **run)
+
+
+def _spend(owner: str, *, sigma: object, **run: Any) -> PrivacySpend:
+    acc, shape = _validate(owner, **run)
+    sigma_ = check_number(owner, "sigma", sigma, gt=0.0)
     return PrivacySpend(
-        epsilon=eps, delta=float(delta), accountant=resolve_accountant(accountant, sampling),
-        sampling=sampling, sigma=float(sigma), m=int(m), iterations=int(iterations),
-        batch_rate=None if batch_rate is None else float(batch_rate),
-    )
+        epsilon=implementation(acc).epsilon(shape, sigma_), delta=shape.delta, accountant=acc,
+        sampling=shape.sampling, sigma=sigma_, m=shape.m, iterations=shape.iterations,
+        batch_rate=shape.batch_rate)
 
 
-def calibrate_sigma(
-    *,
-    m: int,
-    iterations: int,
-    epsilon: float,
-    delta: float,
-    accountant: Accountant = "auto",
-    sampling: Sampling = "uniform",
-    batch_rate: float | None = None,
-    pld_grid: PLDGrid = DEFAULT_PLD_GRID,
-) -> float:
+def calibrate_sigma(**run: Unpack[TargetArgs]) -> float:
     """The smallest noise multiplier (relative to the clip bound) that meets ``epsilon``.
 
-    Arguments as in :func:`epsilon_spent`, with the target ``epsilon > 0`` instead of ``sigma``.
+    Arguments (keyword only) as in :func:`epsilon_spent`, with the target ``epsilon > 0``
+    instead of ``sigma``.
 
     Guarantee: ``epsilon_spent(..., sigma=calibrate_sigma(...)) <= epsilon`` with the same
     arguments (the returned sigma is certified by the accountant; it is within about 0.2 % of
@@ -202,10 +200,7 @@ def calibrate_sigma(
         AccountingError: unsupported accountant/sampling pair, or no sigma up to ``SIGMA_MAX``
             meets the target.
     """
-    owner = "calibrate_sigma"
-    return _calibrated(owner, m=m, iterations=iterations, epsilon=epsilon, delta=delta,
-                       accountant=accountant, sampling=sampling, batch_rate=batch_rate,
-                       pld_grid=pld_grid).sigma
+    return _calibrated("calibrate_sigma", **run).sigma
 
 
 @dataclass(frozen=True)
@@ -232,26 +227,13 @@ class Calibration:
     cached: bool = False
 
 
-def calibrate(
-    *,
-    m: int,
-    iterations: int,
-    epsilon: float,
-    delta: float,
-    accountant: Accountant = "auto",
-    sampling: Sampling = "uniform",
-    batch_rate: float | None = None,
-    pld_grid: PLDGrid = DEFAULT_PLD_GRID,
-) -> Calibration:
+def calibrate(**run: Unpack[TargetArgs]) -> Calibration:
     """:func:`calibrate_sigma` with its certificate (which bound, and a note on RDP fallback)."""
-    owner = "calibrate"
-    return _calibrated(owner, m=m, iterations=iterations, epsilon=epsilon, delta=delta,
-                       accountant=accountant, sampling=sampling, batch_rate=batch_rate,
-                       pld_grid=pld_grid)
+    return _calibrated("calibrate", **run)
 
 
-def _calibrated(owner: str, *, epsilon: object, **run: object) -> Calibration:
-    acc, shape = _validate(owner, **run)  # type: ignore[arg-type]
+def _calibrated(owner: str, *, epsilon: object, **run: Any) -> Calibration:
+    acc, shape = _validate(owner, **run)
     return _calibration(acc, shape, check_number(owner, "epsilon", epsilon, gt=0.0))
 
 
