@@ -1,0 +1,158 @@
+"""Can a regularised fallback bring the default within 1.5x of the tuned shipped specs? (no Spark)
+
+For each shipped spec (chain, mountain car off-policy, HIV demo) and seed, one cohort is simulated
+in memory at the spec's operating point (the patients of ``benchmarks/own_data_shipped.py``) and
+turned into the pipeline's statistics rows; then, per epsilon and noise draw:
+
+- ``default``: the tuning-free default as released (:func:`gpope.core.untuned.release_untuned_rows`),
+  with its identification test's separation;
+- ``ridge x mu``: on the SAME noisy sums the default released (post-processing, no extra budget),
+  the ridge solve ``argmin ||A~ theta - b~||^2 + mu tau^2 ||theta||^2`` over the supported
+  features, ``tau`` the noise's spectral-norm bound (:func:`gpope.core.ssp.noise_norm_bound`;
+  ``mu = 1`` is AdaSSP at its most regularised), values clamped into the spec's public range like
+  the default's; ``ridge best`` is the best ``mu`` of the grid chosen WITH the truth, a lower bound
+  for every ridge rule built from public quantities (not a release);
+- ``lstd``: the non-private LSTD on the same statistics (not a release): the error of the fixed
+  point every unbiased solve of the statistics aims at.
+
+Errors are max abs errors at the reference states divided by the largest |true value| (as
+``own_data_shipped.py``). With ``--tuned FILE`` (that script's JSON) the summary prints the
+1.5x target (1.5 x the tuned median) beside each row.
+
+    nice -n 10 .venv/bin/python benchmarks/own_data_shipped_core.py --seeds 3 --draws 3 \
+        --tuned docs/results/own_data_shipped.json --out docs/results/own_data_shipped_core.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from own_data_shipped import SHIPPED, truth_of
+
+#: ridge multipliers of tau^2 (the AdaSSP scale)
+MULTIPLIERS = (0.001, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+
+
+def cohort_rows(spec, domain: str, patients: int, cap: int | None, seed: int) -> np.ndarray:
+    """Statistics rows (m, 2n^2+n) of one simulated behaviour cohort, as ``gpope stats`` builds
+    them."""
+    from gpope.core.envs.registry import get_domain
+    from gpope.core.ssp import statistics_vectors
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    dom = get_domain(domain)
+    tr = dom.generate(patients, np.random.default_rng(100 + seed), dom.behaviour(),
+                      cap or dom.max_steps)
+    rows = statistics_of_transitions(tr, spec).to_rows()
+    return statistics_vectors(rows["A"], rows["b"], rows["C"])
+
+
+def ridge_values(spec, noisy, mu: float) -> np.ndarray:
+    """Reference values of the ridge solve ``mu tau^2`` on a release's pooled noisy sums,
+    clamped into :func:`gpope.core.untuned.value_range` (post-processing)."""
+    from gpope.core.ssp import noise_norm_bound, supported_features
+    from gpope.core.untuned import value_range
+
+    A, b, C = noisy.pooled()
+    std = noisy.pooled_noise_std()
+    keep = supported_features(C, noise_std=std)
+    k = int(keep.sum())
+    theta = np.zeros(spec.n_features)
+    if k:
+        lam = mu * noise_norm_bound(k, std) ** 2
+        M = np.vstack([A[np.ix_(keep, keep)], math.sqrt(lam) * np.eye(k)])
+        theta[keep] = np.linalg.lstsq(M, np.concatenate([b[keep], np.zeros(k)]), rcond=None)[0]
+    lo, hi = value_range(spec)
+    return np.clip(spec.reference_values(theta), lo, hi)
+
+
+def lstd_values(spec, vec: np.ndarray) -> np.ndarray:
+    from gpope.core.ssp import split_vector
+
+    A, b, _ = split_vector(vec.sum(axis=0, keepdims=True), spec.n_features)
+    return spec.reference_values(np.linalg.lstsq(A[0], b[0], rcond=None)[0])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=3, help="cohorts per spec")
+    p.add_argument("--draws", type=int, default=3, help="noise draws per cohort and epsilon")
+    p.add_argument("--epsilons", default="1,10")
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--only", default=None, help="comma-separated domains (default: all)")
+    p.add_argument("--tuned", default=None, help="own_data_shipped.py JSON with the tuned errors")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned_rows
+    from gpope.shell.pipeline.jobargs import load_spec
+
+    eps_list = [float(x) for x in a.epsilons.split(",")]
+    settings = UntunedSettings()
+    records = []
+    t0 = time.time()
+    for spec_path, domain, patients, cap in SHIPPED:
+        if a.only and domain not in a.only.split(","):
+            continue
+        spec = load_spec(spec_path)
+        truth = truth_of(spec, domain)
+        scale = float(np.max(np.abs(truth)))
+
+        def err(values, truth=truth, scale=scale) -> float:
+            return float(np.max(np.abs(np.asarray(values) - truth)) / scale)
+
+        for seed in range(a.seeds):
+            vec = cohort_rows(spec, domain, patients, cap, seed)
+            lstd = err(lstd_values(spec, vec))
+            for eps in eps_list:
+                sig = plan_untuned(m=vec.shape[0], epsilon=eps, delta=a.delta, settings=settings)
+                for draw in range(a.draws):
+                    rng = np.random.default_rng(np.random.SeedSequence([seed, draw, int(eps * 1000)]))
+                    rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1,
+                                               settings=settings, rng=rng)
+                    ridge = {f"{mu:g}": err(ridge_values(spec, rel.noisy, mu)) for mu in MULTIPLIERS}
+                    records.append({
+                        "spec": spec.name, "seed": seed, "draw": draw, "epsilon": eps,
+                        "default": err(rel.interval.value), "lstd": lstd, "ridge": ridge,
+                        "ridge_best": min(ridge.values()),
+                        "separation": rel.interval.separation, "clip": rel.clip})
+            print(f"{spec.name} seed {seed}: lstd {lstd:.4f} ({time.time() - t0:.0f} s)", flush=True)
+    tuned = {}
+    if a.tuned:
+        for row in json.loads(Path(a.tuned).read_text()).get("summary", []):
+            tuned[(row["spec"], float(row["epsilon"]))] = row["tuned"]
+    cols = ["default", *(f"ridge x{mu:g}" for mu in MULTIPLIERS), "ridge best", "lstd"]
+    print(f"\nmedian relative max abs error over seeds x draws\n{'spec':<12} {'eps':>4} "
+          f"{'1.5x tuned':>10} " + " ".join(f"{c:>10}" for c in cols) + f" {'sep':>7}")
+    summary = []
+    for name in dict.fromkeys(r["spec"] for r in records):
+        for eps in eps_list:
+            rs = [r for r in records if r["spec"] == name and r["epsilon"] == eps]
+            row = {"spec": name, "epsilon": eps, "n": len(rs),
+                   "default": float(np.median([r["default"] for r in rs])),
+                   "ridge": {f"{mu:g}": float(np.median([r["ridge"][f"{mu:g}"] for r in rs]))
+                             for mu in MULTIPLIERS},
+                   "ridge_best": float(np.median([r["ridge_best"] for r in rs])),
+                   "lstd": float(np.median([r["lstd"] for r in rs])),
+                   "separation": float(np.median([r["separation"] for r in rs])),
+                   "target": 1.5 * tuned[(name, eps)] if (name, eps) in tuned else None}
+            summary.append(row)
+            vals = [row["default"], *row["ridge"].values(), row["ridge_best"], row["lstd"]]
+            target = f"{row['target']:.4f}" if row["target"] is not None else "-"
+            print(f"{name:<12} {eps:>4g} {target:>10} " + " ".join(f"{v:>10.4f}" for v in vals)
+                  + f" {row['separation']:>7.3f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps({"args": vars(a), "multipliers": MULTIPLIERS,
+                                           "summary": summary, "records": records}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
