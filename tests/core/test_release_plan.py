@@ -101,6 +101,29 @@ def test_ssp_spends_everything_on_one_release_and_no_clip_means_no_statistics():
         _plan(Settings(estimator="ssp"), clip=None)
 
 
+def test_ssp_without_a_public_clip_charges_its_private_quantile_in_the_composed_event():
+    # own data (no simulator): the clip is a noisy histogram at the default's quantile share,
+    # one more component of the run's event; dp-accounting certifies the whole run at epsilon
+    from dp_accounting.pld import PLDAccountant
+
+    from gpope.core.untuned import UntunedSettings
+
+    plan = _plan(Settings(estimator="ssp"), clip=None, private_clip_quantile=0.9,
+                 untuned=UntunedSettings(quantile_share=0.05))
+    clip = plan.component("ssp_clip")
+    assert plan.private_clip_quantile == 0.9 and plan.statistics_clip is None
+    assert (clip.epsilon, clip.delta) == pytest.approx((0.05, 0.05e-6))
+    assert plan.main.epsilon == pytest.approx(0.95) and plan.statistics is plan.main
+    assert "private 0.9 quantile" in plan.label and "clip=private quantile" in plan.main.label
+    assert clip.event == dp_accounting.GaussianDpEvent(clip.sigma)  # sensitivity 1 histogram
+    assert plan.event.events == [plan.main.event, clip.event]
+    pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    assert _rdp_epsilon(clip.event, 0.05e-6, "add_or_remove_one") == pytest.approx(0.05, rel=0.05)
+    assert pld.compose(clip.event).get_epsilon(0.05e-6) <= 0.05  # rdp calibrated: PLD is tighter
+    assert _rdp_epsilon(plan.event, 1e-6, "add_or_remove_one") <= 1.0 * 1.05
+    assert plan.releases[-1] == "ssp_clip"
+
+
 def test_paper_accountant_is_not_a_valid_bound_and_is_charged_a_rigorous_bound():
     plan = _plan(Settings(accountant="paper", sampling="uniform", batch_rate=None,
                           iterations=50), clip=None)

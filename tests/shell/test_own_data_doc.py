@@ -94,6 +94,32 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert budget["spent_basic"]["epsilon"] == pytest.approx(1.0)
     assert [r["status"] for r in budget["runs"]] == ["released"]
 
+    # --estimator ssp on the same spec (no simulator) needs no --ssp-clip: its clip is a private
+    # quantile, one histogram in the run's composed ledger event, and the output says so
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+
+    from gpope.core.accounting.composition import mechanism_from_json
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    assert main([*documented_commands()[-1], "--estimator", "ssp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["estimator"] == "ssp" and out["private"] is True and out["ssp_clip"] > 0
+    assert out["settings"]["ssp_clip_from"].startswith("private 0.9 quantile")
+    stored = mechanism_from_json(PrivacyLedger(None, config).entry("ward7", out["run_id"]).mechanism)
+    assert "ssp clip(private 0.9 quantile of the statistics norms)" in stored.label
+    histogram = stored.event.events[1]  # [ssp release, clip histogram, policy value]
+    assert isinstance(histogram, dp_accounting.GaussianDpEvent)
+
+    def pld_epsilon(event, delta):
+        acc = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        return acc.compose(event).get_epsilon(delta)
+
+    assert pld_epsilon(histogram, 0.05e-6) <= 0.05 * (1 + 1e-6)  # its 5% share of (1, 1e-6)
+    assert pld_epsilon(stored.event, 1e-6) <= 1.0 + 1e-6
+    assert main(["budget", "show", "--dataset", "ward7", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent_basic"]["epsilon"] == pytest.approx(2.0)
+
 
 def test_gpope_warnings_are_one_line_without_a_source_path(capsys):
     import warnings
@@ -162,7 +188,7 @@ def test_every_printed_advice_works_for_a_spec_without_a_simulator():
     from gpope.errors import ConfigError
     from gpope.shell.pipeline.ssp import public_clip
 
-    try:  # --estimator ssp on such a spec: refused, with a way out that needs no bound
+    try:  # no public clip from such a spec (evaluate then releases a private one)
         public_clip(own, n_trajectories=100, quantile=0.99)
     except ConfigError as exc:
         printed.append(str(exc))

@@ -139,6 +139,9 @@ class ReleasePlan:
         statistics_clip: the public clip bound of the noisy-statistics release, or None.
         moments_share: the moments' share of that release (zCDP).
         tuning: the plan of ``--tune private`` (None otherwise) and its core settings.
+        private_clip_quantile: for an ssp run whose spec gives no public clip bound, the
+            quantile of the statistics norms its ``ssp_clip`` component releases privately as
+            the clip (``statistics_clip`` is then None until the run releases it); else None.
     """
 
     epsilon: float
@@ -161,6 +164,7 @@ class ReleasePlan:
     statistics_clip: float | None
     moments_share: float
     tuning: tuple[PrivateTuningPlan, PrivateTuningSettings] | None = None
+    private_clip_quantile: float | None = None
 
     @property
     def sigma(self) -> float:
@@ -277,11 +281,29 @@ def _plan_ssp(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseCompon
 
     s = inputs.settings
     sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    clip = ("clip=private quantile" if inputs.statistics_clip is None
+            else f"clip={inputs.statistics_clip:g}")
     return ReleaseComponent(
         name="ssp", epsilon=epsilon, delta=delta, sigma=float(sigma),
         event=ssp_release_event(sigma, s.moments_share), epsilon_spent=float(spent),
-        label=f"ssp(clip={inputs.statistics_clip:g}, moments_share={s.moments_share:g})",
+        label=f"ssp({clip}, moments_share={s.moments_share:g})",
         releases=(*_ESTIMATE, "intervals", "private_mspbe"))
+
+
+def plan_ssp_clip(inputs: PlanInputs, epsilon: float, delta: float, *, quantile: float
+                  ) -> ReleaseComponent:
+    """The private clip of an ssp run without a public one: one noisy histogram of the
+    trajectories' statistics norms (sensitivity 1 under add/remove-one,
+    :func:`gpope.core.private_quantile.quantile_dp_event`) at (epsilon, delta); the clip is its
+    upper ``quantile`` (post-processing, :func:`gpope.core.untuned.upper_quantile`)."""
+    from gpope.core.private_quantile import quantile_dp_event
+
+    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    return ReleaseComponent(
+        name="ssp_clip", epsilon=epsilon, delta=delta, sigma=float(sigma),
+        event=quantile_dp_event(sigma), epsilon_spent=float(spent),
+        label=f"ssp clip(private {quantile:g} quantile of the statistics norms)",
+        releases=("ssp_clip",))
 
 
 def _plan_gpope(inputs: PlanInputs, epsilon: float, delta: float, groups: int
@@ -366,6 +388,7 @@ def plan_release(
     groups_explicit: bool = False,
     private_tuning: PrivateTuningSettings | None = None,
     untuned: UntunedSettings | None = None,
+    private_clip_quantile: float | None = None,
 ) -> ReleasePlan:
     """The release plan of a run (see the module docstring); nothing is drawn or read.
 
@@ -381,6 +404,9 @@ def plan_release(
         private_tuning: the core settings of ``--tune private`` (required with it).
         untuned: the public rules of the tuning-free default (``estimator="untuned"``; None:
             :class:`gpope.core.untuned.UntunedSettings` defaults).
+        private_clip_quantile: an ssp run without ``statistics_clip`` releases its clip as this
+            quantile of the statistics norms, privately, at ``untuned.quantile_share`` of the
+            run's budget (:func:`plan_ssp_clip`; the same rule as the default's clip).
 
     Returns:
         The frozen plan; equal for any two data sets with the same m.
@@ -400,8 +426,10 @@ def plan_release(
             "--tune private tunes GPOPE's clip bound and step size; --estimator ssp has none to "
             "tune. Drop one of them."
         )
-    if ssp_run and statistics_clip is None:
-        raise ConfigError("An ssp run needs the public clip bound of its statistics release.")
+    private_clip = ssp_run and statistics_clip is None
+    if private_clip and private_clip_quantile is None:
+        raise ConfigError("An ssp run needs the public clip bound of its statistics release, "
+                          "or the quantile to release it privately.")
     # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
     # add/remove; every component is calibrated, reported and charged under it
     one_shot = ssp_run or untuned_run
@@ -414,6 +442,11 @@ def plan_release(
     # an ssp run's estimator release IS the noisy statistics: its other components only
     shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY
               if not (one_shot and name == "noisy_statistics")]
+    if private_clip:
+        from gpope.core.untuned import UntunedSettings
+
+        shares.insert(0, ("ssp_clip", (untuned or UntunedSettings()).quantile_share,
+                          lambda i, e, d: plan_ssp_clip(i, e, d, quantile=private_clip_quantile)))
     if sum(sh for _, sh, _ in shares) >= 1.0:
         raise ConfigError(
             "The shares of the run's auxiliary releases (statistics_share, policy_value_share) "
@@ -465,7 +498,8 @@ def plan_release(
             f"private; charged at rigorous RDP epsilon {charged:.6g}"),
         layout=layout, interval_groups=groups, interval_note=note,
         statistics_clip=None if statistics_clip is None else float(statistics_clip),
-        moments_share=float(s.moments_share), tuning=tuning)
+        moments_share=float(s.moments_share), tuning=tuning,
+        private_clip_quantile=float(private_clip_quantile) if private_clip else None)
 
 
 def _compose(main: ReleaseComponent, auxiliary: tuple[ReleaseComponent, ...]

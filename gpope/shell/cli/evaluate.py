@@ -55,10 +55,14 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="gpope (default): gradient-perturbed GTD2; ssp: one-shot private LSTD on "
                    "noisy sufficient statistics (all of the budget on one Gaussian release)")
     e.add_argument("--ssp-clip", type=float, default=None,
-                   help="public L2 bound of one trajectory's [A_i, b_i, C_i] (default: a public "
-                   "quantile on the spec's simulator; required for specs without a domain)")
+                   help="override: a public L2 bound of one trajectory's [A_i, b_i, C_i] "
+                   "(default: derived, never required: a public quantile on the spec's "
+                   "simulator; for a spec without a domain (own data), a private quantile of "
+                   "the statistics norms, evaluation.untuned.clip_quantile unless "
+                   "--ssp-clip-quantile is given, charged to the run at "
+                   "evaluation.untuned.quantile_share of its epsilon and delta)")
     e.add_argument("--ssp-clip-quantile", type=float, default=None, metavar="Q",
-                   help="that public quantile, in (0, 1] (default: the spec's evaluation: block, "
+                   help="that quantile, in (0, 1] (default: the spec's evaluation: block, "
                    "e.g. 0.5 for conf/specs/chain.yaml, chosen on public simulated data, then "
                    "evaluation.ssp_clip_quantile of --conf, 0.99)")
     e.add_argument("--moments-share", type=float, default=None,

@@ -3,7 +3,8 @@
 :func:`prepare_run` reads what the design treats as public and nothing else: m (the number of
 trajectories with statistics for the spec, from one pinned version of the gold table), the
 episode cap ``gpope simulate`` recorded for a simulated dataset, and the public clip bound of the
-noisy-statistics release (a quantile on a fresh cohort of the spec's simulator). From those, the
+noisy-statistics release (a quantile on a fresh cohort of the spec's simulator; an ssp run whose
+spec has no simulator plans a private quantile instead, charged to the run). From those, the
 settings are resolved (:func:`gpope.core.evaluation.settings.resolve_settings`) and the run's
 :class:`~gpope.core.evaluation.plan.ReleasePlan` is made
 (:func:`gpope.core.evaluation.plan.plan_release`). Nothing here reads a private row.
@@ -102,17 +103,39 @@ def _simulated_max_length(config: GpopeConfig, dataset: str) -> int | None:
     return int(record["max_length"]) if record and record.get("max_length") is not None else None
 
 
-def statistics_clip(spec: EvaluationSpec, settings: Any, *, required: bool) -> float | None:
-    """The public clip bound of the noisy-statistics release: the setting, else a public quantile
-    on the spec's simulator; None (no release) for a gpope run whose spec has no simulator."""
+def private_clip_quantile(settings: Any, source: str | None) -> float:
+    """The quantile an ssp run without a public clip releases privately: ``ssp_clip_quantile``
+    when chosen (``source`` ``"options"`` or ``"spec"``), else the tuning-free default's measured
+    clip rule (``evaluation.untuned.clip_quantile``, measured on generated MDPs), not the conf's
+    0.99 chosen for noiseless public cohorts: a private quantile is read from noisy counts, and
+    the few rows above a 0.99 quantile drown in them at small m."""
+    if source in ("options", "spec"):
+        return float(settings.ssp_clip_quantile)
+    return float(settings.untuned.clip_quantile)
+
+
+def statistics_clip(spec: EvaluationSpec, settings: Any, *, ssp_run: bool, source: str | None,
+                    quantile_source: str | None = None) -> tuple[float | None, str | None]:
+    """The clip bound of the noisy-statistics release and where it comes from (one line for the
+    report): the setting (``source``: ``"options"`` for --ssp-clip), else a public quantile on
+    the spec's simulator. Without a simulator: None, and for an ssp run the words saying it is
+    released privately (the plan's ``ssp_clip`` component); a gpope run then has no
+    statistics release."""
     if settings.ssp_clip is not None:
-        return float(settings.ssp_clip)
-    if not required and (spec.domain is None or settings.public_trajectories <= 0):
-        return None  # no public data for a clip bound: this gpope run has no statistics release
+        return float(settings.ssp_clip), ("--ssp-clip" if source == "options"
+                                          else "evaluation.ssp_clip")
+    q = settings.ssp_clip_quantile
+    if spec.domain is None or settings.public_trajectories <= 0:
+        if not ssp_run:
+            return None, None  # no public data for a clip bound: no statistics release
+        return None, (f"private {private_clip_quantile(settings, quantile_source):g} quantile of "
+                      "the trajectories' statistics norms (spec has no public simulator; charged "
+                      "to this run's epsilon)")
     from gpope.shell.pipeline.ssp import public_clip
 
-    return public_clip(spec, n_trajectories=settings.public_trajectories,
-                       quantile=settings.ssp_clip_quantile, max_length=settings.public_max_length)
+    clip = public_clip(spec, n_trajectories=settings.public_trajectories, quantile=q,
+                       max_length=settings.public_max_length)
+    return clip, f"public {q:g} quantile on a simulated cohort of the spec's domain"
 
 
 def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
@@ -148,8 +171,12 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     if untuned_applies(spec, provenance["source"]):  # nobody tuned it, nothing was chosen
         settings = dataclasses.replace(settings, estimator="untuned", interval_groups=0)
     ssp_run = settings.estimator == "ssp"
-    clip = None if settings.estimator == "untuned" else statistics_clip(spec, settings,
-                                                                         required=ssp_run)
+    q_source = provenance["source"].get("ssp_clip_quantile")
+    clip, clip_from = (None, None) if settings.estimator == "untuned" else statistics_clip(
+        spec, settings, ssp_run=ssp_run, source=provenance["source"].get("ssp_clip"),
+        quantile_source=q_source)
+    if clip_from is not None:
+        provenance["ssp_clip_from"] = clip_from
     # dense rows in memory when they fit in_memory_limit_mb, else streamed: from m and n only
     layout = plan_loading(m=m, n=spec.n_features, path=settings.path,
                           limit_mb=settings.in_memory_limit_mb,
@@ -158,7 +185,9 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
         private_tuning=settings.private_tuning.to_core()
-        if settings.tune == "private" and not ssp_run else None, untuned=settings.untuned)
+        if settings.tune == "private" and not ssp_run else None, untuned=settings.untuned,
+        private_clip_quantile=private_clip_quantile(settings, q_source)
+        if ssp_run and clip is None else None)
     if plan.interval_note:
         provenance["interval_note"] = plan.interval_note
     if not ssp_run and settings.interval_groups != plan.interval_groups:

@@ -167,10 +167,9 @@ class EvaluationReport:
                    else "parametric bootstrap of the noisy statistics" if self.estimator == "ssp"
                    else f"Student-t of {k} runs on disjoint patient groups" if k
                    else "hull of the noisy-statistics interval and the value")
-            quantile = (f"; statistics clip at the public {st['ssp_clip_quantile']:g} quantile"
-                        if st.get("ssp_clip_quantile") is not None and self.statistics_sigma
-                        is not None and self.estimator == "ssp" and st.get("ssp_clip") is None
-                        else "")
+            quantile = (f"; statistics clip: {st['ssp_clip_from']}"
+                        if st.get("ssp_clip_from") and self.statistics_sigma is not None
+                        and self.estimator == "ssp" else "")
             lines.append(f"  interval: {how}{quantile}")
             if st.get("interval_note"):
                 lines.append(f"  NOTE: {st['interval_note']}")
@@ -401,7 +400,7 @@ def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant
         "sampling": s.sampling, "accountant": accountant,
         "touched_trajectories": info["touched_trajectories"],
         "source": info["source"], "tuned_point": info["tuned_point"], "tuning": info["tuning"],
-        "ssp_clip_quantile": s.ssp_clip_quantile,
+        "ssp_clip_quantile": s.ssp_clip_quantile, "ssp_clip_from": info.get("ssp_clip_from"),
         "interval_groups": 0 if s.estimator == "ssp" else s.interval_groups,
         "interval_note": info["interval_note"],
         "origin": ("spec evaluation: block" if info["spec_has_evaluation_block"]
@@ -411,8 +410,10 @@ def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant
 
 
 def _statistics_clip(plan: Any, est: Any) -> float | None:
-    """The clip of the run's statistics release: public, or chosen privately by the default."""
-    return float(est.result.clip) if plan.estimator == "untuned" else plan.statistics_clip
+    """The clip of the run's statistics release: public, or chosen privately (the default, or
+    an ssp run without a public clip)."""
+    private = plan.statistics_clip is None and plan.estimator in ("untuned", "ssp")
+    return float(est.result.clip) if private else plan.statistics_clip
 
 
 def track_and_report(

@@ -91,9 +91,15 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
         # delta-rs storage: the same pinned rows as the version's files, read by the workers
         files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
                                  version=stats_version)
-        noisy, moments = noisy_statistics(stats_df if files is None else files, settings, spec,
-                                          n=n, m=m, sigma=float(stats.sigma),
-                                          clip=float(plan.statistics_clip))
+        rows = stats_df if files is None else files
+        clip = plan.statistics_clip
+        if clip is None:  # an ssp run without a public clip: its own private release first
+            from gpope.shell.pipeline.evaluate_untuned import private_ssp_clip
+
+            clip = private_ssp_clip(rows, spec, m=m, plan=plan, seed=settings.seed,
+                                    settings=settings.untuned)
+        noisy, moments = noisy_statistics(rows, settings, spec, n=n, m=m,
+                                          sigma=float(stats.sigma), clip=float(clip))
     solver = None if plan.estimator == "ssp" else solver_config(
         settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
         trace_every=settings.trace_every or max(1, settings.iterations // 20),

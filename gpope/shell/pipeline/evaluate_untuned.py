@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.untuned import UntunedRelease, UntunedSettings
 
-__all__ = ["EXPLICIT_CHOICES", "UNTUNED_NOTE", "run_untuned", "untuned_applies", "untuned_result"]
+__all__ = ["EXPLICIT_CHOICES", "UNTUNED_NOTE", "private_ssp_clip", "run_untuned", "untuned_applies",
+           "untuned_result"]
 
 #: Settings whose explicit choice (command line or caller) means "not the default": the user
 #: asked for a particular estimator or solver.
@@ -64,6 +65,28 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
                            settings=settings, rng=np.random.default_rng(ss), level=level,
                            identification=identification)
+
+
+def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, seed: int | None,
+                     settings: UntunedSettings | None = None) -> float:
+    """The clip of an ssp run whose spec gives no public one, released privately: the plan's
+    ``ssp_clip`` component (one noisy histogram of ``||[A_i, b_i, C_i]||`` on the default's
+    public log grid, :func:`gpope.core.untuned.quantile_grid`, at the component's multiplier)
+    read at ``plan.private_clip_quantile``, the default's own clip rule. ``stats`` as in
+    :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private)."""
+    from gpope.core.untuned import UntunedSettings, _private_quantile, quantile_grid
+    from gpope.shell.pipeline.ssp import _aggregate
+
+    n = spec.n_features
+    component = plan.component("ssp_clip")
+
+    def aggregate(kernel, width: int) -> np.ndarray:
+        return _aggregate(stats, n, kernel, 1, width, m)[0]
+
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
+    return _private_quantile(aggregate, quantile_grid(spec, settings or UntunedSettings()),
+                             lambda rows: rows, float(plan.private_clip_quantile), m=m,
+                             sigma=float(component.sigma), rng=np.random.default_rng(ss))
 
 
 def untuned_result(release: UntunedRelease, *, plan: Any, delta: float, seed: int | None) -> Any:
