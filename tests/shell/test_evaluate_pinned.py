@@ -75,46 +75,46 @@ def _released(spark, config, report) -> dict:
 #: The exact releases of the seeded runs (GPOPE_PRINT_PINS=1 prints them).
 PINS: dict[str, dict] = {
     "gpope": {
-        "theta": "bae7d0ff91ded9070bf94581",
+        "theta": "6da8bcebee37e63031556092",
         "values": [
-            "-0x1.efbb24f8d27acp-2",
-            "0x1.888906360e6a4p-4",
-            "0x1.775125357d0d4p-1"
+            "-0x1.efbb24f94f1f6p-2",
+            "0x1.88890636f2836p-4",
+            "0x1.775125355ad8ap-1"
         ],
         "intervals": "cffcfb66adb81cba4873d490",
-        "sigma": "0x1.fe2dd47eb1887p+0",
-        "statistics_sigma": "0x1.2fd3bb7a337c8p+4",
-        "spent_epsilon": "0x1.ffd7fd02c236ep+0",
+        "sigma": "0x1.fe2dd47f321efp+0",
+        "statistics_sigma": "0x1.2fd3bb7a33579p+4",
+        "spent_epsilon": "0x1.ffd7fd00e0a60p+0",
         "relation": "add_or_remove_one",
-        "event": "4184e22f6ded36e9511bf1e0"
+        "event": "98322e3bbbea85c16b7e54fd"
     },
     "ssp": {
-        "theta": "e32101adacb9ca58a0aa9e58",
+        "theta": "8d6801b00cc217f49e3c2706",
         "values": [
             "0x0.0p+0",
             "0x0.0p+0",
-            "0x1.38f15af2b9bb9p-1"
+            "0x1.38f15af2b97dfp-1"
         ],
         "intervals": "cffcfb66adb81cba4873d490",
-        "sigma": "0x1.fe6be425245bep+0",
-        "statistics_sigma": "0x1.fe6be425245bep+0",
-        "spent_epsilon": "0x1.fffe6f223cee4p+0",
+        "sigma": "0x1.fe6be425249efp+0",
+        "statistics_sigma": "0x1.fe6be425249efp+0",
+        "spent_epsilon": "0x1.fffe6f223c891p+0",
         "relation": "add_or_remove_one",
-        "event": "2e416622c190fcd2673dd6dc"
+        "event": "f3b158c148aebaed434ca31d"
     },
     "groups": {
-        "theta": "95d5ccfe00ff2a869195f53f",
+        "theta": "6119f5c0c6550651c1fa2029",
         "values": [
-            "0x1.8b73cbe81574dp-2",
-            "-0x1.6414c37d697bdp-1",
-            "0x1.64cc6cb4519d5p-1"
+            "0x1.8b73cbe87aabbp-2",
+            "-0x1.6414c37de2c39p-1",
+            "0x1.64cc6cb4fc0c0p-1"
         ],
-        "intervals": "a0dfd318d52aa71a23633a7c",
-        "sigma": "0x1.fe2dd47eb1887p+0",
-        "statistics_sigma": "0x1.2fd3bb7a337c8p+4",
-        "spent_epsilon": "0x1.ffd7fd02c236ep+0",
+        "intervals": "9a57e2c33865784b434699d1",
+        "sigma": "0x1.fe2dd47f321efp+0",
+        "statistics_sigma": "0x1.2fd3bb7a33579p+4",
+        "spent_epsilon": "0x1.ffd7fd00e0a60p+0",
         "relation": "add_or_remove_one",
-        "event": "4184e22f6ded36e9511bf1e0"
+        "event": "98322e3bbbea85c16b7e54fd"
     },
     "uniform": {
         "theta": "045a948a4bdc6671cc0834de",
@@ -125,10 +125,10 @@ PINS: dict[str, dict] = {
         ],
         "intervals": "cffcfb66adb81cba4873d490",
         "sigma": "0x1.f6d2a5cb8f920p+0",
-        "statistics_sigma": "0x1.2fd3bb7a337c8p+5",
-        "spent_epsilon": "0x1.ff1f01e1be758p+0",
+        "statistics_sigma": "0x1.2fd3bb7a33579p+5",
+        "spent_epsilon": "0x1.ff1f01e1be254p+0",
         "relation": "replace_one",
-        "event": "59073ce876b5b7c6480679c4"
+        "event": "72a560fb90a725c46e37f3f1"
     }
 }
 
