@@ -45,6 +45,16 @@ def lstd_error(spec, truth, vec) -> float:
     return float(np.max(np.abs(spec.reference_values(theta) - truth)))
 
 
+def in_range(spec, iv) -> bool:
+    """Whether the values and every finite interval end lie in the spec's public value range."""
+    from gpope.core.untuned import value_range
+
+    lo, hi = value_range(spec)
+    ends = np.concatenate([iv.value, iv.lower[np.isfinite(iv.lower)],
+                           iv.upper[np.isfinite(iv.upper)]])
+    return bool(np.all((ends >= lo) & (ends <= hi)))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", type=int, default=10, help="data sets per feature kind")
@@ -86,11 +96,16 @@ def main(argv=None) -> int:
                                     "epsilon": eps,
                                     "error": float(np.max(np.abs(iv.value - truth))),
                                     "covered": bool(np.all((iv.lower <= truth) & (truth <= iv.upper))),
-                                    "finite": finite, "clip": rel.clip})
+                                    "finite": finite, "clip": rel.clip,
+                                    "width": float(np.max(iv.upper - iv.lower)),
+                                    # the delta method alone (no second-order width)
+                                    "covered_first_order": bool(not finite or np.all(
+                                        np.abs(iv.value - truth) <= 1.96 * iv.se)),
+                                    "in_range": in_range(spec, iv)})
             print(f"{name}: lstd {base['lstd_error']:.4f} ({time.time() - t0:.0f} s)", flush=True)
     print(f"\nmedian max abs error over {len({r['dataset'] for r in records})} data sets, m={a.m}")
     print(f"{'quantile':>8} {'share':>6} {'refine':>6} {'eps':>5} {'error':>8} {'lstd':>8} "
-          f"{'coverage':>9} {'finite':>7}")
+          f"{'coverage':>9} {'finite':>7} {'width':>7} {'in range':>8}")
     summary = []
     for q, share, refine in cands:
         for eps in eps_list:
@@ -100,10 +115,15 @@ def main(argv=None) -> int:
                    "median_error": float(np.median([r["error"] for r in rs])),
                    "median_lstd_error": float(np.median([r["lstd_error"] for r in rs])),
                    "coverage": float(np.mean([r["covered"] for r in rs])),
-                   "finite": float(np.mean([r["finite"] for r in rs]))}
+                   "finite": float(np.mean([r["finite"] for r in rs])),
+                   "coverage_first_order": float(np.mean([r["covered_first_order"] for r in rs])),
+                   "median_finite_width": float(np.median([r["width"] for r in rs if r["finite"]]
+                                                          or [np.nan])),
+                   "in_range": float(np.mean([r["in_range"] for r in rs]))}
             summary.append(row)
             print(f"{q:>8} {share:>6} {refine:>6} {eps:>5g} {row['median_error']:>8.4f} "
-                  f"{row['median_lstd_error']:>8.4f} {row['coverage']:>9.2f} {row['finite']:>7.2f}")
+                  f"{row['median_lstd_error']:>8.4f} {row['coverage']:>9.2f} {row['finite']:>7.2f} "
+                  f"{row['median_finite_width']:>7.3f} {row['in_range']:>8.2f}")
     if a.out:
         with open(a.out, "w") as fh:
             json.dump({"args": vars(a), "summary": summary, "records": records}, fh, indent=1)

@@ -23,9 +23,13 @@ per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
 
 The interval is the delta method: ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
 A~^-T`` with ``Sigma_r`` the released moments (sampling), ``s_R`` the residual release's noise and
-the last term the remaining second-order effect of the noise on A; normal quantiles. It is
-unbounded where the identification test cannot separate the noisy A from a singular one
-(:func:`gpope.core.intervals.separation`: "valid or unbounded"). Finally values and finite
+the last term the first-order effect of the noise on A; normal quantiles; each end moved out by
+:func:`second_order_widths`, a bound on what the delta method leaves out (the noise on A
+multiplying the error itself, which dominates where A is barely identified). It is unbounded
+where the identification test cannot separate the noisy A from a singular one
+(:func:`gpope.core.intervals.separation`) or that bound does not hold ("valid or unbounded").
+The bias of clipping the largest residuals to ``c_r`` is not bounded in the interval (it needs
+a public bound on a trajectory's residual); docs/RESULTS.md measures it against the width. Finally values and finite
 interval ends are clamped into the range the spec's reward bounds and gamma imply
 (:func:`value_range`; post-processing).
 
