@@ -17,6 +17,16 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_dataset_option(parser: argparse.ArgumentParser) -> None:
+    """Add the required ``--dataset NAME``: the cohort a pipeline command reads or writes."""
+    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+
+
+def add_progress_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--no-progress``: hide the progress bars :func:`show_progress` would show."""
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
 def add_lake_options(
     parser: argparse.ArgumentParser, *, tracking: bool = False, remote: bool = True
 ) -> None:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit, show_progress
+from gpope.shell.cli._common import (
+    add_json_flag,
+    add_lake_options,
+    add_progress_flag,
+    emit,
+    show_progress,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--public-trajectories", type=int, default=100,
                         help="public simulated cohort for MSPBE, the same as gpope evaluate's "
                         "(default 100; 0 disables)")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_progress_flag(parser)
     parser.add_argument("--allow-invalid-accounting", action="store_true",
                         help="accept evaluation.accountant 'paper' from --conf: the release is "
                         "then NOT private everywhere and labelled 'not a valid bound'")

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from gpope.core.accounting.registry import accountant_choices, accountant_help
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.shell.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 
 
 def add_solver_options(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "reference states go to released_estimates; MLflow gets params, metrics and artifacts."
         ),
     )
-    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    add_dataset_option(parser)
     parser.add_argument("--spec", required=True, help="evaluation spec YAML")
     parser.add_argument("--epsilon", type=float, required=True, help="epsilon spent by this run")
     parser.add_argument("--delta", type=float, required=True, help="delta spent by this run")

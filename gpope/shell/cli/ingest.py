@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.shell.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 from gpope.shell.cli.domains import domain_arg
 
 
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "when episodes stop early (docs/OWN_DATA.md, 'How an episode ends')."
         ),
     )
-    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    add_dataset_option(parser)
     parser.add_argument(
         "--domain",
         type=domain_arg,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit, show_progress
+from gpope.shell.cli._common import (
+    add_dataset_option,
+    add_json_flag,
+    add_lake_options,
+    add_progress_flag,
+    emit,
+    show_progress,
+)
 from gpope.shell.cli.domains import domain_arg, domain_help
 
 
@@ -22,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--domain", required=True, type=domain_arg, help=domain_help("simulated domain"))
     parser.add_argument("--patients", required=True, type=int, help="number of patients (episodes)")
-    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    add_dataset_option(parser)
     parser.add_argument(
         "--seed", type=int, default=None, help="seed (default: OS entropy, not reproducible)"
     )
@@ -50,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--format", choices=("parquet", "csv"), default="parquet",
                         help="file format of --to-files (default parquet)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_progress_flag(parser)
     add_lake_options(parser)
     add_json_flag(parser)
     parser.set_defaults(func=_run)

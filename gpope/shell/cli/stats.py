@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.shell.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "dataset's gold trajectory_stats table; other specs are kept."
         ),
     )
-    parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
+    add_dataset_option(parser)
     parser.add_argument("--spec", required=True, help="evaluation spec YAML (e.g. conf/specs/hiv_demo.yaml)")
     add_lake_options(parser)
     add_json_flag(parser)
