@@ -23,7 +23,7 @@ factor-2 error the audit must catch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -79,11 +79,15 @@ def _worlds(m: int) -> tuple[PolicyValueTerms, PolicyValueTerms]:
 
 
 def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Generator | int, *,
+                           settings: PolicyValueSettings | None = None,
                            _noise_scale: float = 1.0) -> AuditResult:
-    """Audit the policy value release (both worlds, ``config.runs`` runs each)."""
+    """Audit the policy value release (both worlds, ``config.runs`` runs each) with the
+    release's ``settings`` (a configuration's
+    :meth:`~gpope.core.evaluation.settings.RunSettings.policy_value_settings`; None: the packaged
+    defaults)."""
     t_start = time.perf_counter()
     g0, g1 = audit_generator(rng).spawn(2)
-    settings = PolicyValueSettings()
+    settings = settings if settings is not None else PolicyValueSettings()
     b = AUDIT_BOUNDS
     # the claimed share of the run: what the accountant certifies for this release
     claim = settings.share * config.epsilon
@@ -125,4 +129,5 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
         delta=config.delta * settings.share,
         override=None if _noise_scale == 1.0 else {"noise_scale": float(_noise_scale)},
         sampling="policy value (add/remove)", share=settings.share,
+        policy_value=asdict(settings),
     )

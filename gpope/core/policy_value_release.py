@@ -36,15 +36,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from scipy.stats import norm
 
 from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
+from gpope.core.policy_value_settings import METHODS as _METHODS
+from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.private_quantile import LogGrid
 from gpope.core.ssp import moment_vectors, moments_matrix
-from gpope.core.validation import check_choice, check_int, check_number
+from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError
 
 __all__ = [
@@ -58,72 +59,6 @@ __all__ = [
     "policy_value_sigma",
     "release_policy_value",
 ]
-
-_METHODS = ("bernstein", "normal")
-
-
-@dataclass(frozen=True)
-class PolicyValueSettings:
-    """Public settings of the release (conf ``evaluation.policy_value``).
-
-    Attributes:
-        share: share of the run's (epsilon, delta) spent on this release, in (0, 1).
-        clip_share: share of the release's 1/sigma^2 spent on the clip histograms.
-        moments_share: share of 1/sigma^2 spent on the second moments.
-        behaviour_weight: off-policy, the behaviour return's weight in the first moments
-            relative to the target's terms (whose interval is mostly the identified set's width).
-        false_alarm: probability that noise alone stops a walk over an empty grid: a walk
-            stops at the first bin whose noisy count exceeds z noise standard deviations, with
-            z = Phi^-1(1 - false_alarm / bins) (Bonferroni over the grid's bins); a bin beyond
-            the clip holds about z standard deviations of terms at most.
-        max_clipped: the return g is not clipped (nor floored) when z noise standard deviations
-            of a bin count exceed this fraction of m (the histogram cannot resolve so few patients).
-        bins_per_decade: resolution of the clip grid (a clip is at most a factor
-            10^(1/bins_per_decade) above the largest term it keeps).
-        grid_decades: the grid spans this many decades below each term's public bound.
-        method: ``bernstein`` (finite-sample, valid at every m) or ``normal`` (CLT).
-        variance_share / noise_share: parts of each end's alpha spent on the variance's upper
-            bound and on the privacy noise (the rest goes to the sampling bound).
-    """
-
-    share: float = 0.3
-    clip_share: float = 0.2
-    moments_share: float = 0.2
-    behaviour_weight: float = 2.0
-    false_alarm: float = 0.05
-    max_clipped: float = 0.1
-    bins_per_decade: int = 4
-    grid_decades: float = 6.0
-    method: Literal["bernstein", "normal"] = "bernstein"
-    variance_share: float = 0.25
-    noise_share: float = 0.25
-
-    def __post_init__(self) -> None:
-        o = "PolicyValueSettings"
-        check_number(o, "share", self.share, gt=0.0, lt=1.0)
-        check_number(o, "clip_share", self.clip_share, gt=0.0, lt=1.0)
-        check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
-        if self.clip_share + self.moments_share >= 1.0:
-            raise ConfigError(
-                "PolicyValueSettings.clip_share + moments_share must be < 1 (the rest is the "
-                f"means' share). Got {self.clip_share} + {self.moments_share}.")
-        check_number(o, "behaviour_weight", self.behaviour_weight, gt=0.0)
-        check_number(o, "false_alarm", self.false_alarm, gt=0.0, lt=1.0)
-        check_number(o, "max_clipped", self.max_clipped, gt=0.0, lt=1.0)
-        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
-        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
-        check_choice(o, "method", self.method, _METHODS)
-        check_number(o, "variance_share", self.variance_share, gt=0.0, lt=1.0)
-        check_number(o, "noise_share", self.noise_share, gt=0.0, lt=1.0)
-        if self.variance_share + self.noise_share >= 1.0:
-            raise ConfigError("PolicyValueSettings.variance_share + noise_share must be < 1.")
-
-    def sub_sigmas(self, sigma: float) -> tuple[float, float, float]:
-        """(clip, means, moments) noise multipliers whose composition is Gaussian(sigma)."""
-        means = 1.0 - self.clip_share - self.moments_share
-        return (sigma / math.sqrt(self.clip_share), sigma / math.sqrt(means),
-                sigma / math.sqrt(self.moments_share))
-
 
 def policy_value_event(sigma: float, relation: str = "add_or_remove_one"):
     """The dp-accounting event of the whole release: one Gaussian mechanism at ``sigma``
@@ -193,6 +128,13 @@ class PolicyValueRelease:
                   noise_share: float = 0.25) -> dict[str, PolicyValueInterval]:
         """The three released scalars at ``level`` (post-processing)."""
         return _intervals(self, level, method, variance_share, noise_share)
+
+    def intervals_with(self, level: float, settings: PolicyValueSettings
+                       ) -> dict[str, PolicyValueInterval]:
+        """:meth:`intervals` with the interval settings of ``settings`` (``method``,
+        ``variance_share``, ``noise_share``): what a run releases."""
+        return self.intervals(level, settings.method, variance_share=settings.variance_share,
+                              noise_share=settings.noise_share)
 
 
 def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:

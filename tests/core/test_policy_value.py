@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 
 import dp_accounting
 import numpy as np
@@ -25,6 +27,7 @@ from gpope.core.policy_value_release import (
     exact_intervals,
     policy_value_event,
     policy_value_sigma,
+    public_limits,
     release_policy_value,
 )
 from gpope.core.private_quantile import LogGrid
@@ -358,3 +361,69 @@ def test_observed_weight_is_the_released_weight_share_and_its_note():
     terms, b = _chain_terms(50, rng)
     on = release_policy_value(terms, b, sigma=0.0, settings=PolicyValueSettings(), rng=rng)
     assert on.intervals(0.95)["policy_value"].observed_weight is None
+
+
+# --- the settings come from the configuration (conf evaluation.policy_value) -----------------
+
+def _conf(**evaluation):
+    from gpope.config import GpopeConfig, from_mapping
+
+    return from_mapping(GpopeConfig, {"evaluation": evaluation}).evaluation
+
+
+def test_conf_block_reaches_the_release_through_the_resolver():
+    from pathlib import Path
+
+    from gpope.config import load_yaml
+    from gpope.core.evaluation.settings import SettingsLayer, resolve_settings
+    from gpope.core.spec import EvaluationSpec
+
+    conf = _conf(policy_value_share=0.2,
+                 policy_value={"method": "normal", "bins_per_decade": 8, "noise_share": 0.3})
+    spec_file = Path(__file__).resolve().parents[2] / "conf" / "specs" / "chain.yaml"
+    spec = EvaluationSpec.from_mapping(load_yaml(spec_file))
+    run, info = resolve_settings(conf, spec, SettingsLayer.of(epsilon=1.0, delta=1e-7), m=5000)
+    given = run.policy_value_settings()
+    assert given == PolicyValueSettings(share=0.2, method="normal", bins_per_decade=8,
+                                        noise_share=0.3)
+    assert info["source"]["policy_value"] == "conf"
+    terms, b = _chain_terms(400, np.random.default_rng(6))
+
+    def released(s):
+        rel = release_policy_value(terms, b, sigma=2.0, settings=s, rng=np.random.default_rng(7))
+        return rel, rel.intervals_with(0.95, s)["policy_value"]
+
+    rel, iv = released(given)
+    rel0, iv0 = released(_conf().policy_value_settings())  # the packaged conf: the defaults
+    assert _conf().policy_value_settings() == PolicyValueSettings()
+    assert iv0 == rel0.intervals(0.95)["policy_value"]  # what runs released before the block
+    # bins_per_decade sets the clip grid: the return's floor is 10^(j/8) below the public top
+    # under the conf's grid, off the default grid of 10^(1/4) steps
+    steps = [math.log10(public_limits(b)[0] / r.clips[3]) * 8 for r in (rel, rel0)]
+    assert steps[0] == pytest.approx(round(steps[0]), abs=1e-9)
+    assert steps[0] != pytest.approx(steps[1])
+    # method normal: the CLT interval sqrt(V / m + noise var) * z, narrower than Bernstein's
+    assert iv.upper - iv.lower < rel.intervals(0.95)["policy_value"].upper - \
+        rel.intervals(0.95)["policy_value"].lower
+    assert iv == rel.intervals(0.95, "normal", noise_share=0.3)["policy_value"]
+
+
+@pytest.mark.parametrize(("block", "key"), [
+    ({"method": "clt"}, "config.evaluation.policy_value.method"),
+    ({"bins_per_decade": 0}, "bins_per_decade"),
+    ({"clip_share": 0.6, "moments_share": 0.5}, "clip_share + moments_share"),
+    ({"share": 0.2}, "policy_value_share"),
+    ({"spend": 0.2}, "'spend' in config.evaluation.policy_value"),
+])
+def test_conf_block_refuses_bad_values_naming_the_key(block, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        _conf(policy_value=block)
+
+
+def test_audit_uses_the_conf_settings():
+    from gpope.core.audit_policy_value import PolicyValueAuditConfig, run_policy_value_audit
+
+    s = _conf(policy_value_share=0.2, policy_value={"bins_per_decade": 8}).policy_value_settings()
+    res = run_policy_value_audit(PolicyValueAuditConfig(epsilon=4.0, runs=2000), 1, settings=s)
+    assert res.epsilon_claimed == pytest.approx(0.2 * 4.0)
+    assert res.config["policy_value"] == dataclasses.asdict(s)

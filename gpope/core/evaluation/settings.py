@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
+from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.untuned import UntunedSettings
 from gpope.errors import ConfigError
 
@@ -165,6 +166,8 @@ class RunSettings:
             (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
         policy_value_share: share of (epsilon, delta) of the policy value release (J(target),
             J(behaviour), their contrast; :mod:`gpope.core.policy_value_release`); 0 disables it.
+        policy_value: the other settings of that release (its ``share`` is
+            ``policy_value_share``: :meth:`policy_value_settings`).
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
         ssp_identification: SSP-type intervals are unbounded where the noisy statistics cannot
             exclude a singular summed A (:func:`gpope.core.intervals.separated_from_singular`).
@@ -210,6 +213,7 @@ class RunSettings:
     moments_share: float = 0.1
     statistics_share: float = 0.1
     policy_value_share: float = 0.3
+    policy_value: PolicyValueSettings = field(default_factory=PolicyValueSettings)
     ci_level: float = 0.95
     ssp_identification: bool = True
     interval_groups: int | None = 0
@@ -229,6 +233,19 @@ class RunSettings:
             value = check_setting(owner, name, getattr(self, name))
             if value is not None:
                 object.__setattr__(self, name, value)
+        if self.policy_value.share != PolicyValueSettings.share:
+            raise ConfigError(
+                "The release's share is the 'policy_value_share' setting, not "
+                "'policy_value.share': set evaluation.policy_value_share (0 disables the "
+                f"release) and drop policy_value.share ({self.policy_value.share!r}).")
+
+    def policy_value_settings(self) -> PolicyValueSettings:
+        """The policy value release's settings: the ``policy_value`` block with share
+        ``policy_value_share`` (the block as it is where that share is 0: no run releases it,
+        and the audit checks the mechanism at the block's default share)."""
+        if not self.policy_value_share:
+            return self.policy_value
+        return dataclasses.replace(self.policy_value, share=self.policy_value_share)
 
     def layer(self, keys: tuple[str, ...]) -> dict[str, Any]:
         """The values of ``keys`` (None = not set), as a layer mapping."""
@@ -500,6 +517,7 @@ def resolve_settings(
         block, point = spec.evaluation.select(m, epsilon)
     merged = merge_layers(mine, block, conf.solver_settings())
     source = {k: "options" if k in flags.values else "conf" for k in CONSTRAINTS}
+    source["policy_value"] = "conf"  # the block has no command-line or spec layer
     for k in merged:
         source[k] = ("options" if mine.get(k) is not None
                      else "spec" if block.get(k) is not None else "conf")

@@ -73,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "temporary lake, two neighbouring one-patient datasets, released "
                              "theta only; with --include-broken also the unclipped solver)")
     parser.add_argument("--seed", type=int, default=0, help="seed (audits are not private runs)")
+    parser.add_argument("--conf", default=None,
+                        help="YAML configuration whose evaluation.policy_value (and "
+                             "policy_value_share) the policy value audit uses (default: the "
+                             "packaged conf/default.yaml)")
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 
@@ -123,8 +127,12 @@ def _run(args: argparse.Namespace) -> int:
                 results.append(run_ssp_audit(cfg_ssp, args.seed, **kw))
                 names.append(name)
     if "policy_value" in args.estimator:
+        from gpope.config import load_config
         from gpope.core.audit_policy_value import PolicyValueAuditConfig, run_policy_value_audit
+        from gpope.shell.pipeline.jobargs import resolve_path
 
+        pv_settings = load_config(resolve_path(args.conf) if args.conf else None
+                                  ).evaluation.policy_value_settings()
         pv_kw = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
         if args.quick and "runs" not in pv_kw:
             pv_kw["runs"] = PolicyValueAuditConfig().runs // 2
@@ -133,7 +141,8 @@ def _run(args: argparse.Namespace) -> int:
                                          ("noise/10", {"_noise_scale": 0.1})]
                                         if args.include_broken else [])
         for name, kw in variants_pv:
-            results.append(run_policy_value_audit(cfg_pv, args.seed, **kw))
+            results.append(run_policy_value_audit(cfg_pv, args.seed, settings=pv_settings,
+                                                  **kw))
             names.append(name)
     return _report(args, names, results)
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from gpope.core.evaluation import ReleasePlan
+    from gpope.core.policy_value_settings import PolicyValueSettings
     from gpope.core.spec import EvaluationSpec
 
 __all__ = [
@@ -62,14 +63,16 @@ def _noise_generator(seed: int | None) -> np.random.Generator:
 
 
 def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
-                          level: float, seed: int | None,
+                          settings: PolicyValueSettings, level: float, seed: int | None,
                           secure_noise: bool = False) -> dict[str, Any] | None:
     """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
     component, or None when the run has none. Nothing but the release leaves this function.
+    ``settings``: the run's (:meth:`gpope.core.evaluation.settings.RunSettings.policy_value_settings`);
+    the noise multiplier is the plan's.
     ``secure_noise`` (the run's ``--secure-noise``): every noise term is the OS-CSPRNG discrete
     Gaussian on a public grid, accounted by the run's RDP event like the run's other releases."""
     from gpope.core.policy_value import PolicyValueTerms, spec_bounds
-    from gpope.core.policy_value_release import PolicyValueSettings, release_policy_value
+    from gpope.core.policy_value_release import release_policy_value
 
     comp = plan.component("policy_value")
     if comp is None:
@@ -85,9 +88,9 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
         raise DataError(f"The statistics hold {len(x)} policy terms for m = {plan.m} patients.")
     terms = PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
     rel = release_policy_value(terms, spec_bounds(spec), sigma=comp.sigma,
-                               settings=PolicyValueSettings(), rng=_noise_generator(seed),
+                               settings=settings, rng=_noise_generator(seed),
                                secure_noise=secure_noise)
-    return rel.intervals(level)
+    return rel.intervals_with(level, settings)
 
 
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,

@@ -403,6 +403,8 @@ def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant
         "ssp_clip_quantile": s.ssp_clip_quantile, "ssp_clip_from": info.get("ssp_clip_from"),
         "interval_groups": 0 if s.estimator == "ssp" else s.interval_groups,
         "interval_note": info["interval_note"],
+        "policy_value": (dataclasses.asdict(s.policy_value_settings())
+                         if s.policy_value_share else None),
         "origin": ("spec evaluation: block" if info["spec_has_evaluation_block"]
                    else "conf evaluation: (generic)")
         + (" + command line" if "options" in info["source"].values() else ""),

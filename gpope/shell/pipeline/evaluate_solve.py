@@ -138,6 +138,7 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
 
     policy_values = release_policy_values(stats_df, spec, plan, level=settings.ci_level,
+                                          settings=settings.policy_value_settings(),
                                           seed=settings.seed, secure_noise=settings.secure_noise)
     return Estimate(result=result, theta=theta, values=values, intervals=intervals,
                     theta_interval=theta_iv, private_mspbe=priv_mspbe,
@@ -170,6 +171,7 @@ def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
                     private_mspbe=private_mspbe(rel.theta, rel.noisy), noisy=rel.noisy,
                     tuned=None, policy_values=release_policy_values(
                         stats_df, spec, plan, level=settings.ci_level, seed=settings.seed,
+                        settings=settings.policy_value_settings(),
                         secure_noise=settings.secure_noise),
                     settings=settings, private_population=private_pop)
 
