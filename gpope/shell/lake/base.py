@@ -6,7 +6,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from gpope.errors import ConfigError
 
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
-WRITE_MODES: tuple[str, ...] = ("append", "overwrite", "replace_where")
+WRITE_MODES: tuple[str, ...] = get_args(WriteMode)
 StorageMode = str
 """``auto`` or a registered store's name (:func:`gpope.shell.lake.store.storage_names`)."""
 PartitionValue = str | int | bool | dt.date | None

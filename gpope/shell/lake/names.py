@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from gpope.errors import ConfigError
 
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 Layer = Literal["bronze", "silver", "gold"]
-LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
+LAYERS: tuple[str, ...] = get_args(Layer)
 SHARED_TABLES: frozenset[str] = frozenset(
     {"released_estimates", "released_values", "privacy_ledger", "pipeline_runs"}
 )
