@@ -13,7 +13,10 @@ turned into the pipeline's statistics rows; then, per epsilon and noise draw:
   the default's; ``ridge best`` is the best ``mu`` of the grid chosen WITH the truth, a lower bound
   for every ridge rule built from public quantities (not a release);
 - ``lstd``: the non-private LSTD on the same statistics (not a release): the error of the fixed
-  point every unbiased solve of the statistics aims at.
+  point every unbiased solve of the statistics aims at;
+- with ``--private-tuning``: one privately tuned GPOPE release per cohort and epsilon
+  (:func:`gpope.core.private_tuning.tune_privately`, conf's generic solver settings: 20 passes of
+  N = 20,000 Poisson steps, inverse schedule, tail averaging), the ``--tune private`` path.
 
 Errors are max abs errors at the reference states divided by the largest |true value| (as
 ``own_data_shipped.py``). With ``--tuned FILE`` (that script's JSON) the summary prints the
@@ -81,6 +84,34 @@ def lstd_values(spec, vec: np.ndarray) -> np.ndarray:
     return spec.reference_values(np.linalg.lstsq(A[0], b[0], rcond=None)[0])
 
 
+def private_tuning_values(spec, domain: str, patients: int, cap: int | None, seed: int,
+                          epsilon: float, delta: float) -> np.ndarray:
+    """Reference values of one privately tuned GPOPE release on the cohort of ``seed``."""
+    from gpope.core.envs.registry import get_domain
+    from gpope.core.gpope import GPOPEConfig
+    from gpope.core.private_tuning import (
+        PrivateTuningSettings,
+        plan_private_tuning,
+        tune_privately,
+    )
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    dom = get_domain(domain)
+    tr = dom.generate(patients, np.random.default_rng(100 + seed), dom.behaviour(),
+                      cap or dom.max_steps)
+    stats = statistics_of_transitions(tr, spec)
+    settings = PrivateTuningSettings()
+    n_iter, q = 20_000, 20 / 20_000
+    plan = plan_private_tuning(m=stats.m, iterations=n_iter, batch_rate=q, epsilon=epsilon,
+                               delta=delta, settings=settings)
+    base = GPOPEConfig(iterations=n_iter, step_size=0.5, clip=1.0, noise_multiplier=1.0,
+                       delta=delta, sampling="poisson", batch_rate=q, step_schedule="inverse",
+                       step_offset=0.1 * n_iter, averaging="tail", tail_fraction=0.5,
+                       accountant="rdp")
+    res = tune_privately(stats, base, plan, settings, rng=np.random.default_rng(seed))
+    return spec.reference_values(res.result.theta)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=3, help="cohorts per spec")
@@ -88,6 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--epsilons", default="1,10")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--only", default=None, help="comma-separated domains (default: all)")
+    p.add_argument("--private-tuning", action="store_true",
+                   help="also one --tune private release per cohort and epsilon (slow)")
     p.add_argument("--tuned", default=None, help="own_data_shipped.py JSON with the tuned errors")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -123,6 +156,12 @@ def main(argv=None) -> int:
                         "default": err(rel.interval.value), "lstd": lstd, "ridge": ridge,
                         "ridge_best": min(ridge.values()),
                         "separation": rel.interval.separation, "clip": rel.clip})
+            if a.private_tuning:
+                for eps in eps_list:
+                    v = private_tuning_values(spec, domain, patients, cap, seed, eps, a.delta)
+                    for r in records:
+                        if (r["spec"], r["seed"], r["epsilon"]) == (spec.name, seed, eps):
+                            r["private_tuning"] = err(v)
             print(f"{spec.name} seed {seed}: lstd {lstd:.4f} ({time.time() - t0:.0f} s)", flush=True)
     tuned = {}
     if a.tuned:
@@ -142,12 +181,17 @@ def main(argv=None) -> int:
                    "ridge_best": float(np.median([r["ridge_best"] for r in rs])),
                    "lstd": float(np.median([r["lstd"] for r in rs])),
                    "separation": float(np.median([r["separation"] for r in rs])),
+                   "private_tuning": sorted({r["private_tuning"] for r in rs
+                                             if "private_tuning" in r}) or None,
                    "target": 1.5 * tuned[(name, eps)] if (name, eps) in tuned else None}
             summary.append(row)
             vals = [row["default"], *row["ridge"].values(), row["ridge_best"], row["lstd"]]
             target = f"{row['target']:.4f}" if row["target"] is not None else "-"
             print(f"{name:<12} {eps:>4g} {target:>10} " + " ".join(f"{v:>10.4f}" for v in vals)
                   + f" {row['separation']:>7.3f}")
+            if row["private_tuning"]:
+                print(f"{'':<17} private tuning (one per cohort): "
+                      + ", ".join(f"{v:.4f}" for v in row["private_tuning"]))
     if a.out:
         Path(a.out).write_text(json.dumps({"args": vars(a), "multipliers": MULTIPLIERS,
                                            "summary": summary, "records": records}, indent=1))
