@@ -120,6 +120,31 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert main(["budget", "show", "--dataset", "ward7", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent_basic"]["epsilon"] == pytest.approx(2.0)
 
+    # under --secure-noise the private clip's histogram takes the OS-CSPRNG sampler too
+    from gpope.core import secure_noise
+
+    drawn = []
+    real = secure_noise.secure_gaussian_noise
+
+    def counting(shape, *args, **kwargs):
+        drawn.append(shape)
+        return real(shape, *args, **kwargs)
+
+    secure_noise.secure_gaussian_noise = counting
+    try:
+        assert main([*documented_commands()[-1], "--estimator", "ssp", "--secure-noise",
+                     "--accountant", "rdp", "--json"]) == 0
+    finally:
+        secure_noise.secure_gaussian_noise = real
+    out = json.loads(capsys.readouterr().out)
+    assert out["ssp_clip"] > 0 and out["settings"]["ssp_clip_from"].startswith("private 0.9")
+    from gpope import api
+    from gpope.core.untuned import UntunedSettings, quantile_grid
+
+    spec = api.load_spec(documented_commands()[-1][documented_commands()[-1].index("--spec") + 1])
+    bins = len(quantile_grid(spec, UntunedSettings()).edges()) + 1
+    assert drawn[0] in ((bins,), bins)  # the clip histogram is the first draw
+
 
 def test_gpope_warnings_are_one_line_without_a_source_path(capsys):
     import warnings

@@ -97,7 +97,8 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
             from gpope.shell.pipeline.evaluate_untuned import private_ssp_clip
 
             clip = private_ssp_clip(rows, spec, m=m, plan=plan, seed=settings.seed,
-                                    settings=settings.untuned)
+                                    settings=settings.untuned,
+                                    secure_noise=settings.secure_noise)
         noisy, moments = noisy_statistics(rows, settings, spec, n=n, m=m,
                                           sigma=float(stats.sigma), clip=float(clip))
     solver = None if plan.estimator == "ssp" else solver_config(

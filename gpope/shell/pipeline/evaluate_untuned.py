@@ -68,12 +68,14 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
 
 
 def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, seed: int | None,
-                     settings: UntunedSettings | None = None) -> float:
+                     settings: UntunedSettings | None = None, secure_noise: bool = False) -> float:
     """The clip of an ssp run whose spec gives no public one, released privately: the plan's
     ``ssp_clip`` component (one noisy histogram of ``||[A_i, b_i, C_i]||`` on the default's
     public log grid, :func:`gpope.core.untuned.quantile_grid`, at the component's multiplier)
     read at ``plan.private_clip_quantile``, the default's own clip rule. ``stats`` as in
-    :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private)."""
+    :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private); under
+    ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
+    (:func:`gpope.core.policy_value_release.secure_perturb`, at least the accounted std)."""
     from gpope.core.untuned import UntunedSettings, _private_quantile, quantile_grid
     from gpope.shell.pipeline.ssp import _aggregate
 
@@ -83,6 +85,14 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
     def aggregate(kernel, width: int) -> np.ndarray:
         return _aggregate(stats, n, kernel, 1, width, m)[0]
 
+    if secure_noise:
+        from gpope.core.policy_value_release import secure_perturb
+        from gpope.core.untuned import _histogram_kernel, upper_quantile
+
+        edges = quantile_grid(spec, settings or UntunedSettings()).edges()
+        counts = aggregate(_histogram_kernel(edges, lambda rows: rows), len(edges) + 1)
+        noisy, _ = secure_perturb(counts, float(component.sigma), 1.0)
+        return upper_quantile(noisy, edges, float(plan.private_clip_quantile), m)
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
     return _private_quantile(aggregate, quantile_grid(spec, settings or UntunedSettings()),
                              lambda rows: rows, float(plan.private_clip_quantile), m=m,
