@@ -54,14 +54,17 @@ REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "conf" / "specs" / "chain.yaml"
 DATASET = "sweep"
 GPOPE = [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())"]
-#: A process whose clock runs 2 h behind (datetime.now, the clock every gpope timestamp uses).
+#: A process whose clock runs 2 h behind for the rows it writes: the evaluate stage's release
+#: timestamps here, the ledger's rows by ``GPOPE_FAULT=clock=-7200``. (Replacing
+#: ``datetime.datetime`` for the whole process instead stalls pandas' compiled import.)
 SKEWED = [sys.executable, "-c", (
     "import datetime as d, sys\n"
     "class Skewed(d.datetime):\n"
     "    @classmethod\n"
     "    def now(cls, tz=None):\n"
     "        return d.datetime.now(tz) - d.timedelta(hours=2)\n"
-    "d.datetime = Skewed\n"
+    "import gpope.shell.pipeline.evaluate as evaluate\n"
+    "evaluate.datetime = Skewed\n"
     "from gpope.shell.cli import main\n"
     "sys.exit(main())\n")]
 KILL_POINTS = (
