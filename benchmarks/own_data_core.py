@@ -66,11 +66,17 @@ def main(argv=None) -> int:
     p.add_argument("--shares", default="0.05")
     p.add_argument("--refine", default="0.4", help="refine_share values")
     p.add_argument("--residual-quantile", type=float, default=0.99)
+    p.add_argument("--estimator-share", type=float, default=None,
+                   help="share of (epsilon, delta) the estimator gets (default: what a pipeline "
+                        "run leaves it, 1 - policy_value_share)")
     p.add_argument("--kinds", default="random_mdp,random_mdp_linear")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    from gpope.core.evaluation.settings import RunSettings
     from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned_rows
 
+    est_share = (1.0 - RunSettings().policy_value_share if a.estimator_share is None
+                 else a.estimator_share)
     eps_list = [float(x) for x in a.epsilons.split(",")]
     cands = [(float(q), float(s), float(r)) for q in a.quantiles.split(",")
              for s in a.shares.split(",") for r in a.refine.split(",")]
@@ -86,7 +92,8 @@ def main(argv=None) -> int:
                                            refine_share=refine,
                                            residual_quantile=a.residual_quantile)
                 for eps in eps_list:
-                    sig = plan_untuned(m=a.m, epsilon=eps, delta=a.delta, settings=settings)
+                    sig = plan_untuned(m=a.m, epsilon=eps * est_share, delta=a.delta * est_share,
+                                       settings=settings)
                     ss = np.random.SeedSequence([a.first_seed + i, int(eps * 1000), int(q * 1000)])
                     rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1,
                                                settings=settings, rng=np.random.default_rng(ss))
