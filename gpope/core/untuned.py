@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.core.validation import check_int, check_number, check_probability
+from gpope.core.untuned_settings import UntunedSettings
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -84,42 +84,6 @@ __all__ = [
 #: ``aggregate(kernel, width) -> (width,)``: the sum over all statistics rows of
 #: ``kernel(traj_index (k,), rows (k, 2n^2+n)) -> (1, width)``.
 Aggregate = Callable[[Callable[[np.ndarray, np.ndarray], np.ndarray], int], np.ndarray]
-
-
-@dataclass(frozen=True)
-class UntunedSettings:
-    """Public rules of the default (conf ``evaluation.untuned``), not values tuned to a data set.
-
-    Attributes:
-        clip_quantile: the quantile of the trajectories' statistics norms used as the clip bound.
-        quantile_share: share of the run's (epsilon, delta) spent on each of the two quantiles.
-        refine_share: share spent on the residual release (sum and moments).
-        residual_quantile: the quantile of the residual norms used as their clip bound.
-        grid_decades: decades each quantile's log grid spans below its public top.
-        bins_per_decade: resolution of those grids.
-    """
-
-    clip_quantile: float = 0.9
-    quantile_share: float = 0.05
-    refine_share: float = 0.4
-    residual_quantile: float = 0.99
-    grid_decades: float = 6.0
-    bins_per_decade: int = 8
-
-    def __post_init__(self) -> None:
-        o = "UntunedSettings"
-        check_probability(o, "clip_quantile", self.clip_quantile)
-        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
-        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
-        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
-        check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
-        check_probability(o, "residual_quantile", self.residual_quantile)
-        if 2 * self.quantile_share + self.refine_share >= 1.0:
-            raise ConfigError(
-                "UntunedSettings shares leave nothing for the statistics release: 2 x "
-                f"quantile_share ({self.quantile_share}) + refine_share ({self.refine_share}) "
-                "must be < 1."
-            )
 
 
 def feature_norm_bound(feature_map: Any) -> float:
@@ -441,9 +405,10 @@ def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: 
     Raises:
         ConfigError: the ``paper`` accountant (not a valid bound: the default is always private).
     """
+    import dp_accounting
+
     from gpope.core.accounting import resolve_accountant
-    from gpope.core.accounting.registry import not_a_valid_bound
-    from gpope.core.private_tuning import composed_epsilon
+    from gpope.core.accounting.registry import implementation, not_a_valid_bound
 
     if not_a_valid_bound(accountant):
         raise ConfigError(
@@ -455,5 +420,6 @@ def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: 
     label = (f"untuned(clip at a private {settings.clip_quantile:g} quantile, residual clip at a "
              f"private {settings.residual_quantile:g} quantile, moments_share={moments_share:g})")
     return {"sigma": sig.statistics, "event": event,
-            "epsilon_spent": float(composed_epsilon(event, delta, resolved)), "label": label,
+            "epsilon_spent": float(implementation(resolved).event_epsilon(
+                event, delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)), "label": label,
             "releases": ("theta", "values", "intervals", "private_mspbe")}

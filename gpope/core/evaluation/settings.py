@@ -20,15 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
 from gpope.core.policy_value_settings import PolicyValueSettings
-from gpope.core.untuned import UntunedSettings
+from gpope.core.untuned_settings import UntunedSettings
 from gpope.errors import ConfigError
-
-if TYPE_CHECKING:
-    from gpope.core.spec import EvaluationSpec
 
 __all__ = [
     "INVALID_ACCOUNTING_REFUSAL",
@@ -482,8 +479,17 @@ def merged_view(conf: RunSettings, flags: SettingsLayer) -> RunSettings:
     return view
 
 
+class SpecWithBlock(Protocol):
+    """What the resolver reads of a spec (:class:`gpope.core.spec.EvaluationSpec`): its
+    ``evaluation:`` block as a ``"spec"`` :class:`SettingsLayer`, or None. Structural, so this
+    module does not import the spec module (which builds its block from this one)."""
+
+    @property
+    def evaluation(self) -> SettingsLayer | None: ...
+
+
 def resolve_settings(
-    conf: RunSettings, spec: EvaluationSpec, flags: SettingsLayer, *, m: int
+    conf: RunSettings, spec: SpecWithBlock, flags: SettingsLayer, *, m: int
 ) -> tuple[RunSettings, dict[str, Any]]:
     """One run's settings for m trajectories: command line > spec block > configuration.
 

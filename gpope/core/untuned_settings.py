@@ -1,0 +1,47 @@
+"""The public rules of the tuning-free default (conf ``evaluation.untuned``): a light module the
+settings resolver reads without importing the estimator (:mod:`gpope.core.untuned`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpope.core.validation import check_int, check_number, check_probability
+from gpope.errors import ConfigError
+
+__all__ = ["UntunedSettings"]
+
+
+@dataclass(frozen=True)
+class UntunedSettings:
+    """Public rules of the default (conf ``evaluation.untuned``), not values tuned to a data set.
+
+    Attributes:
+        clip_quantile: the quantile of the trajectories' statistics norms used as the clip bound.
+        quantile_share: share of the run's (epsilon, delta) spent on each of the two quantiles.
+        refine_share: share spent on the residual release (sum and moments).
+        residual_quantile: the quantile of the residual norms used as their clip bound.
+        grid_decades: decades each quantile's log grid spans below its public top.
+        bins_per_decade: resolution of those grids.
+    """
+
+    clip_quantile: float = 0.9
+    quantile_share: float = 0.05
+    refine_share: float = 0.4
+    residual_quantile: float = 0.99
+    grid_decades: float = 6.0
+    bins_per_decade: int = 8
+
+    def __post_init__(self) -> None:
+        o = "UntunedSettings"
+        check_probability(o, "clip_quantile", self.clip_quantile)
+        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
+        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
+        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
+        check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
+        check_probability(o, "residual_quantile", self.residual_quantile)
+        if 2 * self.quantile_share + self.refine_share >= 1.0:
+            raise ConfigError(
+                "UntunedSettings shares leave nothing for the statistics release: 2 x "
+                f"quantile_share ({self.quantile_share}) + refine_share ({self.refine_share}) "
+                "must be < 1."
+            )
