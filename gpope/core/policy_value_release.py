@@ -44,6 +44,7 @@ from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTe
 from gpope.core.policy_value_settings import METHODS as _METHODS
 from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.private_quantile import LogGrid
+from gpope.core.secure_noise import secure_perturb
 from gpope.core.ssp import moment_vectors, moments_matrix
 from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError
@@ -274,25 +275,6 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     return PolicyValueRelease(
         clips=clips, means=means, second=moments_matrix(mom / m, 3), mid=mid, half=half,
         noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s)
-
-
-def secure_perturb(values: np.ndarray, std: float, sensitivity: float) -> tuple[np.ndarray, float]:
-    """(values rounded to the public grid ``std * 2^-12`` (``default_grid``) plus OS-CSPRNG discrete
-    Gaussian noise, the noise's std): the std is ``std`` raised by the rounding's inflation
-    (:func:`gpope.core.secure_noise.rounding_inflation`), so a release whose L2 sensitivity is
-    ``sensitivity`` keeps the noise multiplier ``std / sensitivity`` it was accounted at."""
-    from gpope.core.secure_noise import (
-        default_grid,
-        round_to_grid,
-        rounding_inflation,
-        secure_gaussian_noise,
-    )
-
-    v = np.asarray(values, dtype=np.float64)
-    grid = default_grid(float(std), float(sensitivity))
-    std_out = float(std) * rounding_inflation(float(sensitivity), grid, max(v.size, 1))
-    v = round_to_grid(v, grid)
-    return v + secure_gaussian_noise(v.shape, std_out, grid), std_out
 
 
 def _secure_histograms(counts: list[np.ndarray], hist_std: float,

@@ -67,6 +67,7 @@ __all__ = [
     "round_to_grid",
     "rounding_inflation",
     "secure_gaussian_noise",
+    "secure_perturb",
 ]
 
 
@@ -261,3 +262,18 @@ def secure_gaussian_noise(shape: tuple[int, ...], std: float, grid: float) -> np
     """Float array of ``shape``: ``grid * N_Z(0, (std / grid)^2)``, every entry on the grid."""
     n = int(np.prod(shape)) if len(shape) else 1
     return (discrete_gaussian(n, std / grid).astype(np.float64) * grid).reshape(shape)
+
+
+def secure_perturb(values: np.ndarray, std: float, sensitivity: float, *,
+                   grid: float | None = None, dim: int | None = None) -> tuple[np.ndarray, float]:
+    """(``values`` rounded to the public ``grid`` plus OS-CSPRNG discrete Gaussian noise, the
+    noise's std). The std is ``std`` raised by :func:`rounding_inflation` for a released vector of
+    ``dim`` coordinates (default: all of ``values``), so a release whose L2 sensitivity is
+    ``sensitivity`` keeps the noise multiplier ``std / sensitivity`` it was accounted at. The grid
+    defaults to :func:`default_grid`; with ``std`` 0 the values are only rounded."""
+    v = np.asarray(values, dtype=np.float64)
+    g = default_grid(float(std), float(sensitivity)) if grid is None else float(grid)
+    d = max(v.size, 1) if dim is None else int(dim)
+    std_out = float(std) * rounding_inflation(float(sensitivity), g, d)
+    v = round_to_grid(v, g)
+    return (v + secure_gaussian_noise(v.shape, std_out, g) if std_out > 0 else v), std_out

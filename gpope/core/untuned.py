@@ -245,11 +245,20 @@ def upper_quantile(noisy_counts: np.ndarray, edges: np.ndarray, quantile: float,
 
 
 def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.ndarray], np.ndarray],
-                      quantile: float, *, m: int, sigma: float, rng: np.random.Generator) -> float:
-    """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile."""
+                      quantile: float, *, m: int, sigma: float, rng: np.random.Generator,
+                      secure_noise: bool = False) -> float:
+    """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile;
+    under ``secure_noise`` the noise is the OS-CSPRNG discrete Gaussian on a public grid
+    (:func:`gpope.core.secure_noise.secure_perturb`, at least ``sigma``) and ``rng`` is unused."""
     edges = grid.edges()
     counts = aggregate(_histogram_kernel(edges, transform), len(edges) + 1)
-    return upper_quantile(counts + sigma * rng.standard_normal(len(counts)), edges, quantile, m)
+    if secure_noise:
+        from gpope.core.secure_noise import secure_perturb
+
+        noisy, _ = secure_perturb(counts, sigma, 1.0)
+    else:
+        noisy = counts + sigma * rng.standard_normal(len(counts))
+    return upper_quantile(noisy, edges, quantile, m)
 
 
 def _sum_kernel(clip: float):

@@ -50,20 +50,12 @@ def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, 
                                   max_length=options.public_max_length)
     msum = spark_moment_sum(stats_df, n=n, clip=clip, theta=theta, bound=bound, expected_rows=m)
     if options.secure_noise:
-        from gpope.core.secure_noise import (
-            default_grid,
-            round_to_grid,
-            rounding_inflation,
-            secure_gaussian_noise,
-        )
+        from gpope.core.secure_noise import secure_perturb
         from gpope.core.ssp import NoisyMoments, moments_matrix
 
         scale = bound * bound
-        grid = (options.noise_grid if options.noise_grid is not None
-                else default_grid(s2 * scale, scale))
-        msum = round_to_grid(msum, grid)
-        std = s2 * scale * rounding_inflation(scale, grid, msum.shape[0])
-        msum = msum + secure_gaussian_noise(msum.shape, std, grid)
+        msum, std = secure_perturb(msum, s2 * scale, scale, grid=options.noise_grid,
+                                   dim=msum.shape[0])
         return noisy, NoisyMoments(matrix=moments_matrix(msum, n), theta=theta,
                                    sigma=float(std / scale), bound=float(bound))
     return noisy, release_moments(msum, n=n, theta=theta, sigma=s2, bound=bound, rng=rng)
@@ -71,21 +63,14 @@ def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, 
 
 def _secure_noisy_statistics(sums: np.ndarray, options: RunSettings, *, n: int, m: int,
                              sigma: float, clip: float) -> Any:
-    """The noisy-statistics release with secure noise: the sums rounded to the public
-    grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
-    from gpope.core.secure_noise import (
-        default_grid,
-        round_to_grid,
-        rounding_inflation,
-        secure_gaussian_noise,
-    )
+    """The noisy-statistics release with secure noise: each group's sum (a row) rounded to the
+    public grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
+    from gpope.core.secure_noise import secure_perturb
     from gpope.core.ssp import NoisyStatistics
 
-    grid = (options.noise_grid if options.noise_grid is not None
-            else default_grid(sigma * clip, clip))
-    sums = round_to_grid(np.asarray(sums, dtype=np.float64), grid)
-    std = sigma * clip * rounding_inflation(clip, grid, sums.shape[1])
-    noisy = sums + secure_gaussian_noise(sums.shape, std, grid) if sigma > 0 else sums
+    sums = np.asarray(sums, dtype=np.float64)
+    noisy, _ = secure_perturb(sums, sigma * clip, clip, grid=options.noise_grid,
+                              dim=sums.shape[1])
     return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip))
 
 

@@ -75,7 +75,7 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
     read at ``plan.private_clip_quantile``, the default's own clip rule. ``stats`` as in
     :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private); under
     ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.policy_value_release.secure_perturb`, at least the accounted std)."""
+    (:func:`gpope.core.secure_noise.secure_perturb`, at least the accounted std)."""
     from gpope.core.untuned import UntunedSettings, _private_quantile, quantile_grid
     from gpope.shell.pipeline.ssp import _aggregate
 
@@ -85,18 +85,11 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
     def aggregate(kernel, width: int) -> np.ndarray:
         return _aggregate(stats, n, kernel, 1, width, m)[0]
 
-    if secure_noise:
-        from gpope.core.policy_value_release import secure_perturb
-        from gpope.core.untuned import _histogram_kernel, upper_quantile
-
-        edges = quantile_grid(spec, settings or UntunedSettings()).edges()
-        counts = aggregate(_histogram_kernel(edges, lambda rows: rows), len(edges) + 1)
-        noisy, _ = secure_perturb(counts, float(component.sigma), 1.0)
-        return upper_quantile(noisy, edges, float(plan.private_clip_quantile), m)
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
     return _private_quantile(aggregate, quantile_grid(spec, settings or UntunedSettings()),
                              lambda rows: rows, float(plan.private_clip_quantile), m=m,
-                             sigma=float(component.sigma), rng=np.random.default_rng(ss))
+                             sigma=float(component.sigma), rng=np.random.default_rng(ss),
+                             secure_noise=secure_noise)
 
 
 def untuned_result(release: UntunedRelease, *, plan: Any, delta: float, seed: int | None) -> Any:
