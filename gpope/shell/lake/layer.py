@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Required, TypedDict, TypeVar, Unpack
 
 from gpope.errors import ConfigError, TableNotFoundError
 from gpope.shell.lake.base import (
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Lake",
+    "ReadOptions",
+    "WriteOptions",
     "read_shared_table",
     "read_table",
     "shared_table_location",
@@ -58,6 +60,26 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+
+class ReadOptions(TypedDict, total=False):
+    """The keywords of :meth:`Lake.read` that :func:`read_table` and :func:`read_shared_table`
+    pass on unchanged (their meaning is documented there)."""
+
+    version: int | None
+    hint: str | None
+
+
+class WriteOptions(TypedDict, total=False):
+    """The keywords of :meth:`Lake.write`, declared once for :meth:`Lake.write`,
+    :meth:`Lake.worker_staging`, :func:`write_table` and :func:`write_shared_table` (their
+    meaning is documented at :meth:`Lake.write`)."""
+
+    mode: Required[WriteMode]
+    schema: StructType | None
+    partition_by: list[str] | None
+    replace_where: Mapping[str, PartitionValue] | None
+    run_id: str | None
 
 
 class Lake:
@@ -232,17 +254,7 @@ class Lake:
         return self.read_arrow(ref, version=version, hint=hint).to_pandas()
 
     # ------------------------------------------------------------------ writes
-    def write(
-        self,
-        df: DataFrame,
-        ref: TableRef,
-        *,
-        mode: WriteMode,
-        schema: StructType | None = None,
-        partition_by: list[str] | None = None,
-        replace_where: Mapping[str, PartitionValue] | None = None,
-        run_id: str | None = None,
-    ) -> int:
+    def write(self, df: DataFrame, ref: TableRef, **options: Unpack[WriteOptions]) -> int:
         """Write ``df`` to the table in one atomic commit; create the table if needed.
 
         Args:
@@ -271,7 +283,7 @@ class Lake:
             CommitError: the write or the commit failed; nothing was committed and no new file
                 is left behind.
         """
-        spec = _write_spec(ref, mode, schema, partition_by, replace_where, run_id)
+        spec = _write_spec(ref, **options)
         return self.store.write(df, self._address(ref), spec)
 
     def arrow_writer(
@@ -301,16 +313,7 @@ class Lake:
         )  # fmt: skip
         return self.store.arrow_writer(self._address(ref), spec)
 
-    def worker_staging(
-        self,
-        ref: TableRef,
-        *,
-        mode: WriteMode,
-        schema: StructType | None = None,
-        partition_by: list[str] | None = None,
-        replace_where: Mapping[str, PartitionValue] | None = None,
-        run_id: str | None = None,
-    ) -> Any | None:
+    def worker_staging(self, ref: TableRef, **options: Unpack[WriteOptions]) -> Any | None:
         """A staging folder that Spark's Python workers write the table's Parquet files into
         (:class:`~gpope.shell.lake.delta_rs.StagedFileWriter`), committed by the driver in one
         atomic commit (:meth:`~gpope.shell.lake.delta_rs.WorkerStaging.commit`, the same checks
@@ -323,7 +326,7 @@ class Lake:
             ConfigError: bad mode or replace_where (as for :meth:`write`).
             SchemaError: the existing table does not match the contract.
         """
-        spec = _write_spec(ref, mode, schema, partition_by, replace_where, run_id)
+        spec = _write_spec(ref, **options)
         return self.store.worker_staging(self._address(ref), spec)
 
     def delete_rows(self, ref: TableRef, column: str, values: set[str]) -> int | None:
@@ -357,11 +360,12 @@ def _contract(ref: TableRef) -> StructType:
 # ---------------------------------------------------------------------- short forms
 def _write_spec(
     ref: TableRef,
+    *,
     mode: WriteMode,
-    schema: StructType | None,
-    partition_by: list[str] | None,
-    replace_where: Mapping[str, PartitionValue] | None,
-    run_id: str | None,
+    schema: StructType | None = None,
+    partition_by: list[str] | None = None,
+    replace_where: Mapping[str, PartitionValue] | None = None,
+    run_id: str | None = None,
 ) -> WriteSpec:
     """The store's :class:`WriteSpec` of a :meth:`Lake.write` (contract schema by default).
 
@@ -411,26 +415,17 @@ def read_table(
     layer: str,
     dataset: str,
     table: str,
-    *,
-    version: int | None = None,
-    hint: str | None = None,
+    **options: Unpack[ReadOptions],
 ) -> DataFrame:
     """:meth:`Lake.read` of ``<layer>/<dataset>/<table>``."""
-    lake = Lake.from_settings(spark, settings)
-    return lake.read(_ref(layer, dataset, table), version=version, hint=hint)
+    return Lake.from_settings(spark, settings).read(_ref(layer, dataset, table), **options)
 
 
 def read_shared_table(
-    spark: SparkSession,
-    settings: LakeSettings,
-    table: str,
-    *,
-    version: int | None = None,
-    hint: str | None = None,
+    spark: SparkSession, settings: LakeSettings, table: str, **options: Unpack[ReadOptions]
 ) -> DataFrame:
     """:meth:`Lake.read` of the shared gold table ``table``."""
-    lake = Lake.from_settings(spark, settings)
-    return lake.read(TableRef.shared(table), version=version, hint=hint)
+    return Lake.from_settings(spark, settings).read(TableRef.shared(table), **options)
 
 
 def write_table(
@@ -439,41 +434,15 @@ def write_table(
     layer: str,
     dataset: str,
     table: str,
-    *,
-    mode: WriteMode,
-    schema: StructType | None = None,
-    partition_by: list[str] | None = None,
-    replace_where: Mapping[str, PartitionValue] | None = None,
+    **options: Unpack[WriteOptions],
 ) -> int:
     """:meth:`Lake.write` to ``<layer>/<dataset>/<table>`` (session taken from ``df``)."""
     lake = Lake.from_settings(df.sparkSession, settings)
-    return lake.write(
-        df,
-        _ref(layer, dataset, table),
-        mode=mode,
-        schema=schema,
-        partition_by=partition_by,
-        replace_where=replace_where,
-    )
+    return lake.write(df, _ref(layer, dataset, table), **options)
 
 
 def write_shared_table(
-    df: DataFrame,
-    settings: LakeSettings,
-    table: str,
-    *,
-    mode: WriteMode,
-    schema: StructType | None = None,
-    partition_by: list[str] | None = None,
-    replace_where: Mapping[str, PartitionValue] | None = None,
+    df: DataFrame, settings: LakeSettings, table: str, **options: Unpack[WriteOptions]
 ) -> int:
     """:meth:`Lake.write` to the shared gold table ``table`` (session taken from ``df``)."""
-    lake = Lake.from_settings(df.sparkSession, settings)
-    return lake.write(
-        df,
-        TableRef.shared(table),
-        mode=mode,
-        schema=schema,
-        partition_by=partition_by,
-        replace_where=replace_where,
-    )
+    return Lake.from_settings(df.sparkSession, settings).write(df, TableRef.shared(table), **options)
