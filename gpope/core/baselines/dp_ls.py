@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 import dp_accounting
 import numpy as np
@@ -56,7 +56,9 @@ from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, DataError
 
 __all__ = [
+    "DPLSInputs",
     "DPLSResult",
+    "LSLInputs",
     "dp_lsl",
     "dp_lsl_from_transitions",
     "dp_lsw",
@@ -98,6 +100,29 @@ class DPLSResult:
         return dp_accounting.UnsupportedDpEvent()
 
 
+class DPLSInputs(TypedDict):
+    """The keywords :func:`dp_lsw`, :func:`dp_lsl` and their ``*_from_transitions`` forms share
+    (documented at :func:`dp_lsw`), all required."""
+
+    n_states: int | None
+    features: object
+    weights: object
+    gamma: float
+    f_max: float
+    epsilon: float
+    delta: float
+    rng: np.random.Generator
+
+
+class LSLInputs(DPLSInputs, total=False):
+    """:class:`DPLSInputs` plus the optional keywords of :func:`dp_lsl` (documented there)."""
+
+    regularization: float | None
+    reg_c: float
+    reg_p: float
+    sensitivity: LSLSensitivity
+
+
 def _public_inputs(
     features: object, weights: object, n_states: int | None, *, distribution: bool
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -118,15 +143,42 @@ def _public_inputs(
     return phi, rho
 
 
-def _statistics(
+class _Prepared(NamedTuple):
+    """What DP-LSW and DP-LSL compute alike before their estimates (all but phi, rho, a_inv and
+    beta are private)."""
+
+    phi: np.ndarray
+    rho: np.ndarray
+    a_inv: float
+    beta: float
+    counts: np.ndarray
+    fbar: np.ndarray
+    observed: int
+
+
+def _prepare(
     owner: str,
     states: object,
     rewards: object,
     traj_index: object,
+    *,
+    distribution: bool,
     n_states: int | None,
+    features: object,
+    weights: object,
     gamma: float,
     f_max: float,
-) -> tuple[np.ndarray, np.ndarray, int]:
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+) -> _Prepared:
+    """The public inputs, the NRS constants and the first-visit statistics of one release.
+
+    The one explicit declaration of :class:`DPLSInputs`: a missing or unknown keyword of
+    :func:`dp_lsw` / :func:`dp_lsl` is a TypeError here. ``rng`` is checked by :func:`_release`.
+    """
+    phi, rho = _public_inputs(features, weights, n_states, distribution=distribution)
+    a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
     check_number(owner, "gamma", gamma, ge=0.0, le=1.0)
     check_number(owner, "f_max", f_max, gt=0.0)
     counts, fbar = first_visit_statistics(
@@ -136,24 +188,22 @@ def _statistics(
         raise DataError(f"{owner} needs at least one trajectory; got no transitions.")
     traj = np.asarray(traj_index)
     observed = int(np.count_nonzero(np.diff(traj))) + 1
-    return counts, fbar, observed
+    return _Prepared(phi, rho, a_inv, beta, counts, fbar, observed)
 
 
 def _release(
     theta: np.ndarray,
     sens: float,
-    a_inv: float,
-    beta: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
+    prep: _Prepared,
+    inputs: DPLSInputs,
     mechanism: str,
     regularization: float | None,
     draws: int | None,
 ) -> DPLSResult:
+    rng = inputs["rng"]
     if not isinstance(rng, np.random.Generator):
         raise ConfigError(f"'rng' must be a numpy.random.Generator; got {type(rng).__name__}.")
-    sigma = a_inv * sens
+    sigma = prep.a_inv * sens
     shape = (theta.shape[0],) if draws is None else (check_int(mechanism, "draws", draws, ge=1),
                                                      theta.shape[0])
     noisy = theta + sigma * rng.standard_normal(shape)
@@ -162,14 +212,14 @@ def _release(
             "private": True,
             "noise_std": sigma,
             "smooth_sensitivity": sens,
-            "a_inv": a_inv,
-            "beta": beta,
+            "a_inv": prep.a_inv,
+            "beta": prep.beta,
         }
     )
     return DPLSResult(
         theta=noisy,
-        epsilon=float(epsilon),
-        delta=float(delta),
+        epsilon=float(inputs["epsilon"]),
+        delta=float(inputs["delta"]),
         mechanism=mechanism,
         regularization=regularization,
         diagnostics=diagnostics,
@@ -181,15 +231,8 @@ def dp_lsw(
     rewards: object,
     traj_index: object,
     *,
-    n_states: int | None,
-    features: object,
-    weights: object,
-    gamma: float,
-    f_max: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
     draws: int | None = None,
+    **inputs: Unpack[DPLSInputs],
 ) -> DPLSResult:
     """DP-LSW (BASELINES 1.3, 1.5-1.7): LSW with fixed weights plus smooth-sensitivity noise.
 
@@ -197,27 +240,27 @@ def dp_lsw(
         states: (T,) integer states ``S_t`` in 0..N-1 (finite / aggregated state sets only).
         rewards: (T,) non-negative rewards ``R_t``.
         traj_index: (T,) trajectory ids, rows grouped by trajectory in time order.
-        n_states: N (required; None is refused).
-        features: (N, d) public feature matrix Phi.
-        weights: (N,) public fixed state weights rho >= 0 (set 0 on terminal states).
-        gamma: discount in [0, 1].
-        f_max: public bound on returns (``R_max / (1 - gamma)``); returns are clipped to [0, F_max].
-        epsilon: in (0, 1].
-        delta: in (0, 1).
-        rng: generator of the Gaussian noise.
         draws: None for one release; R for R independent noise draws on the same data
             (experiments: the data-dependent parts are computed once), each (epsilon, delta)-DP
             on its own (R releases compose).
+        **inputs: the keywords of :class:`DPLSInputs`, all required:
+            n_states: N (None is refused).
+            features: (N, d) public feature matrix Phi.
+            weights: (N,) public fixed state weights rho >= 0 (set 0 on terminal states).
+            gamma: discount in [0, 1].
+            f_max: public bound on returns (``R_max / (1 - gamma)``); returns are clipped to
+                [0, F_max].
+            epsilon: in (0, 1].
+            delta: in (0, 1).
+            rng: generator of the Gaussian noise.
 
     Returns:
         DPLSResult with the (epsilon, delta)-DP ``theta`` (d,), or (R, d) with ``draws``.
     """
-    phi, rho = _public_inputs(features, weights, n_states, distribution=False)
-    a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
-    counts, fbar, _ = _statistics("dp_lsw", states, rewards, traj_index, n_states, gamma, f_max)
-    theta = lsw_estimate(fbar, phi, rho)
-    sens = lsw_smooth_sensitivity(counts, phi, rho, f_max=f_max, beta=beta)
-    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsw", None, draws)
+    p = _prepare("dp_lsw", states, rewards, traj_index, distribution=False, **inputs)
+    theta = lsw_estimate(p.fbar, p.phi, p.rho)
+    sens = lsw_smooth_sensitivity(p.counts, p.phi, p.rho, f_max=inputs["f_max"], beta=p.beta)
+    return _release(theta, sens, p, inputs, "dp_lsw", None, draws)
 
 
 def dp_lsl(
@@ -225,122 +268,60 @@ def dp_lsl(
     rewards: object,
     traj_index: object,
     *,
-    n_states: int | None,
-    features: object,
-    weights: object,
-    gamma: float,
-    f_max: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
     n_trajectories: int | None = None,
     regularization: float | None = None,
     reg_c: float = 100.0,
     reg_p: float = 0.4,
     sensitivity: LSLSensitivity = "authors",
     draws: int | None = None,
+    **inputs: Unpack[DPLSInputs],
 ) -> DPLSResult:
     """DP-LSL (BASELINES 1.4-1.7): ridge LSL plus smooth-sensitivity Gaussian noise.
 
     Args:
-        states, rewards, traj_index, n_states, features, gamma, f_max, epsilon, delta, rng,
-            draws: as in :func:`dp_lsw`.
-        weights: (N,) public state distribution rho (>= 0, sum <= 1).
+        states, rewards, traj_index, draws: as in :func:`dp_lsw`.
         n_trajectories: public m (default: the number of trajectories in ``traj_index``).
         regularization: lambda; default the authors' schedule
             ``||rho||_inf ||Phi||_F^2 + reg_c m^reg_p`` (:func:`lsl_regularization`).
         reg_c: c of the schedule (default 100).
         reg_p: p of the schedule (default 0.4).
         sensitivity: ``"authors"`` (default) or ``"derived"`` (see :func:`lsl_smooth_sensitivity`).
+        **inputs: the keywords of :class:`DPLSInputs`, all required, as in :func:`dp_lsw`, except
+            ``weights``: (N,) public state distribution rho (>= 0, sum <= 1).
 
     Returns:
         DPLSResult with the (epsilon, delta)-DP ``theta`` (d,) and the lambda used.
     """
-    phi, rho = _public_inputs(features, weights, n_states, distribution=True)
-    a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
-    counts, fbar, observed = _statistics(
-        "dp_lsl", states, rewards, traj_index, n_states, gamma, f_max
-    )
+    p = _prepare("dp_lsl", states, rewards, traj_index, distribution=True, **inputs)
     m = (
-        observed
+        p.observed
         if n_trajectories is None
-        else check_int("dp_lsl", "n_trajectories", n_trajectories, ge=observed)
+        else check_int("dp_lsl", "n_trajectories", n_trajectories, ge=p.observed)
     )
     lam = (
-        lsl_regularization(m, phi, rho, c=reg_c, p=reg_p)
+        lsl_regularization(m, p.phi, p.rho, c=reg_c, p=reg_p)
         if regularization is None
         else check_number("dp_lsl", "regularization", regularization, gt=0.0)
     )
-    theta = lsl_estimate(counts, fbar, phi, rho, lam)
+    theta = lsl_estimate(p.counts, p.fbar, p.phi, p.rho, lam)
     sens = lsl_smooth_sensitivity(
-        counts,
-        phi,
-        rho,
+        p.counts,
+        p.phi,
+        p.rho,
         n_trajectories=m,
         regularization=lam,
-        f_max=f_max,
-        beta=beta,
+        f_max=inputs["f_max"],
+        beta=p.beta,
         sensitivity=sensitivity,
     )
-    return _release(theta, sens, a_inv, beta, epsilon, delta, rng, "dp_lsl", lam, draws)
+    return _release(theta, sens, p, inputs, "dp_lsl", lam, draws)
 
 
-def dp_lsw_from_transitions(
-    transitions: Transitions,
-    *,
-    n_states: int | None,
-    features: object,
-    weights: object,
-    gamma: float,
-    f_max: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
-) -> DPLSResult:
+def dp_lsw_from_transitions(transitions: Transitions, **inputs: Unpack[DPLSInputs]) -> DPLSResult:
     """:func:`dp_lsw` on a tabular :class:`Transitions` (state column 0 = integer state)."""
-    return dp_lsw(
-        *tabular_columns(transitions),
-        n_states=n_states,
-        features=features,
-        weights=weights,
-        gamma=gamma,
-        f_max=f_max,
-        epsilon=epsilon,
-        delta=delta,
-        rng=rng,
-    )
+    return dp_lsw(*tabular_columns(transitions), **inputs)
 
 
-def dp_lsl_from_transitions(
-    transitions: Transitions,
-    *,
-    n_states: int | None,
-    features: object,
-    weights: object,
-    gamma: float,
-    f_max: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
-    regularization: float | None = None,
-    reg_c: float = 100.0,
-    reg_p: float = 0.4,
-    sensitivity: LSLSensitivity = "authors",
-) -> DPLSResult:
+def dp_lsl_from_transitions(transitions: Transitions, **inputs: Unpack[LSLInputs]) -> DPLSResult:
     """:func:`dp_lsl` on a tabular :class:`Transitions`; m is ``transitions.n_trajectories``."""
-    return dp_lsl(
-        *tabular_columns(transitions),
-        n_states=n_states,
-        features=features,
-        weights=weights,
-        gamma=gamma,
-        f_max=f_max,
-        epsilon=epsilon,
-        delta=delta,
-        rng=rng,
-        n_trajectories=transitions.n_trajectories,
-        regularization=regularization,
-        reg_c=reg_c,
-        reg_p=reg_p,
-        sensitivity=sensitivity,
-    )
+    return dp_lsl(*tabular_columns(transitions), n_trajectories=transitions.n_trajectories, **inputs)
