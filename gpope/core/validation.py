@@ -7,12 +7,15 @@ All checks raise :class:`gpope.errors.ConfigError`; none uses ``assert``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Any
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypedDict, Unpack
 
 from gpope.errors import ConfigError
 
 __all__ = [
+    "IntBounds",
+    "NumberBounds",
     "check_choice",
     "check_finite",
     "check_int",
@@ -41,52 +44,80 @@ def type_note(value: Any) -> str:
     return f" (a {type(value).__name__}{hint})"
 
 
-def check_number(
+class NumberBounds(TypedDict, total=False):
+    """The bounds of :func:`check_number`: the value must be ``> gt``, ``>= ge``, ``< lt`` and
+    ``<= le`` (an absent or None bound is not checked)."""
+
+    gt: float | None
+    ge: float | None
+    lt: float | None
+    le: float | None
+
+
+class IntBounds(TypedDict, total=False):
+    """The bounds of :func:`check_int`: the value must be ``>= ge`` and ``<= le`` (an absent or
+    None bound is not checked)."""
+
+    ge: int | None
+    le: int | None
+
+
+#: Every bound keyword, the comparison the value must pass and its sign in messages, in the
+#: order the bounds are checked.
+_BOUNDS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
+    ("gt", operator.gt, ">"),
+    ("ge", operator.ge, ">="),
+    ("lt", operator.lt, "<"),
+    ("le", operator.le, "<="),
+)
+_NUMBER_KEYS = frozenset(NumberBounds.__annotations__)
+_INT_KEYS = frozenset(IntBounds.__annotations__)
+
+
+def _within(
+    check: str, owner: str, name: str, value: Any, bounds: Mapping[str, Any], keys: frozenset[str]
+) -> Any:
+    """``value`` if it passes every bound given (first failing bound: ConfigError); a keyword
+    not in ``keys`` is a TypeError, as a signature would raise."""
+    if not bounds:
+        return value
+    if not keys.issuperset(bounds):
+        unknown = sorted(set(bounds) - keys)[0]
+        raise TypeError(f"{check}() got an unexpected keyword argument {unknown!r}")
+    for key, holds, sign in _BOUNDS:
+        limit = bounds.get(key)
+        if limit is not None and not holds(value, limit):
+            raise _fail(owner, name, f"{sign} {limit}", value)
+    return value
+
+
+def _checked(
+    check: str,
     owner: str,
     name: str,
     value: Any,
-    *,
-    gt: float | None = None,
-    ge: float | None = None,
-    lt: float | None = None,
-    le: float | None = None,
-    allow_none: bool = False,
-) -> float | None:
-    """Return ``value`` as a float after checking type, finiteness and bounds."""
-    if value is None:
-        if allow_none:
-            return None
-        raise _fail(owner, name, "a number", value)
+    allow_none: bool,
+    convert: Callable[[str, str, Any], Any],
+    bounds: Mapping[str, Any],
+    keys: frozenset[str],
+) -> Any:
+    """None if ``value`` is None and ``allow_none``, else ``convert(owner, name, value)`` checked
+    against ``bounds`` (:func:`_within`)."""
+    if value is None and allow_none:
+        return None
+    return _within(check, owner, name, convert(owner, name, value), bounds, keys)
+
+
+def _as_float(owner: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(owner, name, "a number", value)
     value = float(value)
     if not math.isfinite(value):
         raise _fail(owner, name, "finite", value)
-    if gt is not None and not value > gt:
-        raise _fail(owner, name, f"> {gt}", value)
-    if ge is not None and not value >= ge:
-        raise _fail(owner, name, f">= {ge}", value)
-    if lt is not None and not value < lt:
-        raise _fail(owner, name, f"< {lt}", value)
-    if le is not None and not value <= le:
-        raise _fail(owner, name, f"<= {le}", value)
     return value
 
 
-def check_int(
-    owner: str,
-    name: str,
-    value: Any,
-    *,
-    ge: int | None = None,
-    le: int | None = None,
-    allow_none: bool = False,
-) -> int | None:
-    """Return ``value`` as an int after checking it is integral and within bounds."""
-    if value is None:
-        if allow_none:
-            return None
-        raise _fail(owner, name, "an integer", value)
+def _as_int(owner: str, name: str, value: Any) -> int:
     if isinstance(value, bool):
         raise _fail(owner, name, "an integer", value)
     if isinstance(value, float) and value.is_integer():
@@ -101,11 +132,23 @@ def check_int(
             pass
     if not isinstance(value, int):
         raise _fail(owner, name, "an integer", value)
-    if ge is not None and value < ge:
-        raise _fail(owner, name, f">= {ge}", value)
-    if le is not None and value > le:
-        raise _fail(owner, name, f"<= {le}", value)
     return value
+
+
+def check_number(
+    owner: str, name: str, value: Any, *, allow_none: bool = False, **bounds: Unpack[NumberBounds]
+) -> float | None:
+    """Return ``value`` as a float after checking type, finiteness and ``bounds``
+    (:class:`NumberBounds`); None passes only with ``allow_none``."""
+    return _checked("check_number", owner, name, value, allow_none, _as_float, bounds, _NUMBER_KEYS)
+
+
+def check_int(
+    owner: str, name: str, value: Any, *, allow_none: bool = False, **bounds: Unpack[IntBounds]
+) -> int | None:
+    """Return ``value`` as an int after checking it is integral and within ``bounds``
+    (:class:`IntBounds`); None passes only with ``allow_none``."""
+    return _checked("check_int", owner, name, value, allow_none, _as_int, bounds, _INT_KEYS)
 
 
 def check_probability(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> float:
