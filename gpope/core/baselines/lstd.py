@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Required, TypedDict, Unpack
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from gpope.core.transitions import Transitions
 from gpope.core.validation import check_number
 from gpope.errors import ConfigError, DataError, SchemaError
 
-__all__ = ["LSTDResult", "lstd", "lstd_from_transitions"]
+__all__ = ["LSTDOptions", "LSTDResult", "lstd", "lstd_from_transitions"]
 
 FeatureFn = Callable[[np.ndarray], np.ndarray]
 
@@ -134,14 +135,20 @@ def lstd(
     return LSTDResult(theta=theta, A=A_solved, b=b, n_samples=T, solver=solver)
 
 
+class LSTDOptions(TypedDict, total=False):
+    """The keywords :func:`lstd_from_transitions` passes on to :func:`lstd` (documented there):
+    ``gamma`` (required), ``ridge`` and ``lam``."""
+
+    gamma: Required[float]
+    ridge: float
+    lam: float
+
+
 def lstd_from_transitions(
     transitions: Transitions,
     feature_map: FeatureFn,
     rho: object | None = None,
-    *,
-    gamma: float,
-    ridge: float = 0.0,
-    lam: float = 0.0,
+    **options: Unpack[LSTDOptions],
 ) -> LSTDResult:
     """:func:`lstd` on a :class:`Transitions` batch and a feature map.
 
@@ -149,7 +156,7 @@ def lstd_from_transitions(
         transitions: T decision steps sorted by (traj_index, t).
         feature_map: callable ``(T, d) states -> (T, n)`` features (e.g. a ``FeatureMap``).
         rho: (T,) importance ratios, None for on-policy.
-        gamma, ridge, lam: as in :func:`lstd`.
+        **options: ``gamma`` (required), ``ridge``, ``lam``: as in :func:`lstd`.
 
     Returns:
         The LSTDResult; terminal rows have zero next features, truncated rows keep them.
@@ -159,9 +166,7 @@ def lstd_from_transitions(
         feature_map(transitions.next_state),
         transitions.reward,
         rho,
-        gamma=gamma,
-        ridge=ridge,
-        lam=lam,
         traj_index=transitions.traj_index,
         terminal=transitions.terminal,
+        **options,
     )

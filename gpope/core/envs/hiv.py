@@ -73,7 +73,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -101,6 +101,7 @@ __all__ = [
     "STATE_NAMES",
     "UNHEALTHY_EQUILIBRIUM",
     "VERSION",
+    "CohortOptions",
     "HIVParams",
     "drug_efficacies",
     "generate",
@@ -385,17 +386,24 @@ def hiv_feature_map(order: int = 2, max_coupling: int | None = 2) -> FeatureMap:
     return FourierFeatures(order, LOW, HIGH, max_coupling=max_coupling)
 
 
+class CohortOptions(TypedDict, total=False):
+    """The keywords :func:`generate` passes on to :func:`generate_many` (defaults there;
+    documented at :func:`generate`)."""
+
+    n_steps: int
+    param_variation: float
+    obs_noise: float
+    r2: float
+    params: HIVParams | None
+
+
 def generate(
     n_trajectories: int,
     rng: np.random.Generator,
     policy: Policy,
     *,
-    n_steps: int = MAX_STEPS,
-    param_variation: float = 0.0,
-    obs_noise: float = 0.0,
-    r2: float = 2000.0,
-    params: HIVParams | None = None,
     start: np.ndarray | None = None,
+    **options: Unpack[CohortOptions],
 ) -> Transitions:
     """Simulate ``n_trajectories`` patients for ``n_steps`` decisions under ``policy``, all at once.
 
@@ -407,20 +415,22 @@ def generate(
         n_trajectories: m >= 1 patients.
         rng: the only source of randomness.
         policy: behaviour policy over 4 actions acting on log10 observations.
-        n_steps: decisions per patient (default 200); the last one is truncated.
-        param_variation: public log-normal spread s of the per-patient parameters, in [0, 1].
-        obs_noise: public standard deviation of additive noise on log10 observations, >= 0.
-        r2: reward weight of the PI drug.
-        params: base parameters (default the published table).
         start: (6,) or (m, 6) raw start states (default :data:`START`).
+        **options: the keywords of :class:`CohortOptions`, each optional:
+            n_steps: decisions per patient (default 200); the last one is truncated.
+            param_variation: public log-normal spread s of the per-patient parameters, in
+                [0, 1] (default 0).
+            obs_noise: public standard deviation of additive noise on log10 observations, >= 0
+                (default 0).
+            r2: reward weight of the PI drug (default 2000).
+            params: base parameters (default the published table).
 
     Returns:
         :class:`Transitions` with (T, 6) log10 observations, T = m * n_steps, sorted by
         (traj_index, t); ``terminal`` all False, ``truncated`` True on each last step.
     """
-    return generate_many([n_trajectories], [rng], policy, n_steps=n_steps,
-                         param_variation=param_variation, obs_noise=obs_noise, r2=r2,
-                         params=params, starts=None if start is None else [start])[0]
+    starts = None if start is None else [start]
+    return generate_many([n_trajectories], [rng], policy, starts=starts, **options)[0]
 
 
 def generate_many(
