@@ -12,12 +12,14 @@ trajectory, entries (a, j, v): row a of A_i (j < n, column j) or of C_i (column 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypedDict, Unpack
 
 import numpy as np
 
 from gpope.errors import SchemaError
 
 __all__ = [
+    "RowWeighting",
     "grad_compact",
     "grad_sparse",
     "grad_tabular",
@@ -184,6 +186,17 @@ def _gathered_rows(
     return rows, owner, seg
 
 
+class RowWeighting(TypedDict):
+    """How a row layout weights its rows, the same for :func:`grad_tabular` and
+    :func:`grad_compact`: ``tau`` (m,) trajectory lengths, ``offsets`` (m + 1,) first rows,
+    ``norm`` (m,) trajectory norms, ``rho`` (T,) per-row importance ratios or None."""
+
+    tau: np.ndarray
+    offsets: np.ndarray
+    norm: np.ndarray
+    rho: np.ndarray | None
+
+
 def _weighted_rows(
     idx: np.ndarray, tau: np.ndarray, offsets: np.ndarray, norm: np.ndarray, rho: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -201,18 +214,15 @@ def grad_tabular(
     x: np.ndarray,
     out: np.ndarray,
     *,
-    tau: np.ndarray,
-    offsets: np.ndarray,
-    norm: np.ndarray,
-    rho: np.ndarray | None,
     s: np.ndarray,
     sn: np.ndarray,
     gn: np.ndarray,
     b: np.ndarray,
+    **weighting: Unpack[RowWeighting],
 ) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(tau_i) each."""
     k, n = len(idx), b.shape[1]
-    rows, owner, _, nrm, rw = _weighted_rows(idx, tau, offsets, norm, rho)
+    rows, owner, _, nrm, rw = _weighted_rows(idx, **weighting)
     s = s[rows]
     sn = sn[rows]
     gn = gn[rows]
@@ -233,17 +243,14 @@ def grad_compact(
     x: np.ndarray,
     out: np.ndarray,
     *,
-    tau: np.ndarray,
-    offsets: np.ndarray,
-    norm: np.ndarray,
-    rho: np.ndarray | None,
     p: np.ndarray,
     e: np.ndarray,
     b: np.ndarray,
+    **weighting: Unpack[RowWeighting],
 ) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(tau_i n) each."""
     n = b.shape[1]
-    rows, owner, seg, nrm, rw = _weighted_rows(idx, tau, offsets, norm, rho)
+    rows, owner, seg, nrm, rw = _weighted_rows(idx, **weighting)
     p = p[rows]
     e = e[rows]
     xo = x[owner]

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from gpope.core.stats_layouts import (
+    RowWeighting,
     grad_compact,
     grad_sparse,
     grad_tabular,
@@ -474,11 +475,11 @@ class TrajectoryStats:
         if self.representation == "sparse":
             return grad_sparse(idx, x, out, offsets=self._offsets, ea=self._ea, ex=self._ex,
                                ev=self._ev, b=self._b)
+        weighting = RowWeighting(tau=self.tau, offsets=self._offsets, norm=self._norm, rho=self._rho)
         if self.representation == "tabular":
-            return grad_tabular(idx, x, out, tau=self.tau, offsets=self._offsets, norm=self._norm,
-                                rho=self._rho, s=self._s, sn=self._sn, gn=self._gn, b=self._b)
-        return grad_compact(idx, x, out, tau=self.tau, offsets=self._offsets, norm=self._norm,
-                            rho=self._rho, p=self._p, e=self._e, b=self._b)
+            return grad_tabular(idx, x, out, s=self._s, sn=self._sn, gn=self._gn, b=self._b,
+                                **weighting)
+        return grad_compact(idx, x, out, p=self._p, e=self._e, b=self._b, **weighting)
 
 
 def _checked_tau(tau: object, m: int) -> np.ndarray:
