@@ -34,17 +34,14 @@ policies: :func:`target_policy`, :func:`behavior_policy`.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from gpope.core.envs import hiv
+from gpope.core.envs.trainer_cli import command_line, trainer_parser, write_artifact
 from gpope.core.statistics import population_scale, population_statistics, population_sums
 from gpope.core.validation import check_int, check_number
 from gpope.errors import SchemaError
@@ -310,13 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: train, evaluate, write the artifact."""
     from gpope.core.policies import EpsilonGreedyPolicy
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="artifact path (.json)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--patients", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=150)
-    parser.add_argument("--ridge", type=float, default=1e-3)
+    parser = trainer_parser(__doc__, patients=100, rounds=3, iterations=150, ridge=1e-3)
     args = parser.parse_args(argv)
     params: dict[str, Any] = {
         "algorithm": "fitted_q_iteration_linear_ridge",
@@ -351,12 +342,11 @@ def main(argv: list[str] | None = None) -> int:
         "behavior_temperature_rule": "mean greedy-action probability 0.6 on the training states",
         "training": params,
         "seed": args.seed,
-        "command": "python -m gpope.core.envs.train_hiv " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command_line("gpope.core.envs.train_hiv", argv),
         "training_seconds": round(seconds, 1),
         "evaluation": {"start": "hiv.START", "n_steps": hiv.MAX_STEPS, "gamma": hiv.GAMMA, **evaluation},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(artifact, indent=1) + "\n", encoding="utf-8")
+    write_artifact(args.out, artifact)
     summary = ", ".join(f"{k} {v['discounted_return']:.4g}" for k, v in evaluation.items())
     print(f"wrote {args.out} in {seconds:.1f}s; discounted returns: {summary}; temperature {temperature:.3g}")
     return 0

@@ -23,16 +23,13 @@ This module is a job (not imported by the core); it takes about a minute on one 
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpope.core.envs import mountaincar as mc
+from gpope.core.envs.trainer_cli import command_line, trainer_parser, write_artifact
 from gpope.core.policies import EpsilonGreedyPolicy, LinearQ
 from gpope.core.validation import check_int, check_number
 
@@ -113,14 +110,9 @@ def evaluate_greedy(q: LinearQ, n_episodes: int, seed: int, max_steps: int = mc.
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: train, evaluate, write the artifact."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="artifact path (.json)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--alpha", type=float, default=0.01)
-    parser.add_argument("--epsilon", type=float, default=0.05)
-    parser.add_argument("--gamma", type=float, default=1.0)
-    parser.add_argument("--eval-episodes", type=int, default=1000)
+    parser = trainer_parser(
+        __doc__, episodes=1000, alpha=0.01, epsilon=0.05, gamma=1.0, eval_episodes=1000
+    )
     args = parser.parse_args(argv)
     params: dict[str, Any] = {
         "algorithm": "q_learning",
@@ -155,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "feature_map": q.feature_map.to_dict(),
         "training": params,
         "seed": args.seed,
-        "command": "python -m gpope.core.envs.train_mountaincar "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command_line("gpope.core.envs.train_mountaincar", argv),
         "training_seconds": round(seconds, 1),
         "greedy_evaluation": {
             "episodes": args.eval_episodes,
@@ -165,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             **evaluation,
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(artifact, indent=1) + "\n", encoding="utf-8")
+    write_artifact(args.out, artifact)
     print(
         f"wrote {args.out}: greedy success {evaluation['success_rate']:.3f}, "
         f"mean length {evaluation['mean_length']:.1f}, trained in {seconds:.1f}s"
