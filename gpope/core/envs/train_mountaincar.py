@@ -114,27 +114,23 @@ def main(argv: list[str] | None = None) -> int:
         __doc__, episodes=1000, alpha=0.01, epsilon=0.05, gamma=1.0, eval_episodes=1000
     )
     args = parser.parse_args(argv)
-    params: dict[str, Any] = {
-        "algorithm": "q_learning",
+    # what train() runs with is what the artifact records
+    settings: dict[str, Any] = {
         "episodes": args.episodes,
         "alpha": args.alpha,
-        "step_sizes": "alpha / ||c||_2 per feature (alpha for c = 0)",
         "epsilon": args.epsilon,
         "gamma": args.gamma,
         "order": 5,
         "max_episode_steps": 1000,
+    }
+    params = {
+        "algorithm": "q_learning",
+        **settings,
+        "step_sizes": "alpha / ||c||_2 per feature (alpha for c = 0)",
         "initial_weights": 0.0,
     }
     start = time.perf_counter()
-    q = train(
-        seed=args.seed,
-        episodes=args.episodes,
-        alpha=args.alpha,
-        epsilon=args.epsilon,
-        gamma=args.gamma,
-        order=5,
-        max_episode_steps=1000,
-    )
+    q = train(seed=args.seed, **settings)
     seconds = time.perf_counter() - start
     evaluation = evaluate_greedy(q, args.eval_episodes, seed=args.seed + 1)
     policy = EpsilonGreedyPolicy(q, 0.0)
