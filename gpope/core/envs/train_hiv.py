@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: train, evaluate, write the artifact."""
     from gpope.core.policies import EpsilonGreedyPolicy
 
-    parser = trainer_parser(__doc__, patients=100, rounds=3, iterations=150, ridge=1e-3)
+    parser = trainer_parser(__doc__, train, ("seed", "patients", "rounds", "iterations", "ridge"))
     args = parser.parse_args(argv)
     params: dict[str, Any] = {
         "algorithm": "fitted_q_iteration_linear_ridge",

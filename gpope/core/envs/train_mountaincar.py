@@ -111,7 +111,7 @@ def evaluate_greedy(q: LinearQ, n_episodes: int, seed: int, max_steps: int = mc.
 def main(argv: list[str] | None = None) -> int:
     """Command line: train, evaluate, write the artifact."""
     parser = trainer_parser(
-        __doc__, episodes=1000, alpha=0.01, epsilon=0.05, gamma=1.0, eval_episodes=1000
+        __doc__, train, ("seed", "episodes", "alpha", "epsilon", "gamma"), eval_episodes=1000
     )
     args = parser.parse_args(argv)
     # what train() runs with is what the artifact records

@@ -1,33 +1,42 @@
 """The command line the policy trainers share (``python -m gpope.core.envs.train_*``).
 
-Every trainer takes ``--out`` (the artifact path) and ``--seed``, plus its own numeric options, and
-writes one JSON artifact recording the command that reproduces it.
+Every trainer takes ``--out`` (the artifact path) and options named after its ``train`` function's
+keywords, with that function's defaults, and writes one JSON artifact recording the command that
+reproduces it.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = ["command_line", "trainer_parser", "write_artifact"]
 
 
-def trainer_parser(doc: str, **defaults: float) -> argparse.ArgumentParser:
-    """A parser with ``--out`` (required), ``--seed`` (default 0) and one option per keyword,
-    typed as its default (``eval_episodes=1000`` gives ``--eval-episodes``, an int, default 1000).
+def trainer_parser(
+    doc: str, train: Callable[..., Any], options: Sequence[str], **extra: float
+) -> argparse.ArgumentParser:
+    """A parser with ``--out`` (required), one option per name of ``options`` whose default is
+    ``train``'s default for that keyword, then one per ``extra`` keyword (name -> default, for
+    options ``train`` does not take). Each option is typed as its default; ``eval_episodes``
+    gives ``--eval-episodes``.
 
     Args:
         doc: the trainer's module docstring; its first line describes the command.
-        **defaults: option name -> default value (int or float).
+        train: the trainer's ``train`` function: the command line's defaults are its own.
+        options: keywords of ``train`` offered as options, in order.
+        **extra: further options and their defaults (int or float).
     """
+    keywords = inspect.signature(train).parameters
+    defaults = {name: keywords[name].default for name in options}
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="artifact path (.json)")
-    parser.add_argument("--seed", type=int, default=0)
-    for name, default in defaults.items():
+    for name, default in {**defaults, **extra}.items():
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     return parser
 
