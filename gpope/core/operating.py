@@ -386,9 +386,10 @@ def resolve_budget(
             f"'passes' ({P}) alone does not fix the Poisson batch: also give 'iterations' (then "
             "q = passes / iterations), 'batch_rate' or 'batch_size'."
         )
-    # P / q carries a relative rounding error (39 / (1 / 499999) = 19499961.0000001): a relative
-    # slack keeps ceil from adding a whole step for it.
-    return max(1, math.ceil(P / q * (1.0 - 1e-12))), q  # type: ignore[operator]
+    # P / q carries a rounding error of a few ulps (39 / (1 / 499999) = 19499961.000000004): a
+    # slack of 8 ulps keeps ceil from adding a whole step for it, and stays below any genuine
+    # fraction of a step (282.06564640684576 x 9999999 = 2820656182.0028 needs 2820656183).
+    return max(1, math.ceil(P / q * (1.0 - 8.0 * 2.0**-53))), q  # type: ignore[operator]
 
 
 def resolve_step_offset(

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpope.core.evaluation.settings import SettingsLayer
@@ -36,6 +36,8 @@ BLOCK = {
 
 
 @given(m=st.integers(1, 10**7), passes=st.floats(0.01, 1000), n=st.integers(1, 10**6))
+@example(m=9999999, passes=282.06564640684576, n=1)  # a genuine 0.0028 of a step past an integer
+@example(m=499999, passes=39.0, n=1)  # an integer P m that the division rounds above
 @settings(max_examples=200, deadline=None)
 def test_budget_touches_passes_times_m(m, passes, n):
     # Poisson with (passes, iterations): q = P / N (capped at 1), touched N q m = P m when q < 1.
