@@ -76,20 +76,26 @@ def _tracking(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def killed(spark, tmp_path_factory):
-    """{point: (lake root, exit code, stdout, stderr)}: one `gpope evaluate` process per kill
-    point (and one with an error after its release), each on its own copy of a 40-trajectory
-    chain lake, all running at once. At ``ledger.after_append`` the process first waits before
-    its append while the budget is lowered below its spend, so its reservation is not admitted
-    at its commit."""
-    base = tmp_path_factory.mktemp("kill_points")
-    template = base / "template" / "lake"
+def template(spark, tmp_path_factory) -> Path:
+    """A 40-trajectory chain lake with its statistics and a budget of epsilon 10 (copy it)."""
+    template = tmp_path_factory.mktemp("kill_points") / "template" / "lake"
     config = load_config(None, lake={"root": str(template)})
     transitions = chain.generate(40, np.random.default_rng(0), chain.ChainConfig(max_steps=200))
     df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
     lake.write_table(df, config.lake, "silver", "ch", "transitions", mode="overwrite")
     run_stats(spark, config, dataset="ch", spec=load_spec(SPEC_FILE))
     PrivacyLedger(None, config).set_budget("ch", epsilon=10.0, delta=1e-3)
+    return template
+
+
+@pytest.fixture(scope="module")
+def killed(template):
+    """{point: (lake root, exit code, stdout, stderr)}: one `gpope evaluate` process per kill
+    point (and one with an error after its release), each on its own copy of the template
+    chain lake, all running at once. At ``ledger.after_append`` the process first waits before
+    its append while the budget is lowered below its spend, so its reservation is not admitted
+    at its commit."""
+    base = template.parent.parent
     conf = base / "small.yaml"
     conf.write_text("spark:\n  master: local[1]\n  shuffle_partitions: 1\n  driver_memory: 1g\n")
     go = base / "go"
@@ -196,13 +202,13 @@ def test_an_error_after_the_release_reports_the_release_and_how_to_log_it(killed
     capsys.readouterr()
 
 
-def test_a_failed_ledger_mark_and_a_failed_print_still_name_the_release(spark, killed, tmp_path,
+def test_a_failed_ledger_mark_and_a_failed_print_still_name_the_release(template, tmp_path,
                                                                        monkeypatch, capsys):
     """In-process: the ledger mark raises right after the release, then printing the report
     raises too. The command still exits 0, and stderr names the run, its values, that it must
     not be re-run, how to log it and how to record it in the ledger."""
     root = tmp_path / "lake"
-    shutil.copytree(killed[AFTER_RELEASE][0].parent.parent / "template" / "lake", root)
+    shutil.copytree(template, root)
     monkeypatch.setenv(faults.ENV, "evaluate.after_release:raise,evaluate.print:raise")
     assert main(_evaluate(root)) == 0
     out = capsys.readouterr()
@@ -217,3 +223,38 @@ def test_a_failed_ledger_mark_and_a_failed_print_still_name_the_release(spark, k
     assert main(["budget", "reconcile", "--dataset", "ch", "--lake", str(root)]) == 0
     assert f"{run_id}: released (" in capsys.readouterr().out  # ...reconcile records it
     assert ledger.status("ch").spent_epsilon_basic == pytest.approx(EPSILON)
+
+
+@pytest.mark.parametrize("point", ["evaluate.after_reserve", "evaluate.report"])
+def test_ctrl_c_says_whether_the_release_and_its_charge_stand_and_what_to_run(
+        template, point, tmp_path, monkeypatch, capsys):
+    """A real SIGINT (Ctrl-C) in-process at ``point``: exit 130 and one stderr line saying
+    whether the run was released, that its charge stands, and the command to run next; after
+    the release, that command (`gpope track`) finishes the run."""
+    root = tmp_path / "lake"
+    shutil.copytree(template, root)
+    monkeypatch.setenv(faults.ENV, f"{point}:int")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(_evaluate(root)) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.delenv(faults.ENV)
+    out = capsys.readouterr()
+    (line,) = out.err.splitlines()
+    ledger = PrivacyLedger(None, load_config(None, lake={"root": str(root)}))
+    (run,) = ledger.status("ch").runs
+    assert line.startswith("gpope evaluate: interrupted ") and run.run_id in line, line
+    assert ledger.status("ch").spent_epsilon_basic == pytest.approx(EPSILON)
+    if point == "evaluate.after_reserve":
+        assert "released nothing" in line and "stays charged" in line, line
+        assert "gpope budget show --dataset ch" in line and run.status == "failed"
+        assert not _raw_run_ids(root, "released_values")
+        return
+    assert "WAS RELEASED" in line and "charge stands" in line and "Do not re-run" in line, line
+    assert f"gpope track --run-id {run.run_id}" in line and run.status == "released"
+    assert out.out.startswith("V(s0) = ")
+    assert run.run_id in _raw_run_ids(root, "released_values")
+    assert main(["track", "--run-id", run.run_id, "--lake", str(root),
+                 "--tracking-uri", _tracking(root)]) == 0
+    assert _tracked(root, run.run_id) == ["FINISHED"]

@@ -115,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if summary:
                 print(summary)
             print(f"gpope {args.command}: {exc}", file=sys.stderr)
-        else:
-            print(f"gpope {args.command}: interrupted", file=sys.stderr)
+        else:  # a message says what state the interrupt left (e.g. nothing released)
+            print(f"gpope {args.command}: {exc or 'interrupted'}", file=sys.stderr)
         return 130
 
 

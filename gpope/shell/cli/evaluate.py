@@ -185,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.shell import faults
     from gpope.shell.pipeline.after_release import printing_failed_line
+    from gpope.shell.pipeline.evaluate_report import interrupted_after_release
     from gpope.shell.pipeline.jobargs import config_from_args
 
     config = config_from_args(args)
@@ -193,14 +194,29 @@ def _run(args: argparse.Namespace) -> int:
                                    seed=args.seed, solver=settings_from_args(args))
     api.check_evaluation(args.spec, options, dataset=args.dataset, config=config)
     spark = api.get_spark(config)
-    report = api.evaluate(
-        spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta, options=options,
-        config=config, tracking_uri=args.tracking_uri,
-    )
+    try:
+        report = api.evaluate(
+            spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta,
+            options=options, config=config, tracking_uri=args.tracking_uri,
+        )
+    except KeyboardInterrupt as exc:
+        if str(exc):  # the run said where it stopped (before or after its release)
+            raise
+        raise KeyboardInterrupt(
+            f"interrupted before the release: nothing was released. A budget reservation it may "
+            f"have left open is settled by `gpope budget reconcile --dataset {args.dataset}` "
+            f"(`gpope budget show --dataset {args.dataset}` shows what is left); then run the "
+            f"evaluation again.") from exc
     try:  # the release is committed: a failure to print it must not invite a second run
         faults.point("evaluate.print")
         emit(args, report.to_dict(include_private=args.print_private_diagnostics),
              report.summary())
+    except KeyboardInterrupt as exc:
+        raise interrupted_after_release(
+            report.run_id, dataset=report.dataset, label=report.label,
+            cut="printing its report was cut short",
+            values="; ".join(f"V({k}) = {v:.6g}" for k, v in report.reference_values.items()),
+        ) from exc
     except Exception as exc:
         print(printing_failed_line(report, exc), file=sys.stderr)
     return 0

@@ -16,7 +16,8 @@ from gpope.shell.pipeline.evaluate_report import EvaluationReport
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["after_release_warning", "printing_failed_line", "unreported_release"]
+__all__ = ["after_release_warning", "interrupted_before_release", "printing_failed_line",
+           "unreported_release"]
 
 
 def _reason(error: BaseException) -> str:
@@ -38,6 +39,18 @@ def after_release_warning(run_id: str, *, dataset: str, error: BaseException,
             f"({_reason(error)}), so MLflow tracking did not complete. Do not re-run the "
             f"evaluation (that would spend the budget again); log it to MLflow from the lake "
             f"with: gpope track --run-id {run_id}.{ledger}")
+
+
+def interrupted_before_release(run_id: str, *, dataset: str, epsilon: float,
+                               delta: float) -> KeyboardInterrupt:
+    """The Ctrl-C of a run interrupted after its reservation and before its release: nothing was
+    released, the reservation stays charged (marked ``failed``: noise may have been drawn), and
+    what to run next."""
+    return KeyboardInterrupt(
+        f"interrupted BEFORE the release: run {run_id} of dataset {dataset} released nothing; "
+        f"its reservation (epsilon {epsilon:g}, delta {delta:g}) stays charged in the ledger as "
+        f"failed (it may have drawn noise). `gpope budget show --dataset {dataset}` shows what "
+        f"is left; run the evaluation again for a release.")
 
 
 def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:

@@ -34,10 +34,14 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpope.shell.pipeline.after_release import unreported_release
-from gpope.shell.pipeline.evaluate_report import EvaluationReport, InterruptedAfterRelease
+from gpope.shell.pipeline.after_release import interrupted_before_release, unreported_release
+from gpope.shell.pipeline.evaluate_report import (
+    EvaluationReport,
+    InterruptedAfterRelease,
+    interrupted_after_release,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -102,11 +106,11 @@ def run_evaluate(
         dataset, run_id=run_id, epsilon=plan.epsilon, delta=plan.delta,
         accountant=plan.accountant, event=plan.event, relation=plan.relation, label=plan.label,
         charged_epsilon=plan.charged_epsilon, valid_bound=plan.valid_bound, note=plan.ledger_note)
-    faults.point("evaluate.after_reserve")
     released = False
     est = None
     label = privacy_label(private=False, accountant=plan.accountant, seeded=prepared.seeded)
     try:
+        faults.point("evaluate.after_reserve")
         est = estimate(spark, config, dataset=dataset, spec=spec, plan=plan, settings=settings,
                        stats_df=stats_df, stats_version=prepared.stats_version)
         label = privacy_label(private=est.result.private, accountant=plan.accountant,
@@ -126,16 +130,13 @@ def run_evaluate(
     except KeyboardInterrupt as exc:
         ledger.mark(dataset, run_id, "released" if released else "failed")
         if not released:
-            raise
-        summary = "; ".join(f"V({k}) = {float(v):.6g}"
-                            for k, v in zip(spec.reference_names, est.values, strict=True))
-        raise InterruptedAfterRelease(
-            f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
-            f"({label}; epsilon {plan.epsilon:g}, delta {plan.delta:g} charged) and "
-            f"recorded in the ledger; MLflow logging was skipped. Do not re-run it (that would "
-            f"spend the budget again); re-log it to MLflow with `gpope track --run-id {run_id}`.",
-            run_id, summary,
-        ) from exc
+            raise interrupted_before_release(run_id, dataset=dataset, epsilon=plan.epsilon,
+                                             delta=plan.delta) from exc
+        raise interrupted_after_release(
+            run_id, dataset=dataset,
+            label=f"{label}; epsilon {plan.epsilon:g}, delta {plan.delta:g} charged",
+            cut="MLflow logging and the report were skipped",
+            values=_values_line(spec, est)) from exc
     except BaseException as exc:
         if not released:
             ledger.mark(dataset, run_id, "failed")
@@ -152,7 +153,20 @@ def run_evaluate(
             label=label, budget=ledger.status(dataset), ledger_location=ledger.location,
             tracking_uri=tracking_uri, spec_text=spec_text, truth=truth,
             start=start)
+    except InterruptedAfterRelease:
+        raise
+    except KeyboardInterrupt as exc:  # the release and its ledger mark stand
+        raise interrupted_after_release(
+            run_id, dataset=dataset, label=label,
+            cut="the report (MLflow logging, the budget line) was cut short",
+            values=_values_line(spec, est)) from exc
     except Exception as exc:  # the release stands: report it and how to log it, never fail
         return unreported_release(ledger, run_id=run_id, dataset=dataset, spec=spec,
                                   prepared=prepared, est=est, label=label, error=exc,
                                   marked=True, start=start)
+
+
+def _values_line(spec: EvaluationSpec, est: Any) -> str:
+    """The released values of ``est`` at the spec's reference states, on one line."""
+    return "; ".join(f"V({k}) = {float(v):.6g}"
+                     for k, v in zip(spec.reference_names, est.values, strict=True))

@@ -34,6 +34,7 @@ __all__ = [
     "InterruptedAfterRelease",
     "build_record",
     "format_span",
+    "interrupted_after_release",
     "privacy_label",
     "unbounded_note",
 ]
@@ -58,6 +59,21 @@ class InterruptedAfterRelease(KeyboardInterrupt):
         super().__init__(message)
         self.run_id = run_id
         self.summary = summary
+
+
+def interrupted_after_release(run_id: str, *, dataset: str, label: str, cut: str,
+                              values: str = "") -> InterruptedAfterRelease:
+    """The Ctrl-C of a run whose release is committed: the release stands, its ledger charge
+    stands, ``cut`` says what the interrupt cut short, and the one command that finishes the
+    run (``gpope track --run-id``); never an invitation to re-run and pay twice. ``values`` (the
+    released values, one line) is printed on stdout by the command line."""
+    return InterruptedAfterRelease(
+        f"interrupted AFTER the release: run {run_id} of dataset {dataset} WAS RELEASED "
+        f"({label}) and its charge stands in the ledger; {cut}. Do not re-run the evaluation "
+        f"(that would spend the budget again); finish it with `gpope track --run-id {run_id}` "
+        f"(logs it to MLflow from the lake unless a finished MLflow run already holds it).",
+        run_id, values)
+
 
 @dataclass(frozen=True)
 class EvaluationReport:
@@ -473,11 +489,8 @@ def track_and_report(
                                                       config.lake.root),
             experiment=config.tracking.experiment)
     except KeyboardInterrupt as exc:
-        raise InterruptedAfterRelease(
-            f"interrupted AFTER the release: run {run_id} of dataset {dataset} was released "
-            f"({label}) and recorded in the ledger; MLflow logging was cut short. Do not re-run "
-            f"it; re-log it to MLflow with `gpope track --run-id {run_id}`.", run_id, "",
-        ) from exc
+        raise interrupted_after_release(run_id, dataset=dataset, label=label,
+                                        cut="MLflow logging was cut short") from exc
     warnings = [guard.message] if guard.message else []
     if tracking.failed_line:  # the release stands; say so and how to re-log, never to re-run
         warnings.insert(0, tracking.failed_line)
