@@ -72,6 +72,8 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     # the tuning-free default: values inside the range the spec's public bounds imply, each
     # with an interval
     assert "tuning-free private default" in outputs["evaluate"]
+    # no GPOPE solver ran: no solver settings are printed
+    assert "operating point" not in outputs["evaluate"] and "sampling" not in outputs["evaluate"]
     assert all(0.0 <= v for v in released.values()), outputs["evaluate"]
     assert outputs["evaluate"].count("95% interval") >= len(truth)
     assert "MLflow run " in outputs["evaluate"] and "WAS RELEASED" not in outputs["evaluate"]

@@ -146,6 +146,8 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
     assert run.data.metrics["relative_mspbe_private"] == pytest.approx(report.private_relative_mspbe)
     assert run.data.metrics["value_lower.s0"] == pytest.approx(report.intervals["lower"][0])
     assert "[" in report.summary() and "interval" in report.summary()
+    # only what an ssp run uses: no GPOPE solver settings
+    assert "operating point" not in report.summary() and "sampling" not in report.summary()
     # identified (the test is on by default): no note, no tag
     assert not report.intervals["unidentified"] and report.intervals["separation"] > 1.0
     assert "gpope.interval_note" not in run.data.tags and unbounded_note(report.intervals) is None
@@ -171,6 +173,7 @@ def test_gpope_run_records_private_mspbe_and_anchored_intervals(spark, setup):
     assert np.all(np.isinf(iv["lower"])) and np.all(np.isinf(iv["upper"]))
     note = unbounded_note(iv)
     assert "singular A" in note and note in report.summary()
+    assert "operating point: " in report.summary() and "N 500, sampling " in report.summary()
     assert run.data.tags["gpope.interval_note"] == note
     # unbounded ends: no metric (MLflow would show NaN), a tag per state naming the omitted ones
     assert not any(k.startswith(("value_lower", "value_upper")) for k in run.data.metrics)

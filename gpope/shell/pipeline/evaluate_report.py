@@ -149,20 +149,23 @@ class EvaluationReport:
                 for k in ("value", "lower", "upper", "lower_bound")}
 
     def summary(self) -> str:
-        """Human-readable lines."""
+        """Human-readable lines; the solver's settings (N, sampling, the operating point) only
+        for the GPOPE estimator, the one run that uses them."""
+        solver = self.estimator == "gpope"
         lines = [
             f"released run {self.run_id} ({self.label}) "
             f"dataset {self.dataset}, spec {self.spec_name} ({self.spec_id})",
             f"  epsilon {self.epsilon:g} (accountant {self.accountant} "
             f"{'claims, NOT a valid bound:' if self.accountant == 'paper' else 'certifies'} "
             f"{self.spent_epsilon if self.spent_epsilon is not None else float('nan'):.4g}), "
-            f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, N {self.iterations}, "
-            f"sampling {self.sampling}, statistics {self.path}",
+            f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, "
+            + (f"N {self.iterations}, sampling {self.sampling}, " if solver else "")
+            + f"statistics {self.path}",
             "  " + (self.remaining_line or f"remaining budget: epsilon "
                     f"{self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}"),
         ]
         st = self.settings
-        if st and self.estimator != "untuned":  # the default has no solver operating point
+        if st and solver:  # ssp and the tuning-free default run no solver
             lines.append(
                 f"  operating point: {st.get('passes', float('nan')):.3g} passes "
                 f"({st.get('touched_trajectories', float('nan')):.3g} trajectories touched), "
