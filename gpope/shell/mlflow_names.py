@@ -18,6 +18,8 @@ __all__ = [
     "METRIC_RESERVED_EPSILON",
     "METRIC_SPENT_DELTA",
     "METRIC_SPENT_EPSILON",
+    "METRIC_SSP_CLIP_QUANTILE_USED",
+    "METRIC_SSP_CLIP_USED",
     "OUTSIDE_TUNED",
     "PRIVACY_NOTE",
     "PRIVATE",
@@ -26,6 +28,7 @@ __all__ = [
     "SEEDED",
     "SPEC",
     "SPEC_ID",
+    "SSP_CLIP_SOURCE",
     "STAGE",
     "UNBOUNDED",
     "VALID_BOUND",
@@ -54,6 +57,9 @@ INTERVAL_NOTE = "gpope.interval_note"
 OUTSIDE_TUNED = "gpope.outside_tuned_range"
 #: the states with an unbounded interval end; ``<UNBOUNDED>.<state>`` lists which ends.
 UNBOUNDED = "gpope.unbounded"
+#: where the clip of the run's noisy-statistics release came from: "private" (a DP quantile
+#: release charged to this run) or "public" (a setting or a quantile on public simulated data).
+SSP_CLIP_SOURCE = "gpope.ssp_clip_source"
 #: marks a run or value computed from private data without noise (operators only).
 PRIVATE_DIAGNOSTIC = "diagnostic.private"
 
@@ -67,3 +73,9 @@ METRIC_RELATIVE_MSPBE_PUBLIC = "relative_mspbe_public"
 #: MSPBE of the released theta from the run's noisy (released) statistics: post-processing.
 METRIC_MSPBE_PRIVATE = "mspbe_private"
 METRIC_RELATIVE_MSPBE_PRIVATE = "relative_mspbe_private"
+#: The clip bound the run's noisy-statistics release used (the ``ssp_clip_quantile`` param is the
+#: setting). With ``SSP_CLIP_SOURCE`` "private" it is a DP release charged to the run, logged as
+#: its post-processing; otherwise a public number.
+METRIC_SSP_CLIP_USED = "ssp_clip_used"
+#: The quantile a privately released clip was read at (absent for a public clip).
+METRIC_SSP_CLIP_QUANTILE_USED = "ssp_clip_quantile_used"

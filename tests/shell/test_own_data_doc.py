@@ -108,6 +108,16 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     out = json.loads(capsys.readouterr().out)
     assert out["estimator"] == "ssp" and out["private"] is True and out["ssp_clip"] > 0
     assert out["settings"]["ssp_clip_from"].startswith("private 0.9 quantile")
+    # MLflow holds the clip the run used and the quantile it read, beside the 0.99 setting
+    import mlflow
+
+    from gpope.shell import mlflow_names as names
+
+    run = mlflow.MlflowClient().get_run(out["mlflow_run_id"])
+    assert run.data.metrics[names.METRIC_SSP_CLIP_USED] == pytest.approx(out["ssp_clip"])
+    assert run.data.metrics[names.METRIC_SSP_CLIP_QUANTILE_USED] == pytest.approx(0.9)
+    assert run.data.tags[names.SSP_CLIP_SOURCE] == "private"
+    assert run.data.params["ssp_clip_quantile"] == "0.99"
     stored = mechanism_from_json(PrivacyLedger(None, config).entry("ward7", out["run_id"]).mechanism)
     assert "ssp clip(private 0.9 quantile of the statistics norms)" in stored.label
     histogram = stored.event.events[1]  # [ssp release, clip histogram, policy value]

@@ -143,6 +143,9 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
 
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(report.mlflow_run_id)
     assert run.data.params["estimator"] == "ssp"
+    assert run.data.metrics["ssp_clip_used"] == pytest.approx(0.05)  # the public --ssp-clip
+    assert run.data.tags["gpope.ssp_clip_source"] == "public"
+    assert "ssp_clip_quantile_used" not in run.data.metrics
     assert run.data.metrics["relative_mspbe_private"] == pytest.approx(report.private_relative_mspbe)
     assert run.data.metrics["value_lower.s0"] == pytest.approx(report.intervals["lower"][0])
     assert "[" in report.summary() and "interval" in report.summary()

@@ -430,11 +430,34 @@ def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant
     }
 
 
+def _private_clip(plan: Any) -> bool:
+    """Whether the run's statistics clip is a private release (the default, or an ssp run
+    without a public clip)."""
+    return plan.statistics_clip is None and plan.estimator in ("untuned", "ssp")
+
+
 def _statistics_clip(plan: Any, est: Any) -> float | None:
     """The clip of the run's statistics release: public, or chosen privately (the default, or
     an ssp run without a public clip)."""
-    private = plan.statistics_clip is None and plan.estimator in ("untuned", "ssp")
-    return float(est.result.clip) if private else plan.statistics_clip
+    return float(est.result.clip) if _private_clip(plan) else plan.statistics_clip
+
+
+def _clip_tracking(plan: Any, est: Any) -> tuple[dict[str, float], dict[str, str]]:
+    """MLflow metrics and tags of the clip the run's statistics release used (none without a
+    statistics release): its value, and for a private one the quantile it was read at; the
+    ``ssp_clip_quantile`` param stays the setting."""
+    from gpope.shell import mlflow_names as names
+
+    clip = _statistics_clip(plan, est) if plan.statistics is not None else None
+    if clip is None:
+        return {}, {}
+    metrics = {names.METRIC_SSP_CLIP_USED: float(clip)}
+    if not _private_clip(plan):
+        return metrics, {names.SSP_CLIP_SOURCE: "public"}
+    quantile = (plan.private_clip_quantile if plan.estimator == "ssp"
+                else est.settings.untuned.clip_quantile)
+    metrics[names.METRIC_SSP_CLIP_QUANTILE_USED] = float(quantile)
+    return metrics, {names.SSP_CLIP_SOURCE: "private"}
 
 
 def track_and_report(
@@ -471,10 +494,11 @@ def track_and_report(
             "moments_share": s.moments_share}, tuning=tuning)
     from gpope.shell.pipeline import evaluate_policy_value as pv
 
-    record = dataclasses.replace(record, metrics={**dict(record.metrics),
+    clip_metrics, clip_tags = _clip_tracking(plan, est)
+    record = dataclasses.replace(record, metrics={**dict(record.metrics), **clip_metrics,
                                                   **pv.mlflow_metrics(est.policy_values)})
     guard, private_diag = _guard(record, est, n=n, seed=s.seed, spec=spec)
-    tags = {GUARD: guard.verdict}
+    tags = {GUARD: guard.verdict, **clip_tags}
     iv_note = unbounded_note(None if est.intervals is None else est.intervals.to_dict(),
                              estimator=s.estimator)
     if iv_note:  # why a released interval is unbounded, one line (MLflow has no -inf metric)
