@@ -67,8 +67,8 @@ def main(argv=None) -> int:
     p.add_argument("--refine", default="0.4", help="refine_share values")
     p.add_argument("--residual-quantile", type=float, default=0.99)
     p.add_argument("--estimator-share", type=float, default=None,
-                   help="share of (epsilon, delta) the estimator gets (default: what a pipeline "
-                        "run leaves it, 1 - policy_value_share)")
+                   help="share of the run's Gaussian privacy loss the estimator gets (default: "
+                        "what a pipeline run leaves it, 1 - policy_value_share)")
     p.add_argument("--kinds", default="random_mdp,random_mdp_linear")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -92,8 +92,8 @@ def main(argv=None) -> int:
                                            refine_share=refine,
                                            residual_quantile=a.residual_quantile)
                 for eps in eps_list:
-                    sig = plan_untuned(m=a.m, epsilon=eps * est_share, delta=a.delta * est_share,
-                                       settings=settings)
+                    sig = plan_untuned(m=a.m, epsilon=eps, delta=a.delta, settings=settings,
+                                       share=est_share)
                     ss = np.random.SeedSequence([a.first_seed + i, int(eps * 1000), int(q * 1000)])
                     rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1,
                                                settings=settings, rng=np.random.default_rng(ss))

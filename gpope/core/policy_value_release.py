@@ -2,7 +2,9 @@
 
 Mechanism (add/remove-one adjacency; replace-one doubles every sensitivity through the noise
 multiplier, :func:`gpope.core.ssp.ssp_sigma`). The run gives this release the share ``share`` of
-its (epsilon, delta) and calibrates one Gaussian noise multiplier ``sigma`` for it. Three Gaussian
+its budget and calibrates one Gaussian noise multiplier ``sigma`` for it (a GPOPE run: of its
+(epsilon, delta); a one-shot run: of the privacy loss of its one Gaussian mechanism,
+:mod:`gpope.core.evaluation.plan`). Three Gaussian
 sub-releases split ``1 / sigma^2`` (zCDP: Bun and Steinke 2016, Lemma 2.3; Mironov 2017, Prop. 7),
 so together they are exactly the Gaussian mechanism at ``sigma`` (:func:`policy_value_event`):
 
@@ -73,8 +75,10 @@ def policy_value_event(sigma: float, relation: str = "add_or_remove_one"):
 def policy_value_sigma(*, m: int, epsilon: float, delta: float, settings: PolicyValueSettings,
                        accountant: str = "auto", relation: str = "add_or_remove_one") -> float:
     """The release's noise multiplier: one Gaussian mechanism meeting ``settings.share`` times
-    the run's (epsilon, delta) (basic composition with the rest of the run), under ``relation``
-    (:func:`gpope.core.ssp.ssp_sigma`)."""
+    the run's (epsilon, delta), under ``relation`` (:func:`gpope.core.ssp.ssp_sigma`): its
+    calibration in a GPOPE run (basic composition with the rest of the run). A one-shot run
+    (ssp, the tuning-free default) calibrates it jointly with its other releases, to less noise
+    (:func:`gpope.core.evaluation.plan.gaussian_share`)."""
     from gpope.core.ssp import ssp_sigma
 
     return float(ssp_sigma(m=m, epsilon=epsilon * settings.share, delta=delta * settings.share,

@@ -38,9 +38,11 @@ kernel's output over all rows (:func:`release_untuned`): the pipeline passes a S
 :func:`release_untuned_rows` the rows in memory, so both run the very same arithmetic.
 
 Accounting (add/remove-one adjacency; m public): the histograms have sensitivity 1, the SSP sums
-``c``, the residual sum ``c_r`` and the moments ``c_r^2``; each release is a Gaussian mechanism
-calibrated by the run's accountant to its share of (epsilon, delta) (basic composition, as every
-component of a release plan: :func:`plan_untuned`), and the run's event is
+``c``, the residual sum ``c_r`` and the moments ``c_r^2``; each release is a Gaussian mechanism,
+and their composition is exactly one Gaussian mechanism (``1/sigma^2 = sum_j 1/sigma_j^2``). So
+one multiplier ``sigma`` is calibrated by the run's accountant for the default's budget and each
+release takes a share of its privacy loss ``mu^2`` (:func:`plan_untuned`; the joint calibration
+of every one-shot release plan, :mod:`gpope.core.evaluation.plan`); the run's event is
 ``ComposedDpEvent([histogram, ssp, histogram, residual release])`` (:func:`untuned_dp_event`).
 The choice of this estimator and of its public rules was measured on generated MDPs
 (``benchmarks/own_data_core.py``; docs/RESULTS.md, "Own data without tuning").
@@ -75,6 +77,7 @@ __all__ = [
     "release_untuned",
     "release_untuned_rows",
     "second_order_widths",
+    "split_untuned",
     "statistics_norm_bound",
     "untuned_dp_event",
     "upper_quantile",
@@ -152,39 +155,39 @@ def quantile_grid(spec: EvaluationSpec, settings: UntunedSettings) -> Any:
 
 @dataclass(frozen=True)
 class UntunedSigmas:
-    """Noise multipliers of the default's releases and their shares of (epsilon, delta): each
-    histogram (``quantile``), the SSP sums (``statistics``) and the residual release."""
+    """Noise multipliers (std / sensitivity) of the default's releases: each histogram
+    (``quantile``), the SSP sums (``statistics``) and the residual release (``residual``, split
+    with its moments by ``moments_share``). Their composition is exactly the Gaussian mechanism
+    with multiplier ``total``: ``2/quantile^2 + 1/statistics^2 + 1/residual^2 = 1/total^2``."""
 
     quantile: float
     statistics: float
-    quantile_epsilon: float
-    quantile_delta: float
-    statistics_epsilon: float
-    statistics_delta: float
     residual: float
-    residual_epsilon: float
-    residual_delta: float
+    total: float
+
+
+def split_untuned(sigma: float, settings: UntunedSettings) -> UntunedSigmas:
+    """The default's multipliers as shares of one Gaussian mechanism with multiplier ``sigma``:
+    each histogram ``quantile_share`` of its privacy loss ``1/sigma^2``, the residual release
+    ``refine_share``, the SSP sums the rest (zCDP split, :func:`gpope.core.ssp.split_sigma`)."""
+    q, r = settings.quantile_share, settings.refine_share
+    return UntunedSigmas(quantile=float(sigma / math.sqrt(q)),
+                         statistics=float(sigma / math.sqrt(1.0 - 2.0 * q - r)),
+                         residual=float(sigma / math.sqrt(r)), total=float(sigma))
 
 
 def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSettings,
-                 accountant: str = "auto") -> UntunedSigmas:
-    """Calibrate the releases to their shares of (epsilon, delta) (add/remove-one, the run's
-    accountant): two histograms at ``quantile_share`` each, the residual release at
-    ``refine_share``, the SSP sums at the rest."""
+                 accountant: str = "auto", share: float = 1.0) -> UntunedSigmas:
+    """The default's multipliers when its releases take ``share`` of the privacy loss of one
+    Gaussian mechanism calibrated to (epsilon, delta) (add/remove-one, ``accountant``): a
+    pipeline run gives the default ``1 - policy_value_share`` (the plan's joint calibration);
+    ``share = 1``: the default alone meets (epsilon, delta)."""
     from gpope.core.ssp import ssp_sigma
 
-    s, r = settings.quantile_share, settings.refine_share
-    eq, dq = epsilon * s, delta * s
-    er, dr = epsilon * r, delta * r
-    es, ds = epsilon - 2 * eq - er, delta - 2 * dq - dr
-
-    def sigma(e: float, d: float) -> float:
-        return float(ssp_sigma(m=m, epsilon=e, delta=d, accountant=accountant))
-
-    return UntunedSigmas(
-        quantile=sigma(eq, dq), statistics=sigma(es, ds), quantile_epsilon=eq,
-        quantile_delta=dq, statistics_epsilon=es, statistics_delta=ds,
-        residual=sigma(er, dr), residual_epsilon=er, residual_delta=dr)
+    if not 0.0 < share <= 1.0:
+        raise ConfigError(f"plan_untuned: share must be in (0, 1]. Got {share!r}.")
+    total = float(ssp_sigma(m=m, epsilon=epsilon, delta=delta, accountant=accountant))
+    return split_untuned(total / math.sqrt(share), settings)
 
 
 def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
@@ -403,13 +406,16 @@ def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) 
     return release_untuned(aggregate, spec, m=vec.shape[0], **kwargs)
 
 
-def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: str,
-                           moments_share: float, settings: UntunedSettings) -> dict[str, Any]:
-    """The estimator component of a default run's release plan at its share (epsilon, delta)
-    of the run (:func:`gpope.core.evaluation.plan.plan_release` with ``estimator="untuned"``
-    builds its ``ReleaseComponent`` from this): ``sigma`` (of the SSP sums), ``event``
-    (:func:`untuned_dp_event`), ``epsilon_spent`` (what the accountant certifies for it,
-    add/remove-one adjacency), ``label`` and ``releases``. Nothing is drawn or read.
+def plan_untuned_component(*, m: int, sigma: float, delta: float, accountant: str,
+                           moments_share: float, settings: UntunedSettings
+                           ) -> tuple[dict[str, Any], UntunedSigmas]:
+    """The estimator component of a default run's release plan when its releases compose to the
+    Gaussian mechanism with multiplier ``sigma`` (its share of the run's joint calibration,
+    :func:`gpope.core.evaluation.plan.plan_release` with ``estimator="untuned"`` builds its
+    ``ReleaseComponent`` from this): the fields ``sigma`` (of the SSP sums), ``event``
+    (:func:`untuned_dp_event`), ``epsilon_spent`` (what the accountant certifies for it alone at
+    ``delta``, add/remove-one adjacency), ``label`` and ``releases``; and the multipliers of its
+    releases. Nothing is drawn or read; ``m`` is checked positive (public).
 
     Raises:
         ConfigError: the ``paper`` accountant (not a valid bound: the default is always private).
@@ -423,12 +429,14 @@ def plan_untuned_component(*, m: int, epsilon: float, delta: float, accountant: 
         raise ConfigError(
             f"The tuning-free default is accounted rigorously; the {accountant!r} accountant is "
             "not a valid bound. Use --accountant auto, rdp or pld.")
+    if m < 1:
+        raise ConfigError(f"The tuning-free default needs m >= 1 trajectories. Got m={m}.")
     resolved = resolve_accountant(accountant, "poisson")
-    sig = plan_untuned(m=m, epsilon=epsilon, delta=delta, settings=settings, accountant=resolved)
+    sig = split_untuned(sigma, settings)
     event = untuned_dp_event(sig, moments_share)
     label = (f"untuned(clip at a private {settings.clip_quantile:g} quantile, residual clip at a "
              f"private {settings.residual_quantile:g} quantile, moments_share={moments_share:g})")
     return {"sigma": sig.statistics, "event": event,
             "epsilon_spent": float(implementation(resolved).event_epsilon(
                 event, delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)), "label": label,
-            "releases": ("theta", "values", "intervals", "private_mspbe")}
+            "releases": ("theta", "values", "intervals", "private_mspbe")}, sig

@@ -17,8 +17,11 @@ class UntunedSettings:
 
     Attributes:
         clip_quantile: the quantile of the trajectories' statistics norms used as the clip bound.
-        quantile_share: share of the run's (epsilon, delta) spent on each of the two quantiles.
-        refine_share: share spent on the residual release (sum and moments).
+        quantile_share: share of the default's Gaussian privacy loss ``mu^2 = 1/sigma^2`` spent on
+            each of the two quantiles (its releases compose exactly to one Gaussian mechanism,
+            calibrated once: :func:`gpope.core.untuned.plan_untuned`).
+        refine_share: share of ``mu^2`` spent on the residual release (sum and moments); the SSP
+            sums take the rest.
         residual_quantile: the quantile of the residual norms used as their clip bound.
         grid_decades: decades each quantile's log grid spans below its public top.
         bins_per_decade: resolution of those grids.

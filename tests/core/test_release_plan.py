@@ -92,7 +92,8 @@ def test_uniform_sampling_is_replace_one_and_doubles_the_statistics_multiplier()
 def test_ssp_spends_everything_on_one_release_and_no_clip_means_no_statistics():
     ssp = _plan(Settings(estimator="ssp"))
     assert ssp.auxiliary == () and ssp.main.name == "ssp" and ssp.statistics is ssp.main
-    assert ssp.main.epsilon == 1.0
+    assert ssp.main.share == 1.0 and ssp.main.epsilon == ssp.spent_epsilon
+    assert 0.97 <= ssp.spent_epsilon <= 1.0
     assert _rdp_epsilon(ssp.event, 1e-6, "add_or_remove_one") == pytest.approx(1.0, rel=0.05)
     bare = _plan(clip=None)
     assert bare.auxiliary == () and bare.statistics is None and bare.main.epsilon == 1.0
@@ -112,15 +113,19 @@ def test_ssp_without_a_public_clip_charges_its_private_quantile_in_the_composed_
                  untuned=UntunedSettings(quantile_share=0.05))
     clip = plan.component("ssp_clip")
     assert plan.private_clip_quantile == 0.9 and plan.statistics_clip is None
-    assert (clip.epsilon, clip.delta) == pytest.approx((0.05, 0.05e-6))
-    assert plan.main.epsilon == pytest.approx(0.95) and plan.statistics is plan.main
+    # shares of one Gaussian mechanism's privacy loss mu^2 (joint calibration of a one-shot run)
+    assert (clip.share, plan.main.share) == pytest.approx((0.05, 0.95))
+    assert plan.main.sigma**-2 + clip.sigma**-2 == pytest.approx(
+        plan.main.sigma**-2 / 0.95, rel=1e-9)
+    assert plan.statistics is plan.main
     assert "private 0.9 quantile" in plan.label and "clip=private quantile" in plan.main.label
+    assert "shares 0.95 and 0.05 of its privacy loss" in plan.label
     assert clip.event == dp_accounting.GaussianDpEvent(clip.sigma)  # sensitivity 1 histogram
     assert plan.event.events == [plan.main.event, clip.event]
     pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    assert _rdp_epsilon(clip.event, 0.05e-6, "add_or_remove_one") == pytest.approx(0.05, rel=0.05)
-    assert pld.compose(clip.event).get_epsilon(0.05e-6) <= 0.05  # rdp calibrated: PLD is tighter
-    assert _rdp_epsilon(plan.event, 1e-6, "add_or_remove_one") <= 1.0 * 1.05
+    assert pld.compose(plan.event).get_epsilon(1e-6) <= 1.0  # rdp calibrated: PLD is tighter
+    assert 0.97 <= _rdp_epsilon(plan.event, 1e-6, "add_or_remove_one") <= 1.0 * (1 + 1e-6)
+    assert plan.spent_epsilon <= 1.0
     assert plan.releases[-1] == "ssp_clip"
 
 
@@ -157,14 +162,12 @@ def test_private_tuning_needs_memory_and_poisson():
 
 
 def test_a_further_component_takes_its_share_and_joins_the_composed_event(monkeypatch):
-    from gpope.core.ssp import ssp_dp_event, ssp_sigma
+    from gpope.core.ssp import ssp_dp_event
 
-    def plan_extra(inputs, epsilon, delta):
-        sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant="rdp",
-                          relation=inputs.relation)
-        return ReleaseComponent(name="extra", epsilon=epsilon, delta=delta, sigma=sigma,
-                                event=ssp_dp_event(sigma, inputs.relation),
-                                epsilon_spent=epsilon, label="extra", releases=("extra_value",))
+    def plan_extra(inputs, share):
+        cal = plan_module.gaussian_share(inputs, share)
+        return ReleaseComponent(name="extra", **cal, event=ssp_dp_event(cal["sigma"], inputs.relation),
+                                label="extra", releases=("extra_value",))
 
     monkeypatch.setattr(plan_module, "AUXILIARY",
                         (*plan_module.AUXILIARY, ("extra", lambda inputs: 0.2, plan_extra)))
@@ -196,15 +199,73 @@ def test_policy_value_takes_its_share_of_one_composed_event(estimator):
     bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))
     plan = plan_release(settings, m=M, spec=bounded, layout="dense", statistics_clip=0.5)
     pv = plan.component("policy_value")
-    assert pv.epsilon == pytest.approx(0.3) and pv.delta == pytest.approx(0.3e-6)
     assert set(pv.releases) == set(QUANTITIES) <= set(plan.releases)
     assert plan.event.events[-1] == pv.event  # one composed event, the policy value's last
-    # its share, no more: the exact Gaussian-mechanism curve (Balle and Wang 2018, Thm. 8)
-    mu, eps = 1.0 / pv.event.noise_multiplier, 0.3
-    exact = norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
-    assert exact <= pv.delta * 1.001
-    assert sum(c.epsilon for c in plan.components) == pytest.approx(1.0)
     assert plan.charged_epsilon == 1.0  # no extra budget
+    if estimator == "ssp":  # one-shot: 0.3 of one Gaussian mechanism's privacy loss mu^2
+        mu2 = [c.sigma**-2 for c in plan.components]
+        assert mu2[-1] / sum(mu2) == pytest.approx(0.3) and pv.share == pytest.approx(0.3)
+        eps, delta = 1.0, 1e-6
+        mu = np.sqrt(sum(mu2))
+    else:  # basic composition: its share of (epsilon, delta), no more
+        assert pv.epsilon == pytest.approx(0.3) and pv.delta == pytest.approx(0.3e-6)
+        assert sum(c.epsilon for c in plan.components) == pytest.approx(1.0)
+        mu, eps, delta = 1.0 / pv.event.noise_multiplier, 0.3, pv.delta
+    # the exact Gaussian-mechanism curve (Balle and Wang 2018, Thm. 8)
+    exact = norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
+    assert exact <= delta * 1.001
     # a spec without the public bounds has no policy value release (a public decision)
     assert _plan(settings).component("policy_value") is None
 
+
+
+def _gaussian_delta(mu: float, eps: float) -> float:
+    """delta(eps) of the Gaussian mechanism with mu = sensitivity / std (Balle and Wang 2018)."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * norm.cdf(-mu / 2 - eps / mu))
+
+
+def _gaussian_mu(eps: float, delta: float) -> float:
+    """The largest mu whose Gaussian mechanism meets (eps, delta), by bisection of the curve."""
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda mu: _gaussian_delta(mu, eps) - delta, 1e-3, 50.0, xtol=1e-12))
+
+
+def _leaf_sigmas(event) -> list[float]:
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return [s for e in event.events for s in _leaf_sigmas(e)]
+    assert isinstance(event, dp_accounting.GaussianDpEvent)
+    return [event.noise_multiplier]
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 10.0])
+def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing(epsilon):
+    # the tuning-free default with its policy value at m = 20,000: every release of the run is a
+    # Gaussian mechanism, so their composition is one; dp-accounting's PLD certifies the plan's
+    # composed sigmas at the run's delta at most the target and at least 97% of it
+    from dp_accounting.pld import PLDAccountant
+
+    delta = 1e-6
+    bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))
+    settings = Settings(estimator="untuned", policy_value_share=0.3, epsilon=epsilon,
+                        delta=delta, accountant="auto")
+    plan = plan_release(settings, m=20_000, spec=bounded, layout="dense", statistics_clip=None)
+    assert [c.name for c in plan.components] == ["untuned", "policy_value"]
+    sigmas = _leaf_sigmas(plan.event)
+    assert len(sigmas) == 6  # 2 histograms, the SSP sums, residual sum and moments, policy value
+    pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    for s in sigmas:
+        pld.compose(dp_accounting.GaussianDpEvent(s))
+    got = pld.get_epsilon(delta)
+    assert 0.97 * epsilon <= got <= epsilon * (1 + 1e-3)
+    assert plan.spent_epsilon <= epsilon and plan.charged_epsilon == epsilon
+    assert plan.spent_epsilon == pytest.approx(got, rel=2e-3)
+    # the SSP sums: 0.7 * (1 - 2 * 0.05 - 0.4) = 0.35 of the run; basic composition would give
+    # them a Gaussian mechanism at (0.35 epsilon, 0.35 delta) (the exact curve)
+    sums = plan.untuned_sigmas.statistics
+    assert sums == plan.main.sigma
+    basic = 1.0 / _gaussian_mu(0.35 * epsilon, 0.35 * delta)
+    assert sums * 1.5 <= basic
+    assert "one Gaussian mechanism" in plan.label and "basic" not in plan.label

@@ -98,7 +98,7 @@ PINS: dict[str, dict] = {
         "intervals": "cffcfb66adb81cba4873d490",
         "sigma": "0x1.fe6be425249efp+0",
         "statistics_sigma": "0x1.fe6be425249efp+0",
-        "spent_epsilon": "0x1.fffe6f223c891p+0",
+        "spent_epsilon": "0x1.fffe6f1e89edbp+0",
         "relation": "add_or_remove_one",
         "event": "f3b158c148aebaed434ca31d"
     },

@@ -8,20 +8,30 @@ ledger stores, the neighbouring relation it is interpreted under, the epsilon th
 and what the run releases. The Spark stage (:mod:`gpope.shell.pipeline.evaluate`) executes the
 plan; it does no privacy arithmetic itself.
 
-The budget. The run's (epsilon, delta) is split by basic composition into one share per
-release component: each auxiliary component (the noisy-statistics release behind the intervals
-and the private MSPBE; others as they are added) takes its documented share, and the estimator's
-own release (GPOPE, privately tuned GPOPE, or the one-shot SSP release, which takes all) takes
-the rest. Each component is calibrated to its share by the run's accountant; the ledger stores the
-composition of all component events (``ComposedDpEvent([estimator, *auxiliary])``), so datasets
-compose it tightly across runs.
+The budget. Each release component has a share of the run's budget: each auxiliary component
+(the noisy-statistics release behind the intervals and the private MSPBE, the policy value; others
+as they are added) takes its documented share, and the estimator's own release (GPOPE, privately
+tuned GPOPE, the one-shot SSP release or the tuning-free default) takes the rest. The ledger stores
+the composition of all component events (``ComposedDpEvent([estimator, *auxiliary])``), so
+datasets compose it tightly across runs. What a share is depends on the run:
 
-Adding a released component with its own share of the run's (epsilon, delta):
+- **One-shot runs** (``estimator`` ``ssp`` or ``untuned``): every component is a plain Gaussian
+  mechanism under add/remove-one adjacency, and a composition of Gaussian mechanisms with
+  multipliers ``sigma_j`` is exactly the Gaussian mechanism with ``1/sigma^2 = sum_j 1/sigma_j^2``
+  (Gaussian DP / zCDP composition is exact). So the run calibrates ONE multiplier
+  ``sigma = ssp_sigma(m, epsilon, delta)`` for its whole (epsilon, delta) and a component with
+  share ``w`` of the privacy loss ``mu^2 = 1/sigma^2`` gets ``sigma / sqrt(w)`` (shares sum to
+  1; the zCDP split of :func:`gpope.core.ssp.split_sigma`). The run's certified epsilon is the
+  accountant's epsilon of the composed event at the run's delta (<= epsilon).
+- **GPOPE runs** (subsampled Gaussian, many steps): basic composition. A component with share
+  ``w`` is calibrated alone to ``(w epsilon, w delta)`` and the certified epsilon is the sum.
 
-1. give the settings a share for it (a fraction in [0, 1) of the run's epsilon and delta);
-2. write a planner ``plan_x(inputs: PlanInputs, epsilon, delta) -> ReleaseComponent`` that
-   calibrates its noise to (epsilon, delta) under ``inputs.relation`` with the run's accountant
-   and returns its event, certified epsilon, label and the names it releases;
+Adding a released component with its own share of the run's budget:
+
+1. give the settings a share for it (a fraction in [0, 1));
+2. write a planner ``plan_x(inputs: PlanInputs, share) -> ReleaseComponent`` that calibrates its
+   noise to that share (:func:`gaussian_share` for a Gaussian release: both rules above) and
+   returns its event, certified epsilon, label and the names it releases;
 3. list it in :data:`AUXILIARY` as ``(name, share_of, planner)``, where ``share_of(inputs)`` reads
    the share from the settings (0: the component is not part of this run).
 
@@ -32,20 +42,22 @@ the executing stage finds its calibration by name (:meth:`ReleasePlan.component`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpope.errors import ConfigError
+from gpope.errors import AccountingError, ConfigError
 
 if TYPE_CHECKING:
     import dp_accounting
 
     from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
     from gpope.core.spec import EvaluationSpec
-    from gpope.core.untuned import UntunedSettings
+    from gpope.core.untuned import UntunedSettings, UntunedSigmas
 
-__all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "plan_release"]
+__all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "gaussian_share",
+           "plan_release"]
 
 
 class PlanSettings(Protocol):
@@ -72,14 +84,19 @@ class ReleaseComponent:
     """One noisy release of a run, calibrated to its share of the run's budget.
 
     Attributes:
-        name: ``"gpope"``, ``"gpope-tuned"``, ``"ssp"`` (the estimator's release) or an
-            auxiliary component's name (``"noisy_statistics"``).
-        epsilon, delta: its share of the run's (epsilon, delta) (basic composition).
+        name: ``"gpope"``, ``"gpope-tuned"``, ``"ssp"``, ``"untuned"`` (the estimator's release)
+            or an auxiliary component's name (``"noisy_statistics"``, ``"policy_value"``...).
+        epsilon, delta: GPOPE runs (basic composition): its share of the run's (epsilon, delta).
+            One-shot runs (joint calibration): the run's delta and the epsilon this component
+            alone certifies at it; the run's guarantee is that of the composed event
+            (:attr:`ReleasePlan.spent_epsilon`), not a sum of these.
         sigma: its noise multiplier (noise std / its sensitivity bound).
         event: its dp-accounting event, interpreted under the plan's relation.
         epsilon_spent: epsilon of ``event`` at ``delta`` certified by the accountant.
         label: one line for the ledger and MLflow.
         releases: the names of what it releases (``theta``, ``values``, ``intervals``...).
+        share: its share of the run's budget: of (epsilon, delta) under basic composition, of
+            the Gaussian privacy loss ``mu^2`` under joint calibration (None: not recorded).
     """
 
     name: str
@@ -90,6 +107,7 @@ class ReleaseComponent:
     epsilon_spent: float
     label: str
     releases: tuple[str, ...]
+    share: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +121,9 @@ class PlanInputs:
         accountant: the settings' accountant name (``auto``, ``rdp``, ``pld``, ``paper``).
         statistics_clip: the public clip bound of the noisy-statistics release, or None.
         spec: the public evaluation spec (None: components that need it are not planned).
+        joint_sigma: one-shot runs: the multiplier of the whole run as one Gaussian mechanism
+            (a component with share ``w`` of its privacy loss gets ``joint_sigma / sqrt(w)``);
+            None: basic composition (GPOPE runs).
     """
 
     settings: PlanSettings
@@ -111,6 +132,7 @@ class PlanInputs:
     accountant: str
     statistics_clip: float | None
     spec: Any = None
+    joint_sigma: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +150,9 @@ class ReleasePlan:
         auxiliary: the other releases, each with its own share.
         event: the composed dp-accounting event (what the ledger stores).
         label: the mechanism's one-line description (ledger, MLflow).
-        spent_epsilon: the certified epsilon of the run (sum over the components).
+        spent_epsilon: the certified epsilon of the run: one-shot runs, the accountant's epsilon
+            of the composed event at delta; GPOPE runs, the sum over the components (basic
+            composition).
         charged_epsilon: what the ledger charges: ``epsilon``, or for an accountant that is not a
             valid bound (``paper``) a rigorous RDP bound of the same mechanism if larger.
         valid_bound: False for the ``paper`` accountant: the release is NOT private.
@@ -142,6 +166,8 @@ class ReleasePlan:
         private_clip_quantile: for an ssp run whose spec gives no public clip bound, the
             quantile of the statistics norms its ``ssp_clip`` component releases privately as
             the clip (``statistics_clip`` is then None until the run releases it); else None.
+        untuned_sigmas: the multipliers of the tuning-free default's releases
+            (:class:`gpope.core.untuned.UntunedSigmas`) for an ``untuned`` run; else None.
     """
 
     epsilon: float
@@ -165,6 +191,7 @@ class ReleasePlan:
     moments_share: float
     tuning: tuple[PrivateTuningPlan, PrivateTuningSettings] | None = None
     private_clip_quantile: float | None = None
+    untuned_sigmas: UntunedSigmas | None = None
 
     @property
     def sigma(self) -> float:
@@ -230,16 +257,37 @@ def _gaussian_calibration(inputs: PlanInputs, epsilon: float, delta: float
     return float(sigma), float(spent)
 
 
-def plan_noisy_statistics(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
+def gaussian_share(inputs: PlanInputs, share: float) -> dict[str, float]:
+    """The calibration of a Gaussian release with ``share`` of the run's budget, as
+    :class:`ReleaseComponent` fields (``epsilon``, ``delta``, ``sigma``, ``epsilon_spent``,
+    ``share``). Joint calibration (``inputs.joint_sigma``): multiplier ``joint_sigma / sqrt(share)``
+    and the epsilon it alone certifies at the run's delta. Basic composition: calibrated to
+    ``(share epsilon, share delta)``."""
+    s = inputs.settings
+    if inputs.joint_sigma is not None:
+        from gpope.core.ssp import ssp_epsilon
+
+        sigma = float(inputs.joint_sigma / math.sqrt(share))
+        alone = ssp_epsilon(m=inputs.m, sigma=sigma, delta=s.delta,
+                            accountant=_statistics_accountant(inputs), relation=inputs.relation)
+        return {"epsilon": float(alone), "delta": float(s.delta), "sigma": sigma,
+                "epsilon_spent": float(alone), "share": float(share)}
+    epsilon, delta = s.epsilon * share, s.delta * share
+    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    return {"epsilon": epsilon, "delta": delta, "sigma": float(sigma),
+            "epsilon_spent": float(spent), "share": float(share)}
+
+
+def plan_noisy_statistics(inputs: PlanInputs, share: float) -> ReleaseComponent:
     """The noisy-statistics release (clipped sums of (A, b, C), then the residual second moments
-    at its own estimate; :func:`gpope.core.ssp.ssp_release_event`) at (epsilon, delta)."""
+    at its own estimate; :func:`gpope.core.ssp.ssp_release_event`) at ``share`` of the run."""
     from gpope.core.ssp import ssp_release_event
 
     ms = inputs.settings.moments_share
-    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    cal = gaussian_share(inputs, share)
     return ReleaseComponent(
-        name="noisy_statistics", epsilon=epsilon, delta=delta, sigma=float(sigma),
-        event=ssp_release_event(sigma, ms, inputs.relation), epsilon_spent=float(spent),
+        name="noisy_statistics", **cal,
+        event=ssp_release_event(cal["sigma"], ms, inputs.relation),
         label=f"noisy statistics(clip={inputs.statistics_clip:g}, moments_share={ms:g})",
         releases=("intervals", "private_mspbe"))
 
@@ -252,22 +300,21 @@ def _policy_value_share(inputs: PlanInputs) -> float:
     return float(getattr(inputs.settings, "policy_value_share", 0.0) or 0.0)
 
 
-def plan_policy_value(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
+def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:
     """The policy value release (J(target), J(behaviour), their contrast; one Gaussian mechanism,
-    :mod:`gpope.core.policy_value_release`) at (epsilon, delta) under the run's relation."""
+    :mod:`gpope.core.policy_value_release`) at ``share`` of the run under its relation."""
     from gpope.core.policy_value_release import policy_value_event
 
-    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    cal = gaussian_share(inputs, share)
     return ReleaseComponent(
-        name="policy_value", epsilon=epsilon, delta=delta, sigma=float(sigma),
-        event=policy_value_event(sigma, inputs.relation), epsilon_spent=float(spent),
+        name="policy_value", **cal, event=policy_value_event(cal["sigma"], inputs.relation),
         label="policy value(clipped importance sampling)",
         releases=("policy_value", "behaviour_value", "policy_contrast"))
 
 
 #: The auxiliary releases: (name, share of the run's budget, planner). See the module docstring.
 AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],
-                       Callable[[PlanInputs, float, float], ReleaseComponent]], ...] = (
+                       Callable[[PlanInputs, float], ReleaseComponent]], ...] = (
     ("noisy_statistics", _statistics_share, plan_noisy_statistics),
     ("policy_value", _policy_value_share, plan_policy_value),
 )
@@ -275,33 +322,46 @@ AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],
 _ESTIMATE = ("theta", "values")
 
 
-def _plan_ssp(inputs: PlanInputs, epsilon: float, delta: float) -> ReleaseComponent:
-    """The one-shot SSP release: the budget left by the policy value on the noisy statistics."""
+def _plan_ssp(inputs: PlanInputs, share: float) -> ReleaseComponent:
+    """The one-shot SSP release: the share left by the other components, on the noisy
+    statistics."""
     from gpope.core.ssp import ssp_release_event
 
     s = inputs.settings
-    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    cal = gaussian_share(inputs, share)
     clip = ("clip=private quantile" if inputs.statistics_clip is None
             else f"clip={inputs.statistics_clip:g}")
     return ReleaseComponent(
-        name="ssp", epsilon=epsilon, delta=delta, sigma=float(sigma),
-        event=ssp_release_event(sigma, s.moments_share), epsilon_spent=float(spent),
+        name="ssp", **cal, event=ssp_release_event(cal["sigma"], s.moments_share),
         label=f"ssp({clip}, moments_share={s.moments_share:g})",
         releases=(*_ESTIMATE, "intervals", "private_mspbe"))
 
 
-def plan_ssp_clip(inputs: PlanInputs, epsilon: float, delta: float, *, quantile: float
-                  ) -> ReleaseComponent:
+def _plan_untuned(inputs: PlanInputs, share: float, untuned: UntunedSettings | None
+                  ) -> tuple[ReleaseComponent, UntunedSigmas]:
+    """The tuning-free default's releases at ``share`` of the run's privacy loss (joint
+    calibration, :func:`gpope.core.untuned.plan_untuned_component`)."""
+    from gpope.core.untuned import UntunedSettings, plan_untuned_component
+
+    s = inputs.settings
+    fields, sigmas = plan_untuned_component(
+        m=inputs.m, sigma=float(inputs.joint_sigma / math.sqrt(share)), delta=s.delta,
+        accountant=s.accountant, moments_share=s.moments_share,
+        settings=untuned or UntunedSettings())
+    return ReleaseComponent(name="untuned", epsilon=fields["epsilon_spent"], delta=s.delta,
+                            share=float(share), **fields), sigmas
+
+
+def plan_ssp_clip(inputs: PlanInputs, share: float, *, quantile: float) -> ReleaseComponent:
     """The private clip of an ssp run without a public one: one noisy histogram of the
     trajectories' statistics norms (sensitivity 1 under add/remove-one,
-    :func:`gpope.core.private_quantile.quantile_dp_event`) at (epsilon, delta); the clip is its
-    upper ``quantile`` (post-processing, :func:`gpope.core.untuned.upper_quantile`)."""
+    :func:`gpope.core.private_quantile.quantile_dp_event`) at ``share`` of the run; the clip is
+    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.upper_quantile`)."""
     from gpope.core.private_quantile import quantile_dp_event
 
-    sigma, spent = _gaussian_calibration(inputs, epsilon, delta)
+    cal = gaussian_share(inputs, share)
     return ReleaseComponent(
-        name="ssp_clip", epsilon=epsilon, delta=delta, sigma=float(sigma),
-        event=quantile_dp_event(sigma), epsilon_spent=float(spent),
+        name="ssp_clip", **cal, event=quantile_dp_event(cal["sigma"]),
         label=f"ssp clip(private {quantile:g} quantile of the statistics norms)",
         releases=("ssp_clip",))
 
@@ -446,28 +506,21 @@ def plan_release(
         from gpope.core.untuned import UntunedSettings
 
         shares.insert(0, ("ssp_clip", (untuned or UntunedSettings()).quantile_share,
-                          lambda i, e, d: plan_ssp_clip(i, e, d, quantile=private_clip_quantile)))
+                          lambda i, sh: plan_ssp_clip(i, sh, quantile=private_clip_quantile)))
     if sum(sh for _, sh, _ in shares) >= 1.0:
         raise ConfigError(
             "The shares of the run's auxiliary releases (statistics_share, policy_value_share) "
             f"sum to {sum(sh for _, sh, _ in shares):g}; they must leave a positive share for "
             "the estimator (sum < 1). Lower one of them.")
-    auxiliary = tuple(planner(inputs, s.epsilon * sh, s.delta * sh)
-                      for _, sh, planner in shares if sh > 0)
-    main_eps, main_delta = s.epsilon, s.delta
-    for c in auxiliary:
-        main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
-    if ssp_run:
-        main = _plan_ssp(inputs, main_eps, main_delta)
-    elif untuned_run:
-        from gpope.core.untuned import UntunedSettings, plan_untuned_component
-
-        main = ReleaseComponent(name="untuned", epsilon=main_eps, delta=main_delta,
-                                **plan_untuned_component(
-                                    m=m, epsilon=main_eps, delta=main_delta,
-                                    accountant=s.accountant, moments_share=s.moments_share,
-                                    settings=untuned or UntunedSettings()))
+    sigmas = None
+    if one_shot:
+        main, auxiliary, event, label, spent, sigmas = _plan_one_shot(
+            inputs, [(sh, planner) for _, sh, planner in shares if sh > 0], untuned=untuned)
     else:
+        auxiliary = tuple(planner(inputs, sh) for _, sh, planner in shares if sh > 0)
+        main_eps, main_delta = s.epsilon, s.delta
+        for c in auxiliary:
+            main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
         if s.tune == "private":
             if private_tuning is None:
                 raise ConfigError("--tune private needs its settings (evaluation.private_tuning).")
@@ -476,10 +529,10 @@ def plan_release(
             accountant, tuning = plan.accountant, (plan, private_tuning)
         else:
             main = _plan_gpope(inputs, main_eps, main_delta, groups)
-    event, label = _compose(main, auxiliary)
-    spent = main.epsilon_spent
-    for c in auxiliary:
-        spent = spent + c.epsilon_spent
+        event, label = _compose(main, auxiliary)
+        spent = main.epsilon_spent
+        for c in auxiliary:
+            spent = spent + c.epsilon_spent
     valid = not not_a_valid_bound(accountant)
     charged = s.epsilon
     if not valid:  # charge what the mechanism really costs (a rigorous RDP bound)
@@ -499,18 +552,71 @@ def plan_release(
         layout=layout, interval_groups=groups, interval_note=note,
         statistics_clip=None if statistics_clip is None else float(statistics_clip),
         moments_share=float(s.moments_share), tuning=tuning,
-        private_clip_quantile=float(private_clip_quantile) if private_clip else None)
+        private_clip_quantile=float(private_clip_quantile) if private_clip else None,
+        untuned_sigmas=sigmas)
 
 
-def _compose(main: ReleaseComponent, auxiliary: tuple[ReleaseComponent, ...]
-             ) -> tuple[dp_accounting.DpEvent, str]:
-    """The run's event (the estimator's alone, or composed with the auxiliary ones) and label."""
+#: Each retry of a joint calibration whose composed event certifies above the target (the
+#: accountant's discretisation of a composition) widens the run's multiplier by this factor.
+_JOINT_RETRY_FACTOR = 1.001
+_JOINT_RETRIES = 50
+
+
+def _plan_one_shot(inputs: PlanInputs, shares: list[tuple[float, Callable[..., ReleaseComponent]]],
+                   *, untuned: UntunedSettings | None
+                   ) -> tuple[ReleaseComponent, tuple[ReleaseComponent, ...], Any, str, float,
+                              UntunedSigmas | None]:
+    """A one-shot run calibrated jointly (module docstring): one multiplier for the run's
+    (epsilon, delta), split by shares of the privacy loss; the estimator takes the share the
+    auxiliary components leave. Returns (main, auxiliary, event, label, certified epsilon of the
+    composed event at delta (<= epsilon), the default's multipliers or None)."""
+    import dataclasses
+
+    import dp_accounting
+
+    from gpope.core.accounting import resolve_accountant
+    from gpope.core.accounting.registry import implementation
+    from gpope.core.ssp import ssp_sigma
+
+    s = inputs.settings
+    acc = _statistics_accountant(inputs)
+    certifier = implementation(resolve_accountant(acc, "poisson"))
+    sigma = float(ssp_sigma(m=inputs.m, epsilon=s.epsilon, delta=s.delta, accountant=acc,
+                            relation=inputs.relation))
+    main_share = 1.0 - sum(sh for sh, _ in shares)
+    for _ in range(_JOINT_RETRIES):
+        joint = dataclasses.replace(inputs, joint_sigma=sigma)
+        auxiliary = tuple(planner(joint, sh) for sh, planner in shares)
+        sigmas = None
+        if s.estimator == "ssp":
+            main = _plan_ssp(joint, main_share)
+        else:
+            main, sigmas = _plan_untuned(joint, main_share, untuned)
+        event, label = _compose(main, auxiliary, joint=True)
+        spent = float(certifier.event_epsilon(
+            event, s.delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE))
+        if spent <= s.epsilon:
+            return main, auxiliary, event, label, spent, sigmas
+        sigma *= _JOINT_RETRY_FACTOR
+    raise AccountingError(
+        f"The composed event of the run certifies epsilon {spent:.6g} > {s.epsilon:g} even with "
+        f"its multiplier widened {_JOINT_RETRIES} times; use --accountant rdp or pld.")
+
+
+def _compose(main: ReleaseComponent, auxiliary: tuple[ReleaseComponent, ...], *,
+             joint: bool = False) -> tuple[dp_accounting.DpEvent, str]:
+    """The run's event (the estimator's alone, or composed with the auxiliary ones) and label
+    (``joint``: the components are shares of one Gaussian mechanism's privacy loss)."""
     if not auxiliary:
         return main.event, main.label
     import dp_accounting
 
     parts = (main, *auxiliary)
-    shares = " and ".join(f"({c.epsilon:g}, {c.delta:g})" for c in parts)
     label = " + ".join(c.label for c in parts)
-    return (dp_accounting.ComposedDpEvent([c.event for c in parts]),
-            f"{label} (basic composition of {shares})")
+    if joint:
+        shares = " and ".join(f"{c.share:g}" for c in parts)
+        how = f"one Gaussian mechanism, shares {shares} of its privacy loss mu^2"
+    else:
+        how = "basic composition of " + " and ".join(f"({c.epsilon:g}, {c.delta:g})"
+                                                     for c in parts)
+    return dp_accounting.ComposedDpEvent([c.event for c in parts]), f"{label} ({how})"

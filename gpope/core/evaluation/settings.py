@@ -161,8 +161,11 @@ class RunSettings:
         moments_share: the residual second moments' share (zCDP) of the noisy-statistics release.
         statistics_share: gpope runs: share of (epsilon, delta) of the noisy-statistics release
             (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
-        policy_value_share: share of (epsilon, delta) of the policy value release (J(target),
+        policy_value_share: share of the run's budget of the policy value release (J(target),
             J(behaviour), their contrast; :mod:`gpope.core.policy_value_release`); 0 disables it.
+            GPOPE runs: of (epsilon, delta) (basic composition); one-shot runs (ssp, the
+            tuning-free default): of the privacy loss ``mu^2`` of the run's one Gaussian
+            mechanism (:mod:`gpope.core.evaluation.plan`).
         policy_value: the other settings of that release (its ``share`` is
             ``policy_value_share``: :meth:`policy_value_settings`).
         ci_level: level of the two-sided intervals and of the one-sided lower bound.

@@ -60,7 +60,7 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    "simulator; for a spec without a domain (own data), a private quantile of "
                    "the statistics norms, evaluation.untuned.clip_quantile unless "
                    "--ssp-clip-quantile is given, charged to the run at "
-                   "evaluation.untuned.quantile_share of its epsilon and delta)")
+                   "evaluation.untuned.quantile_share of its Gaussian privacy loss)")
     e.add_argument("--ssp-clip-quantile", type=float, default=None, metavar="Q",
                    help="that quantile, in (0, 1] (default: the spec's evaluation: block, "
                    "e.g. 0.5 for conf/specs/chain.yaml, chosen on public simulated data, then "
@@ -73,9 +73,11 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="gpope runs: share of (epsilon, delta) for the noisy-statistics release that "
                    "gives the private MSPBE and the intervals (0 disables; default 0.1)")
     e.add_argument("--policy-value-share", type=float, default=None,
-                   help="share of (epsilon, delta) for the release of J(target), J(behaviour) and "
-                   "their contrast with intervals (one Gaussian mechanism over clipped importance-"
-                   "sampling terms; 0 disables; default 0.3)")
+                   help="share of the run's budget for the release of J(target), J(behaviour) "
+                   "and their contrast with intervals (one Gaussian mechanism over clipped "
+                   "importance-sampling terms; 0 disables; default 0.3): of (epsilon, delta) in a "
+                   "gpope run, of the privacy loss mu^2 of the run's one Gaussian mechanism in "
+                   "an ssp or tuning-free run")
     e.add_argument("--ci-level", type=float, default=None,
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
     e.add_argument("--interval-groups", type=int, default=None, metavar="K",

@@ -49,14 +49,12 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     """The default's releases over ``stats`` (the plan's ``untuned`` component; a DataFrame or
     :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
     checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private)."""
-    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned
+    from gpope.core.untuned import UntunedSettings, release_untuned
     from gpope.shell.pipeline.ssp import _aggregate
 
     n = spec.n_features
     settings = settings or UntunedSettings()
-    main = plan.component("untuned")  # the estimator's share of the run (the plan's numbers)
-    sigmas = plan_untuned(m=m, epsilon=main.epsilon, delta=main.delta, settings=settings,
-                          accountant=plan.accountant)
+    sigmas = plan.untuned_sigmas  # the estimator's share of the run (the plan's numbers)
 
     def aggregate(kernel, width: int) -> np.ndarray:
         return _aggregate(stats, n, kernel, 1, width, m)[0]
