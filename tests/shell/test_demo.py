@@ -50,6 +50,16 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
     assert main(args) == 0  # a second run: fresh dataset, its own budget
     second = json.loads(capsys.readouterr().out)
     assert second["dataset"] != first["dataset"]
+    # the same --seed simulates the same cohort; the privacy noise still comes from OS entropy
+    from gpope.shell.query import query
+
+    for table in ("observations", "treatments", "outcomes", "transitions"):
+        rows = [query(f"SELECT * EXCLUDE (dataset) FROM {table} WHERE dataset = '{d}' "
+                      "ORDER BY ALL", lake=str(root)).to_pylist() for d in (first["dataset"],
+                                                                             second["dataset"])]
+        assert rows[0] == rows[1] and rows[0], table
+    assert second["non_private_lstd"] == first["non_private_lstd"]
+    assert second["evaluation"]["theta"] != first["evaluation"]["theta"]
     # one run spent of the fresh default budget (3): at most its epsilon 1, less when the ledger's
     # tight composition of the run's components (estimator, statistics, policy value) is below
     assert 2.0 - 1e-9 <= second["evaluation"]["remaining_epsilon"] < 3.0
