@@ -118,6 +118,9 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     out = json.loads(capsys.readouterr().out)
     assert out["estimator"] == "ssp" and out["private"] is True and out["ssp_clip"] > 0
     assert out["settings"]["ssp_clip_from"].startswith("private 0.9 quantile")
+    # that 0.9 is the conf's untuned.clip_quantile, and the provenance names every conf block
+    assert {out["settings"]["source"][k] for k in ("untuned", "private_tuning", "policy_value")
+            } == {"conf"}
     # MLflow holds the clip the run used and the quantile it read, beside the 0.99 setting
     import mlflow
 

@@ -29,6 +29,7 @@ from gpope.errors import ConfigError
 
 __all__ = [
     "INVALID_ACCOUNTING_REFUSAL",
+    "NESTED_BLOCKS",
     "PrivateTuningConf",
     "PrivateTuningSettings",
     "RunSettings",
@@ -262,6 +263,15 @@ class RunSettings:
         from gpope.core.operating import INTERVAL_KEYS
 
         return self.layer(INTERVAL_KEYS)
+
+
+#: The nested settings blocks of :class:`RunSettings` (``policy_value``, ``private_tuning``,
+#: ``untuned``): each a frozen settings type of its own, set in the configuration only (no
+#: spec-block or command-line layer: :class:`SettingsLayer` refuses them), so the resolver's
+#: provenance names them ``"conf"``.
+NESTED_BLOCKS = tuple(f.name for f in dataclasses.fields(RunSettings)
+                      if isinstance(f.default_factory, type)
+                      and dataclasses.is_dataclass(f.default_factory))
 
 
 @dataclass(frozen=True)
@@ -526,7 +536,7 @@ def resolve_settings(
         block, point = spec.evaluation.select(m, epsilon)
     merged = merge_layers(mine, block, conf.solver_settings())
     source = {k: "options" if k in flags.values else "conf" for k in CONSTRAINTS}
-    source["policy_value"] = "conf"  # the block has no command-line or spec layer
+    source.update(dict.fromkeys(NESTED_BLOCKS, "conf"))  # no spec or command-line layer
     for k in merged:
         source[k] = ("options" if mine.get(k) is not None
                      else "spec" if block.get(k) is not None else "conf")
