@@ -2,8 +2,10 @@
 contrast, per domain x m x epsilon, beside the same estimator's non-private interval.
 
 Everything runs on the core (:mod:`gpope.core.policy_value`, :mod:`gpope.core.policy_value_release`)
-exactly as ``gpope evaluate`` releases it: per-patient terms, the release at the share
-``PolicyValueSettings.share`` of (epsilon, delta) (Gaussian mechanism calibrated by
+exactly as ``gpope evaluate`` releases it: per-patient terms, the release with the resolved
+configuration's settings (``evaluation.policy_value`` at the share ``policy_value_share`` of
+(epsilon, delta), ``--conf`` overlays the shipped conf as ``gpope`` does; ``--settings`` changes
+fields for a study) (Gaussian mechanism calibrated by
 :func:`gpope.core.policy_value_release.policy_value_sigma`, add/remove), the intervals at
 level 0.95. The non-private column is the same estimator with exact statistics and no clipping
 (:func:`gpope.core.policy_value_release.exact_intervals`).
@@ -64,6 +66,16 @@ from gpope.core.policy_value_release import (  # noqa: E402
 
 DELTA = 1e-5
 LEVEL = 0.95
+
+
+def conf_settings(conf: str | None, changes: dict | None = None) -> PolicyValueSettings:
+    """The policy value release's settings of ``gpope evaluate`` under configuration ``conf``
+    (None: the shipped conf/default.yaml), with ``changes`` (PolicyValueSettings fields) over
+    them: the same resolved settings the product releases with, never a copy in code."""
+    from gpope.config import load_config
+
+    settings = load_config(conf).evaluation.policy_value_settings()
+    return dataclasses.replace(settings, **(changes or {}))
 
 
 def finite_horizon_value(mdp, policy: np.ndarray) -> float:
@@ -265,8 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default="bernstein,normal")
     p.add_argument("--estimators", default="is,dr",
                    help="is (importance sampling, the product's) and/or dr (doubly robust)")
+    p.add_argument("--conf", default=None,
+                   help="configuration file over conf/default.yaml (as gpope --conf)")
     p.add_argument("--settings", default="{}",
-                   help="JSON of PolicyValueSettings fields to change (default: the product's)")
+                   help="JSON of PolicyValueSettings fields to change (default: the resolved "
+                        "conf's evaluation.policy_value, the product's)")
     p.add_argument("--json", default=None)
     p.add_argument("--markdown", default=None, metavar="JSON",
                    help="print the RESULTS tables of a saved report and exit")
@@ -274,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
-    settings = PolicyValueSettings(**json.loads(args.settings))
+    settings = conf_settings(args.conf, json.loads(args.settings))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     methods = args.methods.split(",")

@@ -24,10 +24,10 @@ from own_data_core import dataset, lstd_error
 
 def errors(name: str, m: int, seed: int, draws: int, epsilon: float, delta: float) -> dict:
     """Max abs value errors of each estimator on one generated data set (``draws`` noise draws)."""
+    from gpope.config import load_config
     from gpope.core.intervals import ssp_values
     from gpope.core.ssp import clip_statistics, release_noisy_statistics, ssp_sigma
     from gpope.core.untuned import (
-        UntunedSettings,
         _private_quantile,
         plan_untuned,
         quantile_grid,
@@ -36,7 +36,7 @@ def errors(name: str, m: int, seed: int, draws: int, epsilon: float, delta: floa
     )
 
     spec, truth, vec = dataset(name, m, seed)
-    st = UntunedSettings()
+    st = load_config().evaluation.untuned  # the rules gpope evaluate runs with (conf)
     lo, hi = value_range(spec)
     idx = np.arange(m)
 

@@ -66,3 +66,25 @@ def test_binary_or_broken_yaml_files_are_one_line_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML") as err:
         load_yaml(broken)
     assert "\n" not in str(err.value)
+
+
+def test_the_policy_value_benchmark_releases_with_the_resolved_conf(tmp_path):
+    """benchmarks/policy_value_coverage.py measures the settings `gpope evaluate` releases with:
+    the resolved conf's evaluation.policy_value (share: policy_value_share), a --conf file over
+    it, and --settings changes on top; no copy of the defaults in the benchmark."""
+    import importlib.util
+
+    from gpope.core.policy_value_settings import PolicyValueSettings
+
+    path = ROOT / "benchmarks" / "policy_value_coverage.py"
+    module_spec = importlib.util.spec_from_file_location("policy_value_coverage", path)
+    bench = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(bench)
+    assert bench.conf_settings(None) == load_config().evaluation.policy_value_settings()
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("evaluation:\n  policy_value_share: 0.2\n"
+                    "  policy_value: {bins_per_decade: 8, method: normal}\n")
+    got = bench.conf_settings(str(conf), {"noise_share": 0.3})
+    assert got == PolicyValueSettings(share=0.2, bins_per_decade=8, method="normal",
+                                      noise_share=0.3)
+    assert "PolicyValueSettings(" not in path.read_text()  # no defaults spelled in code
