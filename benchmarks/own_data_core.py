@@ -63,8 +63,10 @@ def main(argv=None) -> int:
     p.add_argument("--epsilons", default="1,10")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--quantiles", default="0.9")
-    p.add_argument("--shares", default="0.05")
-    p.add_argument("--refine", default="0.4", help="refine_share values")
+    p.add_argument("--shares", default=None,
+                   help="quantile_share values (default: the conf's, UntunedSettings)")
+    p.add_argument("--refine", default=None,
+                   help="refine_share values (default: the conf's, UntunedSettings)")
     p.add_argument("--residual-quantile", type=float, default=0.99)
     p.add_argument("--estimator-share", type=float, default=None,
                    help="share of the run's Gaussian privacy loss the estimator gets (default: "
@@ -77,6 +79,9 @@ def main(argv=None) -> int:
 
     est_share = (1.0 - RunSettings().policy_value_share if a.estimator_share is None
                  else a.estimator_share)
+    shipped = UntunedSettings()
+    a.shares = a.shares or str(shipped.quantile_share)
+    a.refine = a.refine or str(shipped.refine_share)
     eps_list = [float(x) for x in a.epsilons.split(",")]
     cands = [(float(q), float(s), float(r)) for q in a.quantiles.split(",")
              for s in a.shares.split(",") for r in a.refine.split(",")]

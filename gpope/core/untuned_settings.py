@@ -28,8 +28,8 @@ class UntunedSettings:
     """
 
     clip_quantile: float = 0.9
-    quantile_share: float = 0.05
-    refine_share: float = 0.4
+    quantile_share: float = 0.02
+    refine_share: float = 0.2
     residual_quantile: float = 0.99
     grid_decades: float = 6.0
     bins_per_decade: int = 8

@@ -112,6 +112,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     from dp_accounting.pld import PLDAccountant
 
     from gpope.core.accounting.composition import mechanism_from_json
+    from gpope.core.untuned import UntunedSettings
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     assert main([*documented_commands()[-1], "--estimator", "ssp", "--json"]) == 0
@@ -140,9 +141,11 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
         acc = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
         return acc.compose(event).get_epsilon(delta)
 
-    # one Gaussian mechanism calibrated to (1, 1e-6); the histogram takes 5% of its privacy loss
+    # one Gaussian mechanism calibrated to (1, 1e-6); the histogram takes its quantile_share of
+    # that mechanism's privacy loss
     mu2 = [e.noise_multiplier**-2 for e in _gaussian_leaves(stored.event)]
-    assert histogram.noise_multiplier**-2 / sum(mu2) == pytest.approx(0.05)
+    assert histogram.noise_multiplier**-2 / sum(mu2) == pytest.approx(
+        UntunedSettings().quantile_share)
     assert 0.97 <= pld_epsilon(stored.event, 1e-6) <= 1.0 + 1e-3
     assert main(["budget", "show", "--dataset", "ward7", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent_basic"]["epsilon"] == pytest.approx(2.0)
