@@ -51,7 +51,6 @@ import numpy as np
 
 from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
 from gpope.core.accounting.registry import REFERENCE, composing_accountants, implementation
-from gpope.core.evaluation.settings import PrivateTuningSettings
 from gpope.core.gpope import GPOPEConfig, GPOPEResult, run_gpope
 from gpope.core.private_quantile import private_quantile, quantile_dp_event
 from gpope.core.private_scoring import (
@@ -59,6 +58,7 @@ from gpope.core.private_scoring import (
     selection_relative_mspbe,
     statistics_norms,
 )
+from gpope.core.private_tuning_settings import PrivateTuningSettings
 from gpope.core.ssp import NoisyStatistics, private_mspbe, solve_ssp, ssp_dp_event
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import (
