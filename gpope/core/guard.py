@@ -153,13 +153,14 @@ def private_relative_mspbe(
     r = private_mspbe(theta, noisy)[1]
     if identification:
         A, _, C = noisy.pooled()
-        keep, sep = supported_separation(A, C, noisy.pooled_noise_std(), level=level)
+        keep, sep = supported_separation(A, C, noisy.pooled_noise_std(), level=level,
+                                         c_noise_scale=noisy.c_noise_scale)
         if not keep.any() or not sep > 1.0:  # the test of separated_from_singular
             return Diagnostic(float(r), 0.0, math.inf, float(level))
     boot = np.array([
         private_mspbe(theta, release_noisy_statistics(noisy.sums, n=noisy.n, m=noisy.m,
                                                       sigma=noisy.sigma, clip=noisy.clip,
-                                                      rng=rng))[1]
+                                                      rng=rng, c_noise_scale=noisy.c_noise_scale))[1]
         for _ in range(draws)
     ])
     boot[~np.isfinite(boot)] = np.inf

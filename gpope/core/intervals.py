@@ -157,13 +157,16 @@ def separation(A: np.ndarray, noise_std: float, *, level: float = 0.95,
 
 
 def supported_separation(A: np.ndarray, C: np.ndarray, noise_std: float, *,
-                         level: float = 0.95) -> tuple[np.ndarray, float]:
+                         level: float = 0.95,
+                         c_noise_scale: float = 1.0) -> tuple[np.ndarray, float]:
     """(supported features, :func:`separation` of their block of ``A~``) of a release's pooled
     noisy sums ``A~``, ``C~`` (noise std ``noise_std`` per entry): the support rule
     (:func:`gpope.core.ssp.supported_features`) and the identification test's input, the one
     definition :func:`bootstrap_interval` and the guard's private diagnostic
-    (:func:`gpope.core.guard.private_relative_mspbe`) share. Post-processing."""
-    keep = supported_features(C, noise_std=noise_std)
+    (:func:`gpope.core.guard.private_relative_mspbe`) share; ``C~``'s noise std is
+    ``c_noise_scale`` times ``noise_std`` (:class:`gpope.core.ssp.NoisyStatistics`).
+    Post-processing."""
+    keep = supported_features(C, noise_std=noise_std * c_noise_scale)
     return keep, separation(np.asarray(A)[np.ix_(keep, keep)], noise_std, level=level)
 
 

@@ -202,6 +202,8 @@ class NoisyStatistics:
         n: number of features.
         m: number of trajectories (public).
         sigma: noise multiplier; clip: the L2 bound (noise std per entry ``sigma * clip``).
+        c_noise_scale: the noise std on the C block is ``c_noise_scale`` times that on A and b
+            (a release that clipped ``[A_i, b_i, w C_i]`` and divided C by w has ``1 / w``).
     """
 
     sums: np.ndarray
@@ -209,6 +211,7 @@ class NoisyStatistics:
     m: int
     sigma: float
     clip: float
+    c_noise_scale: float = 1.0
 
     def __post_init__(self) -> None:
         s = np.asarray(self.sums, dtype=np.float64)
@@ -242,22 +245,31 @@ class NoisyStatistics:
 
 
 def release_noisy_statistics(
-    sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float, rng: np.random.Generator
+    sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float, rng: np.random.Generator,
+    c_noise_scale: float = 1.0,
 ) -> NoisyStatistics:
     """The mechanism's noise step: ``sums`` (K, 2n^2+n) of CLIPPED statistics plus iid
-    ``N(0, (sigma * clip)^2)`` on every entry (``sigma = 0``: no noise, for tests and diagnostics).
+    ``N(0, (sigma * clip)^2)`` on every entry of A and b and ``N(0, (sigma * clip *
+    c_noise_scale)^2)`` on those of C (``sigma = 0``: no noise, for tests and diagnostics).
 
-    The caller guarantees the rows were clipped to ``clip`` (:func:`clip_statistics`) and that
-    the groups are disjoint; then the release is ``GaussianDpEvent(sigma)`` under add/remove.
+    The caller guarantees the rows ``[A_i, b_i, C_i / c_noise_scale]`` were clipped to ``clip``
+    (:func:`clip_statistics`) and that the groups are disjoint; then the release is
+    ``GaussianDpEvent(sigma)`` under add/remove (C rescaled after the noise: post-processing).
     """
     check_number("release_noisy_statistics", "sigma", sigma, ge=0.0)
     check_number("release_noisy_statistics", "clip", clip, gt=0.0)
+    check_number("release_noisy_statistics", "c_noise_scale", c_noise_scale, ge=1.0)
     check_int("release_noisy_statistics", "m", m, ge=1)
     sums = np.asarray(sums, dtype=np.float64)
     if not isinstance(rng, np.random.Generator):
         raise ConfigError(f"The 'rng' parameter must be a numpy Generator. Got {type(rng).__name__} instead.")
-    noisy = sums + (sigma * clip) * rng.standard_normal(sums.shape) if sigma > 0 else sums.copy()
-    return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip))
+    noisy = sums.copy()
+    if sigma > 0:
+        scale = np.ones(sums.shape[-1])
+        scale[n * n + n:] = c_noise_scale
+        noisy = sums + (sigma * clip) * scale * rng.standard_normal(sums.shape)
+    return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip),
+                           c_noise_scale=float(c_noise_scale))
 
 
 def noise_norm_bound(n: int, std: float, failure: float = NOISE_BOUND_FAILURE) -> float:
@@ -333,7 +345,8 @@ def private_mspbe(theta: np.ndarray, noisy: NoisyStatistics) -> tuple[float, flo
     from gpope.core.metrics import mspbe
 
     A, b, C = noisy.pooled()
-    floor = max(noise_norm_bound(noisy.n, noisy.pooled_noise_std()), 1e-12 * max(1.0, float(np.abs(C).max())))
+    c_std = noisy.pooled_noise_std() * noisy.c_noise_scale
+    floor = max(noise_norm_bound(noisy.n, c_std), 1e-12 * max(1.0, float(np.abs(C).max())))
     Cf = _psd_floor(C, floor)
     m = float(noisy.m)
     th = np.asarray(theta, dtype=np.float64)

@@ -5,12 +5,16 @@ release instead of generic solver settings. Every data-dependent choice is made 
 the run's (epsilon, delta), from the spec's public bounds and four Gaussian releases over the
 per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
 
-1. **Clip by a private quantile.** One noisy histogram of the norms ``||v_i||`` on a public log
-   grid (:mod:`gpope.core.private_quantile`) whose top is the worst-case norm the spec's bounds
-   allow (:func:`statistics_norm_bound`); the clip ``c`` is its ``clip_quantile``. No clip is
-   ever asked of the user.
-2. **SSP** (:mod:`gpope.core.ssp`): the sums of the rows clipped to ``c`` plus Gaussian noise;
-   ``theta^`` = the unregularised LSTD solve on the supported features of the noisy sums.
+1. **Clip by a private quantile.** One noisy histogram of the norms ``||w_i||`` of the weighted
+   rows ``w_i = [vec A_i, b_i, w vec C_i]`` (``w = second_moment_weight``,
+   :func:`second_moment_weights`) on a public log grid (:mod:`gpope.core.private_quantile`) whose
+   top is the worst-case norm the spec's bounds allow (:func:`statistics_norm_bound`); the clip
+   ``c`` is its ``clip_quantile``. No clip is ever asked of the user.
+2. **SSP** (:mod:`gpope.core.ssp`): the sums of the weighted rows clipped to ``c`` plus Gaussian
+   noise, C divided by w again (noise ``sigma c`` on A and b, ``sigma c / w`` on C, which only
+   decides the support); ``theta^`` = the unregularised LSTD solve on the supported features of
+   the noisy sums. C's norm dominates the joint one wherever features are dense, so ``w < 1``
+   lowers ``c`` and the noise on A and b (docs/RESULTS.md, "Own data without tuning").
 3. **Residual clip by a private quantile.** One noisy histogram of the residual norms
    ``||b_i - A_i theta^||`` (rows not clipped) on the grid topped by the Cauchy-Schwarz bound
    ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``; ``c_r`` is its ``residual_quantile``.
@@ -76,6 +80,7 @@ __all__ = [
     "quantile_grid",
     "release_untuned",
     "release_untuned_rows",
+    "second_moment_weights",
     "second_order_widths",
     "split_untuned",
     "statistics_norm_bound",
@@ -264,11 +269,18 @@ def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.n
     return upper_quantile(noisy, edges, quantile, m)
 
 
-def _sum_kernel(clip: float):
+def second_moment_weights(n: int, weight: float) -> np.ndarray:
+    """(2n^2+n,) per-entry weights of a statistics row ``[vec A, b, vec C]``: 1 on A and b,
+    ``weight`` on C (the vector the default's clip quantile reads and its SSP release clips)."""
+    return np.concatenate([np.ones(n * n + n), np.full(n * n, float(weight))])
+
+
+def _sum_kernel(clip: float, weights: np.ndarray):
+    """(idx, rows) -> (1, 2n^2+n): the sum of the weighted rows clipped to ``clip``."""
     def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
         from gpope.core.ssp import clip_statistics
 
-        return clip_statistics(rows, clip).sum(axis=0, keepdims=True)
+        return clip_statistics(rows * weights, clip).sum(axis=0, keepdims=True)
 
     return kernel
 
@@ -343,13 +355,17 @@ def release_untuned(
 
     n = spec.n_features
     width = 2 * n * n + n
-    clip = _private_quantile(aggregate, quantile_grid(spec, settings), lambda rows: rows,
-                             settings.clip_quantile, m=m, sigma=sigmas.quantile, rng=rng)
-    noisy = release_noisy_statistics(aggregate(_sum_kernel(clip), width)[None, :], n=n, m=m,
-                                     sigma=sigmas.statistics, clip=clip, rng=rng)  # fmt: skip
+    weights = second_moment_weights(n, settings.second_moment_weight)
+    clip = _private_quantile(aggregate, quantile_grid(spec, settings),
+                             lambda rows: rows * weights, settings.clip_quantile, m=m,
+                             sigma=sigmas.quantile, rng=rng)
+    noisy = release_noisy_statistics(
+        aggregate(_sum_kernel(clip, weights), width)[None, :] / weights, n=n, m=m,
+        sigma=sigmas.statistics, clip=clip, rng=rng,
+        c_noise_scale=1.0 / settings.second_moment_weight)
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
-    keep = supported_features(C, noise_std=std)
+    keep = supported_features(C, noise_std=std * noisy.c_noise_scale)
     Ak = A[np.ix_(keep, keep)]
     theta0 = np.zeros(n)
     theta0[keep] = np.linalg.lstsq(Ak, b[keep], rcond=None)[0]

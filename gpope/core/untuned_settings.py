@@ -25,6 +25,12 @@ class UntunedSettings:
         residual_quantile: the quantile of the residual norms used as their clip bound.
         grid_decades: decades each quantile's log grid spans below its public top.
         bins_per_decade: resolution of those grids.
+        second_moment_weight: weight of the ``C_i`` block in the vector ``[A_i, b_i, w C_i]`` that
+            the clip quantile reads and the SSP release clips and noises (the released C is
+            divided by w again, so its noise is ``1/w`` times that on A and b). ``C_i`` only
+            decides which features are supported, and its norm dominates the joint norm wherever
+            ``phi`` is dense, so a weight below 1 lowers the clip, and with it the noise on A and
+            b, at the cost of a noisier support test (docs/RESULTS.md, "Own data without tuning").
     """
 
     clip_quantile: float = 0.9
@@ -33,6 +39,7 @@ class UntunedSettings:
     residual_quantile: float = 0.99
     grid_decades: float = 6.0
     bins_per_decade: int = 8
+    second_moment_weight: float = 0.3
 
     def __post_init__(self) -> None:
         o = "UntunedSettings"
@@ -42,6 +49,7 @@ class UntunedSettings:
         check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
         check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
         check_probability(o, "residual_quantile", self.residual_quantile)
+        check_number(o, "second_moment_weight", self.second_moment_weight, gt=0.0, le=1.0)
         if 2 * self.quantile_share + self.refine_share >= 1.0:
             raise ConfigError(
                 "UntunedSettings shares leave nothing for the statistics release: 2 x "

@@ -164,3 +164,41 @@ def test_second_order_widths_bound_what_the_delta_method_leaves_out():
     assert np.median(rest_scale) > 0.05  # the second-order part is not negligible here
     widths, rho = second_order_widths(G, np.eye(n) * 100.0, V, s, level=0.95)
     assert rho >= 1.0 and np.all(np.isinf(widths))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.floats(0.05, 1.0), st.floats(1e-3, 10.0), st.integers(0, 2**31))
+def test_one_trajectory_moves_the_weighted_clipped_sum_by_at_most_the_clip(n, w, clip, seed):
+    """The SSP release's sensitivity: whatever the row and the C weight, one trajectory's
+    contribution to the clipped weighted sum has L2 norm <= clip (the Gaussian mechanism's
+    calibration assumes it)."""
+    from gpope.core.untuned import _sum_kernel, second_moment_weights
+
+    row = np.random.default_rng(seed).standard_normal((1, 2 * n * n + n)) * 10.0 ** (seed % 7 - 3)
+    out = _sum_kernel(clip, second_moment_weights(n, w))(np.zeros(1), row)[0]
+    assert np.linalg.norm(out) <= clip * (1.0 + 1e-12)
+
+
+def test_c_weight_puts_its_inverse_on_the_released_c_noise_only():
+    """release_noisy_statistics with c_noise_scale s: empirical noise std sigma*clip on A and b,
+    s*sigma*clip on C (closed form), and the release records s for its post-processing."""
+    from gpope.core.ssp import release_noisy_statistics
+
+    n, sigma, clip, s = 3, 2.0, 0.5, 1.0 / 0.3
+    noisy = release_noisy_statistics(np.zeros((4000, 2 * n * n + n)), n=n, m=10, sigma=sigma,
+                                     clip=clip, rng=np.random.default_rng(0), c_noise_scale=s)
+    ab, c = noisy.sums[:, : n * n + n], noisy.sums[:, n * n + n:]
+    assert abs(ab.std() / (sigma * clip) - 1.0) < 0.02
+    assert abs(c.std() / (sigma * clip * s) - 1.0) < 0.02
+    assert noisy.c_noise_scale == s
+
+
+def test_the_default_releases_c_at_the_inverse_of_its_weight(tabular):
+    spec, _, vec = tabular
+    st_ = UntunedSettings(second_moment_weight=0.25)
+    sig = plan_untuned(m=len(vec), epsilon=10.0, delta=1e-5, settings=st_)
+    rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1, settings=st_,
+                               rng=np.random.default_rng(3))
+    assert rel.noisy.c_noise_scale == 4.0
+    with pytest.raises(GpopeError, match="second_moment_weight"):
+        UntunedSettings(second_moment_weight=1.5)
