@@ -66,7 +66,7 @@ def ridge_values(spec, noisy, mu: float) -> np.ndarray:
 
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
-    keep = supported_features(C, noise_std=std)
+    keep = supported_features(C, noise_std=std * noisy.c_noise_scale)
     k = int(keep.sum())
     theta = np.zeros(spec.n_features)
     if k:

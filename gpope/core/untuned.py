@@ -330,6 +330,17 @@ def second_order_widths(G: np.ndarray, inv: np.ndarray, meat: np.ndarray, noise_
     return np.linalg.norm(G @ inv, axis=1) * tau * B / (1.0 - rho), rho
 
 
+def _ridge_solve(A: np.ndarray, b: np.ndarray, keep: np.ndarray, lam: float) -> np.ndarray:
+    """(n,) ``argmin ||A_k theta - b_k||^2 + lam ||theta||^2`` over the features ``keep``
+    (theta_j = 0 elsewhere), solved as the stacked least squares (post-processing)."""
+    theta = np.zeros(b.shape[0])
+    k = int(keep.sum())
+    if k:
+        M = np.vstack([A[np.ix_(keep, keep)], math.sqrt(lam) * np.eye(k)])
+        theta[keep] = np.linalg.lstsq(M, np.concatenate([b[keep], np.zeros(k)]), rcond=None)[0]
+    return theta
+
+
 def release_untuned(
     aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigmas: UntunedSigmas,
     moments_share: float, settings: UntunedSettings, rng: np.random.Generator,
@@ -348,6 +359,7 @@ def release_untuned(
     from gpope.core.ssp import (
         NoisyMoments,
         moments_matrix,
+        noise_norm_bound,
         release_noisy_statistics,
         residuals,
         supported_features,
@@ -397,6 +409,10 @@ def release_untuned(
     sep = separation(Ak, std, level=level) if identification and keep.any() else math.inf
     identified = bool(keep.any()) and sep > 1.0 and contraction < 1.0
     z2, z1 = float(norm.ppf(0.5 + level / 2.0)), float(norm.ppf(level))
+    if not identified and settings.unidentified_ridge > 0.0:
+        theta = _ridge_solve(A, b, keep, settings.unidentified_ridge * noise_norm_bound(
+            int(keep.sum()), std) ** 2)
+        values = spec.reference_values(theta)
     bounded = identified & ~unsupported
     iv = Interval(
         value=values, lower=np.where(bounded, values - z2 * se - extra, -np.inf),

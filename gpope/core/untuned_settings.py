@@ -31,6 +31,10 @@ class UntunedSettings:
             decides which features are supported, and its norm dominates the joint norm wherever
             ``phi`` is dense, so a weight below 1 lowers the clip, and with it the noise on A and
             b, at the cost of a noisier support test (docs/RESULTS.md, "Own data without tuning").
+        unidentified_ridge: where the identification test fails (the interval is unbounded
+            anyway), the released estimate is the ridge solve ``argmin ||A~ theta - b~||^2 +
+            mu tau^2 ||theta||^2`` of the SSP sums, ``mu`` this value and ``tau`` the noise's
+            spectral-norm bound (post-processing); 0 keeps the refined estimate.
     """
 
     clip_quantile: float = 0.9
@@ -40,6 +44,7 @@ class UntunedSettings:
     grid_decades: float = 6.0
     bins_per_decade: int = 8
     second_moment_weight: float = 0.3
+    unidentified_ridge: float = 0.001
 
     def __post_init__(self) -> None:
         o = "UntunedSettings"
@@ -50,6 +55,7 @@ class UntunedSettings:
         check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
         check_probability(o, "residual_quantile", self.residual_quantile)
         check_number(o, "second_moment_weight", self.second_moment_weight, gt=0.0, le=1.0)
+        check_number(o, "unidentified_ridge", self.unidentified_ridge, ge=0.0)
         if 2 * self.quantile_share + self.refine_share >= 1.0:
             raise ConfigError(
                 "UntunedSettings shares leave nothing for the statistics release: 2 x "

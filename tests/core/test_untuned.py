@@ -202,3 +202,38 @@ def test_the_default_releases_c_at_the_inverse_of_its_weight(tabular):
     assert rel.noisy.c_noise_scale == 4.0
     with pytest.raises(GpopeError, match="second_moment_weight"):
         UntunedSettings(second_moment_weight=1.5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 5), st.floats(1e-4, 1e2), st.integers(0, 2**31))
+def test_ridge_solve_is_the_closed_form_on_the_kept_features(n, lam, seed):
+    from gpope.core.untuned import _ridge_solve
+
+    rng = np.random.default_rng(seed)
+    A, b = rng.standard_normal((n, n)), rng.standard_normal(n)
+    keep = rng.random(n) < 0.7
+    theta = _ridge_solve(A, b, keep, lam)
+    Ak = A[np.ix_(keep, keep)]
+    expect = np.linalg.solve(Ak.T @ Ak + lam * np.eye(int(keep.sum())), Ak.T @ b[keep])
+    np.testing.assert_allclose(theta[keep], expect, rtol=1e-6, atol=1e-9)
+    assert np.all(theta[~keep] == 0.0)
+
+
+def test_an_unidentified_release_is_the_ridge_solve_with_unbounded_intervals(tabular):
+    """Where the identification test fails the default releases the ridge solve of its own SSP
+    sums (post-processing) and every interval stays unbounded (valid or unbounded)."""
+    from gpope.core.ssp import noise_norm_bound, supported_features
+    from gpope.core.untuned import _ridge_solve
+
+    spec, _, vec = tabular
+    st_ = UntunedSettings()
+    sig = plan_untuned(m=len(vec), epsilon=0.05, delta=1e-5, settings=st_)
+    rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1, settings=st_,
+                               rng=np.random.default_rng(5))
+    assert rel.interval.unidentified
+    assert np.all(np.isinf(rel.interval.lower)) and np.all(np.isinf(rel.interval.upper))
+    A, b, C = rel.noisy.pooled()
+    std = rel.noisy.pooled_noise_std()
+    keep = supported_features(C, noise_std=std * rel.noisy.c_noise_scale)
+    lam = st_.unidentified_ridge * noise_norm_bound(int(keep.sum()), std) ** 2
+    np.testing.assert_allclose(rel.theta, _ridge_solve(A, b, keep, lam))
