@@ -240,14 +240,15 @@ def _leaf_sigmas(event) -> list[float]:
     return [event.noise_multiplier]
 
 
-@pytest.mark.parametrize("epsilon", [1.0, 10.0])
-def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing(epsilon):
+def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing():
     # the tuning-free default with its policy value at m = 20,000: every release of the run is a
     # Gaussian mechanism, so their composition is one; dp-accounting's PLD certifies the plan's
     # composed sigmas at the run's delta at most the target and at least 97% of it
     from dp_accounting.pld import PLDAccountant
 
-    delta = 1e-6
+    from gpope.core.untuned import UntunedSettings
+
+    epsilon, delta = 1.0, 1e-6
     bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))
     settings = Settings(estimator="untuned", policy_value_share=0.3, epsilon=epsilon,
                         delta=delta, accountant="auto")
@@ -262,10 +263,15 @@ def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing(epsilon):
     assert 0.97 * epsilon <= got <= epsilon * (1 + 1e-3)
     assert plan.spent_epsilon <= epsilon and plan.charged_epsilon == epsilon
     assert plan.spent_epsilon == pytest.approx(got, rel=2e-3)
-    # the SSP sums: 0.7 * (1 - 2 * 0.05 - 0.4) = 0.35 of the run; basic composition would give
-    # them a Gaussian mechanism at (0.35 epsilon, 0.35 delta) (the exact curve)
-    sums = plan.untuned_sigmas.statistics
-    assert sums == plan.main.sigma
+    # the SSP sums: with the shares 5 % per quantile and 40 % refinement, 0.7 * (1 - 2 * 0.05 -
+    # 0.4) = 0.35 of the run; basic composition would give them a Gaussian mechanism at
+    # (0.35 epsilon, 0.35 delta) (the exact curve), joint calibration 0.35 of its privacy loss
+    same_shares = plan_release(settings, m=20_000, spec=bounded, layout="dense",
+                               statistics_clip=None,
+                               untuned=UntunedSettings(quantile_share=0.05, refine_share=0.4))
+    sums = same_shares.untuned_sigmas.statistics
+    assert sums == same_shares.main.sigma
+    assert sums == pytest.approx(same_shares.untuned_sigmas.total / np.sqrt(0.5))  # of its 0.7
     basic = 1.0 / _gaussian_mu(0.35 * epsilon, 0.35 * delta)
     assert sums * 1.5 <= basic
     assert "one Gaussian mechanism" in plan.label and "basic" not in plan.label
