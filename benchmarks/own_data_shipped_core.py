@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -62,17 +61,12 @@ def ridge_values(spec, noisy, mu: float) -> np.ndarray:
     """Reference values of the ridge solve ``mu tau^2`` on a release's pooled noisy sums,
     clamped into :func:`gpope.core.untuned.value_range` (post-processing)."""
     from gpope.core.ssp import noise_norm_bound, supported_features
-    from gpope.core.untuned import value_range
+    from gpope.core.untuned import _ridge_solve, value_range
 
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
     keep = supported_features(C, noise_std=std * noisy.c_noise_scale)
-    k = int(keep.sum())
-    theta = np.zeros(spec.n_features)
-    if k:
-        lam = mu * noise_norm_bound(k, std) ** 2
-        M = np.vstack([A[np.ix_(keep, keep)], math.sqrt(lam) * np.eye(k)])
-        theta[keep] = np.linalg.lstsq(M, np.concatenate([b[keep], np.zeros(k)]), rcond=None)[0]
+    theta = _ridge_solve(A, b, keep, mu * noise_norm_bound(int(keep.sum()), std) ** 2)
     lo, hi = value_range(spec)
     return np.clip(spec.reference_values(theta), lo, hi)
 
