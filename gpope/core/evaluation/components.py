@@ -1,0 +1,285 @@
+"""The components of a release plan (:mod:`gpope.core.evaluation.plan`): the public inputs every
+planner reads, one calibrated release (:class:`ReleaseComponent`), and the planner of each release
+a run may make (the estimators' and the auxiliary ones). Each planner calibrates its noise to its
+share of the run's budget (:func:`gaussian_share`: joint for one-shot runs, basic composition for
+GPOPE runs) and returns its event, certified epsilon, label and what it releases; nothing is drawn
+or read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
+    from gpope.core.untuned import UntunedSettings, UntunedSigmas
+
+__all__ = [
+    "ESTIMATE", "PlanInputs", "PlanSettings", "ReleaseComponent", "gaussian_calibration",
+    "gaussian_share", "plan_gpope", "plan_noisy_statistics", "plan_policy_value", "plan_ssp",
+    "plan_ssp_clip", "plan_tuned", "plan_untuned", "policy_value_share", "statistics_accountant",
+    "statistics_share",
+]
+
+
+class PlanSettings(Protocol):
+    """The resolved public settings a plan reads (the run's settings type provides them)."""
+
+    epsilon: float
+    delta: float
+    estimator: str
+    sampling: str
+    accountant: str
+    iterations: int
+    batch_rate: float | None
+    clip: float
+    moments_share: float
+    statistics_share: float
+    policy_value_share: float
+    interval_groups: int | None
+    tune: str
+    in_memory_limit_mb: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseComponent:
+    """One noisy release of a run, calibrated to its share of the run's budget.
+
+    Attributes:
+        name: ``"gpope"``, ``"gpope-tuned"``, ``"ssp"``, ``"untuned"`` (the estimator's release)
+            or an auxiliary component's name (``"noisy_statistics"``, ``"policy_value"``...).
+        epsilon, delta: GPOPE runs (basic composition): its share of the run's (epsilon, delta).
+            One-shot runs (joint calibration): the run's delta and the epsilon this component
+            alone certifies at it; the run's guarantee is that of the composed event
+            (:attr:`ReleasePlan.spent_epsilon`), not a sum of these.
+        sigma: its noise multiplier (noise std / its sensitivity bound).
+        event: its dp-accounting event, interpreted under the plan's relation.
+        epsilon_spent: epsilon of ``event`` at ``delta`` certified by the accountant.
+        label: one line for the ledger and MLflow.
+        releases: the names of what it releases (``theta``, ``values``, ``intervals``...).
+        share: its share of the run's budget: of (epsilon, delta) under basic composition, of
+            the Gaussian privacy loss ``mu^2`` under joint calibration (None: not recorded).
+    """
+
+    name: str
+    epsilon: float
+    delta: float
+    sigma: float
+    event: Any
+    epsilon_spent: float
+    label: str
+    releases: tuple[str, ...]
+    share: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs:
+    """The public inputs every component planner reads.
+
+    Attributes:
+        settings: the run's resolved settings.
+        m: the number of trajectories (public).
+        relation: the neighbouring relation of the run.
+        accountant: the settings' accountant name (``auto``, ``rdp``, ``pld``, ``paper``).
+        statistics_clip: the public clip bound of the noisy-statistics release, or None.
+        spec: the public evaluation spec (None: components that need it are not planned).
+        joint_sigma: one-shot runs: the multiplier of the whole run as one Gaussian mechanism
+            (a component with share ``w`` of its privacy loss gets ``joint_sigma / sqrt(w)``);
+            None: basic composition (GPOPE runs).
+    """
+
+    settings: PlanSettings
+    m: int
+    relation: str
+    accountant: str
+    statistics_clip: float | None
+    spec: Any = None
+    joint_sigma: float | None = None
+
+
+def statistics_share(inputs: PlanInputs) -> float:
+    if inputs.statistics_clip is None:
+        return 0.0  # no public clip bound (no simulator): no statistics release
+    return float(inputs.settings.statistics_share)
+
+
+def statistics_accountant(inputs: PlanInputs) -> str:
+    from gpope.core.accounting.registry import AUTO, not_a_valid_bound
+
+    # the one-shot release is accounted rigorously even when the GPOPE part's accountant is not
+    return AUTO if not_a_valid_bound(inputs.accountant) else inputs.accountant
+
+
+def gaussian_calibration(inputs: PlanInputs, epsilon: float, delta: float
+                          ) -> tuple[float, float]:
+    """(sigma, certified epsilon) of one Gaussian release at (epsilon, delta) under the run's
+    relation, accounted rigorously (:func:`gpope.core.ssp.ssp_sigma`)."""
+    from gpope.core.ssp import ssp_epsilon, ssp_sigma
+
+    acc = statistics_accountant(inputs)
+    sigma = ssp_sigma(m=inputs.m, epsilon=epsilon, delta=delta, accountant=acc,
+                      relation=inputs.relation)
+    spent = ssp_epsilon(m=inputs.m, sigma=sigma, delta=delta, accountant=acc,
+                        relation=inputs.relation)
+    return float(sigma), float(spent)
+
+
+def gaussian_share(inputs: PlanInputs, share: float) -> dict[str, float]:
+    """The calibration of a Gaussian release with ``share`` of the run's budget, as
+    :class:`ReleaseComponent` fields (``epsilon``, ``delta``, ``sigma``, ``epsilon_spent``,
+    ``share``). Joint calibration (``inputs.joint_sigma``): multiplier ``joint_sigma / sqrt(share)``
+    and the epsilon it alone certifies at the run's delta. Basic composition: calibrated to
+    ``(share epsilon, share delta)``."""
+    s = inputs.settings
+    if inputs.joint_sigma is not None:
+        from gpope.core.ssp import ssp_epsilon
+
+        sigma = float(inputs.joint_sigma / math.sqrt(share))
+        alone = ssp_epsilon(m=inputs.m, sigma=sigma, delta=s.delta,
+                            accountant=statistics_accountant(inputs), relation=inputs.relation)
+        return {"epsilon": float(alone), "delta": float(s.delta), "sigma": sigma,
+                "epsilon_spent": float(alone), "share": float(share)}
+    epsilon, delta = s.epsilon * share, s.delta * share
+    sigma, spent = gaussian_calibration(inputs, epsilon, delta)
+    return {"epsilon": epsilon, "delta": delta, "sigma": float(sigma),
+            "epsilon_spent": float(spent), "share": float(share)}
+
+
+def plan_noisy_statistics(inputs: PlanInputs, share: float) -> ReleaseComponent:
+    """The noisy-statistics release (clipped sums of (A, b, C), then the residual second moments
+    at its own estimate; :func:`gpope.core.ssp.ssp_release_event`) at ``share`` of the run."""
+    from gpope.core.ssp import ssp_release_event
+
+    ms = inputs.settings.moments_share
+    cal = gaussian_share(inputs, share)
+    return ReleaseComponent(
+        name="noisy_statistics", **cal,
+        event=ssp_release_event(cal["sigma"], ms, inputs.relation),
+        label=f"noisy statistics(clip={inputs.statistics_clip:g}, moments_share={ms:g})",
+        releases=("intervals", "private_mspbe"))
+
+
+def policy_value_share(inputs: PlanInputs) -> float:
+    from gpope.core.policy_value import policy_value_unavailable
+
+    if inputs.spec is None or policy_value_unavailable(inputs.spec):
+        return 0.0  # the spec lacks a public bound the release needs (public: no release)
+    return float(getattr(inputs.settings, "policy_value_share", 0.0) or 0.0)
+
+
+def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:
+    """The policy value release (J(target), J(behaviour), their contrast; one Gaussian mechanism,
+    :mod:`gpope.core.policy_value_release`) at ``share`` of the run under its relation."""
+    from gpope.core.policy_value_release import policy_value_event
+
+    cal = gaussian_share(inputs, share)
+    return ReleaseComponent(
+        name="policy_value", **cal, event=policy_value_event(cal["sigma"], inputs.relation),
+        label="policy value(clipped importance sampling)",
+        releases=("policy_value", "behaviour_value", "policy_contrast"))
+
+
+ESTIMATE = ("theta", "values")
+
+
+def plan_ssp(inputs: PlanInputs, share: float) -> ReleaseComponent:
+    """The one-shot SSP release: the share left by the other components, on the noisy
+    statistics."""
+    from gpope.core.ssp import ssp_release_event
+
+    s = inputs.settings
+    cal = gaussian_share(inputs, share)
+    clip = ("clip=private quantile" if inputs.statistics_clip is None
+            else f"clip={inputs.statistics_clip:g}")
+    return ReleaseComponent(
+        name="ssp", **cal, event=ssp_release_event(cal["sigma"], s.moments_share),
+        label=f"ssp({clip}, moments_share={s.moments_share:g})",
+        releases=(*ESTIMATE, "intervals", "private_mspbe"))
+
+
+def plan_untuned(inputs: PlanInputs, share: float, untuned: UntunedSettings | None
+                  ) -> tuple[ReleaseComponent, UntunedSigmas]:
+    """The tuning-free default's releases at ``share`` of the run's privacy loss (joint
+    calibration, :func:`gpope.core.untuned.plan_untuned_component`)."""
+    from gpope.core.untuned import UntunedSettings, plan_untuned_component
+
+    s = inputs.settings
+    fields, sigmas = plan_untuned_component(
+        m=inputs.m, sigma=float(inputs.joint_sigma / math.sqrt(share)), delta=s.delta,
+        accountant=s.accountant, moments_share=s.moments_share,
+        settings=untuned or UntunedSettings())
+    return ReleaseComponent(name="untuned", epsilon=fields["epsilon_spent"], delta=s.delta,
+                            share=float(share), **fields), sigmas
+
+
+def plan_ssp_clip(inputs: PlanInputs, share: float, *, quantile: float) -> ReleaseComponent:
+    """The private clip of an ssp run without a public one: one noisy histogram of the
+    trajectories' statistics norms (sensitivity 1 under add/remove-one,
+    :func:`gpope.core.private_quantile.quantile_dp_event`) at ``share`` of the run; the clip is
+    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.upper_quantile`)."""
+    from gpope.core.private_quantile import quantile_dp_event
+
+    cal = gaussian_share(inputs, share)
+    return ReleaseComponent(
+        name="ssp_clip", **cal, event=quantile_dp_event(cal["sigma"]),
+        label=f"ssp clip(private {quantile:g} quantile of the statistics norms)",
+        releases=("ssp_clip",))
+
+
+def plan_gpope(inputs: PlanInputs, epsilon: float, delta: float, groups: int
+                ) -> ReleaseComponent:
+    """GPOPE at (epsilon, delta); K disjoint groups cost one run (parallel composition under
+    add/remove adjacency, :func:`gpope.core.intervals.group_interval`): the same event."""
+    from gpope.core.accounting import calibrate_sigma, epsilon_spent, gpope_dp_event
+
+    s = inputs.settings
+    common = dict(m=inputs.m, iterations=s.iterations, delta=delta, accountant=s.accountant,
+                  sampling=s.sampling, batch_rate=s.batch_rate)
+    sigma = float(calibrate_sigma(epsilon=epsilon, **common))
+    spent = float(epsilon_spent(sigma=sigma, **common))
+    event = gpope_dp_event(m=inputs.m, iterations=s.iterations, sigma=sigma, sampling=s.sampling,
+                           batch_rate=s.batch_rate)
+    split = f", interval_groups={groups}" if groups else ""
+    return ReleaseComponent(
+        name="gpope", epsilon=epsilon, delta=delta, sigma=sigma, event=event,
+        epsilon_spent=spent, label=f"gpope(clip={s.clip:g}{split})",
+        releases=(*ESTIMATE, "intervals") if groups else ESTIMATE)
+
+
+def plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: PrivateTuningSettings,
+                *, in_memory: bool) -> tuple[ReleaseComponent, PrivateTuningPlan]:
+    """``--tune private``: the estimator's share covers the tuning's releases and its K runs
+    (one composed event, :mod:`gpope.core.private_tuning`)."""
+    from gpope.core.accounting.registry import not_a_valid_bound, resolve_accountant
+    from gpope.core.private_tuning import plan_private_tuning
+
+    s = inputs.settings
+    if s.sampling != "poisson" or s.batch_rate is None:
+        raise ConfigError(
+            "--tune private needs --sampling poisson (its releases are accounted under "
+            f"add/remove-one adjacency with Poisson-sampled GPOPE steps). Got sampling={s.sampling!r}."
+        )
+    if not_a_valid_bound(s.accountant):
+        raise ConfigError(
+            "--tune private needs a rigorous accountant (--accountant auto, rdp or pld); "
+            f"{s.accountant!r} is not a valid bound and cannot compose the tuning's releases."
+        )
+    if not in_memory:
+        raise ConfigError(
+            "--tune private reads every trajectory's statistics on the driver (the quantiles and "
+            "the noisy statistics); at this m and feature count the statistics exceed "
+            "evaluation.in_memory_limit_mb (or --stream stream was given). Raise "
+            "in_memory_limit_mb, or tune on a public cohort (gpope tune) instead."
+        )
+    plan = plan_private_tuning(
+        m=inputs.m, iterations=s.iterations, batch_rate=s.batch_rate, epsilon=epsilon,
+        delta=delta, settings=tuning, accountant=resolve_accountant(s.accountant, "poisson"))
+    return ReleaseComponent(
+        name="gpope-tuned", epsilon=epsilon, delta=delta, sigma=float(plan.gpope_sigma),
+        event=plan.dp_event, epsilon_spent=float(plan.epsilon_spent),
+        label=f"gpope-tuned(private, {plan.candidates} runs)",
+        releases=(*ESTIMATE, "tuning")), plan
