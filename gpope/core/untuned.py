@@ -357,6 +357,7 @@ def release_untuned(
     from gpope.core.intervals import Interval, separation
     from gpope.core.private_quantile import LogGrid
     from gpope.core.ssp import (
+        SUPPORT_Z,
         NoisyMoments,
         moments_matrix,
         noise_norm_bound,
@@ -378,6 +379,11 @@ def release_untuned(
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
     keep = supported_features(C, noise_std=std * noisy.c_noise_scale)
+    # a sparse A~ (tabular features): few entries stand out of the noise, so a feature whose
+    # A_jj does is supported too (A's noise is below C's), and an unidentified solve drops the rest
+    sparse = float(np.mean(np.abs(A) > settings.sparse_z * std)) < settings.sparse_fraction
+    if sparse:
+        keep = keep | (np.diag(A) > SUPPORT_Z * std)
     Ak = A[np.ix_(keep, keep)]
     theta0 = np.zeros(n)
     theta0[keep] = np.linalg.lstsq(Ak, b[keep], rcond=None)[0]
@@ -410,7 +416,8 @@ def release_untuned(
     identified = bool(keep.any()) and sep > 1.0 and contraction < 1.0
     z2, z1 = float(norm.ppf(0.5 + level / 2.0)), float(norm.ppf(level))
     if not identified and settings.unidentified_ridge > 0.0:
-        theta = _ridge_solve(A, b, keep, settings.unidentified_ridge * noise_norm_bound(
+        A_solve = np.where(np.abs(A) > settings.sparse_z * std, A, 0.0) if sparse else A
+        theta = _ridge_solve(A_solve, b, keep, settings.unidentified_ridge * noise_norm_bound(
             int(keep.sum()), std) ** 2)
         values = spec.reference_values(theta)
     bounded = identified & ~unsupported

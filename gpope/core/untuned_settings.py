@@ -35,6 +35,10 @@ class UntunedSettings:
             anyway), the released estimate is the ridge solve ``argmin ||A~ theta - b~||^2 +
             mu tau^2 ||theta||^2`` of the SSP sums, ``mu`` this value and ``tau`` the noise's
             spectral-norm bound (post-processing); 0 keeps the refined estimate.
+        sparse_fraction, sparse_z: the noisy A is sparse when fewer than ``sparse_fraction`` of
+            its entries exceed ``sparse_z`` noise stds (tabular features); then a feature whose
+            noisy ``A_jj`` stands out of the noise is supported too, and an unidentified release's
+            ridge solve zeroes the entries below ``sparse_z`` stds first (post-processing).
     """
 
     clip_quantile: float = 0.9
@@ -45,6 +49,8 @@ class UntunedSettings:
     bins_per_decade: int = 8
     second_moment_weight: float = 0.3
     unidentified_ridge: float = 0.001
+    sparse_fraction: float = 0.2
+    sparse_z: float = 3.0
 
     def __post_init__(self) -> None:
         o = "UntunedSettings"
@@ -56,6 +62,8 @@ class UntunedSettings:
         check_probability(o, "residual_quantile", self.residual_quantile)
         check_number(o, "second_moment_weight", self.second_moment_weight, gt=0.0, le=1.0)
         check_number(o, "unidentified_ridge", self.unidentified_ridge, ge=0.0)
+        check_number(o, "sparse_fraction", self.sparse_fraction, ge=0.0, le=1.0)
+        check_number(o, "sparse_z", self.sparse_z, gt=0.0)
         if 2 * self.quantile_share + self.refine_share >= 1.0:
             raise ConfigError(
                 "UntunedSettings shares leave nothing for the statistics release: 2 x "
