@@ -41,6 +41,7 @@ from gpope.errors import ConfigError, DataError
 __all__ = [
     "NoisyStatistics",
     "assign_groups",
+    "c_block_scale",
     "clip_statistics",
     "group_sums",
     "noise_norm_bound",
@@ -244,6 +245,12 @@ class NoisyStatistics:
         return self.noise_std * math.sqrt(k)
 
 
+def c_block_scale(n: int, scale: float) -> np.ndarray:
+    """(2n^2+n,) per-entry factors of a statistics row ``[vec A, b, vec C]``: 1 on A and b,
+    ``scale`` on C."""
+    return np.concatenate([np.ones(n * n + n), np.full(n * n, float(scale))])
+
+
 def release_noisy_statistics(
     sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float, rng: np.random.Generator,
     c_noise_scale: float = 1.0,
@@ -265,9 +272,8 @@ def release_noisy_statistics(
         raise ConfigError(f"The 'rng' parameter must be a numpy Generator. Got {type(rng).__name__} instead.")
     noisy = sums.copy()
     if sigma > 0:
-        scale = np.ones(sums.shape[-1])
-        scale[n * n + n:] = c_noise_scale
-        noisy = sums + (sigma * clip) * scale * rng.standard_normal(sums.shape)
+        noisy = sums + (sigma * clip) * c_block_scale(n, c_noise_scale) * rng.standard_normal(
+            sums.shape)
     return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip),
                            c_noise_scale=float(c_noise_scale))
 

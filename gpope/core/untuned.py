@@ -272,7 +272,9 @@ def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.n
 def second_moment_weights(n: int, weight: float) -> np.ndarray:
     """(2n^2+n,) per-entry weights of a statistics row ``[vec A, b, vec C]``: 1 on A and b,
     ``weight`` on C (the vector the default's clip quantile reads and its SSP release clips)."""
-    return np.concatenate([np.ones(n * n + n), np.full(n * n, float(weight))])
+    from gpope.core.ssp import c_block_scale
+
+    return c_block_scale(n, weight)
 
 
 def _sum_kernel(clip: float, weights: np.ndarray):

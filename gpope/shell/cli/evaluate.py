@@ -187,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.shell import faults
     from gpope.shell.pipeline.after_release import printing_failed_line
-    from gpope.shell.pipeline.evaluate_report import interrupted_after_release
+    from gpope.shell.pipeline.evaluate_report import interrupted_after_release, values_line
     from gpope.shell.pipeline.jobargs import config_from_args
 
     config = config_from_args(args)
@@ -217,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
         raise interrupted_after_release(
             report.run_id, dataset=report.dataset, label=report.label,
             cut="printing its report was cut short",
-            values="; ".join(f"V({k}) = {v:.6g}" for k, v in report.reference_values.items()),
+            values=values_line(report.reference_values),
         ) from exc
     except Exception as exc:
         print(printing_failed_line(report, exc), file=sys.stderr)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.shell.pipeline.evaluate_report import EvaluationReport
+from gpope.shell.pipeline.evaluate_report import EvaluationReport, values_line
 
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
@@ -57,7 +57,7 @@ def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:
     """What ``gpope evaluate`` writes on stderr when printing its report failed: the release, its
     values and where they are kept, and the report's own after-release warning if it has one;
     never an invitation to run again."""
-    values = "; ".join(f"V({k}) = {v:.6g}" for k, v in report.reference_values.items())
+    values = values_line(report.reference_values)
     tracked = (f"MLflow run {report.mlflow_run_id}" if report.mlflow_run_id
                else f"log it to MLflow with: gpope track --run-id {report.run_id}")
     earlier = "".join(f" Before that: {w}" for w in report.warnings if "WAS RELEASED" in w)

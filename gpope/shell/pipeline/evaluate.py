@@ -41,6 +41,7 @@ from gpope.shell.pipeline.evaluate_report import (
     EvaluationReport,
     InterruptedAfterRelease,
     interrupted_after_release,
+    values_line,
 )
 
 if TYPE_CHECKING:
@@ -168,5 +169,4 @@ def run_evaluate(
 
 def _values_line(spec: EvaluationSpec, est: Any) -> str:
     """The released values of ``est`` at the spec's reference states, on one line."""
-    return "; ".join(f"V({k}) = {float(v):.6g}"
-                     for k, v in zip(spec.reference_names, est.values, strict=True))
+    return values_line(dict(zip(spec.reference_names, est.values, strict=True)))

@@ -37,6 +37,7 @@ __all__ = [
     "interrupted_after_release",
     "privacy_label",
     "unbounded_note",
+    "values_line",
 ]
 
 #: Label of a release whose accountant is not a valid bound (the paper's).
@@ -73,6 +74,12 @@ def interrupted_after_release(run_id: str, *, dataset: str, label: str, cut: str
         f"(that would spend the budget again); finish it with `gpope track --run-id {run_id}` "
         f"(logs it to MLflow from the lake unless a finished MLflow run already holds it).",
         run_id, values)
+
+
+def values_line(values: Mapping[str, float]) -> str:
+    """Released values at the reference states on one line (``V(s) = v; ...``), the form every
+    after-release message quotes."""
+    return "; ".join(f"V({k}) = {float(v):.6g}" for k, v in values.items())
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,17 @@ def untuned_applies(spec: EvaluationSpec, sources: Mapping[str, str]) -> bool:
     return not any(sources.get(name) == "options" for name in EXPLICIT_CHOICES)
 
 
+def _summing(stats: Any, n: int, m: int) -> Any:
+    """The core's ``aggregate(kernel, width)`` over ``stats`` (a Spark aggregate that checks it
+    summed exactly m rows, :func:`gpope.shell.pipeline.ssp._aggregate`)."""
+    from gpope.shell.pipeline.ssp import _aggregate
+
+    def aggregate(kernel, width: int) -> np.ndarray:
+        return _aggregate(stats, n, kernel, 1, width, m)[0]
+
+    return aggregate
+
+
 def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_share: float,
                 seed: int | None, level: float, identification: bool,
                 settings: UntunedSettings | None = None) -> UntunedRelease:
@@ -50,17 +61,12 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
     checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private)."""
     from gpope.core.untuned import UntunedSettings, release_untuned
-    from gpope.shell.pipeline.ssp import _aggregate
 
-    n = spec.n_features
     settings = settings or UntunedSettings()
     sigmas = plan.untuned_sigmas  # the estimator's share of the run (the plan's numbers)
 
-    def aggregate(kernel, width: int) -> np.ndarray:
-        return _aggregate(stats, n, kernel, 1, width, m)[0]
-
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
-    return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
+    return release_untuned(_summing(stats, spec.n_features, m), spec, m=m, sigmas=sigmas, moments_share=moments_share,
                            settings=settings, rng=np.random.default_rng(ss), level=level,
                            identification=identification)
 
@@ -75,16 +81,11 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
     ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
     (:func:`gpope.core.secure_noise.secure_perturb`, at least the accounted std)."""
     from gpope.core.untuned import UntunedSettings, _private_quantile, quantile_grid
-    from gpope.shell.pipeline.ssp import _aggregate
 
-    n = spec.n_features
     component = plan.component("ssp_clip")
 
-    def aggregate(kernel, width: int) -> np.ndarray:
-        return _aggregate(stats, n, kernel, 1, width, m)[0]
-
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
-    return _private_quantile(aggregate, quantile_grid(spec, settings or UntunedSettings()),
+    return _private_quantile(_summing(stats, spec.n_features, m), quantile_grid(spec, settings or UntunedSettings()),
                              lambda rows: rows, float(plan.private_clip_quantile), m=m,
                              sigma=float(component.sigma), rng=np.random.default_rng(ss),
                              secure_noise=secure_noise)
