@@ -753,3 +753,26 @@ def test_transitions_wrappers_match_arrays():
     c2 = first_visit_statistics(states, rewards, traj, n_states=N, gamma=0.9)
     np.testing.assert_array_equal(c1[0], c2[0])
     np.testing.assert_array_equal(c1[1], c2[1])
+
+
+@pytest.mark.parametrize(("fn", "drop", "extra", "words"), [
+    (dp_lsw, "rng", {}, "dp_lsw() is missing the required keyword(s) 'rng'"),
+    (dp_lsl, "f_max", {}, "dp_lsl() is missing the required keyword(s) 'f_max'"),
+    (dp_lsw, None, {"n_trajectories": 30}, "dp_lsw() got unknown keyword(s) 'n_trajectories'"),
+    (dp_lsl, None, {"seed": 3}, "dp_lsl() got unknown keyword(s) 'seed'"),
+])
+def test_a_wrong_keyword_names_the_public_function_and_what_it_takes(fn, drop, extra, words):
+    """A missing or unknown keyword is a TypeError in the caller's terms (the function they
+    called and the keywords it takes), never one naming a private helper."""
+    rng = np.random.default_rng(11)
+    N = 6
+    states, rewards, traj = _chain(rng, N, 30)
+    kw = dict(n_states=N, features=np.eye(N), weights=np.full(N, 1 / N), gamma=0.9, f_max=10.0,
+              epsilon=0.3, delta=0.05, rng=np.random.default_rng(1), **extra)
+    kw.pop(drop, None)
+    with pytest.raises(TypeError) as err:
+        fn(states, rewards, traj, **kw)
+    msg = str(err.value)
+    assert words in msg and "_prepare" not in msg
+    assert "n_states, features, weights, gamma, f_max, epsilon, delta, rng" in msg
+    assert f"help(gpope.core.baselines.{fn.__name__})" in msg

@@ -156,6 +156,26 @@ class _Prepared(NamedTuple):
     observed: int
 
 
+def _check_keywords(owner: str, inputs: Mapping[str, Any], optional: tuple[str, ...]) -> None:
+    """Refuse a missing or unknown keyword of :func:`dp_lsw` / :func:`dp_lsl` (``owner``) in
+    the caller's words: which keywords it needs, which it does not take, and where they are
+    documented. ``optional``: the owner's own optional keywords (named in the message)."""
+    required = tuple(DPLSInputs.__annotations__)
+    missing = [k for k in required if k not in inputs]
+    unknown = sorted(k for k in inputs if k not in required)
+    if not missing and not unknown:
+        return
+    parts = []
+    if missing:
+        parts.append(f"is missing the required keyword(s) {', '.join(map(repr, missing))}")
+    if unknown:
+        parts.append(f"got unknown keyword(s) {', '.join(map(repr, unknown))}")
+    takes = ", ".join(required) + (f" (optional: {', '.join(optional)})" if optional else "")
+    raise TypeError(
+        f"{owner}() {' and '.join(parts)}. It takes the keywords {takes}; "
+        f"help(gpope.core.baselines.{owner}) documents each.")
+
+
 def _prepare(
     owner: str,
     states: object,
@@ -163,20 +183,19 @@ def _prepare(
     traj_index: object,
     *,
     distribution: bool,
-    n_states: int | None,
-    features: object,
-    weights: object,
-    gamma: float,
-    f_max: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
+    optional: tuple[str, ...],
+    **inputs: Any,
 ) -> _Prepared:
     """The public inputs, the NRS constants and the first-visit statistics of one release.
 
-    The one explicit declaration of :class:`DPLSInputs`: a missing or unknown keyword of
-    :func:`dp_lsw` / :func:`dp_lsl` is a TypeError here. ``rng`` is checked by :func:`_release`.
+    A missing or unknown keyword of :func:`dp_lsw` / :func:`dp_lsl` is a TypeError naming
+    ``owner`` and the keywords it takes (:func:`_check_keywords`). ``rng`` is checked by
+    :func:`_release`.
     """
+    _check_keywords(owner, inputs, optional)
+    n_states, features, weights = inputs["n_states"], inputs["features"], inputs["weights"]
+    gamma, f_max = inputs["gamma"], inputs["f_max"]
+    epsilon, delta = inputs["epsilon"], inputs["delta"]
     phi, rho = _public_inputs(features, weights, n_states, distribution=distribution)
     a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
     check_number(owner, "gamma", gamma, ge=0.0, le=1.0)
@@ -257,7 +276,8 @@ def dp_lsw(
     Returns:
         DPLSResult with the (epsilon, delta)-DP ``theta`` (d,), or (R, d) with ``draws``.
     """
-    p = _prepare("dp_lsw", states, rewards, traj_index, distribution=False, **inputs)
+    p = _prepare("dp_lsw", states, rewards, traj_index, distribution=False,
+                 optional=("draws",), **inputs)
     theta = lsw_estimate(p.fbar, p.phi, p.rho)
     sens = lsw_smooth_sensitivity(p.counts, p.phi, p.rho, f_max=inputs["f_max"], beta=p.beta)
     return _release(theta, sens, p, inputs, "dp_lsw", None, draws)
@@ -292,7 +312,8 @@ def dp_lsl(
     Returns:
         DPLSResult with the (epsilon, delta)-DP ``theta`` (d,) and the lambda used.
     """
-    p = _prepare("dp_lsl", states, rewards, traj_index, distribution=True, **inputs)
+    p = _prepare("dp_lsl", states, rewards, traj_index, distribution=True, optional=(
+        "n_trajectories", "regularization", "reg_c", "reg_p", "sensitivity", "draws"), **inputs)
     m = (
         p.observed
         if n_trajectories is None
