@@ -188,6 +188,7 @@ class EvaluationSpec:
                 "The 'target_policy' parameter of EvaluationSpec must be a Policy (with a "
                 f"probabilities(states) method). Got {self.target_policy!r} instead."
             )
+        self._check_tabular_rows()
         names = [name for name, _ in self.reference_states]
         from gpope.core.policy_value import QUANTITIES
 
@@ -226,6 +227,21 @@ class EvaluationSpec:
                     f"{len(self.reference_states)} reference states; expected "
                     f"({len(self.reference_states)}, {n})."
                 )
+
+    def _check_tabular_rows(self) -> None:
+        """A tabular target policy over tabular features has one row per featurised state, so a
+        spec whose table is too short or too long is refused here, before any data are read."""
+        from gpope.core.features import TabularFeatures
+        from gpope.core.policies import TabularPolicy
+
+        if isinstance(self.feature_map, TabularFeatures) and isinstance(self.target_policy,
+                                                                        TabularPolicy):
+            rows, n_states = int(self.target_policy.probs.shape[0]), self.feature_map.n_states
+            if rows != n_states:
+                raise ConfigError(
+                    f"Spec {self.name!r}: target_policy.probs has {rows} row(s) but the feature "
+                    f"map has n_states {n_states}; give one row per state 0..{n_states - 1} "
+                    "(pi(a|s) for each action, in the order of the dataset's actions).")
 
     # ------------------------------------------------------------------ construction / identity
 

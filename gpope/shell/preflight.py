@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpope.errors import TableNotFoundError
+from gpope.errors import ConfigError, TableNotFoundError
 from gpope.shell.lake.names import TableRef, check_name, creator_hint, local_root, table_path
 
 if TYPE_CHECKING:
@@ -56,17 +56,21 @@ def check_stage(
 ) -> None:
     """Everything about ``stage`` on ``dataset`` that can be checked without Spark.
 
-    Guarantees: the dataset name is valid, the lake root is addressable, and on a local lake
-    every input table of the stage exists (for ``evaluate`` with ``spec``: with statistics of
-    that spec). Returns None when all hold.
+    Guarantees: the dataset name is valid, the lake root is addressable, a ``spec`` whose target
+    policy has a fixed action count has one per action of the dataset's ``datasets:`` entry
+    (when the conf has one), and on a local lake every input table of the stage exists (for
+    ``evaluate`` with ``spec``: with statistics of that spec). Returns None when all hold.
 
     Raises:
-        ConfigError: an invalid dataset name or lake root (the message names the character).
+        ConfigError: an invalid dataset name or lake root (the message names the character), or
+            a target policy over another number of actions than the dataset declares.
         TableNotFoundError: an input table is missing; the message names the command that
             creates it.
     """
     check_name("dataset", dataset)
     check_lake(config)
+    if spec is not None and dataset in config.datasets:
+        _check_actions(spec, dataset, config.datasets[dataset].actions)
     root = None if config.lake.catalog is not None else local_root(str(config.lake.root))
     if root is None:
         return
@@ -105,6 +109,18 @@ def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt:
     check_name("dataset", dataset)
     check_lake(config)
     check_files(files, fmt=fmt)  # type: ignore[arg-type]
+
+
+def _check_actions(spec: EvaluationSpec, dataset: str, actions: tuple[str, ...]) -> None:
+    """Refuse a target policy whose action count differs from the dataset's declared actions:
+    the action index of a transition is its position in ``actions``."""
+    n_actions = getattr(spec.target_policy, "n_actions", None)
+    if actions and isinstance(n_actions, int) and n_actions != len(actions):
+        raise ConfigError(
+            f"Spec {spec.name!r}: its target_policy gives probabilities for {n_actions} "
+            f"action(s), but dataset {dataset!r} declares {len(actions)} under 'datasets:' "
+            f"({', '.join(actions)}); give one probability per declared action, in that order "
+            "(checked before starting Spark).")
 
 
 def _has_partition(path: str, spec_id: str) -> bool:

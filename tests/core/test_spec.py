@@ -138,3 +138,13 @@ def test_clamp_to_public_bounds_counts_every_changed_value():
     assert counts == {"importance_weight_above_bound": 3, "reward_outside_bounds": 4}
     same = clamp_to_public_bounds(rho, reward, importance_weight_bound=None, reward_bounds=None)
     assert same[0] is not None and np.isnan(same[0][3]) and same[2]["reward_outside_bounds"] == 0
+
+
+@pytest.mark.parametrize("rows", [3, 5])
+def test_tabular_target_policy_needs_one_row_per_tabular_state(rows):
+    probs = [[0.5, 0.5]] * rows
+    with pytest.raises(ConfigError, match=rf"{rows} row\(s\) but the feature map has n_states 4"):
+        EvaluationSpec.from_mapping(_mapping(target_policy={"kind": "tabular", "probs": probs}))
+    spec = EvaluationSpec.from_mapping(_mapping(target_policy={"kind": "tabular",
+                                                               "probs": [[0.5, 0.5]] * 4}))
+    assert spec.target_policy.probs.shape == (4, 2)
