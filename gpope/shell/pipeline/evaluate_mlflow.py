@@ -18,7 +18,8 @@ One run per released evaluation, in the configured experiment (``tracking.experi
   plus every setting that changes the result: the spec's gamma, reward_scale, normalization,
   length_scale and feature count, the tail fraction, the resolved accountant and batch rate,
   sigma, m and the public MSPBE cohort (``public_trajectories``, ``public_max_length``,
-  ``public_seed``). Never a seed.
+  ``public_seed``); of the estimator's settings only those it used
+  (:mod:`gpope.shell.pipeline.evaluate_params`). Never a seed.
 - **input**: the ``trajectory_stats`` table read (path and Delta version), as an MLflow dataset.
 - **metrics**, one meaning each (README "MLflow: comparing runs"):
 

@@ -99,8 +99,8 @@ class EvaluationReport:
     sigma: float
     m: int
     n: int
-    iterations: int
-    sampling: str
+    iterations: int | None  # the GPOPE solver's; None for the estimators that run none
+    sampling: str | None
     batch_rate: float | None
     private: bool
     path: str
@@ -292,11 +292,6 @@ def format_span(lower: float, upper: float) -> str:
     return f"[{lower:.4g}, {upper:.4g}]"
 
 
-#: Settings logged under the name of their CLI flag (``--step-size`` -> step_size).
-_FLAG_PARAMS = ("epsilon", "delta", "passes", "iterations", "clip", "step_size", "step_schedule",
-                "step_offset", "averaging", "tail_fraction", "sampling", "trace_every")
-
-
 def build_record(
     spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str, spec: EvaluationSpec,
     options: RunSettings, result: GPOPEResult, released_theta: np.ndarray,
@@ -310,21 +305,14 @@ def build_record(
     reads (public settings, released outputs, lineage), built after the release was committed."""
     from gpope.config import to_mapping
     from gpope.shell import lake
+    from gpope.shell.pipeline.evaluate_params import run_params
     from gpope.shell.pipeline.evaluation_record import (
         EvaluationRecord,
         StatisticsInput,
     )
     from gpope.shell.pipeline.public import public_cohort
 
-    params: dict[str, Any] = {k: getattr(options, k) for k in _FLAG_PARAMS}
-    params.update(batch_rate=batch_rate, statistics_path=path,
-                  private_diagnostics=options.private_diagnostics,
-                  statistics_share=0.0 if ssp is None else options.statistics_share,
-                  interval_groups=0 if options.estimator == "ssp" else options.interval_groups)
-    if ssp is not None:
-        params["ssp_clip_quantile"] = options.ssp_clip_quantile
-        params["ssp_identification"] = options.ssp_identification
-    params.update(ssp or {})
+    params = run_params(options, batch_rate=batch_rate, path=path, ssp=ssp)
     if intervals is not None:
         params["ci_level"] = float(intervals.level)
     metrics = {}
@@ -414,29 +402,6 @@ def generic_settings_note(spec: EvaluationSpec) -> str:
                              "private default (docs/OWN_DATA.md)."))
 
 
-def settings_summary(settings: Any, provenance: Mapping[str, Any], *, accountant: str
-                     ) -> dict[str, Any]:
-    """The run's operating point and where each setting came from (``--json``'s ``settings``)."""
-    s, info = settings, provenance
-    return {
-        "passes": s.passes, "iterations": s.iterations, "batch_rate": s.batch_rate,
-        "batch_size": s.batch_size, "clip": s.clip, "step_size": s.step_size,
-        "step_schedule": s.step_schedule, "step_offset": s.step_offset,
-        "averaging": s.averaging, "tail_fraction": s.tail_fraction,
-        "sampling": s.sampling, "accountant": accountant,
-        "touched_trajectories": info["touched_trajectories"],
-        "source": info["source"], "tuned_point": info["tuned_point"], "tuning": info["tuning"],
-        "ssp_clip_quantile": s.ssp_clip_quantile, "ssp_clip_from": info.get("ssp_clip_from"),
-        "interval_groups": 0 if s.estimator == "ssp" else s.interval_groups,
-        "interval_note": info["interval_note"],
-        "policy_value": (dataclasses.asdict(s.policy_value_settings())
-                         if s.policy_value_share else None),
-        "origin": ("spec evaluation: block" if info["spec_has_evaluation_block"]
-                   else "conf evaluation: (generic)")
-        + (" + command line" if "options" in info["source"].values() else ""),
-    }
-
-
 def _private_clip(plan: Any) -> bool:
     """Whether the run's statistics clip is a private release (the default, or an ssp run
     without a public clip)."""
@@ -447,6 +412,14 @@ def _statistics_clip(plan: Any, est: Any) -> float | None:
     """The clip of the run's statistics release: public, or chosen privately (the default, or
     an ssp run without a public clip)."""
     return float(est.result.clip) if _private_clip(plan) else plan.statistics_clip
+
+
+def _clip_share(plan: Any, settings: Any) -> dict[str, float]:
+    """``{"ssp_clip_share": ...}`` for an ssp run whose clip is a private release (the share of
+    the run's privacy loss its histogram takes), else nothing."""
+    if plan.estimator == "ssp" and _private_clip(plan):
+        return {"ssp_clip_share": float(settings.untuned.quantile_share)}
+    return {}
 
 
 def _clip_tracking(plan: Any, est: Any) -> tuple[dict[str, float], dict[str, str]]:
@@ -478,6 +451,7 @@ def track_and_report(
     from gpope.shell import lake
     from gpope.shell.mlflow_names import GUARD, INTERVAL_NOTE, OUTSIDE_TUNED
     from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
+    from gpope.shell.pipeline.evaluate_params import settings_summary, uses_solver
     from gpope.shell.pipeline.release import policy_label
     from gpope.shell.tracking import resolve_tracking_uri
 
@@ -498,7 +472,7 @@ def track_and_report(
         ssp=None if stats is None else {
             "statistics_sigma": stats.sigma, "ssp_clip": _statistics_clip(plan, est),
             "statistics_epsilon": stats.epsilon, "statistics_delta": stats.delta,
-            "moments_share": s.moments_share}, tuning=tuning)
+            "moments_share": s.moments_share, **_clip_share(plan, s)}, tuning=tuning)
     from gpope.shell.pipeline import evaluate_policy_value as pv
 
     clip_metrics, clip_tags = _clip_tracking(plan, est)
@@ -542,8 +516,11 @@ def track_and_report(
         run_id=run_id, mlflow_run_id=tracking.mlflow_run_id, dataset=dataset,
         spec_id=spec.spec_id, spec_name=spec.name, policy=policy_label(spec),
         epsilon=s.epsilon, delta=s.delta, spent_epsilon=spent if math.isfinite(spent) else None,
-        accountant=plan.accountant, sigma=plan.sigma, m=m, n=n, iterations=s.iterations,
-        sampling=s.sampling, batch_rate=s.batch_rate, private=bool(est.result.private),
+        accountant=plan.accountant, sigma=plan.sigma, m=m, n=n,
+        iterations=s.iterations if uses_solver(s.estimator) else None,
+        sampling=s.sampling if uses_solver(s.estimator) else None,
+        batch_rate=s.batch_rate if uses_solver(s.estimator) else None,
+        private=bool(est.result.private),
         path="memory" if plan.in_memory else "stream",
         theta=np.asarray(est.theta, dtype=np.float64),
         reference_values={k: float(v) for k, v in zip(spec.reference_names, est.values,
