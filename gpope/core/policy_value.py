@@ -141,6 +141,16 @@ class PolicyValueBounds:
         return float(self.horizon) if g == 1.0 else (1.0 - g ** self.horizon) / (1.0 - g)
 
     @property
+    def return_range(self) -> tuple[float, float]:
+        """(J_lo, J_hi) = (min(lo, S lo), max(hi, S hi)): the public range of the value J of any
+        policy, and of one record's discounted return. A record holds at least one decision and
+        at most H, each reward in [lo, hi] and none after the record ends; nothing about the data
+        enters it."""
+        lo, hi = self.reward_bounds
+        s = self.discount_mass
+        return min(lo, s * lo), max(hi, s * hi)
+
+    @property
     def range_with_zero(self) -> tuple[float, float]:
         """(lo', hi') = (min(lo, 0), max(hi, 0)): the range of a reward, 0 after a record ends."""
         lo, hi = self.reward_bounds

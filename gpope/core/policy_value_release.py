@@ -32,6 +32,12 @@ noise (Gaussian with a public standard deviation), by a union bound over the thr
 ``method="normal"`` instead uses sqrt(V / m + noise variance) times the normal quantile (a CLT
 interval, measured in docs/RESULTS.md). Two-sided intervals give each end alpha / 2; the one-sided
 ``lower_bound`` gives the lower end alpha.
+
+Every released number (value, interval ends, lower bound) is then intersected with its public
+range (:func:`public_ranges`: J(target) and J(behaviour) in the range of any policy's value that
+the spec's reward bounds, gamma and horizon imply, their contrast in that range's difference).
+This is post-processing of public bounds (no budget), and coverage can only improve: a true value
+lies in the public range, so an interval that covered it still covers it after the intersection.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ __all__ = [
     "exact_intervals",
     "policy_value_event",
     "policy_value_sigma",
+    "public_ranges",
     "release_policy_value",
 ]
 
@@ -486,6 +493,14 @@ def _half_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, method: st
     return samp + noise
 
 
+def public_ranges(bounds: PolicyValueBounds) -> dict[str, tuple[float, float]]:
+    """The public range of each released scalar: J(target) and J(behaviour) in
+    ``bounds.return_range`` (J_lo, J_hi), their contrast in (J_lo - J_hi, J_hi - J_lo)."""
+    lo, hi = bounds.return_range
+    return {"policy_value": (lo, hi), "behaviour_value": (lo, hi),
+            "policy_contrast": (lo - hi, hi - lo)}
+
+
 def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_share: float,
                noise_share: float) -> dict[str, PolicyValueInterval]:
     level = check_number("PolicyValueRelease.intervals", "level", level, gt=0.0, lt=1.0)
@@ -503,6 +518,7 @@ def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_shar
                                   else s * x[1] / x[2] if x[2] > 0 else float("nan"))
     points["policy_contrast"] = points["policy_value"] - points["behaviour_value"]
     out = {}
+    ranges = public_ranges(rel.bounds)
     for name, ((c_lo, k_lo), (c_hi, k_hi)) in _combos(rel.bounds).items():
         e_lo, e_hi = float(c_lo @ x + k_lo), float(c_hi @ x + k_hi)
         h = lambda c, a: _half_width(rel, c, a, method, variance_share, noise_share)  # noqa: E731
@@ -515,7 +531,8 @@ def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_shar
         value = min(max(value, min(e_lo, e_hi)), max(e_lo, e_hi))
         observed = (None if rel.bounds.on_policy or name != "policy_value"
                     else float(min(max(x[2] / s, 0.0), 1.0)))
-        out[name] = PolicyValueInterval(value=float(value), lower=float(lower), upper=float(upper),
-                                        lower_bound=float(e_lo - h(c_lo, alpha)),
+        ends = np.clip([value, lower, upper, e_lo - h(c_lo, alpha)], *ranges[name])
+        out[name] = PolicyValueInterval(value=float(ends[0]), lower=float(ends[1]),
+                                        upper=float(ends[2]), lower_bound=float(ends[3]),
                                         level=float(level), observed_weight=observed)
     return out

@@ -28,6 +28,7 @@ from gpope.core.policy_value_release import (
     policy_value_event,
     policy_value_sigma,
     public_limits,
+    public_ranges,
     release_policy_value,
 )
 from gpope.core.private_quantile import LogGrid
@@ -326,10 +327,43 @@ def test_intervals_are_ordered_for_any_terms(m, seed, sigma, on_policy):
                              n=np.full(m, s) if on_policy else rng.uniform(0, 3 * s, m))
     rel = release_policy_value(terms, b, sigma=sigma, settings=PolicyValueSettings(), rng=rng)
     for method in ("bernstein", "normal"):
-        for q in rel.intervals(0.9, method).values():
+        for name, q in rel.intervals(0.9, method).items():
             assert q.lower <= q.upper
             assert q.lower <= q.lower_bound
             assert all(math.isfinite(x) for x in (q.value, q.lower, q.upper, q.lower_bound))
+            # every released number lies in the quantity's public range
+            lo, hi = public_ranges(b)[name]
+            assert lo <= q.lower and q.upper <= hi and lo <= q.value <= hi, (name, q)
+
+
+def test_public_ranges_follow_from_the_reward_bounds_gamma_and_horizon():
+    # J of any policy: at least one decision and at most H, rewards in [lo, hi]
+    s = (1 - 0.9 ** 5) / 0.1
+    pos = PolicyValueBounds(gamma=0.9, horizon=5, weight_clip=3.0, reward_bounds=(0.5, 2.0))
+    assert pos.return_range == pytest.approx((0.5, 2.0 * s))
+    mixed = PolicyValueBounds(gamma=0.9, horizon=5, weight_clip=3.0, reward_bounds=(-1.0, 2.0))
+    assert mixed.return_range == pytest.approx((-s, 2.0 * s))
+    neg = PolicyValueBounds(gamma=0.0, horizon=5, weight_clip=3.0, reward_bounds=(-3.0, -1.0))
+    assert neg.return_range == (-3.0, -1.0)
+    ranges = public_ranges(mixed)
+    assert ranges["policy_value"] == ranges["behaviour_value"] == mixed.return_range
+    assert ranges["policy_contrast"] == pytest.approx((-3 * s, 3 * s))
+
+
+def test_a_noisy_release_is_cut_at_the_public_range_and_still_covers():
+    # 30 patients at a large noise: the raw ends leave [0, S]; the released ones stop at it, and
+    # a truth the raw interval covered is covered still (post-processing of public bounds)
+    rng = np.random.default_rng(4)
+    b = PolicyValueBounds(gamma=0.9, horizon=10, weight_clip=2.0, reward_bounds=(0.0, 1.0))
+    s = b.discount_mass
+    g = rng.uniform(0, s, 30)
+    terms = PolicyValueTerms(g=g, a=g * rng.uniform(0, 2, 30), n=rng.uniform(0, 2 * s, 30))
+    iv = release_policy_value(terms, b, sigma=2.0, settings=PolicyValueSettings(),
+                              rng=rng).intervals(0.95)
+    assert iv["policy_value"].lower == 0.0 and iv["policy_value"].upper == pytest.approx(s)
+    assert iv["policy_contrast"].lower >= -s and iv["policy_contrast"].upper <= s
+    truth = float(np.mean(g))  # J(behaviour) here: inside [0, S]
+    assert iv["behaviour_value"].lower <= truth <= iv["behaviour_value"].upper
 
 
 def test_a_spec_may_not_name_a_reference_state_after_a_released_scalar():

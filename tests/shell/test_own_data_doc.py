@@ -132,6 +132,30 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert run.data.metrics[names.METRIC_SSP_CLIP_QUANTILE_USED] == pytest.approx(0.9)
     assert run.data.tags[names.SSP_CLIP_SOURCE] == "private"
     assert run.data.params["ssp_clip_quantile"] == "0.99"
+    # and only the settings the ssp release used: none of GPOPE's, its clip histogram's share
+    solver_only = {"passes", "iterations", "clip", "step_size", "sampling", "batch_rate"}
+    assert not solver_only & (set(run.data.params) | set(out["settings"])), run.data.params
+    assert out["iterations"] is None and out["sampling"] is None
+    assert float(run.data.params["ssp_clip_share"]) == UntunedSettings().quantile_share
+    # its values, their intervals and the policy value lie in the spec's public ranges
+    from gpope import api as gapi
+    from gpope.core.policy_value import spec_bounds
+    from gpope.core.policy_value_release import public_ranges
+    from gpope.core.untuned import value_range
+
+    ssp_spec = gapi.load_spec(work / "mydata" / "spec.yaml")
+    lo, hi = value_range(ssp_spec)
+    ends = [*out["reference_values"].values(), *out["intervals"]["lower"],
+            *out["intervals"]["upper"]]
+    assert all(lo <= v <= hi for v in ends if v not in (float("inf"), float("-inf"))), out
+    for name, (r_lo, r_hi) in public_ranges(spec_bounds(ssp_spec)).items():
+        q = out["policy_value"][name]
+        assert r_lo <= q["lower"] <= q["value"] <= q["upper"] <= r_hi, (name, q)
+    # the tuning-free default's run likewise: its own rules, nothing of GPOPE's
+    untuned_id = outputs["evaluate"].split("MLflow run ")[1].split()[0]
+    untuned = mlflow.MlflowClient().get_run(untuned_id).data.params
+    assert not solver_only & set(untuned) and "ssp_clip_quantile" not in untuned, untuned
+    assert float(untuned["untuned.clip_quantile"]) == UntunedSettings().clip_quantile
     stored = mechanism_from_json(PrivacyLedger(None, config).entry("ward7", out["run_id"]).mechanism)
     assert "ssp clip(private 0.9 quantile of the statistics norms)" in stored.label
     histogram = stored.event.events[1]  # [ssp release, clip histogram, policy value]

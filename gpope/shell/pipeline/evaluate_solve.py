@@ -4,8 +4,9 @@
 aggregate plus Gaussian noise, :mod:`gpope.shell.pipeline.evaluate_intervals`), then the
 estimator: GPOPE on the sampled statistics (in memory or streamed from Spark, optionally tuned
 privately), GPOPE once per disjoint patient group (``--interval-groups``), or the SSP estimate of
-the noisy-statistics release; then the values and intervals, by post-processing. Noise is drawn
-here or in the solver it calls, never elsewhere, at the multipliers the plan fixed.
+the noisy-statistics release; then the values and intervals, by post-processing (every estimator's
+clamped into the range the spec's public bounds imply). Noise is drawn here or in the solver it
+calls, never elsewhere, at the multipliers the plan fixed.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     intervals, theta_iv, priv_mspbe = release_intervals(
         noisy, moments, spec, theta, values, options=settings, ssp_run=plan.estimator == "ssp",
         group_thetas=group_thetas)
+    values, intervals = _in_public_range(spec, values, intervals)
     if priv_mspbe is None and tuned is not None:
         # no separate release: the tuning's noisy statistics give it (post-processing)
         from gpope.core.ssp import private_mspbe
@@ -146,6 +148,19 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
                     noisy=noisy if noisy is not None else getattr(tuned, "noisy", None),
                     tuned=tuned, policy_values=policy_values, settings=settings,
                     private_population=private_pop)
+
+
+def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
+                     ) -> tuple[np.ndarray, Any]:
+    """The values and their interval's finite ends clamped into the range the spec's public
+    bounds imply (:func:`gpope.core.untuned.value_range`), as the tuning-free default releases
+    them: post-processing of public bounds (no budget); a covered true value lies in that range,
+    so coverage can only improve; an unbounded end stays unbounded (it says "not identified")."""
+    from gpope.core.untuned import clamp_interval, value_range
+
+    bounds = value_range(spec)
+    values = np.clip(np.asarray(values, dtype=np.float64), *bounds)
+    return values, None if intervals is None else clamp_interval(intervals, bounds)
 
 
 def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
