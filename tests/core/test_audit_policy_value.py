@@ -12,3 +12,18 @@ def test_policy_value_audit_passes_and_catches_half_noise():
     assert real.epsilon_claimed == broken.epsilon_claimed == 0.3 * 16.0  # the release's share
     assert real.passed and real.epsilon_lower < real.epsilon_claimed
     assert not broken.passed and broken.epsilon_lower > broken.epsilon_claimed
+
+
+def test_the_quick_audit_keeps_the_runs_that_catch_half_noise():
+    # `gpope audit --quick` halves the GPOPE and SSP runs; at half the runs a halved noise of the
+    # policy value release was not provable (lower bound 4.66 < 4.8 at the CLI's seed 0), so the
+    # quick audit keeps this release's preset and catches it at the CLI's default seed
+    from gpope.shell.cli import build_parser
+    from gpope.shell.cli.audit import policy_value_config
+
+    args = build_parser().parse_args(["audit", "--quick", "--include-broken"])
+    cfg = policy_value_config(args, {})
+    assert cfg.runs == PolicyValueAuditConfig().runs
+    broken = run_policy_value_audit(cfg, args.seed, _noise_scale=0.5)
+    assert not broken.passed and broken.epsilon_lower > broken.epsilon_claimed
+    assert policy_value_config(args, {"runs": 500, "iterations": 3}).runs == 500

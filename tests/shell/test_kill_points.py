@@ -249,6 +249,11 @@ def test_ctrl_c_says_whether_the_release_and_its_charge_stand_and_what_to_run(
     if point == "evaluate.after_reserve":
         assert "released nothing" in line and "stays charged" in line, line
         assert "gpope budget show --dataset ch" in line and run.status == "failed"
+        # the ledger says why it failed, and `gpope budget show` prints it beside the run
+        assert run.note.startswith("interrupted (Ctrl-C) before the release"), run.note
+        assert main(["budget", "show", "--dataset", "ch", "--lake", str(root)]) == 0
+        shown = [s for s in capsys.readouterr().out.splitlines() if run.run_id in s]
+        assert shown and "failed" in shown[0] and "[interrupted (Ctrl-C)" in shown[0], shown
         assert not _raw_run_ids(root, "released_values")
         return
     assert "WAS RELEASED" in line and "charge stands" in line and "Do not re-run" in line, line

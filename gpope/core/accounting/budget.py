@@ -497,6 +497,8 @@ class BudgetStatus:
                 flag = "" if r.valid_bound else "  [NOT a valid bound: charged at rigorous RDP]"
                 if not r.admitted:
                     flag += "  [not admitted: an earlier commit took the budget]"
+                if r.status == "failed" and r.note:  # why, in its first clause
+                    flag += f"  [{r.note.split(';')[0]}]"
                 lines.append(
                     f"    {r.created_at:%Y-%m-%d %H:%M:%S}  {r.run_id}  {r.status:<9}  "
                     f"epsilon {r.epsilon:.6g}  delta {r.delta:.3g}  charged {r.charged_epsilon:.6g}"

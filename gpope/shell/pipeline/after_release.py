@@ -16,8 +16,13 @@ from gpope.shell.pipeline.evaluate_report import EvaluationReport, values_line
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["after_release_warning", "interrupted_before_release", "printing_failed_line",
-           "unreported_release"]
+__all__ = ["INTERRUPTED_NOTE", "after_release_warning", "interrupted_before_release",
+           "printing_failed_line", "unreported_release"]
+
+#: The ledger note of a run interrupted (Ctrl-C) after its reservation and before its release:
+#: its status is ``failed`` like any run that may have drawn noise, and the note says why.
+INTERRUPTED_NOTE = ("interrupted (Ctrl-C) before the release, nothing released; still charged: "
+                    "it may have drawn noise")
 
 
 def _reason(error: BaseException) -> str:

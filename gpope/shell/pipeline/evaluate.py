@@ -36,7 +36,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpope.shell.pipeline.after_release import interrupted_before_release, unreported_release
+from gpope.shell.pipeline.after_release import (
+    INTERRUPTED_NOTE,
+    interrupted_before_release,
+    unreported_release,
+)
 from gpope.shell.pipeline.evaluate_report import (
     EvaluationReport,
     InterruptedAfterRelease,
@@ -129,7 +133,8 @@ def run_evaluate(
         faults.point("evaluate.after_release")
         ledger.mark(dataset, run_id, "released")
     except KeyboardInterrupt as exc:
-        ledger.mark(dataset, run_id, "released" if released else "failed")
+        ledger.mark(dataset, run_id, "released" if released else "failed",
+                    note=None if released else INTERRUPTED_NOTE)
         if not released:
             raise interrupted_before_release(run_id, dataset=dataset, epsilon=plan.epsilon,
                                              delta=plan.delta) from exc
