@@ -122,7 +122,8 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     # that 0.9 is the conf's untuned.clip_quantile, and the provenance names every conf block
     assert {out["settings"]["source"][k] for k in ("untuned", "private_tuning", "policy_value")
             } == {"conf"}
-    # MLflow holds the clip the run used and the quantile it read, beside the 0.99 setting
+    # MLflow holds the clip the run used and the quantile it read; the param is that quantile,
+    # not the conf's 0.99 for public cohorts, which this run never read
     import mlflow
 
     from gpope.shell import mlflow_names as names
@@ -131,7 +132,8 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert run.data.metrics[names.METRIC_SSP_CLIP_USED] == pytest.approx(out["ssp_clip"])
     assert run.data.metrics[names.METRIC_SSP_CLIP_QUANTILE_USED] == pytest.approx(0.9)
     assert run.data.tags[names.SSP_CLIP_SOURCE] == "private"
-    assert run.data.params["ssp_clip_quantile"] == "0.99"
+    assert run.data.params["ssp_clip_quantile"] == "0.9"
+    assert out["settings"]["ssp_clip_quantile"] == 0.9
     # and only the settings the ssp release used: none of GPOPE's, its clip histogram's share
     solver_only = {"passes", "iterations", "clip", "step_size", "sampling", "batch_rate"}
     assert not solver_only & (set(run.data.params) | set(out["settings"])), run.data.params

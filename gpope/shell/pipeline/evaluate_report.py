@@ -414,11 +414,14 @@ def _statistics_clip(plan: Any, est: Any) -> float | None:
     return float(est.result.clip) if _private_clip(plan) else plan.statistics_clip
 
 
-def _clip_share(plan: Any, settings: Any) -> dict[str, float]:
-    """``{"ssp_clip_share": ...}`` for an ssp run whose clip is a private release (the share of
-    the run's privacy loss its histogram takes), else nothing."""
+def _private_clip_rule(plan: Any, settings: Any) -> dict[str, float]:
+    """For an ssp run whose clip is a private release, the rule it used: the quantile it read
+    (``ssp_clip_quantile``: the one used, not the conf's public-cohort setting, which such a
+    run never reads) and the share of the run's privacy loss its histogram took
+    (``ssp_clip_share``); else nothing."""
     if plan.estimator == "ssp" and _private_clip(plan):
-        return {"ssp_clip_share": float(settings.untuned.quantile_share)}
+        return {"ssp_clip_quantile": float(plan.private_clip_quantile),
+                "ssp_clip_share": float(settings.untuned.quantile_share)}
     return {}
 
 
@@ -472,7 +475,7 @@ def track_and_report(
         ssp=None if stats is None else {
             "statistics_sigma": stats.sigma, "ssp_clip": _statistics_clip(plan, est),
             "statistics_epsilon": stats.epsilon, "statistics_delta": stats.delta,
-            "moments_share": s.moments_share, **_clip_share(plan, s)}, tuning=tuning)
+            "moments_share": s.moments_share, **_private_clip_rule(plan, s)}, tuning=tuning)
     from gpope.shell.pipeline import evaluate_policy_value as pv
 
     clip_metrics, clip_tags = _clip_tracking(plan, est)
@@ -543,7 +546,8 @@ def track_and_report(
         statistics_epsilon=0.0 if stats is None else float(stats.epsilon),
         statistics_sigma=None if stats is None else float(stats.sigma),
         ssp_clip=_statistics_clip(plan, est), tuning=tuning,
-        settings=settings_summary(s, prepared.provenance, accountant=plan.accountant),
+        settings={**settings_summary(s, prepared.provenance, accountant=plan.accountant),
+                  **_private_clip_rule(plan, s)},
         no_better_than_zero=guard.no_better_than_zero, utility_guard=guard.verdict,
         private_relative_mspbe_interval=None if private_diag is None
         else [private_diag.lower, private_diag.upper],
