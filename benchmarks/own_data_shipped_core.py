@@ -106,13 +106,18 @@ def private_tuning_values(spec, domain: str, patients: int, cap: int | None, see
     return spec.reference_values(res.result.theta)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=3, help="cohorts per spec")
+def add_cohort_arguments(p: argparse.ArgumentParser) -> None:
+    """The options shared by the in-memory shipped-spec benchmarks: cohorts, draws, budget."""
+    p.add_argument("--seeds", type=int, default=3, help="cohorts per shipped spec")
     p.add_argument("--draws", type=int, default=3, help="noise draws per cohort and epsilon")
     p.add_argument("--epsilons", default="1,10")
     p.add_argument("--delta", type=float, default=1e-5)
-    p.add_argument("--only", default=None, help="comma-separated domains (default: all)")
+    p.add_argument("--only", default=None, help="comma-separated shipped domains (default: all)")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_cohort_arguments(p)
     p.add_argument("--private-tuning", action="store_true",
                    help="also one --tune private release per cohort and epsilon (slow)")
     p.add_argument("--tuned", default=None, help="own_data_shipped.py JSON with the tuned errors")

@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from own_data_shipped import SHIPPED, truth_of
-from own_data_shipped_core import cohort_rows
+from own_data_shipped_core import add_cohort_arguments, cohort_rows
 
 #: iteration counts (in steps of 1/L) of the early-stopped gradient path
 STEPS = (300, 1000, 3000, 10000)
@@ -246,11 +246,7 @@ def _summary(records: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=3, help="cohorts per shipped spec")
-    p.add_argument("--draws", type=int, default=3, help="noise draws per cohort and epsilon")
-    p.add_argument("--epsilons", default="1,10")
-    p.add_argument("--delta", type=float, default=1e-5)
-    p.add_argument("--only", default=None, help="comma-separated shipped domains (default: all)")
+    add_cohort_arguments(p)
     p.add_argument("--generated", type=int, default=0,
                    help="also K generated MDPs per feature kind (seeds 1000...), m = 20,000")
     p.add_argument("--floor", type=int, default=0, help="HIV projection floor at N states (0: off)")
