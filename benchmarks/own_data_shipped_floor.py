@@ -30,6 +30,8 @@ Errors are max abs errors at the reference states relative to the largest |true 
 
     nice -n 10 .venv/bin/python benchmarks/own_data_shipped_floor.py --generated 6 \
         --floor 2000 --gpope --out docs/results/own_data_shipped_floor.json
+    nice -n 10 .venv/bin/python benchmarks/own_data_shipped_floor.py --only hiv \
+        --variants 0.75:0.3,0.5:0.3,0.9:0.1,0.5:0.1 --out docs/results/own_data_shipped_floor_hiv_clip.json
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ def _errors(thetas: dict[str, np.ndarray], keep: np.ndarray, err) -> dict[str, f
     return r
 
 
-def measure(spec, truth, vec, *, epsilons, draws: int, delta: float, seed: int) -> list[dict]:
-    """Records of one cohort: exact statistics (epsilon 0) and each epsilon x draw."""
+def measure(spec, truth, vec, *, epsilons, draws: int, delta: float, seed: int,
+            settings=None) -> list[dict]:
+    """Records of one cohort: exact statistics (epsilon 0) and each epsilon x draw of the default
+    with ``settings`` (None: conf's ``evaluation.untuned``)."""
     from gpope.core.ssp import split_vector, supported_features
     from gpope.core.untuned import (
         UntunedSettings,
@@ -131,7 +135,7 @@ def measure(spec, truth, vec, *, epsilons, draws: int, delta: float, seed: int) 
     keep = np.ones(n, dtype=bool)
     recs = [{"epsilon": 0.0, "seed": seed, "draw": 0,
              **_errors(_paths(A, b, C, std=0.0, c_std=0.0), keep, err)}]
-    settings = UntunedSettings()
+    settings = settings or UntunedSettings()
     for eps in epsilons:
         sig = plan_untuned(m=vec.shape[0], epsilon=eps, delta=delta, settings=settings)
         for draw in range(draws):
@@ -251,11 +255,23 @@ def main(argv=None) -> int:
                    help="also K generated MDPs per feature kind (seeds 1000...), m = 20,000")
     p.add_argument("--floor", type=int, default=0, help="HIV projection floor at N states (0: off)")
     p.add_argument("--gpope", action="store_true", help="HIV: the shipped GPOPE's path (slow)")
+    p.add_argument("--variants", default=None,
+                   help="Q:W,... the default with clip_quantile Q and second_moment_weight W "
+                        "(shipped specs only; default: conf's settings)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     from gpope.shell.pipeline.jobargs import load_spec
 
     eps = [float(x) for x in a.epsilons.split(",")]
+    variants = [("", None)]
+    if a.variants:
+        from dataclasses import replace
+
+        from gpope.core.untuned import UntunedSettings
+
+        variants = [(f" q{q} w{w}", replace(UntunedSettings(), clip_quantile=float(q),
+                                            second_moment_weight=float(w)))
+                    for q, w in (v.split(":") for v in a.variants.split(","))]
     records, extra = [], {}
     t0 = time.time()
     for spec_path, domain, patients, cap in SHIPPED:
@@ -265,9 +281,10 @@ def main(argv=None) -> int:
         truth = truth_of(spec, domain)
         for seed in range(a.seeds):
             vec = cohort_rows(spec, domain, patients, cap, seed)
-            for r in measure(spec, truth, vec, epsilons=eps, draws=a.draws, delta=a.delta,
-                             seed=seed):
-                records.append({"spec": spec.name, **r})
+            for label, settings in variants:
+                for r in measure(spec, truth, vec, epsilons=eps, draws=a.draws, delta=a.delta,
+                                 seed=seed, settings=settings):
+                    records.append({"spec": spec.name + label, **r})
             print(f"{spec.name} seed {seed} ({time.time() - t0:.0f} s)", flush=True)
         if domain == "hiv" and a.floor:
             extra["projection_floor"] = projection_floor(spec, truth, a.floor)
