@@ -58,7 +58,10 @@ def truth_of(spec, domain: str) -> np.ndarray:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=3, help="cohorts per spec")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="first cohort (cohort k simulates with seed 100 + k); more cohorts of an "
+                        "earlier run without repeating it")
     p.add_argument("--epsilons", default="1,10")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--only", default=None, help="comma-separated domains (default: all)")
@@ -81,7 +84,7 @@ def main(argv=None) -> int:
             stripped.write_text(yaml.safe_dump(data, sort_keys=False))
             truth = truth_of(spec, domain)
             scale = float(np.max(np.abs(truth)))
-            for seed in range(a.seeds):
+            for seed in range(a.first_seed, a.first_seed + a.seeds):
                 ds = f"{domain}_{seed}"
                 gpope("simulate", "--domain", domain, "--patients", patients, "--seed", 100 + seed,
                       "--dataset", ds, "--lake", lake, "--no-progress",

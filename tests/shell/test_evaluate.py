@@ -358,3 +358,38 @@ def test_tracking_failure_after_release_reports_the_release_and_track_relogs_it(
     assert main(["track", "--run-id", "0" * 32, "--lake", str(config.lake.root),
                  "--tracking-uri", uri]) == 2
     assert "has no release" in capsys.readouterr().err
+
+
+def test_the_default_releases_what_the_in_memory_benchmarks_measure(spark, setup):
+    # benchmarks/own_data_*core.py measure the tuning-free default in memory
+    # (release_untuned_rows on the statistics rows); the pipeline's Spark aggregates must release
+    # the same numbers from the same rows, noise seed and multipliers, or those benchmarks
+    # describe another estimator than the one a user runs
+    from gpope.core.ssp import statistics_vectors
+    from gpope.core.untuned import UntunedSettings, release_untuned_rows, split_untuned
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    config, spec, transitions, uri = setup
+    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=SettingsLayer({"epsilon": 20.0, "delta": 1e-5, "seed": 5,
+                                                 "allow_not_private": True}), tracking_uri=uri)
+    assert report.estimator == "untuned" and not report.private
+    rows = statistics_of_transitions(transitions, spec).to_rows()
+    vec = statistics_vectors(rows["A"], rows["b"], rows["C"])
+    settings = UntunedSettings()
+    # the run's multiplier of the SSP sums (no policy value release: the spec has no reward
+    # bounds) is the statistics' share of the one Gaussian mechanism the default composes to
+    sigmas = split_untuned(report.statistics_sigma * np.sqrt(
+        1.0 - 2.0 * settings.quantile_share - settings.refine_share), settings)
+    core = release_untuned_rows(vec, spec, sigmas=sigmas, moments_share=0.1, settings=settings,
+                                rng=np.random.default_rng(np.random.SeedSequence([5, 0x554E54])))
+    assert report.ssp_clip == pytest.approx(core.clip, rel=1e-12)
+    assert np.count_nonzero(core.theta) >= 2  # 60 trajectories at epsilon 20: features supported
+    np.testing.assert_allclose(report.theta, core.theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose([report.reference_values[k] for k, _ in spec.reference_states],
+                               core.interval.value, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(report.intervals["lower"], core.interval.lower, rtol=1e-9)
+    # another noise seed in memory gives another release (the comparison can fail)
+    other = release_untuned_rows(vec, spec, sigmas=sigmas, moments_share=0.1, settings=settings,
+                                 rng=np.random.default_rng(np.random.SeedSequence([6, 0x554E54])))
+    assert not np.allclose(other.theta, report.theta)
