@@ -269,6 +269,28 @@ def test_secure_noise_covers_the_policy_value_release(spark, chain_lake, tmp_pat
     assert all(np.isfinite([r["lower"], r["upper"]]).all() for r in scalars.values())
 
 
+def test_secure_noise_is_refused_where_the_tuning_free_default_applies(spark, chain_lake,
+                                                                       tmp_path):
+    # --secure-noise with the settings its refusal message names (uniform, rdp) on a spec
+    # without an evaluation: block: the default would draw continuous Gaussian noise under a
+    # PLD event, so the run is refused before anything is reserved; naming the estimator
+    # (ssp, whose clip histogram and sums take the discrete Gaussian) is accepted
+    import dataclasses
+
+    from gpope.shell.pipeline.evaluate_untuned import untuned_applies
+
+    config, root = chain_lake
+    spec = dataclasses.replace(load_spec(SPEC_FILE), evaluation=None)
+    assert untuned_applies(spec, {"secure_noise": "options", "sampling": "options"})
+    before = _ledger_version(root)
+    options = SettingsLayer.of(epsilon=1.0, delta=1e-5, secure_noise=True, sampling="uniform",
+                              accountant="rdp", public_trajectories=0)
+    with pytest.raises(ConfigError, match="--secure-noise is not available for the tuning-free"):
+        run_evaluate(spark, config, dataset="chu", spec=spec, options=options,
+                     tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    assert _ledger_version(root) == before  # nothing reserved
+
+
 def test_statistics_without_policy_terms_are_refused_in_one_line(spark, chain_lake, tmp_path,
                                                                   capsys):
     # A lake whose trajectory_stats were written before the policy value existed (no

@@ -166,9 +166,10 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
         # for the demo's 40-decision ones and buried every feature of the noisy statistics
         settings = dataclasses.replace(settings, public_max_length=recorded)
-    from gpope.shell.pipeline.evaluate_untuned import untuned_applies
+    from gpope.shell.pipeline.evaluate_untuned import check_untuned_settings, untuned_applies
 
     if untuned_applies(spec, provenance["source"]):  # nobody tuned it, nothing was chosen
+        check_untuned_settings(spec, settings)
         settings = dataclasses.replace(settings, estimator="untuned", interval_groups=0)
     ssp_run = settings.estimator == "ssp"
     q_source = provenance["source"].get("ssp_clip_quantile")

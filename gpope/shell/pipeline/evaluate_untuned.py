@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.untuned import UntunedRelease, UntunedSettings
 
-__all__ = ["EXPLICIT_CHOICES", "UNTUNED_NOTE", "private_ssp_clip", "run_untuned", "untuned_applies",
-           "untuned_result"]
+__all__ = ["EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED", "UNTUNED_NOTE", "check_untuned_settings",
+           "private_ssp_clip", "run_untuned", "untuned_applies", "untuned_result"]
 
 #: Settings whose explicit choice (command line or caller) means "not the default": the user
 #: asked for a particular estimator or solver.
@@ -32,6 +32,28 @@ UNTUNED_NOTE = (
     "NOTE: spec {name!r} has no evaluation: block, so the tuning-free private default was used "
     "(clip and residual clip by private quantiles, one refined SSP release; docs/OWN_DATA.md)."
 )
+
+
+#: Why ``--secure-noise`` is refused where the default applies.
+SECURE_NOISE_UNTUNED = (
+    "--secure-noise is not available for the tuning-free default (spec {name!r} has no "
+    "evaluation: block): its histograms, statistics and residual releases draw continuous "
+    "Gaussian noise and are accounted for it. Run --estimator ssp --accountant rdp --secure-noise "
+    "(its clip is then released privately with discrete Gaussian noise), or drop --secure-noise."
+)
+
+
+def check_untuned_settings(spec: EvaluationSpec, settings: Any) -> None:
+    """Refuse the settings the default cannot honour (public settings only): ``secure_noise``,
+    whose OS-CSPRNG discrete Gaussian the default's releases do not draw.
+
+    Raises:
+        ConfigError: ``settings.secure_noise`` is set.
+    """
+    from gpope.errors import ConfigError
+
+    if getattr(settings, "secure_noise", False):
+        raise ConfigError(SECURE_NOISE_UNTUNED.format(name=spec.name))
 
 
 def untuned_applies(spec: EvaluationSpec, sources: Mapping[str, str]) -> bool:
