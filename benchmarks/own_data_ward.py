@@ -23,7 +23,7 @@ importance ratios, transfers and the cap bootstrapped, as gpope's ingest describ
 ``gpope evaluate --dataset D --spec S --epsilon E --delta D`` with no solver flags at each
 epsilon, and prints the released values against the truth::
 
-    nice -n 10 .venv/bin/python benchmarks/own_data_ward.py --out /tmp/ward --run \\
+    nice -n 10 .venv/bin/python benchmarks/own_data_ward.py --out /tmp/ward --run --repeats 3 \\
         --json docs/results/own_data_ward.json
 """
 
@@ -204,8 +204,9 @@ def gpope(*argv: str) -> str:
     return done.stdout
 
 
-def run(out: Path, truth: dict, epsilons: list[float], delta: float) -> list[dict]:
-    """The documented commands at each epsilon; per epsilon the errors against the truth."""
+def run(out: Path, truth: dict, epsilons: list[float], delta: float, repeats: int) -> list[dict]:
+    """The documented commands; per evaluate run (``repeats`` per epsilon, each with fresh
+    noise on the same statistics) the errors against the truth."""
     lake = out / "lake"
     shutil.rmtree(lake, ignore_errors=True)
     rename(out)
@@ -213,9 +214,9 @@ def run(out: Path, truth: dict, epsilons: list[float], delta: float) -> list[dic
     gpope("load", *common, *(x for t in RENAME for x in (f"--{t}", str(out / f"{t}.parquet"))))
     print(gpope("ingest", *common, "--conf", str(out / "conf.yaml")).strip())
     gpope("stats", *common, "--conf", str(out / "conf.yaml"), "--spec", str(out / "spec.yaml"))
-    gpope("budget", "set", *common, "--epsilon", str(sum(epsilons) + 1), "--delta", "1e-5")
+    gpope("budget", "set", *common, "--epsilon", str(repeats * sum(epsilons) + 1), "--delta", "1e-5")
     rows = []
-    for eps in epsilons:
+    for eps in [e for e in epsilons for _ in range(repeats)]:
         t0 = time.time()
         text = gpope("evaluate", *common, "--conf", str(out / "conf.yaml"),
                      "--spec", str(out / "spec.yaml"), "--epsilon", str(eps), "--delta", str(delta))
@@ -246,6 +247,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
     parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--repeats", type=int, default=1, help="evaluate runs per epsilon")
     parser.add_argument("--run", action="store_true", help="run the documented gpope commands")
     parser.add_argument("--json", type=Path, help="write the measured rows here")
     args = parser.parse_args()
@@ -254,7 +256,7 @@ def main() -> None:
                                             "J_inf_behaviour", "mean_rounds")}))
     if not args.run:
         return
-    rows = run(args.out, truth, args.epsilons, args.delta)
+    rows = run(args.out, truth, args.epsilons, args.delta, args.repeats)
     print(f"{'eps':>5} {'max abs err':>11} {'LSTD err':>9} {'covered':>8} {'finite':>7} "
           f"{'J(target) [interval]':>30} {'truth':>7}")
     for r in rows:

@@ -124,7 +124,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "privacy per patient. Only public settings and m are used to set up the run; the spend "
             "is reserved in the privacy ledger before anything is drawn or written (a run past the "
             "budget stops with an error, writing nothing); theta and the values at the spec's "
-            "reference states go to released_estimates; MLflow gets params, metrics and artifacts."
+            "reference states go to released_estimates; MLflow gets params, metrics and artifacts. "
+            "Solver settings come from the spec's publicly tuned evaluation: block; a spec "
+            "without one (your own data) gets the tuning-free private default unless a solver "
+            "flag is given (docs/OWN_DATA.md). Besides V at the reference states, a spec with "
+            "public reward and weight bounds gets J(target), J(behaviour) and their contrast "
+            "(docs/OWN_DATA.md, 'Reading the output')."
         ),
     )
     add_dataset_option(parser)

@@ -197,8 +197,9 @@ def resolve_dataset_settings(
     if domain is None and simulated is None:
         raise ConfigError(
             f"Dataset {dataset!r} is not configured and was not written by `gpope simulate` in "
-            f"the lake {config.lake.root}: add it under 'datasets:' in the --conf file "
-            f"(configured: {sorted(config.datasets) or 'none'}), or pass --domain "
+            f"the lake {str(config.lake.root)!r}: describe it under 'datasets:' in a conf file "
+            f"and pass it with --conf (configured: {sorted(config.datasets) or 'none'}; "
+            "docs/OWN_DATA.md, 'The datasets: entry'), or pass --domain "
             "{chain,mountaincar,hiv} for a simulated cohort."
         )
     if simulated is None:
