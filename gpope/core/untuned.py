@@ -80,6 +80,7 @@ __all__ = [
     "quantile_grid",
     "release_untuned",
     "release_untuned_rows",
+    "release_weighted_sums",
     "second_moment_weights",
     "second_order_widths",
     "split_untuned",
@@ -287,6 +288,21 @@ def _sum_kernel(clip: float, weights: np.ndarray):
     return kernel
 
 
+def release_weighted_sums(sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float,
+                          weight: float, rng: np.random.Generator) -> Any:
+    """The default's SSP release (:class:`gpope.core.ssp.NoisyStatistics`): ``sums`` (K, 2n^2+n)
+    of the weighted rows ``[A_i, b_i, weight C_i]`` clipped to ``clip`` (:func:`_sum_kernel`),
+    C divided by ``weight`` again, plus ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma
+    clip / weight)^2)`` on C: the Gaussian mechanism on the weighted sums (sensitivity ``clip``
+    under add/remove-one, ``GaussianDpEvent(sigma)``) followed by the division, post-processing.
+    K > 1 rows are independent releases (the audit, :mod:`gpope.core.audit_untuned`)."""
+    from gpope.core.ssp import release_noisy_statistics
+
+    return release_noisy_statistics(
+        np.asarray(sums, dtype=np.float64) / second_moment_weights(n, weight), n=n, m=m,
+        sigma=sigma, clip=clip, rng=rng, c_noise_scale=1.0 / weight)
+
+
 def _residual_kernel(theta: np.ndarray, n: int, bound: float):
     """(idx, rows) -> (1, n + n(n+1)/2): clipped residuals' sum and their moment vectors' sum."""
     theta = np.asarray(theta, dtype=np.float64).copy()
@@ -363,7 +379,6 @@ def release_untuned(
         NoisyMoments,
         moments_matrix,
         noise_norm_bound,
-        release_noisy_statistics,
         residuals,
         supported_features,
     )
@@ -374,10 +389,9 @@ def release_untuned(
     clip = _private_quantile(aggregate, quantile_grid(spec, settings),
                              lambda rows: rows * weights, settings.clip_quantile, m=m,
                              sigma=sigmas.quantile, rng=rng)
-    noisy = release_noisy_statistics(
-        aggregate(_sum_kernel(clip, weights), width)[None, :] / weights, n=n, m=m,
-        sigma=sigmas.statistics, clip=clip, rng=rng,
-        c_noise_scale=1.0 / settings.second_moment_weight)
+    noisy = release_weighted_sums(aggregate(_sum_kernel(clip, weights), width)[None, :], n=n, m=m,
+                                  sigma=sigmas.statistics, clip=clip,
+                                  weight=settings.second_moment_weight, rng=rng)
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
     keep = supported_features(C, noise_std=std * noisy.c_noise_scale)

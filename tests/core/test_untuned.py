@@ -250,3 +250,30 @@ def test_an_unidentified_release_is_the_ridge_solve_with_unbounded_intervals(tab
     keep = supported_features(C, noise_std=std * rel.noisy.c_noise_scale)
     lam = st_.unidentified_ridge * noise_norm_bound(int(keep.sum()), std) ** 2
     np.testing.assert_allclose(rel.theta, _ridge_solve(A, b, keep, lam))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.floats(1e-3, 10.0), st.integers(0, 2**31),
+       st.sampled_from([0.0, np.inf, -np.inf, np.nan]))
+def test_one_trajectory_moves_the_residual_release_by_at_most_its_clips(n, c_r, seed, poison):
+    """The refinement's sensitivity: whatever the row (non-finite entries included) and the
+    public theta^, one trajectory adds at most ``c_r`` in L2 to the residual sum and at most
+    ``c_r^2`` to the moment sum (the multipliers of the plan assume both), and one count to one
+    bin of each clip histogram (sensitivity 1 under add/remove)."""
+    from gpope.core.private_quantile import LogGrid
+    from gpope.core.ssp import residuals
+    from gpope.core.untuned import _histogram_kernel, _residual_kernel
+
+    rng = np.random.default_rng(seed)
+    row = rng.standard_normal((1, 2 * n * n + n)) * 10.0 ** (seed % 9 - 4)
+    if poison != 0.0:
+        row[0, rng.integers(row.shape[1])] = poison
+    theta = rng.standard_normal(n) * 10.0 ** (seed % 5 - 2)
+    out = _residual_kernel(theta, n, c_r)(np.zeros(1), row)[0]
+    assert np.all(np.isfinite(out))
+    assert np.linalg.norm(out[:n]) <= c_r * (1.0 + 1e-12)
+    assert np.linalg.norm(out[n:]) <= c_r * c_r * (1.0 + 1e-12)
+    edges = LogGrid(lo=1e-3, hi=1e3, bins_per_decade=4).edges()
+    for transform in (lambda r: r, lambda r: residuals(r, theta, n)):
+        counts = _histogram_kernel(edges, transform)(np.zeros(1), row)[0]
+        assert counts.sum() == 1.0 and np.count_nonzero(counts) == 1

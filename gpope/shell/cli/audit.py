@@ -9,7 +9,9 @@ epsilon (see gpope.core.audit). The SSP release is audited the same way under bo
 statistics share of uniform-sampling runs, a canary pair at distance 2 clip). The policy value
 release (--estimator policy_value: clip histograms and moment sums, one Gaussian mechanism at the
 run's policy-value share) is audited with a canary patient at the public maxima
-(gpope.core.audit_policy_value).
+(gpope.core.audit_policy_value). The tuning-free default's SSP release (--estimator untuned: the
+weighted rows [A, b, w C] clipped, noised at the default's plan, C divided by w) is audited with
+a canary in the C block, against the claim of a default run (gpope.core.audit_untuned).
 
 The settings default to documented presets (small m, few steps, many runs) in which the
 accountant is nearly tight, so a factor-2 error shows. ``--include-broken`` also audits
@@ -54,8 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--sampling", nargs="+", choices=("uniform", "poisson"),
                         default=["uniform", "poisson"], help="GPOPE sampling schemes to audit")
-    parser.add_argument("--estimator", nargs="+", choices=("gpope", "ssp", "policy_value"),
-                        default=["gpope", "ssp", "policy_value"], help="mechanisms to audit")
+    parser.add_argument("--estimator", nargs="+",
+                        choices=("gpope", "ssp", "policy_value", "untuned"),
+                        default=["gpope", "ssp", "policy_value", "untuned"],
+                        help="mechanisms to audit")
     parser.add_argument("--m", type=int, default=None, help="trajectories per data set (preset)")
     parser.add_argument("--iterations", type=int, default=None, help="solver steps N (preset)")
     parser.add_argument("--epsilon", type=float, default=None, help="claimed epsilon (preset)")
@@ -65,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         default="likelihood_ratio",
                         help="white-box likelihood ratio (default), largest one-step move, or "
                              "black-box final iterate")
-    parser.add_argument("--quick", action="store_true", help="fewer runs for GPOPE and SSP (faster, smaller margins); the policy value audit keeps its runs")
+    parser.add_argument("--quick", action="store_true", help="fewer runs for GPOPE and SSP (faster, smaller margins); the policy value and tuning-free default audits keep theirs")
     parser.add_argument("--include-broken", action="store_true",
                         help="also audit deliberately broken mechanisms (noise x0.5, "
                              "sigma-for-sigma/2, noise/10, no clipping)")
@@ -141,6 +145,17 @@ def _run(args: argparse.Namespace) -> int:
         for name, kw in variants_pv:
             results.append(run_policy_value_audit(cfg_pv, args.seed, settings=pv_settings,
                                                   **kw))
+            names.append(name)
+    if "untuned" in args.estimator:
+        from gpope.core.audit_untuned import UntunedAuditConfig, run_untuned_audit
+
+        cfg_un = UntunedAuditConfig(delta=args.delta, **{
+            k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")})
+        variants_un = [("real", {})] + ([("noise x0.5", {"_noise_scale": 0.5}),
+                                         ("C noise unweighted", {"_unweighted_c_noise": True})]
+                                        if args.include_broken else [])
+        for name, kw in variants_un:
+            results.append(run_untuned_audit(cfg_un, args.seed, **kw))
             names.append(name)
     return _report(args, names, results)
 
