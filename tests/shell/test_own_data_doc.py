@@ -52,6 +52,47 @@ def _gaussian_leaves(event):
     return [event]
 
 
+def _check_default_charge(entry, params, settings) -> None:
+    """The ledger row of a default run (epsilon 1, delta 1e-6, the policy value's share 0.3)
+    against oracles that are not the project's accountants: its stored event is six Gaussian
+    mechanisms with the documented shares of one privacy loss mu^2, and the Gaussian
+    mechanism's exact curve (Balle and Wang 2018, Thm. 8, the mu-GDP conversion) and
+    dp-accounting's PLD both certify the charged epsilon at the run's delta, with at most 3 %
+    left unused."""
+    import math
+
+    import dp_accounting
+    import numpy as np
+    from dp_accounting.pld import PLDAccountant
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    from gpope.core.accounting.composition import mechanism_from_json
+
+    assert entry.status == "released" and entry.charged_epsilon == entry.epsilon == 1.0
+    assert entry.charged_delta == entry.delta == 1e-6
+    stored = mechanism_from_json(entry.mechanism)
+    assert stored.relation == "add_or_remove_one"
+    sigmas = [e.noise_multiplier for e in _gaussian_leaves(stored.event)]
+    mu2 = np.array([s**-2 for s in sigmas])
+    q, r, ms, pv = settings.quantile_share, settings.refine_share, 0.1, 0.3
+    own = 1.0 - pv  # [histogram, SSP sums, histogram, residual sum, moments, policy value]
+    shares = [own * q, own * (1 - 2 * q - r), own * q, own * r * (1 - ms), own * r * ms, pv]
+    np.testing.assert_allclose(mu2 / mu2.sum(), shares, rtol=1e-9)
+    assert float(params["sigma"]) == pytest.approx(sigmas[1], rel=1e-12)  # the SSP sums' own
+    mu = math.sqrt(mu2.sum())
+
+    def gdp_delta(eps: float) -> float:
+        return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
+
+    assert gdp_delta(entry.charged_epsilon) <= entry.delta * (1 + 1e-9)
+    exact = brentq(lambda e: gdp_delta(e) - entry.delta, 0.0, 50.0)
+    assert 0.97 * entry.epsilon <= exact <= entry.epsilon
+    pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                        value_discretization_interval=1e-5)
+    assert pld.compose(stored.event).get_epsilon(entry.delta) == pytest.approx(exact, abs=2e-3)
+
+
 def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys):
     # The page's commands, as written, in a hostile working directory (so `./lake` and the
     # files are under it); then the JVM-free readers (gpope query, budget show) see every row.
@@ -155,9 +196,12 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
         assert r_lo <= q["lower"] <= q["value"] <= q["upper"] <= r_hi, (name, q)
     # the tuning-free default's run likewise: its own rules, nothing of GPOPE's
     untuned_id = outputs["evaluate"].split("MLflow run ")[1].split()[0]
-    untuned = mlflow.MlflowClient().get_run(untuned_id).data.params
+    untuned_run = mlflow.MlflowClient().get_run(untuned_id)
+    untuned = untuned_run.data.params
     assert not solver_only & set(untuned) and "ssp_clip_quantile" not in untuned, untuned
     assert float(untuned["untuned.clip_quantile"]) == UntunedSettings().clip_quantile
+    _check_default_charge(PrivacyLedger(None, config).entry(
+        "ward7", untuned_run.data.tags["gpope.run_id"]), untuned, UntunedSettings())
     stored = mechanism_from_json(PrivacyLedger(None, config).entry("ward7", out["run_id"]).mechanism)
     assert "ssp clip(private 0.9 quantile of the statistics norms)" in stored.label
     histogram = stored.event.events[1]  # [ssp release, clip histogram, policy value]
