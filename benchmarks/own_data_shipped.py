@@ -56,6 +56,37 @@ def truth_of(spec, domain: str) -> np.ndarray:
     return np.asarray(values)
 
 
+def summarize(records: list[dict], eps: list[float]) -> list[dict]:
+    """Print and return, per (spec, epsilon), the median error of each variant over its cohorts
+    (each cohort's error listed), the ratio untuned / tuned and the default's intervals that
+    covered the truth and were finite."""
+    print(f"\n{'spec':<12} {'eps':>5} {'tuned':>8} {'untuned':>8} {'ratio':>6}  covered finite  "
+          "per cohort (tuned | untuned)")
+    summary = []
+    for name in dict.fromkeys(r["spec"] for r in records):
+        for e in eps:
+            rs = {v: [r for r in records if (r["spec"], r["epsilon"], r["variant"]) == (name, e, v)]
+                  for v in ("tuned", "untuned")}
+            med = {v: float(np.median([r["error"] for r in rs[v]])) if rs[v] else None
+                   for v in rs}
+            ratio = med["untuned"] / med["tuned"] if med["tuned"] and med["untuned"] else None
+            row = {"spec": name, "epsilon": e, **med, "ratio": ratio,
+                   "cohorts": {v: len(rs[v]) for v in rs},
+                   "covered": sum(r["covered"] for r in rs["untuned"]),
+                   "finite": sum(r["finite"] for r in rs["untuned"])}
+            summary.append(row)
+
+            def fmt(x, w=8):
+                return f"{x:>{w}.4f}" if x is not None else f"{'-':>{w}}"
+
+            print(f"{name:<12} {e:>5g} {fmt(med['tuned'])} {fmt(med['untuned'])} {ratio if ratio is not None else float('nan'):>6.2f}"
+                  f"  {row['covered']:>3}/{len(rs['untuned'])} {row['finite']:>3}/"
+                  f"{len(rs['untuned'])}  "
+                  + " ".join(f"{r['error']:.3f}" for r in rs["tuned"]) + " | "
+                  + " ".join(f"{r['error']:.3f}" for r in rs["untuned"]))
+    return summary
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=3, help="cohorts per spec")
@@ -65,11 +96,24 @@ def main(argv=None) -> int:
     p.add_argument("--epsilons", default="1,10")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--only", default=None, help="comma-separated domains (default: all)")
+    p.add_argument("--variants", default="tuned,untuned",
+                   help="which evaluate runs per cohort: the spec as shipped (tuned), without its "
+                        "block (untuned), or both")
     p.add_argument("--out", default=None)
+    p.add_argument("--summarize", nargs="+", default=None, metavar="JSON",
+                   help="run nothing: the summary over the records of earlier runs' --out files "
+                        "(cohorts from several runs pooled)")
     a = p.parse_args(argv)
+    if a.summarize:
+        records = [r for f in a.summarize for r in json.loads(Path(f).read_text())["records"]]
+        summarize(records, sorted({float(r["epsilon"]) for r in records}))
+        return 0
     from gpope.shell.pipeline.jobargs import load_spec
 
     eps = [float(x) for x in a.epsilons.split(",")]
+    variants = a.variants.split(",")
+    if not set(variants) <= {"tuned", "untuned"}:
+        p.error(f"--variants takes tuned, untuned or both; got {a.variants!r}")
     records = []
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="gpope-shipped-") as tmp:
@@ -95,6 +139,8 @@ def main(argv=None) -> int:
                       "--delta", 1e-3, "--lake", lake)
                 for e in eps:
                     for variant, path in (("tuned", spec_path), ("untuned", stripped)):
+                        if variant not in variants:
+                            continue
                         rep = json.loads(gpope("evaluate", "--dataset", ds, "--spec", path,
                                                "--epsilon", e, "--delta", a.delta, "--lake", lake,
                                                "--json"))
@@ -109,22 +155,12 @@ def main(argv=None) -> int:
                             "covered": bool(np.all((lower <= truth) & (truth <= upper))),
                             "finite": bool(np.all(np.isfinite(lower) & np.isfinite(upper)))})
                 print(f"{ds}: " + ", ".join(f"{r['variant']} eps {r['epsilon']:g} "
-                      f"{r['error']:.4f}" for r in records[-2 * len(eps):])
+                      f"{r['error']:.4f}" for r in records[-len(variants) * len(eps):])
                       + f" ({time.time() - t0:.0f} s)", flush=True)
                 if a.out:
                     Path(a.out).write_text(json.dumps({"args": vars(a), "records": records},
                                                       indent=1))
-    print(f"\n{'spec':<12} {'eps':>5} {'tuned':>8} {'untuned':>8} {'ratio':>6}")
-    summary = []
-    for name in dict.fromkeys(r["spec"] for r in records):
-        for e in eps:
-            med = {v: float(np.median([r["error"] for r in records if r["spec"] == name
-                                       and r["epsilon"] == e and r["variant"] == v]))
-                   for v in ("tuned", "untuned")}
-            summary.append({"spec": name, "epsilon": e, **med,
-                            "ratio": med["untuned"] / med["tuned"] if med["tuned"] else None})
-            print(f"{name:<12} {e:>5g} {med['tuned']:>8.4f} {med['untuned']:>8.4f} "
-                  f"{med['untuned'] / med['tuned'] if med['tuned'] else float('nan'):>6.2f}")
+    summary = summarize(records, eps)
     if a.out:
         Path(a.out).write_text(json.dumps({"args": vars(a), "summary": summary,
                                            "records": records}, indent=1))

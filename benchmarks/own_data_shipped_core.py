@@ -18,6 +18,9 @@ turned into the pipeline's statistics rows; then, per epsilon and noise draw:
   (:func:`gpope.core.private_tuning.tune_privately`, conf's generic solver settings: 20 passes of
   N = 20,000 Poisson steps, inverse schedule, tail averaging), the ``--tune private`` path.
 
+Each release gets the share of the run's privacy loss a ``gpope evaluate`` run leaves the
+default (:func:`estimator_share`: the conf's policy value release takes the rest), so the numbers
+describe the pipeline's release; ``--estimator-share 1`` gives the estimator the whole epsilon.
 Errors are max abs errors at the reference states divided by the largest |true value| (as
 ``own_data_shipped.py``). With ``--tuned FILE`` (that script's JSON) the summary prints the
 1.5x target (1.5 x the tuned median) beside each row.
@@ -106,6 +109,19 @@ def private_tuning_values(spec, domain: str, patients: int, cap: int | None, see
     return spec.reference_values(res.result.theta)
 
 
+def estimator_share(spec, share: float | None = None) -> float:
+    """The share of the run's Gaussian privacy loss the default gets: ``share`` when given, else
+    what ``gpope evaluate`` leaves it (the joint calibration of :func:`gpope.core.evaluation.
+    plan_release`): ``1 - policy_value_share`` of the conf where the spec carries the policy
+    value release, 1 where it lacks a bound that release needs."""
+    from gpope.core.evaluation.settings import RunSettings
+    from gpope.core.policy_value import policy_value_unavailable
+
+    if share is not None:
+        return float(share)
+    return 1.0 if policy_value_unavailable(spec) else 1.0 - RunSettings().policy_value_share
+
+
 def add_cohort_arguments(p: argparse.ArgumentParser) -> None:
     """The options shared by the in-memory shipped-spec benchmarks: cohorts, draws, budget."""
     p.add_argument("--seeds", type=int, default=3, help="cohorts per shipped spec")
@@ -121,6 +137,10 @@ def main(argv=None) -> int:
     p.add_argument("--private-tuning", action="store_true",
                    help="also one --tune private release per cohort and epsilon (slow)")
     p.add_argument("--tuned", default=None, help="own_data_shipped.py JSON with the tuned errors")
+    p.add_argument("--estimator-share", type=float, default=None,
+                   help="share of the run's Gaussian privacy loss the default gets (default: what "
+                        "a `gpope evaluate` run leaves it, 1 - policy_value_share where the spec "
+                        "carries the policy value release; 1: the estimator alone)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned_rows
@@ -144,7 +164,8 @@ def main(argv=None) -> int:
             vec = cohort_rows(spec, domain, patients, cap, seed)
             lstd = err(lstd_values(spec, vec))
             for eps in eps_list:
-                sig = plan_untuned(m=vec.shape[0], epsilon=eps, delta=a.delta, settings=settings)
+                sig = plan_untuned(m=vec.shape[0], epsilon=eps, delta=a.delta, settings=settings,
+                                   share=estimator_share(spec, a.estimator_share))
                 for draw in range(a.draws):
                     rng = np.random.default_rng(np.random.SeedSequence([seed, draw, int(eps * 1000)]))
                     rel = release_untuned_rows(vec, spec, sigmas=sig, moments_share=0.1,
