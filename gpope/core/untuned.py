@@ -375,7 +375,6 @@ def release_untuned(
     from gpope.core.intervals import Interval, separation
     from gpope.core.private_quantile import LogGrid
     from gpope.core.ssp import (
-        SUPPORT_Z,
         NoisyMoments,
         moments_matrix,
         noise_norm_bound,
@@ -396,10 +395,11 @@ def release_untuned(
     std = noisy.pooled_noise_std()
     keep = supported_features(C, noise_std=std * noisy.c_noise_scale)
     # a sparse A~ (tabular features): few entries stand out of the noise, so a feature whose
-    # A_jj does is supported too (A's noise is below C's), and an unidentified solve drops the rest
+    # A_jj does (the same sparse_z the solve keeps an entry by; A's noise is below C's) is
+    # supported too, and an unidentified solve drops the rest
     sparse = float(np.mean(np.abs(A) > settings.sparse_z * std)) < settings.sparse_fraction
     if sparse:
-        keep = keep | (np.diag(A) > SUPPORT_Z * std)
+        keep = keep | (np.diag(A) > settings.sparse_z * std)
     Ak = A[np.ix_(keep, keep)]
     theta0 = np.zeros(n)
     theta0[keep] = np.linalg.lstsq(Ak, b[keep], rcond=None)[0]

@@ -232,14 +232,12 @@ def test_an_unidentified_release_is_the_ridge_solve_with_unbounded_intervals(tab
                                rng=np.random.default_rng(5))
     assert rel.interval.unidentified
     assert np.all(np.isinf(rel.interval.lower)) and np.all(np.isinf(rel.interval.upper))
-    from gpope.core.ssp import SUPPORT_Z
-
     A, b, C = rel.noisy.pooled()
     std = rel.noisy.pooled_noise_std()
     keep = supported_features(C, noise_std=std * rel.noisy.c_noise_scale)
     big = np.abs(A) > st_.sparse_z * std
     if big.mean() < st_.sparse_fraction:  # sparse A~: support from A_jj, solve without the noise
-        keep |= np.diag(A) > SUPPORT_Z * std
+        keep |= np.diag(A) > st_.sparse_z * std  # the threshold the solve keeps entries by
         A = np.where(big, A, 0.0)
     lam = st_.unidentified_ridge * noise_norm_bound(int(keep.sum()), std) ** 2
     np.testing.assert_allclose(rel.theta, _ridge_solve(A, b, keep, lam))
