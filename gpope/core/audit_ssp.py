@@ -71,17 +71,27 @@ class SSPAuditConfig(CanaryClaim):
         check_choice(o, "relation", self.relation, ("add_or_remove_one", "replace_one"))
 
 
-def _worlds(config: SSPAuditConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
-    """Statistics vectors of D0 and D1 ((m + 1, 2n^2 + n) each) and the canary coordinate."""
-    m, n = config.m, config.n_features
+def base_records(config: CanaryClaim, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A (m+1, n, n), b (m+1, n), C (m+1, n, n)): ``config.m`` base records at the scale of
+    ``config.clip`` that never visit the last feature (zero last rows and columns of A and C,
+    zero last b), and an all-zero record m where a canary goes."""
+    m, n, clip = config.m, config.n_features, config.clip
     d = n - 1
     A = np.zeros((m + 1, n, n))
     C = np.zeros((m + 1, n, n))
     b = np.zeros((m + 1, n))
-    X = rng.normal(size=(m, d, d)) * 0.3 * config.clip
-    A[:m, :d, :d] = X + np.eye(d) * config.clip
-    C[:m, :d, :d] = np.einsum("mij,mkj->mik", X, X) + np.eye(d) * config.clip
-    b[:m, :d] = rng.normal(size=(m, d)) * config.clip
+    X = rng.normal(size=(m, d, d)) * 0.3 * clip
+    A[:m, :d, :d] = X + np.eye(d) * clip
+    C[:m, :d, :d] = np.einsum("mij,mkj->mik", X, X) + np.eye(d) * clip
+    b[:m, :d] = rng.normal(size=(m, d)) * clip
+    return A, b, C
+
+
+def _worlds(config: SSPAuditConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+    """Statistics vectors of D0 and D1 ((m + 1, 2n^2 + n) each) and the canary coordinate."""
+    m, n = config.m, config.n_features
+    A, b, C = base_records(config, rng)
     if config.relation == "replace_one":
         b[m, n - 1] = -config.canary_scale * config.clip
     v0 = statistics_vectors(A, b, C)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from gpope.core.audit import AuditResult, CanaryClaim, audit_generator
+from gpope.core.audit_ssp import base_records
 from gpope.core.ssp import release_noisy_statistics, statistics_vectors
 from gpope.core.untuned import (
     _sum_kernel,
@@ -67,18 +68,11 @@ class UntunedAuditConfig(CanaryClaim):
 
 def _worlds(config: UntunedAuditConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
     """Statistics rows of D0 and D1 ((m + 1, 2n^2 + n) each) and the canary's coordinate."""
-    m, n, c = config.m, config.n_features, config.clip
-    d = n - 1
-    A = np.zeros((m + 1, n, n))
-    C = np.zeros((m + 1, n, n))
-    b = np.zeros((m + 1, n))
-    X = rng.normal(size=(m, d, d)) * 0.3 * c
-    A[:m, :d, :d] = X + np.eye(d) * c
-    C[:m, :d, :d] = np.einsum("mij,mkj->mik", X, X) + np.eye(d) * c
-    b[:m, :d] = rng.normal(size=(m, d)) * c
+    m, n = config.m, config.n_features
+    A, b, C = base_records(config, rng)
     v0 = statistics_vectors(A, b, C)
     C1 = C.copy()
-    C1[m, n - 1, n - 1] = config.canary_scale * c
+    C1[m, n - 1, n - 1] = config.canary_scale * config.clip
     coord = n * n + n + (n - 1) * n + (n - 1)  # C_kk in [vec A, b, vec C]
     return v0, statistics_vectors(A, b, C1), coord
 
