@@ -277,6 +277,7 @@ def test_secure_noise_is_refused_where_the_tuning_free_default_applies(spark, ch
     # (ssp, whose clip histogram and sums take the discrete Gaussian) is accepted
     import dataclasses
 
+    from gpope.shell.pipeline.evaluate_inputs import check_request
     from gpope.shell.pipeline.evaluate_untuned import untuned_applies
 
     config, root = chain_lake
@@ -285,6 +286,9 @@ def test_secure_noise_is_refused_where_the_tuning_free_default_applies(spark, ch
     before = _ledger_version(root)
     options = SettingsLayer.of(epsilon=1.0, delta=1e-5, secure_noise=True, sampling="uniform",
                               accountant="rdp", public_trajectories=0)
+    with pytest.raises(ConfigError, match="--estimator ssp --accountant rdp --secure-noise"):
+        check_request(config, spec, options)  # before Spark: the CLI's preflight
+    check_request(config, spec, SettingsLayer.of(**{**options.values, "estimator": "ssp"}))
     with pytest.raises(ConfigError, match="--secure-noise is not available for the tuning-free"):
         run_evaluate(spark, config, dataset="chu", spec=spec, options=options,
                      tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")

@@ -67,8 +67,11 @@ def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLaye
         ConfigError: an invalid setting or combination.
     """
     from gpope.core.evaluation.settings import check_combination, merged_view
+    from gpope.shell.pipeline.evaluate_untuned import check_untuned_settings, untuned_applies
 
     view = merged_view(config.evaluation, flags)
+    if untuned_applies(spec, dict.fromkeys(flags.values, "options")):  # as resolve_settings marks
+        check_untuned_settings(spec, view)
     block = spec.evaluation
     if flags.get("accountant") is None and block is not None and block.get("accountant"):
         check_combination(dataclasses.replace(view, accountant=block.get("accountant")))
