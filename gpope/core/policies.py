@@ -183,7 +183,10 @@ class TabularPolicy:
         idx = col.astype(np.int64)
         if np.any(idx != col) or np.any(idx < 0) or np.any(idx >= self.probs.shape[0]):
             raise DataError(
-                f"TabularPolicy needs integer states in 0..{self.probs.shape[0] - 1} in column 0."
+                f"TabularPolicy needs integer states in 0..{self.probs.shape[0] - 1} in column 0 "
+                "(the dataset's first variable); some states are not (their values are private "
+                "data and are not quoted). Give the spec's target_policy.probs one row per state "
+                "the first variable takes, or check the state encoding."
             )
         return self.probs[idx]
 
