@@ -214,7 +214,8 @@ def lstd(records: list, spec: dict) -> dict:
     return {k: float(phi(np.array([s], float))[0] @ theta) for k, s in REFERENCE.items()}
 
 
-def write_dataset(out: Path, n: int, seed: int, order: int, n_ref: int, n_j: int) -> dict:
+def write_dataset(out: Path, n: int, seed: int, order: int, coupling: int, n_ref: int,
+                  n_j: int) -> dict:
     """The unit's exports, conf.yaml, spec.yaml and truth.json under ``out``."""
     rng = np.random.default_rng(seed)
     frames, records, alive = simulate(n, rng)
@@ -228,7 +229,7 @@ def write_dataset(out: Path, n: int, seed: int, order: int, n_ref: int, n_j: int
             "length_scale": MAX_LENGTH, "importance_weight_bound": WEIGHT_BOUND,
             "reward_bounds": [0.0, 1.0],
             "feature_map": {"kind": "fourier", "order": order, "low": LOW.tolist(),
-                            "high": HIGH.tolist(), "max_coupling": 1},
+                            "high": HIGH.tolist(), "max_coupling": coupling},
             "target_policy": {"kind": "softmax", "temperature": 1.0,
                               "q": {"kind": "linear_q", "weights": TARGET_W.tolist(),
                                     "feature_map": q_map}},
@@ -243,6 +244,7 @@ def write_dataset(out: Path, n: int, seed: int, order: int, n_ref: int, n_j: int
     truth = truths(np.random.default_rng(seed + 2), n_ref, n_j)
     lengths = np.bincount(np.concatenate([r[0] for r in records]), minlength=n)
     truth.update({"lstd": lstd(records, spec), "patients": n, "seed": seed, "fourier_order": order,
+                  "max_coupling": coupling,
                   "spec_policy_gap": gap, "mean_decisions": float(lengths.mean()),
                   "still_in_unit_after_60": int(alive.sum()),
                   "ended": int(sum(int((r[5] > 0).sum()) for r in records))})
@@ -312,6 +314,7 @@ def main() -> None:
     parser.add_argument("--patients", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=2027)
     parser.add_argument("--order", type=int, default=3, help="Fourier order of the spec")
+    parser.add_argument("--coupling", type=int, default=1, help="the Fourier map's max_coupling")
     parser.add_argument("--mc-reference", type=int, default=40000,
                         help="Monte Carlo rollouts per reference state")
     parser.add_argument("--mc-policy", type=int, default=400000,
@@ -321,8 +324,8 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="run the documented gpope commands")
     parser.add_argument("--json", type=Path, help="write the measured rows here")
     args = parser.parse_args()
-    truth = write_dataset(args.out, args.patients, args.seed, args.order, args.mc_reference,
-                          args.mc_policy)
+    truth = write_dataset(args.out, args.patients, args.seed, args.order, args.coupling,
+                          args.mc_reference, args.mc_policy)
     print(json.dumps(truth, indent=1))
     if not args.run:
         return

@@ -296,6 +296,7 @@ def action_values_from_dict(d: dict[str, Any]) -> ActionValues:
     kind = d.get("kind") if isinstance(d, dict) else None
     if kind != "linear_q":
         raise ConfigError(f"The 'kind' of action values must be 'linear_q'. Got {kind!r} instead.")
+    _require_keys("q (action values)", d, _POLICY_KEYS["linear_q"])
     from gpope.core.features import feature_map_from_dict
 
     return LinearQ(np.asarray(d["weights"], dtype=np.float64), feature_map_from_dict(d["feature_map"]))
@@ -305,6 +306,8 @@ def policy_from_dict(d: dict[str, Any]) -> Policy:
     """Rebuild a policy from its ``to_dict()`` output (kinds: uniform, fixed_action, tabular,
     epsilon_greedy, softmax)."""
     kind = d.get("kind") if isinstance(d, dict) else None
+    if kind in _POLICY_KEYS:
+        _require_keys("policy", d, _POLICY_KEYS[kind])
     if kind == "uniform":
         return UniformPolicy(int(d["n_actions"]))
     if kind == "fixed_action":
@@ -319,6 +322,25 @@ def policy_from_dict(d: dict[str, Any]) -> Policy:
         "The 'kind' of a policy must be one of 'uniform', 'fixed_action', 'tabular', "
         f"'epsilon_greedy', 'softmax'. Got {kind!r} instead."
     )
+
+
+#: The keys each policy kind (and ``linear_q`` action values) must give, besides ``kind``.
+_POLICY_KEYS: dict[str, tuple[str, ...]] = {
+    "uniform": ("n_actions",), "fixed_action": ("action", "n_actions"), "tabular": ("probs",),
+    "epsilon_greedy": ("epsilon", "q"), "softmax": ("temperature", "q"),
+    "linear_q": ("weights", "feature_map"),
+}
+
+
+def _require_keys(what: str, d: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Refuse a mapping of a known kind without one of its keys, naming every key the kind takes."""
+    missing = [k for k in keys if k not in d]
+    if missing:
+        raise ConfigError(
+            f"A {what} of kind {d['kind']!r} needs the key(s) {', '.join(map(repr, missing))}; "
+            f"it takes kind, {', '.join(keys)} (docs/OWN_DATA.md, 'The evaluation spec', "
+            "has the YAML of each kind)."
+        )
 
 
 def available_policies() -> list[str]:

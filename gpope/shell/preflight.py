@@ -22,7 +22,7 @@ from gpope.errors import ConfigError, TableNotFoundError
 from gpope.shell.lake.names import TableRef, check_name, creator_hint, local_root, table_path
 
 if TYPE_CHECKING:
-    from gpope.config import GpopeConfig
+    from gpope.config import DatasetSettings, GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
 __all__ = ["STAGE_INPUTS", "check_lake", "check_load", "check_stage"]
@@ -58,12 +58,14 @@ def check_stage(
 
     Guarantees: the dataset name is valid, the lake root is addressable, a ``spec`` whose target
     policy has a fixed action count has one per action of the dataset's ``datasets:`` entry
-    (when the conf has one), and on a local lake every input table of the stage exists (for
+    and its feature maps with public ranges one range per state column (when the conf has the
+    entry), and on a local lake every input table of the stage exists (for
     ``evaluate`` with ``spec``: with statistics of that spec). Returns None when all hold.
 
     Raises:
-        ConfigError: an invalid dataset name or lake root (the message names the character), or
-            a target policy over another number of actions than the dataset declares.
+        ConfigError: an invalid dataset name or lake root (the message names the character), a
+            target policy over another number of actions than the dataset declares, or a feature
+            map whose public ranges cover another number of state columns than ingest writes.
         TableNotFoundError: an input table is missing; the message names the command that
             creates it.
     """
@@ -71,6 +73,7 @@ def check_stage(
     check_lake(config)
     if spec is not None and dataset in config.datasets:
         _check_actions(spec, dataset, config.datasets[dataset].actions)
+        _check_state_width(spec, dataset, config.datasets[dataset])
     root = None if config.lake.catalog is not None else local_root(str(config.lake.root))
     if root is None:
         return
@@ -121,6 +124,28 @@ def _check_actions(spec: EvaluationSpec, dataset: str, actions: tuple[str, ...])
             f"action(s), but dataset {dataset!r} declares {len(actions)} under 'datasets:' "
             f"({', '.join(actions)}); give one probability per declared action, in that order "
             "(checked before starting Spark).")
+
+
+def _check_state_width(spec: EvaluationSpec, dataset: str, settings: DatasetSettings) -> None:
+    """Refuse a feature map (the spec's or its target policy's action values') whose public
+    ranges ``low``/``high`` describe another number of state columns than ingest writes: one per
+    declared variable, twice that with ``missing_indicators``."""
+    if not settings.variables:
+        return
+    width = len(settings.variables) * (2 if settings.missing_indicators else 1)
+    q = getattr(spec.target_policy, "q", None)
+    maps = {"feature_map": spec.feature_map,
+            "target_policy.q.feature_map": getattr(q, "feature_map", None)}
+    for where, fmap in maps.items():
+        low = getattr(fmap, "low", None)
+        if low is not None and len(low) != width:
+            columns = ", ".join(settings.variables)
+            extra = " and one 0/1 missing indicator per variable" if settings.missing_indicators else ""
+            raise ConfigError(
+                f"Spec {spec.name!r}: its {where} has public ranges for {len(low)} state "
+                f"column(s) (low/high), but dataset {dataset!r} has {width}: its 'variables' "
+                f"({columns}){extra}, in that order; give one low and one high per column "
+                "(checked before starting Spark).")
 
 
 def _has_partition(path: str, spec_id: str) -> bool:

@@ -226,3 +226,17 @@ def test_load_policy_mountaincar_artifact():
     assert policy.q.weights.shape == (3, 36)
     p = policy.probabilities(np.array([[-0.5, 0.0], [0.2, 0.05]]))
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize(("d", "missing"), [
+    ({"kind": "softmax", "q": {"kind": "linear_q", "weights": [[0.0]],
+                               "feature_map": {"kind": "tabular", "n_states": 1}}},
+     "'temperature'; it takes kind, temperature, q"),
+    ({"kind": "epsilon_greedy", "epsilon": 0.1}, "'q'; it takes kind, epsilon, q"),
+    ({"kind": "softmax", "temperature": 1.0, "q": {"kind": "linear_q", "weights": [[0.0]]}},
+     "'feature_map'; it takes kind, weights, feature_map"),
+    ({"kind": "tabular"}, "'probs'"),
+])
+def test_a_policy_without_a_key_of_its_kind_names_the_key_and_the_docs(d, missing):
+    with pytest.raises(ConfigError, match=f"needs the key\\(s\\) {missing}.*OWN_DATA"):
+        policy_from_dict(d)
