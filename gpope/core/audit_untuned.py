@@ -25,28 +25,45 @@ its releases (0.76 of its privacy loss mu^2 with the default shares), so what an
 from it alone must stay below the claim; with half its noise the release alone is about
 2.2 times the claim at epsilon 4 (mu-GDP closed form), which the audit must detect.
 
+The refinement (``release="residual"``): the default's residual release, the sum of the
+residuals ``b_i - A_i theta^`` clipped to ``c_r`` and the sum of their moment vectors, with noise
+``s_sum c_r`` and ``s_mom c_r^2`` (:func:`~gpope.core.untuned.release_residuals`, the zCDP split
+of the plan's residual multiplier). ``theta^`` is public (post-processing of the SSP release:
+here a fixed draw) and so is ``c_r`` (``clip``; 2 in the preset, so a bound used where its
+square belongs shows). The canary is ``b_k = G``: its residual is ``G e_k`` whatever
+``theta^``, clipped to ``c_r e_k``; the statistic is the likelihood ratio of the released
+``r_k`` and ``(r r^T)_kk`` under the claimed noise. This release carries 0.2 of a run's mu^2,
+too little for a factor-2 error in it to break the run's claim measurably, so its claim is its
+own: the epsilon the run's accountant certifies for ``GaussianDpEvent(s_residual)`` alone, 3.84
+for a default run at epsilon 10 (the preset).
+
 Broken mechanisms (test-only keywords): ``_noise_scale`` scales the noise (0.5: the factor-2
-error); ``_unweighted_c_noise`` draws C's noise at ``sigma c`` instead of ``sigma c / w``.
+error); ``_unweighted_c_noise`` (SSP only) draws C's noise at ``sigma c`` instead of
+``sigma c / w``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from gpope.core.audit import AuditResult, CanaryClaim, audit_generator
 from gpope.core.audit_ssp import base_records
-from gpope.core.ssp import release_noisy_statistics, statistics_vectors
+from gpope.core.ssp import release_noisy_statistics, ssp_epsilon, statistics_vectors
 from gpope.core.untuned import (
+    _residual_kernel,
     _sum_kernel,
     plan_untuned,
+    release_residuals,
     release_weighted_sums,
     second_moment_weights,
 )
 from gpope.core.untuned_settings import UntunedSettings
+from gpope.core.validation import check_choice, check_number
 
 __all__ = ["UntunedAuditConfig", "run_untuned_audit"]
 
@@ -58,12 +75,30 @@ class UntunedAuditConfig(CanaryClaim):
     Attributes:
         m: base records; epsilon, delta: the claim (a default run at these); runs: runs per
         world (400,000: at 200,000 a halved noise certified 4.38-4.4 against the claim 4, at
-        400,000 4.6-4.9, seeds 0-4); clip: the SSP clip; canary_scale: G / clip (> 1); n_features: n >= 2; settings:
-        the default's public rules (its shares and ``second_moment_weight``).
+        400,000 4.6-4.9, seeds 0-4); clip: the SSP clip, or the residual clip c_r;
+        canary_scale: G / clip (> 1); n_features: n >= 2; settings: the default's public rules
+        (its shares and ``second_moment_weight``); release: "ssp" or "residual";
+        moments_share: the run's moments share of the residual release (conf).
     """
 
     runs: int = 400_000
     settings: UntunedSettings = field(default_factory=UntunedSettings)
+    release: Literal["ssp", "residual"] = "ssp"
+    moments_share: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("UntunedAuditConfig", "release", self.release, ("ssp", "residual"))
+        check_number("UntunedAuditConfig", "moments_share", self.moments_share, gt=0.0, lt=1.0)
+
+    @classmethod
+    def preset(cls, release: str, **overrides: Any) -> UntunedAuditConfig:
+        """The documented settings of ``release``: ssp, a default run at epsilon 4; residual,
+        at epsilon 10 with residual clip 2 (its own claim 3.84, module docstring)."""
+        base: dict[str, Any] = {"release": release}
+        if release == "residual":
+            base.update(epsilon=10.0, clip=2.0)
+        return cls(**{**base, **overrides})
 
 
 def _worlds(config: UntunedAuditConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
@@ -77,12 +112,47 @@ def _worlds(config: UntunedAuditConfig, rng: np.random.Generator) -> tuple[np.nd
     return v0, statistics_vectors(A, b, C1), coord
 
 
+def _residual_audit(config: UntunedAuditConfig, gens: list[np.random.Generator], *,
+                    started: float, noise_scale: float) -> AuditResult:
+    """The refinement's audit (module docstring)."""
+    g_data, g0, g1 = gens
+    m, n, c, R, ms = config.m, config.n_features, config.clip, config.runs, config.moments_share
+    A, b, C = base_records(config, g_data)
+    theta = g_data.normal(size=n)  # theta^: public post-processing of the SSP release
+    v0 = statistics_vectors(A, b, C)
+    b1 = b.copy()
+    b1[m, n - 1] = config.canary_scale * c
+    v1 = statistics_vectors(A, b1, C)
+    sigma = plan_untuned(m=m + 1, epsilon=config.epsilon, delta=config.delta,
+                         settings=config.settings).residual
+    s_sum, s_mom = sigma / math.sqrt(1.0 - ms), sigma / math.sqrt(ms)  # the claimed split
+
+    def world(rows: np.ndarray, g: np.random.Generator) -> np.ndarray:
+        exact = _residual_kernel(theta, n, c)(np.arange(len(rows)), rows)
+        r_sum, mom, _, _ = release_residuals(np.broadcast_to(exact, (R, exact.shape[1])), n=n,
+                                             bound=c, sigma=sigma * noise_scale,
+                                             moments_share=ms, rng=g)
+        y1, y2 = r_sum[:, n - 1], mom[:, -1]  # r_k and (r r^T)_kk (the last upper-triangle entry)
+        return ((y1 * c - 0.5 * c**2) / (s_sum * c) ** 2
+                + (y2 * c**2 - 0.5 * c**4) / (s_mom * c * c) ** 2)
+
+    t0, t1 = world(v0, g0), world(v1, g1)
+    return config.verdict(
+        t0, t1, started=started, sigma=sigma,
+        override={"noise_scale": float(noise_scale)} if noise_scale != 1.0 else None,
+        epsilon_claimed=ssp_epsilon(m=m + 1, sigma=sigma, delta=config.delta),
+        sampling="untuned residual (add/remove)")
+
+
 def run_untuned_audit(config: UntunedAuditConfig, rng: np.random.Generator | int, *,
                       _noise_scale: float = 1.0, _unweighted_c_noise: bool = False
                       ) -> AuditResult:
-    """Audit the default's SSP release (both worlds, ``config.runs`` runs each); see the module
-    docstring."""
+    """Audit the default's SSP release or its residual release (``config.release``; both
+    worlds, ``config.runs`` runs each); see the module docstring."""
     t_start = time.perf_counter()
+    if config.release == "residual":
+        return _residual_audit(config, audit_generator(rng).spawn(3), started=t_start,
+                               noise_scale=_noise_scale)
     g_data, g0, g1 = audit_generator(rng).spawn(3)
     v0, v1, coord = _worlds(config, g_data)
     st, n, c, R = config.settings, config.n_features, config.clip, config.runs

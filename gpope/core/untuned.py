@@ -78,6 +78,7 @@ __all__ = [
     "plan_untuned",
     "plan_untuned_component",
     "quantile_grid",
+    "release_residuals",
     "release_untuned",
     "release_untuned_rows",
     "release_weighted_sums",
@@ -317,6 +318,25 @@ def _residual_kernel(theta: np.ndarray, n: int, bound: float):
     return kernel
 
 
+def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
+                      moments_share: float, rng: np.random.Generator
+                      ) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The refinement's release: ``parts`` (..., n + n(n+1)/2), the sums of
+    :func:`_residual_kernel` (residuals clipped to ``bound``, then their moment vectors), plus
+    ``N(0, (s_sum bound)^2)`` on the residual sum (sensitivity ``bound``) and ``N(0, (s_mom
+    bound^2)^2)`` on the moments (sensitivity ``bound^2``), with ``(s_sum, s_mom)`` the zCDP
+    split of ``sigma`` by ``moments_share`` (:func:`gpope.core.ssp.split_sigma`): together
+    ``GaussianDpEvent(sigma)`` under add/remove-one. Leading rows are independent releases (the
+    audit, :mod:`gpope.core.audit_untuned`). Returns (noisy residual sums (..., n), noisy moment
+    vectors (..., n(n+1)/2), s_sum, s_mom)."""
+    s_sum = sigma / math.sqrt(1.0 - moments_share)
+    s_mom = sigma / math.sqrt(moments_share)
+    parts = np.asarray(parts, dtype=np.float64)
+    r_sum = parts[..., :n] + s_sum * bound * rng.standard_normal(parts[..., :n].shape)
+    mom = parts[..., n:] + s_mom * bound * bound * rng.standard_normal(parts[..., n:].shape)
+    return r_sum, mom, s_sum, s_mom
+
+
 def second_order_widths(G: np.ndarray, inv: np.ndarray, meat: np.ndarray, noise_std: float, *,
                         level: float) -> tuple[np.ndarray, float]:
     """The part of the refined estimate's error that the delta method leaves out, bounded:
@@ -408,11 +428,9 @@ def release_untuned(
                    bins_per_decade=settings.bins_per_decade)
     c_r = _private_quantile(aggregate, grid, lambda rows: residuals(rows, theta0, n),
                             settings.residual_quantile, m=m, sigma=sigmas.quantile, rng=rng)
-    s_sum = sigmas.residual / math.sqrt(1.0 - moments_share)
-    s_mom = sigmas.residual / math.sqrt(moments_share)
-    parts = aggregate(_residual_kernel(theta0, n, c_r), n + n * (n + 1) // 2)
-    r_sum = parts[:n] + s_sum * c_r * rng.standard_normal(n)
-    mom = parts[n:] + s_mom * c_r * c_r * rng.standard_normal(n * (n + 1) // 2)
+    r_sum, mom, s_sum, s_mom = release_residuals(
+        aggregate(_residual_kernel(theta0, n, c_r), n + n * (n + 1) // 2), n=n, bound=c_r,
+        sigma=sigmas.residual, moments_share=moments_share, rng=rng)
     moments = NoisyMoments(matrix=moments_matrix(mom, n), theta=theta0, sigma=float(s_mom),
                            bound=float(c_r))
     step = np.zeros(n)

@@ -1,5 +1,6 @@
-"""The tuning-free default's SSP release passes its privacy audit; a factor-2 noise error and
-C's noise drawn without the 1/w of its weight fail it (gpope.core.audit_untuned)."""
+"""The tuning-free default's SSP and residual releases pass their privacy audits; a factor-2
+noise error in either, and C's noise drawn without the 1/w of its weight, fail them
+(gpope.core.audit_untuned)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,25 @@ def test_default_ssp_audit_passes_and_catches_half_noise_and_unweighted_c_noise(
     assert _gdp_epsilon(mu, cfg.delta) <= 4.0 < 1.5 * 4.0 < _gdp_epsilon(2.0 * mu, cfg.delta)
 
 
+def test_residual_audit_passes_and_catches_half_noise():
+    # the refinement's release against its own certified epsilon (a default run at 10)
+    from gpope.core.ssp import ssp_epsilon
+    from gpope.core.untuned import UntunedSettings, plan_untuned
+
+    cfg = UntunedAuditConfig.preset("residual")
+    real = run_untuned_audit(cfg, 0)
+    half = run_untuned_audit(cfg, 0, _noise_scale=0.5)
+    sigma = plan_untuned(m=cfg.m + 1, epsilon=10.0, delta=cfg.delta,
+                         settings=UntunedSettings()).residual
+    assert real.sigma == sigma
+    assert real.epsilon_claimed == ssp_epsilon(m=cfg.m + 1, sigma=sigma, delta=cfg.delta)
+    # the claim is the Gaussian mechanism's exact epsilon (to the accountant's grid), and half
+    # the noise doubles mu: a real violation
+    assert _gdp_epsilon(1.0 / sigma, cfg.delta) <= real.epsilon_claimed * (1 + 1e-3)
+    assert 1.5 * real.epsilon_claimed < _gdp_epsilon(2.0 / sigma, cfg.delta)
+    assert real.passed and not half.passed and half.epsilon_lower > real.epsilon_claimed
+
+
 def test_the_cli_audits_the_default_and_keeps_its_runs_under_quick(capsys):
     from gpope.shell.cli import main
 
@@ -44,6 +64,7 @@ def test_the_cli_audits_the_default_and_keeps_its_runs_under_quick(capsys):
     code = main(["audit", "--estimator", "untuned", "--quick", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["real_solver_passed"]
-    assert [r["variant"] for r in out["results"]] == ["real"]
-    assert out["results"][0]["config"]["runs"] == UntunedAuditConfig().runs
-    assert np.isfinite(out["results"][0]["epsilon_lower"])
+    assert [r["variant"] for r in out["results"]] == ["real", "real"]  # ssp, residual
+    assert {r["config"]["release"] for r in out["results"]} == {"ssp", "residual"}
+    assert {r["config"]["runs"] for r in out["results"]} == {UntunedAuditConfig().runs}
+    assert np.isfinite([r["epsilon_lower"] for r in out["results"]]).all()

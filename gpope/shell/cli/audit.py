@@ -9,9 +9,11 @@ epsilon (see gpope.core.audit). The SSP release is audited the same way under bo
 statistics share of uniform-sampling runs, a canary pair at distance 2 clip). The policy value
 release (--estimator policy_value: clip histograms and moment sums, one Gaussian mechanism at the
 run's policy-value share) is audited with a canary patient at the public maxima
-(gpope.core.audit_policy_value). The tuning-free default's SSP release (--estimator untuned: the
-weighted rows [A, b, w C] clipped, noised at the default's plan, C divided by w) is audited with
-a canary in the C block, against the claim of a default run (gpope.core.audit_untuned).
+(gpope.core.audit_policy_value). The tuning-free default (--estimator untuned) is audited in two
+releases (gpope.core.audit_untuned): its SSP release (the weighted rows [A, b, w C] clipped,
+noised at the default's plan, C divided by w; a canary in the C block, against the claim of a
+default run) and its residual release (clipped residuals and their moments; against the epsilon
+the run's accountant certifies for that release alone).
 
 The settings default to documented presets (small m, few steps, many runs) in which the
 accountant is nearly tight, so a factor-2 error shows. ``--include-broken`` also audits
@@ -149,14 +151,15 @@ def _run(args: argparse.Namespace) -> int:
     if "untuned" in args.estimator:
         from gpope.core.audit_untuned import UntunedAuditConfig, run_untuned_audit
 
-        cfg_un = UntunedAuditConfig(delta=args.delta, **{
-            k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")})
-        variants_un = [("real", {})] + ([("noise x0.5", {"_noise_scale": 0.5}),
-                                         ("C noise unweighted", {"_unweighted_c_noise": True})]
-                                        if args.include_broken else [])
-        for name, kw in variants_un:
-            results.append(run_untuned_audit(cfg_un, args.seed, **kw))
-            names.append(name)
+        kw_un = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
+        broken_un = {"ssp": [("noise x0.5", {"_noise_scale": 0.5}),
+                             ("C noise unweighted", {"_unweighted_c_noise": True})],
+                     "residual": [("noise x0.5", {"_noise_scale": 0.5})]}
+        for release, broken in broken_un.items():
+            cfg_un = UntunedAuditConfig.preset(release, delta=args.delta, **kw_un)
+            for name, kw in [("real", {})] + (broken if args.include_broken else []):
+                results.append(run_untuned_audit(cfg_un, args.seed, **kw))
+                names.append(name)
     return _report(args, names, results)
 
 
