@@ -70,7 +70,7 @@ __all__ = ["UntunedAuditConfig", "run_untuned_audit"]
 
 @dataclass(frozen=True, kw_only=True)
 class UntunedAuditConfig(CanaryClaim):
-    """Settings of one audit of the default's SSP release (all public).
+    """Settings of one audit of the default's SSP or residual release (all public).
 
     Attributes:
         m: base records; epsilon, delta: the claim (a default run at these); runs: runs per
