@@ -483,3 +483,35 @@ def test_episode_ends_are_reported_and_a_missing_terminal_convention_warns_in_on
     assert "'death' is declared but never observed" in unseen.warnings[0]
     ended = IngestReport(**base, terminal_variable="death", n_terminal=1, n_truncated=2)
     assert ended.warnings == [] and ended.to_dict()["n_truncated"] == 2
+
+
+def test_a_state_variable_unknown_at_most_first_decisions_warns_in_one_line(toy, spark):
+    # hr/bp recorded after the first decision look like charting after the order; counted per
+    # variable whose absence the dataset does not declare (no default, no missing indicators)
+    import dataclasses
+
+    from gpope.shell import lake
+    from gpope.shell.pipeline.ingest import IngestReport
+    from gpope.shell.pipeline.ingest_first_state import unknown_at_first_decision
+
+    config = toy["config"]
+    bronze = {t: lake.read_table(spark, config.lake, "bronze", "toy", t)
+              for t in ("observations", "treatments")}
+    bare = dataclasses.replace(SETTINGS, defaults={}, missing_indicators=False)
+    # timed treatments: p1, p2, p3, p4 and the empty id; hr at or before the first one: p1 (d0)
+    # and p4 (d0); bp: p2 (d-1) only
+    assert unknown_at_first_decision(bronze["observations"], bronze["treatments"], bare) == \
+        (5, {"hr": 3, "bp": 4})
+    # declared absence (a default for hr, or indicators): not counted, no Spark job
+    assert unknown_at_first_decision(bronze["observations"], bronze["treatments"],
+                                     dataclasses.replace(bare, defaults={"hr": 70.0})) == \
+        (5, {"bp": 4})
+    assert unknown_at_first_decision(None, None, SETTINGS) == (0, {})  # type: ignore[arg-type]
+    assert toy["reports"][0].warnings == []
+    report = IngestReport(dataset="d", rows_in={}, rows_used={}, n_trajectories=5,
+                          n_terminal=5, unknown_at_first={"hr": 3, "bp": 2}, first_checked=5)
+    (line,) = report.warnings
+    assert line.startswith("WARNING: 3 of 5 patients have no 'hr' observed at or before their "
+                           "first treatment") and "\n" not in line
+    assert "one step late" in line and "defaults: {hr: VALUE}" in line
+    assert report.to_dict()["unknown_at_first"] == {"hr": 3, "bp": 2}

@@ -60,6 +60,10 @@ class IngestReport:
         max_length: the dataset's public length cap L.
         no_terminal_events: the dataset declares that episodes never end (``datasets:
             no_terminal_events: true``), so the truncation assumption is the user's, not gpope's.
+        unknown_at_first: per state variable whose absence is not declared, the patients with
+            no observation of it at or before their first treatment (their first state took the
+            default; :mod:`~gpope.shell.pipeline.ingest_first_state`).
+        first_checked: the patients that check looked at (those with a timed treatment row).
     """
 
     dataset: str
@@ -74,9 +78,24 @@ class IngestReport:
     terminal_variable: str | None = None
     max_length: int | None = None
     no_terminal_events: bool = False
+    unknown_at_first: dict[str, int] = field(default_factory=dict)
+    first_checked: int = 0
 
     @property
     def warnings(self) -> list[str]:
+        """One line per thing the user must know: how episodes end, then state variables that
+        at least half of the patients had not been observed with at their first decision."""
+        late = [
+            f"WARNING: {n} of {self.first_checked} patients have no {v!r} observed at or before "
+            f"their first treatment, so their first state took its default 0.0; if {v!r} is "
+            "recorded after the decision it informs, every state is one step late and every "
+            "released value is biased: fix its times (a state is what was known when deciding: "
+            "docs/OWN_DATA.md, 'The bronze contract'), or, if it is really unknown at the start, "
+            f"declare 'defaults: {{{v}: VALUE}}' or 'missing_indicators: true' under 'datasets:'."
+            for v, n in self.unknown_at_first.items() if n > 0 and 2 * n >= self.first_checked]
+        return [*self._end_warnings(), *late]
+
+    def _end_warnings(self) -> list[str]:
         """One line per thing the user must know about how episodes end (empty: nothing).
 
         Without a declared ``terminal_variable``: a warning only when some episode stops before
@@ -143,6 +162,8 @@ class IngestReport:
             "no_terminal_events": self.no_terminal_events,
             "max_length": self.max_length,
             "balanced": self.balanced,
+            "unknown_at_first": dict(self.unknown_at_first),
+            "first_checked": self.first_checked,
             "warnings": self.warnings,
         }
 
@@ -235,6 +256,7 @@ def report_from_counts(
     n_truncated: int = 0,
     n_length_capped: int = 0,
     settings: DatasetSettings | None = None,
+    unknown_at_first: tuple[int, dict[str, int]] = (0, {}),
 ) -> IngestReport:
     """Assemble an :class:`IngestReport` from ``(table, reason or None, count)`` triples.
 
@@ -262,6 +284,8 @@ def report_from_counts(
         terminal_variable=settings.terminal_variable if settings is not None else None,
         max_length=settings.max_length if settings is not None else None,
         no_terminal_events=settings.no_terminal_events if settings is not None else False,
+        unknown_at_first=dict(unknown_at_first[1]),
+        first_checked=int(unknown_at_first[0]),
     )
     if not report.balanced or used["treatments"] != n_transitions:
         raise DataError(
@@ -311,6 +335,7 @@ def run_ingest(
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id, read_pinned
     from gpope.shell.pipeline.ingest_contract import conform_bronze
     from gpope.shell.pipeline.ingest_ends import check_end_convention
+    from gpope.shell.pipeline.ingest_first_state import unknown_at_first_decision
 
     settings = settings or resolve_dataset_settings(config, dataset, domain=domain)
     target = Lake.from_settings(spark, config.lake)
@@ -323,6 +348,8 @@ def run_ingest(
         bronze[t] = conform_bronze(raw, t, str(ref))  # contract checked: one clear line
     # ambiguous data with no declared end convention: refused before anything is written
     check_end_convention(bronze["observations"], bronze["treatments"], settings, dataset)
+    unknown_first = unknown_at_first_decision(bronze["observations"], bronze["treatments"],
+                                              settings)
     rows_in = {t: bronze[t].count() for t in BRONZE_TABLES}
     frames = build_silver(
         bronze["observations"], bronze["treatments"], bronze["outcomes"], settings
@@ -365,6 +392,7 @@ def run_ingest(
         n_truncated=int(totals["truncated"] or 0),
         n_length_capped=int(totals["capped"] or 0),
         settings=settings,
+        unknown_at_first=unknown_first,
     )
     runs.commit(
         run_id=run_id, stage="ingest", dataset=dataset, tables=written,
