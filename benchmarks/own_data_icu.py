@@ -292,15 +292,19 @@ def run(out: Path, truth: dict, epsilons: list[float], delta: float) -> list[dic
         released = json.loads(gpope("query", "--lake", str(lake), "--json",
                                     "SELECT state, value, lower, upper FROM latest_release "
                                     "WHERE dataset = 'icu'"))["rows"]
-        got = {r["state"]: r for r in released}
+        got = {r["state"]: {**r, "lower": -np.inf if r["lower"] is None else r["lower"],
+                            "upper": np.inf if r["upper"] is None else r["upper"]}
+               for r in released}   # an unbounded end is stored as null
         err = [abs(got[s]["value"] - truth["values"][s]) for s in states]
         cover = [got[s]["lower"] <= truth["values"][s] <= got[s]["upper"] for s in states]
         finite = [bool(np.isfinite(got[s]["lower"]) and np.isfinite(got[s]["upper"]))
                   for s in states]
+        ends = {s: {k: got[s][k] if np.isfinite(got[s][k]) else None for k in ("lower", "upper")}
+                for s in states}
         row = {"epsilon": eps, "max_abs_error": max(err), "value_span": span,
                "lstd_error": max(abs(truth["lstd"][s] - truth["values"][s]) for s in states),
                "covered": int(sum(cover)), "finite": int(sum(finite)), "states": len(states),
-               "released": {s: {k: got[s][k] for k in ("value", "lower", "upper")} for s in states},
+               "released": {s: {"value": got[s]["value"], **ends[s]} for s in states},
                "seconds": round(time.time() - t0, 1)}
         for q in ("policy_value", "behaviour_value", "policy_contrast"):
             row[q] = {k: got[q][k] for k in ("value", "lower", "upper")} if q in got else None

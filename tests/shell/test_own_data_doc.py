@@ -330,6 +330,29 @@ def test_every_printed_advice_works_for_a_spec_without_a_simulator():
     assert "gpope tune --spec FILE" in guard_remedy(chain)
 
 
+def test_intervals_on_approximate_features_of_own_data_say_what_they_do_not_cover():
+    # a Fourier map on continuous measurements has an approximation error no release measures
+    # (the ICU trial of RESULTS: finite intervals 0.02 wide, 0.07 from the truth at epsilon 10)
+    from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.pipeline.evaluate_report import approximation_note
+    from gpope.shell.pipeline.jobargs import load_spec
+
+    own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
+    assert approximation_note(own) is None                        # tabular: exact
+    assert approximation_note(load_spec("conf/specs/hiv_demo.yaml")) is None   # a simulator
+    icu = EvaluationSpec.from_mapping({
+        "name": "icu", "gamma": 0.95, "normalization": "transition", "length_scale": 30,
+        "feature_map": {"kind": "fourier", "order": 3, "low": [0.5, 40.0],
+                        "high": [10.0, 110.0], "max_coupling": 1},
+        "target_policy": {"kind": "uniform", "n_actions": 3},
+        "reference_states": {"shock": [6.0, 52.0]}})
+    note = approximation_note(icu)
+    assert note.startswith("NOTE: the intervals cover") and "fourier feature map (7 features)" in note
+    assert "not that map's approximation error" in note and "\n" not in note
+    assert "## Reading the output" in DOC.read_text()
+
+
 def test_a_release_of_theta_zero_is_called_no_better_than_zero_and_no_support_is_named():
     # at m = 1000 and epsilon 1 the documented example can release theta = 0 exactly: its
     # relative MSPBE is exactly 1 whatever the noise, so the guard says so instead of "cannot

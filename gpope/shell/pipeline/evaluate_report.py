@@ -402,6 +402,20 @@ def generic_settings_note(spec: EvaluationSpec) -> str:
                              "private default (docs/OWN_DATA.md)."))
 
 
+def approximation_note(spec: EvaluationSpec) -> str | None:
+    """The NOTE of a release on a spec without a simulator (``domain``) whose feature map is not
+    tabular: its intervals are around the best fit of that map, whose approximation error no
+    release measures. None for a tabular map (exact for integer states) or a simulated domain
+    (whose output shows a truth)."""
+    kind = spec.feature_map.to_dict().get("kind")
+    if spec.domain is not None or kind == "tabular":
+        return None
+    return (f"NOTE: the intervals cover the privacy noise and sampling around the best fit of the "
+            f"spec's {kind} feature map ({spec.n_features} features), not that map's "
+            "approximation error, which no release measures (docs/OWN_DATA.md, 'Reading the "
+            "output')")
+
+
 def _private_clip(plan: Any) -> bool:
     """Whether the run's statistics clip is a private release (the default, or an ssp run
     without a public clip)."""
@@ -513,8 +527,10 @@ def track_and_report(
         warnings.append(UNTUNED_NOTE.format(name=spec.name))
     elif not prepared.provenance["spec_has_evaluation_block"]:
         warnings.append(generic_settings_note(spec))
-    spent = plan.spent_epsilon
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
+    if iv is not None and approximation_note(spec):
+        warnings.append(approximation_note(spec))
+    spent = plan.spent_epsilon
     return EvaluationReport(
         run_id=run_id, mlflow_run_id=tracking.mlflow_run_id, dataset=dataset,
         spec_id=spec.spec_id, spec_name=spec.name, policy=policy_label(spec),
