@@ -104,8 +104,13 @@ def record_value(policy: np.ndarray, P: np.ndarray, R: np.ndarray) -> float:
     return float(ADMIT @ v)
 
 
-def simulate(n: int, rng: np.random.Generator, P: np.ndarray, R: np.ndarray):
-    """``n`` ward stays as the hospital's three exports, and the episodes as (s, a, r, s') lists."""
+def simulate(n: int, rng: np.random.Generator, P: np.ndarray, R: np.ndarray, chart_late: int = 0):
+    """``n`` ward stays as the hospital's three exports, and the episodes as (s, a, r, s') lists.
+
+    Acuity is charted 20 minutes before each round, or ``chart_late`` minutes after it (> 0: the
+    charting habit that makes every state one step late).
+    """
+    charted = pd.Timedelta(minutes=chart_late if chart_late > 0 else -20)
     base = pd.Timestamp("2024-01-01", tz="Europe/Berlin")
     vitals, orders, scores, episodes = [], [], [], []
     for i in range(n):
@@ -114,7 +119,7 @@ def simulate(n: int, rng: np.random.Generator, P: np.ndarray, R: np.ndarray):
         s = int(rng.choice(N_ACUITY, p=ADMIT))
         steps = []
         for _ in range(MAX_ROUNDS):
-            vitals.append((mrn, t - pd.Timedelta(minutes=20), "acuity", float(s)))
+            vitals.append((mrn, t + charted, "acuity", float(s)))
             vitals.append((mrn, t - pd.Timedelta(minutes=25), "heart_rate",
                            float(np.round(70 + 6 * s + rng.normal(0, 8)))))
             a = int(rng.choice(len(ACTIONS), p=BEHAVIOUR[s]))
@@ -157,10 +162,10 @@ def lstd(episodes: list) -> np.ndarray:
     return np.linalg.solve(A, b)
 
 
-def write_dataset(out: Path, n: int, seed: int) -> dict:
+def write_dataset(out: Path, n: int, seed: int, chart_late: int = 0) -> dict:
     """The hospital's exports, conf.yaml, spec.yaml and truth.json under ``out``."""
     P, R = model()
-    frames, episodes = simulate(n, np.random.default_rng(seed), P, R)
+    frames, episodes = simulate(n, np.random.default_rng(seed), P, R, chart_late)
     out.mkdir(parents=True, exist_ok=True)
     for table, frame in frames.items():
         frame.to_csv(out / EXPORTS[table], index=False)
@@ -249,9 +254,11 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--repeats", type=int, default=1, help="evaluate runs per epsilon")
     parser.add_argument("--run", action="store_true", help="run the documented gpope commands")
+    parser.add_argument("--chart-late", type=int, default=0, metavar="MIN",
+                        help="chart acuity MIN minutes after each round instead of 20 before")
     parser.add_argument("--json", type=Path, help="write the measured rows here")
     args = parser.parse_args()
-    truth = write_dataset(args.out, args.patients, args.seed)
+    truth = write_dataset(args.out, args.patients, args.seed, args.chart_late)
     print(json.dumps({k: truth[k] for k in ("policy_value", "behaviour_value", "J_inf_target",
                                             "J_inf_behaviour", "mean_rounds")}))
     if not args.run:
