@@ -31,17 +31,16 @@ LSTD beside them is computed here from the simulated records on the spec's featu
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from own_data_trial import run, trial_parser, write_json  # a script beside this one
 
 ACTIONS = ("none", "fluids", "vasopressor")
 GAMMA = 0.95
@@ -252,88 +251,21 @@ def write_dataset(out: Path, n: int, seed: int, order: int, coupling: int, n_ref
     return truth
 
 
-def rename(out: Path) -> None:
-    """The documented snippet: the export's column names -> the bronze contract's."""
-    for table, mapping in RENAME.items():
-        pd.read_csv(out / EXPORTS[table]).rename(columns=mapping).to_parquet(
-            out / f"{table}.parquet")
-
-
-def gpope(*argv: str) -> str:
-    """Run the installed ``gpope`` (the venv's console script) as a user would."""
-    exe = Path(sys.executable).with_name("gpope")
-    done = subprocess.run([str(exe), *argv], capture_output=True, text=True)
-    if done.stderr.strip():
-        print(done.stderr.strip(), file=sys.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"gpope {' '.join(argv)} exited {done.returncode}")
-    return done.stdout
-
-
-def run(out: Path, truth: dict, epsilons: list[float], delta: float) -> list[dict]:
-    """The documented commands at each epsilon; per epsilon the errors against the truth."""
-    lake = out / "lake"
-    shutil.rmtree(lake, ignore_errors=True)
-    rename(out)
-    common = ["--dataset", "icu", "--lake", str(lake)]
-    conf = ["--conf", str(out / "conf.yaml")]
-    gpope("load", *common, *(x for t in RENAME for x in (f"--{t}", str(out / f"{t}.parquet"))))
-    print(gpope("ingest", *common, *conf).strip())
-    gpope("stats", *common, *conf, "--spec", str(out / "spec.yaml"))
-    gpope("budget", "set", *common, "--epsilon", str(sum(epsilons) + 1), "--delta", "1e-5")
-    states = list(truth["values"])
-    span = max(truth["values"].values()) - min(truth["values"].values())
-    rows = []
-    for eps in epsilons:
-        t0 = time.time()
-        text = gpope("evaluate", *common, *conf, "--spec", str(out / "spec.yaml"),
-                     "--epsilon", str(eps), "--delta", str(delta))
-        print(text.strip())
-        released = json.loads(gpope("query", "--lake", str(lake), "--json",
-                                    "SELECT state, value, lower, upper FROM latest_release "
-                                    "WHERE dataset = 'icu'"))["rows"]
-        got = {r["state"]: {**r, "lower": -np.inf if r["lower"] is None else r["lower"],
-                            "upper": np.inf if r["upper"] is None else r["upper"]}
-               for r in released}   # an unbounded end is stored as null
-        err = [abs(got[s]["value"] - truth["values"][s]) for s in states]
-        cover = [got[s]["lower"] <= truth["values"][s] <= got[s]["upper"] for s in states]
-        finite = [bool(np.isfinite(got[s]["lower"]) and np.isfinite(got[s]["upper"]))
-                  for s in states]
-        ends = {s: {k: got[s][k] if np.isfinite(got[s][k]) else None for k in ("lower", "upper")}
-                for s in states}
-        row = {"epsilon": eps, "max_abs_error": max(err), "value_span": span,
-               "lstd_error": max(abs(truth["lstd"][s] - truth["values"][s]) for s in states),
-               "covered": int(sum(cover)), "finite": int(sum(finite)), "states": len(states),
-               "released": {s: {"value": got[s]["value"], **ends[s]} for s in states},
-               "seconds": round(time.time() - t0, 1)}
-        for q in ("policy_value", "behaviour_value", "policy_contrast"):
-            row[q] = {k: got[q][k] for k in ("value", "lower", "upper")} if q in got else None
-        rows.append(row)
-    return rows
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the exports and lake")
-    parser.add_argument("--patients", type=int, default=20000)
-    parser.add_argument("--seed", type=int, default=2027)
+    parser = trial_parser(__doc__, seed=2027)
     parser.add_argument("--order", type=int, default=3, help="Fourier order of the spec")
     parser.add_argument("--coupling", type=int, default=1, help="the Fourier map's max_coupling")
     parser.add_argument("--mc-reference", type=int, default=40000,
                         help="Monte Carlo rollouts per reference state")
     parser.add_argument("--mc-policy", type=int, default=400000,
                         help="Monte Carlo records per policy value")
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
-    parser.add_argument("--delta", type=float, default=1e-6)
-    parser.add_argument("--run", action="store_true", help="run the documented gpope commands")
-    parser.add_argument("--json", type=Path, help="write the measured rows here")
     args = parser.parse_args()
     truth = write_dataset(args.out, args.patients, args.seed, args.order, args.coupling,
                           args.mc_reference, args.mc_policy)
     print(json.dumps(truth, indent=1))
     if not args.run:
         return
-    rows = run(args.out, truth, args.epsilons, args.delta)
+    rows = run(args.out, "icu", truth, RENAME, EXPORTS, args.epsilons, args.delta)
     print(f"{'eps':>5} {'max abs err':>11} {'/ span':>7} {'LSTD err':>9} {'covered':>8} "
           f"{'finite':>7}")
     for r in rows:
@@ -345,10 +277,7 @@ def main() -> None:
             if j is not None:
                 print(f"      {q:<16} {j['value']:>8.4f} [{j['lower']:.4f}, {j['upper']:.4f}]"
                       f"  truth {truth[q]:.4f} (se {truth[q + '_se']:.4f})")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "truth": truth,
-                                         "rows": rows}, indent=1))
+    write_json(args.json, truth, rows)
 
 
 if __name__ == "__main__":

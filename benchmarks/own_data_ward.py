@@ -29,17 +29,16 @@ epsilon, and prints the released values against the truth::
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from own_data_trial import run, trial_parser, write_json  # a script beside this one
 
 N_ACUITY = 8
 ACTIONS = ("observe", "medicate", "icu")
@@ -193,77 +192,19 @@ def write_dataset(out: Path, n: int, seed: int, chart_late: int = 0) -> dict:
     return truth
 
 
-def rename(out: Path) -> None:
-    """The documented snippet: the hospital's column names -> the bronze contract's."""
-    for table, mapping in RENAME.items():
-        pd.read_csv(out / EXPORTS[table]).rename(columns=mapping).to_parquet(
-            out / f"{table}.parquet")
-
-
-def gpope(*argv: str) -> str:
-    """Run the installed ``gpope`` (the venv's console script) as a user would."""
-    exe = Path(sys.executable).with_name("gpope")
-    done = subprocess.run([str(exe), *argv], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"gpope {' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
-    return done.stdout
-
-
-def run(out: Path, truth: dict, epsilons: list[float], delta: float, repeats: int) -> list[dict]:
-    """The documented commands; per evaluate run (``repeats`` per epsilon, each with fresh
-    noise on the same statistics) the errors against the truth."""
-    lake = out / "lake"
-    shutil.rmtree(lake, ignore_errors=True)
-    rename(out)
-    common = ["--dataset", "ward", "--lake", str(lake)]
-    gpope("load", *common, *(x for t in RENAME for x in (f"--{t}", str(out / f"{t}.parquet"))))
-    print(gpope("ingest", *common, "--conf", str(out / "conf.yaml")).strip())
-    gpope("stats", *common, "--conf", str(out / "conf.yaml"), "--spec", str(out / "spec.yaml"))
-    gpope("budget", "set", *common, "--epsilon", str(repeats * sum(epsilons) + 1), "--delta", "1e-5")
-    rows = []
-    for eps in [e for e in epsilons for _ in range(repeats)]:
-        t0 = time.time()
-        text = gpope("evaluate", *common, "--conf", str(out / "conf.yaml"),
-                     "--spec", str(out / "spec.yaml"), "--epsilon", str(eps), "--delta", str(delta))
-        print(text.strip())
-        released = json.loads(gpope("query", "--lake", str(lake), "--json",
-                                    "SELECT state, value, lower, upper FROM latest_release "
-                                    "WHERE dataset = 'ward'"))["rows"]
-        got = {r["state"]: r for r in released}
-        states = list(truth["values"])
-        err = [abs(got[s]["value"] - truth["values"][s]) for s in states]
-        cover = [got[s]["lower"] <= truth["values"][s] <= got[s]["upper"] for s in states]
-        finite = [np.isfinite(got[s]["lower"]) and np.isfinite(got[s]["upper"]) for s in states]
-        row = {"epsilon": eps, "max_abs_error": max(err),
-               "lstd_error": max(abs(truth["lstd"][s] - truth["values"][s]) for s in states),
-               "covered": int(sum(cover)), "finite": int(sum(finite)), "states": len(states),
-               "seconds": round(time.time() - t0, 1)}
-        for q in ("policy_value", "behaviour_value", "policy_contrast"):
-            row[q] = {k: got[q][k] for k in ("value", "lower", "upper")}
-            row[q]["truth"] = truth[q]
-        rows.append(row)
-    return rows
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the exports and lake")
-    parser.add_argument("--patients", type=int, default=20000)
-    parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
-    parser.add_argument("--delta", type=float, default=1e-6)
+    parser = trial_parser(__doc__, seed=2026)
     parser.add_argument("--repeats", type=int, default=1, help="evaluate runs per epsilon")
-    parser.add_argument("--run", action="store_true", help="run the documented gpope commands")
     parser.add_argument("--chart-late", type=int, default=0, metavar="MIN",
                         help="chart acuity MIN minutes after each round instead of 20 before")
-    parser.add_argument("--json", type=Path, help="write the measured rows here")
     args = parser.parse_args()
     truth = write_dataset(args.out, args.patients, args.seed, args.chart_late)
     print(json.dumps({k: truth[k] for k in ("policy_value", "behaviour_value", "J_inf_target",
                                             "J_inf_behaviour", "mean_rounds")}))
     if not args.run:
         return
-    rows = run(args.out, truth, args.epsilons, args.delta, args.repeats)
+    rows = run(args.out, "ward", truth, RENAME, EXPORTS, args.epsilons, args.delta,
+               args.repeats)
     print(f"{'eps':>5} {'max abs err':>11} {'LSTD err':>9} {'covered':>8} {'finite':>7} "
           f"{'J(target) [interval]':>30} {'truth':>7}")
     for r in rows:
@@ -271,10 +212,7 @@ def main() -> None:
         print(f"{r['epsilon']:>5g} {r['max_abs_error']:>11.4f} {r['lstd_error']:>9.4f} "
               f"{r['covered']:>4}/{r['states']:<3} {r['finite']:>3}/{r['states']:<3} "
               f"{j['value']:>8.3f} [{j['lower']:.3f}, {j['upper']:.3f}] {j['truth']:>7.3f}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "truth": truth,
-                                         "rows": rows}, indent=1))
+    write_json(args.json, truth, rows)
 
 
 if __name__ == "__main__":
