@@ -259,13 +259,16 @@ def main() -> None:
                         help="Monte Carlo rollouts per reference state")
     parser.add_argument("--mc-policy", type=int, default=400000,
                         help="Monte Carlo records per policy value")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="evaluations per epsilon on the same statistics (fresh noise each)")
     args = parser.parse_args()
     truth = write_dataset(args.out, args.patients, args.seed, args.order, args.coupling,
                           args.mc_reference, args.mc_policy)
     print(json.dumps(truth, indent=1))
     if not args.run:
         return
-    rows = run(args.out, "icu", truth, RENAME, EXPORTS, args.epsilons, args.delta)
+    rows = run(args.out, "icu", truth, RENAME, EXPORTS, args.epsilons, args.delta,
+               repeats=args.repeats)
     print(f"{'eps':>5} {'max abs err':>11} {'/ span':>7} {'LSTD err':>9} {'covered':>8} "
           f"{'finite':>7}")
     for r in rows:
