@@ -25,7 +25,7 @@ LSTD beside them is computed here from the simulated records on the spec's featu
 ``gpope load``, ``ingest``, ``stats``, ``budget set`` and ``gpope evaluate --dataset D --spec S
 --epsilon E --delta D`` without solver flags at each epsilon) and prints released vs truth::
 
-    nice -n 10 .venv/bin/python benchmarks/own_data_icu.py --out /tmp/icu --run \\
+    nice -n 10 .venv/bin/python benchmarks/own_data_icu.py --out /tmp/icu --run --repeats 3 \\
         --json docs/results/own_data_icu.json
 """
 
