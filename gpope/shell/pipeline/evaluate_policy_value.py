@@ -183,4 +183,6 @@ def observed_weight_note(observed: float | None) -> str | None:
     return (f"J(target): the recorded decisions carry only {100 * observed:.0f}% of the target's "
             "discounted weight (after clipping); the rest is bounded only by the spec's public "
             "reward range, so its interval is wide. Data whose treatments follow the target for "
-            "longer narrow it; a tighter valid public reward bound narrows it in proportion.")
+            "longer narrow it, as does a larger valid importance_weight_bound (it also clips "
+            "the cumulative weight); a tighter valid public reward bound narrows it in "
+            "proportion (docs/OWN_DATA.md, 'Reading the output').")
