@@ -102,11 +102,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSON",
                    help="run nothing: the summary over the records of earlier runs' --out files "
-                        "(cohorts from several runs pooled)")
+                        "(cohorts from several runs pooled; a later file's record of the same "
+                        "spec, cohort, epsilon and variant replaces an earlier one, e.g. a re-run "
+                        "of the default alone); with --out, the pooled records and summary")
     a = p.parse_args(argv)
     if a.summarize:
-        records = [r for f in a.summarize for r in json.loads(Path(f).read_text())["records"]]
-        summarize(records, sorted({float(r["epsilon"]) for r in records}))
+        pooled = {}
+        for f in a.summarize:
+            for r in json.loads(Path(f).read_text())["records"]:
+                pooled[(r["spec"], r["seed"], float(r["epsilon"]), r["variant"])] = r
+        records = list(pooled.values())
+        summary = summarize(records, sorted({float(r["epsilon"]) for r in records}))
+        if a.out:
+            Path(a.out).write_text(json.dumps({"args": vars(a), "summary": summary,
+                                               "records": records}, indent=1))
         return 0
     from gpope.shell.pipeline.jobargs import load_spec
 
