@@ -259,8 +259,6 @@ def main() -> None:
                         help="Monte Carlo rollouts per reference state")
     parser.add_argument("--mc-policy", type=int, default=400000,
                         help="Monte Carlo records per policy value")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="evaluations per epsilon on the same statistics (fresh noise each)")
     args = parser.parse_args()
     truth = write_dataset(args.out, args.patients, args.seed, args.order, args.coupling,
                           args.mc_reference, args.mc_policy)

@@ -25,14 +25,16 @@ QUANTITIES = ("policy_value", "behaviour_value", "policy_contrast")
 
 
 def trial_parser(doc: str, *, seed: int) -> argparse.ArgumentParser:
-    """The options every trial takes: --out, --patients, --seed, --epsilons, --delta, --run,
-    --json (a trial adds its own)."""
+    """The options every trial takes: --out, --patients, --seed, --epsilons, --delta,
+    --repeats, --run, --json (a trial adds its own)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the exports and lake")
     parser.add_argument("--patients", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=seed)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
     parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="evaluations per epsilon on the same statistics (fresh noise each)")
     parser.add_argument("--run", action="store_true", help="run the documented gpope commands")
     parser.add_argument("--json", type=Path, help="write the measured rows here")
     return parser

@@ -194,7 +194,6 @@ def write_dataset(out: Path, n: int, seed: int, chart_late: int = 0) -> dict:
 
 def main() -> None:
     parser = trial_parser(__doc__, seed=2026)
-    parser.add_argument("--repeats", type=int, default=1, help="evaluate runs per epsilon")
     parser.add_argument("--chart-late", type=int, default=0, metavar="MIN",
                         help="chart acuity MIN minutes after each round instead of 20 before")
     args = parser.parse_args()
