@@ -159,3 +159,15 @@ def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
                    "lacks the column(s) ['variable', 'value']", "'a-b'",
                    "treatments file", "lacks the column(s) ['propensity']"):
         assert needle in err, needle
+
+
+def test_print_private_diagnostics_implies_computing_them():
+    # alone it printed nothing: the diagnostics are computed only under --private-diagnostics
+    from gpope.shell.cli import build_parser
+    from gpope.shell.cli.evaluate import settings_from_args
+
+    common = ["evaluate", "--dataset", "icu", "--spec", "s.yaml", "--epsilon", "1", "--delta",
+              "1e-6"]
+    args = build_parser().parse_args([*common, "--json", "--print-private-diagnostics"])
+    assert settings_from_args(args)["private_diagnostics"] is True
+    assert "private_diagnostics" not in settings_from_args(build_parser().parse_args(common))

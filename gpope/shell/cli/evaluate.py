@@ -159,7 +159,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--print-private-diagnostics", action="store_true",
                         help="with --json, also print those private diagnostics (LSTD theta...) "
                         "under 'private_diagnostics', tagged diagnostic.private=true: operators "
-                        "only, never in a shared job log")
+                        "only, never in a shared job log (implies --private-diagnostics)")
     parser.add_argument("--public-trajectories", type=int, default=None,
                         help="size of the public simulated cohort for MSPBE (spec with a domain; "
                         "0 disables; default 100)")
@@ -183,6 +183,9 @@ def settings_from_args(args: argparse.Namespace) -> dict:
     given["path"] = getattr(args, "stream", None)
     given["allow_invalid_accounting"] = getattr(args, "allow_invalid_accounting", False) or None
     given["allow_not_private"] = getattr(args, "allow_not_private", False) or None
+    # printing the private diagnostics needs them computed: the print flag implies the other
+    if getattr(args, "print_private_diagnostics", False):
+        given["private_diagnostics"] = True
     if not given.get("private_diagnostics"):
         given["private_diagnostics"] = None
     return {k: v for k, v in given.items() if v is not None}
