@@ -227,6 +227,19 @@ class EvaluationSpec:
                     f"{len(self.reference_states)} reference states; expected "
                     f"({len(self.reference_states)}, {n})."
                 )
+            low, high = getattr(self.feature_map, "low", None), getattr(self.feature_map, "high", None)
+            if low is not None and high is not None:
+                states = self.reference_array()
+                outside = [name for (name, _), row in zip(self.reference_states, states, strict=True)
+                           if np.any(row < np.asarray(low)) or np.any(row > np.asarray(high))]
+                if outside:
+                    raise ConfigError(
+                        f"Reference state(s) {', '.join(map(repr, outside))} of spec {self.name!r} "
+                        f"lie outside the feature map's public ranges (low {list(low)}, high "
+                        f"{list(high)}): the map clips a state to them, so the released value "
+                        "would be that of another state; move the states inside or widen the "
+                        "ranges."
+                    )
 
     def _check_tabular_rows(self) -> None:
         """A tabular target policy over tabular features has one row per featurised state, so a

@@ -148,3 +148,17 @@ def test_tabular_target_policy_needs_one_row_per_tabular_state(rows):
     spec = EvaluationSpec.from_mapping(_mapping(target_policy={"kind": "tabular",
                                                                "probs": [[0.5, 0.5]] * 4}))
     assert spec.target_policy.probs.shape == (4, 2)
+
+
+def test_a_reference_state_outside_the_feature_ranges_is_refused():
+    # the map clips states to its public ranges: V at (lactate 12, MAP 45) would be V at (10, 45)
+    mapping = {"name": "icu", "gamma": 0.95, "normalization": "transition", "length_scale": 30,
+               "feature_map": {"kind": "fourier", "order": 2, "low": [0.5, 40.0],
+                               "high": [10.0, 110.0], "max_coupling": 1},
+               "target_policy": {"kind": "uniform", "n_actions": 3},
+               "reference_states": {"edge": [10.0, 40.0], "beyond": [12.0, 45.0]}}
+    with pytest.raises(ConfigError, match=r"Reference state\(s\) 'beyond' of spec 'icu' lie "
+                                          r"outside the feature map's public ranges"):
+        EvaluationSpec.from_mapping(mapping)
+    mapping["reference_states"].pop("beyond")
+    assert EvaluationSpec.from_mapping(mapping).reference_names == ("edge",)
