@@ -379,3 +379,20 @@ def test_a_release_of_theta_zero_is_called_no_better_than_zero_and_no_support_is
     assert note == NO_SUPPORT_NOTE.replace(
         "more patients, a larger epsilon or a larger --statistics-share (gpope runs)",
         "more patients or a larger epsilon") and "separation" not in note
+
+
+def test_the_continuous_measurements_template_reads_as_the_protocol_it_describes():
+    # the YAML of 'Continuous measurements' is a valid spec body whose softmax protocol gives a
+    # vasopressor below MAP 65 and fluids above lactate 4, as its comments say
+    import numpy as np
+    import yaml
+
+    from gpope.core.spec import EvaluationSpec
+
+    section = DOC.read_text().split("### Continuous measurements", 1)[1]
+    body = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    spec = EvaluationSpec.from_mapping({"name": "icu", "gamma": 0.95,
+                                        "normalization": "transition", "length_scale": 30, **body})
+    assert spec.n_features == 7 and spec.reference_names == ("stable", "shock")
+    probs = spec.target_policy.probabilities(np.array([[2.0, 50.0], [6.0, 90.0], [1.5, 80.0]]))
+    assert probs.argmax(axis=1).tolist() == [2, 1, 0]
