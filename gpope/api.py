@@ -163,16 +163,19 @@ def simulate(
 
 def load(
     spark: SparkSession, dataset: str, files: Mapping[str, str], *, fmt: str = "auto",
-    config: ConfigLike = None,
+    columns: Any = None, config: ConfigLike = None,
 ) -> Any:
     """Your own files (Parquet/CSV) -> the dataset's bronze tables, replaced atomically.
 
     ``files`` maps ``observations``, ``treatments`` and ``outcomes`` to a file, folder or glob;
+    ``columns`` maps your column names to the bronze ones, as ``gpope load --columns`` does
+    (``"patient_id=mrn,treatments.time=ordered_at"`` or ``{"patient_id": "mrn", ...}``);
     returns a :class:`~gpope.shell.pipeline.load.LoadReport` (docs/OWN_DATA.md).
     """
     from gpope.shell.pipeline.load import run_load
 
-    return run_load(spark, _config(config), dataset, dict(files), fmt=fmt)  # type: ignore[arg-type]
+    return run_load(spark, _config(config), dataset, dict(files), fmt=fmt,  # type: ignore[arg-type]
+                    columns=columns)
 
 
 def ingest(

@@ -16,7 +16,7 @@ checked by the stage itself once Spark runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, TableNotFoundError
 from gpope.shell.lake.names import TableRef, check_name, creator_hint, local_root, table_path
@@ -96,22 +96,24 @@ def check_stage(
             )
 
 
-def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt: str = "auto"
-               ) -> None:
+def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt: str = "auto",
+               columns: Any = None) -> None:
     """Everything about ``gpope load`` that can be checked without Spark.
 
     Guarantees: the dataset name is valid, the lake root is addressable, and the three files pass
-    :func:`gpope.shell.pipeline.load.check_files` (exist, known format, contract columns present).
+    :func:`gpope.shell.pipeline.load.check_files` (exist, known format, ``columns`` valid,
+    contract columns present under ``columns``).
 
     Raises:
-        ConfigError: an invalid dataset name or lake root, a missing file or an unknown format.
-        SchemaError: a file lacks a bronze contract column.
+        ConfigError: an invalid dataset name or lake root, a missing file, an unknown format or
+            an invalid ``columns``.
+        SchemaError: a file lacks a bronze contract column or a column ``columns`` names.
     """
     from gpope.shell.pipeline.load import check_files
 
     check_name("dataset", dataset)
     check_lake(config)
-    check_files(files, fmt=fmt)  # type: ignore[arg-type]
+    check_files(files, fmt=fmt, columns=columns)  # type: ignore[arg-type]
 
 
 def _check_actions(spec: EvaluationSpec, dataset: str, actions: tuple[str, ...]) -> None:

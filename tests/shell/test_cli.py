@@ -123,6 +123,10 @@ cases = [
     [*load, "--observations", f"{files}/out.parquet", "--treatments", f"{files}/tx.csv",
      "--dataset", "a-b"],
     [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv"],
+    [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv",
+     "--columns", "patient_id=mrn,score=reward"],
+    [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv",
+     "--columns", "propensity=p_logged"],
 ]
 out = []
 for argv in cases:
@@ -149,7 +153,7 @@ def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.split("RESULT ", 1)[1])
     assert result["loaded"] == []
-    assert [c["rc"] for c in result["cases"]] == [2] * 11, out.stderr
+    assert [c["rc"] for c in result["cases"]] == [2] * 13, out.stderr
     assert max(c["seconds"] for c in result["cases"]) < 5
     err = out.stderr
     for needle in ("'dataset' name", "'['", "bronze/nope/observations does not exist",
@@ -157,7 +161,9 @@ def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
                    "no statistics for spec 'chain'", "'x y'",
                    "observations file", "missing.parquet' does not exist",
                    "lacks the column(s) ['variable', 'value']", "'a-b'",
-                   "treatments file", "lacks the column(s) ['propensity']"):
+                   "treatments file", "lacks the column(s) ['propensity']",
+                   "'score' is not a column of the bronze contract",
+                   "has no column(s) ['p_logged'] named in --columns"):
         assert needle in err, needle
 
 

@@ -17,8 +17,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "of three files (each a file, a folder of files or a glob), as delivered: the columns "
             "are checked against the bronze contract (docs/OWN_DATA.md), nothing is parsed or "
             "dropped here; `gpope ingest` parses text columns and quarantines unusable rows with "
-            "a reason. Times without a time zone are read as UTC. The three tables become visible "
-            "together (one manifest commit). Next: `gpope ingest --dataset NAME --conf CONF`."
+            "a reason. Columns named otherwise in your files are mapped with --columns (renamed as "
+            "Spark reads them; other columns are kept as delivered). Times without a time zone "
+            "are read as UTC. The three tables become visible together (one manifest commit). "
+            "Next: `gpope ingest --dataset NAME --conf CONF`."
+        ),
+        epilog=(
+            "example (a ward's exports with their own names; docs/OWN_DATA.md): "
+            "--columns patient_id=mrn,time=charted_at,variable=item,value=result "
+            "--columns treatments.time=ordered_at,action=order_code,propensity=p_logged "
+            "--columns outcomes.time=recorded_at,reward=comfort_score"
         ),
     )
     parser.add_argument("--dataset", required=True, help="dataset name (bronze/<dataset>/...)")
@@ -29,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help=f"{table} file, folder or glob (columns {', '.join(columns)})")
     parser.add_argument("--format", choices=("auto", "parquet", "csv"), default="auto",
                         help="file format (default: from the file names, .parquet or .csv)")
+    parser.add_argument(
+        "--columns", action="append", metavar="BRONZE=YOURS[,...]",
+        help="your column names for the bronze ones, e.g. patient_id=mrn,time=charted_at: an "
+             "entry applies to every table with that bronze column; TABLE.BRONZE=YOURS (e.g. "
+             "treatments.time=ordered_at) to that table only, over the plain entry. Bronze "
+             "columns: patient_id, time, variable, value, action, propensity, reward; columns "
+             "not named are taken by their own name (repeatable)")
     add_lake_options(parser)
     add_json_flag(parser)
     parser.set_defaults(func=_run)
@@ -43,8 +58,10 @@ def _run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     files = {t: getattr(args, t) for t in BRONZE_TABLES}
-    check_load(config, args.dataset, files, fmt=args.format)  # refused before Spark starts
+    check_load(config, args.dataset, files, fmt=args.format,
+               columns=args.columns)  # refused before Spark starts
     spark = get_spark(config.spark)
-    report = api.load(spark, args.dataset, files, fmt=args.format, config=config)
+    report = api.load(spark, args.dataset, files, fmt=args.format, columns=args.columns,
+                      config=config)
     emit(args, report.to_dict(), report.summary())
     return 0

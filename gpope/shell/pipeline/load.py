@@ -9,6 +9,9 @@ load killed half-way leaves the previous tables. Rows are not parsed or filtered
 ingest`` parses string columns row by row and quarantines what it cannot use, with a reason, so
 rows in = rows used + rows rejected starts from exactly the delivered rows.
 
+Column names: ``columns`` (``gpope load --columns``) maps an extract's own names onto the
+contract's, renamed in Spark as the files are read (:func:`parse_column_map` gives the form).
+
 Types: CSV columns are read as text (no type inference: a patient id ``007`` stays ``007``);
 Parquet keeps its types. A time without a time zone (CSV text without an offset, a Parquet
 ``timestamp`` not adjusted to UTC) is read as UTC; a time with an offset is converted to UTC.
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpope.errors import ConfigError
@@ -28,8 +32,8 @@ if TYPE_CHECKING:
 
     from gpope.config import GpopeConfig
 
-__all__ = ["BRONZE_COLUMNS", "BRONZE_TABLES", "FileFormat", "LoadReport", "check_files",
-           "read_bronze_file", "run_load"]
+__all__ = ["BRONZE_COLUMNS", "BRONZE_TABLES", "ColumnMap", "FileFormat", "LoadReport",
+           "check_files", "parse_column_map", "read_bronze_file", "run_load"]
 
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
 #: The bronze contract's column names per table (the types are in :mod:`gpope.shell.schemas`,
@@ -40,6 +44,114 @@ BRONZE_COLUMNS: dict[str, tuple[str, ...]] = {
     "outcomes": ("patient_id", "time", "reward"),
 }
 FileFormat = Literal["auto", "parquet", "csv"]
+#: Per bronze table, ``{bronze column: the file's column}`` for the columns named otherwise.
+ColumnMap = dict[str, dict[str, str]]
+ColumnsLike = str | Sequence[str] | Mapping[str, str] | None
+
+
+def parse_column_map(columns: ColumnsLike) -> ColumnMap:
+    """The per-table renames that ``columns`` asks for.
+
+    ``columns`` is text ``BRONZE=SOURCE[,BRONZE=SOURCE...]`` (a list of such texts, or a mapping
+    ``{BRONZE: SOURCE}``). ``BRONZE`` is a contract column (``patient_id``, ``time``,
+    ``variable``, ``value``, ``action``, ``propensity``, ``reward``), applied to every table that
+    has it, or ``TABLE.BRONZE`` (e.g. ``treatments.time``), applied to that table only and
+    taking precedence over the unprefixed entry. A column not named is taken by its own name.
+
+    Guarantees: every key of the result is a bronze table, every inner key one of its contract
+    columns, and no two contract columns of a table read the same source column.
+
+    Raises:
+        ConfigError: an entry without ``=`` or a name, an unknown table or contract column, a
+            column given twice, or two contract columns of one table mapped to one source.
+    """
+    if columns is None:
+        return {}
+    if isinstance(columns, Mapping):
+        pairs = [(str(k).strip(), str(v).strip()) for k, v in columns.items()]
+    else:
+        texts = [columns] if isinstance(columns, str) else list(columns)
+        pairs = []
+        for entry in (e.strip() for text in texts for e in text.split(",")):
+            if not entry:
+                continue
+            if "=" not in entry:
+                raise ConfigError(f"--columns entry {entry!r} is not BRONZE=SOURCE (for example "
+                                  "patient_id=mrn or treatments.time=ordered_at).")
+            bronze, source = entry.split("=", 1)
+            pairs.append((bronze.strip(), source.strip()))
+    known = sorted({c for cols in BRONZE_COLUMNS.values() for c in cols})
+    shared: dict[str, str] = {}
+    scoped: ColumnMap = {}
+    for bronze, source in pairs:
+        table, _, name = bronze.rpartition(".")
+        if not name or not source:
+            raise ConfigError(f"--columns entry {bronze}={source} names no column on one side; "
+                              "give BRONZE=SOURCE, for example patient_id=mrn.")
+        if table and table not in BRONZE_COLUMNS:
+            raise ConfigError(f"--columns entry {bronze}={source}: unknown table {table!r}; "
+                              f"the bronze tables are {', '.join(BRONZE_TABLES)}.")
+        allowed = BRONZE_COLUMNS[table] if table else known
+        if name not in allowed:
+            where = f"the {table} table" if table else "the bronze contract"
+            raise ConfigError(f"--columns entry {bronze}={source}: {name!r} is not a column of "
+                              f"{where} ({', '.join(allowed)}); the left side is the bronze "
+                              "name, the right side your file's column.")
+        target = scoped.setdefault(table, {}) if table else shared
+        if name in target:
+            raise ConfigError(f"--columns gives {bronze} twice ({target[name]!r} and {source!r}); "
+                              "give it once.")
+        target[name] = source
+    result: ColumnMap = {}
+    for table, contract in BRONZE_COLUMNS.items():
+        own = {c: scoped.get(table, {}).get(c, shared.get(c, c)) for c in contract}
+        sources = list(own.values())
+        for source in own.values():
+            if sources.count(source) > 1:
+                both = [c for c, s in own.items() if s == source]
+                raise ConfigError(f"--columns maps the {table} columns {both} all to {source!r}; "
+                                  f"each needs its own column (use {table}.COLUMN=SOURCE).")
+        renamed = {c: s for c, s in own.items() if s != c}
+        if renamed:
+            result[table] = renamed
+    return result
+
+
+def _mapping_text(table: str, renamed: Mapping[str, str]) -> str:
+    return ", ".join(f"{c} <- {s}" for c, s in renamed.items()) or "none"
+
+
+def _check_sources(table: str, where: str, found: Sequence[str],
+                   renamed: Mapping[str, str]) -> None:
+    """Refuse a file whose columns cannot give ``table``'s contract under ``renamed``.
+
+    Raises:
+        SchemaError: a mapped source column is absent, a contract column is absent and not
+            mapped, or a mapped-to name is also a column of the file (named with its columns).
+    """
+    from gpope.errors import SchemaError
+
+    absent_src = {c: s for c, s in renamed.items() if s not in found}
+    if absent_src:
+        first = next(iter(absent_src))
+        raise SchemaError(
+            f"The {table} file {where} has no column(s) {list(absent_src.values())} named in "
+            f"--columns ({_mapping_text(table, renamed)}); found columns {list(found)}. Name "
+            f"this file's column for {table} only (e.g. --columns {table}.{first}=YOUR_NAME), "
+            "then load again.")
+    clash = [c for c in renamed if c in found]
+    if clash:
+        raise SchemaError(
+            f"The {table} file {where} has column(s) {clash} and --columns maps other columns "
+            f"to those names ({_mapping_text(table, renamed)}); found columns {list(found)}. "
+            f"Map them from their own column ({table}.COLUMN=COLUMN) or drop one, then load again.")
+    absent = [c for c in BRONZE_COLUMNS[table] if c not in renamed and c not in found]
+    if absent:
+        raise SchemaError(
+            f"The {table} file {where} lacks the column(s) {absent} of the bronze contract "
+            f"({', '.join(BRONZE_COLUMNS[table])}); found columns {list(found)}. Map your "
+            f"names with --columns (e.g. --columns {table}.{absent[0]}=YOUR_NAME; "
+            "docs/OWN_DATA.md, 'The bronze contract'), then load again.")
 
 
 @dataclass(frozen=True)
@@ -51,22 +163,26 @@ class LoadReport:
         files: the path given per table.
         rows: rows written per bronze table (= rows delivered).
         versions: the Delta version of each bronze table after the load.
+        columns: per table, ``{bronze column: file column}`` renamed on the way in.
     """
 
     dataset: str
     files: dict[str, str]
     rows: dict[str, int]
     versions: dict[str, int]
+    columns: ColumnMap = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (``gpope load --json``)."""
         return {"dataset": self.dataset, "files": dict(self.files), "rows": dict(self.rows),
-                "versions": dict(self.versions)}  # fmt: skip
+                "versions": dict(self.versions),
+                "columns": {t: dict(m) for t, m in self.columns.items()}}  # fmt: skip
 
     def summary(self) -> str:
         """A few human-readable lines ending with the next command."""
         lines = [f"load {self.dataset}: bronze tables replaced (rows as delivered)"]
         lines += [f"  {t:<13}{self.rows[t]:>10} rows  <- {self.files[t]}" for t in self.rows]
+        lines += [f"  {t:<13}renamed: {_mapping_text(t, m)}" for t, m in self.columns.items()]
         lines.append(f"next: gpope ingest --dataset {self.dataset} --conf YOUR_CONF "
                      "(with the dataset under 'datasets:')")  # fmt: skip
         return "\n".join(lines)
@@ -149,19 +265,22 @@ def _columns(path: str, kind: str) -> list[str] | None:
         return None
 
 
-def check_files(files: dict[str, str], *, fmt: FileFormat = "auto") -> dict[str, str]:
+def check_files(files: dict[str, str], *, fmt: FileFormat = "auto",
+                columns: ColumnsLike = None) -> dict[str, str]:
     """The three files' paths, resolved, after every check that needs no Spark.
 
     Guarantees: every table has a path; each local path matches a file; its format is known
-    (``fmt`` or the name); and where a local file's column names are readable (a Parquet
-    footer, a CSV header row), every contract column is among them.
+    (``fmt`` or the name); ``columns`` parses (:func:`parse_column_map`); and where a local
+    file's column names are readable (a Parquet footer, a CSV header row), every contract
+    column is among them under ``columns``.
 
     Raises:
-        ConfigError: a table without a path, a path matching no file, or an unknown format.
-        SchemaError: a contract column is missing from a file (named with the columns found).
+        ConfigError: a table without a path, a path matching no file, an unknown format or an
+            invalid ``columns``.
+        SchemaError: a contract column or a mapped column is missing from a file (named with
+            the columns found).
     """
-    from gpope.errors import SchemaError
-
+    renames = parse_column_map(columns)
     missing = [t for t in BRONZE_TABLES if not files.get(t)]
     if missing:
         raise ConfigError(f"gpope load needs one file per bronze table; missing: {missing}.")
@@ -171,26 +290,25 @@ def check_files(files: dict[str, str], *, fmt: FileFormat = "auto") -> dict[str,
         kind = _format_of(path, fmt)
         first = None if "://" in path else _first_file(path, kind)
         found = None if first is None else _columns(first, kind)
-        absent = [c for c in BRONZE_COLUMNS[table] if found is not None and c not in found]
-        if absent:
-            raise SchemaError(
-                f"The {table} file {first} lacks the column(s) {absent} of the bronze contract "
-                f"({', '.join(BRONZE_COLUMNS[table])}); found columns {found}. Rename or add "
-                "them (docs/OWN_DATA.md, 'The bronze contract'), then load again."
-            )
+        if found is not None:
+            _check_sources(table, str(first), found, renames.get(table, {}))
     return resolved
 
 
 def read_bronze_file(spark: SparkSession, path: str, table: str, *,
-                     fmt: FileFormat = "auto") -> DataFrame:
+                     fmt: FileFormat = "auto", columns: Mapping[str, str] | None = None
+                     ) -> DataFrame:
     """The rows of ``path`` (a file, a folder of files or a glob) as a DataFrame, as delivered.
 
     CSV: header row, every column text. Parquet: its own types, with time-zone-less timestamps
-    read as UTC (``timestamp_ntz`` -> ``timestamp`` in the UTC session).
+    read as UTC (``timestamp_ntz`` -> ``timestamp`` in the UTC session). ``columns``
+    (``{bronze column: file column}``, one table's entry of :func:`parse_column_map`) renames
+    those columns; every other column, extras included, keeps its name and values.
 
     Raises:
         ConfigError: nothing matches ``path``, or its format cannot be told.
-        SchemaError: a bronze contract column is missing or has an impossible type.
+        SchemaError: a bronze contract column (or a column ``columns`` names) is missing, or
+            a contract column has an impossible type.
     """
     from pyspark.sql import functions as F
 
@@ -204,9 +322,13 @@ def read_bronze_file(spark: SparkSession, path: str, table: str, *,
     else:
         df = spark.read.parquet(*paths)
     naive = [f.name for f in df.schema.fields if f.dataType.simpleString() == "timestamp_ntz"]
-    if naive:
-        df = df.select(*[F.col(f"`{c}`").cast("timestamp").alias(c) if c in naive
-                         else F.col(f"`{c}`") for c in df.columns])  # fmt: skip
+    renamed = dict(columns or {})
+    if renamed:
+        _check_sources(table, path, df.columns, renamed)
+    if naive or renamed:
+        names = {s: c for c, s in renamed.items()}
+        df = df.select(*[(F.col(f"`{c}`").cast("timestamp") if c in naive else F.col(f"`{c}`"))
+                         .alias(names.get(c, c)) for c in df.columns])  # fmt: skip
     conform_bronze(df, table, path)  # contract checked now: one clear line, nothing written
     return df
 
@@ -218,6 +340,7 @@ def run_load(
     files: dict[str, str],
     *,
     fmt: FileFormat = "auto",
+    columns: ColumnsLike = None,
 ) -> LoadReport:
     """Replace ``dataset``'s bronze tables with the rows of ``files``, atomically.
 
@@ -227,21 +350,26 @@ def run_load(
         dataset: the dataset name (``<lake>/bronze/<dataset>/<table>``).
         files: ``{"observations": path, "treatments": path, "outcomes": path}``.
         fmt: ``auto`` (from the file names), ``parquet`` or ``csv``.
+        columns: the extract's own column names (:func:`parse_column_map`), e.g.
+            ``"patient_id=mrn,time=charted_at,treatments.time=ordered_at"``.
 
     Returns:
         A :class:`LoadReport` with the rows written per table.
 
     Raises:
-        ConfigError: a table's file is missing from ``files`` or does not exist.
-        SchemaError: a file breaks the bronze contract (nothing is written).
+        ConfigError: a table's file is missing from ``files`` or does not exist, or
+            ``columns`` is invalid.
+        SchemaError: a file breaks the bronze contract under ``columns`` (nothing is written).
     """
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 
-    paths = check_files(files, fmt=fmt)
+    paths = check_files(files, fmt=fmt, columns=columns)
+    renames = parse_column_map(columns)
     refs = {t: TableRef("bronze", t, dataset) for t in BRONZE_TABLES}  # names checked
     target = Lake.from_settings(spark, config.lake)
-    frames = {t: read_bronze_file(spark, paths[t], t, fmt=fmt) for t in BRONZE_TABLES}
+    frames = {t: read_bronze_file(spark, paths[t], t, fmt=fmt, columns=renames.get(t))
+              for t in BRONZE_TABLES}
     run_id = new_run_id()
     versions, rows = {}, {}
     for t in BRONZE_TABLES:  # tagged commits: invisible until the manifest below
@@ -254,7 +382,7 @@ def run_load(
             df.unpersist()
     PipelineRuns(config.lake, spark=spark).commit(
         run_id=run_id, stage="load", dataset=dataset, tables=versions,
-        details={"files": dict(files), "rows": rows},
+        details={"files": dict(files), "rows": rows, "columns": renames},
     )  # fmt: skip
     return LoadReport(dataset=dataset, files={t: files[t] for t in BRONZE_TABLES}, rows=rows,
-                      versions={t: versions[refs[t]] for t in BRONZE_TABLES})
+                      versions={t: versions[refs[t]] for t in BRONZE_TABLES}, columns=renames)
