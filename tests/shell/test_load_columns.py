@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpope.errors import ConfigError, SchemaError
-from gpope.shell.pipeline.load import check_files, parse_column_map, read_bronze_file
+from gpope.shell.pipeline.load import (
+    BRONZE_COLUMNS,
+    _check_sources,
+    check_files,
+    parse_column_map,
+    read_bronze_file,
+)
 
 _FILES = {
     "vitals.csv": [["mrn", "charted_at", "item", "result", "unit"],
@@ -93,3 +101,41 @@ def test_bad_mappings_are_refused_naming_the_file_and_its_columns(spark, extract
     with pytest.raises(SchemaError, match=r"vitals.csv has no column\(s\) \['taken_at'\]"):
         read_bronze_file(spark, extract["observations"], "observations",
                          columns={"patient_id": "mrn", "time": "taken_at"})
+
+
+_CONTRACT_NAMES = sorted({c for cs in BRONZE_COLUMNS.values() for c in cs})
+_NAME = st.one_of(st.text("abcdefgh_", min_size=1, max_size=6), st.sampled_from(_CONTRACT_NAMES))
+
+
+@settings(max_examples=60, deadline=None)
+@given(headers=st.fixed_dictionaries({t: st.lists(_NAME, min_size=len(c), max_size=len(c),
+                                                  unique=True)
+                                      for t, c in BRONZE_COLUMNS.items()}),
+       plain=st.sets(st.sampled_from(_CONTRACT_NAMES)),
+       order=st.randoms(use_true_random=False))
+def test_any_header_maps_onto_the_contract_whatever_the_entry_order(headers, plain, order):
+    # Each table's file names its contract columns its own way; a column whose name is the
+    # same in every table that has it may be given once, unprefixed; the rest per table. In any
+    # entry order, the map renames each file's header to exactly its contract's columns.
+    entries, given_plain = [], set()
+    for name in plain:
+        owners = [t for t, cs in BRONZE_COLUMNS.items() if name in cs]
+        sources = {headers[t][BRONZE_COLUMNS[t].index(name)] for t in owners}
+        if len(sources) == 1:
+            entries.append(f"{name}={sources.pop()}")
+            given_plain.add(name)
+    for table, columns in BRONZE_COLUMNS.items():
+        for column, source in zip(columns, headers[table], strict=True):
+            if column not in given_plain or order.random() < 0.5:  # a prefixed entry wins
+                entries.append(f"{table}.{column}={source}")
+    order.shuffle(entries)
+    renames = parse_column_map(",".join(entries))
+    for table, columns in BRONZE_COLUMNS.items():
+        own = renames.get(table, {})
+        if any(c in headers[table] for c in own):  # e.g. a rotation of contract names
+            with pytest.raises(SchemaError, match="maps other columns to those names"):
+                _check_sources(table, "f.csv", headers[table], own)
+            continue
+        _check_sources(table, "f.csv", headers[table], own)
+        back = {s: c for c, s in own.items()}
+        assert sorted(back.get(h, h) for h in headers[table]) == sorted(columns)
