@@ -77,7 +77,7 @@ PINS: dict[str, dict] = {
     "gpope": {
         "theta": "6da8bcebee37e63031556092",
         "values": [
-            "-0x1.efbb24f94f1f6p-2",
+            "0x0.0p+0",
             "0x1.88890636f2836p-4",
             "0x1.775125355ad8ap-1"
         ],
@@ -106,10 +106,10 @@ PINS: dict[str, dict] = {
         "theta": "6119f5c0c6550651c1fa2029",
         "values": [
             "0x1.8b73cbe87aabbp-2",
-            "-0x1.6414c37de2c39p-1",
+            "0x0.0p+0",
             "0x1.64cc6cb4fc0c0p-1"
         ],
-        "intervals": "9a57e2c33865784b434699d1",
+        "intervals": "3c77739eaa0b50eeb21bcfd5",
         "sigma": "0x1.fe2dd47f321efp+0",
         "statistics_sigma": "0x1.2fd3bb7a33579p+4",
         "spent_epsilon": "0x1.ffd7fd00e0a60p+0",
@@ -119,7 +119,7 @@ PINS: dict[str, dict] = {
     "uniform": {
         "theta": "045a948a4bdc6671cc0834de",
         "values": [
-            "-0x1.5e211fc995b0ap+0",
+            "0x0.0p+0",
             "0x1.84fcf5c55ce2dp+1",
             "0x1.291455d981d49p+2"
         ],
