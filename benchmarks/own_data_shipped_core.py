@@ -122,6 +122,18 @@ def estimator_share(spec, share: float | None = None) -> float:
     return 1.0 if policy_value_unavailable(spec) else 1.0 - RunSettings().policy_value_share
 
 
+def selected_specs(only: str | None):
+    """Yield (spec, domain, patients, cap, truth) for each shipped spec ``--only`` keeps (all if
+    None), its spec read from conf and its true reference values computed once."""
+    from gpope.shell.pipeline.jobargs import load_spec
+
+    for spec_path, domain, patients, cap in SHIPPED:
+        if only and domain not in only.split(","):
+            continue
+        spec = load_spec(spec_path)
+        yield spec, domain, patients, cap, truth_of(spec, domain)
+
+
 def add_cohort_arguments(p: argparse.ArgumentParser) -> None:
     """The options shared by the in-memory shipped-spec benchmarks: cohorts, draws, budget."""
     p.add_argument("--seeds", type=int, default=3, help="cohorts per shipped spec")
@@ -144,17 +156,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned_rows
-    from gpope.shell.pipeline.jobargs import load_spec
 
     eps_list = [float(x) for x in a.epsilons.split(",")]
     settings = UntunedSettings()
     records = []
     t0 = time.time()
-    for spec_path, domain, patients, cap in SHIPPED:
-        if a.only and domain not in a.only.split(","):
-            continue
-        spec = load_spec(spec_path)
-        truth = truth_of(spec, domain)
+    for spec, domain, patients, cap, truth in selected_specs(a.only):
         scale = float(np.max(np.abs(truth)))
 
         def err(values, truth=truth, scale=scale) -> float:

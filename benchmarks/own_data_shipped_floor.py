@@ -46,8 +46,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from own_data_shipped import SHIPPED, truth_of
-from own_data_shipped_core import add_cohort_arguments, cohort_rows
+from own_data_shipped_core import add_cohort_arguments, cohort_rows, selected_specs
 
 #: iteration counts (in steps of 1/L) of the early-stopped gradient path
 STEPS = (300, 1000, 3000, 10000)
@@ -260,7 +259,6 @@ def main(argv=None) -> int:
                         "(shipped specs only; default: conf's settings)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    from gpope.shell.pipeline.jobargs import load_spec
 
     eps = [float(x) for x in a.epsilons.split(",")]
     variants = [("", None)]
@@ -274,11 +272,7 @@ def main(argv=None) -> int:
                     for q, w in (v.split(":") for v in a.variants.split(","))]
     records, extra = [], {}
     t0 = time.time()
-    for spec_path, domain, patients, cap in SHIPPED:
-        if a.only and domain not in a.only.split(","):
-            continue
-        spec = load_spec(spec_path)
-        truth = truth_of(spec, domain)
+    for spec, domain, patients, cap, truth in selected_specs(a.only):
         for seed in range(a.seeds):
             vec = cohort_rows(spec, domain, patients, cap, seed)
             for label, settings in variants:
