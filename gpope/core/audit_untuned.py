@@ -5,7 +5,7 @@ The default releases the sums of the weighted rows ``[A_i, b_i, w C_i]`` (``w`` 
 its plan, and divides C by ``w`` again (noise ``sigma c`` on A and b, ``sigma c / w`` on C). The
 audit runs the real pieces: the multipliers of :func:`gpope.core.untuned.plan_untuned` for a
 default run at the claimed (epsilon, delta), the summing kernel of the release
-(:func:`gpope.core.untuned._sum_kernel` with :func:`~gpope.core.untuned.second_moment_weights`)
+(:func:`gpope.core.untuned._sum_kernel` with :func:`~gpope.core.ssp.c_block_scale`)
 and its noise step (:func:`~gpope.core.untuned.release_weighted_sums`), on two neighbouring data
 sets (add/remove-one, the default's adjacency):
 
@@ -44,7 +44,6 @@ error); ``_unweighted_c_noise`` (SSP only) draws C's noise at ``sigma c`` instea
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -53,14 +52,19 @@ import numpy as np
 
 from gpope.core.audit import AuditResult, CanaryClaim, audit_generator
 from gpope.core.audit_ssp import base_records
-from gpope.core.ssp import release_noisy_statistics, ssp_epsilon, statistics_vectors
+from gpope.core.ssp import (
+    c_block_scale,
+    release_noisy_statistics,
+    split_sigma,
+    ssp_epsilon,
+    statistics_vectors,
+)
 from gpope.core.untuned import (
     _residual_kernel,
     _sum_kernel,
     plan_untuned,
     release_residuals,
     release_weighted_sums,
-    second_moment_weights,
 )
 from gpope.core.untuned_settings import UntunedSettings
 from gpope.core.validation import check_choice, check_number
@@ -125,7 +129,7 @@ def _residual_audit(config: UntunedAuditConfig, gens: list[np.random.Generator],
     v1 = statistics_vectors(A, b1, C)
     sigma = plan_untuned(m=m + 1, epsilon=config.epsilon, delta=config.delta,
                          settings=config.settings).residual
-    s_sum, s_mom = sigma / math.sqrt(1.0 - ms), sigma / math.sqrt(ms)  # the claimed split
+    s_sum, s_mom = split_sigma(sigma, ms)  # the claimed split
 
     def world(rows: np.ndarray, g: np.random.Generator) -> np.ndarray:
         exact = _residual_kernel(theta, n, c)(np.arange(len(rows)), rows)
@@ -160,7 +164,7 @@ def run_untuned_audit(config: UntunedAuditConfig, rng: np.random.Generator | int
                          settings=st).statistics
     used = sigma * _noise_scale
     w = st.second_moment_weight
-    weights = second_moment_weights(n, w)
+    weights = c_block_scale(n, w)
 
     def world(rows: np.ndarray, g: np.random.Generator) -> np.ndarray:
         exact = _sum_kernel(c, weights)(np.arange(len(rows)), rows)  # (1, 2n^2+n)

@@ -7,7 +7,7 @@ per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
 
 1. **Clip by a private quantile.** One noisy histogram of the norms ``||w_i||`` of the weighted
    rows ``w_i = [vec A_i, b_i, w vec C_i]`` (``w = second_moment_weight``,
-   :func:`second_moment_weights`) on a public log grid (:mod:`gpope.core.private_quantile`) whose
+   :func:`gpope.core.ssp.c_block_scale`) on a public log grid (:mod:`gpope.core.private_quantile`) whose
    top is the worst-case norm the spec's bounds allow (:func:`statistics_norm_bound`); the clip
    ``c`` is its ``clip_quantile``. No clip is ever asked of the user.
 2. **SSP** (:mod:`gpope.core.ssp`): the sums of the weighted rows clipped to ``c`` plus Gaussian
@@ -82,7 +82,6 @@ __all__ = [
     "release_untuned",
     "release_untuned_rows",
     "release_weighted_sums",
-    "second_moment_weights",
     "second_order_widths",
     "split_untuned",
     "statistics_norm_bound",
@@ -271,14 +270,6 @@ def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.n
     return upper_quantile(noisy, edges, quantile, m)
 
 
-def second_moment_weights(n: int, weight: float) -> np.ndarray:
-    """(2n^2+n,) per-entry weights of a statistics row ``[vec A, b, vec C]``: 1 on A and b,
-    ``weight`` on C (the vector the default's clip quantile reads and its SSP release clips)."""
-    from gpope.core.ssp import c_block_scale
-
-    return c_block_scale(n, weight)
-
-
 def _sum_kernel(clip: float, weights: np.ndarray):
     """(idx, rows) -> (1, 2n^2+n): the sum of the weighted rows clipped to ``clip``."""
     def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -297,10 +288,10 @@ def release_weighted_sums(sums: np.ndarray, *, n: int, m: int, sigma: float, cli
     clip / weight)^2)`` on C: the Gaussian mechanism on the weighted sums (sensitivity ``clip``
     under add/remove-one, ``GaussianDpEvent(sigma)``) followed by the division, post-processing.
     K > 1 rows are independent releases (the audit, :mod:`gpope.core.audit_untuned`)."""
-    from gpope.core.ssp import release_noisy_statistics
+    from gpope.core.ssp import c_block_scale, release_noisy_statistics
 
     return release_noisy_statistics(
-        np.asarray(sums, dtype=np.float64) / second_moment_weights(n, weight), n=n, m=m,
+        np.asarray(sums, dtype=np.float64) / c_block_scale(n, weight), n=n, m=m,
         sigma=sigma, clip=clip, rng=rng, c_noise_scale=1.0 / weight)
 
 
@@ -329,8 +320,9 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
     ``GaussianDpEvent(sigma)`` under add/remove-one. Leading rows are independent releases (the
     audit, :mod:`gpope.core.audit_untuned`). Returns (noisy residual sums (..., n), noisy moment
     vectors (..., n(n+1)/2), s_sum, s_mom)."""
-    s_sum = sigma / math.sqrt(1.0 - moments_share)
-    s_mom = sigma / math.sqrt(moments_share)
+    from gpope.core.ssp import split_sigma
+
+    s_sum, s_mom = split_sigma(sigma, moments_share)
     parts = np.asarray(parts, dtype=np.float64)
     r_sum = parts[..., :n] + s_sum * bound * rng.standard_normal(parts[..., :n].shape)
     mom = parts[..., n:] + s_mom * bound * bound * rng.standard_normal(parts[..., n:].shape)
@@ -396,6 +388,7 @@ def release_untuned(
     from gpope.core.private_quantile import LogGrid
     from gpope.core.ssp import (
         NoisyMoments,
+        c_block_scale,
         moments_matrix,
         noise_norm_bound,
         residuals,
@@ -404,7 +397,7 @@ def release_untuned(
 
     n = spec.n_features
     width = 2 * n * n + n
-    weights = second_moment_weights(n, settings.second_moment_weight)
+    weights = c_block_scale(n, settings.second_moment_weight)  # [A_i, b_i, w C_i]
     clip = _private_quantile(aggregate, quantile_grid(spec, settings),
                              lambda rows: rows * weights, settings.clip_quantile, m=m,
                              sigma=sigmas.quantile, rng=rng)

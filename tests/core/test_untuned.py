@@ -172,10 +172,11 @@ def test_one_trajectory_moves_the_weighted_clipped_sum_by_at_most_the_clip(n, w,
     """The SSP release's sensitivity: whatever the row and the C weight, one trajectory's
     contribution to the clipped weighted sum has L2 norm <= clip (the Gaussian mechanism's
     calibration assumes it)."""
-    from gpope.core.untuned import _sum_kernel, second_moment_weights
+    from gpope.core.ssp import c_block_scale
+    from gpope.core.untuned import _sum_kernel
 
     row = np.random.default_rng(seed).standard_normal((1, 2 * n * n + n)) * 10.0 ** (seed % 7 - 3)
-    out = _sum_kernel(clip, second_moment_weights(n, w))(np.zeros(1), row)[0]
+    out = _sum_kernel(clip, c_block_scale(n, w))(np.zeros(1), row)[0]
     assert np.linalg.norm(out) <= clip * (1.0 + 1e-12)
 
 

@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
                 results.append(run_audit(cfg, args.seed, _mechanism_override=override))
                 names.append(name)
     if "ssp" in args.estimator:
-        ssp_kw = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
+        ssp_kw = _canary_overrides(overrides)
         if args.quick and "runs" not in ssp_kw:
             ssp_kw["runs"] = SSPAuditConfig().runs // 2
         for relation in ("add_or_remove_one", "replace_one"):
@@ -151,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     if "untuned" in args.estimator:
         from gpope.core.audit_untuned import UntunedAuditConfig, run_untuned_audit
 
-        kw_un = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
+        kw_un = _canary_overrides(overrides)
         broken_un = {"ssp": [("noise x0.5", {"_noise_scale": 0.5}),
                              ("C noise unweighted", {"_unweighted_c_noise": True})],
                      "residual": [("noise x0.5", {"_noise_scale": 0.5})]}
@@ -170,8 +170,13 @@ def policy_value_config(args: argparse.Namespace, overrides: dict[str, object]) 
     longer provable (docs/AUDIT.md), so a quick audit would pass a broken release."""
     from gpope.core.audit_policy_value import PolicyValueAuditConfig
 
-    kw = {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
-    return PolicyValueAuditConfig(delta=args.delta, **kw)
+    return PolicyValueAuditConfig(delta=args.delta, **_canary_overrides(overrides))
+
+
+def _canary_overrides(overrides: dict[str, object]) -> dict[str, object]:
+    """The caller's ``--m``, ``--epsilon``, ``--runs``: the settings the canary audits (SSP,
+    policy value, the tuning-free default) take; the GPOPE-only ones (``--iterations``) dropped."""
+    return {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
 
 
 def _report(args: argparse.Namespace, names: list[str], results: list) -> int:

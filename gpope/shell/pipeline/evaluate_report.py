@@ -528,17 +528,17 @@ def track_and_report(
     elif not prepared.provenance["spec_has_evaluation_block"]:
         warnings.append(generic_settings_note(spec))
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
-    if iv is not None and approximation_note(spec):
-        warnings.append(approximation_note(spec))
+    if iv is not None and (note := approximation_note(spec)):
+        warnings.append(note)
     spent = plan.spent_epsilon
+    solver = uses_solver(s.estimator)
     return EvaluationReport(
         run_id=run_id, mlflow_run_id=tracking.mlflow_run_id, dataset=dataset,
         spec_id=spec.spec_id, spec_name=spec.name, policy=policy_label(spec),
         epsilon=s.epsilon, delta=s.delta, spent_epsilon=spent if math.isfinite(spent) else None,
         accountant=plan.accountant, sigma=plan.sigma, m=m, n=n,
-        iterations=s.iterations if uses_solver(s.estimator) else None,
-        sampling=s.sampling if uses_solver(s.estimator) else None,
-        batch_rate=s.batch_rate if uses_solver(s.estimator) else None,
+        iterations=s.iterations if solver else None, sampling=s.sampling if solver else None,
+        batch_rate=s.batch_rate if solver else None,
         private=bool(est.result.private),
         path="memory" if plan.in_memory else "stream",
         theta=np.asarray(est.theta, dtype=np.float64),
