@@ -249,9 +249,9 @@ def _check_lake(lake: Path, facts: dict[str, Any] | None = None) -> list[str]:
     for details in [last_ingest.details] if last_ingest is not None else []:
         rejected = {r["table"]: r["n"] for r in query(
             f"SELECT \"table\", count(*) AS n FROM {DATASET}__rejected_events GROUP BY 1",
-            lake=lake).to_pylist()}
+            lake=lake, operator=True).to_pylist()}
         transitions = query(f"SELECT count(*) AS n FROM {DATASET}__transitions",
-                            lake=lake).to_pylist()[0]["n"]
+                            lake=lake, operator=True).to_pylist()[0]["n"]
         if transitions != details["rows_used"]["treatments"]:
             problems.append(f"transitions {transitions} != treatments used "
                             f"{details['rows_used']['treatments']}")

@@ -45,7 +45,7 @@ def lstd_values(lake: Path, dataset: str, spec) -> np.ndarray:
     from gpope.shell.query import query
 
     rows = query(f"SELECT A, b, C FROM {dataset}__trajectory_stats WHERE spec_id = "
-                 f"'{spec.spec_id}'", lake=str(lake)).to_pandas()
+                 f"'{spec.spec_id}'", lake=str(lake), operator=True).to_pandas()
     vec = statistics_vectors(np.stack(rows["A"]), np.stack(rows["b"]), np.stack(rows["C"]))
     A, b, _ = split_vector(vec.sum(axis=0), spec.n_features)
     keep = np.abs(np.diag(A)) > 0

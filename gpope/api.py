@@ -154,9 +154,12 @@ def simulate(
     files provide instead (:func:`load`; docs/OWN_DATA.md).
     """
     from gpope.shell.pipeline.simulate import run_simulate
+    from gpope.shell.preflight import check_dataset_unique
 
+    cfg = _config(config)
+    check_dataset_unique(cfg, dataset)
     return run_simulate(
-        spark, _config(config), dataset, domain=domain, patients=patients, seed=seed,
+        spark, cfg, dataset, domain=domain, patients=patients, seed=seed,
         options=options, progress=progress,
     )
 
@@ -173,8 +176,11 @@ def load(
     returns a :class:`~gpope.shell.pipeline.load.LoadReport` (docs/OWN_DATA.md).
     """
     from gpope.shell.pipeline.load import run_load
+    from gpope.shell.preflight import check_dataset_unique
 
-    return run_load(spark, _config(config), dataset, dict(files), fmt=fmt,  # type: ignore[arg-type]
+    cfg = _config(config)
+    check_dataset_unique(cfg, dataset)
+    return run_load(spark, cfg, dataset, dict(files), fmt=fmt,  # type: ignore[arg-type]
                     columns=columns)
 
 
@@ -187,8 +193,10 @@ def ingest(
     or from ``domain`` for a simulated cohort. Counts balance: rows in = used + rejected.
     """
     from gpope.shell.pipeline.ingest import resolve_dataset_settings, run_ingest
+    from gpope.shell.preflight import check_dataset_unique
 
     cfg = _config(config)
+    check_dataset_unique(cfg, dataset)
     settings = resolve_dataset_settings(cfg, dataset, domain=domain)
     return run_ingest(spark, cfg, dataset, settings=settings)
 

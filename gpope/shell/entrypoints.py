@@ -18,7 +18,7 @@ from gpope.errors import GpopeError
 from gpope.shell.cli.domains import domain_arg
 from gpope.shell.pipeline.jobargs import job_parser, job_setup
 
-__all__ = ["demo", "evaluate", "ingest", "simulate", "stats"]
+__all__ = ["demo", "evaluate", "grants", "ingest", "simulate", "stats"]
 
 def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Namespace) -> int:
     try:
@@ -157,3 +157,22 @@ def demo(argv: Sequence[str] | None = None) -> int:
                         tracking_uri=a.tracking_uri).summary()
 
     return _run("demo", body, args)
+
+
+def grants(argv: Sequence[str] | None = None) -> int:
+    """``gpope-grants``: the analysts' group may read the release tables, nothing else (UC)."""
+    parser = job_parser("Grant an analysts' group USE SCHEMA and SELECT on the release tables "
+                        "(released_values, released_estimates, privacy_ledger) only.")
+    parser.add_argument("--group", required=True,
+                        help="the workspace group of analysts (e.g. gpope-analysts)")
+    args = parser.parse_args(argv)
+
+    def body(a: argparse.Namespace) -> str:
+        from gpope.shell.grants import check_grants, run_grants
+        from gpope.shell.pipeline.jobargs import config_from_args
+
+        check_grants(config_from_args(a), a.group)  # refused before Spark starts
+        spark, config, _ = job_setup(a)
+        return run_grants(spark, config, a.group)
+
+    return _run("grants", body, args)

@@ -19,13 +19,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, TableNotFoundError
-from gpope.shell.lake.names import TableRef, check_name, creator_hint, local_root, table_path
+from gpope.shell.lake.names import (
+    LAYERS,
+    SHARED_TABLES,
+    TableRef,
+    check_name,
+    creator_hint,
+    local_root,
+    table_path,
+)
 
 if TYPE_CHECKING:
     from gpope.config import DatasetSettings, GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["STAGE_INPUTS", "check_lake", "check_load", "check_stage"]
+__all__ = ["STAGE_INPUTS", "check_dataset_unique", "check_lake", "check_load", "check_stage"]
 
 #: The tables each stage reads, per dataset (layer, table).
 STAGE_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -51,12 +59,48 @@ def check_lake(config: GpopeConfig) -> None:
         check_local_root(str(root))
 
 
+def check_dataset_unique(config: GpopeConfig, dataset: str) -> None:
+    """Refuse a dataset name that differs only in case from a dataset the local lake holds.
+
+    SQL identifiers (the query views ``<dataset>__<table>``) and Unity Catalog table names are
+    case-insensitive, so ``Base`` and ``base`` would read and write each other's tables. Reads
+    only directory listings of ``<root>/<layer>/``. On a Unity Catalog lake the two names are
+    already one table name, so there is nothing separate to collide with.
+
+    Raises:
+        ConfigError: another dataset of the lake has the same name up to case (both quoted).
+    """
+    import os
+
+    if config.lake.catalog is not None:
+        return
+    root = local_root(str(config.lake.root))
+    if root is None:
+        return
+    for layer in LAYERS:
+        try:
+            entries = [e.name for e in os.scandir(root / layer) if e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in entries:
+            if layer == "gold" and name in SHARED_TABLES:
+                continue
+            if name != dataset and name.lower() == dataset.lower():
+                raise ConfigError(
+                    f"Dataset {dataset!r} differs only in case from dataset {name!r}, which the "
+                    f"lake {root} already holds ({layer}/{name}); SQL views and Unity Catalog "
+                    "table names ignore case, so the two would read each other's tables. Use "
+                    f"--dataset {name} for that dataset, or a name that differs in more than case."
+                )
+
+
 def check_stage(
     config: GpopeConfig, stage: str, dataset: str, spec: EvaluationSpec | None = None
 ) -> None:
     """Everything about ``stage`` on ``dataset`` that can be checked without Spark.
 
-    Guarantees: the dataset name is valid, the lake root is addressable, a ``spec`` whose target
+    Guarantees: the dataset name is valid and unique up to case in a local lake, the lake root
+    is addressable, a ``spec`` whose target
     policy has a fixed action count has one per action of the dataset's ``datasets:`` entry
     and its feature maps with public ranges one range per state column (when the conf has the
     entry), and on a local lake every input table of the stage exists (for
@@ -71,6 +115,7 @@ def check_stage(
     """
     check_name("dataset", dataset)
     check_lake(config)
+    check_dataset_unique(config, dataset)
     if spec is not None and dataset in config.datasets:
         _check_actions(spec, dataset, config.datasets[dataset].actions)
         _check_state_width(spec, dataset, config.datasets[dataset])
@@ -113,6 +158,7 @@ def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt:
 
     check_name("dataset", dataset)
     check_lake(config)
+    check_dataset_unique(config, dataset)
     check_files(files, fmt=fmt, columns=columns)  # type: ignore[arg-type]
 
 

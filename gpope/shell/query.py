@@ -1,4 +1,13 @@
-"""The analysts' query path: SQL over every lake table, with DuckDB, without Spark or a JVM.
+"""The analysts' query path: SQL over the lake's released tables, with DuckDB, without Spark or a JVM.
+
+A sandbox: a query is exactly one read-only ``SELECT`` (``WITH``, ``FROM``-first and ``DESCRIBE``
+forms included) over the registered views. Once the views are registered, DuckDB's external
+access (files, ``COPY``, ``ATTACH``, ``EXPORT``, ``INSTALL``, replacement scans of paths) is off
+and the configuration is locked, so no statement can read or write a file the views do not
+serve. By default only the released views are served (:data:`RELEASE_VIEWS`: released values and
+estimates, ``latest_release``, ``budget_status`` and the ledger); the raw and per-patient tables
+(bronze events, silver transitions, ``trajectory_stats``, ``pipeline_runs``) open only with
+``operator=True`` (``gpope query --operator``), which says what it opens.
 
 Each Delta table of a path-based lake is exposed as a named view over delta-rs's Arrow dataset
 (the delta-rs store's ``to_pyarrow_dataset()``, the table's latest version), and DuckDB runs the
@@ -57,6 +66,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BUDGET_STATUS_VIEW",
     "LATEST_RELEASE_VIEW",
+    "OPERATOR_SWITCH",
+    "RELEASE_VIEWS",
     "LakeTable",
     "QueryResult",
     "connect",
@@ -90,6 +101,15 @@ _RELEASE_VERSION_COMMENT = (
     "'latest' (created_at is the writer's clock and may be skewed)")
 _PIPELINE_RUNS = "pipeline_runs"
 _LEDGER = "privacy_ledger"
+#: The shared gold tables that hold only released (differentially private) outputs and the
+#: ledger's accounting: the tables an analyst's query may read.
+_RELEASE_TABLES = frozenset({_RELEASED_VALUES, "released_estimates", _LEDGER})
+RELEASE_VIEWS: frozenset[str] = _RELEASE_TABLES | {BUDGET_STATUS_VIEW, LATEST_RELEASE_VIEW}
+"""The views served without the operator switch."""
+OPERATOR_SWITCH = "--operator"
+"""The command-line switch (``operator=True`` in Python) that opens raw and per-patient tables."""
+_OPERATOR_OPENS = ("raw event tables (bronze), patients' transitions and rejected rows (silver), "
+                   "per-patient trajectory_stats and pipeline_runs")
 #: Attempts at a consistent snapshot of the lake's table versions before giving up.
 _SNAPSHOT_ATTEMPTS = 50
 _LAYERS = ("bronze", "silver", "gold")
@@ -176,14 +196,17 @@ def _subdirs(path: Path) -> list[Path]:
         return []
 
 
-def lake_tables(lake: str | Path | GpopeConfig | None = None) -> list[LakeTable]:
-    """Every Delta table of the lake, by layer, dataset and name (no table is opened).
+def lake_tables(
+    lake: str | Path | GpopeConfig | None = None, *, operator: bool = True
+) -> list[LakeTable]:
+    """The Delta tables of the lake, by layer, dataset and name (no table is opened).
 
     Guarantees: shared gold tables (``<root>/gold/<table>``) get their own name as view; per-dataset
     tables (``<root>/<layer>/<dataset>/<table>``) get ``<dataset>__<table>``; sorted by view name.
+    Without ``operator`` only the release tables are listed.
     """
     root, _ = _lake_root(lake)
-    return _discover(root)
+    return _served(_discover(root), operator)
 
 
 def _discover(root: Path) -> list[LakeTable]:
@@ -200,9 +223,40 @@ def _discover(root: Path) -> list[LakeTable]:
     return sorted(found, key=lambda t: t.view)
 
 
-def view_names(tables: Iterable[LakeTable], *, budget: bool = True) -> list[str]:
-    """All view names a lake with ``tables`` offers (per-table, stacked and budget_status)."""
-    tables = list(tables)
+def is_release_view(name: str) -> bool:
+    """True when ``name`` (any case) is a view served without the operator switch."""
+    return name.lower() in RELEASE_VIEWS
+
+
+def _served(tables: Iterable[LakeTable], operator: bool) -> list[LakeTable]:
+    """The tables a query may open: the release tables, and with ``operator`` every table."""
+    return [t for t in tables if operator or t.view in _RELEASE_TABLES]
+
+
+def _check_case(tables: Iterable[LakeTable]) -> None:
+    """Refuse to serve datasets whose names differ only in case: SQL names ignore case, so
+    ``Base__observations`` and ``base__observations`` would be one view (and the stacked view
+    would count one dataset twice)."""
+    seen: dict[str, str] = {}
+    for t in tables:
+        if t.dataset is None:
+            continue
+        other = seen.setdefault(t.dataset.lower(), t.dataset)
+        if other != t.dataset:
+            raise QueryError(
+                f"The lake holds datasets {other!r} and {t.dataset!r}, whose names differ only "
+                "in case; SQL views ignore case, so their tables would be served as one. "
+                f"Rename one of them (its folders <lake>/<layer>/{t.dataset}) or query the "
+                "released views, which keep them apart."
+            )
+
+
+def view_names(
+    tables: Iterable[LakeTable], *, budget: bool = True, operator: bool = True
+) -> list[str]:
+    """The view names a lake with ``tables`` offers (per-table, stacked, budget_status and
+    latest_release); without ``operator`` only the :data:`RELEASE_VIEWS` among them."""
+    tables = _served(tables, operator)
     names = {t.view for t in tables}
     names.update(t.table for t in tables if t.dataset is not None)
     if budget and any(t.view == "privacy_ledger" for t in tables):
@@ -380,22 +434,30 @@ def _register_latest_release(con: duckdb.DuckDBPyConnection, *, with_budget: boo
 
 
 def connect(
-    lake: str | Path | GpopeConfig | None = None, *, views: Iterable[str] | None = None
+    lake: str | Path | GpopeConfig | None = None, *, views: Iterable[str] | None = None,
+    operator: bool = False,
 ) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the lake's tables as views (session time zone UTC).
+    """An in-memory DuckDB sandbox with the lake's tables as views (session time zone UTC).
+
+    Guarantees: the connection serves only the registered views; external access (file reads
+    and writes, ATTACH, INSTALL) is off and the configuration locked before it is returned.
 
     Args:
         lake: the lake root, or a configuration (its ``lake.root`` and privacy defaults); None:
             ``./lake``.
         views: open only these views (case-insensitive; unknown names are ignored); None: all.
+        operator: also serve the raw and per-patient tables (not private: operators only).
 
     Raises:
         ConfigError: the lake root does not exist, or is not a local path-based lake.
+        QueryError: two served datasets' names differ only in case.
     """
     import duckdb
 
     root, config = _lake_root(lake)
-    tables = _discover(root)
+    discovered = _discover(root)
+    manifest = next((t.path for t in discovered if t.view == _PIPELINE_RUNS), None)
+    tables = _served(discovered, operator)
     wanted = None if views is None else {v.lower() for v in views}
     if wanted is not None and LATEST_RELEASE_VIEW in wanted:  # the views it is built from
         wanted |= {_RELEASED_VALUES, BUDGET_STATUS_VIEW}
@@ -408,8 +470,8 @@ def connect(
     has_ledger = any(t.view == _LEDGER for t in tables)
     needed = [t for t in tables if wanted is None or t.view.lower() in wanted or (
         t.dataset is not None and t.table.lower() in wanted)]
+    _check_case(needed)
     ledger_path = next((t.path for t in tables if t.view == _LEDGER), "")
-    manifest = next((t.path for t in tables if t.view == _PIPELINE_RUNS), None)
     with_budget = has_ledger and (wanted is None or BUDGET_STATUS_VIEW in wanted)
     # one instant for every table the query reads, the manifest and the ledger included
     versions = snapshot([t.path for t in needed] + ([manifest] if manifest else [])
@@ -431,6 +493,9 @@ def connect(
         _register_budget_status(con, config, ledger_path, versions[ledger_path])
     if _RELEASED_VALUES in comments_of and (wanted is None or LATEST_RELEASE_VIEW in wanted):
         _register_latest_release(con, with_budget=has_ledger)
+    # the views are in place: from here on nothing but them can be read, nothing written
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
     return con
 
 
@@ -443,32 +508,77 @@ def _committed(manifest: str | None, at: int | None) -> set[str]:
     return set(DeltaRsTables().read_arrow(manifest, at).column("run_id").to_pylist())
 
 
-def query(sql: str, *, lake: str | Path | GpopeConfig | None = None) -> QueryResult:
-    """Run ``sql`` (DuckDB SQL) over the lake's views; only the views it names are opened.
-
-    Args:
-        sql: one SQL statement, e.g. ``SELECT * FROM released_values``.
-        lake: the lake root or a configuration (see :func:`connect`).
-
-    Returns:
-        The rows as an Arrow table, with the SQL, the lake root and the views opened.
+def check_select(sql: str) -> None:
+    """Refuse anything but exactly one read-only SELECT statement (before any table is opened).
 
     Raises:
-        ConfigError: the lake root does not exist or is not a local path-based lake.
-        QueryError: the SQL is empty or DuckDB refuses it (the message lists the lake's views).
+        QueryError: empty SQL, a syntax error, more than one statement, or a statement that is
+            not a SELECT (COPY, ATTACH, EXPORT, INSTALL, CREATE, SET, PRAGMA...).
     """
     import duckdb
 
     if not isinstance(sql, str) or not sql.strip():
         raise QueryError("The SQL query is empty; pass one statement, e.g. "
                          "'SELECT * FROM released_values'.")
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"DuckDB could not parse the query: {_first_line(exc)}") from None
+    allowed = ("gpope query runs exactly one read-only SELECT over the lake's views (WITH ... "
+               "SELECT, FROM ... and DESCRIBE forms included); files, COPY, ATTACH, EXPORT, "
+               "INSTALL, SET and writes are not available")
+    if len(statements) != 1:
+        raise QueryError(f"{allowed}; got {len(statements)} statements. Run them one at a time.")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise QueryError(f"{allowed}; got a {kind.name} statement.")
+
+
+def _check_served(named: set[str], available: list[str], operator: bool) -> None:
+    """Refuse a query naming operator-only tables without the operator switch."""
+    if operator:
+        return
+    from gpope.shell.lake.names import _CREATORS
+
+    known = {v.lower() for v in available} | set(_CREATORS)
+    private = sorted(n for n in named & known if not is_release_view(n))
+    if private:
+        raise QueryError(
+            f"{', '.join(private)}: not a released view. gpope query serves the released views "
+            f"({', '.join(sorted(RELEASE_VIEWS))}) to analysts; {OPERATOR_SWITCH} (operator=True) "
+            f"also opens {_OPERATOR_OPENS}: patients' rows and noise-free numbers, operators only, "
+            "not private."
+        )
+
+
+def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
+          operator: bool = False) -> QueryResult:
+    """Run ``sql`` (one DuckDB SELECT) over the lake's views; only the views it names are opened.
+
+    Args:
+        sql: one SELECT statement, e.g. ``SELECT * FROM released_values``.
+        lake: the lake root or a configuration (see :func:`connect`).
+        operator: also serve the raw and per-patient tables (not private: operators only).
+
+    Returns:
+        The rows as an Arrow table, with the SQL, the lake root and the views opened.
+
+    Raises:
+        ConfigError: the lake root does not exist or is not a local path-based lake.
+        QueryError: the SQL is empty, not exactly one SELECT, names an operator-only table
+            without ``operator``, or DuckDB refuses it (the message lists the lake's views).
+    """
+    import duckdb
+
+    check_select(sql)
     start = time.perf_counter()
     root, config = _lake_root(lake)
     tables = _discover(root)
     named = {m.group(0).lower() for m in _IDENTIFIER.finditer(sql)}
-    available = view_names(tables)
+    _check_served(named, view_names(tables), operator)
+    available = view_names(tables, operator=operator)
     opened = [v for v in available if v.lower() in named]
-    con = connect(config, views=opened)
+    con = connect(config, views=opened, operator=operator)
     try:
         result = con.sql(sql)
         arrow = result.to_arrow_table() if result is not None else _empty_table()
@@ -477,6 +587,9 @@ def query(sql: str, *, lake: str | Path | GpopeConfig | None = None) -> QueryRes
             f"{_first_line(exc)}. Views of the lake {root}: {', '.join(available) or '(none)'}. "
             f"{_missing_hint(named, available)}"
         ) from None
+    except duckdb.PermissionException as exc:
+        raise QueryError(f"{_first_line(exc)}: gpope query reads only the lake's views, never "
+                         "other files.") from None
     except duckdb.Error as exc:
         raise QueryError(f"DuckDB could not run the query: {_first_line(exc)}") from None
     finally:
@@ -484,21 +597,25 @@ def query(sql: str, *, lake: str | Path | GpopeConfig | None = None) -> QueryRes
     return QueryResult(arrow, sql, str(root), tuple(opened), time.perf_counter() - start)
 
 
-def describe(view: str, *, lake: str | Path | GpopeConfig | None = None) -> list[dict[str, Any]]:
+def describe(view: str, *, lake: str | Path | GpopeConfig | None = None,
+             operator: bool = False) -> list[dict[str, Any]]:
     """The columns of ``view``: name, DuckDB type and comment (None when the table has none).
 
     Raises:
-        QueryError: the lake has no such view (the message lists the views).
+        QueryError: the lake has no such view (the message lists the views), or ``view`` is an
+            operator-only table and ``operator`` is False.
     """
     root, config = _lake_root(lake)
-    available = view_names(_discover(root))
+    tables = _discover(root)
+    _check_served({view.lower()}, view_names(tables), operator)
+    available = view_names(tables, operator=operator)
     match = [v for v in available if v.lower() == view.lower()]
     if not match:
         raise QueryError(
             f"The lake {root} has no view {view!r}. Views: {', '.join(available) or '(none)'}. "
             f"{_missing_hint({view.lower()}, available)}"
         )
-    con = connect(config, views=match)
+    con = connect(config, views=match, operator=operator)
     try:
         rows = con.execute(
             "SELECT column_name, data_type, comment FROM duckdb_columns() "

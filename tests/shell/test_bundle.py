@@ -52,7 +52,9 @@ def test_pipeline_job_produces_bronze_then_chains_ingest_stats_evaluate_daily(na
     job = _resources()[name]
     assert "quartz_cron_expression" in job["schedule"]
     tasks = {t["task_key"]: t for t in job["tasks"]}
-    assert list(tasks) == ["bronze_source", "simulate", "ingest", "stats", "evaluate"]
+    assert list(tasks) == ["bronze_source", "simulate", "ingest", "stats", "evaluate",
+                           "grant_analysts"]
+    assert tasks["grant_analysts"]["depends_on"] == [{"task_key": "evaluate"}]
     # The producer: simulate only when bronze_source is "simulate"; ingest runs after it, or
     # without it (skipped branch) when the user's own tables are the bronze source.
     cond = tasks["bronze_source"]["condition_task"]
@@ -90,6 +92,28 @@ def test_schema_is_a_bundle_resource_and_catalog_and_node_type_are_required():
     assert "default" not in bundle["variables"]["node_type_id"]
     for cloud_example in ("m6i.xlarge", "Standard_D4ds_v5", "n2-standard-4"):
         assert cloud_example in bundle["variables"]["node_type_id"]["description"]
+
+
+def test_analysts_are_granted_the_release_tables_and_nothing_else():
+    from gpope.shell.grants import ANALYST_TABLES, grant_statements
+    from gpope.shell.query import RELEASE_VIEWS
+
+    schema = yaml.safe_load((REPO / "resources" / "gpope_schema.yml").read_text())
+    grants = schema["resources"]["schemas"]["gpope"]["grants"]
+    assert grants == [{"principal": "${var.analysts_group}", "privileges": ["USE_SCHEMA"]}]
+    job = _resources()["gpope_grants"]
+    assert [t["task_key"] for t in job["tasks"]] == ["grant_analysts"]
+    assert "--group" in _parameters(job["tasks"][0])
+    sql = grant_statements("main", "gpope", "gpope-analysts")
+    assert sql[0] == "GRANT USE SCHEMA ON SCHEMA `main`.`gpope` TO `gpope-analysts`"
+    assert sql[1:] == [f"GRANT SELECT ON TABLE `main`.`gpope`.`{t}` TO `gpope-analysts`"
+                       for t in ANALYST_TABLES]
+    # the catalog grants exactly the tables the local query path serves without --operator
+    assert set(ANALYST_TABLES) == RELEASE_VIEWS - {"budget_status", "latest_release"}
+    assert not any(("transitions" in q or "trajectory_stats" in q or "observations" in q)
+                   for q in sql)
+    with pytest.raises(Exception, match="backticks"):
+        grant_statements("main", "gpope", "x` TO `everyone")
 
 
 def test_prod_target_runs_as_a_service_principal_with_permissions():
@@ -166,4 +190,4 @@ def test_every_task_runs_an_existing_entry_point_that_accepts_its_parameters():
             for flag in (p for p in _parameters(task) if p.startswith("--")):
                 assert flag in help_text, f"{task['task_key']} does not accept {flag}"
             seen += 1
-    assert seen >= 9
+    assert seen >= 12

@@ -55,7 +55,7 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
 
     for table in ("observations", "treatments", "outcomes", "transitions"):
         rows = [query(f"SELECT * EXCLUDE (dataset) FROM {table} WHERE dataset = '{d}' "
-                      "ORDER BY ALL", lake=str(root)).to_pylist() for d in (first["dataset"],
+                      "ORDER BY ALL", lake=str(root), operator=True).to_pylist() for d in (first["dataset"],
                                                                              second["dataset"])]
         assert rows[0] == rows[1] and rows[0], table
     assert second["non_private_lstd"] == first["non_private_lstd"]

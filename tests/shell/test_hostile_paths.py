@@ -74,7 +74,8 @@ def test_generated_lake_paths_work_through_the_jvm_free_readers_or_are_refused(f
         assert latest_version(path) == 1
         pinned = read_pinned_arrow(settings_, ref)  # the pipeline's JVM-free reader
         assert pinned is not None and pinned.column("x").to_pylist() == [1.0, 2.0]
-        got = query("SELECT count(*) AS n, sum(x) AS s FROM d__transitions", lake=root).to_pylist()
+        got = query("SELECT count(*) AS n, sum(x) AS s FROM d__transitions", lake=root,
+                    operator=True).to_pylist()
         assert got == [{"n": 2, "s": 3.0}]
     finally:
         shutil.rmtree(base, ignore_errors=True)

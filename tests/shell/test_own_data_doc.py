@@ -134,7 +134,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     api.simulate(spark, "sim", domain="chain", patients=3, seed=1, config=config,
                  options=SimulateOptions(n_steps=2))
     transitions = int(outputs["ingest"].split(" trajectories, ")[1].split()[0])
-    assert main(["query", "--json",
+    assert main(["query", "--json", "--operator",
                  "SELECT (SELECT count(*) FROM ward7__transitions) AS transitions, "
                  "(SELECT count(DISTINCT run_id) FROM latest_release) AS releases, "
                  "(SELECT count(*) FROM ward7__trajectory_stats) AS trajectories, "

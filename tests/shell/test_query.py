@@ -80,21 +80,22 @@ def test_views_follow_the_naming_rules(pipeline_lake):
 def test_counts_per_dataset_equal_spark(spark, pipeline_lake):
     config, _ = pipeline_lake
     got = query("SELECT dataset, count(*) AS n, sum(reward) AS r FROM transitions "
-                "GROUP BY dataset ORDER BY dataset", lake=config).to_pylist()
+                "GROUP BY dataset ORDER BY dataset", lake=config, operator=True).to_pylist()
     for row in got:
         df = lake.read_table(spark, config.lake, "silver", row["dataset"], "transitions")
         expected = df.selectExpr("count(*) AS n", "sum(reward) AS r").collect()[0]
         assert row["n"] == expected["n"]
         assert row["r"] == pytest.approx(expected["r"], rel=1e-12)
     assert [r["dataset"] for r in got] == ["cohort_a", "cohort_b"]
-    one = query("SELECT count(*) AS n FROM cohort_b__transitions", lake=config).to_pylist()
+    one = query("SELECT count(*) AS n FROM cohort_b__transitions", lake=config,
+                operator=True).to_pylist()
     assert one == [{"n": got[1]["n"]}]
 
 
 def test_statistics_arrays_and_partition_column_equal_spark(spark, pipeline_lake):
     config, spec = pipeline_lake
     got = query("SELECT spec_id, traj_index, tau, A, b FROM cohort_a__trajectory_stats "
-                "ORDER BY traj_index", lake=config).to_pandas()
+                "ORDER BY traj_index", lake=config, operator=True).to_pandas()
     ref = (lake.read_table(spark, config.lake, "gold", "cohort_a", "trajectory_stats")
            .orderBy("traj_index").toPandas())
     assert list(got["spec_id"]) == [spec.spec_id] * len(ref)
@@ -180,16 +181,16 @@ def test_column_comments_reach_the_views(pipeline_lake):
     config, _ = pipeline_lake
     cols = {c["column"]: c for c in describe("released_estimates", lake=config)}
     assert cols["values"]["comment"] == COLUMN_COMMENTS["released_estimates"]["values"]
-    stacked = {c["column"]: c for c in describe("trajectory_stats", lake=config)}
+    stacked = {c["column"]: c for c in describe("trajectory_stats", lake=config, operator=True)}
     assert "stacks every dataset" in stacked["dataset"]["comment"]
     assert stacked["A"]["comment"] == COLUMN_COMMENTS["trajectory_stats"]["A"]
 
 
 def test_unknown_view_and_bad_sql_are_clear_errors(pipeline_lake, tmp_path):
     config, _ = pipeline_lake
-    with pytest.raises(QueryError, match=r"cohort_a__transitions.*released_estimates"):
+    with pytest.raises(QueryError, match=r"budget_status.*released_estimates"):
         query("SELECT * FROM released_estimatez", lake=config)
-    with pytest.raises(QueryError, match="could not run"):
+    with pytest.raises(QueryError, match="could not parse"):
         query("SELEC 1", lake=config)
     with pytest.raises(QueryError, match="empty"):
         query("  ", lake=config)
@@ -201,17 +202,19 @@ def test_cli_outputs_json_csv_and_exits_2_on_errors(pipeline_lake, capsys):
     config, _ = pipeline_lake
     root = config.lake.root
     sql = "SELECT dataset, count(*) AS n FROM trajectory_stats GROUP BY dataset ORDER BY dataset"
-    assert main(["query", "--lake", root, "--json", sql]) == 0
+    assert main(["query", "--lake", root, "--json", "--operator", sql]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["dataset"] for r in doc["rows"]] == ["cohort_a", "cohort_b"]
     assert doc["columns"][1] == {"name": "n", "type": "int64"}
-    assert main(["query", "--lake", root, "--csv", sql]) == 0
+    assert main(["query", "--lake", root, "--csv", "--operator", sql]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "dataset,n" and lines[1].startswith("cohort_a,")
-    assert main(["query", "--lake", root, sql]) == 0
+    assert main(["query", "--lake", root, "--operator", sql]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].split() == ["dataset", "n"]
-    assert "2 rows" in captured.err
+    assert "2 rows" in captured.err and "operator mode" in captured.err
+    assert main(["query", "--lake", root, sql]) == 2  # analysts: no per-patient table
+    assert "--operator" in capsys.readouterr().err
     assert main(["query", "--lake", root, "SELECT * FROM nope"]) == 2
     assert "no" in capsys.readouterr().err.lower()
 
@@ -221,7 +224,7 @@ def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
     code = (
         "import sys, subprocess\n"
         "from gpope.shell.cli import main\n"
-        f"rc = main(['query', '--lake', {config.lake.root!r}, '--json', "
+        f"rc = main(['query', '--lake', {config.lake.root!r}, '--json', '--operator', "
         "'SELECT count(*) AS n FROM transitions'])\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
         "import os\n"
@@ -264,14 +267,14 @@ def test_half_written_pipeline_steps_never_show(spark, pipeline_lake):
     lk = lake.Lake.from_settings(spark, config.lake)
     sql = ("SELECT (SELECT count(*) FROM released_estimates) AS releases, "
            "(SELECT count(*) FROM cohort_b__transitions) AS transitions")
-    before = query(sql, lake=config).to_pylist()[0]
+    before = query(sql, lake=config, operator=True).to_pylist()[0]
     releases = lake.TableRef.shared("released_estimates")
     torn = lk.read(releases).limit(1).withColumn("run_id", F.lit("torn" * 8))
     lk.write(torn, releases, mode="append", run_id="torn" * 8)  # a release killed pre-manifest
     transitions = lake.TableRef("silver", "transitions", "cohort_b")
     lk.write(lk.read(transitions).limit(3), transitions, mode="overwrite", run_id="half" * 8)
     assert lk.read(releases).count() == before["releases"] + 1  # the raw table has the row...
-    assert query(sql, lake=config).to_pylist()[0] == before  # ...readers do not see it
+    assert query(sql, lake=config, operator=True).to_pylist()[0] == before  # ...readers do not see it
     for ref, n in ((releases, before["releases"]), (transitions, before["transitions"])):
         assert read_pinned(lk, ref)[0].count() == n  # the Spark readers agree
 
@@ -343,7 +346,7 @@ def test_a_query_reads_every_table_at_one_instant(tmp_path):
     thread.start()
     sql = "SELECT " + ", ".join(f"(SELECT count(*) FROM d__{x}) AS {x}" for x in names)
     try:
-        answers = [list(query(sql, lake=tmp_path / "lake").to_pylist()[0].values())
+        answers = [list(query(sql, lake=tmp_path / "lake", operator=True).to_pylist()[0].values())
                    for _ in range(15)]
     finally:
         stop.set()

@@ -1,4 +1,5 @@
-"""``gpope query "SQL"``: SQL over every lake table (DuckDB over Delta, no Spark, no JVM)."""
+"""``gpope query "SQL"``: one read-only SELECT over the lake's released views (DuckDB over Delta,
+no Spark, no JVM); ``--operator`` also opens the raw and per-patient tables."""
 
 from __future__ import annotations
 
@@ -13,15 +14,22 @@ from gpope.jsonable import jsonable
 from gpope.shell.cli._common import add_lake_options
 
 _EPILOG = """\
-views: shared gold tables by name (released_values, released_estimates, privacy_ledger);
-one dataset's table as <dataset>__<table> (hiv_demo__transitions); every dataset's table
-stacked with a leading dataset column as <table> (transitions, trajectory_stats...);
-budget_status (one row per dataset); latest_release (the latest released value and
-interval per dataset, spec, estimator and reference state, with the budget left; latest
-by commit order, release_version, never by the writer's clock). Every table a query reads is
-read as of one instant.
-`gpope query --tables` lists them; `--describe VIEW` shows the columns with their comments
-(units, scale, meaning).
+views served to analysts: the released tables (released_values, released_estimates), the
+ledger (privacy_ledger), budget_status (one row per dataset) and latest_release (the latest
+released value and interval per dataset, spec, estimator and reference state, with the budget
+left; latest by commit order, release_version, never by the writer's clock). Every table a
+query reads is read as of one instant.
+
+a sandbox: exactly one read-only SELECT (WITH ... SELECT, FROM ..., DESCRIBE included) over
+those views; files, COPY, ATTACH, EXPORT, INSTALL, SET, writes and a second statement are
+refused.
+
+--operator (operators only, not private) also opens the raw and per-patient tables: one
+dataset's table as <dataset>__<table> (hiv_demo__transitions), every dataset's table stacked
+with a leading dataset column as <table> (observations, transitions, trajectory_stats...),
+rejected_events and pipeline_runs.
+`gpope query --tables` lists the views; `--describe VIEW` shows the columns with their
+comments (units, scale, meaning).
 
 examples:
   gpope query "SELECT dataset, spec_name, state, value, lower, upper, remaining_epsilon
@@ -39,18 +47,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``query`` command."""
     parser = subparsers.add_parser(
         "query",
-        help="SQL over the lake's tables (released values, budgets, every stage) in seconds, no Spark",
+        help="SQL over the released values, estimates and budgets in seconds, no Spark",
         description=(
-            "Run one SQL statement (DuckDB dialect) over the lake's Delta tables, read directly "
-            "with delta-rs: no Spark and no JVM start, so it answers in about a second. Only the "
-            "views the query names are opened. The same view names are the Unity Catalog table "
-            "names on a cluster, so the query also runs in Spark SQL there."
+            "Run one read-only SELECT (DuckDB dialect) over the lake's released Delta tables, "
+            "read directly with delta-rs: no Spark and no JVM start, so it answers in about a "
+            "second. Only the views the query names are opened. The same view names are the "
+            "Unity Catalog table names on a cluster, so the query also runs in Spark SQL there."
         ),
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("sql", nargs="?", default=None, help="the SQL statement (quote it)")
+    parser.add_argument("sql", nargs="?", default=None,
+                        help="one SELECT statement (quote it)")
     add_lake_options(parser, remote=False)
+    parser.add_argument(
+        "--operator", action="store_true",
+        help="operators only, not private: also open the raw event tables (bronze), patients' "
+             "transitions and rejected rows (silver), per-patient trajectory_stats and "
+             "pipeline_runs")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--tables", action="store_true",
                       help="list the lake's views (name, layer, dataset, table, path)")
@@ -84,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         )
     from gpope.shell.query import query
 
-    result = query(args.sql, lake=_config(args))
+    _operator_notice(args)
+    result = query(args.sql, lake=_config(args), operator=args.operator)
     columns = [(f.name, str(f.type)) for f in result.table.schema]
     rows = result.table.to_pylist()
     if args.json:
@@ -117,7 +132,8 @@ def _tables(args: argparse.Namespace) -> int:
     )
 
     config = _config(args)
-    tables = lake_tables(config)
+    _operator_notice(args)
+    tables = lake_tables(config, operator=args.operator)
     entries = [
         {"view": t.view, "layer": t.layer, "dataset": t.dataset, "table": t.table, "path": t.path}
         for t in tables
@@ -126,7 +142,7 @@ def _tables(args: argparse.Namespace) -> int:
     for name in stacked:
         entries.append({"view": name, "layer": next(t.layer for t in tables if t.table == name),
                         "dataset": "(all, column dataset)", "table": name, "path": None})
-    names = view_names(tables)
+    names = view_names(tables, operator=args.operator)
     if BUDGET_STATUS_VIEW in names:
         entries.append({"view": BUDGET_STATUS_VIEW, "layer": "gold", "dataset": "(all)",
                         "table": "privacy_ledger", "path": None})
@@ -144,13 +160,18 @@ def _tables(args: argparse.Namespace) -> int:
     else:
         cols = ["view", "layer", "dataset", "table"]
         print(format_table(cols, [[e[c] or "" for c in cols] for e in entries]))
+        hidden = len(lake_tables(config)) - len(tables)
+        if hidden:
+            print(f"({hidden} raw and per-patient table(s) not listed: operators see them with "
+                  "--operator)", file=sys.stderr)
     return 0
 
 
 def _describe(args: argparse.Namespace) -> int:
     from gpope.shell.query import describe
 
-    columns = describe(args.describe, lake=_config(args))
+    _operator_notice(args)
+    columns = describe(args.describe, lake=_config(args), operator=args.operator)
     if args.json:
         _dump_json({"view": args.describe, "columns": columns})
     elif args.csv:
@@ -162,6 +183,13 @@ def _describe(args: argparse.Namespace) -> int:
         rows = [[c["column"], c["type"], c["comment"] or ""] for c in columns]
         print(format_table(["column", "type", "comment"], rows, max_cell=None))
     return 0
+
+
+def _operator_notice(args: argparse.Namespace) -> None:
+    if args.operator:
+        print("operator mode: raw and per-patient tables are open; their rows and numbers are "
+              "not private releases: operators only, never to be shared as results.",
+              file=sys.stderr)
 
 
 def _plain(value: Any) -> Any:
