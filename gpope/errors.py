@@ -19,6 +19,7 @@ __all__ = [
     "GpopeError",
     "QueryError",
     "SchemaError",
+    "StaleStatisticsError",
     "TableNotFoundError",
 ]
 
@@ -37,6 +38,10 @@ class SchemaError(GpopeError):
 
 class DataError(GpopeError, ValueError):
     """Input data violate an assumption (non-finite values, empty trajectories, ...)."""
+
+
+class StaleStatisticsError(DataError):
+    """A spec's trajectory_stats were computed from older silver data than the latest ingest."""
 
 
 class AccountingError(GpopeError):

@@ -108,6 +108,7 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
     from gpope.shell.cli.evaluate import (
         add_privacy_overrides,
         add_solver_options,
+        add_stale_stats_flag,
         settings_from_args,
     )
 
@@ -118,6 +119,7 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="fixed seed: NOT private")
     add_solver_options(parser)
     add_privacy_overrides(parser)
+    add_stale_stats_flag(parser)
     args = parser.parse_args(argv)
 
     def body(a: argparse.Namespace) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "SPEC_ID",
     "SSP_CLIP_SOURCE",
     "STAGE",
+    "STALE_STATS",
     "UNBOUNDED",
     "VALID_BOUND",
 ]
@@ -60,6 +61,9 @@ UNBOUNDED = "gpope.unbounded"
 #: where the clip of the run's noisy-statistics release came from: "private" (a DP quantile
 #: release charged to this run) or "public" (a setting or a quantile on public simulated data).
 SSP_CLIP_SOURCE = "gpope.ssp_clip_source"
+#: "true" when the run released from statistics older than the latest ingest
+#: (``--allow-stale-stats``); the run's warning says which versions.
+STALE_STATS = "gpope.stale_stats"
 #: marks a run or value computed from private data without noise (operators only).
 PRIVATE_DIAGNOSTIC = "diagnostic.private"
 

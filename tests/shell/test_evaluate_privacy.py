@@ -319,3 +319,47 @@ def test_statistics_without_policy_terms_are_refused_in_one_line(spark, chain_la
     assert code == 2
     assert len(err) == 1 and "re-run `gpope stats`" in err[0], err
     assert _ledger_version(root) == before  # nothing reserved
+
+
+def test_statistics_older_than_the_latest_ingest_are_refused_or_released_and_recorded(
+        spark, chain_lake, tmp_path, capsys):
+    # stats of 40 trajectories, then a later write of 55 to silver (stats not re-run): evaluate
+    # refuses in one line naming `gpope stats` before reserving anything; --allow-stale-stats
+    # releases from the 40 and records it (report, --json, MLflow tag); stats again -> fresh.
+    config, root = chain_lake
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+
+    def silver(m: int, seed: int) -> None:
+        tr = chain.generate(m, np.random.default_rng(seed), chain.ChainConfig(max_steps=200))
+        df = spark.createDataFrame(transitions_to_arrow(tr), schema=TRANSITIONS)
+        lake.write_table(df, config.lake, "silver", "st", "transitions", mode="overwrite")
+
+    silver(40, 1)
+    run_stats(spark, config, dataset="st", spec=load_spec(SPEC_FILE))
+    PrivacyLedger(None, config).set_budget("st", epsilon=100.0, delta=1e-3)
+    silver(55, 2)  # silver version 1; the statistics come from version 0
+    argv = ["evaluate", "--dataset", "st", "--spec", str(SPEC_FILE), "--epsilon", "1",
+            "--delta", "1e-5", "--iterations", "300", "--public-trajectories", "0",
+            "--lake", str(root), "--tracking-uri", uri, "--json"]
+    before = _ledger_version(root)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "silver transitions version 0" in err[0] and "committed version 1" in err[0]
+    assert "`gpope stats --dataset st --spec" in err[0] and "--allow-stale-stats" in err[0]
+    assert _ledger_version(root) == before  # nothing reserved
+
+    assert main([*argv, "--allow-stale-stats"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["m"] == 40  # released from the older statistics, as the warning says
+    assert out["warnings"][0].startswith("STALE STATISTICS (--allow-stale-stats)")
+    assert "version 0" in out["warnings"][0] and "version 1" in out["warnings"][0]
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(out["mlflow_run_id"])
+    assert run.data.tags["gpope.stale_stats"] == "true"
+
+    run_stats(spark, config, dataset="st", spec=load_spec(SPEC_FILE))
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["m"] == 55 and not any("STALE" in w for w in out["warnings"])
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(out["mlflow_run_id"])
+    assert run.data.tags["gpope.stale_stats"] == "false"

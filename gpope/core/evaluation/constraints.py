@@ -124,10 +124,12 @@ CONSTRAINTS: dict[str, Real | Int | Choice | Accountant | Flag] = {
     "noise_grid": Real(gt=0.0),
     "allow_invalid_accounting": Flag(),
     "allow_not_private": Flag(),
+    "allow_stale_stats": Flag(),
 }
 
 #: Settings that belong to one run and never come from the configuration.
-RUN_ONLY = ("epsilon", "delta", "seed", "allow_invalid_accounting", "allow_not_private")
+RUN_ONLY = ("epsilon", "delta", "seed", "allow_invalid_accounting", "allow_not_private",
+            "allow_stale_stats")
 
 
 def check_setting(owner: str, name: str, value: Any) -> Any:

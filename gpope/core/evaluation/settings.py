@@ -108,6 +108,8 @@ class RunSettings:
         allow_invalid_accounting: run with the ``paper`` accountant anyway (NOT private); run only.
         allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; run
             only.
+        allow_stale_stats: release from statistics older than the latest ingest, recorded in
+            the run (:mod:`gpope.shell.pipeline.stats_source`); run only.
     """
 
     epsilon: float | None = None
@@ -152,6 +154,7 @@ class RunSettings:
     noise_grid: float | None = None
     allow_invalid_accounting: bool = False
     allow_not_private: bool = False
+    allow_stale_stats: bool = False
 
     def __post_init__(self) -> None:
         owner = "RunSettings"

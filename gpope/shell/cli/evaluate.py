@@ -114,6 +114,16 @@ def add_privacy_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_stale_stats_flag(parser: argparse.ArgumentParser) -> None:
+    """``--allow-stale-stats`` (evaluate and its job entry point)."""
+    parser.add_argument(
+        "--allow-stale-stats", action="store_true",
+        help="release from the spec's statistics even when a later `gpope ingest` replaced the "
+        "transitions they were computed from (refused otherwise); the run records it (a "
+        "warning in its report and --json, MLflow tag gpope.stale_stats)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` command."""
     parser = subparsers.add_parser(
@@ -151,6 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "(conf: evaluation.secure_noise, evaluation.noise_grid)",
     )
     add_privacy_overrides(parser)
+    add_stale_stats_flag(parser)
     parser.add_argument("--stream", choices=("auto", "memory", "stream"), default=None,
                         help="statistics in driver memory or streamed from Spark (auto: by size)")
     parser.add_argument("--private-diagnostics", action="store_true",
@@ -183,6 +194,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
     given["path"] = getattr(args, "stream", None)
     given["allow_invalid_accounting"] = getattr(args, "allow_invalid_accounting", False) or None
     given["allow_not_private"] = getattr(args, "allow_not_private", False) or None
+    given["allow_stale_stats"] = getattr(args, "allow_stale_stats", False) or None
     # printing the private diagnostics needs them computed: the print flag implies the other
     if getattr(args, "print_private_diagnostics", False):
         given["private_diagnostics"] = True

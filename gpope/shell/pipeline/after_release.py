@@ -104,5 +104,6 @@ def unreported_release(
                                                       strict=True)},
         public_mspbe=None, remaining_epsilon=remaining[0], remaining_delta=remaining[1],
         seconds=time.perf_counter() - start, estimator=s.estimator, label=label,
-        warnings=[after_release_warning(run_id, dataset=dataset, error=error, marked=marked)],
+        warnings=[after_release_warning(run_id, dataset=dataset, error=error, marked=marked)]
+        + [w for w in [prepared.provenance.get("stale_stats")] if w],
         remaining_line=remaining[2])

@@ -148,11 +148,14 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     Raises:
         ConfigError, AccountingError: invalid public settings (nothing is written).
         DataError, TableNotFoundError: no statistics for the spec.
+        StaleStatisticsError: statistics older than the latest ingest, without
+            ``allow_stale_stats``.
     """
     from gpope.core.evaluation import plan_loading, plan_release
     from gpope.core.evaluation.loading import is_one_hot
     from gpope.core.evaluation.settings import check_delta_against_m, resolve_settings
     from gpope.shell.pipeline.stats import statistics_version, trajectory_count
+    from gpope.shell.pipeline.stats_source import check_fresh
 
     check_request(config, spec, flags)
     if flags.get("seed") is not None and not flags.get("allow_not_private", False):
@@ -161,8 +164,13 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     # `gpope stats` cannot make the count and the rows disagree
     version = statistics_version(spark, config, dataset=dataset)
     m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=version)
+    # statistics older than the latest ingest: refused, or (allowed) recorded in the run
+    stale = check_fresh(spark, config, dataset=dataset, spec=spec, stats_version=version,
+                        allow=bool(flags.get("allow_stale_stats", False)))
     check_delta_against_m(float(flags.get("delta")), m)
     settings, provenance = resolve_settings(config.evaluation, spec, flags, m=m)
+    if stale is not None:
+        provenance["stale_stats"] = stale
     recorded = _simulated_max_length(config, dataset)
     if settings.public_max_length is None:
         # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the

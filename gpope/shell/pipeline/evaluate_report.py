@@ -466,7 +466,7 @@ def track_and_report(
     """After a committed release: the MLflow record (with the guard's verdict and notes), its
     logging (a tracking failure never undoes the release) and the run's report."""
     from gpope.shell import lake
-    from gpope.shell.mlflow_names import GUARD, INTERVAL_NOTE, OUTSIDE_TUNED
+    from gpope.shell.mlflow_names import GUARD, INTERVAL_NOTE, OUTSIDE_TUNED, STALE_STATS
     from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
     from gpope.shell.pipeline.evaluate_params import settings_summary, uses_solver
     from gpope.shell.pipeline.release import policy_label
@@ -496,7 +496,8 @@ def track_and_report(
     record = dataclasses.replace(record, metrics={**dict(record.metrics), **clip_metrics,
                                                   **pv.mlflow_metrics(est.policy_values)})
     guard, private_diag = _guard(record, est, n=n, seed=s.seed, spec=spec)
-    tags = {GUARD: guard.verdict, **clip_tags}
+    stale = prepared.provenance.get("stale_stats")  # released with --allow-stale-stats
+    tags = {GUARD: guard.verdict, STALE_STATS: str(stale is not None).lower(), **clip_tags}
     iv_note = unbounded_note(None if est.intervals is None else est.intervals.to_dict(),
                              estimator=s.estimator)
     if iv_note:  # why a released interval is unbounded, one line (MLflow has no -inf metric)
@@ -517,6 +518,8 @@ def track_and_report(
         raise interrupted_after_release(run_id, dataset=dataset, label=label,
                                         cut="MLflow logging was cut short") from exc
     warnings = [guard.message] if guard.message else []
+    if stale is not None:
+        warnings.insert(0, stale)
     if tracking.failed_line:  # the release stands; say so and how to re-log, never to re-run
         warnings.insert(0, tracking.failed_line)
     if outside:

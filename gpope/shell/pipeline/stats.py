@@ -405,7 +405,8 @@ def run_stats(
     """Compute the spec's statistics from the dataset's silver transitions and commit them.
 
     Replaces the ``spec_id`` partition of ``<lake>/gold/<dataset>/trajectory_stats`` in one
-    atomic commit (other specs' partitions are kept).
+    atomic commit (other specs' partitions are kept), then records in a ``stats`` manifest the
+    silver transitions version it was computed from (:mod:`~gpope.shell.pipeline.stats_source`).
 
     Raises:
         TableNotFoundError: the silver transitions are missing (run ``gpope ingest`` first).
@@ -416,12 +417,13 @@ def run_stats(
 
     from gpope.shell import lake
     from gpope.shell.lake.manifest import read_pinned
+    from gpope.shell.pipeline.stats_source import record_source
     from gpope.shell.schemas import TRAJECTORY_STATS
 
     start = time.perf_counter()
     target = lake.Lake.from_settings(spark, config.lake)
     # the last complete ingest (transitions and rejected_events of one manifest)
-    transitions, _ = read_pinned(target, lake.TableRef("silver", "transitions", dataset))
+    transitions, source = read_pinned(target, lake.TableRef("silver", "transitions", dataset))
     n_transitions = transitions.count()
     if n_transitions == 0:
         raise DataError(
@@ -454,6 +456,10 @@ def run_stats(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
     )
     m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
+    # the silver version these statistics come from: evaluate refuses them once a later ingest
+    # replaced the transitions (stats_source.check_fresh)
+    record_source(spark, config, dataset=dataset, spec=spec, stats_version=version,
+                  transitions_version=source, m=int(m))
     return StatsReport(
         dataset=dataset,
         spec_id=spec.spec_id,
