@@ -83,10 +83,32 @@ class LakeSettings:
 
 @dataclass(frozen=True)
 class TrackingSettings:
-    """MLflow tracking. ``uri`` None means $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db."""
+    """MLflow tracking. ``uri`` None means $MLFLOW_TRACKING_URI, else sqlite:///<lake>/mlflow.db.
+
+    Attributes:
+        timeout_seconds: an evaluation's MLflow logging after its release ends within this many
+            seconds; past it the run is reported released and not tracked, with the ``gpope
+            track --run-id`` command that logs it later (the command still exits 0).
+        http_retries: retries of one MLflow HTTP request (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+            unless the environment sets it; MLflow's own default retries for about 4 minutes).
+        http_backoff_factor: seconds of the first back-off between those retries, doubling
+            after each (``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``, unless the environment sets it).
+        http_timeout_seconds: seconds one MLflow HTTP request may take
+            (``MLFLOW_HTTP_REQUEST_TIMEOUT``, unless the environment sets it).
+    """
 
     uri: str | None = None
     experiment: str = "gpope"
+    timeout_seconds: float = 120.0
+    http_retries: int = 2
+    http_backoff_factor: int = 1
+    http_timeout_seconds: int = 10
+
+    def __post_init__(self) -> None:
+        check_number("TrackingSettings", "timeout_seconds", self.timeout_seconds, gt=0.0)
+        check_int("TrackingSettings", "http_retries", self.http_retries, ge=0)
+        check_int("TrackingSettings", "http_backoff_factor", self.http_backoff_factor, ge=0)
+        check_int("TrackingSettings", "http_timeout_seconds", self.http_timeout_seconds, ge=1)
 
 
 @dataclass(frozen=True)

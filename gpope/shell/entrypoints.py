@@ -5,7 +5,9 @@ They are the package's console scripts (``gpope-simulate``, ``gpope-ingest``, ``
 ``entry_point`` (serverless), and the ``jobs/*.py`` files a ``spark_python_task`` runs call them.
 Every one takes ``--conf``, ``--lake``, ``--catalog``/``--schema``, ``--tracking-uri`` and
 ``--remote``; each prints the stage's report and returns 0, or prints a one-line reason and
-returns 2 for a :class:`~gpope.errors.GpopeError`.
+returns 2 for a :class:`~gpope.errors.GpopeError`; stopped by SIGTERM or Ctrl-C, it prints one
+line saying what it committed and what not and returns 143 or 130
+(:mod:`gpope.shell.interrupts`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,21 @@ from gpope.shell.pipeline.jobargs import job_parser, job_setup
 __all__ = ["demo", "evaluate", "grants", "ingest", "simulate", "stats"]
 
 def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Namespace) -> int:
+    from gpope.shell import interrupts
+
+    interrupts.reset()
+    interrupts.install()  # SIGTERM (the scheduler's stop) is handled like Ctrl-C
     try:
         print(body(args))
     except GpopeError as exc:
         print(f"gpope-{name}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # one line: what the stop left committed and what not
+        if getattr(exc, "summary", None):
+            print(exc.summary)  # type: ignore[attr-defined]
+        line = interrupts.stopped_line(name, getattr(args, "dataset", None), exc)
+        print(f"gpope-{name}: {line}", file=sys.stderr)
+        return interrupts.exit_code(exc)
     return 0
 
 

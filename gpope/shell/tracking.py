@@ -8,6 +8,11 @@ Values computed from private data without noise are logged only in a separate ch
 ``diagnostic.private=true`` (see :func:`log_private_diagnostics`), never beside released metrics;
 released values are logged as ordinary params/metrics.
 
+Logging after a release is bounded in time (:func:`bounded`, ``tracking.timeout_seconds``) and
+MLflow's HTTP retries are cut to a few seconds (:func:`http_limits`): an unreachable tracking
+server costs seconds, not MLflow's default of about 4 minutes, and a release is never reported
+as a failed job because tracking hung.
+
 Experiments are created as classic ML experiments (tag ``mlflow.experimentKind`` =
 ``custom_model_development``), so the MLflow 3 UI opens on the runs table, not on the empty
 GenAI pages.
@@ -17,19 +22,27 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpope.errors import GpopeError
 from gpope.jsonable import jsonable
 from gpope.shell import mlflow_names
+
+if TYPE_CHECKING:
+    from gpope.config import TrackingSettings
 
 __all__ = [
     "EXPERIMENT_KIND",
     "PRIVATE_DIAGNOSTIC_TAG",
+    "TrackingTimeout",
+    "bounded",
     "code_version",
     "ensure_store",
+    "http_limits",
     "log_json_artifact",
     "log_private_diagnostics",
     "resolve_tracking_uri",
@@ -40,6 +53,58 @@ __all__ = [
 PRIVATE_DIAGNOSTIC_TAG = mlflow_names.PRIVATE_DIAGNOSTIC
 #: MLflow 3's experiment-kind tag value for classic (non-GenAI) experiments.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
+T = TypeVar("T")
+
+
+class TrackingTimeout(GpopeError):
+    """MLflow logging did not finish within ``tracking.timeout_seconds`` (it was abandoned)."""
+
+
+@contextmanager
+def http_limits(settings: TrackingSettings) -> Iterator[None]:
+    """MLflow's HTTP retry policy from ``settings`` while the body runs (retries, back-off,
+    per-request timeout); a variable the environment already sets wins, and the variables set
+    here are removed afterwards."""
+    wanted = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": settings.http_retries,
+              "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": settings.http_backoff_factor,
+              "MLFLOW_HTTP_REQUEST_TIMEOUT": settings.http_timeout_seconds}
+    here = {k: str(v) for k, v in wanted.items() if k not in os.environ}
+    os.environ.update(here)
+    try:
+        yield
+    finally:
+        for key in here:
+            os.environ.pop(key, None)
+
+
+def bounded(body: Callable[[], T], *, seconds: float, what: str) -> T:
+    """``body()``, waited for at most ``seconds`` (it runs on a daemon thread, so an abandoned
+    call never holds the process open; MLflow keeps its active run per thread).
+
+    Raises:
+        TrackingTimeout: ``body`` was still running after ``seconds``.
+        KeyboardInterrupt: the wait was interrupted (the body is abandoned).
+        Exception: what ``body`` raised.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = body()
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"gpope {what}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TrackingTimeout(f"{what} did not finish within {seconds:g} s "
+                              "(tracking.timeout_seconds)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def code_version() -> dict[str, str]:

@@ -358,6 +358,24 @@ def test_tracking_failure_after_release_reports_the_release_and_track_relogs_it(
     assert main(["track", "--run-id", "0" * 32, "--lake", str(config.lake.root),
                  "--tracking-uri", uri]) == 2
     assert "has no release" in capsys.readouterr().err
+    # an unreachable tracking server (connection refused): MLflow's own retries would take
+    # about 4 minutes after the release; under tracking.http_* the run reports in seconds
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    start = time.monotonic()
+    report = run_evaluate(spark, config, dataset="mc", spec=spec,
+                          options=_options(public_trajectories=0), tracking_uri=down)
+    assert time.monotonic() - start < 60
+    assert report.mlflow_run_id is None and "WAS RELEASED" in report.warnings[0]
+    assert f"gpope track --run-id {report.run_id}" in report.warnings[0]
+    assert main(["track", "--run-id", report.run_id, "--lake", str(config.lake.root),
+                 "--tracking-uri", down]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "still untracked" in err[0], err
 
 
 def test_the_default_releases_what_the_in_memory_benchmarks_measure(spark, setup):

@@ -101,3 +101,58 @@ def test_unbounded_ends_become_tags_and_json_strings_never_nan_metrics():
                     "gpope.unbounded.d": "value_upper", "gpope.unbounded": "a,d"}
     assert unbounded_tags({"b": (0.0, 1.0, 0.5)}) == {}
     assert [json_end(v) for v in (-inf, inf, 1.5, None)] == ["-inf", "inf", 1.5, None]
+
+
+def _closed_port() -> int:
+    """A local TCP port nobody listens on (connections are refused)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_tracking_server_fails_in_seconds_under_the_http_limits(monkeypatch):
+    # MLflow's defaults retry a refused connection 7 times with back-off 2 (about 4 minutes);
+    # under tracking's http limits (2 retries, back-off 1: urllib3 waits 0 s, then 2 s) the
+    # same call fails in a few seconds, and the variables it set are gone afterwards.
+    import time
+
+    import pytest
+
+    from gpope.config import TrackingSettings
+    from gpope.shell.tracking import bounded, http_limits
+
+    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    client = mlflow.MlflowClient(tracking_uri=f"http://127.0.0.1:{_closed_port()}")
+    start = time.monotonic()
+    with http_limits(TrackingSettings()), pytest.raises(Exception, match=r"Max retries|refused"):
+        bounded(lambda: client.get_experiment_by_name("gpope"), seconds=60, what="lookup")
+    assert time.monotonic() - start < 10
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the environment's value wins
+    with http_limits(TrackingSettings()):
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "10"
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+
+
+def test_bounded_gives_up_at_its_time_limit_and_passes_results_and_errors_through():
+    import threading
+    import time
+
+    import pytest
+
+    from gpope.shell.tracking import TrackingTimeout, bounded
+
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(TrackingTimeout, match=r"within 0.3 s \(tracking.timeout_seconds\)"):
+        bounded(lambda: release.wait(30), seconds=0.3, what="MLflow logging")
+    assert time.monotonic() - start < 5
+    release.set()
+    assert bounded(lambda: 42, seconds=5, what="x") == 42
+    with pytest.raises(ZeroDivisionError):
+        bounded(lambda: 1 / 0, seconds=5, what="x")

@@ -97,7 +97,11 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpope`` console script; returns the exit status."""
+    from gpope.shell import interrupts
+
     warnings.showwarning = _one_line_warning
+    interrupts.reset()
+    interrupts.install()  # SIGTERM (a scheduler's stop) is handled like Ctrl-C
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -111,13 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         summary = getattr(exc, "summary", None)
-        if summary is not None:  # interrupted after a release: say what was released
-            if summary:
-                print(summary)
-            print(f"gpope {args.command}: {exc}", file=sys.stderr)
-        else:  # a message says what state the interrupt left (e.g. nothing released)
-            print(f"gpope {args.command}: {exc or 'interrupted'}", file=sys.stderr)
-        return 130
+        if summary:  # interrupted after a release: say what was released
+            print(summary)
+        # one line: what the stop left committed and what not (the stage's own words if any)
+        line = interrupts.stopped_line(args.command, getattr(args, "dataset", None), exc)
+        print(f"gpope {args.command}: {line}", file=sys.stderr)
+        return interrupts.exit_code(exc)
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:

@@ -31,10 +31,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gpope.errors import GpopeError
     from gpope.shell.pipeline.jobargs import config_from_args
     from gpope.shell.pipeline.track import relog_release
+    from gpope.shell.tracking import http_limits
 
     config = config_from_args(args)
-    report = relog_release(config, args.run_id, tracking_uri=args.tracking_uri, force=args.force)
+    try:
+        with http_limits(config.tracking):  # an unreachable server fails in seconds
+            report = relog_release(config, args.run_id, tracking_uri=args.tracking_uri,
+                                   force=args.force)
+    except GpopeError:
+        raise
+    except Exception as exc:  # MLflow's own errors: one line, the run stays as it was
+        text = str(exc).strip()
+        raise GpopeError(
+            f"MLflow did not take run {args.run_id} ({type(exc).__name__}: "
+            f"{text.splitlines()[0][:300] if text else ''}); the release is unchanged in the "
+            f"lake and still untracked: run this command again when the tracking server "
+            "answers.") from exc
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -179,19 +179,25 @@ class PipelineRuns:
             created_at=datetime.now(UTC),
         )
         m = manifest
-        if self._path is not None and self._local is not None:
-            self._local.append_arrow(self._path, self._arrow([manifest]),
-                                     create_schema=_contract(), table_name="gold/pipeline_runs")
-        else:
-            from gpope.shell.schemas import TABLE_SCHEMAS
+        from gpope.shell import interrupts
 
-            values = (m.run_id, m.stage, m.dataset, m.key, dict(m.tables),
-                      json.dumps(m.details, sort_keys=True, default=str),
-                      m.created_at.replace(tzinfo=None) if m.created_at else None)
-            df = self._spark.createDataFrame(  # type: ignore[union-attr]
-                [values], schema=TABLE_SCHEMAS[PIPELINE_RUNS]
-            )
-            self._lake().write(df, TableRef.shared(PIPELINE_RUNS), mode="append")
+        with interrupts.deferred():  # a signal never splits the commit from its record
+            if self._path is not None and self._local is not None:
+                self._local.append_arrow(self._path, self._arrow([manifest]),
+                                         create_schema=_contract(),
+                                         table_name="gold/pipeline_runs")
+            else:
+                from gpope.shell.schemas import TABLE_SCHEMAS
+
+                values = (m.run_id, m.stage, m.dataset, m.key, dict(m.tables),
+                          json.dumps(m.details, sort_keys=True, default=str),
+                          m.created_at.replace(tzinfo=None) if m.created_at else None)
+                df = self._spark.createDataFrame(  # type: ignore[union-attr]
+                    [values], schema=TABLE_SCHEMAS[PIPELINE_RUNS]
+                )
+                self._lake().write(df, TableRef.shared(PIPELINE_RUNS), mode="append")
+            interrupts.record(f"{stage} run {run_id} of dataset {dataset} ("
+                              + ", ".join(f"{t}@v{v}" for t, v in m.tables.items()) + ")")
         return manifest
 
     def _arrow(self, manifests: list[Manifest]) -> pa.Table:

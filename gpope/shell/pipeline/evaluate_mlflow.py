@@ -61,6 +61,7 @@ from gpope.core.accounting.registry import not_a_valid_bound
 from gpope.shell import mlflow_names as names
 
 if TYPE_CHECKING:
+    from gpope.config import TrackingSettings
     from gpope.core.spec import EvaluationSpec
     from gpope.shell.pipeline.evaluation_record import EvaluationRecord
 
@@ -281,18 +282,27 @@ def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
 
 
 def log_evaluation(
-    record: EvaluationRecord, *, tracking_uri: str, experiment: str
+    record: EvaluationRecord, *, tracking_uri: str, experiment: str,
+    limits: TrackingSettings | None = None,
 ) -> TrackingOutcome:
     """Create the evaluation's MLflow run and log everything listed in the module docstring.
 
     Called after the release is committed, so it never raises an ``Exception``: a tracking
-    failure (store locked or unreachable, disk full, a bad artifact) comes back as
-    ``TrackingOutcome.error`` with ``failed_line`` saying how to re-log the run
-    (``gpope track --run-id``); the MLflow run, if one was started, ends FAILED.
+    failure (store locked or unreachable, disk full, a bad artifact, or ``limits``'
+    ``timeout_seconds`` passed) comes back as ``TrackingOutcome.error`` with ``failed_line``
+    saying how to re-log the run (``gpope track --run-id``); the MLflow run, if one was
+    started, ends FAILED (or stays unfinished when abandoned at the time limit).
     ``KeyboardInterrupt`` still propagates.
     """
+    from gpope.config import TrackingSettings
+    from gpope.shell.tracking import bounded, http_limits
+
+    limits = limits or TrackingSettings()
     try:
-        return _log_evaluation(record, tracking_uri=tracking_uri, experiment=experiment)
+        with http_limits(limits):
+            return bounded(lambda: _log_evaluation(record, tracking_uri=tracking_uri,
+                                                   experiment=experiment),
+                           seconds=limits.timeout_seconds, what="MLflow logging")
     except Exception as exc:  # the release stands; tracking is re-done by `gpope track`
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         return TrackingOutcome(None, tracking_uri, error=reason[:300],

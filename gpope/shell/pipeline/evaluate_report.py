@@ -513,7 +513,7 @@ def track_and_report(
         tracking = log_evaluation(
             record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
                                                       config.lake.root),
-            experiment=config.tracking.experiment)
+            experiment=config.tracking.experiment, limits=config.tracking)
     except KeyboardInterrupt as exc:
         raise interrupted_after_release(run_id, dataset=dataset, label=label,
                                         cut="MLflow logging was cut short") from exc

@@ -367,10 +367,10 @@ def _sorted_by_trajectory(transitions: DataFrame) -> DataFrame:
 
 
 def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
-                        staging: Any) -> tuple[int, dict[str, int]]:
+                        staging: Any) -> tuple[list[tuple[str, int]], dict[str, int]]:
     """The statistics written by the Python workers into ``staging`` (a
-    :class:`~gpope.shell.lake.delta_rs.WorkerStaging`) and committed there in one commit;
-    returns (the new table version, the clamp counts of the same pass)."""
+    :class:`~gpope.shell.lake.delta_rs.WorkerStaging`), not yet committed; returns (the files
+    with their rows, for ``staging.commit``, and the clamp counts of the same pass)."""
     from gpope.shell.lake.base import spark_write_cause
 
     kernel = _statistics_file_kernel(
@@ -389,7 +389,7 @@ def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
         ) from exc
     clamped = {r: sum(int(row[c]) for row in reports) for r, c in _CLAMPED.items()}
     files = [(row["file"], int(row["rows"])) for row in reports if row["file"] is not None]
-    return staging.commit(files), clamped
+    return files, clamped
 
 
 def statistics_table(config: GpopeConfig, dataset: str) -> str:
@@ -415,9 +415,8 @@ def run_stats(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from gpope.shell import lake
+    from gpope.shell import interrupts, lake
     from gpope.shell.lake.manifest import read_pinned
-    from gpope.shell.pipeline.stats_source import record_source
     from gpope.shell.schemas import TRAJECTORY_STATS
 
     start = time.perf_counter()
@@ -436,7 +435,10 @@ def run_stats(
                                     partition_by=["spec_id"])  # fmt: skip
     if staging is not None:  # delta-rs storage: the Python workers write the Parquet files
         with staging:
-            version, clamped = _write_from_workers(transitions, spec, staging)
+            files, clamped = _write_from_workers(transitions, spec, staging)
+            with interrupts.deferred():  # the commit and its source record, never split
+                version = staging.commit(files)
+                _record(spark, config, dataset, spec, version, source)
     else:  # native Delta (Databricks): Spark's Delta writer
         # the clamp counts come out of the same pass as the statistics (observed while writing)
         observation = Observation(f"gpope_stats_clamped_{uuid.uuid4().hex[:8]}")
@@ -452,14 +454,11 @@ def run_stats(
             clamped = {r: int(observed[r] or 0) for r in _CLAMPED}
         else:  # Spark Connect may return no observed metrics for some plans: count separately
             clamped = clamp_counts(transitions, spec)
+        _record(spark, config, dataset, spec, version, source)
     written = read_statistics(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
     )
     m = written.agg(F.count(F.lit(1)).alias("m")).collect()[0]["m"]
-    # the silver version these statistics come from: evaluate refuses them once a later ingest
-    # replaced the transitions (stats_source.check_fresh)
-    record_source(spark, config, dataset=dataset, spec=spec, stats_version=version,
-                  transitions_version=source, m=int(m))
     return StatsReport(
         dataset=dataset,
         spec_id=spec.spec_id,
@@ -471,6 +470,17 @@ def run_stats(
         seconds=time.perf_counter() - start,
         clamped=clamped,
     )
+
+
+def _record(spark: SparkSession, config: GpopeConfig, dataset: str, spec: EvaluationSpec,
+            version: int, source: int) -> Any:
+    """The stats manifest of the commit at ``version``: the silver transitions version
+    ``source`` it was computed from (evaluate refuses statistics once a later ingest replaced
+    them: :mod:`~gpope.shell.pipeline.stats_source`)."""
+    from gpope.shell.pipeline.stats_source import record_source
+
+    return record_source(spark, config, dataset=dataset, spec=spec, stats_version=version,
+                         transitions_version=source)
 
 
 def statistics_version(spark: SparkSession, config: GpopeConfig, *, dataset: str) -> int:

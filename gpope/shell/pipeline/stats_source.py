@@ -79,14 +79,13 @@ def _transitions_ref(dataset: str):
 
 
 def record_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
-                  spec: EvaluationSpec, stats_version: int, transitions_version: int,
-                  m: int) -> Manifest:
+                  spec: EvaluationSpec, stats_version: int,
+                  transitions_version: int) -> Manifest:
     """Commit the ``stats`` manifest of a stats run (one append to ``pipeline_runs``).
 
     Args:
         stats_version: the trajectory_stats version the run committed.
         transitions_version: the pinned silver transitions version it read.
-        m: the trajectories with statistics (public).
     """
     from gpope.shell.lake import TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
@@ -95,7 +94,7 @@ def record_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
         run_id=new_run_id(), stage="stats", dataset=dataset, key=spec.spec_id,
         tables={TableRef("gold", "trajectory_stats", dataset): stats_version},
         details={"inputs": {str(_transitions_ref(dataset)): int(transitions_version)},
-                 "spec_name": spec.name, "m": int(m)})
+                 "spec_name": spec.name})
 
 
 def _built_from(runs: PipelineRuns, dataset: str, spec_id: str,

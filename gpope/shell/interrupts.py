@@ -1,0 +1,132 @@
+"""Stops by a signal: SIGTERM handled like Ctrl-C, commits a signal never splits, and the one
+line that says what a stopped command did and did not commit.
+
+A scheduler stops a job with SIGTERM (Databricks, Kubernetes, ``timeout``), an operator with
+Ctrl-C (SIGINT). :func:`install` makes SIGTERM raise :class:`Terminated`, a
+:class:`KeyboardInterrupt`, so every stage's interrupt handling (the evaluate stage's "before /
+after the release" lines among them) applies to both. Commits that make a stage's output
+visible run under :func:`deferred`: a signal arriving there is acted on once the commit and its
+:func:`record` are done, so the journal of this process's commits (:func:`commits`) is exactly
+what readers can see, and :func:`stopped_line` tells the operator which it is.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = [
+    "STAGE_OUTPUTS",
+    "Terminated",
+    "commits",
+    "deferred",
+    "exit_code",
+    "install",
+    "received",
+    "record",
+    "reset",
+    "stopped_line",
+]
+
+#: What each data stage commits (the tables readers see after it): the subject of its line.
+STAGE_OUTPUTS = {
+    "simulate": "the bronze observations, treatments and outcomes",
+    "load": "the bronze observations, treatments and outcomes",
+    "ingest": "the silver transitions and rejected_events",
+    "stats": "the gold trajectory_stats",
+}
+
+_COMMITS: list[str] = []
+_RECEIVED: list[int] = []
+_DEFERRING = [0]  # depth of nested deferred() blocks
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like a Ctrl-C."""
+
+
+def _on_term(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
+    raise Terminated("stopped by SIGTERM")
+
+
+def install() -> None:
+    """SIGTERM raises :class:`Terminated` in the main thread (elsewhere: nothing changes)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_term)
+
+
+def received() -> str | None:
+    """The name of the last stopping signal this process received ("SIGTERM", "SIGINT"), or
+    None (a Ctrl-C that PySpark's handler turned into KeyboardInterrupt counts as SIGINT)."""
+    return signal.Signals(_RECEIVED[-1]).name if _RECEIVED else None
+
+
+def exit_code(exc: BaseException) -> int:
+    """128 + the signal's number: 143 after SIGTERM, 130 after Ctrl-C."""
+    term = isinstance(exc, Terminated) or received() == "SIGTERM"
+    return 128 + (signal.SIGTERM if term else signal.SIGINT)
+
+
+def reset() -> None:
+    """Forget earlier commits and signals (a command starting in a process that ran others)."""
+    _COMMITS.clear()
+    _RECEIVED.clear()
+
+
+def record(what: str) -> None:
+    """Note that this process committed ``what`` (visible to readers from now on)."""
+    _COMMITS.append(what)
+
+
+def commits() -> tuple[str, ...]:
+    """What this process committed, in order."""
+    return tuple(_COMMITS)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """SIGTERM and SIGINT arriving inside the block are acted on when it ends (a commit and its
+    :func:`record` are never split); outside the main thread signals cannot arrive: no-op."""
+    if threading.current_thread() is not threading.main_thread() or _DEFERRING[0]:
+        yield  # no signal here, or an enclosing block acts on it at its end
+        return
+    pending: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
+    _DEFERRING[0] += 1
+    try:
+        yield
+    finally:
+        _DEFERRING[0] -= 1
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if pending:
+            _RECEIVED.append(pending[0])
+            if pending[0] == signal.SIGTERM:
+                raise Terminated("stopped by SIGTERM")
+            raise KeyboardInterrupt
+
+
+def stopped_line(command: str, dataset: str | None, exc: BaseException) -> str:
+    """The one line a command stopped by a signal prints: what it committed, what it did not,
+    and what to run next (a stage's own message, when it raised one, is kept)."""
+    term = exit_code(exc) == 128 + signal.SIGTERM
+    by = "SIGTERM" if term else "Ctrl-C"
+    text = str(exc)
+    if text and text != "stopped by SIGTERM":  # the stage said where it stopped
+        return f"stopped by SIGTERM: {text}" if term else text
+    done = commits()
+    where = f" of dataset {dataset}" if dataset else ""
+    subject = STAGE_OUTPUTS.get(command)
+    if done:
+        return (f"stopped by {by} after it committed {'; '.join(done)} (visible to readers); "
+                "nothing after that was committed.")
+    if subject is None:
+        return f"stopped by {by}."
+    return (f"stopped by {by} before its commit: nothing was committed, {subject}{where} are as "
+            f"they were (anything half-written stays invisible to readers); run `gpope "
+            f"{command}` again.")
