@@ -70,7 +70,7 @@ def test_sigterm_of_simulate_before_its_manifest_is_one_line_and_exit_143(tmp_pa
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     (line,) = err.strip().splitlines()
     assert line.startswith("gpope simulate: stopped by SIGTERM before its commit: nothing was "
