@@ -13,7 +13,11 @@ operator would after ``gpope budget reconcile``, that nothing was lost or double
 - **a budget that fits one**: three at once, exactly one release, two clear refusals;
 - **clock skew**: a release from a process whose clock is 2 h behind is still the latest one;
 - **query during release**: ``gpope query`` in a loop while a release commits: every answer is
-  one consistent state (a visible release is always counted in ``budget_status``).
+  one consistent state (a visible release is always counted in ``budget_status``);
+- **what operators are told** (:mod:`fault_sweep_operators`): a lake made read-only after the
+  reservation, dataset names differing only in case, stale statistics, an unreachable MLflow
+  under a scheduler's timeout, SIGTERM of each stage, a missing ledger Parquet file, CSV ids
+  with RFC 4180 doubled quotes: the one line each prints, and nothing lost.
 
 "Nothing lost" for a lake means (:func:`check_lake`): the ledger holds no open reservation; every
 run the ledger marks released has exactly one visible row in ``released_estimates``, its rows in
@@ -29,6 +33,7 @@ Usage (about 15-40 minutes on 2 cores, most of it JVM starts)::
 
     nice -n 10 .venv/bin/python benchmarks/fault_sweep.py --out docs/results/fault_sweep.json
     .venv/bin/python benchmarks/fault_sweep.py --only kills --patients 200
+    .venv/bin/python benchmarks/fault_sweep.py --only operators   # or stale, sigterm, ...
 """
 
 from __future__ import annotations
@@ -429,7 +434,14 @@ def query_during_release_trial(template: Path, root: Path) -> Trial:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patients", type=int, default=100, help="chain cohort size")
-    parser.add_argument("--only", choices=("kills", "parallel", "skew", "query"), default=None)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fault_sweep_operators as operators
+
+    parser.add_argument("--only", default=None,
+                        choices=("kills", "parallel", "skew", "query", "operators",
+                                 *operators.GROUPS),
+                        help="one group of trials (operators: every trial of "
+                        "fault_sweep_operators.py, or one of its groups)")
     parser.add_argument("--stats-kills", type=int, default=1, help="random-moment stats kills")
     parser.add_argument("--out", type=Path, default=None, help="write the trials as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the trial lakes")
@@ -454,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         plan.append(("skew", lambda: clock_skew_trial(template, root)))
     if args.only in (None, "query"):
         plan.append(("query", lambda: query_during_release_trial(template, root)))
+    if args.only in (None, "operators", *operators.GROUPS):  # what operators are told
+        plan += operators.plan(sys.modules[__name__], template, root, args.patients, args.only)
     trials = []
 
     def run(make: Callable[[], Trial], name: str) -> Trial:
