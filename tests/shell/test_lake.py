@@ -327,6 +327,32 @@ def test_missing_table_names_location_and_creating_stage(lake):
         lake.version(ref)
 
 
+def test_a_missing_data_file_is_one_error_naming_the_table_and_its_repair(lake, lake_root):
+    # a Parquet file the log lists is gone (deleted by hand, a partial copy): reads fail with
+    # the table, the version and the command that writes it again, not Spark's PATH_NOT_FOUND
+    from gpope.errors import CorruptTableError
+
+    ref = TableRef("silver", "transitions", "w")
+    path = Path(lake.location(ref))
+    write_deltalake(str(path), pa.table({"x": [1]}))
+    write_deltalake(str(path), pa.table({"x": [2]}), mode="append")
+    assert lake.read(ref).count() == 2
+    gone = sorted(path.glob("*.parquet"))[0]
+    gone.unlink()
+    for read in (lambda: lake.read(ref), lambda: lake.data_files(ref, version=1)):
+        with pytest.raises(CorruptTableError) as err:
+            read()
+        text = str(err.value)
+        assert f"Delta table silver/w/transitions at {path} is damaged" in text, text
+        assert gone.name in text and "Re-run `gpope ingest --dataset w`" in text, text
+    assert "version 1 lists" in text
+    released = TableRef.shared("released_values")
+    write_deltalake(lake.location(released), pa.table({"x": [1]}))
+    next(Path(lake.location(released)).glob("*.parquet")).unlink()
+    with pytest.raises(CorruptTableError, match="Restore the table's missing files from a backup"):
+        lake.read(released)
+
+
 def test_failed_commit_deletes_its_files_and_leaves_the_table_unchanged(spark, lake, ref):
     # a real commit failure: an append-only table refuses the removes of an overwrite
     path = lake.path(ref)

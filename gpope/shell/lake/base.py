@@ -16,11 +16,13 @@ if TYPE_CHECKING:
 __all__ = [
     "WRITE_MODES",
     "HistoryEntry",
+    "MissingDataFilesError",
     "MissingTableError",
     "PartitionValue",
     "StorageMode",
     "WriteMode",
     "WriteSpec",
+    "check_data_files",
     "check_write_mode",
     "decode_user_metadata",
     "decode_user_metadata_run",
@@ -45,6 +47,35 @@ _RUN_KEY = "gpope.run"
 
 class MissingTableError(LookupError):
     """Internal: the location holds no Delta table (the table layer turns it into a user error)."""
+
+
+class MissingDataFilesError(LookupError):
+    """Internal: data files the table's log lists are gone (the table layer names the table and
+    its repair).
+
+    Attributes:
+        files: the missing files (paths).
+        version: the table version that lists them (None: the latest).
+    """
+
+    def __init__(self, files: list[str], version: int | None) -> None:
+        super().__init__(f"{len(files)} data file(s) missing, e.g. {files[0]}")
+        self.files = files
+        self.version = version
+
+
+def check_data_files(paths: list[str], version: int | None) -> list[str]:
+    """``paths`` when every file exists locally.
+
+    Raises:
+        MissingDataFilesError: some are missing (deleted by hand, a faulty copy or vacuum).
+    """
+    import os
+
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise MissingDataFilesError(missing, version)
+    return paths
 
 
 @dataclass(frozen=True)

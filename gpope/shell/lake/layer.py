@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TypedDict, TypeVar, Unpack
 
-from gpope.errors import ConfigError, TableNotFoundError
+from gpope.errors import ConfigError, CorruptTableError, TableNotFoundError
 from gpope.shell.lake.base import (
     HistoryEntry,
+    MissingDataFilesError,
     MissingTableError,
     PartitionValue,
     StorageMode,
@@ -34,6 +35,7 @@ from gpope.shell.lake.names import (
     check_name,
     creator_hint,
     local_root,
+    repair_hint,
     table_path,
     uc_table_name,
 )
@@ -178,11 +180,18 @@ class Lake:
         )
 
     def _found(self, ref: TableRef, hint: str | None, call: Callable[[str], _T]) -> _T:
-        """``call(location)``, a missing table raised as TableNotFoundError naming its creator."""
+        """``call(location)``, a missing table raised as TableNotFoundError naming its creator,
+        missing data files as CorruptTableError naming the table and its repair."""
         try:
             return call(self._address(ref))
         except MissingTableError:
             raise self._not_found(ref, hint) from None
+        except MissingDataFilesError as exc:
+            at = "its latest version" if exc.version is None else f"version {exc.version}"
+            raise CorruptTableError(
+                f"Delta table {ref} at {self.location(ref)} is damaged: {len(exc.files)} data "
+                f"file(s) that {at} lists are missing (e.g. {Path(exc.files[0]).name}). "
+                f"{repair_hint(ref)}") from None
 
     # ------------------------------------------------------------------ metadata
     def exists(self, ref: TableRef) -> bool:

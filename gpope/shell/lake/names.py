@@ -36,6 +36,7 @@ __all__ = [
     "TableRef",
     "check_name",
     "creator_hint",
+    "repair_hint",
     "table_path",
     "uc_table_name",
 ]
@@ -185,6 +186,20 @@ def uc_table_name(catalog: str, schema: str, ref: TableRef, *, quoted: bool = Fa
     table = ref.table if ref.dataset is None else f"{ref.dataset}{_UC_SEPARATOR}{ref.table}"
     parts = (catalog, schema, table)
     return ".".join(f"`{p}`" for p in parts) if quoted else ".".join(parts)
+
+
+#: Tables no stage can write again: their repair is a backup.
+_NOT_REBUILT = ("privacy_ledger", "released_estimates", "released_values", "pipeline_runs")
+
+
+def repair_hint(ref: TableRef) -> str:
+    """A sentence naming how to repair ``ref`` when its files are damaged or missing."""
+    creator = _CREATORS.get(ref.table)
+    if creator is None or ref.table in _NOT_REBUILT:
+        return ("Restore the table's missing files from a backup (no stage can write this "
+                "table's history again).")
+    return (f"Re-run {creator.format(dataset=ref.dataset or 'NAME')} to write it again, or "
+            "restore the missing files from a backup.")
 
 
 def creator_hint(ref: TableRef) -> str:

@@ -13,6 +13,7 @@ from gpope.errors import CommitError, ConfigError, SchemaError
 from gpope.shell.lake.base import (
     PartitionValue,
     WriteSpec,
+    check_data_files,
     partition_string,
     spark_write_cause,
 )
@@ -111,6 +112,8 @@ class DeltaRsStore(DeltaRsTables):
             ]
         else:
             groups = [({}, table.file_uris())]
+        # a file the log lists but the disk lacks: one error naming the table, not Spark's
+        check_data_files([local_file_path(u) for _, uris in groups for u in uris], version)
         frames = []
         for part, uris in groups:
             if not uris:
@@ -153,7 +156,7 @@ class DeltaRsStore(DeltaRsTables):
             uris = table.file_uris(file_pruning_predicate=predicate)
         else:
             uris = table.file_uris()
-        return [local_file_path(u) for u in uris]
+        return check_data_files([local_file_path(u) for u in uris], version)
 
     # ------------------------------------------------------------------ writes
     def write(self, df: DataFrame, path: str, spec: WriteSpec) -> int:
