@@ -54,7 +54,7 @@ def check_lake(config: GpopeConfig) -> None:
         return
     root = local_root(str(config.lake.root))
     if root is not None:
-        from gpope.shell.lake.delta_rs import check_local_root
+        from gpope.shell.lake.local import check_local_root
 
         check_local_root(str(root))
 
@@ -122,7 +122,7 @@ def check_stage(
     root = None if config.lake.catalog is not None else local_root(str(config.lake.root))
     if root is None:
         return
-    from gpope.shell.query import latest_version
+    from gpope.shell.lake.local import latest_version
 
     for layer, table in STAGE_INPUTS[stage]:
         ref = TableRef(layer, table, dataset)  # type: ignore[arg-type]
@@ -198,9 +198,9 @@ def _check_state_width(spec: EvaluationSpec, dataset: str, settings: DatasetSett
 
 def _has_partition(path: str, spec_id: str) -> bool:
     """True when the table's live files include the ``spec_id`` partition (or are unpartitioned)."""
-    from gpope.shell.lake.delta_rs import DeltaRsTables
+    from gpope.shell.lake.local import local_tables
 
     try:
-        return DeltaRsTables().has_partition(path, "spec_id", spec_id)
+        return local_tables().has_partition(path, "spec_id", spec_id)
     except Exception:  # an unreadable log is reported by the stage itself, with its context
         return True

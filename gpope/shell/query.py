@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, QueryError
+from gpope.shell.lake.local import latest_version, snapshot
 
 if TYPE_CHECKING:
     import duckdb
@@ -110,8 +111,6 @@ OPERATOR_SWITCH = "--operator"
 """The command-line switch (``operator=True`` in Python) that opens raw and per-patient tables."""
 _OPERATOR_OPENS = ("raw event tables (bronze), patients' transitions and rejected rows (silver), "
                    "per-patient trajectory_stats and pipeline_runs")
-#: Attempts at a consistent snapshot of the lake's table versions before giving up.
-_SNAPSHOT_ATTEMPTS = 50
 _LAYERS = ("bronze", "silver", "gold")
 _SEPARATOR = "__"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -274,47 +273,6 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def latest_version(path: str | Path) -> int | None:
-    """The newest committed version of the local Delta table at ``path`` (None: no commit yet).
-
-    Reads only the ``_delta_log`` listing (``<20 digits>.json`` commit files), so it costs one
-    directory listing whatever the table's size.
-    """
-    try:
-        names = os.listdir(Path(path) / "_delta_log")
-    except FileNotFoundError:
-        return None
-    versions = [int(n[:20]) for n in names
-                if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
-    return max(versions) if versions else None
-
-
-def snapshot(paths: Iterable[str]) -> dict[str, int | None]:
-    """The version of every table in ``paths`` as of ONE instant.
-
-    Delta commits one table at a time, so reading table after table may mix a version from
-    before a commit elsewhere with one from after it. The versions are listed twice in a row;
-    when both listings agree, every table had exactly that version throughout the moment between
-    them (versions only grow), so the set is a state the lake really was in. Otherwise it is
-    listed again.
-
-    Raises:
-        QueryError: the tables kept changing through every attempt.
-    """
-    paths = list(paths)
-    first = {p: latest_version(p) for p in paths}
-    for _ in range(_SNAPSHOT_ATTEMPTS):
-        second = {p: latest_version(p) for p in paths}
-        if second == first:
-            return first
-        first = second
-        time.sleep(0.01)
-    raise QueryError(
-        f"The lake's tables changed during each of {_SNAPSHOT_ATTEMPTS} attempts at a consistent "
-        "read (many writers committing at once); run the query again."
-    )
-
-
 def _open_dataset(
     table: LakeTable, committed: set[str], at: int
 ) -> tuple[Any, dict[str, str], set[str], dict[str, int]] | None:
@@ -323,10 +281,10 @@ def _open_dataset(
     pipeline run, :mod:`gpope.shell.lake.manifest`), its column comments from the Delta schema,
     the incomplete runs whose rows stay hidden, and the version that committed each complete
     run's rows (commit order). None when only incomplete runs wrote the table."""
-    from gpope.shell.lake.delta_rs import DeltaRsTables
+    from gpope.shell.lake.local import local_tables
     from gpope.shell.lake.manifest import pinned_version
 
-    store = DeltaRsTables()
+    store = local_tables()
     history = [(e.version, e.run_id) for e in store.history(table.path, at)]
     version = pinned_version(history, committed)
     if version is None:
@@ -503,9 +461,9 @@ def _committed(manifest: str | None, at: int | None) -> set[str]:
     """Run ids with a complete manifest in ``pipeline_runs`` at version ``at``."""
     if manifest is None or at is None:
         return set()
-    from gpope.shell.lake.delta_rs import DeltaRsTables
+    from gpope.shell.lake.local import local_tables
 
-    return set(DeltaRsTables().read_arrow(manifest, at).column("run_id").to_pylist())
+    return set(local_tables().read_arrow(manifest, at).column("run_id").to_pylist())
 
 
 def check_select(sql: str) -> None:

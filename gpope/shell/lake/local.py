@@ -1,0 +1,84 @@
+"""The JVM-free readers' access to a path-based lake: Delta logs read with delta-rs only.
+
+``gpope query``, ``gpope budget``, ``gpope maintain`` and the checks a command runs before Spark
+starts read local Delta tables without a JVM. They reach them through this module, so that only
+``gpope.shell.lake`` knows which library reads a Delta log.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpope.errors import QueryError
+
+if TYPE_CHECKING:
+    from gpope.shell.lake.delta_rs import DeltaRsTables
+
+__all__ = ["check_local_root", "latest_version", "local_tables", "snapshot"]
+
+#: Attempts at a consistent snapshot of the lake's table versions before giving up.
+_SNAPSHOT_ATTEMPTS = 50
+
+
+def local_tables() -> DeltaRsTables:
+    """The JVM-free reader of local Delta tables: history, column comments, Arrow datasets and
+    tables at a version, partition presence."""
+    from gpope.shell.lake.delta_rs import DeltaRsTables
+
+    return DeltaRsTables()
+
+
+def check_local_root(root: str) -> None:
+    """Refuse a local lake root the Delta storage path cannot address (the character named).
+
+    Raises:
+        ConfigError: the root holds a character delta-rs cannot address, or is a file.
+    """
+    from gpope.shell.lake.delta_rs import check_local_root as check
+
+    check(root)
+
+
+def latest_version(path: str | Path) -> int | None:
+    """The newest committed version of the local Delta table at ``path`` (None: no commit yet).
+
+    Reads only the ``_delta_log`` listing (``<20 digits>.json`` commit files), so it costs one
+    directory listing whatever the table's size.
+    """
+    try:
+        names = os.listdir(Path(path) / "_delta_log")
+    except FileNotFoundError:
+        return None
+    versions = [int(n[:20]) for n in names
+                if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+    return max(versions) if versions else None
+
+
+def snapshot(paths: Iterable[str]) -> dict[str, int | None]:
+    """The version of every table in ``paths`` as of ONE instant.
+
+    Delta commits one table at a time, so reading table after table may mix a version from
+    before a commit elsewhere with one from after it. The versions are listed twice in a row;
+    when both listings agree, every table had exactly that version throughout the moment between
+    them (versions only grow), so the set is a state the lake really was in. Otherwise it is
+    listed again.
+
+    Raises:
+        QueryError: the tables kept changing through every attempt.
+    """
+    paths = list(paths)
+    first = {p: latest_version(p) for p in paths}
+    for _ in range(_SNAPSHOT_ATTEMPTS):
+        second = {p: latest_version(p) for p in paths}
+        if second == first:
+            return first
+        first = second
+        time.sleep(0.01)
+    raise QueryError(
+        f"The lake's tables changed during each of {_SNAPSHOT_ATTEMPTS} attempts at a consistent "
+        "read (many writers committing at once); run the query again."
+    )
