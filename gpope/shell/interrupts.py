@@ -12,6 +12,7 @@ what readers can see, and :func:`stopped_line` tells the operator which it is.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ __all__ = [
     "Terminated",
     "commits",
     "deferred",
+    "end_children",
     "exit_code",
     "install",
     "received",
@@ -49,7 +51,43 @@ class Terminated(KeyboardInterrupt):
 
 def _on_term(signum: int, frame: object) -> None:
     _RECEIVED.append(signum)
+    _quiet_jvm_bridge()
     raise Terminated("stopped by SIGTERM")
+
+
+def _quiet_jvm_bridge() -> None:
+    """After a stop, py4j's records of the JVM calls it cut (tracebacks on the root logger and
+    its own) are not shown: the command's one line says what the stop left."""
+    logging.getLogger("py4j").propagate = False
+    root = logging.getLogger()
+    if not root.handlers:  # else logging.exception() would add a stderr handler
+        root.addHandler(logging.NullHandler())
+
+
+def end_children() -> None:
+    """SIGKILL this process's child processes (a local Spark's JVM): a command stopped by
+    SIGTERM must not leave its JVM running nor printing traces after the command's line (Linux
+    ``/proc``; elsewhere nothing). Their work is abandoned like the command's: anything they
+    wrote is uncommitted, staged files are removed by the next write. Only for a process that
+    is ending (a notebook's or a test's shared session would go with it)."""
+    import os
+
+    me = str(os.getpid())
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me:  # the field after the state is the parent pid
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def install() -> None:
@@ -106,6 +144,7 @@ def deferred() -> Iterator[None]:
             signal.signal(s, handler)
         if pending:
             _RECEIVED.append(pending[0])
+            _quiet_jvm_bridge()
             if pending[0] == signal.SIGTERM:
                 raise Terminated("stopped by SIGTERM")
             raise KeyboardInterrupt
