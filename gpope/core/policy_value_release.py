@@ -18,17 +18,21 @@ so together they are exactly the Gaussian mechanism at ``sigma`` (:func:`policy_
 What the intervals cover. Off-policy, a patient's factor lambda_i scales its importance weights
 down (lambda_i min(rho_t, C) <= rho_t), so the identified set of :mod:`gpope.core.policy_value`
 holds for every clip: clipping the target's terms widens its interval and never moves J(target)
-out of it. The behaviour value (and, on-policy, the target value, which is then the same) covers
-the mean of the clipped return E[clip(g, g_lo, g_hi)]: both ends are read from the outside in
-where the noisy histogram finds no more returns beyond them, so they bind for few patients (docs/RESULTS.md measures coverage
-of the unclipped truth). Deficit mass is noisy at the scale S / m per patient (a single patient
-can carry all of it), which is why on-policy specs, where n = S is public, release no n.
+out of it. The behaviour value (and, on-policy, the target value, which is then the same) is
+the mean of the return g itself: the release sums clip(g, g_lo, g_hi) with ends read from the
+outside in where the noisy histogram finds no more returns beyond them, and what the clamp moves
+(the excess above g_hi, the deficit below g_lo) is bounded from the released histogram and
+added to the end it moves (:mod:`gpope.core.policy_value_clamp`). Deficit mass is noisy at the
+scale S / m per patient (a single patient can carry all of it), which is why on-policy specs,
+where n = S is public, release no n.
 
 Intervals. Each end of each quantity's identified set is the mean of a public linear combination
 y_i = c . x_i + k. Its interval accounts for sampling (Maurer and Pontil 2009, Thm. 4:
 empirical Bernstein, valid at every m for variables in a known range; the sample variance is
 replaced by an upper confidence bound that holds despite the privacy noise) and for the privacy
-noise (Gaussian with a public standard deviation), by a union bound over the three error sources;
+noise (Gaussian with a public standard deviation), by a union bound over the error sources
+(and, for the sampling part, over every clip the public grids allow, since the clips are chosen
+from a release of the same patients: :func:`gpope.core.policy_value_clamp.clip_choices`);
 ``method="normal"`` instead uses sqrt(V / m + noise variance) times the normal quantile (a CLT
 interval, measured in docs/RESULTS.md). Two-sided intervals give each end alpha / 2; the one-sided
 ``lower_bound`` gives the lower end alpha.
@@ -49,6 +53,12 @@ import numpy as np
 from scipy.stats import norm
 
 from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
+from gpope.core.policy_value_clamp import (
+    ClampBound,
+    clamp_bound,
+    clip_choices,
+    public_clamp_bound,
+)
 from gpope.core.policy_value_settings import METHODS as _METHODS
 from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.private_quantile import LogGrid
@@ -110,6 +120,10 @@ class PolicyValueInterval:
     observed_weight: float | None = None
 
 
+#: The clamp bound of an exact release (clips at the data's own extremes: nothing moved).
+_NO_CLAMP = ClampBound()
+
+
 @dataclass(frozen=True, eq=False)
 class PolicyValueRelease:
     """What the mechanism releases (public) and the public constants it was made with.
@@ -123,6 +137,11 @@ class PolicyValueRelease:
         noise_means: (3,) std of the noise of ``means``.
         noise_second: std of the noise of a diagonal entry of ``second`` (off-diagonal: / sqrt 2).
         m: number of patients; bounds: the public constants; sigma: the release's multiplier.
+        clamp: the released bounds' ingredients of what the return clamp [g_lo, g_hi] moves
+            (:class:`gpope.core.policy_value_clamp.ClampBound`; zero for an exact release).
+        choices: (g, a, n) how many clips the release could have chosen for each component
+            (the sampling bound's union, :func:`gpope.core.policy_value_clamp.clip_choices`);
+            1 where the clips are public or exact.
     """
 
     clips: tuple[float, float, float]
@@ -135,18 +154,21 @@ class PolicyValueRelease:
     m: int
     bounds: PolicyValueBounds
     sigma: float
+    clamp: ClampBound = _NO_CLAMP
+    choices: tuple[int, int, int] = (1, 1, 1)
 
     def intervals(self, level: float, method: str = "bernstein", *, variance_share: float = 0.25,
-                  noise_share: float = 0.25) -> dict[str, PolicyValueInterval]:
+                  noise_share: float = 0.25, clamp_share: float = 0.1
+                  ) -> dict[str, PolicyValueInterval]:
         """The three released scalars at ``level`` (post-processing)."""
-        return _intervals(self, level, method, variance_share, noise_share)
+        return _intervals(self, level, method, (variance_share, noise_share, clamp_share))
 
     def intervals_with(self, level: float, settings: PolicyValueSettings
                        ) -> dict[str, PolicyValueInterval]:
         """:meth:`intervals` with the interval settings of ``settings`` (``method``,
         ``variance_share``, ``noise_share``): what a run releases."""
         return self.intervals(level, settings.method, variance_share=settings.variance_share,
-                              noise_share=settings.noise_share)
+                              noise_share=settings.noise_share, clamp_share=settings.clamp_share)
 
 
 def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:
@@ -263,6 +285,8 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     if m < 2:
         raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
     hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
+    given = clips is not None
+    noisy = grids = None
     if clips is None and s == 0:
         clips = (float(np.max(terms.g)), float(np.max(np.abs(terms.a))), float(np.max(terms.n)),
                  float(np.min(terms.g)))
@@ -274,6 +298,15 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
             noisy = add_histogram_noise(counts, hist_std, rng)
         clips = clips_from_histograms(noisy, grids, bounds, settings, hist_std=hist_std, m=m)
     clips = (float(clips[0]), *(max(float(c), 1e-300) for c in clips[1:3]), float(clips[3]))
+    clamp, choices = _NO_CLAMP, (1, 1, 1)
+    if given:
+        clamp = public_clamp_bound(bounds, m=m, g_hi=clips[0], g_lo=clips[3])
+    elif noisy is not None:
+        sign = _one_signed(bounds)
+        edges = grids[0].edges()
+        clamp = clamp_bound(noisy[0], edges, sign, g_hi=clips[0], g_lo=clips[3],
+                            noise_std=hist_std)
+        choices = clip_choices(len(edges), sign)
     first, mom, mid, half = exact_sums(terms, bounds, clips)
     active = half > 0
     first_std, mom_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
@@ -285,7 +318,8 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     means = mid + half * first / m
     return PolicyValueRelease(
         clips=clips, means=means, second=moments_matrix(mom / m, 3), mid=mid, half=half,
-        noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s)
+        noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s,
+        clamp=clamp, choices=choices)
 
 
 def _secure_histograms(counts: list[np.ndarray], hist_std: float,
@@ -465,9 +499,33 @@ def _combos(bounds: PolicyValueBounds) -> dict[str, tuple[tuple[np.ndarray, floa
     return out
 
 
-def _half_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, method: str,
-                variance_share: float, noise_share: float) -> float:
+def _clamp_side(rel: PolicyValueRelease, c: np.ndarray, side: str) -> str | None:
+    """Which part of the return clamp moves this end of c . E[x] the wrong way: the deficit
+    below g_lo (``"deficit"``) or the excess above g_hi (``"excess"``), None when neither can
+    (public: the clips and c)."""
+    cg = float(c[0])
+    if cg == 0.0:
+        return None
+    part = "deficit" if (cg > 0) == (side == "lower") else "excess"
+    return part if getattr(rel.clamp, f"{part}_range") > 0.0 else None
+
+
+def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, method: str,
+               shares: tuple[float, float, float]) -> float:
+    """How far one end (``side``) of c . E[x] lies from c . means: sampling (a union over the
+    clips the release could choose), privacy noise, and the return clamp's bias on the side
+    that moves the estimand away (:mod:`gpope.core.policy_value_clamp`), by a union bound with
+    ``alpha`` in all; ``shares`` = (variance, noise, clamp) parts of alpha."""
+    variance_share, noise_share, clamp_share = shares
     m = rel.m
+    private = rel.sigma > 0
+    part = _clamp_side(rel, c, side)
+    a_clamp = alpha * clamp_share if part is not None else 0.0
+    alpha = alpha - a_clamp
+    used = (c != 0) & (rel.half > 0)
+    choices = int(np.prod(np.where(used, np.asarray(rel.choices), 1)))
+    clamp = 0.0 if part is None else abs(float(c[0])) * rel.clamp.bound(
+        part, m=m, a_noise=a_clamp / 2.0, a_pop=a_clamp / 2.0, choices=rel.choices[0])
     cz = c * rel.half
     zbar = np.where(rel.half > 0, (rel.means - rel.mid) / np.where(rel.half > 0, rel.half, 1.0), 0.0)
     cov = rel.second - np.outer(zbar, zbar)
@@ -475,9 +533,8 @@ def _half_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, method: st
     low, high = _ranges(rel.clips, rel.bounds)
     span = float(np.abs(c) @ (high - low))
     noise_sd = float(np.sqrt(np.sum((c * rel.noise_means) ** 2)))
-    private = rel.sigma > 0
     if method == "normal":
-        return float(norm.ppf(1.0 - alpha)) * math.sqrt(max(var, 0.0) / m + noise_sd ** 2)
+        return clamp + float(norm.ppf(1.0 - alpha)) * math.sqrt(max(var, 0.0) / m + noise_sd ** 2)
     a_var = alpha * variance_share if private else 0.0
     a_noise = alpha * noise_share if private else 0.0
     a_samp = alpha - a_var - a_noise
@@ -487,10 +544,10 @@ def _half_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, method: st
                             2.0 * abs(float(cz @ zbar)) * noise_sd)
         var = var + float(norm.ppf(1.0 - a_var)) * var_sd
     var = min(max(var, 0.0), span ** 2 / 4.0)
-    log_term = math.log(2.0 / a_samp)
+    log_term = math.log(2.0 * choices / a_samp)
     samp = math.sqrt(2.0 * var * log_term / m) + 7.0 * span * log_term / (3.0 * max(m - 1, 1))
     noise = float(norm.ppf(1.0 - a_noise)) * noise_sd if private else 0.0
-    return samp + noise
+    return clamp + samp + noise
 
 
 def public_ranges(bounds: PolicyValueBounds) -> dict[str, tuple[float, float]]:
@@ -501,8 +558,8 @@ def public_ranges(bounds: PolicyValueBounds) -> dict[str, tuple[float, float]]:
             "policy_contrast": (lo - hi, hi - lo)}
 
 
-def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_share: float,
-               noise_share: float) -> dict[str, PolicyValueInterval]:
+def _intervals(rel: PolicyValueRelease, level: float, method: str,
+               shares: tuple[float, float, float]) -> dict[str, PolicyValueInterval]:
     level = check_number("PolicyValueRelease.intervals", "level", level, gt=0.0, lt=1.0)
     check_choice("PolicyValueRelease.intervals", "method", method, _METHODS)
     alpha = 1.0 - level
@@ -521,8 +578,8 @@ def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_shar
     ranges = public_ranges(rel.bounds)
     for name, ((c_lo, k_lo), (c_hi, k_hi)) in _combos(rel.bounds).items():
         e_lo, e_hi = float(c_lo @ x + k_lo), float(c_hi @ x + k_hi)
-        h = lambda c, a: _half_width(rel, c, a, method, variance_share, noise_share)  # noqa: E731
-        lower, upper = e_lo - h(c_lo, alpha / 2.0), e_hi + h(c_hi, alpha / 2.0)
+        h = lambda c, a, side: _end_width(rel, c, a, side, method, shares)  # noqa: E731
+        lower, upper = e_lo - h(c_lo, alpha / 2.0, "lower"), e_hi + h(c_hi, alpha / 2.0, "upper")
         if upper < lower:  # noise can cross the ends; the interval is their hull
             lower, upper = min(lower, upper), max(lower, upper)
         point = points[name]
@@ -531,7 +588,7 @@ def _intervals(rel: PolicyValueRelease, level: float, method: str, variance_shar
         value = min(max(value, min(e_lo, e_hi)), max(e_lo, e_hi))
         observed = (None if rel.bounds.on_policy or name != "policy_value"
                     else float(min(max(x[2] / s, 0.0), 1.0)))
-        ends = np.clip([value, lower, upper, e_lo - h(c_lo, alpha)], *ranges[name])
+        ends = np.clip([value, lower, upper, e_lo - h(c_lo, alpha, "lower")], *ranges[name])
         out[name] = PolicyValueInterval(value=float(ends[0]), lower=float(ends[1]),
                                         upper=float(ends[2]), lower_bound=float(ends[3]),
                                         level=float(level), observed_weight=observed)

@@ -45,6 +45,8 @@ class PolicyValueSettings:
         method: ``bernstein`` (finite-sample, valid at every m) or ``normal`` (CLT).
         variance_share / noise_share: parts of each end's alpha spent on the variance's upper
             bound and on the privacy noise (the rest goes to the sampling bound).
+        clamp_share: part of an end's alpha spent on bounding what the return clamp moves
+            (:mod:`gpope.core.policy_value_clamp`), on the ends the clamp can move; taken first.
     """
 
     share: float = 0.3
@@ -58,6 +60,7 @@ class PolicyValueSettings:
     method: Literal["bernstein", "normal"] = "bernstein"
     variance_share: float = 0.25
     noise_share: float = 0.25
+    clamp_share: float = 0.1
 
     def __post_init__(self) -> None:
         o = "PolicyValueSettings"
@@ -76,6 +79,7 @@ class PolicyValueSettings:
         check_choice(o, "method", self.method, METHODS)
         check_number(o, "variance_share", self.variance_share, gt=0.0, lt=1.0)
         check_number(o, "noise_share", self.noise_share, gt=0.0, lt=1.0)
+        check_number(o, "clamp_share", self.clamp_share, gt=0.0, lt=1.0)
         if self.variance_share + self.noise_share >= 1.0:
             raise ConfigError("PolicyValueSettings.variance_share + noise_share must be < 1.")
 
