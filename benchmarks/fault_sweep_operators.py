@@ -85,12 +85,15 @@ def _one_line(trial: Any, out: Any, command: str, *, code: int | set[int],
     return line
 
 
-def _ledger_runs(lake: Path, dataset: str) -> dict[str, str]:
+def _ledger(lake: Path) -> Any:
     from gpope.config import load_config
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
-    ledger = PrivacyLedger(None, load_config(None, lake={"root": str(lake)}))
-    return {r.run_id: r.status for r in ledger.status(dataset).runs}
+    return PrivacyLedger(None, load_config(None, lake={"root": str(lake)}))  # JVM-free
+
+
+def _ledger_runs(lake: Path, dataset: str) -> dict[str, str]:
+    return {r.run_id: r.status for r in _ledger(lake).status(dataset).runs}
 
 
 def _manifests(lake: Path, stage: str, dataset: str) -> list[str]:
@@ -341,6 +344,12 @@ def sigterm_trial(sw: ModuleType, template: Path, root: Path, stage: str, seed: 
         if line is not None and committed != said:
             trial.problems.append(f"the line says committed={said}, the manifests say "
                                   f"{committed}: {line[:300]}")
+        if stage == "evaluate" and not committed:  # the ledger says why the run failed
+            notes = [r.note for r in _ledger(lake).status(sw.DATASET).runs
+                     if r.status == "failed"]
+            trial.facts["ledger_notes"] = notes
+            if not any("(SIGTERM)" in (n or "") for n in notes):
+                trial.problems.append(f"no failed run noted as stopped by SIGTERM: {notes}")
     rerun = [argv] if stage != "simulate" else [
         argv, ["ingest", "--dataset", sw.DATASET, "--domain", "chain"],
         ["stats", "--dataset", sw.DATASET, "--spec", str(sw.SPEC)]]

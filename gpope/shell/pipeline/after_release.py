@@ -17,12 +17,21 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
 
 __all__ = ["INTERRUPTED_NOTE", "after_release_warning", "interrupted_before_release",
-           "printing_failed_line", "unreported_release"]
+           "interrupted_note", "printing_failed_line", "unreported_release"]
 
 #: The ledger note of a run interrupted (Ctrl-C) after its reservation and before its release:
 #: its status is ``failed`` like any run that may have drawn noise, and the note says why.
 INTERRUPTED_NOTE = ("interrupted (Ctrl-C) before the release, nothing released; still charged: "
                     "it may have drawn noise")
+
+
+def interrupted_note() -> str:
+    """:data:`INTERRUPTED_NOTE`, naming SIGTERM instead when a scheduler's stop was the cause."""
+    from gpope.shell import interrupts
+
+    if interrupts.received() == "SIGTERM":
+        return INTERRUPTED_NOTE.replace("(Ctrl-C)", "(SIGTERM)")
+    return INTERRUPTED_NOTE
 
 
 def _reason(error: BaseException) -> str:

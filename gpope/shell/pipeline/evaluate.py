@@ -37,8 +37,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpope.shell.pipeline.after_release import (
-    INTERRUPTED_NOTE,
     interrupted_before_release,
+    interrupted_note,
     unreported_release,
 )
 from gpope.shell.pipeline.evaluate_report import (
@@ -134,7 +134,7 @@ def run_evaluate(
         ledger.mark(dataset, run_id, "released")
     except KeyboardInterrupt as exc:
         ledger.mark(dataset, run_id, "released" if released else "failed",
-                    note=None if released else INTERRUPTED_NOTE)
+                    note=None if released else interrupted_note())
         if not released:
             raise interrupted_before_release(run_id, dataset=dataset, epsilon=plan.epsilon,
                                              delta=plan.delta) from exc
