@@ -47,6 +47,10 @@ class PolicyValueSettings:
             bound and on the privacy noise (the rest goes to the sampling bound).
         clamp_share: part of an end's alpha spent on bounding what the return clamp moves
             (:mod:`gpope.core.policy_value_clamp`), on the ends the clamp can move; taken first.
+        first_state_share: share (zCDP, of 1/sigma^2) of the first states' feature moments that
+            the direct method's J(target) needs (:mod:`gpope.core.policy_value_direct`).
+        first_state_alpha: share of the direct J(target)'s alpha on the first-state mean's
+            error (noise and sampling); the rest goes to the estimator's interval of mu . theta.
     """
 
     share: float = 0.3
@@ -61,6 +65,8 @@ class PolicyValueSettings:
     variance_share: float = 0.25
     noise_share: float = 0.25
     clamp_share: float = 0.1
+    first_state_share: float = 0.1
+    first_state_alpha: float = 0.2
 
     def __post_init__(self) -> None:
         o = "PolicyValueSettings"
@@ -80,6 +86,8 @@ class PolicyValueSettings:
         check_number(o, "variance_share", self.variance_share, gt=0.0, lt=1.0)
         check_number(o, "noise_share", self.noise_share, gt=0.0, lt=1.0)
         check_number(o, "clamp_share", self.clamp_share, gt=0.0, lt=1.0)
+        check_number(o, "first_state_share", self.first_state_share, gt=0.0, lt=1.0)
+        check_number(o, "first_state_alpha", self.first_state_alpha, gt=0.0, lt=1.0)
         if self.variance_share + self.noise_share >= 1.0:
             raise ConfigError("PolicyValueSettings.variance_share + noise_share must be < 1.")
 

@@ -222,6 +222,13 @@ class UntunedRelease:
         residual_clip: the privately chosen clip of the residuals.
         noisy: the noisy SSP sums (:class:`gpope.core.ssp.NoisyStatistics`; released).
         moments: the noisy residual moments (:class:`gpope.core.ssp.NoisyMoments`; released).
+        functionals: intervals of the public linear functionals ``g . theta`` asked of the
+            release (``functionals=`` of :func:`release_untuned`; e.g. the first states' mean
+            feature vector, :mod:`gpope.core.policy_value_direct`), by the same arithmetic as
+            the reference values, at their own level, over the supported features only
+            (``supported``: a row's part on the others is the caller's to bound); None when none
+            were asked.
+        supported: (n,) the features the noisy statistics support (theta is 0 elsewhere).
     """
 
     theta: np.ndarray
@@ -230,6 +237,8 @@ class UntunedRelease:
     residual_clip: float
     noisy: Any
     moments: Any
+    functionals: Interval | None = None
+    supported: np.ndarray | None = None
 
 
 def _histogram_kernel(edges: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]):
@@ -375,9 +384,12 @@ def release_untuned(
     aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigmas: UntunedSigmas,
     moments_share: float, settings: UntunedSettings, rng: np.random.Generator,
     level: float = 0.95, identification: bool = True,
+    functionals: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> UntunedRelease:
     """The default release (module docstring), reading the statistics only through
-    ``aggregate``; ``rng`` draws every noise (OS entropy in production).
+    ``aggregate``; ``rng`` draws every noise (OS entropy in production). ``functionals``:
+    public rows G_f (k', n) and their two-sided levels (k',): intervals of G_f theta like the
+    reference values' (post-processing; :attr:`UntunedRelease.functionals`).
 
     Raises:
         DataError: the aggregate returned non-finite sums.
@@ -448,13 +460,30 @@ def release_untuned(
             int(keep.sum()), std) ** 2)
         values = spec.reference_values(theta)
     bounded = identified & ~unsupported
+    extra_iv = None
+    if functionals is not None:
+        rows = np.atleast_2d(np.asarray(functionals[0], dtype=np.float64))
+        f_levels = np.broadcast_to(np.asarray(functionals[1], dtype=np.float64), rows.shape[:1])
+        f_se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", rows[:, keep], inv @ meat @ inv.T,
+                                            rows[:, keep]), 0.0))
+        f_extra = np.array([second_order_widths(rows[j:j + 1, keep], inv, meat, std,
+                                                level=float(lv))[0][0]
+                            for j, lv in enumerate(f_levels)])
+        f_ok = np.full(len(rows), identified)
+        f_val, f_z = rows[:, keep] @ theta[keep], norm.ppf(0.5 + f_levels / 2.0)
+        extra_iv = Interval(
+            value=f_val, lower=np.where(f_ok, f_val - f_z * f_se - f_extra, -np.inf),
+            upper=np.where(f_ok, f_val + f_z * f_se + f_extra, np.inf),
+            lower_bound=np.where(f_ok, f_val - norm.ppf(f_levels) * f_se - f_extra, -np.inf),
+            se=f_se, level=float(f_levels.min()), df=0, unidentified=not identified)
     iv = Interval(
         value=values, lower=np.where(bounded, values - z2 * se - extra, -np.inf),
         upper=np.where(bounded, values + z2 * se + extra, np.inf),
         lower_bound=np.where(bounded, values - z1 * se - extra, -np.inf), se=se, level=level,
         df=0, unidentified=not identified, separation=float(sep) if identification else None)
     return UntunedRelease(theta=theta, interval=clamp_interval(iv, value_range(spec)), clip=clip,
-                          residual_clip=float(c_r), noisy=noisy, moments=moments)
+                          residual_clip=float(c_r), noisy=noisy, moments=moments,
+                          functionals=extra_iv, supported=keep)
 
 
 def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) -> UntunedRelease:

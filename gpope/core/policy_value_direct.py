@@ -1,0 +1,191 @@
+"""J(target) from the value fit: the direct method, with an interval that carries theta's error.
+
+The estimand. With the run's value fit V(s) = phi(s) . theta* (theta* the estimator's
+population fixed point: tabular features, the target's exact value function; approximate
+features, the projected fixed point) and mu0 = E[phi(s_0)] over the data's first states,
+
+    J_direct(target) = mu0 . theta* = E_{s_0}[V(s_0)].
+
+It is the target's value from the data's first states with records that stop early bootstrapped
+by V (as every V line is), not the recorded-horizon value of :mod:`gpope.core.policy_value`; the
+two agree when every record ends in a terminal event within the cap. Under approximate features
+the interval covers mu0 . theta* (the fixed point), not the true value: the fit's approximation
+error is not bounded (as for the V lines).
+
+The release. mu0 is released privately (:func:`release_first_state`): the sums of z_i =
+phi(s_0,i) / F clipped to ||z_i|| <= 1 (F the map's public norm bound, so nothing is clipped)
+and of the upper triangles of z_i z_i^T (for the sampling variance), one Gaussian mechanism with
+L2 sensitivity sqrt 2 and multiplier ``sigma`` (:func:`first_state_event`). The estimate is
+J^ = mu^ . theta^ (theta^ the run's released theta: any estimator that gives an interval of a
+public linear functional g . theta*, e.g. :attr:`gpope.core.untuned.UntunedRelease.functionals`;
+an LSTDQ route whose theta is over (state, action) features plugs in with g its first-state
+feature mean under the target).
+
+The interval (:func:`direct_interval`). J - J^ = [mu^ . theta* - mu^ . theta^] + (mu0 - mu^) .
+theta*. The first bracket is the estimator's interval of the functional g = mu^ (public) at a
+share of alpha. The second is the first-state mean's noise (Gaussian, std s ||theta*||) and its
+sampling error (the mean of V*(s_0) over m patients, variance theta*^T Cov(phi(s_0)) theta*);
+both are evaluated at theta^ (plug-in, a second-order approximation like the estimator's delta
+method) with a normal quantile each, and a union bound over the three parts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpope.core.validation import check_number
+from gpope.errors import ConfigError
+
+__all__ = [
+    "DirectInterval",
+    "FirstStateRelease",
+    "direct_interval",
+    "first_state_event",
+    "first_state_features",
+    "functional_level",
+    "release_first_state",
+    "split_first_state",
+]
+
+#: L2 sensitivity of one patient's (z, z z^T upper triangle) with ||z|| <= 1.
+_SENSITIVITY = math.sqrt(2.0)
+
+
+@dataclass(frozen=True, eq=False)
+class FirstStateRelease:
+    """The released first-state feature moments (public).
+
+    Attributes:
+        mean: (n,) noisy mean of phi(s_0).
+        second: (n, n) noisy mean of phi(s_0) phi(s_0)^T.
+        noise_mean: std of each coordinate of ``mean``'s noise.
+        noise_second: std of a diagonal entry of ``second``'s noise (off-diagonal / sqrt 2).
+        m: patients; norm_bound: F.
+    """
+
+    mean: np.ndarray
+    second: np.ndarray
+    noise_mean: float
+    noise_second: float
+    m: int
+    norm_bound: float
+
+
+@dataclass(frozen=True)
+class DirectInterval:
+    """J(target) by the direct method: value, two-sided interval at ``level``, one-sided lower
+    bound (all possibly infinite when the estimator's functional interval is)."""
+
+    value: float
+    lower: float
+    upper: float
+    lower_bound: float
+    level: float
+
+
+def first_state_features(transitions, feature_map) -> np.ndarray:
+    """(m, n) phi(s_0) of each trajectory of a sorted batch (its row with the smallest t)."""
+    idx = np.asarray(transitions.traj_index, dtype=np.int64)
+    first = np.concatenate([[0], np.flatnonzero(np.diff(idx)) + 1])
+    return np.asarray(feature_map(np.asarray(transitions.state)[first]), dtype=np.float64)
+
+
+def split_first_state(sigma: float, share: float) -> tuple[float, float]:
+    """(rest, first-state) multipliers when the first-state release takes ``share`` of a
+    Gaussian mechanism's privacy loss 1 / sigma^2 (zCDP split: together exactly ``sigma``)."""
+    check_number("split_first_state", "share", share, gt=0.0, lt=1.0)
+    return float(sigma / math.sqrt(1.0 - share)), float(sigma / math.sqrt(share))
+
+
+def first_state_event(sigma: float):
+    """The dp-accounting event of :func:`release_first_state` at ``sigma`` (one Gaussian
+    mechanism; its noise std is sigma times the sensitivity sqrt 2)."""
+    import dp_accounting
+
+    return dp_accounting.GaussianDpEvent(float(check_number("first_state_event", "sigma", sigma,
+                                                            gt=0.0)))
+
+
+def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
+                        rng: np.random.Generator) -> FirstStateRelease:
+    """Release mu0's estimate and the second moment (module docstring); ``sigma = 0``: exact
+    (diagnostics only). Guarantee: with sigma > 0, as private as :func:`first_state_event`."""
+    from gpope.core.clipping import clip_rows
+    from gpope.core.ssp import moment_vectors, moments_matrix
+
+    phi0 = np.asarray(phi0, dtype=np.float64)
+    m, n = phi0.shape
+    if m < 2:
+        raise ConfigError(f"The first-state release needs at least 2 patients; got {m}.")
+    F = float(check_number("release_first_state", "norm_bound", norm_bound, gt=0.0))
+    s = float(check_number("release_first_state", "sigma", sigma, ge=0.0))
+    z = clip_rows(phi0 / F, 1.0)
+    first, mom = z.sum(axis=0), moment_vectors(z).sum(axis=0)
+    std = s * _SENSITIVITY
+    if s > 0:
+        first = first + std * rng.standard_normal(first.shape)
+        mom = mom + std * rng.standard_normal(mom.shape)
+    return FirstStateRelease(mean=F * first / m, second=F * F * moments_matrix(mom / m, n),
+                             noise_mean=F * std / m, noise_second=F * F * std / m, m=m,
+                             norm_bound=F)
+
+
+def functional_level(level: float, first_state_alpha: float) -> float:
+    """The two-sided level at which the estimator's interval of g . theta* enters
+    :func:`direct_interval` at ``level``: each end fails with (1 - first_state_alpha) of the
+    end's alpha."""
+    alpha = 1.0 - check_number("functional_level", "level", level, gt=0.0, lt=1.0)
+    check_number("functional_level", "first_state_alpha", first_state_alpha, gt=0.0, lt=1.0)
+    return 1.0 - alpha * (1.0 - first_state_alpha)
+
+
+def direct_interval(theta: np.ndarray, first: FirstStateRelease,
+                    functional: tuple[float, float], *, level: float,
+                    first_state_alpha: float = 0.2,
+                    value_range: tuple[float, float] = (-math.inf, math.inf),
+                    supported: np.ndarray | None = None,
+                    unsupported_bound: float | None = None) -> DirectInterval:
+    """J(target) = mu^ . theta^ with its interval (module docstring).
+
+    Args:
+        theta: (n,) the run's released theta.
+        first: the released first-state moments.
+        functional: the estimator's two-sided interval (lower, upper) of mu^ . theta* at
+            :func:`functional_level` (post-processing of its release; infinite ends allowed).
+        level: the two-sided level. The one-sided ``lower_bound`` is the two-sided lower end
+            (valid at ``level``, conservative).
+        first_state_alpha: share of each end's alpha on mu^'s error (noise and sampling, half
+            each; the sampling half also bounds the noisy variance).
+        value_range: public range of J (values and ends are intersected with it).
+        supported: (n,) the features the estimator supports (its functional interval is of
+            mu^ restricted to them); None: all.
+        unsupported_bound: a public bound B on |theta*_j| of an unsupported feature for
+            features that are non-negative (tabular one-hot: B = the largest |value|): the
+            first states' mass there, at most its noisy sum's upper quantile, is charged B each.
+            None: an unsupported feature with first-state mass makes the interval unbounded.
+    """
+    from scipy.stats import norm
+
+    theta = np.asarray(theta, dtype=np.float64)
+    alpha = (1.0 - check_number("direct_interval", "level", level, gt=0.0, lt=1.0)) / 2.0
+    a_first = alpha * first_state_alpha / 2.0
+    value = float(first.mean @ theta)  # theta is 0 on features the estimator drops
+    var = float(theta @ first.second @ theta) - value * value
+    # the noisy second moment can understate the variance: its noise's upper quantile
+    q = float(norm.ppf(1.0 - a_first / 2.0))
+    var = max(var + q * first.noise_second * float(theta @ theta), 0.0)
+    width = (q * math.sqrt(var / first.m)
+             + float(norm.ppf(1.0 - a_first)) * first.noise_mean * float(np.linalg.norm(theta)))
+    off = np.zeros(len(theta), dtype=bool) if supported is None else ~np.asarray(supported)
+    if off.any():
+        mass = float(first.mean[off].sum()) + float(norm.ppf(1.0 - a_first)) * (
+            first.noise_mean * math.sqrt(int(off.sum())))
+        width += math.inf if unsupported_bound is None else max(mass, 0.0) * unsupported_bound
+    lo_r, hi_r = value_range
+    clip = lambda x: float(min(max(x, lo_r), hi_r))  # noqa: E731
+    lower, upper = functional[0] - width, functional[1] + width
+    return DirectInterval(value=clip(value), lower=clip(lower), upper=clip(upper),
+                          lower_bound=clip(lower), level=float(level))
