@@ -138,7 +138,9 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
+        from gpope.errors import StaleStatisticsError
         from gpope.shell.pipeline.jobargs import config_from_args
+        from gpope.shell.pipeline.stats_source import SPEC_PLACEHOLDER
 
         config = config_from_args(a)
         # the arguments, the spec and the configuration are checked before Spark starts
@@ -146,9 +148,12 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
                                        solver=settings_from_args(a))
         api.check_evaluation(a.spec, options, dataset=a.dataset, config=config)
         spark = api.get_spark(config)
-        return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
-                            options=options, config=config,
-                            tracking_uri=a.tracking_uri).summary()
+        try:
+            return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
+                                options=options, config=config,
+                                tracking_uri=a.tracking_uri).summary()
+        except StaleStatisticsError as exc:  # name the spec file the job was given
+            raise StaleStatisticsError(str(exc).replace(SPEC_PLACEHOLDER, a.spec)) from None
 
     return _run("evaluate", body, args)
 

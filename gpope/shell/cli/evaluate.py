@@ -205,10 +205,12 @@ def settings_from_args(args: argparse.Namespace) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
+    from gpope.errors import StaleStatisticsError
     from gpope.shell import faults
     from gpope.shell.pipeline.after_release import printing_failed_line
     from gpope.shell.pipeline.evaluate_report import interrupted_after_release, values_line
     from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope.shell.pipeline.stats_source import SPEC_PLACEHOLDER
 
     config = config_from_args(args)
     # every argument, the spec and the configuration are checked before Spark starts
@@ -221,6 +223,8 @@ def _run(args: argparse.Namespace) -> int:
             spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta,
             options=options, config=config, tracking_uri=args.tracking_uri,
         )
+    except StaleStatisticsError as exc:  # name the spec file the command was given
+        raise StaleStatisticsError(str(exc).replace(SPEC_PLACEHOLDER, args.spec)) from None
     except KeyboardInterrupt as exc:
         if str(exc):  # the run said where it stopped (before or after its release)
             raise

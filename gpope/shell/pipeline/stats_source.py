@@ -30,10 +30,12 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.shell.lake.manifest import Manifest, PipelineRuns
 
-__all__ = ["ALLOW_FLAG", "StatsSource", "check_fresh", "record_source", "stats_source"]
+__all__ = ["ALLOW_FLAG", "SPEC_PLACEHOLDER", "StatsSource", "check_fresh", "record_source", "stats_source"]
 
 #: The evaluate flag that accepts stale statistics (recorded in the run).
 ALLOW_FLAG = "--allow-stale-stats"
+#: Stands for the spec's file in the command the refusal names (the CLI puts in the path given).
+SPEC_PLACEHOLDER = "<the spec file>"
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def check_fresh(spark: SparkSession, config: GpopeConfig, *, dataset: str,
     if not source.stale:
         return None
     what = source.describe(dataset, spec)
-    rerun = f"gpope stats --dataset {dataset} --spec <the spec file>"
+    rerun = f"gpope stats --dataset {dataset} --spec {SPEC_PLACEHOLDER}"
     if not allow:
         raise StaleStatisticsError(
             f"{what}; run `{rerun}` first (or pass {ALLOW_FLAG} to release from the older "
