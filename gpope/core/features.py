@@ -5,7 +5,12 @@ configuration, never computed from private data). Each map serialises to a JSON-
 ``"kind"`` key; :func:`feature_map_from_dict` inverts it.
 
 Implementations:
-    * :class:`TabularFeatures` -- one-hot over ``n_states`` integer states (state column 0).
+    * :class:`TabularFeatures` -- one-hot over ``n_states`` integer states (state column 0), or
+      over the product of several declared discrete variables (:class:`DiscreteVariables`, one
+      state column each, in order): one feature per combination of their levels.
+    * :class:`OneHotFeatures` -- the additive one-hot map over declared discrete variables: a
+      constant plus one indicator per non-baseline level of each variable (1 + sum (k_j - 1)
+      features), for grids too large to be tabular.
     * :class:`FourierFeatures` -- the Fourier basis of Konidaris et al. (2011): for every integer
       coefficient vector c in {0..k}^d (optionally with at most ``max_coupling`` non-zero entries)
       phi_c(s) = cos(pi c . x), x = clip((s - low) / (high - low), 0, 1).
@@ -30,8 +35,10 @@ MAX_FEATURES = 4096
 
 __all__ = [
     "ConstantIdentityFeatures",
+    "DiscreteVariables",
     "FeatureMap",
     "FourierFeatures",
+    "OneHotFeatures",
     "TabularFeatures",
     "feature_map_from_dict",
 ]
@@ -97,27 +104,211 @@ def _scale(states: np.ndarray, low: tuple, high: tuple) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TabularFeatures:
-    """One-hot features over ``n_states`` integer states held in state column 0.
+class DiscreteVariables:
+    """Several discrete state variables, each with levels 0..k-1, held in consecutive state
+    columns in the order given (the dataset's ``variables`` order).
+
+    A state is named by its variables, ``"lactate=2,bp=0"``; its index in the product grid is
+    row-major (the last variable varies fastest): ``sum_j level_j * prod_{i>j} k_i``, so
+    ``{lactate: 3, bp: 3}`` numbers the states ``3 * lactate + bp``.
 
     Attributes:
-        n_states: number of states; states must be integers in 0..n_states-1.
+        names: the variables' names, in state-column order (unique, non-empty).
+        levels: k_j >= 2 levels of each variable.
     """
 
-    n_states: int
+    names: tuple[str, ...]
+    levels: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "n_states", check_int("TabularFeatures", "n_states", self.n_states, ge=1)
-        )
+        names, levels = tuple(self.names), tuple(self.levels)
+        if not names or len(names) != len(levels):
+            raise ConfigError(
+                "The 'variables' parameter must declare at least one variable, each with its "
+                f"number of levels ({{lactate: 3, bp: 2}}). Got names {list(names)!r} and levels "
+                f"{list(levels)!r} instead.")
+        for name in names:
+            if not isinstance(name, str) or not name or "=" in name or "," in name:
+                raise ConfigError(
+                    "Each discrete variable's name must be a non-empty string without '=' or ','. "
+                    f"Got {name!r} instead.")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"Discrete variable names must be unique. Got {list(names)!r}.")
+        checked = tuple(check_int("DiscreteVariables", f"levels of {name!r}", k, ge=2)
+                        for name, k in zip(names, levels, strict=True))
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "levels", checked)
+
+    @classmethod
+    def parse(cls, value: Any) -> DiscreteVariables:
+        """From ``{name: levels, ...}`` (YAML mapping, in order), ``[[name, levels], ...]`` (the
+        serialised form) or an instance.
+
+        Raises:
+            ConfigError: any other form, or invalid names or levels.
+        """
+        if isinstance(value, DiscreteVariables):
+            return value
+        if isinstance(value, Mapping):
+            return cls(tuple(value), tuple(value.values()))
+        if isinstance(value, (list, tuple)) and all(
+                isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+            return cls(tuple(p[0] for p in value), tuple(p[1] for p in value))
+        raise ConfigError(
+            "The 'variables' parameter must map each discrete variable to its number of levels, "
+            f"in state-column order ({{lactate: 3, bp: 2}}). Got {value!r} instead.")
+
+    def to_list(self) -> list[list[Any]]:
+        """``[[name, levels], ...]``: ordered, so the spec id tells two orders apart."""
+        return [[n, k] for n, k in zip(self.names, self.levels, strict=True)]
+
+    @property
+    def size(self) -> int:
+        """The number of states of the product grid, prod_j k_j."""
+        return math.prod(self.levels)
+
+    def describe(self) -> str:
+        """``lactate (levels 0..2), bp (levels 0..1)``, for messages."""
+        return ", ".join(f"{n} (levels 0..{k - 1})" for n, k in zip(self.names, self.levels,
+                                                                      strict=True))
+
+    def level_columns(self, owner: str, states: np.ndarray) -> np.ndarray:
+        """(T, k) int64 levels from states (T, d >= k), the variables in columns 0..k-1.
+
+        Raises:
+            DataError: too few columns, or a value that is not an integer level of its variable
+                (the values are private and are not quoted).
+        """
+        arr = _as_states(owner, states, None)
+        k = len(self.names)
+        if arr.shape[1] < k:
+            raise DataError(
+                f"{owner} reads {k} discrete variable(s) ({', '.join(self.names)}) from the first "
+                f"{k} state columns; the states have {arr.shape[1]}. Declare the variables in "
+                "the order of the dataset's 'variables'.")
+        cols = arr[:, :k]
+        idx = np.zeros(cols.shape, dtype=np.int64)
+        np.copyto(idx, cols, casting="unsafe", where=np.isfinite(cols))
+        bad = (idx != cols) | (idx < 0) | (idx >= np.asarray(self.levels))
+        if len(cols) and np.any(bad):
+            j = int(np.flatnonzero(bad.any(axis=0))[0])
+            raise DataError(
+                f"{owner} needs integer levels 0..{self.levels[j] - 1} of variable "
+                f"{self.names[j]!r} in state column {j}; some states are not (their values are "
+                "private data and are not quoted). Check the declared levels or the encoding.")
+        return idx
+
+    def codes(self, owner: str, states: np.ndarray) -> np.ndarray:
+        """(T,) int64 row-major indices of states (T, d) in the product grid."""
+        return self.level_columns(owner, states) @ self._strides()
+
+    def _strides(self) -> np.ndarray:
+        strides = np.ones(len(self.levels), dtype=np.int64)
+        for j in range(len(self.levels) - 2, -1, -1):
+            strides[j] = strides[j + 1] * self.levels[j + 1]
+        return strides
+
+    def state_names(self) -> list[str]:
+        """Every state's name (``"lactate=0,bp=1"``), in index order."""
+        grid = itertools.product(*(range(k) for k in self.levels))
+        return [",".join(f"{n}={v}" for n, v in zip(self.names, row, strict=True)) for row in grid]
+
+    def parse_state(self, where: str, value: Any) -> tuple[int, ...]:
+        """The levels (in variable order) of a state named ``"lactate=2,bp=0"`` or given as
+        ``{lactate: 2, bp: 0}``.
+
+        Raises:
+            ConfigError: one line naming an unknown variable, a level outside the declared
+                range, a variable without a level, or a malformed name.
+        """
+        if isinstance(value, str):
+            pairs = []
+            for part in value.split(","):
+                name, eq, level = part.partition("=")
+                if not eq:
+                    raise ConfigError(
+                        f"{where}: state {value!r} must name every variable as "
+                        f"name=level, separated by commas ({self._example()}).")
+                pairs.append((name.strip(), level.strip()))
+        elif isinstance(value, Mapping):
+            pairs = [(str(n), v) for n, v in value.items()]
+        else:
+            raise ConfigError(f"{where}: a state must be named like {self._example()!r} or "
+                              f"given as a mapping of its variables. Got {value!r} instead.")
+        given: dict[str, int] = {}
+        for name, level in pairs:
+            if name not in self.names:
+                raise ConfigError(
+                    f"{where}: state {value!r} names variable {name!r}, which is not declared; "
+                    f"declared: {self.describe()}.")
+            if name in given:
+                raise ConfigError(f"{where}: state {value!r} gives variable {name!r} twice.")
+            k = self.levels[self.names.index(name)]
+            try:
+                number = float(level)
+            except (TypeError, ValueError):
+                number = math.nan
+            if isinstance(level, bool) or not number.is_integer() or not 0 <= number < k:
+                raise ConfigError(
+                    f"{where}: state {value!r} gives {name}={level}, outside its declared "
+                    f"levels 0..{k - 1}.")
+            given[name] = int(number)
+        missing = [n for n in self.names if n not in given]
+        if missing:
+            raise ConfigError(
+                f"{where}: state {value!r} gives no level for {', '.join(missing)}; name every "
+                f"declared variable ({self._example()}).")
+        return tuple(given[n] for n in self.names)
+
+    def _example(self) -> str:
+        return ",".join(f"{n}=0" for n in self.names)
+
+
+def _variables_or_none(value: Any) -> DiscreteVariables | None:
+    return None if value is None else DiscreteVariables.parse(value)
+
+
+@dataclass(frozen=True)
+class TabularFeatures:
+    """One-hot features over ``n_states`` integer states held in state column 0, or over the
+    product grid of several declared discrete variables (one state column each, in order).
+
+    Attributes:
+        n_states: number of states; states must be integers in 0..n_states-1. With
+            ``variables`` it is their grid's size (given or derived).
+        variables: the declared discrete variables (:class:`DiscreteVariables`, or its YAML form
+            ``{lactate: 3, bp: 3}``), or None (one integer state in column 0).
+    """
+
+    n_states: int | None = None
+    variables: DiscreteVariables | None = None
+
+    def __post_init__(self) -> None:
+        variables = _variables_or_none(self.variables)
+        n = self.n_states
+        if variables is not None:
+            if n is not None and check_int("TabularFeatures", "n_states", n, ge=1) != variables.size:
+                raise ConfigError(
+                    f"The 'n_states' parameter of TabularFeatures must equal the product of the "
+                    f"declared levels ({variables.size}) or be left out. Got {n!r} instead.")
+            n = variables.size
+        object.__setattr__(self, "variables", variables)
+        object.__setattr__(self, "n_states", check_int("TabularFeatures", "n_states", n, ge=1))
 
     @property
     def n_features(self) -> int:
         """n = n_states."""
         return self.n_states
 
+    @property
+    def max_active(self) -> int:
+        """At most one nonzero feature per state (a public bound: :mod:`gpope.core.evaluation.loading`)."""
+        return 1
+
     def indices(self, states: np.ndarray) -> np.ndarray:
-        """State indices (T,) int64 from states (T, d) (column 0); checks range and integrality."""
+        """State indices (T,) int64 from states (T, d); checks range and integrality."""
+        if self.variables is not None:
+            return self.variables.codes("TabularFeatures", states)
         arr = _as_states("TabularFeatures", states, None)
         col = arr[:, 0]
         idx = col.astype(np.int64)
@@ -139,8 +330,75 @@ class TabularFeatures:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "tabular", "n_states": n}``."""
+        """``{"kind": "tabular", "n_states": n}`` or ``{"kind": "tabular", "variables": [...]}``."""
+        if self.variables is not None:
+            return {"kind": "tabular", "variables": self.variables.to_list()}
         return {"kind": "tabular", "n_states": self.n_states}
+
+
+@dataclass(frozen=True)
+class OneHotFeatures:
+    """The additive one-hot map over declared discrete variables: V(s) = sum_j f_j(s_j).
+
+    With ``constant`` (the default) the features are ``[1, 1[s_1 = 1], ..., 1[s_1 = k_1 - 1],
+    1[s_2 = 1], ...]``: level 0 of each variable is its baseline, so n = 1 + sum_j (k_j - 1) and
+    the features are linearly independent over the grid (theta is identified when the data visit
+    every level). Without it, every level of every variable has a block column (n = sum_j k_j);
+    each block sums to 1, so two or more blocks are linearly dependent (theta not identified, A
+    singular whatever the data): that form is accepted for one variable only. The map is not
+    exact where the value has interactions between variables (the tabular product map is).
+
+    Attributes:
+        variables: the declared discrete variables (:class:`DiscreteVariables` or its YAML form).
+        constant: True (constant plus baseline coding) or False (full blocks, one variable).
+    """
+
+    variables: DiscreteVariables
+    constant: bool = True
+
+    def __post_init__(self) -> None:
+        variables = DiscreteVariables.parse(self.variables)
+        if not isinstance(self.constant, bool):
+            raise ConfigError(f"The 'constant' parameter of OneHotFeatures must be true or false. "
+                              f"Got {self.constant!r} instead.")
+        if not self.constant and len(variables.names) > 1:
+            raise ConfigError(
+                "OneHotFeatures with constant: false over several variables has linearly "
+                "dependent features (each variable's block sums to 1), so theta is not identified; "
+                "keep constant: true (level 0 of each variable is then its baseline).")
+        object.__setattr__(self, "variables", variables)
+
+    @property
+    def n_features(self) -> int:
+        """1 + sum_j (k_j - 1) with the constant, else sum_j k_j."""
+        drop = 1 if self.constant else 0
+        return int(self.constant) + sum(k - drop for k in self.variables.levels)
+
+    @property
+    def max_active(self) -> int:
+        """At most one nonzero feature per variable, plus the constant (a public bound)."""
+        return len(self.variables.names) + int(self.constant)
+
+    def __call__(self, states: np.ndarray) -> np.ndarray:
+        """Features (T, n) of 0s and 1s."""
+        levels = self.variables.level_columns("OneHotFeatures", states)
+        out = np.zeros((len(levels), self.n_features))
+        drop = 1 if self.constant else 0
+        offset = int(self.constant)
+        if self.constant:
+            out[:, 0] = 1.0
+        rows = np.arange(len(levels))
+        for j, k in enumerate(self.variables.levels):
+            col = levels[:, j] - drop
+            hit = col >= 0
+            out[rows[hit], offset + col[hit]] = 1.0
+            offset += k - drop
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "one_hot", "variables": [[name, levels], ...], "constant": bool}``."""
+        return {"kind": "one_hot", "variables": self.variables.to_list(),
+                "constant": self.constant}
 
 
 @dataclass(frozen=True)
@@ -257,7 +515,7 @@ class ConstantIdentityFeatures:
         return {"kind": "constant_identity", "low": list(self.low), "high": list(self.high)}
 
 
-_KINDS = ("tabular", "fourier", "constant_identity")
+_KINDS = ("tabular", "one_hot", "fourier", "constant_identity")
 
 
 def feature_map_from_dict(d: Mapping[str, Any]) -> FeatureMap:
@@ -276,6 +534,8 @@ def feature_map_from_dict(d: Mapping[str, Any]) -> FeatureMap:
     try:
         if d["kind"] == "tabular":
             return TabularFeatures(**params)
+        if d["kind"] == "one_hot":
+            return OneHotFeatures(**params)
         if d["kind"] == "fourier":
             return FourierFeatures(**params)
         return ConstantIdentityFeatures(**params)

@@ -22,6 +22,7 @@ Module functions: :func:`importance_ratios` (``pi(a|s) / behavior_prob`` per tra
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,9 +163,13 @@ class TabularPolicy:
     Attributes:
         probs: (S, A) non-negative rows summing to 1 (within 1e-9). Column 0 of a state batch holds
             the integer state in 0..S-1.
+        variables: None, or the declared discrete variables
+            (:class:`gpope.core.features.DiscreteVariables`) whose product grid the rows follow
+            (row-major: the last variable varies fastest), read from the first state columns.
     """
 
     probs: np.ndarray
+    variables: Any = None
     n_actions: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -174,11 +179,24 @@ class TabularPolicy:
                 "The 'probs' parameter of TabularPolicy must have non-negative rows summing to 1. "
                 f"Got row sums in [{probs.sum(axis=1).min()}, {probs.sum(axis=1).max()}] instead."
             )
+        if self.variables is not None:
+            from gpope.core.features import DiscreteVariables
+
+            variables = DiscreteVariables.parse(self.variables)
+            if probs.shape[0] != variables.size:
+                raise ConfigError(
+                    f"The 'probs' parameter of TabularPolicy must have one row per state of the "
+                    f"declared variables ({variables.size}: {variables.describe()}). Got "
+                    f"{probs.shape[0]} rows instead.")
+            object.__setattr__(self, "variables", variables)
         object.__setattr__(self, "probs", probs)
         object.__setattr__(self, "n_actions", int(probs.shape[1]))
 
     def probabilities(self, states: np.ndarray) -> np.ndarray:
-        """(T, A) rows ``probs[s]`` for the integer states in column 0 of ``states`` (T, d)."""
+        """(T, A) rows ``probs[s]`` for the integer states in column 0 of ``states`` (T, d), or
+        for the declared variables' levels in its first columns."""
+        if self.variables is not None:
+            return self.probs[self.variables.codes("TabularPolicy", _as_states(states))]
         col = _as_states(states)[:, 0]
         idx = col.astype(np.int64)
         if np.any(idx != col) or np.any(idx < 0) or np.any(idx >= self.probs.shape[0]):
@@ -191,8 +209,39 @@ class TabularPolicy:
         return self.probs[idx]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "tabular", "probs": [[...], ...]}``."""
+        """``{"kind": "tabular", "probs": [[...], ...]}`` (plus ``"variables"`` when declared)."""
+        if self.variables is not None:
+            return {"kind": "tabular", "variables": self.variables.to_list(),
+                    "probs": self.probs.tolist()}
         return {"kind": "tabular", "probs": self.probs.tolist()}
+
+
+def _tabular_from_dict(d: dict[str, Any]) -> TabularPolicy:
+    """A tabular policy; with ``variables``, ``probs`` may map state names (``"lactate=2,bp=0"``)
+    to rows, with a ``default`` row for every state not named."""
+    if d.get("variables") is None:
+        return TabularPolicy(np.asarray(d["probs"], dtype=np.float64))
+    from gpope.core.features import DiscreteVariables
+
+    variables = DiscreteVariables.parse(d["variables"])
+    probs = d["probs"]
+    if isinstance(probs, dict):
+        rows: dict[int, Any] = {}
+        index = {name: i for i, name in enumerate(variables.state_names())}
+        strides = [math.prod(variables.levels[j + 1:]) for j in range(len(variables.levels))]
+        for name, row in probs.items():
+            if name == "default":
+                continue
+            levels = variables.parse_state(f"target_policy.probs[{name!r}]", name)
+            i = sum(v * st for v, st in zip(levels, strides, strict=True))
+            rows[i] = row
+        missing = [n for n, i in index.items() if i not in rows]
+        if missing and "default" not in probs:
+            raise ConfigError(
+                f"target_policy.probs gives no row for {len(missing)} state(s) of the declared "
+                f"variables, e.g. {missing[0]!r}; give one row per state or a 'default' row.")
+        probs = [rows.get(i, probs.get("default")) for i in range(variables.size)]
+    return TabularPolicy(np.asarray(probs, dtype=np.float64), variables)
 
 
 @dataclass(frozen=True, eq=False)
@@ -313,7 +362,7 @@ def policy_from_dict(d: dict[str, Any]) -> Policy:
     if kind == "fixed_action":
         return FixedActionPolicy(int(d["action"]), int(d["n_actions"]))
     if kind == "tabular":
-        return TabularPolicy(np.asarray(d["probs"], dtype=np.float64))
+        return _tabular_from_dict(d)
     if kind == "epsilon_greedy":
         return EpsilonGreedyPolicy(action_values_from_dict(d["q"]), float(d["epsilon"]))
     if kind == "softmax":

@@ -53,7 +53,7 @@ from gpope.core.bounds import check_bounds
 from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError
 
-__all__ = ["EvaluationSpec", "Normalization", "canonical_json"]
+__all__ = ["EvaluationSpec", "Normalization", "canonical_json", "declared_variables"]
 
 Normalization = Literal["transition", "trajectory_mean"]
 _NORMALIZATIONS = ("transition", "trajectory_mean")
@@ -87,6 +87,22 @@ _KEYS = (
 def canonical_json(obj: Any) -> str:
     """Canonical JSON of a plain object: sorted keys, no spaces, numpy values as Python numbers."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_plain, allow_nan=False)
+
+
+def declared_variables(feature_map: Any, policy: Any, *, where: str = "spec") -> Any:
+    """The discrete variables (:class:`gpope.core.features.DiscreteVariables`) that the spec's
+    feature map or tabular target policy declares, or None.
+
+    Raises:
+        ConfigError: the two declare different variables (names, order or levels).
+    """
+    mapped = getattr(feature_map, "variables", None)
+    ruled = getattr(policy, "variables", None)
+    if mapped is not None and ruled is not None and mapped != ruled:
+        raise ConfigError(
+            f"{where}: the feature map declares the variables {mapped.describe()} but the "
+            f"target policy {ruled.describe()}; declare the same variables, in the same order.")
+    return mapped if mapped is not None else ruled
 
 
 def _pair(value: Any) -> Any:
@@ -310,12 +326,18 @@ class EvaluationSpec:
             raise ConfigError(
                 f"{where}.reference_states must map names to states. Got {refs!r} instead."
             )
+        variables = declared_variables(feature_map, policy, where=where)
         reference_states = []
         for ref_name, state in refs.items():
-            if isinstance(state, (str, bytes)) or not isinstance(state, (list, tuple)):
+            if variables is not None and isinstance(state, (str, Mapping)):
+                state = variables.parse_state(f"{where}.reference_states.{ref_name}", state)
+            elif isinstance(state, (str, bytes, Mapping)) or not isinstance(state, (list, tuple)):
+                named = (" (a state named by its variables, 'lactate=2,bp=0', needs the "
+                         "feature map or the target policy to declare 'variables')"
+                         if isinstance(state, (str, Mapping)) else "")
                 raise ConfigError(
-                    f"{where}.reference_states.{ref_name} must be a list of numbers. Got {state!r}."
-                )
+                    f"{where}.reference_states.{ref_name} must be a list of numbers{named}. "
+                    f"Got {state!r}.")
             reference_states.append((str(ref_name), tuple(state)))
         length_scale = data.get("length_scale")
         evaluation = None

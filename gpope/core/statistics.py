@@ -298,7 +298,7 @@ def statistics_from_transitions(
     s = feature_map.indices(tr.state)[order]
     nxt = np.asarray(tr.next_state, dtype=np.float64)[order].copy()
     terminal = terminal[order]
-    nxt[terminal, 0] = 0.0  # any valid index; its features are zeroed
+    nxt[terminal] = 0.0  # any valid state (level 0 of every variable); its features are zeroed
     sn = feature_map.indices(nxt)
     m, n = tr.n_trajectories, feature_map.n_features
     tau = np.bincount(ti, minlength=m).astype(np.int64)

@@ -96,12 +96,14 @@ Aggregate = Callable[[Callable[[np.ndarray, np.ndarray], np.ndarray], int], np.n
 
 
 def feature_norm_bound(feature_map: Any) -> float:
-    """A public bound on ``||phi(s)||`` for every state: 1 (one-hot), ``sqrt(1 + d)``
-    (``[1, x]`` with x in [0, 1]^d), ``sqrt(n)`` (cosine features, each in [-1, 1])."""
-    from gpope.core.features import ConstantIdentityFeatures, TabularFeatures
+    """A public bound on ``||phi(s)||`` for every state: ``sqrt(p)`` for a one-hot map with at
+    most p ones (tabular: 1), ``sqrt(1 + d)`` (``[1, x]`` with x in [0, 1]^d), ``sqrt(n)``
+    (cosine features, each in [-1, 1])."""
+    from gpope.core.features import ConstantIdentityFeatures
 
-    if isinstance(feature_map, TabularFeatures):
-        return 1.0
+    p = getattr(feature_map, "max_active", None)  # one-hot maps: at most p ones per state
+    if isinstance(p, int) and p >= 1:
+        return math.sqrt(float(p))
     if isinstance(feature_map, ConstantIdentityFeatures):
         return math.sqrt(1.0 + len(feature_map.low))
     return math.sqrt(float(feature_map.n_features))

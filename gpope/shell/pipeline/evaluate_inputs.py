@@ -106,6 +106,21 @@ def _simulated_max_length(config: GpopeConfig, dataset: str) -> int | None:
     return int(record["max_length"]) if record and record.get("max_length") is not None else None
 
 
+def _sparse_bound(config: GpopeConfig, dataset: str, spec: EvaluationSpec,
+                  recorded: int | None) -> int | None:
+    """The public bound on one trajectory's sparse statistics (bytes) of a one-hot spec, from
+    the dataset's public episode cap (its ``datasets:`` entry, else the cap ``gpope simulate``
+    recorded); None for a dense map or a dataset without a known cap."""
+    from gpope.core.evaluation.loading import max_active, sparse_row_bytes
+
+    p = max_active(spec.feature_map)
+    configured = config.datasets.get(dataset)
+    cap = configured.max_length if configured is not None and configured.variables else recorded
+    if p is None or cap is None:
+        return None
+    return sparse_row_bytes(spec.n_features, active=p, max_length=int(cap))
+
+
 def private_clip_quantile(settings: Any, source: str | None) -> float:
     """The quantile an ssp run without a public clip releases privately: ``ssp_clip_quantile``
     when chosen (``source`` ``"options"`` or ``"spec"``), else the tuning-free default's measured
@@ -189,10 +204,12 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         quantile_source=q_source)
     if clip_from is not None:
         provenance["ssp_clip_from"] = clip_from
-    # dense rows in memory when they fit in_memory_limit_mb, else streamed: from m and n only
+    # dense rows in memory when they fit in_memory_limit_mb, else a one-hot map's nonzero
+    # entries when their public bound fits, else streamed: from m, n and the episode cap only
     layout = plan_loading(m=m, n=spec.n_features, path=settings.path,
                           limit_mb=settings.in_memory_limit_mb,
-                          one_hot=is_one_hot(spec.feature_map))
+                          one_hot=is_one_hot(spec.feature_map),
+                          sparse_bytes=_sparse_bound(config, dataset, spec, recorded))
     plan = plan_release(
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
