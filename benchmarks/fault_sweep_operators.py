@@ -418,8 +418,8 @@ def doubled_quote_csv_trial(sw: ModuleType, template: Path, root: Path) -> Any:
 
 
 def plan(sw: ModuleType, template: Path, root: Path, patients: int,
-         only: str | None) -> list[tuple[str, Callable[[], Any]]]:
-    """The trials of this module whose group ``only`` selects (None: all)."""
+         only: set[str] | None) -> list[tuple[str, Callable[[], Any]]]:
+    """The trials of this module whose groups ``only`` names ("operators": all; None: all)."""
     groups: list[tuple[str, Callable[[], Any]]] = [
         ("readonly", lambda: readonly_after_reserve_trial(sw, template, root)),
         ("collide", lambda: case_collision_trial(sw, template, root)),
@@ -430,7 +430,8 @@ def plan(sw: ModuleType, template: Path, root: Path, patients: int,
         ("ledger", lambda: missing_ledger_file_trial(sw, template, root)),
         ("csv", lambda: doubled_quote_csv_trial(sw, template, root)),
     ]
-    return [(g, make) for g, make in groups if only in (None, g, "operators")]
+    return [(g, make) for g, make in groups
+            if only is None or "operators" in only or g in only]
 
 
 GROUPS = ("readonly", "collide", "stale", "mlflow", "sigterm", "ledger", "csv")
