@@ -81,6 +81,7 @@ __all__ = [
     "release_residuals",
     "release_untuned",
     "release_untuned_rows",
+    "release_untuned_stats",
     "release_weighted_sums",
     "second_order_widths",
     "split_untuned",
@@ -100,7 +101,10 @@ def feature_norm_bound(feature_map: Any) -> float:
     most p ones (tabular: 1), ``sqrt(1 + d)`` (``[1, x]`` with x in [0, 1]^d), ``sqrt(n)``
     (cosine features, each in [-1, 1])."""
     from gpope.core.features import ConstantIdentityFeatures
+    from gpope.core.state_action import StateActionFeatures
 
+    if isinstance(feature_map, StateActionFeatures):  # ||phi(s) (x) e_a|| = ||phi(s)||
+        return feature_norm_bound(feature_map.base)
     p = getattr(feature_map, "max_active", None)  # one-hot maps: at most p ones per state
     if isinstance(p, int) and p >= 1:
         return math.sqrt(float(p))
@@ -501,6 +505,24 @@ def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) 
         return out
 
     return release_untuned(aggregate, spec, m=vec.shape[0], **kwargs)
+
+
+def release_untuned_stats(stats: Any, spec: EvaluationSpec, *, block: int = 256,
+                          **kwargs: Any) -> UntunedRelease:
+    """:func:`release_untuned` on a :class:`gpope.core.trajectory_stats.TrajectoryStats` of any
+    layout, summed ``block`` trajectories at a time (bounded memory for many features, e.g. the
+    state-action fit, :mod:`gpope.core.state_action`); the same arithmetic as
+    :func:`release_untuned_rows`."""
+    from gpope.core.ssp import statistics_vectors
+
+    def aggregate(kernel: Callable[[np.ndarray, np.ndarray], np.ndarray], width: int) -> np.ndarray:
+        out = np.zeros(width)
+        for lo in range(0, stats.m, block):
+            hi = min(lo + block, stats.m)
+            out += kernel(np.arange(lo, hi), statistics_vectors(*stats.dense_range(lo, hi)))[0]
+        return out
+
+    return release_untuned(aggregate, spec, m=stats.m, **kwargs)
 
 
 def plan_untuned_component(*, m: int, sigma: float, delta: float, accountant: str,

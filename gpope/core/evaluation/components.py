@@ -87,6 +87,9 @@ class PlanInputs:
         accountant: the settings' accountant name (``auto``, ``rdp``, ``pld``, ``paper``).
         statistics_clip: the public clip bound of the noisy-statistics release, or None.
         spec: the public evaluation spec (None: components that need it are not planned).
+        behaviour: the public rules of the behaviour policy's private estimate
+            (:class:`gpope.core.behaviour_estimate.BehaviourSettings`) when the run estimates it
+            (the data carry no logged propensities: a public fact, the schema), else None.
         joint_sigma: one-shot runs: the multiplier of the whole run as one Gaussian mechanism
             (a component with share ``w`` of its privacy loss gets ``joint_sigma / sqrt(w)``);
             None: basic composition (GPOPE runs).
@@ -99,6 +102,7 @@ class PlanInputs:
     statistics_clip: float | None
     spec: Any = None
     joint_sigma: float | None = None
+    behaviour: Any = None
 
 
 def statistics_share(inputs: PlanInputs) -> float:
@@ -169,6 +173,30 @@ def policy_value_share(inputs: PlanInputs) -> float:
     if inputs.spec is None or policy_value_unavailable(inputs.spec):
         return 0.0  # the spec lacks a public bound the release needs (public: no release)
     return float(getattr(inputs.settings, "policy_value_share", 0.0) or 0.0)
+
+
+def behaviour_share(inputs: PlanInputs) -> float:
+    """The behaviour estimate's share of the run (its counts and their histogram), 0 when the
+    data carry logged propensities."""
+    b = inputs.behaviour
+    return 0.0 if b is None else float(b.share + b.quantile_share)
+
+
+def plan_behaviour(inputs: PlanInputs, share: float) -> ReleaseComponent:
+    """The behaviour policy's private estimate (:mod:`gpope.core.behaviour_estimate`: one
+    histogram of the count rows' norms and the noisy counts, each its own share of the run's
+    privacy loss) at ``share`` of the run: ``ComposedDpEvent([histogram, counts])``."""
+    from gpope.core.behaviour_estimate import behaviour_dp_event
+
+    b = inputs.behaviour
+    cal = gaussian_share(inputs, share)
+    whole = cal["sigma"] * math.sqrt(share)  # the multiplier the shares are shares of
+    sq, sc = whole / math.sqrt(b.quantile_share), whole / math.sqrt(b.share)
+    return ReleaseComponent(
+        name="behaviour", **cal, event=behaviour_dp_event(sq, sc),
+        label=(f"behaviour(noisy counts per state and action, clip at a private "
+               f"{b.clip_quantile:g} quantile)"),
+        releases=("behaviour_policy",))
 
 
 def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:

@@ -51,7 +51,9 @@ from gpope.core.evaluation.components import (
     PlanInputs,
     PlanSettings,
     ReleaseComponent,
+    behaviour_share,
     gaussian_share,
+    plan_behaviour,
     plan_gpope,
     plan_noisy_statistics,
     plan_policy_value,
@@ -68,6 +70,7 @@ from gpope.errors import AccountingError, ConfigError
 if TYPE_CHECKING:
     import dp_accounting
 
+    from gpope.core.behaviour_estimate import BehaviourSettings
     from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
     from gpope.core.spec import EvaluationSpec
     from gpope.core.untuned import UntunedSettings, UntunedSigmas
@@ -174,6 +177,7 @@ class ReleasePlan:
 #: The auxiliary releases: (name, share of the run's budget, planner). See the module docstring.
 AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],
                        Callable[[PlanInputs, float], ReleaseComponent]], ...] = (
+    ("behaviour", behaviour_share, plan_behaviour),
     ("noisy_statistics", statistics_share, plan_noisy_statistics),
     ("policy_value", policy_value_share, plan_policy_value),
 )
@@ -206,6 +210,7 @@ def plan_release(
     private_tuning: PrivateTuningSettings | None = None,
     untuned: UntunedSettings | None = None,
     private_clip_quantile: float | None = None,
+    behaviour: BehaviourSettings | None = None,
 ) -> ReleasePlan:
     """The release plan of a run (see the module docstring); nothing is drawn or read.
 
@@ -224,6 +229,9 @@ def plan_release(
         private_clip_quantile: an ssp run without ``statistics_clip`` releases its clip as this
             quantile of the statistics norms, privately, at ``untuned.quantile_share`` of the
             run's budget (:func:`plan_ssp_clip`; the same rule as the default's clip).
+        behaviour: the data carry no logged propensities (public: the schema) and the run
+            estimates the behaviour policy privately with these rules (its ``behaviour``
+            component, :func:`gpope.core.evaluation.components.plan_behaviour`); None: logged.
 
     Returns:
         The frozen plan; equal for any two data sets with the same m.
@@ -253,7 +261,7 @@ def plan_release(
     relation = "add_or_remove_one" if one_shot else relation_of_sampling(s.sampling)
     accountant = resolve_accountant(s.accountant, "poisson" if one_shot else s.sampling)
     inputs = PlanInputs(settings=s, m=m, relation=relation, accountant=s.accountant,
-                        statistics_clip=statistics_clip, spec=spec)
+                        statistics_clip=statistics_clip, spec=spec, behaviour=behaviour)
     groups, note = _interval_groups(s, explicit=groups_explicit, layout=layout)
     tuning = None
     # an ssp run's estimator release IS the noisy statistics: its other components only

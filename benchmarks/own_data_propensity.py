@@ -1,0 +1,201 @@
+"""Own data without logged propensities, measured in the core (no Spark): three routes side by side.
+
+For each generated data set (``random_mdp/<seed>``, m episodes, its own-data spec) and the ward
+trial (``benchmarks/own_data_ward.py``'s model, simulated in memory), at each epsilon:
+
+* ``logged``: the tuning-free default with the logged propensities (today's path);
+* ``lstdq``: the state-action fit (:mod:`gpope.core.state_action`), no propensities;
+* ``estimated``: the behaviour policy estimated privately from noisy counts
+  (:mod:`gpope.core.behaviour_estimate`, charged to the run), then the default with ``pi / mu^``.
+
+Every route gets what a pipeline run leaves the estimator (``1 - policy_value_share`` of the
+run's Gaussian privacy loss; ``estimated`` spends part of it on the counts). Printed per route
+and epsilon: the median over data sets of the max abs error at the reference states (values in
+[0, 1]), the interval coverage (all reference states covered; an unbounded interval covers) and
+the fraction of data sets with every interval finite.
+
+    nice -n 10 .venv/bin/python benchmarks/own_data_propensity.py --datasets 12 --m 20000 \\
+        --ward --out docs/results/own_data_propensity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROUTES = ("logged", "lstdq", "estimated")
+
+
+def generated(name: str, m: int, seed: int):
+    """(spec, truth (k,), transitions) of a generated data set."""
+    from gpope.core.envs.registry import get_domain, random_mdp_of
+    from gpope.core.spec import EvaluationSpec
+
+    mdp = random_mdp_of(name)
+    spec = EvaluationSpec.from_mapping(mdp.spec_mapping(name.replace("/", "_")))
+    tr = get_domain(name).generate(m, np.random.default_rng(seed), None, mdp.config.max_steps)
+    truth = np.array([mdp.reference_values()[k] for k, _ in spec.reference_states])
+    return spec, truth, tr
+
+
+def ward(m: int, seed: int):
+    """(spec, truth, transitions) of the ward trial's model, episodes cut at its cap as ingest
+    cuts them (terminal ends without a successor, transfers and capped records bootstrapped)."""
+    import own_data_ward as w
+
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.transitions import Transitions
+
+    P, R = w.model()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(m):
+        s = int(rng.choice(w.N_ACUITY, p=w.ADMIT))
+        for t in range(w.MAX_ROUNDS):
+            a = int(rng.choice(len(w.ACTIONS), p=w.BEHAVIOUR[s]))
+            s2 = int(rng.choice(w.N_ACUITY + 2, p=P[s, a]))
+            if t < w.MAX_LENGTH:
+                rows.append((i, t, s, a, R[s, a, s2], s2 if s2 < w.N_ACUITY else 0,
+                             s2 >= w.N_ACUITY, w.BEHAVIOUR[s, a]))
+            if s2 >= w.N_ACUITY or rng.random() < w.TRANSFER_P:
+                break
+            s = s2
+    c = list(zip(*rows, strict=True))
+    term = np.array(c[6], dtype=bool)
+    last = np.r_[np.diff(np.array(c[0])) != 0, True]
+    tr = Transitions(traj_index=np.array(c[0]), t=np.array(c[1]),
+                     state=np.array(c[2], dtype=float)[:, None], action=np.array(c[3]),
+                     reward=np.array(c[4]), next_state=np.array(c[5], dtype=float)[:, None],
+                     terminal=term, truncated=last & ~term, behavior_prob=np.array(c[7]),
+                     n_trajectories=m)
+    spec = EvaluationSpec.from_mapping({
+        "name": "ward_escalation", "gamma": w.GAMMA, "normalization": "transition",
+        "length_scale": w.MAX_LENGTH, "importance_weight_bound": w.WEIGHT_BOUND,
+        "reward_bounds": [0.0, 1.0], "feature_map": {"kind": "tabular", "n_states": w.N_ACUITY},
+        "target_policy": {"kind": "tabular", "probs": w.TARGET.tolist()},
+        "reference_states": {f"acuity{s}": [s] for s in range(w.N_ACUITY)}})
+    return spec, w.exact_values(w.TARGET, P, R), tr
+
+
+class SparseRows:
+    """A TrajectoryStats' rows held once as a CSR matrix: the chunked aggregate of
+    :func:`gpope.core.untuned.release_untuned_stats` without rebuilding dense slices."""
+
+    def __init__(self, stats, block: int = 256):
+        from scipy import sparse
+
+        from gpope.core.ssp import statistics_vectors
+
+        parts = [sparse.csr_matrix(statistics_vectors(*stats.dense_range(lo, min(lo + block, stats.m))))
+                 for lo in range(0, stats.m, block)]
+        self.rows, self.m, self.block = sparse.vstack(parts).tocsr(), stats.m, block
+
+    def aggregate(self, kernel, width):
+        out = np.zeros(width)
+        for lo in range(0, self.m, self.block):
+            hi = min(lo + self.block, self.m)
+            out += kernel(np.arange(lo, hi), self.rows[lo:hi].toarray())[0]
+        return out
+
+
+def release(route, spec, tr, *, eps, delta, est_share, rng):
+    """(values, lower, upper) of one route's release."""
+    from gpope.core import behaviour_estimate as be
+    from gpope.core.ssp import ssp_sigma
+    from gpope.core.state_action import state_action_spec, state_action_statistics
+    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    settings = UntunedSettings()
+    m = tr.n_trajectories
+    share = est_share
+    if route == "estimated":
+        bs = be.BehaviourSettings()
+        total = float(ssp_sigma(m=m, epsilon=eps, delta=delta))
+        sq, sc = be.behaviour_sigmas(total, bs)
+        rows = be.count_rows(tr, spec)
+        idx = np.arange(m)
+        est = be.release_behaviour(lambda k, w: k(idx, rows)[0], n_states=spec.n_features,
+                                   n_actions=spec.target_policy.n_actions, m=m,
+                                   sigma_quantile=sq, sigma_counts=sc, settings=bs, rng=rng)
+        tr = be.with_estimated_propensities(tr, spec, est)
+        share = est_share - bs.share - bs.quantile_share
+    sig = plan_untuned(m=m, epsilon=eps, delta=delta, settings=settings, share=share)
+    if route == "lstdq":
+        spec = state_action_spec(spec)
+        stats = state_action_statistics(tr, spec)
+    else:
+        stats = statistics_of_transitions(tr, spec, representation="auto")
+    agg = SparseRows(stats).aggregate
+    rel = release_untuned(agg, spec, m=m, sigmas=sig, moments_share=0.1, settings=settings,
+                          rng=rng)
+    iv = rel.interval
+    return iv.value, iv.lower, iv.upper
+
+
+def main(argv=None) -> int:
+    from gpope.core.evaluation.settings import RunSettings
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", type=int, default=12)
+    p.add_argument("--first-seed", type=int, default=1000)
+    p.add_argument("--m", type=int, default=20000)
+    p.add_argument("--epsilons", default="1,10")
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--routes", default=",".join(ROUTES))
+    p.add_argument("--ward", action="store_true", help="also the ward trial's model")
+    p.add_argument("--ward-repeats", type=int, default=3)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    est_share = 1.0 - RunSettings().policy_value_share
+    routes = a.routes.split(",")
+    eps_list = [float(x) for x in a.epsilons.split(",")]
+    sets = [(f"random_mdp/{a.first_seed + i}", a.first_seed + i) for i in range(a.datasets)]
+    if a.ward:
+        sets += [(f"ward/{r}", 2026 + r) for r in range(a.ward_repeats)]
+    records, t0 = [], time.time()
+    for name, seed in sets:
+        spec, truth, tr = ward(a.m, seed) if name.startswith("ward") else generated(name, a.m, seed)
+        for route in routes:
+            for eps in eps_list:
+                rng = np.random.default_rng([seed, int(eps * 1000), ROUTES.index(route)])
+                v, lo, hi = release(route, spec, tr, eps=eps, delta=a.delta,
+                                    est_share=est_share, rng=rng)
+                records.append({"dataset": name, "route": route, "epsilon": eps,
+                                "error": float(np.max(np.abs(v - truth))),
+                                "covered": bool(np.all((lo <= truth) & (truth <= hi))),
+                                "finite": bool(np.all(np.isfinite(lo) & np.isfinite(hi)))})
+                r = records[-1]
+                print(f"{name} {route:>9} eps {eps:g}: error {r['error']:.4f} covered "
+                      f"{r['covered']} finite {r['finite']} ({time.time() - t0:.0f} s)", flush=True)
+    summary = []
+    print(f"\n{'data':>6} {'route':>9} {'eps':>4} {'median err':>10} {'coverage':>8} {'finite':>6}")
+    for kind in ("random_mdp", "ward"):
+        for route in routes:
+            for eps in eps_list:
+                rs = [r for r in records if r["dataset"].startswith(kind)
+                      and r["route"] == route and r["epsilon"] == eps]
+                if not rs:
+                    continue
+                row = {"data": kind, "route": route, "epsilon": eps, "n": len(rs),
+                       "median_error": float(np.median([r["error"] for r in rs])),
+                       "coverage": float(np.mean([r["covered"] for r in rs])),
+                       "finite": float(np.mean([r["finite"] for r in rs]))}
+                summary.append(row)
+                print(f"{kind[:6]:>6} {route:>9} {eps:>4g} {row['median_error']:>10.4f} "
+                      f"{row['coverage']:>8.2f} {row['finite']:>6.2f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps({"args": vars(a), "summary": summary,
+                                           "records": records}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""A behaviour policy estimated privately: propensities for an extract that logged none.
+
+For tabular states (integer state index ``s`` in ``0..S-1``, :class:`gpope.core.features.
+TabularFeatures`) the behaviour policy is estimated from noisy visit counts per (state, action):
+
+1. each trajectory's count row ``k_i[s, a] = norm_i * #{t: s_t = s, a_t = a}`` (``norm_i`` the
+   spec's normalisation, ``1 / length_scale``: a row's L2 norm is at most ``tau_i / L <= 1``);
+2. the clip ``c`` is a private ``clip_quantile`` of the rows' norms (one noisy histogram on a
+   public log grid topped by 1, sensitivity 1, :func:`gpope.core.untuned.upper_quantile`);
+3. the sum of the rows clipped to ``c`` plus ``N(0, (sigma c)^2)`` per cell (sensitivity ``c``
+   under add/remove-one);
+4. ``mu^(a|s) = (max(N~(s, a), 0) + alpha) / sum_a' (max(N~(s, a'), 0) + alpha)`` with the
+   pseudo-count ``alpha = prior_stds * sigma c`` (post-processing of released numbers only): a
+   cell the noise hides gets the prior's share, never a zero propensity.
+
+Then the value route runs unchanged with ``rho = pi / mu^`` (clamped to the spec's public
+``importance_weight_bound``). Accounting: ``ComposedDpEvent([histogram, counts])``
+(:func:`behaviour_dp_event`), one more part of the run's composed event. The estimate's error
+(sampling and noise) is NOT carried into the value intervals: they are conditional on ``mu^``,
+so they cover a policy whose action weights are ``pi mu / mu^``. docs/RESULTS.md ("Without
+logged propensities") measures what that costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.core.validation import check_number, check_probability
+from gpope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.transitions import Transitions
+
+__all__ = ["BehaviourEstimate", "BehaviourSettings", "behaviour_dp_event", "behaviour_sigmas", "count_rows",
+           "release_behaviour", "with_estimated_propensities"]
+
+
+@dataclass(frozen=True)
+class BehaviourSettings:
+    """Public rules of the behaviour estimate (conf ``evaluation.behaviour``).
+
+    Attributes:
+        share: share of the run's Gaussian privacy loss ``mu^2`` spent on the noisy counts.
+        quantile_share: share spent on the histogram of the count rows' norms.
+        clip_quantile: the quantile of the count rows' norms used as their clip.
+        prior_stds: the pseudo-count per cell, in noise standard deviations of a cell.
+        grid_decades, bins_per_decade: the histogram's public log grid below its top 1.
+    """
+
+    share: float = 0.15
+    quantile_share: float = 0.02
+    clip_quantile: float = 0.9
+    prior_stds: float = 1.0
+    grid_decades: float = 4.0
+    bins_per_decade: int = 8
+
+    def __post_init__(self) -> None:
+        o = "BehaviourSettings"
+        check_number(o, "share", self.share, gt=0.0, lt=1.0)
+        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
+        check_probability(o, "clip_quantile", self.clip_quantile)
+        check_number(o, "prior_stds", self.prior_stds, ge=0.0)
+        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
+        if self.share + self.quantile_share >= 1.0:
+            raise ConfigError("BehaviourSettings: share + quantile_share must be < 1; got "
+                              f"{self.share} + {self.quantile_share}.")
+
+
+@dataclass(frozen=True)
+class BehaviourEstimate:
+    """The released estimate: ``probs`` (S, A) rows summing to 1, all > 0 when ``alpha > 0``;
+    ``clip`` the private clip of the count rows; ``noise_std`` the std of a cell's noise."""
+
+    probs: np.ndarray
+    clip: float
+    noise_std: float
+
+
+def count_rows(transitions: Transitions, spec: EvaluationSpec) -> np.ndarray:
+    """(m, S A) per-trajectory count rows ``k_i`` (module docstring, step 1), cell ``s A + a``.
+
+    Raises:
+        ConfigError: the spec's map is not tabular (counts need integer states).
+    """
+    from gpope.core.features import TabularFeatures
+
+    fmap = spec.feature_map
+    if not isinstance(fmap, TabularFeatures):
+        raise ConfigError(
+            f"A behaviour policy is estimated from counts per (state, action), which needs a "
+            f"tabular feature map; spec {spec.name!r} has {fmap.to_dict()['kind']!r}. Evaluate "
+            "it by the state-action route (gpope.core.state_action) instead.")
+    tr = transitions
+    n_a = int(spec.target_policy.n_actions)
+    cell = fmap.indices(tr.state) * n_a + np.asarray(tr.action, dtype=np.int64)
+    tau = np.bincount(tr.traj_index, minlength=tr.n_trajectories)
+    norm = (np.full(tr.n_trajectories, 1.0 / float(spec.length_scale))
+            if spec.normalization == "transition" else 1.0 / tau)
+    rows = np.zeros((tr.n_trajectories, fmap.n_states * n_a))
+    np.add.at(rows, (tr.traj_index, cell), norm[tr.traj_index])
+    return rows
+
+
+def release_behaviour(aggregate: Any, *, n_states: int, n_actions: int, m: int,
+                      sigma_quantile: float, sigma_counts: float, settings: BehaviourSettings,
+                      rng: np.random.Generator) -> BehaviourEstimate:
+    """Steps 2-4 of the module docstring, reading the count rows only through ``aggregate``
+    (``aggregate(kernel, width)``, as :func:`gpope.core.untuned.release_untuned` does); noise
+    multipliers ``sigma_quantile`` (histogram) and ``sigma_counts`` (counts)."""
+    from gpope.core.clipping import clip_rows
+    from gpope.core.private_quantile import LogGrid
+    from gpope.core.untuned import _private_quantile
+
+    grid = LogGrid(lo=10.0 ** -settings.grid_decades, hi=1.0,
+                   bins_per_decade=settings.bins_per_decade)
+    clip = _private_quantile(aggregate, grid, lambda rows: rows, settings.clip_quantile, m=m,
+                             sigma=sigma_quantile, rng=rng)
+    width = n_states * n_actions
+    sums = aggregate(lambda idx, rows: clip_rows(rows, clip).sum(axis=0, keepdims=True), width)
+    std = float(sigma_counts * clip)
+    noisy = (sums + std * rng.standard_normal(width)).reshape(n_states, n_actions)
+    alpha = settings.prior_stds * std
+    counts = np.maximum(noisy, 0.0) + alpha
+    total = counts.sum(axis=1, keepdims=True)
+    probs = np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / n_actions)
+    return BehaviourEstimate(probs=probs, clip=float(clip), noise_std=std)
+
+
+def behaviour_dp_event(sigma_quantile: float, sigma_counts: float) -> Any:
+    """``ComposedDpEvent([histogram, counts])``: both Gaussian mechanisms (add/remove-one)."""
+    import dp_accounting
+
+    from gpope.core.private_quantile import quantile_dp_event
+
+    return dp_accounting.ComposedDpEvent([quantile_dp_event(sigma_quantile),
+                                          dp_accounting.GaussianDpEvent(sigma_counts)])
+
+
+def behaviour_sigmas(total: float, settings: BehaviourSettings) -> tuple[float, float]:
+    """(histogram, counts) multipliers as their shares of one Gaussian mechanism ``total``."""
+    return (float(total / math.sqrt(settings.quantile_share)),
+            float(total / math.sqrt(settings.share)))
+
+
+def with_estimated_propensities(transitions: Transitions, spec: EvaluationSpec,
+                                estimate: BehaviourEstimate) -> Transitions:
+    """``transitions`` with ``behavior_prob`` = ``mu^(a_t | s_t)`` (post-processing)."""
+    import dataclasses
+
+    s = spec.feature_map.indices(transitions.state)
+    p = estimate.probs[s, np.asarray(transitions.action, dtype=np.int64)]
+    return dataclasses.replace(transitions, behavior_prob=np.clip(p, 1e-12, 1.0))

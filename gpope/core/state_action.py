@@ -1,0 +1,131 @@
+"""The state-action value route: values of the target policy without behaviour probabilities.
+
+An extract without logged propensities cannot weight a transition by ``pi(a|s) / mu(a|s)``.
+LSTDQ does not need to: it fits the target's action values ``Q(s, a) = theta . phi(s, a)``
+over features of the pair, with ``phi(s, a) = phi(s) (x) e_a`` (the state's features in the
+block of the action taken; a tabular state map gives the one-hot of the pair), and per trajectory::
+
+    A_i = norm_i * sum_t phi(s_t, a_t) (phi(s_t, a_t) - gamma phi_pi(s'_t))^T
+    b_i = norm_i * sum_t r_t phi(s_t, a_t)
+    C_i = norm_i * sum_t phi(s_t, a_t) phi(s_t, a_t)^T
+
+with ``phi_pi(s) = sum_a pi(a|s) phi(s, a)`` (0 on terminal rows) and ``norm_i`` the spec's
+normalisation. Only the target policy (public) enters; the behaviour policy is whatever
+generated the pairs. ``V(s) = sum_a pi(a|s) Q(s, a) = theta . phi_pi(s)``.
+
+The statistics have the shape of the value route's (``n |A|`` features instead of ``n``), so
+the tuning-free default releases them unchanged (:func:`gpope.core.untuned.release_untuned`:
+private clip quantile, one noisy release of the clipped sums, private residual clip, the
+refinement, the same intervals and the same dp-accounting event): :func:`state_action_spec`
+gives it a spec whose feature map is :class:`StateActionFeatures` (called on states it returns
+``phi_pi``, so the spec's reference values are V) and whose importance-weight bound is 1 (no
+ratios: the clip grid's top is lower than the value route's).
+
+What the data must satisfy: every action the target takes at a visited state must have been
+taken there by the behaviour policy often enough to be supported (else the value is
+unidentified and its interval unbounded), and ``Q`` must lie in the span of ``phi(s, a)``: exact
+for a tabular state map, an approximation error (not covered by the interval) for a linear map
+whose span holds V but not Q (docs/RESULTS.md, "Without logged propensities").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpope.core.validation import check_int
+
+if TYPE_CHECKING:
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.trajectory_stats import TrajectoryStats
+    from gpope.core.transitions import Transitions
+
+__all__ = ["StateActionFeatures", "state_action_spec", "state_action_statistics"]
+
+
+@dataclass(frozen=True)
+class StateActionFeatures:
+    """``phi(s, a) = phi(s) (x) e_a`` (block of action a: columns ``a n .. (a + 1) n - 1``).
+
+    Called on states (the :class:`gpope.core.features.FeatureMap` protocol) it returns the
+    target-averaged features ``phi_pi(s) = sum_a pi(a|s) phi(s, a)``, so that a spec with this
+    map releases ``V(s) = theta . phi_pi(s)``.
+
+    Attributes:
+        base: the state feature map phi(s).
+        policy: the target policy pi (public).
+    """
+
+    base: Any
+    policy: Any
+
+    def __post_init__(self) -> None:
+        check_int("StateActionFeatures", "n_actions", self.policy.n_actions, ge=1)
+
+    @property
+    def n_actions(self) -> int:
+        """|A|, the target policy's number of actions."""
+        return int(self.policy.n_actions)
+
+    @property
+    def n_features(self) -> int:
+        """n |A|."""
+        return int(self.base.n_features) * self.n_actions
+
+    def pairs(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """(T, n |A|) features of the taken pairs ``phi(s_t, a_t)``."""
+        phi = np.asarray(self.base(states), dtype=np.float64)
+        a = np.asarray(actions, dtype=np.int64)
+        out = np.zeros((phi.shape[0], self.n_actions, phi.shape[1]))
+        out[np.arange(phi.shape[0]), a] = phi
+        return out.reshape(phi.shape[0], -1)
+
+    def __call__(self, states: np.ndarray) -> np.ndarray:
+        """(T, n |A|) ``phi_pi(s)``: the block of each action weighted by ``pi(a|s)``."""
+        phi = np.asarray(self.base(states), dtype=np.float64)
+        pi = np.asarray(self.policy.probabilities(states), dtype=np.float64)
+        return (pi[:, :, None] * phi[:, None, :]).reshape(phi.shape[0], -1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "state_action", "base": ..., "n_actions": |A|}`` (the policy is the spec's)."""
+        return {"kind": "state_action", "base": self.base.to_dict(), "n_actions": self.n_actions}
+
+
+def state_action_spec(spec: EvaluationSpec) -> EvaluationSpec:
+    """The spec of the state-action fit of ``spec``: its map becomes
+    :class:`StateActionFeatures` over the spec's map and target, its importance-weight bound 1
+    (no ratios); everything else (gamma, normalisation, bounds, reference states) is kept, so
+    :meth:`~gpope.core.spec.EvaluationSpec.reference_values` gives V at the same states."""
+    return dataclasses.replace(
+        spec, feature_map=StateActionFeatures(spec.feature_map, spec.target_policy),
+        importance_weight_bound=1.0, evaluation=None)
+
+
+def state_action_statistics(transitions: Transitions, spec: EvaluationSpec, *,
+                            representation: str = "compact") -> TrajectoryStats:
+    """Per-trajectory LSTDQ statistics (module docstring) of ``transitions`` under ``spec``
+    (the value spec, or its :func:`state_action_spec`): rewards clamped to the spec's public
+    ``reward_bounds`` and multiplied by its ``reward_scale`` as the value route does; the
+    transitions' ``behavior_prob`` is never read. ``representation`` as in
+    :func:`gpope.core.statistics.trajectory_statistics` (compact: O(T n |A|) memory; read
+    bounded slices with ``dense_range``)."""
+    from gpope.core.bounds import clamp_to_public_bounds
+    from gpope.core.statistics import trajectory_statistics
+
+    qspec = spec if isinstance(spec.feature_map, StateActionFeatures) else state_action_spec(spec)
+    fmap = qspec.feature_map
+    tr = transitions
+    _, reward, _ = clamp_to_public_bounds(np.ones(tr.n_transitions), tr.reward,
+                                          importance_weight_bound=None,
+                                          reward_bounds=qspec.reward_bounds)
+    nxt = np.asarray(tr.next_state, dtype=np.float64).copy()
+    if tr.n_transitions and np.any(tr.terminal):
+        nxt[tr.terminal] = tr.state[tr.terminal]  # any valid state: terminal rows are zeroed
+    return trajectory_statistics(
+        fmap.pairs(tr.state, tr.action), fmap(nxt), reward * qspec.reward_scale,
+        np.ones(tr.n_transitions), tr.traj_index, tr.n_trajectories, gamma=qspec.gamma,
+        terminal=tr.terminal, normalization=qspec.normalization,
+        length_scale=qspec.length_scale, representation=representation)
