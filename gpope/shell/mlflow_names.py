@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "DATASET",
+    "DIAGNOSTICS_EXPERIMENT_SUFFIX",
     "ESTIMATOR",
     "GUARD",
     "INTERVAL_NOTE",
@@ -24,6 +25,7 @@ __all__ = [
     "PRIVACY_NOTE",
     "PRIVATE",
     "PRIVATE_DIAGNOSTIC",
+    "RELEASED_RUN",
     "RUN_ID",
     "SEEDED",
     "SPEC",
@@ -66,6 +68,10 @@ SSP_CLIP_SOURCE = "gpope.ssp_clip_source"
 STALE_STATS = "gpope.stale_stats"
 #: marks a run or value computed from private data without noise (operators only).
 PRIVATE_DIAGNOSTIC = "diagnostic.private"
+#: on a private-diagnostics run: the MLflow run id of the released run it belongs to.
+RELEASED_RUN = "gpope.released_run_id"
+#: the suffix of the experiment that holds private diagnostics (``<experiment>/private-diagnostics``).
+DIAGNOSTICS_EXPERIMENT_SUFFIX = "/private-diagnostics"
 
 # ---- metrics of an evaluation run
 METRIC_SPENT_EPSILON = "spent_epsilon"

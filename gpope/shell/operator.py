@@ -23,9 +23,29 @@ from gpope.jsonable import jsonable
 if TYPE_CHECKING:
     from gpope.config import GpopeConfig
 
-__all__ = ["ENV", "operator_log_path", "record_private"]
+__all__ = [
+    "ENV",
+    "HEADING",
+    "OPERATOR_ONLY",
+    "operator_log_path",
+    "operator_only",
+    "record_private",
+]
 
 ENV = "GPOPE_OPERATOR_LOG"
+
+#: The one line above every noise-free count a CLI command prints (the operator's terminal; the
+#: jobs send the same counts to the operator log instead).
+HEADING = ("operator only, not private (noise-free counts of the private data, not covered by "
+           "the accountant; do not share):")
+
+#: The ``--json`` key holding a command's noise-free counts.
+OPERATOR_ONLY = "operator_only"
+
+
+def operator_only(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` as the ``--json`` ``operator_only`` object, tagged ``diagnostic.private``."""
+    return {"diagnostic.private": True, "note": HEADING.rstrip(":"), **fields}
 
 
 def operator_log_path(config: GpopeConfig) -> Path | None:

@@ -4,9 +4,10 @@ Tracking URI precedence: ``--tracking-uri`` > ``$MLFLOW_TRACKING_URI`` > ``track
 ``sqlite:///<lake root>/mlflow.db``. With the local SQLite default, artifacts go to
 ``<lake root>/mlartifacts`` (not the current directory).
 
-Values computed from private data without noise are logged only in a separate child run tagged
-``diagnostic.private=true`` (see :func:`log_private_diagnostics`), never beside released metrics;
-released values are logged as ordinary params/metrics.
+Values computed from private data without noise are logged only in a separate experiment,
+``<experiment>/private-diagnostics``, as runs tagged ``diagnostic.private=true`` (see
+:func:`log_private_diagnostics`), never in the experiment of the releases; released values are
+logged as ordinary params/metrics.
 
 Logging after a release is bounded in time (:func:`bounded`, ``tracking.timeout_seconds``) and
 MLflow's HTTP retries are cut to a few seconds (:func:`http_limits`): an unreachable tracking
@@ -41,6 +42,7 @@ __all__ = [
     "TrackingTimeout",
     "bounded",
     "code_version",
+    "diagnostics_experiment",
     "ensure_store",
     "http_limits",
     "log_json_artifact",
@@ -288,6 +290,12 @@ def log_json_artifact(obj: Any, name: str, artifact_path: str | None = None) -> 
     mlflow.log_dict(json.loads(json.dumps(obj, sort_keys=True, default=jsonable)), target)
 
 
+def diagnostics_experiment(experiment: str) -> str:
+    """The experiment of ``experiment``'s private diagnostics (``<experiment>/private-diagnostics``):
+    a separate experiment, so that whoever may read the releases' experiment does not read them."""
+    return experiment + mlflow_names.DIAGNOSTICS_EXPERIMENT_SUFFIX
+
+
 def log_private_diagnostics(
     metrics: Mapping[str, float],
     *,
@@ -296,22 +304,35 @@ def log_private_diagnostics(
     tags: Mapping[str, str] | None = None,
     artifacts: Mapping[str, Any] | None = None,
 ) -> str:
-    """Log values computed from private data WITHOUT noise in a child run of the active run.
+    """Log values computed from private data WITHOUT noise for the active (released) run.
 
-    The child run is tagged ``diagnostic.private=true`` with ``note`` explaining what the values
-    are; nothing is logged to the parent (released) run. ``artifacts`` are logged as JSON files
-    (name -> object). Returns the child run's id.
+    They go to a run of the separate experiment :func:`diagnostics_experiment` of the active
+    run's experiment (its permissions can be set apart: the releases' readers need not see it),
+    tagged ``diagnostic.private=true`` with ``note`` explaining what the values are and
+    ``gpope.released_run_id`` naming the released run; nothing is logged to the released run or
+    its experiment. ``artifacts`` are logged as JSON files (name -> object). Returns the
+    diagnostics run's id.
     """
     import mlflow
 
     parent = mlflow.active_run()
     if parent is None:
-        raise RuntimeError("log_private_diagnostics needs an active (parent) MLflow run")
-    child_tags = {**dict(tags or {}), PRIVATE_DIAGNOSTIC_TAG: "true",
-                  "diagnostic.private.note": note}
-    with mlflow.start_run(run_name=run_name, nested=True, tags=child_tags,
-                          experiment_id=parent.info.experiment_id) as child:
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+        raise RuntimeError("log_private_diagnostics needs an active (released) MLflow run")
+    uri = mlflow.get_tracking_uri()
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    released_experiment = client.get_experiment(parent.info.experiment_id).name
+    exp_id = ensure_store(uri, diagnostics_experiment(released_experiment))
+    run_tags = {**dict(tags or {}), PRIVATE_DIAGNOSTIC_TAG: "true",
+                "diagnostic.private.note": note,
+                mlflow_names.RELEASED_RUN: parent.info.run_id, "mlflow.runName": run_name}
+    run = client.create_run(exp_id, tags=run_tags, run_name=run_name)
+    status = "FAILED"
+    try:
+        for key, value in metrics.items():
+            client.log_metric(run.info.run_id, key, float(value))
         for name, obj in (artifacts or {}).items():
-            mlflow.log_dict(json.loads(json.dumps(obj, default=jsonable)), name)
-        return child.info.run_id
+            client.log_dict(run.info.run_id, json.loads(json.dumps(obj, default=jsonable)), name)
+        status = "FINISHED"
+    finally:
+        client.set_terminated(run.info.run_id, status=status)
+    return run.info.run_id

@@ -158,11 +158,15 @@ def test_seeded_release_equals_the_core_and_is_recorded_everywhere(spark, setup)
     assert source.get("delta_table_version", 0) == version  # MLflow drops a version 0
     assert inp.dataset.name == f"gold/mc/trajectory_stats@v{version}"
     assert p["statistics_table"] == f"gold/mc/trajectory_stats@v{version}"
-    # private diagnostics only in a child run with their tag, never beside released metrics
+    # private diagnostics only in the separate diagnostics experiment with their tag, never
+    # beside released metrics or in the releases' experiment
     assert "diagnostic.private" not in tags
     assert not any("lstd" in k or "private_diagnostic" in k for k in m_)
+    released_exp = client.get_experiment(run.info.experiment_id).name
+    diag_exp = client.get_experiment_by_name(f"{released_exp}/private-diagnostics")
+    assert not client.search_runs([run.info.experiment_id], "tags.`diagnostic.private` = 'true'")
     (child,) = client.search_runs(
-        [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        [diag_exp.experiment_id], f"tags.`gpope.released_run_id` = '{run.info.run_id}'")
     assert child.data.tags["diagnostic.private"] == "true"
     assert "mspbe_released_theta" in child.data.metrics
     assert any(k.startswith("lstd_value.") for k in child.data.metrics)

@@ -177,7 +177,7 @@ def test_jobs_keep_noise_free_counts_out_of_stdout(spark, tmp_path, capsys):
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["stage"] for r in records] == ["ingest", "stats"]
     assert all(r["diagnostic.private"] is True for r in records)
-    total = records[0]["n_transitions"]
+    total = records[0]["operator_only"]["n_transitions"]
     assert total > 30 and records[1]["n_transitions"] == total
     assert str(total) not in out and "rejected" not in out
     assert "30 trajectories" in out and "operator log" in out

@@ -468,10 +468,21 @@ def test_episode_ends_are_reported_and_a_missing_terminal_convention_warns_in_on
     assert "2 of 3 episodes stop before max_length 4 and no terminal_variable is declared" in line
     assert "ASSUMED each was truncated" in line and "biased" in line and "\n" not in line
     assert "'terminal_variable'" in line and "'no_terminal_events: true'" in line
-    assert undeclared.summary().splitlines()[0] == line
+    # the noise-free counts (the warning's included) sit under the one-line operator heading,
+    # and --json keeps them under operator_only; only m is above it
+    from gpope.shell.operator import HEADING
+
+    public, heading, warning, *_ = undeclared.summary().splitlines()
+    assert public == "ingest d: 3 trajectories (m, public)" and heading == HEADING
+    assert "operator only, not private" in heading and warning == f"  {line}"
+    shown = undeclared.to_dict()
+    assert set(shown) == {"dataset", "n_trajectories", "terminal_variable", "no_terminal_events",
+                          "max_length", "operator_only"}
+    assert shown["operator_only"]["diagnostic.private"] is True
+    assert shown["operator_only"]["rows_in"] == {"treatments": 5}
     assert "0 terminal, 2 truncated (record stops, bootstrapped), 1 at the length cap 4; no " \
            "terminal_variable declared" in undeclared.summary()
-    assert undeclared.to_dict()["warnings"] == [line]
+    assert undeclared.to_dict()["operator_only"]["warnings"] == [line]
     # every episode reached the cap: nothing was assumed, nothing to warn about
     capped = IngestReport(**base, n_length_capped=3)
     assert capped.warnings == [] and "assumed" not in capped.summary()
@@ -482,7 +493,7 @@ def test_episode_ends_are_reported_and_a_missing_terminal_convention_warns_in_on
     unseen = IngestReport(**base, terminal_variable="death", n_truncated=3)
     assert "'death' is declared but never observed" in unseen.warnings[0]
     ended = IngestReport(**base, terminal_variable="death", n_terminal=1, n_truncated=2)
-    assert ended.warnings == [] and ended.to_dict()["n_truncated"] == 2
+    assert ended.warnings == [] and ended.to_dict()["operator_only"]["n_truncated"] == 2
 
 
 def test_a_state_variable_unknown_at_most_first_decisions_warns_in_one_line(toy, spark):
@@ -514,4 +525,4 @@ def test_a_state_variable_unknown_at_most_first_decisions_warns_in_one_line(toy,
     assert line.startswith("WARNING: 3 of 5 patients have no 'hr' observed at or before their "
                            "first treatment") and "\n" not in line
     assert "one step late" in line and "defaults: {hr: VALUE}" in line
-    assert report.to_dict()["unknown_at_first"] == {"hr": 3, "bp": 2}
+    assert report.to_dict()["operator_only"]["unknown_at_first"] == {"hr": 3, "bp": 2}

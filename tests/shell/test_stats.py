@@ -205,7 +205,7 @@ def test_public_bounds_clamp_a_huge_weight_and_reward_and_report_counts(spark, t
     report = run_stats(spark, config, dataset="huge", spec=spec)
     assert report.n_transitions == tr.n_transitions  # nothing dropped
     assert report.clamped == {"importance_weight_above_bound": 1, "reward_outside_bounds": 1}
-    assert report.to_dict()["private_diagnostics"]["diagnostic.private"] is True
+    assert report.to_dict()["operator_only"]["diagnostic.private"] is True
     rows = read_statistics(spark, config, dataset="huge", spec_id=spec.spec_id).toArrow()
     n = spec.n_features
     got = _arrays(rows, n)

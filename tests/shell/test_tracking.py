@@ -39,7 +39,7 @@ def test_start_run_marks_failed_runs_and_restores_an_existing_variable(tmp_path,
     mlflow.set_tracking_uri(None)
 
 
-def test_experiments_are_classic_ml_and_private_diagnostics_go_to_a_tagged_child(tmp_path):
+def test_experiments_are_classic_ml_and_private_diagnostics_go_to_a_separate_experiment(tmp_path):
     from gpope.shell.tracking import EXPERIMENT_KIND, code_version, log_private_diagnostics
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -51,12 +51,18 @@ def test_experiments_are_classic_ml_and_private_diagnostics_go_to_a_tagged_child
                                            artifacts={"lstd.json": {"theta": [1.0]}})
     with start_run(tracking_uri=uri, experiment="made-before"):
         pass
-    for exp_id in (run.info.experiment_id, old):
-        assert client.get_experiment(exp_id).tags[EXPERIMENT_KIND[0]] == EXPERIMENT_KIND[1]
     parent, child = client.get_run(run.info.run_id), client.get_run(child_id)
+    # the diagnostics live in their own experiment, never beside the releases
+    diagnostics = client.get_experiment_by_name("kind-check/private-diagnostics")
+    assert child.info.experiment_id == diagnostics.experiment_id != run.info.experiment_id
+    assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [
+        run.info.run_id]
+    for exp_id in (run.info.experiment_id, old, diagnostics.experiment_id):
+        assert client.get_experiment(exp_id).tags[EXPERIMENT_KIND[0]] == EXPERIMENT_KIND[1]
     assert "diagnostic.private" not in parent.data.tags and "mspbe" not in parent.data.metrics
     assert child.data.tags["diagnostic.private"] == "true"
-    assert child.data.tags["mlflow.parentRunId"] == run.info.run_id
+    assert child.data.tags["gpope.released_run_id"] == run.info.run_id
+    assert child.info.status == "FINISHED"
     assert child.data.metrics == {"mspbe": 0.5}
     assert [a.path for a in client.list_artifacts(child_id)] == ["lstd.json"]
     assert code_version()["gpope.version"]

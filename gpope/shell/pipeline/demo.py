@@ -139,15 +139,19 @@ class DemoReport:
         lines += [f"  {name:<24} {where}" for name, where in self.tables.items()]
         lines.append(f"  {'MLflow':<24} {self.tracking_uri} (run {ev.get('mlflow_run_id')})")
         lines.append("")
-        lines.append("ingest rows (in = used + rejected):")
-        for table, n_in in self.ingest["rows_in"].items():
-            rejected = sum(self.ingest["rejected"].get(table, {}).values())
+        from gpope.shell.operator import HEADING, OPERATOR_ONLY
+
+        counts = self.ingest[OPERATOR_ONLY]
+        lines.append(f"ingest rows (in = used + rejected), {HEADING}")
+        for table, n_in in counts["rows_in"].items():
+            rejected = sum(counts["rejected"].get(table, {}).values())
             lines.append(
-                f"  {table:<13} in {n_in:>8}  used {self.ingest['rows_used'][table]:>8}  "
+                f"  {table:<13} in {n_in:>8}  used {counts['rows_used'][table]:>8}  "
                 f"rejected {rejected:>6}"
             )
         lines.append(
-            f"  -> {self.ingest['n_trajectories']} trajectories, {self.ingest['n_transitions']} transitions"
+            f"  -> {self.ingest['n_trajectories']} trajectories (m, public), "
+            f"{counts['n_transitions']} transitions"
         )
         lines += [
             "",

@@ -43,8 +43,8 @@ One run per released evaluation, in the configured experiment (``tracking.experi
   ``spec.json``, ``spec.yaml``, ``options.json``.
 
 Values computed from the private statistics WITHOUT noise (MSPBE of theta, LSTD fixed point)
-go only to a child run tagged ``diagnostic.private=true``, and only when the operator asked for
-them. The sample plan and the seed are never logged.
+go only to a run of the separate experiment ``<experiment>/private-diagnostics``, tagged
+``diagnostic.private=true``, and only when the operator asked for them. The sample plan and the seed are never logged.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ reads only this record. Tracking depends on the record, never on the stage, so t
 run, tested and changed without MLflow, and the import graph has no cycle.
 
 Everything in the record is public or released (docs/ARCHITECTURE.md 4), except ``private_population``,
-which tracking logs only to a separate child run tagged ``diagnostic.private=true``.
+which tracking logs only to the separate experiment ``<experiment>/private-diagnostics``, tagged
+``diagnostic.private=true``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class EvaluationRecord:
         public_cohort: the public cohort of public MSPBE, or None (no simulator).
         truth: true values at the reference states from the public simulator, or None.
         private_population: population (A, b, C) of the PRIVATE statistics, only when the
-            operator asked for private diagnostics; logged only in a tagged child run.
+            operator asked for private diagnostics; logged only in the separate diagnostics experiment.
         spec_text: the spec file's text, or None.
         config: the resolved configuration (plain mapping).
         tags: further tags for the run (e.g. a guard verdict).

@@ -147,31 +147,43 @@ class IngestReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (the ``--json`` output of ``gpope ingest``)."""
+        """A JSON-ready form (the ``--json`` output of ``gpope ingest``): the public fields (m,
+        the dataset's declared settings) at the top; every noise-free count of the private
+        rows (rows per reason, transitions, episode ends, the warnings' patient counts) under
+        ``operator_only``, tagged ``diagnostic.private``."""
+        from gpope.shell.operator import OPERATOR_ONLY, operator_only
+
         return {
             "dataset": self.dataset,
-            "rows_in": dict(self.rows_in),
-            "rows_used": dict(self.rows_used),
-            "rejected": {t: dict(r) for t, r in self.rejected.items()},
             "n_trajectories": self.n_trajectories,
-            "n_transitions": self.n_transitions,
-            "n_terminal": self.n_terminal,
-            "n_truncated": self.n_truncated,
-            "n_length_capped": self.n_length_capped,
             "terminal_variable": self.terminal_variable,
             "no_terminal_events": self.no_terminal_events,
             "max_length": self.max_length,
-            "balanced": self.balanced,
-            "unknown_at_first": dict(self.unknown_at_first),
-            "first_checked": self.first_checked,
-            "warnings": self.warnings,
+            OPERATOR_ONLY: operator_only({
+                "rows_in": dict(self.rows_in),
+                "rows_used": dict(self.rows_used),
+                "rejected": {t: dict(r) for t, r in self.rejected.items()},
+                "n_transitions": self.n_transitions,
+                "n_terminal": self.n_terminal,
+                "n_truncated": self.n_truncated,
+                "n_length_capped": self.n_length_capped,
+                "balanced": self.balanced,
+                "unknown_at_first": dict(self.unknown_at_first),
+                "first_checked": self.first_checked,
+                "warnings": self.warnings,
+            }),
         }
 
     def summary(self) -> str:
-        """A few human-readable lines."""
+        """A few human-readable lines: m (public), then the noise-free counts under the
+        operator-only heading."""
+        from gpope.shell.operator import HEADING
+
         lines = [
-            f"ingest {self.dataset}: {self.n_trajectories} trajectories, "
-            f"{self.n_transitions} transitions ({self.n_terminal} terminal)",
+            f"ingest {self.dataset}: {self.n_trajectories} trajectories (m, public)",
+            HEADING,
+            *(f"  {w}" for w in self.warnings),
+            f"  {self.n_transitions} transitions ({self.n_terminal} terminal)",
             f"  {self.episode_ends()}",
         ]
         for table in self.rows_in:
@@ -181,7 +193,7 @@ class IngestReport:
                 f"  {table}: {self.rows_in[table]} in = {self.rows_used[table]} used + "
                 f"{self.rejected_total(table)} rejected" + (f" ({detail})" if detail else "")
             )
-        return "\n".join([*self.warnings, *lines])
+        return "\n".join(lines)
 
 
 def resolve_dataset_settings(
