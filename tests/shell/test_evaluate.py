@@ -415,3 +415,43 @@ def test_the_default_releases_what_the_in_memory_benchmarks_measure(spark, setup
     other = release_untuned_rows(vec, spec, sigmas=sigmas, moments_share=0.1, settings=settings,
                                  rng=np.random.default_rng(np.random.SeedSequence([6, 0x554E54])))
     assert not np.allclose(other.theta, report.theta)
+    _check_relation_against_dp_accounting(config, report)
+
+
+def _check_relation_against_dp_accounting(config, report) -> None:
+    """docs/ARCHITECTURE.md section 4, "Neighbouring relation": a default run's stored ledger
+    event is charged under add/remove-one, and what holds with the exact m public is replace-one
+    at the epsilon the report and `budget show --relation replace_one` state. Oracle:
+    dp-accounting's PLD accountant on the stored event, under each relation (under REPLACE_ONE it
+    reads each Gaussian leaf as a query whose replacement moves it by twice its clip)."""
+    import contextlib
+    import io
+
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from gpope.core.accounting.composition import mechanism_from_json
+    from gpope.shell.cli import main
+
+    stored = mechanism_from_json(PrivacyLedger(None, config).entry("mc", report.run_id).mechanism)
+    assert stored.relation == report.relation == "add_or_remove_one"
+
+    def pld(relation):
+        acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=relation)
+        acc.compose(stored.event)
+        return acc.get_epsilon(report.delta)
+
+    R = dp_accounting.NeighboringRelation
+    assert pld(R.ADD_OR_REMOVE_ONE) <= report.epsilon * 1.01  # the charge holds for its event
+    replace_one = pld(R.REPLACE_ONE)
+    assert report.relation_epsilons["add_or_remove_one"] == report.epsilon
+    assert report.relation_epsilons["replace_one"] == pytest.approx(replace_one, rel=0.01)
+    assert replace_one > report.epsilon  # the replace-one guarantee is the weaker one
+    assert "the guarantee that holds is replace-one adjacency" in report.summary()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["budget", "show", "--dataset", "mc", "--relation", "replace_one", "--json",
+                     "--lake", str(config.lake.root)]) == 0
+    shown = json.loads(out.getvalue())
+    assert shown["relation"] == "add_or_remove_one"
+    assert shown["under_relation"]["runs"][report.run_id] == pytest.approx(replace_one, rel=0.01)

@@ -173,6 +173,20 @@ class ReleasePlan:
         """The estimator's share of delta."""
         return self.main.delta
 
+    def relation_epsilons(self, *, cheap_only: bool = True) -> dict[str, float | None]:
+        """The run's epsilon at ``delta`` under its own relation (the charge) and restated under
+        the other one (:func:`gpope.core.accounting.relations.epsilon_under`: the guarantee that
+        holds once the exact m is public is replace-one). ``cheap_only``: a sampled event's
+        restatement (a group-privacy RDP bound, seconds) is left None."""
+        from gpope.core.accounting.relations import OTHER_RELATION, epsilon_under, gaussian_mu
+
+        other = OTHER_RELATION[self.relation]
+        value = None
+        if not cheap_only or gaussian_mu(self.event) is not None:
+            value = epsilon_under(self.event, charged_relation=self.relation, relation=other,
+                                  delta=self.delta)
+        return {self.relation: float(self.charged_epsilon), other: value}
+
 
 #: The auxiliary releases: (name, share of the run's budget, planner). See the module docstring.
 AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],

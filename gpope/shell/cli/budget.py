@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="budget_command", metavar="{show,set,reconcile}")
     show = sub.add_parser("show", help="print budget, spent (tight and basic), remaining and runs left")
     show.add_argument("--dataset", required=True, help="dataset (cohort) name; must exist")
+    show.add_argument("--relation", choices=("add_or_remove_one", "replace_one"), default=None,
+                      help="also state each counted run's epsilon under this neighbouring "
+                      "relation (replace_one: the guarantee that holds while m is released "
+                      "exactly; docs/ARCHITECTURE.md section 4)")
     _add_lake(show)
     add_json_flag(show)
     show.set_defaults(func=_show)
@@ -74,8 +78,41 @@ def _ledger(args: argparse.Namespace):
 
 def _show(args: argparse.Namespace) -> int:
     status = _ledger(args).status(args.dataset, require_known=True)
-    emit(args, status.to_dict(), status.summary())
+    shown, text = status.to_dict(), status.summary()
+    extra, lines = _relations(status, getattr(args, "relation", None))
+    emit(args, {**shown, **extra}, "\n".join([text, *lines]))
     return 0
+
+
+def _relations(status, relation: str | None) -> tuple[dict, list[str]]:
+    """The relation the counted runs are charged under and, with ``relation``, each run's
+    epsilon restated under it (the core's :mod:`gpope.core.accounting.relations`)."""
+    from gpope.core.accounting.relations import restate, stored_relation
+
+    said = {"add_or_remove_one": "add/remove-one", "replace_one": "replace-one"}
+    charged = sorted({r for e in status.counted if (r := stored_relation(e.mechanism))})
+    out: dict = {"relation": charged[0] if len(charged) == 1 else charged or None}
+    line = ("  relation   " + (", ".join(said.get(r, r) for r in charged)
+                                + " adjacency (the counted runs' events are charged under it)"
+                                if charged else "none yet (no counted run)"))
+    if "add_or_remove_one" in charged:
+        line += ("; m is released exactly, so what holds is replace-one (--relation "
+                 "replace_one states it)")
+    lines = [line]
+    if relation is not None:
+        runs: dict[str, float | None] = {}
+        for e in status.counted:
+            own = stored_relation(e.mechanism)
+            runs[e.run_id] = (float(e.charged_epsilon) if own == relation
+                              else restate(e.mechanism, relation=relation, delta=e.delta))
+        known = [v for v in runs.values() if v is not None]
+        total = float(sum(known)) if len(known) == len(runs) else None
+        out["under_relation"] = {"relation": relation, "runs": runs, "sum": total}
+        lines.append(f"  under {said[relation]} adjacency (each run at its own delta):")
+        lines += [f"    {run_id}  epsilon " + ("n/a" if v is None else f"{v:.6g}")
+                  for run_id, v in runs.items()]
+        lines.append("    sum of epsilons " + ("n/a" if total is None else f"{total:.6g}"))
+    return out, lines
 
 
 def _set(args: argparse.Namespace) -> int:

@@ -134,6 +134,11 @@ class EvaluationReport:
     label: str = "PRIVATE"
     no_further_run: bool = False
     remaining_line: str = ""
+    #: the neighbouring relation the run is calibrated and charged under.
+    relation: str = "add_or_remove_one"
+    #: the run's epsilon under each relation: its own (the charge) and the other (None where
+    #: it is not defined or not computed here; ``gpope budget show --relation``).
+    relation_epsilons: dict[str, float | None] = field(default_factory=dict)
 
     def to_dict(self, *, include_private: bool = False) -> dict[str, Any]:
         """Plain form for ``--json``. Private diagnostics (noise-free values of the private data)
@@ -155,6 +160,21 @@ class EvaluationReport:
         return {k: np.asarray(self.intervals[k], dtype=np.float64)
                 for k in ("value", "lower", "upper", "lower_bound")}
 
+    def relation_line(self) -> str:
+        """One line: the neighbouring relation the run is charged under, and its epsilon under
+        the other relation where known (docs/ARCHITECTURE.md section 4)."""
+        said = {"add_or_remove_one": "add/remove-one", "replace_one": "replace-one"}
+        line = f"charged under {said.get(self.relation, self.relation)} adjacency"
+        other = {k: v for k, v in self.relation_epsilons.items() if k != self.relation}
+        for name, eps in other.items():
+            if name != "replace_one":
+                continue  # a replace-one run publishes m under the relation it is charged by
+            line += (f"; m is released exactly, so the guarantee that holds is "
+                     f"{said.get(name, name)} adjacency: "
+                     + (f"epsilon {eps:.4g} at delta {self.delta:g}" if eps is not None else
+                        "gpope budget show --relation replace_one states its epsilon"))
+        return line
+
     def summary(self) -> str:
         """Human-readable lines; the solver's settings (N, sampling, the operating point) only
         for the GPOPE estimator, the one run that uses them."""
@@ -168,6 +188,7 @@ class EvaluationReport:
             f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, "
             + (f"N {self.iterations}, sampling {self.sampling}, " if solver else "")
             + f"statistics {self.path}",
+            "  " + self.relation_line(),
             "  " + (self.remaining_line or f"remaining budget: epsilon "
                     f"{self.remaining_epsilon:.6g}, delta {self.remaining_delta:.3g}"),
         ]
@@ -300,6 +321,7 @@ def build_record(
     private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     truth: Mapping[str, float] | None, intervals: Any, private_mspbe: tuple[float, float] | None,
     ssp: Mapping[str, Any] | None, tuning: Mapping[str, Any] | None = None,
+    relation: str = "add_or_remove_one",
 ) -> Any:
     """The :class:`~gpope.shell.pipeline.evaluation_record.EvaluationRecord` MLflow tracking
     reads (public settings, released outputs, lineage), built after the release was committed."""
@@ -313,6 +335,7 @@ def build_record(
     from gpope.shell.pipeline.public import public_cohort
 
     params = run_params(options, batch_rate=batch_rate, path=path, ssp=ssp)
+    params["relation"] = relation  # the neighbouring relation the run is charged under
     if intervals is not None:
         params["ci_level"] = float(intervals.level)
     metrics = {}
@@ -483,6 +506,7 @@ def track_and_report(
         spark, config, run_id=run_id, dataset=dataset, spec=spec, options=s, result=est.result,
         released_theta=est.theta, values=est.values, m=m, sigma=plan.sigma,
         spent=plan.spent_epsilon, accountant=plan.accountant, batch_rate=s.batch_rate,
+        relation=plan.relation,
         path="memory" if plan.in_memory else "stream", spec_text=spec_text,
         private_population=est.private_population if s.private_diagnostics else None,
         truth=truth, intervals=est.intervals, private_mspbe=est.private_mspbe,
@@ -571,4 +595,5 @@ def track_and_report(
         private_relative_mspbe_interval=None if private_diag is None
         else [private_diag.lower, private_diag.upper],
         warnings=warnings, label=label, no_further_run=budget.no_further_run,
-        remaining_line=budget.remaining_line())
+        remaining_line=budget.remaining_line(), relation=plan.relation,
+        relation_epsilons=plan.relation_epsilons())
