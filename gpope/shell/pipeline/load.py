@@ -173,16 +173,24 @@ class LoadReport:
     columns: ColumnMap = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (``gpope load --json``)."""
-        return {"dataset": self.dataset, "files": dict(self.files), "rows": dict(self.rows),
+        """A JSON-ready form (``gpope load --json``); the row counts (noise-free counts of the
+        private rows) under ``operator_only``, tagged ``diagnostic.private``."""
+        from gpope.shell.operator import OPERATOR_ONLY, operator_only
+
+        return {"dataset": self.dataset, "files": dict(self.files),
                 "versions": dict(self.versions),
-                "columns": {t: dict(m) for t, m in self.columns.items()}}  # fmt: skip
+                "columns": {t: dict(m) for t, m in self.columns.items()},
+                OPERATOR_ONLY: operator_only({"rows": dict(self.rows)})}  # fmt: skip
 
     def summary(self) -> str:
-        """A few human-readable lines ending with the next command."""
+        """A few human-readable lines ending with the next command; the row counts under the
+        operator-only heading."""
+        from gpope.shell.operator import HEADING
+
         lines = [f"load {self.dataset}: bronze tables replaced (rows as delivered)"]
-        lines += [f"  {t:<13}{self.rows[t]:>10} rows  <- {self.files[t]}" for t in self.rows]
         lines += [f"  {t:<13}renamed: {_mapping_text(t, m)}" for t, m in self.columns.items()]
+        lines.append(HEADING)
+        lines += [f"  {t:<13}{self.rows[t]:>10} rows  <- {self.files[t]}" for t in self.rows]
         lines.append(f"next: gpope ingest --dataset {self.dataset} --conf YOUR_CONF "
                      "(with the dataset under 'datasets:')")  # fmt: skip
         return "\n".join(lines)
