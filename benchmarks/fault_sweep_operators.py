@@ -21,6 +21,8 @@ meant to stay whole) the sweep's "nothing lost" check:
 - **SIGTERM of each stage** (simulate, load, ingest, stats, evaluate): exit 143 and one line
   saying what was and was not committed, which must match the manifests; the stage's re-run
   succeeds and nothing is lost;
+- **a missing Parquet file of the silver transitions**: ``stats`` fails in one line naming the
+  table and its repair (``gpope ingest``), which then works, and nothing is lost;
 - **a missing Parquet file of the ledger**: ``budget show`` and ``query`` fail in one line naming
   the ledger table, no traceback;
 - **RFC 4180 doubled quotes in CSV ids**: ``load`` of CSV files whose ids hold commas and
@@ -379,6 +381,24 @@ def missing_ledger_file_trial(sw: ModuleType, template: Path, root: Path) -> Any
     return trial
 
 
+def missing_silver_file_trial(sw: ModuleType, template: Path, root: Path) -> Any:
+    trial = sw.Trial("a Parquet file of the silver transitions missing")
+    lake = sw.copy_lake(template, root, "silver_file")
+    files = sorted((lake / "silver" / sw.DATASET / "transitions").rglob("*.parquet"))
+    files[0].unlink()
+    trial.facts["removed"] = str(files[0].relative_to(lake))
+    stats = ["stats", "--dataset", sw.DATASET, "--spec", str(sw.SPEC)]
+    out = sw.gpope(lake, *stats)
+    trial.facts["line"] = _one_line(trial, out, "stats", code=2, words=(
+        "silver/sweep/transitions", "is damaged", f"gpope ingest --dataset {sw.DATASET}"))
+    for step in (["ingest", "--dataset", sw.DATASET, "--domain", "chain"], stats):  # the repair
+        again = sw.gpope(lake, *step)
+        if again.returncode:
+            trial.problems.append(f"the repair's {step[0]} failed: {again.stderr[-300:]}")
+    trial.problems += sw.check_lake(lake, trial.facts)
+    return trial
+
+
 #: Patient ids that need RFC 4180 quoting: a comma, a doubled quote, both, and a plain one.
 QUOTED_IDS = ('a,"b', 'say ""hi""', '"', "plain")
 
@@ -427,6 +447,7 @@ def plan(sw: ModuleType, template: Path, root: Path, patients: int,
         ("mlflow", lambda: unreachable_mlflow_trial(sw, template, root)),
         *[("sigterm", lambda s=s, i=i: sigterm_trial(sw, template, root, s, i))
           for i, s in enumerate(STAGES)],
+        ("damaged", lambda: missing_silver_file_trial(sw, template, root)),
         ("ledger", lambda: missing_ledger_file_trial(sw, template, root)),
         ("csv", lambda: doubled_quote_csv_trial(sw, template, root)),
     ]
@@ -434,4 +455,4 @@ def plan(sw: ModuleType, template: Path, root: Path, patients: int,
             if only is None or "operators" in only or g in only]
 
 
-GROUPS = ("readonly", "collide", "stale", "mlflow", "sigterm", "ledger", "csv")
+GROUPS = ("readonly", "collide", "stale", "mlflow", "sigterm", "damaged", "ledger", "csv")
