@@ -455,3 +455,8 @@ def _check_relation_against_dp_accounting(config, report) -> None:
     shown = json.loads(out.getvalue())
     assert shown["relation"] == "add_or_remove_one"
     assert shown["under_relation"]["runs"][report.run_id] == pytest.approx(replace_one, rel=0.01)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["budget", "show", "--dataset", "mc", "--lake", str(config.lake.root)]) == 0
+    (line,) = [x for x in out.getvalue().splitlines() if x.strip().startswith("relation")]
+    assert "add/remove-one adjacency" in line and "what holds is replace-one" in line
