@@ -11,14 +11,14 @@ release the rest, of which ``first_state_share`` (conf ``evaluation.policy_value
 
 Released rows and the public rule that picks them (level 0.95, alpha = 0.05):
 
-* J(target): the direct method mu^ . theta^ (:func:`~gpope.core.policy_value_direct.direct_interval`,
-  estimand E_{s_0}[V(s_0)] at the fit's fixed point) held at level 1 - 0.8 alpha, where its
-  interval is finite; else the importance sampling identified set at 1 - 0.2 alpha (estimand:
-  the recorded-horizon value). Whatever the data, the picked interval misses with probability at
-  most alpha (union bound over the two).
-* J(behaviour): the mean recorded return (:mod:`gpope.core.policy_value_release`).
-* contrast: the direct J(target) at 1 - 0.4 alpha minus J(behaviour) at 1 - 0.4 alpha (jointly
-  1 - 0.8 alpha) where finite, else the identified set's contrast at 1 - 0.2 alpha.
+the product's public rule, :func:`gpope.core.policy_value_direct.pick_policy_values`: J(target)
+by the direct method (estimand E_{s_0}[V(s_0)] at the fit's fixed point) where its interval is
+finite, else the importance sampling identified set (the recorded-horizon value); J(behaviour)
+the mean recorded return; the contrast the direct J(target) minus J(behaviour), jointly, else the
+identified set's.
+
+``heavy_tail`` (:func:`heavy_tail_run`): 5% of patients carry 80% of the value; terms only,
+``--datasets x --runs`` releases per cell.
 
 Truths: E_{s_0}[V^pi(s_0)] (exact Bellman solve) for the direct J(target), the recorded-horizon
 values (forward recursion over the cap) for the identified set and J(behaviour); the contrast's
@@ -79,9 +79,10 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
     from gpope.core.policies import importance_ratios
     from gpope.core.policy_value import policy_value_terms, spec_bounds
     from gpope.core.policy_value_direct import (
-        direct_interval,
+        ESTIMANDS,
+        direct_levels,
         first_state_features,
-        functional_level,
+        pick_policy_values,
         release_first_state,
         split_first_state,
     )
@@ -102,8 +103,7 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
     s_is, s_fs = split_first_state(sigma / math.sqrt(pv.share), pv.first_state_share)
     first = release_first_state(first_state_features(tr, spec.feature_map),
                                 norm_bound=feature_norm_bound(spec.feature_map), sigma=s_fs, rng=rng)
-    levels = np.array([functional_level(1.0 - 0.8 * ALPHA, pv.first_state_alpha),
-                       functional_level(1.0 - 0.4 * ALPHA, pv.first_state_alpha)])
+    levels = direct_levels(LEVEL, pv.first_state_alpha)
     rel = release_untuned_rows(vec, spec, sigmas=split_untuned(sigma / math.sqrt(1.0 - pv.share),
                                                                UntunedSettings()),
                                moments_share=0.1, settings=UntunedSettings(), rng=rng,
@@ -111,31 +111,48 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
     bounds = spec_bounds(spec)
     terms = policy_value_terms(tr, importance_ratios(spec.target_policy, tr), bounds)
     pvr = release_policy_value(terms, bounds, sigma=s_is, settings=pv, rng=rng)
-    fiv = rel.functionals
     vr = value_range(spec)
     tabular = isinstance(spec.feature_map, TabularFeatures)
-    common = {"first_state_alpha": pv.first_state_alpha, "value_range": vr,
-              "supported": rel.supported,
-              "unsupported_bound": max(abs(vr[0]), abs(vr[1])) if tabular else None}
-    dm = direct_interval(rel.theta, first, (fiv.lower[0], fiv.upper[0]),
-                         level=1.0 - 0.8 * ALPHA, **common)
-    dm_c = direct_interval(rel.theta, first, (fiv.lower[1], fiv.upper[1]),
-                           level=1.0 - 0.4 * ALPHA, **common)
-    is_iv = pvr.intervals(1.0 - 0.2 * ALPHA, pv.method, variance_share=pv.variance_share,
-                          noise_share=pv.noise_share, clamp_share=pv.clamp_share)
-    b_iv = pvr.intervals_with(LEVEL, pv)["behaviour_value"]
-    b_c = pvr.intervals_with(1.0 - 0.4 * ALPHA, pv)["behaviour_value"]
-    direct = math.isfinite(dm.lower) and math.isfinite(dm.upper) and np.isfinite(fiv.lower[0])
-    t = is_iv["policy_value"]
-    c = is_iv["policy_contrast"]
-    return {
-        "direct": bool(direct),
-        "target": ((dm.value, dm.lower, dm.upper) if direct else (t.value, t.lower, t.upper)),
-        "target_is": (t.value, t.lower, t.upper),
-        "behaviour": (b_iv.value, b_iv.lower, b_iv.upper),
-        "contrast": ((dm_c.value - b_c.value, dm_c.lower - b_c.upper, dm_c.upper - b_c.lower)
-                     if direct else (c.value, c.lower, c.upper)),
-    }
+    fiv = rel.functionals
+    picked = pick_policy_values(
+        pvr, pv, level=LEVEL, theta=rel.theta, first=first,
+        functional_ends=np.stack([fiv.lower, fiv.upper], axis=1), supported=rel.supported,
+        unsupported_bound=max(abs(vr[0]), abs(vr[1])) if tabular else None)
+    t_is = pvr.intervals_with(LEVEL, pv)["policy_value"]
+    ends = {q: (picked[k].value, picked[k].lower, picked[k].upper) for q, k in
+            (("target", "policy_value"), ("behaviour", "behaviour_value"),
+             ("contrast", "policy_contrast"))}
+    return {"direct": picked["policy_value"].estimand == ESTIMANDS["direct"],
+            "direct_contrast": picked["policy_contrast"].estimand == ESTIMANDS["direct_contrast"],
+            "target_is": (t_is.value, t_is.lower, t_is.upper), **ends}
+
+
+def heavy_tail_run(m: int, eps: float, rng: np.random.Generator) -> dict:
+    """The heavy-tail cell: returns g ~ U(0, 1) for 95% of patients and U(20, 60) for 5% (80% of
+    the value), rewards in [0, 1] over 60 undiscounted decisions (public range [0, 60]); the
+    target's terms are the behaviour's with the heavy patients' returns halved (every ratio 1,
+    so its identified set is a point): contrast truth -1.0. Released as ``gpope evaluate``
+    releases the policy value (its conf settings, the one-shot run's multiplier at
+    policy_value_share)."""
+    from gpope.config import load_config
+    from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
+    from gpope.core.policy_value_release import release_policy_value
+    from gpope.core.ssp import ssp_sigma
+
+    pv = load_config(None).evaluation.policy_value_settings()
+    bounds = PolicyValueBounds(gamma=1.0, horizon=60, weight_clip=10.0, reward_bounds=(0.0, 1.0))
+    heavy = rng.random(m) < 0.05
+    g = np.where(heavy, rng.uniform(20.0, 60.0, m), rng.uniform(0.0, 1.0, m))
+    terms = PolicyValueTerms(g=g, a=np.where(heavy, 0.5 * g, g), n=np.full(m, 60.0))
+    sigma = float(ssp_sigma(m=m, epsilon=eps, delta=DELTA)) / math.sqrt(pv.share)
+    iv = release_policy_value(terms, bounds, sigma=sigma, settings=pv, rng=rng).intervals_with(
+        LEVEL, pv)
+    b_true = 0.95 * 0.5 + 0.05 * 40.0
+    out = {q: (iv[k].value, iv[k].lower, iv[k].upper) for q, k in
+           (("target", "policy_value"), ("target_is", "policy_value"),
+            ("behaviour", "behaviour_value"), ("contrast", "policy_contrast"))}
+    return {"direct": False, **out, "truth": {"target": b_true - 1.0, "target_is": b_true - 1.0,
+                                              "behaviour": b_true, "contrast": -1.0}}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -146,8 +163,14 @@ def summarise(rows: list[dict]) -> dict:
         half = [(hi - lo) / 2.0 for r in rows for (_, lo, hi) in [r[q]]]
         out[f"{q}_coverage"] = float(np.mean(cov))
         out[f"{q}_half_width"] = float(np.median(half))
+    # a positive contrast c is signed when c > truth - lower; a negative one when -c > upper - truth
     out["contrast_signed_80"] = float(np.quantile([r["truth"]["contrast"] - r["contrast"][1]
                                                    for r in rows], 0.8))
+    out["contrast_negative_signed_80"] = float(np.quantile(
+        [r["contrast"][2] - r["truth"]["contrast"] for r in rows], 0.8))
+    out["contrast_wrong_side"] = float(np.mean(
+        [(r["contrast"][1] > 0) if r["truth"]["contrast"] <= 0 else (r["contrast"][2] < 0)
+         for r in rows]))
     return out
 
 
@@ -163,6 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     cells = []
     for kind in a.kinds.split(","):
+        if kind == "heavy_tail":
+            for m in (int(x) for x in a.sizes.split(",")):
+                for eps in (float(e) for e in a.epsilons.split(",")):
+                    t0 = time.time()
+                    rows = [heavy_tail_run(m, eps, np.random.default_rng([m, int(eps * 1000), r]))
+                            for r in range(a.datasets * a.runs)]
+                    cell = {"kind": kind, "m": m, "epsilon": eps, **summarise(rows),
+                            "seconds": round(time.time() - t0, 1)}
+                    cells.append(cell)
+                    print(json.dumps(cell), flush=True)
+            continue
         for m in (int(x) for x in a.sizes.split(",")):
             by_eps: dict[float, list[dict]] = {float(e): [] for e in a.epsilons.split(",")}
             t0 = time.time()
@@ -175,9 +209,10 @@ def main(argv: list[str] | None = None) -> int:
                         rng = np.random.default_rng([seed, int(eps * 1000), r])
                         out = one_run(spec, tr, vec, eps=eps, rng=rng)
                         tgt = tv["direct"] if out["direct"] else tv["recorded"]
+                        ctg = tv["direct"] if out["direct_contrast"] else tv["recorded"]
                         out["truth"] = {"target": tgt, "target_is": tv["recorded"],
                                         "behaviour": tv["behaviour"],
-                                        "contrast": tgt - tv["behaviour"]}
+                                        "contrast": ctg - tv["behaviour"]}
                         rows.append(out)
             for eps, rows in by_eps.items():
                 cell = {"kind": kind, "m": m, "epsilon": eps, **summarise(rows),

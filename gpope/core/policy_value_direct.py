@@ -40,12 +40,16 @@ from gpope.core.validation import check_number
 from gpope.errors import ConfigError
 
 __all__ = [
+    "DIRECT_ALPHA",
+    "ESTIMANDS",
     "DirectInterval",
     "FirstStateRelease",
     "direct_interval",
+    "direct_levels",
     "first_state_event",
     "first_state_features",
     "functional_level",
+    "pick_policy_values",
     "release_first_state",
     "split_first_state",
 ]
@@ -189,3 +193,91 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
     lower, upper = functional[0] - width, functional[1] + width
     return DirectInterval(value=clip(value), lower=clip(lower), upper=clip(upper),
                           lower_bound=clip(lower), level=float(level))
+
+
+#: What each released policy value row estimates (the ``estimand`` of its row).
+ESTIMANDS = {
+    "direct": "E over first states of the value fit's fixed point V(s0) (records that stop "
+              "early bootstrapped by V; under approximate features the fit's approximation "
+              "error is not covered)",
+    "identified_set": "expected discounted return over the recorded horizon (identified set "
+                      "of the clipped importance weights)",
+    "behaviour": "mean recorded discounted return (current practice)",
+    "direct_contrast": "direct J(target) minus the mean recorded return",
+    "identified_set_contrast": "recorded-horizon J(target) minus the mean recorded return",
+}
+
+#: Parts of alpha given to the direct method (the rest: the identified-set fallback).
+DIRECT_ALPHA = 0.8
+
+
+def direct_levels(level: float, first_state_alpha: float) -> np.ndarray:
+    """The two levels at which a run asks its estimator for the interval of mu^ . theta*: for
+    J(target) (held at 1 - DIRECT_ALPHA alpha) and for the contrast (J(target) and J(behaviour)
+    each at 1 - DIRECT_ALPHA alpha / 2), :func:`functional_level` of each."""
+    alpha = 1.0 - level
+    return np.array([functional_level(1.0 - DIRECT_ALPHA * alpha, first_state_alpha),
+                     functional_level(1.0 - DIRECT_ALPHA * alpha / 2.0, first_state_alpha)])
+
+
+def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
+                       first: FirstStateRelease, functional_ends: np.ndarray,
+                       supported: np.ndarray | None, unsupported_bound: float | None
+                       ) -> dict[str, object]:
+    """The three released rows when the run also has the direct method (post-processing).
+
+    The public rule: J(target) is the direct method held at 1 - 0.8 alpha where its interval is
+    finite, else the identified set held at 1 - 0.2 alpha; the contrast is the direct J(target)
+    minus J(behaviour), each at 1 - 0.4 alpha, where finite, else the identified set's contrast at
+    1 - 0.2 alpha. Whatever the data, a picked interval misses its estimand with probability at
+    most alpha (a union bound over the candidates); each row names its estimand (:data:`ESTIMANDS`).
+
+    Args:
+        is_release: the run's :class:`~gpope.core.policy_value_release.PolicyValueRelease`.
+        settings: its :class:`~gpope.core.policy_value_settings.PolicyValueSettings`.
+        functional_ends: (2, 2) the estimator's (lower, upper) of mu^ . theta* at
+            :func:`direct_levels` (rows: J(target), contrast).
+    Returns:
+        ``{name: PolicyValueInterval}`` with ``estimand`` set.
+    """
+    import dataclasses
+
+    from gpope.core.policy_value_release import public_ranges
+
+    alpha = 1.0 - level
+    ranges = public_ranges(is_release.bounds)
+    common = {"first_state_alpha": settings.first_state_alpha, "supported": supported,
+              "unsupported_bound": unsupported_bound, "value_range": ranges["policy_value"]}
+    dm = direct_interval(theta, first, tuple(functional_ends[0]),
+                         level=1.0 - DIRECT_ALPHA * alpha, **common)
+    dm_c = direct_interval(theta, first, tuple(functional_ends[1]),
+                           level=1.0 - DIRECT_ALPHA * alpha / 2.0, **common)
+    fallback = is_release.intervals_with(1.0 - (1.0 - DIRECT_ALPHA) * alpha, settings)
+    b = is_release.intervals_with(level, settings)["behaviour_value"]
+    b_c = is_release.intervals_with(1.0 - DIRECT_ALPHA * alpha / 2.0, settings)["behaviour_value"]
+    finite = math.isfinite(dm.lower) and math.isfinite(dm.upper) and all(
+        math.isfinite(x) for x in functional_ends[0])
+    out = {"behaviour_value": dataclasses.replace(b, estimand=ESTIMANDS["behaviour"])}
+    if finite:
+        out["policy_value"] = dataclasses.replace(
+            fallback["policy_value"], value=dm.value, lower=dm.lower, upper=dm.upper,
+            lower_bound=dm.lower_bound, level=float(level), observed_weight=None,
+            estimand=ESTIMANDS["direct"])
+    else:
+        out["policy_value"] = dataclasses.replace(fallback["policy_value"], level=float(level),
+                                                  estimand=ESTIMANDS["identified_set"])
+    c_finite = finite and all(math.isfinite(x) for x in functional_ends[1]) and math.isfinite(
+        dm_c.lower) and math.isfinite(dm_c.upper)
+    if c_finite:
+        lo_c, hi_c = ranges["policy_contrast"]
+        clip = lambda x: float(min(max(x, lo_c), hi_c))  # noqa: E731
+        lower = clip(dm_c.lower - b_c.upper)
+        out["policy_contrast"] = dataclasses.replace(
+            fallback["policy_contrast"], value=clip(dm.value - b.value), lower=lower,
+            upper=clip(dm_c.upper - b_c.lower), lower_bound=lower, level=float(level),
+            estimand=ESTIMANDS["direct_contrast"])
+    else:
+        out["policy_contrast"] = dataclasses.replace(
+            fallback["policy_contrast"], level=float(level),
+            estimand=ESTIMANDS["identified_set_contrast"])
+    return out

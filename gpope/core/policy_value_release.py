@@ -110,6 +110,9 @@ class PolicyValueInterval:
     E[n] / S in [0, 1], the share of the target's discounted weight the data's recorded decisions
     carry after clipping (post-processing of the release). The rest, 1 - observed_weight, is what
     the identified set charges at the public reward range: near 0, no valid interval is narrow.
+    ``estimand``: what the row estimates, where the run picks between estimators
+    (:func:`gpope.core.policy_value_direct.pick_policy_values`); None: the identified set
+    (J(target), contrast) and the mean recorded return (J(behaviour)).
     """
 
     value: float
@@ -118,6 +121,7 @@ class PolicyValueInterval:
     lower_bound: float
     level: float
     observed_weight: float | None = None
+    estimand: str | None = None
 
 
 #: The clamp bound of an exact release (clips at the data's own extremes: nothing moved).

@@ -217,9 +217,10 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "b": "b_i = w_i sum_t rho_t (reward_scale r_t) phi_t, length n; rewards times the spec's "
         "reward_scale",
         "C": "C_i = w_i sum_t phi_t phi_t^T, n x n row-major (symmetric)",
-        "policy_terms": "(g, a, n) of the policy value release (gpope.core.policy_value): the "
-                        "discounted return, its clipped importance-weighted version and the clipped "
-                        "weight mass, raw reward units; null when the spec lacks a public bound",
+        "policy_terms": "(g, a, n, phi(s_0)...) of the policy value release (gpope.core.policy_value): "
+                        "the discounted return, its clipped importance-weighted version and the "
+                        "clipped weight mass, raw reward units, then the first state's features (the "
+                        "direct method's); null when the spec lacks a public bound",
     },
     "released_estimates": {
         "run_id": "gpope run id (also the MLflow tag gpope.run_id and privacy_ledger.run_id)",

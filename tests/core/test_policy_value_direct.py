@@ -3,6 +3,7 @@ functional interval. Oracles: exact means, an exact Bellman solve, a known categ
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dp_accounting
@@ -98,3 +99,41 @@ def test_direct_j_on_a_generated_mdp_covers_the_exact_first_state_value():
                                                  rel.functionals.upper[0]),
                               level=0.95, supported=rel.supported)
     assert math.isinf(open_iv.lower) and math.isinf(open_iv.upper)
+
+
+def test_the_public_rule_picks_the_direct_method_where_finite_else_the_identified_set():
+    from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
+    from gpope.core.policy_value_direct import ESTIMANDS, direct_levels, pick_policy_values
+    from gpope.core.policy_value_release import PolicyValueSettings, release_policy_value
+
+    rng = np.random.default_rng(8)
+    bounds = PolicyValueBounds(gamma=0.9, horizon=10, weight_clip=4.0, reward_bounds=(0.0, 1.0))
+    m = 3000
+    terms = PolicyValueTerms(g=rng.uniform(0, 5, m), a=rng.uniform(0, 8, m),
+                             n=rng.uniform(2, 6, m))
+    s = PolicyValueSettings()
+    rel = release_policy_value(terms, bounds, sigma=2.0, settings=s, rng=rng)
+    theta = np.array([1.0, 2.0, 3.0])
+    first = release_first_state(np.eye(3)[rng.choice(3, m)], norm_bound=1.0, sigma=2.0, rng=rng)
+    v = float(first.mean @ theta)
+    levels = direct_levels(0.95, s.first_state_alpha)
+    assert np.all(levels > 0.95) and levels[1] > levels[0]
+    ends = np.array([[v - 0.05, v + 0.05], [v - 0.06, v + 0.06]])
+    got = pick_policy_values(rel, s, level=0.95, theta=theta, first=first, functional_ends=ends,
+                             supported=None, unsupported_bound=None)
+    b = got["behaviour_value"]
+    assert got["policy_value"].estimand == ESTIMANDS["direct"]
+    assert got["policy_value"].lower < v - 0.05 and got["policy_value"].upper > v + 0.05
+    assert got["policy_contrast"].estimand == ESTIMANDS["direct_contrast"]
+    assert got["policy_contrast"].value == pytest.approx(v - b.value)
+    # the joint contrast is wider than the difference of the released rows' ends
+    assert got["policy_contrast"].lower < got["policy_value"].lower - b.upper
+    assert b == dataclasses.replace(rel.intervals_with(0.95, s)["behaviour_value"],
+                                    estimand=ESTIMANDS["behaviour"])
+    fallback = pick_policy_values(rel, s, level=0.95, theta=theta, first=first,
+                                  functional_ends=np.array([[-np.inf, np.inf]] * 2),
+                                  supported=None, unsupported_bound=None)
+    is_iv = rel.intervals_with(1.0 - 0.2 * 0.05, s)["policy_value"]
+    assert fallback["policy_value"].estimand == ESTIMANDS["identified_set"]
+    assert (fallback["policy_value"].lower, fallback["policy_value"].upper) == (is_iv.lower,
+                                                                                is_iv.upper)

@@ -29,16 +29,21 @@ __all__ = [
     "ESTIMATOR",
     "as_report",
     "check_policy_terms",
+    "functionals_of",
     "mlflow_metrics",
     "observed_weight_note",
     "plot_policy_values",
     "policy_value_rows",
+    "read_policy_terms",
+    "release_first_state_of",
     "release_policy_values",
     "summary_lines",
 ]
 
-#: The ``estimator`` of the scalar rows in released_values (clipped importance sampling with
-#: the identified set of :mod:`gpope.core.policy_value`).
+#: The ``estimator`` of the scalar rows in released_values: one name for the policy value
+#: release whichever estimand a row has (the run's report and ``estimates:`` line name it,
+#: :data:`gpope.core.policy_value_direct.ESTIMANDS`), so ``latest_release`` keeps one row per
+#: quantity.
 ESTIMATOR = "clipped_is"
 
 
@@ -62,20 +67,14 @@ def _noise_generator(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(ss)
 
 
-def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
-                          settings: PolicyValueSettings, level: float, seed: int | None,
-                          secure_noise: bool = False) -> dict[str, Any] | None:
-    """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
-    component, or None when the run has none. Nothing but the release leaves this function.
-    ``settings``: the run's (:meth:`gpope.core.evaluation.settings.RunSettings.policy_value_settings`);
-    the noise multiplier is the plan's.
-    ``secure_noise`` (the run's ``--secure-noise``): every noise term is the OS-CSPRNG discrete
-    Gaussian on a public grid, accounted by the run's RDP event like the run's other releases."""
-    from gpope.core.policy_value import PolicyValueTerms, spec_bounds
-    from gpope.core.policy_value_release import release_policy_value
+def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan
+                      ) -> tuple[Any, np.ndarray | None] | None:
+    """(the per-patient terms (private), the first states' features (m, n) or None) of the
+    run's pinned statistics, or None when the plan has no ``policy_value`` component. The
+    features are there when the statistics were computed with them (their width is public)."""
+    from gpope.core.policy_value import PolicyValueTerms
 
-    comp = plan.component("policy_value")
-    if comp is None:
+    if plan.component("policy_value") is None:
         return None
     table = stats_df.select("policy_terms").toArrow()
     col = table.column("policy_terms").combine_chunks()
@@ -83,14 +82,82 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
         raise DataError(
             f"{col.null_count} trajectories of the statistics have no policy terms although spec "
             f"{spec.name!r} sets the public bounds; re-run `gpope stats` for this spec.")
-    x = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64).reshape(-1, 3)
+    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    width = 3 + spec.n_features if len(flat) == plan.m * (3 + spec.n_features) else 3
+    x = flat.reshape(-1, width)
     if len(x) != plan.m:
         raise DataError(f"The statistics hold {len(x)} policy terms for m = {plan.m} patients.")
     terms = PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
-    rel = release_policy_value(terms, spec_bounds(spec), sigma=comp.sigma,
+    return terms, (x[:, 3:].copy() if width > 3 else None)
+
+
+def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: EvaluationSpec,
+                           plan: ReleasePlan, *, settings: PolicyValueSettings,
+                           seed: int | None) -> Any:
+    """The direct method's first-state release (:func:`gpope.core.policy_value_direct.release_first_state`
+    at ``first_state_share`` of the policy value component's privacy loss), or None when the
+    statistics carry no first-state features."""
+    from gpope.core.policy_value_direct import release_first_state, split_first_state
+    from gpope.core.untuned import feature_norm_bound
+
+    if read is None or read[1] is None:
+        return None
+    _, s_fs = split_first_state(plan.component("policy_value").sigma, settings.first_state_share)
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x46535452])
+    return release_first_state(read[1], norm_bound=feature_norm_bound(spec.feature_map),
+                               sigma=s_fs, rng=np.random.default_rng(ss))
+
+
+def functionals_of(first: Any, settings: PolicyValueSettings, level: float
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The public rows and levels a run asks its estimator for (the first-state mean, at
+    :func:`gpope.core.policy_value_direct.direct_levels`), or None without a first-state release."""
+    from gpope.core.policy_value_direct import direct_levels
+
+    if first is None:
+        return None
+    return np.stack([first.mean] * 2), direct_levels(level, settings.first_state_alpha)
+
+
+def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
+                          settings: PolicyValueSettings, level: float, seed: int | None,
+                          secure_noise: bool = False, read: Any = None,
+                          direct: tuple[Any, Any] | None = None) -> dict[str, Any] | None:
+    """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
+    component, or None when the run has none. Nothing but the release leaves this function.
+    ``settings``: the run's (:meth:`gpope.core.evaluation.settings.RunSettings.policy_value_settings`);
+    the noise multiplier is the plan's.
+    ``secure_noise`` (the run's ``--secure-noise``): every noise term is the OS-CSPRNG discrete
+    Gaussian on a public grid, accounted by the run's RDP event like the run's other releases.
+    ``read``: :func:`read_policy_terms` already done; ``direct``: (the estimator's release with
+    its ``functionals`` and ``supported``, the first-state release): J(target) and the contrast
+    are then picked by :func:`gpope.core.policy_value_direct.pick_policy_values`, and the
+    importance sampling release takes the component's privacy loss the first state left."""
+    from gpope.core.features import TabularFeatures
+    from gpope.core.policy_value import spec_bounds
+    from gpope.core.policy_value_direct import pick_policy_values, split_first_state
+    from gpope.core.policy_value_release import release_policy_value
+    from gpope.core.untuned import value_range
+
+    comp = plan.component("policy_value")
+    if comp is None:
+        return None
+    read = read if read is not None else read_policy_terms(stats_df, spec, plan)
+    sigma = comp.sigma if direct is None else split_first_state(
+        comp.sigma, settings.first_state_share)[0]
+    rel = release_policy_value(read[0], spec_bounds(spec), sigma=sigma,
                                settings=settings, rng=_noise_generator(seed),
                                secure_noise=secure_noise)
-    return rel.intervals_with(level, settings)
+    if direct is None:
+        return rel.intervals_with(level, settings)
+    est, first = direct
+    vr = value_range(spec)
+    fiv = est.functionals
+    return pick_policy_values(
+        rel, settings, level=level, theta=est.theta, first=first,
+        functional_ends=np.stack([fiv.lower, fiv.upper], axis=1), supported=est.supported,
+        unsupported_bound=(max(abs(vr[0]), abs(vr[1]))
+                           if isinstance(spec.feature_map, TabularFeatures) else None))
 
 
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,
@@ -118,6 +185,8 @@ def as_report(released: dict[str, Any] | None) -> dict[str, dict[str, float]] | 
     for k, v in released.items():
         if v.observed_weight is not None:
             out[k]["observed_weight"] = v.observed_weight
+        if v.estimand is not None:
+            out[k]["estimand"] = v.estimand
     return out
 
 
@@ -171,6 +240,8 @@ def summary_lines(policy_value: dict[str, dict[str, float]] | None) -> list[str]
         if v is not None:
             out.append(f"  {label} = {v['value']:.6g}   {100 * v['ci_level']:g}% interval "
                        f"[{v['lower']:.4g}, {v['upper']:.4g}], at least {v['lower_bound']:.4g}")
+            if v.get("estimand"):
+                out.append(f"    estimates: {v['estimand']}")
     note = observed_weight_note(policy_value.get("policy_value", {}).get("observed_weight"))
     return out + ([f"  {note}"] if note else [])
 

@@ -169,26 +169,32 @@ def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
     """The tuning-free default's releases (:mod:`gpope.shell.pipeline.evaluate_untuned`): values
     clamped into the spec's public range, each with its interval."""
     from gpope.core.ssp import private_mspbe
-    from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
+    from gpope.shell.pipeline import evaluate_policy_value as pv
     from gpope.shell.pipeline.evaluate_untuned import run_untuned, untuned_result
     from gpope.shell.pipeline.ssp import statistics_files
 
     files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
                              version=stats_version)
+    # the direct method's J(target): the first states' feature mean, released before theta so
+    # that the default's release gives the interval of mu^ . theta* with its V lines
+    pv_settings = settings.policy_value_settings()
+    read = pv.read_policy_terms(stats_df, spec, plan)
+    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed)
     rel = run_untuned(stats_df if files is None else files, spec, m=plan.m, plan=plan,
                       moments_share=settings.moments_share, seed=settings.seed,
                       level=settings.ci_level, identification=settings.ssp_identification,
-                      settings=settings.untuned)
+                      settings=settings.untuned,
+                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level))
     result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
     private_pop = spark_population(stats_df, spec.n_features, plan.m) \
         if settings.private_diagnostics else None
     return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
                     intervals=rel.interval, theta_interval=None,
                     private_mspbe=private_mspbe(rel.theta, rel.noisy), noisy=rel.noisy,
-                    tuned=None, policy_values=release_policy_values(
+                    tuned=None, policy_values=pv.release_policy_values(
                         stats_df, spec, plan, level=settings.ci_level, seed=settings.seed,
-                        settings=settings.policy_value_settings(),
-                        secure_noise=settings.secure_noise),
+                        settings=pv_settings, secure_noise=settings.secure_noise, read=read,
+                        direct=None if first is None else (rel, first)),
                     settings=settings, private_population=private_pop)
 
 

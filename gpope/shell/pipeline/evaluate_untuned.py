@@ -78,10 +78,13 @@ def _summing(stats: Any, n: int, m: int) -> Any:
 
 def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_share: float,
                 seed: int | None, level: float, identification: bool,
-                settings: UntunedSettings | None = None) -> UntunedRelease:
+                settings: UntunedSettings | None = None,
+                functionals: tuple[np.ndarray, np.ndarray] | None = None) -> UntunedRelease:
     """The default's releases over ``stats`` (the plan's ``untuned`` component; a DataFrame or
     :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
-    checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private)."""
+    checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private).
+    ``functionals``: public rows and levels whose intervals the release also gives (the
+    direct method's first-state mean, :func:`gpope.core.untuned.release_untuned`)."""
     from gpope.core.untuned import UntunedSettings, release_untuned
 
     settings = settings or UntunedSettings()
@@ -90,7 +93,7 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
     return release_untuned(_summing(stats, spec.n_features, m), spec, m=m, sigmas=sigmas, moments_share=moments_share,
                            settings=settings, rng=np.random.default_rng(ss), level=level,
-                           identification=identification)
+                           identification=identification, functionals=functionals)
 
 
 def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, seed: int | None,

@@ -141,15 +141,19 @@ def _statistics_and_counts(transitions: Any, spec: EvaluationSpec, *,
 
 
 def policy_terms(transitions: Any, rho: np.ndarray, spec: EvaluationSpec) -> np.ndarray | None:
-    """(m, 3) per-trajectory (g, a, n) of :func:`gpope.core.policy_value.policy_value_terms`
-    (raw reward units, ratios and rewards already clamped to the spec's public bounds), or None
-    when the spec lacks a public bound the policy value release needs."""
+    """(m, 3 + n) per-trajectory (g, a, n) of :func:`gpope.core.policy_value.policy_value_terms`
+    (raw reward units, ratios and rewards already clamped to the spec's public bounds) followed
+    by the first state's features phi(s_0) (the direct method's first-state mean,
+    :mod:`gpope.core.policy_value_direct`), or None when the spec lacks a public bound the
+    policy value release needs."""
     from gpope.core.policy_value import policy_value_terms, policy_value_unavailable, spec_bounds
+    from gpope.core.policy_value_direct import first_state_features
 
     if policy_value_unavailable(spec):
         return None
     t = policy_value_terms(transitions, rho, spec_bounds(spec))
-    return np.stack([t.g, t.a, t.n], axis=1)
+    return np.concatenate([np.stack([t.g, t.a, t.n], axis=1),
+                           first_state_features(transitions, spec.feature_map)], axis=1)
 
 
 def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
