@@ -166,13 +166,14 @@ def simulate(
 
 def load(
     spark: SparkSession, dataset: str, files: Mapping[str, str], *, fmt: str = "auto",
-    columns: Any = None, config: ConfigLike = None,
+    columns: Any = None, config: ConfigLike = None, time_zone: str | None = None,
 ) -> Any:
     """Your own files (Parquet/CSV) -> the dataset's bronze tables, replaced atomically.
 
     ``files`` maps ``observations``, ``treatments`` and ``outcomes`` to a file, folder or glob;
     ``columns`` maps your column names to the bronze ones, as ``gpope load --columns`` does
     (``"patient_id=mrn,treatments.time=ordered_at"`` or ``{"patient_id": "mrn", ...}``);
+    ``time_zone`` (an IANA name) is the zone of times written without one (UTC when None);
     returns a :class:`~gpope.shell.pipeline.load.LoadReport` (docs/OWN_DATA.md).
     """
     from gpope.shell.pipeline.load import run_load
@@ -181,7 +182,7 @@ def load(
     cfg = _config(config)
     check_dataset_unique(cfg, dataset)
     return run_load(spark, cfg, dataset, dict(files), fmt=fmt,  # type: ignore[arg-type]
-                    columns=columns)
+                    columns=columns, time_zone=time_zone)
 
 
 def ingest(

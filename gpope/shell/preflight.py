@@ -142,12 +142,13 @@ def check_stage(
 
 
 def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt: str = "auto",
-               columns: Any = None) -> None:
+               columns: Any = None, time_zone: str | None = None) -> None:
     """Everything about ``gpope load`` that can be checked without Spark.
 
     Guarantees: the dataset name is valid, the lake root is addressable, and the three files pass
-    :func:`gpope.shell.pipeline.load.check_files` (exist, known format, ``columns`` valid,
-    contract columns present under ``columns``).
+    :func:`gpope.shell.pipeline.load.check_files` (exist, known format, ``columns`` and
+    ``time_zone`` valid, contract columns present under ``columns``, local Parquet columns of
+    types the contract reads).
 
     Raises:
         ConfigError: an invalid dataset name or lake root, a missing file, an unknown format or
@@ -159,7 +160,8 @@ def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt:
     check_name("dataset", dataset)
     check_lake(config)
     check_dataset_unique(config, dataset)
-    check_files(files, fmt=fmt, columns=columns)  # type: ignore[arg-type]
+    check_files(files, fmt=fmt, columns=columns,  # type: ignore[arg-type]
+                time_zone=time_zone)
 
 
 def _check_actions(spec: EvaluationSpec, dataset: str, actions: tuple[str, ...]) -> None:

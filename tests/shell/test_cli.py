@@ -104,6 +104,8 @@ pq.write_table(pa.table({"patient_id": ["p"], "time": ["t"], "reward": [1.0]}), 
 os.makedirs(f"{files}/obs")
 pq.write_table(pa.table({"patient_id": ["p"], "time": ["t"], "variable": ["v"], "value": [1.0]}),
                f"{files}/obs/part-0.parquet")
+pq.write_table(pa.table({"patient_id": [1.0], "time": ["t"], "action": ["a"]}),
+               f"{files}/tx_float_ids.parquet")
 with open(f"{files}/tx.csv", "w") as fh:
     fh.write("patient_id,time,action\n")
 load = ["load", "--dataset", "d", "--lake", lake, "--outcomes", f"{files}/out.parquet"]
@@ -122,7 +124,7 @@ cases = [
     [*load, "--observations", f"{files}/out.parquet", "--treatments", f"{files}/out.parquet"],
     [*load, "--observations", f"{files}/out.parquet", "--treatments", f"{files}/tx.csv",
      "--dataset", "a-b"],
-    [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv"],
+    [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx_float_ids.parquet"],
     [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv",
      "--columns", "patient_id=mrn,score=reward"],
     [*load, "--observations", f"{files}/obs", "--treatments", f"{files}/tx.csv",
@@ -161,7 +163,7 @@ def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
                    "no statistics for spec 'chain'", "'x y'",
                    "observations file", "missing.parquet' does not exist",
                    "lacks the column(s) ['variable', 'value']", "'a-b'",
-                   "treatments file", "lacks the column(s) ['propensity']",
+                   "tx_float_ids.parquet: column 'patient_id' (bronze patient_id) has Parquet type double",
                    "'score' is not a column of the bronze contract",
                    "has no column(s) ['p_logged'] named in --columns"):
         assert needle in err, needle

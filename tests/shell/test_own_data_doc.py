@@ -29,7 +29,7 @@ def documented_commands() -> list[list[str]]:
 
 def test_the_documented_example_covers_the_whole_own_data_path():
     names = [c[0] for c in documented_commands()]
-    assert names == ["simulate", "load", "ingest", "stats", "budget", "evaluate"]
+    assert names == ["simulate", "budget", "load", "ingest", "stats", "evaluate"]
     evaluate = documented_commands()[-1]
     # the command form, and no solver flags: the spec has no evaluation: block
     assert {"--dataset", "--spec", "--epsilon", "--delta"} <= set(evaluate)
@@ -113,6 +113,11 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
         assert main(argv) == 0, (argv, capsys.readouterr())
         outputs[argv[0]] = capsys.readouterr().out
     assert "rows as delivered" in outputs["load"]
+    # the files are as pandas writes them by default: nanosecond times
+    import pyarrow.parquet as pq
+
+    assert {pq.read_schema(work / "mydata" / f"{t}.parquet").field("time").type.unit
+            for t in ("observations", "treatments", "outcomes")} == {"ns"}
     assert "episode ends: " in outputs["ingest"] and "WARNING" not in outputs["ingest"]
     spec = (work / "mydata" / "spec.yaml").read_text()
     assert "evaluation:" not in spec and "domain:" not in spec

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "dropped here; `gpope ingest` parses text columns and quarantines unusable rows with "
             "a reason. Columns named otherwise in your files are mapped with --columns (renamed as "
             "Spark reads them; other columns are kept as delivered). Times without a time zone "
-            "are read as UTC. The three tables become visible together (one manifest commit). "
+            "are read as UTC, or as wall-clock times of --time-zone; Parquet as pandas and pyarrow "
+            "write it (nanosecond times, tz-aware or naive) and RFC 4180 CSV are read as they are. The three tables become visible together (one manifest commit). "
             "Next: `gpope ingest --dataset NAME --conf CONF`."
         ),
         epilog=(
@@ -44,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "treatments.time=ordered_at) to that table only, over the plain entry. Bronze "
              "columns: patient_id, time, variable, value, action, propensity, reward; columns "
              "not named are taken by their own name (repeatable)")
+    parser.add_argument(
+        "--time-zone", default=None, metavar="ZONE",
+        help="IANA time zone (e.g. Europe/Berlin) of the times your files write without one "
+             "(CSV text without a UTC offset, Parquet timestamps not adjusted to UTC, as pandas "
+             "writes naive datetimes); default: they are UTC")
     add_lake_options(parser)
     add_json_flag(parser)
     parser.set_defaults(func=_run)
@@ -58,10 +64,10 @@ def _run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     files = {t: getattr(args, t) for t in BRONZE_TABLES}
-    check_load(config, args.dataset, files, fmt=args.format,
-               columns=args.columns)  # refused before Spark starts
+    check_load(config, args.dataset, files, fmt=args.format, columns=args.columns,
+               time_zone=args.time_zone)  # refused before Spark starts
     spark = get_spark(config.spark)
     report = api.load(spark, args.dataset, files, fmt=args.format, columns=args.columns,
-                      config=config)
+                      config=config, time_zone=args.time_zone)
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -5,7 +5,8 @@ Raw tables are delivered by other tools, so their columns are checked here, once
 * a **missing** column, or a column whose type cannot hold the contract's values (a boolean
   ``value``, an array ``time``...), stops ingest with one line naming the table, the column, the
   expected and the found type (:class:`~gpope.errors.SchemaError`, exit status 2);
-* a type that converts without loss (``int`` for a ``double``, integral ``patient_id``) is cast;
+* a type that converts without loss (``int`` for a ``double``, an integral ``patient_id``,
+  ``action`` or ``variable``) is cast;
 * a **string** column where the contract has a number or a timestamp is parsed row by row: a row
   whose text does not parse is quarantined with the reason ``unparsable <column>`` and its raw
   row as delivered (never a silent cast to null, never a whole-ingest abort); rows that parse are
@@ -49,7 +50,7 @@ def conform_bronze(df: DataFrame, table: str, location: str) -> DataFrame:
         SchemaError: a contract column is missing or has a type that cannot hold its values.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
+    from pyspark.sql.types import DecimalType, StringType
 
     from gpope.shell.lake.contract import is_safe_cast
     from gpope.shell.schemas import TABLE_SCHEMAS
@@ -70,8 +71,9 @@ def conform_bronze(df: DataFrame, table: str, location: str) -> DataFrame:
         if found == expected:
             columns.append(col.alias(field.name))
         elif is_safe_cast(src, field.dataType) or (
-            expected == "string" and found in ("tinyint", "smallint", "int", "bigint")
-        ):
+            expected == "string" and (found in ("tinyint", "smallint", "int", "bigint")
+                                      or (isinstance(src, DecimalType) and src.scale == 0))
+        ):  # integral ids and codes as text (an unsigned 64-bit one reads as decimal(20,0))
             columns.append(col.cast(field.dataType).alias(field.name))
         elif isinstance(src, StringType) and expected in _PARSED_TYPES:
             parsed = col.try_cast(field.dataType)

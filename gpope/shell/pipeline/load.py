@@ -12,9 +12,15 @@ rows in = rows used + rows rejected starts from exactly the delivered rows.
 Column names: ``columns`` (``gpope load --columns``) maps an extract's own names onto the
 contract's, renamed in Spark as the files are read (:func:`parse_column_map` gives the form).
 
-Types: CSV columns are read as text (no type inference: a patient id ``007`` stays ``007``);
-Parquet keeps its types. A time without a time zone (CSV text without an offset, a Parquet
-``timestamp`` not adjusted to UTC) is read as UTC; a time with an offset is converted to UTC.
+Types: CSV (RFC 4180: quoted fields may hold commas, newlines and doubled quotes) is read as
+text (no type inference: a patient id ``007`` stays ``007``); Parquet keeps its types, as pandas
+and pyarrow write them (:mod:`gpope.shell.pipeline.load_types`: nanosecond timestamps, tz-aware
+or naive, text or integer codes), and a local file whose contract column has a type the contract
+cannot hold is refused before Spark starts. A time without a time zone (CSV text without an
+offset, a Parquet timestamp not adjusted to UTC) is a wall-clock time of ``time_zone``
+(``gpope load --time-zone``; UTC when not given); a time with an offset is converted to UTC.
+A treatments file without a ``propensity`` column (no logged propensities) is loaded with null
+propensities.
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpope.errors import ConfigError
+from gpope.shell.pipeline.load_types import (
+    NANOS_AS_LONG,
+    ParquetTimes,
+    check_time_zone,
+    inspect_parquet,
+    localize_text,
+    times_as_instants,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,6 +57,9 @@ BRONZE_COLUMNS: dict[str, tuple[str, ...]] = {
     "treatments": ("patient_id", "time", "action", "propensity"),
     "outcomes": ("patient_id", "time", "reward"),
 }
+#: Contract columns a file may leave out: loaded as nulls (an extract without logged
+#: propensities).
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"treatments": ("propensity",)}
 FileFormat = Literal["auto", "parquet", "csv"]
 #: Per bronze table, ``{bronze column: the file's column}`` for the columns named otherwise.
 ColumnMap = dict[str, dict[str, str]]
@@ -145,7 +162,8 @@ def _check_sources(table: str, where: str, found: Sequence[str],
             f"The {table} file {where} has column(s) {clash} and --columns maps other columns "
             f"to those names ({_mapping_text(table, renamed)}); found columns {list(found)}. "
             f"Map them from their own column ({table}.COLUMN=COLUMN) or drop one, then load again.")
-    absent = [c for c in BRONZE_COLUMNS[table] if c not in renamed and c not in found]
+    absent = [c for c in BRONZE_COLUMNS[table] if c not in renamed and c not in found
+              and c not in OPTIONAL_COLUMNS.get(table, ())]
     if absent:
         raise SchemaError(
             f"The {table} file {where} lacks the column(s) {absent} of the bronze contract "
@@ -164,6 +182,8 @@ class LoadReport:
         rows: rows written per bronze table (= rows delivered).
         versions: the Delta version of each bronze table after the load.
         columns: per table, ``{bronze column: file column}`` renamed on the way in.
+        time_zone: the zone of the times without one (None: UTC).
+        filled: per table, the optional contract columns its file lacked, loaded as nulls.
     """
 
     dataset: str
@@ -171,6 +191,8 @@ class LoadReport:
     rows: dict[str, int]
     versions: dict[str, int]
     columns: ColumnMap = field(default_factory=dict)
+    time_zone: str | None = None
+    filled: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (``gpope load --json``); the row counts (noise-free counts of the
@@ -180,6 +202,8 @@ class LoadReport:
         return {"dataset": self.dataset, "files": dict(self.files),
                 "versions": dict(self.versions),
                 "columns": {t: dict(m) for t, m in self.columns.items()},
+                "time_zone": self.time_zone,
+                "filled": {t: list(c) for t, c in self.filled.items()},
                 OPERATOR_ONLY: operator_only({"rows": dict(self.rows)})}  # fmt: skip
 
     def summary(self) -> str:
@@ -189,6 +213,10 @@ class LoadReport:
 
         lines = [f"load {self.dataset}: bronze tables replaced (rows as delivered)"]
         lines += [f"  {t:<13}renamed: {_mapping_text(t, m)}" for t, m in self.columns.items()]
+        lines += [f"  {t:<13}{', '.join(c)}: not in the file, loaded as null"
+                  for t, c in self.filled.items()]  # fmt: skip
+        lines.append(f"  times without a time zone read as {self.time_zone or 'UTC'} wall-clock "
+                     "times")
         lines.append(HEADING)
         lines += [f"  {t:<13}{self.rows[t]:>10} rows  <- {self.files[t]}" for t in self.rows]
         lines.append(f"next: gpope ingest --dataset {self.dataset} --conf YOUR_CONF "
@@ -242,17 +270,19 @@ def _spark_paths(path: str) -> list[str]:
     return [_spark_path(match) for match in _matches(path)]
 
 
-def _first_file(path: str, kind: str) -> str | None:
-    """One local data file behind ``path`` (a file, a folder of files or a glob), or None."""
+def _data_files(path: str, kind: str) -> list[str]:
+    """The local data files behind ``path`` (a file, a folder of files or a glob), in order."""
     suffix = ".csv" if kind == "csv" else ".parquet"
+    found = []
     for match in _matches(path):
         if os.path.isfile(match):
-            return match
-        for root, _dirs, names in sorted(os.walk(match)):
-            for name in sorted(names):
-                if name.endswith(suffix) and not name.startswith(("_", ".")):
-                    return os.path.join(root, name)
-    return None
+            found.append(match)
+            continue
+        for root, dirs, names in os.walk(match):
+            dirs.sort()
+            found += [os.path.join(root, name) for name in sorted(names)
+                      if name.endswith(suffix) and not name.startswith(("_", "."))]
+    return found
 
 
 def _columns(path: str, kind: str) -> list[str] | None:
@@ -274,20 +304,23 @@ def _columns(path: str, kind: str) -> list[str] | None:
 
 
 def check_files(files: dict[str, str], *, fmt: FileFormat = "auto",
-                columns: ColumnsLike = None) -> dict[str, str]:
+                columns: ColumnsLike = None, time_zone: str | None = None) -> dict[str, str]:
     """The three files' paths, resolved, after every check that needs no Spark.
 
     Guarantees: every table has a path; each local path matches a file; its format is known
-    (``fmt`` or the name); ``columns`` parses (:func:`parse_column_map`); and where a local
-    file's column names are readable (a Parquet footer, a CSV header row), every contract
-    column is among them under ``columns``.
+    (``fmt`` or the name); ``columns`` parses (:func:`parse_column_map`); ``time_zone`` is a
+    time zone name or None; where a local file's column names are readable (a Parquet footer,
+    a CSV header row), every contract column (but an optional one) is among them under
+    ``columns``; and the contract columns of local Parquet files have types load reads
+    (:func:`~gpope.shell.pipeline.load_types.inspect_parquet`).
 
     Raises:
-        ConfigError: a table without a path, a path matching no file, an unknown format or an
-            invalid ``columns``.
+        ConfigError: a table without a path, a path matching no file, an unknown format, an
+            invalid ``columns`` or an unknown ``time_zone``.
         SchemaError: a contract column or a mapped column is missing from a file (named with
-            the columns found).
+            the columns found), or has a type the contract cannot hold.
     """
+    check_time_zone(time_zone)
     renames = parse_column_map(columns)
     missing = [t for t in BRONZE_TABLES if not files.get(t)]
     if missing:
@@ -296,49 +329,124 @@ def check_files(files: dict[str, str], *, fmt: FileFormat = "auto",
     for table in BRONZE_TABLES:
         path = resolved[table] = _resolve(files[table], table)
         kind = _format_of(path, fmt)
-        first = None if "://" in path else _first_file(path, kind)
-        found = None if first is None else _columns(first, kind)
+        local = [] if "://" in path else _data_files(path, kind)
+        found = _columns(local[0], kind) if local else None
         if found is not None:
-            _check_sources(table, str(first), found, renames.get(table, {}))
+            _check_sources(table, local[0], found, renames.get(table, {}))
+        if kind == "parquet" and local:
+            inspect_parquet(table, local, renames.get(table, {}), BRONZE_COLUMNS[table])
     return resolved
 
 
+def _read_parquet(spark: SparkSession, path: str, paths: list[str], table: str,
+                  renamed: Mapping[str, str], time_zone: str | None
+                  ) -> tuple[DataFrame, ParquetTimes]:
+    """The Parquet files as Spark reads them, and which of their columns hold what times.
+
+    Local files: their footers say (:func:`inspect_parquet`). A remote path: read as is, and if
+    Spark finds ``TIMESTAMP(NANOS)`` columns, read again with them as longs; its ``time``
+    column is then the nanosecond one (a naive one read as UTC). Sets :data:`NANOS_AS_LONG`
+    on the session when a column needs it (Spark reads it when the rows are read).
+
+    Raises:
+        ConfigError: a remote path with nanosecond times and a ``time_zone`` (whether they
+            are naive cannot be told there).
+    """
+    if "://" not in path:
+        times = inspect_parquet(table, _data_files(path, "parquet"), renamed,
+                                BRONZE_COLUMNS[table])
+        if times.nanos:
+            spark.conf.set(NANOS_AS_LONG, "true")
+        return spark.read.parquet(*paths), times
+    previous = spark.conf.get(NANOS_AS_LONG, None)
+    spark.conf.set(NANOS_AS_LONG, "false")
+    try:
+        return spark.read.parquet(*paths), ParquetTimes()
+    except Exception as exc:
+        if "PARQUET_TYPE_ILLEGAL" not in str(exc) or "TIMESTAMP(NANOS" not in str(exc):
+            raise
+    finally:
+        spark.conf.set(NANOS_AS_LONG, previous or "false")
+    if time_zone is not None:
+        raise ConfigError(
+            f"The {table} files {path} hold nanosecond times, and whether they carry a time zone "
+            "cannot be told for a remote path, so --time-zone cannot be applied: write the times "
+            "with a time zone (pandas: df['time'].dt.tz_localize(ZONE)) or load a local copy.")
+    spark.conf.set(NANOS_AS_LONG, "true")
+    df = spark.read.parquet(*paths)
+    source = renamed.get("time", "time")
+    longs = {f.name for f in df.schema.fields if f.dataType.simpleString() == "bigint"}
+    return df, ParquetTimes(nanos=frozenset({source} & longs))
+
+
 def read_bronze_file(spark: SparkSession, path: str, table: str, *,
-                     fmt: FileFormat = "auto", columns: Mapping[str, str] | None = None
-                     ) -> DataFrame:
+                     fmt: FileFormat = "auto", columns: Mapping[str, str] | None = None,
+                     time_zone: str | None = None) -> DataFrame:
     """The rows of ``path`` (a file, a folder of files or a glob) as a DataFrame, as delivered.
 
-    CSV: header row, every column text. Parquet: its own types, with time-zone-less timestamps
-    read as UTC (``timestamp_ntz`` -> ``timestamp`` in the UTC session). ``columns``
+    CSV: header row, RFC 4180 quoting (``"a,""b"`` is ``a,"b``; quoted fields may span lines),
+    every column text; with ``time_zone``, the ``time`` texts without a UTC offset are
+    replaced by their UTC instant (:func:`~gpope.shell.pipeline.load_types.localize_text`).
+    Parquet: its own types, with every timestamp column a UTC instant: nanosecond ones floored
+    to the microsecond, those without a time zone read as wall-clock times of ``time_zone``
+    (UTC when None). A treatments file without ``propensity`` gets a null one. ``columns``
     (``{bronze column: file column}``, one table's entry of :func:`parse_column_map`) renames
     those columns; every other column, extras included, keeps its name and values.
 
+    Reading Parquet nanosecond times sets :data:`~gpope.shell.pipeline.load_types.NANOS_AS_LONG`
+    on the session, which must hold while the DataFrame's rows are read (:func:`run_load`
+    restores the session's setting after its writes).
+
     Raises:
-        ConfigError: nothing matches ``path``, or its format cannot be told.
+        ConfigError: nothing matches ``path``, its format cannot be told, or ``time_zone`` is
+            unknown.
         SchemaError: a bronze contract column (or a column ``columns`` names) is missing, or
             a contract column has an impossible type.
     """
+    return _read(spark, path, table, fmt=fmt, columns=columns, time_zone=time_zone)[0]
+
+
+def _read(spark: SparkSession, path: str, table: str, *, fmt: FileFormat,
+          columns: Mapping[str, str] | None, time_zone: str | None
+          ) -> tuple[DataFrame, tuple[str, ...]]:
+    """:func:`read_bronze_file`'s DataFrame, and the optional contract columns loaded as nulls
+    because the file lacks them."""
     from pyspark.sql import functions as F
 
     from gpope.shell.pipeline.ingest_contract import conform_bronze
 
+    check_time_zone(time_zone)
     path = _resolve(path, table)  # a local path: where the user's working directory is
     kind = _format_of(path, fmt)
     paths = _spark_paths(path)
-    if kind == "csv":
-        df = spark.read.option("header", True).option("inferSchema", False).csv(paths)
-    else:
-        df = spark.read.parquet(*paths)
-    naive = [f.name for f in df.schema.fields if f.dataType.simpleString() == "timestamp_ntz"]
     renamed = dict(columns or {})
+    if kind == "csv":
+        df = (spark.read.option("header", True).option("inferSchema", False)
+              .option("quote", '"').option("escape", '"').option("multiLine", True)
+              .csv(paths))  # fmt: skip
+        times = ParquetTimes()
+    else:
+        df, times = _read_parquet(spark, path, paths, table, renamed, time_zone)
     if renamed:
         _check_sources(table, path, df.columns, renamed)
-    if naive or renamed:
-        names = {s: c for c, s in renamed.items()}
-        df = df.select(*[(F.col(f"`{c}`").cast("timestamp") if c in naive else F.col(f"`{c}`"))
-                         .alias(names.get(c, c)) for c in df.columns])  # fmt: skip
+    names = {s: c for c, s in renamed.items()}
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    time_source = renamed.get("time", "time")
+    selected = []
+    for c in df.columns:
+        col = F.col(f"`{c}`")
+        if c in times.nanos or types[c] in ("timestamp", "timestamp_ntz"):
+            naive = c in times.naive or types[c] == "timestamp_ntz"
+            col = times_as_instants(c, nanos=c in times.nanos, naive=naive, zone=time_zone)
+        elif kind == "csv" and c == time_source and time_zone is not None:
+            col = localize_text(col, time_zone)
+        selected.append(col.alias(names.get(c, c)))
+    filled = tuple(c for c in OPTIONAL_COLUMNS.get(table, ())
+                   if c not in names.values() and c not in df.columns)
+    selected += [F.lit(None).cast("double").alias(c) for c in filled]
+    df = df.select(*selected)
     conform_bronze(df, table, path)  # contract checked now: one clear line, nothing written
-    return df
+    return df, filled
 
 
 def run_load(
@@ -349,6 +457,7 @@ def run_load(
     *,
     fmt: FileFormat = "auto",
     columns: ColumnsLike = None,
+    time_zone: str | None = None,
 ) -> LoadReport:
     """Replace ``dataset``'s bronze tables with the rows of ``files``, atomically.
 
@@ -360,37 +469,50 @@ def run_load(
         fmt: ``auto`` (from the file names), ``parquet`` or ``csv``.
         columns: the extract's own column names (:func:`parse_column_map`), e.g.
             ``"patient_id=mrn,time=charted_at,treatments.time=ordered_at"``.
+        time_zone: the IANA zone of the times written without one (CSV text without an offset,
+            naive Parquet timestamps); None reads them as UTC.
 
     Returns:
         A :class:`LoadReport` with the rows written per table.
 
     Raises:
-        ConfigError: a table's file is missing from ``files`` or does not exist, or
-            ``columns`` is invalid.
+        ConfigError: a table's file is missing from ``files`` or does not exist, ``columns``
+            is invalid or ``time_zone`` unknown.
         SchemaError: a file breaks the bronze contract under ``columns`` (nothing is written).
     """
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 
-    paths = check_files(files, fmt=fmt, columns=columns)
+    paths = check_files(files, fmt=fmt, columns=columns, time_zone=time_zone)
     renames = parse_column_map(columns)
     refs = {t: TableRef("bronze", t, dataset) for t in BRONZE_TABLES}  # names checked
     target = Lake.from_settings(spark, config.lake)
-    frames = {t: read_bronze_file(spark, paths[t], t, fmt=fmt, columns=renames.get(t))
-              for t in BRONZE_TABLES}
+    previous = spark.conf.get(NANOS_AS_LONG, None)
     run_id = new_run_id()
-    versions, rows = {}, {}
-    for t in BRONZE_TABLES:  # tagged commits: invisible until the manifest below
-        df = frames[t].cache()
-        try:
-            rows[t] = df.count()
-            versions[refs[t]] = target.write(df, refs[t], mode="overwrite", schema=df.schema,
-                                             run_id=run_id)  # fmt: skip
-        finally:
-            df.unpersist()
+    versions, rows, filled = {}, {}, {}
+    try:
+        frames = {t: _read(spark, paths[t], t, fmt=fmt, columns=renames.get(t),
+                           time_zone=time_zone) for t in BRONZE_TABLES}
+        for t in BRONZE_TABLES:  # tagged commits: invisible until the manifest below
+            if frames[t][1]:
+                filled[t] = frames[t][1]
+            df = frames[t][0].cache()
+            try:
+                rows[t] = df.count()
+                versions[refs[t]] = target.write(df, refs[t], mode="overwrite", schema=df.schema,
+                                                 run_id=run_id)  # fmt: skip
+            finally:
+                df.unpersist()
+    finally:
+        if previous is None:
+            spark.conf.unset(NANOS_AS_LONG)
+        else:
+            spark.conf.set(NANOS_AS_LONG, previous)
     PipelineRuns(config.lake, spark=spark).commit(
         run_id=run_id, stage="load", dataset=dataset, tables=versions,
-        details={"files": dict(files), "rows": rows, "columns": renames},
+        details={"files": dict(files), "rows": rows, "columns": renames,
+                 "time_zone": time_zone, "filled": {t: list(c) for t, c in filled.items()}},
     )  # fmt: skip
     return LoadReport(dataset=dataset, files={t: files[t] for t in BRONZE_TABLES}, rows=rows,
-                      versions={t: versions[refs[t]] for t in BRONZE_TABLES}, columns=renames)
+                      versions={t: versions[refs[t]] for t in BRONZE_TABLES}, columns=renames,
+                      time_zone=time_zone, filled=filled)

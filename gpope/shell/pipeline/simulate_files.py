@@ -2,7 +2,8 @@
 
 :func:`write_cohort_files` writes the bronze tables of a cohort (the same rows as ``gpope simulate``
 writes into the lake for a seed) as ``observations``, ``treatments`` and ``outcomes`` Parquet or
-CSV files, plus the ``conf.yaml`` whose ``datasets:`` entry ingests them. For a generated MDP
+CSV files (Parquet as pandas writes a frame with its defaults, ``DataFrame.to_parquet(path)``:
+nanosecond tz-aware times; CSV with ISO UTC times), plus the ``conf.yaml`` whose ``datasets:`` entry ingests them. For a generated MDP
 (``random_mdp/<seed>``, ``random_mdp_linear/<seed>``) it also writes ``spec.yaml`` (an own-data
 spec: no ``domain``, no ``evaluation:`` block) and ``truth.json`` (the exact values at the spec's
 reference states), so the own-data path (docs/OWN_DATA.md) can be checked against the truth.
@@ -42,7 +43,6 @@ def write_cohort_files(
     """
     import pyarrow as pa
     import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
 
     from gpope.core.envs.registry import get_domain
     from gpope.shell.pipeline.simulate import iter_simulated_tables, tables_to_arrow
@@ -62,8 +62,8 @@ def write_cohort_files(
             times = pa.compute.strftime(table["time"], format="%Y-%m-%dT%H:%M:%SZ")
             table = table.set_column(table.schema.get_field_index("time"), "time", times)
             pacsv.write_csv(table, path)
-        else:
-            pq.write_table(table, path)
+        else:  # as an analyst's pandas frame would be written: nanosecond times
+            table.to_pandas(coerce_temporal_nanoseconds=True).to_parquet(path)
         files[name], rows[name] = str(path), table.num_rows
     cap = options.n_steps if options is not None and options.n_steps else None
     conf = folder / "conf.yaml"
