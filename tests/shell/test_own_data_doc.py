@@ -138,7 +138,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     config = load_config(None, lake={"root": str(work / "lake")})
     api.simulate(spark, "sim", domain="chain", patients=3, seed=1, config=config,
                  options=SimulateOptions(n_steps=2))
-    transitions = int(outputs["ingest"].split(" trajectories, ")[1].split()[0])
+    transitions = int(outputs["ingest"].split(" transitions (")[0].split()[-1])
     assert main(["query", "--json", "--operator",
                  "SELECT (SELECT count(*) FROM ward7__transitions) AS transitions, "
                  "(SELECT count(DISTINCT run_id) FROM latest_release) AS releases, "
