@@ -127,13 +127,16 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
             "target_is": (t_is.value, t_is.lower, t_is.upper), **ends}
 
 
-def heavy_tail_run(m: int, eps: float, rng: np.random.Generator) -> dict:
+def heavy_tail_run(m: int, eps: float, rng: np.random.Generator, union: bool = True) -> dict:
     """The heavy-tail cell: returns g ~ U(0, 1) for 95% of patients and U(20, 60) for 5% (80% of
     the value), rewards in [0, 1] over 60 undiscounted decisions (public range [0, 60]); the
     target's terms are the behaviour's with the heavy patients' returns halved (every ratio 1,
     so its identified set is a point): contrast truth -1.0. Released as ``gpope evaluate``
     releases the policy value (its conf settings, the one-shot run's multiplier at
-    policy_value_share)."""
+    policy_value_share). ``union=False`` (kind ``heavy_tail_no_union``): the same release with
+    its sampling bound NOT held over the clip grid (the width that union costs; not valid)."""
+    import dataclasses
+
     from gpope.config import load_config
     from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
     from gpope.core.policy_value_release import release_policy_value
@@ -145,8 +148,10 @@ def heavy_tail_run(m: int, eps: float, rng: np.random.Generator) -> dict:
     g = np.where(heavy, rng.uniform(20.0, 60.0, m), rng.uniform(0.0, 1.0, m))
     terms = PolicyValueTerms(g=g, a=np.where(heavy, 0.5 * g, g), n=np.full(m, 60.0))
     sigma = float(ssp_sigma(m=m, epsilon=eps, delta=DELTA)) / math.sqrt(pv.share)
-    iv = release_policy_value(terms, bounds, sigma=sigma, settings=pv, rng=rng).intervals_with(
-        LEVEL, pv)
+    rel = release_policy_value(terms, bounds, sigma=sigma, settings=pv, rng=rng)
+    if not union:
+        rel = dataclasses.replace(rel, choices=(1, 1, 1))
+    iv = rel.intervals_with(LEVEL, pv)
     b_true = 0.95 * 0.5 + 0.05 * 40.0
     out = {q: (iv[k].value, iv[k].lower, iv[k].upper) for q, k in
            (("target", "policy_value"), ("target_is", "policy_value"),
@@ -174,6 +179,25 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def markdown(paths: list[str]) -> str:
+    """The RESULTS table of the cells in the JSON files ``paths``."""
+    head = ("| domain | m | eps | runs | direct picked | coverage J(target) / J(behaviour) / "
+            "contrast | half-width J(target) direct-or-fallback (identified set) | half-width "
+            "contrast | smallest contrast signed in 80% | wrong side |\n|---|---|---|---|---|---|"
+            "---|---|---|---|")
+    lines = [head]
+    for path in paths:
+        for c in json.loads(Path(path).read_text())["cells"]:
+            signed = c["contrast_signed_80"]
+            lines.append(
+                f"| {c['kind']} | {c['m']:,} | {c['epsilon']:g} | {c['runs']} | "
+                f"{c['direct_share']:.2f} | {c['target_coverage']:.2f} / "
+                f"{c['behaviour_coverage']:.2f} / {c['contrast_coverage']:.2f} | "
+                f"{c['target_half_width']:.3g} ({c['target_is_half_width']:.3g}) | "
+                f"{c['contrast_half_width']:.3g} | {signed:.3g} | {c['contrast_wrong_side']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kinds", default="random_mdp,random_mdp_linear")
@@ -183,14 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="2000,20000")
     p.add_argument("--epsilons", default="1,10")
     p.add_argument("--json", default=None)
+    p.add_argument("--markdown", nargs="+", default=None,
+                   help="print the RESULTS table of these JSON files and exit")
     a = p.parse_args(argv)
+    if a.markdown:
+        print(markdown(a.markdown))
+        return 0
     cells = []
     for kind in a.kinds.split(","):
-        if kind == "heavy_tail":
+        if kind in ("heavy_tail", "heavy_tail_no_union"):
             for m in (int(x) for x in a.sizes.split(",")):
                 for eps in (float(e) for e in a.epsilons.split(",")):
                     t0 = time.time()
-                    rows = [heavy_tail_run(m, eps, np.random.default_rng([m, int(eps * 1000), r]))
+                    rows = [heavy_tail_run(m, eps, np.random.default_rng([m, int(eps * 1000), r]),
+                                           union=kind == "heavy_tail")
                             for r in range(a.datasets * a.runs)]
                     cell = {"kind": kind, "m": m, "epsilon": eps, **summarise(rows),
                             "seconds": round(time.time() - t0, 1)}
