@@ -119,3 +119,56 @@ def test_exactly_one_of_two_racing_processes_releases(tmp_path, pause):
     set_at = next(r["created_at"] for r in table if r["kind"] == "budget")
     b_rows = [r["created_at"] for r in table if r["run_id"] == "B"]
     assert b_rows and all(set_at - t > timedelta(hours=1.9) for t in b_rows)  # B's clock is behind
+
+
+def _expire_log(location: str) -> None:
+    """Real delta-rs log cleanup: a 1 s log retention, a checkpoint, and the expired commit
+    files removed (what delta-rs' post-commit checkpoints and Databricks do after 30 days)."""
+    table = DeltaTable(location)
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 1 second"})
+    time.sleep(1.5)
+    table = DeltaTable(location)
+    table.create_checkpoint()
+    table.cleanup_metadata()
+
+
+def test_a_settled_race_stays_charged_after_its_commits_leave_the_log(tmp_path):
+    """A raced pair: B builds its reservation row, then pauses before its append; A reserves,
+    commits first and is released; B commits later, is not admitted and cancels itself. Then
+    the ledger's commit files expire and the rows fall back to the writers' clocks, which put
+    B's reservation first: the released run must stay charged and the cancelled one not, and a
+    further run that the true spend does not fit is refused (re-deciding admissions from the
+    clocks read A as not admitted and B as cancelled: spent 0)."""
+    from gpope.core.accounting.budget import UNKNOWN_VERSION
+    from gpope.errors import BudgetExceededError
+
+    lake = tmp_path / "lake"
+    claim = _claim()
+    budget = 1.2 * claim
+    ledger = PrivacyLedger(None, load_config(None, lake={"root": str(lake)}))
+    ledger.set_budget("d", epsilon=budget, delta=DELTA)
+    release = tmp_path / "go"
+    b = _writer(lake, "B", claim, f"ledger.before_append:wait={release}")
+    _wait_for(Path(f"{release}.reached"), b)
+    a = _writer(lake, "A", claim, None)
+    assert a.communicate(timeout=120) and a.returncode == 0
+    release.touch()
+    b.communicate(timeout=120)
+    assert b.returncode == 3
+    before = ledger.status("d")
+    assert [r.run_id for r in before.counted] == ["A"]
+
+    _expire_log(ledger.location)
+    rows = ledger._store.rows()
+    assert {r["run_id"] for r in rows if r["version"] == UNKNOWN_VERSION} >= {"A", "B"}
+    # expired commits fall back to the writers' clocks, which put B's reservation first
+    b_first = min(r["created_at"] for r in rows if r["run_id"] == "B")
+    assert b_first < min(r["created_at"] for r in rows if r["run_id"] == "A")
+    after = ledger.status("d")
+    assert [r.run_id for r in after.counted] == ["A"]
+    assert after.spent_epsilon == pytest.approx(before.spent_epsilon)
+    assert {r.run_id: r.status for r in after.runs} == {"A": "released", "B": "cancelled"}
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve("d", run_id="C", epsilon=claim, delta=DELTA, accountant="rdp",
+                       event=dp_accounting.GaussianDpEvent(SIGMA), relation="add_or_remove_one")
+    assert [r.run_id for r in ledger.status("d").counted] == ["A"]

@@ -12,7 +12,10 @@ the row at version ``v`` depends only on rows committed before ``v``, so every w
 the table reaches the same decision whatever its clock says, and a later commit never changes an
 earlier decision. ``created_at`` (the writer's clock) is only shown, never used to order. Rows
 whose commit is no longer in the table's log (``UNKNOWN_VERSION``: older than the log's
-retention) come first, among themselves in ``created_at`` order; they are long settled.
+retention) come first, among themselves in ``created_at`` order; they are long settled, and a
+settled run's status decides for itself: ``released`` and ``failed`` runs are counted for ever
+and ``cancelled`` ones never, so the order of expired commits cannot change what was charged.
+Only a run still ``reserved`` is admitted by the commit-order rule.
 
 Rules (``composition``):
 
@@ -317,7 +320,11 @@ def _replay(rows: Sequence[LedgerRow], default: Budget, composition: str
         elif kind == "settlement" and r.run_id in runs:
             prev = runs[r.run_id]
             if prev.status not in _FINAL:
-                runs[r.run_id] = replace(prev, status=r.status, note=r.note or prev.note)
+                # A settled status is the persisted decision, not re-derived: a released or
+                # failed run got past its admission and is charged for ever; a cancelled one
+                # never is, whatever order the log (which expires) gives the reservations.
+                runs[r.run_id] = replace(prev, status=r.status, note=r.note or prev.note,
+                                         admitted=r.status != "cancelled")
     return budget, runs
 
 
