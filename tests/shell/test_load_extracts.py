@@ -228,3 +228,18 @@ def test_the_documented_pandas_extract_loads_with_its_local_clock(spark, tmp_pat
     assert bronze["treatments"]["propensity"].isna().all()
     assert sorted(bronze["treatments"]["patient_id"]) == [7, 7, 12]  # as delivered: ingest reads
     # an integer id as text
+
+
+def test_a_remote_path_with_nanosecond_times_reads_them_as_utc_instants(spark, tmp_path):
+    # No footer can be read before Spark for a URI: Spark refuses TIMESTAMP(NANOS), the load
+    # reads the file again with them as longs; a zone cannot be applied (naive or aware?).
+    aware = pd.to_datetime(["2024-01-01 10:00:00.000001999"]).tz_localize("Asia/Kolkata")
+    pd.DataFrame({"patient_id": ["a"], "time": aware, "reward": [1.0]}).to_parquet(
+        tmp_path / "out.parquet")
+    uri = (tmp_path / "out.parquet").as_uri()
+    with nanos_as_long(spark):
+        got = _bronze_rows(read_bronze_file(spark, uri, "outcomes"))
+    want = (dt.datetime(2024, 1, 1, 4, 30, 0, 1) - _EPOCH) // dt.timedelta(microseconds=1)
+    assert got == [("a", want, 1.0)]
+    with pytest.raises(ConfigError, match="nanosecond times.*cannot be told for a remote path"):
+        read_bronze_file(spark, uri, "outcomes", time_zone="Asia/Kolkata")
