@@ -261,7 +261,10 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string. Got {value!r} instead.")
+            quote = (f" (a code is text: quote it, '{value}', as the data's integer codes are "
+                     "read as text)") if isinstance(value, int) and not isinstance(value, bool) \
+                else ""
+            raise ConfigError(f"{where} must be a string. Got {value!r} instead{quote}.")
         return value
     if isinstance(tp, type) and not isinstance(value, tp):
         raise ConfigError(f"{where} must be of type {_type_name(tp)}. Got {value!r} instead.")

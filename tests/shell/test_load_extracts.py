@@ -243,3 +243,17 @@ def test_a_remote_path_with_nanosecond_times_reads_them_as_utc_instants(spark, t
     assert got == [("a", want, 1.0)]
     with pytest.raises(ConfigError, match=r"nanosecond times.*cannot be told for a remote path"):
         read_bronze_file(spark, uri, "outcomes", time_zone="Asia/Kolkata")
+
+
+def test_integer_codes_in_the_datasets_entry_are_refused_with_the_quoting_that_fixes_them(
+        tmp_path):
+    # the data's integer action codes are read as text ("0"); YAML's 0 is an integer
+    from gpope.config import load_config
+
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("datasets:\n  w: {variables: [state], actions: [0, 1], max_length: 5}\n")
+    with pytest.raises(ConfigError, match=r"actions\[0\] must be a string. Got 0 instead "
+                                          r"\(a code is text: quote it, '0'"):
+        load_config(conf)
+    conf.write_text("datasets:\n  w: {variables: [state], actions: ['0', '1'], max_length: 5}\n")
+    assert load_config(conf).datasets["w"].actions == ("0", "1")
