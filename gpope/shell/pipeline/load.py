@@ -38,6 +38,7 @@ from gpope.shell.pipeline.load_types import (
     check_time_zone,
     inspect_parquet,
     localize_text,
+    set_nanos_as_long,
     times_as_instants,
 )
 
@@ -351,28 +352,31 @@ def _read_parquet(spark: SparkSession, path: str, paths: list[str], table: str,
     Raises:
         ConfigError: a remote path with nanosecond times and a ``time_zone`` (whether they
             are naive cannot be told there).
+        SchemaError: nanosecond times in a session that refuses :data:`NANOS_AS_LONG` (saying
+            how to write the files instead), or a contract column of a type load cannot read.
     """
     if "://" not in path:
         times = inspect_parquet(table, _data_files(path, "parquet"), renamed,
                                 BRONZE_COLUMNS[table])
         if times.nanos:
-            spark.conf.set(NANOS_AS_LONG, "true")
+            where = f"The {table} file(s) {path} (column(s) {sorted(times.nanos)})"
+            set_nanos_as_long(spark, "true", where=where)
         return spark.read.parquet(*paths), times
     previous = spark.conf.get(NANOS_AS_LONG, None)
-    spark.conf.set(NANOS_AS_LONG, "false")
+    set_nanos_as_long(spark, "false")
     try:
         return spark.read.parquet(*paths), ParquetTimes()
     except Exception as exc:
         if "PARQUET_TYPE_ILLEGAL" not in str(exc) or "TIMESTAMP(NANOS" not in str(exc):
             raise
     finally:
-        spark.conf.set(NANOS_AS_LONG, previous or "false")
+        set_nanos_as_long(spark, previous)
     if time_zone is not None:
         raise ConfigError(
             f"The {table} files {path} hold nanosecond times, and whether they carry a time zone "
             "cannot be told for a remote path, so --time-zone cannot be applied: write the times "
             "with a time zone (pandas: df['time'].dt.tz_localize(ZONE)) or load a local copy.")
-    spark.conf.set(NANOS_AS_LONG, "true")
+    set_nanos_as_long(spark, "true", where=f"The {table} file(s) {path}")
     df = spark.read.parquet(*paths)
     source = renamed.get("time", "time")
     longs = {f.name for f in df.schema.fields if f.dataType.simpleString() == "bigint"}
@@ -504,10 +508,7 @@ def run_load(
             finally:
                 df.unpersist()
     finally:
-        if previous is None:
-            spark.conf.unset(NANOS_AS_LONG)
-        else:
-            spark.conf.set(NANOS_AS_LONG, previous)
+        set_nanos_as_long(spark, previous)
     PipelineRuns(config.lake, spark=spark).commit(
         run_id=run_id, stage="load", dataset=dataset, tables=versions,
         details={"files": dict(files), "rows": rows, "columns": renames,

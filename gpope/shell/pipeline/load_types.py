@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
 __all__ = ["NANOS_AS_LONG", "ParquetTimes", "check_time_zone", "inspect_parquet",
-           "localize_text", "nanos_as_long", "times_as_instants"]
+           "localize_text", "nanos_as_long", "set_nanos_as_long", "times_as_instants"]
 
 #: The Spark SQL setting under which Parquet ``TIMESTAMP(NANOS)`` columns read as longs.
 NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
@@ -164,20 +164,50 @@ def inspect_parquet(table: str, files: Sequence[str], renamed: Mapping[str, str]
     return ParquetTimes(nanos=frozenset(nanos), naive=frozenset(naive))
 
 
+def set_nanos_as_long(spark: SparkSession, value: str | None, *, where: str | None = None
+                      ) -> None:
+    """Set :data:`NANOS_AS_LONG` to ``value`` on the session (None: unset it).
+
+    Args:
+        spark: the session.
+        value: ``"true"``, ``"false"`` or None.
+        where: the files that need the setting, for the refusal; None restores a previous
+            value at best effort (a session that refuses it was never changed).
+
+    Raises:
+        SchemaError: with ``where``, the session refuses the setting (a managed runtime that
+            allows only some settings), saying how to write the files instead.
+    """
+    try:
+        if value is None:
+            spark.conf.unset(NANOS_AS_LONG)
+        else:
+            spark.conf.set(NANOS_AS_LONG, value)
+    except Exception as exc:
+        if where is None:
+            return
+        raise SchemaError(
+            f"{where} hold(s) nanosecond times (as pandas writes them), and this Spark session "
+            f"refuses the setting that reads them, {NANOS_AS_LONG} ({type(exc).__name__}); write "
+            "the times in microseconds (pandas: df.to_parquet(path, coerce_timestamps='us', "
+            "allow_truncated_timestamps=True)), then load again.") from None
+
+
 @contextlib.contextmanager
 def nanos_as_long(spark: SparkSession) -> Iterator[None]:
     """Within the block, Spark reads Parquet ``TIMESTAMP(NANOS)`` columns as longs (nanoseconds
     since the epoch) instead of refusing the file; the session's previous setting is restored
-    after it. Spark reads the setting when a query runs, so the block must hold the writes."""
+    after it. Spark reads the setting when a query runs, so the block must hold the writes.
+
+    Raises:
+        SchemaError: the session refuses the setting (:func:`set_nanos_as_long`).
+    """
     previous = spark.conf.get(NANOS_AS_LONG, None)
-    spark.conf.set(NANOS_AS_LONG, "true")
+    set_nanos_as_long(spark, "true", where="The files")
     try:
         yield
     finally:
-        if previous is None:
-            spark.conf.unset(NANOS_AS_LONG)
-        else:
-            spark.conf.set(NANOS_AS_LONG, previous)
+        set_nanos_as_long(spark, previous)
 
 
 def times_as_instants(name: str, *, nanos: bool, naive: bool, zone: str | None) -> Column:
