@@ -118,7 +118,7 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
     """Release mu0's estimate and the second moment (module docstring); ``sigma = 0``: exact
     (diagnostics only). Guarantee: with sigma > 0, as private as :func:`first_state_event`."""
     from gpope.core.clipping import clip_rows
-    from gpope.core.ssp import moment_vectors, moments_matrix
+    from gpope.core.ssp import moments_matrix
 
     phi0 = np.asarray(phi0, dtype=np.float64)
     m, n = phi0.shape
@@ -127,7 +127,10 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
     F = float(check_number("release_first_state", "norm_bound", norm_bound, gt=0.0))
     s = float(check_number("release_first_state", "sigma", sigma, ge=0.0))
     z = clip_rows(phi0 / F, 1.0)
-    first, mom = z.sum(axis=0), moment_vectors(z).sum(axis=0)
+    # the sum of moment_vectors(z) (upper triangles, off-diagonals x sqrt 2) without the
+    # (m, n(n+1)/2) intermediate
+    iu = np.triu_indices(n)
+    first, mom = z.sum(axis=0), (z.T @ z)[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
     std = s * _SENSITIVITY
     if s > 0:
         first = first + std * rng.standard_normal(first.shape)
