@@ -257,3 +257,20 @@ def test_integer_codes_in_the_datasets_entry_are_refused_with_the_quoting_that_f
         load_config(conf)
     conf.write_text("datasets:\n  w: {variables: [state], actions: ['0', '1'], max_length: 5}\n")
     assert load_config(conf).datasets["w"].actions == ("0", "1")
+
+
+def test_legacy_int96_times_are_wall_clock_times_like_naive_ones(spark, tmp_path):
+    # Impala, Hive and old Spark write INT96 times, which carry no zone; pyarrow calls them
+    # nanoseconds, Spark reads them as timestamps (no long to convert)
+    import pyarrow as pa
+
+    wall = pd.to_datetime(["2024-07-01 10:00:00.000001"])
+    pq.write_table(pa.table({"patient_id": ["a"], "time": pa.array(wall, pa.timestamp("ns")),
+                             "reward": [1.0]}),
+                   tmp_path / "out.parquet", use_deprecated_int96_timestamps=True)
+    path = str(tmp_path / "out.parquet")
+    for zone, hours in ((None, 10), ("Europe/Berlin", 8)):  # CEST: UTC+2
+        with nanos_as_long(spark):
+            got = _bronze_rows(read_bronze_file(spark, path, "outcomes", time_zone=zone))
+        want = dt.datetime(2024, 7, 1, hours, 0, 0, 1) - _EPOCH
+        assert got == [("a", want // dt.timedelta(microseconds=1), 1.0)], zone

@@ -439,9 +439,10 @@ def _read(spark: SparkSession, path: str, table: str, *, fmt: FileFormat,
     selected = []
     for c in df.columns:
         col = F.col(f"`{c}`")
-        if c in times.nanos or types[c] in ("timestamp", "timestamp_ntz"):
+        nanos = c in times.nanos and types[c] == "bigint"
+        if nanos or types[c] in ("timestamp", "timestamp_ntz"):
             naive = c in times.naive or types[c] == "timestamp_ntz"
-            col = times_as_instants(c, nanos=c in times.nanos, naive=naive, zone=time_zone)
+            col = times_as_instants(c, nanos=nanos, naive=naive, zone=time_zone)
         elif kind == "csv" and c == time_source and time_zone is not None:
             col = localize_text(col, time_zone)
         selected.append(col.alias(names.get(c, c)))

@@ -81,8 +81,8 @@ class ParquetTimes:
 
     Attributes:
         nanos: ``TIMESTAMP(NANOS)`` columns: Spark reads them as longs (:data:`NANOS_AS_LONG`).
-        naive: timestamp columns without a time zone (``isAdjustedToUTC=false``): wall-clock
-            times.
+        naive: timestamp columns without a time zone (``isAdjustedToUTC=false``, or legacy
+            ``INT96`` times, which carry none): wall-clock times.
     """
 
     nanos: frozenset[str] = frozenset()
@@ -136,8 +136,12 @@ def inspect_parquet(table: str, files: Sequence[str], renamed: Mapping[str, str]
     for path in files:
         try:
             schema = pq.read_schema(path)
+            stored = pq.read_metadata(path).schema
         except Exception:  # an unreadable file is reported by Spark, with its own error
             continue
+        # legacy INT96 times (Impala, Hive, old Spark): pyarrow says ns, Spark reads timestamps
+        int96 = {stored.column(i).path for i in range(len(stored))
+                 if stored.column(i).physical_type == "INT96"}
         for field in schema:
             bronze = sources.get(field.name)
             if bronze is not None:
@@ -150,14 +154,15 @@ def inspect_parquet(table: str, files: Sequence[str], renamed: Mapping[str, str]
                         " then write the file and load again.")
             if not pa.types.is_timestamp(field.type):
                 continue
-            if field.name in seen and seen[field.name][0] != str(field.type):
+            kind = f"{field.type} (INT96)" if field.name in int96 else str(field.type)
+            if field.name in seen and seen[field.name][0] != kind:
                 raise SchemaError(
                     f"The {table} files give column {field.name!r} two types: "
-                    f"{seen[field.name][0]} in {seen[field.name][1]} and {field.type} in {path}; "
+                    f"{seen[field.name][0]} in {seen[field.name][1]} and {kind} in {path}; "
                     "write every file of a table with the same time unit and time zone, then "
                     "load again.")
-            seen.setdefault(field.name, (str(field.type), path))
-            if field.type.unit == "ns":
+            seen.setdefault(field.name, (kind, path))
+            if field.type.unit == "ns" and field.name not in int96:
                 nanos.add(field.name)
             if field.type.tz is None:
                 naive.add(field.name)
