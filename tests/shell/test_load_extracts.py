@@ -81,6 +81,26 @@ def _bronze_rows(df) -> list[tuple]:
     return [tuple(r) for r in parsed.select(*cols).collect()]
 
 
+def _bronze_rows_of(frames: dict) -> dict[str, list[tuple]]:
+    """:func:`_bronze_rows` of several tables in one Spark job (rows through JSON)."""
+    import json
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    parts = []
+    for table, df in frames.items():
+        parsed = conform_bronze(df, table, "test")
+        cols = [F.unix_micros("time").alias("time") if c == "time" else F.col(c)
+                for c in parsed.columns if not c.startswith("_")]
+        parts.append(parsed.select(F.lit(table).alias("t"), F.to_json(
+            F.array(*[F.to_json(F.struct(c.alias("v"))) for c in cols])).alias("row")))
+    got: dict[str, list[tuple]] = {t: [] for t in frames}
+    for r in reduce(lambda a, b: a.unionByName(b), parts).collect():
+        got[r.t].append(tuple(json.loads(v).get("v") for v in json.loads(r.row)))
+    return got
+
+
 def _table_of(df) -> str:
     return ("observations" if "variable" in df.columns else
             "treatments" if "action" in df.columns else "outcomes")
@@ -102,8 +122,8 @@ def test_pandas_parquet_defaults_load_as_utc_instants(spark, tmp_path_factory, e
     check_files(files, time_zone=zone)  # no refusal before Spark
     want_times = [_utc_micros(t, naive=naive, zone=zone) for t in times]
     with nanos_as_long(spark):
-        got = {t: _bronze_rows(read_bronze_file(spark, p, t, time_zone=zone))
-               for t, p in files.items()}
+        got = _bronze_rows_of({t: read_bronze_file(spark, p, t, time_zone=zone)
+                               for t, p in files.items()})
     for table, frame in frames.items():
         want = []
         for i, row in enumerate(frame.itertuples(index=False)):
