@@ -135,8 +135,8 @@ def inspect_parquet(table: str, files: Sequence[str], renamed: Mapping[str, str]
     naive: set[str] = set()
     for path in files:
         try:
-            schema = pq.read_schema(path)
-            stored = pq.read_metadata(path).schema
+            with pq.ParquetFile(path) as footer:  # one read of the footer per file
+                schema, stored = footer.schema_arrow, footer.metadata.schema
         except Exception:  # an unreadable file is reported by Spark, with its own error
             continue
         # legacy INT96 times (Impala, Hive, old Spark): pyarrow says ns, Spark reads timestamps
