@@ -36,8 +36,17 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.transitions import Transitions
 
-__all__ = ["BehaviourEstimate", "BehaviourSettings", "behaviour_dp_event", "behaviour_sigmas", "count_rows",
-           "release_behaviour", "with_estimated_propensities"]
+__all__ = [
+    "BehaviourEstimate",
+    "BehaviourSettings",
+    "behaviour_dp_event",
+    "behaviour_sigmas",
+    "count_rows",
+    "count_rows_from_pairs",
+    "release_behaviour",
+    "value_rows_from_pairs",
+    "with_estimated_propensities",
+]
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,47 @@ def behaviour_sigmas(total: float, settings: BehaviourSettings) -> tuple[float, 
     """(histogram, counts) multipliers as their shares of one Gaussian mechanism ``total``."""
     return (float(total / math.sqrt(settings.quantile_share)),
             float(total / math.sqrt(settings.share)))
+
+
+def value_rows_from_pairs(rows: np.ndarray, spec: EvaluationSpec, probs: np.ndarray) -> np.ndarray:
+    """The value route's statistics rows ``[vec A_i, b_i, vec C_i]`` (n = S features) under the
+    propensities ``probs`` (S, A), from the state-action rows of the same trajectories
+    (:func:`gpope.core.state_action.state_action_statistics`, n S features, tabular map), as
+    :func:`gpope.shell.pipeline.stats.statistics_of_transitions` would compute them from the
+    transitions with ``behavior_prob = probs[s, a]`` (ratios clamped to the spec's public
+    ``importance_weight_bound``). Post-processing of public ``probs``: with ``R[s, (a, s)] =
+    rho(s, a)`` and ``P[(a, s'), s'] = 1``, ``A = R A_Q P``, ``b = R b_Q``, ``C = P^T C_Q P``
+    (the pair rows' next-state columns sum over a' to ``gamma N(s, a, s')`` since the target's
+    rows sum to 1). So one set of stored statistics serves both routes, and the behaviour
+    estimate is read from the same rows (the diagonal of ``C_Q`` is the count row)."""
+    S = int(spec.feature_map.n_features)
+    K = int(spec.target_policy.n_actions)
+    n = S * K
+    rows = np.asarray(rows, dtype=np.float64)
+    k = rows.shape[0]
+    pi = np.asarray(spec.target_policy.probabilities(np.arange(S, dtype=np.float64)[:, None]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(pi > 0, pi / np.asarray(probs, dtype=np.float64), 0.0)  # (S, K)
+    if spec.importance_weight_bound is not None:
+        rho = np.minimum(rho, float(spec.importance_weight_bound))
+    AQ = rows[:, :n * n].reshape(k, K, S, K, S)  # [i, a, s, a', s']
+    bQ = rows[:, n * n:n * n + n].reshape(k, K, S)
+    CQ = rows[:, n * n + n:].reshape(k, K, S, K, S)
+    A = np.einsum("as,iasbt->ist", rho.T, AQ)
+    b = np.einsum("as,ias->is", rho.T, bQ)
+    C = CQ.sum(axis=(1, 3))
+    return np.concatenate([A.reshape(k, S * S), b, C.reshape(k, S * S)], axis=1)
+
+
+def count_rows_from_pairs(rows: np.ndarray, spec: EvaluationSpec) -> np.ndarray:
+    """(k, S A) count rows (module docstring, step 1, cell ``s A + a``) read off the state-action
+    rows' ``C_Q`` diagonal (feature ``a S + s``): the same numbers :func:`count_rows` gives."""
+    S = int(spec.feature_map.n_features)
+    K = int(spec.target_policy.n_actions)
+    n = S * K
+    rows = np.asarray(rows, dtype=np.float64)
+    diag = rows[:, n * n + n:].reshape(-1, n, n)[:, np.arange(n), np.arange(n)]
+    return diag.reshape(-1, K, S).transpose(0, 2, 1).reshape(-1, n)
 
 
 def with_estimated_propensities(transitions: Transitions, spec: EvaluationSpec,

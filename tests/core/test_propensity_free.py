@@ -151,3 +151,28 @@ def test_the_behaviour_estimate_joins_the_runs_one_composed_event():
     mu2 = sum(1.0 / e.noise_multiplier ** 2 for e in leaves)
     assert mu2 == pytest.approx(1.0 / beh.sigma ** 2)
     assert 1.0 / leaves[1].noise_multiplier ** 2 == pytest.approx(mu2 * 0.15 / 0.17)
+
+
+def test_the_pair_statistics_give_the_value_statistics_under_any_propensities():
+    # oracle: the stats stage's own computation from the transitions with behavior_prob set to
+    # the propensities; the state-action rows (stored once, no propensity read) transformed by
+    # them give the same rows, and their C diagonal the same count rows
+    from gpope.core.envs.registry import get_domain, random_mdp_of
+    from gpope.core.ssp import statistics_vectors
+    from gpope.shell.pipeline.stats import statistics_of_transitions
+
+    name = "random_mdp/4"
+    mdp = random_mdp_of(name)
+    spec = EvaluationSpec.from_mapping(mdp.spec_mapping("rm4"))
+    tr = get_domain(name).generate(300, np.random.default_rng(1), None, mdp.config.max_steps)
+    S, K = spec.n_features, spec.target_policy.n_actions
+    probs = np.random.default_rng(2).dirichlet(np.ones(K), size=S)
+    probs[0] = 1e-3  # a ratio above the weight bound: clamped like the stats stage clamps it
+    est = be.BehaviourEstimate(probs=probs, clip=1.0, noise_std=0.0)
+    want = statistics_vectors(*statistics_of_transitions(
+        be.with_estimated_propensities(tr, spec, est), spec).dense())
+    pairs = statistics_vectors(*state_action_statistics(tr, spec).dense())
+    np.testing.assert_allclose(be.value_rows_from_pairs(pairs, spec, probs), want,
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(be.count_rows_from_pairs(pairs, spec), be.count_rows(tr, spec),
+                               rtol=1e-12, atol=1e-15)
