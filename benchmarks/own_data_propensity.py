@@ -105,7 +105,7 @@ class SparseRows:
         return out
 
 
-def release(route, spec, tr, *, eps, delta, est_share, rng):
+def release(route, spec, tr, *, eps, delta, est_share, rng, behaviour=None):
     """(values, lower, upper) of one route's release."""
     from gpope.core import behaviour_estimate as be
     from gpope.core.ssp import ssp_sigma
@@ -117,7 +117,7 @@ def release(route, spec, tr, *, eps, delta, est_share, rng):
     m = tr.n_trajectories
     share = est_share
     if route == "estimated":
-        bs = be.BehaviourSettings()
+        bs = behaviour or be.BehaviourSettings()
         total = float(ssp_sigma(m=m, epsilon=eps, delta=delta))
         sq, sc = be.behaviour_sigmas(total, bs)
         rows = be.count_rows(tr, spec)
@@ -152,9 +152,22 @@ def main(argv=None) -> int:
     p.add_argument("--routes", default=",".join(ROUTES))
     p.add_argument("--ward", action="store_true", help="also the ward trial's model")
     p.add_argument("--ward-repeats", type=int, default=3)
+    p.add_argument("--behaviour-share", type=float, default=None,
+                   help="the counts' share of the run (default: BehaviourSettings)")
+    p.add_argument("--prior-stds", type=float, default=None)
+    p.add_argument("--behaviour-quantile", type=float, default=None,
+                   help="the count rows' clip quantile")
+    p.add_argument("--estimator-share", type=float, default=None,
+                   help="the estimator's share of the run (default: 1 - policy_value_share)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    est_share = 1.0 - RunSettings().policy_value_share
+    from gpope.core.behaviour_estimate import BehaviourSettings
+
+    given = {k: v for k, v in (("share", a.behaviour_share), ("prior_stds", a.prior_stds),
+                               ("clip_quantile", a.behaviour_quantile)) if v is not None}
+    behaviour = BehaviourSettings(**given)
+    est_share = (1.0 - RunSettings().policy_value_share if a.estimator_share is None
+                 else a.estimator_share)
     routes = a.routes.split(",")
     eps_list = [float(x) for x in a.epsilons.split(",")]
     sets = [(f"random_mdp/{a.first_seed + i}", a.first_seed + i) for i in range(a.datasets)]
@@ -167,7 +180,7 @@ def main(argv=None) -> int:
             for eps in eps_list:
                 rng = np.random.default_rng([seed, int(eps * 1000), ROUTES.index(route)])
                 v, lo, hi = release(route, spec, tr, eps=eps, delta=a.delta,
-                                    est_share=est_share, rng=rng)
+                                    est_share=est_share, rng=rng, behaviour=behaviour)
                 records.append({"dataset": name, "route": route, "epsilon": eps,
                                 "error": float(np.max(np.abs(v - truth))),
                                 "covered": bool(np.all((lo <= truth) & (truth <= hi))),

@@ -18,8 +18,8 @@ the tuning-free default releases them unchanged (:func:`gpope.core.untuned.relea
 private clip quantile, one noisy release of the clipped sums, private residual clip, the
 refinement, the same intervals and the same dp-accounting event): :func:`state_action_spec`
 gives it a spec whose feature map is :class:`StateActionFeatures` (called on states it returns
-``phi_pi``, so the spec's reference values are V) and whose importance-weight bound is 1 (no
-ratios: the clip grid's top is lower than the value route's).
+``phi_pi``, so the spec's reference values are V); its clip grid is topped by a weight of 1 (no
+ratios: lower than the value route's).
 
 What the data must satisfy: every action the target takes at a visited state must have been
 taken there by the behaviour policy often enough to be supported (else the value is
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from gpope.core.trajectory_stats import TrajectoryStats
     from gpope.core.transitions import Transitions
 
-__all__ = ["StateActionFeatures", "state_action_spec", "state_action_statistics"]
+__all__ = ["StateActionFeatures", "is_state_action", "state_action_spec", "state_action_statistics",
+           "value_spec"]
 
 
 @dataclass(frozen=True)
@@ -94,38 +95,59 @@ class StateActionFeatures:
         return {"kind": "state_action", "base": self.base.to_dict(), "n_actions": self.n_actions}
 
 
+def is_state_action(spec: EvaluationSpec) -> bool:
+    """Whether ``spec`` is a state-action fit's spec (:func:`state_action_spec`)."""
+    return isinstance(spec.feature_map, StateActionFeatures)
+
+
 def state_action_spec(spec: EvaluationSpec) -> EvaluationSpec:
     """The spec of the state-action fit of ``spec``: its map becomes
-    :class:`StateActionFeatures` over the spec's map and target, its importance-weight bound 1
-    (no ratios); everything else (gamma, normalisation, bounds, reference states) is kept, so
-    :meth:`~gpope.core.spec.EvaluationSpec.reference_values` gives V at the same states."""
+    :class:`StateActionFeatures` over the spec's map and target (its statistics carry no
+    importance ratio, so :func:`gpope.core.untuned.statistics_norm_bound` reads a weight of 1);
+    everything else (gamma, normalisation, bounds, reference states) is kept, so
+    :meth:`~gpope.core.spec.EvaluationSpec.reference_values` gives V at the same states, and
+    :func:`value_spec` gives ``spec`` back. Its ``spec_id`` differs from ``spec``'s: the two
+    routes' statistics never share a partition."""
+    if is_state_action(spec):
+        return spec
     return dataclasses.replace(
         spec, feature_map=StateActionFeatures(spec.feature_map, spec.target_policy),
-        importance_weight_bound=1.0, evaluation=None)
+        evaluation=None)
+
+
+def value_spec(spec: EvaluationSpec) -> EvaluationSpec:
+    """The value spec a :func:`state_action_spec` was made from (``spec`` itself otherwise)."""
+    if not is_state_action(spec):
+        return spec
+    return dataclasses.replace(spec, feature_map=spec.feature_map.base)
 
 
 def state_action_statistics(transitions: Transitions, spec: EvaluationSpec, *,
-                            representation: str = "compact") -> TrajectoryStats:
+                            representation: str = "compact", bound: bool = True) -> TrajectoryStats:
     """Per-trajectory LSTDQ statistics (module docstring) of ``transitions`` under ``spec``
     (the value spec, or its :func:`state_action_spec`): rewards clamped to the spec's public
     ``reward_bounds`` and multiplied by its ``reward_scale`` as the value route does; the
     transitions' ``behavior_prob`` is never read. ``representation`` as in
     :func:`gpope.core.statistics.trajectory_statistics` (compact: O(T n |A|) memory; read
-    bounded slices with ``dense_range``)."""
+    bounded slices with ``dense_range``). ``bound`` False: the rewards are taken as given
+    (already clamped and scaled by the caller, the stats stage)."""
     from gpope.core.bounds import clamp_to_public_bounds
     from gpope.core.statistics import trajectory_statistics
 
-    qspec = spec if isinstance(spec.feature_map, StateActionFeatures) else state_action_spec(spec)
+    qspec = state_action_spec(spec)
     fmap = qspec.feature_map
     tr = transitions
-    _, reward, _ = clamp_to_public_bounds(np.ones(tr.n_transitions), tr.reward,
-                                          importance_weight_bound=None,
-                                          reward_bounds=qspec.reward_bounds)
+    reward, scale = np.asarray(tr.reward, dtype=np.float64), 1.0
+    if bound:
+        _, reward, _ = clamp_to_public_bounds(np.ones(tr.n_transitions), reward,
+                                              importance_weight_bound=None,
+                                              reward_bounds=qspec.reward_bounds)
+        scale = qspec.reward_scale
     nxt = np.asarray(tr.next_state, dtype=np.float64).copy()
     if tr.n_transitions and np.any(tr.terminal):
         nxt[tr.terminal] = tr.state[tr.terminal]  # any valid state: terminal rows are zeroed
     return trajectory_statistics(
-        fmap.pairs(tr.state, tr.action), fmap(nxt), reward * qspec.reward_scale,
+        fmap.pairs(tr.state, tr.action), fmap(nxt), reward * scale,
         np.ones(tr.n_transitions), tr.traj_index, tr.n_trajectories, gamma=qspec.gamma,
         terminal=tr.terminal, normalization=qspec.normalization,
         length_scale=qspec.length_scale, representation=representation)

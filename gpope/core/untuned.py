@@ -117,10 +117,12 @@ def statistics_norm_bound(spec: EvaluationSpec) -> float:
     """The largest ``||[A_i, b_i, C_i]||`` the spec's public bounds allow for a trajectory of
     ``length_scale`` steps (``transition`` normalisation; any length for ``trajectory_mean``):
     ``F^2 sqrt((W (1 + gamma))^2 + 1) + W R F`` with F :func:`feature_norm_bound`, W the
-    importance-weight bound (its absence: 1e3) and R the largest |scaled reward| (absence: 1e3).
-    The top of the quantile's grid: longer trajectories fall into its overflow bin."""
+    importance-weight bound (its absence: 1e3; a state-action fit's statistics carry no ratio:
+    1) and R the largest |scaled reward| (absence: 1e3). The top of the quantile's grid: longer trajectories fall into its overflow bin."""
+    from gpope.core.state_action import is_state_action
+
     F = feature_norm_bound(spec.feature_map)
-    W = float(spec.importance_weight_bound or 1e3)
+    W = 1.0 if is_state_action(spec) else float(spec.importance_weight_bound or 1e3)
     R = (max(abs(x) for x in spec.reward_bounds) * spec.reward_scale
          if spec.reward_bounds is not None else 1e3)
     return float(F * F * math.hypot(W * (1.0 + spec.gamma), 1.0) + W * R * F)

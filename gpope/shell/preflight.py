@@ -132,7 +132,8 @@ def check_stage(
                 f"Delta table {ref} does not exist at {path}, so `gpope {stage}` cannot run "
                 f"(checked before starting Spark). {creator_hint(ref)}"
             )
-        if stage == "evaluate" and spec is not None and not _has_partition(path, spec.spec_id):
+        if stage == "evaluate" and spec is not None and not any(
+                _has_partition(path, i) for i in _statistics_ids(spec)):
             raise TableNotFoundError(
                 f"{ref} at {path} has no statistics for spec {spec.name!r} (spec_id "
                 f"{spec.spec_id}), so `gpope evaluate` cannot run (checked before starting "
@@ -196,6 +197,14 @@ def _check_state_width(spec: EvaluationSpec, dataset: str, settings: DatasetSett
                 f"column(s) (low/high), but dataset {dataset!r} has {width}: its 'variables' "
                 f"({columns}){extra}, in that order; give one low and one high per column "
                 "(checked before starting Spark).")
+
+
+def _statistics_ids(spec: EvaluationSpec) -> tuple[str, ...]:
+    """The spec ids ``spec``'s statistics may be stored under: its own (logged propensities) or
+    its state-action spec's (none logged: :mod:`gpope.shell.pipeline.propensities`)."""
+    from gpope.core.state_action import state_action_spec
+
+    return (spec.spec_id, state_action_spec(spec).spec_id)
 
 
 def _has_partition(path: str, spec_id: str) -> bool:

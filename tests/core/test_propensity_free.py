@@ -15,7 +15,12 @@ import pytest
 
 from gpope.core import behaviour_estimate as be
 from gpope.core.spec import EvaluationSpec
-from gpope.core.state_action import StateActionFeatures, state_action_spec, state_action_statistics
+from gpope.core.state_action import (
+    StateActionFeatures,
+    state_action_spec,
+    state_action_statistics,
+    value_spec,
+)
 from gpope.core.transitions import Transitions
 
 PI = [[0.25, 0.75], [1.0, 0.0]]
@@ -58,7 +63,12 @@ def test_state_action_statistics_are_the_lstdq_sums_written_out():
 def test_state_action_spec_releases_v_as_the_policy_average_of_q():
     q = state_action_spec(SPEC)
     assert isinstance(q.feature_map, StateActionFeatures) and q.n_features == 4
-    assert q.importance_weight_bound == 1.0 and q.reference_names == SPEC.reference_names
+    assert q.reference_names == SPEC.reference_names and q.spec_id != SPEC.spec_id
+    assert value_spec(q) == SPEC and state_action_spec(q) is q
+    # no ratio in the pair statistics: the clip grid's top takes a weight of 1, not the spec's 4
+    from gpope.core.untuned import statistics_norm_bound
+
+    assert statistics_norm_bound(q) == pytest.approx(np.hypot(1.5, 1.0) + 1.0)
     theta = np.array([1.0, 2.0, 3.0, 4.0])  # Q(s0,a0), Q(s1,a0), Q(s0,a1), Q(s1,a1)
     np.testing.assert_allclose(q.reference_values(theta), [0.25 * 1 + 0.75 * 3, 2.0])
 

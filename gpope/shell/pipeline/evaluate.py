@@ -95,10 +95,12 @@ def run_evaluate(
     from gpope.shell.pipeline.evaluate_report import track_and_report as report
     from gpope.shell.pipeline.evaluate_solve import estimate
     from gpope.shell.pipeline.ledger import PrivacyLedger
+    from gpope.shell.pipeline.propensities import statistics_spec
     from gpope.shell.pipeline.release import policy_label, release_row, value_rows, write_release
     from gpope.shell.pipeline.stats import read_statistics
 
     start = time.perf_counter()
+    spec = statistics_spec(spark, config, dataset, spec)  # no propensities: the pair fit's
     prepared = prepare_run(spark, config, dataset=dataset, spec=spec, flags=options)
     plan, settings = prepared.plan, prepared.settings
     stats_df = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id,

@@ -197,6 +197,12 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     if untuned_applies(spec, provenance["source"]):  # nobody tuned it, nothing was chosen
         check_untuned_settings(spec, settings)
         settings = dataclasses.replace(settings, estimator="untuned", interval_groups=0)
+    from gpope.core.state_action import is_state_action
+    from gpope.shell.pipeline.propensities import behaviour_rules
+
+    behaviour = behaviour_rules(spec, settings)  # no propensities: estimated by the default
+    if is_state_action(spec):  # the policy value release needs logged ratios
+        settings = dataclasses.replace(settings, policy_value_share=0.0)
     ssp_run = settings.estimator == "ssp"
     q_source = provenance["source"].get("ssp_clip_quantile")
     clip, clip_from = (None, None) if settings.estimator == "untuned" else statistics_clip(
@@ -216,7 +222,7 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         private_tuning=settings.private_tuning.to_core()
         if settings.tune == "private" and not ssp_run else None, untuned=settings.untuned,
         private_clip_quantile=private_clip_quantile(settings, q_source)
-        if ssp_run and clip is None else None)
+        if ssp_run and clip is None else None, behaviour=behaviour)
     if plan.interval_note:
         provenance["interval_note"] = plan.interval_note
     if not ssp_run and settings.interval_groups != plan.interval_groups:

@@ -91,9 +91,46 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     sigmas = plan.untuned_sigmas  # the estimator's share of the run (the plan's numbers)
 
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
-    return release_untuned(_summing(stats, spec.n_features, m), spec, m=m, sigmas=sigmas, moments_share=moments_share,
-                           settings=settings, rng=np.random.default_rng(ss), level=level,
+    rng = np.random.default_rng(ss)
+    aggregate = _summing(stats, spec.n_features, m)
+    if plan.component("behaviour") is not None:  # no propensities: estimate them first
+        aggregate, spec = _with_estimated_behaviour(aggregate, spec, m=m, plan=plan, rng=rng)
+    return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
+                           settings=settings, rng=rng, level=level,
                            identification=identification, functionals=functionals)
+
+
+def _with_estimated_behaviour(aggregate: Any, spec: EvaluationSpec, *, m: int, plan: Any,
+                              rng: np.random.Generator) -> tuple[Any, EvaluationSpec]:
+    """The plan's ``behaviour`` release over the state-action rows of ``spec`` (their count
+    rows), then the value spec and an aggregate that hands every kernel the value route's rows
+    under the released propensities (:func:`gpope.core.behaviour_estimate.value_rows_from_pairs`,
+    post-processing)."""
+    import math
+
+    from gpope.core import behaviour_estimate as be
+    from gpope.core.state_action import value_spec
+
+    component = plan.component("behaviour")
+    rules = be.BehaviourSettings()
+    whole = float(component.sigma) * math.sqrt(component.share)
+    vspec = value_spec(spec)
+    S, K = vspec.n_features, vspec.target_policy.n_actions
+
+    def counts(kernel, width):
+        return aggregate(lambda idx, rows: kernel(idx, be.count_rows_from_pairs(rows, vspec)),
+                         width)
+
+    est = be.release_behaviour(counts, n_states=S, n_actions=K, m=m,
+                               sigma_quantile=whole / math.sqrt(rules.quantile_share),
+                               sigma_counts=whole / math.sqrt(rules.share), settings=rules,
+                               rng=rng)
+
+    def values(kernel, width):
+        return aggregate(lambda idx, rows: kernel(idx, be.value_rows_from_pairs(
+            rows, vspec, est.probs)), width)
+
+    return values, vspec
 
 
 def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, seed: int | None,

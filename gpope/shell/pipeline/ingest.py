@@ -345,7 +345,7 @@ def run_ingest(
     from gpope.shell import faults
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id, read_pinned
-    from gpope.shell.pipeline.ingest_contract import conform_bronze
+    from gpope.shell.pipeline.ingest_contract import conform_bronze, propensities_logged
     from gpope.shell.pipeline.ingest_ends import check_end_convention
     from gpope.shell.pipeline.ingest_first_state import unknown_at_first_decision
 
@@ -357,6 +357,8 @@ def run_ingest(
     for t in BRONZE_TABLES:  # the last complete cohort, never a half-written one
         ref = TableRef("bronze", t, dataset)
         raw, inputs[str(ref)] = read_pinned(target, ref, committed=committed)
+        if t == "treatments":
+            logged = propensities_logged(raw.columns)  # the schema: public
         bronze[t] = conform_bronze(raw, t, str(ref))  # contract checked: one clear line
     # ambiguous data with no declared end convention: refused before anything is written
     check_end_convention(bronze["observations"], bronze["treatments"], settings, dataset)
@@ -364,7 +366,7 @@ def run_ingest(
                                               settings)
     rows_in = {t: bronze[t].count() for t in BRONZE_TABLES}
     frames = build_silver(
-        bronze["observations"], bronze["treatments"], bronze["outcomes"], settings
+        bronze["observations"], bronze["treatments"], bronze["outcomes"], settings, logged=logged
     )
     run_id = new_run_id()
     transitions_ref = TableRef("silver", "transitions", dataset)

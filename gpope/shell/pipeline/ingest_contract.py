@@ -2,6 +2,9 @@
 
 Raw tables are delivered by other tools, so their columns are checked here, once, per table:
 
+* the treatments' ``propensity`` column is optional: an extract without it (no logged behaviour
+  probabilities, a public fact: the schema) gets a null column (:data:`OPTIONAL_COLUMNS`), and
+  ingest carries ``behavior_prob`` null (:func:`propensities_logged`);
 * a **missing** column, or a column whose type cannot hold the contract's values (a boolean
   ``value``, an array ``time``...), stops ingest with one line naming the table, the column, the
   expected and the found type (:class:`~gpope.errors.SchemaError`, exit status 2);
@@ -26,11 +29,22 @@ from gpope.errors import SchemaError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["RAW_COLUMN", "UNPARSABLE_COLUMN", "conform_bronze", "unparsable_reason"]
+__all__ = ["OPTIONAL_COLUMNS", "RAW_COLUMN", "UNPARSABLE_COLUMN", "conform_bronze",
+           "propensities_logged", "unparsable_reason"]
 
 UNPARSABLE_COLUMN = "_unparsable"
 RAW_COLUMN = "_raw"
 _PARSED_TYPES = ("double", "timestamp")
+
+#: Contract columns a delivery may leave out (table -> columns): read as null.
+OPTIONAL_COLUMNS = {"treatments": ("propensity",)}
+
+
+def propensities_logged(columns: list[str] | tuple[str, ...]) -> bool:
+    """Whether a bronze treatments table with these columns (its schema, public) logs the
+    behaviour probabilities: it has a ``propensity`` column. Without one the evaluation estimates
+    them (docs/OWN_DATA.md, "Without logged propensities")."""
+    return "propensity" in columns
 
 
 def unparsable_reason(column: str) -> str:
@@ -60,6 +74,9 @@ def conform_bronze(df: DataFrame, table: str, location: str) -> DataFrame:
     columns, failures = [], []
     for field in contract.fields:
         expected = field.dataType.simpleString()
+        if field.name not in have and field.name in OPTIONAL_COLUMNS.get(table, ()):
+            columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+            continue
         if field.name not in have:
             raise SchemaError(
                 f"Bronze table {location}: column {field.name!r} is missing (expected "

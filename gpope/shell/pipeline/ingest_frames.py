@@ -237,21 +237,19 @@ def _mark_duplicates(
     return df.drop("_bad")
 
 
-def _annotate_treatments(treatments: DataFrame, settings: DatasetSettings) -> DataFrame:
-    """Treatments with ``_reason`` and ``_k`` (0-based step of each valid row, before the cut)."""
+def _annotate_treatments(treatments: DataFrame, settings: DatasetSettings, *,
+                         logged: bool = True) -> DataFrame:
+    """Treatments with ``_reason`` and ``_k`` (0-based step of each valid row, before the cut).
+    ``logged`` False (no propensity column delivered): the propensity rules do not apply."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     p = F.col("propensity")
-    df = treatments.withColumn(
-        _REASON,
-        _first_reason(
-            (F.col("action").isNull(), NULL_ACTION),
-            (_non_finite(p), BAD_PROPENSITY),
-            ((p <= 0) | (p > 1), PROPENSITY_RANGE),
-            (~F.col("action").isin(list(settings.actions)), UNKNOWN_ACTION),
-        ),
-    )
+    checks = [(F.col("action").isNull(), NULL_ACTION)]
+    if logged:
+        checks += [(_non_finite(p), BAD_PROPENSITY), ((p <= 0) | (p > 1), PROPENSITY_RANGE)]
+    checks.append((~F.col("action").isin(list(settings.actions)), UNKNOWN_ACTION))
+    df = treatments.withColumn(_REASON, _first_reason(*checks))
     df = _mark_duplicates(df, ("time", "action", "propensity"), conflict=("time",))
     ok = F.col(_REASON).isNull().cast("int")
     by_time = Window.partitionBy("patient_id").orderBy("time")
@@ -544,6 +542,7 @@ def build_silver(
     settings: DatasetSettings,
     *,
     persist: bool = True,
+    logged: bool = True,
 ) -> SilverFrames:
     """Turn the three bronze tables into the silver tables (lazily, except one small ranking job).
 
@@ -553,6 +552,8 @@ def build_silver(
         settings: the dataset's public ingest settings (variables, defaults, actions, max_length,
             terminal variable, missing indicators).
         persist: cache the annotated bronze rows, which all three outputs read (recommended).
+        logged: the treatments carry logged propensities (False: the delivery had no
+            ``propensity`` column; every ``behavior_prob`` is null).
 
     Returns:
         :class:`SilverFrames`; call its :meth:`~SilverFrames.release` once the outputs are written.
@@ -565,7 +566,7 @@ def build_silver(
     if persist:
         overflow = overflow.persist()
     treat = _annotate_treatments(
-        _with_overflow(_inputs(treatments, "treatments"), overflow), settings
+        _with_overflow(_inputs(treatments, "treatments"), overflow), settings, logged=logged
     )
     if persist:
         treat = treat.persist()

@@ -19,8 +19,9 @@ or naive, text or integer codes), and a local file whose contract column has a t
 cannot hold is refused before Spark starts. A time without a time zone (CSV text without an
 offset, a Parquet timestamp not adjusted to UTC) is a wall-clock time of ``time_zone``
 (``gpope load --time-zone``; UTC when not given); a time with an offset is converted to UTC.
-A treatments file without a ``propensity`` column (no logged propensities) is loaded with null
-propensities.
+A treatments file without a ``propensity`` column (no logged propensities) is loaded without
+it: the bronze table's schema then says they were not logged, the public fact later stages
+choose their route by (:mod:`gpope.shell.pipeline.propensities`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ BRONZE_COLUMNS: dict[str, tuple[str, ...]] = {
     "treatments": ("patient_id", "time", "action", "propensity"),
     "outcomes": ("patient_id", "time", "reward"),
 }
-#: Contract columns a file may leave out: loaded as nulls (an extract without logged
+#: Contract columns a file may leave out: loaded without them (an extract without logged
 #: propensities).
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"treatments": ("propensity",)}
 FileFormat = Literal["auto", "parquet", "csv"]
@@ -184,7 +185,7 @@ class LoadReport:
         versions: the Delta version of each bronze table after the load.
         columns: per table, ``{bronze column: file column}`` renamed on the way in.
         time_zone: the zone of the times without one (None: UTC).
-        filled: per table, the optional contract columns its file lacked, loaded as nulls.
+        filled: per table, the optional contract columns its file lacked (loaded without them).
     """
 
     dataset: str
@@ -214,7 +215,7 @@ class LoadReport:
 
         lines = [f"load {self.dataset}: bronze tables replaced (rows as delivered)"]
         lines += [f"  {t:<13}renamed: {_mapping_text(t, m)}" for t, m in self.columns.items()]
-        lines += [f"  {t:<13}{', '.join(c)}: not in the file, loaded as null"
+        lines += [f"  {t:<13}{', '.join(c)}: not in the file, not logged (evaluate estimates it)"
                   for t, c in self.filled.items()]  # fmt: skip
         lines.append(f"  times without a time zone read as {self.time_zone or 'UTC'} wall-clock "
                      "times")
@@ -413,8 +414,8 @@ def read_bronze_file(spark: SparkSession, path: str, table: str, *,
 def _read(spark: SparkSession, path: str, table: str, *, fmt: FileFormat,
           columns: Mapping[str, str] | None, time_zone: str | None
           ) -> tuple[DataFrame, tuple[str, ...]]:
-    """:func:`read_bronze_file`'s DataFrame, and the optional contract columns loaded as nulls
-    because the file lacks them."""
+    """:func:`read_bronze_file`'s DataFrame, and the optional contract columns the file lacks
+    (the table is written without them: its schema records what was not logged)."""
     from pyspark.sql import functions as F
 
     from gpope.shell.pipeline.ingest_contract import conform_bronze
@@ -448,7 +449,6 @@ def _read(spark: SparkSession, path: str, table: str, *, fmt: FileFormat,
         selected.append(col.alias(names.get(c, c)))
     filled = tuple(c for c in OPTIONAL_COLUMNS.get(table, ())
                    if c not in names.values() and c not in df.columns)
-    selected += [F.lit(None).cast("double").alias(c) for c in filled]
     df = df.select(*selected)
     conform_bronze(df, table, path)  # contract checked now: one clear line, nothing written
     return df, filled

@@ -148,8 +148,9 @@ def policy_terms(transitions: Any, rho: np.ndarray, spec: EvaluationSpec) -> np.
     policy value release needs."""
     from gpope.core.policy_value import policy_value_terms, policy_value_unavailable, spec_bounds
     from gpope.core.policy_value_direct import first_state_features
+    from gpope.core.state_action import is_state_action
 
-    if policy_value_unavailable(spec):
+    if policy_value_unavailable(spec) or is_state_action(spec):  # no logged ratios
         return None
     t = policy_value_terms(transitions, rho, spec_bounds(spec))
     return np.concatenate([np.stack([t.g, t.a, t.n], axis=1),
@@ -160,7 +161,12 @@ def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.nda
     """(rho, raw reward, clamp counts) of a batch under the spec's public bounds."""
     from gpope.core.bounds import clamp_to_public_bounds
     from gpope.core.policies import importance_ratios
+    from gpope.core.state_action import is_state_action
 
+    if is_state_action(spec):  # no propensities logged: no ratio, rewards bounded only
+        rho = np.ones(transitions.n_transitions)
+        return clamp_to_public_bounds(rho, transitions.reward, importance_weight_bound=None,
+                                      reward_bounds=spec.reward_bounds)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         rho = importance_ratios(spec.target_policy, transitions)
     return clamp_to_public_bounds(
@@ -171,8 +177,12 @@ def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.nda
 
 def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,
                 representation: str = "dense") -> Any:
+    from gpope.core.state_action import is_state_action, state_action_statistics
     from gpope.core.statistics import statistics_from_transitions
 
+    if is_state_action(spec):  # LSTDQ rows (gpope.core.state_action), rewards already bounded
+        return state_action_statistics(transitions, spec, representation=representation,
+                                       bound=False)
     return statistics_from_transitions(
         transitions,
         spec.feature_map,
@@ -182,6 +192,13 @@ def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,
         length_scale=spec.length_scale,
         representation=representation,
     )
+
+
+def _missing_prob(spec: EvaluationSpec) -> float | None:
+    """A state-action fit never reads ``behavior_prob`` (null when not logged): any value."""
+    from gpope.core.state_action import is_state_action
+
+    return 1.0 if is_state_action(spec) else None
 
 
 def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
@@ -197,7 +214,8 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
     table = table.set_column(
         table.schema.get_field_index("traj_index"), "traj_index", pa.array(dense.astype(np.int64))
     )
-    transitions = transitions_from_arrow(table, n_trajectories=len(ids))
+    transitions = transitions_from_arrow(table, n_trajectories=len(ids),
+                                         missing_prob=_missing_prob(spec))
     stats, counts, terms = _statistics_and_counts(transitions, spec, with_terms=True)
     rows = stats.to_rows()
     columns = {
@@ -316,7 +334,8 @@ def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
                 table.schema.get_field_index("traj_index"), "traj_index",
                 pa.array(dense.astype(np.int64)),
             )
-            tr = transitions_from_arrow(table, n_trajectories=int(dense.max()) + 1)
+            tr = transitions_from_arrow(table, n_trajectories=int(dense.max()) + 1,
+                                        missing_prob=_missing_prob(spec))
             _, _, counts = _bounded(tr, spec)
             yield pa.RecordBatch.from_pydict(
                 {r: pa.array([counts[r]], type=pa.int64()) for r in CLAMP_REASONS}
@@ -428,9 +447,11 @@ def run_stats(
 
     from gpope.shell import interrupts, lake
     from gpope.shell.lake.manifest import read_pinned
+    from gpope.shell.pipeline.propensities import statistics_spec
     from gpope.shell.schemas import TRAJECTORY_STATS
 
     start = time.perf_counter()
+    spec = statistics_spec(spark, config, dataset, spec)  # no propensities: the pair fit's
     target = lake.Lake.from_settings(spark, config.lake)
     # the last complete ingest (transitions and rejected_events of one manifest)
     transitions, source = read_pinned(target, lake.TableRef("silver", "transitions", dataset))

@@ -88,15 +88,22 @@ def transitions_to_arrow(transitions: Any, patient_ids: Any = None) -> pa.Table:
     })
 
 
-def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None) -> Any:
+def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None,
+                           missing_prob: float | None = None) -> Any:
     """A core :class:`~gpope.core.transitions.Transitions` from Arrow rows of the silver table.
 
     Rows are sorted by (traj_index, t). ``traj_index`` is kept as is (dense 0..m-1 expected) unless
     ``n_trajectories`` is None and the rows hold one trajectory, which is re-indexed to 0.
+    ``missing_prob``: the ``behavior_prob`` of rows without a logged one (a state-action fit,
+    which never reads it); None: they stay NaN and are refused by ``Transitions``.
     """
     from gpope.core.transitions import Transitions
 
     cols = {c: table.column(c) for c in _INPUT_COLUMNS}
+    if missing_prob is not None:
+        import pyarrow.compute as pc
+
+        cols["behavior_prob"] = pc.fill_null(cols["behavior_prob"], float(missing_prob))
     ti = cols["traj_index"].to_numpy().astype(np.int64)
     t = cols["t"].to_numpy().astype(np.int64)
     order = np.lexsort((t, ti))
@@ -116,6 +123,6 @@ def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None
         next_state=next_state,
         terminal=cols["terminal"].to_numpy(zero_copy_only=False).astype(bool)[order],
         truncated=cols["truncated"].to_numpy(zero_copy_only=False).astype(bool)[order],
-        behavior_prob=cols["behavior_prob"].to_numpy().astype(np.float64)[order],
+        behavior_prob=cols["behavior_prob"].to_numpy(zero_copy_only=False).astype(np.float64)[order],
         n_trajectories=n_trajectories,
     )

@@ -1,0 +1,67 @@
+"""Which route a dataset's evaluation takes when its extract logged no behaviour probabilities.
+
+The rule is public: the dataset's bronze ``treatments`` table either has a ``propensity`` column
+or not (its schema, read without a row; :func:`gpope.shell.pipeline.ingest_contract.
+propensities_logged`). Ingest carries ``behavior_prob`` null for a table without one.
+
+* logged: the value route (``A_i`` weighted by ``pi / propensity``), as always;
+* not logged: ``gpope stats`` stores the state-action statistics
+  (:func:`gpope.core.state_action.state_action_spec`, its own ``spec_id``), and ``gpope evaluate``
+  evaluates that spec. On a tabular map the tuning-free default first releases the behaviour
+  policy from the same rows (noisy counts per state and action,
+  :mod:`gpope.core.behaviour_estimate`, the plan's ``behaviour`` component) and runs the value
+  route with the estimated propensities (measured the more accurate route at epsilon 1:
+  docs/RESULTS.md, "Without logged propensities"); on other maps, and for a solver chosen on the
+  command line, it fits the action values (LSTDQ) directly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.core.spec import EvaluationSpec
+    from gpope.shell.config import GpopeConfig
+
+__all__ = ["behaviour_rules", "logged_propensities", "statistics_spec"]
+
+
+def logged_propensities(spark: SparkSession, config: GpopeConfig, dataset: str) -> bool:
+    """Whether the dataset's bronze treatments table has a ``propensity`` column (its schema
+    only; a dataset without bronze tables, e.g. removed after ingest, counts as logged)."""
+    from gpope.errors import TableNotFoundError
+    from gpope.shell.lake import Lake, TableRef
+    from gpope.shell.lake.manifest import read_pinned
+    from gpope.shell.pipeline.ingest_contract import propensities_logged
+
+    try:
+        raw, _ = read_pinned(Lake.from_settings(spark, config.lake),
+                             TableRef("bronze", "treatments", dataset))
+    except TableNotFoundError:
+        return True
+    return propensities_logged(raw.columns)
+
+
+def statistics_spec(spark: SparkSession, config: GpopeConfig, dataset: str,
+                    spec: EvaluationSpec) -> EvaluationSpec:
+    """The spec whose statistics the dataset has: ``spec`` when propensities are logged, its
+    state-action spec when not."""
+    from gpope.core.state_action import state_action_spec
+
+    return spec if logged_propensities(spark, config, dataset) else state_action_spec(spec)
+
+
+def behaviour_rules(spec: EvaluationSpec, settings: Any) -> Any:
+    """The behaviour estimate's public rules when a run on ``spec`` (a state-action spec) with
+    the resolved ``settings`` estimates the behaviour policy: the tuning-free default on a
+    tabular state map; else None (the pair fit is released as it is)."""
+    from gpope.core.behaviour_estimate import BehaviourSettings
+    from gpope.core.features import TabularFeatures
+    from gpope.core.state_action import is_state_action
+
+    if (not is_state_action(spec) or settings.estimator != "untuned"
+            or not isinstance(spec.feature_map.base, TabularFeatures)):
+        return None
+    return BehaviourSettings()
