@@ -196,21 +196,30 @@ def main() -> None:
     parser = trial_parser(__doc__, seed=2026)
     parser.add_argument("--chart-late", type=int, default=0, metavar="MIN",
                         help="chart acuity MIN minutes after each round instead of 20 before")
+    parser.add_argument("--no-propensity", action="store_true",
+                        help="the orders export without its p_logged column (nothing logged)")
     args = parser.parse_args()
     truth = write_dataset(args.out, args.patients, args.seed, args.chart_late)
+    columns = RENAME
+    if args.no_propensity:
+        orders = args.out / EXPORTS["treatments"]
+        pd.read_csv(orders).drop(columns=["p_logged"]).to_csv(orders, index=False)
+        columns = {**RENAME, "treatments": {k: v for k, v in RENAME["treatments"].items()
+                                            if k != "p_logged"}}
     print(json.dumps({k: truth[k] for k in ("policy_value", "behaviour_value", "J_inf_target",
                                             "J_inf_behaviour", "mean_rounds")}))
     if not args.run:
         return
-    rows = run(args.out, "ward", truth, RENAME, EXPORTS, args.epsilons, args.delta,
+    rows = run(args.out, "ward", truth, columns, EXPORTS, args.epsilons, args.delta,
                args.repeats)
     print(f"{'eps':>5} {'max abs err':>11} {'LSTD err':>9} {'covered':>8} {'finite':>7} "
           f"{'J(target) [interval]':>30} {'truth':>7}")
     for r in rows:
         j = r["policy_value"]
+        jv = ("not released" if j is None
+              else f"{j['value']:>8.3f} [{j['lower']:.3f}, {j['upper']:.3f}] {j['truth']:>7.3f}")
         print(f"{r['epsilon']:>5g} {r['max_abs_error']:>11.4f} {r['lstd_error']:>9.4f} "
-              f"{r['covered']:>4}/{r['states']:<3} {r['finite']:>3}/{r['states']:<3} "
-              f"{j['value']:>8.3f} [{j['lower']:.3f}, {j['upper']:.3f}] {j['truth']:>7.3f}")
+              f"{r['covered']:>4}/{r['states']:<3} {r['finite']:>3}/{r['states']:<3} {jv}")
     write_json(args.json, truth, rows)
 
 
