@@ -481,6 +481,7 @@ def run_stats(
         )
         version = target.write(frame, ref, mode="replace_where", replace_where=replaced,
                                partition_by=["spec_id"])  # fmt: skip
+        interrupts.record(f"{ref}@v{version} (spec {spec.name})")  # visible before its manifest
         observed = observation.get
         if all(r in observed for r in _CLAMPED):
             clamped = {r: int(observed[r] or 0) for r in _CLAMPED}
