@@ -321,3 +321,23 @@ def test_budget_show_exits_cleanly_every_time(tmp_path):
     for _ in range(5):
         out = _fresh_python(code)
         assert out.returncode == 0, (out.returncode, out.stderr[-500:])
+
+
+def test_a_failure_after_the_reservation_says_what_is_charged_and_how_to_settle_it():
+    from gpope.errors import CommitError, DataError
+    from gpope.shell.pipeline.after_release import failed_before_release
+
+    cause = DataError("no statistics rows for the spec")
+    told = failed_before_release(cause, "r1", dataset="ward", epsilon=1.0, delta=1e-6)
+    assert type(told) is DataError and "no statistics rows" in str(told)
+    assert "epsilon 1, delta 1e-06 stay charged" in str(told)
+    assert "nothing was released" in str(told) and "recorded as failed" in str(told)
+    # the ledger could not record the failure (a read-only lake): the settle command is named
+    stuck = failed_before_release(cause, "r1", dataset="ward", epsilon=1.0, delta=1e-6,
+                                  mark_error=CommitError("Could not append ... Nothing was "
+                                                         "committed"))
+    assert isinstance(stuck, CommitError)
+    assert "gpope budget reconcile --dataset ward" in str(stuck) and "still open" in str(stuck)
+    assert str(stuck).index("stay charged") < str(stuck).index("Nothing was committed")
+    other = KeyError("x")
+    assert failed_before_release(other, "r1", dataset="ward", epsilon=1.0, delta=1e-6) is other

@@ -67,6 +67,31 @@ def interrupted_before_release(run_id: str, *, dataset: str, epsilon: float,
         f"is left; run the evaluation again for a release.")
 
 
+def failed_before_release(error: BaseException, run_id: str, *, dataset: str, epsilon: float,
+                          delta: float, mark_error: BaseException | None = None) -> BaseException:
+    """The error of a run that failed after its ledger reservation and before its release: what
+    the ledger holds (the reservation, charged), that nothing was released, the cause, and the
+    one command that settles the run when the ledger could not record the failure itself.
+
+    A :class:`~gpope.errors.GpopeError` keeps its class (callers and exit codes rely on it);
+    any other exception is returned unchanged unless ``mark_error`` is set.
+    """
+    from gpope.errors import CommitError, GpopeError
+
+    cause = _reason(error)
+    charged = (f"run {run_id} of dataset {dataset} failed after its privacy reservation: "
+               f"epsilon {epsilon:g}, delta {delta:g} stay charged in the ledger (noise may have "
+               f"been drawn) and nothing was released")
+    if mark_error is not None:
+        return CommitError(
+            f"{charged}; the ledger could not record the failure either ({_reason(mark_error)}), "
+            f"so the reservation is still open: once the lake is writable, `gpope budget "
+            f"reconcile --dataset {dataset}` settles it (still charged). Cause: {cause}")
+    if isinstance(error, GpopeError):
+        return type(error)(f"{charged} (recorded as failed). Cause: {cause}")
+    return error
+
+
 def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:
     """What ``gpope evaluate`` writes on stderr when printing its report failed: the release, its
     values and where they are kept, and the report's own after-release warning if it has one;

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpope.shell.pipeline.after_release import (
+    failed_before_release,
     interrupted_before_release,
     interrupted_note,
     unreported_release,
@@ -147,8 +148,16 @@ def run_evaluate(
             values=_values_line(spec, est)) from exc
     except BaseException as exc:
         if not released:
-            ledger.mark(dataset, run_id, "failed")
-            raise
+            try:
+                ledger.mark(dataset, run_id, "failed")
+            except Exception as mark_exc:  # a lake that stopped being writable, say
+                raise failed_before_release(exc, run_id, dataset=dataset, epsilon=plan.epsilon,
+                                            delta=plan.delta, mark_error=mark_exc) from exc
+            told = failed_before_release(exc, run_id, dataset=dataset, epsilon=plan.epsilon,
+                                         delta=plan.delta)
+            if told is exc:
+                raise
+            raise told from exc
         if not isinstance(exc, Exception):
             raise
         return unreported_release(ledger, run_id=run_id, dataset=dataset, spec=spec,
