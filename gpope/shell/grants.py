@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpope.errors import ConfigError
 from gpope.shell.lake.names import TableRef, check_name, uc_table_name
+from gpope.shell.query_sandbox import RELEASE_TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,9 +24,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ANALYST_TABLES", "check_grants", "grant_statements", "run_grants"]
 
-ANALYST_TABLES: tuple[str, ...] = ("released_values", "released_estimates", "privacy_ledger")
-"""The shared gold tables an analysts' group may read: differentially private releases and the
-ledger's accounting (no patient's row, no noise-free statistic)."""
+ANALYST_TABLES: tuple[str, ...] = tuple(sorted(RELEASE_TABLES))
+"""The shared gold tables an analysts' group may read: the tables ``gpope query`` serves without
+its operator switch (differentially private releases and the ledger's accounting; no patient's
+row, no noise-free statistic)."""
 
 _PRINCIPAL = re.compile(r"[^`\x00-\x1f]{1,255}")
 

@@ -57,6 +57,16 @@ from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, QueryError
 from gpope.shell.lake.local import latest_version, snapshot
+from gpope.shell.query_sandbox import (
+    BUDGET_STATUS_VIEW,
+    LATEST_RELEASE_VIEW,
+    OPERATOR_SWITCH,
+    RELEASE_TABLES,
+    RELEASE_VIEWS,
+    check_select,
+    check_served,
+    first_line,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -80,8 +90,6 @@ __all__ = [
     "view_names",
 ]
 
-BUDGET_STATUS_VIEW = "budget_status"
-LATEST_RELEASE_VIEW = "latest_release"
 _RELEASED_VALUES = "released_values"
 #: latest_release's budget columns (from budget_status; NULL when the lake has no ledger).
 _LATEST_BUDGET_COLUMNS = ("budget_epsilon", "spent_epsilon", "remaining_epsilon",
@@ -102,15 +110,6 @@ _RELEASE_VERSION_COMMENT = (
     "'latest' (created_at is the writer's clock and may be skewed)")
 _PIPELINE_RUNS = "pipeline_runs"
 _LEDGER = "privacy_ledger"
-#: The shared gold tables that hold only released (differentially private) outputs and the
-#: ledger's accounting: the tables an analyst's query may read.
-_RELEASE_TABLES = frozenset({_RELEASED_VALUES, "released_estimates", _LEDGER})
-RELEASE_VIEWS: frozenset[str] = _RELEASE_TABLES | {BUDGET_STATUS_VIEW, LATEST_RELEASE_VIEW}
-"""The views served without the operator switch."""
-OPERATOR_SWITCH = "--operator"
-"""The command-line switch (``operator=True`` in Python) that opens raw and per-patient tables."""
-_OPERATOR_OPENS = ("raw event tables (bronze), patients' transitions and rejected rows (silver), "
-                   "per-patient trajectory_stats and pipeline_runs")
 _LAYERS = ("bronze", "silver", "gold")
 _SEPARATOR = "__"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -222,14 +221,9 @@ def _discover(root: Path) -> list[LakeTable]:
     return sorted(found, key=lambda t: t.view)
 
 
-def is_release_view(name: str) -> bool:
-    """True when ``name`` (any case) is a view served without the operator switch."""
-    return name.lower() in RELEASE_VIEWS
-
-
 def _served(tables: Iterable[LakeTable], operator: bool) -> list[LakeTable]:
     """The tables a query may open: the release tables, and with ``operator`` every table."""
-    return [t for t in tables if operator or t.view in _RELEASE_TABLES]
+    return [t for t in tables if operator or t.view in RELEASE_TABLES]
 
 
 def _check_case(tables: Iterable[LakeTable]) -> None:
@@ -466,49 +460,6 @@ def _committed(manifest: str | None, at: int | None) -> set[str]:
     return set(local_tables().read_arrow(manifest, at).column("run_id").to_pylist())
 
 
-def check_select(sql: str) -> None:
-    """Refuse anything but exactly one read-only SELECT statement (before any table is opened).
-
-    Raises:
-        QueryError: empty SQL, a syntax error, more than one statement, or a statement that is
-            not a SELECT (COPY, ATTACH, EXPORT, INSTALL, CREATE, SET, PRAGMA...).
-    """
-    import duckdb
-
-    if not isinstance(sql, str) or not sql.strip():
-        raise QueryError("The SQL query is empty; pass one statement, e.g. "
-                         "'SELECT * FROM released_values'.")
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(f"DuckDB could not parse the query: {_first_line(exc)}") from None
-    allowed = ("gpope query runs exactly one read-only SELECT over the lake's views (WITH ... "
-               "SELECT, FROM ... and DESCRIBE forms included); files, COPY, ATTACH, EXPORT, "
-               "INSTALL, SET and writes are not available")
-    if len(statements) != 1:
-        raise QueryError(f"{allowed}; got {len(statements)} statements. Run them one at a time.")
-    kind = statements[0].type
-    if kind != duckdb.StatementType.SELECT:
-        raise QueryError(f"{allowed}; got a {kind.name} statement.")
-
-
-def _check_served(named: set[str], available: list[str], operator: bool) -> None:
-    """Refuse a query naming operator-only tables without the operator switch."""
-    if operator:
-        return
-    from gpope.shell.lake.names import _CREATORS
-
-    known = {v.lower() for v in available} | set(_CREATORS)
-    private = sorted(n for n in named & known if not is_release_view(n))
-    if private:
-        raise QueryError(
-            f"{', '.join(private)}: not a released view. gpope query serves the released views "
-            f"({', '.join(sorted(RELEASE_VIEWS))}) to analysts; {OPERATOR_SWITCH} (operator=True) "
-            f"also opens {_OPERATOR_OPENS}: patients' rows and noise-free numbers, operators only, "
-            "not private."
-        )
-
-
 def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
           operator: bool = False) -> QueryResult:
     """Run ``sql`` (one DuckDB SELECT) over the lake's views; only the views it names are opened.
@@ -533,7 +484,7 @@ def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
     root, config = _lake_root(lake)
     tables = _discover(root)
     named = {m.group(0).lower() for m in _IDENTIFIER.finditer(sql)}
-    _check_served(named, view_names(tables), operator)
+    check_served(named, view_names(tables), operator)
     available = view_names(tables, operator=operator)
     opened = [v for v in available if v.lower() in named]
     con = connect(config, views=opened, operator=operator)
@@ -542,14 +493,14 @@ def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
         arrow = result.to_arrow_table() if result is not None else _empty_table()
     except duckdb.CatalogException as exc:
         raise QueryError(
-            f"{_first_line(exc)}. Views of the lake {root}: {', '.join(available) or '(none)'}. "
+            f"{first_line(exc)}. Views of the lake {root}: {', '.join(available) or '(none)'}. "
             f"{_missing_hint(named, available)}"
         ) from None
     except duckdb.PermissionException as exc:
-        raise QueryError(f"{_first_line(exc)}: gpope query reads only the lake's views, never "
+        raise QueryError(f"{first_line(exc)}: gpope query reads only the lake's views, never "
                          "other files.") from None
     except duckdb.Error as exc:
-        raise QueryError(f"DuckDB could not run the query: {_first_line(exc)}") from None
+        raise QueryError(f"DuckDB could not run the query: {first_line(exc)}") from None
     finally:
         con.close()
     return QueryResult(arrow, sql, str(root), tuple(opened), time.perf_counter() - start)
@@ -565,7 +516,7 @@ def describe(view: str, *, lake: str | Path | GpopeConfig | None = None,
     """
     root, config = _lake_root(lake)
     tables = _discover(root)
-    _check_served({view.lower()}, view_names(tables), operator)
+    check_served({view.lower()}, view_names(tables), operator)
     available = view_names(tables, operator=operator)
     match = [v for v in available if v.lower() == view.lower()]
     if not match:
@@ -589,11 +540,6 @@ def _empty_table() -> pa.Table:
     import pyarrow as pa
 
     return pa.table({})
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0].rstrip(".") if text else type(exc).__name__
 
 
 def _missing_hint(named: set[str], available: list[str]) -> str:
