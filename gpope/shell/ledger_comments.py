@@ -1,4 +1,4 @@
-"""Column comments of the privacy_ledger table: plain data, no imports.
+"""Column comments of the privacy_ledger table and the budget_status view: plain data, no imports.
 
 Shared by the table contract (:mod:`gpope.shell.schemas`, which imports pyspark) and the JVM-free
 ledger store (:mod:`gpope.shell.pipeline.ledger_store`, which must not), so neither imports the
@@ -7,7 +7,7 @@ other.
 
 from __future__ import annotations
 
-__all__ = ["LEDGER_COMMENTS"]
+__all__ = ["BUDGET_STATUS_COMMENTS", "BUDGET_STATUS_TYPES", "LEDGER_COMMENTS"]
 
 LEDGER_COMMENTS: dict[str, str] = {
     "dataset": "dataset (cohort) name the row belongs to",
@@ -33,4 +33,43 @@ LEDGER_COMMENTS: dict[str, str] = {
     "actor": "who wrote the row (user@host)",
     "process": "host:pid of the process holding a reservation (to settle it if it was killed)",
     "note": "free text: budget changes (--force), reconciliation evidence, invalid accounting",
+}
+
+#: Column comments of the ``budget_status`` view (``gpope query --describe budget_status``).
+BUDGET_STATUS_COMMENTS: dict[str, str] = {
+    "dataset": "dataset (cohort) name",
+    "budget_epsilon": "total epsilon budget",
+    "budget_delta": "total delta budget",
+    "budget_source": "who/when set it, or the default",
+    "composition": "governing rule: rdp (tight, Renyi filter) or basic (sum)",
+    "spent_epsilon": "epsilon spent under the governing rule",
+    "spent_delta": "delta of the current guarantee under the governing rule",
+    "spent_epsilon_basic": "sum of the runs' charged epsilons",
+    "spent_delta_basic": "sum of the runs' charged deltas",
+    "spent_epsilon_tight": "RDP filter composition of the runs at budget_delta (null: a run has no stored mechanism)",
+    "remaining_epsilon": "budget_epsilon - spent_epsilon",
+    "remaining_delta": "delta left (rdp: runs do not consume delta)",
+    "runs_counted": "reserved, released and failed runs",
+    "runs_left": "more runs like the latest one that still fit (null before the first run)",
+    "invalid_runs": "runs whose accountant is not a valid bound (paper)",
+    "updated_at": "latest ledger row of a run (UTC)",
+}
+
+BUDGET_STATUS_TYPES: dict[str, str] = {
+    "dataset": "string",
+    "budget_epsilon": "double",
+    "budget_delta": "double",
+    "budget_source": "string",
+    "composition": "string",
+    "spent_epsilon": "double",
+    "spent_delta": "double",
+    "spent_epsilon_basic": "double",
+    "spent_delta_basic": "double",
+    "spent_epsilon_tight": "double",
+    "remaining_epsilon": "double",
+    "remaining_delta": "double",
+    "runs_counted": "long",
+    "runs_left": "long",
+    "invalid_runs": "long",
+    "updated_at": "timestamp",
 }

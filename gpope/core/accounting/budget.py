@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from gpope.core.accounting.registry import not_a_valid_bound
-from gpope.errors import ConfigError
 
 __all__ = [
     "COMPOSITIONS",
@@ -58,9 +57,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerRow",
     "admits",
-    "check_one_relation",
     "fold",
-    "refusal_message",
 ]
 
 #: Statuses whose spend counts against the budget (when the run was admitted).
@@ -167,6 +164,7 @@ class Budget:
     epsilon: float
     delta: float
     source: str
+    explicit: bool = False  #: set by a budget row (not the configuration's default)
 
 
 # ---------------------------------------------------------------------- mechanisms
@@ -195,36 +193,6 @@ def _relation(mechanism: str) -> str | None:
 
     stored = mechanism_from_json(mechanism)
     return None if stored is None else stored.relation
-
-
-def check_one_relation(dataset: str, counted: Iterable[LedgerEntry], mechanism: str) -> None:
-    """Refuse a run whose neighbouring relation differs from the dataset's counted runs.
-
-    A dataset's guarantee is stated under one neighbouring relation. Neither the Rényi filter
-    nor basic composition covers adding an add/remove epsilon (Poisson runs) to a replace-one
-    epsilon (uniform runs): by group privacy an add/remove (eps, delta) run is only
-    (2 eps, (1 + e^eps) delta) under replace-one, and splitting one budget adaptively between two
-    interleaved filters is not a theorem we can cite (see :mod:`.composition`). A dataset's runs
-    share the relation of its first counted run.
-
-    Raises:
-        ConfigError: the new run's relation differs from the one the dataset already uses.
-    """
-    from gpope.core.accounting.composition import relation_of_sampling
-
-    new = _relation(mechanism)
-    if new is None:
-        return
-    used = {rel for e in counted if (rel := _relation(e.mechanism)) is not None}
-    if used and new not in used:
-        old = sorted(used)[0]
-        sampling = {relation_of_sampling(s): s for s in ("uniform", "poisson")}
-        raise ConfigError(
-            f"Dataset {dataset!r} already holds runs analysed under {old} adjacency "
-            f"(--sampling {sampling[old]}); this run uses {new} (--sampling {sampling[new]}), "
-            f"and the ledger cannot compose the two soundly. Use --sampling {sampling[old]} for "
-            "this dataset, or evaluate a separate dataset."
-        )
 
 
 def _legacy_charge(row: LedgerRow) -> float:
@@ -300,23 +268,44 @@ def _ordered(rows: Iterable[LedgerRow]) -> list[LedgerRow]:
     return sorted(rows, key=lambda r: (r.version, r.created_at, order.get(r.row_kind, 3)))
 
 
+def _final_statuses(rows: Sequence[LedgerRow]) -> dict[str, str]:
+    """Each settled run's final status (its first final settlement), from the rows alone."""
+    out: dict[str, str] = {}
+    for r in rows:
+        if r.row_kind == "settlement" and r.status in _FINAL:
+            out.setdefault(r.run_id, r.status)
+    return out
+
+
 def _replay(rows: Sequence[LedgerRow], default: Budget, composition: str
             ) -> tuple[Budget, dict[str, LedgerEntry]]:
-    """Replay the rows in commit order: the budget in force and each run's state."""
+    """Replay the rows in commit order: the budget in force and each run's state.
+
+    A run's final status is authoritative: ``released`` and ``failed`` runs were admitted (a run
+    proceeds past its reservation only when admitted) and count for ever, ``cancelled`` runs never
+    do, whatever commit versions the table's log still holds. Only open reservations are decided
+    by the commit-order rule.
+    """
     rule = _Rule(composition)
     budget = default
     runs: dict[str, LedgerEntry] = {}
-    for r in _ordered(rows):
+    ordered = _ordered(rows)
+    final = _final_statuses(ordered)
+    for r in ordered:
         kind = r.row_kind
         if kind == "budget":
             who = f" by {r.actor}" if r.actor else ""
             budget = Budget(float(r.epsilon), float(r.delta),
                             f"set with `gpope budget set`{who} at "
-                            f"{r.created_at:%Y-%m-%d %H:%M:%S} UTC")
+                            f"{r.created_at:%Y-%m-%d %H:%M:%S} UTC", explicit=True)
         elif kind == "reservation" and r.run_id not in runs:
             entry = _entry(r)
-            admitted = [e for e in runs.values() if e.counted]
-            runs[r.run_id] = replace(entry, admitted=rule.fits(admitted, entry, budget))
+            settled = final.get(r.run_id)
+            if settled is not None:
+                decided = settled != "cancelled"
+            else:
+                decided = rule.fits([e for e in runs.values() if e.counted], entry, budget)
+            runs[r.run_id] = replace(entry, admitted=decided)
         elif kind == "settlement" and r.run_id in runs:
             prev = runs[r.run_id]
             if prev.status not in _FINAL:
@@ -402,6 +391,18 @@ class BudgetStatus:
     runs: tuple[LedgerEntry, ...] = field(default=())
     lake: str = ""
     location: str = ""
+    budget_explicit: bool = False
+
+    @property
+    def raising_needs_force(self) -> bool:
+        """True when raising this budget needs ``--force``: it was set explicitly, or runs were
+        already charged against the default."""
+        return self.budget_explicit or bool(self.counted)
+
+    def set_command(self) -> str:
+        """The ``gpope budget set`` command line that raises this dataset's budget."""
+        force = " --force" if self.raising_needs_force else ""
+        return f"gpope budget set --dataset {self.dataset} --epsilon E --delta D{force}"
 
     @property
     def counted(self) -> tuple[LedgerEntry, ...]:
@@ -558,35 +559,5 @@ def fold(dataset: str, rows: Iterable[LedgerRow], *, default: Budget, compositio
         runs=entries,
         lake=lake,
         location=location,
-    )
-
-
-def refusal_message(status: BudgetStatus, candidate: LedgerEntry, *, race: bool = False) -> str:
-    """Why ``candidate`` is not admitted after the dataset's counted runs, and what to do."""
-    rule = _Rule(status.composition)
-    counted = list(status.counted)
-    why = " (a concurrent run committed its reservation first)" if race else ""
-    if rule.name([*counted, candidate]) == "rdp":
-        after = rule.tight([*counted, candidate], status.budget_delta)
-        detail = (
-            f"composed tightly with the dataset's {len(counted)} counted run(s) (RDP "
-            f"filter at delta {status.budget_delta:.3g}) the spend would be epsilon {after:.6g}"
-        )
-    else:
-        detail = (
-            f"basic composition over {len(counted)} counted run(s) would spend epsilon "
-            f"{status.spent_epsilon_basic + candidate.charged_epsilon:.6g}, delta "
-            f"{status.spent_delta_basic + candidate.charged_delta:.3g}"
-        )
-    charge = ""
-    if not candidate.valid_bound:
-        charge = (f" The {candidate.accountant!r} accountant is not a valid bound: this run is "
-                  f"charged its rigorous RDP epsilon {candidate.charged_epsilon:.6g}, not the "
-                  f"claimed {candidate.epsilon:g}.")
-    return (
-        f"Privacy budget of dataset {status.dataset!r} exceeded{why}: this run claims epsilon "
-        f"{candidate.epsilon:.6g}, delta {candidate.delta:.3g}; {detail}, over the budget epsilon "
-        f"{status.budget_epsilon:.6g}, delta {status.budget_delta:.3g}.{charge} Nothing was "
-        f"released. Lower --epsilon, or raise the budget with `gpope budget set --dataset "
-        f"{status.dataset} --epsilon E --delta D --force` if your policy allows."
+        budget_explicit=budget.explicit,
     )

@@ -53,7 +53,7 @@ states, and an add/remove epsilon is not a replace-one epsilon (by group privacy
 (eps, delta) run is (2 eps, (1 + e^eps) delta) under replace-one). A dataset that mixes uniform
 and Poisson runs may therefore be under-charged by up to 2x on its Poisson runs; until a proof or
 a conservative rule lands, the ledger refuses a run whose relation differs from the dataset's
-counted runs (``gpope.shell.pipeline.ledger._check_one_relation``): one sampling scheme per dataset.
+counted runs (``gpope.core.accounting.admission.check_one_relation``): one sampling scheme per dataset.
 """
 
 from __future__ import annotations

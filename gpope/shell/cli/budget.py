@@ -58,8 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "A run killed after its reservation leaves it open. Reconcile marks each stale "
             "reservation 'released' if released_estimates has its run_id, else 'failed' (still "
             "counted: it may have drawn noise). Stale: its process is gone (same host) or it is "
-            "older than privacy.reservation_timeout_hours. Runs automatically before each "
-            "evaluate's reservation."
+            "older than privacy.reservation_timeout_hours. A run released in the lake "
+            "(released_estimates, released_values) that the ledger does not know (a removed or "
+            "restored ledger) is charged its recorded epsilon and delta. Runs automatically "
+            "before each evaluate's reservation."
         ),
     )
     rec.add_argument("--dataset", default=None, help="only this dataset (default: all)")
@@ -77,7 +79,9 @@ def _ledger(args: argparse.Namespace):
 
 
 def _show(args: argparse.Namespace) -> int:
-    status = _ledger(args).status(args.dataset, require_known=True)
+    ledger = _ledger(args)
+    status = ledger.status(args.dataset, require_known=True)
+    ledger.check_lake(args.dataset)
     shown, text = status.to_dict(), status.summary()
     extra, lines = _relations(status, getattr(args, "relation", None))
     emit(args, {**shown, **extra}, "\n".join([text, *lines]))

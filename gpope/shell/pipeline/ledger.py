@@ -40,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpope.core.accounting.admission import check_one_relation, refusal_message
 from gpope.core.accounting.budget import (
     COUNTED_STATUSES,
     TOLERANCE,
@@ -48,13 +49,12 @@ from gpope.core.accounting.budget import (
     LedgerEntry,
     LedgerRow,
     admits,
-    check_one_relation,
     fold,
-    refusal_message,
 )
 from gpope.core.validation import check_number
-from gpope.errors import BudgetExceededError, ConfigError
+from gpope.errors import BudgetExceededError, CommitError, ConfigError
 from gpope.shell import faults
+from gpope.shell.ledger_comments import BUDGET_STATUS_COMMENTS, BUDGET_STATUS_TYPES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -288,6 +288,31 @@ class PrivacyLedger:
                         return None
         return str(latest["mechanism"]).removeprefix("origin:")
 
+    def check_lake(self, dataset: str) -> None:
+        """Refuse a ledger that misses runs released in the lake (:mod:`.ledger_lake`).
+
+        Raises:
+            ConfigError: the lake holds a release of ``dataset`` the ledger has no row for (the
+                ledger was removed or replaced by an older copy); names the runs and
+                ``gpope budget reconcile``.
+        """
+        from gpope.shell.pipeline.ledger_lake import unknown_message, unknown_releases
+
+        unknown = unknown_releases(self._config, self._store.rows(), dataset)
+        if unknown:
+            raise ConfigError(unknown_message(self.location, unknown))
+
+    def recover(self, dataset: str | None = None) -> list[Settlement]:
+        """Charge the runs released in the lake that the ledger does not know (one commit)."""
+        from gpope.shell.pipeline.ledger_lake import recovery_rows, unknown_releases
+
+        unknown = unknown_releases(self._config, self._store.rows(), dataset)
+        if unknown:
+            self._store.append([row for rel in unknown for row in recovery_rows(rel, _row)])
+        return [Settlement(r.dataset, r.run_id, "released", f"released in {r.table} but unknown "
+                           f"to the ledger: charged epsilon {r.epsilon:g}, delta {r.delta:g}")
+                for r in unknown]
+
     def entry(self, dataset: str, run_id: str) -> LedgerEntry | None:
         """The current state of run ``run_id`` (None if the ledger has no such run)."""
         return self.status(dataset).entry(run_id)
@@ -309,6 +334,7 @@ class PrivacyLedger:
         rows = self._store.rows(dataset)
         if require_known and not rows:
             self.check_known(dataset)
+        self.check_lake(dataset)
         current = self._status(dataset, rows)
         if epsilon + TOLERANCE < current.spent_epsilon:
             raise ConfigError(
@@ -440,7 +466,10 @@ class PrivacyLedger:
                 f"Run {run_id!r} of dataset {dataset!r} has no open reservation "
                 f"(status: {None if current is None else current.status}); reserve before marking."
             )
-        row = self._append_settlement(current.__dict__, status, note=note)
+        try:
+            row = self._append_settlement(current.__dict__, status, note=note)
+        except Exception as exc:
+            raise CommitError(unsettled_message(current, status, self.location, exc)) from None
         return LedgerEntry(**{**current.__dict__, "status": status, "created_at": row["created_at"]})
 
     def reconcile(self, dataset: str | None = None, *, spark: SparkSession | None = None) -> list[Settlement]:
@@ -459,12 +488,13 @@ class PrivacyLedger:
         """
         from gpope.shell.pipeline.ledger_store import released_run_ids
 
+        recovered = self.recover(dataset)
         names = [dataset] if dataset is not None else self.datasets()
         open_runs = [
             e for name in names for e in self.status(name).runs if e.status == "reserved"
         ]
         if not open_runs:
-            return []
+            return recovered
         released = released_run_ids(self._config, {e.run_id for e in open_runs},
                                     spark or self._spark)
         timeout = timedelta(hours=self._config.privacy.reservation_timeout_hours)
@@ -496,7 +526,20 @@ class PrivacyLedger:
 
         remove_failed_releases(self._config, {s.run_id for s in out if s.status == "failed"},
                                spark or self._spark)  # fmt: skip
-        return out
+        return recovered + out
+
+
+def unsettled_message(entry: LedgerEntry, status: str, location: str, exc: BaseException) -> str:
+    """What stands when a run's settlement cannot be appended after its reservation committed."""
+    cause = str(exc).split(" Nothing was committed")[0].split(" This append was not")[0]
+    charge = ("" if entry.charged_epsilon == entry.epsilon
+              else f" (charged epsilon {entry.charged_epsilon:g})")
+    return (
+        f"Run {entry.run_id} of dataset {entry.dataset!r} is reserved in the privacy ledger at "
+        f"{location}: epsilon {entry.epsilon:g}, delta {entry.delta:g} are committed and charged"
+        f"{charge}. The ledger could not record it as {status} ({cause.strip().rstrip('.')}). Once the lake is writable, run `gpope budget reconcile --dataset "
+        f"{entry.dataset}` to settle it; do not re-run to recover the spend: it stays charged."
+    )
 
 
 def _process_dead(process: str | None) -> bool:
@@ -526,46 +569,6 @@ def budget_status_rows(config: GpopeConfig, *, spark: SparkSession | None = None
     return [ledger._status(name, [r for r in rows if r["dataset"] == name]).row() for name in names]
 
 
-#: Column comments of the ``budget_status`` view (``gpope query --describe budget_status``).
-BUDGET_STATUS_COMMENTS: dict[str, str] = {
-    "dataset": "dataset (cohort) name",
-    "budget_epsilon": "total epsilon budget",
-    "budget_delta": "total delta budget",
-    "budget_source": "who/when set it, or the default",
-    "composition": "governing rule: rdp (tight, Renyi filter) or basic (sum)",
-    "spent_epsilon": "epsilon spent under the governing rule",
-    "spent_delta": "delta of the current guarantee under the governing rule",
-    "spent_epsilon_basic": "sum of the runs' charged epsilons",
-    "spent_delta_basic": "sum of the runs' charged deltas",
-    "spent_epsilon_tight": "RDP filter composition of the runs at budget_delta (null: a run has no stored mechanism)",
-    "remaining_epsilon": "budget_epsilon - spent_epsilon",
-    "remaining_delta": "delta left (rdp: runs do not consume delta)",
-    "runs_counted": "reserved, released and failed runs",
-    "runs_left": "more runs like the latest one that still fit (null before the first run)",
-    "invalid_runs": "runs whose accountant is not a valid bound (paper)",
-    "updated_at": "latest ledger row of a run (UTC)",
-}
-
-_BUDGET_STATUS_TYPES: dict[str, str] = {
-    "dataset": "string",
-    "budget_epsilon": "double",
-    "budget_delta": "double",
-    "budget_source": "string",
-    "composition": "string",
-    "spent_epsilon": "double",
-    "spent_delta": "double",
-    "spent_epsilon_basic": "double",
-    "spent_delta_basic": "double",
-    "spent_epsilon_tight": "double",
-    "remaining_epsilon": "double",
-    "remaining_delta": "double",
-    "runs_counted": "long",
-    "runs_left": "long",
-    "invalid_runs": "long",
-    "updated_at": "timestamp",
-}
-
-
 def budget_status_table(config: GpopeConfig, *, spark: SparkSession | None = None,
                         store: LedgerStore | None = None) -> pa.Table:
     """:func:`budget_status_rows` as an Arrow table (the ``budget_status`` view of ``gpope query``)."""
@@ -575,7 +578,7 @@ def budget_status_table(config: GpopeConfig, *, spark: SparkSession | None = Non
              "timestamp": pa.timestamp("us")}
     schema = pa.schema([
         pa.field(name, types[kind], metadata={"comment": BUDGET_STATUS_COMMENTS[name]})
-        for name, kind in _BUDGET_STATUS_TYPES.items()
+        for name, kind in BUDGET_STATUS_TYPES.items()
     ])
     rows = budget_status_rows(config, spark=spark, store=store)
     return pa.Table.from_pylist(rows, schema=schema)

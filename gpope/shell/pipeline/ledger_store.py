@@ -172,18 +172,22 @@ class TableLedgerStore:
         """All rows (of ``dataset``), each with the version of the commit that added it."""
         if not self._tables.exists(self.location):
             return []
-        data = self._tables.read_arrow(self.location, self._version)
+        data = self._read()
         history = (self._tables.history(self.location) if self._version is None
                    else self._tables.history(self.location, self._version))
         versions = _versions((h.version, rows_metadata(h.info)) for h in history)
         out = []
-        for r in data.to_pylist():
+        for r in data:
             if dataset is not None and r.get("dataset") != dataset:
                 continue
             full = {name: r.get(name) for name, _, _ in LEDGER_COLUMNS}
             full["created_at"] = _naive_utc(full["created_at"])
             out.append(full)
         return _with_versions(out, versions)
+
+    def _read(self) -> list[dict[str, Any]]:
+        """The table's rows as mappings (the Spark store: its layer's errors as they come)."""
+        return self._tables.read_arrow(self.location, self._version).to_pylist()
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One atomic append recording the rows' identities in the commit's metadata; adds the
@@ -221,6 +225,54 @@ class DeltaRsLedgerStore(TableLedgerStore):
         from gpope.shell.lake.delta_rs import DeltaRsTables
 
         super().__init__(DeltaRsTables(), path, version=version)
+
+    def _read(self) -> list[dict[str, Any]]:
+        """The rows, after the audit of the retained log (:mod:`.ledger_audit`).
+
+        Raises:
+            CorruptTableError: the data cannot be read (e.g. a missing Parquet file) or the log
+                holds a commit gpope does not write; one line naming the table and the repair.
+        """
+        from gpope.errors import GpopeError
+        from gpope.shell.pipeline.ledger_audit import audit_log, unreadable
+
+        try:
+            data = self._tables.read_arrow(self.location, self._version).to_pylist()
+        except GpopeError:
+            raise
+        except Exception as exc:  # delta-rs / Arrow: a missing or damaged data file
+            raise unreadable(self.location, exc) from None
+        keys = {LedgerRow.from_mapping({**r, "created_at": None}).key for r in data}
+        audit_log(self.location, keys, ROWS_KEY, version=self._version)
+        return data
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """:meth:`TableLedgerStore.append`, refused before delta-rs starts writing when the
+        table's folders are not writable (a failed delta-rs upload otherwise ends the process
+        with a Rust panic).
+
+        Raises:
+            CommitError: the ledger's folder or its log is not writable; nothing was committed.
+        """
+        import os
+        from pathlib import Path
+
+        from gpope.errors import CommitError
+
+        folders = [p for p in (Path(self.location), Path(self.location) / "_delta_log")
+                   if p.is_dir()]
+        if not folders:
+            parent = Path(self.location).parent
+            while not parent.is_dir() and parent != parent.parent:
+                parent = parent.parent
+            folders = [parent]
+        locked = [str(p) for p in folders if not os.access(p, os.W_OK | os.X_OK)]
+        if locked:
+            raise CommitError(
+                f"Could not append to the privacy ledger at {self.location}: {locked[0]} is not "
+                "writable. This append was not committed; make the lake writable."
+            )
+        super().append(rows)
 
 
 class SparkLedgerStore(TableLedgerStore):
