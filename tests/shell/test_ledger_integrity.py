@@ -177,8 +177,9 @@ def test_a_read_only_lake_after_the_reservation_says_what_stands(tmp_path):
             capture_output=True, text=True, env=env, timeout=120, cwd=base)
         assert out.returncode == 1, out
         last = out.stderr.strip().splitlines()[-1]
-        assert last.startswith("gpope.errors.CommitError: Run R of dataset 'd' is reserved"), last
-        assert "epsilon 1, delta 1e-06 are committed and charged" in last
+        assert last.startswith("gpope.errors.CommitError: The ledger could not record run R of "
+                               "dataset 'd' as failed ("), last
+        assert "is committed: epsilon 1, delta 1e-06 stay charged" in last
         assert "`gpope budget reconcile --dataset d`" in last
         assert "Nothing was committed" not in out.stderr and "panicked" not in out.stderr
     finally:

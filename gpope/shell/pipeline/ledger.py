@@ -535,10 +535,11 @@ def unsettled_message(entry: LedgerEntry, status: str, location: str, exc: BaseE
     charge = ("" if entry.charged_epsilon == entry.epsilon
               else f" (charged epsilon {entry.charged_epsilon:g})")
     return (
-        f"Run {entry.run_id} of dataset {entry.dataset!r} is reserved in the privacy ledger at "
-        f"{location}: epsilon {entry.epsilon:g}, delta {entry.delta:g} are committed and charged"
-        f"{charge}. The ledger could not record it as {status} ({cause.strip().rstrip('.')}). Once the lake is writable, run `gpope budget reconcile --dataset "
-        f"{entry.dataset}` to settle it; do not re-run to recover the spend: it stays charged."
+        f"The ledger could not record run {entry.run_id} of dataset {entry.dataset!r} as {status} "
+        f"({cause.strip().rstrip('.')}); its reservation in the privacy ledger at {location} is "
+        f"committed: epsilon {entry.epsilon:g}, delta {entry.delta:g} stay charged{charge}. Once "
+        f"the lake is writable, run `gpope budget reconcile --dataset {entry.dataset}` to settle "
+        "it; do not re-run to recover the spend."
     )
 
 
