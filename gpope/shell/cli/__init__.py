@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "budget",
     "maintain",
     "query",
+    "compare",
     "track",
     "accountant",
     "experiment",

@@ -1,0 +1,59 @@
+"""gpope compare on a lake written with delta-rs (no Spark): two released runs' rows in, their
+differences with union-bound intervals and one sentence each out (gpope.core.compare)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from gpope.shell.cli import main
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    root = tmp_path / "lake"
+    inf = math.inf
+    rows = [  # run, spec, state, value, lower, upper, ci_level
+        ("ra", "protocol_a", "s0", 0.60, 0.55, 0.65, 0.95),
+        ("ra", "protocol_a", "s1", 0.20, -inf, inf, 0.95),
+        ("ra", "protocol_a", "policy_value", 0.41, 0.38, 0.44, 0.95),
+        ("rb", "protocol_b", "s0", 0.40, 0.36, 0.44, 0.95),
+        ("rb", "protocol_b", "s1", 0.10, 0.05, 0.15, 0.95),
+        ("rb", "protocol_b", "policy_value", 0.40, 0.37, 0.43, 0.95),
+        ("rc", "protocol_c", "s0", 0.40, 0.36, 0.44, 0.95),  # another dataset
+    ]
+    cols = list(zip(*rows, strict=True))
+    write_deltalake(root / "gold" / "released_values", pa.table({
+        "run_id": list(cols[0]), "dataset": ["ward"] * 6 + ["icu"], "spec_name": list(cols[1]),
+        "estimator": ["untuned"] * 7, "state": list(cols[2]), "value": list(cols[3]),
+        "lower": list(cols[4]), "upper": list(cols[5]), "ci_level": list(cols[6]),
+        "epsilon": [1.0] * 7}))
+    return root
+
+
+def test_compare_prints_differences_from_the_released_intervals(lake, capsys):
+    assert main(["compare", "--lake", str(lake), "--dataset", "ward", "--runs", "ra", "rb",
+                 "--json"]) == 0
+    out = {d["quantity"]: d for d in json.loads(capsys.readouterr().out)["differences"]}
+    # s0: 0.60 - 0.40 in [0.55 - 0.44, 0.65 - 0.36] at 90%: better
+    assert out["s0"]["verdict"] == "better"
+    assert (out["s0"]["lower"], out["s0"]["upper"], out["s0"]["level"]) == pytest.approx(
+        (0.11, 0.29, 0.90))
+    assert out["s1"]["lower"] is None and out["s1"]["verdict"] == "cannot tell"
+    assert out["policy_value"]["verdict"] == "cannot tell"
+    assert main(["compare", "--lake", str(lake), "--dataset", "ward", "--runs", "rb", "ra"]) == 0
+    text = capsys.readouterr().out
+    assert "s0: A is worse than B by 0.2 (90% interval [-0.29, -0.11])." in text
+    assert "policy_value: cannot tell A from B" in text
+
+
+def test_a_run_without_rows_on_the_dataset_is_one_line(lake, capsys):
+    assert main(["compare", "--lake", str(lake), "--dataset", "ward", "--runs", "ra", "rc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpope compare: error: Run 'rc' released nothing on dataset 'ward'")
+    assert len(err.splitlines()) == 1
