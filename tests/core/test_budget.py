@@ -129,3 +129,42 @@ def test_basic_spent_and_remaining_delta_add_up():
     more = fold("d", [*rows, _run("x", 9, event, 0.5, delta=3e-6),
                       _run("y", 10, event, 0.5, delta=3e-6)], default=budget, composition="basic")
     assert [e.admitted for e in more.runs] == [True, True, True, False]
+
+
+def _settled(run_id: str, status: str, minutes: float) -> LedgerRow:
+    return LedgerRow(dataset="d", run_id=run_id, mechanism="no stored event", epsilon=0.0,
+                     delta=0.0, accountant="rdp", status=status,
+                     created_at=T0 + timedelta(minutes=minutes), kind="settlement")
+
+
+def test_open_runs_are_decided_with_the_final_statuses_known():
+    """Expired commits (version unknown) fall back to the clocks, which put A (2.5, later
+    cancelled) before D (1.0, still open). A never drew noise; D may be running. D is decided
+    against the runs that are charged (none), so it counts: spent 1.0, and a further 2.5 run is
+    refused. Deciding D while A still looked admitted (2.5 + 1.0 > 3) would leave D uncounted
+    and admit that run at spent 0."""
+    rows = [_reservation("A", 2.5, -1, -120.0), _reservation("D", 1.0, -1, -60.0),
+            _settled("A", "cancelled", -30.0)]
+    status = fold("d", rows, default=DEFAULT, composition="basic")
+    assert [e.run_id for e in status.counted] == ["D"]
+    assert status.spent_epsilon == pytest.approx(1.0)
+    assert not admits(rows, _reservation("E", 2.5, 9, 0.0), default=DEFAULT, composition="basic")
+
+
+def test_a_refusal_names_the_budget_the_spend_and_the_command():
+    """Default budget, no run yet: raising needs no --force; after a budget row it does."""
+    from gpope.core.accounting.admission import refusal_message
+
+    big = fold("d", [_reservation("big", 10.0, 1, 0.0)], default=DEFAULT,
+               composition="basic").runs[0]
+    status = fold("d", [], default=Budget(3.0, 1e-5, "privacy.default_* of the configuration"),
+                  composition="basic")
+    text = refusal_message(status, big)
+    assert "over the budget epsilon 3, delta 1e-05 (privacy.default_* of the configuration; " \
+           "spent epsilon 0, delta 0)" in text
+    assert text.endswith("set the budget with `gpope budget set --dataset d --epsilon E --delta D`"
+                         " if your policy allows.")
+    status = fold("d", [_budget(2.0, 0)], default=DEFAULT, composition="basic")
+    assert "budget epsilon 2, delta 1e-05 (set with `gpope budget set`" in refusal_message(
+        status, big)
+    assert "--delta D --force`" in refusal_message(status, big)
