@@ -7,6 +7,8 @@ nowhere. The core holds no tag names: it returns verdicts and values, the shell 
 from __future__ import annotations
 
 __all__ = [
+    "COMPARED_RUN_A",
+    "COMPARED_RUN_B",
     "DATASET",
     "DIAGNOSTICS_EXPERIMENT_SUFFIX",
     "ESTIMATOR",
@@ -70,6 +72,9 @@ STALE_STATS = "gpope.stale_stats"
 PRIVATE_DIAGNOSTIC = "diagnostic.private"
 #: on a private-diagnostics run: the MLflow run id of the released run it belongs to.
 RELEASED_RUN = "gpope.released_run_id"
+#: on a ``gpope compare --track`` run (stage ``compare``): the two compared gpope run ids.
+COMPARED_RUN_A = "gpope.compare.run_a"
+COMPARED_RUN_B = "gpope.compare.run_b"
 #: the suffix of the experiment that holds private diagnostics (``<experiment>/private-diagnostics``).
 DIAGNOSTICS_EXPERIMENT_SUFFIX = "/private-diagnostics"
 

@@ -57,3 +57,22 @@ def test_a_run_without_rows_on_the_dataset_is_one_line(lake, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("gpope compare: error: Run 'rc' released nothing on dataset 'ward'")
     assert len(err.splitlines()) == 1
+
+
+def test_track_logs_the_differences_and_their_figure_to_mlflow(lake, tmp_path, capsys):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["compare", "--lake", str(lake), "--dataset", "ward", "--runs", "ra", "rb",
+                 "--json", "--track", "--tracking-uri", uri]) == 0
+    run_id = json.loads(capsys.readouterr().out)["mlflow_run_id"]
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.data.tags["gpope.stage"] == "compare"
+    assert (run.data.tags["gpope.compare.run_a"], run.data.tags["gpope.compare.run_b"]) == (
+        "ra", "rb")
+    assert {a.path for a in client.list_artifacts(run_id)} == {"differences.json",
+                                                               "differences.png"}
+    logged = json.loads(Path(client.download_artifacts(run_id, "differences.json",
+                                                       str(tmp_path))).read_text())
+    assert {d["quantity"]: d["verdict"] for d in logged["differences"]}["s0"] == "better"

@@ -38,8 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dataset", required=True, help="the dataset both runs released on")
     parser.add_argument("--runs", nargs=2, metavar=("RUN_A", "RUN_B"), required=True,
                         help="the two run ids (released_values.run_id)")
-    add_lake_options(parser, remote=False)
+    add_lake_options(parser, tracking=True, remote=False)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--track", action="store_true",
+        help="also log the differences (JSON) and their figure to an MLflow run in the conf's "
+             "experiment, named 'compare | <dataset> | <spec A> - <spec B>'")
     parser.set_defaults(func=_run)
 
 
@@ -94,13 +98,16 @@ def _run(args: argparse.Namespace) -> int:
     diffs = compare_released(a, b)
     label = {run: f"{next(iter(rows[run].values()))['spec_name']} ({run[:8]})"
              for run in (run_a, run_b)}
+    payload = {"dataset": args.dataset, "run_a": run_a, "run_b": run_b,
+               "differences": [{"quantity": d.name, "value": d.value,
+                                "lower": _finite(d.lower), "upper": _finite(d.upper),
+                                "level": d.level, "verdict": d.verdict,
+                                "sentence": sentence(d, label_a="A", label_b="B")}
+                               for d in diffs]}
+    if args.track:
+        payload["mlflow_run_id"] = _track(args, payload, diffs, label)
     if args.json:
-        json.dump({"dataset": args.dataset, "run_a": run_a, "run_b": run_b,
-                   "differences": [{"quantity": d.name, "value": d.value,
-                                    "lower": _finite(d.lower), "upper": _finite(d.upper),
-                                    "level": d.level, "verdict": d.verdict,
-                                    "sentence": sentence(d, label_a="A", label_b="B")}
-                                   for d in diffs]}, sys.stdout, indent=1)
+        json.dump(payload, sys.stdout, indent=1)
         print()
         return 0
     print(f"A = {label[run_a]}, B = {label[run_b]}, dataset {args.dataset}: A - B, from the "
@@ -108,6 +115,63 @@ def _run(args: argparse.Namespace) -> int:
     for d in diffs:
         print(sentence(d))
     return 0
+
+
+def difference_figure(diffs: list[Any], title: str) -> Any:
+    """Matplotlib figure: each difference A - B with its interval (an unbounded end drawn to the
+    axis edge and marked), and the zero line the verdicts read."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = list(range(len(diffs)))
+    finite = [e for d in diffs for e in (d.lower, d.upper, d.value) if math.isfinite(e)]
+    span = (max(finite) - min(finite)) if finite else 1.0
+    lo_edge, hi_edge = min([*finite, 0.0]) - 0.2 * span, max([*finite, 0.0]) + 0.2 * span
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.2 * len(diffs) + 2.0), 3.6))
+    for i, d in enumerate(diffs):
+        lo = d.lower if math.isfinite(d.lower) else lo_edge
+        hi = d.upper if math.isfinite(d.upper) else hi_edge
+        colour = {"better": "tab:green", "worse": "tab:red"}.get(d.verdict, "tab:gray")
+        ax.errorbar([i], [d.value], yerr=[[d.value - lo], [hi - d.value]], fmt="o", capsize=6,
+                    color=colour)
+        if not (math.isfinite(d.lower) and math.isfinite(d.upper)):
+            ax.annotate("unbounded", (i, hi), fontsize=7, ha="center", va="bottom")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(x, [d.name for d in diffs])
+    ax.set_ylim(lo_edge, hi_edge)
+    level = f"{min(d.level for d in diffs):.0%}" if diffs else ""
+    ax.set_ylabel(f"A - B, {level} interval (union bound)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _track(args: argparse.Namespace, payload: dict[str, Any], diffs: list[Any],
+           label: dict[str, str]) -> str:
+    """Log the comparison to MLflow (released numbers only); returns the MLflow run id."""
+    import matplotlib.pyplot as plt
+    import mlflow
+
+    from gpope.shell import mlflow_names as names
+    from gpope.shell.cli.query import _config
+    from gpope.shell.tracking import log_json_artifact, resolve_tracking_uri, start_run
+
+    config = _config(args)
+    uri = resolve_tracking_uri(getattr(args, "tracking_uri", None), config.tracking.uri,
+                               config.lake.root)
+    run_a, run_b = args.runs
+    title = f"{args.dataset}: A = {label[run_a]} minus B = {label[run_b]}"
+    with start_run(tracking_uri=uri, experiment=config.tracking.experiment,
+                   run_name=f"compare | {args.dataset} | {label[run_a]} - {label[run_b]}",
+                   tags={names.STAGE: "compare", names.DATASET: args.dataset,
+                         names.COMPARED_RUN_A: run_a, names.COMPARED_RUN_B: run_b}) as run:
+        log_json_artifact(payload, "differences.json")
+        fig = difference_figure(diffs, title)
+        mlflow.log_figure(fig, "differences.png")
+        plt.close(fig)
+        return str(run.info.run_id)
 
 
 def _finite(x: float) -> float | None:
