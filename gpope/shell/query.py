@@ -29,6 +29,10 @@ view                           what
 ``latest_release``             one row per (dataset, spec, estimator, reference state): the
                                latest released value and interval, with the dataset's budget
                                left (``released_values`` joined with ``budget_status``)
+``release_contrasts``          one row per ordered pair of runs on a dataset and each quantity
+                               both released with an interval: A - B with the union-bound
+                               interval and verdict of :mod:`gpope.core.compare` (released
+                               numbers only; ``gpope compare`` prints the same)
 =============================  ===============================================================
 
 One query reads every table it opens as of one instant (:func:`snapshot`: the pipeline_runs
@@ -61,6 +65,7 @@ from gpope.shell.query_sandbox import (
     BUDGET_STATUS_VIEW,
     LATEST_RELEASE_VIEW,
     OPERATOR_SWITCH,
+    RELEASE_CONTRASTS_VIEW,
     RELEASE_TABLES,
     RELEASE_VIEWS,
     check_select,
@@ -103,6 +108,26 @@ QUALIFY row_number() OVER (PARTITION BY v.dataset, v.spec_id, v.estimator, v.sta
                            ORDER BY c.release_version DESC NULLS LAST, v.created_at DESC,
                                     v.run_id) = 1
 """
+_RELEASE_CONTRASTS_SQL = """
+SELECT a.dataset, a.state, a.run_id AS run_a, b.run_id AS run_b, a.spec_name AS spec_a,
+       b.spec_name AS spec_b, a.estimator AS estimator_a, b.estimator AS estimator_b,
+       a.epsilon AS epsilon_a, b.epsilon AS epsilon_b, a.value - b.value AS difference,
+       a.lower - b.upper AS lower, a.upper - b.lower AS upper,
+       greatest(0.0, a.ci_level + b.ci_level - 1.0) AS ci_level,
+       CASE WHEN a.lower - b.upper > 0 THEN 'better' WHEN a.upper - b.lower < 0 THEN 'worse'
+            ELSE 'cannot tell' END AS verdict
+FROM released_values a JOIN released_values b
+  ON a.dataset = b.dataset AND a.state = b.state AND a.run_id <> b.run_id
+WHERE a.ci_level IS NOT NULL AND b.ci_level IS NOT NULL
+"""
+_RELEASE_CONTRASTS_COMMENTS = {
+    "difference": "value of run_a minus value of run_b at this state / policy value row",
+    "lower": "lower end of the difference's interval: run_a's lower minus run_b's upper",
+    "upper": "upper end of the difference's interval: run_a's upper minus run_b's lower",
+    "ci_level": ("level the difference's interval holds at whatever the runs share (union "
+                 "bound): 1 - (1 - level_a) - (1 - level_b), 0.90 for two 95% intervals"),
+    "verdict": "better (lower > 0), worse (upper < 0) or cannot tell (run_a against run_b)",
+}
 #: Arrow view behind latest_release's commit order: run_id -> released_values version.
 _RELEASE_COMMITS = "__release_commits"
 _RELEASE_VERSION_COMMENT = (
@@ -255,7 +280,7 @@ def view_names(
     if budget and any(t.view == "privacy_ledger" for t in tables):
         names.add(BUDGET_STATUS_VIEW)
     if _RELEASED_VALUES in names:
-        names.add(LATEST_RELEASE_VIEW)
+        names.update((LATEST_RELEASE_VIEW, RELEASE_CONTRASTS_VIEW))
     return sorted(names)
 
 
@@ -413,6 +438,8 @@ def connect(
     wanted = None if views is None else {v.lower() for v in views}
     if wanted is not None and LATEST_RELEASE_VIEW in wanted:  # the views it is built from
         wanted |= {_RELEASED_VALUES, BUDGET_STATUS_VIEW}
+    if wanted is not None and RELEASE_CONTRASTS_VIEW in wanted:
+        wanted |= {_RELEASED_VALUES}
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
     stacked: dict[str, list[LakeTable]] = {}
@@ -445,6 +472,10 @@ def connect(
         _register_budget_status(con, config, ledger_path, versions[ledger_path])
     if _RELEASED_VALUES in comments_of and (wanted is None or LATEST_RELEASE_VIEW in wanted):
         _register_latest_release(con, with_budget=has_ledger)
+    if _RELEASED_VALUES in comments_of and (wanted is None or RELEASE_CONTRASTS_VIEW in wanted):
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {RELEASE_CONTRASTS_VIEW} AS "
+                    + _RELEASE_CONTRASTS_SQL)
+        _comment_columns(con, RELEASE_CONTRASTS_VIEW, _RELEASE_CONTRASTS_COMMENTS)
     # the views are in place: from here on nothing but them can be read, nothing written
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -548,7 +579,8 @@ def _missing_hint(named: set[str], available: list[str]) -> str:
 
     known = {v.lower() for v in available}
     missing = sorted(n for n in named if n in _CREATORS and n not in known)
-    derived = {BUDGET_STATUS_VIEW: "privacy_ledger", LATEST_RELEASE_VIEW: _RELEASED_VALUES}
+    derived = {BUDGET_STATUS_VIEW: "privacy_ledger", LATEST_RELEASE_VIEW: _RELEASED_VALUES,
+               RELEASE_CONTRASTS_VIEW: _RELEASED_VALUES}
     missing += [name for name in derived if name in named and name not in known]
     hints = []
     for name in missing:

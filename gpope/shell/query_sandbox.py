@@ -15,6 +15,7 @@ __all__ = [
     "BUDGET_STATUS_VIEW",
     "LATEST_RELEASE_VIEW",
     "OPERATOR_SWITCH",
+    "RELEASE_CONTRASTS_VIEW",
     "RELEASE_TABLES",
     "RELEASE_VIEWS",
     "check_select",
@@ -25,11 +26,13 @@ __all__ = [
 
 BUDGET_STATUS_VIEW = "budget_status"
 LATEST_RELEASE_VIEW = "latest_release"
+RELEASE_CONTRASTS_VIEW = "release_contrasts"
 #: The shared gold tables that hold only released (differentially private) outputs and the
 #: ledger's accounting: the tables an analyst's query may read.
 RELEASE_TABLES: frozenset[str] = frozenset(
     {"released_values", "released_estimates", "privacy_ledger"})
-RELEASE_VIEWS: frozenset[str] = RELEASE_TABLES | {BUDGET_STATUS_VIEW, LATEST_RELEASE_VIEW}
+RELEASE_VIEWS: frozenset[str] = RELEASE_TABLES | {BUDGET_STATUS_VIEW, LATEST_RELEASE_VIEW,
+                                                   RELEASE_CONTRASTS_VIEW}
 """The views served without the operator switch."""
 OPERATOR_SWITCH = "--operator"
 """The command-line switch (``operator=True`` in Python) that opens raw and per-patient tables."""

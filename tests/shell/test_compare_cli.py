@@ -76,3 +76,27 @@ def test_track_logs_the_differences_and_their_figure_to_mlflow(lake, tmp_path, c
     logged = json.loads(Path(client.download_artifacts(run_id, "differences.json",
                                                        str(tmp_path))).read_text())
     assert {d["quantity"]: d["verdict"] for d in logged["differences"]}["s0"] == "better"
+
+
+def test_the_release_contrasts_view_gives_what_compare_prints(lake, capsys):
+    from gpope.shell.query import describe, query
+
+    assert main(["compare", "--lake", str(lake), "--dataset", "ward", "--runs", "ra", "rb",
+                 "--json"]) == 0
+    printed = {d["quantity"]: d for d in json.loads(capsys.readouterr().out)["differences"]}
+    rows = query("SELECT * FROM release_contrasts WHERE run_a = 'ra' AND run_b = 'rb'",
+                 lake=lake).table.to_pylist()
+    assert {r["state"] for r in rows} == set(printed)
+    for r in rows:
+        p = printed[r["state"]]
+        assert r["verdict"] == p["verdict"]
+        assert r["difference"] == pytest.approx(p["value"])
+        assert r["ci_level"] == pytest.approx(p["level"])
+        for end in ("lower", "upper"):
+            assert (r[end] if math.isfinite(r[end]) else None) == (
+                p[end] if p[end] is None else pytest.approx(p[end]))
+    # another dataset's run never pairs with these, and the columns say what they hold
+    assert not query("SELECT * FROM release_contrasts WHERE run_b = 'rc'",
+                     lake=lake).table.num_rows
+    comments = {c["column"]: c["comment"] for c in describe("release_contrasts", lake=lake)}
+    assert "union bound" in comments["ci_level"]
