@@ -431,6 +431,8 @@ def approximation_note(spec: EvaluationSpec) -> str | None:
     release measures. None for a tabular map (exact for integer states) or a simulated domain
     (whose output shows a truth)."""
     kind = spec.feature_map.to_dict().get("kind")
+    if kind == "state_action":  # the pair fit over a tabular map is the one-hot of (s, a): exact
+        kind = spec.feature_map.base.to_dict().get("kind")
     if spec.domain is not None or kind == "tabular":
         return None
     return (f"NOTE: the intervals cover the privacy noise and sampling around the best fit of the "
