@@ -33,8 +33,7 @@ def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Na
         print(f"gpope-{name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # one line: what the stop left committed and what not
-        if interrupts.exit_code(exc) == 143:  # SIGTERM: the JVM stops with it, silently
-            interrupts.end_children()
+        interrupts.end_children()  # the JVM this command started stops with it, silently
         if getattr(exc, "summary", None):
             print(exc.summary)  # type: ignore[attr-defined]
         line = interrupts.stopped_line(name, getattr(args, "dataset", None), exc)

@@ -43,6 +43,7 @@ STAGE_OUTPUTS = {
 _COMMITS: list[str] = []
 _RECEIVED: list[int] = []
 _DEFERRING = [0]  # depth of nested deferred() blocks
+_BEFORE: set[int] = set()  # child processes that existed when the command started
 
 
 class Terminated(KeyboardInterrupt):
@@ -64,19 +65,16 @@ def _quiet_jvm_bridge() -> None:
         root.addHandler(logging.NullHandler())
 
 
-def end_children() -> None:
-    """SIGKILL this process's child processes (a local Spark's JVM): a command stopped by
-    SIGTERM must not leave its JVM running nor printing traces after the command's line (Linux
-    ``/proc``; elsewhere nothing). Their work is abandoned like the command's: anything they
-    wrote is uncommitted, staged files are removed by the next write. Only for a process that
-    is ending (a notebook's or a test's shared session would go with it)."""
+def _children() -> set[int]:
+    """This process's child processes (Linux ``/proc``; elsewhere none)."""
     import os
 
     me = str(os.getpid())
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return
+        return set()
+    out = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as handle:
@@ -84,16 +82,50 @@ def end_children() -> None:
         except OSError:
             continue
         if fields[1] == me:  # the field after the state is the parent pid
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except OSError:
-                pass
+            out.add(int(pid))
+    return out
+
+
+def end_children() -> None:
+    """SIGKILL the child processes this command started (a local Spark's JVM): a stopped
+    command must not leave its JVM behind (a JVM stopped while it starts never exits) nor
+    printing traces after the command's line. Their work is abandoned like the command's:
+    anything they wrote is uncommitted, staged files are removed by the next write. Children
+    that ran before the command (a notebook's or a test session's Spark) are left alone, and in
+    an interactive session (a REPL, IPython) a Ctrl-C ends none: the session keeps its Spark."""
+    import os
+    import sys
+
+    interactive = hasattr(sys, "ps1") or "IPython" in sys.modules
+    if interactive and received() != "SIGTERM":
+        return
+    for pid in _children() - _BEFORE:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class _CutJvmCall(logging.Filter):
+    """Drops py4j's traceback of a JVM call that Ctrl-C cut (logged on the root logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "KeyboardInterrupt while sending command."
+
+
+_CUT = _CutJvmCall()
 
 
 def install() -> None:
-    """SIGTERM raises :class:`Terminated` in the main thread (elsewhere: nothing changes)."""
+    """SIGTERM raises :class:`Terminated` in the main thread (elsewhere: nothing changes), and
+    py4j's tracebacks of the JVM calls a Ctrl-C cuts are not shown (the command's line says
+    what the stop left)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_term)
+    logging.getLogger("py4j").propagate = False
+    root = logging.getLogger()
+    if _CUT not in root.filters:
+        root.addFilter(_CUT)
 
 
 def received() -> str | None:
@@ -109,9 +141,12 @@ def exit_code(exc: BaseException) -> int:
 
 
 def reset() -> None:
-    """Forget earlier commits and signals (a command starting in a process that ran others)."""
+    """Forget earlier commits and signals, and note the child processes that exist already (a
+    command starting in a process that ran others)."""
     _COMMITS.clear()
     _RECEIVED.clear()
+    _BEFORE.clear()
+    _BEFORE.update(_children())
 
 
 def record(what: str) -> None:

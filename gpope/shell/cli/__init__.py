@@ -115,8 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpope {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        if interrupts.exit_code(exc) == 143:  # SIGTERM: the JVM stops with it, silently
-            interrupts.end_children()
+        interrupts.end_children()  # the JVM this command started stops with it, silently
         summary = getattr(exc, "summary", None)
         if summary:  # interrupted after a release: say what was released
             print(summary)
