@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from gpope.config import load_config
-from gpope.errors import BudgetExceededError, CorruptTableError
+from gpope.errors import BudgetExceededError, ConfigError, CorruptTableError
 from gpope.shell.cli import main
 from gpope.shell.lake.maintain import maintain_lake
 from gpope.shell.pipeline.ledger import PrivacyLedger
@@ -146,6 +146,22 @@ def test_a_removed_or_older_ledger_does_not_reset_the_budget(tmp_path, capsys):
     assert "r2: released (released in released_estimates but unknown" in capsys.readouterr().out
     assert ledger.status("d").spent_epsilon == pytest.approx(1.3)
     assert _show(lake, capsys)[0] == 0
+
+
+def test_a_release_manifest_whose_charge_is_lost_is_refused(tmp_path, capsys):
+    """A release manifest (pipeline_runs, stage release) of a run that neither the ledger nor the
+    release tables know cannot be re-charged (it records no epsilon): show and reserve refuse."""
+    lake = tmp_path / "lake"
+    ledger = _spent_ledger(lake)
+    write_deltalake(str(lake / "gold" / "pipeline_runs"), pa.table({
+        "run_id": ["r1"], "stage": ["release"], "dataset": ["d"]}))
+    assert _show(lake, capsys)[0] == 0  # r1 is in the ledger
+    shutil.rmtree(ledger.location)
+    code, err = _show(lake, capsys)
+    assert code == 2 and "pipeline_runs records 1 release(s)" in err and ": r1 (d)." in err
+    with pytest.raises(ConfigError, match="restore the ledger"):
+        ledger.reserve("d", run_id="r2", epsilon=0.1, delta=1e-6, accountant="rdp", mechanism="m")
+    assert not Path(ledger.location).exists()  # nothing written
 
 
 WRITER = """

@@ -296,19 +296,31 @@ class PrivacyLedger:
                 ledger was removed or replaced by an older copy); names the runs and
                 ``gpope budget reconcile``.
         """
-        from gpope.shell.pipeline.ledger_lake import unknown_message, unknown_releases
+        from gpope.shell.pipeline import ledger_lake as lk
 
-        unknown = unknown_releases(self._config, self._store.rows(), dataset)
+        rows = self._store.rows()
+        unknown = lk.unknown_releases(self._config, rows, dataset)
         if unknown:
-            raise ConfigError(unknown_message(self.location, unknown))
+            raise ConfigError(lk.unknown_message(self.location, unknown))
+        orphans = lk.orphan_manifests(self._config, rows, dataset)
+        if orphans:
+            raise ConfigError(lk.orphan_message(self.location, orphans))
 
     def recover(self, dataset: str | None = None) -> list[Settlement]:
-        """Charge the runs released in the lake that the ledger does not know (one commit)."""
-        from gpope.shell.pipeline.ledger_lake import recovery_rows, unknown_releases
+        """Charge the runs released in the lake that the ledger does not know (one commit).
 
-        unknown = unknown_releases(self._config, self._store.rows(), dataset)
+        Raises:
+            ConfigError: a release manifest whose run's charge is lost (:mod:`.ledger_lake`).
+        """
+        from gpope.shell.pipeline import ledger_lake as lk
+
+        rows = self._store.rows()
+        orphans = lk.orphan_manifests(self._config, rows, dataset)
+        if orphans:
+            raise ConfigError(lk.orphan_message(self.location, orphans))
+        unknown = lk.unknown_releases(self._config, rows, dataset)
         if unknown:
-            self._store.append([row for rel in unknown for row in recovery_rows(rel, _row)])
+            self._store.append([row for rel in unknown for row in lk.recovery_rows(rel, _row)])
         return [Settlement(r.dataset, r.run_id, "released", f"released in {r.table} but unknown "
                            f"to the ledger: charged epsilon {r.epsilon:g}, delta {r.delta:g}")
                 for r in unknown]

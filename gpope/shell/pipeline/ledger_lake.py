@@ -12,6 +12,10 @@ epsilon and delta and a ``released`` settlement, appended in one commit by ``gpo
 reconcile`` and before every reservation). The recovered run has no stored dp-accounting event,
 so its dataset is composed by the basic rule from then on (never tighter than the truth).
 
+A release manifest in ``pipeline_runs`` (stage ``release``) whose run neither the ledger nor the
+release tables know is refused instead (:func:`orphan_manifests`): the manifest records no
+epsilon to charge.
+
 Local lakes only (delta-rs, no JVM); on a Unity Catalog lake nothing is found here.
 """
 
@@ -23,7 +27,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpope.config import GpopeConfig
 
-__all__ = ["RELEASE_TABLES", "LakeRelease", "recovery_rows", "unknown_message", "unknown_releases"]
+__all__ = [
+    "RELEASE_TABLES", "LakeRelease", "orphan_manifests", "orphan_message", "recovery_rows",
+    "unknown_message", "unknown_releases",
+]
 
 #: Shared gold tables whose rows are releases (each with run_id, dataset, epsilon, delta).
 RELEASE_TABLES: tuple[str, ...] = ("released_estimates", "released_values")
@@ -84,6 +91,40 @@ def unknown_releases(config: GpopeConfig, ledger_rows: list[dict[str, Any]],
     out = [rel for rel in _lake_releases(config).values()
            if rel.run_id not in known and (dataset is None or rel.dataset == dataset)]
     return sorted(out, key=lambda r: (r.dataset, r.run_id))
+
+
+def orphan_manifests(config: GpopeConfig, ledger_rows: list[dict[str, Any]],
+                     dataset: str | None = None) -> list[tuple[str, str]]:
+    """(dataset, run_id) of release manifests (``pipeline_runs``, stage ``release``) whose run
+    neither the ledger nor the release tables know: released, but its charge cannot be read
+    back (the manifest records no epsilon), so it cannot be re-charged, only refused."""
+    from gpope.shell.lake.store import local_tables
+    from gpope.shell.pipeline.ledger_store import _local_path
+
+    store = local_tables(config.lake)
+    path = _local_path(config, "pipeline_runs")
+    if store is None or path is None or not store.exists(path):
+        return []
+    data = store.read_arrow(path)
+    if not {"run_id", "stage", "dataset"} <= set(data.column_names):
+        return []
+    known = {r["run_id"] for r in ledger_rows} | set(_lake_releases(config))
+    found = {(str(r["dataset"]), str(r["run_id"]))
+             for r in data.select(["run_id", "stage", "dataset"]).to_pylist()
+             if r["stage"] == "release" and r["run_id"] not in known
+             and (dataset is None or r["dataset"] == dataset)}
+    return sorted(found)
+
+
+def orphan_message(location: str, orphans: list[tuple[str, str]]) -> str:
+    """The one-line refusal of release manifests whose charge is lost."""
+    runs = ", ".join(f"{run} ({name})" for name, run in orphans[:3])
+    return (
+        f"pipeline_runs records {len(orphans)} release(s) that neither the privacy ledger at "
+        f"{location} nor released_estimates/released_values know: {runs}. Their charge cannot be "
+        "read back, so no budget can be stated: restore the ledger (or the release tables) from "
+        "a backup, then run `gpope budget reconcile`."
+    )
 
 
 def unknown_message(location: str, unknown: list[LakeRelease]) -> str:
