@@ -105,8 +105,12 @@ def killed(spark, tmp_path_factory):
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     config = GpopeConfig(lake=LakeSettings(root=str(roots["release"])))
+    ledger = PrivacyLedger(None, config)
+    ledger.set_budget("d", epsilon=10.0, delta=1e-3)
+    ledger.reserve("d", run_id="r1", epsilon=1.0, delta=1e-6, accountant="rdp",
+                   mechanism="gaussian")  # every release is reserved first (the ledger checks)
     write_release(spark, config, *_release("r1"))
-    PrivacyLedger(None, config).set_budget("d", epsilon=10.0, delta=1e-3)
+    ledger.mark("d", "r1", "released")
     row, values = _release("r2")
     procs["release"] = _start_killed(
         [sys.executable, "-c", _RELEASE_SCRIPT, str(roots["release"]), repr(row), repr(values)],
