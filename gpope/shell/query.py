@@ -456,6 +456,11 @@ def connect(
     versions = snapshot([t.path for t in needed] + ([manifest] if manifest else [])
                         + ([ledger_path] if with_budget else []))
     committed = _committed(manifest, versions.get(manifest) if manifest else None)
+    if any(t.view == _LEDGER for t in needed) and versions.get(ledger_path) is not None:
+        from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
+
+        # the ledger's own audited read: a forged or damaged ledger is one error naming it
+        DeltaRsLedgerStore(ledger_path, version=versions[ledger_path]).rows()
     comments_of: dict[str, dict[str, str]] = {}
     for t in needed:
         at = versions[t.path]

@@ -143,3 +143,19 @@ def test_query_views_never_merge_two_datasets(tmp_path):
     for sql in ("SELECT count(*) FROM Base__observations", "SELECT count(*) FROM observations"):
         with pytest.raises(QueryError, match="differ only in case"):
             query(sql, lake=root, operator=True)
+
+
+def test_the_ledger_view_is_read_through_the_ledgers_audit(lake, capsys):
+    # a commit gpope never writes (no commitInfo) makes the view one error naming the ledger
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    PrivacyLedger(None, load_config(None, lake={"root": str(lake)})).set_budget(
+        "ward", epsilon=1.0, delta=1e-6)
+    assert query("SELECT count(*) AS n FROM privacy_ledger", lake=lake).to_pylist() == [{"n": 1}]
+    log = lake / "gold" / "privacy_ledger" / "_delta_log"
+    last = max(int(p.name[:20]) for p in log.glob("*.json"))
+    (log / f"{last + 1:020d}.json").write_text('{"remove": {"path": "x.parquet", '
+                                               '"dataChange": true, "deletionTimestamp": 1}}\n')
+    assert main(["query", "--lake", str(lake), "SELECT count(*) FROM privacy_ledger"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "privacy ledger" in err[0] and "Traceback" not in err[0]
