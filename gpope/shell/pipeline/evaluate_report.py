@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.accounting.registry import not_a_valid_bound
+from gpope.shell.pipeline.interval_notes import (
+    IDENTIFICATION_NOTE,
+    NO_SUPPORT_NOTE,
+    UNBOUNDED_NOTE,
+    format_span,
+    unbounded_note,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -257,60 +264,6 @@ class EvaluationReport:
         if self.mlflow_run_id:
             lines.append(f"  MLflow run {self.mlflow_run_id}")
         return "\n".join(lines)
-
-
-#: Printed under intervals that are unbounded because a feature they depend on is below the
-#: support threshold (gpope.core.intervals.depends_on).
-UNBOUNDED_NOTE = ("unbounded: the noisy statistics leave a feature this value depends on below the "
-                  "noise (no finite interval is valid); more patients, a larger epsilon or a larger "
-                  "--statistics-share (gpope runs) give a finite one")
-
-#: Printed under intervals that are unbounded because the identification test did not reject a
-#: singular summed A (gpope.core.intervals.separated_from_singular; evaluation.ssp_identification).
-IDENTIFICATION_NOTE = ("unbounded: the noisy statistics cannot exclude a singular A (the values may "
-                       "not be identified; separation {separation} of the identification test's "
-                       "threshold, > 1 needed), and there no finite interval is valid; more "
-                       "patients, a larger epsilon or a larger --statistics-share (gpope runs) "
-                       "give a finite one")
-
-
-#: Printed under intervals that are unbounded because the noisy statistics support no feature at
-#: all, so there was nothing to test for identification.
-NO_SUPPORT_NOTE = ("unbounded: the noisy statistics leave every feature below the noise, so no "
-                   "value is identified and no finite interval is valid; more patients, a larger "
-                   "epsilon or a larger --statistics-share (gpope runs) give a finite one")
-
-#: The notes' advice for a gpope run, and for every other estimator (whose intervals do not rest
-#: on the --statistics-share release, so that flag would not help them).
-_GPOPE_REMEDY = ("more patients, a larger epsilon or a larger --statistics-share (gpope runs) "
-                 "give a finite one")
-_REMEDY = "more patients or a larger epsilon give a finite one"
-
-
-def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpope"
-                   ) -> str | None:
-    """The one line saying why some of ``intervals`` (an ``Interval.to_dict()``) are unbounded,
-    or None when every interval is finite: :data:`IDENTIFICATION_NOTE` when the identification
-    test did not reject (its ``unidentified``), else :data:`UNBOUNDED_NOTE`; its advice names
-    only what helps the run's ``estimator``."""
-    if not intervals or all(math.isfinite(v) for v in [*intervals["lower"], *intervals["upper"]]):
-        return None
-    note = UNBOUNDED_NOTE
-    if intervals.get("unidentified"):
-        sep = intervals.get("separation")
-        # unidentified with an infinite separation: no feature was supported to test at all
-        note = (NO_SUPPORT_NOTE if sep is not None and math.isinf(sep) else
-                IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}"))
-    return note if estimator == "gpope" else note.replace(_GPOPE_REMEDY, _REMEDY)
-
-
-def format_span(lower: float, upper: float) -> str:
-    """``[lower, upper]``, or ``unbounded`` / a one-sided form when an end is infinite."""
-    if math.isfinite(lower) and math.isfinite(upper):
-        return f"[{lower:.4g}, {upper:.4g}]"
-    if not math.isfinite(lower) and not math.isfinite(upper):
-        return "unbounded"
-    return f"[{lower:.4g}, {upper:.4g}]"
 
 
 def build_record(
