@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError, TableNotFoundError
 from gpope.shell.lake.names import (
-    LAYERS,
-    SHARED_TABLES,
     TableRef,
     check_name,
     creator_hint,
@@ -70,28 +68,21 @@ def check_dataset_unique(config: GpopeConfig, dataset: str) -> None:
     Raises:
         ConfigError: another dataset of the lake has the same name up to case (both quoted).
     """
-    import os
+    from gpope.shell.lake.local import dataset_folders
 
     if config.lake.catalog is not None:
         return
     root = local_root(str(config.lake.root))
     if root is None:
         return
-    for layer in LAYERS:
-        try:
-            entries = [e.name for e in os.scandir(root / layer) if e.is_dir()]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for name in entries:
-            if layer == "gold" and name in SHARED_TABLES:
-                continue
-            if name != dataset and name.lower() == dataset.lower():
-                raise ConfigError(
-                    f"Dataset {dataset!r} differs only in case from dataset {name!r}, which the "
-                    f"lake {root} already holds ({layer}/{name}); SQL views and Unity Catalog "
-                    "table names ignore case, so the two would read each other's tables. Use "
-                    f"--dataset {name} for that dataset, or a name that differs in more than case."
-                )
+    for layer, name in dataset_folders(root):
+        if name != dataset and name.lower() == dataset.lower():
+            raise ConfigError(
+                f"Dataset {dataset!r} differs only in case from dataset {name!r}, which the "
+                f"lake {root} already holds ({layer}/{name}); SQL views and Unity Catalog "
+                "table names ignore case, so the two would read each other's tables. Use "
+                f"--dataset {name} for that dataset, or a name that differs in more than case."
+            )
 
 
 def check_stage(

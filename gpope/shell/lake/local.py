@@ -18,7 +18,7 @@ from gpope.errors import QueryError
 if TYPE_CHECKING:
     from gpope.shell.lake.delta_rs import DeltaRsTables
 
-__all__ = ["check_local_root", "latest_version", "local_tables", "snapshot"]
+__all__ = ["check_local_root", "dataset_folders", "latest_version", "local_tables", "snapshot"]
 
 #: Attempts at a consistent snapshot of the lake's table versions before giving up.
 _SNAPSHOT_ATTEMPTS = 50
@@ -30,6 +30,26 @@ def local_tables() -> DeltaRsTables:
     from gpope.shell.lake.delta_rs import DeltaRsTables
 
     return DeltaRsTables()
+
+
+def dataset_folders(root: str | Path) -> list[tuple[str, str]]:
+    """``(layer, dataset)`` for every dataset folder of the local lake at ``root``.
+
+    Guarantees: one pair per ``<root>/<layer>/<dataset>`` folder; the shared gold tables (and any
+    folder that is itself a Delta table) are not datasets; a missing layer contributes nothing.
+    Reads directory listings only.
+    """
+    from gpope.shell.lake.names import LAYERS, SHARED_TABLES
+
+    found: list[tuple[str, str]] = []
+    for layer in LAYERS:
+        try:
+            entries = [e for e in os.scandir(Path(root) / layer) if e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found += [(layer, e.name) for e in entries
+                  if e.name not in SHARED_TABLES and not os.path.isdir(Path(e.path) / "_delta_log")]
+    return found
 
 
 def check_local_root(root: str) -> None:

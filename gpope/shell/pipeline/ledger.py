@@ -37,7 +37,6 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpope.core.accounting.admission import check_one_relation, refusal_message
@@ -204,21 +203,12 @@ class PrivacyLedger:
 
     def lake_datasets(self) -> list[str]:
         """Datasets with tables in a local lake (bronze, silver or gold folders)."""
+        from gpope.shell.lake.local import dataset_folders
         from gpope.shell.lake.names import local_root
 
         lk = self._config.lake
         local = None if lk.catalog is not None else local_root(str(lk.root))
-        found: set[str] = set()
-        if local is not None:
-            for layer in ("bronze", "silver", "gold"):
-                base = Path(local) / layer
-                if base.is_dir():
-                    found |= {p.name for p in base.iterdir()
-                              if p.is_dir() and p.name not in ("released_estimates",
-                                                               "privacy_ledger", "released_values",
-                                                               "pipeline_runs")
-                              and not (p / "_delta_log").is_dir()}
-        return sorted(found)
+        return [] if local is None else sorted({name for _, name in dataset_folders(local)})
 
     def check_known(self, dataset: str) -> None:
         """Raise ConfigError unless ``dataset`` is in the ledger, the lake or the configuration."""
