@@ -459,7 +459,8 @@ def connect(
     if any(t.view == _LEDGER for t in needed) and versions.get(ledger_path) is not None:
         from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
 
-        # the ledger's own audited read: a forged or damaged ledger is one error naming it
+        # the ledger's own audited read, before any view opens its log: a forged or damaged
+        # ledger is one error naming it (budget_status reads the ledger again, after this)
         DeltaRsLedgerStore(ledger_path, version=versions[ledger_path]).rows()
     comments_of: dict[str, dict[str, str]] = {}
     for t in needed:

@@ -159,3 +159,8 @@ def test_the_ledger_view_is_read_through_the_ledgers_audit(lake, capsys):
     assert main(["query", "--lake", str(lake), "SELECT count(*) FROM privacy_ledger"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "privacy ledger" in err[0] and "Traceback" not in err[0]
+    # with budget_status beside it, the view's audit is budget_status' own read of the ledger
+    assert main(["query", "--lake", str(lake),
+                 "SELECT count(*) FROM privacy_ledger, budget_status"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "privacy ledger" in err[0] and "Traceback" not in err[0]
