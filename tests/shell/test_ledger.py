@@ -339,5 +339,13 @@ def test_a_failure_after_the_reservation_says_what_is_charged_and_how_to_settle_
     assert isinstance(stuck, CommitError)
     assert "gpope budget reconcile --dataset ward" in str(stuck) and "still open" in str(stuck)
     assert str(stuck).index("stay charged") < str(stuck).index("Nothing was committed")
+    # the ledger's own error (which states the charge itself): its append cause, stated once
+    ledger_error = CommitError("The ledger could not record run r1 ... stay charged ... run "
+                               "`gpope budget reconcile --dataset ward` to settle it")
+    ledger_error.append_error = OSError("Permission denied (os error 13)")
+    once = str(failed_before_release(cause, "r1", dataset="ward", epsilon=1.0, delta=1e-6,
+                                     mark_error=ledger_error))
+    assert once.count("budget reconcile") == 1 and once.count("stay charged") == 1, once
+    assert "OSError: Permission denied" in once
     other = KeyError("x")
     assert failed_before_release(other, "r1", dataset="ward", epsilon=1.0, delta=1e-6) is other

@@ -83,8 +83,10 @@ def failed_before_release(error: BaseException, run_id: str, *, dataset: str, ep
                f"epsilon {epsilon:g}, delta {delta:g} stay charged in the ledger (noise may have "
                f"been drawn) and nothing was released")
     if mark_error is not None:
+        # the ledger's own error already states the charge and the settle command; say them once
+        appended = getattr(mark_error, "append_error", mark_error)
         return CommitError(
-            f"{charged}; the ledger could not record the failure either ({_reason(mark_error)}), "
+            f"{charged}; the ledger could not record the failure either ({_reason(appended)}), "
             f"so the reservation is still open: once the lake is writable, `gpope budget "
             f"reconcile --dataset {dataset}` settles it (still charged). Cause: {cause}")
     if isinstance(error, GpopeError):

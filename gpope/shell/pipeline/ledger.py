@@ -471,7 +471,9 @@ class PrivacyLedger:
         try:
             row = self._append_settlement(current.__dict__, status, note=note)
         except Exception as exc:
-            raise CommitError(unsettled_message(current, status, self.location, exc)) from None
+            error = CommitError(unsettled_message(current, status, self.location, exc))
+            error.append_error = exc  # what failed, for callers that state the charge themselves
+            raise error from None
         return LedgerEntry(**{**current.__dict__, "status": status, "created_at": row["created_at"]})
 
     def reconcile(self, dataset: str | None = None, *, spark: SparkSession | None = None) -> list[Settlement]:
