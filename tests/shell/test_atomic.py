@@ -288,3 +288,19 @@ def test_count_and_statistics_come_from_one_pinned_version(spark, lake_root):
     rows = read_statistics(spark, config, dataset="d", spec_id="s", version=pinned).count()
     assert m == rows == 3
     assert trajectory_count(spark, config, dataset="d", spec=Spec()) == 5
+
+
+def test_a_missing_manifest_file_is_one_line_naming_the_table_and_its_repair(tmp_path):
+    """Every stage reads ``pipeline_runs`` first: a data file of it deleted by hand is a
+    CorruptTableError naming the table and the repair, not delta-rs' FileNotFoundError."""
+    from gpope.errors import CorruptTableError
+
+    runs = PipelineRuns(LakeSettings(root=str(tmp_path / "lake")))
+    runs.commit(run_id="a", stage="ingest", dataset="d", tables={"silver/d__transitions": 0})
+    runs.commit(run_id="b", stage="ingest", dataset="d", tables={"silver/d__transitions": 1})
+    assert runs.latest(stage="ingest", dataset="d").run_id == "b"
+    first = sorted((tmp_path / "lake" / "gold" / "pipeline_runs").glob("*.parquet"))[0]
+    first.unlink()
+    with pytest.raises(CorruptTableError, match=r"gold/pipeline_runs .* is damaged: .* missing "
+                                                r"\(" + first.name + r"\)\. Restore"):
+        runs.latest(stage="ingest", dataset="d")

@@ -223,8 +223,26 @@ class PipelineRuns:
 
     # ------------------------------------------------------------------ reads
     def _table(self) -> pa.Table | None:
+        """The manifests, or None before the first commit.
+
+        Raises:
+            CorruptTableError: a data file the table's log lists is missing (the message names
+                the table and its repair; every stage reads the manifests first).
+        """
         if self._path is not None and self._local is not None:
-            return self._local.read_arrow(self._path) if self._local.exists(self._path) else None
+            if not self._local.exists(self._path):
+                return None
+            try:
+                return self._local.read_arrow(self._path)
+            except FileNotFoundError as exc:
+                from gpope.errors import CorruptTableError
+                from gpope.shell.lake.names import repair_hint
+
+                missing = str(exc).split(" not found")[0].rsplit("/", 1)[-1]
+                raise CorruptTableError(
+                    f"Delta table gold/pipeline_runs at {self._path} is damaged: a data file its "
+                    f"latest version lists is missing ({missing}). "
+                    f"{repair_hint(TableRef.shared(PIPELINE_RUNS))}") from None
         lake = self._lake()
         ref = TableRef.shared(PIPELINE_RUNS)
         return lake.read_arrow(ref) if lake.exists(ref) else None
