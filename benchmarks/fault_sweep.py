@@ -58,7 +58,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "conf" / "specs" / "chain.yaml"
 DATASET = "sweep"
-GPOPE = [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())"]
+GPOPE = [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())"]
 #: A process whose clock runs 2 h behind for the rows it writes: the evaluate stage's release
 #: timestamps here, the ledger's rows by ``GPOPE_FAULT=clock=-7200``. (Replacing
 #: ``datetime.datetime`` for the whole process instead stalls pandas' compiled import.)
@@ -70,7 +70,7 @@ SKEWED = [sys.executable, "-c", (
     "        return d.datetime.now(tz) - d.timedelta(hours=2)\n"
     "import gpope.shell.pipeline.evaluate as evaluate\n"
     "evaluate.datetime = Skewed\n"
-    "from gpope.shell.cli import main\n"
+    "from gpope.cli import main\n"
     "sys.exit(main())\n")]
 KILL_POINTS = (
     "simulate:treatments",

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli(argv: list[str]) -> dict:
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

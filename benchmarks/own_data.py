@@ -29,7 +29,7 @@ import numpy as np
 
 def gpope(*argv: str) -> str:
     """Run one ``gpope`` command in-process; its stdout (fails loudly on a non-zero exit)."""
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

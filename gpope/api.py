@@ -26,9 +26,9 @@ packaged defaults: a lake under ``./lake``). ``spec`` is an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpope.config import GpopeConfig
 from gpope.core.spec import EvaluationSpec
@@ -36,31 +36,65 @@ from gpope.core.spec import EvaluationSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from gpope.core.audit import AuditResult
     from gpope.core.evaluation.settings import SettingsLayer
+    from gpope.shell.lake.maintain import MaintenanceReport
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
-    from gpope.shell.pipeline.evaluate_report import EvaluationReport
+    from gpope.shell.pipeline.evaluate_report import EvaluationReport, InterruptedAfterRelease
     from gpope.shell.pipeline.ingest import IngestReport
-    from gpope.shell.pipeline.ledger import BudgetStatus
+    from gpope.shell.pipeline.ledger import BudgetStatus, PrivacyLedger
+    from gpope.shell.pipeline.load import BRONZE_COLUMNS
     from gpope.shell.pipeline.simulate import SimulateOptions, SimulateReport
     from gpope.shell.pipeline.stats import StatsReport
+    from gpope.shell.pipeline.track import TrackReport
+    from gpope.shell.pipeline.tune_spec import TuneSpecReport
 
 __all__ = [
+    "BRONZE_COLUMNS",
+    "DemoOptions",
+    "SimulateOptions",
     "bronze_tables",
     "budget_status",
     "check_demo",
     "check_evaluation",
+    "check_load",
+    "check_stage",
     "demo",
     "evaluate",
     "evaluate_options",
     "get_spark",
     "ingest",
+    "interrupted_after_release",
     "load",
     "load_config",
     "load_spec",
+    "maintain",
+    "pipeline_audit",
+    "printing_failed_line",
+    "privacy_ledger",
     "set_budget",
     "simulate",
+    "simulate_files",
     "stats",
+    "track",
+    "tune_spec",
 ]
+
+#: Option types and contract names re-exported from the shell, imported when first used so that
+#: ``import gpope.api`` stays light (no Spark, no pipeline module).
+_REEXPORTS = {
+    "BRONZE_COLUMNS": "gpope.shell.pipeline.load",
+    "DemoOptions": "gpope.shell.pipeline.demo",
+    "SimulateOptions": "gpope.shell.pipeline.simulate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REEXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_REEXPORTS[name]), name)
+    raise AttributeError(f"module 'gpope.api' has no attribute {name!r}")
 
 ConfigLike = GpopeConfig | str | Path | None
 SpecLike = EvaluationSpec | str | Path
@@ -283,15 +317,22 @@ def evaluate(
     Raises:
         BudgetExceededError: the run would take the dataset past its budget (nothing written).
     """
+    from gpope.errors import StaleStatisticsError
     from gpope.shell.pipeline.evaluate import run_evaluate
+    from gpope.shell.pipeline.stats_source import SPEC_PLACEHOLDER
 
     cfg = _config(config)
     if options is None:
         options = evaluate_options(cfg, epsilon=epsilon, delta=delta, seed=seed, solver=solver)
-    return run_evaluate(
-        spark, cfg, dataset=dataset, spec=load_spec(spec), options=options,
-        tracking_uri=tracking_uri, spec_text=_spec_text(spec),
-    )
+    try:
+        return run_evaluate(
+            spark, cfg, dataset=dataset, spec=load_spec(spec), options=options,
+            tracking_uri=tracking_uri, spec_text=_spec_text(spec),
+        )
+    except StaleStatisticsError as exc:  # name the spec file the caller gave
+        if isinstance(spec, EvaluationSpec):
+            raise
+        raise StaleStatisticsError(str(exc).replace(SPEC_PLACEHOLDER, str(spec))) from None
 
 
 def budget_status(spark: SparkSession, dataset: str, *, config: ConfigLike = None) -> BudgetStatus:
@@ -311,14 +352,21 @@ def set_budget(
 
 
 def check_demo(options: DemoOptions, *, config: ConfigLike = None) -> None:
-    """Check the demo's settings against the configuration before Spark starts.
+    """Check the demo's settings against the configuration before Spark starts: its settings,
+    the lake root and the dataset name.
 
     Raises:
-        ConfigError: an invalid setting or combination.
+        ConfigError: an invalid setting, combination, lake root or dataset name.
     """
+    from gpope.shell.lake.names import check_name
     from gpope.shell.pipeline.demo import check_demo as _check
+    from gpope.shell.preflight import check_lake
 
-    _check(_config(config), options)
+    cfg = _config(config)
+    _check(cfg, options)
+    check_lake(cfg)
+    if options.dataset is not None:
+        check_name("dataset", options.dataset)
 
 
 def demo(
@@ -335,3 +383,169 @@ def demo(
         spark, _config(config), options=options or DemoOptions(progress=False),
         tracking_uri=tracking_uri,
     )
+
+
+def check_stage(
+    stage: Literal["simulate", "ingest", "stats", "evaluate"],
+    dataset: str,
+    *,
+    spec: SpecLike | None = None,
+    domain: str | None = None,
+    config: ConfigLike = None,
+) -> EvaluationSpec | None:
+    """Check a stage on ``dataset`` before Spark starts (:func:`gpope.shell.preflight.check_stage`:
+    a valid and case-unique dataset name, an addressable lake root, the spec against the
+    dataset's declared actions and variables, the stage's input tables on a local lake); for
+    ``ingest`` also the dataset's settings (``datasets:`` of the configuration, or ``domain``).
+    Returns the loaded spec (None without one).
+
+    Raises:
+        ConfigError: an invalid dataset name, lake root, spec or dataset settings.
+        TableNotFoundError: an input table is missing (the message names the command).
+    """
+    from gpope.shell.preflight import check_stage as _check
+
+    cfg = _config(config)
+    loaded = load_spec(spec) if spec is not None else None
+    if stage == "ingest":
+        from gpope.shell.pipeline.ingest import resolve_dataset_settings
+
+        resolve_dataset_settings(cfg, dataset, domain=domain)
+    _check(cfg, stage, dataset, loaded)
+    return loaded
+
+
+def check_load(dataset: str, files: Mapping[str, str], *, fmt: str = "auto", columns: Any = None,
+               time_zone: str | None = None, config: ConfigLike = None) -> None:
+    """Check a :func:`load` before Spark starts (:func:`gpope.shell.preflight.check_load`: the
+    dataset name, the lake root, the files, their columns under ``columns``, ``time_zone``).
+
+    Raises:
+        ConfigError: an invalid name, lake root, file, format, ``columns`` or ``time_zone``.
+        SchemaError: a file lacks a bronze contract column or a column ``columns`` names.
+    """
+    from gpope.shell.preflight import check_load as _check
+
+    _check(_config(config), dataset, dict(files), fmt=fmt, columns=columns, time_zone=time_zone)
+
+
+def simulate_files(
+    domain: str, patients: int, out: str | Path, *, seed: int | None = None,
+    options: SimulateOptions | None = None, fmt: Literal["parquet", "csv"] = "parquet",
+    dataset: str = "mydata", progress: bool = False,
+) -> dict[str, Any]:
+    """A simulated cohort as plain files under ``out`` (no Spark): the three bronze files and a
+    ``conf.yaml`` with its ``datasets:`` entry (for ``random_mdp/<seed>`` also ``spec.yaml`` and
+    ``truth.json``), for :func:`load`; returns what was written
+    (:func:`gpope.shell.pipeline.simulate_files.write_cohort_files`)."""
+    from gpope.shell.pipeline.simulate_files import write_cohort_files
+
+    return write_cohort_files(domain, patients, seed, out, options=options, fmt=fmt,
+                              dataset=dataset, progress=progress)
+
+
+def privacy_ledger(config: ConfigLike = None, *, spark: SparkSession | None = None) -> PrivacyLedger:
+    """The lake's privacy ledger (:class:`~gpope.shell.pipeline.ledger.PrivacyLedger`); on a
+    local lake it reads and writes without Spark (``spark`` None), a Unity Catalog lake needs
+    ``spark``."""
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+
+    return PrivacyLedger(spark, _config(config))
+
+
+def maintain(*, retention_hours: float | None = None, dataset: str | None = None,
+             dry_run: bool = False, config: ConfigLike = None) -> MaintenanceReport:
+    """Compact and vacuum the lake's Delta tables (all, or ``dataset``'s and the shared ones);
+    ``retention_hours`` None: ``lake.retention_hours`` of the configuration; ``dry_run`` lists
+    what would change."""
+    from gpope.shell.lake.maintain import maintain_lake
+
+    cfg = _config(config)
+    hours = cfg.lake.retention_hours if retention_hours is None else retention_hours
+    return maintain_lake(cfg.lake, retention_hours=hours, dataset=dataset, dry_run=dry_run)
+
+
+def track(run_id: str, *, force: bool = False, config: ConfigLike = None,
+          tracking_uri: str | None = None) -> TrackReport:
+    """Log the committed release ``run_id`` to MLflow from the lake's released tables
+    (idempotent unless ``force``; only released numbers), with the configuration's HTTP limits
+    so that an unreachable server fails in seconds."""
+    from gpope.shell.pipeline.track import relog_release
+    from gpope.shell.tracking import http_limits
+
+    cfg = _config(config)
+    with http_limits(cfg.tracking):
+        return relog_release(cfg, run_id, tracking_uri=tracking_uri, force=force)
+
+
+def tune_spec(
+    spec: str | Path,
+    *,
+    patients: int,
+    max_length: int | None = None,
+    public_seed: int | None = None,
+    epsilons: Sequence[float] = (0.1, 1.0, 10.0),
+    delta: float = 1e-6,
+    trials: int = 3,
+    overrides: Mapping[str, Any] | None = None,
+    clips: Sequence[float] | None = None,
+    steps: Sequence[float] | None = None,
+    write: bool = True,
+    log: Callable[[str], None] | None = None,
+    command: str | None = None,
+    config: ConfigLike = None,
+) -> TuneSpecReport:
+    """Tune the spec file's solver settings on public simulated data of its domain and (with
+    ``write``) store them in its ``evaluation:`` block
+    (:func:`gpope.shell.pipeline.tune_spec.tune_spec`; ``public_seed`` None: its fixed seed).
+
+    Raises:
+        ConfigError: the spec has no ``domain`` (no public simulator to tune on).
+    """
+    from gpope.shell.pipeline.tune_spec import TUNE_SEED
+    from gpope.shell.pipeline.tune_spec import tune_spec as _tune
+
+    return _tune(
+        spec, settings=_config(config).evaluation, patients=patients, max_length=max_length,
+        public_seed=TUNE_SEED if public_seed is None else public_seed, epsilons=epsilons,
+        delta=delta, trials=trials, overrides=dict(overrides or {}), clips=clips, steps=steps,
+        write=write, log=log, command=command,
+    )
+
+
+def pipeline_audit(
+    *, delta: float, seed: int = 0, runs: int | None = None, epsilon: float | None = None,
+    iterations: int | None = None, include_broken: bool = False, config: ConfigLike = None,
+) -> list[tuple[str, AuditResult]]:
+    """Audit the real evaluate path end to end (local Spark, a temporary lake, two neighbouring
+    one-patient datasets; :mod:`gpope.shell.pipeline.audit`): ``[("real", result)]``, with
+    ``include_broken`` also the unclipped solver (``"no-clip"``). Unset settings take the
+    audit's presets."""
+    from gpope.shell.pipeline.audit import PipelineAuditConfig, run_pipeline_audit
+
+    kw = {k: v for k, v in (("runs", runs), ("epsilon", epsilon), ("iterations", iterations))
+          if v is not None}
+    variants: dict[str, dict[str, object] | None] = {"real": None}
+    if include_broken:
+        variants["no-clip"] = {"clip": False}
+    spark = get_spark(config)
+    return run_pipeline_audit(spark, PipelineAuditConfig(delta=delta, seed=seed, **kw),
+                              variants=variants)
+
+
+def interrupted_after_release(report: EvaluationReport, *, cut: str) -> InterruptedAfterRelease:
+    """The Ctrl-C of a run whose release is committed (``cut``: what it cut short): the
+    release and its charge stand, the message names ``gpope track`` and never a re-run."""
+    from gpope.shell.pipeline.evaluate_report import interrupted_after_release as _interrupted
+    from gpope.shell.pipeline.evaluate_report import values_line
+
+    return _interrupted(report.run_id, dataset=report.dataset, label=report.label, cut=cut,
+                        values=values_line(report.reference_values))
+
+
+def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:
+    """The line for stderr when printing a committed release's report failed: the release, its
+    values and where they are kept; never an invitation to run again."""
+    from gpope.shell.pipeline.after_release import printing_failed_line as _line
+
+    return _line(report, error)

@@ -16,8 +16,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from gpope.cli.domains import domain_arg
 from gpope.errors import GpopeError
-from gpope.shell.cli.domains import domain_arg
 from gpope.shell.pipeline.jobargs import job_parser, job_setup
 
 __all__ = ["demo", "evaluate", "grants", "ingest", "simulate", "stats"]
@@ -118,7 +118,7 @@ def stats(argv: Sequence[str] | None = None) -> int:
 
 def evaluate(argv: Sequence[str] | None = None) -> int:
     """``gpope-evaluate``: a private evaluation (ledger, released_estimates, MLflow)."""
-    from gpope.shell.cli.evaluate import (
+    from gpope.cli.evaluate import (
         add_privacy_overrides,
         add_solver_options,
         add_stale_stats_flag,

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from gpope.cli import main
 from gpope.core.accounting import calibrate_sigma, epsilon_spent
-from gpope.shell.cli import main
 
 
 def _run_json(capsys, argv: list[str]) -> dict:

@@ -64,7 +64,7 @@ def basic_test():
 
 
 def test_registered_accountant_is_a_choice_of_every_reader(basic_test):
-    from gpope.shell.cli import build_parser
+    from gpope.cli import build_parser
 
     assert "basic-test" in accountant_choices()
     assert isinstance(implementation("basic-test"), PrivacyAccountant)
@@ -103,7 +103,7 @@ def test_unregistered_names_are_refused_everywhere():
         RunSettings(accountant="basic-test")
     with pytest.raises(ConfigError, match="basic-test"):
         epsilon_spent(m=10, iterations=1, sigma=1.0, delta=1e-6, accountant="basic-test")
-    from gpope.shell.cli import build_parser
+    from gpope.cli import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["accountant", "epsilon", "--m", "100", "-N", "10", "--sigma",

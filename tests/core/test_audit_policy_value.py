@@ -18,8 +18,8 @@ def test_the_quick_audit_keeps_the_runs_that_catch_half_noise():
     # `gpope audit --quick` halves the GPOPE and SSP runs; at half the runs a halved noise of the
     # policy value release was not provable (lower bound 4.66 < 4.8 at the CLI's seed 0), so the
     # quick audit keeps this release's preset and catches it at the CLI's default seed
-    from gpope.shell.cli import build_parser
-    from gpope.shell.cli.audit import policy_value_config
+    from gpope.cli import build_parser
+    from gpope.cli.audit import policy_value_config
 
     args = build_parser().parse_args(["audit", "--quick", "--include-broken"])
     cfg = policy_value_config(args, {})

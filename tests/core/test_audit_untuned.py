@@ -57,7 +57,7 @@ def test_residual_audit_passes_and_catches_half_noise():
 
 
 def test_the_cli_audits_the_default_and_keeps_its_runs_under_quick(capsys):
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     # the broken variants at this preset and seed are the test above; --quick keeps the runs
     # at which they are detected

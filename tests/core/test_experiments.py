@@ -152,9 +152,9 @@ def test_continuous_quick_preset_through_the_cli(domain, tmp_path, capsys, monke
     import csv
     import json
 
+    from gpope.cli import main
     from gpope.core.envs import hiv, train_hiv
     from gpope.core.experiments import continuous
-    from gpope.shell.cli import main
 
     # Fresh truth cache; count HIV simulator cohorts and stand-alone truth simulations.
     monkeypatch.setattr(continuous, "_TRUTH_CACHE", {})

@@ -29,7 +29,7 @@ from gpope.shell.lake.manifest import PipelineRuns, pinned_version, read_pinned
 
 pytestmark = pytest.mark.spark
 
-GPOPE = [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())"]
+GPOPE = [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())"]
 BRONZE = ("observations", "treatments", "outcomes")
 
 

@@ -8,8 +8,8 @@ import io
 
 import pytest
 
-from gpope.shell.cli import build_parser, main, user_message
-from gpope.shell.cli._common import show_progress
+from gpope.cli import build_parser, main, user_message
+from gpope.cli._common import show_progress
 
 
 def test_mistyped_subcommands_get_a_suggestion(capsys):
@@ -93,7 +93,7 @@ _REFUSED = r"""
 import json, os, sys, time
 import pyarrow as pa
 from deltalake import write_deltalake
-from gpope.shell.cli import main
+from gpope.cli import main
 lake, spec = sys.argv[1], sys.argv[2]
 write_deltalake(f"{lake}/gold/other/trajectory_stats",
                 pa.table({"spec_id": ["not_this_spec"], "traj_index": [0]}), partition_by=["spec_id"])
@@ -171,8 +171,8 @@ def test_refused_pipeline_commands_fail_before_starting_spark(tmp_path):
 
 def test_print_private_diagnostics_implies_computing_them():
     # alone it printed nothing: the diagnostics are computed only under --private-diagnostics
-    from gpope.shell.cli import build_parser
-    from gpope.shell.cli.evaluate import settings_from_args
+    from gpope.cli import build_parser
+    from gpope.cli.evaluate import settings_from_args
 
     common = ["evaluate", "--dataset", "icu", "--spec", "s.yaml", "--epsilon", "1", "--delta",
               "1e-6"]

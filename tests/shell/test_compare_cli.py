@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from gpope.shell.cli import main
+from gpope.cli import main
 
 
 @pytest.fixture

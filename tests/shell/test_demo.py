@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpope.shell.cli import main
+from gpope.cli import main
 from gpope.shell.pipeline.demo import demo_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -333,7 +333,7 @@ def test_tracking_failure_after_release_reports_the_release_and_track_relogs_it(
     # An MLflow store that cannot be opened (its directory is a file): the run is released and
     # charged, the command does not fail, and its one line says so and how to re-log it;
     # `gpope track --run-id` then logs the released numbers from the lake, once.
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     config, spec, _, uri = setup
     (tmp_path / "blocked").write_text("a file where the store's directory should be")
@@ -430,8 +430,8 @@ def _check_relation_against_dp_accounting(config, report) -> None:
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
 
+    from gpope.cli import main
     from gpope.core.accounting.composition import mechanism_from_json
-    from gpope.shell.cli import main
 
     stored = mechanism_from_json(PrivacyLedger(None, config).entry("mc", report.run_id).mechanism)
     assert stored.relation == report.relation == "add_or_remove_one"

@@ -14,13 +14,13 @@ import pytest
 from deltalake import DeltaTable
 from dp_accounting.rdp import RdpAccountant
 
+from gpope.cli import main
 from gpope.config import load_config
 from gpope.core.accounting import RDP_ORDERS, calibrate_sigma
 from gpope.core.envs import chain
 from gpope.core.evaluation.settings import SettingsLayer
 from gpope.errors import ConfigError
 from gpope.shell import lake
-from gpope.shell.cli import main
 from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.ledger import PrivacyLedger

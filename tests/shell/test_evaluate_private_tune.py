@@ -141,7 +141,7 @@ def test_unsupported_settings_fail_before_the_reservation(spark, setup, kw, matc
 
 
 def test_cli_tune_private(spark, setup, capsys, tmp_path):
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     config, _, _, uri = setup
     spec_file = str(tmp_path / "spec.yaml")

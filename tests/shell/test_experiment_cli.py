@@ -6,7 +6,7 @@ import csv
 import json
 import math
 
-from gpope.shell.cli import main
+from gpope.cli import main
 
 
 def test_experiment_chain_quick_writes_outputs_and_mlflow_runs(tmp_path, capsys):

@@ -24,7 +24,7 @@ def _truncate_last_commit(table: Path) -> Path:
 
 
 def test_a_truncated_delta_log_is_one_line_naming_the_table(tmp_path, capsys):
-    from gpope.shell.cli import main
+    from gpope.cli import main
     from gpope.shell.lake.delta_rs.log import open_table
 
     table = tmp_path / "lake" / "bronze" / "ward" / "observations"

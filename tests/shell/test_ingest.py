@@ -113,7 +113,7 @@ BAD_OUTCOMES = [
 ]
 
 
-GPOPE = [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())"]
+GPOPE = [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())"]
 
 
 def _rows(df) -> list[tuple]:

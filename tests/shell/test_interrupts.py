@@ -61,7 +61,7 @@ def test_sigterm_of_simulate_before_its_manifest_is_one_line_and_exit_143(tmp_pa
     env = {**os.environ, "GPOPE_FAULT": f"simulate:treatments:wait={gate}",
            "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())",
          "simulate", "--domain", "chain", "--patients", "20", "--steps", "5", "--dataset", "d",
          "--seed", "1", "--no-progress", "--lake", str(lake)],
         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 from deltalake import DeltaTable
 
+from gpope.cli import main
 from gpope.config import load_config
 from gpope.core.envs import chain
 from gpope.shell import faults, lake
-from gpope.shell.cli import main
 from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
 SPEC_FILE = REPO / "conf" / "specs" / "chain.yaml"
 EPSILON = 0.5
-GPOPE = [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())"]
+GPOPE = [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())"]
 #: Each kill point -> the ledger's verdict after `budget reconcile` (None: never reserved).
 VERDICT = {
     "ledger.before_append": None,

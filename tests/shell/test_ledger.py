@@ -19,6 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
+from gpope.cli import main
 from gpope.config import load_config
 from gpope.core.accounting import epsilon_spent, gpope_dp_event
 from gpope.core.accounting.composition import (
@@ -29,7 +30,6 @@ from gpope.core.accounting.composition import (
     rdp_curve,
 )
 from gpope.errors import BudgetExceededError, ConfigError
-from gpope.shell.cli import main
 from gpope.shell.pipeline.ledger import PrivacyLedger, _fold, budget_status_table
 from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
 
@@ -263,7 +263,7 @@ def test_budget_show_starts_no_jvm(tmp_path):
     lake = tmp_path / "lake"
     (lake / "silver" / "d").mkdir(parents=True)
     code = (
-        "import sys; from gpope.shell.cli import main; "
+        "import sys; from gpope.cli import main; "
         f"assert main(['budget', 'set', '--dataset', 'd', '--epsilon', '1', '--delta', '1e-6', '--lake', {str(lake)!r}]) == 0; "
         f"assert main(['budget', 'show', '--dataset', 'd', '--lake', {str(lake)!r}]) == 0; "
         "assert 'pyspark' not in sys.modules, 'pyspark imported'"
@@ -316,7 +316,7 @@ def test_budget_show_exits_cleanly_every_time(tmp_path):
     lake = tmp_path / "lake"
     (lake / "silver" / "d").mkdir(parents=True)
     PrivacyLedger(None, _config(lake)).set_budget("d", epsilon=1.0, delta=1e-6)
-    code = ("import sys; from gpope.shell.cli import main; "
+    code = ("import sys; from gpope.cli import main; "
             f"sys.exit(main(['budget', 'show', '--dataset', 'd', '--lake', {str(lake)!r}]))")
     for _ in range(5):
         out = _fresh_python(code)

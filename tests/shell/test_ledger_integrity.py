@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from gpope.cli import main
 from gpope.config import load_config
 from gpope.errors import BudgetExceededError, ConfigError, CorruptTableError
-from gpope.shell.cli import main
 from gpope.shell.lake.maintain import maintain_lake
 from gpope.shell.pipeline.ledger import PrivacyLedger
 

@@ -61,7 +61,7 @@ def _documented_load() -> list[str]:
 def test_hospital_names_load_in_one_command_and_read_back_as_bronze(spark, extract, lake_root,
                                                                    capsys, monkeypatch):
     # the page's command as written, in the folder of the exports
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     monkeypatch.chdir(Path(extract["outcomes"]).parent)
     argv = [*_documented_load(), "--lake", str(lake_root), "--json"]

@@ -221,7 +221,7 @@ def test_the_documented_pandas_extract_loads_with_its_local_clock(spark, tmp_pat
 
     from deltalake import DeltaTable
 
-    from gpope.shell.cli import main
+    from gpope.cli import main
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "OWN_DATA.md").read_text()
     block = text.split("<!-- own-data pandas example: begin -->", 1)[1]

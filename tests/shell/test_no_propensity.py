@@ -30,9 +30,9 @@ def test_an_extract_without_propensities_is_evaluated_by_the_estimated_behaviour
     from dp_accounting.pld import PLDAccountant
 
     from gpope import api
+    from gpope.cli import main
     from gpope.core.accounting.composition import mechanism_from_json
     from gpope.core.state_action import state_action_spec
-    from gpope.shell.cli import main
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     monkeypatch.chdir(tmp_path)

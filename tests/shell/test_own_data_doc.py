@@ -98,8 +98,8 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     # files are under it); then the JVM-free readers (gpope query, budget show) see every row.
     # This one run is also the suite's whole-pipeline hostile-path check.
     from gpope import api
+    from gpope.cli import main
     from gpope.config import load_config
-    from gpope.shell.cli import main
     from gpope.shell.pipeline.simulate import SimulateOptions
 
     work = tmp_path / _NASTY

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpope.cli import main
 from gpope.config import load_config
 from gpope.core.envs import mountaincar
 from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import ConfigError, QueryError
 from gpope.shell import lake
-from gpope.shell.cli import main
 from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
@@ -223,7 +223,7 @@ def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
     config, _ = pipeline_lake
     code = (
         "import sys, subprocess\n"
-        "from gpope.shell.cli import main\n"
+        "from gpope.cli import main\n"
         f"rc = main(['query', '--lake', {config.lake.root!r}, '--json', '--operator', "
         "'SELECT count(*) AS n FROM transitions'])\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"

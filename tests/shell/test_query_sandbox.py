@@ -14,9 +14,9 @@ from deltalake import write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpope.cli import main
 from gpope.config import load_config
 from gpope.errors import ConfigError, QueryError
-from gpope.shell.cli import main
 from gpope.shell.preflight import check_dataset_unique, check_stage
 from gpope.shell.query import RELEASE_VIEWS, check_select, query
 

@@ -17,7 +17,7 @@ from gpope.shell.pipeline.simulate import (
     simulate_tables,
 )
 
-GPOPE = [sys.executable, "-c", "import sys; from gpope.shell.cli import main; sys.exit(main())"]
+GPOPE = [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())"]
 
 
 @pytest.mark.parametrize(

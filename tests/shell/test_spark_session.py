@@ -49,7 +49,7 @@ def test_remote_option_reaches_the_configuration_and_bad_urls_are_refused():
 
 
 def test_cli_stage_commands_accept_remote():
-    from gpope.shell.cli import build_parser
+    from gpope.cli import build_parser
 
     parser = build_parser()
     for command in ("simulate", "ingest", "stats", "evaluate", "demo"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
 
 
 def _add_lake(parser: argparse.ArgumentParser) -> None:
@@ -72,10 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _ledger(args: argparse.Namespace):
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.pipeline.ledger import PrivacyLedger
+    from gpope import api
 
-    return PrivacyLedger(None, config_from_args(args))
+    return api.privacy_ledger(config_from_args(args))
 
 
 def _show(args: argparse.Namespace) -> int:

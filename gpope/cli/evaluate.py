@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpope.cli._common import (
+    add_dataset_option,
+    add_json_flag,
+    add_lake_options,
+    config_from_args,
+    emit,
+)
 from gpope.core.accounting.registry import accountant_choices, accountant_help
-from gpope.shell.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 
 
 def add_solver_options(parser: argparse.ArgumentParser) -> None:
@@ -205,12 +211,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
-    from gpope.errors import StaleStatisticsError
     from gpope.shell import faults
-    from gpope.shell.pipeline.after_release import printing_failed_line
-    from gpope.shell.pipeline.evaluate_report import interrupted_after_release, values_line
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.pipeline.stats_source import SPEC_PLACEHOLDER
 
     config = config_from_args(args)
     # every argument, the spec and the configuration are checked before Spark starts
@@ -223,8 +224,6 @@ def _run(args: argparse.Namespace) -> int:
             spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta,
             options=options, config=config, tracking_uri=args.tracking_uri,
         )
-    except StaleStatisticsError as exc:  # name the spec file the command was given
-        raise StaleStatisticsError(str(exc).replace(SPEC_PLACEHOLDER, args.spec)) from None
     except KeyboardInterrupt as exc:
         if str(exc):  # the run said where it stopped (before or after its release)
             raise
@@ -238,11 +237,8 @@ def _run(args: argparse.Namespace) -> int:
         emit(args, report.to_dict(include_private=args.print_private_diagnostics),
              report.summary())
     except KeyboardInterrupt as exc:
-        raise interrupted_after_release(
-            report.run_id, dataset=report.dataset, label=report.label,
-            cut="printing its report was cut short",
-            values=values_line(report.reference_values),
-        ) from exc
+        raise api.interrupted_after_release(
+            report, cut="printing its report was cut short") from exc
     except Exception as exc:
-        print(printing_failed_line(report, exc), file=sys.stderr)
+        print(api.printing_failed_line(report, exc), file=sys.stderr)
     return 0

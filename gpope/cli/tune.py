@@ -18,9 +18,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from gpope.cli._common import add_json_flag, emit
+from gpope.cli.experiment import _DOMAINS, add_settings_options, settings_from_args
 from gpope.core.accounting.registry import accountant_choices, accountant_help
-from gpope.shell.cli._common import add_json_flag, emit
-from gpope.shell.cli.experiment import _DOMAINS, add_settings_options, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,22 +84,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_spec(args: argparse.Namespace) -> int:
-    from gpope.config import load_config
-    from gpope.shell.pipeline.jobargs import resolve_path
-    from gpope.shell.pipeline.tune_spec import TUNE_SEED, tune_spec
+    from gpope import api
 
     def log(msg: str) -> None:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    config = load_config(resolve_path(args.conf) if args.conf else None)
     overrides = {k: getattr(args, k, None) for k in (
         "passes", "iterations", "batch_rate", "batch_size", "step_schedule", "step_offset",
         "step_offset_fraction", "averaging", "tail_fraction", "sampling", "accountant")}
-    report = tune_spec(
-        args.spec, settings=config.evaluation, patients=args.patients,
-        max_length=args.max_length,
-        public_seed=args.public_seed if args.public_seed is not None else TUNE_SEED,
+    report = api.tune_spec(
+        args.spec, config=args.conf or None, patients=args.patients,
+        max_length=args.max_length, public_seed=args.public_seed,
         epsilons=args.epsilons or (0.1, 1.0, 10.0),
         delta=args.delta if args.delta is not None else 1e-6,
         trials=args.trials if args.trials is not None else 3,

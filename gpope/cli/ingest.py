@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
-from gpope.shell.cli.domains import domain_arg
+from gpope.cli._common import (
+    add_dataset_option,
+    add_json_flag,
+    add_lake_options,
+    config_from_args,
+    emit,
+)
+from gpope.cli.domains import domain_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,15 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
-    from gpope.shell.pipeline.ingest import resolve_dataset_settings
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.preflight import check_stage
-    from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    resolve_dataset_settings(config, args.dataset, domain=args.domain)  # fail fast, before Spark
-    check_stage(config, "ingest", args.dataset)
-    spark = get_spark(config.spark)
+    api.check_stage("ingest", args.dataset, domain=args.domain, config=config)  # before Spark
+    spark = api.get_spark(config)
     report = api.ingest(spark, args.dataset, domain=args.domain, config=config)
     emit(args, report.to_dict(), report.summary())
     return 0

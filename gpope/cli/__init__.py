@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"gpope.shell.cli.{name}")
+        module = importlib.import_module(f"gpope.cli.{name}")
         module.register(sub)
     return parser
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import (
+from gpope.cli._common import (
     add_dataset_option,
     add_json_flag,
     add_lake_options,
     add_progress_flag,
+    config_from_args,
     emit,
     show_progress,
 )
-from gpope.shell.cli.domains import domain_arg, domain_help
+from gpope.cli.domains import domain_arg, domain_help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,13 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.core.validation import check_int
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.pipeline.simulate import SimulateOptions
-    from gpope.shell.preflight import check_stage
-    from gpope.shell.spark import get_spark
 
     check_int("gpope simulate", "patients", args.patients, ge=1)
-    options = SimulateOptions(
+    options = api.SimulateOptions(
         n_steps=args.steps,
         jitter=args.jitter,
         stagger_days=args.stagger_days,
@@ -80,9 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         noise=args.noise,
     )
     if args.to_files is not None:
-        from gpope.shell.pipeline.simulate_files import write_cohort_files
-
-        written = write_cohort_files(args.domain, args.patients, args.seed, args.to_files,
+        written = api.simulate_files(args.domain, args.patients, args.to_files, seed=args.seed,
                                      options=options, fmt=args.format, dataset=args.dataset,
                                      progress=show_progress(args))  # fmt: skip
         lines = [f"simulate {args.dataset}: {args.patients} {args.domain} patients as files"]
@@ -92,8 +87,8 @@ def _run(args: argparse.Namespace) -> int:
         emit(args, written, "\n".join(lines))
         return 0
     config = config_from_args(args)
-    check_stage(config, "simulate", args.dataset)  # fail fast, before Spark starts
-    spark = get_spark(config.spark)
+    api.check_stage("simulate", args.dataset, config=config)  # fail fast, before Spark starts
+    spark = api.get_spark(config)
     report = api.simulate(
         spark,
         args.dataset,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpope.shell.cli._common import add_json_flag, emit
+from gpope.cli._common import add_json_flag, emit
 
 _DOMAINS = ("chain", "mountaincar", "hiv")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--dataset", required=True, help="dataset name (bronze/<dataset>/...)")
-    from gpope.shell.pipeline.load import BRONZE_COLUMNS
+    from gpope import api
 
-    for table, columns in BRONZE_COLUMNS.items():
+    for table, columns in api.BRONZE_COLUMNS.items():
         parser.add_argument(f"--{table}", required=True, metavar="PATH",
                             help=f"{table} file, folder or glob (columns {', '.join(columns)})")
     parser.add_argument("--format", choices=("auto", "parquet", "csv"), default="auto",
@@ -57,16 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.pipeline.load import BRONZE_TABLES
-    from gpope.shell.preflight import check_load
-    from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    files = {t: getattr(args, t) for t in BRONZE_TABLES}
-    check_load(config, args.dataset, files, fmt=args.format, columns=args.columns,
-               time_zone=args.time_zone)  # refused before Spark starts
-    spark = get_spark(config.spark)
+    files = {t: getattr(args, t) for t in api.BRONZE_COLUMNS}
+    api.check_load(args.dataset, files, fmt=args.format, columns=args.columns,
+                   time_zone=args.time_zone, config=config)  # refused before Spark starts
+    spark = api.get_spark(config)
     report = api.load(spark, args.dataset, files, fmt=args.format, columns=args.columns,
                       config=config, time_zone=args.time_zone)
     emit(args, report.to_dict(), report.summary())

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpope.shell.cli._common import add_json_flag, emit
+from gpope.cli._common import add_json_flag, emit
 
 _BROKEN = {
     "noise x0.5": {"noise_scale": 0.5},
@@ -89,18 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
-    from gpope.config import load_config
-    from gpope.shell.pipeline.audit import PipelineAuditConfig, run_pipeline_audit
-    from gpope.shell.spark import get_spark
+    from gpope import api
 
-    kw = {k: v for k, v in (("runs", args.runs), ("epsilon", args.epsilon),
-                            ("iterations", args.iterations)) if v is not None}
-    cfg = PipelineAuditConfig(delta=args.delta, seed=args.seed, **kw)
-    variants: dict[str, dict[str, object] | None] = {"real": None}
-    if args.include_broken:
-        variants["no-clip"] = {"clip": False}
-    spark = get_spark(load_config(None).spark)
-    pairs = run_pipeline_audit(spark, cfg, variants=variants)
+    pairs = api.pipeline_audit(delta=args.delta, seed=args.seed, runs=args.runs,
+                               epsilon=args.epsilon, iterations=args.iterations,
+                               include_broken=args.include_broken)
     return _report(args, [n for n, _ in pairs], [r for _, r in pairs])
 
 
@@ -134,12 +127,10 @@ def _run(args: argparse.Namespace) -> int:
                 results.append(run_ssp_audit(cfg_ssp, args.seed, **kw))
                 names.append(name)
     if "policy_value" in args.estimator:
-        from gpope.config import load_config
+        from gpope import api
         from gpope.core.audit_policy_value import run_policy_value_audit
-        from gpope.shell.pipeline.jobargs import resolve_path
 
-        pv_settings = load_config(resolve_path(args.conf) if args.conf else None
-                                  ).evaluation.policy_value_settings()
+        pv_settings = api.load_config(args.conf or None).evaluation.policy_value_settings()
         cfg_pv = policy_value_config(args, overrides)
         variants_pv = [("real", {})] + ([("noise x0.5", {"_noise_scale": 0.5}),
                                          ("noise/10", {"_noise_scale": 0.1})]

@@ -10,8 +10,8 @@ import math
 import sys
 from typing import Any
 
+from gpope.cli._common import add_lake_options, config_from_args
 from gpope.jsonable import jsonable
-from gpope.shell.cli._common import add_lake_options
 
 _EPILOG = """\
 views served to analysts: the released tables (released_values, released_estimates), the
@@ -79,8 +79,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from gpope.shell.pipeline.jobargs import config_from_args
-
     return config_from_args(args)
 
 

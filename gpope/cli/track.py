@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,16 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gpope import api
     from gpope.errors import GpopeError
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.pipeline.track import relog_release
-    from gpope.shell.tracking import http_limits
 
     config = config_from_args(args)
-    try:
-        with http_limits(config.tracking):  # an unreachable server fails in seconds
-            report = relog_release(config, args.run_id, tracking_uri=args.tracking_uri,
-                                   force=args.force)
+    try:  # an unreachable server fails in seconds
+        report = api.track(args.run_id, force=args.force, config=config,
+                           tracking_uri=args.tracking_uri)
     except GpopeError:
         raise
     except Exception as exc:  # MLflow's own errors: one line, the run stays as it was

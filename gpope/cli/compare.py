@@ -15,7 +15,7 @@ import math
 import sys
 from typing import Any
 
-from gpope.shell.cli._common import add_lake_options
+from gpope.cli._common import add_lake_options
 
 _EPILOG = """\
 The difference interval of two 95% intervals holds at 90% at least, whatever the two runs share
@@ -57,8 +57,8 @@ def released_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     Raises:
         ConfigError: a run has no released row on the dataset (named, with what to check).
     """
+    from gpope.cli.query import _config
     from gpope.errors import ConfigError
-    from gpope.shell.cli.query import _config
     from gpope.shell.query import query
 
     run_a, run_b = args.runs
@@ -154,8 +154,8 @@ def _track(args: argparse.Namespace, payload: dict[str, Any], diffs: list[Any],
     import matplotlib.pyplot as plt
     import mlflow
 
+    from gpope.cli.query import _config
     from gpope.shell import mlflow_names as names
-    from gpope.shell.cli.query import _config
     from gpope.shell.tracking import log_json_artifact, resolve_tracking_uri, start_run
 
     config = _config(args)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import (
+from gpope.cli._common import (
     add_json_flag,
     add_lake_options,
     add_progress_flag,
+    config_from_args,
     emit,
     show_progress,
 )
@@ -52,11 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
-    from gpope.shell.pipeline.demo import DemoOptions
-    from gpope.shell.pipeline.jobargs import config_from_args
-    from gpope.shell.spark import get_spark
 
-    options = DemoOptions(
+    options = api.DemoOptions(
         patients=args.patients, steps=args.steps, epsilon=args.epsilon, delta=args.delta,
         dataset=args.dataset, seed=args.seed, iterations=args.iterations,
         public_trajectories=args.public_trajectories,
@@ -65,14 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     config = config_from_args(args)
     api.check_demo(options, config=config)  # at once, before Spark starts
-    from gpope.shell.preflight import check_lake
-
-    check_lake(config)
-    if args.dataset is not None:
-        from gpope.shell.lake.names import check_name
-
-        check_name("dataset", args.dataset)
-    spark = get_spark(config.spark)
+    spark = api.get_spark(config)
     report = api.demo(spark, options=options, config=config, tracking_uri=args.tracking_uri)
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,16 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpope.shell.lake.maintain import maintain_lake
-    from gpope.shell.pipeline.jobargs import config_from_args
+    from gpope import api
 
     args.tracking_uri = None
-    config = config_from_args(args)
-    retention = args.retention_hours
-    if retention is None:
-        retention = config.lake.retention_hours
-    report = maintain_lake(
-        config.lake, retention_hours=retention, dataset=args.dataset, dry_run=args.dry_run
-    )
+    report = api.maintain(retention_hours=args.retention_hours, dataset=args.dataset,
+                          dry_run=args.dry_run, config=config_from_args(args))
     emit(args, report.to_dict(), report.summary())
     return 0

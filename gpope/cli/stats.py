@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.shell.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
+from gpope.cli._common import (
+    add_dataset_option,
+    add_json_flag,
+    add_lake_options,
+    config_from_args,
+    emit,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,14 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
-    from gpope.shell.pipeline.jobargs import config_from_args, load_spec
-    from gpope.shell.preflight import check_stage
-    from gpope.shell.spark import get_spark
 
     config = config_from_args(args)
-    spec = load_spec(args.spec)  # fail fast, before Spark starts
-    check_stage(config, "stats", args.dataset, spec)
-    spark = get_spark(config.spark)
+    spec = api.check_stage("stats", args.dataset, spec=args.spec, config=config)  # before Spark
+    spark = api.get_spark(config)
     report = api.stats(spark, args.dataset, spec, config=config)
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpope.jsonable import jsonable
+
+if TYPE_CHECKING:
+    from gpope.config import GpopeConfig
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +68,18 @@ def show_progress(args: argparse.Namespace) -> bool:
     if getattr(args, "json", False) or getattr(args, "no_progress", False):
         return False
     return sys.stderr.isatty()
+
+
+def config_from_args(args: argparse.Namespace) -> GpopeConfig:
+    """The configuration of ``--conf`` with ``--lake``, ``--catalog``/``--schema`` and
+    ``--remote`` applied (:func:`gpope.api.load_config`)."""
+    from gpope import api
+
+    return api.load_config(
+        getattr(args, "conf", None) or None, lake=getattr(args, "lake", None),
+        catalog=getattr(args, "catalog", None), schema=getattr(args, "schema", None),
+        remote=getattr(args, "remote", None),
+    )
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpope.cli._common import add_json_flag, emit
 from gpope.core.accounting.registry import (
     AUTO,
     accountant_choices,
     accountant_help,
     accountant_info,
 )
-from gpope.shell.cli._common import add_json_flag, emit
 
 _ADJACENCY = {"uniform": "replace-one (2h)", "poisson": "add/remove (h)"}
 
