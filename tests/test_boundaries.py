@@ -1,6 +1,6 @@
 """The layers' boundaries, read from the source with ast (every import counts: top level, inside
 functions, under TYPE_CHECKING): the CLI reaches the pipeline and the lake through gpope.api
-only."""
+only, and only the lake (gpope/shell/lake/) knows that delta-rs reads and writes Delta tables."""
 
 from __future__ import annotations
 
@@ -56,3 +56,9 @@ def test_cli_imports_no_pipeline_or_lake_module():
     assert crossing(cli, ("gpope.shell.pipeline", "gpope.shell.lake")) == {}
     entry = [ROOT / "shell" / "entrypoints.py"]
     assert crossing(entry, ("gpope.shell.pipeline",)) != {}  # the checker reads real modules
+
+
+def test_only_the_lake_imports_delta_rs():
+    outside = sorted(p for p in ROOT.rglob("*.py") if (ROOT / "shell" / "lake") not in p.parents)
+    assert ROOT / "shell" / "pipeline" / "ledger_store.py" in outside
+    assert crossing(outside, ("deltalake", "gpope.shell.lake.delta_rs")) == {}

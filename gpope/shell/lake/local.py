@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpope.errors import QueryError
 
 if TYPE_CHECKING:
-    from gpope.shell.lake.delta_rs import DeltaRsTables
+    import pyarrow as pa
 
-__all__ = ["check_local_root", "dataset_folders", "latest_version", "local_tables", "snapshot"]
+    from gpope.shell.lake.delta_rs import DeltaRsTables, StagedFileWriter
+
+__all__ = ["check_local_root", "dataset_folders", "latest_version", "local_tables", "snapshot",
+           "staged_file_writer"]
 
 #: Attempts at a consistent snapshot of the lake's table versions before giving up.
 _SNAPSHOT_ATTEMPTS = 50
@@ -30,6 +33,16 @@ def local_tables() -> DeltaRsTables:
     from gpope.shell.lake.delta_rs import DeltaRsTables
 
     return DeltaRsTables()
+
+
+def staged_file_writer(folder: str, partition_values: Mapping[str, str | None], schema: pa.Schema,
+                       table_name: str) -> StagedFileWriter:
+    """The writer a Spark Python worker writes its Parquet files with into the staging folder
+    of :meth:`gpope.shell.lake.Lake.worker_staging` (``folder``, ``partition_values`` and
+    ``schema`` from that staging); its ``close()`` returns the report the staging commits."""
+    from gpope.shell.lake.delta_rs import StagedFileWriter
+
+    return StagedFileWriter(folder, partition_values, schema, table_name)
 
 
 def dataset_folders(root: str | Path) -> list[tuple[str, str]]:

@@ -37,6 +37,7 @@ __all__ = [
     "check_name",
     "creator_hint",
     "repair_hint",
+    "spark_path",
     "table_path",
     "uc_table_name",
 ]
@@ -167,6 +168,11 @@ def local_root(root: str) -> Path | None:
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", root) and not re.match(r"^[A-Za-z]:[\\/]", root):
         return None  # a URI scheme (dbfs:, s3:, abfss:...), not a Windows drive letter
     return Path(root).expanduser().resolve()
+
+
+def spark_path(path: str | Path) -> str:
+    """A local path as Spark/Hadoop reads it literally: ``file:`` + glob characters escaped."""
+    return "file:" + re.sub(r"([\\*?\[\]{}])", r"\\\1", str(path))
 
 
 def uc_table_name(catalog: str, schema: str, ref: TableRef, *, quoted: bool = False) -> str:

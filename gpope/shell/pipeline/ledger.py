@@ -266,9 +266,9 @@ class PrivacyLedger:
 
         path = _local_path_of(self._config, "bronze", dataset, "observations")
         if path is not None:
-            from gpope.shell.lake.delta_rs import DeltaRsTables
+            from gpope.shell.lake.local import local_tables
 
-            tables = DeltaRsTables()
+            tables = local_tables()
             if tables.exists(path):
                 history = tables.history(path)
                 stamp = history[-1].timestamp if history else None

@@ -214,17 +214,17 @@ class TableLedgerStore:
 
 
 class DeltaRsLedgerStore(TableLedgerStore):
-    """The ledger of a local lake through the JVM-free delta-rs store
-    (:class:`~gpope.shell.lake.delta_rs.DeltaRsTables`; no Spark, no JVM).
+    """The ledger of a local lake through the JVM-free local tables
+    (:func:`gpope.shell.lake.local.local_tables`, delta-rs; no Spark, no JVM).
 
     Works under any local path (spaces, non-ASCII letters, ``#``): delta-rs is given the plain
     path and encodes it itself.
     """
 
     def __init__(self, path: str, *, version: int | None = None) -> None:
-        from gpope.shell.lake.delta_rs import DeltaRsTables
+        from gpope.shell.lake.local import local_tables
 
-        super().__init__(DeltaRsTables(), path, version=version)
+        super().__init__(local_tables(), path, version=version)
 
     def _read(self) -> list[dict[str, Any]]:
         """The rows, after the audit of the retained log (:mod:`.ledger_audit`).

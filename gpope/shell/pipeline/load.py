@@ -267,9 +267,9 @@ def _spark_paths(path: str) -> list[str]:
     otherwise expand ``?``, ``*``, ``[...]`` and ``{a,b}`` in a folder's name); a URI as given."""
     if "://" in path:
         return [path]
-    from gpope.shell.lake.delta_rs.store import _spark_path
+    from gpope.shell.lake.names import spark_path
 
-    return [_spark_path(match) for match in _matches(path)]
+    return [spark_path(match) for match in _matches(path)]
 
 
 def _data_files(path: str, kind: str) -> list[str]:

@@ -274,7 +274,7 @@ def _statistics_file_kernel(spec: EvaluationSpec, folder: str, partition_values:
                             schema: pa.Schema, table_name: str) -> Any:
     """mapInArrow function like :func:`_statistics_kernel` ``with_counts``, but the statistics
     rows are written by the Python worker itself into a Delta staging folder
-    (:class:`~gpope.shell.lake.delta_rs.StagedFileWriter`, pyarrow): the task returns one row,
+    (:func:`gpope.shell.lake.local.staged_file_writer`, pyarrow): the task returns one row,
     ``file, rows`` and the clamp counts of its partition (:func:`_file_report_schema`). The wide
     ``A``/``C`` lists (n*n doubles per trajectory) never travel back into the JVM nor through
     Spark's Parquet writer."""
@@ -285,9 +285,9 @@ def _statistics_file_kernel(spec: EvaluationSpec, folder: str, partition_values:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from gpope.shell.lake.delta_rs import StagedFileWriter
+        from gpope.shell.lake.local import staged_file_writer
 
-        writer = StagedFileWriter(folder, partition_values, schema, table_name)
+        writer = staged_file_writer(folder, partition_values, schema, table_name)
         counts = dict.fromkeys(_CLAMPED, 0)
         try:
             for batch in statistics(batches):
@@ -399,7 +399,7 @@ def _sorted_by_trajectory(transitions: DataFrame) -> DataFrame:
 def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
                         staging: Any) -> tuple[list[tuple[str, int]], dict[str, int]]:
     """The statistics written by the Python workers into ``staging`` (a
-    :class:`~gpope.shell.lake.delta_rs.WorkerStaging`), not yet committed; returns (the files
+    :meth:`gpope.shell.lake.Lake.worker_staging`), not yet committed; returns (the files
     with their rows, for ``staging.commit``, and the clamp counts of the same pass)."""
     from gpope.shell.lake.base import spark_write_cause
 

@@ -35,6 +35,7 @@ from gpope.shell.lake.delta_rs.table import (
     local_file_path,
 )
 from gpope.shell.lake.delta_rs.writers import ArrowTableWriter, WorkerStaging
+from gpope.shell.lake.names import spark_path
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -121,7 +122,7 @@ class DeltaRsStore(DeltaRsTables):
             frame = (
                 self._session().read.schema(data_schema)
                 .option("recursiveFileLookup", "true")  # no partition inference from paths
-                .parquet(*[_spark_path(local_file_path(u)) for u in uris])
+                .parquet(*[spark_path(local_file_path(u)) for u in uris])
             )
             for column in partition_columns:
                 frame = frame.withColumn(column, F.lit(part.get(column)).cast(types[column]))
@@ -386,13 +387,6 @@ def _check_visible(staging: Path, table_name: str) -> None:
             "Connect server on this machine, or use a Spark with Delta Lake (storage 'native', "
             "e.g. Databricks). Nothing was committed."
         )
-
-
-def _spark_path(path: str | Path) -> str:
-    """A local path as Spark/Hadoop reads it literally: ``file:`` + glob characters escaped."""
-    import re
-
-    return "file:" + re.sub(r"([\\*?\[\]{}])", r"\\\1", str(path))
 
 
 def _shape(schema: StructType) -> list[tuple[str, Any, bool]]:
