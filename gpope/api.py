@@ -36,7 +36,7 @@ from gpope.core.spec import EvaluationSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from gpope.core.audit import AuditResult
+    from gpope.core.audit.gpope import AuditResult
     from gpope.core.evaluation.settings import SettingsLayer
     from gpope.shell.lake.maintain import MaintenanceReport
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport

@@ -4,13 +4,13 @@ Runs the real GPOPE solver ``--runs`` times on each of two neighbouring data set
 scheme (uniform: a replace-one canary pair at distance 2h; Poisson: a canary added/removed), reads
 the canary coordinate of every iterate, computes a likelihood-ratio statistic, chooses a
 threshold on half the runs and reports a Clopper-Pearson epsilon lower bound next to the claimed
-epsilon (see gpope.core.audit). The SSP release is audited the same way under both adjacencies
-(gpope.core.audit_ssp): add/remove (--estimator ssp, Poisson runs) and replace-one (the
+epsilon (see gpope.core.audit.gpope). The SSP release is audited the same way under both adjacencies
+(gpope.core.audit.ssp): add/remove (--estimator ssp, Poisson runs) and replace-one (the
 statistics share of uniform-sampling runs, a canary pair at distance 2 clip). The policy value
 release (--estimator policy_value: clip histograms and moment sums, one Gaussian mechanism at the
 run's policy-value share) is audited with a canary patient at the public maxima
-(gpope.core.audit_policy_value). The tuning-free default (--estimator untuned) is audited in two
-releases (gpope.core.audit_untuned): its SSP release (the weighted rows [A, b, w C] clipped,
+(gpope.core.audit.policy_value). The tuning-free default (--estimator untuned) is audited in two
+releases (gpope.core.audit.untuned): its SSP release (the weighted rows [A, b, w C] clipped,
 noised at the default's plan, C divided by w; a canary in the C block, against the claim of a
 default run) and its residual release (clipped residuals and their moments; against the epsilon
 the run's accountant certifies for that release alone).
@@ -100,8 +100,8 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.pipeline:
         return _run_pipeline(args)
-    from gpope.core.audit import AuditConfig, run_audit
-    from gpope.core.audit_ssp import SSPAuditConfig, run_ssp_audit
+    from gpope.core.audit.gpope import AuditConfig, run_audit
+    from gpope.core.audit.ssp import SSPAuditConfig, run_ssp_audit
 
     overrides = {k: v for k, v in (("m", args.m), ("iterations", args.iterations),
                                    ("epsilon", args.epsilon), ("runs", args.runs))
@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
                 names.append(name)
     if "policy_value" in args.estimator:
         from gpope import api
-        from gpope.core.audit_policy_value import run_policy_value_audit
+        from gpope.core.audit.policy_value import run_policy_value_audit
 
         pv_settings = api.load_config(args.conf or None).evaluation.policy_value_settings()
         cfg_pv = policy_value_config(args, overrides)
@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
                                                   **kw))
             names.append(name)
     if "untuned" in args.estimator:
-        from gpope.core.audit_untuned import UntunedAuditConfig, run_untuned_audit
+        from gpope.core.audit.untuned import UntunedAuditConfig, run_untuned_audit
 
         kw_un = _canary_overrides(overrides)
         broken_un = {"ssp": [("noise x0.5", {"_noise_scale": 0.5}),
@@ -155,11 +155,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def policy_value_config(args: argparse.Namespace, overrides: dict[str, object]) -> Any:
-    """The policy value audit's :class:`~gpope.core.audit_policy_value.PolicyValueAuditConfig`:
+    """The policy value audit's :class:`~gpope.core.audit.policy_value.PolicyValueAuditConfig`:
     the preset with the caller's ``--m``, ``--epsilon``, ``--runs``. ``--quick`` keeps its
     runs: they take about 10 s, and at half of them a factor-2 noise error of the release is no
     longer provable (docs/AUDIT.md), so a quick audit would pass a broken release."""
-    from gpope.core.audit_policy_value import PolicyValueAuditConfig
+    from gpope.core.audit.policy_value import PolicyValueAuditConfig
 
     return PolicyValueAuditConfig(delta=args.delta, **_canary_overrides(overrides))
 

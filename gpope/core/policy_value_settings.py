@@ -3,7 +3,7 @@
 One frozen, validated type, :class:`PolicyValueSettings`, read by the release
 (:mod:`gpope.core.policy_value_release`), by the run's settings
 (:class:`gpope.core.evaluation.settings.RunSettings`, whose ``policy_value_share`` gives ``share``)
-and by the audit (:mod:`gpope.core.audit_policy_value`). It imports nothing heavy, so loading a
+and by the audit (:mod:`gpope.core.audit.policy_value`). It imports nothing heavy, so loading a
 configuration stays cheap.
 """
 

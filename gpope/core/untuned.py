@@ -304,7 +304,7 @@ def release_weighted_sums(sums: np.ndarray, *, n: int, m: int, sigma: float, cli
     C divided by ``weight`` again, plus ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma
     clip / weight)^2)`` on C: the Gaussian mechanism on the weighted sums (sensitivity ``clip``
     under add/remove-one, ``GaussianDpEvent(sigma)``) followed by the division, post-processing.
-    K > 1 rows are independent releases (the audit, :mod:`gpope.core.audit_untuned`)."""
+    K > 1 rows are independent releases (the audit, :mod:`gpope.core.audit.untuned`)."""
     from gpope.core.ssp import c_block_scale, release_noisy_statistics
 
     return release_noisy_statistics(
@@ -335,7 +335,7 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
     bound^2)^2)`` on the moments (sensitivity ``bound^2``), with ``(s_sum, s_mom)`` the zCDP
     split of ``sigma`` by ``moments_share`` (:func:`gpope.core.ssp.split_sigma`): together
     ``GaussianDpEvent(sigma)`` under add/remove-one. Leading rows are independent releases (the
-    audit, :mod:`gpope.core.audit_untuned`). Returns (noisy residual sums (..., n), noisy moment
+    audit, :mod:`gpope.core.audit.untuned`). Returns (noisy residual sums (..., n), noisy moment
     vectors (..., n(n+1)/2), s_sum, s_mom)."""
     from gpope.core.ssp import split_sigma
 

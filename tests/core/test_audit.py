@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from gpope.core.audit import (
+from gpope.core.audit.gpope import (
     AuditConfig,
     audit_datasets,
     clopper_pearson,
@@ -169,7 +169,7 @@ def test_sigma_for_sigma_half_trap_uses_the_add_remove_calibration():
 
 @pytest.mark.parametrize("relation", ["add_or_remove_one", "replace_one"])
 def test_ssp_release_audit_passes_and_catches_half_noise(relation):
-    from gpope.core.audit_ssp import SSPAuditConfig, run_ssp_audit
+    from gpope.core.audit.ssp import SSPAuditConfig, run_ssp_audit
 
     cfg = SSPAuditConfig(runs=100_000, relation=relation)
     real = run_ssp_audit(cfg, 3)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpope.core.audit_policy_value import PolicyValueAuditConfig, run_policy_value_audit
+from gpope.core.audit.policy_value import PolicyValueAuditConfig, run_policy_value_audit
 
 
 def test_policy_value_audit_passes_and_catches_half_noise():

@@ -1,6 +1,6 @@
 """The tuning-free default's SSP and residual releases pass their privacy audits; a factor-2
 noise error in either, and C's noise drawn without the 1/w of its weight, fail them
-(gpope.core.audit_untuned)."""
+(gpope.core.audit.untuned)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from gpope.core.audit_untuned import UntunedAuditConfig, run_untuned_audit
+from gpope.core.audit.untuned import UntunedAuditConfig, run_untuned_audit
 
 
 def _gdp_epsilon(mu: float, delta: float) -> float:

@@ -455,7 +455,7 @@ def test_conf_block_refuses_bad_values_naming_the_key(block, key):
 
 
 def test_audit_uses_the_conf_settings():
-    from gpope.core.audit_policy_value import PolicyValueAuditConfig, run_policy_value_audit
+    from gpope.core.audit.policy_value import PolicyValueAuditConfig, run_policy_value_audit
 
     s = _conf(policy_value_share=0.2, policy_value={"bins_per_decade": 8}).policy_value_settings()
     res = run_policy_value_audit(PolicyValueAuditConfig(epsilon=4.0, runs=2000), 1, settings=s)

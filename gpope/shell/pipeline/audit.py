@@ -3,7 +3,7 @@
 What runs for real (a temporary lake, the caller's local SparkSession):
 
 1. Two neighbouring datasets of ONE patient each (uniform sampling, replace-one adjacency; m = 1
-   so the accountant is nearly tight, see :mod:`gpope.core.audit`): the canary patient walks the
+   so the accountant is nearly tight, see :mod:`gpope.core.audit.gpope`): the canary patient walks the
    40-state chain through states 5-8 (D0) or 25-28 (D1), reward 1 per step. Their transitions are
    written to silver with the lake's writer and ``gpope stats`` (:func:`run_stats`: Spark,
    features, public bounds, per-trajectory statistics, Delta commit) computes each
@@ -20,7 +20,7 @@ What runs for real (a temporary lake, the caller's local SparkSession):
    is used. A Gaussian log-likelihood ratio (each world's mean and covariance) is fitted on the
    first half of each world's releases, the threshold is chosen there too, and the
    Clopper-Pearson lower bound on epsilon comes from the second halves
-   (:func:`gpope.core.audit.certify`).
+   (:func:`gpope.core.audit.gpope.certify`).
 
 Not covered: repeating the ledger/MLflow writes per release (they are post-processing of the
 same theta, written once per dataset in step 2), bronze/ingest (the datasets start in silver),
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.core.audit import AuditClaim, AuditResult
+from gpope.core.audit.gpope import AuditClaim, AuditResult
 from gpope.core.validation import check_int, check_number
 from gpope.errors import AuditError
 

@@ -18,7 +18,7 @@ So the canary sits in the block whose noise the weight rescales: a release that 
 weighted row but noised C as if unweighted shows at once. The clip is public here (the default
 releases it privately first; given that clip, the SSP step is this Gaussian mechanism). The
 statistic is the Neyman-Pearson log-likelihood ratio of the released ``C_kk`` under the CLAIMED
-noise; thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit`.
+noise; thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`.
 
 The claim is the whole default's: (epsilon, delta) of a default run. The SSP release is one of
 its releases (0.76 of its privacy loss mu^2 with the default shares), so what an attacker learns
@@ -50,8 +50,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpope.core.audit import AuditResult, CanaryClaim, audit_generator
-from gpope.core.audit_ssp import base_records
+from gpope.core.audit.gpope import AuditResult, CanaryClaim, audit_generator
+from gpope.core.audit.ssp import base_records
 from gpope.core.ssp import (
     c_block_scale,
     release_noisy_statistics,

@@ -16,7 +16,7 @@ off-policy spec (all three components released):
 The test statistic is the log-likelihood ratio of D1 against D0 under the CLAIMED noise
 (Neyman-Pearson): the histograms' canary bins plus the sums given the released clips (public
 outputs, so the statistic is a function of the release). Thresholds and Clopper-Pearson bounds as
-in :mod:`gpope.core.audit`. ``_noise_scale`` (test-only) scales every noise draw: 0.5 is the
+in :mod:`gpope.core.audit.gpope`. ``_noise_scale`` (test-only) scales every noise draw: 0.5 is the
 factor-2 error the audit must catch.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gpope.core.audit import AuditClaim, AuditResult, audit_generator
+from gpope.core.audit.gpope import AuditClaim, AuditResult, audit_generator
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_release import (
     PolicyValueSettings,

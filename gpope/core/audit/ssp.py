@@ -20,7 +20,7 @@ remove: ``clip`` or nothing), the canary's group uniform over the K groups: the 
 the log-likelihood ratio of D1 against D0 under the CLAIMED sigma (Neyman-Pearson):
 ``log mean_g exp((y_g c - c^2 / 2) / s^2)`` (add/remove) or
 ``logsumexp_g(y_g c / s^2) - logsumexp_g(-y_g c / s^2)`` (replace-one), ``c = clip``,
-``s = sigma clip``. Thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit`.
+``s = sigma clip``. Thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`.
 
 Broken mechanisms (test-only keywords): ``_noise_scale`` scales the noise (0.5: the factor-2
 error the audit must see); ``_sensitivity_trap`` calibrates a replace-one release for
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from gpope.core.audit import AuditResult, CanaryClaim, audit_generator
+from gpope.core.audit.gpope import AuditResult, CanaryClaim, audit_generator
 from gpope.core.ssp import (
     assign_groups,
     clip_statistics,
