@@ -254,7 +254,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
 def test_gpope_warnings_are_one_line_without_a_source_path(capsys):
     import warnings
 
-    from gpope.shell import cli
+    from gpope import cli
 
     before = warnings.showwarning
     with contextlib.suppress(SystemExit):  # --help exits after main() installed the hook

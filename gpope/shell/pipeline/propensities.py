@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.config import GpopeConfig
 
 __all__ = ["behaviour_rules", "logged_propensities", "statistics_spec"]
 
