@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from gpope.core.gpope import GPOPEConfig, run_gpope, run_gpope_trials
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
 
 
@@ -136,7 +136,7 @@ def main() -> None:
 
 def poisson_regime(rng: np.random.Generator, *, quick: bool) -> None:
     """Many-pass Poisson batches (q = passes / N) for R trials vs the gather floor of the plan."""
-    from gpope.core.sample_plan import draw_plan, plan_chunk_steps
+    from gpope.core.gpope.sample_plan import draw_plan, plan_chunk_steps
 
     R = 4
     N = 5_000 if quick else 20_000

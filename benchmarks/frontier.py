@@ -30,7 +30,7 @@ What one run does (pure numpy core, no Spark; the same code as ``gpope tune --sp
    public setting, its clip, is the ``--ssp-quantile`` quantile of the per-trajectory norms of
    ``[A_i, b_i, C_i]`` on the public cohort (as ``gpope evaluate --estimator ssp`` does);
 2. **trials**: per m and trial, a FRESH data set (its own seed) and, per epsilon and method, fresh
-   noise; GPOPE's tuned point is chosen by the rule of :mod:`gpope.core.operating` (nearest
+   noise; GPOPE's tuned point is chosen by the rule of :mod:`gpope.core.gpope.operating` (nearest
    m_pub epsilon_k to m epsilon); SSP spends the whole (epsilon, delta) on one Gaussian release
    (split with the moments release the intervals need, ``--moments-share``, as the CLI does) and
    solves plain LSTD on the noisy sums (post-processing);
@@ -63,8 +63,8 @@ import numpy as np
 
 from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.experiments.common import seed_seq
-from gpope.core.gpope import GPOPEConfig, run_gpope_trials
-from gpope.core.operating import resolve_budget, resolve_step_offset
+from gpope.core.gpope.operating import resolve_budget, resolve_step_offset
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.tuning import tune_operating_point
 
@@ -423,7 +423,7 @@ def main() -> None:
         fixed = {k: v for k, v in block.to_dict().items() if k not in ("tuned", "tuning")}
         m_pub = block.public_size
     else:
-        from gpope.core.operating import TunedPoint
+        from gpope.core.gpope.operating import TunedPoint
         from gpope.core.tuning import TuningResult
 
         if args.tuned_points:

@@ -59,8 +59,8 @@ def _problem(domain: str, m: int, pool_dir: str):
 
 def _config(spec, m: int, eps: float, delta: float, iterations_divisor: int, trace: bool):
     from gpope.core.accounting import calibrate_sigma
-    from gpope.core.gpope import GPOPEConfig
-    from gpope.core.operating import resolve_budget, resolve_step_offset
+    from gpope.core.gpope.operating import resolve_budget, resolve_step_offset
+    from gpope.core.gpope.solver import GPOPEConfig
 
     s, _ = spec.evaluation.select(m, eps)
     N, q = resolve_budget(m=m, sampling="poisson", passes=s.get("passes"), batch_size=None,
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outer", type=int, default=4)
     parser.add_argument("--pool-dir", default="/tmp/intervals/hivpool")
     args = parser.parse_args(argv)
-    from gpope.core.gpope import run_gpope_trials
+    from gpope.core.gpope.solver import run_gpope_trials
 
     spec, st, fixed_point, delta = _problem(args.domain, args.m, args.pool_dir)
     t = time.perf_counter()

@@ -52,8 +52,8 @@ def _subset(tr, keep):
 
 def _config(spec, *, m_select: int, m: int, eps: float, delta: float):
     from gpope.core.accounting import calibrate_sigma
-    from gpope.core.gpope import GPOPEConfig
-    from gpope.core.operating import resolve_budget, resolve_step_offset
+    from gpope.core.gpope.operating import resolve_budget, resolve_step_offset
+    from gpope.core.gpope.solver import GPOPEConfig
 
     s, _ = spec.evaluation.select(m_select, eps)
     N, q = resolve_budget(m=m, sampling="poisson", passes=s.get("passes"), batch_size=None,
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from gpope.core.envs import chain as ch
-    from gpope.core.gpope import run_gpope
+    from gpope.core.gpope.solver import run_gpope
     from gpope.core.intervals import group_interval, interval_groups
     from gpope.core.statistics import statistics_from_transitions
     from gpope.shell.pipeline.jobargs import load_spec

@@ -22,8 +22,8 @@ from frontier import PoolProblem, hiv_pool
 
 from gpope.core.accounting import calibrate_sigma
 from gpope.core.experiments.common import seed_seq
-from gpope.core.gpope import GPOPEConfig, run_gpope_trials
-from gpope.core.operating import resolve_step_offset
+from gpope.core.gpope.operating import resolve_step_offset
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope_trials
 
 LONG = "--long" in sys.argv
 

@@ -438,8 +438,8 @@ def _gpope_thetas(setup, vec, *, m, n, epsilon, delta, runs, rng) -> np.ndarray:
     ``evaluation:`` block for (m, epsilon) (poisson sampling, the block's budget and schedule)."""
     from gpope.core import ssp
     from gpope.core.accounting import calibrate_sigma
-    from gpope.core.gpope import GPOPEConfig, run_gpope_trials
-    from gpope.core.operating import resolve_budget, resolve_step_offset
+    from gpope.core.gpope.operating import resolve_budget, resolve_step_offset
+    from gpope.core.gpope.solver import GPOPEConfig, run_gpope_trials
     from gpope.core.statistics import TrajectoryStats
     from gpope.shell.pipeline.jobargs import load_spec
 

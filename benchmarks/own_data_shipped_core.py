@@ -85,7 +85,7 @@ def private_tuning_values(spec, domain: str, patients: int, cap: int | None, see
                           epsilon: float, delta: float) -> np.ndarray:
     """Reference values of one privately tuned GPOPE release on the cohort of ``seed``."""
     from gpope.core.envs.registry import get_domain
-    from gpope.core.gpope import GPOPEConfig
+    from gpope.core.gpope.solver import GPOPEConfig
     from gpope.core.private_tuning import (
         PrivateTuningSettings,
         plan_private_tuning,

@@ -207,8 +207,8 @@ def mc_regression(spec, truth, *, seeds: int) -> list[dict]:
 def gpope_path(spec, truth, *, seeds: int, runs: int, delta: float) -> list[dict]:
     """HIV: the shipped block's GPOPE without noise at 1x/4x/16x its iterations, and private."""
     from gpope.core.envs.registry import get_domain
-    from gpope.core.gpope import run_gpope
-    from gpope.core.gpope_config import GPOPEConfig
+    from gpope.core.gpope.config import GPOPEConfig
+    from gpope.core.gpope.solver import run_gpope
     from gpope.shell.pipeline.stats import statistics_of_transitions
 
     n = spec.n_features

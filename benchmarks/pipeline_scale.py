@@ -15,7 +15,7 @@ data, a single Arrow/numpy pass that does the stage's essential work without Spa
   (``_statistics_batch``) over consecutive trajectory ranges, written to Parquet, plus the clamp
   counts;
 * **evaluate**: the gold statistics read with deltalake batch by batch into the sparse layout
-  (the stage's ``_sparse_batches``) and the core solver (:func:`~gpope.core.gpope.run_gpope`)
+  (the stage's ``_sparse_batches``) and the core solver (:func:`~gpope.core.gpope.solver.run_gpope`)
   with the settings the pipeline run resolved.
 
 Reports per stage: seconds, rows per second, the ratio of the Spark stage's time to its
@@ -208,7 +208,7 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
 
     from gpope.config import load_config
     from gpope.core.evaluation.settings import resolve_settings
-    from gpope.core.gpope import run_gpope
+    from gpope.core.gpope.solver import run_gpope
     from gpope.shell.pipeline.evaluate_solve import solver_config
     from gpope.shell.pipeline.sampled import _COLUMNS, _sparse_batches, _sparse_from_arrow
 

@@ -1,6 +1,6 @@
 """numba for the package's compiled loops, or None when it is switched off or not installed.
 
-Every compiled loop (the GPOPE steps of :mod:`gpope.core.kernels`, the HIV integrator of
+Every compiled loop (the GPOPE steps of :mod:`gpope.core.gpope.kernels`, the HIV integrator of
 :mod:`gpope.core.envs.hiv_integrator`) gets numba from :func:`numba_module`, so one switch,
 ``GPOPE_NO_JIT=1``, sends all of them to their numpy loops, which do the same arithmetic.
 """

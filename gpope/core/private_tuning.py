@@ -51,7 +51,7 @@ import numpy as np
 
 from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
 from gpope.core.accounting.registry import REFERENCE, composing_accountants, implementation
-from gpope.core.gpope import GPOPEConfig, GPOPEResult, run_gpope
+from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult, run_gpope
 from gpope.core.private_quantile import private_quantile, quantile_dp_event
 from gpope.core.private_scoring import (
     noisy_statistics,

@@ -1,10 +1,10 @@
 """Public tuning of a spec's operating point: (clip, step size) per epsilon on PUBLIC statistics.
 
 :func:`tune_operating_point` runs GPOPE exactly as ``gpope evaluate`` would (same budget rule,
-schedule, averaging, accountant; :mod:`gpope.core.operating`) on the statistics of a PUBLIC
+schedule, averaging, accountant; :mod:`gpope.core.gpope.operating`) on the statistics of a PUBLIC
 simulated cohort, scores each candidate by the median relative MSPBE (MSPBE / MSPBE(0)) of
 ``trials`` independent noisy runs against a public population (A, b, C), and returns the winner per
-epsilon as :class:`~gpope.core.operating.TunedPoint`.
+epsilon as :class:`~gpope.core.gpope.operating.TunedPoint`.
 
 Grids (the documented rule; both reach each domain's own scale):
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from gpope.core.gpope import GPOPEConfig, run_gpope_trials
+from gpope.core.gpope.operating import TunedPoint, resolve_budget, resolve_step_offset
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope_trials
 from gpope.core.metrics import relative_mspbe
-from gpope.core.operating import TunedPoint, resolve_budget, resolve_step_offset
 from gpope.core.statistics import TrajectoryStats
 
 __all__ = ["TuningResult", "clip_grid", "step_grid_center", "tune_operating_point"]

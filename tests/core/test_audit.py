@@ -146,7 +146,7 @@ def test_uniform_preset_is_where_a_factor_2_error_is_a_real_violation():
     # claim must be nearly tight there and noise x0.5 truly above it, else no audit could see it.
     cfg = AuditConfig.preset("uniform")
     assert cfg.m == 1
-    from gpope.core.gpope import _privacy
+    from gpope.core.gpope.solver import _privacy
 
     sigma = _privacy(cfg.solver_config(), cfg.m)[0]
     mu = 2.0 * np.sqrt(cfg.iterations) / sigma
@@ -156,8 +156,8 @@ def test_uniform_preset_is_where_a_factor_2_error_is_a_real_violation():
 
 
 def test_sigma_for_sigma_half_trap_uses_the_add_remove_calibration():
-    from gpope.core import gpope as gp
     from gpope.core.accounting import calibrate_sigma
+    from gpope.core.gpope import solver as gp
 
     cfg = AuditConfig.preset("uniform").solver_config()
     trap = gp._trap_sigma(cfg, 2, 99.0)

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpope.core import gpope_iterate, sample_plan
 from gpope.core.clipping import clip_rows
-from gpope.core.gpope import GPOPEConfig, run_gpope, run_gpope_trials
+from gpope.core.gpope import iterate as gpope_iterate
+from gpope.core.gpope import sample_plan
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
 from gpope.errors import ConfigError
 
@@ -320,8 +321,8 @@ def test_compiled_loops_capture_no_closure_so_numbas_disk_cache_is_reused():
     # numba's on-disk cache key includes the pickled closure cells of a compiled function, and a
     # pickled dispatcher differs in every process: a loop that captured another compiled function
     # would be compiled again (seconds) in every process instead of loaded from the cache.
-    from gpope.core import kernels
     from gpope.core.envs import hiv_integrator
+    from gpope.core.gpope import kernels
 
     if not kernels.jit_available():
         pytest.skip("numba not available")
@@ -334,8 +335,7 @@ def test_compiled_loops_capture_no_closure_so_numbas_disk_cache_is_reused():
 @pytest.mark.parametrize("n", [6, 70])
 def test_compiled_dense_loop_equals_the_numpy_loop(n, monkeypatch):
     # The same run with the compiled single-trial loop and with the numpy loop (GPOPE_NO_JIT).
-    from gpope.core import kernels
-
+    from gpope.core.gpope import kernels
     stats = random_dense(np.random.default_rng(5), 40, n)
     cfg = GPOPEConfig(iterations=1500, step_size=0.05, clip=0.3, noise_multiplier=0.7,
                       averaging="tail")
@@ -358,8 +358,7 @@ def test_compiled_dense_loop_equals_the_numpy_loop(n, monkeypatch):
 def test_compiled_poisson_loop_equals_the_numpy_loop(representation, monkeypatch):
     # Poisson batches for several trials, with a trace: the compiled loop (kernels.poisson_steps)
     # and the numpy loop (forced by making poisson_steps decline) must give the same iterates.
-    from gpope.core import kernels
-
+    from gpope.core.gpope import kernels
     rng = np.random.default_rng(3)
     m = 300
     traj, s, sn, r, term = sample_chain(m, rng, N_STATES)

@@ -59,7 +59,7 @@ def test_student_t_interval_covers_the_common_mean_of_iid_group_estimates():
 
 
 def test_a_group_run_normalises_by_the_public_size_not_by_its_actual_size():
-    from gpope.core.gpope import GPOPEConfig, run_gpope
+    from gpope.core.gpope.solver import GPOPEConfig, run_gpope
     from gpope.core.statistics import TrajectoryStats
 
     rng = np.random.default_rng(0)

@@ -10,13 +10,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpope.core.evaluation.settings import SettingsLayer
-from gpope.core.guard import utility_guard
-from gpope.core.operating import (
+from gpope.core.gpope.operating import (
     interval_groups_for,
     merge_layers,
     resolve_budget,
     resolve_step_offset,
 )
+from gpope.core.guard import utility_guard
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import ConfigError
 
@@ -238,7 +238,7 @@ def test_shipped_specs_carry_a_publicly_tuned_block(path):
 
 
 def test_outside_tuned_names_the_range_and_the_episode_cap():
-    from gpope.core.operating import TunedPoint
+    from gpope.core.gpope.operating import TunedPoint
 
     block = SettingsLayer({}, "spec", tuned=(TunedPoint(epsilon=0.5, clip=1.0, step_size=1.0),
                                              TunedPoint(epsilon=2.0, clip=1.0, step_size=1.0)),

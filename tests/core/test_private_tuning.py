@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpope.core.accounting import RDP_ORDERS
-from gpope.core.gpope import GPOPEConfig
+from gpope.core.gpope.solver import GPOPEConfig
 from gpope.core.metrics import mspbe, relative_mspbe
 from gpope.core.private_quantile import (
     LogGrid,

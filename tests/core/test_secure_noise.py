@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from gpope.core.gpope import GPOPEConfig, run_gpope, run_gpope_trials
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
 from gpope.core.secure_noise import (
     DEFAULT_SCALE,
     _bernoulli_exp,

@@ -291,7 +291,7 @@ def test_rows_round_trip_in_any_order():
 def test_sparse_layout_round_trips_and_runs_gpope_like_dense():
     """The sparse layout (the evaluate loader's for mostly-zero rows) holds the same statistics as
     the dense one: same dense arrays, and GPOPE with the same seeds gives the same estimate."""
-    from gpope.core.gpope import GPOPEConfig, run_gpope
+    from gpope.core.gpope.solver import GPOPEConfig, run_gpope
 
     rng = np.random.default_rng(11)
     stats = build(random_rows(rng, 300, 12, 900, one_hot=True), 300, "dense")

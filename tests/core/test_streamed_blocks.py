@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpope.core.gpope import GPOPEConfig, run_gpope
-from gpope.core.sample_plan import PlanChunk
+from gpope.core.gpope.sample_plan import PlanChunk
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope
 from gpope.core.statistics import TrajectoryStats
 from gpope.shell.pipeline.driver import _blocks, run_gpope_streamed
 

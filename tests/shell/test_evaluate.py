@@ -13,7 +13,7 @@ from gpope.config import load_config
 from gpope.core.accounting import calibrate_sigma
 from gpope.core.envs import mountaincar
 from gpope.core.evaluation.settings import SettingsLayer
-from gpope.core.gpope import GPOPEConfig, run_gpope
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope
 from gpope.core.policies import importance_ratios
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
@@ -224,7 +224,7 @@ def test_secure_noise_run_releases_grid_values_privately(spark, setup):
 def test_spec_evaluation_block_sets_the_run_and_flags_override_it(spark, setup):
     # The spec's evaluation: block (tuned on public data) is used when no option says otherwise;
     # the reported settings say where each came from; an explicit option wins over the block.
-    from gpope.core.operating import TunedPoint
+    from gpope.core.gpope.operating import TunedPoint
 
     config, spec, transitions, uri = setup
     block = SettingsLayer(

@@ -12,7 +12,7 @@ import pytest
 from gpope.config import load_config
 from gpope.core.envs import mountaincar
 from gpope.core.evaluation.settings import SettingsLayer
-from gpope.core.gpope import GPOPEConfig
+from gpope.core.gpope.solver import GPOPEConfig
 from gpope.core.policies import importance_ratios
 from gpope.core.private_tuning import composed_epsilon, plan_private_tuning, tune_privately
 from gpope.core.spec import EvaluationSpec

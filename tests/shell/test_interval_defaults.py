@@ -53,7 +53,7 @@ def test_the_default_rule_yields_where_groups_do_not_hold():
 
 
 def test_without_spec_settings_the_conf_layer_applies_with_its_own_thresholds():
-    from gpope.core.operating import INTERVAL_KEYS
+    from gpope.core.gpope.operating import INTERVAL_KEYS
 
     block = CHAIN.evaluation  # the spec's layer without its interval settings
     plain = dataclasses.replace(CHAIN, evaluation=dataclasses.replace(

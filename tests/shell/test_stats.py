@@ -188,7 +188,7 @@ def test_public_bounds_clamp_a_huge_weight_and_reward_and_report_counts(spark, t
     # the stage clamps them (every transition kept) and reports the count per reason.
     import dataclasses
 
-    from gpope.core.gpope import GPOPEConfig, run_gpope
+    from gpope.core.gpope.solver import GPOPEConfig, run_gpope
     from gpope.core.statistics import TrajectoryStats
 
     config = load_config(None, lake={"root": str(tmp_path / "lake")})

@@ -14,7 +14,7 @@ Method (Jagielski et al. 2020; Nasr et al. 2021 "gradient canary"; Steinke, Nasr
    * ``sampling="poisson"`` (add/remove): D0 = base plus a zero record (its gradient is zero: the
      same as absent); D1 = base plus the canary.
 
-2. ``runs`` runs of the REAL solver (:func:`gpope.core.gpope.run_gpope_trials`, sigma calibrated by
+2. ``runs`` runs of the REAL solver (:func:`gpope.core.gpope.solver.run_gpope_trials`, sigma calibrated by
    the solver itself for the claimed (epsilon, delta)) on each data set, fresh sampling and noise
    per run (vectorised over runs), constant step size. The dual coordinate ``w_k`` moves only by
    the canary's clipped push and by noise, so a test statistic reads it:
@@ -69,7 +69,7 @@ import numpy as np
 from scipy.stats import beta as beta_dist
 
 from gpope.core.accounting.registry import accountant_choices
-from gpope.core.gpope import GPOPEConfig, run_gpope_trials
+from gpope.core.gpope.solver import GPOPEConfig, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_choice, check_int, check_number, check_probability
 

@@ -89,7 +89,7 @@ CONSTRAINTS: dict[str, Real | Int | Choice | Accountant | Flag] = {
     "iterations": Int(ge=1),
     "batch_rate": Real(gt=0.0, le=1.0),
     # resolved, the expected batch q m may be below 1; a given one must reach 1 trajectory
-    # (gpope.core.operating.resolve_budget refuses less)
+    # (gpope.core.gpope.operating.resolve_budget refuses less)
     "batch_size": Real(gt=0.0),
     "clip": Real(gt=0.0),
     "step_size": Real(gt=0.0),

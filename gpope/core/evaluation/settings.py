@@ -59,8 +59,8 @@ class RunSettings:
     """Every public setting of one private evaluation (the configuration's ``evaluation:`` section
     with the packaged defaults, and, resolved, one run's settings).
 
-    The solver settings (:data:`gpope.core.operating.SOLVER_KEYS`) and the interval settings
-    (:data:`gpope.core.operating.INTERVAL_KEYS`) of the configuration apply only where neither the
+    The solver settings (:data:`gpope.core.gpope.operating.SOLVER_KEYS`) and the interval settings
+    (:data:`gpope.core.gpope.operating.INTERVAL_KEYS`) of the configuration apply only where neither the
     command line nor the spec's ``evaluation:`` block sets them (:func:`resolve_settings`); the
     generic clip and step size suit no particular spec: tune the spec instead.
 
@@ -68,7 +68,7 @@ class RunSettings:
         epsilon, delta: the privacy spend of the run (reserved in the ledger); run only.
         passes, iterations, batch_rate, batch_size: the compute budget (trajectories touched / m,
             noisy steps N, Poisson rate q or expected batch q m); resolved: N, q, P = touched / m
-            and B = q m (:func:`gpope.core.operating.resolve_budget`).
+            and B = q m (:func:`gpope.core.gpope.operating.resolve_budget`).
         clip, step_size, step_schedule, step_offset, step_offset_fraction, averaging,
             tail_fraction, sampling, accountant, trace_every: solver settings (resolved:
             ``step_offset`` absolute, ``step_offset_fraction`` None).
@@ -99,7 +99,7 @@ class RunSettings:
             exclude a singular summed A (:func:`gpope.core.intervals.separated_from_singular`).
         interval_groups, interval_groups_min_patients, interval_groups_min_m_epsilon: gpope runs:
             K >= 2 disjoint patient groups for the interval where the public m and m epsilon reach
-            the thresholds (:func:`gpope.core.operating.interval_groups_for`), else 0 (the hull).
+            the thresholds (:func:`gpope.core.gpope.operating.interval_groups_for`), else 0 (the hull).
         tune: "none", or "private" (clip and step size chosen on the private data inside the
             run's budget, :mod:`gpope.core.private_tuning`).
         private_tuning: the rules of ``tune: private``.
@@ -181,14 +181,14 @@ class RunSettings:
         return {k: getattr(self, k) for k in keys}
 
     def solver_settings(self) -> dict[str, Any]:
-        """The solver keys (:data:`gpope.core.operating.SOLVER_KEYS`) as a layer mapping."""
-        from gpope.core.operating import SOLVER_KEYS
+        """The solver keys (:data:`gpope.core.gpope.operating.SOLVER_KEYS`) as a layer mapping."""
+        from gpope.core.gpope.operating import SOLVER_KEYS
 
         return self.layer(SOLVER_KEYS)
 
     def interval_settings(self) -> dict[str, Any]:
-        """The interval keys (:data:`gpope.core.operating.INTERVAL_KEYS`) as a layer mapping."""
-        from gpope.core.operating import INTERVAL_KEYS
+        """The interval keys (:data:`gpope.core.gpope.operating.INTERVAL_KEYS`) as a layer mapping."""
+        from gpope.core.gpope.operating import INTERVAL_KEYS
 
         return self.layer(INTERVAL_KEYS)
 
@@ -217,7 +217,7 @@ class SettingsLayer:
         source: the name the provenance shows (``"options"``: the command line or caller;
             ``"spec"``: a spec's ``evaluation:`` block).
         tuned: spec layer: per-epsilon (clip, step size) tuned at ``tuning['patients']`` public
-            trajectories (:class:`gpope.core.operating.TunedPoint`), sorted by epsilon.
+            trajectories (:class:`gpope.core.gpope.operating.TunedPoint`), sorted by epsilon.
         tuning: spec layer: provenance of the tuning (public seed, cohort size, grid,
             criterion...): recorded, never interpreted except ``patients`` (m_pub) and
             ``max_length``.
@@ -237,7 +237,7 @@ class SettingsLayer:
                  if v is not None}
         object.__setattr__(self, "values", clean)
         if self.source == "spec":
-            from gpope.core.operating import check_spec_layer
+            from gpope.core.gpope.operating import check_spec_layer
 
             object.__setattr__(self, "tuned", check_spec_layer(
                 clean, tuple(self.tuned), self.tuning, self.intervals_provenance))
@@ -256,13 +256,13 @@ class SettingsLayer:
     def from_spec_block(cls, data: Mapping[str, Any], *, where: str = "evaluation"
                         ) -> SettingsLayer:
         """The ``"spec"`` layer of a spec's YAML ``evaluation:`` block (keys unchanged:
-        :data:`gpope.core.operating.SOLVER_KEYS`, :data:`~gpope.core.operating.INTERVAL_KEYS`,
+        :data:`gpope.core.gpope.operating.SOLVER_KEYS`, :data:`~gpope.core.gpope.operating.INTERVAL_KEYS`,
         ``tuned``, ``tuning``, ``intervals_provenance``).
 
         Raises:
             ConfigError: an unknown key or an invalid value, naming ``where``.
         """
-        from gpope.core.operating import parse_spec_block
+        from gpope.core.gpope.operating import parse_spec_block
 
         values, tuned, tuning, provenance = parse_spec_block(data, where)
         try:
@@ -272,7 +272,7 @@ class SettingsLayer:
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form; ``from_spec_block(to_dict())`` gives an equal layer."""
-        from gpope.core.operating import INTERVAL_KEYS, SOLVER_KEYS
+        from gpope.core.gpope.operating import INTERVAL_KEYS, SOLVER_KEYS
 
         d: dict[str, Any] = {k: self.values[k] for k in (*SOLVER_KEYS, *INTERVAL_KEYS)
                              if k in self.values}
@@ -300,23 +300,23 @@ class SettingsLayer:
         return None if v is None else int(v)
 
     def interval_settings(self) -> dict[str, Any]:
-        """The interval settings this layer sets (:data:`gpope.core.operating.INTERVAL_KEYS`)."""
-        from gpope.core.operating import INTERVAL_KEYS
+        """The interval settings this layer sets (:data:`gpope.core.gpope.operating.INTERVAL_KEYS`)."""
+        from gpope.core.gpope.operating import INTERVAL_KEYS
 
         return {k: self.values[k] for k in INTERVAL_KEYS if k in self.values}
 
     def select(self, m: int, epsilon: float) -> tuple[dict[str, Any], Any]:
         """The layer's solver settings for a run of m trajectories at ``epsilon``, with the
-        tuned point nearest in m epsilon (:func:`gpope.core.operating.select_tuned`)."""
-        from gpope.core.operating import select_tuned
+        tuned point nearest in m epsilon (:func:`gpope.core.gpope.operating.select_tuned`)."""
+        from gpope.core.gpope.operating import select_tuned
 
         return select_tuned(self.values, self.tuned, self.public_size, m, epsilon)
 
     def outside_tuned(self, m: int, epsilon: float, *, max_length: int | None = None,
                       factor: float = 2.0) -> str | None:
         """Why a run lies outside what was tuned, or None
-        (:func:`gpope.core.operating.outside_tuned`)."""
-        from gpope.core.operating import outside_tuned
+        (:func:`gpope.core.gpope.operating.outside_tuned`)."""
+        from gpope.core.gpope.operating import outside_tuned
 
         return outside_tuned(self.tuned, self.tuning, m, epsilon, max_length=max_length,
                              factor=factor)
@@ -400,7 +400,7 @@ def check_delta_against_m(delta: float, m: int) -> None:
 def _check_conf(conf: RunSettings) -> None:
     """The configuration layer: no run-only setting, and a budget and step offset that the
     layer determines consistently (the same rules as a spec's block)."""
-    from gpope.core.operating import BUDGET_KEYS, OFFSET_KEYS, check_layer_rules
+    from gpope.core.gpope.operating import BUDGET_KEYS, OFFSET_KEYS, check_layer_rules
 
     given = [k for k in RUN_ONLY if getattr(conf, k) not in (None, False)]
     if given:
@@ -446,7 +446,7 @@ def resolve_settings(
         ConfigError: an invalid combination (:func:`check_combination`), a missing epsilon or
             delta, or a budget that the layers do not determine.
     """
-    from gpope.core.operating import (
+    from gpope.core.gpope.operating import (
         INTERVAL_KEYS,
         SOLVER_KEYS,
         merge_layers,
@@ -518,8 +518,8 @@ def _interval_groups(s: RunSettings, *, m: int, epsilon: float, sampling: str,
                      source: dict[str, str]) -> tuple[int, str | None]:
     """(K, why a layer's K was not applied): the caller's K as given, else the rule of the first
     layer (spec, conf) that sets ``interval_groups``, with its thresholds
-    (:func:`gpope.core.operating.interval_groups_for`), and only where the run can take it."""
-    from gpope.core.operating import interval_groups_for
+    (:func:`gpope.core.gpope.operating.interval_groups_for`), and only where the run can take it."""
+    from gpope.core.gpope.operating import interval_groups_for
 
     layer, where = next(((lay, w) for lay, w in layers if lay.get("interval_groups") is not None),
                         ({"interval_groups": 0}, "conf"))

@@ -9,7 +9,7 @@ the public tuning data (never the evaluation data).
 
 Trials. ``trials`` runs are split into ``data_blocks`` blocks: each block simulates a fresh data set
 of m trajectories; the trials of a block share it and differ in their sample plans and noise
-(drawn independently, batched through :func:`gpope.core.gpope.run_gpope_trials`). With
+(drawn independently, batched through :func:`gpope.core.gpope.solver.run_gpope_trials`). With
 ``data_blocks == trials`` every trial has fresh data. Non-private baselines are computed once per
 block (they have no noise); output-perturbation baselines draw fresh noise per trial.
 """
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpope.core.experiments.methods import GPOPEMethod, Hyper
-from gpope.core.gpope import run_gpope_trials
+from gpope.core.gpope.solver import run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
 
 __all__ = [

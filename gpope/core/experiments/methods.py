@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from gpope.core.accounting.registry import accountant_names
-from gpope.core.gpope import GPOPEConfig
+from gpope.core.gpope.solver import GPOPEConfig
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 

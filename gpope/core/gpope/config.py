@@ -1,7 +1,7 @@
 """The settings of one GPOPE run: :class:`GPOPEConfig`, validated once when it is built.
 
-Every field is public (it may be logged and released); the solver (:mod:`gpope.core.gpope`), the
-sample plan (:mod:`gpope.core.sample_plan`) and the step loops (:mod:`gpope.core.gpope_iterate`)
+Every field is public (it may be logged and released); the solver (:mod:`gpope.core.gpope.solver`), the
+sample plan (:mod:`gpope.core.gpope.sample_plan`) and the step loops (:mod:`gpope.core.gpope.iterate`)
 read it and never re-validate it.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpope.core.accounting.registry import accountant_choices
-from gpope.core.steps import STEP_SCHEDULES
+from gpope.core.gpope.steps import STEP_SCHEDULES
 from gpope.core.validation import (
     check_choice,
     check_int,

@@ -2,10 +2,10 @@
 
 :func:`iterate` runs the steps with Gaussian noise from a seeded or OS-entropy stream;
 :func:`iterate_secure` runs them with discrete Gaussian noise from the OS CSPRNG on the public
-grid. Both consume the sample plan of :mod:`gpope.core.sample_plan` in the same order, start at
+grid. Both consume the sample plan of :mod:`gpope.core.gpope.sample_plan` in the same order, start at
 x = 0 and return the final iterates, the sum of the averaged thetas and the trace. Single-trial
 uniform runs on dense or tabular statistics take a fast path: the compiled loops of
-:mod:`gpope.core.kernels`, or numpy loops with the same arithmetic when numba is unavailable.
+:mod:`gpope.core.gpope.kernels`, or numpy loops with the same arithmetic when numba is unavailable.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import math
 import numpy as np
 
 from gpope.core.clipping import clip_rows
-from gpope.core.gpope_config import GPOPEConfig
-from gpope.core.kernels import StepChunk, dense_steps, poisson_steps
-from gpope.core.sample_plan import draw_plan, plan_chunk_steps
+from gpope.core.gpope.config import GPOPEConfig
+from gpope.core.gpope.kernels import StepChunk, dense_steps, poisson_steps
+from gpope.core.gpope.sample_plan import draw_plan, plan_chunk_steps
+from gpope.core.gpope.steps import step_sizes
 from gpope.core.secure_noise import (
     round_to_grid,
     rounding_inflation,
     secure_gaussian_noise,
 )
 from gpope.core.statistics import TrajectoryStats
-from gpope.core.steps import step_sizes
 
 __all__ = ["iterate", "iterate_secure"]
 

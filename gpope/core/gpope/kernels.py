@@ -342,7 +342,7 @@ def poisson_steps(
 ) -> bool:
     """Run Poisson steps s0..s1-1 of a plan chunk for R trials in place; False if not compiled.
 
-    Same arithmetic as the numpy loop of :mod:`gpope.core.gpope`: per step, the clipped gradients
+    Same arithmetic as the numpy loop of :mod:`gpope.core.gpope.solver`: per step, the clipped gradients
     of the batch members (at their trial's iterate) are summed per trial, x -= beta_s / div * sum,
     then the scaled noise z[s] (L, R, 2n) is subtracted and acc (R, n) gets the tail sum. Works on
     ``dense`` (n <= :data:`JIT_MAX_FEATURES`), ``tabular`` and ``sparse`` statistics.

@@ -174,7 +174,7 @@ def check_layer_rules(values: Mapping[str, Any], where: str) -> None:
         raise ConfigError(
             f"{where} over-determines the budget: give at most two of passes, iterations, "
             "batch_rate, batch_size, and not both batch_rate and batch_size (see "
-            f"gpope.core.operating). Got {budget}; drop the others.")
+            f"gpope.core.gpope.operating). Got {budget}; drop the others.")
     if values.get("step_offset") is not None and values.get("step_offset_fraction") is not None:
         raise ConfigError(
             f"{where} sets both 'step_offset' and 'step_offset_fraction'; they are alternatives. "

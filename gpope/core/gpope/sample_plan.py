@@ -19,7 +19,7 @@ import numpy as np
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gpope.core.gpope_config import GPOPEConfig
+    from gpope.core.gpope.config import GPOPEConfig
 
 __all__ = ["PlanChunk", "SeedLike", "draw_plan", "plan_chunk_steps", "split_streams"]
 

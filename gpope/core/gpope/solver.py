@@ -27,8 +27,8 @@ std; e.g. 0.1 divides the noise by 10), ``"clip"`` (False skips clipping) and/or
 moved the sum by h instead of 2h; Poisson: sigma / 2). It exists only
 to build deliberately broken solvers for the audit; results of such runs have ``private=False``.
 
-The settings live in :mod:`gpope.core.gpope_config`, the sample plan in
-:mod:`gpope.core.sample_plan`, the step loops in :mod:`gpope.core.gpope_iterate`; this module
+The settings live in :mod:`gpope.core.gpope.config`, the sample plan in
+:mod:`gpope.core.gpope.sample_plan`, the step loops in :mod:`gpope.core.gpope.iterate`; this module
 decides the noise and the privacy of a run and assembles its result.
 """
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from gpope.core.gpope_config import GPOPEConfig
-from gpope.core.gpope_iterate import iterate, iterate_secure
-from gpope.core.sample_plan import SeedLike, split_streams
+from gpope.core.gpope.config import GPOPEConfig
+from gpope.core.gpope.iterate import iterate, iterate_secure
+from gpope.core.gpope.sample_plan import SeedLike, split_streams
 from gpope.core.secure_noise import check_no_seed, round_to_grid
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_int

@@ -165,7 +165,7 @@ def run_pipeline_audit(
             return run_pipeline_audit(spark, cfg, variants=variants, root=tmp)
     from gpope.config import load_config
     from gpope.core.evaluation.settings import resolve_settings
-    from gpope.core.gpope import run_gpope_trials
+    from gpope.core.gpope.solver import run_gpope_trials
     from gpope.core.spec import EvaluationSpec
     from gpope.shell import lake
     from gpope.shell.pipeline.evaluate import run_evaluate

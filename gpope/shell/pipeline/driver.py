@@ -1,6 +1,6 @@
 """The GPOPE driver loop for statistics that do not fit in memory: fed in sample-plan order.
 
-:func:`gpope.core.gpope.run_gpope` needs all m statistics in memory. When they do not fit, the
+:func:`gpope.core.gpope.solver.run_gpope` needs all m statistics in memory. When they do not fit, the
 evaluation draws the sample plan on the driver, fetches only the sampled trajectories' statistics
 in plan order (bounded blocks, see :mod:`gpope.shell.pipeline.sampled`) and runs this loop, which
 mirrors the core solver step for step: the same two random streams (plan and noise) split the same
@@ -12,8 +12,8 @@ The plan (which trajectories each step used) never leaves this process: it is no
 logged or written.
 
 The plan, the stream split, the chunking and the clip are the core's public pieces
-(:func:`~gpope.core.sample_plan.split_streams`, :func:`~gpope.core.sample_plan.draw_plan`,
-:func:`~gpope.core.sample_plan.plan_chunk_steps`, :func:`~gpope.core.clipping.clip_rows`), so both paths
+(:func:`~gpope.core.gpope.sample_plan.split_streams`, :func:`~gpope.core.gpope.sample_plan.draw_plan`,
+:func:`~gpope.core.gpope.sample_plan.plan_chunk_steps`, :func:`~gpope.core.clipping.clip_rows`), so both paths
 consume the random streams identically by construction.
 """
 
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpope.core.clipping import clip_rows
-from gpope.core.gpope import GPOPEConfig, GPOPEResult
-from gpope.core.sample_plan import PlanChunk, draw_plan, plan_chunk_steps, split_streams
+from gpope.core.gpope.sample_plan import PlanChunk, draw_plan, plan_chunk_steps, split_streams
+from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult
+from gpope.core.gpope.steps import step_sizes
 from gpope.core.statistics import TrajectoryStats
-from gpope.core.steps import step_sizes
 from gpope.errors import ConfigError
 
 __all__ = ["run_gpope_streamed"]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from gpope.config import GpopeConfig
     from gpope.core.evaluation.settings import RunSettings
-    from gpope.core.gpope import GPOPEResult
+    from gpope.core.gpope.solver import GPOPEResult
     from gpope.core.spec import EvaluationSpec
 
 __all__ = [

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings
-    from gpope.core.gpope import GPOPEResult
+    from gpope.core.gpope.solver import GPOPEResult
     from gpope.core.spec import EvaluationSpec
 
 __all__ = [
@@ -200,9 +200,9 @@ def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
 
 def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,
                   trace_every: int | None, delta: float | None = None) -> Any:
-    """The core solver's :class:`~gpope.core.gpope.GPOPEConfig` for resolved ``options`` at the
+    """The core solver's :class:`~gpope.core.gpope.solver.GPOPEConfig` for resolved ``options`` at the
     calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's)."""
-    from gpope.core.gpope import GPOPEConfig
+    from gpope.core.gpope.solver import GPOPEConfig
 
     return GPOPEConfig(
         iterations=options.iterations,
@@ -227,7 +227,7 @@ def ssp_result(noisy: Any, options: RunSettings, spec: EvaluationSpec, *, accoun
                spent: float) -> GPOPEResult:
     """The SSP estimate in the solver's result record (no iterates, no trace): the plain
     (unregularised) LSTD solve of the noisy sums on the supported features."""
-    from gpope.core.gpope import GPOPEResult
+    from gpope.core.gpope.solver import GPOPEResult
     from gpope.core.intervals import ssp_values
 
     theta, _ = ssp_values(noisy, lambda th: th, regularize=False)
@@ -261,7 +261,7 @@ def solve(
     """Run the solver on the statistics; also return the private population (A, b, C) if asked
     for diagnostics (computed here, never released), and the private tuning's result (None
     without ``--tune private``)."""
-    from gpope.core.gpope import run_gpope
+    from gpope.core.gpope.solver import run_gpope
     from gpope.shell.pipeline.driver import run_gpope_streamed
     from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
 
@@ -328,7 +328,7 @@ def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solve
     The statistics are loaded once, in the in-memory path's ``layout`` and through its
     memory-safe route (:func:`~gpope.shell.pipeline.sampled.load_group_statistics`), and split
     by group on the driver; each group's trajectories in ``traj_index`` order."""
-    from gpope.core.gpope import run_gpope
+    from gpope.core.gpope.solver import run_gpope
     from gpope.shell.pipeline.sampled import load_group_statistics
 
     # every group normalises by the PUBLIC expected group size m / K, never by its actual size

@@ -155,7 +155,7 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
 
 def untuned_result(release: UntunedRelease, *, plan: Any, delta: float, seed: int | None) -> Any:
     """The release in the solver's result record (no iterates, no trace)."""
-    from gpope.core.gpope import GPOPEResult
+    from gpope.core.gpope.solver import GPOPEResult
 
     private = seed is None
     theta = np.asarray(release.theta, dtype=np.float64)

@@ -16,7 +16,7 @@ Steps (no private table is read; the spec must name a public simulator in ``doma
    the file, comments included, is kept.
 
 ``gpope evaluate`` then picks the tuned point for its (m, epsilon) by the rule of
-:mod:`gpope.core.operating`.
+:mod:`gpope.core.gpope.operating`.
 """
 
 from __future__ import annotations
@@ -118,11 +118,11 @@ def tune_spec(
                              if k in _FIXED_KEYS}
     if spec.evaluation is not None:
         block_fixed = {k: spec.evaluation.get(k) for k in _FIXED_KEYS}
-        from gpope.core.operating import merge_layers
+        from gpope.core.gpope.operating import merge_layers
 
         fixed = merge_layers(block_fixed, fixed)
     if overrides:
-        from gpope.core.operating import merge_layers
+        from gpope.core.gpope.operating import merge_layers
 
         fixed = merge_layers(overrides, fixed)
     fixed = {k: v for k, v in fixed.items() if v is not None}
@@ -150,7 +150,7 @@ def tune_spec(
         "clip_grid": sorted({r["clip"] for r in result.rows}),
         "step_grid": coarse_steps,
         "rule": "tuned point with m_pub * epsilon nearest to m * epsilon (log scale); see "
-                "gpope.core.operating",
+                "gpope.core.gpope.operating",
     }
     kept_intervals: dict[str, Any] = {}  # hand-chosen on public studies: a re-tune keeps them
     provenance: dict[str, Any] = {}
