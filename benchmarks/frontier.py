@@ -23,7 +23,7 @@ What one run does (pure numpy core, no Spark; the same code as ``gpope tune --sp
 1. **public tuning** (GPOPE): either the ``evaluation:`` block of ``--spec FILE`` as shipped
    (written by ``gpope tune --spec`` on its own public cohort), or a public cohort of
    ``--public-size`` trajectories (seed ``--seed`` + 1, never used for evaluation) and
-   :func:`gpope.core.tuning.tune_operating_point` at ``--tune-epsilons``: (clip, step size)
+   :func:`gpope.core.tuning.public.tune_operating_point` at ``--tune-epsilons``: (clip, step size)
    per epsilon on grids set by that cohort's gradient scale and conditioning, extended at their
    edges, at the fixed operating point (Poisson, ``--passes`` passes, ``--iterations`` steps,
    q = passes / iterations, eta / (i + 0.1 N), tail averaging of the last half, PLD). SSP's one
@@ -66,7 +66,7 @@ from gpope.core.experiments.common import seed_seq
 from gpope.core.gpope.operating import resolve_budget, resolve_step_offset
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
-from gpope.core.tuning import tune_operating_point
+from gpope.core.tuning.public import tune_operating_point
 
 EPSILONS = (0.1, 1.0, 10.0)
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -424,7 +424,7 @@ def main() -> None:
         m_pub = block.public_size
     else:
         from gpope.core.gpope.operating import TunedPoint
-        from gpope.core.tuning import TuningResult
+        from gpope.core.tuning.public import TuningResult
 
         if args.tuned_points:
             pts = tuple(TunedPoint(**dict(d)) for d in json.loads(args.tuned_points))

@@ -15,7 +15,7 @@ turned into the pipeline's statistics rows; then, per epsilon and noise draw:
 - ``lstd``: the non-private LSTD on the same statistics (not a release): the error of the fixed
   point every unbiased solve of the statistics aims at;
 - with ``--private-tuning``: one privately tuned GPOPE release per cohort and epsilon
-  (:func:`gpope.core.private_tuning.tune_privately`, conf's generic solver settings: 20 passes of
+  (:func:`gpope.core.tuning.private.tune_privately`, conf's generic solver settings: 20 passes of
   N = 20,000 Poisson steps, inverse schedule, tail averaging), the ``--tune private`` path.
 
 Each release gets the share of the run's privacy loss a ``gpope evaluate`` run leaves the
@@ -86,7 +86,7 @@ def private_tuning_values(spec, domain: str, patients: int, cap: int | None, see
     """Reference values of one privately tuned GPOPE release on the cohort of ``seed``."""
     from gpope.core.envs.registry import get_domain
     from gpope.core.gpope.solver import GPOPEConfig
-    from gpope.core.private_tuning import (
+    from gpope.core.tuning.private import (
         PrivateTuningSettings,
         plan_private_tuning,
         tune_privately,

@@ -34,7 +34,7 @@ from gpope.config import load_config
 from gpope.core.accounting import calibrate_sigma
 from gpope.core.experiments.common import seed_seq
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope
-from gpope.core.private_tuning import plan_private_tuning, tune_privately
+from gpope.core.tuning.private import plan_private_tuning, tune_privately
 from gpope.jsonable import jsonable
 
 GRIDS = {  # public tuning grids (step, clip): the harness's product grids, trimmed for time

@@ -194,7 +194,7 @@ def test_public_tuning_picks_the_best_candidate_and_grids_reach_the_scale():
 
     from gpope.core.envs import chain as chain_env
     from gpope.core.statistics import statistics_from_transitions
-    from gpope.core.tuning import tune_operating_point
+    from gpope.core.tuning.public import tune_operating_point
 
     cfg = chain_env.ChainConfig(n_states=6)
     tr = chain_env.generate(400, np.random.default_rng(3), cfg)

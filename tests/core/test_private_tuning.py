@@ -22,22 +22,22 @@ from gpope.core.private_quantile import (
     noisy_histogram,
     private_quantile,
 )
-from gpope.core.private_scoring import (
-    noisy_statistics,
-    selection_mspbe,
-    selection_relative_mspbe,
-    statistics_blocks,
-    statistics_norms,
-)
-from gpope.core.private_tuning import (
+from gpope.core.ssp import NoisyStatistics, statistics_vectors
+from gpope.core.statistics import TrajectoryStats, trajectory_statistics
+from gpope.core.tuning.private import (
     PrivateTuningSettings,
     composed_epsilon,
     gaussian_sigma,
     plan_private_tuning,
     tune_privately,
 )
-from gpope.core.ssp import NoisyStatistics, statistics_vectors
-from gpope.core.statistics import TrajectoryStats, trajectory_statistics
+from gpope.core.tuning.scoring import (
+    noisy_statistics,
+    selection_mspbe,
+    selection_relative_mspbe,
+    statistics_blocks,
+    statistics_norms,
+)
 from gpope.errors import ConfigError, DataError
 
 GRID = LogGrid(lo=1e-4, hi=1e2, bins_per_decade=8)

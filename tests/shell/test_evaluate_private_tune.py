@@ -14,9 +14,9 @@ from gpope.core.envs import mountaincar
 from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.gpope.solver import GPOPEConfig
 from gpope.core.policies import importance_ratios
-from gpope.core.private_tuning import composed_epsilon, plan_private_tuning, tune_privately
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
+from gpope.core.tuning.private import composed_epsilon, plan_private_tuning, tune_privately
 from gpope.errors import ConfigError
 from gpope.shell import lake
 from gpope.shell.pipeline.evaluate import run_evaluate

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
+    from gpope.core.tuning.private import PrivateTuningPlan, PrivateTuningSettings
     from gpope.core.untuned import UntunedSettings, UntunedSigmas
 
 __all__ = [
@@ -281,9 +281,9 @@ def plan_gpope(inputs: PlanInputs, epsilon: float, delta: float, groups: int
 def plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: PrivateTuningSettings,
                 *, in_memory: bool) -> tuple[ReleaseComponent, PrivateTuningPlan]:
     """``--tune private``: the estimator's share covers the tuning's releases and its K runs
-    (one composed event, :mod:`gpope.core.private_tuning`)."""
+    (one composed event, :mod:`gpope.core.tuning.private`)."""
     from gpope.core.accounting.registry import not_a_valid_bound, resolve_accountant
-    from gpope.core.private_tuning import plan_private_tuning
+    from gpope.core.tuning.private import plan_private_tuning
 
     s = inputs.settings
     if s.sampling != "poisson" or s.batch_rate is None:

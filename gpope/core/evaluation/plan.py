@@ -71,8 +71,8 @@ if TYPE_CHECKING:
     import dp_accounting
 
     from gpope.core.behaviour_estimate import BehaviourSettings
-    from gpope.core.private_tuning import PrivateTuningPlan, PrivateTuningSettings
     from gpope.core.spec import EvaluationSpec
+    from gpope.core.tuning.private import PrivateTuningPlan, PrivateTuningSettings
     from gpope.core.untuned import UntunedSettings, UntunedSigmas
 
 __all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "gaussian_share",

@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
 from gpope.core.policy_value_settings import PolicyValueSettings
-from gpope.core.private_tuning_settings import PrivateTuningSettings
+from gpope.core.tuning.private_settings import PrivateTuningSettings
 from gpope.core.untuned_settings import UntunedSettings
 from gpope.errors import ConfigError
 
@@ -101,7 +101,7 @@ class RunSettings:
             K >= 2 disjoint patient groups for the interval where the public m and m epsilon reach
             the thresholds (:func:`gpope.core.gpope.operating.interval_groups_for`), else 0 (the hull).
         tune: "none", or "private" (clip and step size chosen on the private data inside the
-            run's budget, :mod:`gpope.core.private_tuning`).
+            run's budget, :mod:`gpope.core.tuning.private`).
         private_tuning: the rules of ``tune: private``.
         untuned: the rules of the tuning-free default (:mod:`gpope.core.untuned`).
         secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.

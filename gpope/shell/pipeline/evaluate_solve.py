@@ -267,7 +267,7 @@ def solve(
 
     rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible
     if tuning is not None:  # planned only with in-memory statistics (gpope.core.evaluation.plan_release)
-        from gpope.core.private_tuning import tune_privately
+        from gpope.core.tuning.private import tune_privately
 
         stats = load_statistics(stats_df, n, normalization=spec.normalization, layout=layout)
         tuned = tune_privately(stats, solver, tuning[0], tuning[1], rng)

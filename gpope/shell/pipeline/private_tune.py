@@ -1,4 +1,4 @@
-"""``gpope evaluate --tune private``: the pipeline side of :mod:`gpope.core.private_tuning`.
+"""``gpope evaluate --tune private``: the pipeline side of :mod:`gpope.core.tuning.private`.
 
 The run's whole (epsilon, delta) covers the tuning: :func:`gpope.core.evaluation.plan_release` calibrates the noise of
 every release from public inputs only (m, N, q, epsilon, delta, the conf's ``private_tuning``
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpope.core.private_tuning import (
+    from gpope.core.tuning.private import (
         PrivateTuningResult,
     )
 

@@ -8,7 +8,7 @@ Steps (no private table is read; the spec must name a public simulator in ``doma
 2. the fixed settings (sampling, accountant, budget: passes and iterations, schedule, averaging)
    are the spec's current block's, else the configuration's ``evaluation:`` section, with the
    command line over both;
-3. :func:`gpope.core.tuning.tune_operating_point` picks (clip, step size) per epsilon by the median
+3. :func:`gpope.core.tuning.public.tune_operating_point` picks (clip, step size) per epsilon by the median
    relative MSPBE of ``trials`` noisy runs on that cohort, on grids set by the cohort's own
    gradient scale and conditioning;
 4. the block (fixed settings, one tuned point per epsilon, and under ``tuning`` the seed, size,
@@ -100,7 +100,7 @@ def tune_spec(
         ConfigError: the spec has no ``domain`` (no public simulator to tune on).
     """
     from gpope.core.evaluation.settings import SettingsLayer
-    from gpope.core.tuning import tune_operating_point
+    from gpope.core.tuning.public import tune_operating_point
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
     from gpope.shell.pipeline.public import public_transitions
     from gpope.shell.pipeline.stats import statistics_of_transitions

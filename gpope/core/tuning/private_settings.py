@@ -1,6 +1,6 @@
 """The public rules of ``gpope evaluate --tune private`` (conf ``evaluation.private_tuning``): a
 light module the settings resolver reads without importing the tuning itself
-(:mod:`gpope.core.private_tuning`)."""
+(:mod:`gpope.core.tuning.private`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["PrivateTuningSettings"]
 @dataclass(frozen=True)
 class PrivateTuningSettings:
     """Public settings of ``gpope evaluate --tune private`` (the configuration's
-    ``evaluation.private_tuning``, used by :mod:`gpope.core.private_tuning`): generic rules
+    ``evaluation.private_tuning``, used by :mod:`gpope.core.tuning.private`): generic rules
     (quantiles, budget shares, candidate multipliers), not values tuned to a data set.
 
     Attributes:
@@ -26,7 +26,7 @@ class PrivateTuningSettings:
         step_multipliers: candidate step sizes, as multiples c of the base ``i0 / L``.
         clip_multipliers: candidate clip bounds, as multiples d of h.
         score_z: the selection score is the private relative MSPBE plus ``score_z`` standard
-            deviations of its noise (:func:`gpope.core.private_scoring.selection_mspbe`).
+            deviations of its noise (:func:`gpope.core.tuning.scoring.selection_mspbe`).
         norm_low, norm_high, bins_per_decade: the public log grid of both histograms
             (:attr:`grid`).
     """

@@ -6,7 +6,7 @@ tunes them on the private data and charges the cost to the same run, in four DP 
 1. **Statistics clip.** A private quantile (:mod:`gpope.core.private_quantile`) of the norms of
    the per-trajectory statistics ``(A_i, b_i, C_i)``.
 2. **Noisy statistics.** The clipped mean statistics plus Gaussian noise
-   (the SSP release of :mod:`gpope.core.ssp`, one group; :mod:`gpope.core.private_scoring`).
+   (the SSP release of :mod:`gpope.core.ssp`, one group; :mod:`gpope.core.tuning.scoring`).
    Everything below that uses them is post-processing: the AdaSSP-regularised LSTD solution
    ``theta_hat`` (:func:`gpope.core.ssp.solve_ssp`), the scale of the GTD2 operator
    ``G = [[0, -A^T], [A, C]]`` (its spectral norm ``L``) and the private MSPBE of any theta.
@@ -17,7 +17,7 @@ tunes them on the private data and charges the cost to the same run, in four DP 
 4. **Selection.** K GPOPE runs, one per candidate (step size ``c * base``, clip ``d * h``), where
    ``base = i0 / L`` (inverse schedule, so the first step is ``c / L``) or ``1 / L`` (constant);
    the released theta is the candidate with the smallest pessimistic private MSPBE under the
-   noisy statistics of release 2 (:func:`gpope.core.private_scoring.selection_relative_mspbe`;
+   noisy statistics of release 2 (:func:`gpope.core.tuning.scoring.selection_relative_mspbe`;
    post-processing of releases 2 and 4).
 
 Accounting (add/remove-one adjacency, Poisson sampling; m is public). Releases 1-3 are Gaussian
@@ -53,14 +53,14 @@ from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
 from gpope.core.accounting.registry import REFERENCE, composing_accountants, implementation
 from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult, run_gpope
 from gpope.core.private_quantile import private_quantile, quantile_dp_event
-from gpope.core.private_scoring import (
+from gpope.core.ssp import NoisyStatistics, private_mspbe, solve_ssp, ssp_dp_event
+from gpope.core.statistics import TrajectoryStats
+from gpope.core.tuning.private_settings import PrivateTuningSettings
+from gpope.core.tuning.scoring import (
     noisy_statistics,
     selection_relative_mspbe,
     statistics_norms,
 )
-from gpope.core.private_tuning_settings import PrivateTuningSettings
-from gpope.core.ssp import NoisyStatistics, private_mspbe, solve_ssp, ssp_dp_event
-from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import (
     check_choice,
     check_int,
