@@ -55,7 +55,7 @@ def jvm_sums(spark, paths, *, n: int, clip: float, layout: str = "wide"):  # -> 
     171 squares; ``wide_hof``: the same sums, the norm by the ``aggregate`` higher-order function
     (interpreted); ``long``: the rows exploded to ``(pos, v)`` and summed by ``pos``.
     ``scale = clip / greatest(||row||, clip)``: the core's clip for finite rows (this prototype does not reproduce
-    :func:`gpope.core.clipping.clip_rows` on NaN/inf/overflowing rows; the benchmark's rows are
+    :func:`gpope.core.mechanisms.clipping.clip_rows` on NaN/inf/overflowing rows; the benchmark's rows are
     finite). Returns the query (``collect()`` runs it)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T

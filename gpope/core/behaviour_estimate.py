@@ -121,8 +121,8 @@ def release_behaviour(aggregate: Any, *, n_states: int, n_actions: int, m: int,
     """Steps 2-4 of the module docstring, reading the count rows only through ``aggregate``
     (``aggregate(kernel, width)``, as :func:`gpope.core.untuned.release_untuned` does); noise
     multipliers ``sigma_quantile`` (histogram) and ``sigma_counts`` (counts)."""
-    from gpope.core.clipping import clip_rows
-    from gpope.core.private_quantile import LogGrid
+    from gpope.core.mechanisms.clipping import clip_rows
+    from gpope.core.mechanisms.quantile import LogGrid
     from gpope.core.untuned import _private_quantile
 
     grid = LogGrid(lo=10.0 ** -settings.grid_decades, hi=1.0,
@@ -144,7 +144,7 @@ def behaviour_dp_event(sigma_quantile: float, sigma_counts: float) -> Any:
     """``ComposedDpEvent([histogram, counts])``: both Gaussian mechanisms (add/remove-one)."""
     import dp_accounting
 
-    from gpope.core.private_quantile import quantile_dp_event
+    from gpope.core.mechanisms.quantile import quantile_dp_event
 
     return dp_accounting.ComposedDpEvent([quantile_dp_event(sigma_quantile),
                                           dp_accounting.GaussianDpEvent(sigma_counts)])

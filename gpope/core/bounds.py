@@ -14,7 +14,7 @@ how many values were clamped per reason, which the stats stage reports as a priv
 (the counts are noise-free functions of the data). Non-finite values are clamped too: a NaN ratio
 or reward becomes 0 (moved into the range), +-inf the nearest bound. Without a configured bound nothing is changed
 (the statistics then reject non-finite inputs with a DataError), and the solver's total clip
-(:mod:`gpope.core.clipping`) still bounds every trajectory's influence.
+(:mod:`gpope.core.mechanisms.clipping`) still bounds every trajectory's influence.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
                         rng: np.random.Generator) -> FirstStateRelease:
     """Release mu0's estimate and the second moment (module docstring); ``sigma = 0``: exact
     (diagnostics only). Guarantee: with sigma > 0, as private as :func:`first_state_event`."""
-    from gpope.core.clipping import clip_rows
+    from gpope.core.mechanisms.clipping import clip_rows
     from gpope.core.ssp import moments_matrix
 
     phi0 = np.asarray(phi0, dtype=np.float64)

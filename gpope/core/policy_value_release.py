@@ -52,6 +52,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
+from gpope.core.mechanisms.quantile import LogGrid
+from gpope.core.mechanisms.secure_noise import secure_perturb
 from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_clamp import (
     ClampBound,
@@ -61,8 +63,6 @@ from gpope.core.policy_value_clamp import (
 )
 from gpope.core.policy_value_settings import METHODS as _METHODS
 from gpope.core.policy_value_settings import PolicyValueSettings
-from gpope.core.private_quantile import LogGrid
-from gpope.core.secure_noise import secure_perturb
 from gpope.core.ssp import moment_vectors, moments_matrix
 from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError

@@ -102,9 +102,9 @@ def split_vector(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def clip_statistics(vectors: np.ndarray, clip: float) -> np.ndarray:
-    """Rows scaled to L2 norm <= ``clip`` by the one total clip (:func:`gpope.core.clipping.clip_rows`:
+    """Rows scaled to L2 norm <= ``clip`` by the one total clip (:func:`gpope.core.mechanisms.clipping.clip_rows`:
     huge, infinite and NaN rows are bounded too); rows already inside the ball are unchanged."""
-    from gpope.core.clipping import clip_rows
+    from gpope.core.mechanisms.clipping import clip_rows
 
     clip = check_number("clip_statistics", "clip", clip, gt=0.0)
     return clip_rows(np.asarray(vectors, dtype=np.float64), clip)
@@ -468,7 +468,7 @@ def clipped_moment_sum(vectors: np.ndarray, theta: np.ndarray, *, n: int, clip: 
     each residual clipped to L2 norm ``bound`` (so each row adds at most ``bound^2`` in L2): the
     in-memory reference of the pipeline's second aggregate. ``counts`` (k,): how often each row
     occurs (a multiset of rows, e.g. a cohort drawn with replacement from a pool); None: once."""
-    from gpope.core.clipping import clip_rows
+    from gpope.core.mechanisms.clipping import clip_rows
 
     m = moment_vectors(clip_rows(residuals(clip_statistics(vectors, clip), theta, n), float(bound)))
     return m.sum(axis=0) if counts is None else np.asarray(counts, dtype=np.float64) @ m

@@ -7,7 +7,7 @@ per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
 
 1. **Clip by a private quantile.** One noisy histogram of the norms ``||w_i||`` of the weighted
    rows ``w_i = [vec A_i, b_i, w vec C_i]`` (``w = second_moment_weight``,
-   :func:`gpope.core.ssp.c_block_scale`) on a public log grid (:mod:`gpope.core.private_quantile`) whose
+   :func:`gpope.core.ssp.c_block_scale`) on a public log grid (:mod:`gpope.core.mechanisms.quantile`) whose
    top is the worst-case norm the spec's bounds allow (:func:`statistics_norm_bound`); the clip
    ``c`` is its ``clip_quantile``. No clip is ever asked of the user.
 2. **SSP** (:mod:`gpope.core.ssp`): the sums of the weighted rows clipped to ``c`` plus Gaussian
@@ -160,7 +160,7 @@ def clamp_interval(iv: Interval, bounds: tuple[float, float]) -> Interval:
 
 def quantile_grid(spec: EvaluationSpec, settings: UntunedSettings) -> Any:
     """The public log grid of the clip quantile: ``grid_decades`` below the worst-case norm."""
-    from gpope.core.private_quantile import LogGrid
+    from gpope.core.mechanisms.quantile import LogGrid
 
     hi = statistics_norm_bound(spec)
     return LogGrid(lo=hi * 10.0 ** -settings.grid_decades, hi=hi,
@@ -210,7 +210,7 @@ def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
     :func:`gpope.core.ssp.ssp_release_event`)."""
     import dp_accounting
 
-    from gpope.core.private_quantile import quantile_dp_event
+    from gpope.core.mechanisms.quantile import quantile_dp_event
     from gpope.core.ssp import ssp_release_event
 
     return dp_accounting.ComposedDpEvent([
@@ -275,11 +275,11 @@ def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.n
                       secure_noise: bool = False) -> float:
     """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile;
     under ``secure_noise`` the noise is the OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.secure_noise.secure_perturb`, at least ``sigma``) and ``rng`` is unused."""
+    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least ``sigma``) and ``rng`` is unused."""
     edges = grid.edges()
     counts = aggregate(_histogram_kernel(edges, transform), len(edges) + 1)
     if secure_noise:
-        from gpope.core.secure_noise import secure_perturb
+        from gpope.core.mechanisms.secure_noise import secure_perturb
 
         noisy, _ = secure_perturb(counts, sigma, 1.0)
     else:
@@ -317,7 +317,7 @@ def _residual_kernel(theta: np.ndarray, n: int, bound: float):
     theta = np.asarray(theta, dtype=np.float64).copy()
 
     def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        from gpope.core.clipping import clip_rows
+        from gpope.core.mechanisms.clipping import clip_rows
         from gpope.core.ssp import moment_vectors, residuals
 
         r = clip_rows(residuals(rows, theta, n), bound)
@@ -405,7 +405,7 @@ def release_untuned(
     from scipy.stats import norm
 
     from gpope.core.intervals import Interval, separation
-    from gpope.core.private_quantile import LogGrid
+    from gpope.core.mechanisms.quantile import LogGrid
     from gpope.core.ssp import (
         NoisyMoments,
         c_block_scale,

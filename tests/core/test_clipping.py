@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gpope.core.clipping import clip_rows, clip_vector
 from gpope.core.gpope import iterate as gpope_iterate
 from gpope.core.gpope import kernels
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
+from gpope.core.mechanisms.clipping import clip_rows, clip_vector
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
 from gpope.shell.pipeline.driver import run_gpope_streamed
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpope.core.clipping import clip_rows
 from gpope.core.gpope import iterate as gpope_iterate
 from gpope.core.gpope import sample_plan
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
+from gpope.core.mechanisms.clipping import clip_rows
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
 from gpope.errors import ConfigError
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpope.core.envs import chain
+from gpope.core.mechanisms.quantile import LogGrid
 from gpope.core.policy_value import (
     PolicyValueBounds,
     PolicyValueTerms,
@@ -31,7 +32,6 @@ from gpope.core.policy_value_release import (
     public_ranges,
     release_policy_value,
 )
-from gpope.core.private_quantile import LogGrid
 from gpope.core.transitions import Transitions
 from gpope.errors import ConfigError
 

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from gpope.core.accounting import RDP_ORDERS
 from gpope.core.gpope.solver import GPOPEConfig
-from gpope.core.metrics import mspbe, relative_mspbe
-from gpope.core.private_quantile import (
+from gpope.core.mechanisms.quantile import (
     LogGrid,
     histogram_quantile,
     noisy_histogram,
     private_quantile,
 )
+from gpope.core.metrics import mspbe, relative_mspbe
 from gpope.core.ssp import NoisyStatistics, statistics_vectors
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
 from gpope.core.tuning.private import (

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import chisquare
 
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
-from gpope.core.secure_noise import (
+from gpope.core.mechanisms.secure_noise import (
     DEFAULT_SCALE,
     _bernoulli_exp,
     _bernoulli_exp_exact,

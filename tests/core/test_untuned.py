@@ -88,7 +88,7 @@ def test_event_composes_to_the_run_epsilon_by_an_independent_accountant():
 @settings(max_examples=20, deadline=None)
 @given(st.lists(st.floats(0.0, 1e3), min_size=1, max_size=200), st.floats(0.5, 0.999))
 def test_upper_quantile_without_noise_is_an_upper_bound_of_the_true_quantile(xs, q):
-    from gpope.core.private_quantile import LogGrid
+    from gpope.core.mechanisms.quantile import LogGrid
 
     grid = LogGrid(lo=1e-3, hi=1e3, bins_per_decade=4)
     edges = grid.edges()
@@ -259,7 +259,7 @@ def test_one_trajectory_moves_the_residual_release_by_at_most_its_clips(n, c_r, 
     public theta^, one trajectory adds at most ``c_r`` in L2 to the residual sum and at most
     ``c_r^2`` to the moment sum (the multipliers of the plan assume both), and one count to one
     bin of each clip histogram (sensitivity 1 under add/remove)."""
-    from gpope.core.private_quantile import LogGrid
+    from gpope.core.mechanisms.quantile import LogGrid
     from gpope.core.ssp import residuals
     from gpope.core.untuned import _histogram_kernel, _residual_kernel
 

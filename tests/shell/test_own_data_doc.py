@@ -226,8 +226,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert json.loads(capsys.readouterr().out)["spent_basic"]["epsilon"] == pytest.approx(2.0)
 
     # under --secure-noise the private clip's histogram takes the OS-CSPRNG sampler too
-    from gpope.core import secure_noise
-
+    from gpope.core.mechanisms import secure_noise
     drawn = []
     real = secure_noise.secure_gaussian_noise
 

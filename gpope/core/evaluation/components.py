@@ -247,9 +247,9 @@ def plan_untuned(inputs: PlanInputs, share: float, untuned: UntunedSettings | No
 def plan_ssp_clip(inputs: PlanInputs, share: float, *, quantile: float) -> ReleaseComponent:
     """The private clip of an ssp run without a public one: one noisy histogram of the
     trajectories' statistics norms (sensitivity 1 under add/remove-one,
-    :func:`gpope.core.private_quantile.quantile_dp_event`) at ``share`` of the run; the clip is
+    :func:`gpope.core.mechanisms.quantile.quantile_dp_event`) at ``share`` of the run; the clip is
     its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.upper_quantile`)."""
-    from gpope.core.private_quantile import quantile_dp_event
+    from gpope.core.mechanisms.quantile import quantile_dp_event
 
     cal = gaussian_share(inputs, share)
     return ReleaseComponent(

@@ -352,7 +352,7 @@ def check_combination(s: Any) -> None:
         raise ConfigError(INVALID_ACCOUNTING_REFUSAL.format(
             accountant=name, why=accountant_info(name).limitation_of_bound))
     if getattr(s, "secure_noise", False):
-        from gpope.core.secure_noise import check_no_seed
+        from gpope.core.mechanisms.secure_noise import check_no_seed
 
         check_no_seed(s.seed, "gpope evaluate --secure-noise")
         if s.tune != "none":

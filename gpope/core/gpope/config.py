@@ -49,7 +49,7 @@ class GPOPEConfig:
         tail_fraction: in (0, 1].
         trace_every: None, or k >= 1 to record the iterate at steps 0, k, 2k, ... and N.
         secure_noise: draw the noise from the OS CSPRNG as a discrete Gaussian on the public
-            grid ``noise_grid`` and round released iterates to it (:mod:`gpope.core.secure_noise`);
+            grid ``noise_grid`` and round released iterates to it (:mod:`gpope.core.mechanisms.secure_noise`);
             refuses a seed. Opt-in (slower: a numpy loop per step).
         noise_grid: the public grid gamma > 0 of secure noise (None: noise std * 2^-12).
         normalizing_size: poisson only: the PUBLIC size M in the step's normalisation
@@ -155,10 +155,10 @@ class GPOPEConfig:
 
     def secure_grid(self, noise_std: float) -> float:
         """The public grid of secure noise for noise of std ``noise_std`` (``noise_grid``, by
-        default :func:`gpope.core.secure_noise.default_grid`: ``noise_std * 2^-12``)."""
+        default :func:`gpope.core.mechanisms.secure_noise.default_grid`: ``noise_std * 2^-12``)."""
         if self.noise_grid is not None:
             return float(self.noise_grid)
-        from gpope.core.secure_noise import default_grid
+        from gpope.core.mechanisms.secure_noise import default_grid
 
         return default_grid(noise_std, float(self.clip or 1.0))
 

@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 
-from gpope.core.clipping import clip_rows
 from gpope.core.gpope.config import GPOPEConfig
 from gpope.core.gpope.kernels import StepChunk, dense_steps, poisson_steps
 from gpope.core.gpope.sample_plan import draw_plan, plan_chunk_steps
 from gpope.core.gpope.steps import step_sizes
-from gpope.core.secure_noise import (
+from gpope.core.mechanisms.clipping import clip_rows
+from gpope.core.mechanisms.secure_noise import (
     round_to_grid,
     rounding_inflation,
     secure_gaussian_noise,
@@ -259,7 +259,7 @@ def _clipped_factor(
 
     The common case only scales (f = beta, or beta h / norm; the parts come back as given).
     When the squared norm overflowed or is NaN, the parts are replaced by the total clip of
-    :func:`gpope.core.clipping.clip_rows` applied to [sign * gt; gw] (``sign`` the orientation
+    :func:`gpope.core.mechanisms.clipping.clip_rows` applied to [sign * gt; gw] (``sign`` the orientation
     of the caller's theta part), and f = beta.
     """
     nrm = math.sqrt(float(gt @ gt) + float(gw @ gw))

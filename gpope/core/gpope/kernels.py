@@ -4,7 +4,7 @@ The sequential GTD2 steps cannot be vectorised across steps; in numpy each step 
 of small calls (~1 us each), which dominates for small n. :func:`dense_steps` runs a chunk of
 steps on dense statistics (n <= :data:`JIT_MAX_FEATURES`) as one compiled loop with exactly the
 arithmetic of the numpy path (clip to h, step, noise, tail sum); the clip is total, as
-:func:`gpope.core.clipping.clip_rows` (non-finite or overflowing gradients are mapped to norm <= h
+:func:`gpope.core.mechanisms.clipping.clip_rows` (non-finite or overflowing gradients are mapped to norm <= h
 too). numba compiles it on first use (a second or two, cached on disk when the package directory
 is writable); without numba (or with ``GPOPE_NO_JIT=1``)
 :func:`dense_steps` returns False and the caller runs its numpy loop.
@@ -66,7 +66,7 @@ def _compiled() -> Callable | None:
 
     @numba.njit(cache=True, nogil=True)
     def total_clip(gt, gw, h):  # pragma: no cover - compiled
-        # The rare path of gpope.core.clipping.clip_rows on [gt; gw], in place; returns the
+        # The rare path of gpope.core.mechanisms.clipping.clip_rows on [gt; gw], in place; returns the
         # factor the caller multiplies the (now clipped) parts by: always 1.0.
         n = gt.shape[0]
         has_nan = False
@@ -128,7 +128,7 @@ def _compiled() -> Callable | None:
                 f = beta[s]
             elif nrm < np.inf:
                 f = beta[s] * h / nrm
-            else:  # overflow, inf or NaN: total clip (gpope.core.clipping), then a plain step
+            else:  # overflow, inf or NaN: total clip (gpope.core.mechanisms.clipping), then a plain step
                 f = beta[s] * _total_clip(gt, gw, h)
             for j in range(n):
                 x[j] += f * gt[j]
@@ -177,7 +177,7 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
     @numba.njit(cache=True, nogil=True)
     def factor(g, nrm, h):  # pragma: no cover - compiled
         # The clip factor of g (norm nrm); rows whose norm overflowed or is inf/NaN are clipped
-        # in place exactly as gpope.core.clipping.clip_rows does, then factor 1.
+        # in place exactly as gpope.core.mechanisms.clipping.clip_rows does, then factor 1.
         if nrm <= h or h == np.inf:
             return 1.0
         if nrm < np.inf:

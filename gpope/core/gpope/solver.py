@@ -44,7 +44,7 @@ import numpy as np
 from gpope.core.gpope.config import GPOPEConfig
 from gpope.core.gpope.iterate import iterate, iterate_secure
 from gpope.core.gpope.sample_plan import SeedLike, split_streams
-from gpope.core.secure_noise import check_no_seed, round_to_grid
+from gpope.core.mechanisms.secure_noise import check_no_seed, round_to_grid
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_int
 from gpope.errors import ConfigError

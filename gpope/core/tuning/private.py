@@ -3,7 +3,7 @@
 For real data there is no public cohort to tune the clip bound and step size on. This module
 tunes them on the private data and charges the cost to the same run, in four DP releases:
 
-1. **Statistics clip.** A private quantile (:mod:`gpope.core.private_quantile`) of the norms of
+1. **Statistics clip.** A private quantile (:mod:`gpope.core.mechanisms.quantile`) of the norms of
    the per-trajectory statistics ``(A_i, b_i, C_i)``.
 2. **Noisy statistics.** The clipped mean statistics plus Gaussian noise
    (the SSP release of :mod:`gpope.core.ssp`, one group; :mod:`gpope.core.tuning.scoring`).
@@ -52,7 +52,7 @@ import numpy as np
 from gpope.core.accounting import RDP_ORDERS, gpope_dp_event
 from gpope.core.accounting.registry import REFERENCE, composing_accountants, implementation
 from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult, run_gpope
-from gpope.core.private_quantile import private_quantile, quantile_dp_event
+from gpope.core.mechanisms.quantile import private_quantile, quantile_dp_event
 from gpope.core.ssp import NoisyStatistics, private_mspbe, solve_ssp, ssp_dp_event
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.tuning.private_settings import PrivateTuningSettings

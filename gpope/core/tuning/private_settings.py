@@ -73,8 +73,8 @@ class PrivateTuningSettings:
 
     @property
     def grid(self) -> Any:
-        """The public log grid of both histograms (:class:`gpope.core.private_quantile.LogGrid`)."""
-        from gpope.core.private_quantile import LogGrid
+        """The public log grid of both histograms (:class:`gpope.core.mechanisms.quantile.LogGrid`)."""
+        from gpope.core.mechanisms.quantile import LogGrid
 
         return LogGrid(lo=self.norm_low, hi=self.norm_high, bins_per_decade=self.bins_per_decade)
 

@@ -13,7 +13,7 @@ logged or written.
 
 The plan, the stream split, the chunking and the clip are the core's public pieces
 (:func:`~gpope.core.gpope.sample_plan.split_streams`, :func:`~gpope.core.gpope.sample_plan.draw_plan`,
-:func:`~gpope.core.gpope.sample_plan.plan_chunk_steps`, :func:`~gpope.core.clipping.clip_rows`), so both paths
+:func:`~gpope.core.gpope.sample_plan.plan_chunk_steps`, :func:`~gpope.core.mechanisms.clipping.clip_rows`), so both paths
 consume the random streams identically by construction.
 """
 
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpope.core.clipping import clip_rows
 from gpope.core.gpope.sample_plan import PlanChunk, draw_plan, plan_chunk_steps, split_streams
 from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult
 from gpope.core.gpope.steps import step_sizes
+from gpope.core.mechanisms.clipping import clip_rows
 from gpope.core.statistics import TrajectoryStats
 from gpope.errors import ConfigError
 

@@ -50,7 +50,7 @@ def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, 
                                   max_length=options.public_max_length)
     msum = spark_moment_sum(stats_df, n=n, clip=clip, theta=theta, bound=bound, expected_rows=m)
     if options.secure_noise:
-        from gpope.core.secure_noise import secure_perturb
+        from gpope.core.mechanisms.secure_noise import secure_perturb
         from gpope.core.ssp import NoisyMoments, moments_matrix
 
         scale = bound * bound
@@ -65,7 +65,7 @@ def _secure_noisy_statistics(sums: np.ndarray, options: RunSettings, *, n: int, 
                              sigma: float, clip: float) -> Any:
     """The noisy-statistics release with secure noise: each group's sum (a row) rounded to the
     public grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
-    from gpope.core.secure_noise import secure_perturb
+    from gpope.core.mechanisms.secure_noise import secure_perturb
     from gpope.core.ssp import NoisyStatistics
 
     sums = np.asarray(sums, dtype=np.float64)

@@ -141,7 +141,7 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
     read at ``plan.private_clip_quantile``, the default's own clip rule. ``stats`` as in
     :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private); under
     ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.secure_noise.secure_perturb`, at least the accounted std)."""
+    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least the accounted std)."""
     from gpope.core.untuned import UntunedSettings, _private_quantile, quantile_grid
 
     component = plan.component("ssp_clip")
