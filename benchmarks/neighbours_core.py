@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from gpope.core.evaluation.settings import RunSettings
     from gpope.core.ssp import ssp_sigma
-    from gpope.core.untuned import UntunedSettings, release_untuned, split_untuned
+    from gpope.core.untuned.release import UntunedSettings, release_untuned, split_untuned
 
     settings = UntunedSettings()
     est_share = 1.0 - RunSettings().policy_value_share

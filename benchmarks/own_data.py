@@ -56,7 +56,7 @@ def lstd_values(lake: Path, dataset: str, spec) -> np.ndarray:
 
 def run_dataset(name: str, *, m: int, seed: int, epsilons: list[float], delta: float,
                 work: Path) -> list[dict]:
-    from gpope.core.untuned import value_range
+    from gpope.core.untuned.release import value_range
     from gpope.shell.pipeline.jobargs import load_spec
 
     ds = name.replace("/", "_")

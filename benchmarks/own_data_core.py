@@ -2,7 +2,7 @@
 
 For each fresh generated data set (``random_mdp/<seed>`` and ``random_mdp_linear/<seed>``, m
 episodes under the behaviour policy, its own-data spec without an ``evaluation:`` block) and each
-candidate (the clip quantile and its budget share of :mod:`gpope.core.untuned`), the script runs
+candidate (the clip quantile and its budget share of :mod:`gpope.core.untuned.release`), the script runs
 the default's in-memory release and prints, per epsilon: the median over data sets of the max abs
 error at the reference states (values in [0, 1]), the non-private LSTD error on the same
 statistics, the interval coverage (all reference states covered) and the fraction of finite
@@ -47,7 +47,7 @@ def lstd_error(spec, truth, vec) -> float:
 
 def in_range(spec, iv) -> bool:
     """Whether the values and every finite interval end lie in the spec's public value range."""
-    from gpope.core.untuned import value_range
+    from gpope.core.untuned.release import value_range
 
     lo, hi = value_range(spec)
     ends = np.concatenate([iv.value, iv.lower[np.isfinite(iv.lower)],
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     from gpope.core.evaluation.settings import RunSettings
-    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned_rows
+    from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned_rows
 
     est_share = (1.0 - RunSettings().policy_value_share if a.estimator_share is None
                  else a.estimator_share)

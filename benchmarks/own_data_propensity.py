@@ -86,7 +86,7 @@ def ward(m: int, seed: int):
 
 class SparseRows:
     """A TrajectoryStats' rows held once as a CSR matrix: the chunked aggregate of
-    :func:`gpope.core.untuned.release_untuned_stats` without rebuilding dense slices."""
+    :func:`gpope.core.untuned.release.release_untuned_stats` without rebuilding dense slices."""
 
     def __init__(self, stats, block: int = 256):
         from scipy import sparse
@@ -110,7 +110,7 @@ def release(route, spec, tr, *, eps, delta, est_share, rng, behaviour=None):
     from gpope.core import behaviour_estimate as be
     from gpope.core.ssp import ssp_sigma
     from gpope.core.state_action import state_action_spec, state_action_statistics
-    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned
+    from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned
     from gpope.shell.pipeline.stats import statistics_of_transitions
 
     settings = UntunedSettings()

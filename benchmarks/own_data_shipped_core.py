@@ -4,7 +4,7 @@ For each shipped spec (chain, mountain car off-policy, HIV demo) and seed, one c
 in memory at the spec's operating point (the patients of ``benchmarks/own_data_shipped.py``) and
 turned into the pipeline's statistics rows; then, per epsilon and noise draw:
 
-- ``default``: the tuning-free default as released (:func:`gpope.core.untuned.release_untuned_rows`),
+- ``default``: the tuning-free default as released (:func:`gpope.core.untuned.release.release_untuned_rows`),
   with its identification test's separation;
 - ``ridge x mu``: on the SAME noisy sums the default released (post-processing, no extra budget),
   the ridge solve ``argmin ||A~ theta - b~||^2 + mu tau^2 ||theta||^2`` over the supported
@@ -62,9 +62,9 @@ def cohort_rows(spec, domain: str, patients: int, cap: int | None, seed: int) ->
 
 def ridge_values(spec, noisy, mu: float) -> np.ndarray:
     """Reference values of the ridge solve ``mu tau^2`` on a release's pooled noisy sums,
-    clamped into :func:`gpope.core.untuned.value_range` (post-processing)."""
+    clamped into :func:`gpope.core.untuned.release.value_range` (post-processing)."""
     from gpope.core.ssp import noise_norm_bound, supported_features
-    from gpope.core.untuned import _ridge_solve, value_range
+    from gpope.core.untuned.release import _ridge_solve, value_range
 
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                         "carries the policy value release; 1: the estimator alone)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    from gpope.core.untuned import UntunedSettings, plan_untuned, release_untuned_rows
+    from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned_rows
 
     eps_list = [float(x) for x in a.epsilons.split(",")]
     settings = UntunedSettings()

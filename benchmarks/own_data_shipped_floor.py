@@ -115,7 +115,7 @@ def measure(spec, truth, vec, *, epsilons, draws: int, delta: float, seed: int,
     """Records of one cohort: exact statistics (epsilon 0) and each epsilon x draw of the default
     with ``settings`` (None: conf's ``evaluation.untuned``)."""
     from gpope.core.ssp import split_vector, supported_features
-    from gpope.core.untuned import (
+    from gpope.core.untuned.release import (
         UntunedSettings,
         plan_untuned,
         release_untuned_rows,
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     if a.variants:
         from dataclasses import replace
 
-        from gpope.core.untuned import UntunedSettings
+        from gpope.core.untuned.release import UntunedSettings
 
         variants = [(f" q{q} w{w}", replace(UntunedSettings(), clip_quantile=float(q),
                                             second_moment_weight=float(w)))

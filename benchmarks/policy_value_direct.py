@@ -5,7 +5,7 @@ Per fresh data set (``random_mdp/<seed>``: tabular features, rewards in [0, r_ma
 ``random_mdp_linear/<seed>``: linear features, signed rewards in [-r_max, r_max]), m episodes
 under the behaviour policy and epsilon, one run's budget is split as ``gpope evaluate`` splits a
 tuning-free run (one Gaussian mechanism, shares of its privacy loss): the default's releases
-(:func:`gpope.core.untuned.release_untuned_rows`) take 1 - policy_value_share, the policy value
+(:func:`gpope.core.untuned.release.release_untuned_rows`) take 1 - policy_value_share, the policy value
 release the rest, of which ``first_state_share`` (conf ``evaluation.policy_value``) goes to the first states' feature moments
 (:func:`gpope.core.policy_value_direct.release_first_state`).
 
@@ -88,7 +88,7 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
     )
     from gpope.core.policy_value_release import release_policy_value
     from gpope.core.ssp import ssp_sigma
-    from gpope.core.untuned import (
+    from gpope.core.untuned.release import (
         UntunedSettings,
         feature_norm_bound,
         release_untuned_rows,

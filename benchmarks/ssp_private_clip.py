@@ -27,7 +27,7 @@ def errors(name: str, m: int, seed: int, draws: int, epsilon: float, delta: floa
     from gpope.config import load_config
     from gpope.core.intervals import ssp_values
     from gpope.core.ssp import clip_statistics, release_noisy_statistics, ssp_sigma
-    from gpope.core.untuned import (
+    from gpope.core.untuned.release import (
         _private_quantile,
         plan_untuned,
         quantile_grid,

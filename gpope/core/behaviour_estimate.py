@@ -6,7 +6,7 @@ TabularFeatures`) the behaviour policy is estimated from noisy visit counts per 
 1. each trajectory's count row ``k_i[s, a] = norm_i * #{t: s_t = s, a_t = a}`` (``norm_i`` the
    spec's normalisation, ``1 / length_scale``: a row's L2 norm is at most ``tau_i / L <= 1``);
 2. the clip ``c`` is a private ``clip_quantile`` of the rows' norms (one noisy histogram on a
-   public log grid topped by 1, sensitivity 1, :func:`gpope.core.untuned.upper_quantile`);
+   public log grid topped by 1, sensitivity 1, :func:`gpope.core.untuned.release.upper_quantile`);
 3. the sum of the rows clipped to ``c`` plus ``N(0, (sigma c)^2)`` per cell (sensitivity ``c``
    under add/remove-one);
 4. ``mu^(a|s) = (max(N~(s, a), 0) + alpha) / sum_a' (max(N~(s, a'), 0) + alpha)`` with the
@@ -119,11 +119,11 @@ def release_behaviour(aggregate: Any, *, n_states: int, n_actions: int, m: int,
                       sigma_quantile: float, sigma_counts: float, settings: BehaviourSettings,
                       rng: np.random.Generator) -> BehaviourEstimate:
     """Steps 2-4 of the module docstring, reading the count rows only through ``aggregate``
-    (``aggregate(kernel, width)``, as :func:`gpope.core.untuned.release_untuned` does); noise
+    (``aggregate(kernel, width)``, as :func:`gpope.core.untuned.release.release_untuned` does); noise
     multipliers ``sigma_quantile`` (histogram) and ``sigma_counts`` (counts)."""
     from gpope.core.mechanisms.clipping import clip_rows
     from gpope.core.mechanisms.quantile import LogGrid
-    from gpope.core.untuned import _private_quantile
+    from gpope.core.untuned.release import _private_quantile
 
     grid = LogGrid(lo=10.0 ** -settings.grid_decades, hi=1.0,
                    bins_per_decade=settings.bins_per_decade)

@@ -17,7 +17,7 @@ phi(s_0,i) / F clipped to ||z_i|| <= 1 (F the map's public norm bound, so nothin
 and of the upper triangles of z_i z_i^T (for the sampling variance), one Gaussian mechanism with
 L2 sensitivity sqrt 2 and multiplier ``sigma`` (:func:`first_state_event`). The estimate is
 J^ = mu^ . theta^ (theta^ the run's released theta: any estimator that gives an interval of a
-public linear functional g . theta*, e.g. :attr:`gpope.core.untuned.UntunedRelease.functionals`;
+public linear functional g . theta*, e.g. :attr:`gpope.core.untuned.release.UntunedRelease.functionals`;
 an LSTDQ route whose theta is over (state, action) features plugs in with g its first-state
 feature mean under the target).
 

@@ -14,7 +14,7 @@ normalisation. Only the target policy (public) enters; the behaviour policy is w
 generated the pairs. ``V(s) = sum_a pi(a|s) Q(s, a) = theta . phi_pi(s)``.
 
 The statistics have the shape of the value route's (``n |A|`` features instead of ``n``), so
-the tuning-free default releases them unchanged (:func:`gpope.core.untuned.release_untuned`:
+the tuning-free default releases them unchanged (:func:`gpope.core.untuned.release.release_untuned`:
 private clip quantile, one noisy release of the clipped sums, private residual clip, the
 refinement, the same intervals and the same dp-accounting event): :func:`state_action_spec`
 gives it a spec whose feature map is :class:`StateActionFeatures` (called on states it returns
@@ -103,7 +103,7 @@ def is_state_action(spec: EvaluationSpec) -> bool:
 def state_action_spec(spec: EvaluationSpec) -> EvaluationSpec:
     """The spec of the state-action fit of ``spec``: its map becomes
     :class:`StateActionFeatures` over the spec's map and target (its statistics carry no
-    importance ratio, so :func:`gpope.core.untuned.statistics_norm_bound` reads a weight of 1);
+    importance ratio, so :func:`gpope.core.untuned.release.statistics_norm_bound` reads a weight of 1);
     everything else (gamma, normalisation, bounds, reference states) is kept, so
     :meth:`~gpope.core.spec.EvaluationSpec.reference_values` gives V at the same states, and
     :func:`value_spec` gives ``spec`` back. Its ``spec_id`` differs from ``spec``'s: the two

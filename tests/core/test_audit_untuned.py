@@ -40,7 +40,7 @@ def test_default_ssp_audit_passes_and_catches_half_noise_and_unweighted_c_noise(
 def test_residual_audit_passes_and_catches_half_noise():
     # the refinement's release against its own certified epsilon (a default run at 10)
     from gpope.core.ssp import ssp_epsilon
-    from gpope.core.untuned import UntunedSettings, plan_untuned
+    from gpope.core.untuned.release import UntunedSettings, plan_untuned
 
     cfg = UntunedAuditConfig.preset("residual")
     real = run_untuned_audit(cfg, 0)

@@ -21,7 +21,7 @@ from gpope.core.policy_value_direct import (
     split_first_state,
 )
 from gpope.core.spec import EvaluationSpec
-from gpope.core.untuned import (
+from gpope.core.untuned.release import (
     UntunedSettings,
     plan_untuned,
     release_untuned_rows,

@@ -66,7 +66,7 @@ def test_state_action_spec_releases_v_as_the_policy_average_of_q():
     assert q.reference_names == SPEC.reference_names and q.spec_id != SPEC.spec_id
     assert value_spec(q) == SPEC and state_action_spec(q) is q
     # no ratio in the pair statistics: the clip grid's top takes a weight of 1, not the spec's 4
-    from gpope.core.untuned import statistics_norm_bound
+    from gpope.core.untuned.release import statistics_norm_bound
 
     assert statistics_norm_bound(q) == pytest.approx(np.hypot(1.5, 1.0) + 1.0)
     theta = np.array([1.0, 2.0, 3.0, 4.0])  # Q(s0,a0), Q(s1,a0), Q(s0,a1), Q(s1,a1)

@@ -107,7 +107,7 @@ def test_ssp_without_a_public_clip_charges_its_private_quantile_in_the_composed_
     # one more component of the run's event; dp-accounting certifies the whole run at epsilon
     from dp_accounting.pld import PLDAccountant
 
-    from gpope.core.untuned import UntunedSettings
+    from gpope.core.untuned.release import UntunedSettings
 
     plan = _plan(Settings(estimator="ssp"), clip=None, private_clip_quantile=0.9,
                  untuned=UntunedSettings(quantile_share=0.05))
@@ -246,7 +246,7 @@ def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing():
     # composed sigmas at the run's delta at most the target and at least 97% of it
     from dp_accounting.pld import PLDAccountant
 
-    from gpope.core.untuned import UntunedSettings
+    from gpope.core.untuned.release import UntunedSettings
 
     epsilon, delta = 1.0, 1e-6
     bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))

@@ -1,4 +1,4 @@
-"""The tuning-free default (gpope.core.untuned) against independent oracles: closed-form LSTD,
+"""The tuning-free default (gpope.core.untuned.release) against independent oracles: closed-form LSTD,
 dp-accounting's own Gaussian composition, brute-force bounds."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpope.core.envs.registry import get_domain, random_mdp_of
 from gpope.core.spec import EvaluationSpec
-from gpope.core.untuned import (
+from gpope.core.untuned.release import (
     UntunedSettings,
     plan_untuned,
     release_untuned_rows,
@@ -138,7 +138,7 @@ def test_second_order_widths_bound_what_the_delta_method_leaves_out():
     """Monte Carlo against the exact error: with A~ = A + E, the refinement's error is
     err = A^-1 u, its first-order part A~^-1 u; the rest stays inside the returned widths in at
     least 1 - (level's and the noise bound's failure) of draws, and rho >= 1 gives inf."""
-    from gpope.core.untuned import second_order_widths
+    from gpope.core.untuned.release import second_order_widths
 
     rng = np.random.default_rng(5)
     n, s = 3, 0.04
@@ -173,7 +173,7 @@ def test_one_trajectory_moves_the_weighted_clipped_sum_by_at_most_the_clip(n, w,
     contribution to the clipped weighted sum has L2 norm <= clip (the Gaussian mechanism's
     calibration assumes it)."""
     from gpope.core.ssp import c_block_scale
-    from gpope.core.untuned import _sum_kernel
+    from gpope.core.untuned.release import _sum_kernel
 
     row = np.random.default_rng(seed).standard_normal((1, 2 * n * n + n)) * 10.0 ** (seed % 7 - 3)
     out = _sum_kernel(clip, c_block_scale(n, w))(np.zeros(1), row)[0]
@@ -208,7 +208,7 @@ def test_the_default_releases_c_at_the_inverse_of_its_weight(tabular):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 5), st.floats(1e-4, 1e2), st.integers(0, 2**31))
 def test_ridge_solve_is_the_closed_form_on_the_kept_features(n, lam, seed):
-    from gpope.core.untuned import _ridge_solve
+    from gpope.core.untuned.release import _ridge_solve
 
     rng = np.random.default_rng(seed)
     A, b = rng.standard_normal((n, n)), rng.standard_normal(n)
@@ -224,7 +224,7 @@ def test_an_unidentified_release_is_the_ridge_solve_with_unbounded_intervals(tab
     """Where the identification test fails the default releases the ridge solve of its own SSP
     sums (post-processing) and every interval stays unbounded (valid or unbounded)."""
     from gpope.core.ssp import noise_norm_bound, supported_features
-    from gpope.core.untuned import _ridge_solve
+    from gpope.core.untuned.release import _ridge_solve
 
     spec, _, vec = tabular
     st_ = UntunedSettings()
@@ -261,7 +261,7 @@ def test_one_trajectory_moves_the_residual_release_by_at_most_its_clips(n, c_r, 
     bin of each clip histogram (sensitivity 1 under add/remove)."""
     from gpope.core.mechanisms.quantile import LogGrid
     from gpope.core.ssp import residuals
-    from gpope.core.untuned import _histogram_kernel, _residual_kernel
+    from gpope.core.untuned.release import _histogram_kernel, _residual_kernel
 
     rng = np.random.default_rng(seed)
     row = rng.standard_normal((1, 2 * n * n + n)) * 10.0 ** (seed % 9 - 4)

@@ -77,7 +77,7 @@ def test_an_extract_without_propensities_is_evaluated_by_the_estimated_behaviour
     # with their documented shares of one privacy loss, certified by PLD at the run's delta
     from gpope.config import load_config
     from gpope.core.behaviour_estimate import BehaviourSettings
-    from gpope.core.untuned import UntunedSettings
+    from gpope.core.untuned.release import UntunedSettings
 
     entry = PrivacyLedger(None, load_config(None)).entry("nolog", out["run_id"])
     assert entry.status == "released"

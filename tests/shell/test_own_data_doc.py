@@ -158,7 +158,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     from dp_accounting.pld import PLDAccountant
 
     from gpope.core.accounting.composition import mechanism_from_json
-    from gpope.core.untuned import UntunedSettings
+    from gpope.core.untuned.release import UntunedSettings
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     assert main([*documented_commands()[-1], "--estimator", "ssp", "--json"]) == 0
@@ -189,7 +189,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     from gpope import api as gapi
     from gpope.core.policy_value import spec_bounds
     from gpope.core.policy_value_release import public_ranges
-    from gpope.core.untuned import value_range
+    from gpope.core.untuned.release import value_range
 
     ssp_spec = gapi.load_spec(work / "mydata" / "spec.yaml")
     lo, hi = value_range(ssp_spec)
@@ -243,7 +243,7 @@ def test_documented_example_runs_as_written(spark, tmp_path, monkeypatch, capsys
     out = json.loads(capsys.readouterr().out)
     assert out["ssp_clip"] > 0 and out["settings"]["ssp_clip_from"].startswith("private 0.9")
     from gpope import api
-    from gpope.core.untuned import UntunedSettings, quantile_grid
+    from gpope.core.untuned.release import UntunedSettings, quantile_grid
 
     spec = api.load_spec(documented_commands()[-1][documented_commands()[-1].index("--spec") + 1])
     bins = len(quantile_grid(spec, UntunedSettings()).edges()) + 1

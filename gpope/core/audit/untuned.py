@@ -1,12 +1,12 @@
-"""Empirical privacy audit of the tuning-free default's SSP release (:mod:`gpope.core.untuned`).
+"""Empirical privacy audit of the tuning-free default's SSP release (:mod:`gpope.core.untuned.release`).
 
 The default releases the sums of the weighted rows ``[A_i, b_i, w C_i]`` (``w`` the settings'
 ``second_moment_weight``) clipped to its clip ``c``, plus Gaussian noise at the SSP multiplier of
 its plan, and divides C by ``w`` again (noise ``sigma c`` on A and b, ``sigma c / w`` on C). The
-audit runs the real pieces: the multipliers of :func:`gpope.core.untuned.plan_untuned` for a
+audit runs the real pieces: the multipliers of :func:`gpope.core.untuned.release.plan_untuned` for a
 default run at the claimed (epsilon, delta), the summing kernel of the release
-(:func:`gpope.core.untuned._sum_kernel` with :func:`~gpope.core.ssp.c_block_scale`)
-and its noise step (:func:`~gpope.core.untuned.release_weighted_sums`), on two neighbouring data
+(:func:`gpope.core.untuned.release._sum_kernel` with :func:`~gpope.core.ssp.c_block_scale`)
+and its noise step (:func:`~gpope.core.untuned.release.release_weighted_sums`), on two neighbouring data
 sets (add/remove-one, the default's adjacency):
 
 * D0: base records whose last feature is never visited (zero last rows and columns of A and C,
@@ -27,7 +27,7 @@ from it alone must stay below the claim; with half its noise the release alone i
 
 The refinement (``release="residual"``): the default's residual release, the sum of the
 residuals ``b_i - A_i theta^`` clipped to ``c_r`` and the sum of their moment vectors, with noise
-``s_sum c_r`` and ``s_mom c_r^2`` (:func:`~gpope.core.untuned.release_residuals`, the zCDP split
+``s_sum c_r`` and ``s_mom c_r^2`` (:func:`~gpope.core.untuned.release.release_residuals`, the zCDP split
 of the plan's residual multiplier). ``theta^`` is public (post-processing of the SSP release:
 here a fixed draw) and so is ``c_r`` (``clip``; 2 in the preset, so a bound used where its
 square belongs shows). The canary is ``b_k = G``: its residual is ``G e_k`` whatever
@@ -59,14 +59,14 @@ from gpope.core.ssp import (
     ssp_epsilon,
     statistics_vectors,
 )
-from gpope.core.untuned import (
+from gpope.core.untuned.release import (
     _residual_kernel,
     _sum_kernel,
     plan_untuned,
     release_residuals,
     release_weighted_sums,
 )
-from gpope.core.untuned_settings import UntunedSettings
+from gpope.core.untuned.settings import UntunedSettings
 from gpope.core.validation import check_choice, check_number
 
 __all__ = ["UntunedAuditConfig", "run_untuned_audit"]

@@ -16,7 +16,7 @@ from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
     from gpope.core.tuning.private import PrivateTuningPlan, PrivateTuningSettings
-    from gpope.core.untuned import UntunedSettings, UntunedSigmas
+    from gpope.core.untuned.release import UntunedSettings, UntunedSigmas
 
 __all__ = [
     "ESTIMATE", "PlanInputs", "PlanSettings", "ReleaseComponent", "gaussian_calibration",
@@ -232,8 +232,8 @@ def plan_ssp(inputs: PlanInputs, share: float) -> ReleaseComponent:
 def plan_untuned(inputs: PlanInputs, share: float, untuned: UntunedSettings | None
                   ) -> tuple[ReleaseComponent, UntunedSigmas]:
     """The tuning-free default's releases at ``share`` of the run's privacy loss (joint
-    calibration, :func:`gpope.core.untuned.plan_untuned_component`)."""
-    from gpope.core.untuned import UntunedSettings, plan_untuned_component
+    calibration, :func:`gpope.core.untuned.release.plan_untuned_component`)."""
+    from gpope.core.untuned.release import UntunedSettings, plan_untuned_component
 
     s = inputs.settings
     fields, sigmas = plan_untuned_component(
@@ -248,7 +248,7 @@ def plan_ssp_clip(inputs: PlanInputs, share: float, *, quantile: float) -> Relea
     """The private clip of an ssp run without a public one: one noisy histogram of the
     trajectories' statistics norms (sensitivity 1 under add/remove-one,
     :func:`gpope.core.mechanisms.quantile.quantile_dp_event`) at ``share`` of the run; the clip is
-    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.upper_quantile`)."""
+    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.release.upper_quantile`)."""
     from gpope.core.mechanisms.quantile import quantile_dp_event
 
     cal = gaussian_share(inputs, share)

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from gpope.core.behaviour_estimate import BehaviourSettings
     from gpope.core.spec import EvaluationSpec
     from gpope.core.tuning.private import PrivateTuningPlan, PrivateTuningSettings
-    from gpope.core.untuned import UntunedSettings, UntunedSigmas
+    from gpope.core.untuned.release import UntunedSettings, UntunedSigmas
 
 __all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "gaussian_share",
            "plan_release"]
@@ -111,7 +111,7 @@ class ReleasePlan:
             quantile of the statistics norms its ``ssp_clip`` component releases privately as
             the clip (``statistics_clip`` is then None until the run releases it); else None.
         untuned_sigmas: the multipliers of the tuning-free default's releases
-            (:class:`gpope.core.untuned.UntunedSigmas`) for an ``untuned`` run; else None.
+            (:class:`gpope.core.untuned.release.UntunedSigmas`) for an ``untuned`` run; else None.
     """
 
     epsilon: float
@@ -239,7 +239,7 @@ def plan_release(
             refused where it cannot hold; a default rule yields).
         private_tuning: the core settings of ``--tune private`` (required with it).
         untuned: the public rules of the tuning-free default (``estimator="untuned"``; None:
-            :class:`gpope.core.untuned.UntunedSettings` defaults).
+            :class:`gpope.core.untuned.release.UntunedSettings` defaults).
         private_clip_quantile: an ssp run without ``statistics_clip`` releases its clip as this
             quantile of the statistics norms, privately, at ``untuned.quantile_share`` of the
             run's budget (:func:`plan_ssp_clip`; the same rule as the default's clip).
@@ -258,7 +258,7 @@ def plan_release(
     from gpope.core.accounting.registry import REFERENCE, not_a_valid_bound
 
     s = settings
-    untuned_run = s.estimator == "untuned"  # the tuning-free default (gpope.core.untuned)
+    untuned_run = s.estimator == "untuned"  # the tuning-free default (gpope.core.untuned.release)
     ssp_run = s.estimator == "ssp"
     if ssp_run and s.tune == "private":
         raise ConfigError(
@@ -282,7 +282,7 @@ def plan_release(
     shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY
               if not (one_shot and name == "noisy_statistics")]
     if private_clip:
-        from gpope.core.untuned import UntunedSettings
+        from gpope.core.untuned.release import UntunedSettings
 
         shares.insert(0, ("ssp_clip", (untuned or UntunedSettings()).quantile_share,
                           lambda i, sh: plan_ssp_clip(i, sh, quantile=private_clip_quantile)))

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
 from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.tuning.private_settings import PrivateTuningSettings
-from gpope.core.untuned_settings import UntunedSettings
+from gpope.core.untuned.settings import UntunedSettings
 from gpope.errors import ConfigError
 
 __all__ = [
@@ -80,7 +80,7 @@ class RunSettings:
             the public clip bounds (specs with a domain; 0 disables).
         rows_per_fetch: sampled rows per Spark fetch on the streamed path.
         estimator: "gpope", "ssp" (one-shot LSTD on noisy sufficient statistics) or "untuned"
-            (the tuning-free private default, :mod:`gpope.core.untuned`; what a spec without an
+            (the tuning-free private default, :mod:`gpope.core.untuned.release`; what a spec without an
             ``evaluation:`` block gets when no estimator or solver setting is given).
         ssp_clip, ssp_clip_quantile: the public L2 bound of one trajectory's [A_i, b_i, C_i], or
             the quantile of the norms on the public cohort that sets it.
@@ -103,7 +103,7 @@ class RunSettings:
         tune: "none", or "private" (clip and step size chosen on the private data inside the
             run's budget, :mod:`gpope.core.tuning.private`).
         private_tuning: the rules of ``tune: private``.
-        untuned: the rules of the tuning-free default (:mod:`gpope.core.untuned`).
+        untuned: the rules of the tuning-free default (:mod:`gpope.core.untuned.release`).
         secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.
         allow_invalid_accounting: run with the ``paper`` accountant anyway (NOT private); run only.
         allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; run

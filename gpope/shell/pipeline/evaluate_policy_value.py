@@ -98,7 +98,7 @@ def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: Eva
     at ``first_state_share`` of the policy value component's privacy loss), or None when the
     statistics carry no first-state features."""
     from gpope.core.policy_value_direct import release_first_state, split_first_state
-    from gpope.core.untuned import feature_norm_bound
+    from gpope.core.untuned.release import feature_norm_bound
 
     if read is None or read[1] is None:
         return None
@@ -137,7 +137,7 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     from gpope.core.policy_value import spec_bounds
     from gpope.core.policy_value_direct import pick_policy_values, split_first_state
     from gpope.core.policy_value_release import release_policy_value
-    from gpope.core.untuned import value_range
+    from gpope.core.untuned.release import value_range
 
     comp = plan.component("policy_value")
     if comp is None:

@@ -153,10 +153,10 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
 def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
                      ) -> tuple[np.ndarray, Any]:
     """The values and their interval's finite ends clamped into the range the spec's public
-    bounds imply (:func:`gpope.core.untuned.value_range`), as the tuning-free default releases
+    bounds imply (:func:`gpope.core.untuned.release.value_range`), as the tuning-free default releases
     them: post-processing of public bounds (no budget); a covered true value lies in that range,
     so coverage can only improve; an unbounded end stays unbounded (it says "not identified")."""
-    from gpope.core.untuned import clamp_interval, value_range
+    from gpope.core.untuned.release import clamp_interval, value_range
 
     bounds = value_range(spec)
     values = np.clip(np.asarray(values, dtype=np.float64), *bounds)

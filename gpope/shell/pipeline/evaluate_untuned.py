@@ -3,7 +3,7 @@ as Spark aggregates over ``trajectory_stats``.
 
 A spec without an ``evaluation:`` block has nothing publicly tuned; unless the command line (or
 the caller) chose the estimator or a solver setting, the run releases
-:mod:`gpope.core.untuned`'s default instead of generic GPOPE settings. Its four releases read the
+:mod:`gpope.core.untuned.release`'s default instead of generic GPOPE settings. Its four releases read the
 statistics only through sums over all rows: each is one distributed aggregate
 (:func:`gpope.shell.pipeline.ssp` machinery, partial sums per partition, only those reach the
 driver), so it runs at any m, in the same arithmetic as the core's in-memory reference.
@@ -18,7 +18,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
-    from gpope.core.untuned import UntunedRelease, UntunedSettings
+    from gpope.core.untuned.release import UntunedRelease, UntunedSettings
 
 __all__ = ["EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED", "UNTUNED_NOTE", "check_untuned_settings",
            "private_ssp_clip", "run_untuned", "untuned_applies", "untuned_result"]
@@ -84,8 +84,8 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
     checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private).
     ``functionals``: public rows and levels whose intervals the release also gives (the
-    direct method's first-state mean, :func:`gpope.core.untuned.release_untuned`)."""
-    from gpope.core.untuned import UntunedSettings, release_untuned
+    direct method's first-state mean, :func:`gpope.core.untuned.release.release_untuned`)."""
+    from gpope.core.untuned.release import UntunedSettings, release_untuned
 
     settings = settings or UntunedSettings()
     sigmas = plan.untuned_sigmas  # the estimator's share of the run (the plan's numbers)
@@ -137,12 +137,12 @@ def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, see
                      settings: UntunedSettings | None = None, secure_noise: bool = False) -> float:
     """The clip of an ssp run whose spec gives no public one, released privately: the plan's
     ``ssp_clip`` component (one noisy histogram of ``||[A_i, b_i, C_i]||`` on the default's
-    public log grid, :func:`gpope.core.untuned.quantile_grid`, at the component's multiplier)
+    public log grid, :func:`gpope.core.untuned.release.quantile_grid`, at the component's multiplier)
     read at ``plan.private_clip_quantile``, the default's own clip rule. ``stats`` as in
     :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private); under
     ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
     (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least the accounted std)."""
-    from gpope.core.untuned import UntunedSettings, _private_quantile, quantile_grid
+    from gpope.core.untuned.release import UntunedSettings, _private_quantile, quantile_grid
 
     component = plan.component("ssp_clip")
 

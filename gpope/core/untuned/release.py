@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.core.untuned_settings import UntunedSettings
+from gpope.core.untuned.settings import UntunedSettings
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The public rules of the tuning-free default (conf ``evaluation.untuned``): a light module the
-settings resolver reads without importing the estimator (:mod:`gpope.core.untuned`)."""
+settings resolver reads without importing the estimator (:mod:`gpope.core.untuned.release`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class UntunedSettings:
         clip_quantile: the quantile of the trajectories' statistics norms used as the clip bound.
         quantile_share: share of the default's Gaussian privacy loss ``mu^2 = 1/sigma^2`` spent on
             each of the two quantiles (its releases compose exactly to one Gaussian mechanism,
-            calibrated once: :func:`gpope.core.untuned.plan_untuned`).
+            calibrated once: :func:`gpope.core.untuned.release.plan_untuned`).
         refine_share: share of ``mu^2`` spent on the residual release (sum and moments); the SSP
             sums take the rest.
         residual_quantile: the quantile of the residual norms used as their clip bound.

@@ -1,0 +1,1 @@
+"""The tuning-free private default for a spec nobody tuned: its settings and its release."""
