@@ -66,7 +66,7 @@ def chain_stats(m: int, rng: np.random.Generator) -> TrajectoryStats:
     """Tabular compact statistics of m chain trajectories, built without one-hot rows."""
     from gpope.core.features import TabularFeatures
     from gpope.core.statistics import statistics_from_transitions
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     traj, s, sn, r, term = chain_transitions(m, rng)
     T = len(traj)

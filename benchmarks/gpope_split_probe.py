@@ -39,7 +39,7 @@ STATES = np.array([0, 20, 38])
 
 def _subset(tr, keep):
     """Transitions of the trajectories with ``keep[traj_index]``, renumbered densely."""
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     rows = keep[tr.traj_index]
     _, dense = np.unique(tr.traj_index[rows], return_inverse=True)

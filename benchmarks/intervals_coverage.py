@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _sorted(transitions, rho):
     """(transitions sorted by (traj_index, t) with dense trajectory numbers, rho in that order):
     the blocks below slice consecutive trajectories (a harness may interleave them)."""
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     tr = transitions
     order = np.lexsort((tr.t, tr.traj_index))

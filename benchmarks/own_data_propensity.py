@@ -51,7 +51,7 @@ def ward(m: int, seed: int):
     import own_data_ward as w
 
     from gpope.core.spec import EvaluationSpec
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     P, R = w.model()
     rng = np.random.default_rng(seed)

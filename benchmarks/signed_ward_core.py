@@ -57,9 +57,9 @@ def values(P: np.ndarray, pi: np.ndarray) -> np.ndarray:
 
 
 def cohort(P, mu, start, m: int, rng: np.random.Generator):
-    """``m`` episodes under mu as :class:`~gpope.core.transitions.Transitions` and the visit
+    """``m`` episodes under mu as :class:`~gpope.core.trajectories.transitions.Transitions` and the visit
     counts per cell."""
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     state, alive = rng.choice(S, size=m, p=start), np.arange(m)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "s", "a", "r", "ns")}

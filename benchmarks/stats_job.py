@@ -27,7 +27,7 @@ import numpy as np
 
 def synthetic_cohort(n_transitions: int, length: int, seed: int) -> Any:
     """Off-policy transitions with mountain-car states, 3 actions and logged propensities."""
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     rng = np.random.default_rng(seed)
     m = max(1, n_transitions // length)

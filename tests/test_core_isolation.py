@@ -21,7 +21,7 @@ def _core_modules() -> list[str]:
 
 def test_core_imports_no_heavy_dependencies():
     modules = _core_modules()
-    assert "gpope.core.transitions" in modules
+    assert "gpope.core.trajectories.transitions" in modules
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

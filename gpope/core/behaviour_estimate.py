@@ -34,7 +34,7 @@ from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
 __all__ = [
     "BehaviourEstimate",

@@ -35,7 +35,7 @@ from gpope.errors import ConfigError, DataError, SchemaError
 
 if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
 __all__ = [
     "ARTIFACTS_DIR",

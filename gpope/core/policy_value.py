@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, SchemaError
 

@@ -365,7 +365,7 @@ def private_mspbe(theta: np.ndarray, noisy: NoisyStatistics) -> tuple[float, flo
 def transition_blocks(transitions, block: int = 2048):  # -> Iterator[tuple[np.ndarray, Transitions]]
     """Consecutive trajectory blocks of a (traj, t)-sorted :class:`Transitions`:
     ``(traj_index (k,), block Transitions re-indexed 0..k-1)``; memory O(block rows)."""
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     tr = transitions
     offsets = np.concatenate([[0], np.cumsum(tr.lengths)])

@@ -40,8 +40,8 @@ from gpope.core.validation import check_int
 
 if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
-    from gpope.core.trajectory_stats import TrajectoryStats
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.stats import TrajectoryStats
+    from gpope.core.trajectories.transitions import Transitions
 
 __all__ = ["StateActionFeatures", "is_state_action", "state_action_spec", "state_action_statistics",
            "value_spec"]

@@ -16,8 +16,8 @@ with phi'_t = 0 on terminal rows (truncated rows keep it) and
   trajectory equally couples a transition's weight to the trajectory's future length, which biases
   the fixed point (shown in the tests on the chain).
 
-The statistics are held by :class:`~gpope.core.trajectory_stats.TrajectoryStats` in one of four
-layouts (dense, compact, tabular, sparse; :mod:`gpope.core.trajectory_stats`).
+The statistics are held by :class:`~gpope.core.trajectories.stats.TrajectoryStats` in one of four
+layouts (dense, compact, tabular, sparse; :mod:`gpope.core.trajectories.stats`).
 ``"auto"`` picks dense when the dense A and C take at most :data:`DENSE_MAX_BYTES`, otherwise
 tabular for one-hot features and compact for the rest.
 """
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from gpope.core.features import FeatureMap, TabularFeatures
-from gpope.core.trajectory_stats import NORMALIZATIONS, TrajectoryStats
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.stats import NORMALIZATIONS, TrajectoryStats
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError, DataError, SchemaError
 

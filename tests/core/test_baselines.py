@@ -33,7 +33,7 @@ from gpope.core.baselines import (
     wis_lstd,
     wis_lstd_from_transitions,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.errors import ConfigError, DataError
 
 # ----------------------------------------------------------------------------- data helpers

@@ -14,7 +14,7 @@ from gpope.core.features import OneHotFeatures, TabularFeatures, feature_map_fro
 from gpope.core.policies import importance_ratios, policy_from_dict
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.errors import ConfigError, DataError
 
 LEVELS = {"lactate": 3, "bp": 4}

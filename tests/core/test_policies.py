@@ -25,7 +25,7 @@ from gpope.core.policies import (
     policy_from_dict,
     sample_actions,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.errors import ConfigError, DataError
 
 

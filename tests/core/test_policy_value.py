@@ -32,7 +32,7 @@ from gpope.core.policy_value_release import (
     public_ranges,
     release_policy_value,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.errors import ConfigError
 
 

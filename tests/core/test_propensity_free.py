@@ -21,7 +21,7 @@ from gpope.core.state_action import (
     state_action_statistics,
     value_spec,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 
 PI = [[0.25, 0.75], [1.0, 0.0]]
 SPEC = EvaluationSpec.from_mapping({

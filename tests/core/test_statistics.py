@@ -15,7 +15,7 @@ from gpope.core.statistics import (
     statistics_from_transitions,
     trajectory_statistics,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.errors import ConfigError, DataError, SchemaError
 
 

@@ -17,7 +17,7 @@ from gpope import api
 from gpope.config import load_config
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.shell import lake
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow

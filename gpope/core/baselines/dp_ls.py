@@ -51,7 +51,7 @@ from gpope.core.baselines.smooth import (
     lsw_smooth_sensitivity,
     nrs_constants,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, DataError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpope.core.baselines._common import as_vector, backward_accumulate, episode_layout
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import DataError, SchemaError
 

@@ -28,7 +28,7 @@ from gpope.core.baselines._common import (
     forward_trace,
     solve_system,
 )
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_number
 from gpope.errors import ConfigError, DataError, SchemaError
 

@@ -37,7 +37,7 @@ from gpope.core.baselines._common import (
     solve_system,
 )
 from gpope.core.baselines.lstd import LSTDResult, _prepare
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_number
 from gpope.errors import ConfigError
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 

@@ -16,7 +16,7 @@ Event layout of patient ``p`` with ``tau`` decisions (interval ``D`` days, :clas
   (0 by default) and timing jitter ``u_k ~ U(-jitter, jitter)``, jitter in [0, 0.5) (public; 0 by
   default), so decisions stay strictly increasing. The end of the record is ``d_tau`` (same rule).
 - observations: at each ``d_k``, one row per state variable holding ``state[k, j]`` (exactly the
-  value in :class:`~gpope.core.transitions.Transitions`, e.g. log10 concentrations for HIV), plus
+  value in :class:`~gpope.core.trajectories.transitions.Transitions`, e.g. log10 concentrations for HIV), plus
   the final state ``next_state[tau-1]`` at ``d_tau``; each row independently dropped with
   ``missing_prob`` and perturbed by N(0, noise^2) if configured. Rebuilding the state at a decision
   as the last observation at or before it (forward fill) gives back ``state`` exactly when there is
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, SchemaError
 

@@ -35,7 +35,7 @@ lE 1, bE 0.3, Kb 100, dE 0.25, Kd 500, deltaE 0.1).
   locally stable; a good policy moves a patient from the first basin to the second).
 - Episode: 200 decisions (1000 days), discount 0.98, no terminal state: the last transition is
   truncated (its next state is kept).
-- Observations (the ``state`` columns of :class:`~gpope.core.transitions.Transitions`): log10 of
+- Observations (the ``state`` columns of :class:`~gpope.core.trajectories.transitions.Transitions`): log10 of
   the six raw states (raw values are floored at 1e-12 before the logarithm; the exact dynamics keep
   every state positive).
 - Patient variation (``param_variation = s``, public): every patient draws each of the 20
@@ -79,7 +79,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from gpope.core.envs.hiv_integrator import integrate
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import DataError, SchemaError
 

@@ -50,7 +50,7 @@ from gpope.core.policies import (
     sample_actions,
 )
 from gpope.core.statistics import population_statistics
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import DataError, SchemaError
 

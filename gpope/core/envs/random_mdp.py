@@ -45,7 +45,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gpope.core.policies import Policy, TabularPolicy, policy_from_dict
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 
 __all__ = ["RandomMDP", "RandomMDPConfig", "random_mdp"]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from gpope.core.envs.random_mdp import RandomMDP
     from gpope.core.policies import Policy
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
 __all__ = ["SimDomain", "check_domain_name", "domain_names", "get_domain", "random_mdp_of"]
 

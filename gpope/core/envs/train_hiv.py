@@ -49,7 +49,7 @@ from gpope.errors import SchemaError
 if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
     from gpope.core.policies import LinearQ, Policy
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
 __all__ = [
     "ARTIFACT_NAME",

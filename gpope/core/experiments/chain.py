@@ -39,7 +39,7 @@ from gpope.core.experiments.common import (
 from gpope.core.experiments.methods import GPOPEMethod, default_methods
 from gpope.core.metrics import relative_mspbe, value_error
 from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
-from gpope.core.transitions import Transitions
+from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 
 __all__ = ["ChainProblem", "ChainSettings", "run_chain", "tune_chain"]

@@ -511,7 +511,7 @@ def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) 
 
 def release_untuned_stats(stats: Any, spec: EvaluationSpec, *, block: int = 256,
                           **kwargs: Any) -> UntunedRelease:
-    """:func:`release_untuned` on a :class:`gpope.core.trajectory_stats.TrajectoryStats` of any
+    """:func:`release_untuned` on a :class:`gpope.core.trajectories.stats.TrajectoryStats` of any
     layout, summed ``block`` trajectories at a time (bounded memory for many features, e.g. the
     state-action fit, :mod:`gpope.core.state_action`); the same arithmetic as
     :func:`release_untuned_rows`."""

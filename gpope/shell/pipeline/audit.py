@@ -91,7 +91,7 @@ class PipelineAuditConfig(AuditClaim):
 
 
 def _canary_transitions(first_state: int, steps: int = 4) -> Any:
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     s = np.arange(first_state, first_state + steps, dtype=np.float64)[:, None]
     return Transitions(

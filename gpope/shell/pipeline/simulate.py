@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from gpope.core.policies import Policy
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
 __all__ = [
     "DOMAINS",
@@ -193,7 +193,7 @@ def _generate_batch(
 
 
 def _concatenate(parts: list[Transitions]) -> Transitions:
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     if len(parts) == 1:
         return parts[0]
@@ -235,7 +235,7 @@ def generate_episodes(
         progress: show a tqdm progress bar (patients simulated).
 
     Returns:
-        :class:`~gpope.core.transitions.Transitions` of ``patients`` trajectories (0..m-1).
+        :class:`~gpope.core.trajectories.transitions.Transitions` of ``patients`` trajectories (0..m-1).
     """
     domain = _check_domain(domain)
     m = check_int("generate_episodes", "patients", patients, ge=1)

@@ -1,5 +1,5 @@
 """Arrow form of the silver ``transitions`` rows and back: the columns the statistics kernels read
-(:data:`_INPUT_COLUMNS`), a core :class:`~gpope.core.transitions.Transitions` from Arrow rows and
+(:data:`_INPUT_COLUMNS`), a core :class:`~gpope.core.trajectories.transitions.Transitions` from Arrow rows and
 Arrow rows from one (tests, benchmarks, simulated loads)."""
 
 from __future__ import annotations
@@ -90,14 +90,14 @@ def transitions_to_arrow(transitions: Any, patient_ids: Any = None) -> pa.Table:
 
 def transitions_from_arrow(table: pa.Table, *, n_trajectories: int | None = None,
                            missing_prob: float | None = None) -> Any:
-    """A core :class:`~gpope.core.transitions.Transitions` from Arrow rows of the silver table.
+    """A core :class:`~gpope.core.trajectories.transitions.Transitions` from Arrow rows of the silver table.
 
     Rows are sorted by (traj_index, t). ``traj_index`` is kept as is (dense 0..m-1 expected) unless
     ``n_trajectories`` is None and the rows hold one trajectory, which is re-indexed to 0.
     ``missing_prob``: the ``behavior_prob`` of rows without a logged one (a state-action fit,
     which never reads it); None: they stay NaN and are refused by ``Transitions``.
     """
-    from gpope.core.transitions import Transitions
+    from gpope.core.trajectories.transitions import Transitions
 
     cols = {c: table.column(c) for c in _INPUT_COLUMNS}
     if missing_prob is not None:

@@ -14,7 +14,7 @@ gradients of listed trajectories. Layouts (identical results, to floating-point 
   rows (:meth:`TrajectoryStats.from_sparse`), e.g. the gold table's dense rows of a tabular spec, where A_i and C_i
   are mostly zero; values stay float64, so results equal the dense layout's to rounding.
 
-The layouts' array kernels are in :mod:`gpope.core.stats_layouts`.
+The layouts' array kernels are in :mod:`gpope.core.trajectories.layouts`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from gpope.core.stats_layouts import (
+from gpope.core.trajectories.layouts import (
     RowWeighting,
     grad_compact,
     grad_sparse,

@@ -1,4 +1,4 @@
-"""Array kernels of the storage layouts of :class:`~gpope.core.trajectory_stats.TrajectoryStats`.
+"""Array kernels of the storage layouts of :class:`~gpope.core.trajectories.stats.TrajectoryStats`.
 
 Pure functions of numpy arrays: dense A, C from transition rows (compact and tabular layouts) or
 from sparse entries, the merge of tabular rows into sparse entries, the assembly of sparse
