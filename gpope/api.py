@@ -26,7 +26,7 @@ packaged defaults: a lake under ``./lake``). ``spec`` is an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,15 +39,17 @@ if TYPE_CHECKING:
     from gpope.core.audit.gpope import AuditResult
     from gpope.core.evaluation.settings import SettingsLayer
     from gpope.shell.lake.maintain import MaintenanceReport
+    from gpope.shell.pipeline.after_release import printing_failed_line
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
     from gpope.shell.pipeline.evaluate_report import EvaluationReport, InterruptedAfterRelease
     from gpope.shell.pipeline.ingest import IngestReport
     from gpope.shell.pipeline.ledger import BudgetStatus, PrivacyLedger
     from gpope.shell.pipeline.load import BRONZE_COLUMNS
     from gpope.shell.pipeline.simulate import SimulateOptions, SimulateReport
+    from gpope.shell.pipeline.simulate_files import write_cohort_files
     from gpope.shell.pipeline.stats import StatsReport
     from gpope.shell.pipeline.track import TrackReport
-    from gpope.shell.pipeline.tune_spec import TuneSpecReport
+    from gpope.shell.pipeline.tune_spec import tune_spec
 
 __all__ = [
     "BRONZE_COLUMNS",
@@ -74,18 +76,25 @@ __all__ = [
     "privacy_ledger",
     "set_budget",
     "simulate",
-    "simulate_files",
     "stats",
     "track",
     "tune_spec",
+    "write_cohort_files",
 ]
 
-#: Option types and contract names re-exported from the shell, imported when first used so that
-#: ``import gpope.api`` stays light (no Spark, no pipeline module).
+#: Option types, contract names and functions re-exported from the shell as they are, imported
+#: when first used so that ``import gpope.api`` stays light (no Spark, no pipeline module):
+#: ``tune_spec`` tunes a spec file's solver settings on public simulated data
+#: (``settings=load_config(...).evaluation``), ``write_cohort_files`` writes a simulated cohort as
+#: plain files for :func:`load`, ``printing_failed_line`` is the stderr line of a committed release
+#: whose report could not be printed.
 _REEXPORTS = {
     "BRONZE_COLUMNS": "gpope.shell.pipeline.load",
     "DemoOptions": "gpope.shell.pipeline.demo",
     "SimulateOptions": "gpope.shell.pipeline.simulate",
+    "printing_failed_line": "gpope.shell.pipeline.after_release",
+    "tune_spec": "gpope.shell.pipeline.tune_spec",
+    "write_cohort_files": "gpope.shell.pipeline.simulate_files",
 }
 
 
@@ -429,20 +438,6 @@ def check_load(dataset: str, files: Mapping[str, str], *, fmt: str = "auto", col
     _check(_config(config), dataset, dict(files), fmt=fmt, columns=columns, time_zone=time_zone)
 
 
-def simulate_files(
-    domain: str, patients: int, out: str | Path, *, seed: int | None = None,
-    options: SimulateOptions | None = None, fmt: Literal["parquet", "csv"] = "parquet",
-    dataset: str = "mydata", progress: bool = False,
-) -> dict[str, Any]:
-    """A simulated cohort as plain files under ``out`` (no Spark): the three bronze files and a
-    ``conf.yaml`` with its ``datasets:`` entry (for ``random_mdp/<seed>`` also ``spec.yaml`` and
-    ``truth.json``), for :func:`load`; returns what was written
-    (:func:`gpope.shell.pipeline.simulate_files.write_cohort_files`)."""
-    from gpope.shell.pipeline.simulate_files import write_cohort_files
-
-    return write_cohort_files(domain, patients, seed, out, options=options, fmt=fmt,
-                              dataset=dataset, progress=progress)
-
 
 def privacy_ledger(config: ConfigLike = None, *, spark: SparkSession | None = None) -> PrivacyLedger:
     """The lake's privacy ledger (:class:`~gpope.shell.pipeline.ledger.PrivacyLedger`); on a
@@ -478,40 +473,6 @@ def track(run_id: str, *, force: bool = False, config: ConfigLike = None,
         return relog_release(cfg, run_id, tracking_uri=tracking_uri, force=force)
 
 
-def tune_spec(
-    spec: str | Path,
-    *,
-    patients: int,
-    max_length: int | None = None,
-    public_seed: int | None = None,
-    epsilons: Sequence[float] = (0.1, 1.0, 10.0),
-    delta: float = 1e-6,
-    trials: int = 3,
-    overrides: Mapping[str, Any] | None = None,
-    clips: Sequence[float] | None = None,
-    steps: Sequence[float] | None = None,
-    write: bool = True,
-    log: Callable[[str], None] | None = None,
-    command: str | None = None,
-    config: ConfigLike = None,
-) -> TuneSpecReport:
-    """Tune the spec file's solver settings on public simulated data of its domain and (with
-    ``write``) store them in its ``evaluation:`` block
-    (:func:`gpope.shell.pipeline.tune_spec.tune_spec`; ``public_seed`` None: its fixed seed).
-
-    Raises:
-        ConfigError: the spec has no ``domain`` (no public simulator to tune on).
-    """
-    from gpope.shell.pipeline.tune_spec import TUNE_SEED
-    from gpope.shell.pipeline.tune_spec import tune_spec as _tune
-
-    return _tune(
-        spec, settings=_config(config).evaluation, patients=patients, max_length=max_length,
-        public_seed=TUNE_SEED if public_seed is None else public_seed, epsilons=epsilons,
-        delta=delta, trials=trials, overrides=dict(overrides or {}), clips=clips, steps=steps,
-        write=write, log=log, command=command,
-    )
-
 
 def pipeline_audit(
     *, delta: float, seed: int = 0, runs: int | None = None, epsilon: float | None = None,
@@ -541,11 +502,3 @@ def interrupted_after_release(report: EvaluationReport, *, cut: str) -> Interrup
 
     return _interrupted(report.run_id, dataset=report.dataset, label=report.label, cut=cut,
                         values=values_line(report.reference_values))
-
-
-def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:
-    """The line for stderr when printing a committed release's report failed: the release, its
-    values and where they are kept; never an invitation to run again."""
-    from gpope.shell.pipeline.after_release import printing_failed_line as _line
-
-    return _line(report, error)

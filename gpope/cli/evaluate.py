@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpope.cli._common import (
-    add_dataset_option,
-    add_json_flag,
-    add_lake_options,
-    config_from_args,
-    emit,
-)
+from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 
 
@@ -211,6 +205,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
+    from gpope.cli._common import config_from_args
     from gpope.shell import faults
 
     config = config_from_args(args)

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import (
-    add_dataset_option,
-    add_json_flag,
-    add_lake_options,
-    config_from_args,
-    emit,
-)
+from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 from gpope.cli.domains import domain_arg
 
 
@@ -45,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
+    from gpope.cli._common import config_from_args
 
     config = config_from_args(args)
     api.check_stage("ingest", args.dataset, domain=args.domain, config=config)  # before Spark

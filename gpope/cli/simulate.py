@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         noise=args.noise,
     )
     if args.to_files is not None:
-        written = api.simulate_files(args.domain, args.patients, args.to_files, seed=args.seed,
+        written = api.write_cohort_files(args.domain, args.patients, args.seed, args.to_files,
                                      options=options, fmt=args.format, dataset=args.dataset,
                                      progress=show_progress(args))  # fmt: skip
         lines = [f"simulate {args.dataset}: {args.patients} {args.domain} patients as files"]

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import (
-    add_dataset_option,
-    add_json_flag,
-    add_lake_options,
-    config_from_args,
-    emit,
-)
+from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
+    from gpope.cli._common import config_from_args
 
     config = config_from_args(args)
     spec = api.check_stage("stats", args.dataset, spec=args.spec, config=config)  # before Spark

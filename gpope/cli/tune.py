@@ -94,7 +94,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         "passes", "iterations", "batch_rate", "batch_size", "step_schedule", "step_offset",
         "step_offset_fraction", "averaging", "tail_fraction", "sampling", "accountant")}
     report = api.tune_spec(
-        args.spec, config=args.conf or None, patients=args.patients,
+        args.spec, settings=api.load_config(args.conf or None).evaluation, patients=args.patients,
         max_length=args.max_length, public_seed=args.public_seed,
         epsilons=args.epsilons or (0.1, 1.0, 10.0),
         delta=args.delta if args.delta is not None else 1e-6,

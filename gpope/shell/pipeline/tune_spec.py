@@ -83,7 +83,7 @@ def tune_spec(
     settings: RunSettings,
     patients: int,
     max_length: int | None = None,
-    public_seed: int = TUNE_SEED,
+    public_seed: int | None = None,
     epsilons: Sequence[float] = (0.1, 1.0, 10.0),
     delta: float = 1e-6,
     trials: int = 3,
@@ -94,7 +94,8 @@ def tune_spec(
     log: Callable[[str], None] | None = None,
     command: str | None = None,
 ) -> TuneSpecReport:
-    """Tune the spec at ``spec_path`` on public simulated data and write its evaluation: block.
+    """Tune the spec at ``spec_path`` on public simulated data and write its evaluation: block
+    (``public_seed`` None: :data:`TUNE_SEED`; ``settings``: the configuration's ``evaluation``).
 
     Raises:
         ConfigError: the spec has no ``domain`` (no public simulator to tune on).
@@ -126,6 +127,7 @@ def tune_spec(
 
         fixed = merge_layers(overrides, fixed)
     fixed = {k: v for k, v in fixed.items() if v is not None}
+    public_seed = TUNE_SEED if public_seed is None else public_seed
     rng = np.random.default_rng(public_seed)
     transitions = public_transitions(spec.domain, patients, rng, max_length=max_length)
     stats = statistics_of_transitions(transitions, spec, representation="auto")
