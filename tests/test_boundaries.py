@@ -1,6 +1,8 @@
 """The layers' boundaries, read from the source with ast (every import counts: top level, inside
 functions, under TYPE_CHECKING): the CLI reaches the pipeline and the lake through gpope.api
-only, and only the lake (gpope/shell/lake/) knows that delta-rs reads and writes Delta tables."""
+only, and only the lake (gpope/shell/lake/) knows that delta-rs reads and writes Delta tables; and
+the package's shape: the core's root holds at most 20 modules (concepts grow a subpackage), no
+module reaches 600 lines."""
 
 from __future__ import annotations
 
@@ -62,3 +64,15 @@ def test_only_the_lake_imports_delta_rs():
     outside = sorted(p for p in ROOT.rglob("*.py") if (ROOT / "shell" / "lake") not in p.parents)
     assert ROOT / "shell" / "pipeline" / "ledger_store.py" in outside
     assert crossing(outside, ("deltalake", "gpope.shell.lake.delta_rs")) == {}
+
+
+def test_the_core_root_holds_at_most_20_modules():
+    root = [p.name for p in (ROOT / "core").glob("*.py") if p.name != "__init__.py"]
+    assert "spec.py" in root
+    assert len(root) <= 20, sorted(root)
+
+
+def test_no_module_reaches_600_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
+    assert sizes["api.py"] > 100
+    assert {name: n for name, n in sizes.items() if n >= 600} == {}
