@@ -20,9 +20,9 @@ from hypothesis.extra.numpy import arrays
 from gpope.core.gpope import iterate as gpope_iterate
 from gpope.core.gpope import kernels
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope, run_gpope_trials
+from gpope.core.gpope.streamed import run_gpope_streamed
 from gpope.core.mechanisms.clipping import clip_rows, clip_vector
 from gpope.core.statistics import TrajectoryStats, trajectory_statistics
-from gpope.shell.pipeline.driver import run_gpope_streamed
 
 HUGE = 1.5e308
 

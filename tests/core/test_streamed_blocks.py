@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from gpope.core.gpope.sample_plan import PlanChunk
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope
+from gpope.core.gpope.streamed import _blocks, run_gpope_streamed
 from gpope.core.statistics import TrajectoryStats
-from gpope.shell.pipeline.driver import _blocks, run_gpope_streamed
 
 
 def _stats(m: int = 300, n: int = 3, seed: int = 0) -> TrajectoryStats:

@@ -262,7 +262,7 @@ def solve(
     for diagnostics (computed here, never released), and the private tuning's result (None
     without ``--tune private``)."""
     from gpope.core.gpope.solver import run_gpope
-    from gpope.shell.pipeline.driver import run_gpope_streamed
+    from gpope.core.gpope.streamed import run_gpope_streamed
     from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
 
     rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible

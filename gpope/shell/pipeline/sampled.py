@@ -6,7 +6,7 @@
   :class:`~gpope.core.statistics.TrajectoryStats`, dense or sparse. The sparse rows are built on
   the executors (``mapInArrow``), so only nonzero entries (float64, no rounding) cross to the
   driver; the solver gives the same numbers on either layout.
-* :func:`spark_fetcher`: a fetch function for :func:`gpope.shell.pipeline.driver.run_gpope_streamed`.
+* :func:`spark_fetcher`: a fetch function for :func:`gpope.core.gpope.streamed.run_gpope_streamed`.
   Each call joins a block of the sample plan ``(pos, traj_index)`` with the statistics table in
   Spark (the plan block is broadcast; nothing is written) and brings exactly the sampled rows to
   the driver as Arrow, put back in plan order. Memory is bounded by the block size, whatever m is.
