@@ -21,11 +21,11 @@ import numpy as np
 
 from gpope.core.accounting import calibrate_sigma
 from gpope.core.envs import chain as chain_env
+from gpope.core.envs.cohort import public_transitions
 from gpope.core.evaluation.settings import RunSettings, SettingsLayer, resolve_settings
 from gpope.core.gpope.solver import GPOPEConfig, run_gpope
+from gpope.core.trajectories.batch import statistics_of_transitions
 from gpope.shell.pipeline.jobargs import load_spec
-from gpope.shell.pipeline.public import public_transitions
-from gpope.shell.pipeline.stats import statistics_of_transitions
 
 
 def main() -> None:

@@ -87,10 +87,10 @@ def _hiv_pool(folder: Path, name: str, size: int, *, seed: int, chunk: int = 250
     """(size, 2n^2+n) statistics vectors of ``size`` HIV patients (the demo's spec, 40 decisions,
     ``gpope simulate``'s behaviour policy), simulated once in chunks of ``chunk`` patients
     (stream ``[seed, c]``) and cached as ``folder/name_ccc.npy``."""
+    from gpope.core.envs.cohort import generate_episodes
     from gpope.core.ssp import statistics_vectors
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.shell.pipeline.jobargs import load_spec
-    from gpope.shell.pipeline.simulate import generate_episodes
-    from gpope.shell.pipeline.stats import statistics_of_transitions
 
     spec = load_spec(ROOT / "conf/specs/hiv_demo.yaml")
     folder.mkdir(parents=True, exist_ok=True)

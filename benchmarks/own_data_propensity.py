@@ -110,8 +110,8 @@ def release(route, spec, tr, *, eps, delta, est_share, rng, behaviour=None):
     from gpope.core import behaviour_estimate as be
     from gpope.core.ssp import ssp_sigma
     from gpope.core.state_action import state_action_spec, state_action_statistics
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned
-    from gpope.shell.pipeline.stats import statistics_of_transitions
 
     settings = UntunedSettings()
     m = tr.n_trajectories

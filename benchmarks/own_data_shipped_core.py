@@ -51,7 +51,7 @@ def cohort_rows(spec, domain: str, patients: int, cap: int | None, seed: int) ->
     them."""
     from gpope.core.envs.registry import get_domain
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     dom = get_domain(domain)
     tr = dom.generate(patients, np.random.default_rng(100 + seed), dom.behaviour(),
@@ -86,12 +86,12 @@ def private_tuning_values(spec, domain: str, patients: int, cap: int | None, see
     """Reference values of one privately tuned GPOPE release on the cohort of ``seed``."""
     from gpope.core.envs.registry import get_domain
     from gpope.core.gpope.solver import GPOPEConfig
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.core.tuning.private import (
         PrivateTuningSettings,
         plan_private_tuning,
         tune_privately,
     )
-    from gpope.shell.pipeline.stats import statistics_of_transitions
 
     dom = get_domain(domain)
     tr = dom.generate(patients, np.random.default_rng(100 + seed), dom.behaviour(),

@@ -209,7 +209,7 @@ def gpope_path(spec, truth, *, seeds: int, runs: int, delta: float) -> list[dict
     from gpope.core.envs.registry import get_domain
     from gpope.core.gpope.config import GPOPEConfig
     from gpope.core.gpope.solver import run_gpope
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     n = spec.n_features
     G = np.array([spec.reference_values(e) for e in np.eye(n)]).T

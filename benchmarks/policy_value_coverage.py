@@ -140,9 +140,9 @@ class Domain:
             raise SystemExit(f"unknown domain {name!r}")
 
     def _pool_domain(self, name: str, args: argparse.Namespace) -> None:
+        from gpope.core.envs.cohort import generate_episodes
         from gpope.core.policies import importance_ratios
         from gpope.shell.pipeline.jobargs import load_spec
-        from gpope.shell.pipeline.simulate import generate_episodes
 
         spec_file = {"mountaincar": "mountaincar.yaml", "hiv": "hiv_demo.yaml"}[name]
         spec = load_spec(ROOT / "conf/specs" / spec_file)

@@ -56,7 +56,7 @@ def dataset(name: str, m: int, seed: int):
     from gpope.core.envs.registry import get_domain, random_mdp_of
     from gpope.core.spec import EvaluationSpec
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     mdp = random_mdp_of(name)
     spec = EvaluationSpec.from_mapping(mdp.spec_mapping(name.replace("/", "_")))

@@ -144,8 +144,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from gpope.core.evaluation.settings import RunSettings
     from gpope.core.ssp import split_vector, statistics_vectors
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned_rows
-    from gpope.shell.pipeline.stats import statistics_of_transitions
 
     settings = UntunedSettings()
     if a.residual_quantile is not None:

@@ -6,7 +6,7 @@ is written to a temporary lake as the silver ``transitions`` Delta table (not ti
 * **spark**: :func:`gpope.shell.pipeline.stats.run_stats`: read silver Delta, group by trajectory,
   compute the statistics with the core kernel on Arrow batches, commit the gold Delta table;
 * **core**: the same statistics from the same transitions in memory
-  (:func:`gpope.shell.pipeline.stats.statistics_of_transitions`: importance ratios + dense stats).
+  (:func:`gpope.core.trajectories.batch.statistics_of_transitions`: importance ratios + dense stats).
 
 Prints both rates and their ratio (target: Spark within 3x of the in-memory kernel).
 
@@ -57,14 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     n_target = args.transitions or (100_000 if args.quick else 1_000_000)
 
     from gpope.config import SparkSettings, load_config
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.shell import lake
     from gpope.shell.pipeline.jobargs import resolve_path
-    from gpope.shell.pipeline.stats import (
-        load_spec,
-        run_stats,
-        statistics_of_transitions,
-        transitions_to_arrow,
-    )
+    from gpope.shell.pipeline.stats import load_spec, run_stats, transitions_to_arrow
     from gpope.shell.schemas import TRANSITIONS
     from gpope.shell.spark import get_spark
 

@@ -160,7 +160,7 @@ def value_rows_from_pairs(rows: np.ndarray, spec: EvaluationSpec, probs: np.ndar
     """The value route's statistics rows ``[vec A_i, b_i, vec C_i]`` (n = S features) under the
     propensities ``probs`` (S, A), from the state-action rows of the same trajectories
     (:func:`gpope.core.state_action.state_action_statistics`, n S features, tabular map), as
-    :func:`gpope.shell.pipeline.stats.statistics_of_transitions` would compute them from the
+    :func:`gpope.core.trajectories.batch.statistics_of_transitions` would compute them from the
     transitions with ``behavior_prob = probs[s, a]`` (ratios clamped to the spec's public
     ``importance_weight_bound``). Post-processing of public ``probs``: with ``R[s, (a, s)] =
     rho(s, a)`` and ``P[(a, s'), s'] = 1``, ``A = R A_Q P``, ``b = R b_Q``, ``C = P^T C_Q P``

@@ -71,7 +71,7 @@ def test_direct_j_on_a_generated_mdp_covers_the_exact_first_state_value():
     terminal states (their features unsupported, charged at the largest |value|): the interval
     holds E_s0[V(s0)] of the exact Bellman solve and is far narrower than the value range."""
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     name = "random_mdp/11"
     mdp = random_mdp_of(name)

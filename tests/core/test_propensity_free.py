@@ -169,7 +169,7 @@ def test_the_pair_statistics_give_the_value_statistics_under_any_propensities():
     # them give the same rows, and their C diagonal the same count rows
     from gpope.core.envs.registry import get_domain, random_mdp_of
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     name = "random_mdp/4"
     mdp = random_mdp_of(name)

@@ -27,7 +27,7 @@ from gpope.errors import ConfigError, GpopeError
 
 def _data(name: str, m: int, seed: int):
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     mdp = random_mdp_of(name)
     spec = EvaluationSpec.from_mapping(mdp.spec_mapping("t"))

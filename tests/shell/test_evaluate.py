@@ -388,8 +388,8 @@ def test_the_default_releases_what_the_in_memory_benchmarks_measure(spark, setup
     # the same numbers from the same rows, noise seed and multipliers, or those benchmarks
     # describe another estimator than the one a user runs
     from gpope.core.ssp import statistics_vectors
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.core.untuned.release import UntunedSettings, release_untuned_rows, split_untuned
-    from gpope.shell.pipeline.stats import statistics_of_transitions
 
     config, spec, transitions, uri = setup
     report = run_evaluate(spark, config, dataset="mc", spec=spec,

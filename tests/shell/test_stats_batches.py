@@ -14,7 +14,8 @@ import pytest
 
 from gpope.core.envs import mountaincar
 from gpope.core.spec import EvaluationSpec
-from gpope.shell.pipeline.stats import _bounded, clamp_counts, transitions_to_arrow
+from gpope.core.trajectories.batch import bounded
+from gpope.shell.pipeline.stats import clamp_counts, transitions_to_arrow
 from gpope.shell.schemas import TRANSITIONS
 
 pytestmark = pytest.mark.spark
@@ -71,7 +72,7 @@ def _assert_rows_equal(got, want, m: int) -> None:
 
 def test_clamp_counts_over_partitions_with_gaps_equal_the_core_counts(spark):
     spec, transitions, df = _cohort(spark, 12, seed=3, max_steps=30)
-    _, _, want = _bounded(transitions, spec)
+    _, _, want = bounded(transitions, spec)
     assert want["importance_weight_above_bound"] > 0
     # three partitions, each with non-contiguous trajectories (0, 3, 6, ...), one batch each
     gappy = df.repartition(3, (df.traj_index % 3)).sortWithinPartitions("traj_index", "t")
@@ -85,7 +86,7 @@ def test_statistics_with_trajectories_cut_by_arrow_batches_equal_the_core(spark)
     from gpope.shell.pipeline.stats import statistics_frame
 
     spec, transitions, df = _cohort(spark, 15, seed=4, max_steps=60)
-    rho, _, _ = _bounded(transitions, spec)
+    rho, _, _ = bounded(transitions, spec)
     want = statistics_from_transitions(
         transitions, spec.feature_map, rho, gamma=spec.gamma, normalization=spec.normalization,
         length_scale=spec.length_scale, representation="dense",
@@ -103,7 +104,7 @@ def test_clamp_counts_riding_along_the_statistics_pass_equal_the_core_counts(spa
     from gpope.shell.pipeline.stats import _CLAMPED, statistics_frame
 
     spec, transitions, df = _cohort(spark, 12, seed=5, max_steps=30)
-    _, _, want = _bounded(transitions, spec)
+    _, _, want = bounded(transitions, spec)
     assert want["importance_weight_above_bound"] > 0
     with _arrow_batches(spark, 23):  # many batches per partition: each carries its own count
         row = statistics_frame(df, spec, with_counts=True).agg(
@@ -127,7 +128,7 @@ def test_statistics_the_python_workers_write_equal_the_core_with_their_clamp_cou
     from gpope.shell.pipeline.stats import run_stats
 
     spec, transitions, df = _cohort(spark, 15, seed=6, max_steps=40)
-    rho, _, counts = _bounded(transitions, spec)
+    rho, _, counts = bounded(transitions, spec)
     assert counts["importance_weight_above_bound"] > 0
     want = statistics_from_transitions(
         transitions, spec.feature_map, rho, gamma=spec.gamma, normalization=spec.normalization,

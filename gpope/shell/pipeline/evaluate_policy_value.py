@@ -1,6 +1,6 @@
 """The policy value part of ``gpope evaluate``: executes the plan's ``policy_value`` component.
 
-The stats stage stores each trajectory's (g, a, n) (:func:`gpope.shell.pipeline.stats.policy_terms`)
+The stats stage stores each trajectory's (g, a, n) (:func:`gpope.core.trajectories.batch.policy_terms`)
 in ``trajectory_stats.policy_terms``; here the driver reads them from the run's pinned statistics
 (3 doubles per patient), releases them once with the component's noise multiplier
 (:func:`gpope.core.policy_value_release.release_policy_value`: clip histograms, first and second

@@ -279,13 +279,13 @@ def build_record(
     """The :class:`~gpope.shell.pipeline.evaluation_record.EvaluationRecord` MLflow tracking
     reads (public settings, released outputs, lineage), built after the release was committed."""
     from gpope.config import to_mapping
+    from gpope.core.envs.cohort import public_cohort
     from gpope.shell import lake
     from gpope.shell.pipeline.evaluate_params import run_params
     from gpope.shell.pipeline.evaluation_record import (
         EvaluationRecord,
         StatisticsInput,
     )
-    from gpope.shell.pipeline.public import public_cohort
 
     params = run_params(options, batch_rate=batch_rate, path=path, ssp=ssp)
     params["relation"] = relation  # the neighbouring relation the run is charged under

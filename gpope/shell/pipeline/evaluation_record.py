@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from gpope.core.envs.cohort import PublicCohort
     from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["EvaluationRecord", "PublicCohort", "StatisticsInput"]
+__all__ = ["EvaluationRecord", "StatisticsInput"]
 
 
 @dataclass(frozen=True)
@@ -42,23 +43,6 @@ class StatisticsInput:
     version: int | None
     spec_id: str
     by_name: bool = False
-
-
-@dataclass(frozen=True)
-class PublicCohort:
-    """The public simulated cohort public MSPBE is measured on (the same definition everywhere).
-
-    Attributes:
-        domain: the spec's simulator.
-        n_trajectories, max_length, seed: the cohort's definition (all public).
-        population: its population statistics (A, b, C) under the spec.
-    """
-
-    domain: str
-    n_trajectories: int
-    max_length: int | None
-    seed: int
-    population: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.config import DatasetSettings, GpopeConfig
+from gpope.core.envs.cohort import (
+    behaviour_policy,
+    check_domain,
+    concatenate_episodes,
+    generate_episodes,
+)
 from gpope.core.envs.registry import domain_names, get_domain
 from gpope.core.validation import check_int, check_number
 
@@ -46,9 +52,7 @@ __all__ = [
     "DOMAINS",
     "SimulateOptions",
     "SimulateReport",
-    "behaviour_policy",
     "dataset_settings_for_domain",
-    "generate_episodes",
     "iter_simulated_tables",
     "run_simulate",
     "simulate_tables",
@@ -58,11 +62,6 @@ __all__ = [
 
 DOMAINS: tuple[str, ...] = domain_names()
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
-
-
-def _check_domain(domain: object) -> str:
-    """``domain`` if the registry knows it (:func:`gpope.core.envs.registry.get_domain`)."""
-    return get_domain(domain).name  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -
     Raises:
         ConfigError: unknown domain.
     """
-    domain = _check_domain(domain)
+    domain = check_domain(domain)
     spec = get_domain(domain).event_spec
     return DatasetSettings(
         variables=spec.variables,
@@ -169,88 +168,6 @@ def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -
         terminal_variable=spec.terminal_variable,
         domain=domain,
     )
-
-
-def behaviour_policy(domain: str) -> Policy | None:
-    """The behaviour policy of ``domain`` (None for the chain, whose only action has probability 1,
-    and for generated MDPs, whose simulator logs its own).
-
-    Raises:
-        ConfigError: unknown domain, or a stored policy artifact is missing.
-    """
-    from gpope.core.envs.registry import get_domain
-
-    return get_domain(_check_domain(domain)).behaviour_policy()
-
-
-def _generate_batch(
-    domain: str, n: int, rng: np.random.Generator, policy: Policy | None, n_steps: int | None
-) -> Transitions:
-    from gpope.core.envs.registry import get_domain
-
-    entry = get_domain(domain)
-    return entry.generate(n, rng, policy, n_steps or entry.max_steps)
-
-
-def _concatenate(parts: list[Transitions]) -> Transitions:
-    from gpope.core.trajectories.transitions import Transitions
-
-    if len(parts) == 1:
-        return parts[0]
-    shifts = np.cumsum([0] + [p.n_trajectories for p in parts[:-1]])
-    return Transitions(
-        traj_index=np.concatenate([p.traj_index + s for p, s in zip(parts, shifts, strict=True)]),
-        t=np.concatenate([p.t for p in parts]),
-        state=np.concatenate([p.state for p in parts]),
-        action=np.concatenate([p.action for p in parts]),
-        reward=np.concatenate([p.reward for p in parts]),
-        next_state=np.concatenate([p.next_state for p in parts]),
-        terminal=np.concatenate([p.terminal for p in parts]),
-        truncated=np.concatenate([p.truncated for p in parts]),
-        behavior_prob=np.concatenate([p.behavior_prob for p in parts]),
-        n_trajectories=int(sum(p.n_trajectories for p in parts)),
-    )
-
-
-def generate_episodes(
-    domain: str,
-    patients: int,
-    rng: np.random.Generator,
-    *,
-    policy: Policy | None = None,
-    n_steps: int | None = None,
-    batch_size: int = 1000,
-    progress: bool = False,
-) -> Transitions:
-    """``patients`` episodes of ``domain`` under its behaviour policy, in batches.
-
-    Args:
-        domain: ``chain``, ``mountaincar`` or ``hiv``.
-        patients: m >= 1.
-        rng: the only randomness (batches draw from it in order: deterministic for a seed and
-            ``batch_size``).
-        policy: behaviour policy; None: :func:`behaviour_policy` of the domain.
-        n_steps: episode cap (None: the domain's default).
-        batch_size: patients per generator call.
-        progress: show a tqdm progress bar (patients simulated).
-
-    Returns:
-        :class:`~gpope.core.trajectories.transitions.Transitions` of ``patients`` trajectories (0..m-1).
-    """
-    domain = _check_domain(domain)
-    m = check_int("generate_episodes", "patients", patients, ge=1)
-    batch_size = check_int("generate_episodes", "batch_size", batch_size, ge=1)
-    if policy is None:
-        policy = behaviour_policy(domain)
-    from tqdm.auto import tqdm
-
-    parts = []
-    with tqdm(total=m, desc=f"simulate {domain}", unit="patient", disable=not progress) as bar:
-        for start in range(0, m, batch_size):
-            n = min(batch_size, m - start)
-            parts.append(_generate_batch(domain, n, rng, policy, n_steps))
-            bar.update(n)
-    return _concatenate(parts)
 
 
 #: Patients converted to event tables and staged together (rounded down to whole generator
@@ -279,7 +196,7 @@ def iter_simulated_tables(
 
     from gpope.core.envs import ehr
 
-    domain = _check_domain(domain)
+    domain = check_domain(domain)
     m = check_int("simulate", "patients", patients, ge=1)
     options = options or SimulateOptions()
     if policy is None:
@@ -331,7 +248,7 @@ def simulate_tables(
     """
     parts = list(iter_simulated_tables(domain, patients, seed, options, policy=policy,
                                        progress=progress))  # fmt: skip
-    transitions = _concatenate([p for p, _ in parts])
+    transitions = concatenate_episodes([p for p, _ in parts])
     tables = {
         name: {
             column: np.concatenate([t[name][column] for _, t in parts])
@@ -467,7 +384,7 @@ def run_simulate(
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 
-    domain = _check_domain(domain)
+    domain = check_domain(domain)
     options = options or SimulateOptions()
     refs = {name: TableRef("bronze", name, dataset) for name in BRONZE_TABLES}  # names checked
     target = Lake.from_settings(spark, config.lake)  # lake path checked before simulating

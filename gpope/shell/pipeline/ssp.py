@@ -287,9 +287,9 @@ def public_residual_bound(spec: EvaluationSpec, theta: np.ndarray, *, clip: floa
 
 def _public_vectors(spec: EvaluationSpec, n_trajectories: int, max_length: int | None) -> np.ndarray:
     """(k, 2n^2+n) statistics vectors of the spec's public cohort (cached by the public module)."""
+    from gpope.core.envs.cohort import public_cohort_transitions
     from gpope.core.ssp import statistics_vectors
-    from gpope.shell.pipeline.public import public_cohort_transitions
-    from gpope.shell.pipeline.stats import statistics_of_transitions
+    from gpope.core.trajectories.batch import statistics_of_transitions
 
     tr = public_cohort_transitions(spec.domain, n_trajectories, max_length)
     rows = statistics_of_transitions(tr, spec).to_rows()

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.bounds import CLAMP_REASONS
+from gpope.core.trajectories.batch import bounded, missing_prob, statistics_and_counts
 from gpope.errors import CommitError, DataError
 from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.transitions_arrow import (
@@ -115,92 +116,6 @@ class StatsReport:
         )
 
 
-def statistics_of_transitions(transitions: Any, spec: EvaluationSpec, *,
-                              representation: str = "dense") -> Any:
-    """The core's statistics of a Transitions batch under ``spec`` (dense representation unless
-    ``representation`` says otherwise, e.g. "auto" for public tuning).
-
-    Importance ratios and raw rewards are clamped to the spec's public bounds
-    (:func:`gpope.core.bounds.clamp_to_public_bounds`), then rewards are multiplied by the spec's
-    public ``reward_scale``; nothing else is changed.
-    """
-    return _statistics_and_counts(transitions, spec, representation=representation)[0]
-
-
-def _statistics_and_counts(transitions: Any, spec: EvaluationSpec, *,
-                           representation: str = "dense", with_terms: bool = False) -> Any:
-    """:func:`statistics_of_transitions` and the clamp counts of the same clamping; with
-    ``with_terms`` also the policy value terms (:func:`policy_terms`) of the same batch."""
-    rho, reward, counts = _bounded(transitions, spec)
-    terms = policy_terms(dataclasses.replace(transitions, reward=reward), rho, spec) \
-        if with_terms else None
-    if spec.reward_scale != 1.0 or reward is not transitions.reward:
-        transitions = dataclasses.replace(transitions, reward=reward * spec.reward_scale)
-    stats = _statistics(transitions, spec, rho, representation=representation)
-    return (stats, counts, terms) if with_terms else (stats, counts)
-
-
-def policy_terms(transitions: Any, rho: np.ndarray, spec: EvaluationSpec) -> np.ndarray | None:
-    """(m, 3 + n) per-trajectory (g, a, n) of :func:`gpope.core.policy_value.policy_value_terms`
-    (raw reward units, ratios and rewards already clamped to the spec's public bounds) followed
-    by the first state's features phi(s_0) (the direct method's first-state mean,
-    :mod:`gpope.core.policy_value_direct`), or None when the spec lacks a public bound the
-    policy value release needs."""
-    from gpope.core.policy_value import policy_value_terms, policy_value_unavailable, spec_bounds
-    from gpope.core.policy_value_direct import first_state_features
-    from gpope.core.state_action import is_state_action
-
-    if policy_value_unavailable(spec) or is_state_action(spec):  # no logged ratios
-        return None
-    t = policy_value_terms(transitions, rho, spec_bounds(spec))
-    return np.concatenate([np.stack([t.g, t.a, t.n], axis=1),
-                           first_state_features(transitions, spec.feature_map)], axis=1)
-
-
-def _bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """(rho, raw reward, clamp counts) of a batch under the spec's public bounds."""
-    from gpope.core.bounds import clamp_to_public_bounds
-    from gpope.core.policies import importance_ratios
-    from gpope.core.state_action import is_state_action
-
-    if is_state_action(spec):  # no propensities logged: no ratio, rewards bounded only
-        rho = np.ones(transitions.n_transitions)
-        return clamp_to_public_bounds(rho, transitions.reward, importance_weight_bound=None,
-                                      reward_bounds=spec.reward_bounds)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        rho = importance_ratios(spec.target_policy, transitions)
-    return clamp_to_public_bounds(
-        rho, transitions.reward, importance_weight_bound=spec.importance_weight_bound,
-        reward_bounds=spec.reward_bounds,
-    )
-
-
-def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,
-                representation: str = "dense") -> Any:
-    from gpope.core.state_action import is_state_action, state_action_statistics
-    from gpope.core.statistics import statistics_from_transitions
-
-    if is_state_action(spec):  # LSTDQ rows (gpope.core.state_action), rewards already bounded
-        return state_action_statistics(transitions, spec, representation=representation,
-                                       bound=False)
-    return statistics_from_transitions(
-        transitions,
-        spec.feature_map,
-        rho,
-        gamma=spec.gamma,
-        normalization=spec.normalization,
-        length_scale=spec.length_scale,
-        representation=representation,
-    )
-
-
-def _missing_prob(spec: EvaluationSpec) -> float | None:
-    """A state-action fit never reads ``behavior_prob`` (null when not logged): any value."""
-    from gpope.core.state_action import is_state_action
-
-    return 1.0 if is_state_action(spec) else None
-
-
 def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
                       with_counts: bool = False) -> pa.RecordBatch:
     """One ``trajectory_stats`` row per trajectory of ``table`` (whole trajectories, any ids).
@@ -215,8 +130,8 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
         table.schema.get_field_index("traj_index"), "traj_index", pa.array(dense.astype(np.int64))
     )
     transitions = transitions_from_arrow(table, n_trajectories=len(ids),
-                                         missing_prob=_missing_prob(spec))
-    stats, counts, terms = _statistics_and_counts(transitions, spec, with_terms=True)
+                                         missing_prob=missing_prob(spec))
+    stats, counts, terms = statistics_and_counts(transitions, spec, with_terms=True)
     rows = stats.to_rows()
     columns = {
         "spec_id": pa.array([spec.spec_id] * len(ids), type=pa.string()),
@@ -335,8 +250,8 @@ def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
                 pa.array(dense.astype(np.int64)),
             )
             tr = transitions_from_arrow(table, n_trajectories=int(dense.max()) + 1,
-                                        missing_prob=_missing_prob(spec))
-            _, _, counts = _bounded(tr, spec)
+                                        missing_prob=missing_prob(spec))
+            _, _, counts = bounded(tr, spec)
             yield pa.RecordBatch.from_pydict(
                 {r: pa.array([counts[r]], type=pa.int64()) for r in CLAMP_REASONS}
             )

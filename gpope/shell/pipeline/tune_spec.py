@@ -100,11 +100,11 @@ def tune_spec(
     Raises:
         ConfigError: the spec has no ``domain`` (no public simulator to tune on).
     """
+    from gpope.core.envs.cohort import public_transitions
     from gpope.core.evaluation.settings import SettingsLayer
+    from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.core.tuning.public import tune_operating_point
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
-    from gpope.shell.pipeline.public import public_transitions
-    from gpope.shell.pipeline.stats import statistics_of_transitions
 
     start = time.perf_counter()
     path = resolve_path(spec_path)
