@@ -14,6 +14,7 @@ from gpope.cli._common import (
     show_progress,
 )
 from gpope.cli.domains import domain_arg, domain_help
+from gpope.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,6 +59,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--format", choices=("parquet", "csv"), default="parquet",
                         help="file format of --to-files (default parquet)")
+    parser.add_argument(
+        "--variables", metavar="NAME=LEVELS,...", default=None,
+        help="with --to-files and random_mdp/<seed>: chart each state as these discrete "
+        "measurements (e.g. lactate=4,bp=4, row-major; the levels multiply to the MDP's number "
+        "of states); conf.yaml and spec.yaml then name them (docs/OWN_DATA.md)")
+    parser.add_argument(
+        "--no-propensity", action="store_true",
+        help="with --to-files: write the treatments without the propensity column, as an "
+        "extract whose behaviour probabilities were not logged")
     add_progress_flag(parser)
     add_lake_options(parser)
     add_json_flag(parser)
@@ -76,10 +86,15 @@ def _run(args: argparse.Namespace) -> int:
         missing_prob=args.missing,
         noise=args.noise,
     )
+    if (args.variables or args.no_propensity) and args.to_files is None:
+        raise ConfigError("--variables and --no-propensity shape the files of --to-files; add "
+                          "--to-files DIR (the lake's simulated tables keep the domain's form).")
     if args.to_files is not None:
         written = api.write_cohort_files(args.domain, args.patients, args.seed, args.to_files,
                                      options=options, fmt=args.format, dataset=args.dataset,
-                                     progress=show_progress(args))  # fmt: skip
+                                     progress=show_progress(args),
+                                     variables=_levels(args.variables),
+                                     propensity=not args.no_propensity)  # fmt: skip
         lines = [f"simulate {args.dataset}: {args.patients} {args.domain} patients as files"]
         lines += [f"  {t:<13}{written['rows'][t]:>10} rows  {p}" for t, p in written["files"].items()]
         lines += [f"  {k:<13}{'':>10}       {written[k]}" for k in ("conf", "spec", "truth")
@@ -101,3 +116,17 @@ def _run(args: argparse.Namespace) -> int:
     )
     emit(args, report.to_dict(), report.summary())
     return 0
+
+
+def _levels(text: str | None) -> dict[str, int] | None:
+    """``lactate=4,bp=4`` as ``{"lactate": 4, "bp": 4}``; ConfigError naming the form."""
+    if not text:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, levels = part.strip().partition("=")
+        if not name or not levels.strip().isdigit() or name in out:
+            raise ConfigError(f"--variables takes NAME=LEVELS pairs separated by commas, each "
+                              f"name once (e.g. lactate=4,bp=4); got {text!r}.")
+        out[name.strip()] = int(levels)
+    return out

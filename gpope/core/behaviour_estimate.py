@@ -172,7 +172,7 @@ def value_rows_from_pairs(rows: np.ndarray, spec: EvaluationSpec, probs: np.ndar
     n = S * K
     rows = np.asarray(rows, dtype=np.float64)
     k = rows.shape[0]
-    pi = np.asarray(spec.target_policy.probabilities(np.arange(S, dtype=np.float64)[:, None]))
+    pi = np.asarray(spec.target_policy.probabilities(spec.feature_map.states()))  # index order
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = np.where(pi > 0, pi / np.asarray(probs, dtype=np.float64), 0.0)  # (S, K)
     if spec.importance_weight_bound is not None:

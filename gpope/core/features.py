@@ -305,6 +305,14 @@ class TabularFeatures:
         """At most one nonzero feature per state (a public bound: :mod:`gpope.core.evaluation.loading`)."""
         return 1
 
+    def states(self) -> np.ndarray:
+        """(n_states, d) float64: the state whose feature is ``e_s``, for every index ``s`` in
+        order (``[[s]]``, or the declared variables' levels, first variable slowest)."""
+        if self.variables is None:
+            return np.arange(self.n_states, dtype=np.float64)[:, None]
+        grid = itertools.product(*(range(k) for k in self.variables.levels))
+        return np.array(list(grid), dtype=np.float64)
+
     def indices(self, states: np.ndarray) -> np.ndarray:
         """State indices (T,) int64 from states (T, d); checks range and integrality."""
         if self.variables is not None:

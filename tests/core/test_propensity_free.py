@@ -196,3 +196,39 @@ def test_the_pair_fit_over_a_tabular_map_gets_no_approximation_note():
     assert approximation_note(state_action_spec(SPEC)) is None
     linear = dataclasses.replace(SPEC, feature_map=ConstantIdentityFeatures(low=(0.0,), high=(1.0,)))
     assert "approximation error" in approximation_note(state_action_spec(linear))
+
+
+def test_the_pair_statistics_over_two_discrete_variables_are_the_hand_encoded_ones():
+    # a ward charting lactate and bp bands (4 x 4) is the 16-state MDP hand-encoded as
+    # 4 * lactate + bp: the value rows from the pairs (the route without propensities) are the
+    # same to the last bit, the target policy read per named state
+    import dataclasses
+
+    from gpope.core.envs.registry import get_domain, random_mdp_of
+
+    name = "random_mdp/4"
+    mdp = random_mdp_of(name)
+    coded = mdp.spec_mapping("rm4")
+    grid = {"lactate": 4, "bp": 4}
+    named = {f"lactate={i // 4},bp={i % 4}": row
+             for i, row in enumerate(coded["target_policy"]["probs"])}
+    two = dict(coded, feature_map={"kind": "tabular", "variables": grid},
+               target_policy={"kind": "tabular", "variables": grid, "probs": named},
+               reference_states={k: {"lactate": int(v[0]) // 4, "bp": int(v[0]) % 4}
+                                 for k, v in coded["reference_states"].items()})
+    spec1, spec2 = EvaluationSpec.from_mapping(coded), EvaluationSpec.from_mapping(two)
+    tr = get_domain(name).generate(200, np.random.default_rng(3), None, mdp.config.max_steps)
+
+    def charted(states: np.ndarray) -> np.ndarray:
+        s = states[:, 0].astype(np.int64)
+        return np.column_stack([s // 4, s % 4]).astype(np.float64)
+
+    tr2 = dataclasses.replace(tr, state=charted(tr.state), next_state=charted(tr.next_state))
+    from gpope.core.ssp import statistics_vectors
+
+    pairs1 = statistics_vectors(*state_action_statistics(tr, spec1).dense())
+    pairs2 = statistics_vectors(*state_action_statistics(tr2, spec2).dense())
+    np.testing.assert_array_equal(pairs1, pairs2)
+    probs = np.random.default_rng(4).dirichlet(np.ones(spec1.target_policy.n_actions), size=16)
+    np.testing.assert_array_equal(be.value_rows_from_pairs(pairs2, spec2, probs),
+                                  be.value_rows_from_pairs(pairs1, spec1, probs))

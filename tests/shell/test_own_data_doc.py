@@ -16,11 +16,12 @@ import pytest
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OWN_DATA.md"
 
 
-def documented_commands() -> list[list[str]]:
-    """The example's ``gpope`` commands as argument lists (line continuations joined)."""
+def documented_commands(example: str = "own-data example") -> list[list[str]]:
+    """The ``gpope`` commands of the page's block between ``<!-- {example}: begin/end -->`` as
+    argument lists (line continuations joined)."""
     text = DOC.read_text()
-    block = text.split("<!-- own-data example: begin -->", 1)[1]
-    block = block.split("<!-- own-data example: end -->", 1)[0]
+    block = text.split(f"<!-- {example}: begin -->", 1)[1]
+    block = block.split(f"<!-- {example}: end -->", 1)[0]
     body = block.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
     commands = [shlex.split(line) for line in body.splitlines() if line.strip()]
     assert commands and all(c[0] == "gpope" for c in commands), commands
@@ -400,3 +401,43 @@ def test_the_continuous_measurements_template_reads_as_the_protocol_it_describes
     assert spec.n_features == 7 and spec.reference_names == ("stable", "shock")
     probs = spec.target_policy.probabilities(np.array([[2.0, 50.0], [6.0, 90.0], [1.5, 80.0]]))
     assert probs.argmax(axis=1).tolist() == [2, 1, 0]
+
+
+def test_the_ward_extract_example_runs_as_written(spark, tmp_path, monkeypatch, capsys):
+    """OWN_DATA's ward extract (two discrete measurements, files as pandas writes them, no
+    propensity column) goes from files to a release with the page's commands as written."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    from gpope.cli import main
+
+    commands = documented_commands("own-data ward example")
+    assert [c[0] for c in commands] == ["simulate", "budget", "load", "ingest", "stats",
+                                        "evaluate", "query"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    outputs = {}
+    for argv in commands:
+        assert main(argv) == 0, (argv, capsys.readouterr())
+        outputs[argv[0]] = capsys.readouterr().out
+    ward = tmp_path / "ward"
+    observed = pq.read_table(ward / "observations.parquet")
+    assert set(observed["variable"].to_pylist()) == {"lactate", "bp", "episode_end"}
+    assert observed.schema.field("time").type.unit == "ns"  # df.to_parquet's default
+    assert "propensity" not in pq.read_schema(ward / "treatments.parquet").names
+    assert "propensity: not in the file, not logged" in outputs["load"]
+    conf = yaml.safe_load((ward / "conf.yaml").read_text())
+    assert conf["datasets"]["ward43"]["variables"] == ["lactate", "bp"]
+    truth = json.loads((ward / "truth.json").read_text())
+    # the page's spec excerpt is the generated spec's own form
+    spec = yaml.safe_load((ward / "spec.yaml").read_text())
+    assert spec["feature_map"] == {"kind": "tabular", "variables": {"lactate": 4, "bp": 4}}
+    assert spec["reference_states"] == truth["states"]
+    assert ", ".join(f"{k}: {v}" for k, v in truth["states"].items()) in DOC.read_text()
+    evaluate = outputs["evaluate"]
+    assert "the behaviour policy was estimated privately" in evaluate
+    released = {line.split("=")[0].strip()[2:-1]: float(line.split("=")[1].split()[0])
+                for line in evaluate.splitlines() if line.strip().startswith("V(")}
+    assert set(released) == set(truth["values"])
+    for state in truth["values"]:  # the query answers with every reference state's row
+        assert state in outputs["query"]

@@ -507,6 +507,11 @@ def track_and_report(
         from gpope.shell.pipeline.evaluate_untuned import UNTUNED_NOTE
 
         warnings.append(UNTUNED_NOTE.format(name=spec.name))
+        if (behaviour := plan.component("behaviour")) is not None:
+            from gpope.shell.pipeline.evaluate_untuned import BEHAVIOUR_NOTE
+
+            share = "a share" if behaviour.share is None else f"{behaviour.share:.0%}"
+            warnings.append(BEHAVIOUR_NOTE.format(share=share))
     elif not prepared.provenance["spec_has_evaluation_block"]:
         warnings.append(generic_settings_note(spec))
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe

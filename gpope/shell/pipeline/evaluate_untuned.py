@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.untuned.release import UntunedRelease, UntunedSettings
 
-__all__ = ["EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED", "UNTUNED_NOTE", "check_untuned_settings",
+__all__ = ["BEHAVIOUR_NOTE", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED", "UNTUNED_NOTE", "check_untuned_settings",
            "private_ssp_clip", "run_untuned", "untuned_applies", "untuned_result"]
 
 #: Settings whose explicit choice (command line or caller) means "not the default": the user
@@ -31,6 +31,14 @@ EXPLICIT_CHOICES = ("estimator", "clip", "step_size", "tune", "ssp_clip", "inter
 UNTUNED_NOTE = (
     "NOTE: spec {name!r} has no evaluation: block, so the tuning-free private default was used "
     "(clip and residual clip by private quantiles, one refined SSP release; docs/OWN_DATA.md)."
+)
+
+#: The line of a run whose extract logged no propensities and whose behaviour was estimated.
+BEHAVIOUR_NOTE = (
+    "NOTE: the treatments carry no propensity column, so the behaviour policy was estimated "
+    "privately (noisy counts per state and action, {share} of this run's privacy loss, in its "
+    "ledger event) and the values weight by pi / mu^; the intervals are conditional on that "
+    "estimate (docs/OWN_DATA.md, \"Without logged propensities\")."
 )
 
 

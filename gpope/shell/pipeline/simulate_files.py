@@ -7,16 +7,24 @@ nanosecond tz-aware times; CSV with ISO UTC times), plus the ``conf.yaml`` whose
 (``random_mdp/<seed>``, ``random_mdp_linear/<seed>``) it also writes ``spec.yaml`` (an own-data
 spec: no ``domain``, no ``evaluation:`` block) and ``truth.json`` (the exact values at the spec's
 reference states), so the own-data path (docs/OWN_DATA.md) can be checked against the truth.
-No Spark is involved.
+Two options shape the files as hospital extracts often are: ``variables`` charts a tabular
+MDP's state as several discrete measurements (``{"lactate": 4, "bp": 4}``: state ``s`` is
+``lactate = s // 4``, ``bp = s % 4``, one observation row each; the spec's map, policy and
+reference states then name them), and ``propensity=False`` leaves the behaviour probabilities
+out of the treatments file (they were not logged). No Spark is involved.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import yaml
+
+from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
     from gpope.shell.pipeline.simulate import SimulateOptions
@@ -34,12 +42,22 @@ def write_cohort_files(
     fmt: Literal["parquet", "csv"] = "parquet",
     dataset: str = "mydata",
     progress: bool = False,
+    variables: Mapping[str, int] | None = None,
+    propensity: bool = True,
 ) -> dict[str, Any]:
     """Write the cohort's files under ``out`` (created; existing files of these names replaced).
+
+    ``variables`` (a tabular ``random_mdp/<seed>`` only, the product of the levels equal to its
+    number of states) writes each state as those discrete variables, row-major, and names them
+    in ``conf.yaml`` and ``spec.yaml``; ``propensity=False`` writes no ``propensity`` column.
 
     Returns:
         ``{"files": {table: path}, "conf": path, "spec": path or None, "truth": path or None,
         "rows": {table: n}}``.
+
+    Raises:
+        ConfigError: ``variables`` for another domain, or levels whose product is not the
+            number of states.
     """
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -48,6 +66,7 @@ def write_cohort_files(
     from gpope.shell.pipeline.simulate import iter_simulated_tables, tables_to_arrow
 
     entry = get_domain(domain)
+    levels = _check_variables(domain, variables) if variables else None
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     parts: dict[str, list[pa.Table]] = {}
@@ -57,6 +76,10 @@ def write_cohort_files(
     files, rows = {}, {}
     for name, tables in parts.items():
         table = pa.concat_tables(tables)
+        if levels is not None and name == "observations":
+            table = _charted_as(table, levels)
+        if not propensity and "propensity" in table.column_names:
+            table = table.drop_columns(["propensity"])
         path = folder / f"{name}.{fmt}"
         if fmt == "csv":  # ISO 8601 UTC times ("Z")
             times = pa.compute.strftime(table["time"], format="%Y-%m-%dT%H:%M:%SZ")
@@ -67,8 +90,10 @@ def write_cohort_files(
         files[name], rows[name] = str(path), table.num_rows
     cap = options.n_steps if options is not None and options.n_steps else None
     conf = folder / "conf.yaml"
-    conf.write_text(yaml.safe_dump({"datasets": {dataset: entry.dataset_mapping(cap)}},
-                                   sort_keys=False))  # fmt: skip
+    mapping = entry.dataset_mapping(cap)
+    if levels is not None:
+        mapping["variables"] = list(levels)
+    conf.write_text(yaml.safe_dump({"datasets": {dataset: mapping}}, sort_keys=False))
     result: dict[str, Any] = {"files": files, "conf": str(conf), "spec": None, "truth": None,
                               "rows": rows}  # fmt: skip
     if domain.startswith("random_mdp"):
@@ -77,8 +102,77 @@ def write_cohort_files(
         mdp = random_mdp_of(domain)
         spec = folder / "spec.yaml"
         name = domain.replace("/", "_")
-        spec.write_text(yaml.safe_dump(mdp.spec_mapping(name), sort_keys=False))
+        mapping = mdp.spec_mapping(name)
+        if levels is not None:
+            mapping = _named_spec(mapping, levels)
+        spec.write_text(yaml.safe_dump(mapping, sort_keys=False))
         truth = folder / "truth.json"
-        truth.write_text(json.dumps({"domain": domain, "values": mdp.reference_values()}, indent=1))
+        values: dict[str, Any] = {"domain": domain, "values": mdp.reference_values()}
+        if levels is not None:
+            values["states"] = mapping["reference_states"]
+        truth.write_text(json.dumps(values, indent=1))
         result.update(spec=str(spec), truth=str(truth))
     return result
+
+
+def _check_variables(domain: str, variables: Mapping[str, int]) -> dict[str, int]:
+    """``variables`` as an ordered dict, checked against the domain's tabular states."""
+    from gpope.core.envs.registry import random_mdp_of
+
+    if not domain.startswith("random_mdp/"):
+        raise ConfigError(f"--variables charts a tabular generated MDP's state as discrete "
+                          f"measurements; {domain!r} is not one (use random_mdp/<seed>).")
+    levels = {str(k): int(v) for k, v in variables.items()}
+    mdp = random_mdp_of(domain)
+    states = mdp.n_states + mdp.config.n_terminal
+    if any(v < 2 for v in levels.values()) or int(np.prod(list(levels.values()))) != states:
+        raise ConfigError(
+            f"{domain} has {states} states (terminal ones included); the levels of --variables "
+            f"({', '.join(f'{k}={v}' for k, v in levels.items())}) must each be >= 2 and "
+            f"multiply to {states}.")
+    return levels
+
+
+def _levels_of(states: np.ndarray, levels: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Row-major digits of integer ``states`` in the grid ``levels`` (first variable slowest)."""
+    out, rest = {}, np.asarray(states, dtype=np.int64)
+    for name, k in reversed(list(levels.items())):
+        out[name], rest = rest % k, rest // k
+    return {name: out[name] for name in levels}
+
+
+def _charted_as(table: Any, levels: Mapping[str, int]) -> Any:
+    """The observations with each ``state`` row replaced by one row per variable (same patient
+    and time), the other rows (e.g. the episode end) kept; sorted by patient and time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    is_state = pc.equal(table["variable"], "state")
+    states, others = table.filter(is_state), table.filter(pc.invert(is_state))
+    digits = _levels_of(np.round(states["value"].to_numpy()), levels)
+    charted = [states.set_column(states.schema.get_field_index("variable"), "variable",
+                                 pa.array([name] * states.num_rows, pa.string()))
+               .set_column(states.schema.get_field_index("value"), "value",
+                           pa.array(digits[name].astype(np.float64)))
+               for name in levels]
+    whole = pa.concat_tables([*charted, others])
+    return whole.sort_by([("patient_id", "ascending"), ("time", "ascending")])
+
+
+def _named(state: list[float], levels: Mapping[str, int]) -> str:
+    digits = _levels_of(np.array([round(state[0])]), levels)
+    return ",".join(f"{name}={int(d[0])}" for name, d in digits.items())
+
+
+def _named_spec(spec: dict[str, Any], levels: Mapping[str, int]) -> dict[str, Any]:
+    """The generated spec over the declared variables: the product map, the tabular policy's
+    rows and the reference states named by their variables (the same arithmetic)."""
+    grid = dict(levels)
+    policy = dict(spec["target_policy"])
+    if policy.get("kind") == "tabular":
+        rows = policy["probs"]
+        policy = {"kind": "tabular", "variables": grid,
+                  "probs": {_named([float(i)], grid): row for i, row in enumerate(rows)}}
+    return {**spec, "feature_map": {"kind": "tabular", "variables": grid},
+            "target_policy": policy,
+            "reference_states": {k: _named(v, grid) for k, v in spec["reference_states"].items()}}
