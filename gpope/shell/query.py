@@ -581,15 +581,15 @@ def _empty_table() -> pa.Table:
 
 def _missing_hint(named: set[str], available: list[str]) -> str:
     """Which stage creates a known table the lake does not have yet."""
-    from gpope.shell.lake.names import _CREATORS
+    from gpope.shell.lake.names import CREATORS
 
     known = {v.lower() for v in available}
-    missing = sorted(n for n in named if n in _CREATORS and n not in known)
+    missing = sorted(n for n in named if n in CREATORS and n not in known)
     derived = {BUDGET_STATUS_VIEW: "privacy_ledger", LATEST_RELEASE_VIEW: _RELEASED_VALUES,
                RELEASE_CONTRASTS_VIEW: _RELEASED_VALUES}
     missing += [name for name in derived if name in named and name not in known]
     hints = []
     for name in missing:
-        creator = _CREATORS[derived.get(name, name)].format(dataset="NAME")
+        creator = CREATORS[derived.get(name, name)].format(dataset="NAME")
         hints.append(f"{name} does not exist yet: it is created by {creator}.")
     return " ".join(hints)

@@ -80,9 +80,9 @@ def check_served(named: set[str], available: list[str], operator: bool) -> None:
     """
     if operator:
         return
-    from gpope.shell.lake.names import _CREATORS
+    from gpope.shell.lake.names import CREATORS
 
-    known = {v.lower() for v in available} | set(_CREATORS)
+    known = {v.lower() for v in available} | set(CREATORS)
     private = sorted(n for n in named & known if not is_release_view(n))
     if private:
         raise QueryError(

@@ -18,10 +18,11 @@ from gpope.errors import QueryError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from gpope.config import LakeSettings
     from gpope.shell.lake.delta_rs import DeltaRsTables, StagedFileWriter
 
-__all__ = ["check_local_root", "dataset_folders", "latest_version", "local_tables", "snapshot",
-           "staged_file_writer"]
+__all__ = ["check_local_root", "dataset_folders", "latest_version", "local_store", "local_tables",
+           "snapshot", "staged_file_writer"]
 
 #: Attempts at a consistent snapshot of the lake's table versions before giving up.
 _SNAPSHOT_ATTEMPTS = 50
@@ -33,6 +34,16 @@ def local_tables() -> DeltaRsTables:
     from gpope.shell.lake.delta_rs import DeltaRsTables
 
     return DeltaRsTables()
+
+
+def local_store(settings: LakeSettings) -> DeltaRsTables | None:
+    """:func:`local_tables` for the lake ``settings`` names, or None when it is a Unity Catalog
+    schema or a non-local root (readers then go through Spark)."""
+    from gpope.shell.lake.names import local_root
+
+    if settings.catalog is not None or local_root(str(settings.root)) is None:
+        return None
+    return local_tables()
 
 
 def staged_file_writer(folder: str, partition_values: Mapping[str, str | None], schema: pa.Schema,

@@ -25,7 +25,7 @@ in a manifest also let an operator time-travel to the exact inputs of any later 
 ``gpope maintain`` never vacuums files a pinned version still needs.
 
 Manifests on a local lake are read and written by the JVM-free store
-(:func:`gpope.shell.lake.store.local_tables`: no Spark, no JVM; the ledger and ``gpope query``
+(:func:`gpope.shell.lake.local.local_store`: no Spark, no JVM; the ledger and ``gpope query``
 use them); on Unity Catalog or a remote root through the Spark :class:`~gpope.shell.lake.Lake`.
 """
 
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
 from gpope.shell.lake.names import TableRef, local_root, table_path
-from gpope.shell.lake.store import local_tables
+from gpope.shell.lake.local import local_store
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -126,7 +126,7 @@ class PipelineRuns:
         self._settings = settings
         self._spark = spark
         self._path = _local_table(settings, PIPELINE_RUNS)
-        self._local = local_tables(settings) if self._path is not None else None
+        self._local = local_store(settings) if self._path is not None else None
         if self._path is None and spark is None:
             raise ConfigError(
                 f"The manifests of lake {settings.root!r} (catalog {settings.catalog!r}) are read "
@@ -355,7 +355,7 @@ def read_pinned_arrow(settings: LakeSettings, ref: TableRef) -> pa.Table | None:
     """The JVM-free form of :func:`read_pinned` for local lakes (None: no such table)."""
     import pyarrow.compute as pc
 
-    local = local_tables(settings)
+    local = local_store(settings)
     if local is None:
         raise ConfigError("read_pinned_arrow needs a local lake directory; use read_pinned.")
     path = table_path(str(settings.root), ref)
@@ -408,7 +408,7 @@ def remove_incomplete(
     failed = run_ids - runs.committed()
     if not failed:
         return {}
-    local = local_tables(settings)
+    local = local_store(settings)
     out: dict[str, int] = {}
     for ref in refs:
         if local is not None:

@@ -29,6 +29,7 @@ from typing import Literal, get_args
 from gpope.errors import ConfigError
 
 __all__ = [
+    "CREATORS",
     "LAYERS",
     "MAX_NAME_LENGTH",
     "SHARED_TABLES",
@@ -58,8 +59,8 @@ _UC_SEPARATOR = "__"
 _BRONZE_CREATOR = ("`gpope load --dataset {dataset} --observations FILE --treatments FILE "
                    "--outcomes FILE` (your own files), or `gpope simulate --dataset {dataset}` "
                    "(a simulated cohort)")
-# Which command creates each known table (for "table not found" messages).
-_CREATORS: dict[str, str] = {
+#: Which command creates each known table (for "table not found" messages and the query views).
+CREATORS: dict[str, str] = {
     "observations": _BRONZE_CREATOR,
     "treatments": _BRONZE_CREATOR,
     "outcomes": _BRONZE_CREATOR,
@@ -200,7 +201,7 @@ _NOT_REBUILT = ("privacy_ledger", "released_estimates", "released_values", "pipe
 
 def repair_hint(ref: TableRef) -> str:
     """A sentence naming how to repair ``ref`` when its files are damaged or missing."""
-    creator = _CREATORS.get(ref.table)
+    creator = CREATORS.get(ref.table)
     if creator is None or ref.table in _NOT_REBUILT:
         return ("Restore the table's missing files from a backup (no stage can write this "
                 "table's history again).")
@@ -210,7 +211,7 @@ def repair_hint(ref: TableRef) -> str:
 
 def creator_hint(ref: TableRef) -> str:
     """A sentence naming the command that creates ``ref`` (for TableNotFoundError messages)."""
-    creator = _CREATORS.get(ref.table)
+    creator = CREATORS.get(ref.table)
     if creator is None:
         return "Check the lake root (--lake) and run the stage that writes this table first."
     return (

@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from gpope.errors import ConfigError
 from gpope.shell.lake.base import HistoryEntry, PartitionValue, WriteSpec
-from gpope.shell.lake.delta_rs import DeltaRsTables
-from gpope.shell.lake.names import local_root
 from gpope.shell.lake.registry import STORAGE_CHOICES, STORES
 
 if TYPE_CHECKING:
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["TableStore", "local_tables", "load_store", "storage_names", "store_class"]
+__all__ = ["TableStore", "load_store", "storage_names", "store_class"]
 
 
 class TableStore(Protocol):
@@ -147,11 +145,3 @@ def store_class(spark: SparkSession, mode: str) -> type[TableStore]:
         f"No lake storage is available in this Spark session (tried {', '.join(STORES)})."
     )
 
-
-def local_tables(settings: Any) -> DeltaRsTables | None:
-    """The JVM-free store of a local lake directory (no Spark session), or None when the lake
-    (:class:`~gpope.config.LakeSettings`) is a Unity Catalog schema or a non-local root (readers
-    then go through Spark)."""
-    if settings.catalog is not None or local_root(str(settings.root)) is None:
-        return None
-    return DeltaRsTables()

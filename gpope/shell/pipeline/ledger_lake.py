@@ -52,10 +52,10 @@ class LakeRelease:
 
 def _lake_releases(config: GpopeConfig) -> dict[str, LakeRelease]:
     """run_id -> its release, from every release table of a local lake (largest epsilon wins)."""
-    from gpope.shell.lake.store import local_tables
+    from gpope.shell.lake.local import local_store
     from gpope.shell.pipeline.ledger_store import _local_path
 
-    store = local_tables(config.lake)
+    store = local_store(config.lake)
     if store is None:
         return {}
     found: dict[str, LakeRelease] = {}
@@ -98,10 +98,10 @@ def orphan_manifests(config: GpopeConfig, ledger_rows: list[dict[str, Any]],
     """(dataset, run_id) of release manifests (``pipeline_runs``, stage ``release``) whose run
     neither the ledger nor the release tables know: released, but its charge cannot be read
     back (the manifest records no epsilon), so it cannot be re-charged, only refused."""
-    from gpope.shell.lake.store import local_tables
+    from gpope.shell.lake.local import local_store
     from gpope.shell.pipeline.ledger_store import _local_path
 
-    store = local_tables(config.lake)
+    store = local_store(config.lake)
     path = _local_path(config, "pipeline_runs")
     if store is None or path is None or not store.exists(path):
         return []

@@ -158,12 +158,12 @@ def remove_failed_releases(
         CommitError: a delete failed (nothing removed from that table); run reconcile again.
     """
     from gpope.shell.lake import TableRef
+    from gpope.shell.lake.local import local_store
     from gpope.shell.lake.manifest import remove_incomplete
-    from gpope.shell.lake.store import local_tables
 
     if not run_ids:
         return {}
-    if spark is None and local_tables(config.lake) is None:
+    if spark is None and local_store(config.lake) is None:
         from gpope.shell.spark import get_spark
 
         spark = get_spark(config.spark)
