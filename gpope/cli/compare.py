@@ -57,7 +57,7 @@ def released_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     Raises:
         ConfigError: a run has no released row on the dataset (named, with what to check).
     """
-    from gpope.cli.query import _config
+    from gpope.cli._common import config_from_args
     from gpope.errors import ConfigError
     from gpope.shell.query import query
 
@@ -65,7 +65,7 @@ def released_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     sql = ("SELECT run_id, dataset, spec_name, estimator, state, value, lower, upper, ci_level, "
            "epsilon FROM released_values WHERE dataset = " + _sql_string(args.dataset)
            + " AND run_id IN (" + _sql_string(run_a) + ", " + _sql_string(run_b) + ")")
-    rows = query(sql, lake=_config(args)).table.to_pylist()
+    rows = query(sql, lake=config_from_args(args)).table.to_pylist()
     out: dict[str, dict[str, Any]] = {run_a: {}, run_b: {}}
     for row in rows:
         out[row["run_id"]][row["state"]] = row
@@ -154,11 +154,11 @@ def _track(args: argparse.Namespace, payload: dict[str, Any], diffs: list[Any],
     import matplotlib.pyplot as plt
     import mlflow
 
-    from gpope.cli.query import _config
+    from gpope.cli._common import config_from_args
     from gpope.shell import mlflow_names as names
     from gpope.shell.tracking import log_json_artifact, resolve_tracking_uri, start_run
 
-    config = _config(args)
+    config = config_from_args(args)
     uri = resolve_tracking_uri(getattr(args, "tracking_uri", None), config.tracking.uri,
                                config.lake.root)
     run_a, run_b = args.runs

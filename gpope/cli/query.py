@@ -78,10 +78,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run)
 
 
-def _config(args: argparse.Namespace) -> Any:
-    return config_from_args(args)
-
-
 def _run(args: argparse.Namespace) -> int:
     from gpope.errors import ConfigError
 
@@ -97,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpope.shell.query import query
 
     _operator_notice(args)
-    result = query(args.sql, lake=_config(args), operator=args.operator)
+    result = query(args.sql, lake=config_from_args(args), operator=args.operator)
     columns = [(f.name, str(f.type)) for f in result.table.schema]
     rows = result.table.to_pylist()
     if args.json:
@@ -129,7 +125,7 @@ def _tables(args: argparse.Namespace) -> int:
         view_names,
     )
 
-    config = _config(args)
+    config = config_from_args(args)
     _operator_notice(args)
     tables = lake_tables(config, operator=args.operator)
     entries = [
@@ -169,7 +165,7 @@ def _describe(args: argparse.Namespace) -> int:
     from gpope.shell.query import describe
 
     _operator_notice(args)
-    columns = describe(args.describe, lake=_config(args), operator=args.operator)
+    columns = describe(args.describe, lake=config_from_args(args), operator=args.operator)
     if args.json:
         _dump_json({"view": args.describe, "columns": columns})
     elif args.csv:
