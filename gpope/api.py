@@ -1,9 +1,11 @@
 """The Python API of the gpope pipeline, for notebooks, jobs and the CLI.
 
-Every function takes a :class:`~pyspark.sql.SparkSession` (in a Databricks notebook: ``spark``;
-locally: :func:`get_spark`) and returns a typed, frozen report with ``summary()`` (text) and
-``to_dict()`` (JSON-ready). The CLI commands and the ``jobs/`` entry points call these functions,
-so a notebook, a scheduled job and a terminal run the very same code.
+Every stage function takes a :class:`~pyspark.sql.SparkSession` (in a Databricks notebook:
+``spark``; locally: :func:`get_spark`) and returns a typed, frozen report with ``summary()``
+(text) and ``to_dict()`` (JSON-ready); the checks that run before Spark starts (``check_*``),
+:func:`privacy_ledger`, :func:`maintain` and :func:`track` need no session on a local lake. The
+CLI commands and the ``jobs/`` entry points call these functions, so a notebook, a scheduled job
+and a terminal run the very same code.
 
 A notebook session on Databricks (tables in Unity Catalog ``<catalog>.<schema>``)::
 
