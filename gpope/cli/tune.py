@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # --delta (default 1e-6) and --iterations (fixed N) apply to --spec too
     parser.add_argument("--public-seed", type=int, default=None,
                         help="seed of the public data (default: experiment seed + 1; with --spec "
-                        "gpope.shell.pipeline.tune_spec.TUNE_SEED)")
+                        "a fixed public seed, which the spec's evaluation: block records)")
     parser.add_argument("--out", default=None, help="output JSON (default ./out/<domain>/tuning.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_json_flag(parser)
