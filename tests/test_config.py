@@ -88,3 +88,33 @@ def test_the_policy_value_benchmark_releases_with_the_resolved_conf(tmp_path):
     assert got == PolicyValueSettings(share=0.2, bins_per_decade=8, method="normal",
                                       noise_share=0.3)
     assert "PolicyValueSettings(" not in path.read_text()  # no defaults spelled in code
+
+
+def test_the_behaviour_estimate_rules_come_from_the_conf_and_reach_the_plan(tmp_path):
+    """evaluation.behaviour is the one place the estimate's rules are set: the route's rules
+    for a state-action spec on a tabular map are the conf's, and the plan's behaviour component
+    takes its share of the privacy loss from them (share + quantile_share of mu^2)."""
+    import dataclasses
+
+    from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.evaluation import plan_loading, plan_release
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.state_action import state_action_spec
+    from gpope.shell.pipeline.propensities import behaviour_rules
+
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("evaluation:\n  behaviour: {share: 0.25, clip_quantile: 0.8}\n")
+    settings = load_config(conf).evaluation
+    assert (settings.behaviour.share, settings.behaviour.clip_quantile) == (0.25, 0.8)
+    spec = state_action_spec(EvaluationSpec.from_mapping(random_mdp_of("random_mdp/4")
+                                                         .spec_mapping("rm4")))
+    run = dataclasses.replace(settings, estimator="untuned", interval_groups=0, epsilon=1.0,
+                              delta=1e-6, policy_value_share=0.0)
+    rules = behaviour_rules(spec, run)
+    assert rules is settings.behaviour
+    layout = plan_loading(m=5000, n=spec.n_features, path="auto", limit_mb=2048)
+    plan = plan_release(run, m=5000, spec=spec, layout=layout, statistics_clip=None,
+                        untuned=run.untuned, behaviour=rules)
+    assert plan.component("behaviour").share == pytest.approx(0.25 + 0.02)
+    with pytest.raises(ConfigError, match="behaviour"):
+        from_mapping(GpopeConfig, {"evaluation": {"behaviour": {"shares": 0.2}}})

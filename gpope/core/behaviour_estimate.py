@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.core.validation import check_number, check_probability
+from gpope.core.untuned.settings import BehaviourSettings
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -47,37 +47,6 @@ __all__ = [
     "value_rows_from_pairs",
     "with_estimated_propensities",
 ]
-
-
-@dataclass(frozen=True)
-class BehaviourSettings:
-    """Public rules of the behaviour estimate (conf ``evaluation.behaviour``).
-
-    Attributes:
-        share: share of the run's Gaussian privacy loss ``mu^2`` spent on the noisy counts.
-        quantile_share: share spent on the histogram of the count rows' norms.
-        clip_quantile: the quantile of the count rows' norms used as their clip.
-        prior_stds: the pseudo-count per cell, in noise standard deviations of a cell.
-        grid_decades, bins_per_decade: the histogram's public log grid below its top 1.
-    """
-
-    share: float = 0.15
-    quantile_share: float = 0.02
-    clip_quantile: float = 0.9
-    prior_stds: float = 1.0
-    grid_decades: float = 4.0
-    bins_per_decade: int = 8
-
-    def __post_init__(self) -> None:
-        o = "BehaviourSettings"
-        check_number(o, "share", self.share, gt=0.0, lt=1.0)
-        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
-        check_probability(o, "clip_quantile", self.clip_quantile)
-        check_number(o, "prior_stds", self.prior_stds, ge=0.0)
-        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
-        if self.share + self.quantile_share >= 1.0:
-            raise ConfigError("BehaviourSettings: share + quantile_share must be < 1; got "
-                              f"{self.share} + {self.quantile_share}.")
 
 
 @dataclass(frozen=True)

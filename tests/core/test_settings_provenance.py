@@ -22,7 +22,8 @@ SPEC_FILE = Path(__file__).resolve().parents[2] / "conf" / "specs" / "chain.yaml
 def test_every_setting_and_every_nested_block_has_a_source():
     blocks = {f.name for f in dataclasses.fields(RunSettings)
               if dataclasses.is_dataclass(getattr(RunSettings(), f.name))}
-    assert set(NESTED_BLOCKS) == blocks == {"policy_value", "private_tuning", "untuned"}
+    assert set(NESTED_BLOCKS) == blocks == {"policy_value", "private_tuning", "untuned",
+                                             "behaviour"}
     conf = from_mapping(GpopeConfig, {"evaluation": {
         "untuned": {"clip_quantile": 0.8}, "private_tuning": {"score_z": 1.5}}}).evaluation
     data = load_yaml(SPEC_FILE)

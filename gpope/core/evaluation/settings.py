@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from gpope.core.evaluation.constraints import CONSTRAINTS, RUN_ONLY, check_setting
 from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.tuning.private_settings import PrivateTuningSettings
-from gpope.core.untuned.settings import UntunedSettings
+from gpope.core.untuned.settings import BehaviourSettings, UntunedSettings
 from gpope.errors import ConfigError
 
 __all__ = [
@@ -104,6 +104,8 @@ class RunSettings:
             run's budget, :mod:`gpope.core.tuning.private`).
         private_tuning: the rules of ``tune: private``.
         untuned: the rules of the tuning-free default (:mod:`gpope.core.untuned.release`).
+        behaviour: the rules of the behaviour estimate of a run whose data logged no
+            propensities (:class:`gpope.core.untuned.settings.BehaviourSettings`).
         secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.
         allow_invalid_accounting: run with the ``paper`` accountant anyway (NOT private); run only.
         allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; run
@@ -150,6 +152,7 @@ class RunSettings:
     tune: Literal["none", "private"] = "none"
     private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
     untuned: UntunedSettings = field(default_factory=UntunedSettings)
+    behaviour: BehaviourSettings = field(default_factory=BehaviourSettings)
     secure_noise: bool = False
     noise_grid: float | None = None
     allow_invalid_accounting: bool = False
@@ -194,7 +197,7 @@ class RunSettings:
 
 
 #: The nested settings blocks of :class:`RunSettings` (``policy_value``, ``private_tuning``,
-#: ``untuned``): each a frozen settings type of its own, set in the configuration only (no
+#: ``untuned``, ``behaviour``): each a frozen settings type of its own, set in the configuration only (no
 #: spec-block or command-line layer: :class:`SettingsLayer` refuses them), so the resolver's
 #: provenance names them ``"conf"``.
 NESTED_BLOCKS = tuple(f.name for f in dataclasses.fields(RunSettings)

@@ -183,7 +183,7 @@ def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
     rel = run_untuned(stats_df if files is None else files, spec, m=plan.m, plan=plan,
                       moments_share=settings.moments_share, seed=settings.seed,
                       level=settings.ci_level, identification=settings.ssp_identification,
-                      settings=settings.untuned,
+                      settings=settings.untuned, behaviour=settings.behaviour,
                       functionals=pv.functionals_of(first, pv_settings, settings.ci_level))
     result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
     private_pop = spark_population(stats_df, spec.n_features, plan.m) \

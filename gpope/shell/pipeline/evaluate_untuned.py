@@ -87,12 +87,15 @@ def _summing(stats: Any, n: int, m: int) -> Any:
 def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_share: float,
                 seed: int | None, level: float, identification: bool,
                 settings: UntunedSettings | None = None,
-                functionals: tuple[np.ndarray, np.ndarray] | None = None) -> UntunedRelease:
+                functionals: tuple[np.ndarray, np.ndarray] | None = None,
+                behaviour: Any = None) -> UntunedRelease:
     """The default's releases over ``stats`` (the plan's ``untuned`` component; a DataFrame or
     :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
     checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private).
     ``functionals``: public rows and levels whose intervals the release also gives (the
-    direct method's first-state mean, :func:`gpope.core.untuned.release.release_untuned`)."""
+    direct method's first-state mean, :func:`gpope.core.untuned.release.release_untuned`).
+    ``behaviour``: the rules the plan's ``behaviour`` component was planned with (the run's
+    ``evaluation.behaviour``; the defaults when None)."""
     from gpope.core.untuned.release import UntunedSettings, release_untuned
 
     settings = settings or UntunedSettings()
@@ -102,14 +105,17 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
     rng = np.random.default_rng(ss)
     aggregate = _summing(stats, spec.n_features, m)
     if plan.component("behaviour") is not None:  # no propensities: estimate them first
-        aggregate, spec = _with_estimated_behaviour(aggregate, spec, m=m, plan=plan, rng=rng)
+        from gpope.core.behaviour_estimate import BehaviourSettings
+
+        aggregate, spec = _with_estimated_behaviour(aggregate, spec, m=m, plan=plan, rng=rng,
+                                                    rules=behaviour or BehaviourSettings())
     return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
                            settings=settings, rng=rng, level=level,
                            identification=identification, functionals=functionals)
 
 
 def _with_estimated_behaviour(aggregate: Any, spec: EvaluationSpec, *, m: int, plan: Any,
-                              rng: np.random.Generator) -> tuple[Any, EvaluationSpec]:
+                              rng: np.random.Generator, rules: Any) -> tuple[Any, EvaluationSpec]:
     """The plan's ``behaviour`` release over the state-action rows of ``spec`` (their count
     rows), then the value spec and an aggregate that hands every kernel the value route's rows
     under the released propensities (:func:`gpope.core.behaviour_estimate.value_rows_from_pairs`,
@@ -120,7 +126,6 @@ def _with_estimated_behaviour(aggregate: Any, spec: EvaluationSpec, *, m: int, p
     from gpope.core.state_action import value_spec
 
     component = plan.component("behaviour")
-    rules = be.BehaviourSettings()
     whole = float(component.sigma) * math.sqrt(component.share)
     vspec = value_spec(spec)
     S, K = vspec.n_features, vspec.target_policy.n_actions

@@ -55,13 +55,12 @@ def statistics_spec(spark: SparkSession, config: GpopeConfig, dataset: str,
 
 def behaviour_rules(spec: EvaluationSpec, settings: Any) -> Any:
     """The behaviour estimate's public rules when a run on ``spec`` (a state-action spec) with
-    the resolved ``settings`` estimates the behaviour policy: the tuning-free default on a
-    tabular state map; else None (the pair fit is released as it is)."""
-    from gpope.core.behaviour_estimate import BehaviourSettings
+    the resolved ``settings`` estimates the behaviour policy (the conf's ``evaluation.behaviour``): the
+    tuning-free default on a tabular state map; else None (the pair fit is released as it is)."""
     from gpope.core.features import TabularFeatures
     from gpope.core.state_action import is_state_action
 
     if (not is_state_action(spec) or settings.estimator != "untuned"
             or not isinstance(spec.feature_map.base, TabularFeatures)):
         return None
-    return BehaviourSettings()
+    return settings.behaviour
