@@ -165,6 +165,10 @@ class PrivacySettings:
     default_delta: float = 1e-5
     composition: Literal["rdp", "basic"] = "rdp"
     reservation_timeout_hours: float = 24.0
+    #: the released number of patients m~ (one per dataset and statistics version, charged once
+    #: under add/remove-one: :mod:`gpope.core.mechanisms.count`)
+    count_epsilon: float = 0.1
+    count_delta: float = 1e-7
 
     def __post_init__(self) -> None:
         from gpope.core.validation import check_choice, check_number
@@ -175,6 +179,8 @@ class PrivacySettings:
         check_number(
             "PrivacySettings", "reservation_timeout_hours", self.reservation_timeout_hours, gt=0
         )
+        check_number("PrivacySettings", "count_epsilon", self.count_epsilon, gt=0)
+        check_number("PrivacySettings", "count_delta", self.count_delta, gt=0, lt=1)
 
 
 @dataclass(frozen=True)

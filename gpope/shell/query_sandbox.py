@@ -30,7 +30,7 @@ RELEASE_CONTRASTS_VIEW = "release_contrasts"
 #: The shared gold tables that hold only released (differentially private) outputs and the
 #: ledger's accounting: the tables an analyst's query may read.
 RELEASE_TABLES: frozenset[str] = frozenset(
-    {"released_values", "released_estimates", "privacy_ledger"})
+    {"released_values", "released_estimates", "privacy_ledger", "released_counts"})
 RELEASE_VIEWS: frozenset[str] = RELEASE_TABLES | {BUDGET_STATUS_VIEW, LATEST_RELEASE_VIEW,
                                                    RELEASE_CONTRASTS_VIEW}
 """The views served without the operator switch."""

@@ -28,6 +28,7 @@ __all__ = [
     "PIPELINE_RUNS",
     "PRIVACY_LEDGER",
     "REJECTED_EVENTS",
+    "RELEASED_COUNTS",
     "RELEASED_ESTIMATES",
     "RELEASED_VALUES",
     "SIMULATION",
@@ -161,7 +162,30 @@ PIPELINE_RUNS = _schema(  # the manifest of multi-table steps (gpope.shell.lake.
     ("created_at", TimestampType(), False),
 )
 
+RELEASED_COUNTS = _schema(  # gold, shared: one released m~ per (dataset, statistics version)
+    ("dataset", StringType(), False),
+    ("stats_version", LongType(), False),
+    ("m_noisy", LongType(), False),
+    ("noise_std", DoubleType(), False),
+    ("epsilon", DoubleType(), False),
+    ("delta", DoubleType(), False),
+    ("private", BooleanType(), False),
+    ("run_id", StringType(), False),
+    ("created_at", TimestampType(), False),
+)
+
 COLUMN_COMMENTS: dict[str, dict[str, str]] = {
+    "released_counts": {
+        "dataset": "the dataset whose number of patients is released",
+        "stats_version": "the version of gold trajectory_stats the count was taken at",
+        "m_noisy": "the released number of patients m~ = max(1, m + discrete Gaussian noise)",
+        "noise_std": "the std of the count's noise (add/remove sensitivity 1)",
+        "epsilon": "what the count is charged (RDP-calibrated, add/remove-one)",
+        "delta": "the delta of that charge",
+        "private": "false when drawn from a fixed seed (reproducible, NOT private)",
+        "run_id": "the count's ledger run id (gold/privacy_ledger)",
+        "created_at": "when the count was released (UTC)",
+    },
     # Column comments (units, scale, meaning). The table layer writes them as Delta column
     # metadata ("comment"), where `gpope query --describe`, Spark's DESCRIBE and Unity Catalog
     # show them. Per-spec numbers (gamma, reward_scale, feature map) live in the spec file named by
@@ -298,6 +322,7 @@ TABLE_SCHEMAS: dict[str, StructType] = {
     "released_values": RELEASED_VALUES,
     "privacy_ledger": PRIVACY_LEDGER,
     "pipeline_runs": PIPELINE_RUNS,
+    "released_counts": RELEASED_COUNTS,
 }
 # Every contract carries its column comments (written as Delta column metadata on table creation).
 TABLE_SCHEMAS = {name: with_comments(name, schema) for name, schema in TABLE_SCHEMAS.items()}

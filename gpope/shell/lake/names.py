@@ -46,7 +46,7 @@ __all__ = [
 Layer = Literal["bronze", "silver", "gold"]
 LAYERS: tuple[str, ...] = get_args(Layer)
 SHARED_TABLES: frozenset[str] = frozenset(
-    {"released_estimates", "released_values", "privacy_ledger", "pipeline_runs"}
+    {"released_estimates", "released_values", "privacy_ledger", "pipeline_runs", "released_counts"}
 )
 """Tables shared by all datasets; they live in the gold layer without a dataset segment."""
 
@@ -72,6 +72,7 @@ CREATORS: dict[str, str] = {
     "released_values": "`gpope evaluate`",
     "pipeline_runs": "`gpope simulate`, `gpope ingest` or `gpope evaluate`",
     "privacy_ledger": "`gpope evaluate` or `gpope budget set`",
+    "released_counts": "`gpope evaluate` (the first run on a statistics version)",
 }
 
 

@@ -1,0 +1,125 @@
+"""The released number of patients m~ of a dataset's statistics version: released once, reused.
+
+:func:`public_count` returns the m~ of (dataset, statistics version) from the shared gold table
+``released_counts``; when there is none it releases one (:func:`gpope.core.mechanisms.count.release_count`)
+through the privacy ledger like a run: a reservation under add/remove-one adjacency, checked
+against the dataset's budget (a dataset without budget refuses it with the usual message), the
+row appended to ``released_counts``, then the reservation marked ``released``. Later runs on
+the same statistics version read it back as public post-processing: no further charge. A new
+``gpope stats`` version is a new data set, so it gets a new count.
+
+A count drawn from a fixed seed is marked NOT private (``private`` false) and is never reused by
+a private run; a seeded run draws its own from its seed every time (reproducible), and is
+charged for it like any release.
+
+Two runs racing on a version without a count may both release one (both are charged); every
+reader then takes the first committed private row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpope.core.mechanisms.count import NoisyCount
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpope.config import GpopeConfig
+
+__all__ = ["COUNT_LABEL", "TABLE", "public_count", "read_count"]
+
+TABLE = "released_counts"
+#: The ledger label of a count's reservation.
+COUNT_LABEL = "released number of patients m~ (discrete Gaussian, add/remove sensitivity 1)"
+
+
+def _table(config: GpopeConfig, spark: SparkSession | None) -> tuple[Any, str]:
+    """(the table store, the table's location): delta-rs on a local lake, else Spark's layer."""
+    from gpope.shell.lake.local import local_store
+    from gpope.shell.lake.names import TableRef, table_path
+
+    local = local_store(config.lake)
+    if local is not None:
+        return local, table_path(config.lake.root, TableRef.shared(TABLE))
+    from gpope.shell.lake.layer import Lake
+
+    if spark is None:
+        from gpope.shell.spark import get_spark
+
+        spark = get_spark(config.spark)
+    lake = Lake.from_settings(spark, config.lake)
+    return lake.store, lake.location(TableRef.shared(TABLE))
+
+
+def read_count(config: GpopeConfig, *, dataset: str, stats_version: int,
+               spark: SparkSession | None = None) -> NoisyCount | None:
+    """The first committed private count of (``dataset``, ``stats_version``), or None."""
+    tables, location = _table(config, spark)
+    if not tables.exists(location):
+        return None
+    rows = [r for r in tables.read_arrow(location).to_pylist()
+            if r["dataset"] == dataset and int(r["stats_version"]) == int(stats_version)
+            and r["private"]]
+    if not rows:
+        return None
+    first = min(rows, key=lambda r: (r["created_at"], r["run_id"]))
+    return NoisyCount(m_noisy=int(first["m_noisy"]), sigma=float(first["noise_std"]),
+                      epsilon=float(first["epsilon"]), delta=float(first["delta"]))
+
+
+def public_count(config: GpopeConfig, *, dataset: str, stats_version: int, m: int,
+                 seed: int | None = None, spark: SparkSession | None = None) -> NoisyCount:
+    """The m~ of (``dataset``, ``stats_version``): the stored one, else a new release charged
+    to the dataset's budget (module docstring). ``m`` is the exact count (private: it is read
+    only when a count is released).
+
+    Raises:
+        BudgetExceededError: the dataset's budget cannot pay for the count (nothing written).
+        CommitError: the table or the ledger could not be written (the reservation is marked
+            failed and stays counted).
+    """
+    import numpy as np
+
+    from gpope.core.mechanisms.count import count_event, count_sigma, release_count
+    from gpope.shell.pipeline.ledger import PrivacyLedger
+    from gpope.shell.schemas import TABLE_SCHEMAS
+
+    if seed is None:
+        found = read_count(config, dataset=dataset, stats_version=stats_version, spark=spark)
+        if found is not None:
+            return found
+    p = config.privacy
+    sigma = count_sigma(p.count_epsilon, p.count_delta)
+    ledger = PrivacyLedger(spark, config)
+    run_id = uuid.uuid4().hex
+    ledger.reserve(dataset, run_id=run_id, epsilon=p.count_epsilon, delta=p.count_delta,
+                   accountant="rdp", event=count_event(sigma), relation="add_or_remove_one",
+                   label=f"{COUNT_LABEL} of statistics version {stats_version}",
+                   note=None if seed is None else "drawn from a fixed seed: NOT private")
+    try:
+        count = release_count(m, epsilon=p.count_epsilon, delta=p.count_delta,
+                              rng=None if seed is None else np.random.default_rng(seed))
+        import pyarrow as pa
+
+        row = {"dataset": dataset, "stats_version": int(stats_version),
+               "m_noisy": count.m_noisy, "noise_std": count.sigma, "epsilon": count.epsilon,
+               "delta": count.delta, "private": count.private, "run_id": run_id,
+               "created_at": datetime.now(UTC)}
+        schema = pa.schema([
+            ("dataset", pa.string()), ("stats_version", pa.int64()), ("m_noisy", pa.int64()),
+            ("noise_std", pa.float64()), ("epsilon", pa.float64()), ("delta", pa.float64()),
+            ("private", pa.bool_()), ("run_id", pa.string()),
+            ("created_at", pa.timestamp("us", tz="UTC"))])
+        tables, location = _table(config, spark)
+        tables.append_arrow(location, pa.Table.from_pylist([row], schema=schema),
+                            create_schema=TABLE_SCHEMAS[TABLE],
+                            description="released numbers of patients m~ (gpope)",
+                            table_name="the released counts")
+    except BaseException:
+        ledger.mark(dataset, run_id, "failed")
+        raise
+    ledger.mark(dataset, run_id, "released")
+    return count
