@@ -54,3 +54,22 @@ def test_a_budget_that_cannot_pay_for_the_count_refuses_it_and_writes_nothing(tm
     with pytest.raises(BudgetExceededError, match="Privacy budget of dataset 'd' exceeded"):
         public_count(config, dataset="d", stats_version=0, m=100)
     assert not (tmp_path / "gold" / "released_counts").exists()
+
+
+def test_a_count_the_ledger_lost_is_found_in_the_lake_and_charged_again(tmp_path):
+    """Removing gold/privacy_ledger does not forget a released count: the ledger refuses to
+    state a budget until `gpope budget reconcile` charges it its recorded epsilon and delta."""
+    import shutil
+
+    from gpope.errors import ConfigError
+
+    config = load_config(None, lake={"root": str(tmp_path)})
+    count = public_count(config, dataset="d", stats_version=0, m=500)
+    ledger = PrivacyLedger(None, config)
+    run_id = ledger.status("d").counted[0].run_id
+    shutil.rmtree(ledger.location)
+    with pytest.raises(ConfigError, match=f"{run_id} \\(d, epsilon 0.1, in released_counts\\)"):
+        PrivacyLedger(None, config).check_lake("d")  # what `budget show` and reserve run first
+    PrivacyLedger(None, config).reconcile("d")
+    (entry,) = PrivacyLedger(None, config).status("d").counted
+    assert (entry.run_id, entry.epsilon, entry.delta) == (run_id, count.epsilon, count.delta)

@@ -72,7 +72,8 @@ CREATORS: dict[str, str] = {
     "released_values": "`gpope evaluate`",
     "pipeline_runs": "`gpope simulate`, `gpope ingest` or `gpope evaluate`",
     "privacy_ledger": "`gpope evaluate` or `gpope budget set`",
-    "released_counts": "`gpope evaluate` (the first run on a statistics version)",
+    "released_counts": "gpope.shell.pipeline.released_count.public_count (once per statistics "
+                       "version)",
 }
 
 

@@ -3,7 +3,7 @@ lost it.
 
 Losing ``gold/privacy_ledger`` (deleted, or replaced by an older copy) must not reset a budget.
 The release tables say which runs were released, with the epsilon and delta each was calibrated
-for: ``released_estimates`` and ``released_values`` (one row, or several, per released run, with
+for: ``released_estimates``, ``released_values`` and ``released_counts`` (one row, or several, per released run, with
 ``run_id``, ``dataset``, ``epsilon``, ``delta`` and ``accountant``). Every row there counts, at the
 table's latest version, whether or not its release manifest was committed: a reader may have seen
 it. :func:`unknown_releases` lists the runs released in the lake that the ledger has no
@@ -32,8 +32,9 @@ __all__ = [
     "unknown_message", "unknown_releases",
 ]
 
-#: Shared gold tables whose rows are releases (each with run_id, dataset, epsilon, delta).
-RELEASE_TABLES: tuple[str, ...] = ("released_estimates", "released_values")
+#: Shared gold tables whose rows are releases (each with run_id, dataset, epsilon, delta): the
+#: runs' estimates and values, and the released numbers of patients m~.
+RELEASE_TABLES: tuple[str, ...] = ("released_estimates", "released_values", "released_counts")
 #: The mechanism text of a reservation recovered from the lake (no dp-accounting event).
 RECOVERED = "recovered:released_in_lake"
 
