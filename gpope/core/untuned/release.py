@@ -31,7 +31,10 @@ the last term the first-order effect of the noise on A; normal quantiles; each e
 :func:`second_order_widths`, a bound on what the delta method leaves out (the noise on A
 multiplying the error itself, which dominates where A is barely identified). It is unbounded
 where the identification test cannot separate the noisy A from a singular one
-(:func:`gpope.core.intervals.separation`) or that bound does not hold ("valid or unbounded").
+(:func:`gpope.core.intervals.separation`) or that bound does not hold ("valid or unbounded"),
+judged per released value under tabular features: there the weakly visited states are set aside
+and the others' intervals stay finite, widened by a bound on what the set-aside states can move
+them (:mod:`gpope.core.untuned.weak`).
 The bias of clipping the largest residuals to ``c_r`` is not bounded in the interval (it needs
 a public bound on a trajectory's residual); docs/RESULTS.md measures it against the width. Finally values and finite
 interval ends are clamped into the range the spec's reward bounds and gamma imply
@@ -404,6 +407,7 @@ def release_untuned(
     """
     from scipy.stats import norm
 
+    from gpope.core.features import TabularFeatures
     from gpope.core.intervals import Interval, separation
     from gpope.core.mechanisms.quantile import LogGrid
     from gpope.core.ssp import (
@@ -468,6 +472,20 @@ def release_untuned(
             int(keep.sum()), std) ** 2)
         values = spec.reference_values(theta)
     bounded = identified & ~unsupported
+    weak = None
+    if not identified and identification and isinstance(spec.feature_map, TabularFeatures):
+        from gpope.core.untuned.weak import strong_block
+
+        weak = strong_block(A=A, C=C, keep=keep, theta0=theta0, r_sum=r_sum,
+                            meat_r=moments.covariance(), G_all=G_all, noise_std=std,
+                            residual_noise=float(s_sum * c_r), value_bounds=value_range(spec),
+                            level=level)
+    if weak is not None:  # identification judged per value: a weak state bounds the others
+        values = np.where(weak.bounded, weak.values, values)
+        se = np.where(weak.bounded, weak.se, se)
+        extra = np.where(weak.bounded, weak.extra, extra)
+        lo_v, hi_v = value_range(spec)  # an interval wider than the range says nothing: unbounded
+        bounded = weak.bounded & (z2 * se + extra < (hi_v - lo_v) / 2.0)
     extra_iv = None
     if functionals is not None:
         rows = np.atleast_2d(np.asarray(functionals[0], dtype=np.float64))

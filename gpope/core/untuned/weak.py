@@ -1,0 +1,112 @@
+"""Identification judged per released value: a weakly visited state leaves the others bounded.
+
+The identification test of :func:`gpope.core.untuned.release.release_untuned` reads the whole
+supported block of the noisy A~; one weakly visited state (a pure-noise or near-empty row) makes
+it fail, and every reference value is then unbounded although the others are estimated well.
+With tabular (one-hot) features every coordinate of theta is a state's value, so it lies in the
+public :func:`gpope.core.untuned.release.value_range` ``[lo, hi]`` whatever the data. That
+bounded coordinate is what lets the weak states be set aside without losing validity:
+
+1. **Split.** Drop supported features in the order of their noisy ``C~_jj`` (a public
+   post-processing: the released visit mass), smallest first, until the strong block ``S`` passes
+   the same separation test (:func:`gpope.core.intervals.separation`) and the delta method's
+   second-order bound holds (contraction < 1). ``W`` is what was dropped.
+2. **Solve S with W at the range's midpoint.** ``theta_S = theta0_S + A~_SS^-1 (R~_S +
+   A~_SW (theta0_W - c))`` with ``c = (lo + hi) / 2``: the refinement of the default restricted
+   to ``S`` (``R~`` the released residual sum, ``theta0`` the first solve).
+3. **Bound what W can do.** The population fixed point satisfies ``A_SS theta_S = b_S - A_SW
+   theta_W`` with ``theta_W`` in the range, so the value ``g . theta_S`` that step 2 estimates
+   differs from the estimand by ``u . A_SW (theta_W - c)`` with ``u = A_SS^-T g``, at most
+   ``h sum_j |u . A_Sj|`` (``h = (hi - lo) / 2``). ``A_SW`` is known only with the release's noise
+   ``E_SW``: ``sum_j |u . E_Sj| <= sqrt(|W|) ||u|| tau`` with ``tau``
+   (:func:`gpope.core.ssp.noise_norm_bound`) a ``1 - failure`` bound on ``||E||``. That bound is
+   added to both ends of the interval (identified-set style), so the interval is wider by at most
+   the weak states' reachable influence and never narrower than the bias it leaves.
+
+Values at reference states in ``W`` stay unbounded. Not applied for non-tabular features (theta
+is then not bounded by the value range) or without finite reward bounds. The greedy path is chosen
+from C~ (public), and the test is repeated along it at the interval's level, not corrected for the
+repetition; measured in docs/RESULTS.md ("When is an interval bounded, and why not always?").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["StrongBlock", "strong_block"]
+
+
+@dataclass(frozen=True)
+class StrongBlock:
+    """The part of a release identified on its own (:func:`strong_block`).
+
+    Attributes:
+        strong: (n,) bool, the features of ``S`` (a subset of the supported ones).
+        values: (k,) the reference values from the ``S`` solve (meaningful where ``bounded``).
+        se: (k,) their first-order standard errors.
+        extra: (k,) the second-order width plus the weak states' bias bound, added to each end.
+        bias_bound: (k,) the weak states' part of ``extra`` (module docstring, step 3).
+        bounded: (k,) bool, the reference values that depend on ``S`` only.
+        separation: the separation of ``A~_SS`` (> 1).
+    """
+
+    strong: np.ndarray
+    values: np.ndarray
+    se: np.ndarray
+    extra: np.ndarray
+    bias_bound: np.ndarray
+    bounded: np.ndarray
+    separation: float
+
+
+def strong_block(*, A: np.ndarray, C: np.ndarray, keep: np.ndarray, theta0: np.ndarray,
+                 r_sum: np.ndarray, meat_r: np.ndarray, G_all: np.ndarray, noise_std: float,
+                 residual_noise: float, value_bounds: tuple[float, float],
+                 level: float) -> StrongBlock | None:
+    """The strong block of an unidentified tabular release and its intervals (module docstring),
+    or None when no non-empty block passes the test or the value range is not finite.
+
+    ``A``, ``C``: the pooled noisy sums (n, n); ``keep``: the supported features; ``theta0``: the
+    first solve; ``r_sum``: the released residual sum; ``meat_r``: the released residual moments'
+    covariance (n, n); ``G_all``: (k, n) the reference rows; ``noise_std``: the noise std on A's
+    entries; ``residual_noise``: the residual sum's noise std. Post-processing only.
+    """
+    from gpope.core.intervals import separation
+    from gpope.core.ssp import noise_norm_bound
+    from gpope.core.untuned.release import second_order_widths
+
+    lo, hi = value_bounds
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    centre, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+    order = [int(j) for j in np.argsort(np.diag(C)) if keep[j]]
+    strong = keep.copy()
+    for j in order[:-1]:
+        strong[j] = False
+        S, W = np.flatnonzero(strong), np.flatnonzero(keep & ~strong)
+        A_SS = A[np.ix_(S, S)]
+        sep = separation(A_SS, noise_std, level=level)
+        if not sep > 1.0:
+            continue
+        inv = np.linalg.inv(A_SS)
+        shift = theta0[W] - centre
+        theta_S = theta0[S] + inv @ (r_sum[S] + A[np.ix_(S, W)] @ shift)
+        d2 = float(np.sum((theta_S - theta0[S]) ** 2) + shift @ shift)
+        meat = meat_r[np.ix_(S, S)] + (residual_noise ** 2 + noise_std ** 2 * d2) * np.eye(len(S))
+        G = G_all[:, S]
+        extra, rho = second_order_widths(G, inv, meat, noise_std, level=level)
+        if not rho < 1.0:
+            continue
+        se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, inv @ meat @ inv.T, G), 0.0))
+        U = G @ inv  # (k, |S|): rows u^T = g^T A~_SS^-1
+        tau = noise_norm_bound(int(keep.sum()), noise_std)
+        bias = half * (np.abs(U @ A[np.ix_(S, W)]).sum(axis=1)
+                       + math.sqrt(len(W)) * np.linalg.norm(U, axis=1) * tau)
+        bounded = ~np.any(G_all[:, ~strong] != 0.0, axis=1)
+        values = G @ theta_S
+        return StrongBlock(strong=strong, values=values, se=se, extra=extra + bias,
+                           bias_bound=bias, bounded=bounded, separation=float(sep))
+    return None
