@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpope.core.features import TabularFeatures
 from gpope.core.validation import check_number
 from gpope.errors import ConfigError
 
@@ -52,6 +53,7 @@ __all__ = [
     "pick_policy_values",
     "release_first_state",
     "split_first_state",
+    "value_estimand",
 ]
 
 #: L2 sensitivity of one patient's (z, z z^T upper triangle) with ||z|| <= 1.
@@ -198,8 +200,13 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
                           lower_bound=clip(lower), level=float(level))
 
 
-#: What each released policy value row estimates (the ``estimand`` of its row).
+#: What each released row estimates (the ``estimand`` column of ``gold/released_values``): the
+#: V rows (:func:`value_estimand`) and the policy value rows (:func:`pick_policy_values`).
 ESTIMANDS = {
+    "tabular_fixed_point": "tabular fixed point: the target's value V(state) (records that stop "
+                           "early bootstrapped by V)",
+    "feature_fixed_point": "LSTD fixed point of the spec's features, phi(state) . theta* (the "
+                           "interval does not cover the feature map's approximation error)",
     "direct": "E over first states of the value fit's fixed point V(s0) (records that stop "
               "early bootstrapped by V; under approximate features the fit's approximation "
               "error is not covered)",
@@ -209,6 +216,13 @@ ESTIMANDS = {
     "direct_contrast": "direct J(target) minus the mean recorded return",
     "identified_set_contrast": "recorded-horizon J(target) minus the mean recorded return",
 }
+
+def value_estimand(feature_map: object) -> str:
+    """What a released V(state) estimates: the value itself under a tabular map (the fixed point
+    is exact), the LSTD fixed point of the features under any other map."""
+    tabular = isinstance(feature_map, TabularFeatures)
+    return ESTIMANDS["tabular_fixed_point" if tabular else "feature_fixed_point"]
+
 
 #: Parts of alpha given to the direct method (the rest: the identified-set fallback).
 DIRECT_ALPHA = 0.8

@@ -101,7 +101,7 @@ _LATEST_BUDGET_COLUMNS = ("budget_epsilon", "spent_epsilon", "remaining_epsilon"
                           "remaining_delta", "runs_left")
 _LATEST_RELEASE_SQL = """
 SELECT v.dataset, v.spec_name, v.estimator, v.state, v.value, v.lower, v.upper, v.lower_bound,
-       v.ci_level, v.epsilon, v.delta, v.private, v.created_at, v.run_id, v.spec_id,
+       v.ci_level, v.epsilon, v.delta, v.private, v.created_at, v.run_id, v.spec_id, v.estimand,
        c.release_version, {budget}
 FROM released_values v LEFT JOIN {commits} c ON c.run_id = v.run_id {join}
 QUALIFY row_number() OVER (PARTITION BY v.dataset, v.spec_id, v.estimator, v.state
@@ -111,7 +111,8 @@ QUALIFY row_number() OVER (PARTITION BY v.dataset, v.spec_id, v.estimator, v.sta
 _RELEASE_CONTRASTS_SQL = """
 SELECT a.dataset, a.state, a.run_id AS run_a, b.run_id AS run_b, a.spec_name AS spec_a,
        b.spec_name AS spec_b, a.estimator AS estimator_a, b.estimator AS estimator_b,
-       a.epsilon AS epsilon_a, b.epsilon AS epsilon_b, a.value - b.value AS difference,
+       a.epsilon AS epsilon_a, b.epsilon AS epsilon_b, a.estimand AS estimand_a,
+       b.estimand AS estimand_b, a.value - b.value AS difference,
        a.lower - b.upper AS lower, a.upper - b.lower AS upper,
        greatest(0.0, a.ci_level + b.ci_level - 1.0) AS ci_level,
        CASE WHEN a.lower - b.upper > 0 THEN 'better' WHEN a.upper - b.lower < 0 THEN 'worse'
@@ -127,6 +128,7 @@ _RELEASE_CONTRASTS_COMMENTS = {
     "ci_level": ("level the difference's interval holds at whatever the runs share (union "
                  "bound): 1 - (1 - level_a) - (1 - level_b), 0.90 for two 95% intervals"),
     "verdict": "better (lower > 0), worse (upper < 0) or cannot tell (run_a against run_b)",
+    **{f"estimand_{r}": f"what run_{r}'s row estimates (released_values.estimand)" for r in "ab"},
 }
 #: Arrow view behind latest_release's commit order: run_id -> released_values version.
 _RELEASE_COMMITS = "__release_commits"
@@ -338,8 +340,10 @@ def _register(
     where = ""
     if hidden and "run_id" in dataset.schema.names:
         where = " WHERE run_id NOT IN (" + ", ".join(_sql_string(r) for r in sorted(hidden)) + ")"
+    extra = (", CAST(NULL AS VARCHAR) AS estimand" if table.view == _RELEASED_VALUES  # older
+             and "estimand" not in dataset.schema.names else "")  # tables: estimand null
     con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.view)} AS "
-                f"SELECT * FROM {_quote(arrow_name)}{where}")
+                f"SELECT *{extra} FROM {_quote(arrow_name)}{where}")
     _comment_columns(con, table.view, comments)
     return comments
 

@@ -133,6 +133,7 @@ RELEASED_VALUES = _schema(
     ("accountant", StringType(), False),
     ("private", BooleanType(), False),
     ("created_at", TimestampType(), False),
+    ("estimand", StringType(), True),  # added later: NULL on older rows
 )
 PRIVACY_LEDGER = _schema(
     ("dataset", StringType(), False),
@@ -282,6 +283,12 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "accountant": "privacy accountant that calibrated the noise (pld, rdp, paper)",
         "private": "true: a differentially private release; false: fixed seed, NOT private",
         "created_at": "release time (UTC), equal to released_estimates.created_at",
+        "estimand": "what value and its interval estimate: a V row the tabular fixed point (the "
+        "target's value) or the LSTD fixed point of the spec's features (its interval does not "
+        "cover the map's approximation error); policy_value the direct method (E over first "
+        "states of the fit's V(s0)) or the identified set (expected discounted return over the "
+        "recorded horizon); behaviour_value the mean recorded discounted return; "
+        "policy_contrast which of the two J(target) minus it; null: released before the column",
     },
     # the ledger defines its own comments (it is written without Spark on a local lake)
     "privacy_ledger": dict(LEDGER_COMMENTS),

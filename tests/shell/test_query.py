@@ -171,6 +171,8 @@ def test_latest_release_answers_value_interval_and_budget_in_one_query(pipeline_
     for row, ref in zip(got, want, strict=True):
         assert {k: row[k] for k in ref} == ref
         assert row["lower"] is not None or row["upper"] is None
+        assert row["estimand"].startswith("LSTD fixed point")  # a Fourier map: not exact
+        assert "approximation error" in row["estimand"]
         for column in ("remaining_epsilon", "remaining_delta", "runs_left", "budget_epsilon"):
             assert row[column] == budget[column], column
     cols = {c["column"]: c["comment"] for c in describe("latest_release", lake=config)}
@@ -354,3 +356,63 @@ def test_a_query_reads_every_table_at_one_instant(tmp_path):
     mixed = [a for a in answers
              if not (all(x >= y for x, y in itertools.pairwise(a)) and a[0] - a[-1] <= 1)]
     assert not mixed and answers[-1][0] > answers[0][0]
+
+
+def test_a_lake_released_before_the_estimand_column_keeps_working(spark, tmp_path):
+    # released_values written with the contract as it was before the estimand column, through
+    # the lake layer; a release then appends through the release writer (schema evolution on
+    # append): every reader sees both, the old row's estimand null, the new rows' filled.
+    from datetime import datetime
+
+    from pyspark.sql.types import StructType
+
+    from gpope.core.intervals import Interval
+    from gpope.core.policy_value_release import PolicyValueInterval
+    from gpope.shell.pipeline.evaluate_policy_value import policy_value_rows
+    from gpope.shell.pipeline.release import read_releases, release_row, value_rows, write_release
+
+    config = load_config(None, lake={"root": str(tmp_path / "lake")})
+    contract = TABLE_SCHEMAS["released_values"]
+    old = StructType([f for f in contract.fields if f.name != "estimand"])
+    created = datetime(2026, 1, 1)
+    old_row = ("old_run", "cohort_a", "old_spec", "old", "gpope", "s0", 0.5, 0.1, 0.9, 0.2,
+               0.95, 1.0, 1e-5, "pld", True, created)
+    lake.write_shared_table(spark.createDataFrame([old_row], schema=old), config.lake,
+                            "released_values", mode="append", schema=old)
+    assert query("SELECT estimand FROM latest_release", lake=config).to_pylist() == [
+        {"estimand": None}]  # a table that never had the column reads it null
+    spec = EvaluationSpec.from_mapping({
+        "name": "tab", "gamma": 0.9, "length_scale": 10, "feature_map": {"kind": "tabular", "n_states": 3},
+        "target_policy": {"kind": "uniform", "n_actions": 2},
+        "reference_states": {"s0": [0], "s2": [2]}})
+    row = release_row(run_id="new_run", dataset="cohort_a", spec=spec, policy="uniform",
+                      epsilon=1.0, delta=1e-5, accountant="pld", created_at=created,
+                      theta=np.zeros(3), values=np.array([0.25, 0.75]), private=True)
+    scalars = {"policy_value": PolicyValueInterval(0.3, 0.1, 0.5, 0.1, 0.95),
+               "behaviour_value": PolicyValueInterval(0.2, 0.1, 0.3, 0.1, 0.95),
+               "policy_contrast": PolicyValueInterval(0.1, -0.1, 0.3, -0.1, 0.95,
+                                                      estimand="picked by the run")}
+    ends = np.array([0.25, 0.75])
+    interval = Interval(value=ends, lower=ends - 0.1, upper=ends + 0.1, lower_bound=ends - 0.1,
+                        se=np.full(2, 0.05), level=0.95, df=100)
+    write_release(spark, config, row, value_rows(row, spec=spec, interval=interval)
+                  + policy_value_rows(row, spec_name="tab", released=scalars))
+    got = {(r["spec_name"], r["state"]): r["estimand"] for r in query(
+        "SELECT spec_name, state, estimand FROM latest_release", lake=config).to_pylist()}
+    assert got[("old", "s0")] is None
+    for state in ("s0", "s2"):
+        assert got[("tab", state)].startswith("tabular fixed point")
+    assert "identified set" in got[("tab", "policy_value")]
+    assert got[("tab", "behaviour_value")].startswith("mean recorded discounted return")
+    assert got[("tab", "policy_contrast")] == "picked by the run"
+    assert len(got) == 6
+    cols = {c["column"]: c["comment"] for c in describe("released_values", lake=config)}
+    assert cols["estimand"] == COLUMN_COMMENTS["released_values"]["estimand"]
+    assert "approximation error" in cols["estimand"] and "mean recorded" in cols["estimand"]
+    spark_rows = {r["run_id"]: r["estimand"] for r in read_releases(
+        spark, config, table="released_values").collect()}  # Spark reads both too
+    assert spark_rows["old_run"] is None and spark_rows["new_run"] is not None
+    contrasts = query("SELECT run_a, estimand_a, estimand_b FROM release_contrasts "
+                      "WHERE state = 's0'", lake=config).to_pylist()
+    assert {r["run_a"]: (r["estimand_a"], r["estimand_b"]) for r in contrasts} == {
+        "new_run": (got[("tab", "s0")], None), "old_run": (None, got[("tab", "s0")])}

@@ -24,6 +24,7 @@ __all__ = [
     "WriteSpec",
     "check_data_files",
     "check_write_mode",
+    "columns_to_add",
     "decode_user_metadata",
     "decode_user_metadata_run",
     "encode_user_metadata",
@@ -89,6 +90,8 @@ class WriteSpec:
         table_name: the logical table, for messages.
         partition_by: partition columns; None keeps the table's (or none for a new table).
         replace_where: for ``replace_where``: partition column -> value; None otherwise.
+        merge_schema: an existing table may lack the contract's last columns when they are
+            nullable: they are added first (one untagged schema commit; older rows read null).
     """
 
     schema: StructType
@@ -97,6 +100,7 @@ class WriteSpec:
     table_name: str
     partition_by: list[str] | None = None
     replace_where: Mapping[str, PartitionValue] | None = None
+    merge_schema: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,23 @@ class HistoryEntry:
     parameters: dict[str, str] = field(default_factory=dict)
     run_id: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def columns_to_add(current: StructType, contract: StructType) -> list[Any]:
+    """The contract's fields a ``merge_schema`` write adds to a table of schema ``current``.
+
+    Only an additive change qualifies: ``current`` has the contract's first columns (names and
+    types; the store's own check compares the rest) and every missing column is nullable, so
+    older rows read null. Anything else returns ``[]`` and the store's check reports the mismatch.
+    """
+    def shape(f: Any) -> tuple[str, Any]:
+        return f.name, f.dataType.jsonValue()
+
+    have, want = current.fields, contract.fields
+    if len(have) >= len(want) or [shape(f) for f in have] != [shape(f) for f in want[:len(have)]]:
+        return []
+    extra = list(want[len(have):])
+    return extra if all(f.nullable for f in extra) else []
 
 
 def check_write_mode(mode: object) -> WriteMode:
@@ -192,12 +213,12 @@ def sql_in(column: str, values: Iterable[str]) -> str:
 
 
 def encode_user_metadata(
-    mode: WriteMode | Literal["delete"],
+    mode: WriteMode | Literal["delete", "add_columns"],
     replace_where: Mapping[str, PartitionValue] | None,
     run_id: str | None = None,
 ) -> str:
     """The commit's ``userMetadata`` string: the gpope write mode (or ``delete`` for a row
-    removal) and stage run (every store)."""
+    removal, ``add_columns`` for a schema change) and stage run (every store)."""
     payload: dict[str, Any] = {_USER_METADATA_KEY: mode}
     if run_id is not None:
         payload[_RUN_KEY] = run_id

@@ -82,6 +82,7 @@ class WriteOptions(TypedDict, total=False):
     partition_by: list[str] | None
     replace_where: Mapping[str, PartitionValue] | None
     run_id: str | None
+    merge_schema: bool
 
 
 class Lake:
@@ -280,6 +281,9 @@ class Lake:
             run_id: the multi-table stage run this commit belongs to: the commit stays invisible
                 to pinned readers until the run's manifest is committed
                 (:mod:`gpope.shell.lake.manifest`).
+            merge_schema: an existing table may lack the contract's last columns when they are
+                nullable (a column added to the contract): they are added first, in one
+                untagged schema commit, and older rows read null (:func:`~gpope.shell.lake.base.columns_to_add`).
 
         Returns:
             The table version the commit created.
@@ -375,6 +379,7 @@ def _write_spec(
     partition_by: list[str] | None = None,
     replace_where: Mapping[str, PartitionValue] | None = None,
     run_id: str | None = None,
+    merge_schema: bool = False,
 ) -> WriteSpec:
     """The store's :class:`WriteSpec` of a :meth:`Lake.write` (contract schema by default).
 
@@ -395,6 +400,7 @@ def _write_spec(
         table_name=str(ref),
         partition_by=list(partition_by) if partition_by is not None else None,
         replace_where=replace_where,
+        merge_schema=merge_schema,
     )
 
 

@@ -24,6 +24,7 @@ from gpope.shell.lake.base import (
     MissingTableError,
     PartitionValue,
     WriteSpec,
+    columns_to_add,
     decode_user_metadata,
     decode_user_metadata_run,
     replace_where_sql,
@@ -202,6 +203,9 @@ class NativeStore:
         schema, mode, table_name = spec.schema, spec.mode, spec.table_name
         if self.exists(location):
             current = self.read(location).schema
+            if spec.merge_schema and columns_to_add(current, schema):
+                self._add_columns(location, columns_to_add(current, schema), table_name)
+                current = self.read(location).schema
             if current.simpleString() != schema.simpleString():
                 raise SchemaError(
                     f"Delta table {location} ({table_name}) has schema {current.simpleString()}, "
@@ -242,6 +246,25 @@ class NativeStore:
                 "committed."
             ) from exc
         return self._own_version(location, token)
+
+    def _add_columns(self, location: str, fields: list[Any], table_name: str) -> None:
+        """``ALTER TABLE ... ADD COLUMNS`` (nullable, with their comments): one schema commit."""
+        def column(f: Any) -> str:
+            comment = (f.metadata or {}).get("comment")
+            quoted = "" if not comment else " COMMENT '" + comment.replace("'", "\\'") + "'"
+            return f"`{f.name}` {f.dataType.simpleString()}{quoted}"
+
+        try:
+            self._spark.sql(f"ALTER TABLE {self._sql_target(location)} ADD COLUMNS "
+                            f"({', '.join(column(f) for f in fields)})")
+        except Exception as exc:
+            names = set(self.read(location).columns)
+            if all(f.name in names for f in fields):  # a concurrent writer added them first
+                return
+            raise CommitError(
+                f"Could not add the columns {[f.name for f in fields]} to {table_name} at "
+                f"{location} ({spark_write_cause(exc, table_name)}). Nothing was committed."
+            ) from exc
 
     def _own_version(self, location: str, token: str) -> int:
         """The version this write committed: the history entry carrying its token.

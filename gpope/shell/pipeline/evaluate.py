@@ -129,7 +129,7 @@ def run_evaluate(
             created_at=datetime.now(UTC).replace(tzinfo=None), theta=est.theta,
             values=est.values, private=est.result.private, estimator=settings.estimator)
         write_release(spark, config, row,
-                      value_rows(row, spec_name=spec.name, interval=est.intervals)
+                      value_rows(row, spec=spec, interval=est.intervals)
                       + pv.policy_value_rows(row, spec_name=spec.name,
                                              released=est.policy_values))
         released = True

@@ -162,7 +162,14 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
 
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,
                       released: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The released_values rows of the three scalars (none when ``released`` is None)."""
+    """The released_values rows of the three scalars (none when ``released`` is None), each
+    with its estimand (:data:`gpope.core.policy_value_direct.ESTIMANDS`: the one the run picked,
+    else the identified set's and the mean recorded return's)."""
+    from gpope.core.policy_value_direct import ESTIMANDS
+
+    default = {"policy_value": ESTIMANDS["identified_set"],
+               "behaviour_value": ESTIMANDS["behaviour"],
+               "policy_contrast": ESTIMANDS["identified_set_contrast"]}
     out = []
     for state, iv in (released or {}).items():
         out.append({
@@ -172,6 +179,7 @@ def policy_value_rows(row: dict[str, Any], *, spec_name: str,
             "lower_bound": float(iv.lower_bound), "ci_level": float(iv.level),
             "epsilon": row["epsilon"], "delta": row["delta"], "accountant": row["accountant"],
             "private": row["private"], "created_at": row["created_at"],
+            "estimand": iv.estimand or default[state],
         })
     return out
 

@@ -66,10 +66,14 @@ def release_row(
     }
 
 
-def value_rows(row: dict[str, Any], *, spec_name: str, interval: Any | None) -> list[dict[str, Any]]:
+def value_rows(row: dict[str, Any], *, spec: EvaluationSpec, interval: Any | None) -> list[dict[str, Any]]:
     """The released_values rows of one run: one per reference state, with the interval's
     ``lower``, ``upper``, ``lower_bound`` and ``level`` (:class:`gpope.core.intervals.Interval`),
-    or nulls when the run has no interval."""
+    or nulls when the run has no interval, and the estimand of the spec's feature map
+    (:func:`gpope.core.policy_value_direct.value_estimand`)."""
+    from gpope.core.policy_value_direct import value_estimand
+
+    estimand, spec_name = value_estimand(spec.feature_map), spec.name
     out = []
     for i, (state, value) in enumerate(zip(row["reference_states"], row["values"], strict=True)):
         out.append({
@@ -81,7 +85,7 @@ def value_rows(row: dict[str, Any], *, spec_name: str, interval: Any | None) -> 
             "lower_bound": None if interval is None else float(interval.lower_bound[i]),
             "ci_level": None if interval is None else float(interval.level),
             "epsilon": row["epsilon"], "delta": row["delta"], "accountant": row["accountant"],
-            "private": row["private"], "created_at": row["created_at"],
+            "private": row["private"], "created_at": row["created_at"], "estimand": estimand,
         })
     return out
 
@@ -118,7 +122,8 @@ def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
                 [tuple(r[f.name] for f in RELEASED_VALUES.fields) for r in values], schema=RELEASED_VALUES
             )
             value_ref = TableRef.shared("released_values")
-            versions[value_ref] = target.write(vdf, value_ref, mode="append", run_id=run_id)
+            versions[value_ref] = target.write(vdf, value_ref, mode="append", run_id=run_id,
+                                               merge_schema=True)  # older tables lack estimand
             faults.point("release:released_values")
         PipelineRuns(config.lake, spark=spark).commit(
             run_id=run_id, stage="release", dataset=row["dataset"], tables=versions,

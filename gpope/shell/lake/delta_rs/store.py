@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -14,6 +15,8 @@ from gpope.shell.lake.base import (
     PartitionValue,
     WriteSpec,
     check_data_files,
+    columns_to_add,
+    encode_user_metadata,
     partition_string,
     spark_write_cause,
 )
@@ -196,7 +199,7 @@ class DeltaRsStore(DeltaRsTables):
             ConfigError: a partitioned table or ``replace_where``.
             SchemaError: the existing table does not match the contract.
         """
-        existing = self.open(path) if self.exists(path) else None
+        existing = self._merged(path, spec)
         partitions = self.check_table(existing, path, spec.schema, None, spec.table_name)
         if partitions or spec.mode not in ("append", "overwrite"):
             raise ConfigError(
@@ -230,7 +233,7 @@ class DeltaRsStore(DeltaRsTables):
         """Check ``spec`` against the table at ``path``; return it resolved (the table's
         partition columns, ``replace_where`` values as partition strings) and a new staging
         folder ``(root, token, staging)``."""
-        existing = self.open(path) if self.exists(path) else None
+        existing = self._merged(path, spec)
         partitions = self.check_table(
             existing, path, spec.schema, spec.partition_by, spec.table_name
         )
@@ -283,6 +286,32 @@ class DeltaRsStore(DeltaRsTables):
             raise
         finally:
             drop_staging(staging)
+
+    def _merged(self, path: str, spec: WriteSpec) -> DeltaTable | None:
+        """The existing table (None: none yet), with the contract's missing nullable columns
+        added first when ``spec.merge_schema`` (:func:`columns_to_add`)."""
+        if not self.exists(path):
+            return None
+        table = self.open(path)
+        extra = columns_to_add(self.schema(table), spec.schema) if spec.merge_schema else []
+        if not extra:
+            return table
+        from deltalake import CommitProperties, Field
+
+        try:
+            table.alter.add_columns(
+                [Field.from_json(json.dumps(f.jsonValue())) for f in extra],
+                commit_properties=CommitProperties(
+                    custom_metadata={"userMetadata": encode_user_metadata("add_columns", None)}),
+            )  # fmt: skip
+        except Exception as exc:  # a concurrent writer may have added them first
+            table = self.open(path)
+            if columns_to_add(self.schema(table), spec.schema):
+                raise CommitError(
+                    f"Could not add the columns {[f.name for f in extra]} to {spec.table_name} "
+                    f"at {path} ({exc}). Nothing was committed; check that the lake is writable."
+                ) from exc
+        return self.open(path)
 
     def check_table(
         self,
