@@ -63,7 +63,7 @@ def released_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
     run_a, run_b = args.runs
     sql = ("SELECT run_id, dataset, spec_name, estimator, state, value, lower, upper, ci_level, "
-           "epsilon FROM released_values WHERE dataset = " + _sql_string(args.dataset)
+           "epsilon, estimand FROM released_values WHERE dataset = " + _sql_string(args.dataset)
            + " AND run_id IN (" + _sql_string(run_a) + ", " + _sql_string(run_b) + ")")
     rows = query(sql, lake=config_from_args(args)).table.to_pylist()
     out: dict[str, dict[str, Any]] = {run_a: {}, run_b: {}}
@@ -102,7 +102,9 @@ def _run(args: argparse.Namespace) -> int:
                "differences": [{"quantity": d.name, "value": d.value,
                                 "lower": _finite(d.lower), "upper": _finite(d.upper),
                                 "level": d.level, "verdict": d.verdict,
-                                "sentence": sentence(d, label_a="A", label_b="B")}
+                                "sentence": sentence(d, label_a="A", label_b="B"),
+                                "estimand_a": rows[run_a][d.name]["estimand"],
+                                "estimand_b": rows[run_b][d.name]["estimand"]}
                                for d in diffs]}
     if args.track:
         payload["mlflow_run_id"] = _track(args, payload, diffs, label)
@@ -112,8 +114,12 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"A = {label[run_a]}, B = {label[run_b]}, dataset {args.dataset}: A - B, from the "
           "released intervals only (no budget)")
-    for d in diffs:
+    for d, out in zip(diffs, payload["differences"], strict=True):
         print(sentence(d))
+        if None not in (out["estimand_a"], out["estimand_b"]) and (
+                out["estimand_a"] != out["estimand_b"]):
+            print(f"  NOTE: A's row estimates \"{out['estimand_a']}\", B's "
+                  f"\"{out['estimand_b']}\": the difference mixes two estimands.")
     return 0
 
 

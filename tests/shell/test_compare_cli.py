@@ -100,3 +100,34 @@ def test_the_release_contrasts_view_gives_what_compare_prints(lake, capsys):
                      lake=lake).table.num_rows
     comments = {c["column"]: c["comment"] for c in describe("release_contrasts", lake=lake)}
     assert "union bound" in comments["ci_level"]
+
+
+def test_rows_of_two_estimands_are_named_and_old_rows_read_null(tmp_path, capsys):
+    # a lake with the estimand column: a difference between rows that estimate different
+    # things says so; the fixture's lake (written before the column) reads estimand null
+    root = tmp_path / "lake"
+    direct, identified = "direct J(target)", "identified set J(target)"
+    write_deltalake(root / "gold" / "released_values", pa.table({
+        "run_id": ["ra", "ra", "rb", "rb"], "dataset": ["ward"] * 4,
+        "spec_name": ["a", "a", "b", "b"], "estimator": ["clipped_is"] * 4,
+        "state": ["s0", "policy_value"] * 2, "value": [0.6, 0.4, 0.4, 0.3],
+        "lower": [0.55, 0.3, 0.35, 0.2], "upper": [0.65, 0.5, 0.45, 0.4],
+        "ci_level": [0.95] * 4, "epsilon": [1.0] * 4,
+        "estimand": ["tabular", direct, "tabular", identified]}))
+    assert main(["compare", "--lake", str(root), "--dataset", "ward", "--runs", "ra", "rb"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    notes = [line for line in text if "NOTE" in line]
+    assert notes == [f'  NOTE: A\'s row estimates "{direct}", B\'s "{identified}": the '
+                     "difference mixes two estimands."]
+    assert text[text.index(notes[0]) - 1].startswith("policy_value:")
+    assert main(["compare", "--lake", str(root), "--dataset", "ward", "--runs", "ra", "rb",
+                 "--json"]) == 0
+    out = {d["quantity"]: d for d in json.loads(capsys.readouterr().out)["differences"]}
+    assert (out["s0"]["estimand_a"], out["s0"]["estimand_b"]) == ("tabular", "tabular")
+
+
+def test_a_lake_released_before_the_estimand_column_compares_with_null_estimands(lake, capsys):
+    assert main(["compare", "--lake", str(lake), "--dataset", "ward", "--runs", "ra", "rb",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["differences"]
+    assert {(d["estimand_a"], d["estimand_b"]) for d in out} == {(None, None)}
