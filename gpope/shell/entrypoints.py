@@ -84,10 +84,11 @@ def ingest(argv: Sequence[str] | None = None) -> int:
 
         spark, config, _ = job_setup(a)
         report = api.ingest(spark, a.dataset, domain=a.domain, config=config)
-        # job stdout is readable by anyone viewing the job: only m (public) is printed there;
-        # row counts and rejections per reason are noise-free counts of the private data
+        # job stdout is readable by anyone viewing the job: no count is printed there; m, row
+        # counts and rejections per reason are noise-free counts of the private data (m is
+        # released only as the noisy count m~)
         where = record_private(config, stage="ingest", dataset=a.dataset, payload=report.to_dict())
-        return f"ingest {a.dataset}: {report.n_trajectories} trajectories (m, public); {where}"
+        return f"ingest {a.dataset}: silver transitions written; {where}"
 
     return _run("ingest", body, args)
 
@@ -104,14 +105,13 @@ def stats(argv: Sequence[str] | None = None) -> int:
 
         spark, config, spec = job_setup(a)
         report = api.stats(spark, a.dataset, spec or a.spec, config=config)
-        # the number of transitions (sum of tau) and the clamp counts are noise-free counts of
-        # the private data: operator log only, never the job's stdout
+        # m, the number of transitions (sum of tau) and the clamp counts are noise-free counts
+        # of the private data: operator log only, never the job's stdout
         where = record_private(config, stage="stats", dataset=a.dataset, payload={
-            "n_transitions": report.n_transitions, "spec_id": report.spec_id,
-            "clamped": dict(report.clamped)})
+            "n_trajectories": report.n_trajectories, "n_transitions": report.n_transitions,
+            "spec_id": report.spec_id, "clamped": dict(report.clamped)})
         return (f"trajectory_stats for {a.dataset} / spec {report.spec_name} ({report.spec_id}): "
-                f"{report.n_trajectories} trajectories (m, public), n = {report.n_features} -> "
-                f"{report.table}; {where}")
+                f"n = {report.n_features} -> {report.table}; {where}")
 
     return _run("stats", body, args)
 

@@ -32,7 +32,7 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
     first = json.loads(capsys.readouterr().out)
     for table in first["tables"].values():
         assert (Path(table) / "_delta_log").is_dir(), table
-    assert first["ingest"]["n_trajectories"] == 8 and first["ingest"]["operator_only"]["balanced"]
+    assert first["ingest"]["operator_only"]["n_trajectories"] == 8 and first["ingest"]["operator_only"]["balanced"]
     ev = first["evaluation"]
     assert ev["private"] is True and ev["epsilon"] == 1.0 and ev["delta"] == 1e-5
     assert set(ev["reference_values"]) == set(first["ground_truth"]) == set(first["non_private_lstd"])

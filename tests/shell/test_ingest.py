@@ -469,17 +469,20 @@ def test_episode_ends_are_reported_and_a_missing_terminal_convention_warns_in_on
     assert "ASSUMED each was truncated" in line and "biased" in line and "\n" not in line
     assert "'terminal_variable'" in line and "'no_terminal_events: true'" in line
     # the noise-free counts (the warning's included) sit under the one-line operator heading,
-    # and --json keeps them under operator_only; only m is above it
+    # and --json keeps them under operator_only; nothing is above it, not even m (released only
+    # as the noisy count m~ by gpope evaluate)
     from gpope.shell.operator import HEADING
 
-    public, heading, warning, *_ = undeclared.summary().splitlines()
-    assert public == "ingest d: 3 trajectories (m, public)" and heading == HEADING
+    public, heading, warning, count, *_ = undeclared.summary().splitlines()
+    assert public == "ingest d: silver transitions written" and heading == HEADING
+    assert count.startswith("  3 trajectories (the exact m; released only as the noisy count m~)")
     assert "operator only, not private" in heading and warning == f"  {line}"
     shown = undeclared.to_dict()
-    assert set(shown) == {"dataset", "n_trajectories", "terminal_variable", "no_terminal_events",
+    assert set(shown) == {"dataset", "terminal_variable", "no_terminal_events",
                           "max_length", "operator_only"}
     assert shown["operator_only"]["diagnostic.private"] is True
     assert shown["operator_only"]["rows_in"] == {"treatments": 5}
+    assert shown["operator_only"]["n_trajectories"] == 3
     assert "0 terminal, 2 truncated (record stops, bootstrapped), 1 at the length cap 4; no " \
            "terminal_variable declared" in undeclared.summary()
     assert undeclared.to_dict()["operator_only"]["warnings"] == [line]

@@ -150,7 +150,7 @@ class DemoReport:
                 f"rejected {rejected:>6}"
             )
         lines.append(
-            f"  -> {self.ingest['n_trajectories']} trajectories (m, public), "
+            f"  -> {counts['n_trajectories']} trajectories (the exact m), "
             f"{counts['n_transitions']} transitions"
         )
         lines += [

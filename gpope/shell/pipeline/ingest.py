@@ -147,19 +147,20 @@ class IngestReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (the ``--json`` output of ``gpope ingest``): the public fields (m,
-        the dataset's declared settings) at the top; every noise-free count of the private
-        rows (rows per reason, transitions, episode ends, the warnings' patient counts) under
-        ``operator_only``, tagged ``diagnostic.private``."""
+        """A JSON-ready form (the ``--json`` output of ``gpope ingest``): the public fields (the
+        dataset's declared settings) at the top; every noise-free count of the private rows (m,
+        rows per reason, transitions, episode ends, the warnings' patient counts) under
+        ``operator_only``, tagged ``diagnostic.private`` (m is released only as the noisy count
+        m~, docs/ARCHITECTURE.md section 4)."""
         from gpope.shell.operator import OPERATOR_ONLY, operator_only
 
         return {
             "dataset": self.dataset,
-            "n_trajectories": self.n_trajectories,
             "terminal_variable": self.terminal_variable,
             "no_terminal_events": self.no_terminal_events,
             "max_length": self.max_length,
             OPERATOR_ONLY: operator_only({
+                "n_trajectories": self.n_trajectories,
                 "rows_in": dict(self.rows_in),
                 "rows_used": dict(self.rows_used),
                 "rejected": {t: dict(r) for t, r in self.rejected.items()},
@@ -175,15 +176,16 @@ class IngestReport:
         }
 
     def summary(self) -> str:
-        """A few human-readable lines: m (public), then the noise-free counts under the
-        operator-only heading."""
+        """A few human-readable lines: what was written, then the noise-free counts (m among
+        them: it is released only as the noisy count m~) under the operator-only heading."""
         from gpope.shell.operator import HEADING
 
         lines = [
-            f"ingest {self.dataset}: {self.n_trajectories} trajectories (m, public)",
+            f"ingest {self.dataset}: silver transitions written",
             HEADING,
             *(f"  {w}" for w in self.warnings),
-            f"  {self.n_transitions} transitions ({self.n_terminal} terminal)",
+            f"  {self.n_trajectories} trajectories (the exact m; released only as the noisy count "
+            f"m~), {self.n_transitions} transitions ({self.n_terminal} terminal)",
             f"  {self.episode_ends()}",
         ]
         for table in self.rows_in:

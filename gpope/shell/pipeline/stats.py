@@ -92,27 +92,30 @@ class StatsReport:
     clamped: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``: the number of transitions and the clamp counts (noise-free
-        counts of the private data) under ``operator_only``, tagged ``diagnostic.private``."""
+        """Plain form for ``--json``: m, the number of transitions and the clamp counts
+        (noise-free counts of the private data; m is released only as the noisy count m~) under
+        ``operator_only``, tagged ``diagnostic.private``."""
         from gpope.shell.operator import OPERATOR_ONLY, operator_only
 
-        out = {k: v for k, v in self.__dict__.items() if k not in ("clamped", "n_transitions")}
-        out[OPERATOR_ONLY] = operator_only({"n_transitions": self.n_transitions,
+        private = ("clamped", "n_transitions", "n_trajectories")
+        out = {k: v for k, v in self.__dict__.items() if k not in private}
+        out[OPERATOR_ONLY] = operator_only({"n_trajectories": self.n_trajectories,
+                                            "n_transitions": self.n_transitions,
                                             "clamped": dict(self.clamped)})
         return out
 
     def summary(self) -> str:
-        """One human-readable line (m, public), then the noise-free counts under the
-        operator-only heading."""
+        """One human-readable line, then the noise-free counts (m among them: it is released
+        only as the noisy count m~) under the operator-only heading."""
         from gpope.shell.operator import HEADING
 
         clamped = (", ".join(f"{k} {v}" for k, v in self.clamped.items())
                    if any(self.clamped.values()) else "none")
         return (
             f"trajectory_stats for {self.dataset} / spec {self.spec_name} ({self.spec_id}): "
-            f"{self.n_trajectories} trajectories (m, public), n = {self.n_features}, in "
-            f"{self.seconds:.1f} s -> {self.table}\n{HEADING}\n"
-            f"  {self.n_transitions} transitions; clamped to the spec's public bounds: {clamped}"
+            f"n = {self.n_features}, in {self.seconds:.1f} s -> {self.table}\n{HEADING}\n"
+            f"  {self.n_trajectories} trajectories (the exact m; released only as the noisy count "
+            f"m~), {self.n_transitions} transitions; clamped to the spec's public bounds: {clamped}"
         )
 
 
