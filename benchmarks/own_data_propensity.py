@@ -105,7 +105,19 @@ class SparseRows:
         return out
 
 
-def release(route, spec, tr, *, eps, delta, est_share, rng, behaviour=None):
+def empirical_behaviour(tr, spec):
+    """The exact empirical behaviour ``N(s, a) / N(s)`` (a noise-free diagnostic, never released:
+    it isolates what the counts' noise costs from what their share of the run costs)."""
+    from gpope.core import behaviour_estimate as be
+
+    S, K = spec.n_features, spec.target_policy.n_actions
+    n = be.count_rows(tr, spec).sum(axis=0).reshape(S, K)
+    tot = n.sum(axis=1, keepdims=True)
+    probs = np.where(tot > 0, n / np.where(tot > 0, tot, 1.0), 1.0 / K)
+    return be.BehaviourEstimate(probs=probs, clip=1.0, noise_std=0.0)
+
+
+def release(route, spec, tr, *, eps, delta, est_share, rng, behaviour=None, oracle=False):
     """(values, lower, upper) of one route's release."""
     from gpope.core import behaviour_estimate as be
     from gpope.core.ssp import ssp_sigma
@@ -125,6 +137,8 @@ def release(route, spec, tr, *, eps, delta, est_share, rng, behaviour=None):
         est = be.release_behaviour(lambda k, w: k(idx, rows)[0], n_states=spec.n_features,
                                    n_actions=spec.target_policy.n_actions, m=m,
                                    sigma_quantile=sq, sigma_counts=sc, settings=bs, rng=rng)
+        if oracle:
+            est = empirical_behaviour(tr, spec)
         tr = be.with_estimated_propensities(tr, spec, est)
         share = est_share - bs.share - bs.quantile_share
     sig = plan_untuned(m=m, epsilon=eps, delta=delta, settings=settings, share=share)
@@ -152,11 +166,17 @@ def main(argv=None) -> int:
     p.add_argument("--routes", default=",".join(ROUTES))
     p.add_argument("--ward", action="store_true", help="also the ward trial's model")
     p.add_argument("--ward-repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="releases per data set, route and epsilon (fresh noise; the median is "
+                        "over data sets and releases)")
     p.add_argument("--behaviour-share", type=float, default=None,
                    help="the counts' share of the run (default: BehaviourSettings)")
     p.add_argument("--prior-stds", type=float, default=None)
     p.add_argument("--behaviour-quantile", type=float, default=None,
                    help="the count rows' clip quantile")
+    p.add_argument("--oracle", action="store_true",
+                   help="diagnostic: the estimated route with the exact empirical N(s,a)/N(s) "
+                        "(noise-free, same shares): what the counts' noise costs")
     p.add_argument("--estimator-share", type=float, default=None,
                    help="the estimator's share of the run (default: 1 - policy_value_share)")
     p.add_argument("--out", default=None)
@@ -177,11 +197,13 @@ def main(argv=None) -> int:
     for name, seed in sets:
         spec, truth, tr = ward(a.m, seed) if name.startswith("ward") else generated(name, a.m, seed)
         for route in routes:
-            for eps in eps_list:
-                rng = np.random.default_rng([seed, int(eps * 1000), ROUTES.index(route)])
+            for eps, rep in ((e, r) for e in eps_list for r in range(a.repeats)):
+                rng = np.random.default_rng([seed, int(eps * 1000), ROUTES.index(route)]
+                                            + ([rep] if rep else []))
                 v, lo, hi = release(route, spec, tr, eps=eps, delta=a.delta,
-                                    est_share=est_share, rng=rng, behaviour=behaviour)
-                records.append({"dataset": name, "route": route, "epsilon": eps,
+                                    est_share=est_share, rng=rng, behaviour=behaviour,
+                                    oracle=a.oracle)
+                records.append({"dataset": name, "route": route, "epsilon": eps, "repeat": rep,
                                 "error": float(np.max(np.abs(v - truth))),
                                 "covered": bool(np.all((lo <= truth) & (truth <= hi))),
                                 "finite": bool(np.all(np.isfinite(lo) & np.isfinite(hi)))})

@@ -51,6 +51,7 @@ __all__ = [
     "first_state_features",
     "functional_level",
     "pick_policy_values",
+    "public_range_rows",
     "release_first_state",
     "split_first_state",
     "value_estimand",
@@ -215,6 +216,9 @@ ESTIMANDS = {
     "behaviour": "mean recorded discounted return (current practice)",
     "direct_contrast": "direct J(target) minus the mean recorded return",
     "identified_set_contrast": "recorded-horizon J(target) minus the mean recorded return",
+    "public_range": "J(target): no importance weight without logged propensities and the "
+                    "direct method unidentified; the spec's public value range",
+    "public_range_contrast": "J(target) minus the mean recorded return: the public range",
 }
 
 def value_estimand(feature_map: object) -> str:
@@ -239,8 +243,8 @@ def direct_levels(level: float, first_state_alpha: float) -> np.ndarray:
 
 def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
                        first: FirstStateRelease, functional_ends: np.ndarray,
-                       supported: np.ndarray | None, unsupported_bound: float | None
-                       ) -> dict[str, object]:
+                       supported: np.ndarray | None, unsupported_bound: float | None,
+                       ratios_logged: bool = True) -> dict[str, object]:
     """The three released rows when the run also has the direct method (post-processing).
 
     The public rule: J(target) is the direct method held at 1 - 0.8 alpha where its interval is
@@ -248,6 +252,11 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
     minus J(behaviour), each at 1 - 0.4 alpha, where finite, else the identified set's contrast at
     1 - 0.2 alpha. Whatever the data, a picked interval misses its estimand with probability at
     most alpha (a union bound over the candidates); each row names its estimand (:data:`ESTIMANDS`).
+
+    Without logged propensities (``ratios_logged`` False: the schema, public) ``is_release`` was
+    computed with every ratio 1, so its J(behaviour) (the mean recorded return) is valid and its
+    J(target) is not: the fallback of J(target) and of the contrast is then the public range
+    (:func:`public_range_rows`), never the identified set.
 
     Args:
         is_release: the run's :class:`~gpope.core.policy_value_release.PolicyValueRelease`.
@@ -270,6 +279,8 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
     dm_c = direct_interval(theta, first, tuple(functional_ends[1]),
                            level=1.0 - DIRECT_ALPHA * alpha / 2.0, **common)
     fallback = is_release.intervals_with(1.0 - (1.0 - DIRECT_ALPHA) * alpha, settings)
+    if not ratios_logged:
+        fallback = public_range_rows(fallback, ranges, level)
     b = is_release.intervals_with(level, settings)["behaviour_value"]
     b_c = is_release.intervals_with(1.0 - DIRECT_ALPHA * alpha / 2.0, settings)["behaviour_value"]
     finite = math.isfinite(dm.lower) and math.isfinite(dm.upper) and all(
@@ -281,8 +292,9 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
             lower_bound=dm.lower_bound, level=float(level), observed_weight=None,
             estimand=ESTIMANDS["direct"])
     else:
-        out["policy_value"] = dataclasses.replace(fallback["policy_value"], level=float(level),
-                                                  estimand=ESTIMANDS["identified_set"])
+        out["policy_value"] = dataclasses.replace(
+            fallback["policy_value"], level=float(level),
+            estimand=fallback["policy_value"].estimand or ESTIMANDS["identified_set"])
     c_finite = finite and all(math.isfinite(x) for x in functional_ends[1]) and math.isfinite(
         dm_c.lower) and math.isfinite(dm_c.upper)
     if c_finite:
@@ -296,5 +308,22 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
     else:
         out["policy_contrast"] = dataclasses.replace(
             fallback["policy_contrast"], level=float(level),
-            estimand=ESTIMANDS["identified_set_contrast"])
+            estimand=fallback["policy_contrast"].estimand or ESTIMANDS["identified_set_contrast"])
+    return out
+
+
+def public_range_rows(rows: dict[str, object], ranges: dict[str, tuple[float, float]],
+                      level: float) -> dict[str, object]:
+    """``rows`` with J(target) and the contrast replaced by their public ranges (``ranges``:
+    :func:`gpope.core.policy_value_release.public_ranges`; value the range's midpoint, the
+    interval the range itself: it covers whatever the data) and J(behaviour) kept."""
+    import dataclasses
+
+    out = dict(rows)
+    for name, key in (("policy_value", "public_range"),
+                      ("policy_contrast", "public_range_contrast")):
+        lo, hi = (float(x) for x in ranges[name])
+        out[name] = dataclasses.replace(rows[name], value=0.5 * (lo + hi), lower=lo, upper=hi,
+                                        lower_bound=lo, level=float(level),
+                                        observed_weight=None, estimand=ESTIMANDS[key])
     return out

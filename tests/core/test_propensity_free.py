@@ -232,3 +232,36 @@ def test_the_pair_statistics_over_two_discrete_variables_are_the_hand_encoded_on
     probs = np.random.default_rng(4).dirichlet(np.ones(spec1.target_policy.n_actions), size=16)
     np.testing.assert_array_equal(be.value_rows_from_pairs(pairs2, spec2, probs),
                                   be.value_rows_from_pairs(pairs1, spec1, probs))
+
+
+def test_without_logged_ratios_the_policy_terms_are_the_recorded_returns():
+    # ratios 1 (no propensity is read), so g = a = the discounted recorded return written out by
+    # hand, and the first-state features are the value map's one-hot, not the pair map's
+    from gpope.core.trajectories.batch import bounded, policy_terms
+
+    rows = [(0, 0, 1, 1.0, 1, False), (0, 1, 0, 1.0, 0, True), (1, 1, 0, 0.5, 0, True)]
+    tr = dataclasses.replace(_transitions(rows, 2), t=np.array([0, 1, 0]),
+                             behavior_prob=np.full(3, 0.01))  # never read
+    qspec = state_action_spec(SPEC)
+    rho, reward, _ = bounded(tr, qspec)
+    terms = policy_terms(dataclasses.replace(tr, reward=reward), rho, qspec)
+    np.testing.assert_allclose(terms[:, 0], [1.0 + 0.5 * 1.0, 0.5])  # gamma 0.5
+    np.testing.assert_allclose(terms[:, 1], terms[:, 0])
+    np.testing.assert_allclose(terms[:, 3:], [[1.0, 0.0], [0.0, 1.0]])
+
+
+def test_without_logged_ratios_an_unidentified_j_target_is_the_public_range():
+    from gpope.core.policy_value import spec_bounds
+    from gpope.core.policy_value_direct import ESTIMANDS, public_range_rows
+    from gpope.core.policy_value_release import PolicyValueInterval, public_ranges
+
+    ranges = public_ranges(spec_bounds(SPEC))
+    iv = PolicyValueInterval(value=0.3, lower=0.2, upper=0.4, lower_bound=0.25, level=0.95)
+    rows = public_range_rows({"policy_value": iv, "behaviour_value": iv, "policy_contrast": iv},
+                             ranges, 0.95)
+    assert rows["behaviour_value"] is iv
+    # rewards in [0, 1], gamma 0.5, horizon 4: J(target) in [0, 1 + 0.5 + 0.25 + 0.125]
+    assert (rows["policy_value"].lower, rows["policy_value"].upper) == (0.0, 1.875)
+    assert rows["policy_value"].estimand == ESTIMANDS["public_range"]
+    lo, hi = rows["policy_contrast"].lower, rows["policy_contrast"].upper
+    assert (lo, hi) == tuple(ranges["policy_contrast"]) and lo < 0 < hi

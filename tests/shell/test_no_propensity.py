@@ -4,7 +4,10 @@ Generated data (exact values known) written as files, the treatments' ``propensi
 dropped, then the documented commands: ingest keeps every row with ``behavior_prob`` null, stats
 stores the state-action statistics under their own spec id, and evaluate estimates the
 behaviour policy privately inside the run's one composed event (checked against dp-accounting's
-PLD) before releasing the values.
+PLD) before releasing the values, and the policy value rows: J(target) by the direct method
+(the value fit averaged over the first states, oracle: start . (I - gamma P_pi)^-1 r_pi) and
+J(behaviour) as the mean recorded return (oracle: the behaviour's discounted return over the
+recorded horizon, sum_{t < H} gamma^t start P_mu^t r_mu).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 
 def _gaussian_leaves(event):
@@ -72,9 +76,30 @@ def test_an_extract_without_propensities_is_evaluated_by_the_estimated_behaviour
     assert set(got) == set(truth)
     err = max(abs(got[k] - truth[k]) for k in truth)
     assert err < 0.1, (got, truth)
+    # the policy value rows without a logged ratio: each covers its stated estimand
+    from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.policy_value_direct import ESTIMANDS
+
+    mdp = random_mdp_of("random_mdp/7")
+    S, g = mdp.n_states, mdp.config.gamma
+    j_target = float(mdp.start @ mdp.values())
+    P_mu = np.einsum("sa,sat->st", mdp.behaviour, mdp.P[:, :, :S])
+    r_mu = np.einsum("sa,sa->s", mdp.behaviour, mdp.reward_mean)
+    d, j_behaviour = mdp.start.copy(), 0.0
+    for t in range(mdp.config.max_steps):
+        j_behaviour += g ** t * float(d @ r_mu)
+        d = d @ P_mu
+    pv = out["policy_value"]
+    for name, want_j, estimand in (("policy_value", j_target, "direct"),
+                                   ("behaviour_value", j_behaviour, "behaviour"),
+                                   ("policy_contrast", j_target - j_behaviour, "direct_contrast")):
+        row = pv[name]
+        assert row["estimand"] == ESTIMANDS[estimand], (name, row)
+        assert row["lower"] <= want_j <= row["upper"], (name, row, want_j)
+        assert row["upper"] - row["lower"] < 0.5, (name, row)  # informative, not the range
     # the ledger: the behaviour estimate's histogram and counts joined the default's five
-    # Gaussian mechanisms in one composed event (no policy value: it needs logged ratios),
-    # with their documented shares of one privacy loss, certified by PLD at the run's delta
+    # Gaussian mechanisms and the policy value release in one composed event, with their
+    # documented shares of one privacy loss, certified by PLD at the run's delta
     from gpope.config import load_config
     from gpope.core.behaviour_estimate import BehaviourSettings
     from gpope.core.untuned.release import UntunedSettings
@@ -85,9 +110,11 @@ def test_an_extract_without_propensities_is_evaluated_by_the_estimated_behaviour
     mu2 = np.array([e.noise_multiplier ** -2 for e in _gaussian_leaves(stored.event)])
     u, b = UntunedSettings(), BehaviourSettings()
     q, r, ms = u.quantile_share, u.refine_share, 0.1
-    own = 1.0 - b.share - b.quantile_share
+    pv_share = load_config(None).evaluation.policy_value_share
+    own = 1.0 - b.share - b.quantile_share - pv_share
     want = [own * q, own * (1 - 2 * q - r), own * q, own * r * (1 - ms), own * r * ms,
             b.quantile_share, b.share]
-    np.testing.assert_allclose(mu2 / mu2.sum(), want, rtol=1e-9)
+    np.testing.assert_allclose(mu2[:7] / mu2.sum(), want, rtol=1e-9)
+    assert mu2[7:].sum() / mu2.sum() == pytest.approx(pv_share, rel=1e-9)
     pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     assert pld.compose(stored.event).get_epsilon(1e-6) <= 10.0 * (1 + 1e-3)

@@ -52,16 +52,19 @@ def policy_terms(transitions: Any, rho: np.ndarray, spec: EvaluationSpec) -> np.
     (raw reward units, ratios and rewards already clamped to the spec's public bounds) followed
     by the first state's features phi(s_0) (the direct method's first-state mean,
     :mod:`gpope.core.policy_value_direct`), or None when the spec lacks a public bound the
-    policy value release needs."""
+    policy value release needs. A state-action spec (no logged propensities) gets the terms with
+    every ratio 1 (``rho`` from :func:`bounded`: J(behaviour) only, J(target) comes from the
+    direct method) and the first-state features of its value map."""
     from gpope.core.policy_value import policy_value_terms, policy_value_unavailable, spec_bounds
     from gpope.core.policy_value_direct import first_state_features
-    from gpope.core.state_action import is_state_action
+    from gpope.core.state_action import value_spec
 
-    if policy_value_unavailable(spec) or is_state_action(spec):  # no logged ratios
+    if policy_value_unavailable(spec):
         return None
     t = policy_value_terms(transitions, rho, spec_bounds(spec))
     return np.concatenate([np.stack([t.g, t.a, t.n], axis=1),
-                           first_state_features(transitions, spec.feature_map)], axis=1)
+                           first_state_features(transitions, value_spec(spec).feature_map)],
+                          axis=1)
 
 
 def bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:

@@ -201,7 +201,10 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     from gpope.shell.pipeline.propensities import behaviour_rules
 
     behaviour = behaviour_rules(spec, settings)  # no propensities: estimated by the default
-    if is_state_action(spec):  # the policy value release needs logged ratios
+    if is_state_action(spec) and behaviour is None:
+        # the pair fit's theta is over (state, action): no direct J(target) from it, and no
+        # logged ratio for the identified set; with the behaviour estimated, J(target) is the
+        # direct method over the value fit and J(behaviour) the mean recorded return
         settings = dataclasses.replace(settings, policy_value_share=0.0)
     ssp_run = settings.estimator == "ssp"
     q_source = provenance["source"].get("ssp_clip_quantile")

@@ -73,9 +73,11 @@ def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePl
     run's pinned statistics, or None when the plan has no ``policy_value`` component. The
     features are there when the statistics were computed with them (their width is public)."""
     from gpope.core.policy_value import PolicyValueTerms
+    from gpope.core.state_action import value_spec
 
     if plan.component("policy_value") is None:
         return None
+    n = value_spec(spec).n_features  # first-state features of the value map
     table = stats_df.select("policy_terms").toArrow()
     col = table.column("policy_terms").combine_chunks()
     if col.null_count:
@@ -83,7 +85,7 @@ def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePl
             f"{col.null_count} trajectories of the statistics have no policy terms although spec "
             f"{spec.name!r} sets the public bounds; re-run `gpope stats` for this spec.")
     flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    width = 3 + spec.n_features if len(flat) == plan.m * (3 + spec.n_features) else 3
+    width = 3 + n if len(flat) == plan.m * (3 + n) else 3
     x = flat.reshape(-1, width)
     if len(x) != plan.m:
         raise DataError(f"The statistics hold {len(x)} policy terms for m = {plan.m} patients.")
@@ -98,13 +100,14 @@ def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: Eva
     at ``first_state_share`` of the policy value component's privacy loss), or None when the
     statistics carry no first-state features."""
     from gpope.core.policy_value_direct import release_first_state, split_first_state
+    from gpope.core.state_action import value_spec
     from gpope.core.untuned.release import feature_norm_bound
 
     if read is None or read[1] is None:
         return None
     _, s_fs = split_first_state(plan.component("policy_value").sigma, settings.first_state_share)
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x46535452])
-    return release_first_state(read[1], norm_bound=feature_norm_bound(spec.feature_map),
+    return release_first_state(read[1], norm_bound=feature_norm_bound(value_spec(spec).feature_map),
                                sigma=s_fs, rng=np.random.default_rng(ss))
 
 
@@ -132,11 +135,19 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     ``read``: :func:`read_policy_terms` already done; ``direct``: (the estimator's release with
     its ``functionals`` and ``supported``, the first-state release): J(target) and the contrast
     are then picked by :func:`gpope.core.policy_value_direct.pick_policy_values`, and the
-    importance sampling release takes the component's privacy loss the first state left."""
+    importance sampling release takes the component's privacy loss the first state left.
+    A state-action ``spec`` (no logged propensities) has terms with every ratio 1: its J(target)
+    and contrast are the direct method's or, where that is unidentified or absent, the public
+    range (:func:`gpope.core.policy_value_direct.public_range_rows`)."""
     from gpope.core.features import TabularFeatures
     from gpope.core.policy_value import spec_bounds
-    from gpope.core.policy_value_direct import pick_policy_values, split_first_state
-    from gpope.core.policy_value_release import release_policy_value
+    from gpope.core.policy_value_direct import (
+        pick_policy_values,
+        public_range_rows,
+        split_first_state,
+    )
+    from gpope.core.policy_value_release import public_ranges, release_policy_value
+    from gpope.core.state_action import is_state_action
     from gpope.core.untuned.release import value_range
 
     comp = plan.component("policy_value")
@@ -148,8 +159,10 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     rel = release_policy_value(read[0], spec_bounds(spec), sigma=sigma,
                                settings=settings, rng=_noise_generator(seed),
                                secure_noise=secure_noise)
+    logged = not is_state_action(spec)
     if direct is None:
-        return rel.intervals_with(level, settings)
+        rows = rel.intervals_with(level, settings)
+        return rows if logged else public_range_rows(rows, public_ranges(rel.bounds), level)
     est, first = direct
     vr = value_range(spec)
     fiv = est.functionals
@@ -157,7 +170,9 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
         rel, settings, level=level, theta=est.theta, first=first,
         functional_ends=np.stack([fiv.lower, fiv.upper], axis=1), supported=est.supported,
         unsupported_bound=(max(abs(vr[0]), abs(vr[1]))
-                           if isinstance(spec.feature_map, TabularFeatures) else None))
+                           if isinstance(getattr(spec.feature_map, "base", spec.feature_map),
+                                         TabularFeatures) else None),
+        ratios_logged=logged)
 
 
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,
