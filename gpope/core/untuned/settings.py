@@ -84,7 +84,7 @@ class BehaviourSettings:
         grid_decades, bins_per_decade: the histogram's public log grid below its top 1.
     """
 
-    share: float = 0.15
+    share: float = 0.05
     quantile_share: float = 0.02
     clip_quantile: float = 0.9
     prior_stds: float = 1.0
