@@ -76,6 +76,7 @@ __all__ = [
     "pipeline_audit",
     "printing_failed_line",
     "privacy_ledger",
+    "released_counts",
     "set_budget",
     "simulate",
     "stats",
@@ -448,6 +449,16 @@ def privacy_ledger(config: ConfigLike = None, *, spark: SparkSession | None = No
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     return PrivacyLedger(spark, _config(config))
+
+
+def released_counts(dataset: str, *, config: ConfigLike = None,
+                    spark: SparkSession | None = None) -> list[dict[str, Any]]:
+    """The released numbers of patients m~ of ``dataset`` (one per statistics version; public,
+    each charged once in the ledger), oldest first
+    (:func:`~gpope.shell.pipeline.released_count.read_counts`)."""
+    from gpope.shell.pipeline.released_count import read_counts
+
+    return read_counts(_config(config), dataset=dataset, spark=spark)
 
 
 def maintain(*, retention_hours: float | None = None, dataset: str | None = None,

@@ -83,8 +83,23 @@ def _show(args: argparse.Namespace) -> int:
     ledger.check_lake(args.dataset)
     shown, text = status.to_dict(), status.summary()
     extra, lines = _relations(status, getattr(args, "relation", None))
-    emit(args, {**shown, **extra}, "\n".join([text, *lines]))
+    counts, count_lines = _counts(args)
+    emit(args, {**shown, **extra, "released_counts": counts}, "\n".join([text, *lines,
+                                                                          *count_lines]))
     return 0
+
+
+def _counts(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """The dataset's released numbers of patients m~ (public; each charged once in the ledger,
+    docs/ARCHITECTURE.md section 4), as ``--json`` rows and lines."""
+    from gpope import api
+
+    rows = api.released_counts(args.dataset, config=config_from_args(args))
+    lines = [f"  m~         {r['m_noisy']} (statistics version {r['stats_version']}; noise std "
+             f"{r['noise_std']:.3g}; charged epsilon {r['epsilon']:g}, delta {r['delta']:g}"
+             + ("" if r["private"] else "; drawn from a fixed seed: NOT private")
+             + f"; run {r['run_id']})" for r in rows]
+    return rows, lines or ["  m~         none released yet"]
 
 
 def _relations(status, relation: str | None) -> tuple[dict, list[str]]:

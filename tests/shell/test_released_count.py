@@ -73,3 +73,27 @@ def test_a_count_the_ledger_lost_is_found_in_the_lake_and_charged_again(tmp_path
     PrivacyLedger(None, config).reconcile("d")
     (entry,) = PrivacyLedger(None, config).status("d").counted
     assert (entry.run_id, entry.epsilon, entry.delta) == (run_id, count.epsilon, count.delta)
+
+
+def test_budget_show_lists_the_released_counts_beside_their_charge(tmp_path, capsys):
+    """`gpope budget show` states each released m~ (public) with what it was charged, and the
+    ledger row of that charge is the count's run."""
+    import json
+
+    from gpope.cli import main
+
+    config = load_config(None, lake={"root": str(tmp_path)})
+    count = public_count(config, dataset="d", stats_version=2, m=700)
+    seeded = public_count(config, dataset="d", stats_version=3, m=700, seed=4)
+    show = ["budget", "show", "--dataset", "d", "--lake", str(tmp_path)]
+    assert main([*show, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    rows = shown["released_counts"]
+    assert [(r["stats_version"], r["m_noisy"], r["private"]) for r in rows] == [
+        (2, count.m_noisy, True), (3, seeded.m_noisy, False)]
+    assert {r["run_id"] for r in rows} == {e.run_id for e in _ledger_rows(config)}
+    assert rows[0]["noise_std"] == count.sigma and rows[0]["epsilon"] == count.epsilon
+    assert main(show) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("m~")]
+    assert lines[0].split()[1] == str(count.m_noisy) and "statistics version 2" in lines[0]
+    assert "NOT private" in lines[1] and "NOT private" not in lines[0]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from gpope.config import GpopeConfig
 
-__all__ = ["COUNT_LABEL", "TABLE", "public_count", "read_count"]
+__all__ = ["COUNT_LABEL", "TABLE", "public_count", "read_count", "read_counts"]
 
 TABLE = "released_counts"
 #: The ledger label of a count's reservation.
@@ -52,6 +52,18 @@ def _table(config: GpopeConfig, spark: SparkSession | None) -> tuple[Any, str]:
         spark = get_spark(config.spark)
     lake = Lake.from_settings(spark, config.lake)
     return lake.store, lake.location(TableRef.shared(TABLE))
+
+
+def read_counts(config: GpopeConfig, *, dataset: str,
+                spark: SparkSession | None = None) -> list[dict[str, Any]]:
+    """Every released count of ``dataset`` (released numbers: public), oldest first: the
+    ``released_counts`` rows without the dataset column."""
+    tables, location = _table(config, spark)
+    if not tables.exists(location):
+        return []
+    rows = [{k: v for k, v in r.items() if k != "dataset"}
+            for r in tables.read_arrow(location).to_pylist() if r["dataset"] == dataset]
+    return sorted(rows, key=lambda r: (r["created_at"], r["run_id"]))
 
 
 def read_count(config: GpopeConfig, *, dataset: str, stats_version: int,
