@@ -17,6 +17,12 @@ finite, else the importance sampling identified set (the recorded-horizon value)
 the mean recorded return; the contrast the direct J(target) minus J(behaviour), jointly, else the
 identified set's.
 
+``ward`` (:func:`ward_dataset`): the sepsis-like ward of ``benchmarks/signed_ward_core.py``
+(12 acuity cells, discharge +1, death -1, gamma 0.95, cap 30, ward ``<seed>``: dynamics, a
+clinician-mix behaviour and a target half way to a random protocol), the own-data spec an
+analyst would write (tabular, no ``evaluation:`` block); the same release as the pipeline's
+tuning-free run computes it in memory.
+
 ``heavy_tail`` (:func:`heavy_tail_run`): 5% of patients carry 80% of the value; terms only,
 ``--datasets x --runs`` releases per cell.
 
@@ -65,7 +71,50 @@ def dataset(name: str, m: int, seed: int):
     return spec, mdp, tr, statistics_vectors(rows["A"], rows["b"], rows["C"])
 
 
+class WardMDP:
+    """The sepsis-like ward of ``benchmarks/signed_ward_core.py`` (12 acuity cells, discharge +1,
+    death -1, gamma 0.95, cap 30) with the truths :func:`truths` reads."""
+
+    def __init__(self, seed: int):
+        from benchmarks.signed_ward_core import ward
+
+        self.P, self.behaviour, self.target, self.start = ward(seed)
+
+    def values(self, pi=None, horizon: int | None = None) -> np.ndarray:
+        """(S,) V^pi: the Bellman solve (``horizon`` None) or the value over ``horizon`` steps."""
+        from benchmarks.signed_ward_core import GAMMA, S, values
+
+        pi = self.target if pi is None else pi
+        if horizon is None:
+            return values(self.P, pi)
+        r = np.einsum("sa,sa->s", pi, self.P[:, :, S] - self.P[:, :, S + 1])
+        P = np.einsum("sa,sat->st", pi, self.P[:, :, :S])
+        v = np.zeros(S)
+        for _ in range(horizon):
+            v = r + GAMMA * P @ v
+        return v
+
+
+def ward_dataset(m: int, seed: int):
+    """(spec, mdp, transitions, statistics rows) of ward ``seed`` with m patients."""
+    from benchmarks.signed_ward_core import cohort, spec_of
+    from gpope.core.ssp import statistics_vectors
+    from gpope.core.trajectories.batch import statistics_of_transitions
+
+    mdp = WardMDP(seed)
+    tr, _ = cohort(mdp.P, mdp.behaviour, mdp.start, m, np.random.default_rng([seed, m]))
+    spec = spec_of(mdp.target, mdp.behaviour, [0])
+    rows = statistics_of_transitions(tr, spec).to_rows()
+    return spec, mdp, tr, statistics_vectors(rows["A"], rows["b"], rows["C"])
+
+
 def truths(mdp) -> dict[str, float]:
+    if isinstance(mdp, WardMDP):
+        from benchmarks.signed_ward_core import CAP
+
+        return {"direct": float(mdp.start @ mdp.values()),
+                "recorded": float(mdp.start @ mdp.values(horizon=CAP)),
+                "behaviour": float(mdp.start @ mdp.values(mdp.behaviour, horizon=CAP))}
     from benchmarks.policy_value_coverage import finite_horizon_value
 
     return {"direct": float(mdp.start @ mdp.values()),
@@ -200,7 +249,8 @@ def markdown(paths: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kinds", default="random_mdp,random_mdp_linear")
+    p.add_argument("--kinds", default="random_mdp,random_mdp_linear",
+                   help="random_mdp, random_mdp_linear, ward, heavy_tail, heavy_tail_no_union")
     p.add_argument("--datasets", type=int, default=10)
     p.add_argument("--runs", type=int, default=10, help="releases per data set and epsilon")
     p.add_argument("--first-seed", type=int, default=3000)
@@ -232,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             for i in range(a.datasets):
                 seed = a.first_seed + i
-                spec, mdp, tr, vec = dataset(f"{kind}/{seed}", m, seed)
+                spec, mdp, tr, vec = (ward_dataset(m, seed) if kind == "ward" else
+                                      dataset(f"{kind}/{seed}", m, seed))
                 tv = truths(mdp)
                 for eps, rows in by_eps.items():
                     for r in range(a.runs):
