@@ -89,6 +89,12 @@ def _check_policy_value(report: dict, root: Path) -> None:
     assert set(quantities) <= set(mine) and "unhealthy_start" in mine
     assert mine["policy_value"]["value"] == pytest.approx(pv["policy_value"]["value"])
     assert mine["policy_contrast"]["estimator"] == "clipped_is"
+    # each row names what it estimates: a Fourier map's V is its features' fixed point; J(target)
+    # and the contrast the estimand the run printed; J(behaviour) the mean recorded return
+    assert mine["unhealthy_start"]["estimand"].startswith("LSTD fixed point of the spec's features")
+    assert mine["behaviour_value"]["estimand"].startswith("mean recorded discounted return")
+    for q in ("policy_value", "policy_contrast"):
+        assert mine[q]["estimand"] == pv[q]["estimand"], q
     config = load_config(None, lake={"root": str(root)})
     stored = mechanism_from_json(PrivacyLedger(None, config).entry(report["dataset"],
                                                                     ev["run_id"]).mechanism)

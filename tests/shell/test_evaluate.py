@@ -149,6 +149,11 @@ def test_seeded_release_equals_the_core_and_is_recorded_everywhere(spark, setup)
         np.testing.assert_allclose(json.load(fh)["theta"], core.theta_avg, rtol=1e-9, atol=1e-12)
     with open(client.download_artifacts(run.info.run_id, "options.json")) as fh:
         assert "seed" not in json.load(fh)
+    with open(client.download_artifacts(run.info.run_id, "values.json")) as fh:
+        logged = json.load(fh)  # a Fourier map: each V estimates its features' fixed point
+    at = logged["columns"].index("estimand")
+    assert [row[at].startswith("LSTD fixed point of the spec's features")
+            for row in logged["data"]] == [True, True]
     # lineage: the statistics table and its Delta version as an MLflow dataset input
     (inp,) = run.inputs.dataset_inputs
     source = json.loads(inp.dataset.source)

@@ -268,6 +268,8 @@ def json_end(value: float | None) -> float | str | None:
 
 
 def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
+    from gpope.core.policy_value_direct import value_estimand
+
     names = list(record.spec.reference_names)
     table: dict[str, list[Any]] = {"state": names, "value": [float(v) for v in record.values]}
     bounds = record.state_intervals()
@@ -278,6 +280,7 @@ def _value_rows(record: EvaluationRecord) -> dict[str, list[Any]]:
         table["ci_level"] = [record.ci_level] * len(names)
     if record.truth:
         table["true_value"] = [record.truth.get(n) for n in names]
+    table["estimand"] = [value_estimand(record.spec.feature_map)] * len(names)
     return table
 
 

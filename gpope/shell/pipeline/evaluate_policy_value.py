@@ -29,6 +29,7 @@ __all__ = [
     "ESTIMATOR",
     "as_report",
     "check_policy_terms",
+    "estimand_of",
     "functionals_of",
     "mlflow_metrics",
     "observed_weight_note",
@@ -175,16 +176,20 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
         ratios_logged=logged)
 
 
+def estimand_of(name: str, iv: Any) -> str:
+    """What released scalar ``name`` estimates (:data:`gpope.core.policy_value_direct.ESTIMANDS`):
+    the estimand the run picked, else the identified set's and the mean recorded return's."""
+    from gpope.core.policy_value_direct import ESTIMANDS
+
+    default = {"policy_value": "identified_set", "behaviour_value": "behaviour",
+               "policy_contrast": "identified_set_contrast"}
+    return iv.estimand or ESTIMANDS[default[name]]
+
+
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,
                       released: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The released_values rows of the three scalars (none when ``released`` is None), each
-    with its estimand (:data:`gpope.core.policy_value_direct.ESTIMANDS`: the one the run picked,
-    else the identified set's and the mean recorded return's)."""
-    from gpope.core.policy_value_direct import ESTIMANDS
-
-    default = {"policy_value": ESTIMANDS["identified_set"],
-               "behaviour_value": ESTIMANDS["behaviour"],
-               "policy_contrast": ESTIMANDS["identified_set_contrast"]}
+    with its estimand (:func:`estimand_of`)."""
     out = []
     for state, iv in (released or {}).items():
         out.append({
@@ -194,7 +199,7 @@ def policy_value_rows(row: dict[str, Any], *, spec_name: str,
             "lower_bound": float(iv.lower_bound), "ci_level": float(iv.level),
             "epsilon": row["epsilon"], "delta": row["delta"], "accountant": row["accountant"],
             "private": row["private"], "created_at": row["created_at"],
-            "estimand": iv.estimand or default[state],
+            "estimand": estimand_of(state, iv),
         })
     return out
 
@@ -208,8 +213,7 @@ def as_report(released: dict[str, Any] | None) -> dict[str, dict[str, float]] | 
     for k, v in released.items():
         if v.observed_weight is not None:
             out[k]["observed_weight"] = v.observed_weight
-        if v.estimand is not None:
-            out[k]["estimand"] = v.estimand
+        out[k]["estimand"] = estimand_of(k, v)
     return out
 
 
