@@ -223,8 +223,9 @@ ESTIMANDS = {
 
 def value_estimand(feature_map: object) -> str:
     """What a released V(state) estimates: the value itself under a tabular map (the fixed point
-    is exact), the LSTD fixed point of the features under any other map."""
-    tabular = isinstance(feature_map, TabularFeatures)
+    is exact), the LSTD fixed point of the features under any other map. A state-action map
+    (:class:`gpope.core.state_action.StateActionFeatures`) is judged by its value map ``base``."""
+    tabular = isinstance(getattr(feature_map, "base", feature_map), TabularFeatures)
     return ESTIMANDS["tabular_fixed_point" if tabular else "feature_fixed_point"]
 
 

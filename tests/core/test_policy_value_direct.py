@@ -137,3 +137,24 @@ def test_the_public_rule_picks_the_direct_method_where_finite_else_the_identifie
     assert fallback["policy_value"].estimand == ESTIMANDS["identified_set"]
     assert (fallback["policy_value"].lower, fallback["policy_value"].upper) == (is_iv.lower,
                                                                                 is_iv.upper)
+
+
+def test_a_v_row_names_the_fixed_point_its_feature_map_gives():
+    # tabular: the fixed point is the value itself (a state-action route too, by its value map);
+    # any other map: the features' fixed point, without the map's approximation error
+    from gpope.core.policy_value_direct import value_estimand
+    from gpope.core.state_action import state_action_spec
+
+    def spec(feature_map):
+        return EvaluationSpec.from_mapping({
+            "name": "t", "gamma": 0.9, "length_scale": 5, "feature_map": feature_map,
+            "target_policy": {"kind": "uniform", "n_actions": 2},
+            "reference_states": {"a": [0.0, 0.0] if feature_map["kind"] == "fourier" else [0]}})
+
+    tabular = spec({"kind": "tabular", "n_states": 3})
+    fourier = spec({"kind": "fourier", "order": 1, "low": [0.0, 0.0], "high": [1.0, 1.0]})
+    for s in (tabular, state_action_spec(tabular)):
+        assert value_estimand(s.feature_map).startswith("tabular fixed point: the target's value")
+    got = value_estimand(fourier.feature_map)
+    assert got.startswith("LSTD fixed point of the spec's features")
+    assert "does not cover the feature map's approximation error" in got
