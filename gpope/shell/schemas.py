@@ -287,8 +287,9 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "target's value) or the LSTD fixed point of the spec's features (its interval does not "
         "cover the map's approximation error); policy_value the direct method (E over first "
         "states of the fit's V(s0)) or the identified set (expected discounted return over the "
-        "recorded horizon); behaviour_value the mean recorded discounted return; "
-        "policy_contrast which of the two J(target) minus it; null: released before the column",
+        "recorded horizon) or, without logged propensities, the public value range; "
+        "behaviour_value the mean recorded discounted return; policy_contrast that J(target) "
+        "minus it; null: released before the column",
     },
     # the ledger defines its own comments (it is written without Spark on a local lake)
     "privacy_ledger": dict(LEDGER_COMMENTS),
