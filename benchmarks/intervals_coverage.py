@@ -113,6 +113,8 @@ class _Setup:
         self.pool_dir = pool_dir
         self.pool = None  # hiv, or mountain car with mc_pool: cohorts drawn from this pool
         self.b_factor = 1.0  # multiplies the b part of every statistics vector (and the estimand)
+        # tabular features: the public value range, per-value identification as gpope evaluate does
+        self.value_bounds = None
         if domain == "chain":
             from gpope.core.envs import chain as ch
 
@@ -123,6 +125,7 @@ class _Setup:
             self.estimand = ch.exact_values(self.cfg)[states]
             self.transform = lambda th: th[states]
             self.names = ["V(s0)", "V(s20)", "V(s38)"]
+            self.value_bounds = (0.0, 1.0 / (1.0 - self.gamma))  # rewards in [0, 1]
         elif domain == "mountaincar":
             from gpope.core.experiments.continuous import MountainCarSettings, _Domain
 
@@ -321,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             theta=theta, sigma=s2, bound=bound, rng=rng)
         return {ident: bootstrap_interval(
                     noisy, moments, setup.transform, rng=rng if i == len(idents) - 1 else copy.deepcopy(rng),
-                    level=args.level, draws=draws, regularize=False, identification=ident == "on")[1]
+                    level=args.level, draws=draws, regularize=False, identification=ident == "on",
+                    value_bounds=setup.value_bounds)[1]
                 for i, ident in enumerate(idents)}
 
     cells: list[dict] = []

@@ -201,7 +201,7 @@ def bootstrap_interval(
     noisy: NoisyStatistics, moments: NoisyMoments | None,
     transform: Callable[[np.ndarray], np.ndarray], *, rng: np.random.Generator,
     level: float = 0.95, draws: int = BOOTSTRAP_DRAWS, regularize: bool = True,
-    identification: bool = True,
+    identification: bool = True, value_bounds: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its parametric-bootstrap interval: (theta, Interval of transform(theta)).
 
@@ -228,6 +228,13 @@ def bootstrap_interval(
     bootstrap happens to cover an unidentified release (HIV m = 8000, epsilon 10: 0.968, median
     width 3.7; chain m = 1e4, epsilon 1), unbounded too. ``identification=False``: the
     bootstrap interval whatever ``A~`` (no guarantee where ``A`` may be singular).
+    ``value_bounds`` (tabular features only: every coordinate of theta is a state's value, in
+    that public range): identification is judged per released quantity. Where the whole block
+    fails, the least-visited supported features are set aside until the rest ``S`` passes
+    (:func:`gpope.core.untuned.weak.strong_candidates`); theta is solved on ``S`` with the others
+    at the range's midpoint, the bootstrap replays that solve, and every end of a quantity that
+    depends on ``S`` only moves out by :func:`gpope.core.untuned.weak.weak_bias` (what the
+    set-aside features can move it); the others stay unbounded.
 
     Method: the parametric bootstrap for differentially private confidence intervals of
     Ferrando, Wang and Sheldon (2022), "Parametric Bootstrap for Differentially Private
@@ -249,11 +256,43 @@ def bootstrap_interval(
     keep, sep = supported_separation(A, C, std, level=level)
     unbounded = depends_on(transform, theta, ~keep)
     unidentified = bool(identification and not sep > 1.0)
-    if unidentified:
-        unbounded = unbounded | depends_on(transform, theta, keep)
-    b_star = A @ theta
-    if moments is not None:
-        w, V = np.linalg.eigh(moments.covariance())
+    split = _strong_split(A, C, keep, std, level, value_bounds) if unidentified else None
+    bias = np.zeros(value.shape[0])
+    cov = moments.covariance() if moments is not None else None
+    if split is not None:  # per quantity: the features of S carry the release
+        strong, centre, half = split
+        S, W = np.flatnonzero(strong), np.flatnonzero(keep & ~strong)
+        full_transform, base = transform, np.where(keep & ~strong, centre, 0.0)
+
+        def transform(th_s: np.ndarray) -> np.ndarray:
+            full = base.copy()
+            full[S] = th_s
+            return np.asarray(full_transform(full), dtype=np.float64)
+
+        A_SW = A[np.ix_(S, W)]
+        A, b, C = A[np.ix_(S, S)], b[S] - A_SW @ base[W], C[np.ix_(S, S)]
+        cov = None if cov is None else cov[np.ix_(S, S)]
+        n = len(S)
+        theta_s, _ = solve_ssp(A, b, C=C, noise_std=std, regularize=regularize)
+        theta_strong = base.copy()
+        theta_strong[S] = theta_s
+        unbounded = depends_on(full_transform, theta_strong, ~strong)
+        # the released value stays the whole solve's; the interval is the S solve's (its ends
+        # are held around it below, then widened to hold the value)
+        centre_value = transform(theta_s)
+        G = np.array([transform(e) for e in np.eye(n)]).T - transform(np.zeros(n))[:, None]
+        from gpope.core.untuned.weak import weak_bias
+
+        bias = weak_bias(G @ np.linalg.inv(A), A_SW, n_supported=int(keep.sum()),
+                         noise_std=std, half=half)
+        theta_boot = theta_s
+    else:
+        theta_boot, centre_value = theta, value
+        if unidentified:
+            unbounded = unbounded | depends_on(transform, theta, keep)
+    b_star = A @ theta_boot
+    if cov is not None:
+        w, V = np.linalg.eigh(cov)
         root = V * np.sqrt(np.maximum(w, 0.0))
     else:
         root = np.zeros((n, n))
@@ -268,14 +307,31 @@ def bootstrap_interval(
         reps[k] = transform(th)
     alpha = 1.0 - level
     q_lo, q_hi, q_one = (np.quantile(reps, q, axis=0) for q in (alpha / 2, 1 - alpha / 2, level))
-    lower, upper = 2 * value - q_hi, 2 * value - q_lo
-    lower_bound = np.maximum(2 * value - q_one, lower)
+    lower, upper = 2 * centre_value - q_hi - bias, 2 * centre_value - q_lo + bias
+    lower_bound = np.maximum(2 * centre_value - q_one - bias, lower)
     inf = np.where(unbounded, np.inf, 0.0)
     return theta, Interval(value=value, lower=np.minimum(lower, value) - inf,
                            upper=np.maximum(upper, value) + inf,
                            lower_bound=np.minimum(lower_bound, value) - inf,
                            se=reps.std(axis=0, ddof=1) + inf, level=level, df=draws - 1,
                            unidentified=unidentified, separation=sep)
+
+
+def _strong_split(A: np.ndarray, C: np.ndarray, keep: np.ndarray, std: float, level: float,
+                  value_bounds: tuple[float, float] | None,
+                  ) -> tuple[np.ndarray, float, float] | None:
+    """(S, centre, half-range) of :func:`bootstrap_interval`'s per-quantity identification, or
+    None (no finite ``value_bounds``, or no block passes)."""
+    import math
+
+    from gpope.core.untuned.weak import strong_candidates
+
+    if value_bounds is None or not all(math.isfinite(v) for v in value_bounds):
+        return None
+    lo, hi = (float(v) for v in value_bounds)
+    for strong, _ in strong_candidates(A, C, keep, std, level=level):
+        return strong, (lo + hi) / 2.0, (hi - lo) / 2.0
+    return None
 
 
 def depends_on(transform: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,

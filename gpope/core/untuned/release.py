@@ -480,8 +480,11 @@ def release_untuned(
                             meat_r=moments.covariance(), G_all=G_all, noise_std=std,
                             residual_noise=float(s_sum * c_r), value_bounds=value_range(spec),
                             level=level)
+    centre = values
     if weak is not None:  # identification judged per value: a weak state bounds the others
-        values = np.where(weak.bounded, weak.values, values)
+        # the released values stay the solve's; the intervals are the strong block's, widened
+        # below to hold the released value
+        centre = np.where(weak.bounded, weak.values, values)
         se = np.where(weak.bounded, weak.se, se)
         extra = np.where(weak.bounded, weak.extra, extra)
         lo_v, hi_v = value_range(spec)  # an interval wider than the range says nothing: unbounded
@@ -503,9 +506,11 @@ def release_untuned(
             lower_bound=np.where(f_ok, f_val - norm.ppf(f_levels) * f_se - f_extra, -np.inf),
             se=f_se, level=float(f_levels.min()), df=0, unidentified=not identified)
     iv = Interval(
-        value=values, lower=np.where(bounded, values - z2 * se - extra, -np.inf),
-        upper=np.where(bounded, values + z2 * se + extra, np.inf),
-        lower_bound=np.where(bounded, values - z1 * se - extra, -np.inf), se=se, level=level,
+        value=values,
+        lower=np.where(bounded, np.minimum(centre - z2 * se - extra, values), -np.inf),
+        upper=np.where(bounded, np.maximum(centre + z2 * se + extra, values), np.inf),
+        lower_bound=np.where(bounded, np.minimum(centre - z1 * se - extra, values), -np.inf),
+        se=se, level=level,
         df=0, unidentified=not identified, separation=float(sep) if identification else None)
     return UntunedRelease(theta=theta, interval=clamp_interval(iv, value_range(spec)), clip=clip,
                           residual_clip=float(c_r), noisy=noisy, moments=moments,

@@ -18,8 +18,8 @@ bounded coordinate is what lets the weak states be set aside without losing vali
    theta_W`` with ``theta_W`` in the range, so the value ``g . theta_S`` that step 2 estimates
    differs from the estimand by ``u . A_SW (theta_W - c)`` with ``u = A_SS^-T g``, at most
    ``h sum_j |u . A_Sj|`` (``h = (hi - lo) / 2``). ``A_SW`` is known only with the release's noise
-   ``E_SW``: ``sum_j |u . E_Sj| <= sqrt(|W|) ||u|| tau`` with ``tau``
-   (:func:`gpope.core.ssp.noise_norm_bound`) a ``1 - failure`` bound on ``||E||``. That bound is
+   ``E_SW``: ``sum_j |u . E_Sj| <= e ||u||`` with probability ``1 - failure``
+   (:func:`weak_bias`). That bound is
    added to both ends of the interval (identified-set style), so the interval is wider by at most
    the weak states' reachable influence and never narrower than the bias it leaves.
 
@@ -32,11 +32,12 @@ repetition; measured in docs/RESULTS.md ("When is an interval bounded, and why n
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StrongBlock", "strong_block"]
+__all__ = ["StrongBlock", "strong_block", "strong_candidates", "weak_bias"]
 
 
 @dataclass(frozen=True)
@@ -74,23 +75,15 @@ def strong_block(*, A: np.ndarray, C: np.ndarray, keep: np.ndarray, theta0: np.n
     covariance (n, n); ``G_all``: (k, n) the reference rows; ``noise_std``: the noise std on A's
     entries; ``residual_noise``: the residual sum's noise std. Post-processing only.
     """
-    from gpope.core.intervals import separation
-    from gpope.core.ssp import noise_norm_bound
     from gpope.core.untuned.release import second_order_widths
 
     lo, hi = value_bounds
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     centre, half = (lo + hi) / 2.0, (hi - lo) / 2.0
-    order = [int(j) for j in np.argsort(np.diag(C)) if keep[j]]
-    strong = keep.copy()
-    for j in order[:-1]:
-        strong[j] = False
+    for strong, sep in strong_candidates(A, C, keep, noise_std, level=level):
         S, W = np.flatnonzero(strong), np.flatnonzero(keep & ~strong)
         A_SS = A[np.ix_(S, S)]
-        sep = separation(A_SS, noise_std, level=level)
-        if not sep > 1.0:
-            continue
         inv = np.linalg.inv(A_SS)
         shift = theta0[W] - centre
         theta_S = theta0[S] + inv @ (r_sum[S] + A[np.ix_(S, W)] @ shift)
@@ -101,12 +94,45 @@ def strong_block(*, A: np.ndarray, C: np.ndarray, keep: np.ndarray, theta0: np.n
         if not rho < 1.0:
             continue
         se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, inv @ meat @ inv.T, G), 0.0))
-        U = G @ inv  # (k, |S|): rows u^T = g^T A~_SS^-1
-        tau = noise_norm_bound(int(keep.sum()), noise_std)
-        bias = half * (np.abs(U @ A[np.ix_(S, W)]).sum(axis=1)
-                       + math.sqrt(len(W)) * np.linalg.norm(U, axis=1) * tau)
+        bias = weak_bias(G @ inv, A[np.ix_(S, W)], n_supported=int(keep.sum()),
+                         noise_std=noise_std, half=half)
         bounded = ~np.any(G_all[:, ~strong] != 0.0, axis=1)
         values = G @ theta_S
         return StrongBlock(strong=strong, values=values, se=se, extra=extra + bias,
                            bias_bound=bias, bounded=bounded, separation=float(sep))
     return None
+
+
+def strong_candidates(A: np.ndarray, C: np.ndarray, keep: np.ndarray, noise_std: float, *,
+                      level: float) -> Iterator[tuple[np.ndarray, float]]:
+    """The blocks ``S`` (module docstring, step 1) that pass the separation test, with their
+    separation, in the order tried: the supported features less the 1, 2, ... of smallest
+    noisy ``C~_jj`` (never the empty block). Post-processing."""
+    from gpope.core.intervals import separation
+
+    order = [int(j) for j in np.argsort(np.diag(C)) if keep[j]]
+    strong = keep.copy()
+    for j in order[:-1]:
+        strong[j] = False
+        sep = separation(A[np.ix_(strong, strong)], noise_std, level=level)
+        if sep > 1.0:
+            yield strong.copy(), float(sep)
+
+
+def weak_bias(U: np.ndarray, A_SW: np.ndarray, *, n_supported: int, noise_std: float,
+              half: float) -> np.ndarray:
+    """(k,) the bound ``h (sum_j |u . A~_Sj| + e ||u||)`` on what the set-aside states move each
+    value (module docstring, step 3); ``U`` (k, |S|) the rows ``u^T = g^T A~_SS^-1``. ``e``
+    bounds ``sum_j |u . E_Sj| / ||u||`` with probability ``1 - failure``: the smaller of
+    ``sqrt(|W|) tau`` (``tau`` the noise-norm bound of the ``n_supported`` block) and ``|W| z
+    noise_std`` (each ``u . E_Sj / ||u||`` is ``N(0, noise_std^2)``; ``z`` the two-sided
+    quantile of a union bound over the ``|W|`` columns)."""
+    from scipy.stats import norm
+
+    from gpope.core.ssp import NOISE_BOUND_FAILURE, noise_norm_bound
+
+    w = A_SW.shape[1]
+    tau = noise_norm_bound(n_supported, noise_std)
+    z = float(norm.ppf(1.0 - NOISE_BOUND_FAILURE / (2.0 * max(w, 1))))
+    e = min(math.sqrt(w) * tau, w * z * noise_std)
+    return half * (np.abs(U @ A_SW).sum(axis=1) + e * np.linalg.norm(U, axis=1))

@@ -81,7 +81,8 @@ def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.
     """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
     without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`)
     with the identification test of ``options.ssp_identification`` (default on: unbounded, with
-    ``Interval.unidentified``, where the noisy summed A cannot be separated from a singular one);
+    ``Interval.unidentified``, where the noisy summed A cannot be separated from a singular one;
+    under tabular features judged per value, the weakly visited states set aside);
     GPOPE: that SSP interval anchored at GPOPE's estimate, or with ``group_thetas`` (K, n)
     (``--interval-groups``) the Student-t interval of the K disjoint-group estimates
     (:func:`gpope.core.intervals.group_interval`)."""
@@ -101,12 +102,16 @@ def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.
     if noisy is None:
         return None, None, None
 
+    from gpope.core.features import TabularFeatures
+    from gpope.core.untuned.release import value_range
+
     k = len(values)
     _, boot = noise_generators(options.seed)
     _, both = bootstrap_interval(
         noisy, moments, lambda th: np.concatenate([spec.reference_values(th), th]),
         rng=boot, level=options.ci_level, regularize=False,
-        identification=options.ssp_identification)
+        identification=options.ssp_identification,
+        value_bounds=value_range(spec) if isinstance(spec.feature_map, TabularFeatures) else None)
     iv, tiv = split_interval(both, k)
     if not ssp_run:
         iv, tiv = anchored_interval(values, iv), anchored_interval(theta, tiv)
