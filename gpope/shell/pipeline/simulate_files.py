@@ -171,7 +171,7 @@ def _named_spec(spec: dict[str, Any], levels: Mapping[str, int]) -> dict[str, An
     policy = dict(spec["target_policy"])
     if policy.get("kind") == "tabular":
         rows = policy["probs"]
-        policy = {"kind": "tabular", "variables": grid,
+        policy = {"kind": "tabular", "variables": dict(grid),  # no YAML alias in the file
                   "probs": {_named([float(i)], grid): row for i, row in enumerate(rows)}}
     return {**spec, "feature_map": {"kind": "tabular", "variables": grid},
             "target_policy": policy,
