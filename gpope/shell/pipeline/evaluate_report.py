@@ -19,6 +19,7 @@ from gpope.core.accounting.registry import not_a_valid_bound
 from gpope.shell.pipeline.interval_notes import (
     IDENTIFICATION_NOTE,
     NO_SUPPORT_NOTE,
+    PER_STATE_NOTE,
     UNBOUNDED_NOTE,
     format_span,
     unbounded_note,
@@ -36,6 +37,7 @@ __all__ = [
     "IDENTIFICATION_NOTE",
     "NOT_A_VALID_BOUND",
     "NO_SUPPORT_NOTE",
+    "PER_STATE_NOTE",
     "UNBOUNDED_NOTE",
     "EvaluationReport",
     "InterruptedAfterRelease",

@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["IDENTIFICATION_NOTE", "NO_SUPPORT_NOTE", "UNBOUNDED_NOTE", "format_span",
-           "unbounded_note"]
+__all__ = ["IDENTIFICATION_NOTE", "NO_SUPPORT_NOTE", "PER_STATE_NOTE", "UNBOUNDED_NOTE",
+           "format_span", "unbounded_note"]
 
 #: Printed under intervals that are unbounded because a feature they depend on is below the
 #: support threshold (gpope.core.intervals.depends_on).
@@ -26,6 +26,13 @@ IDENTIFICATION_NOTE = ("unbounded: the noisy statistics cannot exclude a singula
                        "patients, a larger epsilon or a larger --statistics-share (gpope runs) "
                        "give a finite one")
 
+#: Printed when the identification test did not reject for the whole A but some values are
+#: identified without the least-visited states (tabular features, gpope.core.untuned.weak).
+PER_STATE_NOTE = ("unbounded: a state this value depends on is visited too little to be "
+                  "identified (separation {separation} of the whole A's test, > 1 needed); the "
+                  "finite intervals are identified without those states and widened by what they "
+                  "can move them; more patients, a larger epsilon or a larger --statistics-share "
+                  "(gpope runs) give a finite one")
 
 #: Printed under intervals that are unbounded because the noisy statistics support no feature at
 #: all, so there was nothing to test for identification.
@@ -44,7 +51,8 @@ def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpo
                    ) -> str | None:
     """The one line saying why some of ``intervals`` (an ``Interval.to_dict()``) are unbounded,
     or None when every interval is finite: :data:`IDENTIFICATION_NOTE` when the identification
-    test did not reject (its ``unidentified``), else :data:`UNBOUNDED_NOTE`; its advice names
+    test did not reject (its ``unidentified``; :data:`PER_STATE_NOTE` when some values are
+    finite all the same, identified per state), else :data:`UNBOUNDED_NOTE`; its advice names
     only what helps the run's ``estimator``."""
     if not intervals or all(math.isfinite(v) for v in [*intervals["lower"], *intervals["upper"]]):
         return None
@@ -52,8 +60,10 @@ def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpo
     if intervals.get("unidentified"):
         sep = intervals.get("separation")
         # unidentified with an infinite separation: no feature was supported to test at all
+        finite = any(math.isfinite(v) for v in intervals["upper"])
         note = (NO_SUPPORT_NOTE if sep is not None and math.isinf(sep) else
-                IDENTIFICATION_NOTE.format(separation="?" if sep is None else f"{sep:.2g}"))
+                (PER_STATE_NOTE if finite else IDENTIFICATION_NOTE).format(
+                    separation="?" if sep is None else f"{sep:.2g}"))
     return note if estimator == "gpope" else note.replace(_GPOPE_REMEDY, _REMEDY)
 
 
