@@ -46,7 +46,8 @@ centred near the released value.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -61,10 +62,23 @@ from gpope.core.ssp import (
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval",
-           "check_interval_groups", "depends_on", "group_interval", "interval_groups",
-           "separated_from_singular", "separation", "split_interval", "ssp_values",
-           "supported_separation"]
+__all__ = [
+    "BOOTSTRAP_DRAWS",
+    "Interval",
+    "anchored_interval",
+    "bootstrap_interval",
+    "check_interval_groups",
+    "depends_on",
+    "group_interval",
+    "interval_groups",
+    "separated_from_singular",
+    "separation",
+    "split_interval",
+    "ssp_values",
+    "strong_candidates",
+    "supported_separation",
+    "weak_bias",
+]
 
 #: Bootstrap replications per interval (the quantiles of a 95% interval from 400 draws are
 #: within about +-0.01 in coverage).
@@ -231,9 +245,9 @@ def bootstrap_interval(
     ``value_bounds`` (tabular features only: every coordinate of theta is a state's value, in
     that public range): identification is judged per released quantity. Where the whole block
     fails, the least-visited supported features are set aside until the rest ``S`` passes
-    (:func:`gpope.core.untuned.weak.strong_candidates`); theta is solved on ``S`` with the others
+    (:func:`strong_candidates`); theta is solved on ``S`` with the others
     at the range's midpoint, the bootstrap replays that solve, and every end of a quantity that
-    depends on ``S`` only moves out by :func:`gpope.core.untuned.weak.weak_bias` (what the
+    depends on ``S`` only moves out by :func:`weak_bias` (what the
     set-aside features can move it); the others stay unbounded.
 
     Method: the parametric bootstrap for differentially private confidence intervals of
@@ -281,8 +295,6 @@ def bootstrap_interval(
         # are held around it below, then widened to hold the value)
         centre_value = transform(theta_s)
         G = np.array([transform(e) for e in np.eye(n)]).T - transform(np.zeros(n))[:, None]
-        from gpope.core.untuned.weak import weak_bias
-
         bias = weak_bias(G @ np.linalg.inv(A), A_SW, n_supported=int(keep.sum()),
                          noise_std=std, half=half)
         theta_boot = theta_s
@@ -323,8 +335,6 @@ def _strong_split(A: np.ndarray, C: np.ndarray, keep: np.ndarray, std: float, le
     """(S, centre, half-range) of :func:`bootstrap_interval`'s per-quantity identification, or
     None (no finite ``value_bounds``, or no block passes)."""
     import math
-
-    from gpope.core.untuned.weak import strong_candidates
 
     if value_bounds is None or not all(math.isfinite(v) for v in value_bounds):
         return None
@@ -474,3 +484,35 @@ def group_interval(estimates: np.ndarray, *, level: float = 0.95) -> Interval:
     one = float(student_t.ppf(level, K - 1)) * se
     return Interval(value=value, lower=value - half, upper=value + half, lower_bound=value - one,
                     se=se, level=level, df=K - 1)
+
+def strong_candidates(A: np.ndarray, C: np.ndarray, keep: np.ndarray, noise_std: float, *,
+                      level: float) -> Iterator[tuple[np.ndarray, float]]:
+    """The blocks ``S`` (module docstring, step 1) that pass the separation test, with their
+    separation, in the order tried: the supported features less the 1, 2, ... of smallest
+    noisy ``C~_jj`` (never the empty block). Post-processing."""
+    order = [int(j) for j in np.argsort(np.diag(C)) if keep[j]]
+    strong = keep.copy()
+    for j in order[:-1]:
+        strong[j] = False
+        sep = separation(A[np.ix_(strong, strong)], noise_std, level=level)
+        if sep > 1.0:
+            yield strong.copy(), float(sep)
+
+
+def weak_bias(U: np.ndarray, A_SW: np.ndarray, *, n_supported: int, noise_std: float,
+              half: float) -> np.ndarray:
+    """(k,) the bound ``h (sum_j |u . A~_Sj| + e ||u||)`` on what the set-aside states move each
+    value (module docstring, step 3); ``U`` (k, |S|) the rows ``u^T = g^T A~_SS^-1``. ``e``
+    bounds ``sum_j |u . E_Sj| / ||u||`` with probability ``1 - failure``: the smaller of
+    ``sqrt(|W|) tau`` (``tau`` the noise-norm bound of the ``n_supported`` block) and ``|W| z
+    noise_std`` (each ``u . E_Sj / ||u||`` is ``N(0, noise_std^2)``; ``z`` the two-sided
+    quantile of a union bound over the ``|W|`` columns)."""
+    from scipy.stats import norm
+
+    from gpope.core.ssp import NOISE_BOUND_FAILURE, noise_norm_bound
+
+    w = A_SW.shape[1]
+    tau = noise_norm_bound(n_supported, noise_std)
+    z = float(norm.ppf(1.0 - NOISE_BOUND_FAILURE / (2.0 * max(w, 1))))
+    e = min(math.sqrt(w) * tau, w * z * noise_std)
+    return half * (np.abs(U @ A_SW).sum(axis=1) + e * np.linalg.norm(U, axis=1))

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.untuned.settings import UntunedSettings
+from gpope.core.untuned.weak import second_order_widths
 from gpope.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -348,36 +349,6 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
     mom = parts[..., n:] + s_mom * bound * bound * rng.standard_normal(parts[..., n:].shape)
     return r_sum, mom, s_sum, s_mom
 
-
-def second_order_widths(G: np.ndarray, inv: np.ndarray, meat: np.ndarray, noise_std: float, *,
-                        level: float) -> tuple[np.ndarray, float]:
-    """The part of the refined estimate's error that the delta method leaves out, bounded:
-    ``(widths (k,), rho)``. Post-processing of released quantities only.
-
-    With ``A~ = A + E`` (E the release's noise, entries iid ``N(0, noise_std^2)``), ``u`` the
-    first-order error term (covariance ``meat``) and ``err`` the error of theta, the refinement
-    satisfies exactly ``err = A~^-1 u + A~^-1 E err``. On the event ``||E|| <= tau``
-    (:func:`gpope.core.ssp.noise_norm_bound`) and ``||A~^-1 u|| <= B`` (``B^2`` the ``level``
-    chi-square quantile of ``k`` times the top eigenvalue of ``A~^-1 meat A~^-T``), with
-    ``rho = ||A~^-1|| tau < 1``: ``||err|| <= B / (1 - rho)`` and
-    ``|g^T A~^-1 E err| <= ||A~^-T g|| tau B / (1 - rho)`` for every reference row g of ``G``,
-    which is the width returned beside the first-order ``z se``. ``rho >= 1``: the bound does
-    not hold and the widths are infinite (the interval is then unbounded: valid or unbounded).
-    """
-    from scipy.stats import chi2
-
-    from gpope.core.ssp import noise_norm_bound
-
-    k = inv.shape[0]
-    if k == 0:
-        return np.zeros(G.shape[0]), 0.0
-    tau = noise_norm_bound(k, noise_std)
-    rho = float(np.linalg.norm(inv, 2) * tau)
-    if rho >= 1.0:
-        return np.full(G.shape[0], np.inf), rho
-    cov = inv @ meat @ inv.T
-    B = math.sqrt(float(chi2.ppf(level, k)) * max(float(np.linalg.eigvalsh(cov)[-1]), 0.0))
-    return np.linalg.norm(G @ inv, axis=1) * tau * B / (1.0 - rho), rho
 
 
 def _ridge_solve(A: np.ndarray, b: np.ndarray, keep: np.ndarray, lam: float) -> np.ndarray:

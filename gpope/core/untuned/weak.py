@@ -32,12 +32,13 @@ repetition; measured in docs/RESULTS.md ("When is an interval bounded, and why n
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StrongBlock", "strong_block", "strong_candidates", "weak_bias"]
+from gpope.core.intervals import strong_candidates, weak_bias
+
+__all__ = ["StrongBlock", "second_order_widths", "strong_block"]
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,6 @@ def strong_block(*, A: np.ndarray, C: np.ndarray, keep: np.ndarray, theta0: np.n
     covariance (n, n); ``G_all``: (k, n) the reference rows; ``noise_std``: the noise std on A's
     entries; ``residual_noise``: the residual sum's noise std. Post-processing only.
     """
-    from gpope.core.untuned.release import second_order_widths
-
     lo, hi = value_bounds
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
@@ -103,36 +102,32 @@ def strong_block(*, A: np.ndarray, C: np.ndarray, keep: np.ndarray, theta0: np.n
     return None
 
 
-def strong_candidates(A: np.ndarray, C: np.ndarray, keep: np.ndarray, noise_std: float, *,
-                      level: float) -> Iterator[tuple[np.ndarray, float]]:
-    """The blocks ``S`` (module docstring, step 1) that pass the separation test, with their
-    separation, in the order tried: the supported features less the 1, 2, ... of smallest
-    noisy ``C~_jj`` (never the empty block). Post-processing."""
-    from gpope.core.intervals import separation
+def second_order_widths(G: np.ndarray, inv: np.ndarray, meat: np.ndarray, noise_std: float, *,
+                        level: float) -> tuple[np.ndarray, float]:
+    """The part of the refined estimate's error that the delta method leaves out, bounded:
+    ``(widths (k,), rho)``. Post-processing of released quantities only.
 
-    order = [int(j) for j in np.argsort(np.diag(C)) if keep[j]]
-    strong = keep.copy()
-    for j in order[:-1]:
-        strong[j] = False
-        sep = separation(A[np.ix_(strong, strong)], noise_std, level=level)
-        if sep > 1.0:
-            yield strong.copy(), float(sep)
+    With ``A~ = A + E`` (E the release's noise, entries iid ``N(0, noise_std^2)``), ``u`` the
+    first-order error term (covariance ``meat``) and ``err`` the error of theta, the refinement
+    satisfies exactly ``err = A~^-1 u + A~^-1 E err``. On the event ``||E|| <= tau``
+    (:func:`gpope.core.ssp.noise_norm_bound`) and ``||A~^-1 u|| <= B`` (``B^2`` the ``level``
+    chi-square quantile of ``k`` times the top eigenvalue of ``A~^-1 meat A~^-T``), with
+    ``rho = ||A~^-1|| tau < 1``: ``||err|| <= B / (1 - rho)`` and
+    ``|g^T A~^-1 E err| <= ||A~^-T g|| tau B / (1 - rho)`` for every reference row g of ``G``,
+    which is the width returned beside the first-order ``z se``. ``rho >= 1``: the bound does
+    not hold and the widths are infinite (the interval is then unbounded: valid or unbounded).
+    """
+    from scipy.stats import chi2
 
+    from gpope.core.ssp import noise_norm_bound
 
-def weak_bias(U: np.ndarray, A_SW: np.ndarray, *, n_supported: int, noise_std: float,
-              half: float) -> np.ndarray:
-    """(k,) the bound ``h (sum_j |u . A~_Sj| + e ||u||)`` on what the set-aside states move each
-    value (module docstring, step 3); ``U`` (k, |S|) the rows ``u^T = g^T A~_SS^-1``. ``e``
-    bounds ``sum_j |u . E_Sj| / ||u||`` with probability ``1 - failure``: the smaller of
-    ``sqrt(|W|) tau`` (``tau`` the noise-norm bound of the ``n_supported`` block) and ``|W| z
-    noise_std`` (each ``u . E_Sj / ||u||`` is ``N(0, noise_std^2)``; ``z`` the two-sided
-    quantile of a union bound over the ``|W|`` columns)."""
-    from scipy.stats import norm
-
-    from gpope.core.ssp import NOISE_BOUND_FAILURE, noise_norm_bound
-
-    w = A_SW.shape[1]
-    tau = noise_norm_bound(n_supported, noise_std)
-    z = float(norm.ppf(1.0 - NOISE_BOUND_FAILURE / (2.0 * max(w, 1))))
-    e = min(math.sqrt(w) * tau, w * z * noise_std)
-    return half * (np.abs(U @ A_SW).sum(axis=1) + e * np.linalg.norm(U, axis=1))
+    k = inv.shape[0]
+    if k == 0:
+        return np.zeros(G.shape[0]), 0.0
+    tau = noise_norm_bound(k, noise_std)
+    rho = float(np.linalg.norm(inv, 2) * tau)
+    if rho >= 1.0:
+        return np.full(G.shape[0], np.inf), rho
+    cov = inv @ meat @ inv.T
+    B = math.sqrt(float(chi2.ppf(level, k)) * max(float(np.linalg.eigvalsh(cov)[-1]), 0.0))
+    return np.linalg.norm(G @ inv, axis=1) * tau * B / (1.0 - rho), rho
