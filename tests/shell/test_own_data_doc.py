@@ -441,5 +441,8 @@ def test_the_ward_extract_example_runs_as_written(spark, tmp_path, monkeypatch, 
     released = {line.split("=")[0].strip()[2:-1]: float(line.split("=")[1].split()[0])
                 for line in evaluate.splitlines() if line.strip().startswith("V(")}
     assert set(released) == set(truth["values"])
-    for state in truth["values"]:  # the query answers with every reference state's row
-        assert state in outputs["query"]
+    # the policy value rows are released without propensities too, named as the page names them
+    for line in ("J(target) = ", "J(behaviour) = ", "J(target) - J(behaviour) = "):
+        assert line in evaluate, evaluate
+    for state in [*truth["values"], "policy_value", "behaviour_value", "policy_contrast"]:
+        assert state in outputs["query"]  # the query answers with every released row
