@@ -128,7 +128,8 @@ def test_ssp_run_is_accounted_released_with_intervals_and_logged(spark, setup):
     vals = lake.read_shared_table(spark, config.lake, "released_values")
     assert [f.name for f in vals.schema.fields] == [
         "run_id", "dataset", "spec_id", "spec_name", "estimator", "state", "value", "lower", "upper",
-        "lower_bound", "ci_level", "epsilon", "delta", "accountant", "private", "created_at"]
+        "lower_bound", "ci_level", "epsilon", "delta", "accountant", "private", "created_at",
+        "estimand"]
     assert [f.name for f in vals.schema.fields] == [f.name for f in RELEASED_VALUES.fields]
     got = {r.state: r for r in vals.where(vals.run_id == report.run_id).collect()}
     assert sorted(got) == ["s0", "s3", "s6"]
