@@ -133,46 +133,40 @@ def _check_variables(domain: str, variables: Mapping[str, int]) -> dict[str, int
     return levels
 
 
-def _levels_of(states: np.ndarray, levels: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Row-major digits of integer ``states`` in the grid ``levels`` (first variable slowest)."""
-    out, rest = {}, np.asarray(states, dtype=np.int64)
-    for name, k in reversed(list(levels.items())):
-        out[name], rest = rest % k, rest // k
-    return {name: out[name] for name in levels}
-
-
 def _charted_as(table: Any, levels: Mapping[str, int]) -> Any:
     """The observations with each ``state`` row replaced by one row per variable (same patient
-    and time), the other rows (e.g. the episode end) kept; sorted by patient and time."""
+    and time): the levels of the product map's state at that index
+    (:meth:`gpope.core.features.TabularFeatures.states`, the order the spec's map reads), the
+    other rows (e.g. the episode end) kept; sorted by patient and time."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from gpope.core.features import TabularFeatures
+
     is_state = pc.equal(table["variable"], "state")
     states, others = table.filter(is_state), table.filter(pc.invert(is_state))
-    digits = _levels_of(np.round(states["value"].to_numpy()), levels)
+    grid = TabularFeatures(variables=dict(levels)).states()
+    digits = grid[np.round(states["value"].to_numpy()).astype(np.int64)]
     charted = [states.set_column(states.schema.get_field_index("variable"), "variable",
                                  pa.array([name] * states.num_rows, pa.string()))
-               .set_column(states.schema.get_field_index("value"), "value",
-                           pa.array(digits[name].astype(np.float64)))
-               for name in levels]
+               .set_column(states.schema.get_field_index("value"), "value", pa.array(digits[:, j]))
+               for j, name in enumerate(levels)]
     whole = pa.concat_tables([*charted, others])
     return whole.sort_by([("patient_id", "ascending"), ("time", "ascending")])
-
-
-def _named(state: list[float], levels: Mapping[str, int]) -> str:
-    digits = _levels_of(np.array([round(state[0])]), levels)
-    return ",".join(f"{name}={int(d[0])}" for name, d in digits.items())
 
 
 def _named_spec(spec: dict[str, Any], levels: Mapping[str, int]) -> dict[str, Any]:
     """The generated spec over the declared variables: the product map, the tabular policy's
     rows and the reference states named by their variables (the same arithmetic)."""
+    from gpope.core.features import DiscreteVariables
+
     grid = dict(levels)
+    names = DiscreteVariables.parse(grid).state_names()  # index order, as the map reads them
     policy = dict(spec["target_policy"])
     if policy.get("kind") == "tabular":
-        rows = policy["probs"]
         policy = {"kind": "tabular", "variables": dict(grid),  # no YAML alias in the file
-                  "probs": {_named([float(i)], grid): row for i, row in enumerate(rows)}}
+                  "probs": dict(zip(names, policy["probs"], strict=True))}
     return {**spec, "feature_map": {"kind": "tabular", "variables": grid},
             "target_policy": policy,
-            "reference_states": {k: _named(v, grid) for k, v in spec["reference_states"].items()}}
+            "reference_states": {k: names[round(v[0])]
+                                 for k, v in spec["reference_states"].items()}}
