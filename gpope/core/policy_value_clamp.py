@@ -1,8 +1,9 @@
-"""What the policy value release's return clamp and data-chosen clips cost its intervals.
+"""The policy value release's clips: how they are read from noisy histograms, and what the
+return clamp and the data-chosen clips cost its intervals.
 
 The clamp. J(behaviour) is the mean of the discounted return g, but the release sums
 clip(g, g_lo, g_hi) with ends read from a noisy histogram of the same returns
-(:func:`gpope.core.policy_value_release.clips_from_histograms`). Per patient
+(:func:`clips_from_histograms`). Per patient
 
     g = clip(g, g_lo, g_hi) + (g - g_hi)_+ - (g_lo - g)_+,
 
@@ -31,10 +32,15 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
-from gpope.core.policy_value import PolicyValueBounds
+from gpope.core.mechanisms.quantile import LogGrid
+from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
+from gpope.core.policy_value_settings import PolicyValueSettings
 
-__all__ = ["ClampBound", "clamp_bound", "clip_choices", "population_excess", "public_clamp_bound"]
+__all__ = ["ClampBound", "choose_clip", "choose_floor", "clamp_bound", "clip_choices",
+           "clip_histograms", "clips_from_histograms", "one_signed", "population_excess",
+           "public_clamp_bound", "public_limits", "released_components"]
 
 
 @dataclass(frozen=True)
@@ -123,3 +129,127 @@ def clip_choices(n_edges: int, sign: int) -> tuple[int, int, int]:
     k = int(n_edges)
     g = k * (k + 1) if sign else (2 * k + 2) ** 2
     return g, k, k
+
+
+def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:
+    """Public bounds of |g|, |a| and n with lambda = 1 (the top edges of the clip grids)."""
+    lo0, hi0 = bounds.range_with_zero
+    d_lo, d_hi = bounds.target_range
+    s = bounds.discount_mass
+    return s * max(-lo0, hi0), bounds.weight_clip * s * max(-d_lo, d_hi), bounds.weight_clip * s
+
+
+def clip_grid(top: float, settings: PolicyValueSettings) -> LogGrid:
+    return LogGrid(lo=top * 10.0 ** (-settings.grid_decades), hi=top,
+                   bins_per_decade=settings.bins_per_decade)
+
+
+def bin_counts(values: np.ndarray, grid: LogGrid) -> np.ndarray:
+    idx = np.searchsorted(grid.edges(), np.abs(values), side="right")
+    return np.bincount(idx, minlength=grid.n_bins).astype(np.float64)
+
+
+def choose_clip(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
+                max_count: float = math.inf) -> np.ndarray | float:
+    """The clip read top down from a noisy histogram (post-processing).
+
+    Walking down from the public top edge, the clip is lowered past a bin while that bin's noisy
+    count stays below ``z * noise_std``: the lower edge of the last bin passed. It stays at the
+    top when ``z * noise_std`` exceeds ``max_count`` (the histogram cannot resolve so few
+    patients). So each bin above the clip holds about ``z * noise_std`` terms at most, and a
+    histogram drowned in noise clips nothing. ``noisy_counts`` (..., bins) gives clips (...).
+    """
+    edges = grid.edges()
+    counts = np.asarray(noisy_counts, dtype=np.float64)
+    threshold = z * noise_std
+    hit = counts[..., 1:len(edges)] > threshold  # bins 1 .. K-1 (bin j = [edges[j-1], edges[j]))
+    last = np.where(hit.any(axis=-1), hit.shape[-1] - np.argmax(hit[..., ::-1], axis=-1), 0)
+    clip = edges[last]
+    top = (threshold > max_count) | (counts[..., -1] > threshold)
+    out = np.where(top, edges[-1], clip)
+    return float(out) if out.ndim == 0 else out
+
+
+def one_signed(bounds: PolicyValueBounds) -> int:
+    """+1 / -1 when every return is >= 0 / <= 0 (public reward bounds), else 0."""
+    lo0, hi0 = bounds.range_with_zero
+    return 1 if lo0 == 0.0 else (-1 if hi0 == 0.0 else 0)
+
+
+def choose_floor(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
+                 max_count: float = math.inf) -> np.ndarray | float:
+    """The floor of |g| read bottom up from the same noisy histogram (post-processing): the
+    lower edge of the first bin (from 0 up) whose noisy count exceeds ``z * noise_std``; 0 when
+    that threshold exceeds ``max_count`` or no bin does."""
+    edges = grid.edges()
+    counts = np.asarray(noisy_counts, dtype=np.float64)
+    threshold = z * noise_std
+    hit = counts > threshold
+    first = np.argmax(hit, axis=-1)
+    lower = np.concatenate([[0.0], edges])[np.minimum(first, len(edges))]
+    out = np.where(hit.any(axis=-1) & (threshold <= max_count), lower, 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def released_components(bounds: PolicyValueBounds) -> int:
+    """k: the components with a private range (on-policy 1: a = g and n = S are public)."""
+    return 1 if bounds.on_policy else 3
+
+
+def clip_histograms(terms: PolicyValueTerms, bounds: PolicyValueBounds,
+                    settings: PolicyValueSettings) -> tuple[list[LogGrid], list[np.ndarray]]:
+    """The k exact (private) histograms of g, |a|, n on their public grids: g's is of |g| when
+    every return has one sign, else its negative and non-negative parts side by side (one
+    count per patient either way)."""
+    tops = public_limits(bounds)
+    values = (terms.g, terms.a, terms.n)
+    grids = [clip_grid(tops[j], settings) for j in range(released_components(bounds))]
+    counts = [bin_counts(values[j], grid) for j, grid in enumerate(grids)]
+    if not one_signed(bounds):
+        g = terms.g
+        counts[0] = np.concatenate([bin_counts(-g[g < 0], grids[0]),
+                                    bin_counts(g[g >= 0], grids[0])])
+    return grids, counts
+
+
+def clips_from_histograms(noisy: list[np.ndarray], grids: list[LogGrid], bounds: PolicyValueBounds,
+                          settings: PolicyValueSettings, *, hist_std: float, m: int):
+    """(g_hi, c_a, c_n, g_lo) read from the noisy histograms (post-processing): the range
+    [g_lo, g_hi] the returns are clipped to and the target terms' clips; arrays when the counts
+    carry leading run dimensions (the audit)."""
+    tops = public_limits(bounds)
+    chosen = [tops[0], tops[1], tops[2], -tops[0]]
+    cap = settings.max_clipped * m
+    for j, (grid, counts) in enumerate(zip(grids, noisy, strict=True)):
+        if j == 0:
+            chosen[0], chosen[3] = return_range(counts, grid, bounds, settings, hist_std, cap)
+            continue
+        z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
+        # the target's terms are clipped by scaling weights (always valid): no cap there
+        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, z, math.inf))
+    return tuple(chosen)
+
+
+def return_range(counts: np.ndarray, grid: LogGrid, bounds: PolicyValueBounds,
+                  settings: PolicyValueSettings, hist_std: float, cap: float):
+    """(g_hi, g_lo) from g's noisy histogram: each end read from the outside in, and a side
+    with no resolvable mass ends at the other side's floor."""
+    top = public_limits(bounds)[0]
+    sign = one_signed(bounds)
+    if sign:
+        z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
+        c = np.minimum(top, choose_clip(counts, grid, hist_std, z, cap))
+        f = np.minimum(c, choose_floor(counts, grid, hist_std, z, cap))
+        return (c, f) if sign > 0 else (-f, -c)
+    nb = grid.n_bins
+    neg, pos = counts[..., :nb], counts[..., nb:]
+    z = float(norm.ppf(1.0 - settings.false_alarm / (2 * nb)))
+    threshold = z * hist_std
+    ok = threshold <= cap
+    pos_any = (pos > threshold).any(axis=-1) & ok
+    neg_any = (neg > threshold).any(axis=-1) & ok
+    hi = np.where(pos_any, choose_clip(pos, grid, hist_std, z, cap),
+                  np.where(neg_any, -choose_floor(neg, grid, hist_std, z, cap), top))
+    lo = np.where(neg_any, -choose_clip(neg, grid, hist_std, z, cap),
+                  np.where(pos_any, choose_floor(pos, grid, hist_std, z, cap), -top))
+    return np.minimum(hi, top), np.maximum(lo, -top)

@@ -52,14 +52,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from gpope.core.mechanisms.quantile import LogGrid
 from gpope.core.mechanisms.secure_noise import secure_perturb
 from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_clamp import (
     ClampBound,
     clamp_bound,
     clip_choices,
+    clip_histograms,
+    clips_from_histograms,
+    one_signed,
     public_clamp_bound,
+    released_components,
 )
 from gpope.core.policy_value_settings import METHODS as _METHODS
 from gpope.core.policy_value_settings import PolicyValueSettings
@@ -72,7 +75,6 @@ __all__ = [
     "PolicyValueInterval",
     "PolicyValueRelease",
     "PolicyValueSettings",
-    "choose_clip",
     "exact_intervals",
     "policy_value_event",
     "policy_value_sigma",
@@ -140,7 +142,11 @@ class PolicyValueRelease:
         mid, half: (3,) centre and half-range of each component's public range after clipping.
         noise_means: (3,) std of the noise of ``means``.
         noise_second: std of the noise of a diagonal entry of ``second`` (off-diagonal: / sqrt 2).
-        m: number of patients; bounds: the public constants; sigma: the release's multiplier.
+        m: what the means divide by: the released count m~, or the number of patients where
+            that is public; bounds: the public constants; sigma: the release's multiplier.
+        margin: t with |m~ - m| <= t at the probability the rows set aside for it
+            (:func:`gpope.core.mechanisms.count.count_margin`); 0 where m is exact. Every width
+            uses m - t patients and each row is widened by what the count's error moves.
         clamp: the released bounds' ingredients of what the return clamp [g_lo, g_hi] moves
             (:class:`gpope.core.policy_value_clamp.ClampBound`; zero for an exact release).
         choices: (g, a, n) how many clips the release could have chosen for each component
@@ -160,6 +166,12 @@ class PolicyValueRelease:
     sigma: float
     clamp: ClampBound = _NO_CLAMP
     choices: tuple[int, int, int] = (1, 1, 1)
+    margin: int = 0
+
+    @property
+    def m_low(self) -> int:
+        """The fewest patients the released count allows (``m - margin``, at least 2)."""
+        return max(self.m - self.margin, 2)
 
     def intervals(self, level: float, method: str = "bernstein", *, variance_share: float = 0.25,
                   noise_share: float = 0.25, clamp_share: float = 0.1
@@ -173,66 +185,6 @@ class PolicyValueRelease:
         ``variance_share``, ``noise_share``): what a run releases."""
         return self.intervals(level, settings.method, variance_share=settings.variance_share,
                               noise_share=settings.noise_share, clamp_share=settings.clamp_share)
-
-
-def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:
-    """Public bounds of |g|, |a| and n with lambda = 1 (the top edges of the clip grids)."""
-    lo0, hi0 = bounds.range_with_zero
-    d_lo, d_hi = bounds.target_range
-    s = bounds.discount_mass
-    return s * max(-lo0, hi0), bounds.weight_clip * s * max(-d_lo, d_hi), bounds.weight_clip * s
-
-
-def _grid(top: float, settings: PolicyValueSettings) -> LogGrid:
-    return LogGrid(lo=top * 10.0 ** (-settings.grid_decades), hi=top,
-                   bins_per_decade=settings.bins_per_decade)
-
-
-def _bin_counts(values: np.ndarray, grid: LogGrid) -> np.ndarray:
-    idx = np.searchsorted(grid.edges(), np.abs(values), side="right")
-    return np.bincount(idx, minlength=grid.n_bins).astype(np.float64)
-
-
-def choose_clip(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
-                max_count: float = math.inf) -> np.ndarray | float:
-    """The clip read top down from a noisy histogram (post-processing).
-
-    Walking down from the public top edge, the clip is lowered past a bin while that bin's noisy
-    count stays below ``z * noise_std``: the lower edge of the last bin passed. It stays at the
-    top when ``z * noise_std`` exceeds ``max_count`` (the histogram cannot resolve so few
-    patients). So each bin above the clip holds about ``z * noise_std`` terms at most, and a
-    histogram drowned in noise clips nothing. ``noisy_counts`` (..., bins) gives clips (...).
-    """
-    edges = grid.edges()
-    counts = np.asarray(noisy_counts, dtype=np.float64)
-    threshold = z * noise_std
-    hit = counts[..., 1:len(edges)] > threshold  # bins 1 .. K-1 (bin j = [edges[j-1], edges[j]))
-    last = np.where(hit.any(axis=-1), hit.shape[-1] - np.argmax(hit[..., ::-1], axis=-1), 0)
-    clip = edges[last]
-    top = (threshold > max_count) | (counts[..., -1] > threshold)
-    out = np.where(top, edges[-1], clip)
-    return float(out) if out.ndim == 0 else out
-
-
-def _one_signed(bounds: PolicyValueBounds) -> int:
-    """+1 / -1 when every return is >= 0 / <= 0 (public reward bounds), else 0."""
-    lo0, hi0 = bounds.range_with_zero
-    return 1 if lo0 == 0.0 else (-1 if hi0 == 0.0 else 0)
-
-
-def choose_floor(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
-                 max_count: float = math.inf) -> np.ndarray | float:
-    """The floor of |g| read bottom up from the same noisy histogram (post-processing): the
-    lower edge of the first bin (from 0 up) whose noisy count exceeds ``z * noise_std``; 0 when
-    that threshold exceeds ``max_count`` or no bin does."""
-    edges = grid.edges()
-    counts = np.asarray(noisy_counts, dtype=np.float64)
-    threshold = z * noise_std
-    hit = counts > threshold
-    first = np.argmax(hit, axis=-1)
-    lower = np.concatenate([[0.0], edges])[np.minimum(first, len(edges))]
-    out = np.where(hit.any(axis=-1) & (threshold <= max_count), lower, 0.0)
-    return float(out) if out.ndim == 0 else out
 
 
 def _components(terms: PolicyValueTerms, clips: tuple[float, ...],
@@ -264,7 +216,8 @@ def _ranges(clips: tuple[float, ...], bounds: PolicyValueBounds) -> tuple[np.nda
 def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, sigma: float,
                          settings: PolicyValueSettings, rng: np.random.Generator,
                          clips: tuple[float, float, float] | None = None,
-                         secure_noise: bool = False) -> PolicyValueRelease:
+                         secure_noise: bool = False, count: int | None = None,
+                         count_margin: int = 0) -> PolicyValueRelease:
     """Release the policy-value statistics with noise multiplier ``sigma`` (the three
     sub-releases of the module docstring; ``sigma = 0``: exact, not private).
 
@@ -279,6 +232,8 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
             clip share).
         secure_noise: draw every noise term from the OS-CSPRNG discrete Gaussian on a public
             grid instead of ``rng`` (:func:`secure_perturb`): the run's ``--secure-noise``.
+        count, count_margin: the released count m~ the means divide by (None: the number of
+            terms, where the exact m is public) and its margin t (:attr:`PolicyValueRelease.margin`).
 
     Guarantees: with ``sigma > 0`` and ``clips=None`` the output is as private as
     ``policy_value_event(sigma)`` (under ``secure_noise``: its RDP curve, which bounds the
@@ -288,6 +243,13 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     m = terms.m
     if m < 2:
         raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
+    if count is not None:  # the released m~ is the m of every public number below
+        m = int(count)
+        if m < 2:
+            raise ConfigError(
+                f"The released number of patients is {m}: too few for the policy value release; "
+                "raise privacy.count_epsilon or evaluate a larger dataset.")
+    low = max(m - int(count_margin), 2)
     hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
     given = clips is not None
     noisy = grids = None
@@ -306,7 +268,7 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     if given:
         clamp = public_clamp_bound(bounds, m=m, g_hi=clips[0], g_lo=clips[3])
     elif noisy is not None:
-        sign = _one_signed(bounds)
+        sign = one_signed(bounds)
         edges = grids[0].edges()
         clamp = clamp_bound(noisy[0], edges, sign, g_hi=clips[0], g_lo=clips[3],
                             noise_std=hist_std)
@@ -321,9 +283,9 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         first, mom = add_sum_noise(first, mom, first_std, mom_std, active, rng=rng)
     means = mid + half * first / m
     return PolicyValueRelease(
-        clips=clips, means=means, second=moments_matrix(mom / m, 3), mid=mid, half=half,
-        noise_means=half * first_std / m, noise_second=mom_std / m, m=m, bounds=bounds, sigma=s,
-        clamp=clamp, choices=choices)
+        clips=clips, means=means, second=moments_matrix(mom / low, 3), mid=mid, half=half,
+        noise_means=half * first_std / low, noise_second=mom_std / low, m=m, bounds=bounds,
+        sigma=s, clamp=clamp, choices=choices, margin=int(count_margin))
 
 
 def _secure_histograms(counts: list[np.ndarray], hist_std: float,
@@ -370,70 +332,6 @@ def add_histogram_noise(counts: list[np.ndarray], hist_std: float, rng: np.rando
     """Each histogram plus iid N(0, hist_std^2) per bin (``size``: that many releases)."""
     return [c + hist_std * rng.standard_normal(c.shape if size is None else (size, len(c)))
             for c in counts]
-
-
-def released_components(bounds: PolicyValueBounds) -> int:
-    """k: the components with a private range (on-policy 1: a = g and n = S are public)."""
-    return 1 if bounds.on_policy else 3
-
-
-def clip_histograms(terms: PolicyValueTerms, bounds: PolicyValueBounds,
-                    settings: PolicyValueSettings) -> tuple[list[LogGrid], list[np.ndarray]]:
-    """The k exact (private) histograms of g, |a|, n on their public grids: g's is of |g| when
-    every return has one sign, else its negative and non-negative parts side by side (one
-    count per patient either way)."""
-    tops = public_limits(bounds)
-    values = (terms.g, terms.a, terms.n)
-    grids = [_grid(tops[j], settings) for j in range(released_components(bounds))]
-    counts = [_bin_counts(values[j], grid) for j, grid in enumerate(grids)]
-    if not _one_signed(bounds):
-        g = terms.g
-        counts[0] = np.concatenate([_bin_counts(-g[g < 0], grids[0]),
-                                    _bin_counts(g[g >= 0], grids[0])])
-    return grids, counts
-
-
-def clips_from_histograms(noisy: list[np.ndarray], grids: list[LogGrid], bounds: PolicyValueBounds,
-                          settings: PolicyValueSettings, *, hist_std: float, m: int):
-    """(g_hi, c_a, c_n, g_lo) read from the noisy histograms (post-processing): the range
-    [g_lo, g_hi] the returns are clipped to and the target terms' clips; arrays when the counts
-    carry leading run dimensions (the audit)."""
-    tops = public_limits(bounds)
-    chosen = [tops[0], tops[1], tops[2], -tops[0]]
-    cap = settings.max_clipped * m
-    for j, (grid, counts) in enumerate(zip(grids, noisy, strict=True)):
-        if j == 0:
-            chosen[0], chosen[3] = _return_range(counts, grid, bounds, settings, hist_std, cap)
-            continue
-        z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
-        # the target's terms are clipped by scaling weights (always valid): no cap there
-        chosen[j] = np.minimum(tops[j], choose_clip(counts, grid, hist_std, z, math.inf))
-    return tuple(chosen)
-
-
-def _return_range(counts: np.ndarray, grid: LogGrid, bounds: PolicyValueBounds,
-                  settings: PolicyValueSettings, hist_std: float, cap: float):
-    """(g_hi, g_lo) from g's noisy histogram: each end read from the outside in, and a side
-    with no resolvable mass ends at the other side's floor."""
-    top = public_limits(bounds)[0]
-    sign = _one_signed(bounds)
-    if sign:
-        z = float(norm.ppf(1.0 - settings.false_alarm / grid.n_bins))
-        c = np.minimum(top, choose_clip(counts, grid, hist_std, z, cap))
-        f = np.minimum(c, choose_floor(counts, grid, hist_std, z, cap))
-        return (c, f) if sign > 0 else (-f, -c)
-    nb = grid.n_bins
-    neg, pos = counts[..., :nb], counts[..., nb:]
-    z = float(norm.ppf(1.0 - settings.false_alarm / (2 * nb)))
-    threshold = z * hist_std
-    ok = threshold <= cap
-    pos_any = (pos > threshold).any(axis=-1) & ok
-    neg_any = (neg > threshold).any(axis=-1) & ok
-    hi = np.where(pos_any, choose_clip(pos, grid, hist_std, z, cap),
-                  np.where(neg_any, -choose_floor(neg, grid, hist_std, z, cap), top))
-    lo = np.where(neg_any, -choose_clip(neg, grid, hist_std, z, cap),
-                  np.where(pos_any, choose_floor(pos, grid, hist_std, z, cap), -top))
-    return np.minimum(hi, top), np.maximum(lo, -top)
 
 
 def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds, clips: tuple[float, ...]):
@@ -519,9 +417,13 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     """How far one end (``side``) of c . E[x] lies from c . means: sampling (a union over the
     clips the release could choose), privacy noise, and the return clamp's bias on the side
     that moves the estimand away (:mod:`gpope.core.policy_value_clamp`), by a union bound with
-    ``alpha`` in all; ``shares`` = (variance, noise, clamp) parts of alpha."""
+    ``alpha`` in all; ``shares`` = (variance, noise, clamp) parts of alpha. With a released count
+    (``rel.margin`` > 0) every sample size is m~ - t and the end moves by what a count off by t
+    moves the means: each x_j = mid_j + half_j z_j with |z_j| <= 1, so |c . (x^ - x)| from the
+    count is at most sum_j |c_j| half_j t / m~ (the caller sets its probability aside)."""
     variance_share, noise_share, clamp_share = shares
-    m = rel.m
+    m = rel.m_low
+    count = float(np.abs(c) @ rel.half) * rel.margin / rel.m
     private = rel.sigma > 0
     part = _clamp_side(rel, c, side)
     a_clamp = alpha * clamp_share if part is not None else 0.0
@@ -538,7 +440,8 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     span = float(np.abs(c) @ (high - low))
     noise_sd = float(np.sqrt(np.sum((c * rel.noise_means) ** 2)))
     if method == "normal":
-        return clamp + float(norm.ppf(1.0 - alpha)) * math.sqrt(max(var, 0.0) / m + noise_sd ** 2)
+        return count + clamp + float(norm.ppf(1.0 - alpha)) * math.sqrt(
+            max(var, 0.0) / m + noise_sd ** 2)
     a_var = alpha * variance_share if private else 0.0
     a_noise = alpha * noise_share if private else 0.0
     a_samp = alpha - a_var - a_noise
@@ -551,7 +454,7 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     log_term = math.log(2.0 * choices / a_samp)
     samp = math.sqrt(2.0 * var * log_term / m) + 7.0 * span * log_term / (3.0 * max(m - 1, 1))
     noise = float(norm.ppf(1.0 - a_noise)) * noise_sd if private else 0.0
-    return clamp + samp + noise
+    return count + clamp + samp + noise
 
 
 def public_ranges(bounds: PolicyValueBounds) -> dict[str, tuple[float, float]]:

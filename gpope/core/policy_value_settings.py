@@ -51,6 +51,10 @@ class PolicyValueSettings:
             the direct method's J(target) needs (:mod:`gpope.core.policy_value_direct`).
         first_state_alpha: share of the direct J(target)'s alpha on the first-state mean's
             error (noise and sampling); the rest goes to the estimator's interval of mu . theta.
+        count_alpha: part of each row's alpha spent on the released count m~ the means divide
+            by (:mod:`gpope.core.mechanisms.count`): the rows are built at level + this part of
+            alpha and widened by what |m~ - m| <= t moves (t the count's margin at that
+            probability); unused where the exact m is public.
     """
 
     share: float = 0.3
@@ -67,6 +71,7 @@ class PolicyValueSettings:
     clamp_share: float = 0.1
     first_state_share: float = 0.1
     first_state_alpha: float = 0.2
+    count_alpha: float = 0.05
 
     def __post_init__(self) -> None:
         o = "PolicyValueSettings"
@@ -88,6 +93,7 @@ class PolicyValueSettings:
         check_number(o, "clamp_share", self.clamp_share, gt=0.0, lt=1.0)
         check_number(o, "first_state_share", self.first_state_share, gt=0.0, lt=1.0)
         check_number(o, "first_state_alpha", self.first_state_alpha, gt=0.0, lt=1.0)
+        check_number(o, "count_alpha", self.count_alpha, gt=0.0, lt=1.0)
         if self.variance_share + self.noise_share >= 1.0:
             raise ConfigError("PolicyValueSettings.variance_share + noise_share must be < 1.")
 

@@ -21,14 +21,13 @@ from gpope.core.policy_value import (
     per_decision_weights,
     policy_value_terms,
 )
+from gpope.core.policy_value_clamp import choose_clip, public_limits
 from gpope.core.policy_value_release import (
     QUANTITIES,
     PolicyValueSettings,
-    choose_clip,
     exact_intervals,
     policy_value_event,
     policy_value_sigma,
-    public_limits,
     public_ranges,
     release_policy_value,
 )

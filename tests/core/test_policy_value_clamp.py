@@ -10,12 +10,8 @@ import math
 import numpy as np
 
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
-from gpope.core.policy_value_clamp import clamp_bound, population_excess
-from gpope.core.policy_value_release import (
-    PolicyValueSettings,
-    clip_histograms,
-    release_policy_value,
-)
+from gpope.core.policy_value_clamp import clamp_bound, clip_histograms, population_excess
+from gpope.core.policy_value_release import PolicyValueSettings, release_policy_value
 from gpope.core.ssp import ssp_sigma
 
 BOUNDS = PolicyValueBounds(gamma=1.0, horizon=60, weight_clip=10.0, reward_bounds=(0.0, 1.0))

@@ -2,8 +2,8 @@
 
 The release is one Gaussian mechanism at ``sigma`` split into three sub-releases (clip
 histograms, first moments, second moments) under add/remove-one adjacency. The audit runs the
-real pieces (:func:`~gpope.core.policy_value_release.clip_histograms`,
-:func:`~gpope.core.policy_value_release.clips_from_histograms`,
+real pieces (:func:`~gpope.core.policy_value_clamp.clip_histograms`,
+:func:`~gpope.core.policy_value_clamp.clips_from_histograms`,
 :func:`~gpope.core.policy_value_release.exact_sums`,
 :func:`~gpope.core.policy_value_release.add_sum_noise`, with sigma from
 :func:`~gpope.core.policy_value_release.policy_value_sigma`) on two neighbouring data sets of an
@@ -29,16 +29,14 @@ import numpy as np
 
 from gpope.core.audit.gpope import AuditClaim, AuditResult, audit_generator
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
+from gpope.core.policy_value_clamp import clip_histograms, clips_from_histograms, public_limits
 from gpope.core.policy_value_release import (
     PolicyValueSettings,
     add_histogram_noise,
     add_sum_noise,
-    clip_histograms,
-    clips_from_histograms,
     exact_sums,
     noise_scales,
     policy_value_sigma,
-    public_limits,
     sum_noise_stds,
 )
 from gpope.core.validation import check_int
