@@ -182,7 +182,7 @@ def demo(argv: Sequence[str] | None = None) -> int:
 def grants(argv: Sequence[str] | None = None) -> int:
     """``gpope-grants``: the analysts' group may read the release tables, nothing else (UC)."""
     parser = job_parser("Grant an analysts' group USE SCHEMA and SELECT on the release tables "
-                        "(released_values, released_estimates, privacy_ledger) only.")
+                        "(released_values, released_estimates, privacy_ledger, released_counts) only.")
     parser.add_argument("--group", required=True,
                         help="the workspace group of analysts (e.g. gpope-analysts)")
     args = parser.parse_args(argv)
