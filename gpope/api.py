@@ -28,7 +28,7 @@ packaged defaults: a lake under ``./lake``). ``spec`` is an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 
     from gpope.core.audit.gpope import AuditResult
     from gpope.core.evaluation.settings import SettingsLayer
+    from gpope.shell.compare import RunComparison
+    from gpope.shell.experiments import make_settings as experiment_settings
+    from gpope.shell.experiments import run_experiment as experiment
+    from gpope.shell.experiments import run_tuning as tune_experiment
+    from gpope.shell.interrupts import Stopped
     from gpope.shell.lake.maintain import MaintenanceReport
     from gpope.shell.pipeline.after_release import printing_failed_line
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
     from gpope.shell.pipeline.stats import StatsReport
     from gpope.shell.pipeline.track import TrackReport
     from gpope.shell.pipeline.tune_spec import tune_spec
+    from gpope.shell.query import LakeViews, QueryResult
 
 __all__ = [
     "BRONZE_COLUMNS",
@@ -63,12 +69,18 @@ __all__ = [
     "check_evaluation",
     "check_load",
     "check_stage",
+    "command_stopped",
+    "compare_runs",
     "demo",
+    "describe_view",
     "evaluate",
     "evaluate_options",
+    "experiment",
+    "experiment_settings",
     "get_spark",
     "ingest",
     "interrupted_after_release",
+    "lake_views",
     "load",
     "load_config",
     "load_spec",
@@ -76,26 +88,36 @@ __all__ = [
     "pipeline_audit",
     "printing_failed_line",
     "privacy_ledger",
+    "query",
     "released_counts",
     "set_budget",
+    "show_release",
     "simulate",
+    "start_command",
     "stats",
     "track",
+    "tune_experiment",
     "tune_spec",
     "write_cohort_files",
 ]
 
-#: Option types, contract names and functions re-exported from the shell as they are, imported
-#: when first used so that ``import gpope.api`` stays light (no Spark, no pipeline module):
-#: ``tune_spec`` tunes a spec file's solver settings on public simulated data
-#: (``settings=load_config(...).evaluation``), ``write_cohort_files`` writes a simulated cohort as
-#: plain files for :func:`load`, ``printing_failed_line`` is the stderr line of a committed release
-#: whose report could not be printed.
+#: Option types, contract names and functions re-exported from the shell as they are (``name``
+#: or ``name: "module:attribute"``), imported when first used so that ``import gpope.api`` stays
+#: light (no Spark, no pipeline module): ``tune_spec`` tunes a spec file's solver settings on
+#: public simulated data (``settings=load_config(...).evaluation``), ``write_cohort_files`` writes
+#: a simulated cohort as plain files for :func:`load`, ``printing_failed_line`` is the stderr line
+#: of a committed release whose report could not be printed; ``experiment_settings`` (a paper
+#: experiment's settings: quick preset or the paper's, with overrides), ``tune_experiment`` (its
+#: GPOPE variants tuned on public simulated data) and ``experiment`` (tune, run, write, track;
+#: returns the summary) run the paper experiments (:mod:`gpope.shell.experiments`).
 _REEXPORTS = {
     "BRONZE_COLUMNS": "gpope.shell.pipeline.load",
     "DemoOptions": "gpope.shell.pipeline.demo",
     "SimulateOptions": "gpope.shell.pipeline.simulate",
+    "experiment": "gpope.shell.experiments:run_experiment",
+    "experiment_settings": "gpope.shell.experiments:make_settings",
     "printing_failed_line": "gpope.shell.pipeline.after_release",
+    "tune_experiment": "gpope.shell.experiments:run_tuning",
     "tune_spec": "gpope.shell.pipeline.tune_spec",
     "write_cohort_files": "gpope.shell.pipeline.simulate_files",
 }
@@ -105,7 +127,8 @@ def __getattr__(name: str) -> Any:
     if name in _REEXPORTS:
         import importlib
 
-        return getattr(importlib.import_module(_REEXPORTS[name]), name)
+        module, _, attribute = _REEXPORTS[name].partition(":")
+        return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'gpope.api' has no attribute {name!r}")
 
 ConfigLike = GpopeConfig | str | Path | None
@@ -120,15 +143,11 @@ def load_config(
     schema: str | None = None,
     remote: str | None = None,
 ) -> GpopeConfig:
-    """The configuration: ``path`` (YAML; None: packaged defaults) with the given overrides.
-
-    Args:
-        path: a gpope YAML configuration (``conf/default.yaml`` spells every key out); a relative
-            path is also looked up in the bundle/repository root.
-        lake: lake root for path-based tables.
-        catalog, schema: Unity Catalog location; tables become ``<catalog>.<schema>.<table>``
-            (per-dataset tables ``<catalog>.<schema>.<dataset>__<table>``).
-        remote: a Spark Connect URL for :func:`get_spark`.
+    """The configuration: ``path`` (YAML, ``conf/default.yaml`` spells every key out; relative
+    paths are also looked up in the bundle/repository root; None: packaged defaults) with the
+    overrides: ``lake`` root for path-based tables, or Unity Catalog ``catalog``/``schema``
+    (tables ``<catalog>.<schema>.<table>``, per dataset ``<dataset>__<table>``), ``remote`` a
+    Spark Connect URL for :func:`get_spark`.
 
     Raises:
         ConfigError: the file is missing or a value is invalid.
@@ -364,12 +383,10 @@ def set_budget(
 
 
 def check_demo(options: DemoOptions, *, config: ConfigLike = None) -> None:
-    """Check the demo's settings against the configuration before Spark starts: its settings,
-    the lake root and the dataset name.
+    """Check the demo's settings, the lake root and the dataset name before Spark starts.
 
     Raises:
-        ConfigError: an invalid setting, combination, lake root or dataset name.
-    """
+        ConfigError: an invalid setting, combination, lake root or dataset name."""
     from gpope.shell.lake.names import check_name
     from gpope.shell.pipeline.demo import check_demo as _check
     from gpope.shell.preflight import check_lake
@@ -405,11 +422,9 @@ def check_stage(
     domain: str | None = None,
     config: ConfigLike = None,
 ) -> EvaluationSpec | None:
-    """Check a stage on ``dataset`` before Spark starts (:func:`gpope.shell.preflight.check_stage`:
-    a valid and case-unique dataset name, an addressable lake root, the spec against the
-    dataset's declared actions and variables, the stage's input tables on a local lake); for
-    ``ingest`` also the dataset's settings (``datasets:`` of the configuration, or ``domain``).
-    Returns the loaded spec (None without one).
+    """Check a stage on ``dataset`` before Spark starts (:func:`gpope.shell.preflight.check_stage`;
+    for ``ingest`` also the dataset's settings from ``datasets:`` or ``domain``); returns the
+    loaded spec (None without one).
 
     Raises:
         ConfigError: an invalid dataset name, lake root, spec or dataset settings.
@@ -429,8 +444,7 @@ def check_stage(
 
 def check_load(dataset: str, files: Mapping[str, str], *, fmt: str = "auto", columns: Any = None,
                time_zone: str | None = None, config: ConfigLike = None) -> None:
-    """Check a :func:`load` before Spark starts (:func:`gpope.shell.preflight.check_load`: the
-    dataset name, the lake root, the files, their columns under ``columns``, ``time_zone``).
+    """Check a :func:`load` before Spark starts (:func:`gpope.shell.preflight.check_load`).
 
     Raises:
         ConfigError: an invalid name, lake root, file, format, ``columns`` or ``time_zone``.
@@ -441,11 +455,8 @@ def check_load(dataset: str, files: Mapping[str, str], *, fmt: str = "auto", col
     _check(_config(config), dataset, dict(files), fmt=fmt, columns=columns, time_zone=time_zone)
 
 
-
 def privacy_ledger(config: ConfigLike = None, *, spark: SparkSession | None = None) -> PrivacyLedger:
-    """The lake's privacy ledger (:class:`~gpope.shell.pipeline.ledger.PrivacyLedger`); on a
-    local lake it reads and writes without Spark (``spark`` None), a Unity Catalog lake needs
-    ``spark``."""
+    """The lake's privacy ledger; a local lake needs no ``spark``, a Unity Catalog lake does."""
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     return PrivacyLedger(spark, _config(config))
@@ -486,7 +497,6 @@ def track(run_id: str, *, force: bool = False, config: ConfigLike = None,
         return relog_release(cfg, run_id, tracking_uri=tracking_uri, force=force)
 
 
-
 def pipeline_audit(
     *, delta: float, seed: int = 0, runs: int | None = None, epsilon: float | None = None,
     iterations: int | None = None, include_broken: bool = False, config: ConfigLike = None,
@@ -515,3 +525,75 @@ def interrupted_after_release(report: EvaluationReport, *, cut: str) -> Interrup
 
     return _interrupted(report.run_id, dataset=report.dataset, label=report.label, cut=cut,
                         values=values_line(report.reference_values))
+
+
+def show_release(report: EvaluationReport, show: Callable[[], None]) -> None:
+    """Print a committed release's report with ``show``. The release stands whatever happens
+    here, so nothing invites a second spend: a Ctrl-C becomes :func:`interrupted_after_release`
+    and any other failure one stderr line (:func:`printing_failed_line`)."""
+    import sys
+
+    from gpope.shell import faults
+    from gpope.shell.pipeline.after_release import printing_failed_line
+
+    try:
+        faults.point("evaluate.print")
+        show()
+    except KeyboardInterrupt as exc:
+        raise interrupted_after_release(report, cut="printing its report was cut short") from exc
+    except Exception as exc:
+        print(printing_failed_line(report, exc), file=sys.stderr)
+
+
+def query(sql: str, *, config: ConfigLike = None, operator: bool = False) -> QueryResult:
+    """One read-only SELECT over the local lake's views, with DuckDB, no Spark
+    (:func:`gpope.shell.query.query`); ``operator`` also serves the raw and per-patient tables
+    (not private)."""
+    from gpope.shell.query import query as _query
+
+    return _query(sql, lake=_config(config), operator=operator)
+
+
+def describe_view(view: str, *, config: ConfigLike = None,
+                  operator: bool = False) -> list[dict[str, Any]]:
+    """The columns of a query view: name, type and comment (:func:`gpope.shell.query.describe`)."""
+    from gpope.shell.query import describe
+
+    return describe(view, lake=_config(config), operator=operator)
+
+
+def lake_views(*, config: ConfigLike = None, operator: bool = False) -> LakeViews:
+    """The views :func:`query` serves on the local lake (all tables with ``operator``)."""
+    from gpope.shell.query import lake_views as _views
+
+    return _views(_config(config), operator=operator)
+
+
+def compare_runs(dataset: str, run_a: str, run_b: str, *, config: ConfigLike = None,
+                 track: bool = False, tracking_uri: str | None = None) -> RunComparison:
+    """Run A minus run B on ``dataset`` per quantity both released with an interval, from the
+    released numbers only (no budget; :mod:`gpope.shell.compare`); ``track`` also logs it to
+    MLflow. Raises ConfigError when a run released nothing on the dataset."""
+    from gpope.shell.compare import compare_runs as _compare
+    from gpope.shell.compare import track_comparison
+
+    cfg = _config(config)
+    comparison = _compare(cfg, dataset, run_a, run_b)
+    return track_comparison(comparison, cfg, tracking_uri) if track else comparison
+
+
+def start_command() -> None:
+    """Prepare this process for one command: forget earlier commits and signals, note the child
+    processes that exist already, and make SIGTERM stop it like a Ctrl-C."""
+    from gpope.shell import interrupts
+
+    interrupts.reset()
+    interrupts.install()
+
+
+def command_stopped(command: str, dataset: str | None, exc: BaseException) -> Stopped:
+    """A command stopped by a signal: ends the child processes it started (its local JVM) and
+    returns the line that says what the stop left committed, and the exit status."""
+    from gpope.shell import interrupts
+
+    return interrupts.stop(command, dataset, exc)

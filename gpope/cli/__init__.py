@@ -98,11 +98,10 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpope`` console script; returns the exit status."""
-    from gpope.shell import interrupts
+    from gpope import api
 
     warnings.showwarning = _one_line_warning
-    interrupts.reset()
-    interrupts.install()  # SIGTERM (a scheduler's stop) is handled like Ctrl-C
+    api.start_command()  # SIGTERM (a scheduler's stop) is handled like Ctrl-C
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -115,14 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpope {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        interrupts.end_children()  # the JVM this command started stops with it, silently
+        # the JVM this command started stops with it, silently
+        stopped = api.command_stopped(args.command, getattr(args, "dataset", None), exc)
         summary = getattr(exc, "summary", None)
         if summary:  # interrupted after a release: say what was released
             print(summary)
         # one line: what the stop left committed and what not (the stage's own words if any)
-        line = interrupts.stopped_line(args.command, getattr(args, "dataset", None), exc)
-        print(f"gpope {args.command}: {line}", file=sys.stderr)
-        return interrupts.exit_code(exc)
+        print(f"gpope {args.command}: {stopped.line}", file=sys.stderr)
+        return stopped.exit_code
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 from gpope.core.accounting.registry import accountant_choices, accountant_help
@@ -206,7 +205,6 @@ def settings_from_args(args: argparse.Namespace) -> dict:
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
     from gpope.cli._common import config_from_args
-    from gpope.shell import faults
 
     config = config_from_args(args)
     # every argument, the spec and the configuration are checked before Spark starts
@@ -227,13 +225,7 @@ def _run(args: argparse.Namespace) -> int:
             f"have left open is settled by `gpope budget reconcile --dataset {args.dataset}` "
             f"(`gpope budget show --dataset {args.dataset}` shows what is left); then run the "
             f"evaluation again.") from exc
-    try:  # the release is committed: a failure to print it must not invite a second run
-        faults.point("evaluate.print")
-        emit(args, report.to_dict(include_private=args.print_private_diagnostics),
-             report.summary())
-    except KeyboardInterrupt as exc:
-        raise api.interrupted_after_release(
-            report, cut="printing its report was cut short") from exc
-    except Exception as exc:
-        print(api.printing_failed_line(report, exc), file=sys.stderr)
+    # the release is committed: a failure to print it must not invite a second run
+    api.show_release(report, lambda: emit(
+        args, report.to_dict(include_private=args.print_private_diagnostics), report.summary()))
     return 0

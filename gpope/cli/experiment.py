@@ -45,7 +45,7 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(domain: str, args: argparse.Namespace) -> Any:
     """Build the domain settings from CLI options."""
-    from gpope.shell.experiments import make_settings
+    from gpope import api
 
     over: dict[str, Any] = {"trials": args.trials, "delta": args.delta,
                             "iterations": args.iterations, "data_blocks": args.data_blocks,
@@ -64,7 +64,7 @@ def settings_from_args(domain: str, args: argparse.Namespace) -> Any:
             over["epsilon"] = args.epsilons[0]
         else:
             over["epsilons"] = args.epsilons
-    return make_settings(domain, quick=args.quick, **over)
+    return api.experiment_settings(domain, quick=args.quick, **over)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -91,8 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gpope import api
     from gpope.core.experiments import TuningTable
-    from gpope.shell.experiments import run_experiment
 
     settings = settings_from_args(args.domain, args)
     out = Path(args.out or f"out/{args.domain}")
@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    summary = run_experiment(args.domain, settings, out, tracking_uri=args.tracking_uri,
+    summary = api.experiment(args.domain, settings, out, tracking_uri=args.tracking_uri,
                              tuning=tuning, public_seed=args.public_seed, log=log,
                              track=not args.no_mlflow)
     lines = [f"{args.domain}: {summary['n_records']} trial records in {out} "

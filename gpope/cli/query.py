@@ -90,10 +90,10 @@ def _run(args: argparse.Namespace) -> int:
             'gpope query needs a SQL statement, e.g. gpope query "SELECT * FROM budget_status", '
             "or --tables / --describe VIEW."
         )
-    from gpope.shell.query import query
+    from gpope import api
 
     _operator_notice(args)
-    result = query(args.sql, lake=config_from_args(args), operator=args.operator)
+    result = api.query(args.sql, config=config_from_args(args), operator=args.operator)
     columns = [(f.name, str(f.type)) for f in result.table.schema]
     rows = result.table.to_pylist()
     if args.json:
@@ -118,54 +118,32 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace) -> int:
-    from gpope.shell.query import (
-        BUDGET_STATUS_VIEW,
-        LATEST_RELEASE_VIEW,
-        lake_tables,
-        view_names,
-    )
+    from gpope import api
 
-    config = config_from_args(args)
     _operator_notice(args)
-    tables = lake_tables(config, operator=args.operator)
-    entries = [
-        {"view": t.view, "layer": t.layer, "dataset": t.dataset, "table": t.table, "path": t.path}
-        for t in tables
-    ]
-    stacked = sorted({t.table for t in tables if t.dataset is not None})
-    for name in stacked:
-        entries.append({"view": name, "layer": next(t.layer for t in tables if t.table == name),
-                        "dataset": "(all, column dataset)", "table": name, "path": None})
-    names = view_names(tables, operator=args.operator)
-    if BUDGET_STATUS_VIEW in names:
-        entries.append({"view": BUDGET_STATUS_VIEW, "layer": "gold", "dataset": "(all)",
-                        "table": "privacy_ledger", "path": None})
-    if LATEST_RELEASE_VIEW in names:
-        entries.append({"view": LATEST_RELEASE_VIEW, "layer": "gold", "dataset": "(all)",
-                        "table": "released_values + budget_status", "path": None})
-    entries.sort(key=lambda e: e["view"])
+    listed = api.lake_views(config=config_from_args(args), operator=args.operator)
     if args.json:
-        _dump_json({"lake": config.lake.root, "views": entries})
+        _dump_json({"lake": listed.lake, "views": list(listed.views)})
     elif args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["view", "layer", "dataset", "table", "path"])
-        for e in entries:
+        for e in listed.views:
             writer.writerow([e["view"], e["layer"], e["dataset"] or "", e["table"], e["path"] or ""])
     else:
         cols = ["view", "layer", "dataset", "table"]
-        print(format_table(cols, [[e[c] or "" for c in cols] for e in entries]))
-        hidden = len(lake_tables(config)) - len(tables)
-        if hidden:
-            print(f"({hidden} raw and per-patient table(s) not listed: operators see them with "
-                  "--operator)", file=sys.stderr)
+        print(format_table(cols, [[e[c] or "" for c in cols] for e in listed.views]))
+        if listed.hidden:
+            print(f"({listed.hidden} raw and per-patient table(s) not listed: operators see them "
+                  "with --operator)", file=sys.stderr)
     return 0
 
 
 def _describe(args: argparse.Namespace) -> int:
-    from gpope.shell.query import describe
+    from gpope import api
 
     _operator_notice(args)
-    columns = describe(args.describe, lake=config_from_args(args), operator=args.operator)
+    columns = api.describe_view(args.describe, config=config_from_args(args),
+                                operator=args.operator)
     if args.json:
         _dump_json({"view": args.describe, "columns": columns})
     elif args.csv:

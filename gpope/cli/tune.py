@@ -109,7 +109,7 @@ def _run_spec(args: argparse.Namespace) -> int:
 
 
 def _run_domain(args: argparse.Namespace) -> int:
-    from gpope.shell.experiments import run_tuning
+    from gpope import api
 
     settings = settings_from_args(args.domain, args)
 
@@ -117,7 +117,7 @@ def _run_domain(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    table = run_tuning(args.domain, settings, public_seed=args.public_seed, log=log)
+    table = api.tune_experiment(args.domain, settings, public_seed=args.public_seed, log=log)
     out = Path(args.out or f"out/{args.domain}/tuning.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = table.to_dict()

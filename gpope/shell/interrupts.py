@@ -17,9 +17,11 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 __all__ = [
     "STAGE_OUTPUTS",
+    "Stopped",
     "Terminated",
     "commits",
     "deferred",
@@ -29,6 +31,7 @@ __all__ = [
     "received",
     "record",
     "reset",
+    "stop",
     "stopped_line",
 ]
 
@@ -204,3 +207,19 @@ def stopped_line(command: str, dataset: str | None, exc: BaseException) -> str:
     return (f"stopped by {by} before its commit: nothing was committed, {subject}{where} are as "
             f"they were (anything half-written stays invisible to readers); run `gpope "
             f"{command}` again.")
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A command stopped by a signal: the one line it prints (:func:`stopped_line`) and its exit
+    status (:func:`exit_code`)."""
+
+    line: str
+    exit_code: int
+
+
+def stop(command: str, dataset: str | None, exc: BaseException) -> Stopped:
+    """End the child processes the stopped command started (:func:`end_children`) and say what
+    the stop left committed."""
+    end_children()
+    return Stopped(stopped_line(command, dataset, exc), exit_code(exc))

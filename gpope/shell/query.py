@@ -4,49 +4,23 @@ A sandbox: a query is exactly one read-only ``SELECT`` (``WITH``, ``FROM``-first
 forms included) over the registered views. Once the views are registered, DuckDB's external
 access (files, ``COPY``, ``ATTACH``, ``EXPORT``, ``INSTALL``, replacement scans of paths) is off
 and the configuration is locked, so no statement can read or write a file the views do not
-serve. By default only the released views are served (:data:`RELEASE_VIEWS`: released values and
-estimates, ``latest_release``, ``budget_status`` and the ledger); the raw and per-patient tables
-(bronze events, silver transitions, ``trajectory_stats``, ``pipeline_runs``) open only with
-``operator=True`` (``gpope query --operator``), which says what it opens.
+serve. By default only the released views are served (:data:`RELEASE_VIEWS`); the raw and
+per-patient tables open only with ``operator=True`` (``gpope query --operator``).
 
-Each Delta table of a path-based lake is exposed as a named view over delta-rs's Arrow dataset
-(the delta-rs store's ``to_pyarrow_dataset()``, the table's latest version), and DuckDB runs the
-query in-process: an interactive query answers in well under a second on a laptop.
+Each Delta table of a path-based lake is a view over its delta-rs Arrow dataset, named as its
+Unity Catalog table (:mod:`gpope.shell.lake.names`: ``<table>`` for a shared gold table,
+``<dataset>__<table>`` per dataset, ``<table>`` stacking every dataset's with a leading
+``dataset`` column), so a query written here runs unchanged in Spark SQL on a cluster; derived
+views: ``budget_status`` (the ledger's), ``latest_release`` and ``release_contrasts``
+(:mod:`gpope.core.compare`'s union-bound differences); README's "Querying what was released" lists them.
 
-View names (the same names as the Unity Catalog tables of :mod:`gpope.shell.lake.names`, so a
-query written here runs unchanged in Spark SQL on a cluster, in ``catalog.schema``):
-
-=============================  ===============================================================
-view                           what
-=============================  ===============================================================
-``<table>`` (shared)           the shared gold tables: ``released_estimates``,
-                               ``released_values``, ``privacy_ledger`` (every dataset)
-``<dataset>__<table>``         one dataset's table, e.g. ``hiv_demo__transitions``
-``<table>`` (per-dataset)      the per-dataset tables of every dataset stacked, with a leading
-                               ``dataset`` column, e.g. ``transitions``, ``trajectory_stats``
-``budget_status``              one row per dataset of the ledger: budget, spent, remaining,
-                               runs left (computed by the ledger, no Spark)
-``latest_release``             one row per (dataset, spec, estimator, reference state): the
-                               latest released value and interval, with the dataset's budget
-                               left (``released_values`` joined with ``budget_status``)
-``release_contrasts``          one row per ordered pair of runs on a dataset and each quantity
-                               both released with an interval: A - B with the union-bound
-                               interval and verdict of :mod:`gpope.core.compare` (released
-                               numbers only; ``gpope compare`` prints the same)
-=============================  ===============================================================
-
-One query reads every table it opens as of one instant (:func:`snapshot`: the pipeline_runs
-manifest and the ledger behind ``budget_status`` included), so an answer never mixes table versions
-from before and after a concurrent commit. ``latest_release`` orders by commit (the
-``released_values`` version that committed each release, its ``release_version`` column), never by
-``created_at``, which is the writing host's clock.
-
-Every view reads its table as the pipeline's readers do (:mod:`gpope.shell.lake.manifest`): at
-the latest version not written by an incomplete multi-table step, with the rows of incomplete
-runs hidden, so a half-written release or ingest never shows. Columns keep the comments the table
-layer wrote as Delta column metadata (:data:`gpope.shell.schemas.COLUMN_COMMENTS`);
-:func:`describe` lists them. Only the views a query names are opened, so a lake with many datasets
-costs nothing extra. Nothing here imports pyspark.
+One query reads every table it opens as of one instant (:func:`snapshot`, the pipeline_runs
+manifest and the ledger included), and each at the latest version not written by an incomplete
+multi-table step (:mod:`gpope.shell.lake.manifest`), so an answer never mixes versions around a
+concurrent commit nor shows a half-written step. ``latest_release`` orders by commit
+(``release_version``), never by ``created_at`` (the writing host's clock). Columns keep their
+Delta column comments (:func:`describe`). Only the views a query names are opened. Nothing here
+imports pyspark.
 """
 
 from __future__ import annotations
@@ -85,10 +59,12 @@ __all__ = [
     "OPERATOR_SWITCH",
     "RELEASE_VIEWS",
     "LakeTable",
+    "LakeViews",
     "QueryResult",
     "connect",
     "describe",
     "lake_tables",
+    "lake_views",
     "latest_version",
     "query",
     "snapshot",
@@ -503,15 +479,9 @@ def _committed(manifest: str | None, at: int | None) -> set[str]:
 
 def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
           operator: bool = False) -> QueryResult:
-    """Run ``sql`` (one DuckDB SELECT) over the lake's views; only the views it names are opened.
-
-    Args:
-        sql: one SELECT statement, e.g. ``SELECT * FROM released_values``.
-        lake: the lake root or a configuration (see :func:`connect`).
-        operator: also serve the raw and per-patient tables (not private: operators only).
-
-    Returns:
-        The rows as an Arrow table, with the SQL, the lake root and the views opened.
+    """Run ``sql`` (one DuckDB SELECT) over the views of ``lake`` and ``operator`` (see
+    :func:`connect`); only the views it names are opened. Returns the rows as an Arrow table,
+    with the SQL, the lake root and the views opened.
 
     Raises:
         ConfigError: the lake root does not exist or is not a local path-based lake.
@@ -575,6 +545,36 @@ def describe(view: str, *, lake: str | Path | GpopeConfig | None = None,
     finally:
         con.close()
     return [{"column": c, "type": t, "comment": comment} for c, t, comment in rows]
+
+
+@dataclass(frozen=True)
+class LakeViews:
+    """What ``gpope query --tables`` lists: per view its layer, dataset, table and path (None:
+    a derived view), sorted; ``hidden`` counts the tables left out without ``operator``."""
+
+    lake: str
+    views: tuple[dict[str, str | None], ...]
+    hidden: int
+
+
+def lake_views(lake: str | Path | GpopeConfig | None = None, *,
+               operator: bool = False) -> LakeViews:
+    """The views a query may name on ``lake`` (see :class:`LakeViews`)."""
+    root, config = _lake_root(lake)
+    found = _discover(root)
+    tables = _served(found, operator)
+    entries: list[dict[str, str | None]] = [{"view": t.view, "layer": t.layer, "dataset": t.dataset,
+                                              "table": t.table, "path": t.path} for t in tables]
+    for name in sorted({t.table for t in tables if t.dataset is not None}):
+        entries.append({"view": name, "layer": next(t.layer for t in tables if t.table == name),
+                        "dataset": "(all, column dataset)", "table": name, "path": None})
+    names = view_names(tables, operator=operator)
+    derived = {BUDGET_STATUS_VIEW: "privacy_ledger",
+               LATEST_RELEASE_VIEW: "released_values + budget_status"}
+    entries += [{"view": view, "layer": "gold", "dataset": "(all)", "table": table, "path": None}
+                for view, table in derived.items() if view in names]
+    return LakeViews(str(config.lake.root), tuple(sorted(entries, key=lambda e: str(e["view"]))),
+                     len(found) - len(tables))
 
 
 def _empty_table() -> pa.Table:
