@@ -33,21 +33,8 @@ import argparse
 from typing import Any
 
 from gpope.cli._common import add_json_flag, emit
-
-_BROKEN = {
-    "noise x0.5": {"noise_scale": 0.5},
-    "sigma-for-sigma/2": {"sensitivity": "h"},
-    "noise/10": {"noise_scale": 0.1},
-    "no-clip": {"clip": False},
-}
-
-
-def _broken_ssp(relation: str) -> list[tuple[str, dict[str, object]]]:
-    """Broken SSP releases: under add/remove sigma-for-sigma/2 IS noise x0.5 (one variant)."""
-    out: list[tuple[str, dict[str, object]]] = [("noise x0.5", {"_noise_scale": 0.5})]
-    if relation == "replace_one":
-        out.append(("sigma-for-sigma/2", {"_sensitivity_trap": True}))
-    return [*out, ("noise/10", {"_noise_scale": 0.1})]
+from gpope.core.estimators import audit, audit_names
+from gpope.core.estimators.base import AuditRequest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,10 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--sampling", nargs="+", choices=("uniform", "poisson"),
                         default=["uniform", "poisson"], help="GPOPE sampling schemes to audit")
-    parser.add_argument("--estimator", nargs="+",
-                        choices=("gpope", "ssp", "policy_value", "untuned"),
-                        default=["gpope", "ssp", "policy_value", "untuned"],
-                        help="mechanisms to audit")
+    parser.add_argument("--estimator", nargs="+", choices=audit_names(),
+                        default=list(audit_names()), help="mechanisms to audit")
     parser.add_argument("--m", type=int, default=None, help="trajectories per data set (preset)")
     parser.add_argument("--iterations", type=int, default=None, help="solver steps N (preset)")
     parser.add_argument("--epsilon", type=float, default=None, help="claimed epsilon (preset)")
@@ -97,77 +82,28 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     return _report(args, [n for n, _ in pairs], [r for _, r in pairs])
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.pipeline:
-        return _run_pipeline(args)
-    from gpope.core.audit.gpope import AuditConfig, run_audit
-    from gpope.core.audit.ssp import SSPAuditConfig, run_ssp_audit
-
+def audit_request(args: argparse.Namespace) -> AuditRequest:
+    """What the command's flags ask of each audited release."""
     overrides = {k: v for k, v in (("m", args.m), ("iterations", args.iterations),
                                    ("epsilon", args.epsilon), ("runs", args.runs))
                  if v is not None}
-    results = []
-    names = []
-    if "gpope" in args.estimator:
-        for sampling in args.sampling:
-            cfg = AuditConfig.preset(sampling, quick=args.quick, delta=args.delta,
-                                     statistic=args.statistic, **overrides)
-            variants = [("real", None)] + (list(_BROKEN.items()) if args.include_broken else [])
-            for name, override in variants:
-                results.append(run_audit(cfg, args.seed, _mechanism_override=override))
-                names.append(name)
-    if "ssp" in args.estimator:
-        ssp_kw = _canary_overrides(overrides)
-        if args.quick and "runs" not in ssp_kw:
-            ssp_kw["runs"] = SSPAuditConfig().runs // 2
-        for relation in ("add_or_remove_one", "replace_one"):
-            cfg_ssp = SSPAuditConfig(delta=args.delta, relation=relation, **ssp_kw)
-            variants_ssp = [("real", {})] + (_broken_ssp(relation) if args.include_broken else [])
-            for name, kw in variants_ssp:
-                results.append(run_ssp_audit(cfg_ssp, args.seed, **kw))
-                names.append(name)
-    if "policy_value" in args.estimator:
+
+    def policy_value_settings() -> Any:
         from gpope import api
-        from gpope.core.audit.policy_value import run_policy_value_audit
 
-        pv_settings = api.load_config(args.conf or None).evaluation.policy_value_settings()
-        cfg_pv = policy_value_config(args, overrides)
-        variants_pv = [("real", {})] + ([("noise x0.5", {"_noise_scale": 0.5}),
-                                         ("noise/10", {"_noise_scale": 0.1})]
-                                        if args.include_broken else [])
-        for name, kw in variants_pv:
-            results.append(run_policy_value_audit(cfg_pv, args.seed, settings=pv_settings,
-                                                  **kw))
-            names.append(name)
-    if "untuned" in args.estimator:
-        from gpope.core.audit.untuned import UntunedAuditConfig, run_untuned_audit
+        return api.load_config(args.conf or None).evaluation.policy_value_settings()
 
-        kw_un = _canary_overrides(overrides)
-        broken_un = {"ssp": [("noise x0.5", {"_noise_scale": 0.5}),
-                             ("C noise unweighted", {"_unweighted_c_noise": True})],
-                     "residual": [("noise x0.5", {"_noise_scale": 0.5})]}
-        for release, broken in broken_un.items():
-            cfg_un = UntunedAuditConfig.preset(release, delta=args.delta, **kw_un)
-            for name, kw in [("real", {})] + (broken if args.include_broken else []):
-                results.append(run_untuned_audit(cfg_un, args.seed, **kw))
-                names.append(name)
-    return _report(args, names, results)
+    return AuditRequest(samplings=tuple(args.sampling), overrides=overrides, delta=args.delta,
+                        seed=args.seed, quick=args.quick, include_broken=args.include_broken,
+                        statistic=args.statistic, policy_value_settings=policy_value_settings)
 
 
-def policy_value_config(args: argparse.Namespace, overrides: dict[str, object]) -> Any:
-    """The policy value audit's :class:`~gpope.core.audit.policy_value.PolicyValueAuditConfig`:
-    the preset with the caller's ``--m``, ``--epsilon``, ``--runs``. ``--quick`` keeps its
-    runs: they take about 10 s, and at half of them a factor-2 noise error of the release is no
-    longer provable (docs/AUDIT.md), so a quick audit would pass a broken release."""
-    from gpope.core.audit.policy_value import PolicyValueAuditConfig
-
-    return PolicyValueAuditConfig(delta=args.delta, **_canary_overrides(overrides))
-
-
-def _canary_overrides(overrides: dict[str, object]) -> dict[str, object]:
-    """The caller's ``--m``, ``--epsilon``, ``--runs``: the settings the canary audits (SSP,
-    policy value, the tuning-free default) take; the GPOPE-only ones (``--iterations``) dropped."""
-    return {k: v for k, v in overrides.items() if k in ("m", "epsilon", "runs")}
+def _run(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        return _run_pipeline(args)
+    request = audit_request(args)
+    pairs = [pair for name in args.estimator for pair in audit(name, request)]
+    return _report(args, [n for n, _ in pairs], [r for _, r in pairs])
 
 
 def _report(args: argparse.Namespace, names: list[str], results: list) -> int:

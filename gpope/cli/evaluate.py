@@ -6,6 +6,7 @@ import argparse
 
 from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
 from gpope.core.accounting.registry import accountant_choices, accountant_help
+from gpope.core.estimators import estimator_choices, estimator_help
 
 
 def add_solver_options(parser: argparse.ArgumentParser) -> None:
@@ -50,9 +51,10 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
         "Needs --sampling poisson and statistics that fit in driver memory. "
         "Default: evaluation.tune of --conf (none)")
     e = parser.add_argument_group("estimator, noisy statistics and intervals (defaults from 'evaluation:')")
-    e.add_argument("--estimator", choices=("gpope", "ssp"), default=None,
-                   help="gpope (default): gradient-perturbed GTD2; ssp: one-shot private LSTD on "
-                   "noisy sufficient statistics (all of the budget on one Gaussian release)")
+    e.add_argument("--estimator", choices=estimator_choices(), default=None,
+                   help=estimator_help() + " (default: evaluation.estimator of --conf, gpope; "
+                   "a spec without an evaluation: block takes the tuning-free default unless an "
+                   "estimator or solver flag is given)")
     e.add_argument("--ssp-clip", type=float, default=None,
                    help="override: a public L2 bound of one trajectory's [A_i, b_i, C_i] "
                    "(default: derived, never required: a public quantile on the spec's "

@@ -151,3 +151,17 @@ def state_action_statistics(transitions: Transitions, spec: EvaluationSpec, *,
         np.ones(tr.n_transitions), tr.traj_index, tr.n_trajectories, gamma=qspec.gamma,
         terminal=tr.terminal, normalization=qspec.normalization,
         length_scale=qspec.length_scale, representation=representation)
+
+
+def behaviour_rules(spec: EvaluationSpec, settings: Any) -> Any:
+    """The behaviour estimate's public rules (the settings' ``behaviour``) when a run on
+    ``spec`` (a state-action spec) estimates the behaviour policy: its estimator estimates it
+    (:attr:`gpope.core.estimators.Estimator.estimates_behaviour`) and the state map is tabular;
+    else None (the pair fit is released as it is)."""
+    from gpope.core.estimators import get
+    from gpope.core.features import TabularFeatures
+
+    if (not is_state_action(spec) or not get(settings.estimator).estimates_behaviour
+            or not isinstance(spec.feature_map.base, TabularFeatures)):
+        return None
+    return settings.behaviour

@@ -19,11 +19,13 @@ def test_the_quick_audit_keeps_the_runs_that_catch_half_noise():
     # policy value release was not provable (lower bound 4.66 < 4.8 at the CLI's seed 0), so the
     # quick audit keeps this release's preset and catches it at the CLI's default seed
     from gpope.cli import build_parser
-    from gpope.cli.audit import policy_value_config
+    from gpope.cli.audit import audit_request
+    from gpope.core.estimators.policy_value import config
 
     args = build_parser().parse_args(["audit", "--quick", "--include-broken"])
-    cfg = policy_value_config(args, {})
+    cfg = config(audit_request(args))
     assert cfg.runs == PolicyValueAuditConfig().runs
     broken = run_policy_value_audit(cfg, args.seed, _noise_scale=0.5)
     assert not broken.passed and broken.epsilon_lower > broken.epsilon_claimed
-    assert policy_value_config(args, {"runs": 500, "iterations": 3}).runs == 500
+    args = build_parser().parse_args(["audit", "--runs", "500", "--iterations", "3"])
+    assert config(audit_request(args)).runs == 500

@@ -8,7 +8,15 @@ import dataclasses
 import pytest
 
 from gpope.config import load_config
-from gpope.shell.pipeline.evaluate_params import SOLVER_SETTINGS, run_params, settings_summary
+from gpope.core.estimators import SOLVER_SETTINGS, get
+
+
+def run_params(s, *, batch_rate, path, ssp):
+    return get(s.estimator).params(s, batch_rate=batch_rate, path=path, statistics=ssp)
+
+
+def settings_summary(s, provenance, *, accountant):
+    return get(s.estimator).summary(s, provenance, accountant=accountant)
 
 SOLVER_ONLY = {"passes", "iterations", "clip", "step_size", "step_schedule", "step_offset",
                "averaging", "tail_fraction", "sampling", "trace_every", "batch_rate",

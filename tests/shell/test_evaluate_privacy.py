@@ -279,12 +279,12 @@ def test_secure_noise_is_refused_where_the_tuning_free_default_applies(spark, ch
     # (ssp, whose clip histogram and sums take the discrete Gaussian) is accepted
     import dataclasses
 
+    from gpope.core.estimators import claiming
     from gpope.shell.pipeline.evaluate_inputs import check_request
-    from gpope.shell.pipeline.evaluate_untuned import untuned_applies
 
     config, root = chain_lake
     spec = dataclasses.replace(load_spec(SPEC_FILE), evaluation=None)
-    assert untuned_applies(spec, {"secure_noise": "options", "sampling": "options"})
+    assert claiming(False, {"secure_noise": "options", "sampling": "options"}) == "untuned"
     before = _ledger_version(root)
     options = SettingsLayer.of(epsilon=1.0, delta=1e-5, secure_noise=True, sampling="uniform",
                               accountant="rdp", public_trajectories=0)

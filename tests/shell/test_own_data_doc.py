@@ -271,11 +271,14 @@ def test_gpope_warnings_are_one_line_without_a_source_path(capsys):
 
 def test_the_default_applies_only_to_untuned_specs_without_explicit_choices():
     from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.estimators import get
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate_untuned import untuned_applies
     from gpope.shell.pipeline.jobargs import load_spec
 
     own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
+    def untuned_applies(spec, sources):
+        return get("untuned").claims(spec.evaluation is not None, sources)
+
     assert untuned_applies(own, {"estimator": "conf", "clip": "conf", "epsilon": "options"})
     assert not untuned_applies(own, {"estimator": "options"})
     assert not untuned_applies(own, {"clip": "options"})

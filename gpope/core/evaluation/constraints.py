@@ -14,7 +14,7 @@ from typing import Any
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = ["CONSTRAINTS", "RUN_ONLY", "Accountant", "Choice", "Flag", "Int", "Real",
+__all__ = ["CONSTRAINTS", "RUN_ONLY", "Accountant", "Choice", "Estimator", "Flag", "Int", "Real",
            "check_setting"]
 
 
@@ -70,6 +70,17 @@ class Accountant:
 
 
 @dataclass(frozen=True)
+class Estimator:
+    """A registered estimator (:mod:`gpope.core.estimators`, read when checked, so a registered
+    estimator is valid everywhere at once)."""
+
+    def check(self, owner: str, name: str, value: Any) -> str:
+        from gpope.core.estimators import estimator_names
+
+        return check_choice(owner, name, value, estimator_names())
+
+
+@dataclass(frozen=True)
 class Flag:
     """True or False."""
 
@@ -82,7 +93,7 @@ class Flag:
 
 #: The constraint of every setting; None is always accepted as "not set" (a setting a run must
 #: have is filled by the packaged default or refused by the resolver).
-CONSTRAINTS: dict[str, Real | Int | Choice | Accountant | Flag] = {
+CONSTRAINTS: dict[str, Real | Int | Choice | Accountant | Estimator | Flag] = {
     "epsilon": Real(gt=0.0),
     "delta": Real(gt=0.0, lt=1.0),
     "passes": Real(gt=0.0),
@@ -108,7 +119,7 @@ CONSTRAINTS: dict[str, Real | Int | Choice | Accountant | Flag] = {
     "public_trajectories": Int(ge=0),
     "public_max_length": Int(ge=1),
     "rows_per_fetch": Int(ge=1),
-    "estimator": Choice(("gpope", "ssp", "untuned")),
+    "estimator": Estimator(),
     "ssp_clip": Real(gt=0.0),
     "ssp_clip_quantile": Real(gt=0.0, le=1.0),
     "moments_share": Real(gt=0.0, lt=1.0),

@@ -54,13 +54,8 @@ from gpope.core.evaluation.components import (
     behaviour_share,
     gaussian_share,
     plan_behaviour,
-    plan_gpope,
     plan_noisy_statistics,
     plan_policy_value,
-    plan_ssp,
-    plan_ssp_clip,
-    plan_tuned,
-    plan_untuned,
     policy_value_share,
     statistics_accountant,
     statistics_share,
@@ -86,7 +81,7 @@ class ReleasePlan:
     Attributes:
         epsilon, delta: the run's target (what the ledger reserves).
         m: the number of trajectories (public).
-        estimator: ``"gpope"`` or ``"ssp"``.
+        estimator: the registered estimator's name (:mod:`gpope.core.estimators`).
         accountant: the accountant that certifies the estimator's release.
         relation: the neighbouring relation (``"replace_one"`` for uniform sampling, else
             ``"add_or_remove_one"``); every component is calibrated and charged under it.
@@ -160,7 +155,9 @@ class ReleasePlan:
     def statistics(self) -> ReleaseComponent | None:
         """The noisy-statistics release: an ssp run's estimator release, else the auxiliary
         ``noisy_statistics`` component (None when the run has none)."""
-        return (self.main if self.estimator in ("ssp", "untuned")
+        from gpope.core.estimators import get
+
+        return (self.main if get(self.estimator).main_is_statistics
                 else self.component("noisy_statistics"))
 
     @property
@@ -199,10 +196,11 @@ AUXILIARY: tuple[tuple[str, Callable[[PlanInputs], float],
 def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[int, str | None]:
     """K of the run once the layout is known (public): a default rule yields to the streamed
     path; an explicit K is refused where it does not hold."""
+    from gpope.core.estimators import get
     from gpope.core.intervals import check_interval_groups
 
     k = int(s.interval_groups or 0)
-    if not k or s.estimator in ("ssp", "untuned"):
+    if not k or not get(s.estimator).interval_groups:
         return 0, None
     if layout == "stream" and not explicit:
         return 0, (f"interval_groups {k} (default) not applied: the statistics exceed "
@@ -256,62 +254,46 @@ def plan_release(
     from gpope.core.accounting import epsilon_spent, resolve_accountant
     from gpope.core.accounting.composition import relation_of_sampling
     from gpope.core.accounting.registry import REFERENCE, not_a_valid_bound
+    from gpope.core.estimators import PlanContext, get
 
     s = settings
-    untuned_run = s.estimator == "untuned"  # the tuning-free default (gpope.core.untuned.release)
-    ssp_run = s.estimator == "ssp"
-    if ssp_run and s.tune == "private":
-        raise ConfigError(
-            "--tune private tunes GPOPE's clip bound and step size; --estimator ssp has none to "
-            "tune. Drop one of them."
-        )
-    private_clip = ssp_run and statistics_clip is None
-    if private_clip and private_clip_quantile is None:
-        raise ConfigError("An ssp run needs the public clip bound of its statistics release, "
-                          "or the quantile to release it privately.")
+    estimator = get(s.estimator)
     # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
     # add/remove; every component is calibrated, reported and charged under it
-    one_shot = ssp_run or untuned_run
+    one_shot = estimator.one_shot
     relation = "add_or_remove_one" if one_shot else relation_of_sampling(s.sampling)
     accountant = resolve_accountant(s.accountant, "poisson" if one_shot else s.sampling)
     inputs = PlanInputs(settings=s, m=m, relation=relation, accountant=s.accountant,
                         statistics_clip=statistics_clip, spec=spec, behaviour=behaviour)
     groups, note = _interval_groups(s, explicit=groups_explicit, layout=layout)
-    tuning = None
-    # an ssp run's estimator release IS the noisy statistics: its other components only
-    shares = [(name, share(inputs), planner) for name, share, planner in AUXILIARY
-              if not (one_shot and name == "noisy_statistics")]
-    if private_clip:
-        from gpope.core.untuned.release import UntunedSettings
-
-        shares.insert(0, ("ssp_clip", (untuned or UntunedSettings()).quantile_share,
-                          lambda i, sh: plan_ssp_clip(i, sh, quantile=private_clip_quantile)))
+    private_clip = estimator.private_clip_fallback and statistics_clip is None
+    context = PlanContext(layout=layout, groups=groups, private_tuning=private_tuning,
+                          untuned=untuned, private_clip_quantile=private_clip_quantile
+                          if private_clip else None)
+    estimator.check_plan(inputs, context)
+    # an estimator whose release IS the noisy statistics: the other components only
+    shares = [*estimator.extra_components(inputs, context),
+              *((name, share(inputs), planner) for name, share, planner in AUXILIARY
+                if not (estimator.main_is_statistics and name == "noisy_statistics"))]
     if sum(sh for _, sh, _ in shares) >= 1.0:
         raise ConfigError(
             "The shares of the run's auxiliary releases (statistics_share, policy_value_share) "
             f"sum to {sum(sh for _, sh, _ in shares):g}; they must leave a positive share for "
             "the estimator (sum < 1). Lower one of them.")
-    sigmas = None
     if one_shot:
-        main, auxiliary, event, label, spent, sigmas = _plan_one_shot(
-            inputs, [(sh, planner) for _, sh, planner in shares if sh > 0], untuned=untuned)
+        main, auxiliary, event, label, spent, fields = _plan_one_shot(
+            inputs, [(sh, planner) for _, sh, planner in shares if sh > 0], estimator, context)
     else:
         auxiliary = tuple(planner(inputs, sh) for _, sh, planner in shares if sh > 0)
         main_eps, main_delta = s.epsilon, s.delta
         for c in auxiliary:
             main_eps, main_delta = main_eps - c.epsilon, main_delta - c.delta
-        if s.tune == "private":
-            if private_tuning is None:
-                raise ConfigError("--tune private needs its settings (evaluation.private_tuning).")
-            main, plan = plan_tuned(inputs, main_eps, main_delta, private_tuning,
-                                     in_memory=layout != "stream")
-            accountant, tuning = plan.accountant, (plan, private_tuning)
-        else:
-            main = plan_gpope(inputs, main_eps, main_delta, groups)
+        main, fields = estimator.plan(inputs, context, epsilon=main_eps, delta=main_delta)
         event, label = _compose(main, auxiliary)
         spent = main.epsilon_spent
         for c in auxiliary:
             spent = spent + c.epsilon_spent
+    accountant = fields.get("accountant", accountant)
     valid = not not_a_valid_bound(accountant)
     charged = s.epsilon
     if not valid:  # charge what the mechanism really costs (a rigorous RDP bound)
@@ -330,9 +312,9 @@ def plan_release(
             f"private; charged at rigorous RDP epsilon {charged:.6g}"),
         layout=layout, interval_groups=groups, interval_note=note,
         statistics_clip=None if statistics_clip is None else float(statistics_clip),
-        moments_share=float(s.moments_share), tuning=tuning,
+        moments_share=float(s.moments_share), tuning=fields.get("tuning"),
         private_clip_quantile=float(private_clip_quantile) if private_clip else None,
-        untuned_sigmas=sigmas)
+        untuned_sigmas=fields.get("untuned_sigmas"))
 
 
 #: Each retry of a joint calibration whose composed event certifies above the target (the
@@ -342,13 +324,13 @@ _JOINT_RETRIES = 50
 
 
 def _plan_one_shot(inputs: PlanInputs, shares: list[tuple[float, Callable[..., ReleaseComponent]]],
-                   *, untuned: UntunedSettings | None
+                   estimator: Any, context: Any
                    ) -> tuple[ReleaseComponent, tuple[ReleaseComponent, ...], Any, str, float,
-                              UntunedSigmas | None]:
+                              dict[str, Any]]:
     """A one-shot run calibrated jointly (module docstring): one multiplier for the run's
     (epsilon, delta), split by shares of the privacy loss; the estimator takes the share the
     auxiliary components leave. Returns (main, auxiliary, event, label, certified epsilon of the
-    composed event at delta (<= epsilon), the default's multipliers or None)."""
+    composed event at delta (<= epsilon), the plan's fields the estimator sets)."""
     import dataclasses
 
     import dp_accounting
@@ -366,16 +348,12 @@ def _plan_one_shot(inputs: PlanInputs, shares: list[tuple[float, Callable[..., R
     for _ in range(_JOINT_RETRIES):
         joint = dataclasses.replace(inputs, joint_sigma=sigma)
         auxiliary = tuple(planner(joint, sh) for sh, planner in shares)
-        sigmas = None
-        if s.estimator == "ssp":
-            main = plan_ssp(joint, main_share)
-        else:
-            main, sigmas = plan_untuned(joint, main_share, untuned)
+        main, fields = estimator.plan(joint, context, share=main_share)
         event, label = _compose(main, auxiliary, joint=True)
         spent = float(certifier.event_epsilon(
             event, s.delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE))
         if spent <= s.epsilon:
-            return main, auxiliary, event, label, spent, sigmas
+            return main, auxiliary, event, label, spent, fields
         sigma *= _JOINT_RETRY_FACTOR
     raise AccountingError(
         f"The composed event of the run certifies epsilon {spent:.6g} > {s.epsilon:g} even with "

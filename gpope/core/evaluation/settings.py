@@ -79,9 +79,10 @@ class RunSettings:
         public_trajectories, public_max_length: the fresh public cohort simulated for MSPBE and
             the public clip bounds (specs with a domain; 0 disables).
         rows_per_fetch: sampled rows per Spark fetch on the streamed path.
-        estimator: "gpope", "ssp" (one-shot LSTD on noisy sufficient statistics) or "untuned"
-            (the tuning-free private default, :mod:`gpope.core.untuned.release`; what a spec without an
-            ``evaluation:`` block gets when no estimator or solver setting is given).
+        estimator: a registered estimator (:mod:`gpope.core.estimators`): "gpope", "ssp"
+            (one-shot LSTD on noisy sufficient statistics) or "untuned" (the tuning-free private
+            default, which claims the runs of a spec without an ``evaluation:`` block when no
+            estimator or solver setting is given: :func:`resolve_settings`).
         ssp_clip, ssp_clip_quantile: the public L2 bound of one trajectory's [A_i, b_i, C_i], or
             the quantile of the norms on the public cohort that sets it.
         moments_share: the residual second moments' share (zCDP) of the noisy-statistics release.
@@ -137,7 +138,7 @@ class RunSettings:
     public_trajectories: int = 100
     public_max_length: int | None = None
     rows_per_fetch: int = 4096
-    estimator: Literal["gpope", "ssp", "untuned"] = "gpope"
+    estimator: str = "gpope"
     ssp_clip: float | None = None
     ssp_clip_quantile: float | None = 0.99
     moments_share: float = 0.1
@@ -369,9 +370,11 @@ def check_combination(s: Any) -> None:
         from gpope.core.accounting.registry import resolve_accountant
 
         sampling = getattr(s, "sampling", None) or "poisson"
+        from gpope.core.estimators import get
+
         accountant = resolve_accountant(name, sampling)
         if (not accountant_info(accountant).discrete_gaussian
-                or (sampling != "uniform" and s.estimator != "ssp")):
+                or not get(s.estimator).secure_noise_ok(sampling)):
             raise ConfigError(SECURE_NOISE_REFUSAL.format(sampling=sampling,
                                                           accountant=accountant))
 
@@ -433,9 +436,16 @@ class SpecWithBlock(Protocol):
 
 
 def resolve_settings(
-    conf: RunSettings, spec: SpecWithBlock, flags: SettingsLayer, *, m: int
+    conf: RunSettings, spec: SpecWithBlock, flags: SettingsLayer, *, m: int,
+    recorded_max_length: int | None = None,
 ) -> tuple[RunSettings, dict[str, Any]]:
-    """One run's settings for m trajectories: command line > spec block > configuration.
+    """One run's settings for m trajectories: command line > spec block > configuration; the
+    estimator is the one chosen, or the one that claims the run
+    (:func:`gpope.core.estimators.claiming`: the tuning-free default of a spec nobody tuned),
+    with the settings it fixes; resolved once, never patched afterwards.
+
+    ``recorded_max_length``: the episode cap ``gpope simulate`` recorded for the dataset
+    (public), the public cohort's cap where ``public_max_length`` is not set.
 
     Returns:
         (the resolved :class:`RunSettings`: every solver setting set, N and q computed,
@@ -449,6 +459,7 @@ def resolve_settings(
         ConfigError: an invalid combination (:func:`check_combination`), a missing epsilon or
             delta, or a budget that the layers do not determine.
     """
+    from gpope.core import estimators
     from gpope.core.gpope.operating import (
         INTERVAL_KEYS,
         SOLVER_KEYS,
@@ -471,6 +482,10 @@ def resolve_settings(
     for k in merged:
         source[k] = ("options" if mine.get(k) is not None
                      else "spec" if block.get(k) is not None else "conf")
+    claimed = estimators.claiming(spec.evaluation is not None, source)
+    if claimed is not None:
+        base = dataclasses.replace(base, estimator=claimed)
+    estimator = estimators.get(base.estimator)
     sampling = merged.get("sampling", "poisson")
     N, q = resolve_budget(m=m, sampling=sampling, passes=merged.get("passes"),
                           batch_size=merged.get("batch_size"), iterations=merged.get("iterations"),
@@ -503,8 +518,13 @@ def resolve_settings(
         tail_fraction=float(merged.get("tail_fraction", 0.5)),
         ssp_clip_quantile=float(quantile),
         interval_groups=groups,
+        public_max_length=(base.public_max_length if base.public_max_length is not None
+                           else recorded_max_length),
     )
+    if _without_policy_value(spec, out):
+        out = dataclasses.replace(out, policy_value_share=0.0)
     check_combination(out)
+    estimator.check(spec, out)
     info = {
         "source": source,
         "tuned_point": None if point is None else point.to_dict(),
@@ -533,10 +553,27 @@ def _interval_groups(s: RunSettings, *, m: int, epsilon: float, sampling: str,
         layer["interval_groups"], m=m, epsilon=epsilon,
         min_patients=layer.get("interval_groups_min_patients"),
         min_m_epsilon=layer.get("interval_groups_min_m_epsilon"))
-    if k and s.estimator == "ssp":
-        return 0, None  # an ssp run's interval is its own
+    from gpope.core.estimators import get
+
+    if k and not get(s.estimator).interval_groups:
+        return 0, None  # the estimator's interval is its own
     if k and (sampling != "poisson" or s.tune != "none"):
         return 0, (f"interval_groups {k} ({where} default) not applied: it needs sampling "
                    f"poisson and no private tuning (sampling {sampling!r}, tune {s.tune!r}); the "
                    "interval is the hull of the noisy-statistics interval and the value")
     return k, note
+
+
+def _without_policy_value(spec: Any, s: RunSettings) -> bool:
+    """A state-action fit whose behaviour is not estimated releases no policy value: its theta
+    is over (state, action), so no direct J(target) from it, and no logged ratio for the
+    identified set. The behaviour is estimated where the estimator does it on a tabular state
+    map (:func:`gpope.core.state_action.behaviour_rules`, read here from the map's public kind:
+    the spec module imports this one)."""
+    from gpope.core.estimators import get
+
+    fm = getattr(spec, "feature_map", None)
+    if fm is None or fm.to_dict().get("kind") != "state_action":
+        return False
+    return not (get(s.estimator).estimates_behaviour
+                and fm.base.to_dict().get("kind") == "tabular")

@@ -66,12 +66,13 @@ def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLaye
     Raises:
         ConfigError: an invalid setting or combination.
     """
+    from gpope.core.estimators import claiming, get
     from gpope.core.evaluation.settings import check_combination, merged_view
-    from gpope.shell.pipeline.evaluate_untuned import check_untuned_settings, untuned_applies
 
     view = merged_view(config.evaluation, flags)
-    if untuned_applies(spec, dict.fromkeys(flags.values, "options")):  # as resolve_settings marks
-        check_untuned_settings(spec, view)
+    # the estimator the run takes, as resolve_settings decides it
+    claimed = claiming(spec.evaluation is not None, dict.fromkeys(flags.values, "options"))
+    get(claimed or view.estimator).check(spec, view)
     block = spec.evaluation
     if flags.get("accountant") is None and block is not None and block.get("accountant"):
         check_combination(dataclasses.replace(view, accountant=block.get("accountant")))
@@ -132,19 +133,20 @@ def private_clip_quantile(settings: Any, source: str | None) -> float:
     return float(settings.untuned.clip_quantile)
 
 
-def statistics_clip(spec: EvaluationSpec, settings: Any, *, ssp_run: bool, source: str | None,
-                    quantile_source: str | None = None) -> tuple[float | None, str | None]:
+def statistics_clip(spec: EvaluationSpec, settings: Any, *, private_fallback: bool,
+                    source: str | None, quantile_source: str | None = None
+                    ) -> tuple[float | None, str | None]:
     """The clip bound of the noisy-statistics release and where it comes from (one line for the
     report): the setting (``source``: ``"options"`` for --ssp-clip), else a public quantile on
-    the spec's simulator. Without a simulator: None, and for an ssp run the words saying it is
-    released privately (the plan's ``ssp_clip`` component); a gpope run then has no
-    statistics release."""
+    the spec's simulator. Without a simulator: None, and for an estimator that then releases
+    its clip privately (``private_fallback``, the plan's ``ssp_clip`` component) the words saying
+    so; any other run then has no statistics release."""
     if settings.ssp_clip is not None:
         return float(settings.ssp_clip), ("--ssp-clip" if source == "options"
                                           else "evaluation.ssp_clip")
     q = settings.ssp_clip_quantile
     if spec.domain is None or settings.public_trajectories <= 0:
-        if not ssp_run:
+        if not private_fallback:
             return None, None  # no public data for a clip bound: no statistics release
         return None, (f"private {private_clip_quantile(settings, quantile_source):g} quantile of "
                       "the trajectories' statistics norms (spec has no public simulator; charged "
@@ -183,34 +185,23 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     stale = check_fresh(spark, config, dataset=dataset, spec=spec, stats_version=version,
                         allow=bool(flags.get("allow_stale_stats", False)))
     check_delta_against_m(float(flags.get("delta")), m)
-    settings, provenance = resolve_settings(config.evaluation, spec, flags, m=m)
+    # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the
+    # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
+    # for the demo's 40-decision ones and buried every feature of the noisy statistics
+    recorded = _simulated_max_length(config, dataset)
+    settings, provenance = resolve_settings(config.evaluation, spec, flags, m=m,
+                                            recorded_max_length=recorded)
     if stale is not None:
         provenance["stale_stats"] = stale
-    recorded = _simulated_max_length(config, dataset)
-    if settings.public_max_length is None:
-        # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the
-        # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
-        # for the demo's 40-decision ones and buried every feature of the noisy statistics
-        settings = dataclasses.replace(settings, public_max_length=recorded)
-    from gpope.shell.pipeline.evaluate_untuned import check_untuned_settings, untuned_applies
+    from gpope.core.estimators import get
+    from gpope.core.state_action import behaviour_rules
 
-    if untuned_applies(spec, provenance["source"]):  # nobody tuned it, nothing was chosen
-        check_untuned_settings(spec, settings)
-        settings = dataclasses.replace(settings, estimator="untuned", interval_groups=0)
-    from gpope.core.state_action import is_state_action
-    from gpope.shell.pipeline.propensities import behaviour_rules
-
+    estimator = get(settings.estimator)
     behaviour = behaviour_rules(spec, settings)  # no propensities: estimated by the default
-    if is_state_action(spec) and behaviour is None:
-        # the pair fit's theta is over (state, action): no direct J(target) from it, and no
-        # logged ratio for the identified set; with the behaviour estimated, J(target) is the
-        # direct method over the value fit and J(behaviour) the mean recorded return
-        settings = dataclasses.replace(settings, policy_value_share=0.0)
-    ssp_run = settings.estimator == "ssp"
     q_source = provenance["source"].get("ssp_clip_quantile")
-    clip, clip_from = (None, None) if settings.estimator == "untuned" else statistics_clip(
-        spec, settings, ssp_run=ssp_run, source=provenance["source"].get("ssp_clip"),
-        quantile_source=q_source)
+    clip, clip_from = (None, None) if not estimator.public_clip else statistics_clip(
+        spec, settings, private_fallback=estimator.private_clip_fallback,
+        source=provenance["source"].get("ssp_clip"), quantile_source=q_source)
     if clip_from is not None:
         provenance["ssp_clip_from"] = clip_from
     # dense rows in memory when they fit in_memory_limit_mb, else a one-hot map's nonzero
@@ -223,12 +214,12 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
         private_tuning=settings.private_tuning.to_core()
-        if settings.tune == "private" and not ssp_run else None, untuned=settings.untuned,
+        if settings.tune == "private" else None, untuned=settings.untuned,
         private_clip_quantile=private_clip_quantile(settings, q_source)
-        if ssp_run and clip is None else None, behaviour=behaviour)
+        if estimator.private_clip_fallback and clip is None else None, behaviour=behaviour)
     if plan.interval_note:
         provenance["interval_note"] = plan.interval_note
-    if not ssp_run and settings.interval_groups != plan.interval_groups:
+    if estimator.interval_groups and settings.interval_groups != plan.interval_groups:
         settings = dataclasses.replace(settings, interval_groups=plan.interval_groups)
     return PreparedRun(m=m, stats_version=version, settings=settings, provenance=provenance,
                        recorded_max_length=recorded, plan=plan)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.accounting.registry import not_a_valid_bound
+from gpope.core.estimators.base import generic_settings_note
 from gpope.shell.pipeline.interval_notes import (
     IDENTIFICATION_NOTE,
     NO_SUPPORT_NOTE,
@@ -43,6 +44,7 @@ __all__ = [
     "InterruptedAfterRelease",
     "build_record",
     "format_span",
+    "generic_settings_note",
     "interrupted_after_release",
     "privacy_label",
     "unbounded_note",
@@ -187,7 +189,10 @@ class EvaluationReport:
     def summary(self) -> str:
         """Human-readable lines; the solver's settings (N, sampling, the operating point) only
         for the GPOPE estimator, the one run that uses them."""
-        solver = self.estimator == "gpope"
+        from gpope.core.estimators import get
+
+        estimator = get(self.estimator)
+        solver = estimator.uses_solver
         lines = [
             f"released run {self.run_id} ({self.label}) "
             f"dataset {self.dataset}, spec {self.spec_name} ({self.spec_id})",
@@ -216,17 +221,7 @@ class EvaluationReport:
                         f"{self.statistics_sigma:.4g}, clip {self.ssp_clip:.4g}"
                         if self.statistics_sigma is not None else "; no noisy-statistics release"))
         if st and self.intervals:
-            k = st.get("interval_groups") or 0
-            how = ("delta method around the refined estimate (released residual moments and "
-                   "privacy noise); clip and residual clip at private quantiles"
-                   if self.estimator == "untuned"
-                   else "parametric bootstrap of the noisy statistics" if self.estimator == "ssp"
-                   else f"Student-t of {k} runs on disjoint patient groups" if k
-                   else "hull of the noisy-statistics interval and the value")
-            quantile = (f"; statistics clip: {st['ssp_clip_from']}"
-                        if st.get("ssp_clip_from") and self.statistics_sigma is not None
-                        and self.estimator == "ssp" else "")
-            lines.append(f"  interval: {how}{quantile}")
+            lines.append(f"  interval: {estimator.interval_method(st)}")
             if st.get("interval_note"):
                 lines.append(f"  NOTE: {st['interval_note']}")
         if self.tuning is not None:
@@ -282,14 +277,15 @@ def build_record(
     reads (public settings, released outputs, lineage), built after the release was committed."""
     from gpope.config import to_mapping
     from gpope.core.envs.cohort import public_cohort
+    from gpope.core.estimators import get
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate_params import run_params
     from gpope.shell.pipeline.evaluation_record import (
         EvaluationRecord,
         StatisticsInput,
     )
 
-    params = run_params(options, batch_rate=batch_rate, path=path, ssp=ssp)
+    params = get(options.estimator).params(options, batch_rate=batch_rate, path=path,
+                                           statistics=ssp)
     params["relation"] = relation  # the neighbouring relation the run is charged under
     if intervals is not None:
         params["ci_level"] = float(intervals.level)
@@ -370,16 +366,6 @@ def guard_remedy(spec: EvaluationSpec) -> str:
     return "more trajectories or a larger epsilon help"
 
 
-def generic_settings_note(spec: EvaluationSpec) -> str:
-    """The NOTE of a run of a spec without an ``evaluation:`` block that did not take the
-    tuning-free default (an estimator or solver flag was given): advice that works for it."""
-    return (f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
-            "were used; " + ("tune it on public data with `gpope tune --spec FILE`."
-                             if spec.domain is not None else
-                             "drop the estimator and solver flags to get the tuning-free "
-                             "private default (docs/OWN_DATA.md)."))
-
-
 def approximation_note(spec: EvaluationSpec) -> str | None:
     """The NOTE of a release on a spec without a simulator (``domain``) whose feature map is not
     tabular: its intervals are around the best fit of that map, whose approximation error no
@@ -398,8 +384,8 @@ def approximation_note(spec: EvaluationSpec) -> str | None:
 
 def _private_clip(plan: Any) -> bool:
     """Whether the run's statistics clip is a private release (the default, or an ssp run
-    without a public clip)."""
-    return plan.statistics_clip is None and plan.estimator in ("untuned", "ssp")
+    without a public clip): a statistics release without a public clip."""
+    return plan.statistics_clip is None and plan.statistics is not None
 
 
 def _statistics_clip(plan: Any, est: Any) -> float | None:
@@ -413,7 +399,7 @@ def _private_clip_rule(plan: Any, settings: Any) -> dict[str, float]:
     (``ssp_clip_quantile``: the one used, not the conf's public-cohort setting, which such a
     run never reads) and the share of the run's privacy loss its histogram took
     (``ssp_clip_share``); else nothing."""
-    if plan.estimator == "ssp" and _private_clip(plan):
+    if plan.private_clip_quantile is not None:
         return {"ssp_clip_quantile": float(plan.private_clip_quantile),
                 "ssp_clip_share": float(settings.untuned.quantile_share)}
     return {}
@@ -431,7 +417,7 @@ def _clip_tracking(plan: Any, est: Any) -> tuple[dict[str, float], dict[str, str
     metrics = {names.METRIC_SSP_CLIP_USED: float(clip)}
     if not _private_clip(plan):
         return metrics, {names.SSP_CLIP_SOURCE: "public"}
-    quantile = (plan.private_clip_quantile if plan.estimator == "ssp"
+    quantile = (plan.private_clip_quantile if plan.private_clip_quantile is not None
                 else est.settings.untuned.clip_quantile)
     metrics[names.METRIC_SSP_CLIP_QUANTILE_USED] = float(quantile)
     return metrics, {names.SSP_CLIP_SOURCE: "private"}
@@ -445,10 +431,10 @@ def track_and_report(
 ) -> EvaluationReport:
     """After a committed release: the MLflow record (with the guard's verdict and notes), its
     logging (a tracking failure never undoes the release) and the run's report."""
+    from gpope.core.estimators import get
     from gpope.shell import lake
     from gpope.shell.mlflow_names import GUARD, INTERVAL_NOTE, OUTSIDE_TUNED, STALE_STATS
     from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
-    from gpope.shell.pipeline.evaluate_params import settings_summary, uses_solver
     from gpope.shell.pipeline.release import policy_label
     from gpope.shell.tracking import resolve_tracking_uri
 
@@ -505,22 +491,13 @@ def track_and_report(
         warnings.insert(0, tracking.failed_line)
     if outside:
         warnings.append(outside)
-    if plan.estimator == "untuned":
-        from gpope.shell.pipeline.evaluate_untuned import UNTUNED_NOTE
-
-        warnings.append(UNTUNED_NOTE.format(name=spec.name))
-        if (behaviour := plan.component("behaviour")) is not None:
-            from gpope.shell.pipeline.evaluate_untuned import BEHAVIOUR_NOTE
-
-            share = "a share" if behaviour.share is None else f"{behaviour.share:.0%}"
-            warnings.append(BEHAVIOUR_NOTE.format(share=share))
-    elif not prepared.provenance["spec_has_evaluation_block"]:
-        warnings.append(generic_settings_note(spec))
+    estimator = get(s.estimator)
+    warnings.extend(estimator.notes(spec, plan, prepared.provenance))
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
     if iv is not None and (note := approximation_note(spec)):
         warnings.append(note)
     spent = plan.spent_epsilon
-    solver = uses_solver(s.estimator)
+    solver = estimator.uses_solver
     return EvaluationReport(
         run_id=run_id, mlflow_run_id=tracking.mlflow_run_id, dataset=dataset,
         spec_id=spec.spec_id, spec_name=spec.name, policy=policy_label(spec),
@@ -551,7 +528,7 @@ def track_and_report(
         statistics_epsilon=0.0 if stats is None else float(stats.epsilon),
         statistics_sigma=None if stats is None else float(stats.sigma),
         ssp_clip=_statistics_clip(plan, est), tuning=tuning,
-        settings={**settings_summary(s, prepared.provenance, accountant=plan.accountant),
+        settings={**estimator.summary(s, prepared.provenance, accountant=plan.accountant),
                   **_private_clip_rule(plan, s)},
         no_better_than_zero=guard.no_better_than_zero, utility_guard=guard.verdict,
         private_relative_mspbe_interval=None if private_diag is None

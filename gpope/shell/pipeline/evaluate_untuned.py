@@ -3,7 +3,8 @@ as Spark aggregates over ``trajectory_stats``.
 
 A spec without an ``evaluation:`` block has nothing publicly tuned; unless the command line (or
 the caller) chose the estimator or a solver setting, the run releases
-:mod:`gpope.core.untuned.release`'s default instead of generic GPOPE settings. Its four releases read the
+:mod:`gpope.core.untuned.release`'s default instead of generic GPOPE settings
+(:mod:`gpope.core.estimators.untuned` claims the run). Its four releases read the
 statistics only through sums over all rows: each is one distributed aggregate
 (:func:`gpope.shell.pipeline.ssp` machinery, partial sums per partition, only those reach the
 driver), so it runs at any m, in the same arithmetic as the core's in-memory reference.
@@ -11,7 +12,6 @@ driver), so it runs at any m, in the same arithmetic as the core's in-memory ref
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,57 +20,7 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.untuned.release import UntunedRelease, UntunedSettings
 
-__all__ = ["BEHAVIOUR_NOTE", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED", "UNTUNED_NOTE", "check_untuned_settings",
-           "private_ssp_clip", "run_untuned", "untuned_applies", "untuned_result"]
-
-#: Settings whose explicit choice (command line or caller) means "not the default": the user
-#: asked for a particular estimator or solver.
-EXPLICIT_CHOICES = ("estimator", "clip", "step_size", "tune", "ssp_clip", "interval_groups")
-
-#: The one line evaluate prints about the default (no Python warning, no file path).
-UNTUNED_NOTE = (
-    "NOTE: spec {name!r} has no evaluation: block, so the tuning-free private default was used "
-    "(clip and residual clip by private quantiles, one refined SSP release; docs/OWN_DATA.md)."
-)
-
-#: The line of a run whose extract logged no propensities and whose behaviour was estimated.
-BEHAVIOUR_NOTE = (
-    "NOTE: the treatments carry no propensity column, so the behaviour policy was estimated "
-    "privately (noisy counts per state and action, {share} of this run's privacy loss, in its "
-    "ledger event) and the values weight by pi / mu^; the intervals are conditional on that "
-    "estimate (docs/OWN_DATA.md, \"Without logged propensities\")."
-)
-
-
-#: Why ``--secure-noise`` is refused where the default applies.
-SECURE_NOISE_UNTUNED = (
-    "--secure-noise is not available for the tuning-free default (spec {name!r} has no "
-    "evaluation: block): its histograms, statistics and residual releases draw continuous "
-    "Gaussian noise and are accounted for it. Run --estimator ssp --accountant rdp --secure-noise "
-    "(its clip is then released privately with discrete Gaussian noise), or drop --secure-noise."
-)
-
-
-def check_untuned_settings(spec: EvaluationSpec, settings: Any) -> None:
-    """Refuse the settings the default cannot honour (public settings only): ``secure_noise``,
-    whose OS-CSPRNG discrete Gaussian the default's releases do not draw.
-
-    Raises:
-        ConfigError: ``settings.secure_noise`` is set.
-    """
-    from gpope.errors import ConfigError
-
-    if getattr(settings, "secure_noise", False):
-        raise ConfigError(SECURE_NOISE_UNTUNED.format(name=spec.name))
-
-
-def untuned_applies(spec: EvaluationSpec, sources: Mapping[str, str]) -> bool:
-    """True when the run takes the default: the spec has no ``evaluation:`` block and none of
-    :data:`EXPLICIT_CHOICES` came from the command line or the caller (``sources``: where each
-    resolved setting came from, ``"options"``, ``"spec"`` or ``"conf"``)."""
-    if spec.evaluation is not None:
-        return False
-    return not any(sources.get(name) == "options" for name in EXPLICIT_CHOICES)
+__all__ = ["private_ssp_clip", "run_untuned", "untuned_result"]
 
 
 def _summing(stats: Any, n: int, m: int) -> Any:

@@ -53,7 +53,10 @@ def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpo
     or None when every interval is finite: :data:`IDENTIFICATION_NOTE` when the identification
     test did not reject (its ``unidentified``; :data:`PER_STATE_NOTE` when some values are
     finite all the same, identified per state), else :data:`UNBOUNDED_NOTE`; its advice names
-    only what helps the run's ``estimator``."""
+    only what helps the run's ``estimator``
+    (:attr:`gpope.core.estimators.Estimator.statistics_share_helps`)."""
+    from gpope.core.estimators import get
+
     if not intervals or all(math.isfinite(v) for v in [*intervals["lower"], *intervals["upper"]]):
         return None
     note = UNBOUNDED_NOTE
@@ -64,7 +67,8 @@ def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpo
         note = (NO_SUPPORT_NOTE if sep is not None and math.isinf(sep) else
                 (PER_STATE_NOTE if finite else IDENTIFICATION_NOTE).format(
                     separation="?" if sep is None else f"{sep:.2g}"))
-    return note if estimator == "gpope" else note.replace(_GPOPE_REMEDY, _REMEDY)
+    return (note if get(estimator).statistics_share_helps
+            else note.replace(_GPOPE_REMEDY, _REMEDY))
 
 
 def format_span(lower: float, upper: float) -> str:

@@ -17,7 +17,9 @@ propensities_logged`). Ingest carries ``behavior_prob`` null for a table without
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gpope.core.state_action import behaviour_rules
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,16 +53,3 @@ def statistics_spec(spark: SparkSession, config: GpopeConfig, dataset: str,
     from gpope.core.state_action import state_action_spec
 
     return spec if logged_propensities(spark, config, dataset) else state_action_spec(spec)
-
-
-def behaviour_rules(spec: EvaluationSpec, settings: Any) -> Any:
-    """The behaviour estimate's public rules when a run on ``spec`` (a state-action spec) with
-    the resolved ``settings`` estimates the behaviour policy (the conf's ``evaluation.behaviour``): the
-    tuning-free default on a tabular state map; else None (the pair fit is released as it is)."""
-    from gpope.core.features import TabularFeatures
-    from gpope.core.state_action import is_state_action
-
-    if (not is_state_action(spec) or settings.estimator != "untuned"
-            or not isinstance(spec.feature_map.base, TabularFeatures)):
-        return None
-    return settings.behaviour

@@ -1,0 +1,114 @@
+"""The tuning-free default (``untuned``): what a spec without an ``evaluation:`` block gets when
+nobody chose an estimator or a solver setting. Clip and residual clip by private quantiles, one
+refined SSP release (:mod:`gpope.core.untuned.release`), every data-dependent choice inside the
+run's budget; on data without logged propensities (a tabular state map) it first estimates the
+behaviour policy privately. Its public rules are the configuration's ``evaluation.untuned``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gpope.core.estimators.base import AuditRequest, Estimator, PlanContext
+
+__all__ = ["BEHAVIOUR_NOTE", "ESTIMATOR", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED",
+           "UNTUNED_NOTE", "Untuned"]
+
+#: Settings whose explicit choice (command line or caller) means "not the default": the user
+#: asked for a particular estimator or solver.
+EXPLICIT_CHOICES = ("estimator", "clip", "step_size", "tune", "ssp_clip", "interval_groups")
+
+#: The one line evaluate prints about the default (no Python warning, no file path).
+UNTUNED_NOTE = (
+    "NOTE: spec {name!r} has no evaluation: block, so the tuning-free private default was used "
+    "(clip and residual clip by private quantiles, one refined SSP release; docs/OWN_DATA.md)."
+)
+
+#: The line of a run whose extract logged no propensities and whose behaviour was estimated.
+BEHAVIOUR_NOTE = (
+    "NOTE: the treatments carry no propensity column, so the behaviour policy was estimated "
+    "privately (noisy counts per state and action, {share} of this run's privacy loss, in its "
+    "ledger event) and the values weight by pi / mu^; the intervals are conditional on that "
+    "estimate (docs/OWN_DATA.md, \"Without logged propensities\")."
+)
+
+#: Why ``--secure-noise`` is refused where the default applies.
+SECURE_NOISE_UNTUNED = (
+    "--secure-noise is not available for the tuning-free default (spec {name!r} has no "
+    "evaluation: block): its histograms, statistics and residual releases draw continuous "
+    "Gaussian noise and are accounted for it. Run --estimator ssp --accountant rdp --secure-noise "
+    "(its clip is then released privately with discrete Gaussian noise), or drop --secure-noise."
+)
+
+
+class Untuned(Estimator):
+    """The tuning-free default (see the module docstring)."""
+
+    name = "untuned"
+    description = "the tuning-free private default of a spec without an evaluation: block"
+    command_line = False
+    main_is_statistics = True
+    public_clip = False
+    own_clip_rule = True
+    estimates_behaviour = True
+    execution = "gpope.shell.pipeline.evaluate_untuned:execute_untuned"
+
+    def claims(self, spec_has_block: bool, sources: Mapping[str, str]) -> bool:
+        # nobody tuned the spec and nothing was chosen
+        return not spec_has_block and not any(sources.get(k) == "options"
+                                              for k in EXPLICIT_CHOICES)
+
+    def check(self, spec: Any, settings: Any) -> None:
+        if getattr(settings, "secure_noise", False):
+            from gpope.errors import ConfigError
+
+            raise ConfigError(SECURE_NOISE_UNTUNED.format(name=spec.name))
+
+    def check_plan(self, inputs: Any, context: PlanContext) -> None:
+        return None  # its own rules: the settings' tune is not read
+
+    def plan(self, inputs: Any, context: PlanContext, *, share: float | None = None,
+             epsilon: float | None = None, delta: float | None = None
+             ) -> tuple[Any, dict[str, Any]]:
+        from gpope.core.evaluation.components import plan_untuned
+
+        main, sigmas = plan_untuned(inputs, share, context.untuned)
+        return main, {"untuned_sigmas": sigmas}
+
+    def own_params(self, settings: Any) -> dict[str, Any]:
+        return {f"untuned.{k}": v for k, v in dataclasses.asdict(settings.untuned).items()}
+
+    def own_summary(self, settings: Any) -> dict[str, Any]:
+        return {"untuned": dataclasses.asdict(settings.untuned)}
+
+    def origin(self, provenance: Mapping[str, Any]) -> str:
+        return "conf evaluation.untuned: (the tuning-free default's public rules)"
+
+    def interval_method(self, settings: Mapping[str, Any]) -> str:
+        return ("delta method around the refined estimate (released residual moments and "
+                "privacy noise); clip and residual clip at private quantiles")
+
+    def notes(self, spec: Any, plan: Any, provenance: Mapping[str, Any]) -> list[str]:
+        out = [UNTUNED_NOTE.format(name=spec.name)]
+        if (behaviour := plan.component("behaviour")) is not None:
+            share = "a share" if behaviour.share is None else f"{behaviour.share:.0%}"
+            out.append(BEHAVIOUR_NOTE.format(share=share))
+        return out
+
+    def audit(self, request: AuditRequest) -> list[tuple[str, Any]]:
+        from gpope.core.audit.untuned import UntunedAuditConfig, run_untuned_audit
+
+        kw = request.canary_overrides()
+        broken = {"ssp": [("noise x0.5", {"_noise_scale": 0.5}),
+                          ("C noise unweighted", {"_unweighted_c_noise": True})],
+                  "residual": [("noise x0.5", {"_noise_scale": 0.5})]}
+        out = []
+        for release, variants in broken.items():
+            cfg = UntunedAuditConfig.preset(release, delta=request.delta, **kw)
+            out.extend((name, run_untuned_audit(cfg, request.seed, **v)) for name, v in
+                       [("real", {})] + (variants if request.include_broken else []))
+        return out
+
+
+ESTIMATOR = Untuned()
