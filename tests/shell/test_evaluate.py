@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -195,6 +196,31 @@ def test_streamed_path_releases_the_same_theta_as_in_memory(spark, setup):
                          options=_options(path="stream", rows_per_fetch=700, **{**opts, "seed": 4}),
                          tracking_uri=uri)
     assert not np.allclose(other.theta, streamed.theta)
+
+
+def test_row_file_fetcher_reads_the_rows_the_spark_join_fetches(spark, setup, tmp_path):
+    """The streamed path's row file (a local master) and its Spark join (elsewhere) bring the
+    same float64 rows in plan order, repeats kept, and the row file's folder is removed."""
+    import tempfile
+
+    from gpope.shell.pipeline.sampled import spark_fetcher, streamed_fetcher
+    from gpope.shell.pipeline.stats import read_statistics
+
+    config, spec, _, _ = setup
+    stats_df = read_statistics(spark, config, dataset="mc", spec_id=spec.spec_id)
+    m, n = stats_df.count(), spec.n_features
+    ids = np.random.default_rng(5).integers(0, m, size=3 * m)  # every block repeats ids
+    joined = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)(ids)
+    before = set(Path(tempfile.gettempdir()).glob("gpope-stream-*"))
+    with streamed_fetcher(spark, stats_df, n, m=m, normalization=spec.normalization) as fetch:
+        made = set(Path(tempfile.gettempdir()).glob("gpope-stream-*")) - before
+        assert len(made) == 1  # a local master: the row file, not the join
+        read = fetch(ids)
+    assert not any(p.exists() for p in made)
+    assert np.array_equal(read.tau, joined.tau)
+    for got, want in zip(read.dense(), joined.dense(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(read.dense()[1], read.dense()[1][::-1])  # rows differ: order counts
 
 
 def test_unseeded_run_is_marked_private(spark, setup):

@@ -1,11 +1,13 @@
 """How ``gpope evaluate`` gets the statistics to the driver, decided from public quantities only.
 
 The choice is a branch of the run, so it may depend only on what the design treats as public
-(docs/ARCHITECTURE.md, "Data-dependent decisions"): m, the statistics width n, the feature map's
-kind, the dataset's public episode cap ``max_length`` and the configured memory limit. It never
-looks at the private rows (a count of their nonzero entries would move by up to 2 n^2 with one
-patient and give that patient's presence away through the path taken, the interval method and
-the refusals that follow from it).
+(docs/ARCHITECTURE.md, "Data-dependent decisions"): m as the run uses it (the trajectory count
+the release is calibrated with: the exact count, or a released noisy count m~; the rule is the
+same function of whichever the caller passes), the statistics width n, the feature map's kind
+and ``max_active`` (the spec's), the dataset's public episode cap ``max_length`` (enforced at
+ingest) and the configured memory limit. It never looks at the private rows (a count of their
+nonzero entries would move by up to 2 n^2 with one patient and give that patient's presence away
+through the path taken, the interval method and the refusals that follow from it).
 
 A one-hot map (tabular, or the additive one-hot map) has at most p nonzero features per state
 (its public ``max_active``), so one decision step adds at most ``2 p^2`` entries to a
@@ -17,7 +19,7 @@ entries (:func:`sparse_row_bytes`), a bound from public quantities only.
 * ``"sparse"``: a one-hot map whose m rows' public sparse bound fits ``limit_mb`` MiB (or any
   one-hot map when in-memory is forced, ``path="memory"``): the nonzero entries are loaded.
 * ``"stream"``: otherwise (``path="auto"``), or when forced: the sampled rows are fetched block by
-  block through a Spark join.
+  block in sample-plan order (the shell's ``streamed_fetcher``).
 """
 
 from __future__ import annotations
@@ -70,10 +72,12 @@ def is_one_hot(feature_map: object) -> bool:
 
 def plan_loading(*, m: int, n: int, path: str, limit_mb: int, one_hot: bool = False,
                  sparse_bytes: int | None = None) -> Layout:
-    """The layout of the run's statistics (see the module docstring); public inputs only.
+    """The layout of the run's statistics (see the module docstring): a function of public
+    inputs only, never of the private rows (their nonzero count, norms or values).
 
     Args:
-        m: the number of trajectories (public).
+        m: the number of trajectories as the run uses it (public: the exact count, or a
+            released noisy count m~).
         n: the number of features.
         path: ``"auto"`` (by the dense, then the sparse size), ``"memory"`` or ``"stream"``
             (forced).

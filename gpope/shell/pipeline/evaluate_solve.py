@@ -263,7 +263,7 @@ def solve(
     without ``--tune private``)."""
     from gpope.core.gpope.solver import run_gpope
     from gpope.core.gpope.streamed import run_gpope_streamed
-    from gpope.shell.pipeline.sampled import load_statistics, spark_fetcher
+    from gpope.shell.pipeline.sampled import load_statistics, streamed_fetcher
 
     rng = options.seed  # None: OS entropy inside the solver (private); int: reproducible
     if tuning is not None:  # planned only with in-memory statistics (gpope.core.evaluation.plan_release)
@@ -284,11 +284,11 @@ def solve(
         result = run_gpope(stats, solver, rng)
         pop = stats.population() if options.private_diagnostics else None
         return result, pop, None
-    fetch = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)
-    result = run_gpope_streamed(
-        fetch, solver, rng, m=m, n=n, sigma=sigma, epsilon=spent, accountant=accountant,
-        max_rows_per_fetch=options.rows_per_fetch,
-    )
+    with streamed_fetcher(spark, stats_df, n, m=m, normalization=spec.normalization) as fetch:
+        result = run_gpope_streamed(
+            fetch, solver, rng, m=m, n=n, sigma=sigma, epsilon=spent, accountant=accountant,
+            max_rows_per_fetch=options.rows_per_fetch,
+        )
     pop = spark_population(stats_df, n, m) if options.private_diagnostics else None
     return result, pop, None
 

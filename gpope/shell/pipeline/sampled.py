@@ -6,10 +6,17 @@
   :class:`~gpope.core.statistics.TrajectoryStats`, dense or sparse. The sparse rows are built on
   the executors (``mapInArrow``), so only nonzero entries (float64, no rounding) cross to the
   driver; the solver gives the same numbers on either layout.
-* :func:`spark_fetcher`: a fetch function for :func:`gpope.core.gpope.streamed.run_gpope_streamed`.
-  Each call joins a block of the sample plan ``(pos, traj_index)`` with the statistics table in
-  Spark (the plan block is broadcast; nothing is written) and brings exactly the sampled rows to
-  the driver as Arrow, put back in plan order. Memory is bounded by the block size, whatever m is.
+* :func:`streamed_fetcher`: the fetch function of the streamed path
+  (:func:`gpope.core.gpope.streamed.run_gpope_streamed`) for the run's duration. Where the
+  executors share the driver's disk (a local master), the statistics are copied once, in
+  ``traj_index`` order, into a dense row file in a private temporary folder (one Spark scan,
+  written a Parquet batch at a time), and each fetch reads the sampled rows from it: the run
+  scans the table once, as the in-memory path does, instead of once per block. Elsewhere
+  (:func:`spark_fetcher`) each call joins a block of the sample plan ``(pos, traj_index)`` with
+  the statistics table in Spark (the plan block is broadcast; nothing is written) and brings
+  exactly the sampled rows to the driver as Arrow, put back in plan order. Either way the driver
+  holds one block (and the next, prefetched), whatever m is, and the rows are the stored float64
+  values: the same release as the in-memory path.
 
 The plan is secret (docs/ARCHITECTURE.md section 4): it exists only in the driver's and executors' memory for
 the duration of the query and is never logged or written.
@@ -17,8 +24,12 @@ the duration of the query and is never logged or written.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,6 +48,7 @@ __all__ = [
     "load_statistics",
     "spark_fetcher",
     "stats_from_arrow",
+    "streamed_fetcher",
 ]
 
 _COLUMNS = ("traj_index", "tau", "A", "b", "C")
@@ -91,6 +103,14 @@ def stats_from_arrow(table: pa.Table, n: int, *, normalization: str, ids: np.nda
     return TrajectoryStats.from_rows(rows, normalization=normalization)
 
 
+def _shares_driver_disk(session: SparkSession) -> bool:
+    """True on a classic session with a local master: the executors write to this machine's
+    disk (Spark Connect: the server's executors need not share it)."""
+    from gpope.shell.spark import is_connect
+
+    return not is_connect(session) and str(session.conf.get("spark.master", "")).startswith("local")
+
+
 def collect_arrow(df: DataFrame) -> pa.Table:
     """All rows of ``df`` as one Arrow table on the driver, without a size cap below the driver's RAM.
 
@@ -102,16 +122,9 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     (a cluster, Spark Connect) executors cannot write to the driver's disk: ``toArrow()``, with the
     cluster's driver sized for it (``conf/databricks.yaml``).
     """
-    import tempfile
-
     import pyarrow.parquet as pq
 
-    from gpope.shell.spark import is_connect
-
-    session = df.sparkSession
-    # Spark Connect: the server's executors need not share this machine's disk
-    local = not is_connect(session) and str(session.conf.get("spark.master", "")).startswith("local")
-    if not local:
+    if not _shares_driver_disk(df.sparkSession):
         return df.toArrow()
     with tempfile.TemporaryDirectory(prefix="gpope-collect-") as tmp:
         folder = f"{tmp}/rows"
@@ -224,5 +237,88 @@ def spark_fetcher(
         joined = F.broadcast(plan).join(table, on="traj_index", how="inner")
         arrow = joined.select("pos", "traj_index", "tau", "A", "b", "C").toArrow()
         return stats_from_arrow(arrow, n, normalization=normalization, ids=ids)
+
+    return fetch
+
+
+@contextlib.contextmanager
+def streamed_fetcher(spark: SparkSession, stats: DataFrame, n: int, *, m: int,
+                     normalization: str) -> Iterator[Callable[[np.ndarray], TrajectoryStats]]:
+    """The streamed path's fetch function (ids in plan order -> their statistics), for the run.
+
+    Where the executors share the driver's disk and it has room for the m dense rows, the rows
+    are copied once into a row file in a private temporary folder, removed when the ``with``
+    block ends (also on an error); otherwise :func:`spark_fetcher`. The choice reads public
+    quantities (m, n) and the machine, never the data. See the module docstring.
+    """
+    folder = tempfile.gettempdir()
+    need = 8 * m * (2 * n * n + n)
+    if not _shares_driver_disk(stats.sparkSession) or shutil.disk_usage(folder).free < 2 * need:
+        yield spark_fetcher(spark, stats, n, normalization=normalization)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpope-stream-", dir=folder) as tmp:
+        yield _row_file_fetcher(stats, n, m=m, folder=Path(tmp), normalization=normalization)
+
+
+def _row_file_fetcher(stats: DataFrame, n: int, *, m: int, folder: Path,
+                      normalization: str) -> Callable[[np.ndarray], TrajectoryStats]:
+    """Copy the statistics into ``folder`` (``ac``: m x n x 2n, ``b``: m x n, float64, row
+    ``traj_index``) and return a fetch function reading from it. Each Parquet batch is written
+    through a mapping opened and closed for it, each fetch reads through another, so the
+    process holds one batch or one block, not the file.
+
+    Raises:
+        DataError: the rows are not exactly the trajectories 0..m-1, or hold non-finite values.
+    """
+    import pyarrow.dataset as ds
+
+    from gpope.core.statistics import TrajectoryStats
+
+    parquet = folder / "rows"
+    stats.select(*_COLUMNS).write.parquet(str(parquet))
+    ac_file, b_file = folder / "ac.f64", folder / "b.f64"
+    for path, width in ((ac_file, 2 * n * n), (b_file, n)):
+        with open(path, "wb") as f:
+            f.truncate(8 * m * width)
+    tau = np.zeros(m, dtype=np.int64)
+    seen = np.zeros(m, dtype=bool)
+    for batch in ds.dataset(str(parquet), format="parquet").to_batches(
+            columns=list(_COLUMNS), batch_size=_SPARSE_CHUNK):
+        k = batch.num_rows
+        if k == 0:
+            continue
+        index = batch.column("traj_index").to_numpy(zero_copy_only=False).astype(np.int64)
+        if index.min() < 0 or index.max() >= m or seen[index].any() or len(np.unique(index)) < k:
+            raise DataError(
+                f"The statistics rows are not the trajectories 0..{m - 1} once each; the "
+                "statistics changed during the run. Re-run `gpope stats`, then evaluate again.")
+        seen[index] = True
+        ac = np.empty((k, n, 2 * n))
+        ac[:, :, :n] = _flat(batch, "A", k, n * n).reshape(k, n, n)
+        ac[:, :, n:] = _flat(batch, "C", k, n * n).reshape(k, n, n)
+        b = _flat(batch, "b", k, n)
+        if not (np.isfinite(ac).all() and np.isfinite(b).all()):
+            raise DataError("The statistics hold non-finite values; re-run `gpope stats`.")
+        tau[index] = batch.column("tau").to_numpy(zero_copy_only=False)
+        for path, rows, shape in ((ac_file, ac, (m, n, 2 * n)), (b_file, b, (m, n))):
+            mapped = np.memmap(path, dtype=np.float64, mode="r+", shape=shape)
+            mapped[index] = rows
+            del mapped
+    shutil.rmtree(parquet)
+    if not seen.all():
+        raise DataError(
+            f"{int(m - seen.sum())} trajectories have no statistics row; the statistics changed "
+            "during the run. Re-run `gpope stats`, then evaluate again.")
+
+    def fetch(ids: np.ndarray) -> TrajectoryStats:
+        ids = np.asarray(ids, dtype=np.int64)
+        ac_map = np.memmap(ac_file, dtype=np.float64, mode="r", shape=(m, n, 2 * n))
+        b_map = np.memmap(b_file, dtype=np.float64, mode="r", shape=(m, n))
+        try:  # fancy indexing copies: nothing of the mapping outlives the call
+            ac, b = np.asarray(ac_map[ids]), np.asarray(b_map[ids])
+        finally:
+            del ac_map, b_map
+        return TrajectoryStats(representation="dense", tau=tau[ids], b=b, ac=ac,
+                               normalization=normalization)
 
     return fetch
