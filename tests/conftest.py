@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 # Spark binds to loopback only; keep MLflow and Spark from touching the user's defaults.
@@ -86,3 +88,129 @@ def lake_root(tmp_path):
 def tracking_uri(tmp_path):
     """A fresh MLflow SQLite store in a temp dir."""
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+# ------------------------------------------- bad event rows for the ingest tests (one per reason)
+def _append(table: dict[str, np.ndarray], rows: dict[str, list[Any]]) -> dict[str, np.ndarray]:
+    out = {}
+    for col, values in table.items():
+        extra = np.array(rows[col], dtype=values.dtype) if rows[col] else values[:0]
+        out[col] = np.concatenate([values, extra])
+    return out
+
+
+def _inject_bad_rows(
+    tables: dict[str, dict[str, np.ndarray]],
+    rng: np.random.Generator,
+    spec: Any,
+    *,
+    per_reason: int = 2,
+    shuffle: bool = True,
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+    """Add ``per_reason`` bad rows of every kind to clean tables, returning the expected rejections.
+
+    Bad rows are only *added* (nothing good is changed), each with exactly one defect, so ingest
+    must reject exactly the added rows and build the same transitions as from the clean tables:
+
+    - observations ``invalid_value``: a configured variable of a known patient, value NaN or +-inf,
+      at a time one hour after one of the patient's decisions;
+    - observations ``unknown_variable``: a variable not in the spec (``"unconfigured_lab"``);
+    - observations / treatments ``duplicate_row``: an exact copy of an existing row (same patient
+      and timestamp); one copy is used, each extra copy is rejected;
+    - treatments ``unknown_action``: an action not in the vocabulary (``"unknown_drug"``), one hour
+      after a decision;
+    - treatments ``invalid_propensity``: a valid action with propensity 0, -0.1, 1.5 or NaN (outside
+      (0, 1]), one hour after a decision;
+    - outcomes ``invalid_value``: reward NaN or +-inf, one hour after a decision;
+    - observations and outcomes ``no_treatments``: a new patient (``"NOTREAT<i>"``) with valid
+      observations and outcomes but no treatment: all of its rows;
+    - outcomes ``unknown_patient``: an outcome of a patient (``"GHOST<i>"``) with no other rows.
+
+    Args:
+        tables: clean tables from ``ehr.episodes_to_event_tables`` (at least one treatment).
+        rng: chooses the rows to copy and the patients to attach bad rows to.
+        spec: the spec the tables were written with.
+        per_reason: number of bad rows per (table, reason) (for ``no_treatments``: patients, each with
+            one observation per variable and one outcome).
+        shuffle: permute all rows of each table (ingest must not rely on row order).
+
+    Returns:
+        ``(tables, expected)`` with ``expected[table][reason]`` the number of rows to be rejected.
+    """
+    k = int(per_reason)
+    tre = tables["treatments"]
+    n_tre = len(tre["patient_id"])
+    assert n_tre > 0, "the clean tables need at least one treatment row"
+    hour = np.timedelta64(3_600_000_000, "us")
+    rows = {name: {col: [] for col in cols} for name, cols in tables.items()}
+    expected: dict[str, dict[str, int]] = {name: {} for name in tables}
+
+    def anchor() -> tuple[Any, np.datetime64]:
+        i = int(rng.integers(n_tre))
+        return tre["patient_id"][i], tre["time"][i] + hour
+
+    bad_values = [np.nan, np.inf, -np.inf]
+    for j in range(k):
+        pid, tm = anchor()
+        rows["observations"]["patient_id"].append(pid)
+        rows["observations"]["time"].append(tm)
+        rows["observations"]["variable"].append(spec.variables[j % len(spec.variables)])
+        rows["observations"]["value"].append(bad_values[j % 3])
+        pid, tm = anchor()
+        rows["observations"]["patient_id"].append(pid)
+        rows["observations"]["time"].append(tm)
+        rows["observations"]["variable"].append("unconfigured_lab")
+        rows["observations"]["value"].append(1.0)
+        pid, tm = anchor()
+        rows["treatments"]["patient_id"].append(pid)
+        rows["treatments"]["time"].append(tm)
+        rows["treatments"]["action"].append("unknown_drug")
+        rows["treatments"]["propensity"].append(0.5)
+        pid, tm = anchor()
+        rows["treatments"]["patient_id"].append(pid)
+        rows["treatments"]["time"].append(tm)
+        rows["treatments"]["action"].append(spec.actions[0])
+        rows["treatments"]["propensity"].append([0.0, -0.1, 1.5, np.nan][j % 4])
+        pid, tm = anchor()
+        rows["outcomes"]["patient_id"].append(pid)
+        rows["outcomes"]["time"].append(tm)
+        rows["outcomes"]["reward"].append(bad_values[j % 3])
+        # A patient with observations and outcomes but no treatment.
+        ghost_time = tre["time"][0]
+        for var in spec.variables:
+            rows["observations"]["patient_id"].append(f"NOTREAT{j}")
+            rows["observations"]["time"].append(ghost_time)
+            rows["observations"]["variable"].append(var)
+            rows["observations"]["value"].append(0.0)
+        rows["outcomes"]["patient_id"].append(f"NOTREAT{j}")
+        rows["outcomes"]["time"].append(ghost_time + hour)
+        rows["outcomes"]["reward"].append(0.0)
+        rows["outcomes"]["patient_id"].append(f"GHOST{j}")
+        rows["outcomes"]["time"].append(ghost_time + hour)
+        rows["outcomes"]["reward"].append(1.0)
+    # Exact duplicates of existing rows.
+    for name in ("observations", "treatments"):
+        cols = tables[name]
+        n = len(next(iter(cols.values())))
+        if n == 0:
+            continue
+        for i in rng.choice(n, size=min(k, n), replace=False):
+            for col, values in cols.items():
+                rows[name][col].append(values[i])
+        expected[name]["duplicate_row"] = min(k, n)
+    expected["observations"].update(invalid_value=k, unknown_variable=k, no_treatments=k * len(spec.variables))
+    expected["treatments"].update(unknown_action=k, invalid_propensity=k)
+    expected["outcomes"].update(invalid_value=k, no_treatments=k, unknown_patient=k)
+    out = {name: _append(tables[name], rows[name]) for name in tables}
+    if shuffle:
+        for name, cols in out.items():
+            perm = rng.permutation(len(next(iter(cols.values()))))
+            out[name] = {col: values[perm] for col, values in cols.items()}
+    return out, expected
+
+
+@pytest.fixture
+def inject_bad_rows():
+    """:func:`_inject_bad_rows`: clean bronze tables -> (tables with bad rows added, expected
+    rejections per table and reason)."""
+    return _inject_bad_rows

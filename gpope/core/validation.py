@@ -17,7 +17,6 @@ __all__ = [
     "IntBounds",
     "NumberBounds",
     "check_choice",
-    "check_finite",
     "check_int",
     "check_number",
     "check_probability",
@@ -166,7 +165,3 @@ def check_choice(owner: str, name: str, value: Any, choices: Iterable[str]) -> s
         raise _fail(owner, name, f"one of {listed}", value)
     return value
 
-
-def check_finite(owner: str, name: str, value: Any) -> float:
-    """Return ``value`` as a finite float (any sign)."""
-    return check_number(owner, name, value)  # type: ignore[return-value]

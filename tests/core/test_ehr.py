@@ -119,14 +119,17 @@ def test_missingness_and_noise():
     assert not np.array_equal(np.sort(noisy["observations"]["value"])[:10], np.sort(clean["observations"]["value"])[:10])
 
 
-def test_inject_bad_rows_counts():
+def test_inject_bad_rows_counts(inject_bad_rows):
     tr = hiv.generate(3, np.random.default_rng(0), UniformPolicy(4), n_steps=4)
     clean = ehr.episodes_to_event_tables(tr, ehr.HIV_SPEC, np.random.default_rng(1))
-    bad, expected = ehr.inject_bad_rows(clean, np.random.default_rng(2), ehr.HIV_SPEC, per_reason=3)
+    bad, expected = inject_bad_rows(clean, np.random.default_rng(2), ehr.HIV_SPEC, per_reason=3)
+    reasons = {"observations": {"invalid_value", "unknown_variable", "duplicate_row", "no_treatments"},
+               "treatments": {"unknown_action", "invalid_propensity", "duplicate_row"},
+               "outcomes": {"invalid_value", "no_treatments", "unknown_patient"}}
     for name in clean:
         added = len(bad[name]["time"]) - len(clean[name]["time"])
         assert added == sum(expected[name].values())
-        assert set(expected[name]) <= set(ehr.REJECT_REASONS[name])
+        assert set(expected[name]) <= reasons[name]
     tre = bad["treatments"]
     assert np.sum(tre["action"] == "unknown_drug") == 3
     p = tre["propensity"]

@@ -313,7 +313,7 @@ def test_rerun_replaces_the_silver_tables_identically(toy):
 
 
 # ------------------------------------------------- a simulated cohort with every kind of bad row
-# ehr.inject_bad_rows names its own reasons; each maps to the ingest reasons that cover it.
+# inject_bad_rows (conftest) names its own reasons; each maps to the ingest reasons that cover it.
 EHR_REASONS = {
     "observations": {
         "invalid_value": {fr.BAD_VALUE},
@@ -334,7 +334,8 @@ EHR_REASONS = {
 }
 
 
-def test_injected_bad_rows_are_all_rejected_and_the_cohort_is_recovered(spark, lake_root):
+def test_injected_bad_rows_are_all_rejected_and_the_cohort_is_recovered(spark, lake_root,
+                                                                         inject_bad_rows):
     import numpy as np
 
     from gpope.config import GpopeConfig, LakeSettings
@@ -348,7 +349,7 @@ def test_injected_bad_rows_are_all_rejected_and_the_cohort_is_recovered(spark, l
     )
 
     episodes, clean = simulate_tables("chain", 6, seed=3)
-    dirty, expected = ehr.inject_bad_rows(
+    dirty, expected = inject_bad_rows(
         clean, np.random.default_rng(4), ehr.CHAIN_SPEC, per_reason=4
     )
     config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))

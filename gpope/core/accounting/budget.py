@@ -37,7 +37,6 @@ spent_epsilon``; ``runs_left`` counts further copies of the latest admitted run 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
@@ -329,12 +328,6 @@ def admits(rows: Sequence[LedgerRow], candidate: LedgerRow, *, default: Budget,
         candidate = replace(candidate, version=_PENDING)
     _, runs = _replay([*rows, candidate], default, composition)
     return runs[candidate.run_id].admitted
-
-
-def _floor_div(rest: float, each: float) -> int:
-    if each <= 0:
-        return _MAX_RUNS_LEFT
-    return math.floor((rest + TOLERANCE) / each) if rest > -TOLERANCE else 0
 
 
 def _runs_left(rule: _Rule, counted: list[LedgerEntry], latest: LedgerEntry, budget: Budget) -> int:

@@ -141,10 +141,6 @@ class GPOPEMethod:
             tail_fraction=self.tail_fraction,
         )
 
-    def with_iterations(self, iterations: int) -> GPOPEMethod:
-        """Copy with another N (e.g. for quick presets)."""
-        return replace(self, iterations=int(iterations))
-
     def coarse(self) -> GPOPEMethod:
         """Copy with a 3 x 2 grid (the middle step sizes and clip bounds) for quick presets."""
         k = len(self.step_grid) // 2

@@ -55,6 +55,7 @@ class StepChunk(NamedTuple):
 _total_clip: Callable | None = None
 _factor: Callable | None = None
 _finish: Callable | None = None
+_add_clipped: Callable | None = None
 
 
 @functools.cache
@@ -169,7 +170,7 @@ def dense_steps(blocks: np.ndarray, bs: np.ndarray, chunk: StepChunk) -> bool:
 # ---------------------------------------------------------------------- Poisson batches, R trials
 @functools.cache
 def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
-    global _factor, _finish
+    global _factor, _finish, _add_clipped
     numba = numba_module()
     if numba is None:
         return None
@@ -225,7 +226,17 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                 for j in range(n):
                     acc[r, j] += x[r, j]
 
-    _factor, _finish = factor, finish
+    @numba.njit(cache=True, nogil=True)
+    def add_clipped(g, h, upd, r):  # pragma: no cover - compiled
+        # upd[r] += g clipped to norm h (the norm summed in index order)
+        nrm2 = 0.0
+        for c in range(g.shape[0]):
+            nrm2 += g[c] * g[c]
+        f = _factor(g, np.sqrt(nrm2), h)
+        for c in range(g.shape[0]):
+            upd[r, c] += f * g[c]
+
+    _factor, _finish, _add_clipped = factor, finish, add_clipped
 
     @numba.njit(cache=True, nogil=True)
     def dense(ac, b, members, owner, offs, s0, s1, x, acc, beta, div, h, z, has_z, c0,
@@ -282,12 +293,7 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                     g[a2] += q * gn[t]
                     g[a] -= q
                     g[n + a] += rw * et + nj * pw
-                nrm2 = 0.0
-                for c in range(n2):
-                    nrm2 += g[c] * g[c]
-                f = _factor(g, np.sqrt(nrm2), h)
-                for c in range(n2):
-                    upd[r, c] += f * g[c]
+                _add_clipped(g, h, upd, r)
             _finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
     @numba.njit(cache=True, nogil=True)
@@ -313,12 +319,7 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                     g[n + a] += v * x[r, c]
                     if c < n:
                         g[c] -= v * x[r, n + a]
-                nrm2 = 0.0
-                for c in range(n2):
-                    nrm2 += g[c] * g[c]
-                f = _factor(g, np.sqrt(nrm2), h)
-                for c in range(n2):
-                    upd[r, c] += f * g[c]
+                _add_clipped(g, h, upd, r)
             _finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
     return dense, tabular, sparse

@@ -292,6 +292,12 @@ class PrivacyLedger:
         unknown = lk.unknown_releases(self._config, rows, dataset)
         if unknown:
             raise ConfigError(lk.unknown_message(self.location, unknown))
+        self._refuse_orphans(rows, dataset)
+
+    def _refuse_orphans(self, rows: list[dict[str, Any]], dataset: str | None) -> None:
+        """Raise ConfigError when release manifests' charges are lost (:mod:`.ledger_lake`)."""
+        from gpope.shell.pipeline import ledger_lake as lk
+
         orphans = lk.orphan_manifests(self._config, rows, dataset)
         if orphans:
             raise ConfigError(lk.orphan_message(self.location, orphans))
@@ -305,9 +311,7 @@ class PrivacyLedger:
         from gpope.shell.pipeline import ledger_lake as lk
 
         rows = self._store.rows()
-        orphans = lk.orphan_manifests(self._config, rows, dataset)
-        if orphans:
-            raise ConfigError(lk.orphan_message(self.location, orphans))
+        self._refuse_orphans(rows, dataset)
         unknown = lk.unknown_releases(self._config, rows, dataset)
         if unknown:
             self._store.append([row for rel in unknown for row in lk.recovery_rows(rel, _row)])
