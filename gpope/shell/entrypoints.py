@@ -23,22 +23,21 @@ from gpope.shell.pipeline.jobargs import job_parser, job_setup
 __all__ = ["demo", "evaluate", "grants", "ingest", "simulate", "stats"]
 
 def _run(name: str, body: Callable[[argparse.Namespace], str], args: argparse.Namespace) -> int:
-    from gpope.shell import interrupts
+    from gpope import api
 
-    interrupts.reset()
-    interrupts.install()  # SIGTERM (the scheduler's stop) is handled like Ctrl-C
+    api.start_command()  # SIGTERM (the scheduler's stop) is handled like Ctrl-C
     try:
         print(body(args))
     except GpopeError as exc:
         print(f"gpope-{name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # one line: what the stop left committed and what not
-        interrupts.end_children()  # the JVM this command started stops with it, silently
+        # the JVM this command started stops with it, silently
+        stopped = api.command_stopped(name, getattr(args, "dataset", None), exc)
         if getattr(exc, "summary", None):
             print(exc.summary)  # type: ignore[attr-defined]
-        line = interrupts.stopped_line(name, getattr(args, "dataset", None), exc)
-        print(f"gpope-{name}: {line}", file=sys.stderr)
-        return interrupts.exit_code(exc)
+        print(f"gpope-{name}: {stopped.line}", file=sys.stderr)
+        return stopped.exit_code
     return 0
 
 
@@ -137,9 +136,7 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
-        from gpope.errors import StaleStatisticsError
         from gpope.shell.pipeline.jobargs import config_from_args
-        from gpope.shell.pipeline.stats_source import SPEC_PLACEHOLDER
 
         config = config_from_args(a)
         # the arguments, the spec and the configuration are checked before Spark starts
@@ -147,12 +144,9 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
                                        solver=settings_from_args(a))
         api.check_evaluation(a.spec, options, dataset=a.dataset, config=config)
         spark = api.get_spark(config)
-        try:
-            return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
-                                options=options, config=config,
-                                tracking_uri=a.tracking_uri).summary()
-        except StaleStatisticsError as exc:  # name the spec file the job was given
-            raise StaleStatisticsError(str(exc).replace(SPEC_PLACEHOLDER, a.spec)) from None
+        # a stale-statistics refusal names the spec file the job was given (api.evaluate)
+        return api.evaluate(spark, a.dataset, a.spec, epsilon=a.epsilon, delta=a.delta,
+                            options=options, config=config, tracking_uri=a.tracking_uri).summary()
 
     return _run("evaluate", body, args)
 
