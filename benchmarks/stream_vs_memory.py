@@ -117,12 +117,17 @@ def default_layout(domain: str, patients: int, max_length: int) -> str:
     from gpope import api
     from gpope.config import load_config
     from gpope.core.evaluation import plan_loading
-    from gpope.core.evaluation.loading import is_one_hot, max_active, sparse_row_bytes
+    from gpope.core.evaluation.loading import (
+        is_one_hot,
+        max_active,
+        pair_support,
+        sparse_row_bytes,
+    )
 
     spec = api.load_spec(str(ROOT / "conf" / "specs" / f"{domain}.yaml"))
     p = max_active(spec.feature_map)
-    sparse = None if p is None else sparse_row_bytes(spec.n_features, active=p,
-                                                     max_length=max_length)
+    sparse = None if p is None else sparse_row_bytes(
+        spec.n_features, active=p, max_length=max_length, pairs=pair_support(spec.feature_map))
     limit = load_config().evaluation.in_memory_limit_mb
     return plan_loading(m=patients, n=spec.n_features, path="auto", limit_mb=int(limit),
                         one_hot=is_one_hot(spec.feature_map), sparse_bytes=sparse)

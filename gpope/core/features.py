@@ -305,6 +305,12 @@ class TabularFeatures:
         """At most one nonzero feature per state (a public bound: :mod:`gpope.core.evaluation.loading`)."""
         return 1
 
+    @property
+    def pair_support(self) -> int:
+        """The feature pairs (i, j) that can be nonzero in one state together: the diagonal only,
+        n (so a trajectory's C has at most n nonzeros; a public bound, like ``max_active``)."""
+        return self.n_states
+
     def states(self) -> np.ndarray:
         """(n_states, d) float64: the state whose feature is ``e_s``, for every index ``s`` in
         order (``[[s]]``, or the declared variables' levels, first variable slowest)."""
@@ -386,6 +392,15 @@ class OneHotFeatures:
     def max_active(self) -> int:
         """At most one nonzero feature per variable, plus the constant (a public bound)."""
         return len(self.variables.names) + int(self.constant)
+
+    @property
+    def pair_support(self) -> int:
+        """The feature pairs (i, j) that can be nonzero in one state together: every pair but two
+        different levels of one variable, n^2 - sum_j (c_j^2 - c_j) for the c_j columns of
+        variable j (a public bound on a trajectory's nonzeros in C)."""
+        drop = 1 if self.constant else 0
+        n = self.n_features
+        return n * n - sum((k - drop) * (k - drop - 1) for k in self.variables.levels)
 
     def __call__(self, states: np.ndarray) -> np.ndarray:
         """Features (T, n) of 0s and 1s."""

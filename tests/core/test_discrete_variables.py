@@ -133,18 +133,32 @@ def test_sparse_bound_covers_every_trajectorys_nonzeros(fm):
     stats = statistics_from_transitions(two, fm, np.ones(two.n_transitions), gamma=0.9,
                                         length_scale=12.0, representation="dense")
     A, _, C = stats.dense()
-    n, L = fm.n_features, 11
-    nonzeros = np.count_nonzero(A.reshape(len(A), -1), axis=1) + np.count_nonzero(
-        C.reshape(len(C), -1), axis=1)
-    bound = (sparse_row_bytes(n, active=fm.max_active, max_length=L) - 8 * n - 24) // 12
-    assert nonzeros.max() <= bound
+    n, p, L = fm.n_features, fm.max_active, 11
+    # the pairs two features share a state in, over every state of the grid: the map's support
+    grid = np.array(list(itertools.product(*(range(k) for k in LEVELS.values()))), dtype=float)
+    phi = fm(grid)
+    assert fm.pair_support == np.count_nonzero(phi.T @ phi)
+    a_nz = np.count_nonzero(A.reshape(len(A), -1), axis=1)
+    c_nz = np.count_nonzero(C.reshape(len(C), -1), axis=1)
+    assert a_nz.max() <= min(2 * p * p * L, n * n)
+    assert c_nz.max() <= min(p * p * L, fm.pair_support)
+    bound = (sparse_row_bytes(n, active=p, max_length=L, pairs=fm.pair_support)
+             - 8 * n - 24) // 12
+    assert (a_nz + c_nz).max() <= bound
+    assert bound <= (sparse_row_bytes(n, active=p, max_length=L) - 8 * n - 24) // 12
 
 
 def test_the_chain_at_100000_patients_plans_sparse_from_its_public_bound():
-    sparse = sparse_row_bytes(40, active=1, max_length=200)
+    from gpope.core.envs.registry import get_domain
+
+    fm, cap = TabularFeatures(n_states=40), get_domain("chain").max_steps  # what simulate records
+    sparse = sparse_row_bytes(40, active=1, max_length=cap, pairs=fm.pair_support)
     assert 100_000 * row_bytes(40) > 2048 * 2**20 >= 100_000 * sparse
     assert plan_loading(m=100_000, n=40, path="auto", limit_mb=2048, one_hot=True,
                         sparse_bytes=sparse) == "sparse"
+    # without the tabular map's diagonal C, the cap's 1,000 steps would stream it
+    assert plan_loading(m=100_000, n=40, path="auto", limit_mb=2048, one_hot=True,
+                        sparse_bytes=sparse_row_bytes(40, active=1, max_length=cap)) == "stream"
     assert plan_loading(m=100_000, n=40, path="auto", limit_mb=2048, one_hot=True) == "stream"
     assert plan_loading(m=10**6, n=40, path="auto", limit_mb=2048, one_hot=True,
                         sparse_bytes=sparse) == "stream"

@@ -11,9 +11,11 @@ through the path taken, the interval method and the refusals that follow from it
 
 A one-hot map (tabular, or the additive one-hot map) has at most p nonzero features per state
 (its public ``max_active``), so one decision step adds at most ``2 p^2`` entries to a
-trajectory's A (phi_t times phi_t - gamma phi'_t, at most 2p nonzeros) and ``p^2`` to its C: a
-trajectory of at most L steps holds at most ``min(2 p^2 L, n^2) + min(p^2 L, n^2)`` nonzero
-entries (:func:`sparse_row_bytes`), a bound from public quantities only.
+trajectory's A (phi_t times phi_t - gamma phi'_t, at most 2p nonzeros) and ``p^2`` to its C;
+and C's entries lie where two features can be active in one state (the map's public
+``pair_support``, S: n for a tabular map, whose C is diagonal). A trajectory of at most L steps
+holds at most ``min(2 p^2 L, n^2) + min(p^2 L, S)`` nonzero entries (:func:`sparse_row_bytes`),
+a bound from public quantities only.
 
 * ``"dense"``: the m dense rows (A, C: n x n, b: n) fit ``limit_mb`` MiB: all in driver memory.
 * ``"sparse"``: a one-hot map whose m rows' public sparse bound fits ``limit_mb`` MiB (or any
@@ -28,7 +30,8 @@ from typing import Literal
 
 from gpope.core.validation import check_choice, check_int
 
-__all__ = ["Layout", "is_one_hot", "max_active", "plan_loading", "row_bytes", "sparse_row_bytes"]
+__all__ = ["Layout", "is_one_hot", "max_active", "pair_support", "plan_loading", "row_bytes",
+           "sparse_row_bytes"]
 
 Layout = Literal["dense", "sparse", "stream"]
 
@@ -38,23 +41,26 @@ def row_bytes(n: int) -> int:
     return 8 * (2 * n * n + n) + 16
 
 
-def sparse_row_bytes(n: int, *, active: int, max_length: int) -> int:
+def sparse_row_bytes(n: int, *, active: int, max_length: int, pairs: int | None = None) -> int:
     """A public bound on the bytes of one trajectory's statistics in the sparse layout.
 
     Args:
         n: the number of features.
         active: p, the most nonzero features of one state (the map's ``max_active``).
         max_length: L, the public cap on a trajectory's decision steps.
+        pairs: S, the feature pairs that can be nonzero in one state together (the map's
+            ``pair_support``); None: n^2.
 
     Returns:
         12 bytes (int32 position, float64 value) per nonzero entry of [vec A, vec C], at most
-        ``min(2 p^2 L, n^2) + min(p^2 L, n^2)`` of them, plus b (n float64) and the row's ids and
+        ``min(2 p^2 L, n^2) + min(p^2 L, S)`` of them, plus b (n float64) and the row's ids and
         offsets (24 bytes).
     """
     n = check_int("sparse_row_bytes", "n", n, ge=1)
     p = check_int("sparse_row_bytes", "active", active, ge=1)
     length = check_int("sparse_row_bytes", "max_length", max_length, ge=1)
-    nonzeros = min(2 * p * p * length, n * n) + min(p * p * length, n * n)
+    s = n * n if pairs is None else check_int("sparse_row_bytes", "pairs", pairs, ge=1, le=n * n)
+    nonzeros = min(2 * p * p * length, n * n) + min(p * p * length, s)
     return 12 * nonzeros + 8 * n + 24
 
 
@@ -63,6 +69,13 @@ def max_active(feature_map: object) -> int | None:
     one-hot: its variables plus the constant); None for a map with dense features."""
     p = getattr(feature_map, "max_active", None)
     return p if isinstance(p, int) and p >= 1 else None
+
+
+def pair_support(feature_map: object) -> int | None:
+    """S, the feature pairs a one-hot map can make nonzero in one state together (tabular: n);
+    None for a map without the property."""
+    s = getattr(feature_map, "pair_support", None)
+    return s if isinstance(s, int) and s >= 1 else None
 
 
 def is_one_hot(feature_map: object) -> bool:

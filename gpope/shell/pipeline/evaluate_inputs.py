@@ -112,14 +112,15 @@ def _sparse_bound(config: GpopeConfig, dataset: str, spec: EvaluationSpec,
     """The public bound on one trajectory's sparse statistics (bytes) of a one-hot spec, from
     the dataset's public episode cap (its ``datasets:`` entry, else the cap ``gpope simulate``
     recorded); None for a dense map or a dataset without a known cap."""
-    from gpope.core.evaluation.loading import max_active, sparse_row_bytes
+    from gpope.core.evaluation.loading import max_active, pair_support, sparse_row_bytes
 
     p = max_active(spec.feature_map)
     configured = config.datasets.get(dataset)
     cap = configured.max_length if configured is not None and configured.variables else recorded
     if p is None or cap is None:
         return None
-    return sparse_row_bytes(spec.n_features, active=p, max_length=int(cap))
+    return sparse_row_bytes(spec.n_features, active=p, max_length=int(cap),
+                            pairs=pair_support(spec.feature_map))
 
 
 def private_clip_quantile(settings: Any, source: str | None) -> float:
