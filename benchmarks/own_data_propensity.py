@@ -204,7 +204,11 @@ def policy_inputs(route, spec, tr, *, m, eps, delta, pv_share, rng):
     import dataclasses
 
     from gpope.core.policy_value import PolicyValueTerms
-    from gpope.core.policy_value_direct import release_first_state, split_first_state
+    from gpope.core.policy_value_direct import (
+        one_hot_map,
+        release_first_state,
+        split_first_state,
+    )
     from gpope.core.state_action import state_action_spec
     from gpope.core.trajectories.batch import bounded, policy_terms
     from gpope.core.untuned.release import feature_norm_bound
@@ -216,7 +220,7 @@ def policy_inputs(route, spec, tr, *, m, eps, delta, pv_share, rng):
     _, s_fs = split_first_state(_pv_sigma(m, eps, delta, pv_share),
                                 PV_SETTINGS.first_state_share)
     first = release_first_state(x[:, 3:], norm_bound=feature_norm_bound(spec.feature_map),
-                                sigma=s_fs, rng=rng)
+                                sigma=s_fs, rng=rng, one_hot=one_hot_map(spec.feature_map))
     return terms, first
 
 

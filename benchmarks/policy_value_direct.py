@@ -131,6 +131,7 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
         ESTIMANDS,
         direct_levels,
         first_state_features,
+        one_hot_map,
         pick_policy_values,
         release_first_state,
         split_first_state,
@@ -151,7 +152,8 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
     sigma = float(ssp_sigma(m=m, epsilon=eps, delta=DELTA))
     s_is, s_fs = split_first_state(sigma / math.sqrt(pv.share), pv.first_state_share)
     first = release_first_state(first_state_features(tr, spec.feature_map),
-                                norm_bound=feature_norm_bound(spec.feature_map), sigma=s_fs, rng=rng)
+                                norm_bound=feature_norm_bound(spec.feature_map), sigma=s_fs, rng=rng,
+                                one_hot=one_hot_map(spec.feature_map))
     levels = direct_levels(LEVEL, pv.first_state_alpha)
     rel = release_untuned_rows(vec, spec, sigmas=split_untuned(sigma / math.sqrt(1.0 - pv.share),
                                                                UntunedSettings()),

@@ -15,7 +15,10 @@ error is not bounded (as for the V lines).
 The release. mu0 is released privately (:func:`release_first_state`): the sums of z_i =
 phi(s_0,i) / F clipped to ||z_i|| <= 1 (F the map's public norm bound, so nothing is clipped)
 and of the upper triangles of z_i z_i^T (for the sampling variance), one Gaussian mechanism with
-L2 sensitivity sqrt 2 and multiplier ``sigma`` (:func:`first_state_event`). The estimate is
+L2 sensitivity sqrt 2 and multiplier ``sigma`` (:func:`first_state_event`). A one-hot map
+(tabular: phi(s) in {0, 1}^n with one 1, a public property of the map) has z z^T = diag(z), so
+only the sums of z are released (sensitivity 1, the same event at ``sigma``: noise std sigma,
+not sigma sqrt 2) and the second moment is diag of the mean (post-processing). The estimate is
 J^ = mu^ . theta^ (theta^ the run's released theta: any estimator that gives an interval of a
 public linear functional g . theta*, e.g. :attr:`gpope.core.untuned.release.UntunedRelease.functionals`;
 an LSTDQ route whose theta is over (state, action) features plugs in with g its first-state
@@ -50,6 +53,7 @@ __all__ = [
     "first_state_event",
     "first_state_features",
     "functional_level",
+    "one_hot_map",
     "pick_policy_values",
     "public_range_rows",
     "release_first_state",
@@ -116,10 +120,18 @@ def first_state_event(sigma: float):
                                                             gt=0.0)))
 
 
+def one_hot_map(feature_map: object) -> bool:
+    """Whether every phi(s) of ``feature_map`` is one-hot (public: the map's type): a tabular map,
+    or a state-action map whose value map ``base`` is tabular."""
+    return isinstance(getattr(feature_map, "base", feature_map), TabularFeatures)
+
+
 def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
-                        rng: np.random.Generator) -> FirstStateRelease:
+                        rng: np.random.Generator, one_hot: bool = False) -> FirstStateRelease:
     """Release mu0's estimate and the second moment (module docstring); ``sigma = 0``: exact
-    (diagnostics only). Guarantee: with sigma > 0, as private as :func:`first_state_event`."""
+    (diagnostics only). ``one_hot`` (public, :func:`one_hot_map`): only the mean is released and
+    the second moment is its diagonal. Guarantee: with sigma > 0, as private as
+    :func:`first_state_event`."""
     from gpope.core.mechanisms.clipping import clip_rows
     from gpope.core.ssp import moments_matrix
 
@@ -130,13 +142,19 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
     F = float(check_number("release_first_state", "norm_bound", norm_bound, gt=0.0))
     s = float(check_number("release_first_state", "sigma", sigma, ge=0.0))
     z = clip_rows(phi0 / F, 1.0)
+    first = z.sum(axis=0)
+    std = s * (1.0 if one_hot else _SENSITIVITY)
+    if s > 0:
+        first = first + std * rng.standard_normal(first.shape)
+    if one_hot:  # z z^T = diag(z): the second moment is the mean's diagonal (post-processing)
+        mean = F * first / m
+        return FirstStateRelease(mean=mean, second=F * np.diag(mean), noise_mean=F * std / m,
+                                 noise_second=F * F * std / m, m=m, norm_bound=F)
     # the sum of moment_vectors(z) (upper triangles, off-diagonals x sqrt 2) without the
     # (m, n(n+1)/2) intermediate
     iu = np.triu_indices(n)
-    first, mom = z.sum(axis=0), (z.T @ z)[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
-    std = s * _SENSITIVITY
+    mom = (z.T @ z)[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
     if s > 0:
-        first = first + std * rng.standard_normal(first.shape)
         mom = mom + std * rng.standard_normal(mom.shape)
     return FirstStateRelease(mean=F * first / m, second=F * F * moments_matrix(mom / m, n),
                              noise_mean=F * std / m, noise_second=F * F * std / m, m=m,

@@ -17,6 +17,7 @@ from gpope.core.policy_value_direct import (
     first_state_event,
     first_state_features,
     functional_level,
+    one_hot_map,
     release_first_state,
     split_first_state,
 )
@@ -48,7 +49,30 @@ def test_first_state_noise_is_the_gaussian_mechanism_at_sigma():
     assert 1 / rest**2 + 1 / fs**2 == pytest.approx(1 / 2.0**2)
 
 
-def test_direct_interval_covers_a_known_first_state_law():
+def test_one_hot_first_states_release_only_the_mean_at_sensitivity_1():
+    """A one-hot map's z z^T is diag(z): the release is the sums of z alone, whose L2 sensitivity
+    is 1 (one patient's row has norm 1), so the same Gaussian event at sigma carries noise std
+    sigma, not sigma sqrt 2; the second moment is the mean's diagonal."""
+    phi = np.eye(4)[np.arange(200) % 4]
+    assert one_hot_map(TabularFeatures(n_states=4))
+    exact = release_first_state(phi, norm_bound=1.0, sigma=0.0, rng=np.random.default_rng(0),
+                                one_hot=True)
+    np.testing.assert_allclose(exact.second, phi.T @ phi / 200, atol=1e-12)
+    # neighbours (one patient added) move the released sums by at most 1 in L2
+    for row in np.eye(4):
+        more = release_first_state(np.vstack([phi, row]), norm_bound=1.0, sigma=0.0,
+                                   rng=np.random.default_rng(0), one_hot=True)
+        assert np.linalg.norm(more.mean * 201 - exact.mean * 200) <= 1.0 + 1e-9
+    draws = np.array([release_first_state(phi, norm_bound=1.0, sigma=3.0, one_hot=True,
+                                          rng=np.random.default_rng(s)).mean for s in range(2000)])
+    assert np.std(draws * 200, axis=0) == pytest.approx([3.0] * 4, rel=0.06)
+    noisy = release_first_state(phi, norm_bound=1.0, sigma=3.0, rng=np.random.default_rng(1),
+                                one_hot=True)
+    np.testing.assert_allclose(noisy.second, np.diag(noisy.mean), atol=1e-15)
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_direct_interval_covers_a_known_first_state_law(one_hot):
     """theta known exactly (functional interval a point): what remains is the first states'
     sampling and the release's noise; 95% intervals cover mu0 . V in about 95% of draws."""
     p = np.array([0.5, 0.3, 0.15, 0.05])
@@ -58,7 +82,7 @@ def test_direct_interval_covers_a_known_first_state_law():
     hits, runs = 0, 400
     for _ in range(runs):
         phi = np.eye(4)[rng.choice(4, 2000, p=p)]
-        first = release_first_state(phi, norm_bound=1.0, sigma=5.0, rng=rng)
+        first = release_first_state(phi, norm_bound=1.0, sigma=5.0, rng=rng, one_hot=one_hot)
         exact = float(first.mean @ v)
         iv = direct_interval(v, first, (exact, exact), level=0.95)
         hits += iv.lower <= truth <= iv.upper

@@ -100,7 +100,7 @@ def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: Eva
     """The direct method's first-state release (:func:`gpope.core.policy_value_direct.release_first_state`
     at ``first_state_share`` of the policy value component's privacy loss), or None when the
     statistics carry no first-state features."""
-    from gpope.core.policy_value_direct import release_first_state, split_first_state
+    from gpope.core.policy_value_direct import one_hot_map, release_first_state, split_first_state
     from gpope.core.state_action import value_spec
     from gpope.core.untuned.release import feature_norm_bound
 
@@ -108,8 +108,9 @@ def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: Eva
         return None
     _, s_fs = split_first_state(plan.component("policy_value").sigma, settings.first_state_share)
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x46535452])
-    return release_first_state(read[1], norm_bound=feature_norm_bound(value_spec(spec).feature_map),
-                               sigma=s_fs, rng=np.random.default_rng(ss))
+    fmap = value_spec(spec).feature_map
+    return release_first_state(read[1], norm_bound=feature_norm_bound(fmap), sigma=s_fs,
+                               rng=np.random.default_rng(ss), one_hot=one_hot_map(fmap))
 
 
 def functionals_of(first: Any, settings: PolicyValueSettings, level: float
