@@ -12,7 +12,9 @@ RELEASED histogram (post-processing, no budget): a patient in bin j (|g| in [e_{
 public grid, on the side of its sign) exceeds g_hi by at most w_j = max(hi_j - g_hi, 0), hi_j the
 largest g the bin admits (the top bin admits only the public top). With true counts c_j and
 noisy counts y_j = c_j + N(0, s^2), the sample's excess sum is at most sum_j w_j c_j <=
-sum_j w_j y_j + z s ||w|| except with probability Phi(-z) (:class:`ClampBound`). The population
+sum_j w_j y_j + z s ||w|| except with probability Phi(-z) (:class:`ClampBound`), for a fixed
+g_hi; g_hi is read from the same noisy counts, so z is taken over every value the end could take
+(:func:`clamp_ends`, Bonferroni), and so is the population step. The population
 excess mu = E[(g - g_hi)_+] of variables in [0, b] (b = max_j w_j) then follows by Bernstein's
 inequality with Var <= b mu (self-bounding): sqrt(mu) <= sqrt(b L / (2m)) + sqrt(X + 5 b L / (6m))
 with X the sample mean's bound and L = log(1 / beta) (:func:`population_excess`). The deficit below
@@ -24,6 +26,14 @@ sampling bound of the clipped means must hold for the clip actually chosen: it i
 simultaneously over every clip the public grid allows (a union bound over :func:`clip_choices`,
 Bonferroni on the sampling part's failure probability). Where the clips are public (given by
 the caller) or the release is exact, the count is 1.
+
+Clamp or not. A clamp costs its bound; no clamp costs the noise and sampling range of the public
+return range. The release compares the two candidates' predicted J(behaviour) widths from the
+released histogram and public noise scales (:func:`gpope.core.policy_value_release.return_clamp`)
+and keeps the narrower. The sampling bound's union is weighted (Bonferroni with unequal
+shares): the unclamped candidate holds half its failure probability, the histogram's clamps
+share the other half (:data:`UNCLAMPED_SHARE`), so choosing no clamp costs a factor 2, not the
+grid's count.
 """
 
 from __future__ import annotations
@@ -38,9 +48,24 @@ from gpope.core.mechanisms.quantile import LogGrid
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_settings import PolicyValueSettings
 
-__all__ = ["ClampBound", "choose_clip", "choose_floor", "clamp_bound", "clip_choices",
-           "clip_histograms", "clips_from_histograms", "one_signed", "population_excess",
-           "public_clamp_bound", "public_limits", "released_components"]
+__all__ = [
+    "UNCLAMPED_SHARE",
+    "ClampBound",
+    "choose_clip",
+    "choose_floor",
+    "clamp_bound",
+    "clamp_ends",
+    "clip_choices",
+    "clip_histograms",
+    "clips_from_histograms",
+    "histogram_variance",
+    "one_signed",
+    "population_excess",
+    "public_clamp_bound",
+    "public_limits",
+    "released_components",
+    "return_choices",
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,8 @@ class ClampBound:
         excess_sd: the noise std of ``excess_sum`` (s ||w||); 0 when it is exact.
         excess_range: b_hi = max_j w_j (0: nothing can exceed g_hi).
         deficit_sum, deficit_sd, deficit_range: the same below g_lo (w_j = max(g_lo - lo_j, 0)).
+        ends: how many values each clamp end could take (:func:`clamp_ends`): the bounds hold
+            over all of them (1 where the ends are public or exact).
     """
 
     excess_sum: float = 0.0
@@ -60,17 +87,18 @@ class ClampBound:
     deficit_sum: float = 0.0
     deficit_sd: float = 0.0
     deficit_range: float = 0.0
+    ends: int = 1
 
-    def bound(self, side: str, *, m: int, a_noise: float, a_pop: float, choices: int) -> float:
+    def bound(self, side: str, *, m: int, a_noise: float, a_pop: float) -> float:
         """Upper confidence bound on E[excess] (``side="excess"``) or E[deficit] that fails with
-        probability at most ``a_noise + a_pop`` (0 where the side's range is 0)."""
+        probability at most ``a_noise + a_pop`` whichever of its ``ends`` values the clamp's end
+        took (0 where the side's range is 0)."""
         total, sd, b = (getattr(self, f"{side}_{k}") for k in ("sum", "sd", "range"))
         if b <= 0.0:
             return 0.0
-        from scipy.stats import norm
-
-        sample = max(total + (float(norm.ppf(1.0 - a_noise)) * sd if sd > 0 else 0.0), 0.0) / m
-        return population_excess(min(sample, b), b, m=m, beta=a_pop / choices)
+        sample = max(total + (float(norm.ppf(1.0 - a_noise / self.ends)) * sd if sd > 0 else 0.0),
+                     0.0) / m
+        return population_excess(min(sample, b), b, m=m, beta=a_pop / self.ends)
 
 
 def population_excess(sample_mean: float, b: float, *, m: int, beta: float) -> float:
@@ -96,10 +124,24 @@ def _bin_ranges(edges: np.ndarray, sign: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([-hi_abs, lo_abs]), np.concatenate([-lo_abs, hi_abs])
 
 
+def histogram_variance(noisy_counts: np.ndarray, edges: np.ndarray, sign: int, *, g_hi: float,
+                       g_lo: float) -> float:
+    """The variance of clip(g, g_lo, g_hi) read from g's noisy histogram (post-processing):
+    each bin at its midpoint, weighted by its count floored at 0 (a prediction, not a bound)."""
+    low, high = _bin_ranges(np.asarray(edges, dtype=np.float64), sign)
+    w = np.maximum(np.asarray(noisy_counts, dtype=np.float64), 0.0)
+    if w.sum() <= 0.0:
+        return 0.0
+    v = np.clip((low + high) / 2.0, g_lo, g_hi)
+    mean = float(w @ v) / float(w.sum())
+    return max(float(w @ (v - mean) ** 2) / float(w.sum()), 0.0)
+
+
 def clamp_bound(noisy_counts: np.ndarray, edges: np.ndarray, sign: int, *, g_hi: float,
-                g_lo: float, noise_std: float) -> ClampBound:
+                g_lo: float, noise_std: float, ends: int = 1) -> ClampBound:
     """The :class:`ClampBound` of clamping g to [g_lo, g_hi], from g's released (noisy)
-    histogram with per-bin noise std ``noise_std`` (0: exact counts)."""
+    histogram with per-bin noise std ``noise_std`` (0: exact counts); ``ends``: how many values
+    the clamp's ends could take (:func:`clamp_ends`)."""
     low, high = _bin_ranges(np.asarray(edges, dtype=np.float64), sign)
     y = np.asarray(noisy_counts, dtype=np.float64)
     w_hi = np.maximum(high - g_hi, 0.0)
@@ -108,7 +150,7 @@ def clamp_bound(noisy_counts: np.ndarray, edges: np.ndarray, sign: int, *, g_hi:
         excess_sum=float(w_hi @ y), excess_sd=float(noise_std * np.linalg.norm(w_hi)),
         excess_range=float(w_hi.max(initial=0.0)),
         deficit_sum=float(w_lo @ y), deficit_sd=float(noise_std * np.linalg.norm(w_lo)),
-        deficit_range=float(w_lo.max(initial=0.0)))
+        deficit_range=float(w_lo.max(initial=0.0)), ends=int(ends))
 
 
 def public_clamp_bound(bounds: PolicyValueBounds, *, m: int, g_hi: float,
@@ -129,6 +171,27 @@ def clip_choices(n_edges: int, sign: int) -> tuple[int, int, int]:
     k = int(n_edges)
     g = k * (k + 1) if sign else (2 * k + 2) ** 2
     return g, k, k
+
+
+def clamp_ends(n_edges: int, sign: int) -> int:
+    """How many values one end of the return clamp can take on grids of ``n_edges`` edges: one
+    sign, an edge or the floor 0; two signs, an edge of either side, 0 or the public top."""
+    k = int(n_edges)
+    return k + 1 if sign else 2 * k + 2
+
+
+#: Share of the sampling bound's failure probability held by the unclamped candidate (the rest:
+#: the histogram's clamps, :func:`clip_choices`): the union over the return's clips is weighted.
+UNCLAMPED_SHARE = 0.5
+
+
+def return_choices(clamped: bool, n_edges: int, sign: int) -> int:
+    """The return component's factor of the sampling bound's union (the weighted Bonferroni of
+    the module docstring): 1 / UNCLAMPED_SHARE unclamped, the grid's count of clips over the
+    clamps' share otherwise."""
+    if not clamped:
+        return round(1.0 / UNCLAMPED_SHARE)
+    return math.ceil(clip_choices(n_edges, sign)[0] / (1.0 - UNCLAMPED_SHARE))
 
 
 def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:

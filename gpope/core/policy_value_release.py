@@ -57,12 +57,16 @@ from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTe
 from gpope.core.policy_value_clamp import (
     ClampBound,
     clamp_bound,
+    clamp_ends,
     clip_choices,
     clip_histograms,
     clips_from_histograms,
+    histogram_variance,
     one_signed,
     public_clamp_bound,
+    public_limits,
     released_components,
+    return_choices,
 )
 from gpope.core.policy_value_settings import METHODS as _METHODS
 from gpope.core.policy_value_settings import PolicyValueSettings
@@ -270,9 +274,10 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     elif noisy is not None:
         sign = one_signed(bounds)
         edges = grids[0].edges()
-        clamp = clamp_bound(noisy[0], edges, sign, g_hi=clips[0], g_lo=clips[3],
-                            noise_std=hist_std)
-        choices = clip_choices(len(edges), sign)
+        clips, clamp, g_choices = return_clamp(noisy[0], edges, sign, clips, bounds, settings,
+                                               m=low, hist_std=hist_std, s_mean=s_mean,
+                                               s_mom=s_mom)
+        choices = (g_choices, *clip_choices(len(edges), sign)[1:])
     first, mom, mid, half = exact_sums(terms, bounds, clips)
     active = half > 0
     first_std, mom_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
@@ -286,6 +291,53 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         clips=clips, means=means, second=moments_matrix(mom / low, 3), mid=mid, half=half,
         noise_means=half * first_std / low, noise_second=mom_std / low, m=m, bounds=bounds,
         sigma=s, clamp=clamp, choices=choices, margin=int(count_margin))
+
+
+def return_clamp(noisy_g: np.ndarray, edges: np.ndarray, sign: int, clips: tuple[float, ...],
+                 bounds: PolicyValueBounds, settings: PolicyValueSettings, *, m: int,
+                 hist_std: float, s_mean: float, s_mom: float):
+    """(clips, clamp bound, the return's union factor): the histogram's clamp [g_lo, g_hi] or
+    none (the public return range), whichever predicts the narrower J(behaviour) interval at
+    ``settings.clamp_rule_level`` (post-processing of the noisy histogram ``noisy_g`` and public
+    noise scales; :mod:`gpope.core.policy_value_clamp`, "Clamp or not")."""
+    top = public_limits(bounds)[0]
+    public = (top if sign >= 0 else 0.0, -top if sign <= 0 else 0.0)
+    ends = clamp_ends(len(edges), sign)
+    best = None
+    for g_hi, g_lo in ((float(clips[0]), float(clips[3])), public):
+        clamped = (g_hi, g_lo) != public
+        cb = (clamp_bound(noisy_g, edges, sign, g_hi=g_hi, g_lo=g_lo, noise_std=hist_std,
+                          ends=ends) if clamped else _NO_CLAMP)
+        g_choices = return_choices(clamped, len(edges), sign)
+        full = (g_hi, clips[1], clips[2], g_lo)
+        width = _predicted_width(noisy_g, edges, sign, full, cb, g_choices, bounds, settings,
+                                 m=m, s_mean=s_mean, s_mom=s_mom)
+        if best is None or width < best[0]:
+            best = (width, full, cb, g_choices)
+    return best[1], best[2], best[3]
+
+
+def _predicted_width(noisy_g: np.ndarray, edges: np.ndarray, sign: int, clips: tuple[float, ...],
+                     cb: ClampBound, g_choices: int, bounds: PolicyValueBounds,
+                     settings: PolicyValueSettings, *, m: int, s_mean: float,
+                     s_mom: float) -> float:
+    """J(behaviour)'s predicted width (both ends) under ``clips``, before the means exist: the
+    clamp's bounds, and :func:`_bernstein_width` with the variance read from the histogram."""
+    alpha = (1.0 - settings.clamp_rule_level) / 2.0
+    low, high = _ranges(clips, bounds)
+    half = (high - low) / 2.0
+    first_std, mom_std = sum_noise_stds(half > 0, settings, s_mean=s_mean, s_mom=s_mom)
+    var = histogram_variance(noisy_g, edges, sign, g_hi=clips[0], g_lo=clips[3])
+    total = 0.0
+    for part in ("excess", "deficit"):
+        a_clamp = alpha * settings.clamp_share if getattr(cb, f"{part}_range") > 0 else 0.0
+        total += cb.bound(part, m=m, a_noise=a_clamp / 2.0, a_pop=a_clamp / 2.0)
+        total += _bernstein_width(var, mom_std / m * half[0] ** 2, float(high[0] - low[0]),
+                                  half[0] * first_std[0] / m, m=m, choices=g_choices,
+                                  alpha=alpha - a_clamp,
+                                  shares=(settings.variance_share, settings.noise_share),
+                                  private=True)
+    return total
 
 
 def _secure_histograms(counts: list[np.ndarray], hist_std: float,
@@ -421,7 +473,7 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     (``rel.margin`` > 0) every sample size is m~ - t and the end moves by what a count off by t
     moves the means: each x_j = mid_j + half_j z_j with |z_j| <= 1, so |c . (x^ - x)| from the
     count is at most sum_j |c_j| half_j t / m~ (the caller sets its probability aside)."""
-    variance_share, noise_share, clamp_share = shares
+    clamp_share = shares[2]
     m = rel.m_low
     count = float(np.abs(c) @ rel.half) * rel.margin / rel.m
     private = rel.sigma > 0
@@ -431,7 +483,7 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     used = (c != 0) & (rel.half > 0)
     choices = int(np.prod(np.where(used, np.asarray(rel.choices), 1)))
     clamp = 0.0 if part is None else abs(float(c[0])) * rel.clamp.bound(
-        part, m=m, a_noise=a_clamp / 2.0, a_pop=a_clamp / 2.0, choices=rel.choices[0])
+        part, m=m, a_noise=a_clamp / 2.0, a_pop=a_clamp / 2.0)
     cz = c * rel.half
     zbar = np.where(rel.half > 0, (rel.means - rel.mid) / np.where(rel.half > 0, rel.half, 1.0), 0.0)
     cov = rel.second - np.outer(zbar, zbar)
@@ -442,19 +494,33 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     if method == "normal":
         return count + clamp + float(norm.ppf(1.0 - alpha)) * math.sqrt(
             max(var, 0.0) / m + noise_sd ** 2)
-    a_var = alpha * variance_share if private else 0.0
-    a_noise = alpha * noise_share if private else 0.0
-    a_samp = alpha - a_var - a_noise
+    var_sd = 0.0
     if private:
         nz = float(np.linalg.norm(cz))
         var_sd = math.hypot(rel.noise_second * nz ** 2,
                             2.0 * abs(float(cz @ zbar)) * noise_sd)
+    return count + clamp + _bernstein_width(var, var_sd, span, noise_sd, m=m, choices=choices,
+                                            alpha=alpha, shares=shares[:2], private=private)
+
+
+def _bernstein_width(var: float, var_sd: float, span: float, noise_sd: float, *, m: int,
+                     choices: int, alpha: float, shares: tuple[float, float],
+                     private: bool) -> float:
+    """Sampling (empirical Bernstein over ``choices`` clips, the noisy sample variance ``var``
+    raised by its noise std ``var_sd``) plus privacy noise (std ``noise_sd``) of one end of a
+    mean of variables spanning ``span``, failing with probability ``alpha`` in all; ``shares``:
+    (variance, noise) parts of alpha."""
+    variance_share, noise_share = shares
+    a_var = alpha * variance_share if private else 0.0
+    a_noise = alpha * noise_share if private else 0.0
+    a_samp = alpha - a_var - a_noise
+    if private:
         var = var + float(norm.ppf(1.0 - a_var)) * var_sd
     var = min(max(var, 0.0), span ** 2 / 4.0)
     log_term = math.log(2.0 * choices / a_samp)
     samp = math.sqrt(2.0 * var * log_term / m) + 7.0 * span * log_term / (3.0 * max(m - 1, 1))
     noise = float(norm.ppf(1.0 - a_noise)) * noise_sd if private else 0.0
-    return count + clamp + samp + noise
+    return samp + noise
 
 
 def public_ranges(bounds: PolicyValueBounds) -> dict[str, tuple[float, float]]:

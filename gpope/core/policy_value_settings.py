@@ -47,6 +47,9 @@ class PolicyValueSettings:
             bound and on the privacy noise (the rest goes to the sampling bound).
         clamp_share: part of an end's alpha spent on bounding what the return clamp moves
             (:mod:`gpope.core.policy_value_clamp`), on the ends the clamp can move; taken first.
+        clamp_rule_level: the level at which the release compares J(behaviour)'s predicted width
+            with and without the histogram's return clamp to pick one (a ranking: either choice's
+            interval holds at the run's level).
         first_state_share: share (zCDP, of 1/sigma^2) of the first states' feature moments that
             the direct method's J(target) needs (:mod:`gpope.core.policy_value_direct`).
         first_state_alpha: share of the direct J(target)'s alpha on the first-state mean's
@@ -69,6 +72,7 @@ class PolicyValueSettings:
     variance_share: float = 0.25
     noise_share: float = 0.25
     clamp_share: float = 0.1
+    clamp_rule_level: float = 0.95
     first_state_share: float = 0.1
     first_state_alpha: float = 0.2
     count_alpha: float = 0.05
@@ -91,6 +95,7 @@ class PolicyValueSettings:
         check_number(o, "variance_share", self.variance_share, gt=0.0, lt=1.0)
         check_number(o, "noise_share", self.noise_share, gt=0.0, lt=1.0)
         check_number(o, "clamp_share", self.clamp_share, gt=0.0, lt=1.0)
+        check_number(o, "clamp_rule_level", self.clamp_rule_level, gt=0.0, lt=1.0)
         check_number(o, "first_state_share", self.first_state_share, gt=0.0, lt=1.0)
         check_number(o, "first_state_alpha", self.first_state_alpha, gt=0.0, lt=1.0)
         check_number(o, "count_alpha", self.count_alpha, gt=0.0, lt=1.0)

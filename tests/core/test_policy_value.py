@@ -21,7 +21,7 @@ from gpope.core.policy_value import (
     per_decision_weights,
     policy_value_terms,
 )
-from gpope.core.policy_value_clamp import choose_clip, public_limits
+from gpope.core.policy_value_clamp import choose_clip
 from gpope.core.policy_value_release import (
     QUANTITIES,
     PolicyValueSettings,
@@ -430,11 +430,9 @@ def test_conf_block_reaches_the_release_through_the_resolver():
     rel0, iv0 = released(_conf().policy_value_settings())  # the packaged conf: the defaults
     assert _conf().policy_value_settings() == PolicyValueSettings()
     assert iv0 == rel0.intervals(0.95)["policy_value"]  # what runs released before the block
-    # bins_per_decade sets the clip grid: the return's floor is 10^(j/8) below the public top
-    # under the conf's grid, off the default grid of 10^(1/4) steps
-    steps = [math.log10(public_limits(b)[0] / r.clips[3]) * 8 for r in (rel, rel0)]
-    assert steps[0] == pytest.approx(round(steps[0]), abs=1e-9)
-    assert steps[0] != pytest.approx(steps[1])
+    # bins_per_decade sets the clip grid: 8 x 6 decades + 1 edges the target's clips can take
+    # under the conf's grid, 4 x 6 + 1 under the default's (the sampling bound's union)
+    assert (rel.choices[1], rel0.choices[1]) == (8 * 6 + 1, 4 * 6 + 1)
     # method normal: the CLT interval sqrt(V / m + noise var) * z, narrower than Bernstein's
     assert iv.upper - iv.lower < rel.intervals(0.95)["policy_value"].upper - \
         rel.intervals(0.95)["policy_value"].lower
