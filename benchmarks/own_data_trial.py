@@ -20,8 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpope.core.policy_value_direct import ESTIMANDS
+
 #: The released scalars besides the reference states (rows of latest_release).
 QUANTITIES = ("policy_value", "behaviour_value", "policy_contrast")
+#: A released row's ``estimand`` text -> its key in ``ESTIMANDS`` (a trial's truth per estimand).
+ESTIMAND_KEYS = {text: key for key, text in ESTIMANDS.items()}
 
 
 def trial_parser(doc: str, *, seed: int) -> argparse.ArgumentParser:
@@ -66,7 +70,8 @@ def run(out: Path, dataset: str, truth: dict, columns: dict[str, dict[str, str]]
     """The documented commands on the exports under ``out`` (conf.yaml and spec.yaml beside
     them), in a fresh lake ``out/lake``; per evaluate run (``repeats`` per epsilon, fresh noise
     on the same statistics) the errors at ``truth["values"]``'s states, and the released
-    scalars with ``truth``'s value of each where it has one."""
+    scalars with their estimand (the key of ``ESTIMANDS``) and ``truth``'s value of that
+    estimand (``truth["estimands"][key]``, else ``truth[quantity]``) where it has one."""
     lake = out / "lake"
     shutil.rmtree(lake, ignore_errors=True)
     rename(out, columns, exports)
@@ -86,7 +91,7 @@ def run(out: Path, dataset: str, truth: dict, columns: dict[str, dict[str, str]]
         print(gpope("evaluate", *common, *conf, *spec, "--epsilon", str(eps),
                     "--delta", str(delta)).strip())
         released = json.loads(gpope("query", "--lake", str(lake), "--json",
-                                    "SELECT state, value, lower, upper FROM latest_release "
+                                    "SELECT state, value, lower, upper, estimand FROM latest_release "
                                     f"WHERE dataset = '{dataset}'"))["rows"]
         got = {r["state"]: {**r, "lower": -np.inf if r["lower"] is None else r["lower"],
                             "upper": np.inf if r["upper"] is None else r["upper"]}
@@ -103,8 +108,15 @@ def run(out: Path, dataset: str, truth: dict, columns: dict[str, dict[str, str]]
                "released": {s: {"value": got[s]["value"], **ends[s]} for s in states},
                "seconds": round(time.time() - t0, 1)}
         for q in QUANTITIES:
-            row[q] = {k: got[q][k] for k in ("value", "lower", "upper")} if q in got else None
-            if row[q] is not None and q in truth:
+            if q not in got:
+                row[q] = None
+                continue
+            key = ESTIMAND_KEYS.get(got[q].get("estimand"))
+            row[q] = {**{k: got[q][k] for k in ("value", "lower", "upper")}, "estimand": key}
+            by_estimand = truth.get("estimands", {})
+            if key in by_estimand:
+                row[q]["truth"] = by_estimand[key]
+            elif q in truth and "estimands" not in truth:
                 row[q]["truth"] = truth[q]
         rows.append(row)
     return rows

@@ -12,9 +12,11 @@ state). Times are local (Europe/Berlin) ISO strings with their offset, as an EHR
 the columns have the hospital's names (``mrn``, ``charted_at``, ``item``, ``result``, ...).
 
 The exact values come from the Bellman equations of the ward's own model (numpy solve):
-``V(s)`` of the target policy at every acuity, the value over the admission mix
-``J_inf = sum_s admit(s) V(s)``, and the estimand of gpope's ``J`` lines: the discounted return
-of a record (0 after a transfer, cut at the 40-round cap), by finite-horizon dynamic programming.
+``V(s)`` of the target policy at every acuity; the value over the admission mix
+``J_inf = sum_s admit(s) V(s)``, the estimand of J(target) by the direct method; and the
+discounted return of a record (0 after a transfer, cut at the 40-round cap), by finite-horizon
+dynamic programming: J(behaviour)'s estimand, and J(target)'s where the release is the
+identified set. Each released J row is compared with the truth of the estimand it names.
 The non-private LSTD beside them is computed here from the simulated episodes (tabular, per-decision
 importance ratios, transfers and the cap bootstrapped, as gpope's ingest describes them).
 
@@ -188,6 +190,13 @@ def write_dataset(out: Path, n: int, seed: int, chart_late: int = 0) -> dict:
              "patients": n, "seed": seed,
              "mean_rounds": float(np.mean([len(e) for e in episodes]))}
     truth["policy_contrast"] = truth["policy_value"] - truth["behaviour_value"]
+    # what each released J row estimates, by its estimand (gpope.core.policy_value_direct)
+    truth["estimands"] = {
+        "direct": truth["J_inf_target"],
+        "direct_contrast": truth["J_inf_target"] - truth["behaviour_value"],
+        "identified_set": truth["policy_value"],
+        "identified_set_contrast": truth["policy_contrast"],
+        "behaviour": truth["behaviour_value"]}
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return truth
 
