@@ -345,15 +345,17 @@ def test_injected_bad_rows_are_all_rejected_and_the_cohort_is_recovered(spark, l
     from gpope.shell.pipeline.simulate import (
         dataset_settings_for_domain,
         simulate_tables,
-        tables_to_frames,
+        tables_to_arrow,
     )
+    from gpope.shell.schemas import TABLE_SCHEMAS
 
     episodes, clean = simulate_tables("chain", 6, seed=3)
     dirty, expected = inject_bad_rows(
         clean, np.random.default_rng(4), ehr.CHAIN_SPEC, per_reason=4
     )
     config = GpopeConfig(lake=LakeSettings(root=str(lake_root)))
-    for table, df in tables_to_frames(spark, dirty).items():
+    for table, arrow in tables_to_arrow(dirty).items():
+        df = spark.createDataFrame(arrow.to_pandas(), schema=TABLE_SCHEMAS[table])
         lake.write_table(df, config.lake, "bronze", "dirty", table, mode="overwrite")
     report = run_ingest(spark, config, "dirty", domain="chain")
 

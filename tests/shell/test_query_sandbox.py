@@ -6,6 +6,7 @@ view registration's, which need no pipeline run to be checked.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -106,7 +107,15 @@ def test_the_operator_switch_opens_them_and_says_so(lake, capsys):
     assert main(["query", "--lake", str(lake), "--tables"]) == 0
     listed = capsys.readouterr()
     assert "released_values" in listed.out and "ward__transitions" not in listed.out
-    assert "--operator" in listed.err
+    assert "(3 raw and per-patient table(s) not listed" in listed.err
+    assert main(["query", "--lake", str(lake), "--tables", "--operator", "--json"]) == 0
+    views = {v["view"]: v for v in json.loads(capsys.readouterr().out)["views"]}
+    assert views["ward__transitions"] == {"view": "ward__transitions", "layer": "silver",
+                                          "dataset": "ward", "table": "transitions",
+                                          "path": str(lake / "silver" / "ward" / "transitions")}
+    assert views["transitions"]["dataset"] == "(all, column dataset)"
+    assert views["transitions"]["path"] is None
+    assert set(views) >= {"released_values", "latest_release", "observations", "trajectory_stats"}
 
 
 @settings(max_examples=60, deadline=None)

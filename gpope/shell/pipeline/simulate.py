@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from gpope.core.policies import Policy
     from gpope.core.trajectories.transitions import Transitions
@@ -57,7 +57,6 @@ __all__ = [
     "run_simulate",
     "simulate_tables",
     "tables_to_arrow",
-    "tables_to_frames",
 ]
 
 DOMAINS: tuple[str, ...] = domain_names()
@@ -276,33 +275,6 @@ def tables_to_arrow(tables: dict[str, dict[str, np.ndarray]]) -> dict[str, pa.Ta
             [pa.array(columns[f.name]).cast(f.type) for f in schema], schema=schema
         )
     return out
-
-
-def tables_to_frames(
-    spark: SparkSession, tables: dict[str, dict[str, np.ndarray]]
-) -> dict[str, DataFrame]:
-    """Columnar bronze tables (numpy) as Spark DataFrames with the bronze contracts' schemas.
-
-    ``time`` columns (``datetime64``, UTC wall clock) become Spark timestamps; conversion goes
-    through Arrow-backed pandas on the driver.
-    """
-    import pandas as pd
-
-    from gpope.shell.schemas import TABLE_SCHEMAS
-
-    frames = {}
-    for name, columns in tables.items():
-        schema = TABLE_SCHEMAS[name]
-        data = {}
-        for field in schema.fields:
-            values = columns[field.name]
-            if field.name == "time":
-                data[field.name] = pd.to_datetime(values).tz_localize("UTC")
-            else:
-                data[field.name] = values
-        pdf = pd.DataFrame(data, columns=[f.name for f in schema.fields])
-        frames[name] = spark.createDataFrame(pdf, schema=schema)
-    return frames
 
 
 def write_simulation_record(
