@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpope.core.accounting.budget import BudgetStatus, LedgerEntry, _relation, _Rule
+from gpope.core.accounting.budget import BudgetStatus, LedgerEntry, _Rule
+from gpope.core.accounting.relations import stored_relation
 from gpope.errors import ConfigError
 
 __all__ = ["check_one_relation", "refusal_message"]
@@ -30,10 +31,10 @@ def check_one_relation(dataset: str, counted: Iterable[LedgerEntry], mechanism: 
     """
     from gpope.core.accounting.composition import relation_of_sampling
 
-    new = _relation(mechanism)
+    new = stored_relation(mechanism)
     if new is None:
         return
-    used = {rel for e in counted if (rel := _relation(e.mechanism)) is not None}
+    used = {rel for e in counted if (rel := stored_relation(e.mechanism)) is not None}
     if used and new not in used:
         old = sorted(used)[0]
         sampling = {relation_of_sampling(s): s for s in ("uniform", "poisson")}

@@ -187,13 +187,6 @@ def _curve(mechanism: str) -> tuple[str, np.ndarray] | None:
     return None if cached is None else (cached[0], np.asarray(cached[1]))
 
 
-def _relation(mechanism: str) -> str | None:
-    from gpope.core.accounting.composition import mechanism_from_json
-
-    stored = mechanism_from_json(mechanism)
-    return None if stored is None else stored.relation
-
-
 def _legacy_charge(row: LedgerRow) -> float:
     """The charge of a reservation written before charges were stored."""
     eps = float(row.epsilon)
