@@ -28,7 +28,7 @@ packaged defaults: a lake under ``./lake``). ``spec`` is an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,11 +44,12 @@ if TYPE_CHECKING:
     from gpope.shell.experiments import make_settings as experiment_settings
     from gpope.shell.experiments import run_experiment as experiment
     from gpope.shell.experiments import run_tuning as tune_experiment
-    from gpope.shell.interrupts import Stopped
+    from gpope.shell.interrupts import command_stopped, start_command
     from gpope.shell.lake.maintain import MaintenanceReport
-    from gpope.shell.pipeline.after_release import printing_failed_line
+    from gpope.shell.pipeline.after_release import interrupted_report as interrupted_after_release
+    from gpope.shell.pipeline.after_release import printing_failed_line, show_release
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
-    from gpope.shell.pipeline.evaluate_report import EvaluationReport, InterruptedAfterRelease
+    from gpope.shell.pipeline.evaluate_report import EvaluationReport
     from gpope.shell.pipeline.ingest import IngestReport
     from gpope.shell.pipeline.ledger import BudgetStatus, PrivacyLedger
     from gpope.shell.pipeline.load import BRONZE_COLUMNS
@@ -105,18 +106,23 @@ __all__ = [
 #: or ``name: "module:attribute"``), imported when first used so that ``import gpope.api`` stays
 #: light (no Spark, no pipeline module): ``tune_spec`` tunes a spec file's solver settings on
 #: public simulated data (``settings=load_config(...).evaluation``), ``write_cohort_files`` writes
-#: a simulated cohort as plain files for :func:`load`, ``printing_failed_line`` is the stderr line
-#: of a committed release whose report could not be printed; ``experiment_settings`` (a paper
-#: experiment's settings: quick preset or the paper's, with overrides), ``tune_experiment`` (its
-#: GPOPE variants tuned on public simulated data) and ``experiment`` (tune, run, write, track;
-#: returns the summary) run the paper experiments (:mod:`gpope.shell.experiments`).
+#: a simulated cohort as plain files for :func:`load`; ``experiment_settings``, ``tune_experiment``
+#: and ``experiment`` run the paper experiments (:mod:`gpope.shell.experiments`); after a
+#: committed release ``show_release`` prints its report so that no failure invites a second
+#: spend, ``interrupted_after_release`` is its Ctrl-C and ``printing_failed_line`` the stderr line
+#: of a print that failed; ``start_command`` and ``command_stopped`` are a command's signal
+#: handling (:mod:`gpope.shell.interrupts`).
 _REEXPORTS = {
     "BRONZE_COLUMNS": "gpope.shell.pipeline.load",
     "DemoOptions": "gpope.shell.pipeline.demo",
     "SimulateOptions": "gpope.shell.pipeline.simulate",
+    "command_stopped": "gpope.shell.interrupts",
     "experiment": "gpope.shell.experiments:run_experiment",
     "experiment_settings": "gpope.shell.experiments:make_settings",
+    "interrupted_after_release": "gpope.shell.pipeline.after_release:interrupted_report",
     "printing_failed_line": "gpope.shell.pipeline.after_release",
+    "show_release": "gpope.shell.pipeline.after_release",
+    "start_command": "gpope.shell.interrupts",
     "tune_experiment": "gpope.shell.experiments:run_tuning",
     "tune_spec": "gpope.shell.pipeline.tune_spec",
     "write_cohort_files": "gpope.shell.pipeline.simulate_files",
@@ -517,34 +523,6 @@ def pipeline_audit(
                               variants=variants)
 
 
-def interrupted_after_release(report: EvaluationReport, *, cut: str) -> InterruptedAfterRelease:
-    """The Ctrl-C of a run whose release is committed (``cut``: what it cut short): the
-    release and its charge stand, the message names ``gpope track`` and never a re-run."""
-    from gpope.shell.pipeline.evaluate_report import interrupted_after_release as _interrupted
-    from gpope.shell.pipeline.evaluate_report import values_line
-
-    return _interrupted(report.run_id, dataset=report.dataset, label=report.label, cut=cut,
-                        values=values_line(report.reference_values))
-
-
-def show_release(report: EvaluationReport, show: Callable[[], None]) -> None:
-    """Print a committed release's report with ``show``. The release stands whatever happens
-    here, so nothing invites a second spend: a Ctrl-C becomes :func:`interrupted_after_release`
-    and any other failure one stderr line (:func:`printing_failed_line`)."""
-    import sys
-
-    from gpope.shell import faults
-    from gpope.shell.pipeline.after_release import printing_failed_line
-
-    try:
-        faults.point("evaluate.print")
-        show()
-    except KeyboardInterrupt as exc:
-        raise interrupted_after_release(report, cut="printing its report was cut short") from exc
-    except Exception as exc:
-        print(printing_failed_line(report, exc), file=sys.stderr)
-
-
 def query(sql: str, *, config: ConfigLike = None, operator: bool = False) -> QueryResult:
     """One read-only SELECT over the local lake's views, with DuckDB, no Spark
     (:func:`gpope.shell.query.query`); ``operator`` also serves the raw and per-patient tables
@@ -580,20 +558,3 @@ def compare_runs(dataset: str, run_a: str, run_b: str, *, config: ConfigLike = N
     cfg = _config(config)
     comparison = _compare(cfg, dataset, run_a, run_b)
     return track_comparison(comparison, cfg, tracking_uri) if track else comparison
-
-
-def start_command() -> None:
-    """Prepare this process for one command: forget earlier commits and signals, note the child
-    processes that exist already, and make SIGTERM stop it like a Ctrl-C."""
-    from gpope.shell import interrupts
-
-    interrupts.reset()
-    interrupts.install()
-
-
-def command_stopped(command: str, dataset: str | None, exc: BaseException) -> Stopped:
-    """A command stopped by a signal: ends the child processes it started (its local JVM) and
-    returns the line that says what the stop left committed, and the exit status."""
-    from gpope.shell import interrupts
-
-    return interrupts.stop(command, dataset, exc)

@@ -23,6 +23,7 @@ __all__ = [
     "STAGE_OUTPUTS",
     "Stopped",
     "Terminated",
+    "command_stopped",
     "commits",
     "deferred",
     "end_children",
@@ -31,7 +32,7 @@ __all__ = [
     "received",
     "record",
     "reset",
-    "stop",
+    "start_command",
     "stopped_line",
 ]
 
@@ -218,8 +219,16 @@ class Stopped:
     exit_code: int
 
 
-def stop(command: str, dataset: str | None, exc: BaseException) -> Stopped:
-    """End the child processes the stopped command started (:func:`end_children`) and say what
-    the stop left committed."""
+def start_command() -> None:
+    """Prepare this process for one command: forget earlier commits and signals, note the child
+    processes that exist already (:func:`reset`), and make SIGTERM stop it like a Ctrl-C
+    (:func:`install`)."""
+    reset()
+    install()
+
+
+def command_stopped(command: str, dataset: str | None, exc: BaseException) -> Stopped:
+    """A command stopped by a signal: ends the child processes it started (its local JVM,
+    :func:`end_children`) and says what the stop left committed, with the exit status."""
     end_children()
     return Stopped(stopped_line(command, dataset, exc), exit_code(exc))

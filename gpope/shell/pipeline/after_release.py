@@ -11,13 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.shell.pipeline.evaluate_report import EvaluationReport, values_line
+from gpope.shell.pipeline.evaluate_report import (
+    EvaluationReport,
+    InterruptedAfterRelease,
+    interrupted_after_release,
+    values_line,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpope.core.spec import EvaluationSpec
 
 __all__ = ["INTERRUPTED_NOTE", "after_release_warning", "interrupted_before_release",
-           "interrupted_note", "printing_failed_line", "unreported_release"]
+           "interrupted_note", "interrupted_report", "printing_failed_line", "show_release",
+           "unreported_release"]
 
 #: The ledger note of a run interrupted (Ctrl-C) after its reservation and before its release:
 #: its status is ``failed`` like any run that may have drawn noise, and the note says why.
@@ -106,6 +114,30 @@ def printing_failed_line(report: EvaluationReport, error: BaseException) -> str:
             f"({values}), but printing its report failed ({_reason(error)}). Do not re-run the "
             f"evaluation (that would spend the budget again); its rows are in released_estimates "
             f"and released_values (gpope query); {tracked}.{earlier}")
+
+
+def interrupted_report(report: EvaluationReport, *, cut: str) -> InterruptedAfterRelease:
+    """The Ctrl-C of a run whose release is committed (``cut``: what it cut short): the
+    release and its charge stand, the message names ``gpope track`` and never a re-run."""
+    return interrupted_after_release(report.run_id, dataset=report.dataset, label=report.label,
+                                     cut=cut, values=values_line(report.reference_values))
+
+
+def show_release(report: EvaluationReport, show: Callable[[], None]) -> None:
+    """Print a committed release's report with ``show``. The release stands whatever happens
+    here, so nothing invites a second spend: a Ctrl-C becomes :func:`interrupted_report` and any
+    other failure one stderr line (:func:`printing_failed_line`)."""
+    import sys
+
+    from gpope.shell import faults
+
+    try:
+        faults.point("evaluate.print")
+        show()
+    except KeyboardInterrupt as exc:
+        raise interrupted_report(report, cut="printing its report was cut short") from exc
+    except Exception as exc:
+        print(printing_failed_line(report, exc), file=sys.stderr)
 
 
 def unreported_release(
