@@ -10,8 +10,10 @@ times (fresh noise) and prints, per epsilon and reference state (the most visite
 mildest, the middle and the most severe), the coverage of the truth and of the cohort's own
 non-private LSTD, the mean signed error, the median half-width, and (a private diagnostic
 rebuilt without noise) the shift the residual clip leaves in the refined values with the bound
-the exact clipped mass would put on it; ``--residual-quantile`` compares the refinement's
-residual clip, ``--exit-scale`` and ``--target-mix`` longer stays and larger weights.
+the exact clipped mass would put on it; ``--residual-quantile`` and ``--residual-tail-stds``
+compare the refinement's residual clip (:func:`gpope.core.untuned.release.residual_quantile`),
+``--exit-scale`` and ``--target-mix`` longer stays and larger weights, ``--all-states`` reads
+every cell.
 
     .venv/bin/python benchmarks/signed_ward_core.py --datasets 20 --reps 5 --m 20000
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -100,10 +103,11 @@ def spec_of(pi: np.ndarray, mu: np.ndarray, refs: list[int]):
         "reference_states": {f"s{s}": [float(s)] for s in refs}})
 
 
-def clip_shift(vec: np.ndarray, spec, settings) -> tuple[np.ndarray, np.ndarray]:
+def clip_shift(vec: np.ndarray, spec, settings, quantile: float) -> tuple[np.ndarray, np.ndarray]:
     """The default's arithmetic without noise (a private diagnostic, never released): the shift
     of the refined values from the LSTD's that the residual clip leaves (statistics clipped at
-    their exact ``clip_quantile``, residuals at their exact ``residual_quantile``), and the bound
+    their exact ``clip_quantile``, residuals at their exact ``quantile``, the one the default
+    takes at the run's epsilon and m: :func:`gpope.core.untuned.release.residual_quantile`), and the bound
     ``||A_c^-T g|| sum_i (||r_i|| - c_r)+`` on it that the exact clipped mass would give."""
     from gpope.core.ssp import c_block_scale, clip_statistics, residuals, split_vector
 
@@ -119,7 +123,7 @@ def clip_shift(vec: np.ndarray, spec, settings) -> tuple[np.ndarray, np.ndarray]
     theta0, A_c = solve(clip_statistics(vec * w, c) / w)
     r = residuals(vec, theta0, n)
     norms = np.linalg.norm(r, axis=1)
-    c_r = np.quantile(norms, settings.residual_quantile)
+    c_r = np.quantile(norms, quantile)
     kept = np.minimum(1.0, c_r / np.maximum(norms, 1e-300))[:, None]
     inv = np.linalg.pinv(A_c)
     theta = theta0 + inv @ (r * kept).sum(axis=0)
@@ -140,27 +144,42 @@ def main(argv=None) -> int:
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--residual-quantile", type=float, default=None,
                    help="the refinement's residual clip quantile (default: the conf's)")
+    p.add_argument("--residual-tail-stds", type=float, default=None,
+                   help="rows above the residual clip, in the residual sum's noise stds (default: "
+                        "the conf's; 1e9: the residual quantile alone)")
+    p.add_argument("--all-states", action="store_true",
+                   help="every cell a reference state (default: the most visited, the mildest, "
+                        "the middle and the most severe)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     from gpope.core.evaluation.settings import RunSettings
     from gpope.core.ssp import split_vector, statistics_vectors
     from gpope.core.trajectories.batch import statistics_of_transitions
-    from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned_rows
+    from gpope.core.untuned.release import (
+        UntunedSettings,
+        plan_untuned,
+        release_untuned_rows,
+        residual_quantile,
+    )
 
     settings = UntunedSettings()
     if a.residual_quantile is not None:
-        settings = UntunedSettings(residual_quantile=a.residual_quantile)
+        settings = replace(settings, residual_quantile=a.residual_quantile)
+    if a.residual_tail_stds is not None:
+        settings = replace(settings, residual_tail_stds=a.residual_tail_stds)
     run = RunSettings()
     P, mu, pi, start = ward(a.seed, a.exit_scale, a.target_mix)
     truth_all = values(P, pi)
     _, visits = cohort(P, mu, start, 2000, np.random.default_rng(0))  # public design: the mode
-    refs = sorted({int(visits.argmax()), 0, S // 2, S - 1})
+    refs = list(range(S)) if a.all_states else sorted({int(visits.argmax()), 0, S // 2, S - 1})
     spec = spec_of(pi, mu, refs)
     truth = truth_all[refs]
     eps_list = [float(x) for x in a.epsilons.split(",")]
-    rec: dict[float, dict[str, list]] = {e: {"cov": [], "cov_lstd": [], "err": [], "half": []}
-                                         for e in eps_list}
-    shifts, bounds = [], []
+    rec: dict[float, dict[str, list]] = {
+        e: {"cov": [], "cov_lstd": [], "err": [], "half": [], "shift": [], "bound": []}
+        for e in eps_list}
+    sigmas = {e: plan_untuned(m=a.m, epsilon=e, delta=a.delta, settings=settings,
+                              share=1.0 - run.policy_value_share) for e in eps_list}
     t0 = time.time()
     for d in range(a.datasets):
         tr, _ = cohort(P, mu, start, a.m, np.random.default_rng([a.seed, d]))
@@ -168,12 +187,11 @@ def main(argv=None) -> int:
         vec = statistics_vectors(rows["A"], rows["b"], rows["C"])
         Ab, bb, _ = split_vector(vec.sum(axis=0, keepdims=True), spec.n_features)
         lstd = spec.reference_values(np.linalg.lstsq(Ab[0], bb[0], rcond=None)[0])
-        shift, bound = clip_shift(vec, spec, settings)
-        shifts.append(shift)
-        bounds.append(bound)
         for eps in eps_list:
-            sig = plan_untuned(m=a.m, epsilon=eps, delta=a.delta, settings=settings,
-                               share=1.0 - run.policy_value_share)
+            sig = sigmas[eps]
+            shift, bound = clip_shift(vec, spec, settings, residual_quantile(settings, sig, a.m))
+            rec[eps]["shift"].append(shift)
+            rec[eps]["bound"].append(bound)
             for r in range(a.reps):
                 iv = release_untuned_rows(
                     vec, spec, sigmas=sig, moments_share=run.moments_share, settings=settings,
@@ -187,14 +205,17 @@ def main(argv=None) -> int:
     summary = []
     print(f"\nreference states {refs} (most visited {int(visits.argmax())}); truth "
           f"{np.round(truth, 3).tolist()}; {a.datasets} x {a.reps} releases, m={a.m}, "
-          f"residual_quantile={settings.residual_quantile}")
+          f"residual_quantile={settings.residual_quantile}, residual_tail_stds="
+          f"{settings.residual_tail_stds} (clipped at the "
+          + ", ".join(f"{residual_quantile(settings, sigmas[e], a.m):.5f} quantile at epsilon {e:g}"
+                      for e in eps_list) + ")")
     print("clip shift: the residual clip's shift of the noise-free release from the LSTD (mean "
           "over cohorts); bound: what the exact clipped mass would bound it by")
     print(f"{'eps':>5} {'state':>5} {'coverage':>8} {'cov LSTD':>8} {'bias':>8} {'half':>7} "
           f"{'finite':>6} {'clip shift':>10} {'bound':>7}")
-    shifts_a, bounds_a = np.array(shifts), np.array(bounds)
     for eps in eps_list:
         out = {k: np.array(v) for k, v in rec[eps].items()}
+        shifts_a, bounds_a = out["shift"], out["bound"]
         for j, s in enumerate(refs):
             fin = np.isfinite(out["half"][:, j])
             row = {"epsilon": eps, "state": s, "coverage": float(out["cov"][:, j].mean()),

@@ -17,6 +17,7 @@ from gpope.core.untuned.release import (
     UntunedSettings,
     plan_untuned,
     release_untuned_rows,
+    residual_quantile,
     statistics_norm_bound,
     untuned_dp_event,
     upper_quantile,
@@ -58,6 +59,46 @@ def test_without_noise_the_release_is_the_lstd_fixed_point(tabular):
                                settings=UntunedSettings(residual_quantile=1.0),
                                rng=np.random.default_rng(0))
     np.testing.assert_allclose(rel.interval.value, spec.reference_values(lstd), atol=2e-3)
+
+
+def test_the_residual_clip_cuts_a_number_of_rows_that_does_not_grow_with_m():
+    """The clip leaves min(1 % of m, residual_tail_stds histogram noise stds) rows above it: the
+    1 % below m = 300 sigma_q, a fixed count of rows above (hand arithmetic)."""
+    s = UntunedSettings()
+    assert (s.residual_quantile, s.residual_tail_stds) == (0.99, 3.0)
+    sig = plan_untuned(m=20_000, epsilon=1.0, delta=1e-5, settings=s)
+    rows = 3.0 * sig.quantile  # the count the rule allows above the clip
+    for m in (1_000, 2_000, 20_000, 200_000, 2_000_000):
+        above = (1.0 - residual_quantile(s, sig, m)) * m
+        assert above == pytest.approx(min(0.01 * m, rows), rel=1e-9)
+    assert residual_quantile(s, sig, 1_000) == 0.99
+    assert (1.0 - residual_quantile(s, sig, 2_000_000)) * 2_000_000 == pytest.approx(rows)
+    with pytest.raises(ConfigError, match="residual_tail_stds"):
+        UntunedSettings(residual_tail_stds=0.0)
+
+
+def test_a_tail_the_noise_hides_cannot_lift_the_residual_clip_past_its_cap():
+    """Few rows above the clip is a count the noisy histogram may not resolve: read alone it can
+    land at the grid's top; held at 2x the 0.99 reading of the same noisy histogram, never."""
+    from gpope.core.mechanisms.quantile import LogGrid
+    from gpope.core.untuned.release import _private_quantile
+
+    norms = np.random.default_rng(0).uniform(0.5, 1.0, 2000)[:, None]  # every row's norm <= 1
+    idx = np.arange(len(norms))
+
+    def aggregate(kernel, width):
+        return kernel(idx, norms)[0]
+
+    grid = LogGrid(lo=1e-3, hi=1e3, bins_per_decade=8)
+    lifted = 0
+    for seed in range(40):
+        def read(q, cap=None, seed=seed):
+            return _private_quantile(aggregate, grid, lambda r: r, q, m=2000, sigma=30.0,
+                                     rng=np.random.default_rng(seed), cap=cap)
+        base, alone = read(0.99), read(0.9999)
+        assert read(0.9999, cap=(0.99, 2.0)) == min(alone, 2.0 * base)
+        lifted += alone > 2.0 * base
+    assert lifted > 0  # the cap is what holds those draws
 
 
 def test_private_release_is_accurate_and_its_interval_finite(tabular):

@@ -449,3 +449,18 @@ def test_the_ward_extract_example_runs_as_written(spark, tmp_path, monkeypatch, 
         assert line in evaluate, evaluate
     for state in [*truth["values"], "policy_value", "behaviour_value", "policy_contrast"]:
         assert state in outputs["query"]  # the query answers with every released row
+    # 'Reading the output' reads the same run's rows with their estimands, as written
+    reading = documented_commands("own-data reading example")
+    assert [c[0] for c in reading] == ["query", "query"] and reading[0][1] == "--describe"
+    printed = []
+    for argv in reading:
+        assert main(argv) == 0, (argv, capsys.readouterr())
+        printed.append(capsys.readouterr().out)
+    described, listed = printed
+    assert "estimand" in described and "tabular fixed point" in described
+    for state in truth["values"]:  # each V row names the tabular fixed point
+        line = next(x for x in listed.splitlines() if f" {state} " in f" {x} ")
+        assert "tabular fixed point" in line, line
+    for state in ("policy_value", "behaviour_value", "policy_contrast"):
+        assert state in listed
+    assert "mean recorded discounted return" in listed

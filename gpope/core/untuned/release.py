@@ -17,7 +17,10 @@ per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
    lowers ``c`` and the noise on A and b (docs/RESULTS.md, "Own data without tuning").
 3. **Residual clip by a private quantile.** One noisy histogram of the residual norms
    ``||b_i - A_i theta^||`` (rows not clipped) on the grid topped by the Cauchy-Schwarz bound
-   ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``; ``c_r`` is its ``residual_quantile``.
+   ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``; ``c_r`` is its upper quantile with at
+   most ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows above
+   (:func:`residual_quantile`), held at ``residual_clip_ratio`` times its ``residual_quantile``.
+   The rows cut are what biases the refinement, so their number is tied to the noise, not to m.
 4. **Refinement.** The sum of the residuals clipped to ``c_r`` and the sum of their outer
    products (the moments, for the interval), plus Gaussian noise. The residual sum is
    ``R = A (theta_LSTD - theta^)``, so ``theta = theta^ + A~^-1 R~`` removes the first-order
@@ -35,8 +38,11 @@ where the identification test cannot separate the noisy A from a singular one
 judged per released value under tabular features: there the weakly visited states are set aside
 and the others' intervals stay finite, widened by a bound on what the set-aside states can move
 them (:mod:`gpope.core.untuned.weak`).
-The bias of clipping the largest residuals to ``c_r`` is not bounded in the interval (it needs
-a public bound on a trajectory's residual); docs/RESULTS.md measures it against the width. Finally values and finite
+The bias of clipping the largest residuals to ``c_r`` is not bounded in the interval (a bound
+from released numbers needs a public bound on a trajectory's residual, and the spec's worst case
+is orders of magnitude above the clip); it is kept on the noise's scale by the count of rows the
+clip may cut (step 3), and docs/RESULTS.md measures it against the width ("Does every V interval
+cover its estimand?"). Finally values and finite
 interval ends are clamped into the range the spec's reward bounds and gamma imply
 (:func:`value_range`; post-processing).
 
@@ -87,6 +93,7 @@ __all__ = [
     "release_untuned_rows",
     "release_untuned_stats",
     "release_weighted_sums",
+    "residual_quantile",
     "second_order_widths",
     "split_untuned",
     "statistics_norm_bound",
@@ -276,10 +283,13 @@ def upper_quantile(noisy_counts: np.ndarray, edges: np.ndarray, quantile: float,
 
 def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.ndarray], np.ndarray],
                       quantile: float, *, m: int, sigma: float, rng: np.random.Generator,
-                      secure_noise: bool = False) -> float:
+                      secure_noise: bool = False,
+                      cap: tuple[float, float] | None = None) -> float:
     """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile;
     under ``secure_noise`` the noise is the OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least ``sigma``) and ``rng`` is unused."""
+    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least ``sigma``) and ``rng`` is unused.
+    ``cap = (q0, ratio)``: at most ``ratio`` times the same histogram's ``q0`` quantile
+    (post-processing)."""
     edges = grid.edges()
     counts = aggregate(_histogram_kernel(edges, transform), len(edges) + 1)
     if secure_noise:
@@ -288,7 +298,10 @@ def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.n
         noisy, _ = secure_perturb(counts, sigma, 1.0)
     else:
         noisy = counts + sigma * rng.standard_normal(len(counts))
-    return upper_quantile(noisy, edges, quantile, m)
+    out = upper_quantile(noisy, edges, quantile, m)
+    if cap is not None:
+        out = min(out, cap[1] * upper_quantile(noisy, edges, cap[0], m))
+    return out
 
 
 def _sum_kernel(clip: float, weights: np.ndarray):
@@ -328,6 +341,17 @@ def _residual_kernel(theta: np.ndarray, n: int, bound: float):
         return np.concatenate([r.sum(axis=0), moment_vectors(r).sum(axis=0)])[None, :]
 
     return kernel
+
+
+def residual_quantile(settings: UntunedSettings, sigmas: UntunedSigmas, m: int) -> float:
+    """The quantile of the residual norms the refinement clips at (public: settings, sigmas and
+    m): ``max(residual_quantile, 1 - residual_tail_stds sigma_q / m)`` with ``sigma_q`` the
+    residual histogram's noise std per bin, i.e. at most ``residual_tail_stds sigma_q`` rows above
+    the clip, a count that does not grow with m (:class:`UntunedSettings`). The clip read there is
+    held at most ``residual_clip_ratio`` times the ``residual_quantile`` one of the same noisy
+    histogram (:func:`release_untuned`)."""
+    return float(max(settings.residual_quantile,
+                     1.0 - settings.residual_tail_stds * sigmas.quantile / m))
 
 
 def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
@@ -415,7 +439,9 @@ def release_untuned(
     grid = LogGrid(lo=top * 10.0 ** -settings.grid_decades, hi=top,
                    bins_per_decade=settings.bins_per_decade)
     c_r = _private_quantile(aggregate, grid, lambda rows: residuals(rows, theta0, n),
-                            settings.residual_quantile, m=m, sigma=sigmas.quantile, rng=rng)
+                            residual_quantile(settings, sigmas, m), m=m,
+                            sigma=sigmas.quantile, rng=rng,
+                            cap=(settings.residual_quantile, settings.residual_clip_ratio))
     r_sum, mom, s_sum, s_mom = release_residuals(
         aggregate(_residual_kernel(theta0, n, c_r), n + n * (n + 1) // 2), n=n, bound=c_r,
         sigma=sigmas.residual, moments_share=moments_share, rng=rng)
@@ -550,7 +576,8 @@ def plan_untuned_component(*, m: int, sigma: float, delta: float, accountant: st
     sig = split_untuned(sigma, settings)
     event = untuned_dp_event(sig, moments_share)
     label = (f"untuned(clip at a private {settings.clip_quantile:g} quantile, residual clip at a "
-             f"private {settings.residual_quantile:g} quantile, moments_share={moments_share:g})")
+             f"private {residual_quantile(settings, sig, m):.6g} quantile, "
+             f"moments_share={moments_share:g})")
     return {"sigma": sig.statistics, "event": event,
             "epsilon_spent": float(implementation(resolved).event_epsilon(
                 event, delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)), "label": label,

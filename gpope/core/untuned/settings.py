@@ -22,7 +22,20 @@ class UntunedSettings:
             calibrated once: :func:`gpope.core.untuned.release.plan_untuned`).
         refine_share: share of ``mu^2`` spent on the residual release (sum and moments); the SSP
             sums take the rest.
-        residual_quantile: the quantile of the residual norms used as their clip bound.
+        residual_quantile: the quantile of the residual norms used as their clip bound, at most.
+        residual_tail_stds: the residual clip leaves at most this many noise stds of its
+            histogram's bins (``sigma_q``, the finest count the histogram resolves) worth of rows
+            above it: the clip is the upper quantile with at most ``min((1 - residual_quantile)
+            m, residual_tail_stds sigma_q)`` rows above. The clip's bias grows with the number of
+            rows it cuts, so a fixed share of rows (1 % of m) leaves a bias that stays as m grows
+            while the interval shrinks; a count tied to the noise keeps the bias on the noise's
+            scale (docs/RESULTS.md, "Do V's intervals hold with signed outcomes and terminal
+            states?").
+        residual_clip_ratio: the residual clip is at most this multiple of the same noisy
+            histogram's ``residual_quantile`` quantile: where the histogram's noise hides the
+            few rows of the tail, the reading above could land at the grid's public top and the
+            residual release's noise with it; held here, the clip cuts no more rows than at the
+            ``residual_quantile`` and its noise is at most this factor larger.
         grid_decades: decades each quantile's log grid spans below its public top.
         bins_per_decade: resolution of those grids.
         second_moment_weight: weight of the ``C_i`` block in the vector ``[A_i, b_i, w C_i]`` that
@@ -45,6 +58,8 @@ class UntunedSettings:
     quantile_share: float = 0.02
     refine_share: float = 0.2
     residual_quantile: float = 0.99
+    residual_tail_stds: float = 3.0
+    residual_clip_ratio: float = 2.0
     grid_decades: float = 6.0
     bins_per_decade: int = 8
     second_moment_weight: float = 0.3
@@ -60,6 +75,8 @@ class UntunedSettings:
         check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
         check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
         check_probability(o, "residual_quantile", self.residual_quantile)
+        check_number(o, "residual_tail_stds", self.residual_tail_stds, gt=0.0)
+        check_number(o, "residual_clip_ratio", self.residual_clip_ratio, ge=1.0)
         check_number(o, "second_moment_weight", self.second_moment_weight, gt=0.0, le=1.0)
         check_number(o, "unidentified_ridge", self.unidentified_ridge, ge=0.0)
         check_number(o, "sparse_fraction", self.sparse_fraction, ge=0.0, le=1.0)
