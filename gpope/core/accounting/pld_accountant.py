@@ -56,7 +56,7 @@ def _pld_or_rdp(
     return Certificate(rdp, "rdp", f"{why}; the RDP bound {rdp:.4g} of the same event is used")
 
 
-def _on_grids(m: int, q: float, n: int, delta: float, grid: PLDGrid,
+def _on_grids(q: float, n: int, delta: float, grid: PLDGrid,
               levels: list[float]) -> Callable[[float], float]:
     """PLD epsilon of sigma on the finest of ``levels`` within the resource bound at sigma.
 
@@ -163,9 +163,9 @@ def _calibrate_pld(run: RunShape, epsilon: float) -> float:
     probe = min(clt, guess)
     finest = max((k for k, g in enumerate(ladder) if pld_cost(q, n, probe, g).within(grid)),
                  default=0)
-    fine = _on_grids(m, q, n, delta, grid, ladder[:finest + 1])
+    fine = _on_grids(q, n, delta, grid, ladder[:finest + 1])
     if finest >= 1:
-        on_coarse = _on_grids(m, q, n, delta, grid, ladder[:finest])
+        on_coarse = _on_grids(q, n, delta, grid, ladder[:finest])
         seen: dict[float, float] = {}
 
         def coarse(s: float) -> float:
@@ -176,7 +176,7 @@ def _calibrate_pld(run: RunShape, epsilon: float) -> float:
         sigma = sigma_rdp if e_up > epsilon else min(
             search(coarse, epsilon, guess, sigma_rdp, e_up, _COARSE_XTOL), sigma_rdp)
         slope = _slope(seen, sigma, epsilon, coarse)
-        coarser = [_on_grids(m, q, n, delta, grid, ladder[:k + 1])(sigma)
+        coarser = [_on_grids(q, n, delta, grid, ladder[:k + 1])(sigma)
                    for k in range(max(0, finest - 4), finest)]
         predicted = _extrapolate(coarser)
         sigma = _refine(fine, slope, sigma, epsilon,

@@ -136,7 +136,7 @@ def parse_column_map(columns: ColumnsLike) -> ColumnMap:
     return result
 
 
-def _mapping_text(table: str, renamed: Mapping[str, str]) -> str:
+def _mapping_text(renamed: Mapping[str, str]) -> str:
     return ", ".join(f"{c} <- {s}" for c, s in renamed.items()) or "none"
 
 
@@ -155,14 +155,14 @@ def _check_sources(table: str, where: str, found: Sequence[str],
         first = next(iter(absent_src))
         raise SchemaError(
             f"The {table} file {where} has no column(s) {list(absent_src.values())} named in "
-            f"--columns ({_mapping_text(table, renamed)}); found columns {list(found)}. Name "
+            f"--columns ({_mapping_text(renamed)}); found columns {list(found)}. Name "
             f"this file's column for {table} only (e.g. --columns {table}.{first}=YOUR_NAME), "
             "then load again.")
     clash = [c for c in renamed if c in found]
     if clash:
         raise SchemaError(
             f"The {table} file {where} has column(s) {clash} and --columns maps other columns "
-            f"to those names ({_mapping_text(table, renamed)}); found columns {list(found)}. "
+            f"to those names ({_mapping_text(renamed)}); found columns {list(found)}. "
             f"Map them from their own column ({table}.COLUMN=COLUMN) or drop one, then load again.")
     absent = [c for c in BRONZE_COLUMNS[table] if c not in renamed and c not in found
               and c not in OPTIONAL_COLUMNS.get(table, ())]
@@ -214,7 +214,7 @@ class LoadReport:
         from gpope.shell.operator import HEADING
 
         lines = [f"load {self.dataset}: bronze tables replaced (rows as delivered)"]
-        lines += [f"  {t:<13}renamed: {_mapping_text(t, m)}" for t, m in self.columns.items()]
+        lines += [f"  {t:<13}renamed: {_mapping_text(m)}" for t, m in self.columns.items()]
         lines += [f"  {t:<13}{', '.join(c)}: not in the file, not logged (evaluate estimates it)"
                   for t, c in self.filled.items()]  # fmt: skip
         lines.append(f"  times without a time zone read as {self.time_zone or 'UTC'} wall-clock "

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-def _group_kernel(n: int, clip: float, key: int, groups: int):  # -> Callable
+def _group_kernel(clip: float, key: int, groups: int):  # -> Callable
     """(traj_index (k,), vectors (k, 2n^2+n)) -> (groups, 2n^2+n) clipped group sums."""
     def kernel(idx: np.ndarray, vec: np.ndarray) -> np.ndarray:
         from gpope.core.ssp import assign_groups, clip_statistics, group_sums
@@ -254,7 +254,7 @@ def spark_group_sums(stats: DataFrame | StatisticsFiles, *, n: int, clip: float,
     Raises:
         DataError: malformed arrays, or a row count different from ``expected_rows``.
     """
-    return _aggregate(stats, n, _group_kernel(n, float(clip), int(key), int(groups)), int(groups),
+    return _aggregate(stats, n, _group_kernel(float(clip), int(key), int(groups)), int(groups),
                       2 * n * n + n, expected_rows)
 
 
