@@ -366,3 +366,109 @@ def test_statistics_older_than_the_latest_ingest_are_refused_or_released_and_rec
     assert out["m"] == 55 and not any("STALE" in w for w in out["warnings"])
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(out["mlflow_run_id"])
     assert run.data.tags["gpope.stale_stats"] == "false"
+
+
+
+class _Toy:
+    """A toy estimator, the whole of it: the mean of the trajectories' b_i clipped to the public
+    ``clip``, plus one Gaussian draw at its share of the run's joint multiplier."""
+
+    @staticmethod
+    def build():
+        from gpope.core.estimators import Estimate, Estimator
+        from gpope.core.evaluation.components import ReleaseComponent, gaussian_share
+        from gpope.core.gpope.solver import GPOPEResult
+        from gpope.core.mechanisms.clipping import clip_rows
+
+        class Toy(Estimator):
+            name = "toy"
+            description = "noisy mean of clipped b (test only)"
+            public_clip = False  # no noisy-statistics release: its own release only
+            clip = 1.0  # the public L2 bound of one trajectory's b_i
+
+            def plan(self, inputs, context, *, share=None, epsilon=None, delta=None):
+                cal = gaussian_share(inputs, share)
+                return ReleaseComponent(
+                    name="toy", **cal, event=dp_accounting.GaussianDpEvent(cal["sigma"]),
+                    label="toy(mean of clipped b)", releases=("theta", "values")), {}
+
+            def execute(self, source, *, plan, settings, spec):
+                n, clip = source.n, self.clip
+                total = source.aggregate(
+                    lambda idx, rows: clip_rows(rows[:, n * n:n * n + n], clip).sum(
+                        axis=0, keepdims=True), n)
+                noise = np.random.default_rng(settings.seed).normal(0, plan.sigma * clip, n)
+                theta = (total + noise) / plan.m
+                result = GPOPEResult(
+                    theta=theta, w=np.zeros(n), theta_avg=None, sigma=plan.sigma,
+                    epsilon=plan.spent_epsilon, delta=settings.delta, accountant=plan.accountant,
+                    sampling="poisson", iterations=1, clip=clip, private=settings.seed is None,
+                    privacy_note="toy")
+                return Estimate(result=result, theta=theta, values=spec.reference_values(theta),
+                                settings=settings)
+
+        return Toy()
+
+
+@pytest.fixture
+def toy_estimator():
+    from gpope.core.estimators import register, unregister
+
+    register(_Toy.build())  # the one registration line
+    yield "toy"
+    unregister("toy")
+
+
+def test_a_registered_toy_estimator_runs_through_cli_plan_ledger_mlflow_and_report(
+        spark, chain_lake, tmp_path, capsys, toy_estimator):
+    import pyarrow.compute as pc
+
+    from gpope.cli import build_parser
+    from gpope.core.evaluation.settings import RunSettings
+
+    config, root = chain_lake
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert RunSettings(estimator="toy").estimator == "toy"  # the settings' constraint
+    sub = next(a for a in build_parser()._actions if hasattr(a, "choices") and a.choices
+               and "evaluate" in a.choices)
+    assert "toy: noisy mean of clipped b" in " ".join(
+        sub.choices["evaluate"].format_help().split())
+    assert main(["evaluate", "--dataset", "ch", "--spec", str(SPEC_FILE), "--epsilon", "20",
+                 "--delta", "1e-5", "--estimator", "toy", "--seed", str(SEED),
+                 "--allow-not-private", "--lake", str(root), "--tracking-uri", uri,
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["estimator"] == "toy" and report["iterations"] is None
+    assert not {"passes", "clip", "step_size"} & set(report["settings"])
+    assert report["statistics_sigma"] is None and report["spent_epsilon"] <= 20.0
+    # oracle: the stored statistics, clipped and summed by numpy, plus the seeded draw
+    spec = load_spec(SPEC_FILE)
+    stats = DeltaTable(str(root / "gold" / "ch" / "trajectory_stats")).to_pyarrow_table()
+    stats = stats.filter(pc.equal(stats.column("spec_id"), spec.spec_id))
+    b = np.array(stats.column("b").to_pylist(), dtype=np.float64)
+    clipped = b * np.minimum(1.0, 1.0 / np.linalg.norm(b, axis=1, keepdims=True))
+    noise = np.random.default_rng(SEED).normal(0, report["sigma"], spec.n_features)
+    assert len(b) == report["m"] == 40
+    np.testing.assert_allclose(report["theta"], (clipped.sum(axis=0) + noise) / 40,
+                               rtol=1e-9, atol=1e-12)
+    # the ledger charged the run; MLflow holds the toy's params, none of the solver's
+    entry = PrivacyLedger(None, config).entry("ch", report["run_id"])
+    assert entry.status == "released" and entry.epsilon == 20.0
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(report["mlflow_run_id"])
+    assert run.data.params["epsilon"] == "20.0" and "iterations" not in run.data.params
+    rows = [r for r in DeltaTable(str(root / "gold" / "released_values")).to_pyarrow_table()
+            .to_pylist() if r["run_id"] == report["run_id"]]
+    assert {r["estimator"] for r in rows if r["state"] in spec.reference_names} == {"toy"}
+    # the policy value, from its own share of the toy's run (the run releases it)
+    assert {"policy_value", "behaviour_value", "policy_contrast"} <= {r["state"] for r in rows}
+
+
+def test_an_unregistered_estimator_is_refused_everywhere():
+    from gpope.cli import build_parser
+    from gpope.core.evaluation.settings import RunSettings
+
+    with pytest.raises(ConfigError, match="'estimator' parameter of RunSettings"):
+        RunSettings(estimator="toy")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["evaluate", "--dataset", "d", "--spec", "s.yaml",
+                                   "--epsilon", "1", "--delta", "1e-6", "--estimator", "toy"])

@@ -10,9 +10,9 @@ branches on an estimator's name.
 To add an estimator:
 
 1. write ``gpope/core/estimators/<name>.py`` with ``class X(Estimator)``: ``name``,
-   ``description``, the facts that differ from the one-shot Gaussian default, ``plan`` and an
-   ``execution`` (``execute(source, *, plan, settings, spec) -> Estimate``, reading the
-   statistics only through ``source.aggregate``);
+   ``description``, the facts that differ from the one-shot default, ``plan`` (its
+   ``ReleaseComponent``) and ``execute(source, *, plan, settings, spec) -> Estimate`` (reading
+   the statistics through ``source.aggregate``);
 2. add one line: ``"<name>": "gpope.core.estimators.<name>:ESTIMATOR"`` to :data:`_BUILT_IN`
    (or call ``register(X())``, as tests/core/test_estimator_registry.py does).
 
@@ -117,9 +117,6 @@ def audit(name: str, request: Any) -> list[tuple[str, Any]]:
 
 
 def execute(name: str, source: StatisticsSource, **kwargs: Any) -> Estimate:
-    """Run the execution of estimator ``name`` (:attr:`Estimator.execution`) against ``source``
+    """Run the execution of estimator ``name`` (:meth:`Estimator.execute`) against ``source``
     (``plan``, ``settings``, ``spec`` as keywords)."""
-    run = get(name).execution
-    if run is None:
-        raise ConfigError(f"Estimator {name!r} has no execution; it cannot release.")
-    return (_load(run) if isinstance(run, str) else run)(source, **kwargs)
+    return get(name).execute(source, **kwargs)

@@ -68,9 +68,8 @@ class Estimator:
             estimates the behaviour policy privately (the plan's ``behaviour`` component).
         statistics_share_helps: ``--statistics-share`` widens what its intervals rest on (the
             advice under an unbounded interval names it).
-        execution: ``"module:function"`` (or the callable) that executes its plan against a
-            statistics source: ``execute(source, *, plan, settings, spec)`` returns the
-            estimate (:class:`gpope.core.estimators.output.Estimate`).
+        execution: ``"module:function"`` where :meth:`execute` finds its execution (a shell
+            function for an execution that needs Spark beyond sums), or None.
     """
 
     name: str = ""
@@ -85,7 +84,7 @@ class Estimator:
     own_clip_rule: bool = False
     estimates_behaviour: bool = False
     statistics_share_helps: bool = False
-    execution: str | Callable[..., Any] | None = None
+    execution: str | None = None
 
     # --- settings and constraints ---------------------------------------------------------
 
@@ -126,6 +125,21 @@ class Estimator:
         (``epsilon``, ``delta``). Returns the component and the plan's fields it sets
         (``tuning``, ``untuned_sigmas``, ``accountant``)."""
         raise NotImplementedError(f"estimator {self.name!r} plans no release")
+
+    def execute(self, source: Any, *, plan: Any, settings: Any, spec: Any) -> Any:
+        """Its releases at the plan's multipliers against ``source``
+        (:class:`gpope.core.estimators.execution.StatisticsSource`), returning the
+        :class:`~gpope.core.estimators.execution.Estimate`; by default the function named by
+        :attr:`execution`."""
+        if self.execution is None:
+            from gpope.errors import ConfigError
+
+            raise ConfigError(f"Estimator {self.name!r} has no execution; it cannot release.")
+        import importlib
+
+        module, attr = self.execution.split(":")
+        run = getattr(importlib.import_module(module), attr)
+        return run(source, plan=plan, settings=settings, spec=spec)
 
     # --- params and notes for MLflow and the report ---------------------------------------
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpope.core.estimators.base import AuditRequest, Estimator, PlanContext
 
-__all__ = ["ESTIMATOR", "SSP"]
+__all__ = ["ESTIMATOR", "SSP", "private_clip"]
 
 
 def _broken(relation: str) -> list[tuple[str, dict[str, object]]]:
@@ -43,19 +43,28 @@ class SSP(Estimator):
     def extra_components(self, inputs: Any, context: PlanContext) -> list[tuple[str, float, Any]]:
         if inputs.statistics_clip is not None:
             return []
-        from gpope.core.evaluation.components import plan_ssp_clip
         from gpope.core.untuned.settings import UntunedSettings
 
         quantile = context.private_clip_quantile
         return [("ssp_clip", (context.untuned or UntunedSettings()).quantile_share,
-                 lambda i, sh: plan_ssp_clip(i, sh, quantile=quantile))]
+                 lambda i, sh: _plan_clip(i, sh, quantile=quantile))]
 
     def plan(self, inputs: Any, context: PlanContext, *, share: float | None = None,
              epsilon: float | None = None, delta: float | None = None
              ) -> tuple[Any, dict[str, Any]]:
-        from gpope.core.evaluation.components import plan_ssp
+        """The one-shot SSP release: the share left by the other components, on the noisy
+        statistics."""
+        from gpope.core.evaluation.components import ESTIMATE, ReleaseComponent, gaussian_share
+        from gpope.core.ssp import ssp_release_event
 
-        return plan_ssp(inputs, share), {}
+        s = inputs.settings
+        cal = gaussian_share(inputs, share)
+        clip = ("clip=private quantile" if inputs.statistics_clip is None
+                else f"clip={inputs.statistics_clip:g}")
+        return ReleaseComponent(
+            name="ssp", **cal, event=ssp_release_event(cal["sigma"], s.moments_share),
+            label=f"ssp({clip}, moments_share={s.moments_share:g})",
+            releases=(*ESTIMATE, "intervals", "private_mspbe")), {}
 
     def interval_method(self, settings: Mapping[str, Any]) -> str:
         quantile = (f"; statistics clip: {settings['ssp_clip_from']}"
@@ -74,6 +83,42 @@ class SSP(Estimator):
             variants = [("real", {})] + (_broken(relation) if request.include_broken else [])
             out.extend((name, run_ssp_audit(cfg, request.seed, **v)) for name, v in variants)
         return out
+
+
+def _plan_clip(inputs: Any, share: float, *, quantile: float) -> Any:
+    """The private clip of an ssp run without a public one: one noisy histogram of the
+    trajectories' statistics norms (sensitivity 1 under add/remove-one,
+    :func:`gpope.core.mechanisms.quantile.quantile_dp_event`) at ``share`` of the run; the clip is
+    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.release.upper_quantile`)."""
+    from gpope.core.evaluation.components import ReleaseComponent, gaussian_share
+    from gpope.core.mechanisms.quantile import quantile_dp_event
+
+    cal = gaussian_share(inputs, share)
+    return ReleaseComponent(
+        name="ssp_clip", **cal, event=quantile_dp_event(cal["sigma"]),
+        label=f"ssp clip(private {quantile:g} quantile of the statistics norms)",
+        releases=("ssp_clip",))
+
+
+def private_clip(source: Any, spec: Any, *, plan: Any, seed: int | None, settings: Any = None,
+                 secure_noise: bool = False) -> float:
+    """The clip of an ssp run whose spec gives no public one, released privately: the plan's
+    ``ssp_clip`` component (one noisy histogram of ``||[A_i, b_i, C_i]||`` on the default's
+    public log grid, :func:`gpope.core.untuned.release.quantile_grid`, at the component's
+    multiplier) read at ``plan.private_clip_quantile``, the default's own clip rule. Sums
+    through ``source.aggregate``. Noise from OS entropy unless ``seed`` (NOT private); under
+    ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
+    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least the accounted std)."""
+    import numpy as np
+
+    from gpope.core.untuned.release import UntunedSettings, _private_quantile, quantile_grid
+
+    component = plan.component("ssp_clip")
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
+    return _private_quantile(source.aggregate, quantile_grid(spec, settings or UntunedSettings()),
+                             lambda rows: rows, float(plan.private_clip_quantile), m=plan.m,
+                             sigma=float(component.sigma), rng=np.random.default_rng(ss),
+                             secure_noise=secure_noise)
 
 
 ESTIMATOR = SSP()

@@ -71,10 +71,20 @@ class Untuned(Estimator):
     def plan(self, inputs: Any, context: PlanContext, *, share: float | None = None,
              epsilon: float | None = None, delta: float | None = None
              ) -> tuple[Any, dict[str, Any]]:
-        from gpope.core.evaluation.components import plan_untuned
+        """Its releases at ``share`` of the run's privacy loss (joint calibration,
+        :func:`gpope.core.untuned.release.plan_untuned_component`)."""
+        import math
 
-        main, sigmas = plan_untuned(inputs, share, context.untuned)
-        return main, {"untuned_sigmas": sigmas}
+        from gpope.core.evaluation.components import ReleaseComponent
+        from gpope.core.untuned.release import UntunedSettings, plan_untuned_component
+
+        s = inputs.settings
+        fields, sigmas = plan_untuned_component(
+            m=inputs.m, sigma=float(inputs.joint_sigma / math.sqrt(share)), delta=s.delta,
+            accountant=s.accountant, moments_share=s.moments_share,
+            settings=context.untuned or UntunedSettings())
+        return ReleaseComponent(name="untuned", epsilon=fields["epsilon_spent"], delta=s.delta,
+                                share=float(share), **fields), {"untuned_sigmas": sigmas}
 
     def own_params(self, settings: Any) -> dict[str, Any]:
         return {f"untuned.{k}": v for k, v in dataclasses.asdict(settings.untuned).items()}

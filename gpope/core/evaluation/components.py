@@ -1,6 +1,7 @@
 """The components of a release plan (:mod:`gpope.core.evaluation.plan`): the public inputs every
 planner reads, one calibrated release (:class:`ReleaseComponent`), and the planner of each release
-a run may make (the estimators' and the auxiliary ones). Each planner calibrates its noise to its
+a run may make besides the estimator's (each estimator plans its own,
+:meth:`gpope.core.estimators.Estimator.plan`). Each planner calibrates its noise to its
 share of the run's budget (:func:`gaussian_share`: joint for one-shot runs, basic composition for
 GPOPE runs) and returns its event, certified epsilon, label and what it releases; nothing is drawn
 or read.
@@ -12,17 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpope.errors import ConfigError
-
 if TYPE_CHECKING:
-    from gpope.core.tuning.private import PrivateTuningPlan, PrivateTuningSettings
-    from gpope.core.untuned.release import UntunedSettings, UntunedSigmas
+    pass
 
 __all__ = [
     "ESTIMATE", "PlanInputs", "PlanSettings", "ReleaseComponent", "gaussian_calibration",
-    "gaussian_share", "plan_gpope", "plan_noisy_statistics", "plan_policy_value", "plan_ssp",
-    "plan_ssp_clip", "plan_tuned", "plan_untuned", "policy_value_share", "statistics_accountant",
-    "statistics_share",
+    "gaussian_share", "plan_noisy_statistics", "plan_policy_value", "policy_value_share",
+    "statistics_accountant", "statistics_share",
 ]
 
 
@@ -211,103 +208,5 @@ def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:
         releases=("policy_value", "behaviour_value", "policy_contrast"))
 
 
+#: What every estimator's release gives.
 ESTIMATE = ("theta", "values")
-
-
-def plan_ssp(inputs: PlanInputs, share: float) -> ReleaseComponent:
-    """The one-shot SSP release: the share left by the other components, on the noisy
-    statistics."""
-    from gpope.core.ssp import ssp_release_event
-
-    s = inputs.settings
-    cal = gaussian_share(inputs, share)
-    clip = ("clip=private quantile" if inputs.statistics_clip is None
-            else f"clip={inputs.statistics_clip:g}")
-    return ReleaseComponent(
-        name="ssp", **cal, event=ssp_release_event(cal["sigma"], s.moments_share),
-        label=f"ssp({clip}, moments_share={s.moments_share:g})",
-        releases=(*ESTIMATE, "intervals", "private_mspbe"))
-
-
-def plan_untuned(inputs: PlanInputs, share: float, untuned: UntunedSettings | None
-                  ) -> tuple[ReleaseComponent, UntunedSigmas]:
-    """The tuning-free default's releases at ``share`` of the run's privacy loss (joint
-    calibration, :func:`gpope.core.untuned.release.plan_untuned_component`)."""
-    from gpope.core.untuned.release import UntunedSettings, plan_untuned_component
-
-    s = inputs.settings
-    fields, sigmas = plan_untuned_component(
-        m=inputs.m, sigma=float(inputs.joint_sigma / math.sqrt(share)), delta=s.delta,
-        accountant=s.accountant, moments_share=s.moments_share,
-        settings=untuned or UntunedSettings())
-    return ReleaseComponent(name="untuned", epsilon=fields["epsilon_spent"], delta=s.delta,
-                            share=float(share), **fields), sigmas
-
-
-def plan_ssp_clip(inputs: PlanInputs, share: float, *, quantile: float) -> ReleaseComponent:
-    """The private clip of an ssp run without a public one: one noisy histogram of the
-    trajectories' statistics norms (sensitivity 1 under add/remove-one,
-    :func:`gpope.core.mechanisms.quantile.quantile_dp_event`) at ``share`` of the run; the clip is
-    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.release.upper_quantile`)."""
-    from gpope.core.mechanisms.quantile import quantile_dp_event
-
-    cal = gaussian_share(inputs, share)
-    return ReleaseComponent(
-        name="ssp_clip", **cal, event=quantile_dp_event(cal["sigma"]),
-        label=f"ssp clip(private {quantile:g} quantile of the statistics norms)",
-        releases=("ssp_clip",))
-
-
-def plan_gpope(inputs: PlanInputs, epsilon: float, delta: float, groups: int
-                ) -> ReleaseComponent:
-    """GPOPE at (epsilon, delta); K disjoint groups cost one run (parallel composition under
-    add/remove adjacency, :func:`gpope.core.intervals.group_interval`): the same event."""
-    from gpope.core.accounting import calibrate_sigma, epsilon_spent, gpope_dp_event
-
-    s = inputs.settings
-    common = dict(m=inputs.m, iterations=s.iterations, delta=delta, accountant=s.accountant,
-                  sampling=s.sampling, batch_rate=s.batch_rate)
-    sigma = float(calibrate_sigma(epsilon=epsilon, **common))
-    spent = float(epsilon_spent(sigma=sigma, **common))
-    event = gpope_dp_event(m=inputs.m, iterations=s.iterations, sigma=sigma, sampling=s.sampling,
-                           batch_rate=s.batch_rate)
-    split = f", interval_groups={groups}" if groups else ""
-    return ReleaseComponent(
-        name="gpope", epsilon=epsilon, delta=delta, sigma=sigma, event=event,
-        epsilon_spent=spent, label=f"gpope(clip={s.clip:g}{split})",
-        releases=(*ESTIMATE, "intervals") if groups else ESTIMATE)
-
-
-def plan_tuned(inputs: PlanInputs, epsilon: float, delta: float, tuning: PrivateTuningSettings,
-                *, in_memory: bool) -> tuple[ReleaseComponent, PrivateTuningPlan]:
-    """``--tune private``: the estimator's share covers the tuning's releases and its K runs
-    (one composed event, :mod:`gpope.core.tuning.private`)."""
-    from gpope.core.accounting.registry import not_a_valid_bound, resolve_accountant
-    from gpope.core.tuning.private import plan_private_tuning
-
-    s = inputs.settings
-    if s.sampling != "poisson" or s.batch_rate is None:
-        raise ConfigError(
-            "--tune private needs --sampling poisson (its releases are accounted under "
-            f"add/remove-one adjacency with Poisson-sampled GPOPE steps). Got sampling={s.sampling!r}."
-        )
-    if not_a_valid_bound(s.accountant):
-        raise ConfigError(
-            "--tune private needs a rigorous accountant (--accountant auto, rdp or pld); "
-            f"{s.accountant!r} is not a valid bound and cannot compose the tuning's releases."
-        )
-    if not in_memory:
-        raise ConfigError(
-            "--tune private reads every trajectory's statistics on the driver (the quantiles and "
-            "the noisy statistics); at this m and feature count the statistics exceed "
-            "evaluation.in_memory_limit_mb (or --stream stream was given). Raise "
-            "in_memory_limit_mb, or tune on a public cohort (gpope tune) instead."
-        )
-    plan = plan_private_tuning(
-        m=inputs.m, iterations=s.iterations, batch_rate=s.batch_rate, epsilon=epsilon,
-        delta=delta, settings=tuning, accountant=resolve_accountant(s.accountant, "poisson"))
-    return ReleaseComponent(
-        name="gpope-tuned", epsilon=epsilon, delta=delta, sigma=float(plan.gpope_sigma),
-        event=plan.dp_event, epsilon_spent=float(plan.epsilon_spent),
-        label=f"gpope-tuned(private, {plan.candidates} runs)",
-        releases=(*ESTIMATE, "tuning")), plan

@@ -240,7 +240,8 @@ def plan_release(
             :class:`gpope.core.untuned.release.UntunedSettings` defaults).
         private_clip_quantile: an ssp run without ``statistics_clip`` releases its clip as this
             quantile of the statistics norms, privately, at ``untuned.quantile_share`` of the
-            run's budget (:func:`plan_ssp_clip`; the same rule as the default's clip).
+            run's budget (the ssp estimator's ``ssp_clip`` component; the same rule as the
+            default's clip).
         behaviour: the data carry no logged propensities (public: the schema) and the run
             estimates the behaviour policy privately with these rules (its ``behaviour``
             component, :func:`gpope.core.evaluation.components.plan_behaviour`); None: logged.

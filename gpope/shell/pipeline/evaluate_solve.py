@@ -1,22 +1,26 @@
 """Executing a release plan on the private statistics: the estimate and what follows from it.
 
-:func:`estimate` runs the plan's releases in order: the noisy-statistics release (a Spark
-aggregate plus Gaussian noise, :mod:`gpope.shell.pipeline.evaluate_intervals`), then the
-estimator: GPOPE on the sampled statistics (in memory or streamed from Spark, optionally tuned
-privately), GPOPE once per disjoint patient group (``--interval-groups``), or the SSP estimate of
-the noisy-statistics release; then the values and intervals, by post-processing (every estimator's
-clamped into the range the spec's public bounds imply). Noise is drawn here or in the solver it
-calls, never elsewhere, at the multipliers the plan fixed.
+:func:`estimate` runs the execution of the plan's estimator (its registry entry,
+:attr:`gpope.core.estimators.Estimator.execution`) against the run's pinned statistics
+(:class:`SparkStatistics`), then the policy value release where the execution left it. GPOPE's
+execution (:func:`execute_gpope`: on the sampled statistics in memory or streamed from Spark,
+optionally tuned privately, or once per disjoint patient group) and SSP's (:func:`execute_ssp`)
+are here: each first makes the plan's noisy-statistics release (a Spark aggregate plus Gaussian
+noise, :mod:`gpope.shell.pipeline.evaluate_intervals`), then the values and intervals by
+post-processing, clamped into the range the spec's public bounds imply. Noise is drawn here or
+in the solver it calls, never elsewhere, at the multipliers the plan fixed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.estimators import Estimate
 from gpope.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -30,7 +34,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Estimate",
+    "SparkStatistics",
     "estimate",
+    "execute_gpope",
+    "execute_ssp",
     "patient_groups",
     "solve",
     "solve_groups",
@@ -41,96 +48,100 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class Estimate:
-    """What a run computed under its plan (released, except ``private_population``).
+class SparkStatistics:
+    """The run's private statistics, one pinned version of trajectory_stats, as a
+    :class:`gpope.core.estimators.StatisticsSource`: the DataFrame ``rows``, and for sums the
+    version's files read by the workers where the storage has them (delta-rs), the same rows."""
 
-    Attributes:
-        result: the solver's result record (private flag and note as released).
-        theta: the released weights (the averaged iterate when there is one).
-        values: the values at the spec's reference states.
-        intervals, theta_interval: the released intervals (None without them).
-        private_mspbe: (private MSPBE, relative) from the noisy statistics, or None.
-        noisy: the noisy-statistics release (or the tuning's), for the guard; None without one.
-        tuned: the private tuning's result, or None.
-        policy_values: the released policy value scalars (``{name: PolicyValueInterval}``), or
-            None when the plan has no ``policy_value`` component.
-        settings: the settings the run used (the tuned clip and step size when tuned).
-        private_population: the population (A, b, C) of the PRIVATE statistics, only for the
-            operator's tagged private diagnostics.
-    """
+    spark: Any
+    config: Any
+    dataset: str
+    spec: Any
+    rows: Any
+    version: int
+    m: int
 
-    result: GPOPEResult
-    theta: np.ndarray
-    values: np.ndarray
-    intervals: Any
-    theta_interval: Any
-    private_mspbe: tuple[float, float] | None
-    noisy: Any
-    tuned: Any
-    policy_values: dict[str, Any] | None
-    settings: RunSettings
-    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    @property
+    def n(self) -> int:
+        return int(self.spec.n_features)
+
+    @functools.cached_property
+    def summable(self) -> Any:
+        """What Spark aggregates sum: the version's files, else the DataFrame."""
+        from gpope.shell.pipeline.ssp import statistics_files
+
+        files = statistics_files(self.spark, self.config, dataset=self.dataset,
+                                 spec_id=self.spec.spec_id, version=self.version)
+        return self.rows if files is None else files
+
+    def aggregate(self, kernel: Any, width: int) -> np.ndarray:
+        """``(width,)`` total of ``kernel`` over every row block (a Spark aggregate that checks
+        it summed exactly m rows, :func:`gpope.shell.pipeline.ssp._aggregate`)."""
+        from gpope.shell.pipeline.ssp import _aggregate
+
+        return _aggregate(self.summable, self.n, kernel, 1, width, self.m)[0]
+
+    def population(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The PRIVATE population (A, b, C): operators' tagged diagnostics only."""
+        return spark_population(self.rows, self.n, self.m)
 
 
 def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
              plan: ReleasePlan, settings: RunSettings, stats_df: Any, stats_version: int,
              ) -> Estimate:
-    """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): every noisy
-    release at the plan's multipliers, then the estimate, values and intervals."""
-    from gpope.shell.pipeline.evaluate_intervals import noisy_statistics, release_intervals
+    """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): the estimator's
+    execution at the plan's multipliers, then the policy value release where the execution left
+    it; a release whose accountant is not a valid bound is marked not private."""
+    from gpope.core.estimators import execute
+    from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
     from gpope.shell.pipeline.evaluate_report import privacy_label
 
-    m, n = plan.m, spec.n_features
-    if plan.estimator == "untuned":
-        return _estimate_untuned(spark, config, dataset=dataset, spec=spec, plan=plan,
-                                 settings=settings, stats_df=stats_df, stats_version=stats_version)
-    noisy = moments = tuned = private_pop = group_thetas = None
-    stats = plan.statistics
-    if stats is not None:
-        from gpope.shell.pipeline.ssp import statistics_files
-
-        # delta-rs storage: the same pinned rows as the version's files, read by the workers
-        files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
-                                 version=stats_version)
-        rows = stats_df if files is None else files
-        clip = plan.statistics_clip
-        if clip is None:  # an ssp run without a public clip: its own private release first
-            from gpope.shell.pipeline.evaluate_untuned import private_ssp_clip
-
-            clip = private_ssp_clip(rows, spec, m=m, plan=plan, seed=settings.seed,
-                                    settings=settings.untuned,
-                                    secure_noise=settings.secure_noise)
-        noisy, moments = noisy_statistics(rows, settings, spec, n=n, m=m,
-                                          sigma=float(stats.sigma), clip=float(clip))
-    solver = None if plan.estimator == "ssp" else solver_config(
-        settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
-        trace_every=settings.trace_every or max(1, settings.iterations // 20),
-        delta=plan.gpope_delta)
-    if plan.estimator == "ssp":
-        result = ssp_result(noisy, settings, spec, accountant=plan.accountant,
-                            spent=plan.spent_epsilon)
-        if settings.private_diagnostics:
-            private_pop = spark_population(stats_df, n, m)
-    elif plan.interval_groups:
-        groups = patient_groups(spark, config, dataset=dataset, m=m, groups=plan.interval_groups)
-        result, group_thetas, private_pop = solve_groups(
-            spark, stats_df, spec, solver, settings, groups=groups, n=n,
-            spent=plan.spent_epsilon, layout=plan.layout)
-    else:
-        result, private_pop, tuned = solve(
-            spark, stats_df, spec, solver, settings, m=m, n=n, sigma=plan.sigma,
-            spent=plan.spent_epsilon, accountant=plan.accountant, in_memory=plan.in_memory,
-            layout=plan.layout, tuning=plan.tuning)
-        if tuned is not None:  # the chosen (DP) settings are what this run used
-            settings = dataclasses.replace(settings, clip=tuned.config.clip,
-                                           step_size=tuned.config.step_size)
+    source = SparkStatistics(spark=spark, config=config, dataset=dataset, spec=spec,
+                             rows=stats_df, version=stats_version, m=plan.m)
+    est = execute(plan.estimator, source, plan=plan, settings=settings, spec=spec)
     if not plan.valid_bound:
-        result = dataclasses.replace(result, private=False, privacy_note=privacy_label(
-            private=False, accountant=plan.accountant, seeded=False))
+        est = dataclasses.replace(est, result=dataclasses.replace(
+            est.result, private=False, privacy_note=privacy_label(
+                private=False, accountant=plan.accountant, seeded=False)))
+    if est.policy_values is None:
+        est = dataclasses.replace(est, policy_values=release_policy_values(
+            stats_df, spec, plan, level=settings.ci_level,
+            settings=settings.policy_value_settings(), seed=settings.seed,
+            secure_noise=settings.secure_noise))
+    return est
+
+
+def _noisy_statistics(source: SparkStatistics, plan: ReleasePlan, settings: RunSettings,
+                      spec: EvaluationSpec) -> tuple[Any, Any]:
+    """The plan's noisy-statistics release and its moments (None, None without one); an
+    estimator without a public clip releases its clip privately first (the plan's ``ssp_clip``)."""
+    from gpope.shell.pipeline.evaluate_intervals import noisy_statistics
+
+    stats = plan.statistics
+    if stats is None:
+        return None, None
+    clip = plan.statistics_clip
+    if clip is None:
+        from gpope.core.estimators.ssp import private_clip
+
+        clip = private_clip(source, spec, plan=plan, seed=settings.seed,
+                            settings=settings.untuned, secure_noise=settings.secure_noise)
+    return noisy_statistics(source.summable, settings, spec, n=source.n, m=plan.m,
+                            sigma=float(stats.sigma), clip=float(clip))
+
+
+def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult, noisy: Any,
+              moments: Any, *, bootstrap: bool, group_thetas: np.ndarray | None = None,
+              tuned: Any = None, population: Any = None) -> Estimate:
+    """The values and intervals of ``result`` (post-processing of the noisy releases;
+    ``bootstrap``: the interval is the noisy statistics' own, else anchored at theta), clamped
+    into the spec's public range."""
+    from gpope.shell.pipeline.evaluate_intervals import release_intervals
+
     theta = result.theta_avg if result.theta_avg is not None else result.theta
     values = spec.reference_values(theta)
     intervals, theta_iv, priv_mspbe = release_intervals(
-        noisy, moments, spec, theta, values, options=settings, ssp_run=plan.estimator == "ssp",
+        noisy, moments, spec, theta, values, options=settings, ssp_run=bootstrap,
         group_thetas=group_thetas)
     values, intervals = _in_public_range(spec, values, intervals)
     if priv_mspbe is None and tuned is not None:
@@ -138,16 +149,51 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
         from gpope.core.ssp import private_mspbe
 
         priv_mspbe = private_mspbe(theta, tuned.noisy)
-    from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
-
-    policy_values = release_policy_values(stats_df, spec, plan, level=settings.ci_level,
-                                          settings=settings.policy_value_settings(),
-                                          seed=settings.seed, secure_noise=settings.secure_noise)
     return Estimate(result=result, theta=theta, values=values, intervals=intervals,
                     theta_interval=theta_iv, private_mspbe=priv_mspbe,
                     noisy=noisy if noisy is not None else getattr(tuned, "noisy", None),
-                    tuned=tuned, policy_values=policy_values, settings=settings,
-                    private_population=private_pop)
+                    tuned=tuned, settings=settings, private_population=population)
+
+
+def execute_ssp(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSettings,
+                spec: EvaluationSpec) -> Estimate:
+    """SSP's execution (:mod:`gpope.core.estimators.ssp`): the noisy statistics, solved."""
+    noisy, moments = _noisy_statistics(source, plan, settings, spec)
+    result = ssp_result(noisy, settings, spec, accountant=plan.accountant,
+                        spent=plan.spent_epsilon)
+    population = source.population() if settings.private_diagnostics else None
+    return _released(spec, settings, result, noisy, moments, bootstrap=True,
+                     population=population)
+
+
+def execute_gpope(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSettings,
+                  spec: EvaluationSpec) -> Estimate:
+    """GPOPE's execution (:mod:`gpope.core.estimators.gpope`): the noisy-statistics release
+    where planned, then the solver (in memory or streamed, tuned privately, or once per
+    disjoint patient group)."""
+    m, n = plan.m, source.n
+    noisy, moments = _noisy_statistics(source, plan, settings, spec)
+    solver = solver_config(
+        settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
+        trace_every=settings.trace_every or max(1, settings.iterations // 20),
+        delta=plan.gpope_delta)
+    tuned = group_thetas = None
+    if plan.interval_groups:
+        groups = patient_groups(source.spark, source.config, dataset=source.dataset, m=m,
+                                groups=plan.interval_groups)
+        result, group_thetas, population = solve_groups(
+            source.spark, source.rows, spec, solver, settings, groups=groups, n=n,
+            spent=plan.spent_epsilon, layout=plan.layout)
+    else:
+        result, population, tuned = solve(
+            source.spark, source.rows, spec, solver, settings, m=m, n=n, sigma=plan.sigma,
+            spent=plan.spent_epsilon, accountant=plan.accountant, in_memory=plan.in_memory,
+            layout=plan.layout, tuning=plan.tuning)
+        if tuned is not None:  # the chosen (DP) settings are what this run used
+            settings = dataclasses.replace(settings, clip=tuned.config.clip,
+                                           step_size=tuned.config.step_size)
+    return _released(spec, settings, result, noisy, moments, bootstrap=False,
+                     group_thetas=group_thetas, tuned=tuned, population=population)
 
 
 def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
@@ -161,41 +207,6 @@ def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
     bounds = value_range(spec)
     values = np.clip(np.asarray(values, dtype=np.float64), *bounds)
     return values, None if intervals is None else clamp_interval(intervals, bounds)
-
-
-def _estimate_untuned(spark: SparkSession, config: GpopeConfig, *, dataset: str,
-                      spec: EvaluationSpec, plan: ReleasePlan, settings: RunSettings,
-                      stats_df: Any, stats_version: int) -> Estimate:
-    """The tuning-free default's releases (:mod:`gpope.shell.pipeline.evaluate_untuned`): values
-    clamped into the spec's public range, each with its interval."""
-    from gpope.core.ssp import private_mspbe
-    from gpope.shell.pipeline import evaluate_policy_value as pv
-    from gpope.shell.pipeline.evaluate_untuned import run_untuned, untuned_result
-    from gpope.shell.pipeline.ssp import statistics_files
-
-    files = statistics_files(spark, config, dataset=dataset, spec_id=spec.spec_id,
-                             version=stats_version)
-    # the direct method's J(target): the first states' feature mean, released before theta so
-    # that the default's release gives the interval of mu^ . theta* with its V lines
-    pv_settings = settings.policy_value_settings()
-    read = pv.read_policy_terms(stats_df, spec, plan)
-    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed)
-    rel = run_untuned(stats_df if files is None else files, spec, m=plan.m, plan=plan,
-                      moments_share=settings.moments_share, seed=settings.seed,
-                      level=settings.ci_level, identification=settings.ssp_identification,
-                      settings=settings.untuned, behaviour=settings.behaviour,
-                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level))
-    result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
-    private_pop = spark_population(stats_df, spec.n_features, plan.m) \
-        if settings.private_diagnostics else None
-    return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
-                    intervals=rel.interval, theta_interval=None,
-                    private_mspbe=private_mspbe(rel.theta, rel.noisy), noisy=rel.noisy,
-                    tuned=None, policy_values=pv.release_policy_values(
-                        stats_df, spec, plan, level=settings.ci_level, seed=settings.seed,
-                        settings=pv_settings, secure_noise=settings.secure_noise, read=read,
-                        direct=None if first is None else (rel, first)),
-                    settings=settings, private_population=private_pop)
 
 
 def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,

@@ -20,27 +20,46 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.untuned.release import UntunedRelease, UntunedSettings
 
-__all__ = ["private_ssp_clip", "run_untuned", "untuned_result"]
+__all__ = ["execute_untuned", "run_untuned", "untuned_result"]
 
 
-def _summing(stats: Any, n: int, m: int) -> Any:
-    """The core's ``aggregate(kernel, width)`` over ``stats`` (a Spark aggregate that checks it
-    summed exactly m rows, :func:`gpope.shell.pipeline.ssp._aggregate`)."""
-    from gpope.shell.pipeline.ssp import _aggregate
+def execute_untuned(source: Any, *, plan: Any, settings: Any, spec: EvaluationSpec) -> Any:
+    """The tuning-free default's execution (:mod:`gpope.core.estimators.untuned`): values
+    clamped into the spec's public range, each with its interval, and the policy value release
+    with the direct method's J(target) from the same release."""
+    from gpope.core.estimators import Estimate
+    from gpope.core.ssp import private_mspbe
+    from gpope.shell.pipeline import evaluate_policy_value as pv
 
-    def aggregate(kernel, width: int) -> np.ndarray:
-        return _aggregate(stats, n, kernel, 1, width, m)[0]
+    # the direct method's J(target): the first states' feature mean, released before theta so
+    # that the default's release gives the interval of mu^ . theta* with its V lines
+    pv_settings = settings.policy_value_settings()
+    read = pv.read_policy_terms(source.rows, spec, plan)
+    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed)
+    rel = run_untuned(source.aggregate, spec, m=plan.m, plan=plan,
+                      moments_share=settings.moments_share, seed=settings.seed,
+                      level=settings.ci_level, identification=settings.ssp_identification,
+                      settings=settings.untuned, behaviour=settings.behaviour,
+                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level))
+    result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
+    return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
+                    intervals=rel.interval, private_mspbe=private_mspbe(rel.theta, rel.noisy),
+                    noisy=rel.noisy, policy_values=pv.release_policy_values(
+                        source.rows, spec, plan, level=settings.ci_level, seed=settings.seed,
+                        settings=pv_settings, secure_noise=settings.secure_noise, read=read,
+                        direct=None if first is None else (rel, first)),
+                    settings=settings,
+                    private_population=source.population() if settings.private_diagnostics
+                    else None)
 
-    return aggregate
 
-
-def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_share: float,
+def run_untuned(aggregate: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_share: float,
                 seed: int | None, level: float, identification: bool,
                 settings: UntunedSettings | None = None,
                 functionals: tuple[np.ndarray, np.ndarray] | None = None,
                 behaviour: Any = None) -> UntunedRelease:
-    """The default's releases over ``stats`` (the plan's ``untuned`` component; a DataFrame or
-    :class:`~gpope.shell.pipeline.ssp.StatisticsFiles` of one pinned version; each aggregate
+    """The default's releases through ``aggregate`` (the plan's ``untuned`` component;
+    :meth:`gpope.core.estimators.StatisticsSource.aggregate` over one pinned version, which
     checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private).
     ``functionals``: public rows and levels whose intervals the release also gives (the
     direct method's first-state mean, :func:`gpope.core.untuned.release.release_untuned`).
@@ -53,7 +72,6 @@ def run_untuned(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, moments_
 
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
     rng = np.random.default_rng(ss)
-    aggregate = _summing(stats, spec.n_features, m)
     if plan.component("behaviour") is not None:  # no propensities: estimate them first
         from gpope.core.behaviour_estimate import BehaviourSettings
 
@@ -94,26 +112,6 @@ def _with_estimated_behaviour(aggregate: Any, spec: EvaluationSpec, *, m: int, p
             rows, vspec, est.probs)), width)
 
     return values, vspec
-
-
-def private_ssp_clip(stats: Any, spec: EvaluationSpec, *, m: int, plan: Any, seed: int | None,
-                     settings: UntunedSettings | None = None, secure_noise: bool = False) -> float:
-    """The clip of an ssp run whose spec gives no public one, released privately: the plan's
-    ``ssp_clip`` component (one noisy histogram of ``||[A_i, b_i, C_i]||`` on the default's
-    public log grid, :func:`gpope.core.untuned.release.quantile_grid`, at the component's multiplier)
-    read at ``plan.private_clip_quantile``, the default's own clip rule. ``stats`` as in
-    :func:`run_untuned`. Noise from OS entropy unless ``seed`` (NOT private); under
-    ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least the accounted std)."""
-    from gpope.core.untuned.release import UntunedSettings, _private_quantile, quantile_grid
-
-    component = plan.component("ssp_clip")
-
-    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
-    return _private_quantile(_summing(stats, spec.n_features, m), quantile_grid(spec, settings or UntunedSettings()),
-                             lambda rows: rows, float(plan.private_clip_quantile), m=m,
-                             sigma=float(component.sigma), rng=np.random.default_rng(ss),
-                             secure_noise=secure_noise)
 
 
 def untuned_result(release: UntunedRelease, *, plan: Any, delta: float, seed: int | None) -> Any:
