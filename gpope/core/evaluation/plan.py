@@ -203,9 +203,9 @@ def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[i
     if not k or not get(s.estimator).interval_groups:
         return 0, None
     if layout == "stream" and not explicit:
-        return 0, (f"interval_groups {k} (default) not applied: the statistics exceed "
-                   f"in_memory_limit_mb={s.in_memory_limit_mb} and stream from Spark; the "
-                   "interval is the hull of the noisy-statistics interval and the value")
+        from gpope.core.evaluation.settings import STREAMED_GROUPS_NOTE
+
+        return 0, STREAMED_GROUPS_NOTE.format(k=k, limit=s.in_memory_limit_mb)
     check_interval_groups("RunSettings", k, sampling=s.sampling, tune=s.tune,
                           streamed=layout == "stream", in_memory_limit_mb=s.in_memory_limit_mb)
     return k, None

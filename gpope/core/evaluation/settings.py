@@ -326,6 +326,13 @@ class SettingsLayer:
                              factor=factor)
 
 
+#: Why a default ``interval_groups`` rule is not applied on the streamed path.
+STREAMED_GROUPS_NOTE = (
+    "interval_groups {k} (default) not applied: the statistics exceed in_memory_limit_mb={limit} "
+    "and stream from Spark; the interval is the hull of the noisy-statistics interval and the "
+    "value")
+
+
 #: Why ``secure_noise`` needs the RDP accountant and (for GPOPE) uniform sampling.
 SECURE_NOISE_REFUSAL = (
     "--secure-noise draws discrete Gaussian noise, whose privacy is certified only by RDP "
@@ -437,7 +444,7 @@ class SpecWithBlock(Protocol):
 
 def resolve_settings(
     conf: RunSettings, spec: SpecWithBlock, flags: SettingsLayer, *, m: int,
-    recorded_max_length: int | None = None,
+    recorded_max_length: int | None = None, layout: str | None = None,
 ) -> tuple[RunSettings, dict[str, Any]]:
     """One run's settings for m trajectories: command line > spec block > configuration; the
     estimator is the one chosen, or the one that claims the run
@@ -445,7 +452,10 @@ def resolve_settings(
     with the settings it fixes; resolved once, never patched afterwards.
 
     ``recorded_max_length``: the episode cap ``gpope simulate`` recorded for the dataset
-    (public), the public cohort's cap where ``public_max_length`` is not set.
+    (public), the public cohort's cap where ``public_max_length`` is not set. ``layout``: how
+    the statistics reach the driver (:func:`gpope.core.evaluation.plan_loading` of the merged
+    ``path`` and ``in_memory_limit_mb``); a default ``interval_groups`` rule yields to
+    ``"stream"`` (:data:`STREAMED_GROUPS_NOTE`).
 
     Returns:
         (the resolved :class:`RunSettings`: every solver setting set, N and q computed,
@@ -500,7 +510,8 @@ def resolve_settings(
         else (conf.ssp_clip_quantile, "conf"))
     groups, note = _interval_groups(base, m=m, epsilon=epsilon, sampling=sampling,
                                     layers=((flags.values, "options"), (spec_iv, "spec"),
-                                            (conf.layer(INTERVAL_KEYS), "conf")), source=source)
+                                            (conf.layer(INTERVAL_KEYS), "conf")), source=source,
+                                    streamed=layout == "stream")
     out = dataclasses.replace(
         base,
         sampling=sampling,
@@ -538,7 +549,7 @@ def resolve_settings(
 
 def _interval_groups(s: RunSettings, *, m: int, epsilon: float, sampling: str,
                      layers: tuple[tuple[Mapping[str, Any], str], ...],
-                     source: dict[str, str]) -> tuple[int, str | None]:
+                     source: dict[str, str], streamed: bool = False) -> tuple[int, str | None]:
     """(K, why a layer's K was not applied): the caller's K as given, else the rule of the first
     layer (spec, conf) that sets ``interval_groups``, with its thresholds
     (:func:`gpope.core.gpope.operating.interval_groups_for`), and only where the run can take it."""
@@ -561,6 +572,8 @@ def _interval_groups(s: RunSettings, *, m: int, epsilon: float, sampling: str,
         return 0, (f"interval_groups {k} ({where} default) not applied: it needs sampling "
                    f"poisson and no private tuning (sampling {sampling!r}, tune {s.tune!r}); the "
                    "interval is the hull of the noisy-statistics interval and the value")
+    if k and streamed:
+        return 0, STREAMED_GROUPS_NOTE.format(k=k, limit=s.in_memory_limit_mb)
     return k, note
 
 

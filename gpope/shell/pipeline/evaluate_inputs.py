@@ -171,7 +171,11 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     """
     from gpope.core.evaluation import plan_loading, plan_release
     from gpope.core.evaluation.loading import is_one_hot
-    from gpope.core.evaluation.settings import check_delta_against_m, resolve_settings
+    from gpope.core.evaluation.settings import (
+        check_delta_against_m,
+        merged_view,
+        resolve_settings,
+    )
     from gpope.shell.pipeline.stats import statistics_version, trajectory_count
     from gpope.shell.pipeline.stats_source import check_fresh
 
@@ -190,8 +194,15 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
     # for the demo's 40-decision ones and buried every feature of the noisy statistics
     recorded = _simulated_max_length(config, dataset)
+    # dense rows in memory when they fit in_memory_limit_mb, else a one-hot map's nonzero
+    # entries when their public bound fits, else streamed: from m, n and the episode cap only
+    view = merged_view(config.evaluation, flags)
+    layout = plan_loading(m=m, n=spec.n_features, path=view.path,
+                          limit_mb=view.in_memory_limit_mb,
+                          one_hot=is_one_hot(spec.feature_map),
+                          sparse_bytes=_sparse_bound(config, dataset, spec, recorded))
     settings, provenance = resolve_settings(config.evaluation, spec, flags, m=m,
-                                            recorded_max_length=recorded)
+                                            recorded_max_length=recorded, layout=layout)
     if stale is not None:
         provenance["stale_stats"] = stale
     from gpope.core.estimators import get
@@ -205,12 +216,6 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         source=provenance["source"].get("ssp_clip"), quantile_source=q_source)
     if clip_from is not None:
         provenance["ssp_clip_from"] = clip_from
-    # dense rows in memory when they fit in_memory_limit_mb, else a one-hot map's nonzero
-    # entries when their public bound fits, else streamed: from m, n and the episode cap only
-    layout = plan_loading(m=m, n=spec.n_features, path=settings.path,
-                          limit_mb=settings.in_memory_limit_mb,
-                          one_hot=is_one_hot(spec.feature_map),
-                          sparse_bytes=_sparse_bound(config, dataset, spec, recorded))
     plan = plan_release(
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
@@ -220,7 +225,5 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         if estimator.private_clip_fallback and clip is None else None, behaviour=behaviour)
     if plan.interval_note:
         provenance["interval_note"] = plan.interval_note
-    if estimator.interval_groups and settings.interval_groups != plan.interval_groups:
-        settings = dataclasses.replace(settings, interval_groups=plan.interval_groups)
     return PreparedRun(m=m, stats_version=version, settings=settings, provenance=provenance,
                        recorded_max_length=recorded, plan=plan)
