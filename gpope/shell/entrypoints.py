@@ -56,7 +56,6 @@ def simulate(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
-        from gpope.shell.pipeline.simulate import SimulateOptions
 
         spark, config, _ = job_setup(a)
         if a.if_missing:
@@ -65,7 +64,7 @@ def simulate(argv: Sequence[str] | None = None) -> int:
                 return (f"dataset {a.dataset!r} already has its bronze tables "
                         f"({', '.join(present)}); nothing simulated (--if-missing)")
         return api.simulate(spark, a.dataset, domain=a.domain, patients=a.patients, seed=a.seed,
-                            options=SimulateOptions(n_steps=a.steps), config=config).summary()
+                            options=api.SimulateOptions(n_steps=a.steps), config=config).summary()
 
     return _run("simulate", body, args)
 
@@ -162,10 +161,9 @@ def demo(argv: Sequence[str] | None = None) -> int:
 
     def body(a: argparse.Namespace) -> str:
         from gpope import api
-        from gpope.shell.pipeline.demo import DemoOptions
 
         spark, config, _ = job_setup(a)
-        options = DemoOptions(patients=a.patients, steps=a.steps, progress=False,
+        options = api.DemoOptions(patients=a.patients, steps=a.steps, progress=False,
                               allow_invalid_accounting=a.allow_invalid_accounting)
         return api.demo(spark, options=options, config=config,
                         tracking_uri=a.tracking_uri).summary()
