@@ -14,7 +14,8 @@ To add an estimator:
    ``ReleaseComponent``) and ``execute(source, *, plan, settings, spec) -> Estimate`` (reading
    the statistics through ``source.aggregate``);
 2. add one line: ``"<name>": "gpope.core.estimators.<name>:ESTIMATOR"`` to :data:`_BUILT_IN`
-   (or call ``register(X())``, as tests/core/test_estimator_registry.py does).
+   (or call ``register(X())``, as tests/shell/test_evaluate_privacy.py does with a toy
+   estimator that ``gpope evaluate --estimator toy`` then releases).
 
 The built-in estimators: ``gpope`` (:mod:`.gpope`), ``ssp`` (:mod:`.ssp`) and the tuning-free
 default ``untuned`` (:mod:`.untuned`); the policy value release (:mod:`.policy_value`) is audited
@@ -31,8 +32,8 @@ from gpope.core.estimators.execution import Estimate, StatisticsSource
 from gpope.errors import ConfigError
 
 __all__ = ["SOLVER_SETTINGS", "Estimate", "Estimator", "PlanContext", "StatisticsSource",
-           "audit_names", "claiming", "estimator_choices", "estimator_names", "execute", "get",
-           "register", "unregister"]
+           "audit", "audit_names", "claiming", "estimator_choices", "estimator_help",
+           "estimator_names", "execute", "get", "register", "unregister"]
 
 #: The built-in estimators (and audited releases), loaded on first use; the order of ``--help``.
 _BUILT_IN: dict[str, str] = {

@@ -10,10 +10,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from gpope.core.estimators.base import AuditRequest, Estimator, PlanContext
 
 __all__ = ["BEHAVIOUR_NOTE", "ESTIMATOR", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED",
-           "UNTUNED_NOTE", "Untuned"]
+           "UNTUNED_NOTE", "Untuned", "run_untuned", "untuned_result"]
 
 #: Settings whose explicit choice (command line or caller) means "not the default": the user
 #: asked for a particular estimator or solver.
@@ -52,7 +54,7 @@ class Untuned(Estimator):
     public_clip = False
     own_clip_rule = True
     estimates_behaviour = True
-    execution = "gpope.shell.pipeline.evaluate_untuned:execute_untuned"
+    execution = "gpope.shell.pipeline.evaluate_solve:execute_untuned"
 
     def claims(self, spec_has_block: bool, sources: Mapping[str, str]) -> bool:
         # nobody tuned the spec and nothing was chosen
@@ -119,6 +121,82 @@ class Untuned(Estimator):
             out.extend((name, run_untuned_audit(cfg, request.seed, **v)) for name, v in
                        [("real", {})] + (variants if request.include_broken else []))
         return out
+
+
+def run_untuned(aggregate: Any, spec: Any, *, m: int, plan: Any, moments_share: float,
+                seed: int | None, level: float, identification: bool,
+                settings: Any = None, functionals: tuple[Any, Any] | None = None,
+                behaviour: Any = None) -> Any:
+    """The default's releases through ``aggregate`` (the plan's ``untuned`` component;
+    :meth:`gpope.core.estimators.StatisticsSource.aggregate` over one pinned version, which
+    checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private).
+    ``functionals``: public rows and levels whose intervals the release also gives (the
+    direct method's first-state mean, :func:`gpope.core.untuned.release.release_untuned`).
+    ``behaviour``: the rules the plan's ``behaviour`` component was planned with (the run's
+    ``evaluation.behaviour``; the defaults when None)."""
+    from gpope.core.untuned.release import UntunedSettings, release_untuned
+
+    settings = settings or UntunedSettings()
+    sigmas = plan.untuned_sigmas  # the estimator's share of the run (the plan's numbers)
+
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
+    rng = np.random.default_rng(ss)
+    if plan.component("behaviour") is not None:  # no propensities: estimate them first
+        from gpope.core.behaviour_estimate import BehaviourSettings
+
+        aggregate, spec = _with_estimated_behaviour(aggregate, spec, m=m, plan=plan, rng=rng,
+                                                    rules=behaviour or BehaviourSettings())
+    return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
+                           settings=settings, rng=rng, level=level,
+                           identification=identification, functionals=functionals)
+
+
+def _with_estimated_behaviour(aggregate: Any, spec: Any, *, m: int, plan: Any, rng: Any,
+                              rules: Any) -> tuple[Any, Any]:
+    """The plan's ``behaviour`` release over the state-action rows of ``spec`` (their count
+    rows), then the value spec and an aggregate that hands every kernel the value route's rows
+    under the released propensities (:func:`gpope.core.behaviour_estimate.value_rows_from_pairs`,
+    post-processing)."""
+    import math
+
+    from gpope.core import behaviour_estimate as be
+    from gpope.core.state_action import value_spec
+
+    component = plan.component("behaviour")
+    whole = float(component.sigma) * math.sqrt(component.share)
+    vspec = value_spec(spec)
+    S, K = vspec.n_features, vspec.target_policy.n_actions
+
+    def counts(kernel, width):
+        return aggregate(lambda idx, rows: kernel(idx, be.count_rows_from_pairs(rows, vspec)),
+                         width)
+
+    est = be.release_behaviour(counts, n_states=S, n_actions=K, m=m,
+                               sigma_quantile=whole / math.sqrt(rules.quantile_share),
+                               sigma_counts=whole / math.sqrt(rules.share), settings=rules,
+                               rng=rng)
+
+    def values(kernel, width):
+        return aggregate(lambda idx, rows: kernel(idx, be.value_rows_from_pairs(
+            rows, vspec, est.probs)), width)
+
+    return values, vspec
+
+
+def untuned_result(release: Any, *, plan: Any, delta: float, seed: int | None) -> Any:
+    """The release in the solver's result record (no iterates, no trace)."""
+    from gpope.core.gpope.solver import GPOPEResult
+
+    private = seed is None
+    theta = np.asarray(release.theta, dtype=np.float64)
+    return GPOPEResult(
+        theta=theta, w=np.zeros_like(theta), theta_avg=None, sigma=plan.sigma,
+        epsilon=plan.spent_epsilon, delta=delta, accountant=plan.accountant, sampling="poisson",
+        iterations=1, clip=release.clip, private=private,
+        privacy_note=("tuning-free default: two private quantiles, the clipped sufficient "
+                      "statistics and the clipped residuals, noise from OS entropy" if private
+                      else "fixed seed: reproducible, NOT private"),
+    )
 
 
 ESTIMATOR = Untuned()

@@ -10,13 +10,15 @@ plan; it does no privacy arithmetic itself.
 
 The budget. Each release component has a share of the run's budget: each auxiliary component
 (the noisy-statistics release behind the intervals and the private MSPBE, the policy value; others
-as they are added) takes its documented share, and the estimator's own release (GPOPE, privately
-tuned GPOPE, the one-shot SSP release or the tuning-free default) takes the rest. The ledger stores
+as they are added) takes its documented share, and the estimator's own release (planned by the
+estimator, :meth:`gpope.core.estimators.Estimator.plan`: GPOPE, privately tuned GPOPE, the
+one-shot SSP release, the tuning-free default) takes the rest. The ledger stores
 the composition of all component events (``ComposedDpEvent([estimator, *auxiliary])``), so
 datasets compose it tightly across runs. What a share is depends on the run:
 
-- **One-shot runs** (``estimator`` ``ssp`` or ``untuned``): every component is a plain Gaussian
-  mechanism under add/remove-one adjacency, and a composition of Gaussian mechanisms with
+- **One-shot runs** (:attr:`gpope.core.estimators.Estimator.one_shot`: ``ssp``, ``untuned``):
+  every component is a plain Gaussian mechanism under add/remove-one adjacency, and a
+  composition of Gaussian mechanisms with
   multipliers ``sigma_j`` is exactly the Gaussian mechanism with ``1/sigma^2 = sum_j 1/sigma_j^2``
   (Gaussian DP / zCDP composition is exact). So the run calibrates ONE multiplier
   ``sigma = ssp_sigma(m, epsilon, delta)`` for its whole (epsilon, delta) and a component with

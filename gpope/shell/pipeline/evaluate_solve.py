@@ -4,8 +4,10 @@
 :attr:`gpope.core.estimators.Estimator.execution`) against the run's pinned statistics
 (:class:`SparkStatistics`), then the policy value release where the execution left it. GPOPE's
 execution (:func:`execute_gpope`: on the sampled statistics in memory or streamed from Spark,
-optionally tuned privately, or once per disjoint patient group) and SSP's (:func:`execute_ssp`)
-are here: each first makes the plan's noisy-statistics release (a Spark aggregate plus Gaussian
+optionally tuned privately, or once per disjoint patient group), SSP's (:func:`execute_ssp`)
+and the tuning-free default's (:func:`execute_untuned`: its releases are Spark sums over all
+rows, so it runs at any m, in the same arithmetic as the core's in-memory reference) are here.
+GPOPE and SSP first make the plan's noisy-statistics release (a Spark aggregate plus Gaussian
 noise, :mod:`gpope.shell.pipeline.evaluate_intervals`), then the values and intervals by
 post-processing, clamped into the range the spec's public bounds imply. Noise is drawn here or
 in the solver it calls, never elsewhere, at the multipliers the plan fixed.
@@ -38,6 +40,7 @@ __all__ = [
     "estimate",
     "execute_gpope",
     "execute_ssp",
+    "execute_untuned",
     "patient_groups",
     "solve",
     "solve_groups",
@@ -194,6 +197,37 @@ def execute_gpope(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSe
                                            step_size=tuned.config.step_size)
     return _released(spec, settings, result, noisy, moments, bootstrap=False,
                      group_thetas=group_thetas, tuned=tuned, population=population)
+
+
+def execute_untuned(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSettings,
+                    spec: EvaluationSpec) -> Estimate:
+    """The tuning-free default's execution (:mod:`gpope.core.estimators.untuned`: its releases
+    through Spark sums, values clamped into the spec's public range, each with its interval),
+    with the policy value release and the direct method's J(target) from the same release."""
+    from gpope.core.estimators.untuned import run_untuned, untuned_result
+    from gpope.core.ssp import private_mspbe
+    from gpope.shell.pipeline import evaluate_policy_value as pv
+
+    # the direct method's J(target): the first states' feature mean, released before theta so
+    # that the default's release gives the interval of mu^ . theta* with its V lines
+    pv_settings = settings.policy_value_settings()
+    read = pv.read_policy_terms(source.rows, spec, plan)
+    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed)
+    rel = run_untuned(source.aggregate, spec, m=plan.m, plan=plan,
+                      moments_share=settings.moments_share, seed=settings.seed,
+                      level=settings.ci_level, identification=settings.ssp_identification,
+                      settings=settings.untuned, behaviour=settings.behaviour,
+                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level))
+    result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
+    return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
+                    intervals=rel.interval, private_mspbe=private_mspbe(rel.theta, rel.noisy),
+                    noisy=rel.noisy, policy_values=pv.release_policy_values(
+                        source.rows, spec, plan, level=settings.ci_level, seed=settings.seed,
+                        settings=pv_settings, secure_noise=settings.secure_noise, read=read,
+                        direct=None if first is None else (rel, first)),
+                    settings=settings,
+                    private_population=source.population() if settings.private_diagnostics
+                    else None)
 
 
 def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
