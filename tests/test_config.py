@@ -99,8 +99,7 @@ def test_the_behaviour_estimate_rules_come_from_the_conf_and_reach_the_plan(tmp_
     from gpope.core.envs.registry import random_mdp_of
     from gpope.core.evaluation import plan_loading, plan_release
     from gpope.core.spec import EvaluationSpec
-    from gpope.core.state_action import state_action_spec
-    from gpope.shell.pipeline.propensities import behaviour_rules
+    from gpope.core.state_action import behaviour_rules, state_action_spec
 
     conf = tmp_path / "conf.yaml"
     conf.write_text("evaluation:\n  behaviour: {share: 0.25, clip_quantile: 0.8}\n")

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpope.core.state_action import behaviour_rules
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["behaviour_rules", "logged_propensities", "statistics_spec"]
+__all__ = ["logged_propensities", "statistics_spec"]
 
 
 def logged_propensities(spark: SparkSession, config: GpopeConfig, dataset: str) -> bool:
