@@ -2,7 +2,7 @@
 
 On generated MDPs (``random_mdp/<k>``, values in [0, 1] known exactly) at m trajectories and
 epsilon 1, the plain SSP release with its clip released privately (one noisy histogram at the
-default's 5% quantile share, :func:`gpope.shell.pipeline.evaluate_untuned.private_ssp_clip`'s
+default's 5% quantile share, :func:`gpope.core.estimators.ssp.private_clip`'s
 arithmetic in memory) at the quantiles 0.9 and 0.99, beside the tuning-free default and the
 non-private LSTD. Prints the median max abs value error at the reference states per estimator.
 

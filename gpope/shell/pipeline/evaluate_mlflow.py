@@ -19,7 +19,7 @@ One run per released evaluation, in the configured experiment (``tracking.experi
   length_scale and feature count, the tail fraction, the resolved accountant and batch rate,
   sigma, m and the public MSPBE cohort (``public_trajectories``, ``public_max_length``,
   ``public_seed``); of the estimator's settings only those it used
-  (:mod:`gpope.shell.pipeline.evaluate_params`). Never a seed.
+  (:meth:`gpope.core.estimators.Estimator.params`). Never a seed.
 - **input**: the ``trajectory_stats`` table read (path and Delta version), as an MLflow dataset.
 - **metrics**, one meaning each (README "MLflow: comparing runs"):
 
