@@ -275,3 +275,23 @@ def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing():
     basic = 1.0 / _gaussian_mu(0.35 * epsilon, 0.35 * delta)
     assert sums * 1.5 <= basic
     assert "one Gaussian mechanism" in plan.label and "basic" not in plan.label
+
+
+@pytest.mark.parametrize("name", ["gpope", "ssp", "untuned"])
+def test_every_built_in_estimator_plans_its_release_within_the_budget(name):
+    # the conformance check of an estimator's planning: its component releases theta and the
+    # values, the plan's facts follow its registry entry, and dp-accounting's RDP accountant on
+    # the composed event (an oracle independent of the plan's arithmetic) stays within epsilon
+    from gpope.core.estimators import estimator_names, get
+
+    assert name in estimator_names()
+    estimator = get(name)
+    bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))
+    settings = Settings(estimator=name, policy_value_share=0.2)
+    plan = plan_release(settings, m=M, spec=bounded, layout="dense",
+                        statistics_clip=0.5 if estimator.public_clip else None)
+    assert plan.estimator == name and plan.main.name.startswith(name)
+    assert {"theta", "values", "policy_value"} <= set(plan.releases)
+    assert plan.relation == "add_or_remove_one"  # one-shot, or Poisson-sampled GPOPE
+    assert (plan.statistics is plan.main) == estimator.main_is_statistics
+    assert _rdp_epsilon(plan.event, settings.delta, plan.relation) <= settings.epsilon * 1.0001
