@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 DELTA = 1e-5
 LEVEL = 0.95
 ALPHA = 1.0 - LEVEL
+WORSE = 1.675  # heavy_tail: how much worse the target is (issue 36's reproducer)
 
 
 def dataset(name: str, m: int, seed: int):
@@ -181,8 +182,9 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
 def heavy_tail_run(m: int, eps: float, rng: np.random.Generator, union: bool = True) -> dict:
     """The heavy-tail cell: returns g ~ U(0, 1) for 95% of patients and U(20, 60) for 5% (80% of
     the value), rewards in [0, 1] over 60 undiscounted decisions (public range [0, 60]); the
-    target's terms are the behaviour's with the heavy patients' returns halved (every ratio 1,
-    so its identified set is a point): contrast truth -1.0. Released as ``gpope evaluate``
+    target's terms are the behaviour's with the heavy patients' returns scaled by 1 - 1.675 / 2
+    (every ratio 1, so its identified set is a point): contrast truth -1.675, issue 36's
+    reproducer. Released as ``gpope evaluate``
     releases the policy value (its conf settings, the one-shot run's multiplier at
     policy_value_share). ``union=False`` (kind ``heavy_tail_no_union``): the same release with
     its sampling bound NOT held over the clip grid (the width that union costs; not valid)."""
@@ -197,7 +199,8 @@ def heavy_tail_run(m: int, eps: float, rng: np.random.Generator, union: bool = T
     bounds = PolicyValueBounds(gamma=1.0, horizon=60, weight_clip=10.0, reward_bounds=(0.0, 1.0))
     heavy = rng.random(m) < 0.05
     g = np.where(heavy, rng.uniform(20.0, 60.0, m), rng.uniform(0.0, 1.0, m))
-    terms = PolicyValueTerms(g=g, a=np.where(heavy, 0.5 * g, g), n=np.full(m, 60.0))
+    terms = PolicyValueTerms(g=g, a=np.where(heavy, (1.0 - WORSE / 2.0) * g, g),
+                             n=np.full(m, 60.0))
     sigma = float(ssp_sigma(m=m, epsilon=eps, delta=DELTA)) / math.sqrt(pv.share)
     rel = release_policy_value(terms, bounds, sigma=sigma, settings=pv, rng=rng)
     if not union:
@@ -207,8 +210,8 @@ def heavy_tail_run(m: int, eps: float, rng: np.random.Generator, union: bool = T
     out = {q: (iv[k].value, iv[k].lower, iv[k].upper) for q, k in
            (("target", "policy_value"), ("target_is", "policy_value"),
             ("behaviour", "behaviour_value"), ("contrast", "policy_contrast"))}
-    return {"direct": False, **out, "truth": {"target": b_true - 1.0, "target_is": b_true - 1.0,
-                                              "behaviour": b_true, "contrast": -1.0}}
+    return {"direct": False, **out, "truth": {"target": b_true - WORSE, "target_is": b_true - WORSE,
+                                              "behaviour": b_true, "contrast": -WORSE}}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -234,8 +237,8 @@ def markdown(paths: list[str]) -> str:
     """The RESULTS table of the cells in the JSON files ``paths``."""
     head = ("| domain | m | eps | runs | direct picked | coverage J(target) / J(behaviour) / "
             "contrast | half-width J(target) direct-or-fallback (identified set) | half-width "
-            "contrast | smallest contrast signed in 80% | wrong side |\n|---|---|---|---|---|---|"
-            "---|---|---|---|")
+            "J(behaviour) | half-width contrast | smallest contrast signed in 80% | wrong side |"
+            "\n|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for path in paths:
         for c in json.loads(Path(path).read_text())["cells"]:
@@ -245,6 +248,7 @@ def markdown(paths: list[str]) -> str:
                 f"{c['direct_share']:.2f} | {c['target_coverage']:.2f} / "
                 f"{c['behaviour_coverage']:.2f} / {c['contrast_coverage']:.2f} | "
                 f"{c['target_half_width']:.3g} ({c['target_is_half_width']:.3g}) | "
+                f"{c['behaviour_half_width']:.3g} | "
                 f"{c['contrast_half_width']:.3g} | {signed:.3g} | {c['contrast_wrong_side']:.2f} |")
     return "\n".join(lines)
 

@@ -73,7 +73,7 @@ class PolicyValueSettings:
     noise_share: float = 0.25
     clamp_share: float = 0.1
     clamp_rule_level: float = 0.95
-    first_state_share: float = 0.1
+    first_state_share: float = 0.3
     first_state_alpha: float = 0.2
     count_alpha: float = 0.05
 
