@@ -79,26 +79,30 @@ def test_heavy_tail_reproducer_covers_and_never_calls_a_worse_target_better(m, e
     assert cov_b >= 0.9 * runs and cov_c >= 0.9 * runs and wrong <= 0.05 * runs
 
 
-def test_the_clamp_is_kept_where_it_predicts_narrower_and_its_bound_covers():
-    """Returns U(0, 1) under a public top of 60: with most of the release on the histogram the
-    clamp predicts the narrower J(behaviour) and is kept; its bound holds over every end the
-    walk could pick (``ends``); with the defaults the unclamped mean is narrower, and choosing it
-    costs the sampling bound's union a factor 2, not the grid's count."""
-    bounds = dataclasses.replace(BOUNDS, on_policy=True)
+@pytest.mark.parametrize("signed", [False, True])
+def test_the_clamp_is_kept_where_it_predicts_narrower_and_its_bound_covers(signed):
+    """Returns U(0, 1) (``signed``: U(-1, 1) under rewards in [-1, 1]) under a public top of 60:
+    with most of the release on the histogram the clamp predicts the narrower J(behaviour) and
+    is kept; its bound holds over every end the walk could pick (``ends``); with the defaults the
+    unclamped mean is narrower, and choosing it costs the sampling bound's union a factor 2, not
+    the grid's count."""
+    bounds = dataclasses.replace(BOUNDS, on_policy=True,
+                                 reward_bounds=(-1.0, 1.0) if signed else (0.0, 1.0))
     rng = np.random.default_rng(5)
     for settings, clamped in ((PolicyValueSettings(clip_share=0.9, moments_share=0.05), True),
                               (PolicyValueSettings(), False)):
         hits = 0
         for _ in range(20):
-            g = rng.uniform(0.0, 1.0, 20000)
+            g = rng.uniform(-1.0 if signed else 0.0, 1.0, 20000)
             terms = PolicyValueTerms(g=g, a=g, n=np.full(20000, BOUNDS.discount_mass))
             rel = release_policy_value(terms, bounds, sigma=5.0, settings=settings, rng=rng)
             iv = rel.intervals_with(0.95, settings)["behaviour_value"]
-            hits += iv.lower <= 0.5 <= iv.upper
+            hits += iv.lower <= (0.0 if signed else 0.5) <= iv.upper
             assert (rel.clips[0] < 60.0) is clamped
-            grid_edges = settings.bins_per_decade * 6 + 1
-            assert rel.clamp.ends == (grid_edges + 1 if clamped else 1)
-            assert rel.choices[0] == (2 * grid_edges * (grid_edges + 1) if clamped else 2)
+            k = settings.bins_per_decade * 6 + 1  # the grid's edges
+            ends, pairs = (2 * k + 2, (2 * k + 2) ** 2) if signed else (k + 1, k * (k + 1))
+            assert rel.clamp.ends == (ends if clamped else 1)
+            assert rel.choices[0] == (2 * pairs if clamped else 2)
         assert hits >= 19
 
 
