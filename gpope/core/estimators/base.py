@@ -209,6 +209,10 @@ class Estimator:
         return ("spec evaluation: block" if provenance["spec_has_evaluation_block"]
                 else "conf evaluation: (generic)")
 
+    def clip_quantile(self, plan: Any, settings: Any) -> float | None:
+        """The quantile its privately released clip was read at (None: its clip is public)."""
+        return plan.private_clip_quantile
+
     def interval_method(self, settings: Mapping[str, Any]) -> str:
         """How its intervals are made, one phrase for the report (``settings``: the summary)."""
         return "its own interval"

@@ -97,6 +97,9 @@ class Untuned(Estimator):
     def origin(self, provenance: Mapping[str, Any]) -> str:
         return "conf evaluation.untuned: (the tuning-free default's public rules)"
 
+    def clip_quantile(self, plan: Any, settings: Any) -> float | None:
+        return settings.untuned.clip_quantile
+
     def interval_method(self, settings: Mapping[str, Any]) -> str:
         return ("delta method around the refined estimate (released residual moments and "
                 "privacy noise); clip and residual clip at private quantiles")

@@ -417,8 +417,9 @@ def _clip_tracking(plan: Any, est: Any) -> tuple[dict[str, float], dict[str, str
     metrics = {names.METRIC_SSP_CLIP_USED: float(clip)}
     if not _private_clip(plan):
         return metrics, {names.SSP_CLIP_SOURCE: "public"}
-    quantile = (plan.private_clip_quantile if plan.private_clip_quantile is not None
-                else est.settings.untuned.clip_quantile)
+    from gpope.core.estimators import get
+
+    quantile = get(plan.estimator).clip_quantile(plan, est.settings)
     metrics[names.METRIC_SSP_CLIP_QUANTILE_USED] = float(quantile)
     return metrics, {names.SSP_CLIP_SOURCE: "private"}
 
