@@ -15,7 +15,7 @@ largest difference of its released theta from the in-memory run's (the layouts s
 statistics, so the releases agree), and the ratio streamed / in-memory.
 
 Usage: python benchmarks/stream_vs_memory.py --domain chain --patients 100000 [--epsilon 1]
-[--workdir DIR [--reuse]] [--timeout 3600] [--paths auto,memory,stream] [--json]
+[--workdir DIR [--reuse]] [--limit-mb MB] [--timeout 3600] [--paths auto,memory,stream] [--json]
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _run(args: list[str], *, lake: Path, timeout: float) -> dict:
             "last": lines[-1] if lines else ""}
 
 
-def default_layout(domain: str, patients: int, max_length: int) -> str:
+def default_layout(domain: str, patients: int, max_length: int, limit_mb: int | None) -> str:
     """The layout the default path takes: the product's rule on the same public inputs."""
     from gpope import api
     from gpope.config import load_config
@@ -128,7 +128,7 @@ def default_layout(domain: str, patients: int, max_length: int) -> str:
     p = max_active(spec.feature_map)
     sparse = None if p is None else sparse_row_bytes(
         spec.n_features, active=p, max_length=max_length, pairs=pair_support(spec.feature_map))
-    limit = load_config().evaluation.in_memory_limit_mb
+    limit = limit_mb or load_config().evaluation.in_memory_limit_mb
     return plan_loading(m=patients, n=spec.n_features, path="auto", limit_mb=int(limit),
                         one_hot=is_one_hot(spec.feature_map), sparse_bytes=sparse)
 
@@ -142,6 +142,9 @@ def main() -> None:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--paths", default="auto,memory,stream")
+    ap.add_argument("--limit-mb", type=int, default=None,
+                    help="evaluation.in_memory_limit_mb for the evaluates (default: the conf's); "
+                         "a smaller limit makes the default path stream a smaller cohort")
     ap.add_argument("--reuse", action="store_true",
                     help="the workdir's lake already holds the cohort: skip the setup")
     ap.add_argument("--json", action="store_true")
@@ -169,12 +172,17 @@ def main() -> None:
     from gpope.shell.pipeline.simulate import dataset_settings_for_domain
 
     cap = dataset_settings_for_domain(a.domain).max_length
-    out["default_layout"] = default_layout(a.domain, a.patients, cap)
+    out["default_layout"] = default_layout(a.domain, a.patients, cap, a.limit_mb)
+    conf: list[str] = []
+    if a.limit_mb:
+        (work / "conf.yaml").write_text(f"evaluation:\n  in_memory_limit_mb: {a.limit_mb}\n")
+        conf = ["--conf", str(work / "conf.yaml")]
+        out["in_memory_limit_mb"] = a.limit_mb
     out["evaluate"] = {}
     thetas = {}
     for path in a.paths.split(","):
         r = _run(["evaluate", "--dataset", name, "--spec", spec, "--epsilon", str(a.epsilon),
-                  "--delta", "1e-6", "--stream", path, "--seed", str(a.seed), "--json"],
+                  "--delta", "1e-6", "--stream", path, "--seed", str(a.seed), "--json", *conf],
                  lake=lake, timeout=a.timeout)
         report = json.loads(r["stdout"]) if r["exit"] == 0 else {}
         thetas[path] = report.get("theta")

@@ -270,7 +270,7 @@ def _row_file_fetcher(stats: DataFrame, n: int, *, m: int, folder: Path,
     Raises:
         DataError: the rows are not exactly the trajectories 0..m-1, or hold non-finite values.
     """
-    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
     from gpope.core.statistics import TrajectoryStats
 
@@ -282,8 +282,12 @@ def _row_file_fetcher(stats: DataFrame, n: int, *, m: int, folder: Path,
             f.truncate(8 * m * width)
     tau = np.zeros(m, dtype=np.int64)
     seen = np.zeros(m, dtype=bool)
-    for batch in ds.dataset(str(parquet), format="parquet").to_batches(
-            columns=list(_COLUMNS), batch_size=_SPARSE_CHUNK):
+    # one file and one row group at a time, no read-ahead: a scanner's read-ahead of dense rows
+    # held several GB for the chain at 1e5 patients
+    batches = (batch for path in sorted(parquet.glob("*.parquet"))
+               for batch in pq.ParquetFile(path).iter_batches(batch_size=_SPARSE_CHUNK,
+                                                              columns=list(_COLUMNS)))
+    for batch in batches:
         k = batch.num_rows
         if k == 0:
             continue
