@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -198,7 +197,8 @@ def test_streamed_path_releases_the_same_theta_as_in_memory(spark, setup):
     assert not np.allclose(other.theta, streamed.theta)
 
 
-def test_row_file_fetcher_reads_the_rows_the_spark_join_fetches(spark, setup, tmp_path):
+def test_row_file_fetcher_reads_the_rows_the_spark_join_fetches(spark, setup, tmp_path,
+                                                                 monkeypatch):
     """The streamed path's row file (a local master) and its Spark join (elsewhere) bring the
     same float64 rows in plan order, repeats kept, and the row file's folder is removed."""
     import tempfile
@@ -211,12 +211,12 @@ def test_row_file_fetcher_reads_the_rows_the_spark_join_fetches(spark, setup, tm
     m, n = stats_df.count(), spec.n_features
     ids = np.random.default_rng(5).integers(0, m, size=3 * m)  # every block repeats ids
     joined = spark_fetcher(spark, stats_df, n, normalization=spec.normalization)(ids)
-    before = set(Path(tempfile.gettempdir()).glob("gpope-stream-*"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's folders only
     with streamed_fetcher(spark, stats_df, n, m=m, normalization=spec.normalization) as fetch:
-        made = set(Path(tempfile.gettempdir()).glob("gpope-stream-*")) - before
+        made = list(tmp_path.glob("gpope-stream-*"))
         assert len(made) == 1  # a local master: the row file, not the join
         read = fetch(ids)
-    assert not any(p.exists() for p in made)
+    assert not made[0].exists()
     assert np.array_equal(read.tau, joined.tau)
     for got, want in zip(read.dense(), joined.dense(), strict=True):
         np.testing.assert_array_equal(got, want)
