@@ -214,3 +214,33 @@ def inject_bad_rows():
     """:func:`_inject_bad_rows`: clean bronze tables -> (tables with bad rows added, expected
     rejections per table and reason)."""
     return _inject_bad_rows
+
+
+#: The count epsilon at which fixtures release their small cohorts' m~ (noise std 0.17: m~ = m
+#: except with probability about 1e-8), so tests that pin exact-m arithmetic on 40-120 patients
+#: keep it; charged to the dataset's budget like any count (docs/ARCHITECTURE.md section 4).
+EXACT_COUNT_EPSILON = 50.0
+
+
+def _release_exact_count(spark, config, dataset: str, spec) -> float:
+    """Release the m~ of ``dataset``'s current statistics version at
+    :data:`EXACT_COUNT_EPSILON` (the dataset's budget must pay it) so every later run, private or
+    seeded, reads it; returns the epsilon charged."""
+    import dataclasses
+
+    from gpope.shell.pipeline.released_count import public_count
+    from gpope.shell.pipeline.stats import statistics_version, trajectory_count
+
+    version = statistics_version(spark, config, dataset=dataset)
+    m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=version)
+    exact = dataclasses.replace(config, privacy=dataclasses.replace(
+        config.privacy, count_epsilon=EXACT_COUNT_EPSILON))
+    count = public_count(exact, dataset=dataset, stats_version=version, m=m, spark=spark)
+    assert count.private and abs(count.m_noisy - m) <= 1
+    return EXACT_COUNT_EPSILON
+
+
+@pytest.fixture(scope="session")
+def exact_count():
+    """:func:`_release_exact_count`: ``exact_count(spark, config, dataset, spec)``."""
+    return _release_exact_count

@@ -35,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--dataset", required=True, help="dataset (cohort) name; must exist")
     show.add_argument("--relation", choices=("add_or_remove_one", "replace_one"), default=None,
                       help="also state each counted run's epsilon under this neighbouring "
-                      "relation (replace_one: the guarantee that holds while m is released "
-                      "exactly; docs/ARCHITECTURE.md section 4)")
+                      "relation (replace_one: an add/remove run restated, with its mu doubled; "
+                      "docs/ARCHITECTURE.md section 4)")
     _add_lake(show)
     add_json_flag(show)
     show.set_defaults(func=_show)
@@ -114,8 +114,8 @@ def _relations(status, relation: str | None) -> tuple[dict, list[str]]:
                                 + " adjacency (the counted runs' events are charged under it)"
                                 if charged else "none yet (no counted run)"))
     if "add_or_remove_one" in charged:
-        line += ("; m is released exactly, so what holds is replace-one (--relation "
-                 "replace_one states it)")
+        line += ("; add/remove-one holds: m is public only as the noisy count m~ "
+                 "(--relation replace_one restates each run)")
     lines = [line]
     if relation is not None:
         runs: dict[str, float | None] = {}

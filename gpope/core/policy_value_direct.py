@@ -74,7 +74,10 @@ class FirstStateRelease:
         second: (n, n) noisy mean of phi(s_0) phi(s_0)^T.
         noise_mean: std of each coordinate of ``mean``'s noise.
         noise_second: std of a diagonal entry of ``second``'s noise (off-diagonal / sqrt 2).
-        m: patients; norm_bound: F.
+        m: what the means divide by: the released count m~, or the patients where that is
+            public; norm_bound: F.
+        margin: t with |m~ - m| <= t at the probability the caller set aside; 0 where m is
+            exact (:attr:`gpope.core.policy_value_release.PolicyValueRelease.margin`).
     """
 
     mean: np.ndarray
@@ -83,6 +86,12 @@ class FirstStateRelease:
     noise_second: float
     m: int
     norm_bound: float
+    margin: int = 0
+
+    @property
+    def m_low(self) -> int:
+        """The fewest patients the released count allows (``m - margin``, at least 2)."""
+        return max(self.m - self.margin, 2)
 
 
 @dataclass(frozen=True)
@@ -127,11 +136,13 @@ def one_hot_map(feature_map: object) -> bool:
 
 
 def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
-                        rng: np.random.Generator, one_hot: bool = False) -> FirstStateRelease:
+                        rng: np.random.Generator, one_hot: bool = False,
+                        count: int | None = None, count_margin: int = 0) -> FirstStateRelease:
     """Release mu0's estimate and the second moment (module docstring); ``sigma = 0``: exact
     (diagnostics only). ``one_hot`` (public, :func:`one_hot_map`): only the mean is released and
-    the second moment is its diagonal. Guarantee: with sigma > 0, as private as
-    :func:`first_state_event`."""
+    the second moment is its diagonal. ``count``: the released m~ the means divide by (None: the
+    rows of ``phi0``, where m is public), ``count_margin`` its margin t (noise stds and moments
+    use m~ - t). Guarantee: with sigma > 0, as private as :func:`first_state_event`."""
     from gpope.core.mechanisms.clipping import clip_rows
     from gpope.core.ssp import moments_matrix
 
@@ -139,6 +150,13 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
     m, n = phi0.shape
     if m < 2:
         raise ConfigError(f"The first-state release needs at least 2 patients; got {m}.")
+    if count is not None:
+        m = int(count)
+        if m < 2:
+            raise ConfigError(
+                f"The released number of patients is {m}: too few for the first-state release; "
+                "raise privacy.count_epsilon or evaluate a larger dataset.")
+    low = max(m - int(count_margin), 2)
     F = float(check_number("release_first_state", "norm_bound", norm_bound, gt=0.0))
     s = float(check_number("release_first_state", "sigma", sigma, ge=0.0))
     z = clip_rows(phi0 / F, 1.0)
@@ -147,18 +165,18 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
     if s > 0:
         first = first + std * rng.standard_normal(first.shape)
     if one_hot:  # z z^T = diag(z): the second moment is the mean's diagonal (post-processing)
-        mean = F * first / m
-        return FirstStateRelease(mean=mean, second=F * np.diag(mean), noise_mean=F * std / m,
-                                 noise_second=F * F * std / m, m=m, norm_bound=F)
+        return FirstStateRelease(mean=F * first / m, second=F * F * np.diag(first / low),
+                                 noise_mean=F * std / low, noise_second=F * F * std / low, m=m,
+                                 norm_bound=F, margin=int(count_margin))
     # the sum of moment_vectors(z) (upper triangles, off-diagonals x sqrt 2) without the
     # (m, n(n+1)/2) intermediate
     iu = np.triu_indices(n)
     mom = (z.T @ z)[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
     if s > 0:
         mom = mom + std * rng.standard_normal(mom.shape)
-    return FirstStateRelease(mean=F * first / m, second=F * F * moments_matrix(mom / m, n),
-                             noise_mean=F * std / m, noise_second=F * F * std / m, m=m,
-                             norm_bound=F)
+    return FirstStateRelease(mean=F * first / m, second=F * F * moments_matrix(mom / low, n),
+                             noise_mean=F * std / low, noise_second=F * F * std / low, m=m,
+                             norm_bound=F, margin=int(count_margin))
 
 
 def functional_level(level: float, first_state_alpha: float) -> float:
@@ -205,14 +223,20 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
     # the noisy second moment can understate the variance: its noise's upper quantile
     q = float(norm.ppf(1.0 - a_first / 2.0))
     var = max(var + q * first.noise_second * float(theta @ theta), 0.0)
-    width = (q * math.sqrt(var / first.m)
+    width = (q * math.sqrt(var / first.m_low)
              + float(norm.ppf(1.0 - a_first)) * first.noise_mean * float(np.linalg.norm(theta)))
+    lo_r, hi_r = value_range
+    if first.margin:
+        # mu^ = S~ / m~ and the m patients' (S~ - N) / m: beside the noise N, the count moves
+        # mu^ . theta* by |mu^ . theta*| |m - m~| / m <= t / (m~ - t) times the largest end of
+        # the estimator's interval of mu^ . theta* (infinite ends leave the interval unbounded)
+        reach = max(abs(float(functional[0])), abs(float(functional[1])))
+        width += reach * first.margin / first.m_low
     off = np.zeros(len(theta), dtype=bool) if supported is None else ~np.asarray(supported)
     if off.any():
         mass = float(first.mean[off].sum()) + float(norm.ppf(1.0 - a_first)) * (
             first.noise_mean * math.sqrt(int(off.sum())))
         width += math.inf if unsupported_bound is None else max(mass, 0.0) * unsupported_bound
-    lo_r, hi_r = value_range
     clip = lambda x: float(min(max(x, lo_r), hi_r))  # noqa: E731
     lower, upper = functional[0] - width, functional[1] + width
     return DirectInterval(value=clip(value), lower=clip(lower), upper=clip(upper),

@@ -471,11 +471,14 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     that moves the estimand away (:mod:`gpope.core.policy_value_clamp`), by a union bound with
     ``alpha`` in all; ``shares`` = (variance, noise, clamp) parts of alpha. With a released count
     (``rel.margin`` > 0) every sample size is m~ - t and the end moves by what a count off by t
-    moves the means: each x_j = mid_j + half_j z_j with |z_j| <= 1, so |c . (x^ - x)| from the
-    count is at most sum_j |c_j| half_j t / m~ (the caller sets its probability aside)."""
+    moves the means: x_j = mid_j + half_j z_j, the release's z^_j = S~_j / m~ (S~ the noisy sum)
+    and the m patients' (S~_j - N_j) / m, so beside the noise N (in the noise width) the count
+    moves z^_j by |z^_j| |m - m~| / m <= |z^_j| t / (m~ - t): a shift of sum_j |c_j| half_j
+    |z^_j| t / (m~ - t), read off released numbers (the caller sets its probability aside)."""
     clamp_share = shares[2]
     m = rel.m_low
-    count = float(np.abs(c) @ rel.half) * rel.margin / rel.m
+    zbar = np.where(rel.half > 0, (rel.means - rel.mid) / np.where(rel.half > 0, rel.half, 1.0), 0.0)
+    count = float(np.abs(c) @ (rel.half * np.abs(zbar))) * rel.margin / m
     private = rel.sigma > 0
     part = _clamp_side(rel, c, side)
     a_clamp = alpha * clamp_share if part is not None else 0.0
@@ -485,7 +488,6 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     clamp = 0.0 if part is None else abs(float(c[0])) * rel.clamp.bound(
         part, m=m, a_noise=a_clamp / 2.0, a_pop=a_clamp / 2.0)
     cz = c * rel.half
-    zbar = np.where(rel.half > 0, (rel.means - rel.mid) / np.where(rel.half > 0, rel.half, 1.0), 0.0)
     cov = rel.second - np.outer(zbar, zbar)
     var = float(cz @ cov @ cz) * m / max(m - 1, 1)  # sample variance of c . x
     low, high = _ranges(rel.clips, rel.bounds)

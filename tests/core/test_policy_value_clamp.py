@@ -117,3 +117,25 @@ def test_the_clamp_bound_holds_over_every_end():
     assert cb.bound("excess", m=m, a_noise=a, a_pop=a) == pytest.approx(
         population_excess(sample, 14.0, m=m, beta=a / 50), rel=1e-12)
     assert cb.bound("deficit", m=m, a_noise=a, a_pop=a) == 0.0
+
+
+def test_a_released_count_keeps_every_row_around_the_mean_over_the_m_patients():
+    """The means divide by a released count m~ = m + d: with the count's margin t >= |d| each row
+    still holds the exact sample mean over the m patients (the oracle: the terms' own mean), and
+    without the margin a count off by 10 % moves J(behaviour) out of its exact-release interval."""
+    from gpope.core.mechanisms.count import count_margin
+
+    rng = np.random.default_rng(11)
+    m, s = 2000, PolicyValueSettings()
+    terms = _heavy(m, rng)
+    exact = float(np.mean(terms.g))
+    t = count_margin(44.6, 0.05 * 0.05)  # the default count's noise at count_alpha of alpha 0.05
+    for d in (-t, -t // 3, 0, t // 2, t):
+        rel = release_policy_value(terms, BOUNDS, sigma=0.0, settings=s, rng=rng, count=m + d,
+                                   count_margin=t)
+        b = rel.intervals_with(0.95, s)["behaviour_value"]
+        assert rel.m == m + d and rel.m_low == m + d - t
+        assert b.lower <= exact <= b.upper
+    off = release_policy_value(terms, BOUNDS, sigma=0.0, settings=s, rng=rng, count=m - m // 10)
+    b = off.intervals_with(0.95, s)["behaviour_value"]
+    assert not b.lower <= exact <= b.upper

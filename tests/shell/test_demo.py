@@ -26,8 +26,13 @@ def test_demo_reads_the_shipped_spec_with_its_tuned_block():
 @pytest.mark.slow
 def test_demo_smoke_twice(spark, tmp_path, capsys):
     root = tmp_path / "lake"
+    # 8 patients: the released count m~ at the default count_epsilon (noise std 45) would swamp
+    # them; a count epsilon of 50 (noise std 0.17) keeps m~ = 8, inside a budget that pays it
+    conf = tmp_path / "small_cohort.yaml"
+    conf.write_text("privacy:\n  count_epsilon: 50.0\n  default_epsilon: 53.0\n")
     args = ["demo", "--patients", "8", "--steps", "4", "--iterations", "400",
-            "--public-trajectories", "4", "--seed", "1", "--lake", str(root), "--json"]
+            "--public-trajectories", "4", "--seed", "1", "--lake", str(root), "--json",
+            "--conf", str(conf)]
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)
     for table in first["tables"].values():
@@ -60,9 +65,9 @@ def test_demo_smoke_twice(spark, tmp_path, capsys):
         assert rows[0] == rows[1] and rows[0], table
     assert second["non_private_lstd"] == first["non_private_lstd"]
     assert second["evaluation"]["theta"] != first["evaluation"]["theta"]
-    # one run spent of the fresh default budget (3): at most its epsilon 1, less when the ledger's
-    # tight composition of the run's components (estimator, statistics, policy value) is below
-    assert 2.0 - 1e-9 <= second["evaluation"]["remaining_epsilon"] < 3.0
+    # the count (50) and one run spent of the fresh default budget (53): at most 51, less where
+    # the ledger's tight composition of the count and the run's components is below (about 48.5)
+    assert 2.0 - 1e-9 <= second["evaluation"]["remaining_epsilon"] < 53.0 - 45.0
 
 
 def _check_policy_value(report: dict, root: Path) -> None:

@@ -134,7 +134,7 @@ PINS: dict[str, dict] = {
 
 
 @pytest.fixture(scope="module")
-def released(spark, tmp_path_factory):
+def released(spark, tmp_path_factory, exact_count):
     tmp = tmp_path_factory.mktemp("pinned")
     config = load_config(None, lake={"root": str(tmp / "lake")})
     spec = api.load_spec("conf/specs/chain.yaml")
@@ -144,6 +144,7 @@ def released(spark, tmp_path_factory):
         lake.write_table(df, config.lake, "silver", name, "transitions", mode="overwrite")
         run_stats(spark, config, dataset=name, spec=spec)
         PrivacyLedger(spark, config).set_budget(name, epsilon=100.0, delta=1e-3)
+        exact_count(spark, config, name, spec)  # m~ = m: the pins' arithmetic
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     out = {}
     for name, (dataset, extra) in RUNS.items():

@@ -35,7 +35,7 @@ SEED = 987654321
 
 
 @pytest.fixture(scope="module")
-def chain_lake(spark, tmp_path_factory):
+def chain_lake(spark, tmp_path_factory, exact_count):
     """40 chain trajectories written straight to silver: NOT produced by `gpope simulate`."""
     root = tmp_path_factory.mktemp("privacy") / "lake"
     config = load_config(None, lake={"root": str(root)})
@@ -47,6 +47,7 @@ def chain_lake(spark, tmp_path_factory):
         lake.write_table(df, config.lake, "silver", name, "transitions", mode="overwrite")
         run_stats(spark, config, dataset=name, spec=load_spec(SPEC_FILE))
         PrivacyLedger(None, config).set_budget(name, epsilon=1000.0, delta=1e-3)
+        exact_count(spark, config, name, load_spec(SPEC_FILE))
     return config, root
 
 
@@ -298,7 +299,7 @@ def test_secure_noise_is_refused_where_the_tuning_free_default_applies(spark, ch
 
 
 def test_statistics_without_policy_terms_are_refused_in_one_line(spark, chain_lake, tmp_path,
-                                                                  capsys):
+                                                                  capsys, exact_count):
     # A lake whose trajectory_stats were written before the policy value existed (no
     # policy_terms column): evaluate refuses before reserving anything, telling the user to re-run
     # `gpope stats`; the CLI prints it as one line.
@@ -312,7 +313,8 @@ def test_statistics_without_policy_terms_are_refused_in_one_line(spark, chain_la
     path = str(root / "gold" / "old_stats" / "trajectory_stats")
     table = DeltaTable(path).to_pyarrow_table().drop(["policy_terms"])
     write_deltalake(path, table, mode="overwrite", schema_mode="overwrite")
-    PrivacyLedger(None, config).set_budget("old_stats", epsilon=10.0, delta=1e-3)
+    PrivacyLedger(None, config).set_budget("old_stats", epsilon=100.0, delta=1e-3)
+    exact_count(spark, config, "old_stats", load_spec(SPEC_FILE))
     before = _ledger_version(root)
     code = main(["evaluate", "--dataset", "old_stats", "--spec", str(SPEC_FILE), "--epsilon",
                  "1", "--delta", "1e-5", "--lake", str(root),
@@ -324,7 +326,7 @@ def test_statistics_without_policy_terms_are_refused_in_one_line(spark, chain_la
 
 
 def test_statistics_older_than_the_latest_ingest_are_refused_or_released_and_recorded(
-        spark, chain_lake, tmp_path, capsys):
+        spark, chain_lake, tmp_path, capsys, exact_count):
     # stats of 40 trajectories, then a later write of 55 to silver (stats not re-run): evaluate
     # refuses in one line naming `gpope stats` before reserving anything; --allow-stale-stats
     # releases from the 40 and records it (report, --json, MLflow tag); stats again -> fresh.
@@ -339,6 +341,7 @@ def test_statistics_older_than_the_latest_ingest_are_refused_or_released_and_rec
     silver(40, 1)
     run_stats(spark, config, dataset="st", spec=load_spec(SPEC_FILE))
     PrivacyLedger(None, config).set_budget("st", epsilon=100.0, delta=1e-3)
+    exact_count(spark, config, "st", load_spec(SPEC_FILE))
     silver(55, 2)  # silver version 1; the statistics come from version 0
     argv = ["evaluate", "--dataset", "st", "--spec", str(SPEC_FILE), "--epsilon", "1",
             "--delta", "1e-5", "--iterations", "300", "--public-trajectories", "0",
@@ -361,6 +364,7 @@ def test_statistics_older_than_the_latest_ingest_are_refused_or_released_and_rec
     assert run.data.tags["gpope.stale_stats"] == "true"
 
     run_stats(spark, config, dataset="st", spec=load_spec(SPEC_FILE))
+    exact_count(spark, config, "st", load_spec(SPEC_FILE))  # a new version: a new count
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["m"] == 55 and not any("STALE" in w for w in out["warnings"])

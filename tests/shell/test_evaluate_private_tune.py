@@ -42,7 +42,7 @@ M = 80
 
 
 @pytest.fixture(scope="module")
-def setup(spark, tmp_path_factory):
+def setup(spark, tmp_path_factory, exact_count):
     tmp = tmp_path_factory.mktemp("evaluate_tune")
     config = load_config(None, lake={"root": str(tmp / "lake")})
     behaviour = mountaincar.learned_policy("epsilon_greedy", epsilon=0.1)
@@ -52,6 +52,7 @@ def setup(spark, tmp_path_factory):
     spec = EvaluationSpec.from_mapping(SPEC)
     run_stats(spark, config, dataset="mct", spec=spec)
     PrivacyLedger(spark, config).set_budget("mct", epsilon=100.0, delta=1e-3)
+    exact_count(spark, config, "mct", spec)
     return config, spec, transitions, f"sqlite:///{tmp / 'mlflow.db'}"
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+from conftest import EXACT_COUNT_EPSILON
 from deltalake import DeltaTable
 
 from gpope.cli import main
@@ -76,16 +77,26 @@ def _tracking(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def template(spark, tmp_path_factory) -> Path:
-    """A 40-trajectory chain lake with its statistics and a budget of epsilon 10 (copy it)."""
+def template(spark, tmp_path_factory, exact_count) -> Path:
+    """A 40-trajectory chain lake with its statistics, its released count m~ (charged
+    EXACT_COUNT_EPSILON) and a budget of epsilon 10 beside it (copy it)."""
     template = tmp_path_factory.mktemp("kill_points") / "template" / "lake"
     config = load_config(None, lake={"root": str(template)})
     transitions = chain.generate(40, np.random.default_rng(0), chain.ChainConfig(max_steps=200))
     df = spark.createDataFrame(transitions_to_arrow(transitions), schema=TRANSITIONS)
     lake.write_table(df, config.lake, "silver", "ch", "transitions", mode="overwrite")
     run_stats(spark, config, dataset="ch", spec=load_spec(SPEC_FILE))
-    PrivacyLedger(None, config).set_budget("ch", epsilon=10.0, delta=1e-3)
+    PrivacyLedger(None, config).set_budget("ch", epsilon=EXACT_COUNT_EPSILON + 10.0, delta=1e-3)
+    exact_count(spark, config, "ch", load_spec(SPEC_FILE))
     return template
+
+
+def _runs(ledger: PrivacyLedger) -> tuple:
+    """The dataset's runs without its released count's reservation."""
+    from gpope.core.accounting.composition import mechanism_from_json
+
+    return tuple(r for r in ledger.status("ch").runs
+                 if not mechanism_from_json(r.mechanism).every_relation)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +126,9 @@ def killed(template):
         assert time.monotonic() < deadline, "the run never reached ledger.before_append"
         if Path(f"{go}.reached").exists():
             ledger = PrivacyLedger(None, load_config(None, lake={"root": str(roots["ledger.after_append"])}))
-            ledger.set_budget("ch", epsilon=EPSILON / 5, delta=1e-3)
+            # just above what the count spent: the run's epsilon no longer fits
+            spent = ledger.status("ch").spent_epsilon
+            ledger.set_budget("ch", epsilon=spent + EPSILON / 1000, delta=1e-3)
             go.touch()
         time.sleep(0.05)
     out = {}
@@ -153,13 +166,13 @@ def test_a_run_killed_at_each_point_is_charged_or_refunded_by_the_rule(killed, p
     assert code == -signal.SIGKILL, stderr[-3000:]
     assert stdout == ""  # nothing derived from the noise was printed
     ledger = PrivacyLedger(None, load_config(None, lake={"root": str(root)}))
-    runs = ledger.status("ch").runs
+    runs = _runs(ledger)
     assert main(["budget", "reconcile", "--dataset", "ch", "--lake", str(root)]) == 0
     report = capsys.readouterr().out
     verdict = VERDICT[point]
     if verdict is None:  # killed before its reservation was written: nothing to charge
         assert runs == () and "reconciled 0 stale reservation(s)" in report
-        assert ledger.status("ch").spent_epsilon_basic == 0.0
+        assert ledger.status("ch").spent_epsilon_basic == EXACT_COUNT_EPSILON
         assert not _raw_run_ids(root, "released_estimates")
         return
     (run,) = runs
@@ -170,7 +183,7 @@ def test_a_run_killed_at_each_point_is_charged_or_refunded_by_the_rule(killed, p
     assert status.entry(run.run_id).status == verdict
     # charged exactly per the rule: the run's claim, or nothing when it was never admitted
     charged = 0.0 if verdict == "cancelled" else EPSILON
-    assert status.spent_epsilon_basic == pytest.approx(charged, abs=1e-12)
+    assert status.spent_epsilon_basic == pytest.approx(charged + EXACT_COUNT_EPSILON, abs=1e-12)
     # raw readers see the run's rows exactly when it is released; MLflow holds nothing yet
     for table in ("released_estimates", "released_values"):
         assert (run.run_id in _raw_run_ids(root, table)) == (verdict == "released"), table
@@ -222,7 +235,7 @@ def test_a_failed_ledger_mark_and_a_failed_print_still_name_the_release(template
     assert ledger.entry("ch", run_id).status == "reserved"  # the mark never happened...
     assert main(["budget", "reconcile", "--dataset", "ch", "--lake", str(root)]) == 0
     assert f"{run_id}: released (" in capsys.readouterr().out  # ...reconcile records it
-    assert ledger.status("ch").spent_epsilon_basic == pytest.approx(EPSILON)
+    assert ledger.status("ch").spent_epsilon_basic == pytest.approx(EPSILON + EXACT_COUNT_EPSILON)
 
 
 @pytest.mark.parametrize("point", ["evaluate.after_reserve", "evaluate.report"])
@@ -243,9 +256,9 @@ def test_ctrl_c_says_whether_the_release_and_its_charge_stand_and_what_to_run(
     out = capsys.readouterr()
     (line,) = out.err.splitlines()
     ledger = PrivacyLedger(None, load_config(None, lake={"root": str(root)}))
-    (run,) = ledger.status("ch").runs
+    (run,) = _runs(ledger)
     assert line.startswith("gpope evaluate: interrupted ") and run.run_id in line, line
-    assert ledger.status("ch").spent_epsilon_basic == pytest.approx(EPSILON)
+    assert ledger.status("ch").spent_epsilon_basic == pytest.approx(EPSILON + EXACT_COUNT_EPSILON)
     if point == "evaluate.after_reserve":
         assert "released nothing" in line and "stays charged" in line, line
         assert "gpope budget show --dataset ch" in line and run.status == "failed"

@@ -46,7 +46,11 @@ def test_a_count_is_charged_once_per_statistics_version_and_reused(tmp_path):
     s1 = public_count(config, dataset="d", stats_version=5, m=2000, seed=1)
     s2 = public_count(config, dataset="d", stats_version=5, m=2000, seed=1)
     assert s1 == s2 and not s1.private and len(_ledger_rows(config)) == 4
-    assert public_count(config, dataset="d", stats_version=5, m=2000).private
+    private = public_count(config, dataset="d", stats_version=5, m=2000)
+    assert private.private and len(_ledger_rows(config)) == 5
+    # once a private count exists, a seeded run uses it (public) and is charged nothing more
+    assert public_count(config, dataset="d", stats_version=5, m=2000, seed=2) == private
+    assert len(_ledger_rows(config)) == 5
 
 
 def test_a_budget_that_cannot_pay_for_the_count_refuses_it_and_writes_nothing(tmp_path):

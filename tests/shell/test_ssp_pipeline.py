@@ -41,7 +41,7 @@ M = 400
 
 
 @pytest.fixture(scope="module")
-def setup(spark, tmp_path_factory):
+def setup(spark, tmp_path_factory, exact_count):
     tmp = tmp_path_factory.mktemp("ssp")
     config = load_config(None, lake={"root": str(tmp / "lake")})
     transitions = chain_env.generate(M, np.random.default_rng(5), CFG)
@@ -50,6 +50,7 @@ def setup(spark, tmp_path_factory):
     spec = EvaluationSpec.from_mapping(SPEC)
     run_stats(spark, config, dataset="ch", spec=spec)
     PrivacyLedger(spark, config).set_budget("ch", epsilon=100.0, delta=1e-3)
+    exact_count(spark, config, "ch", spec)
     return config, spec, f"sqlite:///{tmp / 'mlflow.db'}"
 
 

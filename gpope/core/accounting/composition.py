@@ -142,24 +142,29 @@ def _from_plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class StoredMechanism:
-    """A run's mechanism as the ledger stores it."""
+    """A run's mechanism as the ledger stores it. ``every_relation``: its cost under
+    ``relation`` bounds its cost under every relation (the released count: sensitivity 1 under
+    add/remove-one, 0 under replace-one), so it composes with runs of either."""
 
     event: dp_accounting.DpEvent
     relation: str
     label: str = ""
+    every_relation: bool = False
 
 
-def mechanism_to_json(event: dp_accounting.DpEvent, relation: str, label: str = "") -> str:
-    """The ledger's ``mechanism`` text: JSON with the event tree and its neighbouring relation."""
+def mechanism_to_json(event: dp_accounting.DpEvent, relation: str, label: str = "", *,
+                      every_relation: bool = False) -> str:
+    """The ledger's ``mechanism`` text: JSON with the event tree and its neighbouring relation
+    (and ``every_relation``, :class:`StoredMechanism`, when set)."""
     if relation not in RELATIONS:
         raise AccountingError(
             f"Unknown neighbouring relation {relation!r}; use one of {', '.join(RELATIONS)}."
         )
-    return json.dumps(
-        {"format": MECHANISM_FORMAT, "relation": relation, "label": label,
-         "event": _to_plain(event)},
-        sort_keys=True,
-    )
+    payload = {"format": MECHANISM_FORMAT, "relation": relation, "label": label,
+               "event": _to_plain(event)}
+    if every_relation:
+        payload["every_relation"] = True
+    return json.dumps(payload, sort_keys=True)
 
 
 _LEGACY_RELATION = {"SampledWithoutReplacementDpEvent": "replace_one"}
@@ -208,8 +213,8 @@ def mechanism_from_json(text: str) -> StoredMechanism | None:
         payload = None
     if isinstance(payload, dict) and payload.get("format") == MECHANISM_FORMAT:
         return StoredMechanism(
-            _from_plain(payload["event"]), str(payload["relation"]), str(payload.get("label", ""))
-        )
+            _from_plain(payload["event"]), str(payload["relation"]), str(payload.get("label", "")),
+            bool(payload.get("every_relation", False)))
     event = _legacy_event(text or "")
     if event is None:
         return None

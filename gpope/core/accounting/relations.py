@@ -1,12 +1,15 @@
 """A run's guarantee under the other neighbouring relation, from its stored event.
 
 A run's event is calibrated and charged under one relation (:attr:`ReleasePlan.relation`:
-replace-one for uniform sampling, add/remove-one otherwise). What holds with what is public
-decides which relation is honest: a run that publishes the exact number of patients m cannot
-be add/remove-private (m alone tells the two neighbours apart), so there the guarantee that
-holds is replace-one, where both neighbours have the same m. This module states that guarantee
-for a stored add/remove event, so the ledger, the report and MLflow can show it beside the
-charge (docs/ARCHITECTURE.md section 4, "Neighbouring relation").
+replace-one for uniform sampling, add/remove-one otherwise). What is public decides whether the
+charged relation holds: the exact number of patients m tells two add/remove neighbours apart,
+so an add/remove run publishes m only as the noisy count m~ (:mod:`gpope.core.mechanisms.count`,
+released once per statistics version and charged to the same budget) and uses m~ wherever m
+enters a plan decision or a released number; with that, the add/remove charge is the guarantee
+that holds. A replace-one run publishes the exact m, which both replace-one neighbours share.
+This module restates a stored add/remove event under replace-one (and a replace-one event
+under itself) when asked, so ``gpope budget show --relation`` and the report's ``--json`` can
+state it beside the charge (docs/ARCHITECTURE.md section 4, "Neighbouring relation").
 
 Replace-one from add/remove (both exact for the Gaussian leaves gpope releases):
 
@@ -140,11 +143,11 @@ def epsilon_under(event: dp_accounting.DpEvent, *, charged_relation: str, relati
 
 def stored_relation(mechanism: str) -> str | None:
     """The neighbouring relation a ledger row's stored mechanism is charged under (None: no
-    stored event)."""
+    stored event, or one whose charge holds under every relation, the released count)."""
     from gpope.core.accounting.composition import mechanism_from_json
 
     stored = mechanism_from_json(mechanism)
-    return None if stored is None else stored.relation
+    return None if stored is None or stored.every_relation else stored.relation
 
 
 def restate(mechanism: str, *, relation: str, delta: float) -> float | None:

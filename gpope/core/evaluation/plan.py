@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from gpope.core.untuned.release import UntunedSettings, UntunedSigmas
 
 __all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "gaussian_share",
-           "plan_release"]
+           "plan_release", "run_relation"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +82,10 @@ class ReleasePlan:
 
     Attributes:
         epsilon, delta: the run's target (what the ledger reserves).
-        m: the number of trajectories (public).
+        m: the number of trajectories every released number uses (public): the released count
+            m~ (``count_sigma`` > 0) or, under replace-one, the exact m.
+        count_sigma: the noise std of the released count that ``m`` is (0: ``m`` is exact,
+            public under the plan's relation).
         estimator: the registered estimator's name (:mod:`gpope.core.estimators`).
         accountant: the accountant that certifies the estimator's release.
         relation: the neighbouring relation (``"replace_one"`` for uniform sampling, else
@@ -133,6 +136,7 @@ class ReleasePlan:
     tuning: tuple[PrivateTuningPlan, PrivateTuningSettings] | None = None
     private_clip_quantile: float | None = None
     untuned_sigmas: UntunedSigmas | None = None
+    count_sigma: float = 0.0
 
     @property
     def sigma(self) -> float:
@@ -213,6 +217,18 @@ def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[i
     return k, None
 
 
+def run_relation(settings: PlanSettings) -> str:
+    """The run's adjacency: replace-one for GPOPE's uniform sampling (its accountant needs the
+    exact sampling rate 1/m, so the exact m is public and the sensitivity 2h), else add/remove-one
+    (one-shot estimators and Poisson sampling, with the released count m~ as the public m). Every
+    component is calibrated, reported and charged under it."""
+    from gpope.core.accounting.composition import relation_of_sampling
+    from gpope.core.estimators import get
+
+    one_shot = get(settings.estimator).one_shot
+    return "add_or_remove_one" if one_shot else relation_of_sampling(settings.sampling)
+
+
 def plan_release(
     settings: PlanSettings,
     *,
@@ -225,6 +241,7 @@ def plan_release(
     untuned: UntunedSettings | None = None,
     private_clip_quantile: float | None = None,
     behaviour: BehaviourSettings | None = None,
+    count_sigma: float = 0.0,
 ) -> ReleasePlan:
     """The release plan of a run (see the module docstring); nothing is drawn or read.
 
@@ -247,6 +264,8 @@ def plan_release(
         behaviour: the data carry no logged propensities (public: the schema) and the run
             estimates the behaviour policy privately with these rules (its ``behaviour``
             component, :func:`gpope.core.evaluation.components.plan_behaviour`); None: logged.
+        count_sigma: ``m`` is the released count m~ with this noise std (0: the exact m, which
+            only a replace-one plan may use, :func:`run_relation`).
 
     Returns:
         The frozen plan; equal for any two data sets with the same m.
@@ -255,16 +274,13 @@ def plan_release(
         ConfigError, AccountingError: a combination of settings the run cannot account for.
     """
     from gpope.core.accounting import epsilon_spent, resolve_accountant
-    from gpope.core.accounting.composition import relation_of_sampling
     from gpope.core.accounting.registry import REFERENCE, not_a_valid_bound
     from gpope.core.estimators import PlanContext, get
 
     s = settings
     estimator = get(s.estimator)
-    # the run's adjacency: replace-one for uniform sampling (sensitivity 2h / 2 clip), else
-    # add/remove; every component is calibrated, reported and charged under it
     one_shot = estimator.one_shot
-    relation = "add_or_remove_one" if one_shot else relation_of_sampling(s.sampling)
+    relation = run_relation(s)
     accountant = resolve_accountant(s.accountant, "poisson" if one_shot else s.sampling)
     inputs = PlanInputs(settings=s, m=m, relation=relation, accountant=s.accountant,
                         statistics_clip=statistics_clip, spec=spec, behaviour=behaviour)
@@ -317,7 +333,7 @@ def plan_release(
         statistics_clip=None if statistics_clip is None else float(statistics_clip),
         moments_share=float(s.moments_share), tuning=fields.get("tuning"),
         private_clip_quantile=float(private_clip_quantile) if private_clip else None,
-        untuned_sigmas=fields.get("untuned_sigmas"))
+        untuned_sigmas=fields.get("untuned_sigmas"), count_sigma=float(count_sigma))
 
 
 #: Each retry of a joint calibration whose composed event certifies above the target (the

@@ -370,7 +370,9 @@ def tune_privately(
     """
     if not isinstance(stats, TrajectoryStats):
         raise ConfigError(f"tune_privately needs TrajectoryStats; got {type(stats).__name__}.")
-    if stats.m != plan.m or base.sampling != "poisson" or base.iterations != plan.iterations \
+    # the plan's m is the run's public count: the rows held, or the released m~ the steps
+    # normalise by (``base.normalizing_size``)
+    if plan.m not in (stats.m, base.normalizing_size) or base.sampling != "poisson" or base.iterations != plan.iterations \
             or base.batch_rate != plan.batch_rate:
         raise ConfigError(
             f"tune_privately: the plan was made for m={plan.m}, N={plan.iterations}, "

@@ -120,7 +120,8 @@ def run_evaluate(
     try:
         faults.point("evaluate.after_reserve")
         est = estimate(spark, config, dataset=dataset, spec=spec, plan=plan, settings=settings,
-                       stats_df=stats_df, stats_version=prepared.stats_version)
+                       stats_df=stats_df, stats_version=prepared.stats_version,
+                       rows=prepared.rows)
         label = privacy_label(private=est.result.private, accountant=plan.accountant,
                               seeded=prepared.seeded)
         row = release_row(

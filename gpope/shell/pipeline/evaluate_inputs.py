@@ -1,7 +1,9 @@
 """The public inputs of one private evaluation and its release plan, before anything is written.
 
-:func:`prepare_run` reads what the design treats as public and nothing else: m (the number of
-trajectories with statistics for the spec, from one pinned version of the gold table), the
+:func:`prepare_run` reads what the design treats as public and nothing else: m (the released
+number of patients m~ of the pinned statistics version, :mod:`gpope.shell.pipeline.released_count`,
+released and charged once per version; a run under replace-one, GPOPE's uniform sampling, uses
+the exact count, which that relation makes public), the
 episode cap ``gpope simulate`` recorded for a simulated dataset, and the public clip bound of the
 noisy-statistics release (a quantile on a fresh cohort of the spec's simulator; an ssp run whose
 spec has no simulator plans a private quantile instead, charged to the run). From those, the
@@ -28,9 +30,10 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings, SettingsLayer
+    from gpope.core.mechanisms.count import NoisyCount
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["PreparedRun", "check_request", "check_seed_allowed", "prepare_run"]
+__all__ = ["PreparedRun", "check_count", "check_request", "check_seed_allowed", "prepare_run"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +41,10 @@ class PreparedRun:
     """A run ready to reserve: its public inputs, resolved settings and release plan.
 
     Attributes:
-        m: the number of trajectories (public).
+        m: the number of trajectories every released number uses (public): the released count
+            m~, or the exact m under replace-one (``plan.count_sigma`` says which).
+        rows: the exact number of trajectories: checks and indexes the rows, never released
+            nor logged.
         stats_version: the pinned version of trajectory_stats every read uses.
         settings: the resolved settings (``interval_groups`` as the plan applies it).
         provenance: where each setting came from, the tuned point, the interval note.
@@ -47,6 +53,7 @@ class PreparedRun:
     """
 
     m: int
+    rows: int
     stats_version: int
     settings: RunSettings
     provenance: dict[str, Any]
@@ -159,6 +166,21 @@ def statistics_clip(spec: EvaluationSpec, settings: Any, *, private_fallback: bo
     return clip, f"public {q:g} quantile on a simulated cohort of the spec's domain"
 
 
+def check_count(count: NoisyCount) -> int:
+    """The released count as the run's public m.
+
+    Raises:
+        ConfigError: m~ below 2 (a count whose noise swamps the dataset; nothing is written).
+    """
+    if count.m_noisy < 2:
+        raise ConfigError(
+            f"The released number of patients of this statistics version is {count.m_noisy} "
+            f"(noise std {count.sigma:.3g}): too few to evaluate. For a dataset this small raise "
+            "privacy.count_epsilon in the configuration (and re-run `gpope stats` for a new count), "
+            "or evaluate a larger dataset.")
+    return int(count.m_noisy)
+
+
 def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
                 flags: SettingsLayer) -> PreparedRun:
     """The public inputs, the resolved settings and the release plan of a run.
@@ -171,11 +193,13 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     """
     from gpope.core.evaluation import plan_loading, plan_release
     from gpope.core.evaluation.loading import is_one_hot
+    from gpope.core.evaluation.plan import run_relation
     from gpope.core.evaluation.settings import (
         check_delta_against_m,
         merged_view,
         resolve_settings,
     )
+    from gpope.shell.pipeline.released_count import public_count
     from gpope.shell.pipeline.stats import statistics_version, trajectory_count
     from gpope.shell.pipeline.stats_source import check_fresh
 
@@ -185,11 +209,14 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     # m and the statistics come from one pinned version of trajectory_stats: a concurrent
     # `gpope stats` cannot make the count and the rows disagree
     version = statistics_version(spark, config, dataset=dataset)
-    m = trajectory_count(spark, config, dataset=dataset, spec=spec, version=version)
+    rows = trajectory_count(spark, config, dataset=dataset, spec=spec, version=version)
     # statistics older than the latest ingest: refused, or (allowed) recorded in the run
     stale = check_fresh(spark, config, dataset=dataset, spec=spec, stats_version=version,
                         allow=bool(flags.get("allow_stale_stats", False)))
-    check_delta_against_m(float(flags.get("delta")), m)
+    # the public m: the version's released count (charged once per version, then reused)
+    count = public_count(config, dataset=dataset, stats_version=version, m=rows,
+                         seed=flags.get("seed"), spark=spark)
+    m = max(count.m_noisy, 2)  # what the settings resolve at; the run's m is decided below
     # the public cohort (SSP clip, residual bound, public MSPBE) has the episode cap the
     # simulated dataset recorded: a clip from 200-decision HIV episodes is about 5x too large
     # for the demo's 40-decision ones and buried every feature of the noisy statistics
@@ -216,14 +243,22 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
         source=provenance["source"].get("ssp_clip"), quantile_source=q_source)
     if clip_from is not None:
         provenance["ssp_clip_from"] = clip_from
+    count_sigma = count.sigma
+    if run_relation(settings) == "replace_one":  # uniform sampling: its accountant's 1/m is exact
+        m, count_sigma = rows, 0.0
+    else:
+        m = check_count(count)
+    check_delta_against_m(float(flags.get("delta")), m)
     plan = plan_release(
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
         private_tuning=settings.private_tuning.to_core()
         if settings.tune == "private" else None, untuned=settings.untuned,
         private_clip_quantile=private_clip_quantile(settings, q_source)
-        if estimator.private_clip_fallback and clip is None else None, behaviour=behaviour)
+        if estimator.private_clip_fallback and clip is None else None, behaviour=behaviour,
+        count_sigma=count_sigma)
     if plan.interval_note:
         provenance["interval_note"] = plan.interval_note
-    return PreparedRun(m=m, stats_version=version, settings=settings, provenance=provenance,
+    return PreparedRun(m=m, rows=rows, stats_version=version, settings=settings,
+                       provenance=provenance,
                        recorded_max_length=recorded, plan=plan)

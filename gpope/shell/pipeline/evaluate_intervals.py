@@ -26,20 +26,22 @@ def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.G
 
 
 def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, *, n: int,
-                     m: int, sigma: float, clip: float) -> tuple[Any, Any]:
+                     m: int, rows: int, sigma: float, clip: float) -> tuple[Any, Any]:
     """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`) of the rows
     ``stats_df`` (a DataFrame, or :class:`gpope.shell.pipeline.ssp.StatisticsFiles`): a Spark
     aggregate of the clipped sums plus Gaussian noise at ``sigma / sqrt(1 - moments_share)``;
     then, at the resulting (public) unregularised SSP estimate, a Spark aggregate of the clipped
     residual second moments plus noise at ``sigma / sqrt(moments_share)``. Together: exactly the
-    Gaussian mechanism at ``sigma`` (:func:`gpope.core.ssp.ssp_release_event`)."""
+    Gaussian mechanism at ``sigma`` (:func:`gpope.core.ssp.ssp_release_event`). ``m``: the
+    public count the release divides by; ``rows``: how many rows each aggregate must sum (a
+    structural check, never released)."""
     from gpope.core.intervals import ssp_values
     from gpope.core.ssp import release_moments, release_noisy_statistics, split_sigma
     from gpope.shell.pipeline.ssp import public_residual_bound, spark_group_sums, spark_moment_sum
 
     rng, _ = noise_generators(options.seed)
     s1, s2 = split_sigma(sigma, options.moments_share)
-    sums = spark_group_sums(stats_df, n=n, clip=clip, expected_rows=m)
+    sums = spark_group_sums(stats_df, n=n, clip=clip, expected_rows=rows)
     if options.secure_noise:
         noisy = _secure_noisy_statistics(sums, options, n=n, m=m, sigma=s1, clip=clip)
     else:
@@ -48,7 +50,8 @@ def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, 
     bound = public_residual_bound(spec, theta, clip=clip, n_trajectories=options.public_trajectories,
                                   quantile=options.ssp_clip_quantile,
                                   max_length=options.public_max_length)
-    msum = spark_moment_sum(stats_df, n=n, clip=clip, theta=theta, bound=bound, expected_rows=m)
+    msum = spark_moment_sum(stats_df, n=n, clip=clip, theta=theta, bound=bound,
+                            expected_rows=rows)
     if options.secure_noise:
         from gpope.core.mechanisms.secure_noise import secure_perturb
         from gpope.core.ssp import NoisyMoments, moments_matrix

@@ -12,6 +12,7 @@ as the run's other rows.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "ESTIMATOR",
     "as_report",
     "check_policy_terms",
+    "count_allowance",
     "estimand_of",
     "functionals_of",
     "mlflow_metrics",
@@ -68,11 +70,12 @@ def _noise_generator(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(ss)
 
 
-def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan
-                      ) -> tuple[Any, np.ndarray | None] | None:
-    """(the per-patient terms (private), the first states' features (m, n) or None) of the
+def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
+                      rows: int | None = None) -> tuple[Any, np.ndarray | None] | None:
+    """(the per-patient terms (private), the first states' features (rows, n) or None) of the
     run's pinned statistics, or None when the plan has no ``policy_value`` component. The
-    features are there when the statistics were computed with them (their width is public)."""
+    features are there when the statistics were computed with them (their width is public).
+    ``rows``: the exact number of trajectories the terms must number (None: not checked)."""
     from gpope.core.policy_value import PolicyValueTerms
     from gpope.core.state_action import value_spec
 
@@ -86,20 +89,37 @@ def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePl
             f"{col.null_count} trajectories of the statistics have no policy terms although spec "
             f"{spec.name!r} sets the public bounds; re-run `gpope stats` for this spec.")
     flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    width = 3 + n if len(flat) == plan.m * (3 + n) else 3
+    width = 3 + n if len(flat) == len(col) * (3 + n) else 3
     x = flat.reshape(-1, width)
-    if len(x) != plan.m:
-        raise DataError(f"The statistics hold {len(x)} policy terms for m = {plan.m} patients.")
+    if rows is not None and len(x) != rows:
+        raise DataError(f"The statistics hold {len(x)} policy terms for {rows} patients; re-run "
+                        "`gpope stats` for this spec.")
     terms = PolicyValueTerms(g=x[:, 0].copy(), a=x[:, 1].copy(), n=x[:, 2].copy())
     return terms, (x[:, 3:].copy() if width > 3 else None)
 
 
+def count_allowance(plan: ReleasePlan, settings: PolicyValueSettings, level: float
+                    ) -> tuple[int | None, int, float]:
+    """(the released count the rows divide by or None, its margin t, the level the rows are
+    built at) for rows reported at ``level``: where the plan's m is the released count m~
+    (``plan.count_sigma`` > 0), ``count_alpha`` of alpha goes to |m~ - m| <= t
+    (:func:`gpope.core.mechanisms.count.count_margin`) and the rows are built at the level
+    that leaves (a union bound: the rows still miss with probability at most 1 - ``level``)."""
+    from gpope.core.mechanisms.count import count_margin
+
+    if plan.count_sigma <= 0:
+        return None, 0, level
+    beta = (1.0 - level) * settings.count_alpha
+    return plan.m, count_margin(plan.count_sigma, beta), level + beta
+
+
 def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: EvaluationSpec,
                            plan: ReleasePlan, *, settings: PolicyValueSettings,
-                           seed: int | None) -> Any:
+                           seed: int | None, level: float) -> Any:
     """The direct method's first-state release (:func:`gpope.core.policy_value_direct.release_first_state`
-    at ``first_state_share`` of the policy value component's privacy loss), or None when the
-    statistics carry no first-state features."""
+    at ``first_state_share`` of the policy value component's privacy loss, dividing by the
+    plan's public m, :func:`count_allowance` at ``level``), or None when the statistics carry
+    no first-state features."""
     from gpope.core.policy_value_direct import one_hot_map, release_first_state, split_first_state
     from gpope.core.state_action import value_spec
     from gpope.core.untuned.release import feature_norm_bound
@@ -109,24 +129,28 @@ def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: Eva
     _, s_fs = split_first_state(plan.component("policy_value").sigma, settings.first_state_share)
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x46535452])
     fmap = value_spec(spec).feature_map
+    count, margin, _ = count_allowance(plan, settings, level)
     return release_first_state(read[1], norm_bound=feature_norm_bound(fmap), sigma=s_fs,
-                               rng=np.random.default_rng(ss), one_hot=one_hot_map(fmap))
+                               rng=np.random.default_rng(ss), one_hot=one_hot_map(fmap),
+                               count=count, count_margin=margin)
 
 
-def functionals_of(first: Any, settings: PolicyValueSettings, level: float
-                   ) -> tuple[np.ndarray, np.ndarray] | None:
+def functionals_of(first: Any, settings: PolicyValueSettings, level: float, *,
+                   plan: ReleasePlan) -> tuple[np.ndarray, np.ndarray] | None:
     """The public rows and levels a run asks its estimator for (the first-state mean, at
-    :func:`gpope.core.policy_value_direct.direct_levels`), or None without a first-state release."""
+    :func:`gpope.core.policy_value_direct.direct_levels` of the level :func:`count_allowance`
+    builds the rows at), or None without a first-state release."""
     from gpope.core.policy_value_direct import direct_levels
 
     if first is None:
         return None
-    return np.stack([first.mean] * 2), direct_levels(level, settings.first_state_alpha)
+    inner = count_allowance(plan, settings, level)[2]
+    return np.stack([first.mean] * 2), direct_levels(inner, settings.first_state_alpha)
 
 
 def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
                           settings: PolicyValueSettings, level: float, seed: int | None,
-                          secure_noise: bool = False, read: Any = None,
+                          secure_noise: bool = False, read: Any = None, rows: int | None = None,
                           direct: tuple[Any, Any] | None = None) -> dict[str, Any] | None:
     """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
     component, or None when the run has none. Nothing but the release leaves this function.
@@ -140,7 +164,9 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     importance sampling release takes the component's privacy loss the first state left.
     A state-action ``spec`` (no logged propensities) has terms with every ratio 1: its J(target)
     and contrast are the direct method's or, where that is unidentified or absent, the public
-    range (:func:`gpope.core.policy_value_direct.public_range_rows`)."""
+    range (:func:`gpope.core.policy_value_direct.public_range_rows`). Every mean divides by the
+    plan's public m; where that is the released count, the rows carry its error
+    (:func:`count_allowance`) and still state ``level``. ``rows``: as in :func:`read_policy_terms`."""
     from gpope.core.features import TabularFeatures
     from gpope.core.policy_value import spec_bounds
     from gpope.core.policy_value_direct import (
@@ -155,26 +181,29 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     comp = plan.component("policy_value")
     if comp is None:
         return None
-    read = read if read is not None else read_policy_terms(stats_df, spec, plan)
+    read = read if read is not None else read_policy_terms(stats_df, spec, plan, rows=rows)
     sigma = comp.sigma if direct is None else split_first_state(
         comp.sigma, settings.first_state_share)[0]
+    count, margin, inner = count_allowance(plan, settings, level)
     rel = release_policy_value(read[0], spec_bounds(spec), sigma=sigma,
                                settings=settings, rng=_noise_generator(seed),
-                               secure_noise=secure_noise)
+                               secure_noise=secure_noise, count=count, count_margin=margin)
     logged = not is_state_action(spec)
     if direct is None:
-        rows = rel.intervals_with(level, settings)
-        return rows if logged else public_range_rows(rows, public_ranges(rel.bounds), level)
+        out = rel.intervals_with(inner, settings)
+        out = out if logged else public_range_rows(out, public_ranges(rel.bounds), inner)
+        return {k: dataclasses.replace(v, level=float(level)) for k, v in out.items()}
     est, first = direct
     vr = value_range(spec)
     fiv = est.functionals
-    return pick_policy_values(
-        rel, settings, level=level, theta=est.theta, first=first,
+    out = pick_policy_values(
+        rel, settings, level=inner, theta=est.theta, first=first,
         functional_ends=np.stack([fiv.lower, fiv.upper], axis=1), supported=est.supported,
         unsupported_bound=(max(abs(vr[0]), abs(vr[1]))
                            if isinstance(getattr(spec.feature_map, "base", spec.feature_map),
                                          TabularFeatures) else None),
         ratios_logged=logged)
+    return {k: dataclasses.replace(v, level=float(level)) for k, v in out.items()}
 
 
 def estimand_of(name: str, iv: Any) -> str:

@@ -172,19 +172,15 @@ class EvaluationReport:
                 for k in ("value", "lower", "upper", "lower_bound")}
 
     def relation_line(self) -> str:
-        """One line: the neighbouring relation the run is charged under, and its epsilon under
-        the other relation where known (docs/ARCHITECTURE.md section 4)."""
+        """One line: the neighbouring relation the run is charged under and why it holds with
+        what the run publishes (docs/ARCHITECTURE.md section 4, "Neighbouring relation"); the
+        epsilon under the other relation is in ``--json`` ``relation_epsilons`` and
+        ``gpope budget show --relation``."""
         said = {"add_or_remove_one": "add/remove-one", "replace_one": "replace-one"}
-        line = f"charged under {said.get(self.relation, self.relation)} adjacency"
-        other = {k: v for k, v in self.relation_epsilons.items() if k != self.relation}
-        for name, eps in other.items():
-            if name != "replace_one":
-                continue  # a replace-one run publishes m under the relation it is charged by
-            line += (f"; m is released exactly, so the guarantee that holds is "
-                     f"{said.get(name, name)} adjacency: "
-                     + (f"epsilon {eps:.4g} at delta {self.delta:g}" if eps is not None else
-                        "gpope budget show --relation replace_one states its epsilon"))
-        return line
+        line = f"charged under {said.get(self.relation, self.relation)} adjacency, which holds: "
+        if self.relation == "add_or_remove_one":
+            return line + "m is public only as the noisy count m~"
+        return line + "both replace-one neighbours have the same m, which is public"
 
     def summary(self) -> str:
         """Human-readable lines; the solver's settings (N, sampling, the operating point) only
@@ -199,7 +195,9 @@ class EvaluationReport:
             f"  epsilon {self.epsilon:g} (accountant {self.accountant} "
             f"{'claims, NOT a valid bound:' if self.accountant == 'paper' else 'certifies'} "
             f"{self.spent_epsilon if self.spent_epsilon is not None else float('nan'):.4g}), "
-            f"delta {self.delta:g}; sigma {self.sigma:.4g}, m {self.m}, "
+            f"delta {self.delta:g}; sigma {self.sigma:.4g}, "
+            + (f"m~ {self.m} (released count), " if self.relation == "add_or_remove_one"
+               else f"m {self.m}, ")
             + (f"N {self.iterations}, sampling {self.sampling}, " if solver else "")
             + f"statistics {self.path}",
             "  " + self.relation_line(),

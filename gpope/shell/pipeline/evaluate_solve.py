@@ -54,7 +54,9 @@ __all__ = [
 class SparkStatistics:
     """The run's private statistics, one pinned version of trajectory_stats, as a
     :class:`gpope.core.estimators.StatisticsSource`: the DataFrame ``rows``, and for sums the
-    version's files read by the workers where the storage has them (delta-rs), the same rows."""
+    version's files read by the workers where the storage has them (delta-rs), the same rows.
+    ``m`` is the exact number of rows: aggregates check it and it indexes them, but it is never
+    released (every released number uses the plan's public m)."""
 
     spark: Any
     config: Any
@@ -91,16 +93,18 @@ class SparkStatistics:
 
 def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
              plan: ReleasePlan, settings: RunSettings, stats_df: Any, stats_version: int,
-             ) -> Estimate:
+             rows: int | None = None) -> Estimate:
     """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): the estimator's
     execution at the plan's multipliers, then the policy value release where the execution left
-    it; a release whose accountant is not a valid bound is marked not private."""
+    it; a release whose accountant is not a valid bound is marked not private. ``rows``: the
+    exact number of trajectories (None: the plan's m), never released."""
     from gpope.core.estimators import execute
     from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
     from gpope.shell.pipeline.evaluate_report import privacy_label
 
     source = SparkStatistics(spark=spark, config=config, dataset=dataset, spec=spec,
-                             rows=stats_df, version=stats_version, m=plan.m)
+                             rows=stats_df, version=stats_version,
+                             m=plan.m if rows is None else int(rows))
     est = execute(plan.estimator, source, plan=plan, settings=settings, spec=spec)
     if not plan.valid_bound:
         est = dataclasses.replace(est, result=dataclasses.replace(
@@ -108,7 +112,7 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
                 private=False, accountant=plan.accountant, seeded=False)))
     if est.policy_values is None:
         est = dataclasses.replace(est, policy_values=release_policy_values(
-            stats_df, spec, plan, level=settings.ci_level,
+            stats_df, spec, plan, level=settings.ci_level, rows=source.m,
             settings=settings.policy_value_settings(), seed=settings.seed,
             secure_noise=settings.secure_noise))
     return est
@@ -129,7 +133,7 @@ def _noisy_statistics(source: SparkStatistics, plan: ReleasePlan, settings: RunS
 
         clip = private_clip(source, spec, plan=plan, seed=settings.seed,
                             settings=settings.untuned, secure_noise=settings.secure_noise)
-    return noisy_statistics(source.summable, settings, spec, n=source.n, m=plan.m,
+    return noisy_statistics(source.summable, settings, spec, n=source.n, m=plan.m, rows=source.m,
                             sigma=float(stats.sigma), clip=float(clip))
 
 
@@ -179,17 +183,17 @@ def execute_gpope(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSe
     solver = solver_config(
         settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
         trace_every=settings.trace_every or max(1, settings.iterations // 20),
-        delta=plan.gpope_delta)
+        delta=plan.gpope_delta, normalizing_size=m if plan.count_sigma > 0 else None)
     tuned = group_thetas = None
     if plan.interval_groups:
-        groups = patient_groups(source.spark, source.config, dataset=source.dataset, m=m,
+        groups = patient_groups(source.spark, source.config, dataset=source.dataset, m=source.m,
                                 groups=plan.interval_groups)
         result, group_thetas, population = solve_groups(
-            source.spark, source.rows, spec, solver, settings, groups=groups, n=n,
+            source.spark, source.rows, spec, solver, settings, groups=groups, n=n, m=m,
             spent=plan.spent_epsilon, layout=plan.layout)
     else:
         result, population, tuned = solve(
-            source.spark, source.rows, spec, solver, settings, m=m, n=n, sigma=plan.sigma,
+            source.spark, source.rows, spec, solver, settings, m=source.m, n=n, sigma=plan.sigma,
             spent=plan.spent_epsilon, accountant=plan.accountant, in_memory=plan.in_memory,
             layout=plan.layout, tuning=plan.tuning)
         if tuned is not None:  # the chosen (DP) settings are what this run used
@@ -211,20 +215,22 @@ def execute_untuned(source: SparkStatistics, *, plan: ReleasePlan, settings: Run
     # the direct method's J(target): the first states' feature mean, released before theta so
     # that the default's release gives the interval of mu^ . theta* with its V lines
     pv_settings = settings.policy_value_settings()
-    read = pv.read_policy_terms(source.rows, spec, plan)
-    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed)
+    read = pv.read_policy_terms(source.rows, spec, plan, rows=source.m)
+    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed,
+                                      level=settings.ci_level)
     rel = run_untuned(source.aggregate, spec, m=plan.m, plan=plan,
                       moments_share=settings.moments_share, seed=settings.seed,
                       level=settings.ci_level, identification=settings.ssp_identification,
                       settings=settings.untuned, behaviour=settings.behaviour,
-                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level))
+                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level,
+                                                    plan=plan))
     result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
     return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
                     intervals=rel.interval, private_mspbe=private_mspbe(rel.theta, rel.noisy),
                     noisy=rel.noisy, policy_values=pv.release_policy_values(
                         source.rows, spec, plan, level=settings.ci_level, seed=settings.seed,
                         settings=pv_settings, secure_noise=settings.secure_noise, read=read,
-                        direct=None if first is None else (rel, first)),
+                        rows=source.m, direct=None if first is None else (rel, first)),
                     settings=settings,
                     private_population=source.population() if settings.private_diagnostics
                     else None)
@@ -244,9 +250,11 @@ def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
 
 
 def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,
-                  trace_every: int | None, delta: float | None = None) -> Any:
+                  trace_every: int | None, delta: float | None = None,
+                  normalizing_size: float | None = None) -> Any:
     """The core solver's :class:`~gpope.core.gpope.solver.GPOPEConfig` for resolved ``options`` at the
-    calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's)."""
+    calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's;
+    ``normalizing_size``: the public count a Poisson step divides by, None: the rows held)."""
     from gpope.core.gpope.solver import GPOPEConfig
 
     return GPOPEConfig(
@@ -265,6 +273,7 @@ def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | Non
         trace_every=trace_every,
         secure_noise=options.secure_noise,
         noise_grid=options.noise_grid,
+        normalizing_size=normalizing_size if options.sampling == "poisson" else None,
     )
 
 
@@ -362,7 +371,7 @@ def patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m:
 
 
 def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solver: Any,
-                 options: RunSettings, *, groups: np.ndarray, n: int, spent: float,
+                 options: RunSettings, *, groups: np.ndarray, n: int, m: int, spent: float,
                  layout: str = "dense",
                  ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its
@@ -379,7 +388,7 @@ def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solve
     # every group normalises by the PUBLIC expected group size m / K, never by its actual size
     # (only m is public: the K group sizes would otherwise be released through the iterates)
     k = options.interval_groups  # every group, the last included: an empty one is an error
-    solver = dataclasses.replace(solver, normalizing_size=len(groups) / k)
+    solver = dataclasses.replace(solver, normalizing_size=m / k)
     # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
     rng = None if options.seed is None else np.random.default_rng(options.seed)
     for g in range(k):

@@ -9,8 +9,9 @@ the same statistics version read it back as public post-processing: no further c
 ``gpope stats`` version is a new data set, so it gets a new count.
 
 A count drawn from a fixed seed is marked NOT private (``private`` false) and is never reused by
-a private run; a seeded run draws its own from its seed every time (reproducible), and is
-charged for it like any release.
+a private run. A seeded run uses the version's private count where there is one (public: its
+reuse is post-processing) and otherwise draws its own from its seed (reproducible), charged
+like any release.
 
 Two runs racing on a version without a count may both release one (both are charged); every
 reader then takes the first committed private row.
@@ -95,21 +96,25 @@ def public_count(config: GpopeConfig, *, dataset: str, stats_version: int, m: in
     """
     import numpy as np
 
+    from gpope.core.accounting.composition import mechanism_to_json
     from gpope.core.mechanisms.count import count_event, count_sigma, release_count
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.schemas import TABLE_SCHEMAS
 
-    if seed is None:
-        found = read_count(config, dataset=dataset, stats_version=stats_version, spark=spark)
-        if found is not None:
-            return found
+    found = read_count(config, dataset=dataset, stats_version=stats_version, spark=spark)
+    if found is not None:
+        return found
     p = config.privacy
     sigma = count_sigma(p.count_epsilon, p.count_delta)
     ledger = PrivacyLedger(spark, config)
     run_id = uuid.uuid4().hex
+    # charged under add/remove-one; replacing a patient leaves m as it is, so the same charge
+    # bounds it under replace-one too and it composes with the dataset's runs of either relation
+    mechanism = mechanism_to_json(count_event(sigma), "add_or_remove_one",
+                                  f"{COUNT_LABEL} of statistics version {stats_version}",
+                                  every_relation=True)
     ledger.reserve(dataset, run_id=run_id, epsilon=p.count_epsilon, delta=p.count_delta,
-                   accountant="rdp", event=count_event(sigma), relation="add_or_remove_one",
-                   label=f"{COUNT_LABEL} of statistics version {stats_version}",
+                   accountant="rdp", mechanism=mechanism,
                    note=None if seed is None else "drawn from a fixed seed: NOT private")
     try:
         count = release_count(m, epsilon=p.count_epsilon, delta=p.count_delta,
