@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpope.core.features import TabularFeatures
+from gpope.core.mechanisms.count import dividing_count
 from gpope.core.validation import check_number
-from gpope.errors import ConfigError
 
 __all__ = [
     "DIRECT_ALPHA",
@@ -148,15 +148,7 @@ def release_first_state(phi0: np.ndarray, *, norm_bound: float, sigma: float,
 
     phi0 = np.asarray(phi0, dtype=np.float64)
     m, n = phi0.shape
-    if m < 2:
-        raise ConfigError(f"The first-state release needs at least 2 patients; got {m}.")
-    if count is not None:
-        m = int(count)
-        if m < 2:
-            raise ConfigError(
-                f"The released number of patients is {m}: too few for the first-state release; "
-                "raise privacy.count_epsilon or evaluate a larger dataset.")
-    low = max(m - int(count_margin), 2)
+    m, low = dividing_count(m, count, count_margin, "first-state release")
     F = float(check_number("release_first_state", "norm_bound", norm_bound, gt=0.0))
     s = float(check_number("release_first_state", "sigma", sigma, ge=0.0))
     z = clip_rows(phi0 / F, 1.0)

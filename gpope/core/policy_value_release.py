@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
+from gpope.core.mechanisms.count import dividing_count
 from gpope.core.mechanisms.secure_noise import secure_perturb
 from gpope.core.policy_value import QUANTITIES, PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_clamp import (
@@ -72,7 +73,6 @@ from gpope.core.policy_value_settings import METHODS as _METHODS
 from gpope.core.policy_value_settings import PolicyValueSettings
 from gpope.core.ssp import moment_vectors, moments_matrix
 from gpope.core.validation import check_choice, check_number
-from gpope.errors import ConfigError
 
 __all__ = [
     "QUANTITIES",
@@ -244,16 +244,8 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
     discrete Gaussian's); nothing else about ``terms`` leaves this function.
     """
     s = check_number("release_policy_value", "sigma", sigma, ge=0.0)
-    m = terms.m
-    if m < 2:
-        raise ConfigError(f"The policy value release needs at least 2 patients; got {m}.")
-    if count is not None:  # the released m~ is the m of every public number below
-        m = int(count)
-        if m < 2:
-            raise ConfigError(
-                f"The released number of patients is {m}: too few for the policy value release; "
-                "raise privacy.count_epsilon or evaluate a larger dataset.")
-    low = max(m - int(count_margin), 2)
+    # the released m~ (where given) is the m of every public number below
+    m, low = dividing_count(terms.m, count, count_margin, "policy value release")
     hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
     given = clips is not None
     noisy = grids = None

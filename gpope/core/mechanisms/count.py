@@ -34,8 +34,8 @@ import numpy as np
 
 from gpope.core.validation import check_number
 
-__all__ = ["NoisyCount", "count_event", "count_margin", "count_sigma", "mean_margin",
-           "release_count"]
+__all__ = ["NoisyCount", "count_event", "count_margin", "count_sigma", "dividing_count",
+           "mean_margin", "release_count"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,3 +111,23 @@ def release_count(m: int, *, epsilon: float, delta: float,
         z = int(np.rint(rng.normal(0.0, sigma)))
     return NoisyCount(m_noisy=max(1, int(m) + z), sigma=sigma, epsilon=float(epsilon),
                       delta=float(delta), private=rng is None)
+
+
+def dividing_count(rows: int, count: int | None, margin: int, what: str) -> tuple[int, int]:
+    """(the count a release's means divide by, the fewest patients its widths assume): the
+    released ``count`` m~ (None: the ``rows`` held, where m is public) and m~ - ``margin``, at
+    least 2.
+
+    Raises:
+        ConfigError: fewer than 2 rows, or a released count below 2 (``what`` names the release).
+    """
+    from gpope.errors import ConfigError
+
+    if rows < 2:
+        raise ConfigError(f"The {what} needs at least 2 patients; got {rows}.")
+    m = rows if count is None else int(count)
+    if m < 2:
+        raise ConfigError(
+            f"The released number of patients is {m}: too few for the {what}; raise "
+            "privacy.count_epsilon or evaluate a larger dataset.")
+    return m, max(m - int(margin), 2)
