@@ -163,14 +163,6 @@ class EvaluationReport:
             d.pop("private_diagnostics", None)
         return d
 
-    def interval_arrays(self) -> dict[str, np.ndarray] | None:
-        """The value intervals as arrays (value, lower, upper, lower_bound; parallel to
-        ``reference_values``) for plots, or None when the run has none."""
-        if not self.intervals:
-            return None
-        return {k: np.asarray(self.intervals[k], dtype=np.float64)
-                for k in ("value", "lower", "upper", "lower_bound")}
-
     def relation_line(self) -> str:
         """One line: the neighbouring relation the run is charged under and why it holds with
         what the run publishes (docs/ARCHITECTURE.md section 4, "Neighbouring relation"); the
