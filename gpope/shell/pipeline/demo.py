@@ -156,8 +156,10 @@ class DemoReport:
         lines += [
             "",
             f"privacy: epsilon {ev['epsilon']:g}, delta {ev['delta']:g} spent "
-            f"(accountant {ev['accountant']}, sigma {ev['sigma']:.4g}, m {ev['m']}, "
-            f"N {ev['iterations']}, sampling {ev['sampling']}; "
+            f"(accountant {ev['accountant']}, sigma {ev['sigma']:.4g}, "
+            + (f"m~ {ev['m']} (released count), " if ev.get("relation") == "add_or_remove_one"
+               else f"m {ev['m']}, ")
+            + f"N {ev['iterations']}, sampling {ev['sampling']}; "
             f"{'private: OS-entropy noise' if ev['private'] else ev.get('label', 'NOT private')})",
             f"         {self.dataset}: "
             + (ev.get("remaining_line") or f"remaining budget: epsilon "
