@@ -122,6 +122,17 @@ def run(out: Path, dataset: str, truth: dict, columns: dict[str, dict[str, str]]
     return rows
 
 
+def estimand_truths(truth: dict, direct: float) -> dict[str, float]:
+    """``truth["estimands"]``: the truth of each estimand a released J row can state (the key
+    of ``ESTIMANDS``), from the trial's recorded-horizon truths in ``truth`` and ``direct``, the
+    direct method's aim (the target's V averaged over admissions, no cap)."""
+    return {"direct": direct,
+            "direct_contrast": direct - truth["behaviour_value"],
+            "identified_set": truth["policy_value"],
+            "identified_set_contrast": truth["policy_contrast"],
+            "behaviour": truth["behaviour_value"]}
+
+
 def write_json(path: Path | None, truth: dict, rows: list[dict]) -> None:
     """The trial's command, truth and measured rows as one JSON file (nothing when None)."""
     if path is None:

@@ -40,7 +40,12 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from own_data_trial import run, trial_parser, write_json  # a script beside this one
+from own_data_trial import (  # a script beside this one
+    estimand_truths,
+    run,
+    trial_parser,
+    write_json,
+)
 
 N_ACUITY = 8
 ACTIONS = ("observe", "medicate", "icu")
@@ -191,12 +196,7 @@ def write_dataset(out: Path, n: int, seed: int, chart_late: int = 0) -> dict:
              "mean_rounds": float(np.mean([len(e) for e in episodes]))}
     truth["policy_contrast"] = truth["policy_value"] - truth["behaviour_value"]
     # what each released J row estimates, by its estimand (gpope.core.policy_value_direct)
-    truth["estimands"] = {
-        "direct": truth["J_inf_target"],
-        "direct_contrast": truth["J_inf_target"] - truth["behaviour_value"],
-        "identified_set": truth["policy_value"],
-        "identified_set_contrast": truth["policy_contrast"],
-        "behaviour": truth["behaviour_value"]}
+    truth["estimands"] = estimand_truths(truth, truth["J_inf_target"])
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return truth
 
