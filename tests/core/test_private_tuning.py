@@ -5,6 +5,7 @@ by hand."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import dp_accounting
 import numpy as np
@@ -273,6 +274,18 @@ def test_tune_privately_rejects_a_mismatched_plan(chain):
                                delta=1e-6, settings=s)
     with pytest.raises(ConfigError, match="plan was made"):
         tune_privately(stats, _base(50, 0.01), plan, s, rng=0)
+
+
+def test_tune_privately_divides_by_the_released_count_not_the_rows(chain):
+    """Under add/remove-one the exact m is private: the steps' scale and scores read m~."""
+    stats, _ = chain
+    m_tilde = stats.m + 37
+    s = PrivateTuningSettings(step_multipliers=(1.0,))
+    plan = plan_private_tuning(m=m_tilde, iterations=50, batch_rate=0.01, epsilon=1.0,
+                               delta=1e-6, settings=s)
+    base = replace(_base(50, 0.01), normalizing_size=m_tilde)
+    res = tune_privately(stats, base, plan, s, rng=0)
+    assert res.noisy.m == m_tilde
 
 
 def test_tune_privately_with_os_entropy_is_private(chain):

@@ -396,7 +396,8 @@ def tune_privately(
     # 1-2: statistics clip and noisy statistics.
     h_s = private_quantile(statistics_norms(stats), settings.statistics_quantile,
                            grid=settings.grid, noise_multiplier=plan.quantile_sigma, rng=g_q1)
-    noisy = noisy_statistics(stats, clip=h_s, noise_multiplier=plan.statistics_sigma, rng=g_s)
+    noisy = noisy_statistics(stats, clip=h_s, noise_multiplier=plan.statistics_sigma, rng=g_s,
+                             m=plan.m)
     theta_hat = _lstd(noisy)
     L = operator_norm(noisy)
     # 3: gradient clip at the private estimate of the solution.

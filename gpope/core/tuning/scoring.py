@@ -85,11 +85,14 @@ def statistics_norms(stats: TrajectoryStats) -> np.ndarray:
 
 
 def noisy_statistics(
-    stats: TrajectoryStats, *, clip: float, noise_multiplier: float, rng: np.random.Generator
+    stats: TrajectoryStats, *, clip: float, noise_multiplier: float, rng: np.random.Generator,
+    m: int | None = None,
 ) -> NoisyStatistics:
     """The SSP release (one group) of in-memory statistics: ``GaussianDpEvent(noise_multiplier)``.
 
-    Sums of the clipped vectors, then :func:`gpope.core.ssp.release_noisy_statistics`.
+    Sums of the clipped vectors, then :func:`gpope.core.ssp.release_noisy_statistics`, divided
+    by ``m``: the run's public count (the released m~ under add/remove-one), ``stats.m`` when
+    that count is public (replace-one).
     """
     h = check_number("noisy_statistics", "clip", clip, gt=0.0)
     sigma = check_number("noisy_statistics", "noise_multiplier", noise_multiplier, gt=0.0)
@@ -97,7 +100,8 @@ def noisy_statistics(
     total = np.zeros((1, 2 * n * n + n))
     for _, A, b, C in statistics_blocks(stats):
         total[0] += clip_statistics(statistics_vectors(A, b, C), h).sum(axis=0)
-    return release_noisy_statistics(total, n=n, m=stats.m, sigma=sigma, clip=h, rng=rng)
+    return release_noisy_statistics(total, n=n, m=stats.m if m is None else m, sigma=sigma,
+                                    clip=h, rng=rng)
 
 
 def _means(noisy: NoisyStatistics) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
