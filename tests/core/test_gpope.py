@@ -326,10 +326,10 @@ def test_compiled_loops_capture_no_closure_so_numbas_disk_cache_is_reused():
 
     if not kernels.jit_available():
         pytest.skip("numba not available")
-    loops = [kernels._compiled(), *kernels._compiled_poisson(), hiv_integrator._compiled_integrator()]
+    loops = [*kernels._compiled(), hiv_integrator._compiled_integrator()]
     for fn in loops:
         assert fn.py_func.__closure__ is None, fn.py_func.__qualname__
-    assert kernels._total_clip is not None and kernels._factor is not None
+    assert kernels._clip_special is not None and kernels._factor is not None
 
 
 @pytest.mark.parametrize("n", [6, 70])
@@ -374,8 +374,8 @@ def test_compiled_poisson_loop_equals_the_numpy_loop(representation, monkeypatch
     cfg = GPOPEConfig(iterations=400, step_size=50.0, clip=0.05, noise_multiplier=0.8,
                       sampling="poisson", batch_rate=0.05, step_schedule="inverse",
                       step_offset=40.0, averaging="tail", trace_every=7)
-    kernels._compiled_poisson.cache_clear()
-    assert kernels._compiled_poisson() is not None
+    kernels._compiled.cache_clear()
+    assert kernels._compiled() is not None
     fast = run_gpope_trials(stats, cfg, 21, 3)
     monkeypatch.setattr(gpope_iterate, "poisson_steps", lambda *a, **k: False)
     slow = run_gpope_trials(stats, cfg, 21, 3)

@@ -48,141 +48,28 @@ class StepChunk(NamedTuple):
     avg_from: int
 
 
-# The compiled helpers the compiled loops call, set by _compiled() / _compiled_poisson(). The
-# loops reach them as module globals (numba resolves those when it compiles), not as closure
-# variables: numba's on-disk cache key includes the pickled closure cells, and a pickled
-# dispatcher differs in every process, so a closure would make every process compile again.
-_total_clip: Callable | None = None
+# The compiled helpers the compiled loops call, set by _compiled(). The loops reach them as module
+# globals (numba resolves those when it compiles), not as closure variables: numba's on-disk cache
+# key includes the pickled closure cells, and a pickled dispatcher differs in every process, so a
+# closure would make every process compile again.
+_clip_special: Callable | None = None
 _factor: Callable | None = None
 _finish: Callable | None = None
 _add_clipped: Callable | None = None
 
 
 @functools.cache
-def _compiled() -> Callable | None:
-    global _total_clip
+def _compiled() -> tuple[Callable, Callable, Callable, Callable] | None:
+    """The compiled loops (single-trial dense; Poisson dense, tabular, sparse), None without numba."""
+    global _clip_special, _factor, _finish, _add_clipped
     numba = numba_module()
     if numba is None:
         return None
 
     @numba.njit(cache=True, nogil=True)
-    def total_clip(gt, gw, h):  # pragma: no cover - compiled
-        # The rare path of gpope.core.mechanisms.clipping.clip_rows on [gt; gw], in place; returns the
-        # factor the caller multiplies the (now clipped) parts by: always 1.0.
-        n = gt.shape[0]
-        has_nan = False
-        n_inf = 0
-        scale = 0.0
-        for k in range(2 * n):
-            v = gt[k] if k < n else gw[k - n]
-            if v != v:
-                has_nan = True
-            elif np.isinf(v):
-                n_inf += 1
-            elif abs(v) > scale:
-                scale = abs(v)
-        if has_nan:  # no direction can be recovered: the zero row
-            for i in range(n):
-                gt[i] = 0.0
-                gw[i] = 0.0
-            return 1.0
-        if n_inf > 0:  # the sign direction of the infinite entries
-            c = h / np.sqrt(n_inf)
-            for i in range(n):
-                gt[i] = c * np.sign(gt[i]) if np.isinf(gt[i]) else 0.0
-                gw[i] = c * np.sign(gw[i]) if np.isinf(gw[i]) else 0.0
-            return 1.0
-        nu2 = 0.0  # finite but the squared norm overflowed: rescale by the largest magnitude
-        for i in range(n):
-            nu2 += (gt[i] / scale) ** 2 + (gw[i] / scale) ** 2
-        c = h / np.sqrt(nu2)
-        for i in range(n):
-            gt[i] = (gt[i] / scale) * c
-            gw[i] = (gw[i] / scale) * c
-        return 1.0
-
-    _total_clip = total_clip
-
-    @numba.njit(cache=True, nogil=True)
-    def steps(blocks, bs, x, acc, beta, h, z, has_z, c0, avg_from):  # pragma: no cover - compiled
-        L = blocks.shape[0]
-        n = bs.shape[1]
-        gw = np.empty(n)
-        gt = np.empty(n)
-        for s in range(L):
-            blk = blocks[s]
-            nrm2 = 0.0
-            for i in range(n):  # gw = [A | C] x - b   (the w gradient)
-                v = -bs[s, i]
-                for j in range(2 * n):
-                    v += blk[i, j] * x[j]
-                gw[i] = v
-                nrm2 += v * v
-            for j in range(n):  # gt = A^T w        (minus the theta gradient)
-                v = 0.0
-                for i in range(n):
-                    v += x[n + i] * blk[i, j]
-                gt[j] = v
-                nrm2 += v * v
-            nrm = np.sqrt(nrm2)
-            if nrm <= h:
-                f = beta[s]
-            elif nrm < np.inf:
-                f = beta[s] * h / nrm
-            else:  # overflow, inf or NaN: total clip (gpope.core.mechanisms.clipping), then a plain step
-                f = beta[s] * _total_clip(gt, gw, h)
-            for j in range(n):
-                x[j] += f * gt[j]
-                x[n + j] -= f * gw[j]
-            if has_z:
-                for j in range(2 * n):
-                    x[j] -= z[s, j]
-            if c0 + s >= avg_from:
-                for j in range(n):
-                    acc[j] += x[j]
-
-    return steps
-
-
-def jit_available() -> bool:
-    """True when the compiled loop is in use."""
-    return _compiled() is not None
-
-
-def dense_steps(blocks: np.ndarray, bs: np.ndarray, chunk: StepChunk) -> bool:
-    """Run the chunk's steps in place on ``chunk.x`` and ``chunk.acc``; False if not compiled.
-
-    blocks: (L, n, 2n) gathered [A_j | C_j]; bs: (L, n) gathered b_j.
-    """
-    if bs.shape[1] > JIT_MAX_FEATURES:
-        return False
-    fn = _compiled()
-    if fn is None:
-        return False
-    z = chunk.z
-    zz = z if z is not None else np.zeros((1, chunk.x.shape[0]))
-    fn(np.ascontiguousarray(blocks), np.ascontiguousarray(bs), chunk.x, chunk.acc,
-       np.ascontiguousarray(chunk.beta, dtype=np.float64), float(chunk.h),
-       np.ascontiguousarray(zz), z is not None, int(chunk.c0), int(chunk.avg_from))
-    return True
-
-
-# ---------------------------------------------------------------------- Poisson batches, R trials
-@functools.cache
-def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
-    global _factor, _finish, _add_clipped
-    numba = numba_module()
-    if numba is None:
-        return None
-
-    @numba.njit(cache=True, nogil=True)
-    def factor(g, nrm, h):  # pragma: no cover - compiled
-        # The clip factor of g (norm nrm); rows whose norm overflowed or is inf/NaN are clipped
-        # in place exactly as gpope.core.mechanisms.clipping.clip_rows does, then factor 1.
-        if nrm <= h or h == np.inf:
-            return 1.0
-        if nrm < np.inf:
-            return h / nrm
+    def clip_special(g, h):  # pragma: no cover - compiled
+        # The rare rows of gpope.core.mechanisms.clipping.clip_rows (norm overflowed, inf or NaN),
+        # clipped in place; returns the factor the caller multiplies g by: always 1.0.
         d = g.shape[0]
         has_nan = False
         n_inf = 0
@@ -195,22 +82,31 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                 n_inf += 1
             elif abs(v) > scale:
                 scale = abs(v)
-        if has_nan:
+        if has_nan:  # no direction can be recovered: the zero row
             for k in range(d):
                 g[k] = 0.0
             return 1.0
-        if n_inf > 0:
+        if n_inf > 0:  # the sign direction of the infinite entries
             c = h / np.sqrt(n_inf)
             for k in range(d):
                 g[k] = c * np.sign(g[k]) if np.isinf(g[k]) else 0.0
             return 1.0
-        nu2 = 0.0
+        nu2 = 0.0  # finite but the squared norm overflowed: rescale by the largest magnitude
         for k in range(d):
             nu2 += (g[k] / scale) ** 2
         c = h / np.sqrt(nu2)
         for k in range(d):
             g[k] = (g[k] / scale) * c
         return 1.0
+
+    @numba.njit(cache=True, nogil=True)
+    def factor(g, nrm, h):  # pragma: no cover - compiled
+        # The clip factor of g (norm nrm).
+        if nrm <= h or h == np.inf:
+            return 1.0
+        if nrm < np.inf:
+            return h / nrm
+        return _clip_special(g, h)
 
     @numba.njit(cache=True, nogil=True)
     def finish(x, acc, upd, scale, z, has_z, s, step, avg_from):  # pragma: no cover - compiled
@@ -236,7 +132,44 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
         for c in range(g.shape[0]):
             upd[r, c] += f * g[c]
 
-    _factor, _finish, _add_clipped = factor, finish, add_clipped
+    _clip_special, _factor, _finish, _add_clipped = clip_special, factor, finish, add_clipped
+
+    @numba.njit(cache=True, nogil=True)
+    def steps(blocks, bs, x, acc, beta, h, z, has_z, c0, avg_from):  # pragma: no cover - compiled
+        L = blocks.shape[0]
+        n = bs.shape[1]
+        g = np.empty(2 * n)  # [gt; gw]
+        for s in range(L):
+            blk = blocks[s]
+            nrm2 = 0.0
+            for i in range(n):  # gw = [A | C] x - b   (the w gradient)
+                v = -bs[s, i]
+                for j in range(2 * n):
+                    v += blk[i, j] * x[j]
+                g[n + i] = v
+                nrm2 += v * v
+            for j in range(n):  # gt = A^T w        (minus the theta gradient)
+                v = 0.0
+                for i in range(n):
+                    v += x[n + i] * blk[i, j]
+                g[j] = v
+                nrm2 += v * v
+            nrm = np.sqrt(nrm2)
+            if nrm <= h:
+                f = beta[s]
+            elif nrm < np.inf:
+                f = beta[s] * h / nrm
+            else:  # overflow, inf or NaN: total clip (gpope.core.mechanisms.clipping), then a plain step
+                f = beta[s] * _clip_special(g, h)
+            for j in range(n):
+                x[j] += f * g[j]
+                x[n + j] -= f * g[n + j]
+            if has_z:
+                for j in range(2 * n):
+                    x[j] -= z[s, j]
+            if c0 + s >= avg_from:
+                for j in range(n):
+                    acc[j] += x[j]
 
     @numba.njit(cache=True, nogil=True)
     def dense(ac, b, members, owner, offs, s0, s1, x, acc, beta, div, h, z, has_z, c0,
@@ -322,7 +255,30 @@ def _compiled_poisson() -> tuple[Callable, Callable, Callable] | None:
                 _add_clipped(g, h, upd, r)
             _finish(x, acc, upd, beta[s] / div, z, has_z, s, c0 + s, avg_from)
 
-    return dense, tabular, sparse
+    return steps, dense, tabular, sparse
+
+
+def jit_available() -> bool:
+    """True when the compiled loop is in use."""
+    return _compiled() is not None
+
+
+def dense_steps(blocks: np.ndarray, bs: np.ndarray, chunk: StepChunk) -> bool:
+    """Run the chunk's steps in place on ``chunk.x`` and ``chunk.acc``; False if not compiled.
+
+    blocks: (L, n, 2n) gathered [A_j | C_j]; bs: (L, n) gathered b_j.
+    """
+    if bs.shape[1] > JIT_MAX_FEATURES:
+        return False
+    fns = _compiled()
+    if fns is None:
+        return False
+    z = chunk.z
+    zz = z if z is not None else np.zeros((1, chunk.x.shape[0]))
+    fns[0](np.ascontiguousarray(blocks), np.ascontiguousarray(bs), chunk.x, chunk.acc,
+       np.ascontiguousarray(chunk.beta, dtype=np.float64), float(chunk.h),
+       np.ascontiguousarray(zz), z is not None, int(chunk.c0), int(chunk.avg_from))
+    return True
 
 
 def poisson_steps(
@@ -349,7 +305,7 @@ def poisson_steps(
     ``dense`` (n <= :data:`JIT_MAX_FEATURES`), ``tabular`` and ``sparse`` statistics.
     """
     rep = getattr(stats, "representation", None)
-    fns = _compiled_poisson()
+    fns = _compiled()
     if fns is None or rep not in ("dense", "tabular", "sparse"):
         return False
     n = stats.n  # type: ignore[attr-defined]
@@ -361,14 +317,14 @@ def poisson_steps(
     common = (members, owner, offsets, int(s0), int(s1), x, acc, beta, float(div), float(h), zz,
               has_z, int(c0), int(avg_from))
     if rep == "dense":
-        fns[0](stats._ac, stats._b, *common)  # type: ignore[attr-defined]
+        fns[1](stats._ac, stats._b, *common)  # type: ignore[attr-defined]
         return True
     if rep == "sparse":
         st = stats
-        fns[2](st._offsets, st._ea, st._ex, st._ev, st._b, *common)  # type: ignore[attr-defined]
+        fns[3](st._offsets, st._ea, st._ex, st._ev, st._b, *common)  # type: ignore[attr-defined]
         return True
     st = stats  # tabular
     rho = st._rho if st._rho is not None else np.ones(1)  # type: ignore[attr-defined]
-    fns[1](st._s, st._sn, st._gn, rho, st._rho is not None,  # type: ignore[attr-defined]
+    fns[2](st._s, st._sn, st._gn, rho, st._rho is not None,  # type: ignore[attr-defined]
            st._offsets, st.tau, st._norm, st._b, *common)  # type: ignore[attr-defined]
     return True
