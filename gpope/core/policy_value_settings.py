@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from gpope.core.validation import check_choice, check_int, check_number
+from gpope.core.validation import check_choice, check_fields, check_int
 from gpope.errors import ConfigError
 
 __all__ = ["METHODS", "PolicyValueSettings"]
@@ -78,27 +78,17 @@ class PolicyValueSettings:
     count_alpha: float = 0.05
 
     def __post_init__(self) -> None:
-        o = "PolicyValueSettings"
-        check_number(o, "share", self.share, gt=0.0, lt=1.0)
-        check_number(o, "clip_share", self.clip_share, gt=0.0, lt=1.0)
-        check_number(o, "moments_share", self.moments_share, gt=0.0, lt=1.0)
+        within_0_1 = ("share", "clip_share", "moments_share", "false_alarm", "max_clipped",
+                      "variance_share", "noise_share", "clamp_share", "clamp_rule_level",
+                      "first_state_share", "first_state_alpha", "count_alpha")
+        check_fields(self, within_0_1, gt=0.0, lt=1.0)
+        check_fields(self, ("behaviour_weight", "grid_decades"), gt=0.0)
+        check_int("PolicyValueSettings", "bins_per_decade", self.bins_per_decade, ge=1)
+        check_choice("PolicyValueSettings", "method", self.method, METHODS)
         if self.clip_share + self.moments_share >= 1.0:
             raise ConfigError(
                 "PolicyValueSettings.clip_share + moments_share must be < 1 (the rest is the "
                 f"means' share). Got {self.clip_share} + {self.moments_share}.")
-        check_number(o, "behaviour_weight", self.behaviour_weight, gt=0.0)
-        check_number(o, "false_alarm", self.false_alarm, gt=0.0, lt=1.0)
-        check_number(o, "max_clipped", self.max_clipped, gt=0.0, lt=1.0)
-        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
-        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
-        check_choice(o, "method", self.method, METHODS)
-        check_number(o, "variance_share", self.variance_share, gt=0.0, lt=1.0)
-        check_number(o, "noise_share", self.noise_share, gt=0.0, lt=1.0)
-        check_number(o, "clamp_share", self.clamp_share, gt=0.0, lt=1.0)
-        check_number(o, "clamp_rule_level", self.clamp_rule_level, gt=0.0, lt=1.0)
-        check_number(o, "first_state_share", self.first_state_share, gt=0.0, lt=1.0)
-        check_number(o, "first_state_alpha", self.first_state_alpha, gt=0.0, lt=1.0)
-        check_number(o, "count_alpha", self.count_alpha, gt=0.0, lt=1.0)
         if self.variance_share + self.noise_share >= 1.0:
             raise ConfigError("PolicyValueSettings.variance_share + noise_share must be < 1.")
 

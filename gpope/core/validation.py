@@ -17,6 +17,7 @@ __all__ = [
     "IntBounds",
     "NumberBounds",
     "check_choice",
+    "check_fields",
     "check_int",
     "check_number",
     "check_probability",
@@ -148,6 +149,13 @@ def check_int(
     """Return ``value`` as an int after checking it is integral and within ``bounds``
     (:class:`IntBounds`); None passes only with ``allow_none``."""
     return _checked("check_int", owner, name, value, allow_none, _as_int, bounds, _INT_KEYS)
+
+
+def check_fields(obj: Any, names: Iterable[str], **bounds: Unpack[NumberBounds]) -> None:
+    """Check the number fields ``names`` of ``obj`` against one set of ``bounds``
+    (:func:`check_number`; messages name ``obj``'s class)."""
+    for name in names:
+        check_number(type(obj).__name__, name, getattr(obj, name), **bounds)
 
 
 def check_probability(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpope.core.validation import check_int, check_number, check_probability
+from gpope.core.validation import check_fields, check_int
 from gpope.errors import ConfigError
 
 __all__ = ["BehaviourSettings", "UntunedSettings"]
@@ -68,19 +68,14 @@ class UntunedSettings:
     sparse_z: float = 3.0
 
     def __post_init__(self) -> None:
-        o = "UntunedSettings"
-        check_probability(o, "clip_quantile", self.clip_quantile)
-        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
-        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
-        check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
-        check_number(o, "refine_share", self.refine_share, gt=0.0, lt=1.0)
-        check_probability(o, "residual_quantile", self.residual_quantile)
-        check_number(o, "residual_tail_stds", self.residual_tail_stds, gt=0.0)
-        check_number(o, "residual_clip_ratio", self.residual_clip_ratio, ge=1.0)
-        check_number(o, "second_moment_weight", self.second_moment_weight, gt=0.0, le=1.0)
-        check_number(o, "unidentified_ridge", self.unidentified_ridge, ge=0.0)
-        check_number(o, "sparse_fraction", self.sparse_fraction, ge=0.0, le=1.0)
-        check_number(o, "sparse_z", self.sparse_z, gt=0.0)
+        check_fields(self, ("clip_quantile", "residual_quantile"), gt=0.0, le=1.0)
+        check_fields(self, ("quantile_share", "refine_share"), gt=0.0, lt=1.0)
+        check_fields(self, ("grid_decades", "residual_tail_stds", "sparse_z"), gt=0.0)
+        check_int("UntunedSettings", "bins_per_decade", self.bins_per_decade, ge=1)
+        check_fields(self, ("residual_clip_ratio",), ge=1.0)
+        check_fields(self, ("second_moment_weight",), gt=0.0, le=1.0)
+        check_fields(self, ("unidentified_ridge",), ge=0.0)
+        check_fields(self, ("sparse_fraction",), ge=0.0, le=1.0)
         if 2 * self.quantile_share + self.refine_share >= 1.0:
             raise ConfigError(
                 "UntunedSettings shares leave nothing for the statistics release: 2 x "
@@ -109,12 +104,10 @@ class BehaviourSettings:
     bins_per_decade: int = 8
 
     def __post_init__(self) -> None:
-        o = "BehaviourSettings"
-        check_number(o, "share", self.share, gt=0.0, lt=1.0)
-        check_number(o, "quantile_share", self.quantile_share, gt=0.0, lt=1.0)
-        check_probability(o, "clip_quantile", self.clip_quantile)
-        check_number(o, "prior_stds", self.prior_stds, ge=0.0)
-        check_number(o, "grid_decades", self.grid_decades, gt=0.0)
+        check_fields(self, ("share", "quantile_share"), gt=0.0, lt=1.0)
+        check_fields(self, ("clip_quantile",), gt=0.0, le=1.0)
+        check_fields(self, ("prior_stds",), ge=0.0)
+        check_fields(self, ("grid_decades",), gt=0.0)
         if self.share + self.quantile_share >= 1.0:
             raise ConfigError("BehaviourSettings: share + quantile_share must be < 1; got "
                               f"{self.share} + {self.quantile_share}.")
