@@ -17,7 +17,6 @@ floor). A step-size sweep at ``sweep_size`` gives MSPBE vs step size.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,17 +24,8 @@ import numpy as np
 
 from gpope.core.baselines import dp_lsl, dp_lsw
 from gpope.core.envs import chain as chain_env
-from gpope.core.experiments.common import (
-    BASELINE,
-    DATA,
-    PUBLIC,
-    RUN,
-    TuningTable,
-    block_sizes,
-    run_gpope_method,
-    seed_seq,
-    tune_method,
-)
+from gpope.core.experiments import common
+from gpope.core.experiments.common import Log, TuningTable, seed_seq
 from gpope.core.experiments.methods import GPOPEMethod, default_methods
 from gpope.core.metrics import relative_mspbe, value_error
 from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
@@ -44,7 +34,6 @@ from gpope.core.validation import check_int, check_number
 
 __all__ = ["ChainProblem", "ChainSettings", "run_chain", "tune_chain"]
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,12 +199,13 @@ def tune_chain(settings: ChainSettings, *, public_seed: int | None = None,
         set(settings.sizes) | ({settings.sweep_size} if settings.sweep_size else set())))
     best, rows = {}, []
     for i, m in enumerate(sizes):
-        problem = ChainProblem.simulate(m, np.random.default_rng(seed_seq(seed, PUBLIC, DATA, m)),
-                                        settings)
+        rng = np.random.default_rng(seed_seq(seed, common.PUBLIC, common.DATA, m))
+        problem = ChainProblem.simulate(m, rng, settings)
         for j, method in enumerate(settings.methods()):
-            hyper, grid = tune_method(problem, method, epsilon=settings.epsilon,
-                                      delta=settings.delta, ss=seed_seq(seed, PUBLIC, RUN, i, j),
-                                      trials=settings.tune_trials, log=log)
+            hyper, grid = common.tune_method(
+                problem, method, epsilon=settings.epsilon, delta=settings.delta,
+                ss=seed_seq(seed, common.PUBLIC, common.RUN, i, j), trials=settings.tune_trials,
+                log=log)
             best[(method.name, m, settings.epsilon)] = hyper
             rows.extend(grid)
     return TuningTable(best=best, rows=rows, seed=seed, domain="chain")
@@ -234,15 +224,15 @@ def run_chain(settings: ChainSettings, tuning: TuningTable, *, log: Log | None =
     if s.sweep_size and s.sweep_size not in sizes:
         sizes.append(s.sweep_size)
     records: list[dict[str, Any]] = []
-    blocks = block_sizes(s.trials, s.data_blocks)
+    blocks = common.block_sizes(s.trials, s.data_blocks)
     for i, m in enumerate(sizes):
         on_m_plot = m in s.sizes
         sweep = m == s.sweep_size
         trial0 = 0
         for blk, n_tr in enumerate(blocks):
             t0 = time.perf_counter()
-            problem = ChainProblem.simulate(m, np.random.default_rng(seed_seq(s.seed, DATA, i, blk)),
-                                            s)
+            rng = np.random.default_rng(seed_seq(s.seed, common.DATA, i, blk))
+            problem = ChainProblem.simulate(m, rng, s)
             t_data = time.perf_counter() - t0
             trial_ids = list(range(trial0, trial0 + n_tr))
             trial0 += n_tr
@@ -269,8 +259,8 @@ def run_chain(settings: ChainSettings, tuning: TuningTable, *, log: Log | None =
                 add("lstd", "LSTD (non-private)", theta, figure="m",
                     extra={"seconds": time.perf_counter() - t1})
                 t1 = time.perf_counter()
-                dp = problem.dp_ls_thetas(np.random.default_rng(seed_seq(s.seed, BASELINE, i, blk)),
-                                          n_tr, s.epsilon, s.delta)
+                rng = np.random.default_rng(seed_seq(s.seed, common.BASELINE, i, blk))
+                dp = problem.dp_ls_thetas(rng, n_tr, s.epsilon, s.delta)
                 dt = (time.perf_counter() - t1) / 2
                 add("dp_lsw", "DP-LSW", dp["dp_lsw"], figure="m", extra={"seconds": dt})
                 add("dp_lsl", "DP-LSL", dp["dp_lsl"], figure="m", extra={"seconds": dt})
@@ -283,10 +273,10 @@ def run_chain(settings: ChainSettings, tuning: TuningTable, *, log: Log | None =
                 hyper = tuning.get(method.name, m, s.epsilon)
                 for k, mult in enumerate(sorted(mults)):
                     with np.errstate(all="ignore"):
-                        thetas, info = run_gpope_method(
+                        thetas, info = common.run_gpope_method(
                             problem, method, epsilon=s.epsilon, delta=s.delta, hyper=hyper,
                             multiplier=mult,
-                            ss=seed_seq(s.seed, RUN, i, blk, j, k, round(mult * 1e6)),
+                            ss=seed_seq(s.seed, common.RUN, i, blk, j, k, round(mult * 1e6)),
                             trials=n_tr)
                     extra = {"sigma": info["sigma"], "steps": info["steps"],
                              "step_size": hyper.step_size * mult, "clip": hyper.clip,

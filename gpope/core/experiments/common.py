@@ -33,6 +33,8 @@ __all__ = [
     "DATA",
     "PUBLIC",
     "RUN",
+    "TRUTH",
+    "Log",
     "Problem",
     "TuningTable",
     "block_sizes",
@@ -43,7 +45,9 @@ __all__ = [
     "tune_method",
 ]
 
-DATA, RUN, PUBLIC, BASELINE = 1, 2, 3, 4
+DATA, RUN, PUBLIC, BASELINE, TRUTH = 1, 2, 3, 4, 5
+
+Log = Callable[[str], None]
 
 
 def seed_seq(seed: int, *keys: int) -> np.random.SeedSequence:

@@ -34,23 +34,14 @@ from its own stream would give.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from gpope.core.experiments.common import (
-    BASELINE,
-    DATA,
-    PUBLIC,
-    RUN,
-    TuningTable,
-    block_sizes,
-    run_gpope_method,
-    seed_seq,
-    tune_method,
-)
+from gpope.core.experiments import common
+from gpope.core.experiments.common import Log, TuningTable, seed_seq
 from gpope.core.experiments.methods import GPOPEMethod, default_methods
 from gpope.core.metrics import relative_mspbe
 from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
@@ -59,8 +50,6 @@ from gpope.core.validation import check_int, check_number
 
 __all__ = ["HIVSettings", "MountainCarSettings", "run_continuous", "tune_continuous"]
 
-Log = Callable[[str], None]
-TRUTH = 5
 #: Largest HIV cohort simulated at once (beyond it the simulator is compute-bound; it is also the
 #: chunk of :func:`gpope.core.envs.train_hiv.large_sample_statistics`, so a truth sample of at most
 #: this size is the same whether simulated alone or with other data sets).
@@ -273,7 +262,7 @@ class _Domain:
                 getattr(s, "grid", None), getattr(s, "behavior_epsilon", None))
 
     def _truth_rng(self, seed: int) -> np.random.Generator:
-        return np.random.default_rng(seed_seq(seed, TRUTH, 0 if self.figure == "on" else 1))
+        return np.random.default_rng(seed_seq(seed, common.TRUTH, 0 if self.figure == "on" else 1))
 
     def truth(self, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Population A, b, C from a large independent sample (cached per process)."""
@@ -359,14 +348,15 @@ def tune_continuous(domain: str, settings: Any, *, public_seed: int | None = Non
     for f, figure in enumerate(_figures(domain)):
         dom = _Domain(domain, figure, settings)
         sizes = settings.tune_sizes or settings.sizes
-        requests = [(m, seed_seq(seed, PUBLIC, DATA, f, m)) for m in sizes]
+        requests = [(m, seed_seq(seed, common.PUBLIC, common.DATA, f, m)) for m in sizes]
         for i, (m, problem) in enumerate(zip(sizes, dom.problems(requests, settings.seed),
                                              strict=True)):
             for e, eps in enumerate(settings.epsilons):
                 for j, method in enumerate(settings.methods()):
-                    hyper, grid = tune_method(problem, method, epsilon=eps, delta=settings.delta,
-                                              ss=seed_seq(seed, PUBLIC, RUN, f, i, e, j),
-                                              trials=settings.tune_trials, log=log)
+                    hyper, grid = common.tune_method(
+                        problem, method, epsilon=eps, delta=settings.delta,
+                        ss=seed_seq(seed, common.PUBLIC, common.RUN, f, i, e, j),
+                        trials=settings.tune_trials, log=log)
                     best[(f"{figure}:{method.name}", m, eps)] = hyper
                     rows.extend(dict(r, figure=figure) for r in grid)
     return TuningTable(best=best, rows=rows, seed=seed, domain=domain)
@@ -377,12 +367,12 @@ def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log 
     """One record per (trial, figure, m, epsilon, method)."""
     s = settings
     records: list[dict[str, Any]] = []
-    blocks = block_sizes(s.trials, s.data_blocks)
+    blocks = common.block_sizes(s.trials, s.data_blocks)
     for f, figure in enumerate(_figures(domain)):
         dom = _Domain(domain, figure, s)
         cells = [(i, m, blk, n_tr) for i, m in enumerate(s.sizes) for blk, n_tr in enumerate(blocks)]
-        problems = dom.problems([(m, seed_seq(s.seed, DATA, f, i, blk)) for i, m, blk, _ in cells],
-                                s.seed)
+        streams = [(m, seed_seq(s.seed, common.DATA, f, i, blk)) for i, m, blk, _ in cells]
+        problems = dom.problems(streams, s.seed)
         trial0 = 0
         t0 = time.perf_counter()
         for (i, m, blk, n_tr), problem in zip(cells, problems, strict=True):
@@ -406,19 +396,17 @@ def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log 
                 add("lstd", "LSTD (non-private)", problem.lstd_theta(False), None)
                 for e, eps in enumerate(s.epsilons):
                     if eps <= 1.0:
-                        add("dp_lsw", "DP-LSW (grid)",
-                            _dp_lsw_grid(problem, s, eps,
-                                         np.random.default_rng(seed_seq(s.seed, BASELINE, f, i,
-                                                                        blk, e)), n_tr), eps)
+                        rng = np.random.default_rng(seed_seq(s.seed, common.BASELINE, f, i, blk, e))
+                        add("dp_lsw", "DP-LSW (grid)", _dp_lsw_grid(problem, s, eps, rng, n_tr), eps)
             else:
                 add("wis_lstd", "WIS-LSTD (non-private)", problem.lstd_theta(True), None)
             for e, eps in enumerate(s.epsilons):
                 for j, method in enumerate(s.methods()):
                     hyper = tuning.get(f"{figure}:{method.name}", m, eps)
                     with np.errstate(all="ignore"):
-                        thetas, info = run_gpope_method(
+                        thetas, info = common.run_gpope_method(
                             problem, method, epsilon=eps, delta=s.delta, hyper=hyper,
-                            multiplier=1.0, ss=seed_seq(s.seed, RUN, f, i, blk, e, j),
+                            multiplier=1.0, ss=seed_seq(s.seed, common.RUN, f, i, blk, e, j),
                             trials=n_tr)
                     add(method.name, f"{method.label} eps={eps:g}", thetas, eps,
                         {"sigma": info["sigma"], "step_size": hyper.step_size,
