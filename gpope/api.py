@@ -102,16 +102,8 @@ __all__ = [
     "write_cohort_files",
 ]
 
-#: Option types, contract names and functions re-exported from the shell as they are (``name``
-#: or ``name: "module:attribute"``), imported when first used so that ``import gpope.api`` stays
-#: light (no Spark, no pipeline module): ``tune_spec`` tunes a spec file's solver settings on
-#: public simulated data (``settings=load_config(...).evaluation``), ``write_cohort_files`` writes
-#: a simulated cohort as plain files for :func:`load`; ``experiment_settings``, ``tune_experiment``
-#: and ``experiment`` run the paper experiments (:mod:`gpope.shell.experiments`); after a
-#: committed release ``show_release`` prints its report so that no failure invites a second
-#: spend, ``interrupted_after_release`` is its Ctrl-C and ``printing_failed_line`` the stderr line
-#: of a print that failed; ``start_command`` and ``command_stopped`` are a command's signal
-#: handling (:mod:`gpope.shell.interrupts`).
+#: Names re-exported from the shell as they are (``module`` or ``module:attribute``), imported
+#: when first used so that ``import gpope.api`` loads no Spark and no pipeline module.
 _REEXPORTS = {
     "BRONZE_COLUMNS": "gpope.shell.pipeline.load",
     "DemoOptions": "gpope.shell.pipeline.demo",
@@ -149,11 +141,9 @@ def load_config(
     schema: str | None = None,
     remote: str | None = None,
 ) -> GpopeConfig:
-    """The configuration: ``path`` (YAML, ``conf/default.yaml`` spells every key out; relative
-    paths are also looked up in the bundle/repository root; None: packaged defaults) with the
-    overrides: ``lake`` root for path-based tables, or Unity Catalog ``catalog``/``schema``
-    (tables ``<catalog>.<schema>.<table>``, per dataset ``<dataset>__<table>``), ``remote`` a
-    Spark Connect URL for :func:`get_spark`.
+    """The configuration: ``path`` (YAML; relative paths are also looked up in the
+    bundle/repository root; None: packaged defaults) with the overrides: ``lake`` root, or Unity
+    Catalog ``catalog``/``schema``, ``remote`` a Spark Connect URL for :func:`get_spark`.
 
     Raises:
         ConfigError: the file is missing or a value is invalid.
@@ -219,11 +209,7 @@ def simulate(
     config: ConfigLike = None,
     progress: bool = False,
 ) -> SimulateReport:
-    """Simulate a cohort of ``domain`` and replace the bronze tables of ``dataset`` with it.
-
-    The bronze tables (``observations``, ``treatments``, ``outcomes``) are what your own event
-    files provide instead (:func:`load`; docs/OWN_DATA.md).
-    """
+    """Simulate a cohort of ``domain`` and replace the bronze tables of ``dataset`` with it."""
     from gpope.shell.pipeline.simulate import run_simulate
     from gpope.shell.preflight import check_dataset_unique
 
@@ -291,10 +277,9 @@ def evaluate_options(
     solver: Mapping[str, Any] | None = None,
 ) -> SettingsLayer:
     """The caller's settings of a private run: ``solver`` (names of
-    :class:`~gpope.core.evaluation.settings.RunSettings`, e.g. ``iterations``; None values are
-    not set), then the spend and seed; they apply over the spec's ``evaluation:`` block and the
-    configuration's ``evaluation:`` section. Each value is checked, and so is its combination
-    with the configuration (e.g. the ``paper`` accountant needs ``allow_invalid_accounting``).
+    :class:`~gpope.core.evaluation.settings.RunSettings`; None values are not set), then the
+    spend and seed, over the spec's ``evaluation:`` block and the configuration's. Each value
+    and its combination with the configuration is checked.
 
     Raises:
         ConfigError: an unknown setting, a value outside its constraint, or an invalid
@@ -347,9 +332,7 @@ def evaluate(
     Reserves (epsilon, delta) in the dataset's privacy ledger before anything is drawn, releases
     theta and the values at the spec's reference states to ``released_estimates`` /
     ``released_values``, logs an MLflow run. ``seed`` makes the run reproducible and marks it NOT
-    private. ``options`` (from :func:`evaluate_options`) replaces epsilon/delta/seed/solver
-    when given; either way the settings apply over the spec's ``evaluation:`` block and the
-    configuration's ``evaluation:`` section.
+    private. ``options`` (from :func:`evaluate_options`) replaces epsilon/delta/seed/solver.
 
     Raises:
         BudgetExceededError: the run would take the dataset past its budget (nothing written).
@@ -389,10 +372,8 @@ def set_budget(
 
 
 def check_demo(options: DemoOptions, *, config: ConfigLike = None) -> None:
-    """Check the demo's settings, the lake root and the dataset name before Spark starts.
-
-    Raises:
-        ConfigError: an invalid setting, combination, lake root or dataset name."""
+    """Check the demo's settings, the lake root and the dataset name before Spark starts
+    (ConfigError)."""
     from gpope.shell.lake.names import check_name
     from gpope.shell.pipeline.demo import check_demo as _check
     from gpope.shell.preflight import check_lake
@@ -429,8 +410,7 @@ def check_stage(
     config: ConfigLike = None,
 ) -> EvaluationSpec | None:
     """Check a stage on ``dataset`` before Spark starts (:func:`gpope.shell.preflight.check_stage`;
-    for ``ingest`` also the dataset's settings from ``datasets:`` or ``domain``); returns the
-    loaded spec (None without one).
+    for ``ingest`` also the dataset's settings); returns the loaded spec (None without one).
 
     Raises:
         ConfigError: an invalid dataset name, lake root, spec or dataset settings.
@@ -450,12 +430,7 @@ def check_stage(
 
 def check_load(dataset: str, files: Mapping[str, str], *, fmt: str = "auto", columns: Any = None,
                time_zone: str | None = None, config: ConfigLike = None) -> None:
-    """Check a :func:`load` before Spark starts (:func:`gpope.shell.preflight.check_load`).
-
-    Raises:
-        ConfigError: an invalid name, lake root, file, format, ``columns`` or ``time_zone``.
-        SchemaError: a file lacks a bronze contract column or a column ``columns`` names.
-    """
+    """Check a :func:`load` before Spark starts (:func:`gpope.shell.preflight.check_load`)."""
     from gpope.shell.preflight import check_load as _check
 
     _check(_config(config), dataset, dict(files), fmt=fmt, columns=columns, time_zone=time_zone)
@@ -470,9 +445,8 @@ def privacy_ledger(config: ConfigLike = None, *, spark: SparkSession | None = No
 
 def released_counts(dataset: str, *, config: ConfigLike = None,
                     spark: SparkSession | None = None) -> list[dict[str, Any]]:
-    """The released numbers of patients m~ of ``dataset`` (one per statistics version; public,
-    each charged once in the ledger), oldest first
-    (:func:`~gpope.shell.pipeline.released_count.read_counts`)."""
+    """The released numbers of patients m~ of ``dataset`` (one per statistics version, each
+    charged once in the ledger), oldest first."""
     from gpope.shell.pipeline.released_count import read_counts
 
     return read_counts(_config(config), dataset=dataset, spark=spark)
@@ -493,8 +467,8 @@ def maintain(*, retention_hours: float | None = None, dataset: str | None = None
 def track(run_id: str, *, force: bool = False, config: ConfigLike = None,
           tracking_uri: str | None = None) -> TrackReport:
     """Log the committed release ``run_id`` to MLflow from the lake's released tables
-    (idempotent unless ``force``; only released numbers), with the configuration's HTTP limits
-    so that an unreachable server fails in seconds."""
+    (idempotent unless ``force``; only released numbers), within the configuration's HTTP
+    limits."""
     from gpope.shell.pipeline.track import relog_release
     from gpope.shell.tracking import http_limits
 
@@ -524,9 +498,8 @@ def pipeline_audit(
 
 
 def query(sql: str, *, config: ConfigLike = None, operator: bool = False) -> QueryResult:
-    """One read-only SELECT over the local lake's views, with DuckDB, no Spark
-    (:func:`gpope.shell.query.query`); ``operator`` also serves the raw and per-patient tables
-    (not private)."""
+    """One read-only SELECT over the local lake's views, with DuckDB, no Spark; ``operator``
+    also serves the raw and per-patient tables (not private)."""
     from gpope.shell.query import query as _query
 
     return _query(sql, lake=_config(config), operator=operator)
@@ -534,7 +507,7 @@ def query(sql: str, *, config: ConfigLike = None, operator: bool = False) -> Que
 
 def describe_view(view: str, *, config: ConfigLike = None,
                   operator: bool = False) -> list[dict[str, Any]]:
-    """The columns of a query view: name, type and comment (:func:`gpope.shell.query.describe`)."""
+    """The columns of a query view: name, type and comment."""
     from gpope.shell.query import describe
 
     return describe(view, lake=_config(config), operator=operator)
@@ -550,8 +523,8 @@ def lake_views(*, config: ConfigLike = None, operator: bool = False) -> LakeView
 def compare_runs(dataset: str, run_a: str, run_b: str, *, config: ConfigLike = None,
                  track: bool = False, tracking_uri: str | None = None) -> RunComparison:
     """Run A minus run B on ``dataset`` per quantity both released with an interval, from the
-    released numbers only (no budget; :mod:`gpope.shell.compare`); ``track`` also logs it to
-    MLflow. Raises ConfigError when a run released nothing on the dataset."""
+    released numbers only (no budget); ``track`` also logs it to MLflow. Raises ConfigError when
+    a run released nothing on the dataset."""
     from gpope.shell.compare import compare_runs as _compare
     from gpope.shell.compare import track_comparison
 

@@ -70,7 +70,7 @@ def test_duckdb_reads_every_table_as_spark_wrote_it(pipeline_lake):
     assert len(refs) == 7
     for ref in refs:
         spark_rows = [r.asDict(recursive=True) for r in lake.read(ref).collect()]
-        duck_rows = _duckdb_rows(lake.path(ref))
+        duck_rows = _duckdb_rows(lake.location(ref))
         if ref.table == "pipeline_runs":  # a map: Spark gives a dict, Arrow a list of pairs
             for r in duck_rows:
                 r["tables"] = dict(r["tables"])
@@ -79,7 +79,7 @@ def test_duckdb_reads_every_table_as_spark_wrote_it(pipeline_lake):
 
 def test_partition_column_is_read_from_hive_folders_and_filters_work(pipeline_lake):
     _, lake = pipeline_lake
-    path = lake.path(TableRef("gold", "trajectory_stats", "e"))
+    path = lake.location(TableRef("gold", "trajectory_stats", "e"))
     spec_ids = {r["spec_id"] for r in _duckdb_rows(path)}
     assert len(spec_ids) == 1 and None not in spec_ids
     (spec_id,) = spec_ids
@@ -90,7 +90,7 @@ def test_partition_column_is_read_from_hive_folders_and_filters_work(pipeline_la
 
 def test_add_actions_carry_min_max_statistics_and_history_names_overwrites(pipeline_lake):
     _, lake = pipeline_lake
-    path = lake.path(TableRef("silver", "transitions", "e"))
+    path = lake.location(TableRef("silver", "transitions", "e"))
     actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
     assert all(n > 0 for n in actions["num_records"])
     assert min(actions["min.traj_index"]) == 0 and max(actions["max.traj_index"]) == 3
@@ -110,7 +110,7 @@ def test_overwrite_is_recorded_as_overwrite_and_maintain_keeps_content_and_time_
     ref = TableRef("silver", "transitions", "e")
     before = sorted(map(tuple, lake.read(ref).collect()))
     run_ingest(spark, config, "e", domain="chain")  # a second overwrite of the silver tables
-    entry = DeltaTable(lake.path(ref)).history(1)[0]
+    entry = DeltaTable(lake.location(ref)).history(1)[0]
     assert entry["operation"] == "WRITE" and entry["operationParameters"]["mode"] == "Overwrite"
     version = lake.version(ref)
     report = maintain_lake(config.lake, retention_hours=168, dataset="e")
@@ -118,6 +118,6 @@ def test_overwrite_is_recorded_as_overwrite_and_maintain_keeps_content_and_time_
     assert done[str(ref)].files_after == 1 and done[str(ref)].skipped is None
     assert sorted(map(tuple, lake.read(ref).collect())) == before
     assert sorted(map(tuple, lake.read(ref, version=version - 1).collect())) == before  # time travel
-    assert _canonical(_duckdb_rows(lake.path(ref))) == _canonical(
+    assert _canonical(_duckdb_rows(lake.location(ref))) == _canonical(
         [r.asDict(recursive=True) for r in lake.read(ref).collect()]
     )

@@ -155,7 +155,7 @@ def test_lake_mode_detection_and_configuration_errors(spark, lake_root):
         Lake(spark, catalog="main", schema="gpope", mode="delta-rs")
     with pytest.raises(ConfigError, match="local lake roots"):
         Lake(spark, "s3://bucket/lake", mode="delta-rs")
-    with pytest.raises(ConfigError, match="mode"):
+    with pytest.raises(ConfigError, match="lake storage must be one of"):
         Lake(spark, lake_root, mode="fast")  # type: ignore[arg-type]
 
 
@@ -186,12 +186,12 @@ def test_write_append_overwrite_time_travel_and_history(spark, lake, ref):
     assert all(h.timestamp.tzinfo is not None for h in history)
 
     # the independent reader sees exactly the same rows and types
-    arrow = DeltaTable(lake.path(ref)).to_pyarrow_table()
+    arrow = DeltaTable(lake.location(ref)).to_pyarrow_table()
     assert arrow.column("patient_id").to_pylist() == ["p9"]
     assert arrow.column("time").to_pylist()[0] == T0
     assert arrow.column("values").to_pylist() == [[9.0]]
     assert lake.read_arrow(ref, version=1).num_rows == 3
-    assert lake.to_pandas(ref)["n"].tolist() == [9]
+    assert lake.read_arrow(ref).to_pandas()["n"].tolist() == [9]
     with pytest.raises(ConfigError, match=r"versions 0\.\.2"):
         lake.read(ref, version=7)
 
@@ -207,16 +207,16 @@ def test_replace_where_replaces_only_its_partition_and_is_idempotent(spark, lake
         lake.write(new_s1, ref, mode="replace_where", schema=STATS, replace_where={"spec_id": "s1"})
     expected = [(odd, 0, 5.0), ("s1", 0, 10.0), ("s1", 1, 20.0), ("s1", 2, 30.0)]
     assert _rows(lake.read(ref)) == expected
-    independent = DeltaTable(lake.path(ref)).to_pyarrow_table().to_pylist()
+    independent = DeltaTable(lake.location(ref)).to_pyarrow_table().to_pylist()
     assert sorted((r["spec_id"], r["traj_index"], r["v"]) for r in independent) == expected
     assert [h.mode for h in lake.history(ref)] == ["overwrite", "replace_where", "replace_where"]
 
     # rows outside the partition: refused, nothing committed, no new files left behind
-    before_files, before_version = _parquet_on_disk(lake.path(ref)), lake.version(ref)
+    before_files, before_version = _parquet_on_disk(lake.location(ref)), lake.version(ref)
     with pytest.raises(DataError, match="only contain rows of the partition"):
         lake.write(base, ref, mode="replace_where", schema=STATS, replace_where={"spec_id": "s1"})
     assert lake.version(ref) == before_version
-    assert _parquet_on_disk(lake.path(ref)) == before_files
+    assert _parquet_on_disk(lake.location(ref)) == before_files
     with pytest.raises(ConfigError, match="partition columns"):
         lake.write(new_s1, ref, mode="replace_where", schema=STATS, replace_where={"v": 1.0})
     with pytest.raises(ConfigError, match="required with mode='replace_where'"):
@@ -242,13 +242,13 @@ def test_overwrite_after_a_concurrent_append_keeps_only_the_new_rows(spark, lake
             ]
         ),
     )
-    write_deltalake(lake.path(ref), other, mode="append")  # another writer, meanwhile
+    write_deltalake(lake.location(ref), other, mode="append")  # another writer, meanwhile
     assert (
         lake.write(_events(spark, [("p2", T0, 2, [2.0])]), ref, mode="overwrite", schema=EVENTS)
         == 2
     )
     assert [r[0] for r in _rows(lake.read(ref))] == ["p2"]
-    assert DeltaTable(lake.path(ref)).to_pyarrow_table().column("patient_id").to_pylist() == ["p2"]
+    assert DeltaTable(lake.location(ref)).to_pyarrow_table().column("patient_id").to_pylist() == ["p2"]
 
 
 def test_empty_table_reads_as_empty_dataframe_with_schema(spark, lake, ref):
@@ -256,7 +256,7 @@ def test_empty_table_reads_as_empty_dataframe_with_schema(spark, lake, ref):
     empty = lake.read(ref)
     assert empty.count() == 0
     assert [(f.name, f.dataType) for f in empty.schema] == [(f.name, f.dataType) for f in EVENTS]
-    assert DeltaTable(lake.path(ref)).to_pyarrow_table().num_rows == 0
+    assert DeltaTable(lake.location(ref)).to_pyarrow_table().num_rows == 0
 
 
 def test_safe_widening_is_cast_and_short_forms_use_the_contracts(spark, lake_root):
@@ -292,7 +292,7 @@ def test_safe_widening_is_cast_and_short_forms_use_the_contracts(spark, lake_roo
 def test_schema_mismatches_raise_schema_error_and_commit_nothing(spark, lake, ref):
     good = _events(spark, [("p1", T0, 1, [1.0])])
     lake.write(good, ref, mode="overwrite", schema=EVENTS)
-    files = _parquet_on_disk(lake.path(ref))
+    files = _parquet_on_disk(lake.location(ref))
     with pytest.raises(SchemaError, match=r"missing \['n'\], unexpected \['extra'\]"):
         lake.write(good.withColumnRenamed("n", "extra"), ref, mode="append", schema=EVENTS)
     with pytest.raises(SchemaError, match="n: got double, expected bigint"):
@@ -311,7 +311,7 @@ def test_schema_mismatches_raise_schema_error_and_commit_nothing(spark, lake, re
     with pytest.raises(SchemaError, match="'values'"):
         lake.write(null_element, ref, mode="append", schema=EVENTS)
     assert lake.version(ref) == 0
-    assert _parquet_on_disk(lake.path(ref)) == files == _live_files(lake.path(ref))
+    assert _parquet_on_disk(lake.location(ref)) == files == _live_files(lake.location(ref))
 
 
 def test_missing_table_names_location_and_creating_stage(lake):
@@ -355,7 +355,7 @@ def test_a_missing_data_file_is_one_error_naming_the_table_and_its_repair(lake, 
 
 def test_failed_commit_deletes_its_files_and_leaves_the_table_unchanged(spark, lake, ref):
     # a real commit failure: an append-only table refuses the removes of an overwrite
-    path = lake.path(ref)
+    path = lake.location(ref)
     write_deltalake(
         path,
         pa.table(
@@ -409,7 +409,7 @@ def test_hostile_lake_paths_keep_every_row(spark, tmp_path, folder):
     rows = [("s1", i, float(i)) for i in range(7)] + [("s2", i, -1.0) for i in range(3)]
     assert lake.write(_df(spark, rows, STATS), ref, mode="overwrite", schema=STATS,
                       partition_by=["spec_id"]) == 0
-    path = lake.path(ref)
+    path = lake.location(ref)
     assert path.startswith(str(root))
     # every Parquet file is inside the table, none in a percent-encoded sibling
     assert not any("%" in str(p) for p in tmp_path.rglob("*.parquet"))

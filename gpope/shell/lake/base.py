@@ -38,8 +38,7 @@ __all__ = [
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
 WRITE_MODES: tuple[str, ...] = get_args(WriteMode)
-StorageMode = str
-"""``auto`` or a registered store's name (:func:`gpope.shell.lake.store.storage_names`)."""
+StorageMode = str  # ``auto`` or a registered store's name
 PartitionValue = str | int | bool | dt.date | None
 
 _USER_METADATA_KEY = "gpope.mode"

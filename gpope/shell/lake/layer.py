@@ -1,15 +1,9 @@
 """The table layer: one object that reads and writes every gpope Delta table.
 
 :class:`Lake` maps a :class:`~gpope.shell.lake.names.TableRef` to a location (a path under the
-lake root, or a Unity Catalog name) and picks the storage path once, when it is created:
-
-- ``native``: Spark's ``delta`` format (the Delta classes load in the JVM: a cluster, Databricks);
-- ``delta-rs``: Spark writes Parquet, delta-rs commits it (no Delta JARs: local runs and tests).
-
-Both implement :class:`~gpope.shell.lake.store.TableStore`; :class:`Lake` holds one and never asks
-which. Nothing outside this package knows which one is used. The module-level functions
-(:func:`read_table`, :func:`write_table`...) are the short form the pipeline uses with a
-:class:`~gpope.config.LakeSettings`.
+lake root, or a Unity Catalog name) and holds one :class:`~gpope.shell.lake.store.TableStore`,
+chosen when it is created; nothing outside this package knows which. The module-level functions
+are the short form taking a :class:`~gpope.config.LakeSettings`.
 """
 
 from __future__ import annotations
@@ -39,10 +33,9 @@ from gpope.shell.lake.names import (
     table_path,
     uc_table_name,
 )
-from gpope.shell.lake.store import TableStore, storage_names, store_class
+from gpope.shell.lake.store import TableStore, store_class
 
 if TYPE_CHECKING:
-    import pandas as pd
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -65,17 +58,14 @@ _T = TypeVar("_T")
 
 
 class ReadOptions(TypedDict, total=False):
-    """The keywords of :meth:`Lake.read` that :func:`read_table` and :func:`read_shared_table`
-    pass on unchanged (their meaning is documented there)."""
+    """The keywords of :meth:`Lake.read`."""
 
     version: int | None
     hint: str | None
 
 
 class WriteOptions(TypedDict, total=False):
-    """The keywords of :meth:`Lake.write`, declared once for :meth:`Lake.write`,
-    :meth:`Lake.worker_staging`, :func:`write_table` and :func:`write_shared_table` (their
-    meaning is documented at :meth:`Lake.write`)."""
+    """The keywords of :meth:`Lake.write`."""
 
     mode: Required[WriteMode]
     schema: StructType | None
@@ -93,9 +83,8 @@ class Lake:
         root: lake root for path-based tables (default ``lake``); local paths are made absolute.
         catalog: Unity Catalog catalog; with ``schema``, tables are ``catalog.schema.name``.
         schema: Unity Catalog schema (database).
-        mode: ``"auto"`` (the first registered store available in the session: ``native``
-            where the Delta classes load, else ``delta-rs``), or a store's name (force one path;
-            for tests and debugging). See :mod:`gpope.shell.lake.store`.
+        mode: ``"auto"`` (the first registered store available in the session) or a store's
+            name (:mod:`gpope.shell.lake.store`).
 
     Raises:
         ConfigError: an unknown mode; only one of catalog/schema; Unity Catalog or a non-local
@@ -116,11 +105,6 @@ class Lake:
         schema: str | None = None,
         mode: StorageMode = "auto",
     ) -> None:
-        if mode not in storage_names():
-            raise ConfigError(
-                f"The 'mode' parameter of Lake must be one of {', '.join(storage_names())}. "
-                f"Got {mode!r} instead."
-            )
         if (catalog is None) != (schema is None):
             raise ConfigError(
                 "Lake needs both 'catalog' and 'schema' for Unity Catalog tables, or neither. "
@@ -142,13 +126,8 @@ class Lake:
     @classmethod
     def from_settings(cls, spark: SparkSession, settings: LakeSettings) -> Lake:
         """The lake described by ``settings`` (root, Unity Catalog mapping, storage mode)."""
-        return cls(
-            spark,
-            settings.root,
-            catalog=settings.catalog,
-            schema=settings.schema,
-            mode=settings.storage,
-        )
+        return cls(spark, settings.root, catalog=settings.catalog, schema=settings.schema,
+                   mode=settings.storage)
 
     def __repr__(self) -> str:
         where = f"{self.catalog}.{self.schema}" if self.catalog else self.root
@@ -165,10 +144,6 @@ class Lake:
         if self.catalog is not None and self.schema is not None:
             return uc_table_name(self.catalog, self.schema, ref)
         return table_path(self.root, ref)
-
-    def path(self, ref: TableRef) -> str:
-        """Alias of :meth:`location` (a path, or a Unity Catalog name when one is configured)."""
-        return self.location(ref)
 
     def _address(self, ref: TableRef) -> str:
         if self.catalog is not None and self.schema is not None:
@@ -196,7 +171,6 @@ class Lake:
 
     # ------------------------------------------------------------------ metadata
     def exists(self, ref: TableRef) -> bool:
-        """True when the table exists."""
         return self.store.exists(self._address(ref))
 
     def version(self, ref: TableRef, *, hint: str | None = None) -> int:
@@ -208,11 +182,7 @@ class Lake:
         return self._found(ref, hint, self.store.version)
 
     def history(self, ref: TableRef, *, hint: str | None = None) -> list[HistoryEntry]:
-        """Every commit of the table, oldest first (version, timestamp, operation, mode).
-
-        Raises:
-            TableNotFoundError: the table does not exist.
-        """
+        """Every commit of the table, oldest first (raises TableNotFoundError as :meth:`version`)."""
         return self._found(ref, hint, self.store.history)
 
     # ------------------------------------------------------------------ reads
@@ -245,10 +215,8 @@ class Lake:
         hint: str | None = None,
     ) -> list[str] | None:
         """The local Parquet files holding the table's rows (as of ``version``; only those of
-        ``partition``, partition column -> value, when given), for readers that need no JVM
-        (Spark's Python workers reading them with pyarrow). None with the native storage: there
-        the files are Delta's business (deletion vectors, column mapping...) and the caller reads
-        :meth:`read`.
+        ``partition`` when given), for readers that need no JVM. None with the native storage
+        (the files are Delta's business): the caller reads :meth:`read`.
 
         Raises:
             TableNotFoundError: the table does not exist.
@@ -256,12 +224,6 @@ class Lake:
                 column.
         """
         return self._found(ref, hint, lambda at: self.store.data_files(at, version, partition))
-
-    def to_pandas(
-        self, ref: TableRef, *, version: int | None = None, hint: str | None = None
-    ) -> pd.DataFrame:
-        """A small table read whole into pandas on the driver."""
-        return self.read_arrow(ref, version=version, hint=hint).to_pandas()
 
     # ------------------------------------------------------------------ writes
     def write(self, df: DataFrame, ref: TableRef, **options: Unpack[WriteOptions]) -> int:
@@ -308,12 +270,8 @@ class Lake:
         run_id: str | None = None,
     ) -> Any:
         """A writer for Arrow tables already on the driver: ``write(table)`` repeatedly, then
-        ``commit()`` (one atomic commit, returns the version) or ``abort()``.
-
-        With the delta-rs storage the tables are staged as Parquet by the driver itself (no Spark
-        job, no copy into the JVM, memory bounded by one table); with the native storage they are
-        buffered and written as one Spark DataFrame at ``commit()``. Unpartitioned tables and
-        ``append``/``overwrite`` only. ``run_id`` as for :meth:`write`.
+        ``commit()`` (one atomic commit, returns the version) or ``abort()``. Unpartitioned
+        tables and ``append``/``overwrite`` only; ``run_id`` as for :meth:`write`.
 
         Raises:
             ConfigError: a partitioned table, or another mode.
@@ -327,13 +285,10 @@ class Lake:
         return self.store.arrow_writer(self._address(ref), spec)
 
     def worker_staging(self, ref: TableRef, **options: Unpack[WriteOptions]) -> Any | None:
-        """A staging folder that Spark's Python workers write the table's Parquet files into
-        (:class:`~gpope.shell.lake.delta_rs.StagedFileWriter`), committed by the driver in one
-        atomic commit (:meth:`~gpope.shell.lake.delta_rs.WorkerStaging.commit`, the same checks
-        as :meth:`write`); use it as a context manager (an exception deletes what was staged).
-
-        Returns None with the native storage (Spark's own Delta writer, e.g. on Databricks):
-        there the caller writes a DataFrame with :meth:`write`. Arguments as for :meth:`write`.
+        """A staging folder that Spark's Python workers write the table's Parquet files into,
+        committed by the driver in one atomic commit with the checks of :meth:`write`; a context
+        manager (an exception deletes what was staged). None with the native storage: the caller
+        then uses :meth:`write`. Arguments as for :meth:`write`.
 
         Raises:
             ConfigError: bad mode or replace_where (as for :meth:`write`).
@@ -381,12 +336,7 @@ def _write_spec(
     run_id: str | None = None,
     merge_schema: bool = False,
 ) -> WriteSpec:
-    """The store's :class:`WriteSpec` of a :meth:`Lake.write` (contract schema by default).
-
-    Raises:
-        ConfigError: bad mode, or replace_where missing with mode ``replace_where`` or given
-            with another mode.
-    """
+    """The store's :class:`WriteSpec` of a :meth:`Lake.write` (contract schema by default)."""
     check_write_mode(mode)
     if (mode == "replace_where") != (replace_where is not None):
         raise ConfigError(

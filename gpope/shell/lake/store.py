@@ -1,19 +1,11 @@
-"""The store interface: what the table layer asks of a storage backend, and the backends.
+"""The store interface: what the table layer asks of a storage backend.
 
-A store reads and writes Delta tables at *locations* (a path, or a Unity Catalog name when the
-store was opened ``by_name``) that :class:`~gpope.shell.lake.layer.Lake` resolves from a
-:class:`~gpope.shell.lake.names.TableRef`. Two stores exist:
-
-- ``native`` (:class:`~gpope.shell.lake.native.NativeStore`): Spark's own ``delta`` format, on a
-  cluster whose JVM has Delta Lake (Databricks);
-- ``delta-rs`` (:class:`~gpope.shell.lake.delta_rs.DeltaRsStore`): Spark writes Parquet and
-  delta-rs commits it (no Delta JARs: local runs and tests). Its JVM-free half serves the
-  driver-side readers of a local lake (manifests, the ledger, ``gpope query``, ``gpope
-  maintain``) without a Spark session.
-
-The choice is made once, by :func:`store_class`: ``lake.storage`` names a store, or ``auto`` takes
-the first registered store that is :meth:`~TableStore.available` in the session. Adding a store is
-its own module plus one entry in :data:`gpope.shell.lake.registry.STORES`.
+A store reads and writes Delta tables at *locations* (a path, or a Unity Catalog name when opened
+``by_name``). ``native`` (:class:`~gpope.shell.lake.native.NativeStore`) is Spark's own ``delta``
+format (Databricks); ``delta-rs`` (:class:`~gpope.shell.lake.delta_rs.DeltaRsStore`) has Spark
+write Parquet that delta-rs commits (no Delta JARs: local runs and tests). :func:`store_class`
+chooses once; adding a store is its own module plus one entry in
+:data:`gpope.shell.lake.registry.STORES`.
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["TableStore", "load_store", "storage_names", "store_class"]
+__all__ = ["TableStore", "load_store", "store_class"]
 
 
 class TableStore(Protocol):
@@ -54,13 +46,9 @@ class TableStore(Protocol):
         """Raise ConfigError, saying what to do, when the store cannot serve this lake."""
         ...
 
-    def exists(self, location: str) -> bool:
-        """True when the location holds a Delta table."""
-        ...
+    def exists(self, location: str) -> bool: ...
 
-    def version(self, location: str) -> int:
-        """The table's latest version."""
-        ...
+    def version(self, location: str) -> int: ...
 
     def history(self, location: str) -> list[HistoryEntry]:
         """Every commit, oldest first."""
@@ -112,11 +100,6 @@ class TableStore(Protocol):
         """Remove the rows whose ``column`` is in ``values`` in one commit; return its version,
         or None when no row matched (nothing committed)."""
         ...
-
-
-def storage_names() -> tuple[str, ...]:
-    """Valid ``lake.storage`` values: ``auto`` and every registered store's name."""
-    return STORAGE_CHOICES
 
 
 def load_store(name: str) -> type[TableStore]:

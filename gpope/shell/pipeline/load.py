@@ -1,27 +1,17 @@
 """Load existing files (Parquet or CSV) into a dataset's bronze tables: the own-data entry point.
 
 :func:`run_load` reads one file (or folder, or glob) per bronze table, checks each against the
-bronze contract (:func:`~gpope.shell.pipeline.ingest_contract.conform_bronze`: a missing column
-or an impossible type stops the load with one line naming table, column and types) and replaces
-``<lake>/bronze/<dataset>/{observations,treatments,outcomes}`` with the rows as delivered: the
-three commits become visible together in one ``pipeline_runs`` manifest (stage ``load``), so a
-load killed half-way leaves the previous tables. Rows are not parsed or filtered here: ``gpope
-ingest`` parses string columns row by row and quarantines what it cannot use, with a reason, so
-rows in = rows used + rows rejected starts from exactly the delivered rows.
+bronze contract (a missing column or an impossible type stops the load with one line) and
+replaces the dataset's bronze tables with the rows as delivered, the three commits made visible
+together by one ``pipeline_runs`` manifest. Rows are not parsed or filtered here: ``gpope
+ingest`` quarantines what it cannot use, so rows in = rows used + rows rejected starts from the
+delivered rows.
 
-Column names: ``columns`` (``gpope load --columns``) maps an extract's own names onto the
-contract's, renamed in Spark as the files are read (:func:`parse_column_map` gives the form).
-
-Types: CSV (RFC 4180: quoted fields may hold commas, newlines and doubled quotes) is read as
-text (no type inference: a patient id ``007`` stays ``007``); Parquet keeps its types, as pandas
-and pyarrow write them (:mod:`gpope.shell.pipeline.load_types`: nanosecond timestamps, tz-aware
-or naive, text or integer codes), and a local file whose contract column has a type the contract
-cannot hold is refused before Spark starts. A time without a time zone (CSV text without an
-offset, a Parquet timestamp not adjusted to UTC) is a wall-clock time of ``time_zone``
-(``gpope load --time-zone``; UTC when not given); a time with an offset is converted to UTC.
-A treatments file without a ``propensity`` column (no logged propensities) is loaded without
-it: the bronze table's schema then says they were not logged, the public fact later stages
-choose their route by (:mod:`gpope.shell.pipeline.propensities`).
+CSV is read as text (a patient id ``007`` stays ``007``); Parquet keeps its types
+(:mod:`gpope.shell.pipeline.load_types`). A time without a time zone is a wall-clock time of
+``time_zone`` (UTC when not given). A treatments file without ``propensity`` is loaded without
+it: the bronze schema then records that propensities were not logged
+(:mod:`gpope.shell.pipeline.propensities`).
 """
 
 from __future__ import annotations
@@ -81,8 +71,7 @@ def parse_column_map(columns: ColumnsLike) -> ColumnMap:
     columns, and no two contract columns of a table read the same source column.
 
     Raises:
-        ConfigError: an entry without ``=`` or a name, an unknown table or contract column, a
-            column given twice, or two contract columns of one table mapped to one source.
+        ConfigError: an entry that breaks these rules.
     """
     if columns is None:
         return {}
@@ -142,12 +131,8 @@ def _mapping_text(renamed: Mapping[str, str]) -> str:
 
 def _check_sources(table: str, where: str, found: Sequence[str],
                    renamed: Mapping[str, str]) -> None:
-    """Refuse a file whose columns cannot give ``table``'s contract under ``renamed``.
-
-    Raises:
-        SchemaError: a mapped source column is absent, a contract column is absent and not
-            mapped, or a mapped-to name is also a column of the file (named with its columns).
-    """
+    """Refuse (SchemaError) a file whose columns cannot give ``table``'s contract under
+    ``renamed``."""
     from gpope.errors import SchemaError
 
     absent_src = {c: s for c, s in renamed.items() if s not in found}
@@ -176,17 +161,9 @@ def _check_sources(table: str, where: str, found: Sequence[str],
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What :func:`run_load` wrote.
-
-    Attributes:
-        dataset: the dataset name.
-        files: the path given per table.
-        rows: rows written per bronze table (= rows delivered).
-        versions: the Delta version of each bronze table after the load.
-        columns: per table, ``{bronze column: file column}`` renamed on the way in.
-        time_zone: the zone of the times without one (None: UTC).
-        filled: per table, the optional contract columns its file lacked (loaded without them).
-    """
+    """What :func:`run_load` wrote: per table its file, rows (as delivered), Delta version,
+    renamed columns (``{bronze column: file column}``) and the optional contract columns its
+    file lacked (``filled``); ``time_zone`` of the times without one (None: UTC)."""
 
     dataset: str
     files: dict[str, str]
@@ -209,8 +186,7 @@ class LoadReport:
                 OPERATOR_ONLY: operator_only({"rows": dict(self.rows)})}  # fmt: skip
 
     def summary(self) -> str:
-        """A few human-readable lines ending with the next command; the row counts under the
-        operator-only heading."""
+        """Lines ending with the next command; row counts under the operator-only heading."""
         from gpope.shell.operator import HEADING
 
         lines = [f"load {self.dataset}: bronze tables replaced (rows as delivered)"]
@@ -243,11 +219,7 @@ def _format_of(path: str, fmt: FileFormat) -> str:
 
 
 def _resolve(path: str, table: str) -> str:
-    """``path`` made absolute where the user's working directory is (local paths only).
-
-    Raises:
-        ConfigError: a local path that matches no file.
-    """
+    """``path`` made absolute (local paths only); ConfigError when it matches no file."""
     if "://" in path:
         return path
     path = os.path.abspath(os.path.expanduser(path))
@@ -309,18 +281,15 @@ def check_files(files: dict[str, str], *, fmt: FileFormat = "auto",
                 columns: ColumnsLike = None, time_zone: str | None = None) -> dict[str, str]:
     """The three files' paths, resolved, after every check that needs no Spark.
 
-    Guarantees: every table has a path; each local path matches a file; its format is known
-    (``fmt`` or the name); ``columns`` parses (:func:`parse_column_map`); ``time_zone`` is a
-    time zone name or None; where a local file's column names are readable (a Parquet footer,
-    a CSV header row), every contract column (but an optional one) is among them under
-    ``columns``; and the contract columns of local Parquet files have types load reads
-    (:func:`~gpope.shell.pipeline.load_types.inspect_parquet`).
+    Guarantees: every table has a path matching a file of a known format; ``columns`` and
+    ``time_zone`` are valid; where a local file's column names are readable (a Parquet footer,
+    a CSV header row), every required contract column is among them under ``columns``, and the
+    contract columns of local Parquet files have types load reads.
 
     Raises:
-        ConfigError: a table without a path, a path matching no file, an unknown format, an
-            invalid ``columns`` or an unknown ``time_zone``.
-        SchemaError: a contract column or a mapped column is missing from a file (named with
-            the columns found), or has a type the contract cannot hold.
+        ConfigError: a missing path or file, an unknown format, ``columns`` or ``time_zone``.
+        SchemaError: a contract or mapped column is missing from a file, or of a type the
+            contract cannot hold.
     """
     check_time_zone(time_zone)
     renames = parse_column_map(columns)
@@ -345,16 +314,9 @@ def _read_parquet(spark: SparkSession, path: str, paths: list[str], table: str,
                   ) -> tuple[DataFrame, ParquetTimes]:
     """The Parquet files as Spark reads them, and which of their columns hold what times.
 
-    Local files: their footers say (:func:`inspect_parquet`). A remote path: read as is, and if
-    Spark finds ``TIMESTAMP(NANOS)`` columns, read again with them as longs; its ``time``
-    column is then the nanosecond one (a naive one read as UTC). Sets :data:`NANOS_AS_LONG`
-    on the session when a column needs it (Spark reads it when the rows are read).
-
-    Raises:
-        ConfigError: a remote path with nanosecond times and a ``time_zone`` (whether they
-            are naive cannot be told there).
-        SchemaError: nanosecond times in a session that refuses :data:`NANOS_AS_LONG` (saying
-            how to write the files instead), or a contract column of a type load cannot read.
+    Local files: their footers say (:func:`inspect_parquet`). A remote path is read again with
+    ``TIMESTAMP(NANOS)`` columns as longs when Spark refuses them (then ``time_zone`` cannot be
+    applied: ConfigError). Sets :data:`NANOS_AS_LONG` on the session when a column needs it.
     """
     if "://" not in path:
         times = inspect_parquet(table, _data_files(path, "parquet"), renamed,
@@ -389,24 +351,16 @@ def read_bronze_file(spark: SparkSession, path: str, table: str, *,
                      time_zone: str | None = None) -> DataFrame:
     """The rows of ``path`` (a file, a folder of files or a glob) as a DataFrame, as delivered.
 
-    CSV: header row, RFC 4180 quoting (``"a,""b"`` is ``a,"b``; quoted fields may span lines),
-    every column text; with ``time_zone``, the ``time`` texts without a UTC offset are
-    replaced by their UTC instant (:func:`~gpope.shell.pipeline.load_types.localize_text`).
-    Parquet: its own types, with every timestamp column a UTC instant: nanosecond ones floored
-    to the microsecond, those without a time zone read as wall-clock times of ``time_zone``
-    (UTC when None). A treatments file without ``propensity`` gets a null one. ``columns``
-    (``{bronze column: file column}``, one table's entry of :func:`parse_column_map`) renames
-    those columns; every other column, extras included, keeps its name and values.
-
-    Reading Parquet nanosecond times sets :data:`~gpope.shell.pipeline.load_types.NANOS_AS_LONG`
-    on the session, which must hold while the DataFrame's rows are read (:func:`run_load`
-    restores the session's setting after its writes).
+    CSV: header row, RFC 4180 quoting, every column text; with ``time_zone``, ``time`` texts
+    without a UTC offset become their UTC instant. Parquet: its own types, every timestamp a UTC
+    instant (nanoseconds floored to the microsecond, naive ones read in ``time_zone``, UTC when
+    None). ``columns`` (one table's entry of :func:`parse_column_map`) renames those columns;
+    every other column keeps its name and values. Nanosecond times set :data:`NANOS_AS_LONG` on
+    the session, which must hold while the rows are read.
 
     Raises:
-        ConfigError: nothing matches ``path``, its format cannot be told, or ``time_zone`` is
-            unknown.
-        SchemaError: a bronze contract column (or a column ``columns`` names) is missing, or
-            a contract column has an impossible type.
+        ConfigError: nothing matches ``path``, its format is unknown, or ``time_zone`` is.
+        SchemaError: a contract (or mapped) column is missing or has an impossible type.
     """
     return _read(spark, path, table, fmt=fmt, columns=columns, time_zone=time_zone)[0]
 
@@ -464,27 +418,8 @@ def run_load(
     columns: ColumnsLike = None,
     time_zone: str | None = None,
 ) -> LoadReport:
-    """Replace ``dataset``'s bronze tables with the rows of ``files``, atomically.
-
-    Args:
-        spark: the session.
-        config: configuration (lake location).
-        dataset: the dataset name (``<lake>/bronze/<dataset>/<table>``).
-        files: ``{"observations": path, "treatments": path, "outcomes": path}``.
-        fmt: ``auto`` (from the file names), ``parquet`` or ``csv``.
-        columns: the extract's own column names (:func:`parse_column_map`), e.g.
-            ``"patient_id=mrn,time=charted_at,treatments.time=ordered_at"``.
-        time_zone: the IANA zone of the times written without one (CSV text without an offset,
-            naive Parquet timestamps); None reads them as UTC.
-
-    Returns:
-        A :class:`LoadReport` with the rows written per table.
-
-    Raises:
-        ConfigError: a table's file is missing from ``files`` or does not exist, ``columns``
-            is invalid or ``time_zone`` unknown.
-        SchemaError: a file breaks the bronze contract under ``columns`` (nothing is written).
-    """
+    """Replace ``dataset``'s bronze tables with the rows of ``files`` (one path per bronze
+    table), atomically; errors as :func:`check_files` (nothing is written)."""
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 

@@ -1,25 +1,15 @@
 """Stage 1 of the pipeline: a synthetic cohort from a simulator, written as bronze event tables.
 
-:func:`run_simulate` generates ``patients`` episodes of a domain under its behaviour policy (one
-patient = one episode), turns them into EHR-style event tables with
-:func:`gpope.core.envs.ehr.episodes_to_event_tables` (the domain's
-:class:`~gpope.core.envs.ehr.EventTableSpec`; optional timing jitter, patient stagger, missing
-observations and measurement noise) and replaces the dataset's bronze ``observations``,
-``treatments`` and ``outcomes`` (one atomic overwrite per table, made visible together by one
-manifest commit, so re-running replaces the cohort). The cohort is generated and staged part by
-part (:data:`PATIENTS_PER_PART` patients): the driver writes the Arrow tables straight to the
-tables' staging folders as Parquet (no Spark job: the rows are already on the driver), so memory
-stays bounded whatever the cohort size.
+:func:`run_simulate` generates ``patients`` episodes of a registered domain
+(:mod:`gpope.core.envs.registry`) under its behaviour policy, records them as EHR-style event
+tables (:func:`gpope.core.envs.ehr.episodes_to_event_tables`) and replaces the dataset's bronze
+``observations``, ``treatments`` and ``outcomes``, made visible together by one manifest commit.
+The cohort is generated and staged part by part (:data:`PATIENTS_PER_PART` patients), so the
+driver's memory stays bounded whatever the cohort size.
 
-Domains, their behaviour policies (the logged ``propensity``) and episode caps come from the one
-registry :mod:`gpope.core.envs.registry` (chain, mountain car, HIV, generated random MDPs).
-
-:func:`dataset_settings_for_domain` gives the ingest settings that read such a cohort back
-(variables, actions, terminal variable from the spec; ``max_length`` = the domain's episode cap).
-
-Randomness: one ``SeedSequence(seed)`` (OS entropy when ``seed`` is None) spawns two independent
-streams, one for the episodes and one for the recording (jitter, missingness, noise), so the
-episodes of a seed do not depend on the recording options.
+Randomness: one ``SeedSequence(seed)`` (OS entropy when ``seed`` is None) spawns one stream for
+the episodes and one for the recording, so the episodes of a seed do not depend on the recording
+options.
 """
 
 from __future__ import annotations
@@ -117,18 +107,9 @@ class SimulateReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (the ``--json`` output of ``gpope simulate``)."""
-        return {
-            "dataset": self.dataset,
-            "domain": self.domain,
-            "patients": self.patients,
-            "seed": self.seed,
-            "rows": dict(self.rows),
-            "n_transitions": self.n_transitions,
-            "options": asdict(self.options),
-        }
+        return asdict(self)
 
     def summary(self) -> str:
-        """One human-readable line."""
         rows = ", ".join(f"{t} {n}" for t, n in self.rows.items())
         return (
             f"simulate {self.dataset}: {self.patients} {self.domain} patients, "
@@ -136,24 +117,11 @@ class SimulateReport:
         )
 
 
-def _max_steps(domain: str) -> int:
-    from gpope.core.envs.registry import get_domain
-
-    return get_domain(domain).max_steps
-
-
 def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -> DatasetSettings:
-    """Ingest settings that read a cohort of ``domain`` written by :func:`run_simulate`.
-
-    Args:
-        domain: ``chain``, ``mountaincar`` or ``hiv``.
-        max_length: public maximum trajectory length; default: the domain's episode cap, so no
-            simulated episode is cut.
-
-    Returns:
-        DatasetSettings with the spec's variables (in state order, so ingested states equal the
-        simulator's), actions (index = the simulator's action), terminal variable, no defaults
-        (a simulated patient is observed at every decision) and ``domain`` set.
+    """Ingest settings that read a cohort of ``domain`` written by :func:`run_simulate`: the
+    domain's variables in state order (ingested states equal the simulator's), its actions, its
+    terminal variable, no defaults, and ``max_length`` (default: the episode cap, so no simulated
+    episode is cut).
 
     Raises:
         ConfigError: unknown domain.
@@ -163,7 +131,7 @@ def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -
     return DatasetSettings(
         variables=spec.variables,
         actions=spec.actions,
-        max_length=max_length if max_length is not None else _max_steps(domain),
+        max_length=max_length if max_length is not None else get_domain(domain).max_steps,
         terminal_variable=spec.terminal_variable,
         domain=domain,
     )
@@ -235,16 +203,8 @@ def simulate_tables(
     policy: Policy | None = None,
     progress: bool = False,
 ) -> tuple[Transitions, dict[str, dict[str, np.ndarray]]]:
-    """Episodes and their bronze event tables (columnar numpy dicts), no Spark involved.
-
-    The whole cohort in memory: the concatenation of :func:`iter_simulated_tables` (which
-    :func:`run_simulate` writes part by part), so both give the same rows for a seed.
-
-    Returns:
-        ``(transitions, tables)``: the simulated episodes (patient ``P{i:06d}`` = trajectory i)
-        and ``{"observations", "treatments", "outcomes"}`` as returned by
-        :func:`~gpope.core.envs.ehr.episodes_to_event_tables`.
-    """
+    """The whole cohort in memory, no Spark: ``(episodes, bronze event tables)``, the
+    concatenation of :func:`iter_simulated_tables` (patient ``P{i:06d}`` = trajectory i)."""
     parts = list(iter_simulated_tables(domain, patients, seed, options, policy=policy,
                                        progress=progress))  # fmt: skip
     transitions = concatenate_episodes([p for p, _ in parts])
@@ -281,11 +241,8 @@ def write_simulation_record(
     spark: SparkSession, config: GpopeConfig, dataset: str, *, domain: str, patients: int,
     max_length: int, run_id: str | None = None,
 ) -> int:
-    """Replace ``bronze/<dataset>/simulation`` with one row: domain, patients, episode cap.
-
-    Later stages read it instead of asking again (``gpope ingest`` without ``--domain``). The seed
-    is never recorded.
-    """
+    """Replace ``bronze/<dataset>/simulation`` with one row: domain, patients, episode cap
+    (``gpope ingest`` without ``--domain`` reads it); never the seed."""
     from datetime import UTC, datetime
 
     import pyarrow as pa
@@ -330,23 +287,10 @@ def run_simulate(
 ) -> SimulateReport:
     """Simulate a cohort and replace ``dataset``'s bronze tables with it, atomically.
 
-    The three tables become visible together, in one ``pipeline_runs`` manifest commit
-    (:mod:`gpope.shell.lake.manifest`): a run killed between them leaves the previous cohort.
-    The dataset name and the lake are checked before anything is simulated.
-
-    Args:
-        spark: the session.
-        config: configuration (lake location).
-        dataset: dataset name (bronze tables at ``<lake>/bronze/<dataset>/<table>``).
-        domain: ``chain``, ``mountaincar`` or ``hiv``.
-        patients: number of patients (episodes), >= 1.
-        seed: simulation seed; None draws from OS entropy.
-        options: episode cap and recording options.
-        policy: behaviour policy override (default: :func:`behaviour_policy`).
-        progress: show a progress bar while generating.
-
-    Returns:
-        :class:`SimulateReport` with the rows written per table.
+    The three tables become visible together, in one ``pipeline_runs`` manifest commit: a run
+    killed between them leaves the previous cohort. The dataset name and the lake are checked
+    before anything is simulated; ``seed`` None draws from OS entropy; ``policy`` overrides the
+    domain's behaviour policy.
 
     Raises:
         ConfigError: bad domain, patients or options.
@@ -362,7 +306,6 @@ def run_simulate(
     target = Lake.from_settings(spark, config.lake)  # lake path checked before simulating
     check_int("simulate", "patients", patients, ge=1)
     run_id = new_run_id()
-    # each part is staged as Parquet by the driver (no Spark job: the rows are already here);
     # each commit is tagged: invisible until the manifest below
     writers = {
         name: target.arrow_writer(refs[name], mode="overwrite", run_id=run_id)
@@ -388,7 +331,7 @@ def run_simulate(
     record = TableRef("bronze", "simulation", dataset)
     versions[record] = write_simulation_record(
         spark, config, dataset, domain=domain, patients=patients,
-        max_length=options.n_steps or _max_steps(domain), run_id=run_id,
+        max_length=options.n_steps or get_domain(domain).max_steps, run_id=run_id,
     )  # fmt: skip
     rows = {name: writers[name].rows for name in BRONZE_TABLES}
     PipelineRuns(config.lake, spark=spark).commit(
@@ -398,12 +341,5 @@ def run_simulate(
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     PrivacyLedger(spark, config).record_origin(dataset, "simulate")  # synthetic: seeds allowed
-    return SimulateReport(
-        dataset=dataset,
-        domain=domain,
-        patients=patients,
-        seed=seed,
-        rows=rows,
-        n_transitions=n_transitions,
-        options=options,
-    )
+    return SimulateReport(dataset=dataset, domain=domain, patients=patients, seed=seed, rows=rows,
+                          n_transitions=n_transitions, options=options)
