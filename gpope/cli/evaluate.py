@@ -100,29 +100,24 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    "streamed statistics); an explicit K is used as given")
 
 
+#: The ``--allow-*`` flags of evaluate and its job entry point: each accepts a run that is refused
+#: by default, and the run records that it was accepted.
+_OVERRIDES = {
+    "--allow-invalid-accounting": "run with --accountant paper anyway: the release is then NOT "
+    "private everywhere (tables, MLflow, output), labelled 'not a valid bound', and the ledger "
+    "charges a rigorous RDP bound of its mechanism",
+    "--allow-not-private": "accept --seed on a dataset not produced by `gpope simulate`: the "
+    "release is NOT private (the seed itself is never stored)",
+    "--allow-stale-stats": "release from the spec's statistics even when a later `gpope ingest` "
+    "replaced the transitions they were computed from (refused otherwise); the run records it "
+    "(a warning in its report and --json, MLflow tag gpope.stale_stats)",
+}
+
+
 def add_privacy_overrides(parser: argparse.ArgumentParser) -> None:
-    """``--allow-invalid-accounting`` and ``--allow-not-private`` (evaluate, demo, jobs)."""
-    parser.add_argument(
-        "--allow-invalid-accounting", action="store_true",
-        help="run with --accountant paper anyway: the release is then NOT private everywhere "
-        "(tables, MLflow, output), labelled 'not a valid bound', and the ledger charges a "
-        "rigorous RDP bound of its mechanism",
-    )
-    parser.add_argument(
-        "--allow-not-private", action="store_true",
-        help="accept --seed on a dataset not produced by `gpope simulate`: the release is NOT "
-        "private (the seed itself is never stored)",
-    )
-
-
-def add_stale_stats_flag(parser: argparse.ArgumentParser) -> None:
-    """``--allow-stale-stats`` (evaluate and its job entry point)."""
-    parser.add_argument(
-        "--allow-stale-stats", action="store_true",
-        help="release from the spec's statistics even when a later `gpope ingest` replaced the "
-        "transitions they were computed from (refused otherwise); the run records it (a "
-        "warning in its report and --json, MLflow tag gpope.stale_stats)",
-    )
+    """The ``--allow-*`` flags (:data:`_OVERRIDES`)."""
+    for flag, text in _OVERRIDES.items():
+        parser.add_argument(flag, action="store_true", help=text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -162,7 +157,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "(conf: evaluation.secure_noise, evaluation.noise_grid)",
     )
     add_privacy_overrides(parser)
-    add_stale_stats_flag(parser)
     parser.add_argument("--stream", choices=("auto", "memory", "stream"), default=None,
                         help="statistics in driver memory or streamed from Spark (auto: by size)")
     parser.add_argument("--private-diagnostics", action="store_true",
@@ -193,9 +187,9 @@ def settings_from_args(args: argparse.Namespace) -> dict:
     :func:`gpope.api.evaluate_options` checks them."""
     given = {k: getattr(args, k, None) for k in _FLAGS}
     given["path"] = getattr(args, "stream", None)
-    given["allow_invalid_accounting"] = getattr(args, "allow_invalid_accounting", False) or None
-    given["allow_not_private"] = getattr(args, "allow_not_private", False) or None
-    given["allow_stale_stats"] = getattr(args, "allow_stale_stats", False) or None
+    for flag in _OVERRIDES:
+        name = flag[2:].replace("-", "_")
+        given[name] = getattr(args, name, False) or None
     # printing the private diagnostics needs them computed: the print flag implies the other
     if getattr(args, "print_private_diagnostics", False):
         given["private_diagnostics"] = True

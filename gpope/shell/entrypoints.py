@@ -116,12 +116,7 @@ def stats(argv: Sequence[str] | None = None) -> int:
 
 def evaluate(argv: Sequence[str] | None = None) -> int:
     """``gpope-evaluate``: a private evaluation (ledger, released_estimates, MLflow)."""
-    from gpope.cli.evaluate import (
-        add_privacy_overrides,
-        add_solver_options,
-        add_stale_stats_flag,
-        settings_from_args,
-    )
+    from gpope.cli.evaluate import add_privacy_overrides, add_solver_options, settings_from_args
 
     parser = job_parser("A differentially private evaluation of a spec on a dataset.",
                         dataset=True, spec=True)
@@ -130,7 +125,6 @@ def evaluate(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="fixed seed: NOT private")
     add_solver_options(parser)
     add_privacy_overrides(parser)
-    add_stale_stats_flag(parser)
     args = parser.parse_args(argv)
 
     def body(a: argparse.Namespace) -> str:
