@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import dp_accounting
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,11 +16,8 @@ from hypothesis import strategies as st
 
 from gpope.core.baselines import (
     dp_lsl,
-    dp_lsl_from_transitions,
     dp_lsw,
-    dp_lsw_from_transitions,
     first_visit_statistics,
-    first_visit_statistics_from_transitions,
     lsl_estimate,
     lsl_regularization,
     lsl_smooth_sensitivity,
@@ -639,7 +635,6 @@ def test_release_record_and_privacy_fields():
     assert (res.epsilon, res.delta, res.mechanism) == (0.3, 0.05, "dp_lsl")
     assert res.diagnostics["private"] is True and res.diagnostics["noise_std"] > 0
     assert res.regularization == pytest.approx(lsl_regularization(30, np.eye(N), weights))
-    assert isinstance(res.dp_event, dp_accounting.UnsupportedDpEvent)
     with pytest.raises(TypeError):
         res.diagnostics["noise_std"] = 0.0  # read-only
     with pytest.raises(ConfigError):
@@ -714,45 +709,6 @@ def test_sigma_monotone_in_epsilon_and_decreasing_in_m():
                 )
             mean_sigma.append(np.mean(vals))
         assert mean_sigma[1] < mean_sigma[0]
-
-
-def test_transitions_wrappers_match_arrays():
-    rng = np.random.default_rng(13)
-    N = 5
-    states, rewards, traj = _chain(rng, N, 20)
-    T = len(states)
-    tr = Transitions(
-        traj_index=traj,
-        t=np.zeros(T, np.int64),
-        state=states[:, None].astype(float),
-        action=np.zeros(T, np.int64),
-        reward=rewards,
-        next_state=np.zeros((T, 1)),
-        terminal=rewards > 0,
-        truncated=np.zeros(T, bool),
-        behavior_prob=np.ones(T),
-        n_trajectories=20,
-    )
-    weights = np.full(N, 1 / N)
-    kw = dict(
-        n_states=N,
-        features=np.eye(N),
-        weights=weights,
-        gamma=0.9,
-        f_max=10.0,
-        epsilon=0.5,
-        delta=0.1,
-    )
-    a = dp_lsw_from_transitions(tr, rng=np.random.default_rng(3), **kw)
-    b = dp_lsw(states, rewards, traj, rng=np.random.default_rng(3), **kw)
-    np.testing.assert_array_equal(a.theta, b.theta)
-    a = dp_lsl_from_transitions(tr, rng=np.random.default_rng(3), **kw)
-    b = dp_lsl(states, rewards, traj, rng=np.random.default_rng(3), **kw)
-    np.testing.assert_array_equal(a.theta, b.theta)
-    c1 = first_visit_statistics_from_transitions(tr, n_states=N, gamma=0.9)
-    c2 = first_visit_statistics(states, rewards, traj, n_states=N, gamma=0.9)
-    np.testing.assert_array_equal(c1[0], c2[0])
-    np.testing.assert_array_equal(c1[1], c2[1])
 
 
 @pytest.mark.parametrize(("fn", "drop", "extra", "words"), [

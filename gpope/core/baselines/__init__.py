@@ -10,14 +10,11 @@ from __future__ import annotations
 from gpope.core.baselines.dp_ls import (
     DPLSResult,
     dp_lsl,
-    dp_lsl_from_transitions,
     dp_lsw,
-    dp_lsw_from_transitions,
 )
 from gpope.core.baselines.first_visit import (
     first_visit_returns,
     first_visit_statistics,
-    first_visit_statistics_from_transitions,
 )
 from gpope.core.baselines.lstd import LSTDResult, lstd, lstd_from_transitions
 from gpope.core.baselines.smooth import (
@@ -34,12 +31,9 @@ __all__ = [
     "DPLSResult",
     "LSTDResult",
     "dp_lsl",
-    "dp_lsl_from_transitions",
     "dp_lsw",
-    "dp_lsw_from_transitions",
     "first_visit_returns",
     "first_visit_statistics",
-    "first_visit_statistics_from_transitions",
     "lsl_estimate",
     "lsl_regularization",
     "lsl_smooth_sensitivity",

@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict, Unpack
 
-import dp_accounting
 import numpy as np
 
 from gpope.core.baselines._common import as_matrix, as_vector
-from gpope.core.baselines.first_visit import first_visit_statistics, tabular_columns
+from gpope.core.baselines.first_visit import first_visit_statistics
 from gpope.core.baselines.smooth import (
     LSLSensitivity,
     lsl_estimate,
@@ -51,19 +50,10 @@ from gpope.core.baselines.smooth import (
     lsw_smooth_sensitivity,
     nrs_constants,
 )
-from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, DataError
 
-__all__ = [
-    "DPLSInputs",
-    "DPLSResult",
-    "LSLInputs",
-    "dp_lsl",
-    "dp_lsl_from_transitions",
-    "dp_lsw",
-    "dp_lsw_from_transitions",
-]
+__all__ = ["DPLSInputs", "DPLSResult", "dp_lsl", "dp_lsw"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,21 +78,10 @@ class DPLSResult:
     regularization: float | None = None
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def dp_event(self) -> dp_accounting.DpEvent:
-        """The dp-accounting event of this release.
-
-        dp-accounting 0.6 has no plain (epsilon, delta) event, and a smooth-sensitivity
-        mechanism (data-dependent noise) is not a ``GaussianDpEvent``, so this is an
-        ``UnsupportedDpEvent``: RDP/PLD accountants refuse it. Ledgers must record
-        ``(epsilon, delta)`` and compose such releases by basic composition (BASELINES.md 1.11).
-        """
-        return dp_accounting.UnsupportedDpEvent()
-
 
 class DPLSInputs(TypedDict):
-    """The keywords :func:`dp_lsw`, :func:`dp_lsl` and their ``*_from_transitions`` forms share
-    (documented at :func:`dp_lsw`), all required."""
+    """The keywords :func:`dp_lsw` and :func:`dp_lsl` share (documented at :func:`dp_lsw`), all
+    required."""
 
     n_states: int | None
     features: object
@@ -112,15 +91,6 @@ class DPLSInputs(TypedDict):
     epsilon: float
     delta: float
     rng: np.random.Generator
-
-
-class LSLInputs(DPLSInputs, total=False):
-    """:class:`DPLSInputs` plus the optional keywords of :func:`dp_lsl` (documented there)."""
-
-    regularization: float | None
-    reg_c: float
-    reg_p: float
-    sensitivity: LSLSensitivity
 
 
 def _public_inputs(
@@ -337,12 +307,3 @@ def dp_lsl(
     )
     return _release(theta, sens, p, inputs, "dp_lsl", lam, draws)
 
-
-def dp_lsw_from_transitions(transitions: Transitions, **inputs: Unpack[DPLSInputs]) -> DPLSResult:
-    """:func:`dp_lsw` on a tabular :class:`Transitions` (state column 0 = integer state)."""
-    return dp_lsw(*tabular_columns(transitions), **inputs)
-
-
-def dp_lsl_from_transitions(transitions: Transitions, **inputs: Unpack[LSLInputs]) -> DPLSResult:
-    """:func:`dp_lsl` on a tabular :class:`Transitions`; m is ``transitions.n_trajectories``."""
-    return dp_lsl(*tabular_columns(transitions), n_trajectories=transitions.n_trajectories, **inputs)

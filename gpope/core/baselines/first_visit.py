@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpope.core.baselines._common import as_vector, backward_accumulate, episode_layout
-from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import DataError, SchemaError
 
@@ -19,7 +18,6 @@ __all__ = [
     "finite_states",
     "first_visit_returns",
     "first_visit_statistics",
-    "first_visit_statistics_from_transitions",
 ]
 
 _FINITE_ONLY = (
@@ -130,20 +128,3 @@ def first_visit_statistics(
     fbar = np.divide(sums, counts, out=np.zeros(N), where=counts > 0)
     return counts, fbar
 
-
-def first_visit_statistics_from_transitions(
-    transitions: Transitions, *, n_states: int | None, gamma: float, clip: float | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`first_visit_statistics` of a tabular :class:`Transitions` (state column 0 = state id)."""
-    return first_visit_statistics(
-        *tabular_columns(transitions), n_states=n_states, gamma=gamma, clip=clip
-    )
-
-
-def tabular_columns(transitions: Transitions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(states, rewards, traj_index)`` of a tabular Transitions batch, as the first-visit
-    estimators take them: the state ids are column 0 of ``state`` (TabularFeatures)."""
-    state = np.asarray(transitions.state)
-    if state.ndim != 2 or state.shape[1] < 1:
-        raise SchemaError(f"Transitions.state must have shape (T, d >= 1); got {state.shape}.")
-    return state[:, 0], transitions.reward, transitions.traj_index

@@ -11,12 +11,9 @@ trajectories, so the compute budget is a first-class setting, stated in passes o
   ``sampling: uniform, iterations: 20000``.
 * **steps**: ``step_schedule: inverse`` with ``step_offset_fraction`` f gives beta_i =
   eta / (i + f N); the steps sum to about eta ln((1 + f) / f).
-* **why this transfers across m**: at fixed (P, N, f, eta) the rate q = P / N, the noise multiplier
-  sigma (it depends only on q, N, epsilon, delta) and the step sequence are the same at every m,
-  so the iterates follow the same expected dynamics; only the batch B = q m grows with m, so the
-  sampling noise of each step and the privacy noise h sigma / (q m) of each averaged gradient
-  shrink like 1 / sqrt(m) and 1 / m: the error falls with m. N is set by the conditioning of the
-  problem (how many steps GTD2 needs), P by the compute one is willing to spend.
+* **why this transfers across m**: at fixed (P, N, f, eta), q, sigma and the steps are the same
+  at every m; only the batch B = q m grows, so the sampling and privacy noise of each averaged
+  gradient shrink like 1 / sqrt(m) and 1 / m.
 * **clip and step size**: the privacy noise scales like h sigma(epsilon) / m, so the best clip h
   and step size eta depend on (m, epsilon) mainly through m epsilon.
 
@@ -63,30 +60,14 @@ __all__ = [
 ]
 
 #: Solver settings an ``evaluation:`` block (and ``gpope evaluate``'s flags) may set.
-SOLVER_KEYS = (
-    "sampling",
-    "accountant",
-    "passes",
-    "batch_size",
-    "iterations",
-    "batch_rate",
-    "clip",
-    "step_size",
-    "step_schedule",
-    "step_offset",
-    "step_offset_fraction",
-    "averaging",
-    "tail_fraction",
-)
+SOLVER_KEYS = ("sampling", "accountant", "passes", "batch_size", "iterations", "batch_rate", "clip",
+               "step_size", "step_schedule", "step_offset", "step_offset_fraction", "averaging",
+               "tail_fraction")
 #: Interval settings an ``evaluation:`` block may set (chosen on PUBLIC studies, provenance under
 #: ``intervals_provenance``): the SSP clip quantile and the rule of GPOPE's disjoint-groups interval
 #: (:func:`interval_groups_for`).
-INTERVAL_KEYS = (
-    "ssp_clip_quantile",
-    "interval_groups",
-    "interval_groups_min_patients",
-    "interval_groups_min_m_epsilon",
-)
+INTERVAL_KEYS = ("ssp_clip_quantile", "interval_groups", "interval_groups_min_patients",
+                 "interval_groups_min_m_epsilon")
 #: The budget keys: any two determine (N, q), except batch_rate with batch_size.
 BUDGET_KEYS = ("passes", "iterations", "batch_rate", "batch_size")
 #: Alternatives: the first layer that sets either decides both.
@@ -98,10 +79,7 @@ def _budget_ok(keys: set[str]) -> bool:
 
 
 def merge_layers(*layers: dict[str, Any]) -> dict[str, Any]:
-    """Merge setting layers, highest precedence first (see the module docstring).
-
-    None values mean "not set". Returns the merged settings (keys set by some layer only).
-    """
+    """Merge setting layers, highest precedence first (module docstring); None means "not set"."""
     out: dict[str, Any] = {}
     budget: set[str] = set()
     offset_done = False
@@ -126,14 +104,8 @@ def merge_layers(*layers: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class TunedPoint:
-    """(clip, step size) tuned on public data at one epsilon for a cohort of ``m`` trajectories.
-
-    Attributes:
-        epsilon: the epsilon tuned at (> 0).
-        clip: h > 0.
-        step_size: eta > 0.
-        score: the tuning criterion at the winner (median relative MSPBE on public data), or None.
-    """
+    """(clip, step size) tuned on public data at one epsilon (> 0); ``score`` is the tuning
+    criterion at the winner (median relative MSPBE on public data), or None."""
 
     epsilon: float
     clip: float

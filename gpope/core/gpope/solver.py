@@ -24,12 +24,7 @@ Test-only hook (privacy audit): :func:`run_gpope` and :func:`run_gpope_trials` a
 keyword ``_mechanism_override``, a mapping with ``"noise_scale"`` (float multiplying the noise
 std; e.g. 0.1 divides the noise by 10), ``"clip"`` (False skips clipping) and/or
 ``"sensitivity": "h"`` (the sigma-for-sigma/2 trap: uniform sampling calibrated as if a record
-moved the sum by h instead of 2h; Poisson: sigma / 2). It exists only
-to build deliberately broken solvers for the audit; results of such runs have ``private=False``.
-
-The settings live in :mod:`gpope.core.gpope.config`, the sample plan in
-:mod:`gpope.core.gpope.sample_plan`, the step loops in :mod:`gpope.core.gpope.iterate`; this module
-decides the noise and the privacy of a run and assembles its result.
+moved the sum by h instead of 2h; Poisson: sigma / 2). Such runs have ``private=False``.
 """
 
 from __future__ import annotations
@@ -49,13 +44,7 @@ from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_int
 from gpope.errors import ConfigError
 
-__all__ = [
-    "GPOPEConfig",
-    "GPOPEResult",
-    "GPOPETrialsResult",
-    "run_gpope",
-    "run_gpope_trials",
-]
+__all__ = ["GPOPEConfig", "GPOPEResult", "GPOPETrialsResult", "run_gpope", "run_gpope_trials"]
 
 
 @dataclass(frozen=True)
@@ -81,21 +70,14 @@ class GPOPEResult(_RunOutput):
     """Output of one run.
 
     Attributes:
-        theta: (n,) final primal iterate theta_{N+1}.
-        w: (n,) final dual iterate.
-        theta_avg: (n,) averaged iterate, None when averaging="none".
-        sigma: noise multiplier used.
-        epsilon: epsilon of the run (target, reported, inf when non-private, None if no delta).
-        delta: delta or None.
+        theta, w: (n,) final primal and dual iterates; theta_avg: (n,) averaged iterate, None
+            when averaging="none".
+        epsilon: of the run (target, reported, inf when non-private, None if no delta).
         accountant: resolved accountant name, "none" when non-private.
-        sampling: "uniform" or "poisson".
-        iterations: N.
-        clip: h or None.
-        private: True only with OS-entropy randomness, clipping, sigma > 0 and no override.
-        privacy_note: why the run is (not) private.
-        trace_steps: (k,) step numbers of the trace, or None.
-        trace_theta: (k, n) theta at those steps, or None.
-        trace_w: (k, n) w at those steps, or None.
+        private: True only with OS-entropy randomness, clipping, sigma > 0 and no override;
+            privacy_note says why (not).
+        trace_steps: (k,) step numbers of the trace; trace_theta, trace_w: (k, n) iterates at
+            those steps; None without a trace.
     """
 
     trace_steps: np.ndarray | None = None
@@ -158,18 +140,9 @@ def run_gpope(
     *,
     _mechanism_override: Mapping[str, Any] | None = None,
 ) -> GPOPEResult:
-    """One GPOPE run (Algorithm 1, or its Poisson-sampled extension).
-
-    Args:
-        stats: per-trajectory statistics (m trajectories, n features).
-        config: the run's settings.
-        rng: Generator or int seed (reproducible, not private) or None (OS entropy).
-        _mechanism_override: test-only, see the module docstring.
-
-    Returns:
-        GPOPEResult; identical to ``run_gpope_trials(stats, config, rng, 1).trial(0)`` up to
-        floating-point rounding.
-    """
+    """One GPOPE run (Algorithm 1, or its Poisson-sampled extension):
+    ``run_gpope_trials(stats, config, rng, 1).trial(0)``; ``rng`` a Generator or int seed
+    (reproducible, not private) or None (OS entropy)."""
     res = run_gpope_trials(stats, config, rng, 1, _mechanism_override=_mechanism_override)
     return res.trial(0)
 
@@ -182,21 +155,8 @@ def run_gpope_trials(
     *,
     _mechanism_override: Mapping[str, Any] | None = None,
 ) -> GPOPETrialsResult:
-    """R independent GPOPE runs vectorised over a leading trial axis.
-
-    Each trial has its own sample plan and noise (drawn from the same two streams). Costs N steps
-    of O(R * per-trajectory gradient) each.
-
-    Args:
-        stats: per-trajectory statistics.
-        config: the run's settings.
-        rng: Generator, int seed or None (OS entropy).
-        trials: R >= 1.
-        _mechanism_override: test-only, see the module docstring.
-
-    Returns:
-        GPOPETrialsResult with theta (R, n).
-    """
+    """R >= 1 independent GPOPE runs vectorised over a leading trial axis; each trial has its
+    own sample plan and noise (drawn from the same two streams)."""
     if not isinstance(stats, TrajectoryStats):
         raise ConfigError(
             f"run_gpope needs a TrajectoryStats; got {type(stats).__name__}. Build one with "
