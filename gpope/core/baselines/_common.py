@@ -94,17 +94,8 @@ def episode_layout(traj_index: object, n_rows: int) -> EpisodeLayout:
 def forward_trace(
     phi: np.ndarray, rho: np.ndarray, decay: float, layout: EpisodeLayout
 ) -> np.ndarray:
-    """Per-decision eligibility traces ``z_t = rho_t (decay * z_{t-1} + phi_t)``, reset per episode.
-
-    Args:
-        phi: (T, n) features of S_t.
-        rho: (T,) importance ratios (ones on-policy).
-        decay: gamma * lambda.
-        layout: episode layout of the rows.
-
-    Returns:
-        (T, n) traces z_t (Boyan 2002; off-policy form of Bertsekas & Yu; BASELINES.md 2, 3).
-    """
+    """(T, n) eligibility traces ``z_t = rho_t (decay * z_{t-1} + phi_t)`` of (T, n) features
+    and (T,) ratios, reset per episode (Boyan 2002; off-policy form of Bertsekas & Yu)."""
     z = rho[:, None] * phi
     if decay == 0.0:
         return z
@@ -115,16 +106,7 @@ def forward_trace(
 
 
 def backward_accumulate(term: np.ndarray, factor: np.ndarray, layout: EpisodeLayout) -> np.ndarray:
-    """Backward recursion ``y_t = term_t + factor_t * y_{t+1}`` within each episode (y_T = 0 after the end).
-
-    Args:
-        term: (T,) additive term.
-        factor: (T,) multiplier of the next step's value (only used where a next step exists).
-        layout: episode layout of the rows.
-
-    Returns:
-        (T,) the values y_t.
-    """
+    """(T,) ``y_t = term_t + factor_t * y_{t+1}`` within each episode (0 after its end)."""
     y = np.array(term, dtype=np.float64, copy=True)
     for k in range(layout.max_len - 2, -1, -1):
         rows = layout.rows(k)[: layout.active[k + 1]]
@@ -133,11 +115,8 @@ def backward_accumulate(term: np.ndarray, factor: np.ndarray, layout: EpisodeLay
 
 
 def solve_system(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, str]:
-    """Solve ``A x = b``; fall back to least squares (minimum-norm) if A is singular.
-
-    Returns:
-        (x, solver) with solver ``"solve"`` or ``"lstsq"``.
-    """
+    """(x, ``"solve"``) of ``A x = b``, or the minimum-norm least squares (x, ``"lstsq"``) if A
+    is singular."""
     try:
         x = np.linalg.solve(A, b)
         if np.all(np.isfinite(x)):

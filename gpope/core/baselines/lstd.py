@@ -150,23 +150,8 @@ def lstd_from_transitions(
     rho: object | None = None,
     **options: Unpack[LSTDOptions],
 ) -> LSTDResult:
-    """:func:`lstd` on a :class:`Transitions` batch and a feature map.
-
-    Args:
-        transitions: T decision steps sorted by (traj_index, t).
-        feature_map: callable ``(T, d) states -> (T, n)`` features (e.g. a ``FeatureMap``).
-        rho: (T,) importance ratios, None for on-policy.
-        **options: ``gamma`` (required), ``ridge``, ``lam``: as in :func:`lstd`.
-
-    Returns:
-        The LSTDResult; terminal rows have zero next features, truncated rows keep them.
-    """
-    return lstd(
-        feature_map(transitions.state),
-        feature_map(transitions.next_state),
-        transitions.reward,
-        rho,
-        traj_index=transitions.traj_index,
-        terminal=transitions.terminal,
-        **options,
-    )
+    """:func:`lstd` on a :class:`Transitions` batch sorted by (traj_index, t) and a feature map
+    ``(T, d) states -> (T, n)``; terminal rows have zero next features, truncated rows keep them."""
+    return lstd(feature_map(transitions.state), feature_map(transitions.next_state),
+                transitions.reward, rho, traj_index=transitions.traj_index,
+                terminal=transitions.terminal, **options)

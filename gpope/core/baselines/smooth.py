@@ -34,12 +34,8 @@ _CHUNK_ELEMENTS = 1 << 18
 def nrs_constants(epsilon: float, delta: float, d: int) -> tuple[float, float]:
     """Gaussian smooth-sensitivity constants ``(a_inv, beta)`` (BASELINES.md 1.5; NRS 2007).
 
-    ``a_inv = 1/alpha = 5 sqrt(2 ln(2/delta)) / epsilon``, ``beta = epsilon / (4 (d + ln(2/delta)))``.
-
-    Args:
-        epsilon: in (0, 1] (the admissibility lemma needs epsilon <= 1).
-        delta: in (0, 1).
-        d: output dimension (number of features), >= 1.
+    ``a_inv = 1/alpha = 5 sqrt(2 ln(2/delta)) / epsilon``, ``beta = epsilon / (4 (d + ln(2/delta)))``
+    for epsilon in (0, 1] (the admissibility lemma needs epsilon <= 1) and d features.
     """
     eps = check_number("DP-LSW/DP-LSL", "epsilon", epsilon, gt=0.0, le=1.0)
     dlt = check_number("DP-LSW/DP-LSL", "delta", delta, gt=0.0, lt=1.0)
@@ -66,16 +62,9 @@ def _smooth_max(term: Callable[[np.ndarray], np.ndarray], k_max: int, beta: floa
 
 
 def lsw_estimate(fbar: object, features: object, weights: object) -> np.ndarray:
-    """Non-private LSW ``(Phi^T Gam Phi)^{-1} Phi^T Gam Fbar``, ``Gam = diag(rho)`` (BASELINES 1.3).
-
-    Args:
-        fbar: (N,) mean first-visit returns.
-        features: (N, d) public feature matrix Phi.
-        weights: (N,) public fixed state weights rho >= 0.
-
-    Returns:
-        (d,) theta_W (minimum-norm least-squares solution if ``Gam^{1/2} Phi`` is rank deficient).
-    """
+    """Non-private LSW ``(Phi^T Gam Phi)^{-1} Phi^T Gam Fbar``, ``Gam = diag(rho)`` (BASELINES 1.3):
+    (d,) theta_W of (N,) returns, (N, d) features and (N,) weights (minimum-norm if rank
+    deficient)."""
     phi = as_matrix("features", features)
     rho = as_vector("weights", weights, phi.shape[0])
     f = as_vector("fbar", fbar, phi.shape[0])
@@ -86,18 +75,8 @@ def lsw_estimate(fbar: object, features: object, weights: object) -> np.ndarray:
 def lsl_estimate(
     counts: object, fbar: object, features: object, weights: object, regularization: float
 ) -> np.ndarray:
-    """Non-private LSL (BASELINES 1.4): ``(Phi^T G Phi + (lambda/2) I)^{-1} Phi^T G Fbar``, ``G = diag(rho_s m_s)``.
-
-    Args:
-        counts: (N,) first-visit counts m_s.
-        fbar: (N,) mean first-visit returns.
-        features: (N, d) Phi.
-        weights: (N,) rho.
-        regularization: lambda > 0.
-
-    Returns:
-        (d,) theta_L, the minimiser of the per-trajectory ridge loss J_L.
-    """
+    """Non-private LSL (BASELINES 1.4): (d,) ``(Phi^T G Phi + (lambda/2) I)^{-1} Phi^T G Fbar``,
+    ``G = diag(rho_s m_s)``, the minimiser of the per-trajectory ridge loss J_L."""
     phi = as_matrix("features", features)
     N, d = phi.shape
     lam = check_number("lsl_estimate", "regularization", regularization, gt=0.0)

@@ -111,22 +111,8 @@ def wis_lstd_from_transitions(
     lam: float = 0.0,
     a0: float = 1e-6,
 ) -> LSTDResult:
-    """:func:`wis_lstd` on a :class:`Transitions` batch, a feature map and importance ratios.
-
-    Args:
-        transitions: T decision steps sorted by (traj_index, t).
-        feature_map: callable ``(T, d) states -> (T, n)`` features.
-        rho: (T,) importance ratios (e.g. ``importance_ratios(target, transitions)``).
-        gamma, lam, a0: as in :func:`wis_lstd`.
-    """
-    return wis_lstd(
-        feature_map(transitions.state),
-        feature_map(transitions.next_state),
-        transitions.reward,
-        rho,
-        transitions.traj_index,
-        gamma=gamma,
-        lam=lam,
-        a0=a0,
-        terminal=transitions.terminal,
-    )
+    """:func:`wis_lstd` on a :class:`Transitions` batch sorted by (traj_index, t), a feature map
+    ``(T, d) states -> (T, n)`` and (T,) importance ratios."""
+    return wis_lstd(feature_map(transitions.state), feature_map(transitions.next_state),
+                    transitions.reward, rho, transitions.traj_index, gamma=gamma, lam=lam, a0=a0,
+                    terminal=transitions.terminal)
