@@ -41,15 +41,11 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    help="log public MSPBE every k steps (default N/20)")
     g.add_argument(
         "--tune", choices=("none", "private"), default=None,
-        help="private: choose the clip bound and step size ON THE PRIVATE DATA (for real data "
-        "with no public cohort to tune on), inside this run's --epsilon/--delta. Two private "
-        "quantiles (noisy histograms) set the clip bounds, a noisy release of the statistics "
-        "(A, b, C) scores candidates, and GPOPE runs once per candidate step size "
-        "(evaluation.private_tuning.step_multipliers); the best by private MSPBE is released. "
-        "All releases are composed into one dp-accounting event that the ledger charges once, "
-        "before anything is drawn; each GPOPE run then gets more noise than one untuned run. "
-        "Needs --sampling poisson and statistics that fit in driver memory. "
-        "Default: evaluation.tune of --conf (none)")
+        help="private: choose the clip bound and step size ON THE PRIVATE DATA, inside this "
+        "run's --epsilon/--delta (private quantiles set the clips, GPOPE runs once per "
+        "evaluation.private_tuning.step_multipliers, the best by private MSPBE is released; all "
+        "of it one event charged once). Needs --sampling poisson and statistics that fit in "
+        "driver memory. Default: evaluation.tune of --conf (none)")
     e = parser.add_argument_group("estimator, noisy statistics and intervals (defaults from 'evaluation:')")
     e.add_argument("--estimator", choices=estimator_choices(), default=None,
                    help=estimator_help() + " (default: evaluation.estimator of --conf, gpope; "
@@ -57,47 +53,31 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
                    "estimator or solver flag is given)")
     e.add_argument("--ssp-clip", type=float, default=None,
                    help="override: a public L2 bound of one trajectory's [A_i, b_i, C_i] "
-                   "(default: derived, never required: a public quantile on the spec's "
-                   "simulator; for a spec without a domain (own data), a private quantile of "
-                   "the statistics norms, evaluation.untuned.clip_quantile unless "
-                   "--ssp-clip-quantile is given, charged to the run at "
-                   "evaluation.untuned.quantile_share of its Gaussian privacy loss)")
+                   "(default: a public quantile on the spec's simulator; own data: a private "
+                   "quantile of the statistics norms, charged to the run)")
     e.add_argument("--ssp-clip-quantile", type=float, default=None, metavar="Q",
-                   help="that quantile, in (0, 1] (default: the spec's evaluation: block, "
-                   "e.g. 0.5 for conf/specs/chain.yaml, chosen on public simulated data, then "
-                   "evaluation.ssp_clip_quantile of --conf, 0.99)")
+                   help="that quantile, in (0, 1] (default: the spec's evaluation: block, then "
+                   "evaluation.ssp_clip_quantile of --conf)")
     e.add_argument("--moments-share", type=float, default=None,
                    help="share (zCDP, of 1/sigma^2) of the noisy-statistics release spent on the "
-                   "residual second moments the intervals need (default 0.1; the two releases "
-                   "compose to exactly the budgeted Gaussian release)")
+                   "residual second moments the intervals need (default 0.1)")
     e.add_argument("--statistics-share", type=float, default=None,
                    help="gpope runs: share of (epsilon, delta) for the noisy-statistics release that "
                    "gives the private MSPBE and the intervals (0 disables; default 0.1)")
     e.add_argument("--policy-value-share", type=float, default=None,
-                   help="share of the run's budget for the release of J(target), J(behaviour) "
-                   "and their contrast with intervals (one Gaussian mechanism over clipped "
-                   "importance-sampling terms; 0 disables; default 0.3): of (epsilon, delta) in a "
-                   "gpope run, of the privacy loss mu^2 of the run's one Gaussian mechanism in "
-                   "an ssp or tuning-free run")
+                   help="share of the run's budget for J(target), J(behaviour) and their "
+                   "contrast with intervals (0 disables; default 0.3)")
     e.add_argument("--ci-level", type=float, default=None,
                    help="level of the two-sided intervals and the one-sided lower bound (0.95)")
     e.add_argument("--interval-groups", type=int, default=None, metavar="K",
                    help="gpope runs: K >= 2 splits the patients into K disjoint groups by a public "
-                   "hash of the patient id, runs GPOPE once per group with this run's settings "
-                   "and releases the mean of the K estimates with a Student-t interval (K - 1 df) "
-                   "from their spread (privacy noise and sampling both in it). Same privacy cost "
-                   "as one run (one patient is in one group: parallel composition; --sampling "
-                   "poisson only), but each group has m / K patients: its privacy noise is K "
-                   "times larger relative to its gradient, so the released mean is less accurate "
-                   "than one run on all patients (its noise std grows about sqrt(K)); worth it "
-                   "when m / K is large (docs/RESULTS.md). 0: the interval is the hull of the "
-                   "noisy-statistics release's interval and the value. Default: the rule of the "
-                   "spec's evaluation: block (interval_groups K where the public m and m * epsilon "
-                   "reach its interval_groups_min_patients and interval_groups_min_m_epsilon; "
-                   "conf/specs/chain.yaml: K = 3 from m = 5e4 and m * epsilon = 5e4, chosen on "
-                   "public simulated data), else of evaluation: in --conf (0); the rule falls "
-                   "back to 0 where it does not apply (uniform sampling, --tune private, "
-                   "streamed statistics); an explicit K is used as given")
+                   "hash of the patient id, runs GPOPE once per group and releases the mean with "
+                   "a Student-t interval from their spread, at the privacy cost of one run "
+                   "(--sampling poisson only); each group's noise is K times larger relative to "
+                   "its gradient, so it pays when m / K is large (docs/RESULTS.md). 0: the hull "
+                   "of the noisy-statistics interval and the value. Default: the spec's "
+                   "evaluation: block rule (interval_groups where m and m * epsilon reach its "
+                   "thresholds), else evaluation: in --conf (0)")
 
 
 #: The ``--allow-*`` flags of evaluate and its job entry point: each accepts a run that is refused
@@ -127,15 +107,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="private run: reserve budget, GPOPE on the statistics, release theta, log to MLflow",
         description=(
             "Evaluate the spec's target policy on a dataset with (epsilon, delta)-differential "
-            "privacy per patient. Only public settings and m are used to set up the run; the spend "
-            "is reserved in the privacy ledger before anything is drawn or written (a run past the "
-            "budget stops with an error, writing nothing); theta and the values at the spec's "
-            "reference states go to released_estimates; MLflow gets params, metrics and artifacts. "
-            "Solver settings come from the spec's publicly tuned evaluation: block; a spec "
-            "without one (your own data) gets the tuning-free private default unless a solver "
-            "flag is given (docs/OWN_DATA.md). Besides V at the reference states, a spec with "
-            "public reward and weight bounds gets J(target), J(behaviour) and their contrast "
-            "(docs/OWN_DATA.md, 'Reading the output')."
+            "privacy per patient. The spend is reserved in the privacy ledger before anything is "
+            "drawn or written (a run past the budget stops, writing nothing); theta and the "
+            "values at the spec's reference states go to released_estimates, params, metrics and "
+            "artifacts to MLflow. Solver settings come from the spec's evaluation: block; a spec "
+            "without one gets the tuning-free private default (docs/OWN_DATA.md)."
         ),
     )
     add_dataset_option(parser)
@@ -152,9 +128,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--secure-noise", action="store_true", default=None,
         help="noise from the OS CSPRNG as a discrete Gaussian on a public grid, released values "
-             "rounded to it (floating-point safe); refuses --seed; in-memory path only; needs "
-             "--sampling uniform with the rdp accountant (or --estimator ssp --accountant rdp) "
-             "(conf: evaluation.secure_noise, evaluation.noise_grid)",
+             "rounded to it; refuses --seed; in-memory path only; needs --sampling uniform with "
+             "the rdp accountant (or --estimator ssp --accountant rdp)",
     )
     add_privacy_overrides(parser)
     parser.add_argument("--stream", choices=("auto", "memory", "stream"), default=None,
