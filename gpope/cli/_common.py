@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpope.jsonable import jsonable
@@ -61,6 +62,16 @@ def add_remote_option(parser: argparse.ArgumentParser) -> None:
         help="Spark Connect URL (Databricks Connect, a Connect server); default: spark.remote in "
         "--conf, else $SPARK_REMOTE, else a local Spark (an already active session always wins)",
     )
+
+
+def stderr_log(args: argparse.Namespace) -> Callable[[str], None]:
+    """A progress-line printer on stderr, silent with ``--quiet``."""
+
+    def log(msg: str) -> None:
+        if not getattr(args, "quiet", False):
+            print(msg, file=sys.stderr, flush=True)
+
+    return log
 
 
 def show_progress(args: argparse.Namespace) -> bool:

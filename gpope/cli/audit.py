@@ -1,30 +1,14 @@
 """``gpope audit``: empirical privacy audit of the private mechanisms (canaries, two neighbouring worlds).
 
-Runs the real GPOPE solver ``--runs`` times on each of two neighbouring data sets per sampling
-scheme (uniform: a replace-one canary pair at distance 2h; Poisson: a canary added/removed), reads
-the canary coordinate of every iterate, computes a likelihood-ratio statistic, chooses a
-threshold on half the runs and reports a Clopper-Pearson epsilon lower bound next to the claimed
-epsilon (see gpope.core.audit.gpope). The SSP release is audited the same way under both adjacencies
-(gpope.core.audit.ssp): add/remove (--estimator ssp, Poisson runs) and replace-one (the
-statistics share of uniform-sampling runs, a canary pair at distance 2 clip). The policy value
-release (--estimator policy_value: clip histograms and moment sums, one Gaussian mechanism at the
-run's policy-value share) is audited with a canary patient at the public maxima
-(gpope.core.audit.policy_value). The tuning-free default (--estimator untuned) is audited in two
-releases (gpope.core.audit.untuned): its SSP release (the weighted rows [A, b, w C] clipped,
-noised at the default's plan, C divided by w; a canary in the C block, against the claim of a
-default run) and its residual release (clipped residuals and their moments; against the epsilon
-the run's accountant certifies for that release alone).
-
-The settings default to documented presets (small m, few steps, many runs) in which the
-accountant is nearly tight, so a factor-2 error shows. ``--include-broken`` also audits
-deliberately broken mechanisms built through the solver's test-only hook: noise x0.5, the
-sigma-for-sigma/2 trap (uniform sampling calibrated for sensitivity h instead of 2h; Poisson
-sigma/2; replace-one SSP calibrated for sensitivity clip), noise/10 and clipping skipped.
-The uniform preset has m = 1: without subsampling the replace-one accountant is nearly tight, so
-a factor-2 error is a provable violation (at m = 2 the subsampled bound is loose enough to hide
-it; docs/AUDIT.md). Exit status 0 only when every real mechanism passes and, with
---include-broken, every broken one is detected. A lower bound never proves privacy; exceeding the claim
-proves a bug.
+Runs each real mechanism ``--runs`` times on two neighbouring data sets (a canary record added,
+removed or replaced), computes a likelihood-ratio statistic, chooses a threshold on half the
+runs and reports a Clopper-Pearson epsilon lower bound next to the claimed epsilon: GPOPE per
+sampling scheme, the SSP release under both adjacencies, the policy value release and the
+tuning-free default's two releases (gpope.core.audit). The presets (small m, few steps, many runs)
+keep the accountant nearly tight, so a factor-2 error shows; ``--include-broken`` also audits
+deliberately broken mechanisms (noise x0.5, the sigma-for-sigma/2 trap, noise/10, no clipping).
+Exit status 0 only when every real mechanism passes and, with --include-broken, every broken one
+is detected. A lower bound never proves privacy; exceeding the claim proves a bug (docs/AUDIT.md).
 """
 
 from __future__ import annotations

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from gpope.cli._common import add_json_flag, emit
+from gpope.cli._common import add_json_flag, emit, stderr_log
 
 _DOMAINS = ("chain", "mountaincar", "hiv")
 
@@ -99,13 +98,8 @@ def _run(args: argparse.Namespace) -> int:
     tuning = None
     if args.tuned:
         tuning = TuningTable.from_dict(json.loads(Path(args.tuned).read_text()))
-
-    def log(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
     summary = api.experiment(args.domain, settings, out, tracking_uri=args.tracking_uri,
-                             tuning=tuning, public_seed=args.public_seed, log=log,
+                             tuning=tuning, public_seed=args.public_seed, log=stderr_log(args),
                              track=not args.no_mlflow)
     lines = [f"{args.domain}: {summary['n_records']} trial records in {out} "
              f"({summary['seconds']['total']:.1f} s; MLflow run {summary['mlflow_run_id']})"]

@@ -18,7 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from gpope.cli._common import add_json_flag, emit
+from gpope.cli._common import add_json_flag, emit, stderr_log
 from gpope.cli.experiment import _DOMAINS, add_settings_options, settings_from_args
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 
@@ -85,11 +85,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     from gpope import api
-
-    def log(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
     overrides = {k: getattr(args, k, None) for k in (
         "passes", "iterations", "batch_rate", "batch_size", "step_schedule", "step_offset",
         "step_offset_fraction", "averaging", "tail_fraction", "sampling", "accountant")}
@@ -100,7 +95,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         delta=args.delta if args.delta is not None else 1e-6,
         trials=args.trials if args.trials is not None else 3,
         overrides=overrides, clips=_floats(args.clip_grid), steps=_floats(args.step_grid),
-        write=not args.dry_run, log=log,
+        write=not args.dry_run, log=stderr_log(args),
         command=" ".join(["gpope", *(shlex.quote(a) for a in sys.argv[1:])])
         if sys.argv[1:2] == ["tune"] else None,
     )
@@ -112,12 +107,8 @@ def _run_domain(args: argparse.Namespace) -> int:
     from gpope import api
 
     settings = settings_from_args(args.domain, args)
-
-    def log(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
-    table = api.tune_experiment(args.domain, settings, public_seed=args.public_seed, log=log)
+    table = api.tune_experiment(args.domain, settings, public_seed=args.public_seed,
+                                log=stderr_log(args))
     out = Path(args.out or f"out/{args.domain}/tuning.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = table.to_dict()

@@ -5,7 +5,7 @@ Run::
     python -m gpope.core.envs.train_hiv --out gpope/core/envs/artifacts/hiv_q_v1.json --seed 0
 
 Method (linear fitted Q iteration, Ernst et al. 2006 style but with least squares instead of
-extra trees). Takes about 2-5 minutes on one core (the simulation dominates).
+extra trees):
 
 - ``Q(s, a) = W[a] . phi(s)``, ``phi`` = :func:`gpope.core.envs.hiv.hiv_feature_map` (73 Fourier
   features of the log10 observations), ``W`` (4, 73).
@@ -212,22 +212,11 @@ def monte_carlo_values(
     *,
     param_variation: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Monte Carlo values ``E[sum_{t < n_steps} gamma^t R_t | S_0 = s]`` from log10 states.
+    """Monte Carlo ``(values (k,), standard errors (k,))`` of
+    ``E[sum_{t < n_steps} gamma^t R_t | S_0 = s]`` from (k, 6) log10 states.
 
-    All ``k * n_rollouts`` rollouts run as one vectorised cohort. With a deterministic policy and
-    no parameter variation one rollout per state is exact.
-
-    Args:
-        policy: evaluated policy.
-        states: (k, 6) log10 start states (e.g. :data:`gpope.core.envs.hiv.REFERENCE_STATES`).
-        rng: randomness of actions (and patient parameters).
-        n_rollouts: rollouts per state, >= 1.
-        gamma: discount.
-        n_steps: horizon (200 = the episode length; the values of the time-limited episode).
-        param_variation: public patient variation, as in :func:`gpope.core.envs.hiv.generate`.
-
-    Returns:
-        ``(values (k,), standard_errors (k,))`` (standard errors 0 when n_rollouts is 1).
+    All ``k * n_rollouts`` rollouts run as one vectorised cohort; with a deterministic policy and
+    no parameter variation one rollout per state is exact (standard errors 0 for one rollout).
     """
     states = np.asarray(states, dtype=np.float64)
     if states.ndim != 2 or states.shape[1] != 6:
@@ -265,11 +254,8 @@ def large_sample_statistics(
     Same definitions as :func:`gpope.core.envs.mountaincar.large_sample_statistics`: per trajectory
     weight ``w_i = 1/L`` (``"transition"``) or ``1/tau_i``; ``A_i = w_i sum rho phi (phi -
     gamma phi')^T``, ``b_i = w_i sum rho R phi``, ``C_i = w_i sum phi phi^T`` (no terminal steps
-    in this domain). The default 1000 trajectories x 200 steps (200,000 transitions) take about
-    30-60 s on one core; pass fewer for tests.
-
-    Returns:
-        ``(A (n, n), b (n,), C (n, n))`` for ``features`` (default :func:`hiv.hiv_feature_map`).
+    in this domain); ``(A (n, n), b (n,), C (n, n))`` for ``features`` (default
+    :func:`hiv.hiv_feature_map`).
     """
     return population_statistics(
         lambda size: hiv.generate(size, rng, behavior, n_steps=n_steps,
@@ -310,18 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = trainer_parser(__doc__, train, ("seed", "patients", "rounds", "iterations", "ridge"))
     args = parser.parse_args(argv)
     params: dict[str, Any] = {
-        "algorithm": "fitted_q_iteration_linear_ridge",
-        "patients_per_round": args.patients,
-        "rounds": args.rounds,
-        "first_round_policy": "uniform",
+        "algorithm": "fitted_q_iteration_linear_ridge", "patients_per_round": args.patients,
+        "rounds": args.rounds, "first_round_policy": "uniform",
         "later_round_policy": "epsilon_greedy(0.3) in the current Q",
         "iterations_per_round": args.iterations,
-        "selection": "best discounted start-state return of the greedy policy over checkpoints every 10 iterations",
-        "ridge": args.ridge,
-        "ridge_scaling": "ridge * rows_of_action * I",
-        "reward_scale": REWARD_SCALE,
-        "param_variation": 0.05,
-        "n_steps": hiv.MAX_STEPS,
+        "selection": "best discounted start-state return of the greedy policy over checkpoints "
+        "every 10 iterations",
+        "ridge": args.ridge, "ridge_scaling": "ridge * rows_of_action * I",
+        "reward_scale": REWARD_SCALE, "param_variation": 0.05, "n_steps": hiv.MAX_STEPS,
         "gamma": hiv.GAMMA,
     }
     start = time.perf_counter()

@@ -17,8 +17,6 @@ Method (the paper's: Q-learning with the 5th-order Fourier basis, one weight vec
 - Afterwards the greedy policy is evaluated on independent start states with the 200-step limit;
   its success rate is stored with the weights, the feature spec, the training parameters, the seed
   and the command.
-
-This module is a job (not imported by the core); it takes about a minute on one core.
 """
 
 from __future__ import annotations
@@ -48,20 +46,9 @@ def train(
     order: int = 5,
     max_episode_steps: int = 1000,
 ) -> LinearQ:
-    """Run Q-learning and return the learned action values.
-
-    Args:
-        seed: seeds the one generator used for start states and exploration.
-        episodes: number of training episodes.
-        alpha: base step size (divided by ``||c||`` per feature).
-        epsilon: exploration rate.
-        gamma: discount.
-        order: Fourier order.
-        max_episode_steps: training time limit (truncation).
-
-    Returns:
-        :class:`LinearQ` with weights (3, (order + 1)^2).
-    """
+    """Q-learning (module docstring); the learned :class:`LinearQ`, weights (3, (order + 1)^2).
+    ``seed`` seeds the one generator of start states and exploration; ``alpha`` is the base step
+    size (divided by ``||c||`` per feature); ``max_episode_steps`` the training time limit."""
     episodes = check_int("train", "episodes", episodes, ge=1)
     alpha = check_number("train", "alpha", alpha, gt=0.0)
     epsilon = check_number("train", "epsilon", epsilon, ge=0.0, le=1.0)
@@ -115,20 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     # what train() runs with is what the artifact records
-    settings: dict[str, Any] = {
-        "episodes": args.episodes,
-        "alpha": args.alpha,
-        "epsilon": args.epsilon,
-        "gamma": args.gamma,
-        "order": 5,
-        "max_episode_steps": 1000,
-    }
-    params = {
-        "algorithm": "q_learning",
-        **settings,
-        "step_sizes": "alpha / ||c||_2 per feature (alpha for c = 0)",
-        "initial_weights": 0.0,
-    }
+    settings: dict[str, Any] = {"episodes": args.episodes, "alpha": args.alpha,
+                                "epsilon": args.epsilon, "gamma": args.gamma, "order": 5,
+                                "max_episode_steps": 1000}
+    params = {"algorithm": "q_learning", **settings,
+              "step_sizes": "alpha / ||c||_2 per feature (alpha for c = 0)", "initial_weights": 0.0}
     start = time.perf_counter()
     q = train(seed=args.seed, **settings)
     seconds = time.perf_counter() - start
@@ -145,18 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "command": command_line("gpope.core.envs.train_mountaincar", argv),
         "training_seconds": round(seconds, 1),
-        "greedy_evaluation": {
-            "episodes": args.eval_episodes,
-            "max_steps": mc.MAX_STEPS,
-            "eval_seed": args.seed + 1,
-            **evaluation,
-        },
+        "greedy_evaluation": {"episodes": args.eval_episodes, "max_steps": mc.MAX_STEPS,
+                              "eval_seed": args.seed + 1, **evaluation},
     }
     write_artifact(args.out, artifact)
-    print(
-        f"wrote {args.out}: greedy success {evaluation['success_rate']:.3f}, "
-        f"mean length {evaluation['mean_length']:.1f}, trained in {seconds:.1f}s"
-    )
+    print(f"wrote {args.out}: greedy success {evaluation['success_rate']:.3f}, "
+          f"mean length {evaluation['mean_length']:.1f}, trained in {seconds:.1f}s")
     return 0
 
 

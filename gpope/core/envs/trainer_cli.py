@@ -24,13 +24,7 @@ def trainer_parser(
     """A parser with ``--out`` (required), one option per name of ``options`` whose default is
     ``train``'s default for that keyword, then one per ``extra`` keyword (name -> default, for
     options ``train`` does not take). Each option is typed as its default; ``eval_episodes``
-    gives ``--eval-episodes``.
-
-    Args:
-        doc: the trainer's module docstring; its first line describes the command.
-        train: the trainer's ``train`` function: the command line's defaults are its own.
-        options: keywords of ``train`` offered as options, in order.
-        **extra: further options and their defaults (int or float).
+    gives ``--eval-episodes``; the first line of ``doc`` describes the command.
     """
     keywords = inspect.signature(train).parameters
     defaults = {name: keywords[name].default for name in options}
