@@ -1,32 +1,22 @@
 """Atomic multi-table steps: the ``pipeline_runs`` manifest table (DESIGN.md section 2).
 
-Delta commits one table at a time. A pipeline stage that writes several tables (simulate: the
-three bronze tables; ingest: ``transitions`` and ``rejected_events``; an evaluation's release:
-``released_estimates``, ``released_values`` and the ledger mark) is made atomic by a manifest:
+Delta commits one table at a time. A stage that writes several tables is made atomic by a
+manifest:
 
 1. The stage draws a run id (:func:`new_run_id`) and writes each of its tables in one Delta commit
-   *tagged* with that run id (``Lake.write(..., run_id=...)`` stores it in the commit's
-   ``userMetadata``). Until step 2 these commits are invisible to readers.
+   *tagged* with it (in the commit's ``userMetadata``). Until step 2 these commits are invisible.
 2. One append to the shared gold table ``pipeline_runs`` (:meth:`PipelineRuns.commit`) records the
-   run id, the stage, the dataset and the version of every table it wrote. **This single commit
-   is the moment the stage's output becomes visible**, all tables at once.
-3. Readers pin (:func:`pinned_version`, :func:`read_pinned`, :func:`read_pinned_arrow`): a table is
-   read at its latest version whose commit is not tagged with an *incomplete* run (a tagged run
-   without a manifest: killed, failed or still running), and rows whose ``run_id`` column names an
-   incomplete run are hidden (for tables several runs append to, such as ``released_estimates``).
-   Commits without a tag (data loaded by other tools, single-table stages) are always visible.
+   run id, stage, dataset and the version of every table it wrote. **This single commit is the
+   moment the stage's output becomes visible**, all tables at once.
+3. Readers pin (:func:`read_pinned`, :func:`read_pinned_arrow`): a table is read at its latest
+   version whose commit is not tagged with an *incomplete* run (tagged, without a manifest), and
+   rows whose ``run_id`` names an incomplete run are hidden. Untagged commits are always visible.
 
-A process killed between the commits of a stage therefore leaves the lake exactly as pinned
-readers saw it before the stage started. Raw Delta readers (delta-rs, DuckDB, Polars at the
-latest version) do see the rows a killed run appended; once the run is known dead,
-:func:`remove_incomplete` deletes them in one untagged commit (``gpope budget reconcile`` does so
-for the release tables), so the latest version holds no row of a failed run; re-running the stage makes a new, complete run. The version numbers
-in a manifest also let an operator time-travel to the exact inputs of any later stage, and
-``gpope maintain`` never vacuums files a pinned version still needs.
-
-Manifests on a local lake are read and written by the JVM-free store
-(:func:`gpope.shell.lake.local.local_store`: no Spark, no JVM; the ledger and ``gpope query``
-use them); on Unity Catalog or a remote root through the Spark :class:`~gpope.shell.lake.Lake`.
+A process killed between the commits of a stage therefore leaves the lake as pinned readers saw
+it before. Raw Delta readers do see the rows a killed run appended, until
+:func:`remove_incomplete` deletes them (``gpope budget reconcile``). Local lakes are read and
+written without a JVM (:func:`gpope.shell.lake.local.local_store`); others through the Spark
+:class:`~gpope.shell.lake.Lake`.
 """
 
 from __future__ import annotations
@@ -64,7 +54,6 @@ __all__ = [
 ]
 
 PIPELINE_RUNS = "pipeline_runs"
-"""Name of the shared gold manifest table."""
 STAGES: tuple[str, ...] = ("simulate", "load", "ingest", "stats", "release")
 
 
@@ -75,17 +64,9 @@ def new_run_id() -> str:
 
 @dataclass(frozen=True)
 class Manifest:
-    """One complete stage run.
-
-    Attributes:
-        run_id: the stage run id (for a release: the evaluation's run id).
-        stage: ``simulate``, ``ingest``, ``stats`` or ``release``.
-        dataset: the dataset the stage worked on.
-        key: what the run is about within the stage (e.g. the spec id), or None.
-        tables: ``str(TableRef)`` -> the table version the run committed.
-        details: JSON-ready facts about the run (e.g. the input versions it read).
-        created_at: commit time of the manifest (UTC).
-    """
+    """One complete stage run: its id, stage, dataset, ``key`` within the stage (e.g. the spec
+    id), ``tables`` (``str(TableRef)`` -> the version it committed), JSON-ready ``details`` and
+    commit time (UTC)."""
 
     run_id: str
     stage: str
@@ -115,12 +96,8 @@ def _contract() -> StructType:
 
 
 class PipelineRuns:
-    """Read and append the lake's ``pipeline_runs`` manifests.
-
-    Args:
-        settings: the lake (root or Unity Catalog mapping).
-        spark: needed only for lakes that are not a local directory.
-    """
+    """Read and append the lake's ``pipeline_runs`` manifests (``spark`` is needed only for
+    lakes that are not a local directory)."""
 
     def __init__(self, settings: LakeSettings, *, spark: SparkSession | None = None) -> None:
         self._settings = settings
@@ -135,7 +112,6 @@ class PipelineRuns:
 
     @property
     def location(self) -> str:
-        """Where the manifest table lives."""
         if self._path is not None:
             return self._path
         from gpope.shell.lake.layer import shared_table_location
@@ -169,16 +145,11 @@ class PipelineRuns:
             raise ConfigError(f"stage must be one of {', '.join(STAGES)}; got {stage!r}.")
         if not tables:
             raise ConfigError(f"A {stage} manifest must name at least one table version.")
-        manifest = Manifest(
-            run_id=run_id,
-            stage=stage,
-            dataset=dataset,
-            key=key,
+        m = manifest = Manifest(
+            run_id=run_id, stage=stage, dataset=dataset, key=key,
             tables={str(ref): int(v) for ref, v in tables.items()},
-            details=dict(details or {}),
-            created_at=datetime.now(UTC),
+            details=dict(details or {}), created_at=datetime.now(UTC),
         )
-        m = manifest
         from gpope.shell import interrupts
 
         with interrupts.deferred():  # a signal never splits the commit from its record
@@ -206,29 +177,17 @@ class PipelineRuns:
         assert self._local is not None
         schema = self._local.arrow_schema(_contract())
         return pa.Table.from_pylist(
-            [
-                {
-                    "run_id": m.run_id,
-                    "stage": m.stage,
-                    "dataset": m.dataset,
-                    "key": m.key,
-                    "tables": list(m.tables.items()),
-                    "details": json.dumps(m.details, sort_keys=True, default=str),
-                    "created_at": m.created_at,
-                }
-                for m in manifests
-            ],
+            [{"run_id": m.run_id, "stage": m.stage, "dataset": m.dataset, "key": m.key,
+              "tables": list(m.tables.items()),
+              "details": json.dumps(m.details, sort_keys=True, default=str),
+              "created_at": m.created_at} for m in manifests],
             schema=schema,
         )
 
     # ------------------------------------------------------------------ reads
     def _table(self) -> pa.Table | None:
-        """The manifests, or None before the first commit.
-
-        Raises:
-            CorruptTableError: a data file the table's log lists is missing (the message names
-                the table and its repair; every stage reads the manifests first).
-        """
+        """The manifests, or None before the first commit (CorruptTableError, naming the
+        repair, when a data file is missing: every stage reads the manifests first)."""
         if self._path is not None and self._local is not None:
             if not self._local.exists(self._path):
                 return None
@@ -259,31 +218,24 @@ class PipelineRuns:
             ):
                 continue
             created = r["created_at"]
-            out.append(
-                Manifest(
-                    run_id=r["run_id"],
-                    stage=r["stage"],
-                    dataset=r["dataset"],
-                    key=r["key"],
-                    tables={k: int(v) for k, v in (r["tables"] or [])},
-                    details=json.loads(r["details"]) if r["details"] else {},
-                    created_at=created if created is None or created.tzinfo else created.replace(tzinfo=UTC),
-                )
-            )
+            if created is not None and created.tzinfo is None:
+                created = created.replace(tzinfo=UTC)
+            out.append(Manifest(
+                run_id=r["run_id"], stage=r["stage"], dataset=r["dataset"], key=r["key"],
+                tables={k: int(v) for k, v in (r["tables"] or [])},
+                details=json.loads(r["details"]) if r["details"] else {}, created_at=created,
+            ))
         return sorted(out, key=lambda m: (m.created_at or datetime.min.replace(tzinfo=UTC)))
 
     def latest(self, *, stage: str, dataset: str, key: str | None = None) -> Manifest | None:
         """The last committed complete run of ``stage`` on ``dataset`` (and ``key``), or None.
 
-        "Last" is commit order: runs of one stage on one dataset write the same tables, so the
-        later commit has the higher table versions; ``created_at`` (the writer's clock) only
-        breaks ties.
+        "Last" is commit order (the higher table versions), never the writers' clocks.
         """
         runs = [m for m in self.manifests(stage=stage, dataset=dataset) if key is None or m.key == key]
         return max(runs, key=lambda m: max(m.tables.values(), default=-1)) if runs else None
 
     def committed(self) -> set[str]:
-        """Run ids with a complete manifest."""
         table = self._table()
         return set() if table is None else set(table.column("run_id").to_pylist())
 
@@ -296,15 +248,8 @@ def _incomplete(tags: Iterable[str | None], committed: set[str]) -> set[str]:
 def pinned_version(
     history: Iterable[tuple[int, str | None]], committed: set[str]
 ) -> int | None:
-    """The latest version whose commit is not tagged with an incomplete run.
-
-    Args:
-        history: ``(version, run tag or None)`` of every commit of a table.
-        committed: run ids with a complete manifest.
-
-    Returns:
-        The version readers see, or None when every commit belongs to an incomplete run.
-    """
+    """The version readers see among ``history`` (``(version, run tag or None)``): the latest
+    not tagged with an incomplete run; None when every commit belongs to one."""
     for version, tag in sorted(history, key=lambda e: -e[0]):
         if tag is None or tag in committed:
             return version
@@ -331,14 +276,8 @@ def read_pinned(
     runs: PipelineRuns | None = None,
     committed: set[str] | None = None,
 ) -> tuple[DataFrame, int]:
-    """``ref`` as readers must see it (pinned version, rows of incomplete runs hidden).
-
-    Returns:
-        ``(rows, version)``: the lazy DataFrame and the table version it reads.
-
-    Raises:
-        TableNotFoundError: the table does not exist, or only incomplete runs wrote it.
-    """
+    """``(rows, version)`` of ``ref`` as readers must see it (pinned version, rows of
+    incomplete runs hidden); TableNotFoundError as :func:`pin`."""
     from pyspark.sql import functions as F
 
     if committed is None:
@@ -380,21 +319,11 @@ def remove_incomplete(
     *,
     spark: SparkSession | None = None,
 ) -> dict[str, int]:
-    """Delete the rows of ``run_ids`` without a complete manifest from each table of ``refs``.
+    """Delete the rows of the failed ``run_ids`` from each table of ``refs`` (tables with a
+    ``run_id`` column); returns ``str(ref)`` -> the version of its delete commit.
 
-    For runs known to have failed (killed, or given up on): their appended rows were never valid,
-    and after this no reader, raw or pinned, sees them at the latest version. A run whose
-    manifest is committed keeps its rows whatever ``run_ids`` says. One untagged commit per
-    table that held such rows; tables without any are left alone (no commit).
-
-    Args:
-        settings: the lake.
-        refs: tables with a ``run_id`` column (e.g. the release tables).
-        run_ids: the failed runs.
-        spark: needed only for lakes that are not a local directory.
-
-    Returns:
-        ``str(ref)`` -> the version of its delete commit, for the tables that changed.
+    A run whose manifest is committed keeps its rows whatever ``run_ids`` says. One untagged
+    commit per table that held such rows, so no reader sees them at the latest version.
 
     Raises:
         CommitError: a delete commit failed (nothing was removed from that table); run again.
@@ -433,6 +362,5 @@ def _strings(values: set[str]) -> pa.Array:
 def _settings_of(lake: Lake) -> LakeSettings:
     from gpope.config import LakeSettings
 
-    return LakeSettings(
-        root=lake.root, catalog=lake.catalog, schema=lake.schema, storage=lake.storage
-    )
+    return LakeSettings(root=lake.root, catalog=lake.catalog, schema=lake.schema,
+                        storage=lake.storage)

@@ -1,14 +1,9 @@
 """Stage 2 of the pipeline: bronze event tables -> silver ``transitions`` and ``rejected_events``.
 
-:func:`run_ingest` reads a dataset's bronze ``observations``, ``treatments`` and ``outcomes``,
-applies the rules of :mod:`gpope.shell.pipeline.ingest_frames` (docs/ARCHITECTURE.md section 2) and replaces
-the dataset's silver tables, each in one atomic Delta commit. It returns an :class:`IngestReport`
-whose counts always balance: for each bronze table, rows in = rows used + rows rejected.
-
-Guarantees: idempotent (re-running on the same bronze input overwrites the dataset's silver
-tables with identical content, never appends); deterministic (``traj_index`` is the rank of
-``patient_id``; rows are written sorted); linear in the number of events (Spark SQL operators
-only, partitioned by patient).
+:func:`run_ingest` applies the rules of :mod:`gpope.shell.pipeline.ingest_frames` to a dataset's
+bronze tables and replaces its silver tables. Guarantees: for each bronze table, rows in = rows
+used + rows rejected; idempotent (a re-run overwrites with identical content); deterministic
+(``traj_index`` is the rank of ``patient_id``).
 """
 
 from __future__ import annotations
@@ -18,16 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpope.config import DatasetSettings, GpopeConfig
 from gpope.errors import ConfigError, DataError
-from gpope.shell.pipeline.ingest_frames import REASONS, SilverFrames, build_silver
+from gpope.shell.pipeline.ingest_frames import REASONS, build_silver
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "BRONZE_TABLES",
     "IngestReport",
-    "ingest_frames",
-    "report_from_counts",
     "resolve_dataset_settings",
     "run_ingest",
 ]
@@ -38,32 +31,19 @@ BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What one ingest did; every count is exact.
+    """What one ingest did; every count is exact (noise-free: private diagnostics).
 
     Attributes:
-        dataset: the dataset name.
-        rows_in: bronze rows read, per table.
-        rows_used: rows that went into transitions, per table (treatments: one per transition;
-            observations: every valid observation of a trajectory, superseded ones included;
-            outcomes: every outcome summed into a reward).
+        rows_in, rows_used: bronze rows read and rows that went into transitions, per table.
         rejected: per table, the number of rejected rows per reason (reasons with 0 omitted).
-        n_trajectories: m, the number of trajectories (= patients with a valid treatment).
-        n_transitions: T, the number of silver transitions.
-        n_terminal: episodes whose last step is terminal (the episode really ended: the value
-            after it is 0).
-        n_truncated: episodes whose record stops before ``max_length`` steps without a terminal
-            event (the value after the last step is bootstrapped from its next state).
-        n_length_capped: episodes that reached ``max_length`` steps without a terminal event (cut
-            there, or ending exactly there; bootstrapped like a truncation).
-        terminal_variable: the declared terminal variable (``datasets: terminal_variable``), or
-            None: then no episode can be terminal, and every end is assumed a truncation.
-        max_length: the dataset's public length cap L.
-        no_terminal_events: the dataset declares that episodes never end (``datasets:
-            no_terminal_events: true``), so the truncation assumption is the user's, not gpope's.
+        n_trajectories, n_transitions: m and the number of silver transitions.
+        n_terminal, n_truncated, n_length_capped: episodes whose last step is terminal, that
+            stop before ``max_length`` without a terminal event (bootstrapped), and that reached
+            ``max_length`` without one.
+        terminal_variable, max_length, no_terminal_events: the dataset's declared settings.
         unknown_at_first: per state variable whose absence is not declared, the patients with
-            no observation of it at or before their first treatment (their first state took the
-            default; :mod:`~gpope.shell.pipeline.ingest_first_state`).
-        first_checked: the patients that check looked at (those with a timed treatment row).
+            no observation of it at or before their first treatment, among ``first_checked``
+            (:mod:`~gpope.shell.pipeline.ingest_first_state`).
     """
 
     dataset: str
@@ -96,12 +76,9 @@ class IngestReport:
         return [*self._end_warnings(), *late]
 
     def _end_warnings(self) -> list[str]:
-        """One line per thing the user must know about how episodes end (empty: nothing).
-
-        Without a declared ``terminal_variable``: a warning only when some episode stops before
-        ``max_length`` (if every episode reached the cap, nothing was assumed) and the dataset
-        does not declare ``no_terminal_events`` (then the assumption is the user's own).
-        """
+        """What the user must know about how episodes end: without a declared
+        ``terminal_variable``, a warning only when some episode stops before ``max_length`` and
+        ``no_terminal_events`` is not declared (nothing was assumed otherwise)."""
         if self.n_trajectories == 0 or self.n_terminal > 0:
             return []
         if self.terminal_variable is None:
@@ -136,7 +113,6 @@ class IngestReport:
                 f"(record stops, bootstrapped), {self.n_length_capped}{cap}{assumed}")
 
     def rejected_total(self, table: str) -> int:
-        """Rows of ``table`` that went to rejected_events."""
         return sum(self.rejected.get(table, {}).values())
 
     @property
@@ -147,11 +123,8 @@ class IngestReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (the ``--json`` output of ``gpope ingest``): the public fields (the
-        dataset's declared settings) at the top; every noise-free count of the private rows (m,
-        rows per reason, transitions, episode ends, the warnings' patient counts) under
-        ``operator_only``, tagged ``diagnostic.private`` (m is released only as the noisy count
-        m~, docs/ARCHITECTURE.md section 4)."""
+        """A JSON-ready form (``gpope ingest --json``): the declared settings at the top; every
+        noise-free count under ``operator_only``, tagged ``diagnostic.private``."""
         from gpope.shell.operator import OPERATOR_ONLY, operator_only
 
         return {
@@ -176,8 +149,7 @@ class IngestReport:
         }
 
     def summary(self) -> str:
-        """A few human-readable lines: what was written, then the noise-free counts (m among
-        them: it is released only as the noisy count m~) under the operator-only heading."""
+        """What was written, then the noise-free counts under the operator-only heading."""
         from gpope.shell.operator import HEADING
 
         lines = [
@@ -201,22 +173,13 @@ class IngestReport:
 def resolve_dataset_settings(
     config: GpopeConfig, dataset: str, *, domain: str | None = None
 ) -> DatasetSettings:
-    """The ingest settings of ``dataset``: from ``conf datasets:``, else from a simulated domain.
-
-    A configured dataset that names only its ``domain`` (``datasets: {hiv_demo: {domain: hiv}}``)
-    takes the simulated domain's settings (:func:`~.simulate.dataset_settings_for_domain`).
-
-    Args:
-        config: the loaded configuration.
-        dataset: dataset name.
-        domain: simulated domain (``chain``, ``mountaincar``, ``hiv``) whose event-table spec defines
-            the settings when the dataset is not configured. Optional for a dataset written by
-            ``gpope simulate``: its ``bronze/<dataset>/simulation`` record gives the domain and the
-            episode cap (``max_length``).
+    """The ingest settings of ``dataset``: from ``conf datasets:`` (one naming only its
+    ``domain`` takes that domain's), else from the ``simulation`` record ``gpope simulate``
+    wrote, else from ``domain``.
 
     Raises:
-        ConfigError: the dataset is not configured and no domain was given (the message says how
-            to fix it), or the domain is unknown.
+        ConfigError: the dataset is not configured and no domain was given, or the domain is
+            unknown or differs from the recorded one.
     """
     if dataset in config.datasets:
         configured = config.datasets[dataset]
@@ -249,34 +212,15 @@ def resolve_dataset_settings(
                                        max_length=int(simulated["max_length"]))
 
 
-def ingest_frames(
-    observations: DataFrame,
-    treatments: DataFrame,
-    outcomes: DataFrame,
-    settings: DatasetSettings,
-) -> SilverFrames:
-    """The silver tables of three bronze DataFrames (lazy; see :func:`~.ingest_frames.build_silver`)."""
-    return build_silver(observations, treatments, outcomes, settings)
-
-
-def report_from_counts(
-    dataset: str,
-    rows_in: dict[str, int],
-    counts: list[tuple[str, str | None, int]],
-    *,
-    n_trajectories: int,
-    n_transitions: int,
-    n_terminal: int,
-    n_truncated: int = 0,
-    n_length_capped: int = 0,
-    settings: DatasetSettings | None = None,
-    unknown_at_first: tuple[int, dict[str, int]] = (0, {}),
+def _report(
+    dataset: str, rows_in: dict[str, int], counts: list[tuple[str, str | None, int]],
+    totals: Any, settings: DatasetSettings, unknown_at_first: tuple[int, dict[str, int]],
 ) -> IngestReport:
-    """Assemble an :class:`IngestReport` from ``(table, reason or None, count)`` triples.
+    """The report of ``(table, reason or None, count)`` triples and the stored ``totals``.
 
     Raises:
-        DataError: the counts do not balance or there are more used treatments than transitions
-            (a defect of ingest, never of the input).
+        DataError: the counts do not balance or used treatments != transitions (a defect of
+            ingest, never of the input).
     """
     used = dict.fromkeys(rows_in, 0)
     rejected: dict[str, dict[str, int]] = {t: {} for t in rows_in}
@@ -285,21 +229,16 @@ def report_from_counts(
             used[table] += n
         else:
             rejected[table][reason] = rejected[table].get(reason, 0) + n
+    n_transitions = int(totals["n"] or 0)
     report = IngestReport(
-        dataset=dataset,
-        rows_in=dict(rows_in),
-        rows_used=used,
+        dataset=dataset, rows_in=dict(rows_in), rows_used=used,
         rejected={t: dict(sorted(r.items())) for t, r in rejected.items()},
-        n_trajectories=n_trajectories,
-        n_transitions=n_transitions,
-        n_terminal=n_terminal,
-        n_truncated=n_truncated,
-        n_length_capped=n_length_capped,
-        terminal_variable=settings.terminal_variable if settings is not None else None,
-        max_length=settings.max_length if settings is not None else None,
-        no_terminal_events=settings.no_terminal_events if settings is not None else False,
-        unknown_at_first=dict(unknown_at_first[1]),
-        first_checked=int(unknown_at_first[0]),
+        n_trajectories=int(totals["m"] or 0), n_transitions=n_transitions,
+        n_terminal=int(totals["terminal"] or 0), n_truncated=int(totals["truncated"] or 0),
+        n_length_capped=int(totals["capped"] or 0),
+        terminal_variable=settings.terminal_variable, max_length=settings.max_length,
+        no_terminal_events=settings.no_terminal_events,
+        unknown_at_first=dict(unknown_at_first[1]), first_checked=int(unknown_at_first[0]),
     )
     if not report.balanced or used["treatments"] != n_transitions:
         raise DataError(
@@ -324,18 +263,8 @@ def run_ingest(
     """Bronze -> silver for ``dataset``: replace its ``transitions`` and ``rejected_events``.
 
     Atomic: both tables become visible together in one ``pipeline_runs`` manifest commit, which
-    also records the bronze versions read (the last complete cohort) and the counts; a run killed
-    between the commits leaves the previous silver tables visible, so stored counts balance.
-
-    Args:
-        spark: the session.
-        config: configuration (lake location, datasets).
-        dataset: the dataset whose bronze tables are read.
-        domain: simulated domain used for the settings when ``dataset`` is not in ``conf``.
-        settings: explicit settings (overrides both).
-
-    Returns:
-        The :class:`IngestReport` (counts balance; checked before returning).
+    also records the bronze versions read and the counts. ``settings`` (default:
+    :func:`resolve_dataset_settings` with ``domain``) are the dataset's.
 
     Raises:
         ConfigError: no settings for the dataset, or data whose end convention is ambiguous
@@ -398,18 +327,7 @@ def run_ingest(
         F.sum((F.col("truncated") & (F.col("t") < cap - 1)).cast("long")).alias("truncated"),
         F.sum((F.col("truncated") & (F.col("t") >= cap - 1)).cast("long")).alias("capped"),
     ).collect()[0]
-    report = report_from_counts(
-        dataset,
-        rows_in,
-        counts,
-        n_trajectories=int(totals["m"] or 0),
-        n_transitions=int(totals["n"] or 0),
-        n_terminal=int(totals["terminal"] or 0),
-        n_truncated=int(totals["truncated"] or 0),
-        n_length_capped=int(totals["capped"] or 0),
-        settings=settings,
-        unknown_at_first=unknown_first,
-    )
+    report = _report(dataset, rows_in, counts, totals, settings, unknown_first)
     runs.commit(
         run_id=run_id, stage="ingest", dataset=dataset, tables=written,
         details={"inputs": inputs, "rows_in": report.rows_in, "rows_used": report.rows_used,

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from gpope.config import DatasetSettings
 from gpope.errors import ConfigError
 from gpope.shell.pipeline.ingest_contract import RAW_COLUMN, UNPARSABLE_COLUMN, unparsable_reason
+from gpope.shell.pipeline.load import BRONZE_COLUMNS as _RAW_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -63,7 +64,6 @@ __all__ = [
     "SilverFrames",
     "build_silver",
     "dense_index",
-    "state_columns",
 ]
 
 NULL_PATIENT = "null patient_id"
@@ -104,27 +104,16 @@ REASONS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-_RAW_COLUMNS = {
-    "observations": ("patient_id", "time", "variable", "value"),
-    "treatments": ("patient_id", "time", "action", "propensity"),
-    "outcomes": ("patient_id", "time", "reward"),
-}
 _REASON = "_reason"
 _OVERFLOW = "_overflow"
 
 
 @dataclass(frozen=True)
 class SilverFrames:
-    """The lazily evaluated outputs of :func:`build_silver`.
-
-    Attributes:
-        transitions: rows of the silver ``transitions`` schema (sorted by ``(traj_index, t)``
-            within each partition).
-        rejected_events: rows of the ``rejected_events`` schema (``table, reason, row``).
-        outcome_counts: ``table, reason, count`` for every bronze row (``reason`` null: used).
-        trajectories: one row per trajectory: ``patient_id, traj_index`` (locally checkpointed).
-        cached: DataFrames persisted by :func:`build_silver`; :meth:`release` unpersists them.
-    """
+    """The lazily evaluated outputs of :func:`build_silver`: ``transitions`` and
+    ``rejected_events`` (their silver schemas), ``outcome_counts`` (``table, reason, count`` for
+    every bronze row, reason null: used), ``trajectories`` (``patient_id, traj_index``) and the
+    ``cached`` intermediates that :meth:`release` unpersists."""
 
     transitions: DataFrame
     rejected_events: DataFrame
@@ -136,14 +125,6 @@ class SilverFrames:
         """Unpersist the cached intermediate DataFrames (call after the outputs are written)."""
         for df in self.cached:
             df.unpersist()
-
-
-def state_columns(settings: DatasetSettings) -> list[str]:
-    """Names of the state vector's entries: the variables, then ``missing_<v>`` indicators."""
-    names = list(settings.variables)
-    if settings.missing_indicators:
-        names += [f"missing_{v}" for v in settings.variables]
-    return names
 
 
 def _check_settings(settings: DatasetSettings) -> None:
@@ -541,48 +522,27 @@ def build_silver(
     outcomes: DataFrame,
     settings: DatasetSettings,
     *,
-    persist: bool = True,
     logged: bool = True,
 ) -> SilverFrames:
-    """Turn the three bronze tables into the silver tables (lazily, except one small ranking job).
-
-    Args:
-        observations, treatments, outcomes: bronze DataFrames with (at least) the columns of the
-            OBSERVATIONS, TREATMENTS and OUTCOMES contracts.
-        settings: the dataset's public ingest settings (variables, defaults, actions, max_length,
-            terminal variable, missing indicators).
-        persist: cache the annotated bronze rows, which all three outputs read (recommended).
-        logged: the treatments carry logged propensities (False: the delivery had no
-            ``propensity`` column; every ``behavior_prob`` is null).
-
-    Returns:
-        :class:`SilverFrames`; call its :meth:`~SilverFrames.release` once the outputs are written.
+    """The silver tables of the three bronze DataFrames (lazily, except one small ranking job),
+    under the dataset's public settings; ``logged`` False: the delivery had no ``propensity``
+    column (every ``behavior_prob`` null). The annotated bronze rows, which all outputs read, are
+    cached: call :meth:`SilverFrames.release` once the outputs are written.
 
     Raises:
         ConfigError: the settings name no action or no variable.
     """
     _check_settings(settings)
-    overflow = _overflowing_patients(_inputs(outcomes, "outcomes"))
-    if persist:
-        overflow = overflow.persist()
+    overflow = _overflowing_patients(_inputs(outcomes, "outcomes")).persist()
     treat = _annotate_treatments(
         _with_overflow(_inputs(treatments, "treatments"), overflow), settings, logged=logged
-    )
-    if persist:
-        treat = treat.persist()
-    patients = _patient_table(treat, settings)
-    if persist:
-        patients = patients.persist()
+    ).persist()
+    patients = _patient_table(treat, settings).persist()
     obs = _annotate_observations(
-        _with_overflow(_inputs(observations, "observations"), overflow),
-        patients,
-        settings,
-    )
-    outs = _annotate_outcomes(
-        _with_overflow(_inputs(outcomes, "outcomes"), overflow), patients
-    )
-    if persist:
-        obs, outs = obs.persist(), outs.persist()
+        _with_overflow(_inputs(observations, "observations"), overflow), patients, settings
+    ).persist()
+    outs = _annotate_outcomes(_with_overflow(_inputs(outcomes, "outcomes"), overflow),
+                              patients).persist()
     annotated = {"treatments": treat, "observations": obs, "outcomes": outs}
     index = dense_index(patients, "patient_id", "traj_index")
     return SilverFrames(
@@ -590,5 +550,5 @@ def build_silver(
         rejected_events=_rejected(annotated),
         outcome_counts=_counts(annotated),
         trajectories=index,
-        cached=(overflow, treat, patients, obs, outs) if persist else (),
+        cached=(overflow, treat, patients, obs, outs),
     )
