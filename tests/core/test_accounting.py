@@ -22,12 +22,10 @@ from scipy.stats import norm
 from gpope.core.accounting import (
     RDP_ORDERS,
     PLDGrid,
-    PrivacySpend,
     calibrate_sigma,
     epsilon_spent,
     gpope_dp_event,
     pld_epsilon_adaptive,
-    privacy_spend,
     resolve_accountant,
 )
 from gpope.errors import AccountingError, ConfigError
@@ -135,17 +133,6 @@ def test_bad_inputs_raise_config_error(kwargs, message):
 def test_bad_epsilon_target(epsilon):
     with pytest.raises(ConfigError, match="The 'epsilon' parameter of calibrate_sigma must be"):
         calibrate_sigma(m=100, iterations=10, epsilon=epsilon, delta=DELTA)
-
-
-def test_privacy_spend_record_validates():
-    spend = privacy_spend(m=100, iterations=10, sigma=2.0, delta=DELTA, sampling="poisson",
-                          batch_rate=0.01, accountant="rdp")
-    assert spend.accountant == "rdp"
-    assert spend.dp_event == gpope_dp_event(m=100, iterations=10, sigma=2.0,
-                                            sampling="poisson", batch_rate=0.01)
-    with pytest.raises(ConfigError, match="'accountant' parameter of PrivacySpend"):
-        PrivacySpend(epsilon=1.0, delta=DELTA, accountant="auto", sampling="uniform", sigma=1.0,
-                      m=10, iterations=1)
 
 
 # --------------------------------------------------------------------------- rdp, pld vs dp-accounting

@@ -16,42 +16,17 @@ The ``sigma / 2`` of the uniform row is deliberate: under ``REPLACE_ONE`` dp-acc
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import dp_accounting
 
-from gpope.core.accounting.registry import (
-    SAMPLINGS,
-    accountant_choices,
-    resolve_accountant,
-    supported_pairs,
-)
+from gpope.core.accounting.registry import SAMPLINGS
 from gpope.core.validation import check_choice, check_int, check_number, check_probability
 from gpope.errors import ConfigError
-
-__all__ = [
-    "SAMPLINGS",
-    "Accountant",
-    "Sampling",
-    "check_common",
-    "gpope_dp_event",
-    "neighboring_relation",
-    "resolve_accountant",
-]
 
 #: An accountant name: "auto" or a registered one (:mod:`.registry`).
 Accountant = str
 Sampling = Literal["uniform", "poisson"]
-
-
-def __getattr__(name: str) -> Any:
-    """``ACCOUNTANTS`` (every valid name) and ``SUPPORTED`` (every (accountant, sampling) pair
-    that can be answered), read from the registry when asked so registered accountants appear."""
-    if name == "ACCOUNTANTS":
-        return accountant_choices()
-    if name == "SUPPORTED":
-        return supported_pairs()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_common(
@@ -126,17 +101,8 @@ def gpope_dp_event(
     sampling: Sampling = "uniform",
     batch_rate: float | None = None,
 ) -> dp_accounting.DpEvent:
-    """The composed dp-accounting event of one GPOPE run (what the ledger stores).
-
-    ``SelfComposedDpEvent(step, iterations)`` with the step event of the module table. Interpret
-    it with the adjacency of :func:`neighboring_relation` (replace-one for uniform sampling).
-
-    Args:
-        m: number of trajectories (public), ``>= 1``.
-        iterations: number of noisy steps ``N``, ``>= 1``.
-        sigma: noise multiplier relative to the clip bound ``h``, ``> 0``.
-        sampling: ``"uniform"`` (one trajectory per step) or ``"poisson"``.
-        batch_rate: Poisson rate ``q`` in (0, 1]; ``None`` for uniform sampling.
+    """``SelfComposedDpEvent(step, iterations)`` of one GPOPE run (what the ledger stores), the
+    step event of the module table; read it under :func:`neighboring_relation`.
 
     Raises:
         ConfigError: invalid inputs.

@@ -36,24 +36,13 @@ admitted on its own certificate (its accountant's (epsilon, delta) within the bu
 decision depends only on public parameters fixed before any output, so it is a deterministic case
 split: either the filter holds from the first run on, or the dataset holds exactly that one run.
 
-Runs analysed under different neighbouring relations (replace-one for uniform sampling,
-add/remove for Poisson) are composed tightly within each relation and the per-relation epsilons
-are added (the basic rule).
-
-Why the union step is valid. The union step above is correct as stated: along a transcript
-assigned to ``alpha`` every decision of the ledger equals the single-order filter's at
-``alpha`` (an admitted run keeps the final sum at ``alpha``, hence every partial sum, within
-``B_alpha``; a refused run exceeds ``B_alpha`` by the very quantity that filter checks), so the
-two processes give that transcript the same probability under both datasets, and the
-``delta_B / |L|`` of the orders add up. It needs the orders ``L`` fixed before any run (they are:
-:data:`FILTER_ORDERS`) and the ``rho_t`` computable from public parameters (they are: the stored
-events). NOT covered by it: the mixed-relation rule. Adding the two relations' filter epsilons
-is an adaptive split of one budget between two interleaved filters, which neither theorem
-states, and an add/remove epsilon is not a replace-one epsilon (by group privacy an add/remove
-(eps, delta) run is (2 eps, (1 + e^eps) delta) under replace-one). A dataset that mixes uniform
-and Poisson runs may therefore be under-charged by up to 2x on its Poisson runs; until a proof or
-a conservative rule lands, the ledger refuses a run whose relation differs from the dataset's
-counted runs (``gpope.core.accounting.admission.check_one_relation``): one sampling scheme per dataset.
+The union step needs the orders ``L`` fixed before any run (:data:`FILTER_ORDERS`) and the
+``rho_t`` computable from public parameters (the stored events). It does not cover runs under
+different neighbouring relations: adding the two relations' filter epsilons is an adaptive split
+of one budget between two interleaved filters, which neither theorem states, and by group
+privacy an add/remove (eps, delta) run is only (2 eps, (1 + e^eps) delta) under replace-one. The
+ledger therefore refuses a run whose relation differs from the dataset's counted runs
+(:func:`gpope.core.accounting.admission.check_one_relation`): one sampling scheme per dataset.
 """
 
 from __future__ import annotations
@@ -74,17 +63,8 @@ from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
 from gpope.errors import AccountingError
 
-__all__ = [
-    "FILTER_ORDERS",
-    "MECHANISM_FORMAT",
-    "RELATIONS",
-    "StoredMechanism",
-    "filter_epsilon",
-    "mechanism_from_json",
-    "mechanism_to_json",
-    "rdp_curve",
-    "relation_of_sampling",
-]
+__all__ = ["FILTER_ORDERS", "MECHANISM_FORMAT", "RELATIONS", "StoredMechanism", "filter_epsilon",
+           "mechanism_from_json", "mechanism_to_json", "rdp_curve", "relation_of_sampling"]
 
 #: Format tag of the ledger's ``mechanism`` JSON.
 MECHANISM_FORMAT = "dp_accounting/1"
@@ -246,17 +226,9 @@ def filter_epsilon(
     delta: float,
     orders: Sequence[float] = FILTER_ORDERS,
 ) -> float:
-    """Epsilon certified by the ledger's Rényi filter for runs with these RDP curves.
-
-    Args:
-        curves: ``(relation, rdp curve at orders)`` of each run.
-        delta: the budget's delta (split over the orders and relations, see the module docstring).
-        orders: the filter's fixed orders.
-
-    Returns:
-        ``sum over relations of min over orders of conv(sum of rho(alpha), delta / (|L| * R))``;
-        0 for no runs; ``inf`` when nothing is certified.
-    """
+    """Epsilon certified by the ledger's Rényi filter for runs with these ``(relation, RDP
+    curve at orders)``: ``sum over relations of min over orders of conv(sum of rho(alpha),
+    delta / (|L| R))``; 0 for no runs; ``inf`` when nothing is certified."""
     by_relation: dict[str, np.ndarray] = {}
     for relation, curve in curves:
         by_relation[relation] = by_relation.get(relation, 0.0) + np.asarray(curve, dtype=np.float64)

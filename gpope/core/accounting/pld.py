@@ -9,20 +9,14 @@ fine, until the estimated remaining improvement drops below a relative tolerance
 would exceed the resource bound. The reported epsilon is the smallest value that one of the
 evaluated grids certifies, so it is never below a certified bound.
 
-Resource bound. One evaluation builds the per-step PLD on every grid point and then
-self-composes it with one FFT whose length a Chernoff bound fixes (:mod:`.pld_kernels`, the
-vectorised equivalent of dp-accounting's PLDAccountant); the FFT length, not the final support, sets the peak memory (~80 bytes per
-point), and it grows before any support bound can be checked (24 GB at m = 1e5, N = 1e6,
-q = 1e-5 on a fine grid). :func:`pld_cost` therefore PREDICTS both sizes from dp-accounting's
-public privacy-loss API before anything is allocated: the per-step support exactly (the
-connect-the-dots bounds), the FFT length by the same Chernoff bound evaluated on a coarse
-quadrature of the privacy-loss distribution (a safety factor of 4 covers the measured
-discrepancy, up to 3.3). A grid whose prediction exceeds ``PLDGrid.max_step_points`` or
+Resource bound. One evaluation builds the per-step PLD on every grid point and self-composes
+it with one FFT whose length a Chernoff bound fixes (:mod:`.pld_kernels`); the FFT length sets
+the peak memory (~80 bytes a point) before any support bound can be checked, so
+:func:`pld_cost` PREDICTS both sizes from dp-accounting's public privacy-loss API before
+anything is allocated. A grid whose prediction exceeds ``PLDGrid.max_step_points`` or
 ``PLDGrid.max_points`` is never evaluated: it counts as "not certified" (epsilon inf), and the
-caller falls back to RDP (see :mod:`.api`).
-
-The answer is a deterministic function of the inputs (no wall-clock limits): the same request
-always gives the same epsilon.
+caller falls back to RDP. The answer is a deterministic function of the inputs (no wall-clock
+limits).
 """
 
 from __future__ import annotations
@@ -44,16 +38,8 @@ from gpope.core.accounting.pld_kernels import (
 )
 from gpope.core.validation import check_int, check_number
 
-__all__ = [
-    "DEFAULT_PLD_GRID",
-    "PLDCost",
-    "PLDEstimate",
-    "PLDGrid",
-    "gdp_sigma_guess",
-    "pld_cost",
-    "pld_epsilon",
-    "pld_epsilon_adaptive",
-]
+__all__ = ["DEFAULT_PLD_GRID", "PLDCost", "PLDEstimate", "PLDGrid", "gdp_sigma_guess", "pld_cost",
+           "pld_epsilon", "pld_epsilon_adaptive"]
 
 
 @dataclass(frozen=True)
@@ -67,11 +53,9 @@ class PLDGrid:
         rtol: stop when the estimated remaining relative improvement of epsilon (geometric
             extrapolation of the last changes) is at most this.
         max_points: never evaluate a grid whose predicted self-composition FFT length
-            (:func:`pld_cost`) exceeds this many points; bounds memory (~80 bytes a point: the
-            default keeps one evaluation under ~1 GB).
-        max_step_points: never evaluate a grid whose per-step PLD has more points than this;
-            bounds time (one evaluation at the default takes a few seconds on one core:
-            ``benchmarks/accounting_pld.py`` measures it, docs/BENCHMARKS.md lists it).
+            (:func:`pld_cost`) exceeds this many points (bounds memory).
+        max_step_points: never evaluate a grid whose per-step PLD has more points than this
+            (bounds time).
     """
 
     initial_interval: float = 1e-3
@@ -140,11 +124,6 @@ class PLDCost:
 
     step_points: int
     fft_points: int
-
-    @property
-    def memory_bytes(self) -> int:
-        """Rough peak memory of the evaluation (complex FFT buffers and the per-step arrays)."""
-        return 80 * self.fft_points + 400 * self.step_points
 
     def within(self, grid: PLDGrid) -> bool:
         """True when ``grid``'s resource bounds allow this evaluation."""
