@@ -52,16 +52,8 @@ def is_safe_cast(src: DataType, dst: DataType) -> bool:
 
 
 def conform(df: DataFrame, schema: StructType, *, table: str) -> DataFrame:
-    """Return ``df`` with exactly the contract's columns, order and types.
-
-    Args:
-        df: the DataFrame to write.
-        schema: the table contract.
-        table: the table's name, for messages.
-
-    Returns:
-        A DataFrame selecting the contract's columns in order, cast where the cast is safe, with
-        null guards on NOT NULL columns the DataFrame does not already guarantee.
+    """``df`` with exactly the contract's columns in order, cast where the cast is safe, with
+    null guards on NOT NULL columns it does not already guarantee.
 
     Raises:
         SchemaError: duplicate, missing or extra columns, or a type that cannot be cast safely.

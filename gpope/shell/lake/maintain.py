@@ -3,19 +3,14 @@
 :func:`maintain_lake` visits every Delta table of a local lake (or of one dataset) with the JVM-free
 delta-rs store (:class:`~gpope.shell.lake.delta_rs.DeltaRsTables`, no Spark) and, per table:
 
-1. **skips** it when its latest commit belongs to an incomplete stage run (a killed or running
-   step, :mod:`gpope.shell.lake.manifest`): a compaction commit on top would make that half-written
-   output visible, and a vacuum could delete files the pinned version still reads;
-2. **compacts** small files (delta-rs ``OPTIMIZE``: a data-preserving rewrite; the table's content
-   and every older version stay as they were);
-3. **vacuums** files that were removed more than ``retention_hours`` ago, and files no commit ever
-   referenced (left by killed runs) once they are that old. Time travel therefore works for every
-   version younger than the retention; the version readers are pinned to is the latest (tables
-   where it is not are skipped, step 1). A retention shorter than the longest running job could
-   delete the files of a commit in progress: keep the default (``lake.retention_hours``, 168 h)
-   while jobs run;
-4. removes staging folders of killed runs (older than
-   :data:`~gpope.shell.lake.delta_rs.files.STALE_STAGING_HOURS`).
+1. **skips** it when its latest commit belongs to an incomplete stage run
+   (:mod:`gpope.shell.lake.manifest`): a compaction on top would make that output visible, and a
+   vacuum could delete files the pinned version still reads;
+2. **compacts** small files (delta-rs ``OPTIMIZE``, data-preserving);
+3. **vacuums** files removed, or never referenced, more than ``retention_hours`` ago, so time
+   travel works for every younger version (a retention shorter than the longest running job
+   could delete the files of a commit in progress);
+4. removes staging folders of killed runs.
 """
 
 from __future__ import annotations
@@ -37,15 +32,8 @@ __all__ = ["TableMaintenance", "maintain_lake"]
 
 @dataclass(frozen=True)
 class TableMaintenance:
-    """What maintenance did to one table.
-
-    Attributes:
-        table: the table (``layer/dataset/table``).
-        version_before, version_after: latest version before and after.
-        files_before, files_after: live files before and after compaction.
-        vacuumed: files deleted by vacuum (listed but kept with ``dry_run``).
-        skipped: why the table was left alone, or None.
-    """
+    """What maintenance did to one table: versions and live files before and after, the files
+    vacuumed (listed but kept with ``dry_run``) and why it was skipped, if it was."""
 
     table: str
     version_before: int
@@ -121,16 +109,9 @@ def maintain_lake(
     retention_hours: float,
     dataset: str | None = None,
     dry_run: bool = False,
-    target_size: int | None = None,
 ) -> MaintenanceReport:
-    """Compact and vacuum the Delta tables of a local lake (see the module docstring).
-
-    Args:
-        settings: the lake (a local directory).
-        retention_hours: keep files removed less than this long ago (time travel window), >= 0.
-        dataset: only this dataset's tables (default: every table, shared ones included).
-        dry_run: report what vacuum would delete, delete nothing, compact nothing.
-        target_size: compaction target file size in bytes (default: delta-rs's, 100 MB).
+    """Compact and vacuum the Delta tables of a local lake (all, or ``dataset``'s); ``dry_run``
+    reports what vacuum would delete and changes nothing.
 
     Raises:
         ConfigError: not a local lake, or a negative retention.
@@ -170,7 +151,7 @@ def maintain_lake(
             ))  # fmt: skip
             continue
         if not dry_run and files_before > 1:
-            store.compact(path, target_size=target_size)
+            store.compact(path)
         deleted = store.vacuum(path, retention_hours=retention_hours, dry_run=dry_run)
         remove_stale_staging(Path(path) / STAGING_FOLDER)
         report.append(TableMaintenance(

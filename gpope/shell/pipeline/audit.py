@@ -22,11 +22,8 @@ What runs for real (a temporary lake, the caller's local SparkSession):
    Clopper-Pearson lower bound on epsilon comes from the second halves
    (:func:`gpope.core.audit.gpope.certify`).
 
-Not covered: repeating the ledger/MLflow writes per release (they are post-processing of the
-same theta, written once per dataset in step 2), bronze/ingest (the datasets start in silver),
-the streamed Spark sampling path (the in-memory path is audited) and Poisson sampling (whose
-add/remove neighbour changes the public m). Broken variants go through the solver's test-only
-``_mechanism_override`` in step 3.
+Not covered: the ledger/MLflow writes per release (post-processing of the same theta),
+bronze/ingest, the streamed sampling path and Poisson sampling.
 """
 
 from __future__ import annotations

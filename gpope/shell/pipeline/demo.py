@@ -1,35 +1,17 @@
 """The main job (``gpope demo``): a simulated HIV cohort through the whole private pipeline.
 
-Stages, each with a progress bar: simulate (bronze) -> ingest (silver) -> stats (gold
-trajectory_stats) -> evaluate at epsilon = 1, delta = 1e-5 (ledger, released_estimates, MLflow)
--> Monte Carlo ground truth at the reference states from the public simulator. A non-private
-reference (the LSTD fixed point of the private statistics) is computed for comparison and logged
-only as a tagged private diagnostic; the summary labels it "non-private diagnostic".
+simulate -> ingest -> stats -> evaluate at epsilon = 1, delta = 1e-5 -> Monte Carlo ground truth
+at the reference states from the public simulator. A non-private reference (the LSTD fixed point
+of the private statistics) is logged only as a tagged private diagnostic.
 
-Design choices (stated in the summary too):
-
-* **Horizon.** The HIV simulator integrates a stiff ODE per patient and decision; 200 decisions
-  for thousands of patients take minutes on two cores, so the demo records the first
-  ``steps`` (default 40) decisions of each patient (a public ``max_length``; the statistics'
-  length scale stays the spec's 200, the episode length). ``--patients``/``--steps`` shrink it.
-  The spec's discount (0.9: an effective horizon of 10 decisions) keeps the estimated value
-  within what 40 recorded decisions can show; at 0.98 most of the value would be earned after
-  the recorded horizon and could only be extrapolated.
-* **What the truth is.** The estimator bootstraps at the last recorded decision, so it targets
-  the discounted value ``E[sum_t gamma^t R_t | S_0 = s]`` of the target policy. The Monte Carlo
-  truth is that value from the public simulator: one exact 200-decision rollout of the
-  (deterministic) target policy from each reference state (gamma^200 < 1e-9: the same as the
-  infinite sum). The reference states are public, from the simulator: the common start state of
-  every patient and the state after 20 decisions of the target policy from it; both lie inside
-  the state distribution of the recorded data.
-* **Evaluation settings.** Clip, step size, budget (passes, iterations), schedule and averaging
-  come from the ``evaluation:`` block of ``conf/specs/hiv_demo.yaml``, written by
-  ``gpope tune --spec conf/specs/hiv_demo.yaml`` on a separate PUBLIC simulated cohort (its seed,
-  size and grid are recorded in the block), never on the demo's data. Nothing is tuned in code.
-* **Repeated runs.** Every demo run simulates a NEW cohort, so it writes a new dataset
-  ``hiv_demo_<UTC time>_<random>`` with its own (default) budget: a second run never fails on
-  the budget of the first, and the ledger never mixes spends of different cohorts. Pass
-  ``--dataset`` to reuse a name (then its budget applies).
+* **Horizon.** The demo records the first ``steps`` (default 40) decisions of each patient (a
+  public ``max_length``); the spec's discount 0.9 keeps the value within what they can show.
+* **Truth.** The discounted value of the target policy from the public simulator: one exact
+  200-decision rollout from each public reference state (gamma^200 < 1e-9).
+* **Settings** come from the ``evaluation:`` block of ``conf/specs/hiv_demo.yaml``, tuned by
+  ``gpope tune`` on a separate PUBLIC cohort, never on the demo's data.
+* **Repeated runs** simulate a NEW cohort into a new dataset ``hiv_demo_<UTC time>_<random>``
+  with its own budget, unless ``--dataset`` names one.
 """
 
 from __future__ import annotations
@@ -67,21 +49,11 @@ def demo_spec(path: str = DEMO_SPEC_PATH) -> EvaluationSpec:
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """Size and privacy of the demo (all public).
-
-    Attributes:
-        patients: simulated patients (one trajectory each).
-        steps: decisions recorded per patient (the dataset's public max_length).
-        epsilon, delta: the evaluation's privacy spend.
-        dataset: dataset name; None: a fresh ``hiv_demo_<time>_<random>`` per run.
-        seed: simulation seed (None: OS entropy). The evaluation itself always uses OS entropy.
-        iterations: GPOPE steps (None: the spec's evaluation: block).
-        spec: the spec file (default conf/specs/hiv_demo.yaml).
-        public_trajectories: public simulated cohort for MSPBE (the same definition as
-            `gpope evaluate`: simulator-default episode length, public seed).
-        progress: show progress bars.
-        allow_invalid_accounting: accept a configured ``paper`` accountant (NOT private).
-    """
+    """Size and privacy of the demo (all public). ``steps``: decisions recorded per patient
+    (the public max_length); ``dataset`` None: a fresh name per run; ``seed`` seeds the
+    simulation only (the evaluation always uses OS entropy); ``iterations`` None: the spec's;
+    ``public_trajectories``: the public cohort for MSPBE; ``allow_invalid_accounting`` accepts a
+    configured ``paper`` accountant (NOT private)."""
 
     patients: int = 2000
     steps: int = 40

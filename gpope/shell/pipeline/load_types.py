@@ -1,23 +1,12 @@
 """Extracts as tools write them: the Parquet types and times of ``gpope load``'s files.
 
-pandas and pyarrow write times as Parquet ``TIMESTAMP(NANOS)`` by default, which Spark cannot
-read as a timestamp; tz-aware columns are instants (``isAdjustedToUTC=true``), naive columns
-wall-clock times (``false``). This module gives load the rules that make such files load:
-
-* :func:`inspect_parquet` reads the footers of a table's local Parquet files with pyarrow (no
-  data, before Spark starts) and refuses, in one line naming the file, the column and what to
-  change, a contract column of a type the contract cannot hold (a ``double`` patient id, a
-  ``date`` time, a ``float16`` value...) or a column whose time unit differs between files;
-  it returns the columns Spark must read as longs (``TIMESTAMP(NANOS)``) and those without
-  time zone;
-* :func:`nanos_as_long` is the Spark setting under which those columns read as nanoseconds
-  since the epoch (``spark.sql.legacy.parquet.nanosAsLong``), and :func:`times_as_instants`
-  turns them into timestamps (floored to the microsecond, Spark's resolution), reading naive
-  times as wall-clock times of the declared zone (``gpope load --time-zone``; UTC without one);
-* :func:`localize_text` does the same for CSV text times without a UTC offset.
-
-Nothing here copies the data: the conversions are column expressions Spark evaluates as it
-reads the files.
+pandas and pyarrow write times as ``TIMESTAMP(NANOS)``, which Spark cannot read as a timestamp;
+tz-aware columns are instants, naive columns wall-clock times. :func:`inspect_parquet` reads the
+local footers (before Spark starts) and refuses, in one line, a contract column of a type the
+contract cannot hold or a time unit that differs between files; :data:`NANOS_AS_LONG` makes Spark
+read nanosecond columns as longs and :func:`times_as_instants` turns them into UTC instants
+(naive times read in the declared zone); :func:`localize_text` does the same for CSV text times.
+Nothing here copies the data.
 """
 
 from __future__ import annotations
@@ -112,20 +101,9 @@ def _kind(dtype: object) -> str:
 
 def inspect_parquet(table: str, files: Sequence[str], renamed: Mapping[str, str],
                     contract: Sequence[str]) -> ParquetTimes:
-    """The times of ``table``'s local Parquet ``files``, after checking their contract types.
-
-    Reads only the files' footers. ``renamed`` is the table's ``{bronze column: file column}``,
-    ``contract`` its bronze columns.
-
-    Guarantees: every contract column present in a file has a type load reads into the
-    contract's (text or integer ids and codes, timestamps or text times, integer, float or text
-    numbers, or all-null columns), and each timestamp column has one unit and one time-zone
-    kind across the files.
-
-    Raises:
-        SchemaError: a contract column of another type, or a timestamp column whose unit or
-            time-zone kind differs between two files (named with both).
-    """
+    """The times of ``table``'s local Parquet ``files`` (footers only), after checking that
+    every contract column present has a type load reads into the contract's and each timestamp
+    column one unit and one time-zone kind across the files (else SchemaError naming them)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -171,18 +149,9 @@ def inspect_parquet(table: str, files: Sequence[str], renamed: Mapping[str, str]
 
 def set_nanos_as_long(spark: SparkSession, value: str | None, *, where: str | None = None
                       ) -> None:
-    """Set :data:`NANOS_AS_LONG` to ``value`` on the session (None: unset it).
-
-    Args:
-        spark: the session.
-        value: ``"true"``, ``"false"`` or None.
-        where: the files that need the setting, for the refusal; None restores a previous
-            value at best effort (a session that refuses it was never changed).
-
-    Raises:
-        SchemaError: with ``where``, the session refuses the setting (a managed runtime that
-            allows only some settings), saying how to write the files instead.
-    """
+    """Set :data:`NANOS_AS_LONG` to ``value`` on the session (None: unset it). With ``where``
+    (the files that need it) a session that refuses the setting raises SchemaError saying how to
+    write the files instead; without, it is a best-effort restore."""
     try:
         if value is None:
             spark.conf.unset(NANOS_AS_LONG)
@@ -216,16 +185,9 @@ def nanos_as_long(spark: SparkSession) -> Iterator[None]:
 
 
 def times_as_instants(name: str, *, nanos: bool, naive: bool, zone: str | None) -> Column:
-    """A timestamp column (UTC instants) from a Parquet time column as Spark read it.
-
-    Args:
-        name: the column's name: nanoseconds since the epoch (``nanos``), else a ``timestamp``
-            or ``timestamp_ntz``.
-        nanos: read under :func:`nanos_as_long` from ``TIMESTAMP(NANOS)``; floored to the
-            microsecond (Spark's resolution), negative times included.
-        naive: a time without a time zone: a wall-clock time in ``zone`` (UTC when None).
-        zone: the declared zone of naive times.
-    """
+    """A timestamp column (UTC instants) from a Parquet time column as Spark read it:
+    nanoseconds since the epoch (``nanos``, floored to the microsecond) or a timestamp; a
+    ``naive`` time is a wall-clock time in ``zone`` (UTC when None)."""
     from pyspark.sql import functions as F
 
     quoted = "`" + name.replace("`", "``") + "`"

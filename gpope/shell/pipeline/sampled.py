@@ -1,25 +1,16 @@
 """Getting trajectory statistics from the gold table to the driver: all at once, or as sampled.
 
-* The layout (dense, sparse or streamed) is decided from public quantities only, by
-  :func:`gpope.core.evaluation.plan_loading`.
-* :func:`load_statistics`: all m rows of a spec as one
-  :class:`~gpope.core.statistics.TrajectoryStats`, dense or sparse. The sparse rows are built on
-  the executors (``mapInArrow``), so only nonzero entries (float64, no rounding) cross to the
-  driver; the solver gives the same numbers on either layout.
-* :func:`streamed_fetcher`: the fetch function of the streamed path
-  (:func:`gpope.core.gpope.streamed.run_gpope_streamed`) for the run's duration. Where the
-  executors share the driver's disk (a local master), the statistics are copied once, in
-  ``traj_index`` order, into a dense row file in a private temporary folder (one Spark scan,
-  written a Parquet batch at a time), and each fetch reads the sampled rows from it: the run
-  scans the table once, as the in-memory path does, instead of once per block. Elsewhere
-  (:func:`spark_fetcher`) each call joins a block of the sample plan ``(pos, traj_index)`` with
-  the statistics table in Spark (the plan block is broadcast; nothing is written) and brings
-  exactly the sampled rows to the driver as Arrow, put back in plan order. Either way the driver
-  holds one block (and the next, prefetched), whatever m is, and the rows are the stored float64
-  values: the same release as the in-memory path.
+The layout (dense, sparse or streamed) is decided from public quantities only
+(:func:`gpope.core.evaluation.plan_loading`). :func:`load_statistics` brings all m rows of a spec
+as one :class:`~gpope.core.statistics.TrajectoryStats` (sparse rows built on the executors, only
+nonzero float64 entries cross). :func:`streamed_fetcher` is the fetch function of the streamed
+path: where the executors share the driver's disk the statistics are copied once into a dense
+row file in a private temporary folder, elsewhere (:func:`spark_fetcher`) each block of the
+sample plan is joined with the table in Spark. Either way the driver holds one block (and the
+next, prefetched) and the rows are the stored float64 values: the same release as in memory.
 
-The plan is secret (docs/ARCHITECTURE.md section 4): it exists only in the driver's and executors' memory for
-the duration of the query and is never logged or written.
+The plan is secret (docs/ARCHITECTURE.md section 4): it lives only in memory for the query and is
+never logged or written.
 """
 
 from __future__ import annotations
@@ -112,16 +103,10 @@ def _shares_driver_disk(session: SparkSession) -> bool:
 
 
 def collect_arrow(df: DataFrame) -> pa.Table:
-    """All rows of ``df`` as one Arrow table on the driver, without a size cap below the driver's RAM.
-
-    ``toArrow()`` brings every row through the driver JVM's task results, which are capped
-    (``spark.driver.maxResultSize``, 1 GiB by default) and held in its heap: a 1e6-patient chain
-    (about 1 GB of sparse statistics) exceeds both. On a classic session with
-    a local master the executors share the driver's disk, so they write the rows as Parquet into
-    a temporary folder and the driver reads it with pyarrow (the folder is removed after). Elsewhere
-    (a cluster, Spark Connect) executors cannot write to the driver's disk: ``toArrow()``, with the
-    cluster's driver sized for it (``conf/databricks.yaml``).
-    """
+    """All rows of ``df`` as one Arrow table on the driver, without the cap of the driver JVM's
+    task results (``spark.driver.maxResultSize``): with a local master the executors write
+    Parquet into a temporary folder the driver reads; elsewhere ``toArrow()``, with the cluster's
+    driver sized for it (``conf/databricks.yaml``)."""
     import pyarrow.parquet as pq
 
     if not _shares_driver_disk(df.sparkSession):
@@ -244,13 +229,10 @@ def spark_fetcher(
 @contextlib.contextmanager
 def streamed_fetcher(spark: SparkSession, stats: DataFrame, n: int, *, m: int,
                      normalization: str) -> Iterator[Callable[[np.ndarray], TrajectoryStats]]:
-    """The streamed path's fetch function (ids in plan order -> their statistics), for the run.
-
-    Where the executors share the driver's disk and it has room for the m dense rows, the rows
-    are copied once into a row file in a private temporary folder, removed when the ``with``
-    block ends (also on an error); otherwise :func:`spark_fetcher`. The choice reads public
-    quantities (m, n) and the machine, never the data. See the module docstring.
-    """
+    """The streamed path's fetch function (ids in plan order -> their statistics), for the run:
+    a row file in a private temporary folder (removed when the ``with`` block ends) where the
+    executors share the driver's disk and it has room, else :func:`spark_fetcher`. The choice
+    reads public quantities (m, n) and the machine, never the data."""
     folder = tempfile.gettempdir()
     need = 8 * m * (2 * n * n + n)
     if not _shares_driver_disk(stats.sparkSession) or shutil.disk_usage(folder).free < 2 * need:

@@ -1,22 +1,13 @@
 """The SSP release's data step as a Spark aggregate over ``trajectory_stats``.
 
 :func:`spark_group_sums` computes, distributed, the K group sums of the jointly clipped
-per-trajectory statistics vectors ``[vec A_i, b_i, vec C_i]`` (:mod:`gpope.core.ssp`): each
-partition's Arrow batches are flattened, clipped (the core's total clip), assigned to groups by the
-keyed hash and summed with numpy (``mapInArrow``), giving one partial-sum row per (partition,
-group); those few partial rows are the only thing that reaches the driver, where they are reduced
-to the (K, 2n^2+n) sums. No statistics row is collected, no Python runs per row. Noise is added
-afterwards, once, on the driver (:func:`gpope.core.ssp.release_noisy_statistics`).
-
-The rows come either as a DataFrame (:func:`gpope.shell.pipeline.stats.read_statistics`: Spark's
-Parquet reader decodes them in the JVM and ships them to the Python workers as Arrow; what the
-native Delta storage on a cluster uses), or, with the delta-rs storage, as the table version's
-Parquet files (:func:`statistics_files`): a few Spark tasks (files grouped like Spark's own file
-scan groups them) whose Python workers read them with pyarrow, the same kernel on the same rows without the JVM decode and copy of the wide
-``A``/``C`` lists (the same move as ``gpope stats``' worker-written files).
-
-The result equals :func:`gpope.core.ssp.clipped_group_sums` of the same rows (to rounding, 1e-12;
-a test checks it). :func:`public_clip` gives the default clip bound from PUBLIC data only.
+per-trajectory vectors ``[vec A_i, b_i, vec C_i]`` (:mod:`gpope.core.ssp`): each partition's Arrow
+batches are clipped, grouped by the keyed hash and summed with numpy (``mapInArrow``); only the
+partial sums reach the driver. Noise is added once, on the driver
+(:func:`gpope.core.ssp.release_noisy_statistics`). The rows come as a DataFrame (native storage),
+or with delta-rs as the version's Parquet files (:func:`statistics_files`) read by the Python
+workers with pyarrow. The result equals :func:`gpope.core.ssp.clipped_group_sums` of the same
+rows (to rounding, 1e-12). :func:`public_clip` gives the default clip from PUBLIC data only.
 """
 
 from __future__ import annotations
@@ -173,10 +164,8 @@ class StatisticsFiles:
 
 def statistics_files(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec_id: str,
                      version: int | None = None) -> StatisticsFiles | None:
-    """One spec's statistics (as of ``version``) as files for :func:`spark_group_sums` and
-    :func:`spark_moment_sum`; None with the native Delta storage (a cluster, Databricks), where
-    the caller passes the DataFrame of :func:`gpope.shell.pipeline.stats.read_statistics` (also
-    when the table is not partitioned by ``spec_id``).
+    """One spec's statistics (as of ``version``) as files for :func:`spark_group_sums`; None
+    with the native storage or an unpartitioned table (the caller passes the DataFrame).
 
     Raises:
         TableNotFoundError: stats never ran for the dataset.
@@ -243,13 +232,8 @@ def spark_group_sums(stats: DataFrame | StatisticsFiles, *, n: int, clip: float,
                      expected_rows: int | None = None) -> np.ndarray:
     """(groups, 2n^2+n) sums of the jointly clipped statistics rows of ``stats`` (one spec).
 
-    Args:
-        stats: the spec's trajectory_stats rows (columns traj_index, A, b, C), as a DataFrame
-            or as the files of :func:`statistics_files`.
-        n: number of features; clip: the public L2 bound; key: the secret group key (never
-            logged); groups: K (1: the plain total, what the release uses).
-        expected_rows: m; if given, the rows summed must number exactly m (the table did not change
-            since m was read).
+    ``stats`` is a DataFrame or the files of :func:`statistics_files`; ``key`` is the secret
+    group key (never logged); ``expected_rows`` (m), when given, must equal the rows summed.
 
     Raises:
         DataError: malformed arrays, or a row count different from ``expected_rows``.

@@ -1,23 +1,15 @@
 """Stage 3 of the pipeline: silver ``transitions`` -> gold ``trajectory_stats`` for one spec.
 
-:func:`statistics_frame` hash-partitions a dataset's transitions by trajectory, sorts each
-partition by ``(traj_index, t)`` and computes, on each Arrow batch of whole trajectories
-(``mapInArrow``, one vectorised call per batch), the core's
-:func:`gpope.core.statistics.statistics_from_transitions` with the spec's feature map, importance
-ratios of its target policy over the logged ``behavior_prob``, gamma, normalisation and length
-scale. Rows are sorted by ``(traj_index, t)`` before the kernel, so the result does not depend on
-how Spark ordered or batched them and equals the core's statistics of the same transitions (to
-rounding, 1e-12).
+:func:`statistics_frame` hash-partitions the transitions by trajectory, sorts each partition by
+``(traj_index, t)`` and computes, per Arrow batch of whole trajectories (``mapInArrow``), the
+core's per-trajectory statistics with the spec's features, ratios and scales; the result does not
+depend on how Spark ordered or batched the rows and equals the core's (to rounding, 1e-12).
 
-:func:`run_stats` writes the result to the dataset's gold ``trajectory_stats`` table, partitioned
-by ``spec_id``: one atomic commit that replaces that spec's partition (re-running is idempotent)
-and leaves other specs' statistics untouched. With the delta-rs storage the Python workers that
-run the kernel also write its rows as Parquet (pyarrow) straight into the table's staging folder
-and return only ``(file, rows, clamp counts)``; the driver commits the reported files with the
-lake's usual checks (:meth:`gpope.shell.lake.Lake.worker_staging`). The ``A`` and ``C`` lists
-(n*n doubles per trajectory) thus never go back into the JVM nor through Spark's Parquet writer,
-which took most of the stage (docs/BENCHMARKS.md). With the native storage (Databricks) Spark's
-Delta writer writes the same rows.
+:func:`run_stats` replaces the spec's ``spec_id`` partition of the dataset's ``trajectory_stats``
+in one atomic commit. With the delta-rs storage the Python workers write the rows as Parquet
+straight into the table's staging folder (:meth:`gpope.shell.lake.Lake.worker_staging`), so the
+wide ``A``/``C`` lists never go back into the JVM; with the native storage Spark's Delta writer
+writes the same rows.
 """
 
 from __future__ import annotations
@@ -65,21 +57,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StatsReport:
-    """What one stats run wrote.
-
-    Attributes:
-        dataset: dataset name.
-        spec_id: id of the evaluation spec (the partition replaced).
-        spec_name: human-readable spec name.
-        table: where the statistics live (path or Unity Catalog name).
-        n_transitions: silver transitions read.
-        n_trajectories: statistics rows written (m).
-        n_features: n.
-        seconds: wall time of read + compute + commit.
-        clamped: transitions whose importance ratio or raw reward was clamped to the spec's
-            public bounds, per reason (every transition is kept: transitions in = transitions
-            used). Noise-free counts of private data: a private diagnostic (operators only).
-    """
+    """What one stats run wrote. ``n_transitions``, ``n_trajectories`` (m) and ``clamped``
+    (transitions clamped to the spec's public bounds, per reason; all are kept) are noise-free
+    counts of private data: private diagnostics for operators only."""
 
     dataset: str
     spec_id: str
@@ -92,9 +72,7 @@ class StatsReport:
     clamped: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``: m, the number of transitions and the clamp counts
-        (noise-free counts of the private data; m is released only as the noisy count m~) under
-        ``operator_only``, tagged ``diagnostic.private``."""
+        """Plain form for ``--json``; the noise-free counts under ``operator_only``."""
         from gpope.shell.operator import OPERATOR_ONLY, operator_only
 
         private = ("clamped", "n_transitions", "n_trajectories")
@@ -105,8 +83,7 @@ class StatsReport:
         return out
 
     def summary(self) -> str:
-        """One human-readable line, then the noise-free counts (m among them: it is released
-        only as the noisy count m~) under the operator-only heading."""
+        """One line, then the noise-free counts under the operator-only heading."""
         from gpope.shell.operator import HEADING
 
         clamped = (", ".join(f"{k} {v}" for k, v in self.clamped.items())
@@ -477,10 +454,8 @@ def trajectory_count(
     spec: EvaluationSpec,
     version: int | None = None,
 ) -> int:
-    """m, the number of trajectories with statistics for ``spec`` (public under docs/ARCHITECTURE.md 4).
-
-    Pass the ``version`` the statistics themselves are read from (:func:`statistics_version`),
-    so that m and the statistics come from one snapshot.
+    """m, the number of trajectories with statistics for ``spec``, at the ``version`` the
+    statistics are read from (one snapshot).
 
     Raises:
         DataError: no statistics for this spec (run ``gpope stats`` first).

@@ -1,13 +1,8 @@
 """Open a local Delta table with delta-rs: its log (damage named in one line), history, Arrow.
 
-Reads into Arrow avoid the at-exit abort of threaded scans.
-
-With deltalake 1.6 and pyarrow 25, ``DeltaTable.to_pyarrow_table()`` scans with Arrow's thread
-pool, and about half of the processes that did so abort at interpreter exit ("terminate called
-without an active exception", exit 134: a joinable ``std::thread`` destroyed during static
-teardown; the same symptom as apache/arrow#34314 and delta-io/delta-rs#2184). A scan on the
-calling thread leaves no such thread (abort rates: docs/BENCHMARKS.md, "JVM-free commands"). Every delta-rs read in gpope goes through :func:`read_table`, and every
-commit-history read through :func:`commit_history`.
+Every delta-rs read goes through :func:`read_table`, which scans on the calling thread: a scan
+on Arrow's thread pool can abort the process at interpreter exit (apache/arrow#34314,
+delta-io/delta-rs#2184).
 """
 
 from __future__ import annotations
@@ -25,16 +20,9 @@ __all__ = ["commit_history", "open_table", "read_table"]
 
 
 def open_table(path: str, version: int | None = None) -> DeltaTable:
-    """``DeltaTable(path, version=version)``, with a damaged log reported in one line.
-
-    A truncated or otherwise unreadable commit file makes delta-rs raise a ``DeltaError`` whose
-    text (a Rust backtrace) names neither the table nor the file.
-
-    Raises:
-        CorruptTableError: the table's log cannot be read; the message names the table's path.
-        deltalake.exceptions.DeltaError: any other failure (e.g. ``version`` does not exist),
-            unchanged.
-    """
+    """``DeltaTable(path, version=version)``; a log delta-rs cannot read (its error names
+    neither table nor file) raises CorruptTableError naming the path, any other DeltaError
+    passes unchanged."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -68,18 +56,12 @@ def read_table(table: DeltaTable) -> pa.Table:
 
 
 def commit_history(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
-    """The commit infos of ``table`` up to the version it was opened at, newest first.
-
-    Each is the commit's ``commitInfo`` action (``timestamp``, ``operation``,
-    ``operationParameters``, ``userMetadata``...) plus its ``version``, as
-    ``DeltaTable.history()`` returns them. For a local table the commit files are read directly:
-    delta-rs's own ``history()`` returns no commit at all for a path containing ``#`` or ``?``
-    (it reads the log through a URL, where they start a fragment or a query), which made every
-    pinned read of such a lake fail as "table does not exist".
+    """The ``commitInfo`` of each commit of ``table`` (plus its ``version``) up to the version
+    it was opened at, newest first, as ``DeltaTable.history()`` returns them. The commit files
+    are read directly: delta-rs's ``history()`` finds none under a path with ``#`` or ``?``.
 
     Raises:
-        CorruptTableError: a commit file of the table is not valid JSON (truncated or damaged);
-            the message names the table and the file.
+        CorruptTableError: a commit file is not valid JSON; the message names table and file.
     """
     uri = table.table_uri
     if not uri.startswith("file:"):

@@ -52,13 +52,8 @@ _PARTITION_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "boolean",
 
 
 class DeltaRsStore(DeltaRsTables):
-    """Read and write path-based Delta tables with Spark for data and delta-rs for the log.
-
-    Args:
-        spark: the session that reads and writes the Parquet files (None: the JVM-free
-            operations of :class:`DeltaRsTables` only).
-        by_name: must be False (Unity Catalog names need the native store).
-    """
+    """Read and write path-based Delta tables with Spark for data and delta-rs for the log
+    (``spark`` None: the JVM-free operations of :class:`DeltaRsTables` only)."""
 
     @classmethod
     def available(cls, spark: SparkSession) -> bool:
@@ -138,14 +133,9 @@ class DeltaRsStore(DeltaRsTables):
 
     def data_files(self, path: str, version: int | None = None,
                    partition: Mapping[str, PartitionValue] | None = None) -> list[str]:
-        """The local paths of the live Parquet files of the table at ``path`` (as of
-        ``version``): all of them, or those of one ``partition`` (partition column -> value,
-        None for null). The files hold the data columns only (partition columns live in the
-        log).
-
-        Raises:
-            ConfigError: a ``partition`` key that is not a partition column of the table.
-        """
+        """The local paths of the live Parquet files (data columns only) of the table at
+        ``path`` as of ``version``: all, or those of one ``partition`` (ConfigError for a key
+        that is not a partition column)."""
         table = self.open(path, version)
         partition_columns = list(table.metadata().partition_columns)
         wanted = _partition_strings(partition) or {}
@@ -166,18 +156,11 @@ class DeltaRsStore(DeltaRsTables):
     def write(self, df: DataFrame, path: str, spec: WriteSpec) -> int:
         """Write ``df`` to the table at ``path`` in one atomic commit; return the new version.
 
-        Args:
-            df: the rows to write.
-            path: local table directory.
-            spec: the contract, mode, partitioning, ``replace_where`` partition, commit
-                ``userMetadata`` and logical table name (:class:`WriteSpec`).
-
-        Raises:
+        Raises (nothing committed, no file left behind):
             SchemaError: the DataFrame, the existing table or a written file does not match the
-                contract, or a NOT NULL column holds nulls. Nothing was committed.
-            DataError: rows outside the ``replace_where`` partition. Nothing was committed.
-            CommitError: Spark could not write the files or the commit failed. Nothing was
-                committed and the written files were deleted.
+                contract, or a NOT NULL column holds nulls.
+            DataError: rows outside the ``replace_where`` partition.
+            CommitError: Spark could not write the files or the commit failed.
         """
         resolved, root, token, staging = self._stage(path, spec)
         conformed = conform(df, spec.schema, table=spec.table_name)
@@ -188,17 +171,9 @@ class DeltaRsStore(DeltaRsTables):
         )  # fmt: skip
 
     def arrow_writer(self, path: str, spec: WriteSpec) -> ArrowTableWriter:
-        """A writer that stages Arrow tables as Parquet and commits them in one Delta commit.
-
-        For data that is already on the driver (``gpope simulate``): no Spark job, no copy into
-        the JVM. The table must be unpartitioned; ``mode`` is ``append`` or ``overwrite``. The
-        same protocol as :meth:`write` from step 3 on (staged files checked against the rows
-        written, statistics, one commit, clean-up on failure).
-
-        Raises:
-            ConfigError: a partitioned table or ``replace_where``.
-            SchemaError: the existing table does not match the contract.
-        """
+        """A writer that stages driver-side Arrow tables as Parquet (no Spark job) and commits
+        them in one Delta commit, by the protocol of :meth:`write` from step 3 on; unpartitioned
+        tables, ``append`` or ``overwrite`` only (else ConfigError)."""
         existing = self._merged(path, spec)
         partitions = self.check_table(existing, path, spec.schema, None, spec.table_name)
         if partitions or spec.mode not in ("append", "overwrite"):
@@ -212,20 +187,10 @@ class DeltaRsStore(DeltaRsTables):
         return ArrowTableWriter(self, path, root, staging, token, resolved)
 
     def worker_staging(self, path: str, spec: WriteSpec) -> WorkerStaging:
-        """A staging folder that Spark's Python workers write Parquet files into themselves.
-
-        For a job whose rows are produced by a Python kernel (``mapInArrow``): each task writes
-        its rows with :class:`StagedFileWriter` (pyarrow) and returns ``(file, rows)``, so the
-        rows never travel back into the JVM nor through Spark's Parquet writer. The driver then
-        calls :meth:`WorkerStaging.commit` with what the tasks returned: the same protocol as
-        :meth:`write` from step 3 on (only the files the tasks reported, which must hold exactly
-        the rows they reported; footers checked; statistics; Hive-style places; one commit;
-        clean-up on failure). Partitioned tables and ``replace_where`` work as in :meth:`write`.
-
-        Raises:
-            ConfigError: ``replace_where`` names no partition column.
-            SchemaError: the existing table does not match the contract.
-        """
+        """A staging folder that Spark's Python workers write Parquet files into themselves
+        (:class:`StagedFileWriter`, each task returning ``(file, rows)``), so a kernel's rows
+        never travel back into the JVM; :meth:`WorkerStaging.commit` takes what the tasks
+        returned, by the protocol of :meth:`write` from step 3 on."""
         resolved, root, token, staging = self._stage(path, spec)
         return WorkerStaging(self, path, root, staging, token, resolved)
 
@@ -431,12 +396,8 @@ def _describe(schema: StructType) -> str:
 
 
 def _check_reach(spark: SparkSession, root: str) -> None:
-    """The delta-rs path commits files Spark wrote: refuse a Connect server on another host.
-
-    Supported: a classic session, or a Spark Connect server on this machine (loopback), both
-    writing under the local lake root this process reads. A remote server (Databricks Connect,
-    serverless) writes where this process cannot see; there the native Delta path is used.
-    """
+    """Refuse a Spark Connect server on another host: it would write where this process,
+    which commits the files, cannot see (the native store serves such sessions)."""
     from gpope.shell.spark import connect_host, is_connect, is_loopback
 
     if is_connect(spark) and not is_loopback(connect_host(spark)):

@@ -305,9 +305,9 @@ class DeltaRsTables:
         """Live data files of the table."""
         return len(self.open(path).file_uris())
 
-    def compact(self, path: str, *, target_size: int | None = None) -> None:
+    def compact(self, path: str) -> None:
         """Rewrite small files into larger ones (delta-rs OPTIMIZE; content unchanged)."""
-        self.open(path).optimize.compact(target_size=target_size)
+        self.open(path).optimize.compact()
 
     def vacuum(self, path: str, *, retention_hours: float, dry_run: bool) -> list[str]:
         """Delete (or, with ``dry_run``, list) files unreferenced for ``retention_hours``."""

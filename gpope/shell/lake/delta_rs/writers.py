@@ -167,20 +167,12 @@ class WorkerStaging:
 
 
 class StagedFileWriter:
-    """Writes one Parquet file of a task into a :class:`WorkerStaging` folder (runs anywhere
-    the folder is visible: a Spark Python worker, or the driver).
+    """Writes one Parquet file of a task into a :class:`WorkerStaging` folder, under the
+    Hive-style sub-folder of ``partition_values`` (runs wherever the folder is visible).
 
-    Args:
-        folder: :attr:`WorkerStaging.folder`.
-        partition_values: partition column -> value (a string, or None) of every row written;
-            the file goes to the Hive-style sub-folder of these values.
-        schema: :attr:`WorkerStaging.arrow_schema` (the data columns, partition columns left out).
-        table_name: for messages.
-
-    Each :meth:`write` is checked against the contract (as :class:`ArrowTableWriter` does);
-    small tables are gathered into row groups of about :data:`ROW_GROUP_BYTES`. The file is
-    written under a hidden name and renamed when :meth:`close` succeeds, so a failed task
-    leaves no file the commit could take.
+    Each :meth:`write` is checked against the contract ``schema`` (the data columns); small
+    tables are gathered into row groups of about :data:`ROW_GROUP_BYTES`. The file keeps a hidden
+    name until :meth:`close` succeeds, so a failed task leaves no file the commit could take.
     """
 
     ROW_GROUP_BYTES = 64 * 2**20
