@@ -105,7 +105,7 @@ def ward(m: int, seed: int):
 
 class SparseRows:
     """A TrajectoryStats' rows held once as a CSR matrix: the chunked aggregate of
-    :func:`gpope.core.untuned.release.release_untuned_stats` without rebuilding dense slices."""
+    :func:`gpope.core.untuned.release.release_untuned` without rebuilding dense slices."""
 
     def __init__(self, stats, block: int = 256):
         from scipy import sparse

@@ -1,46 +1,26 @@
 """Confidence intervals for released values, from the noisy-statistics releases of :mod:`gpope.core.ssp`.
 
-Method (:func:`bootstrap_interval`): a **parametric bootstrap over the mechanism** (Ferrando, Wang
+Method (:func:`bootstrap_interval`): a parametric bootstrap over the mechanism (Ferrando, Wang
 and Sheldon 2022, "Parametric Bootstrap for Differentially Private Confidence Intervals",
 AISTATS). The released pooled sums ``A~, b~`` stand in for the population; the data's sampling
 variability enters through the privately released second moments of the LSTD residuals
-``r_i = b_i - A_i theta^`` (the sandwich "meat" of the estimating equation ``E[b - A theta] = 0``,
-Huber 1967 / White 1980), the privacy noise exactly as the mechanism draws it; the estimator is
-replayed on each bootstrap draw and the basic (pivotal) bootstrap interval is formed. Both
-releases are covered by the accountant (:func:`gpope.core.ssp.ssp_release_event`); everything
-here is post-processing.
-
-The released sums carry noise ONCE on the total (no groups): an earlier grouped-jackknife design
-paid a factor K in noise variance for its K groups and, with the AdaSSP shrinkage, gave coverage
-0.08-0.22 (docs/RESULTS.md, "When is an interval bounded"); the interval's point estimate is the
-unregularised LSTD solve, whose bias is second order, and the pivotal bootstrap corrects that to
-first order.
+``r_i = b_i - A_i theta^`` (the sandwich "meat" of ``E[b - A theta] = 0``, Huber 1967 / White
+1980), the privacy noise exactly as the mechanism draws it; the pivotal bootstrap interval of
+the replayed estimator is reported. Both releases are covered by the accountant
+(:func:`gpope.core.ssp.ssp_release_event`); everything here is post-processing.
 
 Features the release hardly sees (noisy ``C_jj`` within the support threshold of
 :func:`gpope.core.ssp.supported_features`) are left out of the solve; every quantity that depends
-on one gets an unbounded interval (:func:`depends_on`), and the bootstrap redraws the support with
-the mechanism's noise on ``C``'s diagonal.
+on one gets an unbounded interval (:func:`depends_on`).
 
-Weak identification (:func:`separated_from_singular`; ON by default, ``bootstrap_interval(...,
-identification=True)``; the pipeline's ``evaluation.ssp_identification``, measured in
-docs/RESULTS.md): where the noisy summed ``A~`` is not separated from singularity at the
-mechanism's known noise scale, the release cannot exclude a population ``A`` that is singular,
-i.e. a fixed point that is not identified, and no interval that is always bounded can be valid
-there (Dufour 1997, "Some impossibility theorems in econometrics with applications to structural
-and dynamic models", Econometrica 65(6); Gleser and Hwang 1987, "The nonexistence of
-100(1 - alpha)% confidence sets of finite expected diameter in errors-in-variables and related
-models", Annals of Statistics 15(4)); every quantity that depends on the solve then gets the
-unbounded interval (:attr:`Interval.unidentified` says so). Without the test
-(``identification=False``) the bootstrap replays the noise around ``A~``, which the noise has made
-better conditioned than ``A``, and can undercover (HIV, m = 8000, epsilon 0.1 and 1: 0.862 and
-0.865 at nominal 0.95; mountain car on the spec's raw rewards, m = 1000, epsilon 1: 0.715;
-docs/RESULTS.md, "When is an interval bounded"): its coverage there is luck, not a guarantee. The cost of
-the default: where the bootstrap happened to cover an unidentified release (HIV m = 8000,
-epsilon 10; chain m = 1e4, epsilon 1) the interval is now unbounded.
+Weak identification (:func:`separated_from_singular`, on by default): where the noisy ``A~`` is
+not separated from singularity at the mechanism's known noise scale, the release cannot exclude
+a singular population ``A``, and no always-bounded interval is valid there (Dufour 1997,
+Econometrica 65(6); Gleser and Hwang 1987, Annals of Statistics 15(4)); every quantity that
+depends on the solve then gets the unbounded interval (:attr:`Interval.unidentified`).
 
 For an estimate that is not the SSP solution itself (GPOPE's theta), :func:`anchored_interval`
-extends the SSP interval to include it: valid (it contains an interval that covers the estimand),
-centred near the released value.
+extends the SSP interval to include it.
 """
 
 from __future__ import annotations
@@ -62,23 +42,10 @@ from gpope.core.ssp import (
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = [
-    "BOOTSTRAP_DRAWS",
-    "Interval",
-    "anchored_interval",
-    "bootstrap_interval",
-    "check_interval_groups",
-    "depends_on",
-    "group_interval",
-    "interval_groups",
-    "separated_from_singular",
-    "separation",
-    "split_interval",
-    "ssp_values",
-    "strong_candidates",
-    "supported_separation",
-    "weak_bias",
-]
+__all__ = ["BOOTSTRAP_DRAWS", "Interval", "anchored_interval", "bootstrap_interval",
+           "check_interval_groups", "depends_on", "group_interval", "interval_groups",
+           "separated_from_singular", "separation", "split_interval", "ssp_values",
+           "strong_candidates", "supported_separation", "weak_bias"]
 
 #: Bootstrap replications per interval (the quantiles of a 95% interval from 400 draws are
 #: within about +-0.01 in coverage).
@@ -149,9 +116,8 @@ SAMPLING_SD_RATIO = 2.0
 def separation(A: np.ndarray, noise_std: float, *, level: float = 0.95,
                sampling_ratio: float = SAMPLING_SD_RATIO) -> float:
     """``s_min(A~) / (noise_std sqrt((1 + r^2) chi2_k^-1(level)))`` of the noisy square matrix
-    ``A~`` (k, k), ``r = sampling_ratio``: :func:`separated_from_singular` rejects "the
-    population ``A`` is singular" iff it is > 1 (how far a release is from being identified;
-    ``inf`` for k = 0 or a non-singular ``A~`` without noise, 0 for a singular one).
+    ``A~`` (k, k), ``r = sampling_ratio``: :func:`separated_from_singular` rejects iff it is > 1
+    (``inf`` for k = 0 or a non-singular ``A~`` without noise, 0 for a singular one).
     Post-processing (``noise_std`` and ``r`` are public)."""
     from scipy.stats import chi2
 
@@ -174,40 +140,27 @@ def supported_separation(A: np.ndarray, C: np.ndarray, noise_std: float, *,
                          level: float = 0.95,
                          c_noise_scale: float = 1.0) -> tuple[np.ndarray, float]:
     """(supported features, :func:`separation` of their block of ``A~``) of a release's pooled
-    noisy sums ``A~``, ``C~`` (noise std ``noise_std`` per entry): the support rule
-    (:func:`gpope.core.ssp.supported_features`) and the identification test's input, the one
-    definition :func:`bootstrap_interval` and the guard's private diagnostic
-    (:func:`gpope.core.guard.private_relative_mspbe`) share; ``C~``'s noise std is
-    ``c_noise_scale`` times ``noise_std`` (:class:`gpope.core.ssp.NoisyStatistics`).
-    Post-processing."""
+    noisy sums ``A~``, ``C~``: the one definition :func:`bootstrap_interval` and the guard's private
+    diagnostic share; ``C~``'s noise std is ``c_noise_scale * noise_std``. Post-processing."""
     keep = supported_features(C, noise_std=noise_std * c_noise_scale)
     return keep, separation(np.asarray(A)[np.ix_(keep, keep)], noise_std, level=level)
 
 
 def separated_from_singular(A: np.ndarray, noise_std: float, *, level: float = 0.95,
                             sampling_ratio: float = SAMPLING_SD_RATIO) -> bool:
-    """Whether the noisy square matrix ``A~`` (k, k) = ``A_data + E`` (``E`` iid
-    ``N(0, noise_std^2)`` entries, the SSP release's noise on the summed A, known exactly) rejects
-    "the population ``A`` is singular" at level ``1 - level``: ``s_min(A~)^2 > noise_std^2
-    (1 + r^2) chi2_k^-1(level)`` with ``r = sampling_ratio`` (:func:`separation` > 1).
+    """Whether the noisy square matrix ``A~ = A_data + E`` (``E`` iid ``N(0, noise_std^2)``, the
+    SSP release's noise, known exactly) rejects "the population ``A`` is singular" at level
+    ``1 - level``: ``s_min(A~)^2 > noise_std^2 (1 + r^2) chi2_k^-1(level)``, ``r = sampling_ratio``.
 
-    The data's summed A is the population's plus a sampling deviation ``D``: ``A_data = A + D``.
-    If ``A v = 0`` for a unit ``v``, then ``s_min(A~) <= ||A~ v|| = ||(D + E) v||``. With ``D``
-    of independent entries of sd up to ``r noise_std`` (approximately normal: a sum over
-    patients), ``(D + E) v`` is ``N(0, s^2 I_k)`` with ``s^2 <= noise_std^2 (1 + r^2)``, so
-    ``P(reject) <= 1 - level`` for every singular population ``A``. Measured
-    (``tests/core/test_intervals_identification.py``): rejection <= nominal at r = 0, 1, 2;
-    the test without the sampling term rejected 0.129 at r = 2 (nominal 0.05). A sampling
-    deviation concentrated in one direction, or larger than ``r`` times the noise, is not
-    covered. With ``r = 0`` the test is exact for the data set's own summed A. Read with
-    :func:`bootstrap_interval`: when it does not reject, every quantity of the solve is reported
+    Why: ``A_data = A + D`` with ``D`` the sampling deviation. If ``A v = 0`` for a unit ``v``, then
+    ``s_min(A~) <= ||(D + E) v||``; with ``D`` of independent entries of sd up to ``r noise_std``
+    (approximately normal: a sum over patients), ``(D + E) v`` is ``N(0, s^2 I_k)`` with
+    ``s^2 <= noise_std^2 (1 + r^2)``, so ``P(reject) <= 1 - level`` for every singular ``A``
+    (``tests/core/test_intervals_identification.py``). A deviation concentrated in one direction,
+    or larger than ``r`` times the noise, is not covered; with ``r = 0`` the test is exact for the
+    data set's own summed A. When it does not reject, every quantity of the solve is reported
     unbounded, so for a singular ``A`` the interval covers with probability at least ``level``
-    (Dufour 1997: a valid interval for a possibly unidentified parameter must be unbounded with
-    at least that probability). It does not correct the bootstrap for a regular but weak ``A``
-    beyond the threshold (``s_min(A)`` of a few ``noise_std sqrt(k)``); that is measured
-    (docs/RESULTS.md). Post-processing (``noise_std`` and ``r`` are public). ``noise_std = 0``:
-    ``A`` non-singular numerically.
-    """
+    (Dufour 1997). Post-processing."""
     return separation(A, noise_std, level=level, sampling_ratio=sampling_ratio) > 1.0
 
 
@@ -219,47 +172,27 @@ def bootstrap_interval(
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its parametric-bootstrap interval: (theta, Interval of transform(theta)).
 
-    The bootstrap world takes the released statistics as the population: ``A* = A~`` (pooled
-    noisy sums) and ``b* = A~ theta^`` (so its fixed point is the estimate ``theta^``), and
-    replays the whole estimator ``draws`` times: the sampling variability of the data as
-    ``z ~ N(0, Sigma_r)`` added to ``b`` (``Sigma_r`` = :meth:`NoisyMoments.covariance`,
-    the privately released second moments of the residuals ``b_i - A_i theta^``, by which the
-    sufficient statistics vary from sample to sample: the sandwich "meat" of the LSTD fixed point),
-    and the privacy noise EXACTLY as the mechanism draws it (iid ``N(0, (sigma clip)^2)`` on every
-    entry of A and b), then the same solver. The interval is the basic (pivotal) bootstrap
-    ``[2 g^ - q_hi, 2 g^ - q_lo]`` of the replayed released quantities ``g* = transform(theta*)``,
-    which also corrects the solver's regularisation bias to first order; the one-sided bound is
-    ``2 g^ - q_level``; ``se`` is the standard deviation of ``g*``.
+    The bootstrap world takes the release as the population: ``A* = A~`` and ``b* = A~ theta^``
+    (fixed point ``theta^``); each of ``draws`` replays adds the data's sampling variability
+    ``z ~ N(0, Sigma_r)`` to ``b`` (``Sigma_r`` = :meth:`NoisyMoments.covariance`, the sandwich
+    meat of the LSTD fixed point), the privacy noise exactly as the mechanism draws it (iid
+    ``N(0, (sigma clip)^2)`` on every entry of A and b, and on ``C``'s diagonal, so the support is
+    redrawn too), then the same solver. The interval is the basic (pivotal) bootstrap
+    ``[2 g^ - q_hi, 2 g^ - q_lo]`` of ``g* = transform(theta*)``, which also corrects the solver's
+    regularisation bias to first order; the one-sided bound is ``2 g^ - q_level``; ``se`` is the
+    sd of ``g*``. ``moments=None``: privacy noise only.
 
-    Identification (``identification=True``, the default; ``gpope evaluate`` takes it from
-    ``evaluation.ssp_identification``): when the supported block of ``A~`` is not
-    :func:`separated_from_singular` at the noise std and ``level``, every quantity that depends on
-    a supported feature is unbounded ``(-inf, inf)`` and ``Interval.unidentified`` is True (the
-    release cannot exclude an unidentified fixed point, and no always-bounded interval is valid
-    there: Dufour 1997). "Valid or unbounded" (measured in docs/RESULTS.md): every cell
-    where the bootstrap alone undercovers (HIV m = 8000, epsilon 0.1 / 1; mountain car on the
-    spec's rewards, m = 1000, epsilon 1) is unbounded with it; the cost is the cells where the
-    bootstrap happens to cover an unidentified release (HIV m = 8000, epsilon 10: 0.968, median
-    width 3.7; chain m = 1e4, epsilon 1), unbounded too. ``identification=False``: the
-    bootstrap interval whatever ``A~`` (no guarantee where ``A`` may be singular).
-    ``value_bounds`` (tabular features only: every coordinate of theta is a state's value, in
-    that public range): identification is judged per released quantity. Where the whole block
-    fails, the least-visited supported features are set aside until the rest ``S`` passes
-    (:func:`strong_candidates`); theta is solved on ``S`` with the others
-    at the range's midpoint, the bootstrap replays that solve, and every end of a quantity that
-    depends on ``S`` only moves out by :func:`weak_bias` (what the
-    set-aside features can move it); the others stay unbounded.
-
-    Method: the parametric bootstrap for differentially private confidence intervals of
-    Ferrando, Wang and Sheldon (2022), "Parametric Bootstrap for Differentially Private
-    Confidence Intervals" (AISTATS), on the sufficient statistics of the LSTD estimating
-    equation (whose sampling covariance is the sandwich meat ``E[r r^T]``; e.g. Boyan 2002,
-    "Technical update: least-squares temporal difference learning", and the sandwich estimator of
-    Huber 1967 / White 1980). ``moments=None``: privacy noise only (no sampling term).
+    ``identification=True``: when the supported block of ``A~`` is not
+    :func:`separated_from_singular`, every quantity that depends on a supported feature is
+    unbounded and ``Interval.unidentified`` is True. With ``value_bounds`` (tabular features: every
+    coordinate of theta is a state's value in that public range) identification is judged per
+    quantity: the least-visited supported features are set aside until the rest ``S`` passes
+    (:func:`strong_candidates`), theta is solved on ``S`` with the others at the range's midpoint,
+    and the ends of a quantity that depends on ``S`` only move out by :func:`weak_bias`; the others
+    stay unbounded.
 
     Guarantee: post-processing of the releases only (``rng`` draws public bootstrap noise);
-    ``lower <= upper`` and ``lower_bound >= lower``; a deterministic result for a given ``rng``.
-    """
+    ``lower <= upper`` and ``lower_bound >= lower``; deterministic for a given ``rng``."""
     level = check_number("bootstrap_interval", "level", level, gt=0.0, lt=1.0)
     draws = check_int("bootstrap_interval", "draws", draws, ge=20)
     A, b, C = noisy.pooled()
@@ -312,8 +245,6 @@ def bootstrap_interval(
     for k in range(draws):
         Ab = A + std * rng.standard_normal((n, n))
         bb = b_star + std * rng.standard_normal(n) + root @ rng.standard_normal(n)
-        # the support is redrawn too: the diagonal of the (symmetrised) noisy C carries the
-        # mechanism's noise of std ``std``, so a feature near the threshold enters some draws only
         Cb = C + np.diag(std * rng.standard_normal(n))
         th, _ = solve_ssp(Ab, bb, C=Cb, noise_std=std, regularize=regularize)
         reps[k] = transform(th)
@@ -332,8 +263,8 @@ def bootstrap_interval(
 def _strong_split(A: np.ndarray, C: np.ndarray, keep: np.ndarray, std: float, level: float,
                   value_bounds: tuple[float, float] | None,
                   ) -> tuple[np.ndarray, float, float] | None:
-    """(S, centre, half-range) of :func:`bootstrap_interval`'s per-quantity identification, or
-    None (no finite ``value_bounds``, or no block passes)."""
+    """(S, centre, half-range) of the per-quantity identification, or None (no finite
+    ``value_bounds``, or no block passes)."""
     import math
 
     if value_bounds is None or not all(math.isfinite(v) for v in value_bounds):
@@ -347,14 +278,9 @@ def _strong_split(A: np.ndarray, C: np.ndarray, keep: np.ndarray, std: float, le
 def depends_on(transform: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,
                features: np.ndarray) -> np.ndarray:
     """(k,) bool: which released quantities ``transform(theta)`` change when a coordinate of
-    ``theta`` in ``features`` (bool (n,)) changes (exact for the linear maps the pipeline
-    releases: reference values and theta itself).
-
-    The SSP solve sets theta_j = 0 on a feature whose noisy C_jj is within the support threshold
-    (:func:`gpope.core.ssp.supported_features`): the release carries no information on theta_j,
-    so no finite interval for a quantity that depends on it is valid; :func:`bootstrap_interval`
-    reports those as unbounded ``(-inf, inf)`` (honest, and what ``make demo`` needs on HIV, where
-    a 10% statistics share at m = 2000 leaves every feature below the threshold)."""
+    ``theta`` in ``features`` (bool (n,)) changes (exact for the linear maps the pipeline releases).
+    The release carries no information on an unsupported theta_j, so no finite interval for a
+    quantity that depends on it is valid."""
     theta = np.asarray(theta, dtype=np.float64)
     base = np.asarray(transform(theta), dtype=np.float64)
     out = np.zeros(base.shape[0], dtype=bool)
@@ -367,10 +293,8 @@ def depends_on(transform: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,
 
 def anchored_interval(centre: np.ndarray, reference: Interval) -> Interval:
     """An interval for another estimate ``centre`` of the same quantities, valid whenever
-    ``reference`` is: the smallest interval holding both ``reference``'s interval and ``centre``
-    (it contains the reference interval, so it covers the estimand at least as often), i.e.
-    ``[min(lower, centre), max(upper, centre)]``; the lower bound likewise
-    ``min(reference.lower_bound, centre)``."""
+    ``reference`` is: ``[min(lower, centre), max(upper, centre)]`` (it contains the reference
+    interval, so it covers the estimand at least as often); the lower bound likewise."""
     c = np.asarray(centre, dtype=np.float64)
     gap = np.abs(c - reference.value)
     return replace(reference, value=c, lower=np.minimum(reference.lower, c),
@@ -393,13 +317,10 @@ def check_interval_groups(owner: str, groups: object, *, sampling: str | None = 
                           in_memory_limit_mb: int | None = None) -> int:
     """``groups`` as an int: 0 (no disjoint-groups interval) or K >= 2; ConfigError otherwise.
 
-    With the run's resolved ``sampling`` (at run time, once the solver settings are known), a
-    K >= 2 is also refused where the disjoint-groups interval does not hold: its privacy argument
-    (the K runs cost one run by parallel composition) needs Poisson sampling, i.e. add/remove-one
-    adjacency; it does not combine with ``tune`` "private" (whose releases use the whole data
-    set); and each group's statistics are loaded into driver memory, so not when they are
-    ``streamed`` (over ``in_memory_limit_mb``, named in the message).
-    """
+    With the run's resolved ``sampling``, a K >= 2 is also refused where the interval does not hold:
+    its privacy argument (K runs cost one by parallel composition) needs Poisson sampling
+    (add/remove-one); it does not combine with ``tune`` "private" (whole-data releases); each
+    group's statistics are loaded into driver memory, so not when they are ``streamed``."""
     k = check_int(owner, "interval_groups", groups, ge=0)
     if k == 1:
         raise ConfigError(
@@ -433,12 +354,9 @@ def check_interval_groups(owner: str, groups: object, *, sampling: str | None = 
 def interval_groups(keys: Iterable[object], groups: int) -> np.ndarray:
     """(m,) int64 group 0..groups-1 of each trajectory, a PUBLIC function of its own key only.
 
-    group = (first 8 bytes of BLAKE2b(str(key)), big-endian) mod ``groups``. It depends on the
-    trajectory's key (the patient id) and nothing else, so adding or removing one patient leaves
-    every other patient in its group: the disjoint-splits interval (:func:`group_interval`) rests
-    on that (parallel composition). Use a key that is fixed per patient (``patient_id``), never a
-    rank among the patients (``traj_index`` shifts when a patient is added).
-    """
+    group = (first 8 bytes of BLAKE2b(str(key)), big-endian) mod ``groups``: adding or removing one
+    patient leaves every other patient in its group, which :func:`group_interval` rests on
+    (parallel composition). Use a key fixed per patient (``patient_id``), never a rank."""
     groups = check_int("interval_groups", "groups", groups, ge=2)
     out = [int.from_bytes(hashlib.blake2b(str(k).encode("utf-8"), digest_size=8).digest(), "big")
            % groups for k in keys]
@@ -446,29 +364,20 @@ def interval_groups(keys: Iterable[object], groups: int) -> np.ndarray:
 
 
 def group_interval(estimates: np.ndarray, *, level: float = 0.95) -> Interval:
-    """Interval from K disjoint-group estimates of the same quantities (subsample and aggregate).
+    """Interval from K disjoint-group estimates (K, k) of the same quantities (subsample and
+    aggregate): the mean, the Student-t interval ``mean +- t_{K-1, (1+level)/2} sd / sqrt(K)``, the
+    one-sided bound ``mean - t_{K-1, level} sd / sqrt(K)``, ``df = K - 1``.
 
-    ``estimates`` (K, k): row g is the estimator run on group g alone (groups by
-    :func:`interval_groups`). The released value is their mean; the two-sided interval is the
-    Student-t interval ``mean +- t_{K-1, (1+level)/2} sd / sqrt(K)``, the one-sided lower bound
-    ``mean - t_{K-1, level} sd / sqrt(K)``, ``df = K - 1``.
+    Why valid: the groups are a public, data-independent partition of iid patients, so the K
+    estimates are iid given the population and their spread holds both the sampling variability
+    and the privacy noise; the t interval covers their common mean (exactly for Gaussian
+    estimates). It covers the estimand when the bias on m/K patients is small against
+    sd / sqrt(K) (``benchmarks/gpope_split_probe.py``).
 
-    Why valid: the groups are a public, data-independent partition of the patients, who are an
-    iid sample, so the K group estimates are iid given the population (each group's data and the
-    run's privacy noise are independent of the others'); their spread holds BOTH the sampling
-    variability and the privacy noise, and the t interval covers their common mean (exactly when
-    the group estimates are Gaussian, approximately otherwise). It covers the estimand when the
-    estimator's bias on a group of m/K patients is small against sd / sqrt(K): that is what
-    ``benchmarks/gpope_split_probe.py`` measures (docs/RESULTS.md).
-
-    Privacy (post-processing of K runs on disjoint data; Nissim, Raskhodnikova and Smith 2007,
-    "Smooth sensitivity and sampling in private data analysis", sample-and-aggregate; McSherry
-    2009, "Privacy integrated queries", parallel composition): under add/remove-one adjacency a
-    patient's record is in exactly one group, so the K runs together are (epsilon, delta)-DP if
-    each is; with Poisson sampling the accountant of one run depends on (q, N, sigma) only, not on
-    the group's size, so the K runs cost exactly one run's (epsilon, delta). Not under
-    replace-one adjacency (uniform sampling): a replaced record may move between two groups.
-    """
+    Privacy (Nissim, Raskhodnikova and Smith 2007, sample-and-aggregate; McSherry 2009, parallel
+    composition): under add/remove-one a patient is in exactly one group, and with Poisson sampling
+    one run's accountant depends on (q, N, sigma) only, so the K runs cost one run's
+    (epsilon, delta). Not under replace-one: a replaced record may move between two groups."""
     from scipy.stats import t as student_t
 
     est = np.asarray(estimates, dtype=np.float64)
@@ -485,11 +394,12 @@ def group_interval(estimates: np.ndarray, *, level: float = 0.95) -> Interval:
     return Interval(value=value, lower=value - half, upper=value + half, lower_bound=value - one,
                     se=se, level=level, df=K - 1)
 
+
 def strong_candidates(A: np.ndarray, C: np.ndarray, keep: np.ndarray, noise_std: float, *,
                       level: float) -> Iterator[tuple[np.ndarray, float]]:
-    """The blocks ``S`` (module docstring, step 1) that pass the separation test, with their
-    separation, in the order tried: the supported features less the 1, 2, ... of smallest
-    noisy ``C~_jj`` (never the empty block). Post-processing."""
+    """The blocks ``S`` that pass the separation test, with their separation, in the order tried:
+    the supported features less the 1, 2, ... of smallest noisy ``C~_jj`` (never the empty block).
+    Post-processing."""
     order = [int(j) for j in np.argsort(np.diag(C)) if keep[j]]
     strong = keep.copy()
     for j in order[:-1]:
@@ -502,11 +412,10 @@ def strong_candidates(A: np.ndarray, C: np.ndarray, keep: np.ndarray, noise_std:
 def weak_bias(U: np.ndarray, A_SW: np.ndarray, *, n_supported: int, noise_std: float,
               half: float) -> np.ndarray:
     """(k,) the bound ``h (sum_j |u . A~_Sj| + e ||u||)`` on what the set-aside states move each
-    value (module docstring, step 3); ``U`` (k, |S|) the rows ``u^T = g^T A~_SS^-1``. ``e``
-    bounds ``sum_j |u . E_Sj| / ||u||`` with probability ``1 - failure``: the smaller of
-    ``sqrt(|W|) tau`` (``tau`` the noise-norm bound of the ``n_supported`` block) and ``|W| z
-    noise_std`` (each ``u . E_Sj / ||u||`` is ``N(0, noise_std^2)``; ``z`` the two-sided
-    quantile of a union bound over the ``|W|`` columns)."""
+    value; ``U`` (k, |S|) the rows ``u^T = g^T A~_SS^-1``. ``e`` bounds ``sum_j |u . E_Sj| / ||u||``
+    with probability ``1 - failure``: the smaller of ``sqrt(|W|) tau`` (``tau`` the noise-norm
+    bound of the ``n_supported`` block) and ``|W| z noise_std`` (``z`` the two-sided quantile of a
+    union bound over the ``|W|`` columns)."""
     from scipy.stats import norm
 
     from gpope.core.ssp import NOISE_BOUND_FAILURE, noise_norm_bound

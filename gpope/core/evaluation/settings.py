@@ -1,16 +1,12 @@
 """The settings of one private evaluation: one type, its constraints as data, one resolver.
 
-:class:`RunSettings` names every public setting of ``gpope evaluate`` once. Its constraints are
-declared as data (:data:`gpope.core.evaluation.constraints.CONSTRAINTS`, in the manner of
-scikit-learn's parameter constraints) and checked by one function
-(:func:`~gpope.core.evaluation.constraints.check_setting`) wherever a value enters: the configuration's
-``evaluation:`` section (a complete :class:`RunSettings` whose defaults are the packaged ones), the
-spec's ``evaluation:`` block (publicly tuned, a ``"spec"`` :class:`SettingsLayer`) and the
-command line or caller (an ``"options"`` :class:`SettingsLayer`). :func:`resolve_settings` applies the layers,
-command line > spec block > configuration, once the public m is known, and records where each
-setting came from; :func:`check_combination` refuses the combinations no run may take (the one
-place that refuses the ``paper`` accountant) and runs before Spark starts and again on the
-resolved settings.
+:class:`RunSettings` names every public setting of ``gpope evaluate`` once; its constraints are
+data (:data:`gpope.core.evaluation.constraints.CONSTRAINTS`, as scikit-learn's parameter
+constraints) checked by one function wherever a value enters: the configuration's
+``evaluation:`` section, the spec's ``evaluation:`` block (a ``"spec"`` :class:`SettingsLayer`)
+and the command line or caller (an ``"options"`` layer). :func:`resolve_settings` applies the
+layers, command line > spec block > configuration, once the public m is known, and records where
+each setting came from; :func:`check_combination` refuses the combinations no run may take.
 
 Everything here is public configuration: nothing is read from private data (m is public).
 """
@@ -28,17 +24,9 @@ from gpope.core.tuning.private_settings import PrivateTuningSettings
 from gpope.core.untuned.settings import BehaviourSettings, UntunedSettings
 from gpope.errors import ConfigError
 
-__all__ = [
-    "INVALID_ACCOUNTING_REFUSAL",
-    "NESTED_BLOCKS",
-    "PrivateTuningConf",
-    "PrivateTuningSettings",
-    "RunSettings",
-    "SettingsLayer",
-    "check_combination",
-    "check_delta_against_m",
-    "resolve_settings",
-]
+__all__ = ["INVALID_ACCOUNTING_REFUSAL", "NESTED_BLOCKS", "PrivateTuningConf",
+           "PrivateTuningSettings", "RunSettings", "SettingsLayer", "check_combination",
+           "check_delta_against_m", "resolve_settings"]
 
 #: The one message that refuses an accountant that is not a valid bound (``paper``) for a
 #: release; ``{accountant}`` and ``{why}`` come from its registry entry.
@@ -59,60 +47,39 @@ class RunSettings:
     """Every public setting of one private evaluation (the configuration's ``evaluation:`` section
     with the packaged defaults, and, resolved, one run's settings).
 
-    The solver settings (:data:`gpope.core.gpope.operating.SOLVER_KEYS`) and the interval settings
-    (:data:`gpope.core.gpope.operating.INTERVAL_KEYS`) of the configuration apply only where neither the
-    command line nor the spec's ``evaluation:`` block sets them (:func:`resolve_settings`); the
-    generic clip and step size suit no particular spec: tune the spec instead.
+    The solver and interval settings of the configuration apply only where neither the command
+    line nor the spec's block sets them (:func:`resolve_settings`).
 
     Attributes:
         epsilon, delta: the privacy spend of the run (reserved in the ledger); run only.
-        passes, iterations, batch_rate, batch_size: the compute budget (trajectories touched / m,
-            noisy steps N, Poisson rate q or expected batch q m); resolved: N, q, P = touched / m
-            and B = q m (:func:`gpope.core.gpope.operating.resolve_budget`).
+        passes, iterations, batch_rate, batch_size: the compute budget (touched / m, noisy steps N,
+            Poisson rate q or expected batch q m; :func:`gpope.core.gpope.operating.resolve_budget`).
         clip, step_size, step_schedule, step_offset, step_offset_fraction, averaging,
-            tail_fraction, sampling, accountant, trace_every: solver settings (resolved:
-            ``step_offset`` absolute, ``step_offset_fraction`` None).
+            tail_fraction, sampling, accountant, trace_every: solver settings.
         seed: None (OS entropy: private) or an int (reproducible, NOT private); run only.
-        in_memory_limit_mb: statistics larger than this stream from Spark.
-        path: "auto" (by the public size), "memory" or "stream" (forced).
+        in_memory_limit_mb, path: statistics larger than the limit stream from Spark; ``path``
+            "auto" (by the public size), "memory" or "stream" (forced).
         private_diagnostics: also log MSPBE/LSTD of the private statistics, tagged private.
         public_trajectories, public_max_length: the fresh public cohort simulated for MSPBE and
             the public clip bounds (specs with a domain; 0 disables).
         rows_per_fetch: sampled rows per Spark fetch on the streamed path.
-        estimator: a registered estimator (:mod:`gpope.core.estimators`): "gpope", "ssp"
-            (one-shot LSTD on noisy sufficient statistics) or "untuned" (the tuning-free private
-            default, which claims the runs of a spec without an ``evaluation:`` block when no
-            estimator or solver setting is given: :func:`resolve_settings`).
+        estimator: a registered estimator (:mod:`gpope.core.estimators`).
         ssp_clip, ssp_clip_quantile: the public L2 bound of one trajectory's [A_i, b_i, C_i], or
             the quantile of the norms on the public cohort that sets it.
-        moments_share: the residual second moments' share (zCDP) of the noisy-statistics release.
-        statistics_share: gpope runs: share of (epsilon, delta) of the noisy-statistics release
-            (private MSPBE, intervals); 0 disables it. ssp runs spend all on it.
-        policy_value_share: share of the run's budget of the policy value release (J(target),
-            J(behaviour), their contrast; :mod:`gpope.core.policy_value_release`); 0 disables it.
-            GPOPE runs: of (epsilon, delta) (basic composition); one-shot runs (ssp, the
-            tuning-free default): of the privacy loss ``mu^2`` of the run's one Gaussian
-            mechanism (:mod:`gpope.core.evaluation.plan`).
-        policy_value: the other settings of that release (its ``share`` is
-            ``policy_value_share``: :meth:`policy_value_settings`).
+        moments_share, statistics_share, policy_value_share: the budget shares of the residual
+            moments, the noisy-statistics release (gpope runs; 0 disables) and the policy value
+            release (0 disables; of (epsilon, delta) for GPOPE, of ``mu^2`` for one-shot runs).
+        policy_value: the other settings of that release (:meth:`policy_value_settings`).
         ci_level: level of the two-sided intervals and of the one-sided lower bound.
         ssp_identification: SSP-type intervals are unbounded where the noisy statistics cannot
             exclude a singular summed A (:func:`gpope.core.intervals.separated_from_singular`).
         interval_groups, interval_groups_min_patients, interval_groups_min_m_epsilon: gpope runs:
-            K >= 2 disjoint patient groups for the interval where the public m and m epsilon reach
-            the thresholds (:func:`gpope.core.gpope.operating.interval_groups_for`), else 0 (the hull).
-        tune: "none", or "private" (clip and step size chosen on the private data inside the
-            run's budget, :mod:`gpope.core.tuning.private`).
-        private_tuning: the rules of ``tune: private``.
-        untuned: the rules of the tuning-free default (:mod:`gpope.core.untuned.release`).
-        behaviour: the rules of the behaviour estimate of a run whose data logged no
-            propensities (:class:`gpope.core.untuned.settings.BehaviourSettings`).
+            K >= 2 disjoint patient groups where m and m epsilon reach the thresholds, else 0.
+        tune, private_tuning: "none" or "private" (:mod:`gpope.core.tuning.private`) and its rules.
+        untuned, behaviour: the rules of the tuning-free default and of the behaviour estimate.
         secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.
-        allow_invalid_accounting: run with the ``paper`` accountant anyway (NOT private); run only.
-        allow_not_private: accept ``seed`` on a dataset not produced by ``gpope simulate``; run
-            only.
-        allow_stale_stats: release from statistics older than the latest ingest, recorded in
-            the run (:mod:`gpope.shell.pipeline.stats_source`); run only.
+        allow_invalid_accounting, allow_not_private, allow_stale_stats: run only overrides (the
+            ``paper`` accountant, a seed on real data, statistics older than the latest ingest).
     """
 
     epsilon: float | None = None
@@ -173,9 +140,8 @@ class RunSettings:
                 f"release) and drop policy_value.share ({self.policy_value.share!r}).")
 
     def policy_value_settings(self) -> PolicyValueSettings:
-        """The policy value release's settings: the ``policy_value`` block with share
-        ``policy_value_share`` (the block as it is where that share is 0: no run releases it,
-        and the audit checks the mechanism at the block's default share)."""
+        """The ``policy_value`` block with share ``policy_value_share`` (the block as it is where that
+        share is 0: the audit checks the mechanism at the block's default share)."""
         if not self.policy_value_share:
             return self.policy_value
         return dataclasses.replace(self.policy_value, share=self.policy_value_share)
@@ -197,10 +163,8 @@ class RunSettings:
         return self.layer(INTERVAL_KEYS)
 
 
-#: The nested settings blocks of :class:`RunSettings` (``policy_value``, ``private_tuning``,
-#: ``untuned``, ``behaviour``): each a frozen settings type of its own, set in the configuration only (no
-#: spec-block or command-line layer: :class:`SettingsLayer` refuses them), so the resolver's
-#: provenance names them ``"conf"``.
+#: The nested settings blocks of :class:`RunSettings`: set in the configuration only (no spec or
+#: command-line layer), so the resolver's provenance names them ``"conf"``.
 NESTED_BLOCKS = tuple(f.name for f in dataclasses.fields(RunSettings)
                       if isinstance(f.default_factory, type)
                       and dataclasses.is_dataclass(f.default_factory))
@@ -211,22 +175,13 @@ class SettingsLayer:
     """One layer of a run's settings: a validated partial mapping of :class:`RunSettings` names
     (unset names are absent) and where it comes from.
 
-    The command line, a job or a notebook give an ``"options"`` layer. A spec's ``evaluation:``
-    block is a ``"spec"`` layer (:meth:`from_spec_block`): publicly tuned solver and interval
-    settings, plus the (clip, step size) points tuned on a public cohort at each epsilon
-    (:meth:`select` picks one for a run's public (m, epsilon)) and their provenance.
-
     Attributes:
         values: setting name -> value, each checked by :func:`check_setting`.
-        source: the name the provenance shows (``"options"``: the command line or caller;
-            ``"spec"``: a spec's ``evaluation:`` block).
-        tuned: spec layer: per-epsilon (clip, step size) tuned at ``tuning['patients']`` public
-            trajectories (:class:`gpope.core.gpope.operating.TunedPoint`), sorted by epsilon.
-        tuning: spec layer: provenance of the tuning (public seed, cohort size, grid,
-            criterion...): recorded, never interpreted except ``patients`` (m_pub) and
-            ``max_length``.
-        intervals_provenance: spec layer: the public studies that chose the interval settings
-            (recorded, never interpreted; kept by ``gpope tune --spec``).
+        source: ``"options"`` (the command line or caller) or ``"spec"`` (a spec's block).
+        tuned: spec layer: per-epsilon (clip, step size) points tuned on ``tuning['patients']``
+            public trajectories (:class:`gpope.core.gpope.operating.TunedPoint`), by epsilon.
+        tuning, intervals_provenance: spec layer: the public tuning and interval studies, recorded
+            and never interpreted except ``patients`` (m_pub) and ``max_length``.
     """
 
     values: Mapping[str, Any]
@@ -259,9 +214,7 @@ class SettingsLayer:
     @classmethod
     def from_spec_block(cls, data: Mapping[str, Any], *, where: str = "evaluation"
                         ) -> SettingsLayer:
-        """The ``"spec"`` layer of a spec's YAML ``evaluation:`` block (keys unchanged:
-        :data:`gpope.core.gpope.operating.SOLVER_KEYS`, :data:`~gpope.core.gpope.operating.INTERVAL_KEYS`,
-        ``tuned``, ``tuning``, ``intervals_provenance``).
+        """The ``"spec"`` layer of a spec's YAML ``evaluation:`` block.
 
         Raises:
             ConfigError: an unknown key or an invalid value, naming ``where``.
@@ -346,15 +299,13 @@ SECURE_NOISE_REFUSAL = (
 
 
 def check_combination(s: Any) -> None:
-    """Refuse the combinations of settings no run may take (public settings only).
-
-    ``s`` is a :class:`RunSettings` or anything with its attribute names. The one place that
-    refuses the ``paper`` accountant without ``allow_invalid_accounting``.
+    """Refuse the combinations of settings no run may take (public settings only); the one place
+    that refuses the ``paper`` accountant without ``allow_invalid_accounting``.
 
     Raises:
         ConfigError: the ``paper`` accountant unless allowed; ``secure_noise`` with a seed, with
             ``tune`` other than "none", with ``path`` "stream", or with an accountant whose
-            guarantee does not cover the discrete Gaussian (:data:`SECURE_NOISE_REFUSAL`).
+            guarantee does not cover the discrete Gaussian.
     """
     from gpope.core.accounting.registry import accountant_info, not_a_valid_bound
 
@@ -387,13 +338,8 @@ def check_combination(s: Any) -> None:
 
 
 def check_delta_against_m(delta: float, m: int) -> None:
-    """Refuse ``delta >= 1/m`` and warn above ``1/(10 m)`` (m is public by the design).
-
-    A delta of 1/m allows a mechanism that publishes one random patient's record outright.
-
-    Raises:
-        ConfigError: ``delta >= 1/m``.
-    """
+    """Refuse ``delta >= 1/m`` (it allows publishing one random patient's record outright) and
+    warn above ``1/(10 m)``."""
     import warnings
 
     if delta >= 1.0 / m:
@@ -434,9 +380,8 @@ def merged_view(conf: RunSettings, flags: SettingsLayer) -> RunSettings:
 
 
 class SpecWithBlock(Protocol):
-    """What the resolver reads of a spec (:class:`gpope.core.spec.EvaluationSpec`): its
-    ``evaluation:`` block as a ``"spec"`` :class:`SettingsLayer`, or None. Structural, so this
-    module does not import the spec module (which builds its block from this one)."""
+    """What the resolver reads of a spec: its ``evaluation:`` block or None (structural: the spec
+    module imports this one)."""
 
     @property
     def evaluation(self) -> SettingsLayer | None: ...
@@ -446,28 +391,22 @@ def resolve_settings(
     conf: RunSettings, spec: SpecWithBlock, flags: SettingsLayer, *, m: int,
     recorded_max_length: int | None = None, layout: str | None = None,
 ) -> tuple[RunSettings, dict[str, Any]]:
-    """One run's settings for m trajectories: command line > spec block > configuration; the
-    estimator is the one chosen, or the one that claims the run
-    (:func:`gpope.core.estimators.claiming`: the tuning-free default of a spec nobody tuned),
-    with the settings it fixes; resolved once, never patched afterwards.
+    """One run's settings for m trajectories: command line > spec block > configuration, with the
+    estimator chosen or the one that claims the run (:func:`gpope.core.estimators.claiming`);
+    resolved once, never patched afterwards.
 
-    ``recorded_max_length``: the episode cap ``gpope simulate`` recorded for the dataset
-    (public), the public cohort's cap where ``public_max_length`` is not set. ``layout``: how
-    the statistics reach the driver (:func:`gpope.core.evaluation.plan_loading` of the merged
-    ``path`` and ``in_memory_limit_mb``); a default ``interval_groups`` rule yields to
-    ``"stream"`` (:data:`STREAMED_GROUPS_NOTE`).
+    ``recorded_max_length``: the public episode cap ``gpope simulate`` recorded, used where
+    ``public_max_length`` is not set. ``layout``: how the statistics reach the driver; a default
+    ``interval_groups`` rule yields to ``"stream"``.
 
     Returns:
-        (the resolved :class:`RunSettings`: every solver setting set, N and q computed,
-        ``passes`` = touched / m, ``batch_size`` = q m, ``step_offset`` absolute,
-        ``ssp_clip_quantile`` and ``interval_groups`` from their layer's rule; the provenance:
-        ``source`` of every setting ("options", "spec", "conf"), the tuned point used, the spec's
-        tuning record, ``touched_trajectories``, ``interval_note`` (why a layer's
-        interval_groups was not applied, or None)).
+        (the resolved :class:`RunSettings`: N and q computed, ``step_offset`` absolute; the
+        provenance: ``source`` of every setting, the tuned point used, the spec's tuning record,
+        ``touched_trajectories``, ``interval_note``).
 
     Raises:
-        ConfigError: an invalid combination (:func:`check_combination`), a missing epsilon or
-            delta, or a budget that the layers do not determine.
+        ConfigError: an invalid combination, a missing epsilon or delta, or a budget that the
+            layers do not determine.
     """
     from gpope.core import estimators
     from gpope.core.gpope.operating import (
@@ -578,11 +517,8 @@ def _interval_groups(s: RunSettings, *, m: int, epsilon: float, sampling: str,
 
 
 def _without_policy_value(spec: Any, s: RunSettings) -> bool:
-    """A state-action fit whose behaviour is not estimated releases no policy value: its theta
-    is over (state, action), so no direct J(target) from it, and no logged ratio for the
-    identified set. The behaviour is estimated where the estimator does it on a tabular state
-    map (:func:`gpope.core.state_action.behaviour_rules`, read here from the map's public kind:
-    the spec module imports this one)."""
+    """A state-action fit whose behaviour is not estimated releases no policy value: its theta is
+    over (state, action), so no direct J(target), and no logged ratio for the identified set."""
     from gpope.core.estimators import get
 
     fm = getattr(spec, "feature_map", None)

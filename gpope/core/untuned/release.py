@@ -1,64 +1,46 @@
 """The tuning-free private default: an accurate release for a spec nobody tuned.
 
 A spec without an ``evaluation:`` block (own data: no public simulator to tune on) gets this
-release instead of generic solver settings. Every data-dependent choice is made privately inside
-the run's (epsilon, delta), from the spec's public bounds and four Gaussian releases over the
-per-trajectory statistics ``v_i = [vec A_i, b_i, vec C_i]``:
+release. Every data-dependent choice is made privately inside the run's (epsilon, delta), from
+the spec's public bounds and four Gaussian releases over the per-trajectory statistics
+``v_i = [vec A_i, b_i, vec C_i]``:
 
-1. **Clip by a private quantile.** One noisy histogram of the norms ``||w_i||`` of the weighted
-   rows ``w_i = [vec A_i, b_i, w vec C_i]`` (``w = second_moment_weight``,
-   :func:`gpope.core.ssp.c_block_scale`) on a public log grid (:mod:`gpope.core.mechanisms.quantile`) whose
-   top is the worst-case norm the spec's bounds allow (:func:`statistics_norm_bound`); the clip
-   ``c`` is its ``clip_quantile``. No clip is ever asked of the user.
+1. **Clip by a private quantile.** One noisy histogram of the norms of the weighted rows
+   ``w_i = [vec A_i, b_i, w vec C_i]`` (``w = second_moment_weight``) on a public log grid
+   (:mod:`gpope.core.mechanisms.quantile`) topped by the worst-case norm the spec's bounds allow
+   (:func:`statistics_norm_bound`); the clip ``c`` is its ``clip_quantile``.
 2. **SSP** (:mod:`gpope.core.ssp`): the sums of the weighted rows clipped to ``c`` plus Gaussian
    noise, C divided by w again (noise ``sigma c`` on A and b, ``sigma c / w`` on C, which only
-   decides the support); ``theta^`` = the unregularised LSTD solve on the supported features of
-   the noisy sums. C's norm dominates the joint one wherever features are dense, so ``w < 1``
-   lowers ``c`` and the noise on A and b (docs/RESULTS.md, "Own data without tuning").
-3. **Residual clip by a private quantile.** One noisy histogram of the residual norms
-   ``||b_i - A_i theta^||`` (rows not clipped) on the grid topped by the Cauchy-Schwarz bound
-   ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``; ``c_r`` is its upper quantile with at
-   most ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows above
-   (:func:`residual_quantile`), held at ``residual_clip_ratio`` times its ``residual_quantile``.
-   The rows cut are what biases the refinement, so their number is tied to the noise, not to m.
-4. **Refinement.** The sum of the residuals clipped to ``c_r`` and the sum of their outer
-   products (the moments, for the interval), plus Gaussian noise. The residual sum is
-   ``R = A (theta_LSTD - theta^)``, so ``theta = theta^ + A~^-1 R~`` removes the first-order
-   error ``A~^-1 E theta`` that the noise E on A leaves in ``theta^`` (and, because the residuals
-   are those of the unclipped rows, most of the re-weighting bias of the clip ``c``); what remains
-   is the residual release's noise, at the scale ``c_r``, far below ``c ||theta||``.
+   decides the support); ``theta^`` = the unregularised LSTD solve on the supported features.
+3. **Residual clip by a private quantile.** One noisy histogram of ``||b_i - A_i theta^||`` on
+   the grid topped by ``statistics_norm_bound * sqrt(1 + ||theta^||^2)`` (Cauchy-Schwarz);
+   ``c_r`` leaves at most ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows
+   above (:func:`residual_quantile`): the rows cut bias the refinement, so their number is tied
+   to the noise, not to m.
+4. **Refinement.** The sum of the residuals clipped to ``c_r`` and of their outer products (the
+   moments), plus Gaussian noise. The residual sum is ``R = A (theta_LSTD - theta^)``, so
+   ``theta = theta^ + A~^-1 R~`` removes the first-order error that the noise on A leaves in
+   ``theta^``; what remains is at the scale ``c_r``, far below ``c ||theta||``.
 
 The interval is the delta method: ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
-A~^-T`` with ``Sigma_r`` the released moments (sampling), ``s_R`` the residual release's noise and
-the last term the first-order effect of the noise on A; normal quantiles; each end moved out by
-:func:`second_order_widths`, a bound on what the delta method leaves out (the noise on A
-multiplying the error itself, which dominates where A is barely identified). It is unbounded
-where the identification test cannot separate the noisy A from a singular one
-(:func:`gpope.core.intervals.separation`) or that bound does not hold ("valid or unbounded"),
-judged per released value under tabular features: there the weakly visited states are set aside
-and the others' intervals stay finite, widened by a bound on what the set-aside states can move
-them (:mod:`gpope.core.untuned.weak`).
-The bias of clipping the largest residuals to ``c_r`` is not bounded in the interval (a bound
-from released numbers needs a public bound on a trajectory's residual, and the spec's worst case
-is orders of magnitude above the clip); it is kept on the noise's scale by the count of rows the
-clip may cut (step 3), and docs/RESULTS.md measures it against the width ("Does every V interval
-cover its estimand?"). Finally values and finite
-interval ends are clamped into the range the spec's reward bounds and gamma imply
-(:func:`value_range`; post-processing).
+A~^-T`` (sampling, the residual release's noise, the noise on A), each end moved out by
+:func:`second_order_widths`, a bound on what the delta method leaves out. It is unbounded where
+the identification test cannot separate the noisy A from a singular one
+(:func:`gpope.core.intervals.separation`) or that bound does not hold; under tabular features
+this is judged per value (:mod:`gpope.core.untuned.weak`). The bias of clipping the largest
+residuals to ``c_r`` is not bounded in the interval (the spec's worst case is far above the
+clip); step 3 keeps it on the noise's scale. Values and finite ends are clamped into
+:func:`value_range` (post-processing).
 
-Every step reads the statistics only through an ``aggregate(kernel, width)`` callback that sums a
-kernel's output over all rows (:func:`release_untuned`): the pipeline passes a Spark aggregate,
-:func:`release_untuned_rows` the rows in memory, so both run the very same arithmetic.
+Every step reads the statistics only through an ``aggregate(kernel, width)`` callback
+(:func:`release_untuned`): the pipeline passes a Spark aggregate, :func:`release_untuned_rows`
+the rows in memory, so both run the very same arithmetic.
 
-Accounting (add/remove-one adjacency; m public): the histograms have sensitivity 1, the SSP sums
-``c``, the residual sum ``c_r`` and the moments ``c_r^2``; each release is a Gaussian mechanism,
-and their composition is exactly one Gaussian mechanism (``1/sigma^2 = sum_j 1/sigma_j^2``). So
-one multiplier ``sigma`` is calibrated by the run's accountant for the default's budget and each
-release takes a share of its privacy loss ``mu^2`` (:func:`plan_untuned`; the joint calibration
-of every one-shot release plan, :mod:`gpope.core.evaluation.plan`); the run's event is
-``ComposedDpEvent([histogram, ssp, histogram, residual release])`` (:func:`untuned_dp_event`).
-The choice of this estimator and of its public rules was measured on generated MDPs
-(``benchmarks/own_data_core.py``; docs/RESULTS.md, "Own data without tuning").
+Accounting (add/remove-one; m public): the histograms have sensitivity 1, the SSP sums ``c``,
+the residual sum ``c_r`` and the moments ``c_r^2``; their composition is exactly one Gaussian
+mechanism (``1/sigma^2 = sum_j 1/sigma_j^2``), so one multiplier is calibrated by the run's
+accountant and each release takes a share of its privacy loss ``mu^2`` (:func:`plan_untuned`);
+the run's event is :func:`untuned_dp_event`.
 """
 
 from __future__ import annotations
@@ -91,7 +73,6 @@ __all__ = [
     "release_residuals",
     "release_untuned",
     "release_untuned_rows",
-    "release_untuned_stats",
     "release_weighted_sums",
     "residual_quantile",
     "second_order_widths",
@@ -126,10 +107,10 @@ def feature_norm_bound(feature_map: Any) -> float:
 
 def statistics_norm_bound(spec: EvaluationSpec) -> float:
     """The largest ``||[A_i, b_i, C_i]||`` the spec's public bounds allow for a trajectory of
-    ``length_scale`` steps (``transition`` normalisation; any length for ``trajectory_mean``):
-    ``F^2 sqrt((W (1 + gamma))^2 + 1) + W R F`` with F :func:`feature_norm_bound`, W the
-    importance-weight bound (its absence: 1e3; a state-action fit's statistics carry no ratio:
-    1) and R the largest |scaled reward| (absence: 1e3). The top of the quantile's grid: longer trajectories fall into its overflow bin."""
+    ``length_scale`` steps: ``F^2 sqrt((W (1 + gamma))^2 + 1) + W R F`` with F
+    :func:`feature_norm_bound`, W the importance-weight bound (absent: 1e3; a state-action fit: 1)
+    and R the largest |scaled reward| (absent: 1e3); longer trajectories fall into the overflow bin.
+    """
     from gpope.core.state_action import is_state_action
 
     F = feature_norm_bound(spec.feature_map)
@@ -140,13 +121,9 @@ def statistics_norm_bound(spec: EvaluationSpec) -> float:
 
 
 def value_range(spec: EvaluationSpec) -> tuple[float, float]:
-    """The range of any state's value that the spec's public bounds imply (raw reward units).
-
-    With rewards in ``[lo, hi]`` and ``gamma < 1`` every value lies in
-    ``[min(lo, lo / (1 - gamma)), max(hi, hi / (1 - gamma))]`` (an episode may end after one
-    step, or go on for ever); without reward bounds, or with ``gamma = 1``, the unbounded side is
-    infinite.
-    """
+    """The range of any state's value the spec's public bounds imply (raw reward units): with
+    rewards in ``[lo, hi]`` and ``gamma < 1``, ``[min(lo, lo / (1 - gamma)), max(hi, hi / (1 -
+    gamma))]``; without reward bounds, or with ``gamma = 1``, the unbounded side is infinite."""
     if spec.reward_bounds is None:
         return (-math.inf, math.inf)
     lo, hi = (float(x) for x in spec.reward_bounds)
@@ -157,8 +134,8 @@ def value_range(spec: EvaluationSpec) -> tuple[float, float]:
 
 
 def clamp_interval(iv: Interval, bounds: tuple[float, float]) -> Interval:
-    """``iv`` with its value and finite ends clamped into ``bounds`` (post-processing); an
-    unbounded end stays unbounded (the interval's validity is what it claims)."""
+    """``iv`` with its value and finite ends clamped into ``bounds`` (post-processing); an unbounded
+    end stays unbounded."""
     lo, hi = bounds
 
     def clamp(x: np.ndarray) -> np.ndarray:
@@ -192,9 +169,9 @@ class UntunedSigmas:
 
 
 def split_untuned(sigma: float, settings: UntunedSettings) -> UntunedSigmas:
-    """The default's multipliers as shares of one Gaussian mechanism with multiplier ``sigma``:
-    each histogram ``quantile_share`` of its privacy loss ``1/sigma^2``, the residual release
-    ``refine_share``, the SSP sums the rest (zCDP split, :func:`gpope.core.ssp.split_sigma`)."""
+    """The default's multipliers as zCDP shares of one Gaussian mechanism with multiplier
+    ``sigma``: each histogram ``quantile_share``, the residual release ``refine_share``, the SSP
+    sums the rest."""
     q, r = settings.quantile_share, settings.refine_share
     return UntunedSigmas(quantile=float(sigma / math.sqrt(q)),
                          statistics=float(sigma / math.sqrt(1.0 - 2.0 * q - r)),
@@ -204,9 +181,8 @@ def split_untuned(sigma: float, settings: UntunedSettings) -> UntunedSigmas:
 def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSettings,
                  accountant: str = "auto", share: float = 1.0) -> UntunedSigmas:
     """The default's multipliers when its releases take ``share`` of the privacy loss of one
-    Gaussian mechanism calibrated to (epsilon, delta) (add/remove-one, ``accountant``): a
-    pipeline run gives the default ``1 - policy_value_share`` (the plan's joint calibration);
-    ``share = 1``: the default alone meets (epsilon, delta)."""
+    Gaussian mechanism calibrated to (epsilon, delta) (add/remove-one); ``share = 1``: the default
+    alone meets (epsilon, delta)."""
     from gpope.core.ssp import ssp_sigma
 
     if not 0.0 < share <= 1.0:
@@ -216,9 +192,8 @@ def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSetti
 
 
 def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
-    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, residual
-    sum with its moments (``moments_share`` of the residual release, zCDP split as in
-    :func:`gpope.core.ssp.ssp_release_event`)."""
+    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, residual sum
+    with its moments (``moments_share`` of the residual release)."""
     import dp_accounting
 
     from gpope.core.mechanisms.quantile import quantile_dp_event
@@ -234,20 +209,15 @@ class UntunedRelease:
     """What the default releases (all of it covered by :func:`untuned_dp_event`).
 
     Attributes:
-        theta: (n,) the refined estimate.
+        theta: (n,) the refined estimate; supported: (n,) the features the noisy statistics
+            support (theta is 0 elsewhere).
         interval: values at the reference states with their interval, clamped into
             :func:`value_range`.
-        clip: the privately chosen clip of the statistics (post-processing of a release).
-        residual_clip: the privately chosen clip of the residuals.
-        noisy: the noisy SSP sums (:class:`gpope.core.ssp.NoisyStatistics`; released).
-        moments: the noisy residual moments (:class:`gpope.core.ssp.NoisyMoments`; released).
+        clip, residual_clip: the privately chosen clips (post-processing of releases).
+        noisy, moments: the released noisy SSP sums and residual moments.
         functionals: intervals of the public linear functionals ``g . theta`` asked of the
-            release (``functionals=`` of :func:`release_untuned`; e.g. the first states' mean
-            feature vector, :mod:`gpope.core.policy_value_direct`), by the same arithmetic as
-            the reference values, at their own level, over the supported features only
-            (``supported``: a row's part on the others is the caller's to bound); None when none
-            were asked.
-        supported: (n,) the features the noisy statistics support (theta is 0 elsewhere).
+            release, by the same arithmetic as the reference values, over the supported features
+            only; None when none were asked.
     """
 
     theta: np.ndarray
@@ -272,10 +242,9 @@ def _histogram_kernel(edges: np.ndarray, transform: Callable[[np.ndarray], np.nd
 
 
 def upper_quantile(noisy_counts: np.ndarray, edges: np.ndarray, quantile: float, m: int) -> float:
-    """The smallest grid edge above which the noisy counts hold at most ``(1 - quantile) m``
-    rows (post-processing). Read from the top, a high quantile sums few noisy bins, so its error
-    is that of the tail's bins only, not of every bin below it; the top edge when even the
-    overflow bin holds more."""
+    """The smallest grid edge above which the noisy counts hold at most ``(1 - quantile) m`` rows
+    (post-processing; read from the top, so its error is the tail bins' only); the top edge when
+    even the overflow bin holds more."""
     above = np.cumsum(np.asarray(noisy_counts, dtype=np.float64)[::-1])[::-1]  # rows >= edge
     ok = np.nonzero(above[1:] <= (1.0 - quantile) * m)[0]  # above[i + 1]: rows >= edges[i]
     return float(edges[ok[0]]) if len(ok) else float(edges[-1])
@@ -285,11 +254,9 @@ def _private_quantile(aggregate: Aggregate, grid: Any, transform: Callable[[np.n
                       quantile: float, *, m: int, sigma: float, rng: np.random.Generator,
                       secure_noise: bool = False,
                       cap: tuple[float, float] | None = None) -> float:
-    """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile;
-    under ``secure_noise`` the noise is the OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least ``sigma``) and ``rng`` is unused.
-    ``cap = (q0, ratio)``: at most ``ratio`` times the same histogram's ``q0`` quantile
-    (post-processing)."""
+    """One noisy histogram of ``||transform(row)||`` (sensitivity 1) and its upper quantile
+    (``secure_noise``: the OS-CSPRNG discrete Gaussian, ``rng`` unused); ``cap = (q0, ratio)``:
+    at most ``ratio`` times the same histogram's ``q0`` quantile."""
     edges = grid.edges()
     counts = aggregate(_histogram_kernel(edges, transform), len(edges) + 1)
     if secure_noise:
@@ -316,12 +283,10 @@ def _sum_kernel(clip: float, weights: np.ndarray):
 
 def release_weighted_sums(sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float,
                           weight: float, rng: np.random.Generator) -> Any:
-    """The default's SSP release (:class:`gpope.core.ssp.NoisyStatistics`): ``sums`` (K, 2n^2+n)
-    of the weighted rows ``[A_i, b_i, weight C_i]`` clipped to ``clip`` (:func:`_sum_kernel`),
-    C divided by ``weight`` again, plus ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma
-    clip / weight)^2)`` on C: the Gaussian mechanism on the weighted sums (sensitivity ``clip``
-    under add/remove-one, ``GaussianDpEvent(sigma)``) followed by the division, post-processing.
-    K > 1 rows are independent releases (the audit, :mod:`gpope.core.audit.untuned`)."""
+    """The default's SSP release: ``sums`` (K, 2n^2+n) of the weighted rows clipped to ``clip``, C
+    divided by ``weight`` again, plus ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma clip /
+    weight)^2)`` on C: ``GaussianDpEvent(sigma)`` on the weighted sums, then post-processing.
+    K > 1 rows are independent releases (the audit)."""
     from gpope.core.ssp import c_block_scale, release_noisy_statistics
 
     return release_noisy_statistics(
@@ -344,12 +309,9 @@ def _residual_kernel(theta: np.ndarray, n: int, bound: float):
 
 
 def residual_quantile(settings: UntunedSettings, sigmas: UntunedSigmas, m: int) -> float:
-    """The quantile of the residual norms the refinement clips at (public: settings, sigmas and
-    m): ``max(residual_quantile, 1 - residual_tail_stds sigma_q / m)`` with ``sigma_q`` the
-    residual histogram's noise std per bin, i.e. at most ``residual_tail_stds sigma_q`` rows above
-    the clip, a count that does not grow with m (:class:`UntunedSettings`). The clip read there is
-    held at most ``residual_clip_ratio`` times the ``residual_quantile`` one of the same noisy
-    histogram (:func:`release_untuned`)."""
+    """The quantile of the residual norms the refinement clips at (public):
+    ``max(residual_quantile, 1 - residual_tail_stds sigma_q / m)``, i.e. at most
+    ``residual_tail_stds sigma_q`` rows above the clip, a count that does not grow with m."""
     return float(max(settings.residual_quantile,
                      1.0 - settings.residual_tail_stds * sigmas.quantile / m))
 
@@ -357,14 +319,11 @@ def residual_quantile(settings: UntunedSettings, sigmas: UntunedSigmas, m: int) 
 def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
                       moments_share: float, rng: np.random.Generator
                       ) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The refinement's release: ``parts`` (..., n + n(n+1)/2), the sums of
-    :func:`_residual_kernel` (residuals clipped to ``bound``, then their moment vectors), plus
-    ``N(0, (s_sum bound)^2)`` on the residual sum (sensitivity ``bound``) and ``N(0, (s_mom
-    bound^2)^2)`` on the moments (sensitivity ``bound^2``), with ``(s_sum, s_mom)`` the zCDP
-    split of ``sigma`` by ``moments_share`` (:func:`gpope.core.ssp.split_sigma`): together
-    ``GaussianDpEvent(sigma)`` under add/remove-one. Leading rows are independent releases (the
-    audit, :mod:`gpope.core.audit.untuned`). Returns (noisy residual sums (..., n), noisy moment
-    vectors (..., n(n+1)/2), s_sum, s_mom)."""
+    """The refinement's release: ``parts`` (..., n + n(n+1)/2), the sums of the clipped residuals
+    and of their moment vectors, plus ``N(0, (s_sum bound)^2)`` on the residual sum and
+    ``N(0, (s_mom bound^2)^2)`` on the moments, ``(s_sum, s_mom)`` the zCDP split of ``sigma``:
+    together ``GaussianDpEvent(sigma)`` under add/remove-one. Leading rows are independent releases
+    (the audit). Returns (noisy residual sums, noisy moment vectors, s_sum, s_mom)."""
     from gpope.core.ssp import split_sigma
 
     s_sum, s_mom = split_sigma(sigma, moments_share)
@@ -374,10 +333,9 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
     return r_sum, mom, s_sum, s_mom
 
 
-
 def _ridge_solve(A: np.ndarray, b: np.ndarray, keep: np.ndarray, lam: float) -> np.ndarray:
-    """(n,) ``argmin ||A_k theta - b_k||^2 + lam ||theta||^2`` over the features ``keep``
-    (theta_j = 0 elsewhere), solved as the stacked least squares (post-processing)."""
+    """(n,) ``argmin ||A_k theta - b_k||^2 + lam ||theta||^2`` over the features ``keep`` (0
+    elsewhere)."""
     theta = np.zeros(b.shape[0])
     k = int(keep.sum())
     if k:
@@ -392,10 +350,9 @@ def release_untuned(
     level: float = 0.95, identification: bool = True,
     functionals: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> UntunedRelease:
-    """The default release (module docstring), reading the statistics only through
-    ``aggregate``; ``rng`` draws every noise (OS entropy in production). ``functionals``:
-    public rows G_f (k', n) and their two-sided levels (k',): intervals of G_f theta like the
-    reference values' (post-processing; :attr:`UntunedRelease.functionals`).
+    """The default release (module docstring), reading the statistics only through ``aggregate``;
+    ``rng`` draws every noise. ``functionals``: public rows G_f (k', n) and their two-sided levels
+    (k',) whose intervals are released like the reference values'.
 
     Raises:
         DataError: the aggregate returned non-finite sums.
@@ -426,9 +383,7 @@ def release_untuned(
     A, b, C = noisy.pooled()
     std = noisy.pooled_noise_std()
     keep = supported_features(C, noise_std=std * noisy.c_noise_scale)
-    # a sparse A~ (tabular features): few entries stand out of the noise, so a feature whose
-    # A_jj does (the same sparse_z the solve keeps an entry by; A's noise is below C's) is
-    # supported too, and an unidentified solve drops the rest
+    # a sparse A~ (tabular features): a feature whose A_jj stands out of the noise is supported
     sparse = float(np.mean(np.abs(A) > settings.sparse_z * std)) < settings.sparse_fraction
     if sparse:
         keep = keep | (np.diag(A) > settings.sparse_z * std)
@@ -479,8 +434,6 @@ def release_untuned(
                             level=level)
     centre = values
     if weak is not None:  # identification judged per value: a weak state bounds the others
-        # the released values stay the solve's; the intervals are the strong block's, widened
-        # below to hold the released value
         centre = np.where(weak.bounded, weak.values, values)
         se = np.where(weak.bounded, weak.se, se)
         extra = np.where(weak.bounded, weak.extra, extra)
@@ -515,8 +468,7 @@ def release_untuned(
 
 
 def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) -> UntunedRelease:
-    """:func:`release_untuned` on statistics rows (m, 2n^2+n) held in memory (benchmarks, tests;
-    the same arithmetic as the pipeline's Spark aggregates)."""
+    """:func:`release_untuned` on statistics rows (m, 2n^2+n) held in memory."""
     vec = np.asarray(rows, dtype=np.float64)
     idx = np.arange(vec.shape[0])
 
@@ -529,37 +481,16 @@ def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) 
     return release_untuned(aggregate, spec, m=vec.shape[0], **kwargs)
 
 
-def release_untuned_stats(stats: Any, spec: EvaluationSpec, *, block: int = 256,
-                          **kwargs: Any) -> UntunedRelease:
-    """:func:`release_untuned` on a :class:`gpope.core.trajectories.stats.TrajectoryStats` of any
-    layout, summed ``block`` trajectories at a time (bounded memory for many features, e.g. the
-    state-action fit, :mod:`gpope.core.state_action`); the same arithmetic as
-    :func:`release_untuned_rows`."""
-    from gpope.core.ssp import statistics_vectors
-
-    def aggregate(kernel: Callable[[np.ndarray, np.ndarray], np.ndarray], width: int) -> np.ndarray:
-        out = np.zeros(width)
-        for lo in range(0, stats.m, block):
-            hi = min(lo + block, stats.m)
-            out += kernel(np.arange(lo, hi), statistics_vectors(*stats.dense_range(lo, hi)))[0]
-        return out
-
-    return release_untuned(aggregate, spec, m=stats.m, **kwargs)
-
-
 def plan_untuned_component(*, m: int, sigma: float, delta: float, accountant: str,
                            moments_share: float, settings: UntunedSettings
                            ) -> tuple[dict[str, Any], UntunedSigmas]:
     """The estimator component of a default run's release plan when its releases compose to the
-    Gaussian mechanism with multiplier ``sigma`` (its share of the run's joint calibration,
-    :func:`gpope.core.evaluation.plan.plan_release` with ``estimator="untuned"`` builds its
-    ``ReleaseComponent`` from this): the fields ``sigma`` (of the SSP sums), ``event``
-    (:func:`untuned_dp_event`), ``epsilon_spent`` (what the accountant certifies for it alone at
-    ``delta``, add/remove-one adjacency), ``label`` and ``releases``; and the multipliers of its
-    releases. Nothing is drawn or read; ``m`` is checked positive (public).
+    Gaussian mechanism with multiplier ``sigma``: ``sigma`` (of the SSP sums), ``event``,
+    ``epsilon_spent`` (certified for it alone at ``delta``, add/remove-one), ``label`` and
+    ``releases``; and the multipliers of its releases. Nothing is drawn or read.
 
     Raises:
-        ConfigError: the ``paper`` accountant (not a valid bound: the default is always private).
+        ConfigError: an accountant that is not a valid bound, or m < 1.
     """
     import dp_accounting
 
