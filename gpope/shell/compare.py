@@ -27,10 +27,8 @@ class RunComparison:
     """Run A against run B on ``dataset``: one :class:`~gpope.core.compare.Difference` per
     quantity both released with an interval.
 
-    Attributes:
-        labels: run id -> ``"<spec name> (<run id's first 8 characters>)"``.
-        estimands: quantity -> (run A's estimand, run B's estimand), None where a row has none.
-        mlflow_run_id: the MLflow run the comparison was logged to (None: not tracked).
+    ``labels``: run id -> ``"<spec name> (<run id prefix>)"``; ``estimands``: quantity -> both
+    runs' estimands; ``mlflow_run_id``: None when not tracked.
     """
 
     dataset: str

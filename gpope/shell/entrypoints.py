@@ -1,13 +1,9 @@
 """Scheduler entry points: one ``main`` per pipeline stage, over :mod:`gpope.api`.
 
-They are the package's console scripts (``gpope-simulate``, ``gpope-ingest``, ``gpope-stats``,
-``gpope-evaluate``, ``gpope-demo``), which a Databricks ``python_wheel_task`` names as its
-``entry_point`` (serverless), and the ``jobs/*.py`` files a ``spark_python_task`` runs call them.
-Every one takes ``--conf``, ``--lake``, ``--catalog``/``--schema``, ``--tracking-uri`` and
-``--remote``; each prints the stage's report and returns 0, or prints a one-line reason and
-returns 2 for a :class:`~gpope.errors.GpopeError`; stopped by SIGTERM or Ctrl-C, it prints one
-line saying what it committed and what not and returns 143 or 130
-(:mod:`gpope.shell.interrupts`).
+They are the console scripts ``gpope-<stage>`` (a Databricks ``python_wheel_task``'s
+``entry_point``), which ``jobs/*.py`` call too. Each prints the stage's report and returns 0, or a
+one-line reason and 2 for a :class:`~gpope.errors.GpopeError`; stopped by SIGTERM or Ctrl-C, one
+line saying what it committed and 143 or 130 (:mod:`gpope.shell.interrupts`).
 """
 
 from __future__ import annotations

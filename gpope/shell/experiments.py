@@ -1,16 +1,8 @@
 """Run a paper experiment end to end: tune on public data, run the trials, write and track results.
 
-Outputs in ``out``:
-
-* ``trials.csv``: one row per (trial, m, epsilon, method, step multiplier, figure);
-* ``summary.json``: settings, tuned hyper-parameters (with the public seed), per-cell mean / std /
-  median, wall times;
-* ``tuning.json``: the tuning grid and the chosen (step size, clip) per method and m;
-* ``figures/*.png``;
-* an MLflow parent run (params = settings, artifacts = all of the above) with one nested run per
-  configuration (method, step multiplier, figure; metrics indexed by m as the step).
-
-Everything here is simulated data: the metrics are not private diagnostics of real data.
+Writes ``trials.csv``, ``summary.json``, ``tuning.json`` and ``figures/*.png`` into ``out`` and
+logs an MLflow parent run with one nested run per configuration. Everything here is simulated
+data: the metrics are not private diagnostics of real data.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Fault injection for tests: ``GPOPE_FAULT`` names points where the process fails or pauses.
 
-Named points sit between the commits of multi-step stages (e.g. ``evaluate.after_reserve``,
-``evaluate.after_release``, ``ledger.before_append``), so tests can really kill a run at that
-step (``kill -9``, no cleanup, no ``finally``), or hold it there while another process acts, and
-check what the lake and the ledger look like afterwards. ``$GPOPE_FAULT`` is a comma-separated
-list of:
+Named points sit between the commits of multi-step stages, so tests can really kill a run there
+or hold it while another process acts. ``$GPOPE_FAULT`` is a comma-separated list of:
 
 * ``<point>``: SIGKILL this process at ``<point>``;
 * ``<point>:int``: SIGINT (a Ctrl-C) at ``<point>``;

@@ -1,11 +1,8 @@
 """Unity Catalog grants: the analysts' group reads the released tables and nothing else.
 
-On a path-based lake, ``gpope query`` serves only the released views unless the operator switch
-is given (:mod:`gpope.shell.query`). On a cluster the same split is made by the catalog: the
-analysts' group gets ``USE SCHEMA`` on the gpope schema and ``SELECT`` on the release tables
-(:data:`ANALYST_TABLES`), never on the raw, silver or per-patient gold tables. The bundle runs
-:func:`run_grants` as the ``gpope_grants`` job and as the last task of the scheduled pipelines
-(``resources/``), so a table the first evaluate creates is granted the same day.
+The catalog's form of ``gpope query``'s operator switch: ``USE SCHEMA`` on the gpope schema and
+``SELECT`` on :data:`ANALYST_TABLES`, never on the raw, silver or per-patient tables. The bundle
+runs :func:`run_grants` as the ``gpope_grants`` job and after the scheduled pipelines.
 """
 
 from __future__ import annotations

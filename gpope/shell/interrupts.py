@@ -1,13 +1,11 @@
 """Stops by a signal: SIGTERM handled like Ctrl-C, commits a signal never splits, and the one
 line that says what a stopped command did and did not commit.
 
-A scheduler stops a job with SIGTERM (Databricks, Kubernetes, ``timeout``), an operator with
-Ctrl-C (SIGINT). :func:`install` makes SIGTERM raise :class:`Terminated`, a
-:class:`KeyboardInterrupt`, so every stage's interrupt handling (the evaluate stage's "before /
-after the release" lines among them) applies to both. Commits that make a stage's output
+:func:`install` makes SIGTERM raise :class:`Terminated`, a :class:`KeyboardInterrupt`, so every
+stage's interrupt handling applies to schedulers' stops too. Commits that make a stage's output
 visible run under :func:`deferred`: a signal arriving there is acted on once the commit and its
-:func:`record` are done, so the journal of this process's commits (:func:`commits`) is exactly
-what readers can see, and :func:`stopped_line` tells the operator which it is.
+:func:`record` are done, so this process's journal (:func:`commits`) is exactly what readers can
+see, and :func:`stopped_line` says which it is.
 """
 
 from __future__ import annotations

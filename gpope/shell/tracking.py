@@ -1,22 +1,13 @@
 """MLflow tracking: where runs go and a small API to record them.
 
 Tracking URI precedence: ``--tracking-uri`` > ``$MLFLOW_TRACKING_URI`` > ``tracking.uri`` in conf >
-``sqlite:///<lake root>/mlflow.db``. With the local SQLite default, artifacts go to
-``<lake root>/mlartifacts`` (not the current directory).
+``sqlite:///<lake root>/mlflow.db`` (artifacts in ``<lake root>/mlartifacts``).
 
 Values computed from private data without noise are logged only in a separate experiment,
-``<experiment>/private-diagnostics``, as runs tagged ``diagnostic.private=true`` (see
-:func:`log_private_diagnostics`), never in the experiment of the releases; released values are
-logged as ordinary params/metrics.
-
-Logging after a release is bounded in time (:func:`bounded`, ``tracking.timeout_seconds``) and
-MLflow's HTTP retries are cut to a few seconds (:func:`http_limits`): an unreachable tracking
-server costs seconds, not MLflow's default of about 4 minutes, and a release is never reported
-as a failed job because tracking hung.
-
-Experiments are created as classic ML experiments (tag ``mlflow.experimentKind`` =
-``custom_model_development``), so the MLflow 3 UI opens on the runs table, not on the empty
-GenAI pages.
+``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``
+(:func:`log_private_diagnostics`); released values are ordinary params/metrics. Logging after a
+release is bounded in time (:func:`bounded`, :func:`http_limits`), so an unreachable server costs
+seconds and a release is never reported as a failed job because tracking hung.
 """
 
 from __future__ import annotations
@@ -147,14 +138,9 @@ def resolve_tracking_uri(cli_uri: str | None, conf_uri: str | None, lake_root: s
 
 @contextmanager
 def store_lock(tracking_uri: str) -> Iterator[None]:
-    """Hold an exclusive lock on a local SQLite store while it may be created or migrated.
-
-    MLflow creates a SQLite store's schema (alembic migrations) on first use; several processes
-    doing that at once fail (``Online migration expected to match one row``, ``table
-    _alembic_tmp_tags already exists``). Under this lock (``<db>.lock``, an ``flock`` that the
-    OS releases when a holder dies) exactly one process creates the store and the others find
-    it complete. Other URIs (tracking servers, server databases) need no lock: a no-op.
-    """
+    """Hold an exclusive ``flock`` (``<db>.lock``) on a local SQLite store while it may be
+    created or migrated: MLflow's migrations fail when several processes run them at once. A
+    no-op for other URIs."""
     if not tracking_uri.startswith("sqlite:///"):
         yield
         return
@@ -182,12 +168,8 @@ def ensure_store(tracking_uri: str, experiment: str) -> str:
 
 
 def _create_sqlite_store(tracking_uri: str) -> None:
-    """Create a new SQLite store with its artifact root beside it, as a ``file:`` URI.
-
-    MLflow otherwise roots the store's default experiment at ``./mlruns`` of the current
-    working directory and writes that path into raw SQL, which fails when the directory's name
-    holds a quote. A percent-encoded URI holds none. An existing store is left untouched.
-    """
+    """Create a new SQLite store with its artifact root beside it, as a percent-encoded
+    ``file:`` URI (MLflow writes that path into raw SQL); an existing store is left untouched."""
     if not tracking_uri.startswith("sqlite:///"):
         return
     db = Path(tracking_uri[len("sqlite:///") :])
@@ -304,15 +286,10 @@ def log_private_diagnostics(
     tags: Mapping[str, str] | None = None,
     artifacts: Mapping[str, Any] | None = None,
 ) -> str:
-    """Log values computed from private data WITHOUT noise for the active (released) run.
-
-    They go to a run of the separate experiment :func:`diagnostics_experiment` of the active
-    run's experiment (its permissions can be set apart: the releases' readers need not see it),
-    tagged ``diagnostic.private=true`` with ``note`` explaining what the values are and
-    ``gpope.released_run_id`` naming the released run; nothing is logged to the released run or
-    its experiment. ``artifacts`` are logged as JSON files (name -> object). Returns the
-    diagnostics run's id.
-    """
+    """Log values computed from private data WITHOUT noise for the active (released) run, to a
+    run of the separate :func:`diagnostics_experiment` (its permissions can be set apart) tagged
+    ``diagnostic.private=true``, with ``note`` and the released run's id; nothing goes to the
+    released run or its experiment. Returns the diagnostics run's id."""
     import mlflow
 
     parent = mlflow.active_run()
