@@ -1,25 +1,17 @@
-"""End-to-end privacy audit of the release path (``gpope audit --pipeline``; issue 12, defect 5).
+"""End-to-end privacy audit of the release path (``gpope audit --pipeline``).
 
 What runs for real (a temporary lake, the caller's local SparkSession):
 
-1. Two neighbouring datasets of ONE patient each (uniform sampling, replace-one adjacency; m = 1
-   so the accountant is nearly tight, see :mod:`gpope.core.audit.gpope`): the canary patient walks the
-   40-state chain through states 5-8 (D0) or 25-28 (D1), reward 1 per step. Their transitions are
-   written to silver with the lake's writer and ``gpope stats`` (:func:`run_stats`: Spark,
-   features, public bounds, per-trajectory statistics, Delta commit) computes each
-   ``trajectory_stats`` table.
-2. One full :func:`run_evaluate` per dataset (count and statistics read from one pinned
-   version, calibration, ledger reservation, release tables, MLflow), seeded (``--allow-not-
-   private``) so that step 3 can be checked against it.
-3. The releases: the statistics are read back by the same functions ``run_evaluate`` uses
-   (``statistics_version`` / ``read_statistics`` / ``load_statistics``), the solver configuration
-   is rebuilt with ``run_evaluate``'s own option resolution and ``solver_config``, and the
-   solver runs ``runs`` times per dataset (vectorised). The audit first checks that one seeded
-   run of this path reproduces step 2's released theta EXACTLY; otherwise it refuses to audit.
-4. The statistic is black-box: only the released theta (what ``released_estimates`` stores)
-   is used. A Gaussian log-likelihood ratio (each world's mean and covariance) is fitted on the
-   first half of each world's releases, the threshold is chosen there too, and the
-   Clopper-Pearson lower bound on epsilon comes from the second halves
+1. Two neighbouring one-patient datasets (replace-one adjacency; m = 1 so the accountant is
+   nearly tight, :mod:`gpope.core.audit.gpope`): the canary walks the 40-state chain through
+   states 5-8 (D0) or 25-28 (D1). ``gpope stats`` (:func:`run_stats`) computes their statistics.
+2. One seeded :func:`run_evaluate` per dataset (pinned read, calibration, ledger, release tables,
+   MLflow).
+3. The releases: the statistics are read back by ``run_evaluate``'s own functions and the solver
+   runs ``runs`` times per dataset; the audit refuses unless one seeded run of this path
+   reproduces step 2's released theta EXACTLY.
+4. A black-box statistic on the released theta only: a Gaussian log-likelihood ratio fitted on
+   the first halves, the Clopper-Pearson bound on epsilon from the second halves
    (:func:`gpope.core.audit.gpope.certify`).
 
 Not covered: the ledger/MLflow writes per release (post-processing of the same theta),
@@ -63,15 +55,9 @@ _CANARY_STATES = {"audit_d0": 5, "audit_d1": 25}
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineAuditConfig(AuditClaim):
-    """Public settings of the pipeline audit.
-
-    Attributes:
-        runs: releases per dataset (half fit the statistic, half test).
-        epsilon, delta: the claim of every release (sigma calibrated by ``run_evaluate``'s path).
-        iterations: N solver steps; clip: h; step_size: constant step.
-        alpha: level of each one-sided Clopper-Pearson bound.
-        seed: seed of the audit (an audit is not a private run).
-    """
+    """Public settings of the pipeline audit: ``runs`` releases per dataset (half fit the
+    statistic, half test), the (epsilon, delta) claim of each, the solver's settings, the level
+    ``alpha`` of each one-sided Clopper-Pearson bound and the audit's seed."""
 
     runs: int = 20_000
     iterations: int = 4
@@ -143,16 +129,8 @@ def run_pipeline_audit(
     variants: dict[str, dict[str, Any] | None] | None = None,
     root: str | Path | None = None,
 ) -> list[tuple[str, AuditResult]]:
-    """Audit the release path end to end (see the module docstring).
-
-    Args:
-        spark: a local SparkSession (reused for every stage).
-        cfg: the audit settings.
-        variants: name -> solver override (None: the real mechanism); default: the real one.
-        root: the temporary lake's parent (default: a fresh temporary directory, removed after).
-
-    Returns:
-        (variant name, AuditResult) per variant.
+    """Audit the release path end to end (module docstring): ``(variant, AuditResult)`` per
+    solver override of ``variants`` (None: the real mechanism, the default).
 
     Raises:
         AuditError: the bulk releases do not reproduce ``run_evaluate``'s release.

@@ -1,23 +1,12 @@
-"""Bronze tables checked against their contract before ingest (issue 13.5).
+"""Bronze tables checked against their contract before ingest.
 
-Raw tables are delivered by other tools, so their columns are checked here, once, per table:
-
-* the treatments' ``propensity`` column is optional: an extract without it (no logged behaviour
-  probabilities, a public fact: the schema) gets a null column (:data:`OPTIONAL_COLUMNS`), and
-  ingest carries ``behavior_prob`` null (:func:`propensities_logged`);
-* a **missing** column, or a column whose type cannot hold the contract's values (a boolean
-  ``value``, an array ``time``...), stops ingest with one line naming the table, the column, the
-  expected and the found type (:class:`~gpope.errors.SchemaError`, exit status 2);
-* a type that converts without loss (``int`` for a ``double``, an integral ``patient_id``,
-  ``action`` or ``variable``) is cast;
-* a **string** column where the contract has a number or a timestamp is parsed row by row: a row
-  whose text does not parse is quarantined with the reason ``unparsable <column>`` and its raw
-  row as delivered (never a silent cast to null, never a whole-ingest abort); rows that parse are
-  used as usual (so ``"NaN"`` then fails the finite-value rule, with its own reason).
-
-:func:`conform_bronze` returns the contract's columns plus two private columns that
-:mod:`gpope.shell.pipeline.ingest_frames` uses: ``_unparsable`` (the reason, or null) and
-``_raw`` (the raw row as JSON for such rows).
+Raw tables come from other tools, so each is checked here, once: a missing ``propensity`` column
+is allowed (not logged: ``behavior_prob`` null); any other missing column, or one whose type
+cannot hold the contract's values, stops ingest with one line (:class:`~gpope.errors.SchemaError`);
+a lossless type is cast; a **string** column where the contract has a number or a timestamp is
+parsed row by row, a row that does not parse quarantined as ``unparsable <column>`` with its raw
+row. :func:`conform_bronze` adds two private columns for :mod:`.ingest_frames`: ``_unparsable``
+(the reason, or null) and ``_raw`` (such a row as JSON).
 """
 
 from __future__ import annotations
@@ -54,11 +43,6 @@ def unparsable_reason(column: str) -> str:
 
 def conform_bronze(df: DataFrame, table: str, location: str) -> DataFrame:
     """``df`` with exactly the bronze contract's columns of ``table`` and the parse markers.
-
-    Args:
-        df: the bronze table as read.
-        table: ``observations``, ``treatments`` or ``outcomes``.
-        location: the table's name in messages (e.g. ``bronze/ward7/observations``).
 
     Raises:
         SchemaError: a contract column is missing or has a type that cannot hold its values.

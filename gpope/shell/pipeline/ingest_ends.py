@@ -1,15 +1,10 @@
 """How episodes end when nothing is declared: the undeclared end-marker check of ``gpope ingest``.
 
-A dataset that declares neither a ``terminal_variable`` nor ``no_terminal_events: true`` leaves
-ingest to assume that every record stopping before ``max_length`` is a truncation (bootstrapped).
-Where the data contradict that assumption, ingest refuses instead of guessing: the data are
-**ambiguous** when an observation variable that is not declared (neither in ``variables`` nor as
-``terminal_variable``) has at least half of its rows after the patient's last treatment row. Such
-a variable carries no state the decisions could have used; it looks like an end-of-episode event
-(death, discharge, goal) whose meaning only the user knows. The user settles it by declaring it
-``terminal_variable`` or by declaring ``no_terminal_events: true``.
-
-Simulated cohorts (``domain`` set) declare their own convention and are never checked.
+Without ``terminal_variable`` or ``no_terminal_events: true``, ingest assumes every record stopping
+before ``max_length`` is a truncation. It refuses instead of guessing when the data contradict
+that: an undeclared observation variable with at least half of its rows after the patient's last
+treatment looks like an end-of-episode event whose meaning only the user knows. Simulated cohorts
+(``domain`` set) are never checked.
 """
 
 from __future__ import annotations
@@ -32,18 +27,9 @@ def _undecided(settings: DatasetSettings) -> bool:
 
 def undeclared_end_markers(observations: DataFrame, treatments: DataFrame,
                            settings: DatasetSettings) -> dict[str, int]:
-    """Undeclared variables observed mostly after patients' last treatments.
-
-    Args:
-        observations: the conformed bronze observations (typed ``time``).
-        treatments: the conformed bronze treatments.
-        settings: the dataset's settings.
-
-    Returns:
-        ``{variable: patients with it after their last treatment}`` for each undeclared variable
-        with at least half of its rows (of treated patients) after the patient's last treatment
-        row; empty when the settings declare how episodes end (no Spark job then).
-    """
+    """``{variable: patients with it after their last treatment}`` for each undeclared
+    variable with at least half of its rows (of treated patients) after the patient's last
+    treatment; empty, with no Spark job, when the settings declare how episodes end."""
     if not _undecided(settings):
         return {}
     from pyspark.sql import functions as F

@@ -1,15 +1,11 @@
 """The first-state check of ``gpope ingest``: state variables not known at a patient's first decision.
 
-The state at a decision is each variable's last value observed at or before the decision's time
-(docs/OWN_DATA.md, 'The bronze contract'); before a variable's first observation it takes its
-``defaults`` value (0.0 when none). A variable charted just after the decision it informs (a
-score recorded minutes after the order, say) is never known at a patient's first decision and is
-one step late at every later one, so every state, and every value, is silently wrong. Ingest
-cannot tell that from a variable that is really unknown at admission, so it counts, per variable
-whose absence the dataset does not declare (no ``defaults`` entry for it and no
-``missing_indicators: true``), the patients whose first treatment precedes the variable's first
-observation; :class:`~gpope.shell.pipeline.ingest.IngestReport` warns when that is at least half
-of the patients. Simulated cohorts (``domain`` set) are never checked.
+A variable charted just after the decision it informs is never known at a first decision and is
+one step late at every later one, so every state is silently wrong. Ingest cannot tell that from a
+variable really unknown at admission, so it counts, per variable whose absence is not declared (no
+``defaults`` entry, no ``missing_indicators``), the patients whose first treatment precedes its
+first observation; :class:`~gpope.shell.pipeline.ingest.IngestReport` warns when that is at least
+half of them. Simulated cohorts are never checked.
 """
 
 from __future__ import annotations
@@ -29,16 +25,8 @@ def unknown_at_first_decision(observations: DataFrame, treatments: DataFrame,
     """Per undeclared-absence state variable, the patients with no observation of it at or
     before their first treatment, and the patients checked.
 
-    Args:
-        observations: the conformed bronze observations (typed ``time``).
-        treatments: the conformed bronze treatments.
-        settings: the dataset's settings.
-
-    Returns:
-        ``(patients, {variable: unknown})``: the patients with a timed treatment row, and for
-        every variable of ``settings.variables`` without a ``defaults`` entry how many of them
-        had it unobserved at their first treatment; ``(0, {})``, with no Spark job, when
-        ``missing_indicators`` is on, every variable has a default, or ``domain`` is set.
+    Returns ``(patients, {variable: unknown})``; ``(0, {})``, with no Spark job, when
+    ``missing_indicators`` is on, every variable has a default, or ``domain`` is set.
     """
     checked = [v for v in settings.variables if v not in settings.defaults]
     if settings.domain is not None or settings.missing_indicators or not checked:

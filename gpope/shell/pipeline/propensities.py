@@ -1,18 +1,10 @@
 """Which route a dataset's evaluation takes when its extract logged no behaviour probabilities.
 
-The rule is public: the dataset's bronze ``treatments`` table either has a ``propensity`` column
-or not (its schema, read without a row; :func:`gpope.shell.pipeline.ingest_contract.
-propensities_logged`). Ingest carries ``behavior_prob`` null for a table without one.
-
-* logged: the value route (``A_i`` weighted by ``pi / propensity``), as always;
-* not logged: ``gpope stats`` stores the state-action statistics
-  (:func:`gpope.core.state_action.state_action_spec`, its own ``spec_id``), and ``gpope evaluate``
-  evaluates that spec. On a tabular map the tuning-free default first releases the behaviour
-  policy from the same rows (noisy counts per state and action,
-  :mod:`gpope.core.behaviour_estimate`, the plan's ``behaviour`` component) and runs the value
-  route with the estimated propensities (measured the more accurate route at epsilon 1:
-  docs/RESULTS.md, "Without logged propensities"); on other maps, and for a solver chosen on the
-  command line, it fits the action values (LSTDQ) directly.
+The rule is public: the bronze ``treatments`` table has a ``propensity`` column or not (its
+schema). Logged: the value route, as always. Not logged: ``gpope stats`` stores the state-action
+statistics (:func:`gpope.core.state_action.state_action_spec`) and ``gpope evaluate`` evaluates
+that spec (on a tabular map the tuning-free default first releases the behaviour policy,
+:mod:`gpope.core.behaviour_estimate`).
 """
 
 from __future__ import annotations

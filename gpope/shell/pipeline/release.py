@@ -94,14 +94,10 @@ def write_release(spark: SparkSession, config: GpopeConfig, row: dict[str, Any],
                   values: list[dict[str, Any]] | None = None) -> None:
     """Release one run atomically: released_estimates and released_values, then the manifest.
 
-    Both appends are tagged with the run id and stay invisible to readers
-    (:func:`read_releases`, :func:`gpope.shell.lake.manifest.read_pinned`) until the one
-    ``pipeline_runs`` commit (stage ``release``, key = spec id) that follows them: a crash between
-    the commits releases nothing. An exception before the manifest deletes the rows already
-    appended (:func:`~gpope.shell.lake.manifest.remove_incomplete`), so raw Delta readers never
-    keep a failed release's row; after a kill, ``budget reconcile`` deletes them. The caller marks
-    the ledger after this returns; a manifest without a ``released`` ledger mark (a kill in
-    between) is the evidence ``budget reconcile`` settles as released.
+    Both appends are tagged with the run id and invisible to readers until the ``release``
+    manifest that follows them: a crash between the commits releases nothing, and an exception
+    before the manifest deletes the rows already appended. The caller marks the ledger after
+    this returns; a manifest without that mark is what ``budget reconcile`` settles as released.
     """
     from gpope.shell import faults
     from gpope.shell.lake import Lake, TableRef
@@ -149,19 +145,9 @@ def _remove_own_rows(spark: SparkSession, config: GpopeConfig, run_id: str) -> N
 def remove_failed_releases(
     config: GpopeConfig, run_ids: set[str], spark: SparkSession | None = None
 ) -> dict[str, int]:
-    """Delete the release rows of failed runs (those without a committed release manifest).
-
-    Afterwards a raw Delta read of ``released_estimates`` and ``released_values`` at the latest
-    version (delta-rs, DuckDB, Polars) holds no row of these runs; a run whose manifest is
-    committed keeps its rows. ``spark`` is needed only for lakes that are not a local directory
-    (one is started from the configuration when missing).
-
-    Returns:
-        table -> version of its delete commit, for the tables that held such rows.
-
-    Raises:
-        CommitError: a delete failed (nothing removed from that table); run reconcile again.
-    """
+    """Delete the release rows of failed runs (without a committed release manifest), so a raw
+    read at the latest version holds none of them; returns table -> its delete commit's version
+    (:func:`~gpope.shell.lake.manifest.remove_incomplete`)."""
     from gpope.shell.lake import TableRef
     from gpope.shell.lake.local import local_store
     from gpope.shell.lake.manifest import remove_incomplete

@@ -1,20 +1,12 @@
 """The released number of patients m~ of a dataset's statistics version: released once, reused.
 
-:func:`public_count` returns the m~ of (dataset, statistics version) from the shared gold table
-``released_counts``; when there is none it releases one (:func:`gpope.core.mechanisms.count.release_count`)
-through the privacy ledger like a run: a reservation under add/remove-one adjacency, checked
-against the dataset's budget (a dataset without budget refuses it with the usual message), the
-row appended to ``released_counts``, then the reservation marked ``released``. Later runs on
-the same statistics version read it back as public post-processing: no further charge. A new
-``gpope stats`` version is a new data set, so it gets a new count.
-
-A count drawn from a fixed seed is marked NOT private (``private`` false) and is never reused by
-a private run. A seeded run uses the version's private count where there is one (public: its
-reuse is post-processing) and otherwise draws its own from its seed (reproducible), charged
-like any release.
-
-Two runs racing on a version without a count may both release one (both are charged); every
-reader then takes the first committed private row.
+:func:`public_count` returns the m~ of (dataset, statistics version) from ``released_counts``; when
+there is none it releases one (:func:`gpope.core.mechanisms.count.release_count`) through the
+privacy ledger like a run (reserved under add/remove-one adjacency against the dataset's budget,
+appended, marked ``released``). Later runs on the same version read it back as post-processing:
+no further charge. A count drawn from a fixed seed is NOT private and never reused by a private
+run. Two runs racing on a version may both release one (both charged); readers take the first
+committed private row.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """A simulated cohort as plain files: the stand-in for an analyst's own event extract.
 
-:func:`write_cohort_files` writes the bronze tables of a cohort (the same rows as ``gpope simulate``
-writes into the lake for a seed) as ``observations``, ``treatments`` and ``outcomes`` Parquet or
-CSV files (Parquet as pandas writes a frame with its defaults, ``DataFrame.to_parquet(path)``:
-nanosecond tz-aware times; CSV with ISO UTC times), plus the ``conf.yaml`` whose ``datasets:`` entry ingests them. For a generated MDP
-(``random_mdp/<seed>``, ``random_mdp_linear/<seed>``) it also writes ``spec.yaml`` (an own-data
-spec: no ``domain``, no ``evaluation:`` block) and ``truth.json`` (the exact values at the spec's
-reference states), so the own-data path (docs/OWN_DATA.md) can be checked against the truth.
-Two options shape the files as hospital extracts often are: ``variables`` charts a tabular
-MDP's state as several discrete measurements (``{"lactate": 4, "bp": 4}``: state ``s`` is
-``lactate = s // 4``, ``bp = s % 4``, one observation row each; the spec's map, policy and
-reference states then name them), and ``propensity=False`` leaves the behaviour probabilities
-out of the treatments file (they were not logged). No Spark is involved.
+:func:`write_cohort_files` writes the bronze rows ``gpope simulate`` would write for a seed as
+Parquet (as pandas writes them) or CSV files, plus the ``conf.yaml`` that ingests them; for a
+generated MDP also ``spec.yaml`` (an own-data spec) and ``truth.json`` (the exact values at its
+reference states). ``variables`` charts a tabular state as several discrete measurements and
+``propensity=False`` leaves the behaviour probabilities out. No Spark is involved.
 """
 
 from __future__ import annotations
@@ -45,11 +38,9 @@ def write_cohort_files(
     variables: Mapping[str, int] | None = None,
     propensity: bool = True,
 ) -> dict[str, Any]:
-    """Write the cohort's files under ``out`` (created; existing files of these names replaced).
-
-    ``variables`` (a tabular ``random_mdp/<seed>`` only, the product of the levels equal to its
-    number of states) writes each state as those discrete variables, row-major, and names them
-    in ``conf.yaml`` and ``spec.yaml``; ``propensity=False`` writes no ``propensity`` column.
+    """Write the cohort's files under ``out`` (existing files of these names replaced).
+    ``variables`` (a tabular ``random_mdp/<seed>`` only) writes each state row-major as those
+    discrete variables, the product of the levels equal to its number of states.
 
     Returns:
         ``{"files": {table: path}, "conf": path, "spec": path or None, "truth": path or None,

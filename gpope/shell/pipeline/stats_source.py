@@ -1,19 +1,12 @@
 """Which silver version a spec's statistics were computed from, and the evaluate stage's refusal
 of statistics older than the latest ingest.
 
-``gpope stats`` commits a ``stats`` manifest in ``pipeline_runs`` (:func:`record_source`) right
-after its ``trajectory_stats`` commit: key the spec id, the table version it wrote, and under
-``details.inputs`` the pinned version of the dataset's silver ``transitions`` it read.
-:func:`check_fresh` compares that version with the version readers see now. Statistics of an
-older silver version (a later ``gpope ingest`` or another writer replaced the transitions) are
-refused before anything is reserved, naming the ``gpope stats`` command that brings them up to
-date; with ``allow_stale_stats`` the run goes ahead and the returned note is recorded in the
-run's report, ``--json`` warnings and MLflow tag ``gpope.stale_stats``.
-
-Statistics with no ``stats`` manifest (computed by an earlier gpope, or written by another tool)
-are judged by the dataset's ingests: fresh where no ``gpope ingest`` ever committed the dataset
-(nothing to compare), refused like stale ones otherwise (their source cannot be shown to be the
-latest ingest). Everything read here is public: table versions and manifest times.
+``gpope stats`` commits a ``stats`` manifest (:func:`record_source`) recording the pinned silver
+``transitions`` version it read. :func:`check_fresh` refuses statistics of an older version
+before anything is reserved, naming the ``gpope stats`` command that brings them up to date;
+with ``allow_stale_stats`` the run goes ahead and records the note. Statistics without a
+``stats`` manifest are fresh only where no ``gpope ingest`` ever committed the dataset.
+Everything read here is public: table versions and manifest times.
 """
 
 from __future__ import annotations
@@ -40,15 +33,8 @@ SPEC_PLACEHOLDER = "<the spec file>"
 
 @dataclass(frozen=True)
 class StatsSource:
-    """Where the statistics a run reads came from, against the silver data of now.
-
-    Attributes:
-        built_from: the silver transitions version the statistics were computed from (None: no
-            ``stats`` manifest records it).
-        current: the transitions version readers see now (None: no transitions table).
-        ingested: whether a ``gpope ingest`` ever committed the dataset.
-        stats_run: the ``stats`` manifest's run id, or None.
-    """
+    """Where the statistics a run reads came from (``built_from``, None without a ``stats``
+    manifest), against the transitions version readers see now (``current``)."""
 
     built_from: int | None
     current: int | None
@@ -83,12 +69,7 @@ def _transitions_ref(dataset: str):
 def record_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
                   spec: EvaluationSpec, stats_version: int,
                   transitions_version: int) -> Manifest:
-    """Commit the ``stats`` manifest of a stats run (one append to ``pipeline_runs``).
-
-    Args:
-        stats_version: the trajectory_stats version the run committed.
-        transitions_version: the pinned silver transitions version it read.
-    """
+    """Commit the ``stats`` manifest of a stats run (one append to ``pipeline_runs``)."""
     from gpope.shell.lake import TableRef
     from gpope.shell.lake.manifest import PipelineRuns, new_run_id
 
@@ -134,10 +115,8 @@ def stats_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
 
 def check_fresh(spark: SparkSession, config: GpopeConfig, *, dataset: str,
                 spec: EvaluationSpec, stats_version: int, allow: bool = False) -> str | None:
-    """Refuse statistics older than the latest ingest; with ``allow``, the note to record.
-
-    Returns:
-        None for fresh statistics; with ``allow``, the one-line warning the run records.
+    """Refuse statistics older than the latest ingest; with ``allow``, return the one-line note
+    the run records (None for fresh statistics).
 
     Raises:
         StaleStatisticsError: stale statistics without ``allow`` (nothing reserved yet).

@@ -1,15 +1,10 @@
 """``gpope track``: log a released run to MLflow again, from what the lake holds.
 
-An evaluation commits its release (``released_estimates``, ``released_values``, the ledger mark)
-before it logs to MLflow, so a tracking failure never undoes a release; the command then says
-that tracking failed and prints ``gpope track --run-id RUN``. This module rebuilds the run's MLflow
-record from the released tables alone (read as every reader sees them: pinned to complete
-manifests, no JVM) and logs it: the released values and intervals, theta, (epsilon, delta), the
-accountant, the estimator and the spec. Nothing here reads private data or draws noise, so
-re-logging spends no budget and may be repeated.
-
-Settings that live only in the evaluating process (sigma, step sizes, the public MSPBE cohort) are
-not in the lake; a re-logged run carries the tag ``gpope.relogged=lake`` so it is told apart.
+An evaluation commits its release before it logs to MLflow, so a tracking failure never undoes a
+release. This module rebuilds the run's MLflow record from the released tables alone (pinned, no
+JVM): nothing here reads private data or draws noise, so re-logging spends no budget. Settings
+that live only in the evaluating process are not in the lake; a re-logged run carries the tag
+``gpope.relogged=lake``.
 """
 
 from __future__ import annotations
@@ -35,14 +30,7 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 @dataclass(frozen=True)
 class TrackReport:
-    """What ``gpope track`` did.
-
-    Attributes:
-        run_id: the gpope run id.
-        mlflow_run_id: the MLflow run now holding it.
-        tracking_uri: where.
-        created: False when a finished run already held it (nothing logged).
-    """
+    """What ``gpope track`` did (``created`` False: a finished run already held it)."""
 
     run_id: str
     mlflow_run_id: str

@@ -1,22 +1,11 @@
 """``gpope tune --spec FILE``: write a spec's ``evaluation:`` block from PUBLIC simulated data only.
 
-Steps (no private table is read; the spec must name a public simulator in ``domain``):
-
-1. simulate a public cohort of ``patients`` trajectories of the spec's domain from ``public_seed``
-   (the domain's behaviour policy, episode length ``max_length``), and its statistics under the
-   spec;
-2. the fixed settings (sampling, accountant, budget: passes and iterations, schedule, averaging)
-   are the spec's current block's, else the configuration's ``evaluation:`` section, with the
-   command line over both;
-3. :func:`gpope.core.tuning.public.tune_operating_point` picks (clip, step size) per epsilon by the median
-   relative MSPBE of ``trials`` noisy runs on that cohort, on grids set by the cohort's own
-   gradient scale and conditioning;
-4. the block (fixed settings, one tuned point per epsilon, and under ``tuning`` the seed, size,
-   grid, criterion and scores) replaces the spec file's ``evaluation:`` section; everything else in
-   the file, comments included, is kept.
-
-``gpope evaluate`` then picks the tuned point for its (m, epsilon) by the rule of
-:mod:`gpope.core.gpope.operating`.
+A public cohort of the spec's ``domain`` is simulated from ``public_seed``;
+:func:`gpope.core.tuning.public.tune_operating_point` picks (clip, step size) per epsilon by the
+median relative MSPBE of noisy runs on it, the other settings coming from the spec's block, the
+configuration and the command line; the block (with the seed, size, grid and scores under
+``tuning``) replaces the spec file's ``evaluation:`` section, everything else kept verbatim. No
+private table is read.
 """
 
 from __future__ import annotations
