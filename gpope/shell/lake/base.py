@@ -50,13 +50,8 @@ class MissingTableError(LookupError):
 
 
 class MissingDataFilesError(LookupError):
-    """Internal: data files the table's log lists are gone (the table layer names the table and
-    its repair).
-
-    Attributes:
-        files: the missing files (paths).
-        version: the table version that lists them (None: the latest).
-    """
+    """Internal: ``files`` the table's log lists at ``version`` (None: the latest) are gone
+    (the table layer names the table and its repair)."""
 
     def __init__(self, files: list[str], version: int | None) -> None:
         super().__init__(f"{len(files)} data file(s) missing, e.g. {files[0]}")
@@ -80,18 +75,8 @@ def check_data_files(paths: list[str], version: int | None) -> list[str]:
 
 @dataclass(frozen=True)
 class WriteSpec:
-    """How one commit writes a table: what the table layer hands every store's writers.
-
-    Attributes:
-        schema: the table contract.
-        mode: ``append``, ``overwrite`` (replace all rows) or ``replace_where``.
-        user_metadata: recorded as the commit's ``userMetadata`` (:func:`encode_user_metadata`).
-        table_name: the logical table, for messages.
-        partition_by: partition columns; None keeps the table's (or none for a new table).
-        replace_where: for ``replace_where``: partition column -> value; None otherwise.
-        merge_schema: an existing table may lack the contract's last columns when they are
-            nullable: they are added first (one untagged schema commit; older rows read null).
-    """
+    """How one commit writes a table: what the table layer hands every store's writers
+    (``partition_by`` None keeps the table's; ``merge_schema``: see :func:`columns_to_add`)."""
 
     schema: StructType
     mode: WriteMode
@@ -104,20 +89,9 @@ class WriteSpec:
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """One commit of a Delta table.
-
-    Attributes:
-        version: the table version this commit created.
-        timestamp: commit time (UTC, timezone-aware).
-        operation: the engine's operation name (``"WRITE"``, ``"CREATE TABLE"``...).
-        mode: the gpope write mode (``"append"``, ``"overwrite"``, ``"replace_where"``), or None
-            for commits not made through the table layer.
-        parameters: the engine's operation parameters, as strings.
-        run_id: the stage run that made the commit (see :mod:`gpope.shell.lake.manifest`), or
-            None for commits outside a multi-table stage.
-        info: the commit's other fields as the engine reports them (delta-rs: the whole
-            ``commitInfo``, custom commit metadata included).
-    """
+    """One commit of a Delta table: its version, UTC time, the engine's operation and
+    parameters, the gpope write ``mode`` and stage ``run_id`` (None for commits made otherwise)
+    and the commit's other fields as the engine reports them (``info``)."""
 
     version: int
     timestamp: dt.datetime

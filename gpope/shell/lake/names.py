@@ -1,7 +1,6 @@
 """Table names: which Delta table a :class:`TableRef` means, as a path or a Unity Catalog name.
 
-Pure string logic (no Spark, no I/O), so it is tested in microseconds. Only the table layer uses
-it; nothing else in gpope builds table locations by hand.
+Pure string logic (no Spark, no I/O); nothing else in gpope builds table locations by hand.
 
 Layout (docs/ARCHITECTURE.md section 2):
 
@@ -12,11 +11,9 @@ per-dataset table      ``<root>/<layer>/<dataset>/<table>``        ``<catalog>.<
 shared table           ``<root>/gold/<table>``                     ``<catalog>.<schema>.<table>``
 =====================  ==========================================  ====================================
 
-In Unity Catalog the dataset is part of the table name (``hiv_demo__transitions``), not a column:
-per-dataset tables then keep exactly the same columns as on a path-based lake, and a dataset's
-tables can be dropped or granted on their own. The layer is not part of the name: table names are
-unique across layers. Names are restricted to letters, digits and ``_`` so that every form is a
-valid path segment and a valid SQL identifier without escaping rules that differ between readers.
+In Unity Catalog the dataset is part of the table name, so per-dataset tables keep the columns
+they have on a path-based lake; table names are unique across layers. Names are letters, digits
+and ``_`` only: every form is a valid path segment and SQL identifier without escaping.
 """
 
 from __future__ import annotations
@@ -98,13 +95,7 @@ def check_name(kind: str, value: object) -> str:
 
 @dataclass(frozen=True)
 class TableRef:
-    """A logical table: layer, table name and (for per-dataset tables) the dataset.
-
-    Args:
-        layer: ``"bronze"``, ``"silver"`` or ``"gold"``.
-        table: the table name, e.g. ``"transitions"``.
-        dataset: the dataset the table belongs to; ``None`` for a table shared by all datasets,
-            which must be in the gold layer.
+    """A logical table: layer, table name and the dataset (None: a shared gold table).
 
     Raises:
         ConfigError: unknown layer, invalid name, a shared table given a dataset (or the reverse).
@@ -179,17 +170,9 @@ def spark_path(path: str | Path) -> str:
 
 
 def uc_table_name(catalog: str, schema: str, ref: TableRef, *, quoted: bool = False) -> str:
-    """The Unity Catalog name of ``ref``: ``catalog.schema.dataset__table`` or ``catalog.schema.table``.
-
-    Args:
-        catalog: the Unity Catalog catalog.
-        schema: the schema (database) inside the catalog.
-        ref: the table.
-        quoted: wrap each part in backticks (the form to use in SQL and ``spark.table``).
-
-    Raises:
-        ConfigError: catalog or schema is not a valid name.
-    """
+    """The Unity Catalog name of ``ref``: ``catalog.schema.dataset__table`` or
+    ``catalog.schema.table``, each part in backticks when ``quoted`` (ConfigError for an invalid
+    catalog or schema)."""
     check_name("catalog", catalog)
     check_name("schema", schema)
     table = ref.table if ref.dataset is None else f"{ref.dataset}{_UC_SEPARATOR}{ref.table}"

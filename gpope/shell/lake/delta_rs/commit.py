@@ -31,15 +31,9 @@ def commit_files(
 ) -> int:
     """Commit the staged ``files`` in one Delta transaction; return the version it created.
 
-    ``spec`` is resolved: its ``partition_by`` are the table's partition columns and its
-    ``replace_where`` values partition strings.
-
-    The table is loaded fresh for each attempt and the transaction refuses to land on a newer
-    version than the one it read, so a remove set always sees every concurrent commit; a lost
-    race reloads and tries again (at most :data:`MAX_COMMIT_ATTEMPTS` times).
-
-    ``check_table(table, path, schema, partitions, table_name)`` validates each fresh snapshot
-    against the contract.
+    The table is loaded fresh for each attempt (each snapshot validated by ``check_table``) and
+    the transaction refuses to land on a newer version than the one it read, so a remove set
+    always sees every concurrent commit; a lost race retries (:data:`MAX_COMMIT_ATTEMPTS`).
 
     Raises:
         CommitError: the commit failed, or other writers won every attempt.

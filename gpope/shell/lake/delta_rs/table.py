@@ -91,12 +91,8 @@ def local_file_path(uri: str) -> str:
 
 
 class DeltaRsTables:
-    """Local Delta tables through delta-rs: the log, small Arrow reads and appends.
-
-    Args:
-        spark: the session for Spark reads and writes (:class:`DeltaRsStore`); None for
-            JVM-free use (manifests, the ledger, ``gpope query``, ``gpope maintain``).
-    """
+    """Local Delta tables through delta-rs: the log, small Arrow reads and appends (``spark``
+    None for JVM-free use)."""
 
     name = "delta-rs"
 
@@ -232,15 +228,9 @@ class DeltaRsTables:
         commit_metadata: Mapping[str, str] | None = None,
         table_name: str,
     ) -> int:
-        """Append ``data`` in one atomic commit; return the table version it created.
-
-        Args:
-            create_schema: when given, a missing table is first created empty with this schema
-                (concurrent creators race safely); otherwise the append creates it.
-            merge_schema: add columns of ``data`` the table does not have yet.
-            description: the table description when the append creates the table.
-            commit_metadata: extra fields of the commit's ``commitInfo`` (read back in
-                :attr:`HistoryEntry.info <gpope.shell.lake.base.HistoryEntry.info>`).
+        """Append ``data`` in one atomic commit; return the table version it created. With
+        ``create_schema`` a missing table is first created empty (concurrent creators race
+        safely); ``commit_metadata`` goes into the commit's ``commitInfo``.
 
         Raises:
             CommitError: the commit failed (nothing was committed).
@@ -271,14 +261,8 @@ class DeltaRsTables:
     def delete_rows(
         self, path: str, column: str, values: set[str], *, user_metadata: str, table_name: str
     ) -> int | None:
-        """Remove every row whose ``column`` is in ``values``, in one commit.
-
-        Returns:
-            The version of the delete commit, or None when no live row matched (no commit).
-
-        Raises:
-            CommitError: the commit failed (nothing was removed).
-        """
+        """Remove every row whose ``column`` is in ``values`` in one commit; its version, or
+        None when no live row matched (CommitError: nothing was removed)."""
         import pyarrow.compute as pc
         from deltalake import CommitProperties
         from deltalake.exceptions import DeltaError
