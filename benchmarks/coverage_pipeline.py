@@ -1,0 +1,439 @@
+"""Coverage of every released interval on the documented pipeline path, per domain x epsilon.
+
+Per domain, ``--datasets`` fresh data sets of ``--m`` patients each go through the path
+docs/OWN_DATA.md documents, in one process and ONE Spark session, each data set in its own
+temporary lake: files -> ``load`` -> ``ingest`` -> ``stats`` -> ``budget set`` -> ``evaluate
+--dataset D --spec S --epsilon E --delta D`` at each epsilon with no solver flag (the tuning-free
+default and its policy value release), all through :mod:`gpope.api`. Every row the run wrote to
+``gold/released_values`` (V at each reference state, ``policy_value``, ``behaviour_value``,
+``policy_contrast``) is scored against the truth of the estimand the row states (its
+``estimand`` column; :data:`gpope.core.policy_value_direct.ESTIMANDS`). An unbounded interval
+covers and counts as not finite.
+
+Domains (each data set a fresh cohort; the truth of every estimand exact unless said):
+
+* ``random_mdp``: generated tabular MDPs ``random_mdp/<seed>`` with 1-3 absorbing terminal states,
+  written by ``gpope simulate --to-files`` (:func:`gpope.api.write_cohort_files`), one MDP per
+  data set; V the exact value, J by forward recursion over the cap.
+* ``random_mdp_linear``: ``random_mdp_linear/<seed>``, linear features in which V is exact; signed
+  rewards.
+* ``signed_ward``: the generated sepsis-like ward of ``benchmarks/signed_ward_core.py`` (12
+  acuity cells, three treatments, discharge +1 and death -1 terminal, gamma 0.95, cap 30), ward
+  ``<seed>`` per data set, every cell a reference state.
+* ``heavy_tail``: the same ward plus a chronic cell where 5 % of patients are admitted and stay
+  long at a cost of -1 a round (cap 60): a few long, costly stays carry most of the value.
+* ``ward``: the hospital ward trial of ``benchmarks/own_data_ward.py`` (exports with the
+  hospital's own column names renamed by the documented snippet, transfers, cap 40).
+* ``icu``: the ICU trial of ``benchmarks/own_data_icu.py`` (lactate and MAP, Fourier order 3);
+  its V rows and direct J(target) estimate the fit's fixed point, computed once by LSTD on
+  ``--icu-population`` simulated patients (cached in ``--icu-cache``); J(behaviour) and the
+  recorded-horizon J(target) by Monte Carlo on as many.
+
+    nice -n 10 timeout 7200 .venv/bin/python benchmarks/coverage_pipeline.py \\
+        --domains random_mdp,signed_ward,heavy_tail,ward,icu --datasets 5 \\
+        --json docs/results/coverage_pipeline.json
+    .venv/bin/python benchmarks/coverage_pipeline.py --summarize docs/results/coverage_pipeline*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+DOMAINS = ("random_mdp", "random_mdp_linear", "signed_ward", "heavy_tail", "ward", "icu")
+KINDS = ("V", "J(target)", "J(behaviour)", "contrast")
+ROW_KIND = {"policy_value": "J(target)", "behaviour_value": "J(behaviour)",
+            "policy_contrast": "contrast"}
+FIRST_SEED = 8100   # data sets 8100, 8101, ...: seeds no benchmark of the default used
+
+
+class Tabular:
+    """A tabular MDP with terminal states: P (S, A, S + K), R (S, A, S + K) paid on the
+    transition, behaviour mu and target pi (S, A), start (S,), gamma and the record cap."""
+
+    def __init__(self, P, R, mu, pi, start, gamma: float, cap: int):
+        self.P, self.R, self.mu, self.pi, self.start = P, R, mu, pi, start
+        self.gamma, self.cap = gamma, cap
+
+    @property
+    def S(self) -> int:
+        return self.P.shape[0]
+
+    def _model(self, pol):
+        r = np.einsum("sa,sat,sat->s", pol, self.P, self.R)
+        return r, np.einsum("sa,sat->st", pol, self.P[:, :, :self.S])
+
+    def values(self) -> np.ndarray:
+        r, P = self._model(self.pi)
+        return np.linalg.solve(np.eye(self.S) - self.gamma * P, r)
+
+    def recorded(self, pol) -> float:
+        """E over admissions of a record's discounted return, cut at the cap."""
+        r, P = self._model(pol)
+        v = np.zeros(self.S)
+        for _ in range(self.cap):
+            v = r + self.gamma * P @ v
+        return float(self.start @ v)
+
+    def truths(self) -> dict:
+        from own_data_trial import estimand_truths
+
+        v = self.values()
+        t = {"values": {f"s{s}": float(x) for s, x in enumerate(v)},
+             "policy_value": self.recorded(self.pi), "behaviour_value": self.recorded(self.mu)}
+        t["policy_contrast"] = t["policy_value"] - t["behaviour_value"]
+        t["estimands"] = estimand_truths(t, float(self.start @ v))
+        return t
+
+    def generate(self, m: int, rng: np.random.Generator):
+        from gpope.core.trajectories.transitions import Transitions
+
+        S = self.S
+        state, alive = rng.choice(S, size=m, p=self.start), np.arange(m)
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "s", "a", "r", "ns")}
+        cmu, cP = np.cumsum(self.mu, 1), np.cumsum(self.P, 2)
+        for t in range(self.cap):
+            a = np.minimum((cmu[state] < rng.random(len(state))[:, None]).sum(1),
+                           self.mu.shape[1] - 1)
+            ns = np.minimum((cP[state, a] < rng.random(len(state))[:, None]).sum(1),
+                            self.P.shape[2] - 1)
+            for k, v in (("traj", alive), ("t", np.full(len(alive), t)), ("s", state),
+                         ("a", a), ("r", self.R[state, a, ns]), ("ns", ns)):
+                cols[k].append(v)
+            alive, state = alive[ns < S], ns[ns < S]
+            if not len(alive):
+                break
+        f = {k: np.concatenate(v) for k, v in cols.items()}
+        order = np.lexsort((f["t"], f["traj"]))
+        f = {k: v[order] for k, v in f.items()}
+        end = f["ns"] >= S
+        return Transitions(
+            traj_index=f["traj"], t=f["t"], state=f["s"].astype(np.float64)[:, None],
+            action=f["a"], reward=f["r"].astype(np.float64),
+            next_state=f["ns"].astype(np.float64)[:, None], terminal=end,
+            truncated=(f["t"] == self.cap - 1) & ~end, behavior_prob=self.mu[f["s"], f["a"]],
+            n_trajectories=m)
+
+    def spec(self, name: str, reward_bounds: tuple[float, float]) -> dict:
+        """The own-data spec an analyst would write: public bounds, no ``evaluation:`` block."""
+        K, A = self.P.shape[2] - self.S, self.mu.shape[1]
+        return {"name": name, "gamma": self.gamma, "normalization": "transition",
+                "length_scale": self.cap,
+                "feature_map": {"kind": "tabular", "n_states": self.S + K},
+                "importance_weight_bound": float(np.ceil(np.max(self.pi / self.mu) * 1000) / 1000),
+                "reward_bounds": list(reward_bounds),
+                "target_policy": {"kind": "tabular", "probs": np.vstack(
+                    [self.pi, np.full((K, A), 1.0 / A)]).tolist()},
+                "reference_states": {f"s{s}": [float(s)] for s in range(self.S)}}
+
+
+def signed_ward(seed: int) -> Tabular:
+    from signed_ward_core import CAP, GAMMA, S, ward
+
+    P, mu, pi, start = ward(seed)
+    R = np.zeros_like(P)
+    R[:, :, S], R[:, :, S + 1] = 1.0, -1.0
+    return Tabular(P, R, mu, pi, start, GAMMA, CAP)
+
+
+def heavy_tail(seed: int) -> Tabular:
+    """The signed ward plus a chronic cell (index 12): 5 % of admissions, a round there costs -1,
+    it is left at about 3 % a round (the third treatment discharges a little more), cap 60."""
+    from signed_ward_core import GAMMA, S, ward
+
+    P0, mu0, pi0, start0 = ward(seed)
+    C, A = S, P0.shape[1]
+    P = np.zeros((S + 1, A, S + 3))
+    P[:S, :, :S], P[:S, :, S + 1:] = P0[:, :, :S], P0[:, :, S:]
+    for a in range(A):
+        dis, die, worse = 0.008 + 0.006 * a, 0.008, 0.01
+        P[C, a, S + 1], P[C, a, S + 2], P[C, a, S - 1] = dis, die, worse
+        P[C, a, C] = 1.0 - dis - die - worse
+    R = np.zeros_like(P)
+    R[:, :, S + 1], R[:, :, S + 2] = 1.0, -1.0
+    R[C, :, :S + 1] = -1.0
+    rng = np.random.default_rng([seed, 0x4EA7])
+    mu_c = 0.3 / A + 0.7 * rng.dirichlet(np.full(A, 2.0))
+    pi_c = 0.5 * mu_c + 0.5 * rng.dirichlet(np.ones(A))
+    start = np.append(0.95 * start0, 0.05)
+    return Tabular(P, R, np.vstack([mu0, mu_c]), np.vstack([pi0, pi_c]), start, GAMMA, 60)
+
+
+def write_tabular(mdp: Tabular, name: str, m: int, seed: int, folder: Path,
+                  reward_bounds: tuple[float, float]) -> tuple[dict, dict]:
+    """The cohort's bronze files (Parquet, as ``gpope simulate --to-files`` writes them), conf.yaml
+    and spec.yaml under ``folder``; (files, truths)."""
+    from gpope.core.envs.ehr import EventTableSpec, episodes_to_event_tables
+    from gpope.shell.pipeline.simulate import tables_to_arrow
+
+    tr = mdp.generate(m, np.random.default_rng([seed, m]))
+    layout = EventTableSpec(variables=("acuity",), actions=("a0", "a1", "a2"),
+                            terminal_variable="disposition")
+    tables = episodes_to_event_tables(tr, layout, np.random.default_rng(seed))
+    files = {}
+    for table, arrow in tables_to_arrow(tables).items():
+        files[table] = str(folder / f"{table}.parquet")
+        arrow.to_pandas(coerce_temporal_nanoseconds=True).to_parquet(files[table])
+    conf = {"datasets": {name: {"variables": ["acuity"], "actions": ["a0", "a1", "a2"],
+                                "max_length": mdp.cap, "terminal_variable": "disposition"}}}
+    (folder / "conf.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
+    (folder / "spec.yaml").write_text(yaml.safe_dump(mdp.spec(name, reward_bounds),
+                                                     sort_keys=False))
+    return files, mdp.truths()
+
+
+def write_generated(kind: str, m: int, seed: int, folder: Path) -> tuple[dict, dict]:
+    """``gpope simulate --domain kind/seed --to-files``; truths of the generated MDP."""
+    from own_data_trial import estimand_truths
+    from policy_value_coverage import finite_horizon_value
+
+    from gpope.api import write_cohort_files
+    from gpope.core.envs.registry import random_mdp_of
+
+    name = f"{kind}/{seed}"
+    out = write_cohort_files(name, m, seed, folder, dataset=kind)
+    mdp = random_mdp_of(name)
+    t = {"values": json.loads(Path(out["truth"]).read_text())["values"],
+         "policy_value": finite_horizon_value(mdp, mdp.target),
+         "behaviour_value": finite_horizon_value(mdp, mdp.behaviour)}
+    t["policy_contrast"] = t["policy_value"] - t["behaviour_value"]
+    t["estimands"] = estimand_truths(t, float(mdp.start @ mdp.values()))
+    return out["files"], t
+
+
+def write_ward(m: int, seed: int, folder: Path) -> tuple[dict, dict]:
+    import own_data_ward as ward
+    from own_data_trial import rename
+
+    truth = ward.write_dataset(folder, m, seed)
+    rename(folder, ward.RENAME, ward.EXPORTS)
+    return {t: str(folder / f"{t}.parquet") for t in ward.RENAME}, truth
+
+
+def icu_truths(population: int, cache: Path) -> dict:
+    """The ICU trial's estimands (computed once, cached): the LSTD fixed point of the spec's
+    features on ``population`` patients at the reference states and averaged over admissions,
+    the recorded-horizon returns of both policies by Monte Carlo (with standard errors)."""
+    if cache.exists():
+        got = json.loads(cache.read_text())
+        if got.get("population") == population:
+            return got
+    import own_data_icu as icu
+    from v_coverage_core import icu_transitions
+
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.ssp import split_vector, statistics_vectors
+    from gpope.core.trajectories.batch import statistics_of_transitions
+
+    spec = EvaluationSpec.from_mapping(icu_spec(icu))
+    n, chunk = spec.n_features, 50000
+    sums = None
+    for k in range(max(1, population // chunk)):
+        rows = statistics_of_transitions(
+            icu_transitions(chunk, np.random.default_rng([7, k])), spec).to_rows()
+        part = statistics_vectors(rows["A"], rows["b"], rows["C"]).sum(axis=0)
+        sums = part if sums is None else sums + part
+    A, b, _ = split_vector(sums[None, :], n)
+    theta = np.linalg.solve(A[0], b[0])
+    rng = np.random.default_rng([7, 0xC0])
+    admitted = icu.admit(population, rng)
+    direct = float(np.mean(spec.feature_map(admitted) @ theta))
+    out: dict = {"population": population,
+                 "values": dict(zip(icu.REFERENCE, map(float, spec.reference_values(theta)),
+                                    strict=True))}
+    for key, pol in (("policy_value", icu.target), ("behaviour_value", icu.behaviour)):
+        ret = icu.rollout_returns(icu.admit(population, rng), pol, rng, icu.MAX_LENGTH)
+        out[key], out[key + "_se"] = float(ret.mean()), float(ret.std() / np.sqrt(len(ret)))
+    out["policy_contrast"] = out["policy_value"] - out["behaviour_value"]
+    from own_data_trial import estimand_truths
+
+    out["estimands"] = estimand_truths(out, direct)
+    cache.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def icu_spec(icu) -> dict:
+    return {"name": "icu_map_lactate_protocol", "gamma": icu.GAMMA, "normalization": "transition",
+            "length_scale": icu.MAX_LENGTH, "importance_weight_bound": icu.WEIGHT_BOUND,
+            "reward_bounds": [0.0, 1.0],
+            "feature_map": {"kind": "fourier", "order": 3, "low": icu.LOW.tolist(),
+                            "high": icu.HIGH.tolist(), "max_coupling": 1},
+            "target_policy": {"kind": "softmax", "temperature": 1.0, "q": {
+                "kind": "linear_q", "weights": icu.TARGET_W.tolist(),
+                "feature_map": {"kind": "constant_identity", "low": icu.LOW.tolist(),
+                                "high": icu.HIGH.tolist()}}},
+            "reference_states": icu.REFERENCE}
+
+
+def write_icu(m: int, seed: int, folder: Path, truth: dict) -> tuple[dict, dict]:
+    """The unit's exports (``own_data_icu.simulate``), renamed by the documented snippet."""
+    import own_data_icu as icu
+    from own_data_trial import rename
+
+    frames, _, _ = icu.simulate(m, np.random.default_rng(seed))
+    for table, frame in frames.items():
+        frame.to_csv(folder / icu.EXPORTS[table], index=False)
+    conf = {"datasets": {"icu": {"variables": ["lactate", "map"], "actions": list(icu.ACTIONS),
+                                 "max_length": icu.MAX_LENGTH,
+                                 "terminal_variable": "disposition"}}}
+    (folder / "conf.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
+    (folder / "spec.yaml").write_text(yaml.safe_dump(icu_spec(icu), sort_keys=False))
+    rename(folder, icu.RENAME, icu.EXPORTS)
+    return {t: str(folder / f"{t}.parquet") for t in icu.RENAME}, truth
+
+
+def write_domain(domain: str, m: int, seed: int, folder: Path, args) -> tuple[str, dict, dict]:
+    """(dataset name, bronze files, truths) of one fresh data set of ``domain``."""
+    if domain in ("random_mdp", "random_mdp_linear"):
+        return (domain, *write_generated(domain, m, seed, folder))
+    if domain == "signed_ward":
+        return (domain, *write_tabular(signed_ward(seed), domain, m, seed, folder, (-1.0, 1.0)))
+    if domain == "heavy_tail":
+        return (domain, *write_tabular(heavy_tail(seed), domain, m, seed, folder, (-1.0, 1.0)))
+    if domain == "ward":
+        return ("ward", *write_ward(m, seed, folder))
+    if domain == "icu":
+        return ("icu", *write_icu(m, seed, folder, icu_truths(args.icu_population,
+                                                              Path(args.icu_cache))))
+    raise SystemExit(f"unknown domain {domain!r}; choose from {', '.join(DOMAINS)}")
+
+
+def run_dataset(spark, domain: str, seed: int, args, work: Path) -> list[dict]:
+    """One data set through the documented path; a record per released row."""
+    from deltalake import DeltaTable
+    from own_data_trial import ESTIMAND_KEYS
+
+    from gpope import api
+
+    folder = work / f"{domain}_{seed}"
+    folder.mkdir(parents=True)
+    t0 = time.time()
+    name, files, truth = write_domain(domain, args.m, seed, folder, args)
+    cfg = api.load_config(str(folder / "conf.yaml"), lake=str(folder / "lake"))
+    api.load(spark, name, files, config=cfg)
+    api.ingest(spark, name, config=cfg)
+    api.stats(spark, name, str(folder / "spec.yaml"), config=cfg)
+    api.set_budget(spark, name, epsilon=args.repeats * sum(args.epsilons) + 1,
+                   delta=args.delta * (args.repeats * len(args.epsilons) + 1), config=cfg)
+    prep = time.time() - t0
+    out = []
+    for eps in [e for e in args.epsilons for _ in range(args.repeats)]:
+        t1 = time.time()
+        rep = api.evaluate(spark, name, str(folder / "spec.yaml"), epsilon=eps,
+                           delta=args.delta, config=cfg)
+        rows = DeltaTable(str(folder / "lake" / "gold" / "released_values")).to_pandas()
+        rows = rows[rows["run_id"] == rep.run_id]
+        for r in rows.itertuples():
+            kind = ROW_KIND.get(r.state, "V")
+            key = ESTIMAND_KEYS.get(r.estimand)
+            target = (truth["values"].get(r.state) if kind == "V"
+                      else truth["estimands"].get(key))
+            lo = -np.inf if r.lower is None or np.isnan(r.lower) else float(r.lower)
+            hi = np.inf if r.upper is None or np.isnan(r.upper) else float(r.upper)
+            out.append({"domain": domain, "seed": seed, "epsilon": eps, "run_id": rep.run_id,
+                        "kind": kind, "state": r.state, "estimand": key or r.estimand,
+                        "value": float(r.value), "lower": None if np.isinf(lo) else lo,
+                        "upper": None if np.isinf(hi) else hi, "truth": target,
+                        "covered": None if target is None else bool(lo <= target <= hi),
+                        "finite": bool(np.isfinite(lo) and np.isfinite(hi)),
+                        "seconds": round(time.time() - t1, 1)})
+    print(f"{domain}/{seed}: prepared in {prep:.0f} s, "
+          f"{len(args.epsilons) * args.repeats} evaluations in {time.time() - t0 - prep:.0f} s; "
+          + ", ".join(f"eps {e:g}: {sum(r['covered'] is not False for r in out if r['epsilon'] == e)}"
+                      f"/{sum(r['epsilon'] == e for r in out)} covered"
+                      for e in args.epsilons), flush=True)
+    return out
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """Per domain x epsilon x row kind: releases, coverage, finite share, mean finite half-width."""
+    rows = []
+    for dom in [d for d in DOMAINS if any(r["domain"] == d for r in records)]:
+        for eps in sorted({r["epsilon"] for r in records if r["domain"] == dom}):
+            cell = [r for r in records if r["domain"] == dom and r["epsilon"] == eps]
+            row = {"domain": dom, "epsilon": eps, "datasets": len({r["seed"] for r in cell}),
+                   "releases": len({r["run_id"] for r in cell})}
+            for kind in KINDS:
+                rs = [r for r in cell if r["kind"] == kind]
+                scored = [r for r in rs if r["covered"] is not None]
+                half = [(r["upper"] - r["lower"]) / 2 for r in rs if r["finite"]]
+                row[kind] = {"intervals": len(rs), "unscored": len(rs) - len(scored),
+                             "coverage": float(np.mean([r["covered"] for r in scored]))
+                             if scored else None,
+                             "finite": float(np.mean([r["finite"] for r in rs])) if rs else None,
+                             "mean_half_width": float(np.mean(half)) if half else None,
+                             "estimands": sorted({r["estimand"] for r in rs})}
+            rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    head = ("| domain | epsilon | data sets | releases | "
+            + " | ".join(f"{k}: coverage, finite, mean half-width" for k in KINDS) + " |")
+    lines = [head, "|" + "---|" * (4 + len(KINDS))]
+    for row in rows:
+        cells = []
+        for k in KINDS:
+            c = row[k]
+            if not c["intervals"]:
+                cells.append("-")
+                continue
+            cov = "-" if c["coverage"] is None else f"{c['coverage']:.2f}"
+            if c["coverage"] is not None and c["coverage"] < 0.9:
+                cov = f"**{cov}**"
+            hw = "-" if c["mean_half_width"] is None else f"{c['mean_half_width']:.3g}"
+            n = f" ({c['intervals']})" if k == "V" else ""
+            cells.append(f"{cov}{n}, {c['finite']:.2f}, {hw}")
+        lines.append(f"| {row['domain']} | {row['epsilon']:g} | {row['datasets']} | "
+                     f"{row['releases']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--domains", default="random_mdp,signed_ward,heavy_tail,ward,icu")
+    p.add_argument("--datasets", type=int, default=5, help="data sets per domain")
+    p.add_argument("--first-seed", type=int, default=FIRST_SEED)
+    p.add_argument("--m", type=int, default=20000)
+    p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
+    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="evaluate runs per epsilon on each data set's statistics (fresh noise)")
+    p.add_argument("--icu-population", type=int, default=400000)
+    p.add_argument("--icu-cache", default="/tmp/coverage_pipeline_icu_truth.json")
+    p.add_argument("--json", default=None, help="write the records and the table here")
+    p.add_argument("--summarize", nargs="+", metavar="JSON",
+                   help="print the table of earlier runs' JSON files (merged) and exit")
+    a = p.parse_args(argv)
+    if a.summarize:
+        records = [r for f in a.summarize for r in json.loads(Path(f).read_text())["records"]]
+        print(markdown(summarize(records)))
+        return 0
+    from gpope import api
+
+    spark = api.get_spark()
+    records: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="gpope-coverage-") as tmp:
+        for i in range(a.datasets):
+            for dom in a.domains.split(","):
+                records += run_dataset(spark, dom, a.first_seed + i, a, Path(tmp))
+                if a.json:  # partial results survive an interrupted run
+                    Path(a.json).write_text(json.dumps(
+                        {"command": " ".join(sys.argv), "summary": summarize(records),
+                         "records": records}, indent=1))
+    print(markdown(summarize(records)))
+    print(f"\n{' '.join(sys.argv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
