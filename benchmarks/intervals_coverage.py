@@ -67,8 +67,27 @@ def _sorted(transitions, rho):
     return out, np.asarray(rho)[order]
 
 
+def transition_blocks(transitions, block: int = 2048):  # -> Iterator[tuple[np.ndarray, Transitions]]
+    """Consecutive trajectory blocks of a (traj, t)-sorted :class:`Transitions`:
+    ``(traj_index (k,), block Transitions re-indexed 0..k-1)``; memory O(block rows)."""
+    from gpope.core.trajectories.transitions import Transitions
+
+    tr = transitions
+    offsets = np.concatenate([[0], np.cumsum(tr.lengths)])
+    for lo in range(0, tr.n_trajectories, block):
+        hi = min(lo + block, tr.n_trajectories)
+        rows = slice(int(offsets[lo]), int(offsets[hi]))
+        sub = Transitions(
+            traj_index=tr.traj_index[rows] - lo, t=tr.t[rows], state=tr.state[rows],
+            action=tr.action[rows], reward=tr.reward[rows], next_state=tr.next_state[rows],
+            terminal=tr.terminal[rows], truncated=tr.truncated[rows],
+            behavior_prob=tr.behavior_prob[rows], n_trajectories=hi - lo,
+        )
+        yield np.arange(lo, hi, dtype=np.int64), sub
+
+
 def _vectors(transitions, features, rho, gamma, length_scale, block=1024):
-    from gpope.core.ssp import statistics_vectors, transition_blocks
+    from gpope.core.ssp import statistics_vectors
     from gpope.core.statistics import statistics_from_transitions
 
     transitions, rho = _sorted(transitions, rho)

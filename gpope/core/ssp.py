@@ -2,27 +2,21 @@
 
 The mechanism (:func:`release_noisy_statistics`), one Gaussian release per run:
 
-1. **Clip jointly.** Each trajectory's statistics are flattened into one vector
-   ``v_i = [vec A_i, b_i, vec C_i]`` (length ``2 n^2 + n``) and scaled to L2 norm at most the
-   public bound ``clip`` (:func:`clip_statistics`, the core's total clip: every row is bounded
-   whatever the data, non-finite ones included).
-2. **Sum.** ``S = sum_i v_i``; in the pipeline a Spark aggregate over ``trajectory_stats``
-   (:func:`group_sums` with one group is the in-memory reference; K > 1 random groups, keyed by
-   :func:`assign_groups`, remain available to the audit).
+1. **Clip jointly.** Each trajectory's ``v_i = [vec A_i, b_i, vec C_i]`` (length ``2 n^2 + n``)
+   is scaled to L2 norm at most the public bound ``clip`` (:func:`clip_statistics`: every row is
+   bounded whatever the data, non-finite ones included).
+2. **Sum.** ``S = sum_i v_i`` (a Spark aggregate in the pipeline; :func:`group_sums` is the
+   in-memory reference, and K > 1 random groups keyed by :func:`assign_groups` serve the audit).
 3. **Noise once.** ``S~ = S + N(0, (sigma * clip)^2 I)``. Under add/remove adjacency one patient
-   changes one ``v_i``, so ``S`` has L2 sensitivity ``clip``: the Gaussian mechanism with noise
-   multiplier ``sigma`` (dp-accounting ``GaussianDpEvent(sigma)``), calibrated by the same
-   accountants as GPOPE (:func:`ssp_sigma`). The pipeline splits the run's sigma between this
-   release and a release of residual second moments that the intervals need
-   (:func:`split_sigma`, :func:`ssp_release_event`; the two compose exactly to ``sigma``).
+   changes one ``v_i``, so ``S`` has L2 sensitivity ``clip``: ``GaussianDpEvent(sigma)``,
+   calibrated by the same accountants as GPOPE (:func:`ssp_sigma`). The run's sigma is split
+   between this release and the residual second moments the intervals need (:func:`split_sigma`;
+   the two compose exactly to ``sigma``).
 4. **Solve** (post-processing; :func:`solve_ssp`): ``theta = argmin ||A~ theta - b~||^2 + lambda
-   ||theta||^2`` on the supported features, solved as a stacked least squares problem (no normal
-   equations). The pipeline uses ``lambda = 0`` (plain LSTD on the noisy sums: its bias is second
-   order, and the bootstrap interval corrects it to first order); the AdaSSP rule of Wang (2018),
-   "Revisiting differentially private linear regression" (UAI), Algorithm 2, ``lambda = max(0,
-   tau^2 - s_min(A~)^2)`` with ``tau`` the (1 - rho) bound on the noise's spectral norm
-   (Davidson and Szarek 2001), is kept as ``regularize=True``: on the chain it shrank V(s0) by
-   more than its noise and its intervals under-covered (docs/RESULTS.md, "When is an interval bounded").
+   ||theta||^2`` on the supported features, as a stacked least squares problem. The pipeline
+   uses ``lambda = 0`` (its bias is second order, and the bootstrap interval corrects it to first
+   order); ``regularize=True`` is the AdaSSP rule of Wang (2018), "Revisiting differentially
+   private linear regression" (UAI), Algorithm 2.
 
 The same release gives MSPBE(theta) of any theta as post-processing (:func:`private_mspbe`).
 """
@@ -38,24 +32,10 @@ import numpy as np
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, DataError
 
-__all__ = [
-    "NoisyStatistics",
-    "assign_groups",
-    "c_block_scale",
-    "clip_statistics",
-    "group_sums",
-    "noise_norm_bound",
-    "private_mspbe",
-    "release_noisy_statistics",
-    "solve_ssp",
-    "split_vector",
-    "ssp_dp_event",
-    "ssp_epsilon",
-    "ssp_sigma",
-    "statistics_vectors",
-    "supported_features",
-    "vector_features",
-]
+__all__ = ["NoisyStatistics", "assign_groups", "c_block_scale", "clip_statistics", "group_sums",
+           "noise_norm_bound", "private_mspbe", "release_noisy_statistics", "solve_ssp",
+           "split_vector", "ssp_dp_event", "ssp_epsilon", "ssp_sigma", "statistics_vectors",
+           "supported_features", "vector_features"]
 
 #: Probability that the pooled noise's spectral norm exceeds the bound used by the AdaSSP rule.
 NOISE_BOUND_FAILURE = 0.05
@@ -77,8 +57,7 @@ def statistics_vectors(A: np.ndarray, b: np.ndarray, C: np.ndarray) -> np.ndarra
 
 
 def vector_features(width: int) -> int:
-    """n of statistics vectors of length ``width`` = 2n^2 + n (inverse of the layout of
-    :func:`statistics_vectors`).
+    """n of statistics vectors of length ``width`` = 2n^2 + n.
 
     Raises:
         DataError: ``width`` is not 2n^2 + n for any n >= 1.
@@ -141,12 +120,8 @@ _RELATIONS: tuple[str, ...] = ("add_or_remove_one", "replace_one")
 
 
 def _sensitivity_factor(relation: str) -> float:
-    """L2 sensitivity of the group sums in units of ``clip``: 1 (add/remove) or 2 (replace-one).
-
-    Replacing one patient's clipped vector by another moves one group sum by up to
-    ``2 clip`` (both vectors of norm <= clip, opposite directions); adding or removing one moves
-    it by ``clip``.
-    """
+    """L2 sensitivity of the group sums in units of ``clip``: 1 (add/remove) or 2 (replace-one:
+    both vectors of norm <= clip, opposite directions)."""
     from gpope.core.validation import check_choice
 
     check_choice("ssp", "relation", relation, _RELATIONS)
@@ -155,13 +130,9 @@ def _sensitivity_factor(relation: str) -> float:
 
 def ssp_sigma(*, m: int, epsilon: float, delta: float, accountant: str = "auto",
               relation: str = "add_or_remove_one") -> float:
-    """Noise multiplier (noise std / ``clip``) of one Gaussian release meeting (epsilon, delta).
-
-    The same accountants as GPOPE (:func:`gpope.core.accounting.calibrate_sigma` with one step
-    and Poisson rate 1, i.e. the plain Gaussian mechanism). Under ``relation="replace_one"``
-    (the adjacency of uniform-sampling runs) the sensitivity is ``2 clip``, so the multiplier is
-    twice the add/remove one: noise std / sensitivity is what the accountant certifies.
-    """
+    """Noise multiplier (noise std / ``clip``) of one Gaussian release meeting (epsilon, delta),
+    by the same accountants as GPOPE (one step, Poisson rate 1: the plain Gaussian mechanism);
+    twice the add/remove one under ``relation="replace_one"`` (sensitivity ``2 clip``)."""
     from gpope.core.accounting import calibrate_sigma
 
     factor = _sensitivity_factor(relation)
@@ -182,12 +153,8 @@ def ssp_epsilon(*, m: int, sigma: float, delta: float, accountant: str = "auto",
 
 
 def ssp_dp_event(sigma: float, relation: str = "add_or_remove_one") -> Any:
-    """The dp-accounting event of the release under ``relation``.
-
-    ``GaussianDpEvent(sigma)`` under add/remove; ``GaussianDpEvent(sigma / 2)`` under replace-one
-    (dp-accounting reads the multiplier as noise std / sensitivity, the convention of the GPOPE
-    uniform-sampling event, reference/ACCOUNTING.md).
-    """
+    """``GaussianDpEvent(sigma)`` under add/remove; ``GaussianDpEvent(sigma / 2)`` under replace-one
+    (dp-accounting reads the multiplier as noise std / sensitivity, reference/ACCOUNTING.md)."""
     import dp_accounting
 
     return dp_accounting.GaussianDpEvent(
@@ -199,12 +166,10 @@ class NoisyStatistics:
     """A released noisy-statistics vector per group (public after the mechanism).
 
     Attributes:
-        sums: (K, 2 n^2 + n) noisy group sums ``[vec A, b, vec C]``.
-        n: number of features.
-        m: number of trajectories (public).
-        sigma: noise multiplier; clip: the L2 bound (noise std per entry ``sigma * clip``).
-        c_noise_scale: the noise std on the C block is ``c_noise_scale`` times that on A and b
-            (a release that clipped ``[A_i, b_i, w C_i]`` and divided C by w has ``1 / w``).
+        sums: (K, 2 n^2 + n) noisy group sums ``[vec A, b, vec C]``; n: features; m: trajectories.
+        sigma, clip: noise multiplier and L2 bound (noise std per entry ``sigma * clip``).
+        c_noise_scale: the noise std on the C block relative to A and b (a release that clipped
+            ``[A_i, b_i, w C_i]`` and divided C by w has ``1 / w``).
     """
 
     sums: np.ndarray
@@ -256,13 +221,9 @@ def release_noisy_statistics(
     c_noise_scale: float = 1.0,
 ) -> NoisyStatistics:
     """The mechanism's noise step: ``sums`` (K, 2n^2+n) of CLIPPED statistics plus iid
-    ``N(0, (sigma * clip)^2)`` on every entry of A and b and ``N(0, (sigma * clip *
-    c_noise_scale)^2)`` on those of C (``sigma = 0``: no noise, for tests and diagnostics).
-
-    The caller guarantees the rows ``[A_i, b_i, C_i / c_noise_scale]`` were clipped to ``clip``
-    (:func:`clip_statistics`) and that the groups are disjoint; then the release is
-    ``GaussianDpEvent(sigma)`` under add/remove (C rescaled after the noise: post-processing).
-    """
+    ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma clip c_noise_scale)^2)`` on C
+    (``sigma = 0``: no noise). Given rows ``[A_i, b_i, C_i / c_noise_scale]`` clipped to ``clip`` and
+    disjoint groups, the release is ``GaussianDpEvent(sigma)`` under add/remove."""
     check_number("release_noisy_statistics", "sigma", sigma, ge=0.0)
     check_number("release_noisy_statistics", "clip", clip, gt=0.0)
     check_number("release_noisy_statistics", "c_noise_scale", c_noise_scale, ge=1.0)
@@ -285,9 +246,9 @@ def noise_norm_bound(n: int, std: float, failure: float = NOISE_BOUND_FAILURE) -
 
 
 def supported_features(C: np.ndarray, *, noise_std: float, z: float = SUPPORT_Z) -> np.ndarray:
-    """(n,) bool: features whose noisy ``C_jj`` (a sum of ``phi_j^2`` weights) exceeds ``z``
-    noise standard deviations. Features the data never (or hardly) visits have ``C_jj ~ 0`` and
-    a pure-noise row in A; they are left out of the solve (theta_j = 0). Post-processing."""
+    """(n,) bool: features whose noisy ``C_jj`` exceeds ``z`` noise std. A feature the data hardly
+    visits has ``C_jj ~ 0`` and a pure-noise row in A; it is left out of the solve. Post-processing.
+    """
     d = np.diag(np.asarray(C, dtype=np.float64))
     if noise_std <= 0:
         return d > 0
@@ -300,17 +261,12 @@ def solve_ssp(
 ) -> tuple[np.ndarray, float]:
     """AdaSSP-style regularised LSTD on noisy sums: (theta (n,), lambda).
 
-    ``theta = argmin ||A theta - b||^2 + lambda ||theta||^2`` over the supported features
-    (:func:`supported_features` of the noisy C when given; the others get theta_j = 0), with
-    ``lambda = max(0, tau^2 - s_min(A)^2)`` and ``tau = noise_norm_bound(n, noise_std,
+    ``theta = argmin ||A theta - b||^2 + lambda ||theta||^2`` over the supported features (theta_j
+    = 0 elsewhere), ``lambda = max(0, tau^2 - s_min(A)^2)``, ``tau = noise_norm_bound(n, noise_std,
     failure)`` (Wang 2018, Algorithm 2, with the noise level in place of the privately estimated
-    minimum eigenvalue: here the smallest singular value of the NOISY matrix, which is
-    post-processing). Solved as the stacked least squares ``[A; sqrt(lambda) I] theta = [b; 0]``
-    (stable; the minimum-norm solution when lambda = 0 and A is singular). Scale-free:
-    multiplying A, b (and C) and noise_std by c > 0 gives the same theta. ``regularize=False``:
-    lambda = 0 (plain least squares on the supported features; first-order unbiased, which is what
-    the bootstrap intervals assume).
-    """
+    minimum eigenvalue), solved as ``[A; sqrt(lambda) I] theta = [b; 0]`` (the minimum-norm solution
+    when lambda = 0 and A is singular). Scale-free. ``regularize=False``: lambda = 0, first-order
+    unbiased, as the bootstrap intervals assume."""
     A = np.asarray(A, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     n = b.shape[0]
@@ -343,11 +299,9 @@ def _psd_floor(C: np.ndarray, floor: float) -> np.ndarray:
 def private_mspbe(theta: np.ndarray, noisy: NoisyStatistics) -> tuple[float, float]:
     """(MSPBE(theta), relative MSPBE(theta)) from a noisy-statistics release: post-processing.
 
-    Uses the pooled means ``A~/m, b~/m, C~/m`` with the noisy C's eigenvalues floored at the
-    noise bound (so ``C^-1`` does not amplify noise on directions the data never visited);
-    relative MSPBE is MSPBE(theta) / MSPBE(0) under the same statistics (scale-free, 1 at
-    theta = 0). This is the one function the relative-MSPBE guard consumes.
-    """
+    The pooled means ``A~/m, b~/m, C~/m`` with the noisy C's eigenvalues floored at the noise bound
+    (so ``C^-1`` does not amplify noise on directions the data never visited); relative MSPBE is
+    MSPBE(theta) / MSPBE(0) under the same statistics."""
     from gpope.core.metrics import mspbe
 
     A, b, C = noisy.pooled()
@@ -362,29 +316,9 @@ def private_mspbe(theta: np.ndarray, noisy: NoisyStatistics) -> tuple[float, flo
     return value, rel
 
 
-def transition_blocks(transitions, block: int = 2048):  # -> Iterator[tuple[np.ndarray, Transitions]]
-    """Consecutive trajectory blocks of a (traj, t)-sorted :class:`Transitions`:
-    ``(traj_index (k,), block Transitions re-indexed 0..k-1)``; memory O(block rows)."""
-    from gpope.core.trajectories.transitions import Transitions
-
-    tr = transitions
-    offsets = np.concatenate([[0], np.cumsum(tr.lengths)])
-    for lo in range(0, tr.n_trajectories, block):
-        hi = min(lo + block, tr.n_trajectories)
-        rows = slice(int(offsets[lo]), int(offsets[hi]))
-        sub = Transitions(
-            traj_index=tr.traj_index[rows] - lo, t=tr.t[rows], state=tr.state[rows],
-            action=tr.action[rows], reward=tr.reward[rows], next_state=tr.next_state[rows],
-            terminal=tr.terminal[rows], truncated=tr.truncated[rows],
-            behavior_prob=tr.behavior_prob[rows], n_trajectories=hi - lo,
-        )
-        yield np.arange(lo, hi, dtype=np.int64), sub
-
-
 def clipped_group_sums(blocks, *, n: int, clip: float, key: int, groups: int) -> np.ndarray:
-    """(groups, 2n^2+n) sums of jointly clipped statistics vectors, group by
-    :func:`assign_groups`. ``blocks`` yields ``(traj_index (k,), vectors (k, 2n^2+n))``; the
-    in-memory reference of the pipeline's Spark aggregate."""
+    """(groups, 2n^2+n) sums of jointly clipped statistics vectors ``(traj_index (k,), vectors)``
+    of ``blocks``, grouped by :func:`assign_groups`: the reference of the Spark aggregate."""
     out = np.zeros((groups, 2 * n * n + n))
     for idx, vec in blocks:
         out += group_sums(clip_statistics(vec, clip), assign_groups(idx, key, groups), groups)
@@ -392,16 +326,11 @@ def clipped_group_sums(blocks, *, n: int, clip: float, key: int, groups: int) ->
 
 
 # --- The second release: residual second moments for the interval -----------------------------
-#
-# The interval of :mod:`gpope.core.intervals` needs the sampling covariance of the per-trajectory
-# LSTD residuals ``r_i = b_i - A_i theta`` at the released estimate. After the first release,
-# theta is public, so a second Gaussian release of ``sum_i r_i r_i^T`` (residuals of the CLIPPED
-# statistics, clipped again to a public bound ``bound``) is an adaptively composed Gaussian
-# mechanism. The two releases are ONE accounted event: with noise multipliers
-# ``sigma / sqrt(1 - share)`` and ``sigma / sqrt(share)`` their composition is exactly the Gaussian
-# mechanism with multiplier ``sigma`` (Renyi / zCDP composition of Gaussians adds 1/sigma^2:
-# Mironov 2017, Prop. 7; Bun and Steinke 2016, Lemma 2.3), so the run costs what a single release
-# at ``sigma`` costs (:func:`split_sigma`, :func:`ssp_release_event`).
+# After the first release theta is public, so a Gaussian release of ``sum_i r_i r_i^T``
+# (residuals of the clipped statistics, clipped again to a public bound) composes adaptively.
+# With multipliers ``sigma / sqrt(1 - share)`` and ``sigma / sqrt(share)`` the two compose to
+# exactly the Gaussian mechanism at ``sigma`` (zCDP composition of Gaussians adds 1/sigma^2:
+# Mironov 2017, Prop. 7; Bun and Steinke 2016, Lemma 2.3).
 
 
 def split_sigma(sigma: float, moments_share: float) -> tuple[float, float]:
@@ -465,9 +394,8 @@ def moments_matrix(vec: np.ndarray, n: int) -> np.ndarray:
 def clipped_moment_sum(vectors: np.ndarray, theta: np.ndarray, *, n: int, clip: float,
                        bound: float, counts: np.ndarray | None = None) -> np.ndarray:
     """(n(n+1)/2,) sum of :func:`moment_vectors` of the residuals of the rows clipped to ``clip``,
-    each residual clipped to L2 norm ``bound`` (so each row adds at most ``bound^2`` in L2): the
-    in-memory reference of the pipeline's second aggregate. ``counts`` (k,): how often each row
-    occurs (a multiset of rows, e.g. a cohort drawn with replacement from a pool); None: once."""
+    each residual clipped to ``bound`` (each row adds at most ``bound^2`` in L2). ``counts`` (k,):
+    how often each row occurs (a multiset of rows); None: once."""
     from gpope.core.mechanisms.clipping import clip_rows
 
     m = moment_vectors(clip_rows(residuals(clip_statistics(vectors, clip), theta, n), float(bound)))
@@ -489,9 +417,8 @@ class NoisyMoments:
         return float(self.sigma * self.bound ** 2)
 
     def covariance(self) -> np.ndarray:
-        """The PSD estimate of the clipped residuals' ``sum r_i r_i^T``: the noisy symmetric
-        matrix with its eigenvalues floored at 0 (post-processing; the projection onto the PSD
-        cone is never further from the true matrix than the noisy one, in Frobenius norm)."""
+        """The noisy symmetric matrix with its eigenvalues floored at 0 (post-processing; the PSD
+        projection is never further from the true matrix in Frobenius norm)."""
         return _psd_floor(self.matrix, 0.0)
 
 

@@ -14,14 +14,10 @@ Method (Jagielski et al. 2020; Nasr et al. 2021 "gradient canary"; Steinke, Nasr
    * ``sampling="poisson"`` (add/remove): D0 = base plus a zero record (its gradient is zero: the
      same as absent); D1 = base plus the canary.
 
-2. ``runs`` runs of the REAL solver (:func:`gpope.core.gpope.solver.run_gpope_trials`, sigma calibrated by
-   the solver itself for the claimed (epsilon, delta)) on each data set, fresh sampling and noise
-   per run (vectorised over runs), constant step size. The dual coordinate ``w_k`` moves only by
-   the canary's clipped push and by noise, so a test statistic reads it:
-
-   * ``"max_increment"`` (default, white-box over all released iterates): the largest one-step
-     decrease of ``w_k``; with the canary sampled it is at least ``beta h`` plus noise.
-   * ``"final"`` (black-box): ``-w_k`` of the final iterate (noise of all N steps accumulates).
+2. ``runs`` runs of the REAL solver (:func:`gpope.core.gpope.solver.run_gpope_trials`, sigma
+   calibrated by the solver itself for the claimed (epsilon, delta)) on each data set, fresh
+   sampling and noise per run, constant step size. The dual coordinate ``w_k`` moves only by the
+   canary's clipped push and by noise; a test statistic reads it (:func:`audit_statistics`).
 
 3. A threshold is chosen on the first half of the runs of each world (maximising the bound below);
    on the other half TPR = P1[T > t] and FPR = P0[T > t] get one-sided Clopper-Pearson bounds at
@@ -30,31 +26,15 @@ Method (Jagielski et al. 2020; Nasr et al. 2021 "gradient canary"; Steinke, Nasr
    log((TNR_low - delta) / FNR_high))`` holds with confidence ``1 - 2 alpha``.
 4. ``passed``: epsilon_lower <= claimed epsilon. The audit can expose a bug, never prove privacy.
 
-Presets (issue 12, defect 5; :meth:`AuditConfig.preset`, used by ``gpope audit``): with m = 1000
-and N = 1000 the canary is sampled about once per run, hidden among N noise draws, and a
-factor-2 noise error is invisible. The presets audit where the accountant is nearly tight, so a
-factor-2 error is a provable violation, with the likelihood-ratio statistic and 2e5-4e5 runs per
-world (docs/AUDIT.md has the output of ``gpope audit --include-broken``):
-
-* Poisson: m = 2, q = 1/2, N = 4, claimed epsilon 4 (PLD, tight for the Poisson subsampled
-  Gaussian).
-* uniform: m = 1, N = 4, claimed epsilon 4. Without subsampling the uniform mechanism is the
-  Gaussian mechanism with sensitivity 2h composed N times (mu-GDP, mu = 2 sqrt(N) / sigma); the
-  RDP claim is within 15 % of its exact epsilon and noise x0.5 more than doubles it (a test
-  checks both against the GDP closed form), so noise x0.5 and the sigma-for-sigma/2 trap are
-  certified violations. At m = 2 the replace-one subsampled RDP bound
-  (Wang, Balle, Kasiviswanathan 2019) is loose, so halving the noise there may not violate the
-  claim at all: no audit could show it, whence m = 1.
+Presets (:meth:`AuditConfig.preset`, used by ``gpope audit``) audit where the accountant is
+nearly tight, so a factor-2 noise error is a provable violation: Poisson m = 2, q = 1/2, N = 4,
+claimed epsilon 4 (PLD); uniform m = 1, N = 4, claimed epsilon 4 (without subsampling the
+mechanism is the Gaussian mechanism with sensitivity 2h composed N times, and the RDP claim is
+close to its exact epsilon; at m = 2 the replace-one subsampled RDP bound is loose enough that
+halving the noise may not violate the claim at all).
 
 Broken mechanisms are built only through the solver's test-only ``_mechanism_override`` hook
 (``{"noise_scale": 0.1}``: noise divided by 10; ``{"clip": False}``: clipping skipped).
-
-Choice of defaults (m = 1000, N = 1000, claimed epsilon 2, delta 1e-5, 2000 runs per world):
-the canary is sampled in about 63% of the D1 runs, so the largest certifiable bound with 1000
-test runs is about log(0.6 / 0.003) = 5.3 > 2. With the real noise (sigma 1.34 uniform/RDP, 0.56
-Poisson/PLD) the canary's single push is buried in the maximum of N noise draws (epsilon_lower
-about 0); with the noise divided by 10, or with a 100h unclipped push, it stands out in every
-run where it is sampled, and epsilon_lower is about 5 > 2.
 """
 
 from __future__ import annotations
@@ -82,19 +62,8 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 _QUICK_RUNS = {"uniform": 200_000, "poisson": 100_000}
 
-__all__ = [
-    "AuditClaim",
-    "AuditConfig",
-    "AuditResult",
-    "CanaryClaim",
-    "audit_datasets",
-    "audit_generator",
-    "audit_statistics",
-    "certify",
-    "clopper_pearson",
-    "epsilon_lower_bound",
-    "run_audit",
-]
+__all__ = ["AuditClaim", "AuditConfig", "AuditResult", "CanaryClaim", "audit_datasets",
+           "audit_statistics", "certify", "clopper_pearson", "epsilon_lower_bound", "run_audit"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,25 +135,14 @@ class CanaryClaim(AuditClaim):
 
 @dataclass(frozen=True, kw_only=True)
 class AuditConfig(CanaryClaim):
-    """Settings of one audit (all public).
+    """Settings of one audit (all public; the :class:`CanaryClaim` fields plus the solver's).
 
     Attributes:
         sampling: "uniform" (replace-one) or "poisson" (add/remove).
-        m: trajectories per data set.
-        iterations: N solver steps.
-        epsilon: claimed epsilon (the solver calibrates sigma for it).
-        delta: delta.
-        accountant: accountant of the solver ("auto" = tightest rigorous for the sampling).
-        batch_rate: Poisson q (default 1/m).
-        runs: runs per world (half choose the threshold, half test).
-        clip: h.
-        canary_scale: G / h of the canary gradient (> 1).
-        n_features: n >= 2 (the last one is the canary's).
-        step_size: constant step size.
-        statistic: "likelihood_ratio" (white-box, the default: the log-likelihood ratio of the
-            canary coordinate's per-step moves), "max_increment" (white-box) or "final"
-            (black-box).
-        alpha: level of each one-sided Clopper-Pearson bound.
+        iterations, accountant, batch_rate (default 1/m), step_size (constant): the solver's.
+        statistic: "likelihood_ratio" (white-box, the default), "max_increment" (white-box: the
+            largest one-step decrease of ``w_k``) or "final" (black-box: ``-w_k`` of the final
+            iterate).
     """
 
     epsilon: float = 2.0
@@ -221,13 +179,8 @@ class AuditConfig(CanaryClaim):
 
     @classmethod
     def preset(cls, sampling: str, *, quick: bool = False, **overrides: Any) -> AuditConfig:
-        """The documented audit settings for ``sampling`` (see the module docstring).
-
-        Small m and few steps, so the canary is sampled in most steps and the accountant is
-        nearly tight (no amplification to hide behind): a factor-2 noise error then moves the
-        privacy curve far enough above the claim to be seen with ~1e5 runs. ``quick`` halves
-        the Poisson runs and takes a fifth of the uniform ones (the test suite).
-        """
+        """The documented audit settings for ``sampling`` (module docstring); ``quick``: fewer
+        Poisson runs (the test suite)."""
         base = dict(_PRESETS[sampling])
         if quick:
             base["runs"] = _QUICK_RUNS[sampling]
@@ -243,14 +196,10 @@ class AuditResult:
         epsilon_claimed: the epsilon the solver was calibrated for.
         epsilon_lower: the empirical lower bound (max of both directions; -inf if none).
         passed: epsilon_lower <= epsilon_claimed.
-        sigma, accountant: what the solver used.
         threshold: the test threshold (chosen on the first halves).
-        tpr, fpr: point estimates on the test halves; tpr_low, fpr_high their bounds.
-        tnr_low, fnr_high: bounds of the symmetric direction.
-        n_test: test runs per world.
-        override: the mechanism override (None for the real solver).
-        seconds: wall time.
-        config: the AuditConfig as a dict.
+        tpr, fpr: point estimates on the test halves; tpr_low, fpr_high, tnr_low, fnr_high: the
+            Clopper-Pearson bounds of both directions.
+        n_test: test runs per world; override: the mechanism override (None for the real solver).
     """
 
     epsilon_claimed: float
@@ -287,15 +236,9 @@ class AuditResult:
 # ---------------------------------------------------------------------- statistics helpers
 def clopper_pearson(k: int | np.ndarray, n: int, alpha: float, side: Literal["lower", "upper"]
                     ) -> float | np.ndarray:
-    """One-sided exact (Clopper-Pearson) bound on a binomial proportion.
-
-    Args:
-        k: successes (int or array), 0 <= k <= n.
-        n: trials >= 1.
-        alpha: level in (0, 1); the bound holds with probability >= 1 - alpha.
-        side: "lower" (Beta(alpha; k, n-k+1) quantile, 0 when k = 0) or "upper"
-            (Beta(1-alpha; k+1, n-k) quantile, 1 when k = n).
-    """
+    """One-sided exact (Clopper-Pearson) bound on a binomial proportion ``k / n`` holding with
+    probability >= 1 - alpha: "lower" is the Beta(alpha; k, n-k+1) quantile (0 when k = 0),
+    "upper" the Beta(1-alpha; k+1, n-k) quantile (1 when k = n)."""
     k_arr = np.asarray(k, dtype=np.float64)
     if side == "lower":
         with np.errstate(all="ignore"):
@@ -381,16 +324,12 @@ def audit_statistics(res: Any, config: AuditConfig) -> np.ndarray:
 
     ``likelihood_ratio``: with a constant step beta, the canary coordinate moves each step by
     ``y_s = (w_k[s] - w_k[s+1]) * d / beta`` (d = 1 for uniform, q m for Poisson) = the canary's
-    clipped push (if sampled) + N(0, (h sigma)^2) noise, independently across steps. The statistic
-    is the log-likelihood ratio of D1 vs D0 under the CLAIMED sigma (the auditor does not know a
-    broken noise level), summed over steps; per step:
-
-    * uniform (pair at +-h, sampled w.p. p = 1/m):
-      ``log((1-p) phi(y) + p phi(y-h)) - log((1-p) phi(y) + p phi(y+h))``;
-    * Poisson (canary at h vs absent, rate q): ``log((1-q) + q exp((y h - h^2/2) / s^2))``,
-
-    with ``s = h sigma``. It is the most powerful test of the per-step model (Neyman-Pearson).
-    """
+    clipped push (if sampled) + N(0, s^2) noise, ``s = h sigma``, independently across steps. The
+    statistic is the log-likelihood ratio of D1 vs D0 under the CLAIMED sigma, summed over steps;
+    per step: uniform (pair at +-h, sampled w.p. p = 1/m):
+    ``log((1-p) phi(y) + p phi(y-h)) - log((1-p) phi(y) + p phi(y+h))``; Poisson (canary at h vs
+    absent, rate q): ``log((1-q) + q exp((y h - h^2/2) / s^2))``. It is the most powerful test of
+    the per-step model (Neyman-Pearson)."""
     k = config.n_features - 1
     if config.statistic == "final":
         return -res.w[:, k]
@@ -418,29 +357,17 @@ def audit_statistics(res: Any, config: AuditConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the audit
-def audit_generator(rng: np.random.Generator | int) -> np.random.Generator:
-    """The audit's generator: ``rng`` itself, or a fresh one seeded with it."""
-    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-
-
 def run_audit(
     config: AuditConfig,
     rng: np.random.Generator | int,
     *,
     _mechanism_override: Mapping[str, Any] | None = None,
 ) -> AuditResult:
-    """Audit the solver once (both worlds, ``config.runs`` runs each).
-
-    Args:
-        config: audit settings.
-        rng: Generator or seed (data, runs of D0, runs of D1 get independent child streams).
-        _mechanism_override: test-only, passed to the solver's hook to audit a broken mechanism.
-
-    Returns:
-        AuditResult.
-    """
+    """Audit the solver once (both worlds, ``config.runs`` runs each); data, runs of D0 and runs
+    of D1 draw from independent child streams of ``rng``. ``_mechanism_override``: test-only,
+    passed to the solver's hook to audit a broken mechanism."""
     t_start = time.perf_counter()
-    g_data, g0, g1 = audit_generator(rng).spawn(3)
+    g_data, g0, g1 = np.random.default_rng(rng).spawn(3)
     d0, d1 = audit_datasets(config, g_data)
     solver = config.solver_config()
     R = config.runs

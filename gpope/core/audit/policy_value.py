@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gpope.core.audit.gpope import AuditClaim, AuditResult, audit_generator
+from gpope.core.audit.gpope import AuditClaim, AuditResult
 from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
 from gpope.core.policy_value_clamp import clip_histograms, clips_from_histograms, public_limits
 from gpope.core.policy_value_release import (
@@ -84,7 +84,7 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
     :meth:`~gpope.core.evaluation.settings.RunSettings.policy_value_settings`; None: the packaged
     defaults)."""
     t_start = time.perf_counter()
-    g0, g1 = audit_generator(rng).spawn(2)
+    g0, g1 = np.random.default_rng(rng).spawn(2)
     settings = settings if settings is not None else PolicyValueSettings()
     b = AUDIT_BOUNDS
     # the claimed share of the run: what the accountant certifies for this release

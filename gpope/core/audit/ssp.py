@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from gpope.core.audit.gpope import AuditResult, CanaryClaim, audit_generator
+from gpope.core.audit.gpope import AuditResult, CanaryClaim
 from gpope.core.ssp import (
     assign_groups,
     clip_statistics,
@@ -108,7 +108,7 @@ def run_ssp_audit(
 ) -> AuditResult:
     """Audit the SSP release (both worlds, ``config.runs`` runs each); see the module docstring."""
     t_start = time.perf_counter()
-    g_data, g0, g1 = audit_generator(rng).spawn(3)
+    g_data, g0, g1 = np.random.default_rng(rng).spawn(3)
     v0, v1, coord = _worlds(config, g_data)
     sigma = ssp_sigma(m=config.m + 1, epsilon=config.epsilon, delta=config.delta,
                       relation=config.relation)

@@ -15,27 +15,20 @@ sets (add/remove-one, the default's adjacency):
   (k the last feature): weighted ``w G``, clipped to ``c``, released as ``c / w`` on ``C_kk``.
 
 So the canary sits in the block whose noise the weight rescales: a release that clipped the
-weighted row but noised C as if unweighted shows at once. The clip is public here (the default
-releases it privately first; given that clip, the SSP step is this Gaussian mechanism). The
-statistic is the Neyman-Pearson log-likelihood ratio of the released ``C_kk`` under the CLAIMED
-noise; thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`.
+weighted row but noised C as if unweighted shows at once. The clip is public here (given the
+privately released clip, the SSP step is this Gaussian mechanism). The statistic is the
+Neyman-Pearson log-likelihood ratio of the released ``C_kk`` under the CLAIMED noise; thresholds
+and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`. The claim is the whole default
+run's (epsilon, delta): the SSP release is one of its releases, so it alone must stay below it.
 
-The claim is the whole default's: (epsilon, delta) of a default run. The SSP release is one of
-its releases (0.76 of its privacy loss mu^2 with the default shares), so what an attacker learns
-from it alone must stay below the claim; with half its noise the release alone is about
-2.2 times the claim at epsilon 4 (mu-GDP closed form), which the audit must detect.
-
-The refinement (``release="residual"``): the default's residual release, the sum of the
-residuals ``b_i - A_i theta^`` clipped to ``c_r`` and the sum of their moment vectors, with noise
-``s_sum c_r`` and ``s_mom c_r^2`` (:func:`~gpope.core.untuned.release.release_residuals`, the zCDP split
-of the plan's residual multiplier). ``theta^`` is public (post-processing of the SSP release:
-here a fixed draw) and so is ``c_r`` (``clip``; 2 in the preset, so a bound used where its
-square belongs shows). The canary is ``b_k = G``: its residual is ``G e_k`` whatever
-``theta^``, clipped to ``c_r e_k``; the statistic is the likelihood ratio of the released
-``r_k`` and ``(r r^T)_kk`` under the claimed noise. This release carries 0.2 of a run's mu^2,
-too little for a factor-2 error in it to break the run's claim measurably, so its claim is its
-own: the epsilon the run's accountant certifies for ``GaussianDpEvent(s_residual)`` alone, 3.84
-for a default run at epsilon 10 (the preset).
+The refinement (``release="residual"``): the sum of the residuals ``b_i - A_i theta^`` clipped
+to ``c_r`` and of their moment vectors, with noise ``s_sum c_r`` and ``s_mom c_r^2``
+(:func:`~gpope.core.untuned.release.release_residuals`). ``theta^`` (post-processing of the SSP
+release: here a fixed draw) and ``c_r`` (``clip``) are public. The canary is ``b_k = G``: its
+residual is ``G e_k`` whatever ``theta^``, clipped to ``c_r e_k``; the statistic is the
+likelihood ratio of the released ``r_k`` and ``(r r^T)_kk``. This release carries too little of
+a run's mu^2 for a factor-2 error in it to break the run's claim measurably, so its claim is its
+own: the epsilon the accountant certifies for ``GaussianDpEvent(s_residual)`` alone.
 
 Broken mechanisms (test-only keywords): ``_noise_scale`` scales the noise (0.5: the factor-2
 error); ``_unweighted_c_noise`` (SSP only) draws C's noise at ``sigma c`` instead of
@@ -50,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpope.core.audit.gpope import AuditResult, CanaryClaim, audit_generator
+from gpope.core.audit.gpope import AuditResult, CanaryClaim
 from gpope.core.audit.ssp import base_records
 from gpope.core.ssp import (
     c_block_scale,
@@ -155,9 +148,9 @@ def run_untuned_audit(config: UntunedAuditConfig, rng: np.random.Generator | int
     worlds, ``config.runs`` runs each); see the module docstring."""
     t_start = time.perf_counter()
     if config.release == "residual":
-        return _residual_audit(config, audit_generator(rng).spawn(3), started=t_start,
+        return _residual_audit(config, np.random.default_rng(rng).spawn(3), started=t_start,
                                noise_scale=_noise_scale)
-    g_data, g0, g1 = audit_generator(rng).spawn(3)
+    g_data, g0, g1 = np.random.default_rng(rng).spawn(3)
     v0, v1, coord = _worlds(config, g_data)
     st, n, c, R = config.settings, config.n_features, config.clip, config.runs
     sigma = plan_untuned(m=config.m + 1, epsilon=config.epsilon, delta=config.delta,
