@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     from gpope.config import SparkSettings, load_config
     from gpope.core.trajectories.batch import statistics_of_transitions
     from gpope.shell import lake
-    from gpope.shell.pipeline.jobargs import resolve_path
-    from gpope.shell.pipeline.stats import load_spec, run_stats, transitions_to_arrow
+    from gpope.shell.pipeline.jobargs import load_spec, resolve_path
+    from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
     from gpope.shell.schemas import TRANSITIONS
     from gpope.shell.spark import get_spark
 

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.bounds import CLAMP_REASONS
-from gpope.core.trajectories.batch import bounded, missing_prob, statistics_and_counts
+from gpope.core.trajectories.batch import missing_prob, statistics_and_counts
 from gpope.errors import CommitError, DataError
-from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.transitions_arrow import (
     _INPUT_COLUMNS,
     _list_column,
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "StatsReport",
-    "load_spec",
     "read_statistics",
     "run_stats",
     "statistics_frame",
@@ -212,45 +210,16 @@ def _file_report_schema() -> Any:
     )
 
 
-def _clamp_count_kernel(spec: EvaluationSpec) -> Any:
-    """mapInArrow function: batches of transitions -> one row of clamp counts per batch."""
-
-    def kernel(batches: Any) -> Any:
-        import pyarrow as pa
-
-        for batch in batches:
-            table = pa.Table.from_batches([batch])
-            if table.num_rows == 0:
-                continue
-            # A batch holds any subset of trajectories (partitioning is the engine's choice, e.g.
-            # under Spark Connect): re-index them densely; the counts are per transition.
-            _, dense = np.unique(table.column("traj_index").to_numpy(), return_inverse=True)
-            table = table.set_column(
-                table.schema.get_field_index("traj_index"), "traj_index",
-                pa.array(dense.astype(np.int64)),
-            )
-            tr = transitions_from_arrow(table, n_trajectories=int(dense.max()) + 1,
-                                        missing_prob=missing_prob(spec))
-            _, _, counts = bounded(tr, spec)
-            yield pa.RecordBatch.from_pydict(
-                {r: pa.array([counts[r]], type=pa.int64()) for r in CLAMP_REASONS}
-            )
-
-    return kernel
-
-
 def clamp_counts(transitions: DataFrame, spec: EvaluationSpec) -> dict[str, int]:
-    """Transitions whose importance ratio / raw reward the spec's public bounds clamp, per reason.
-
-    Noise-free counts of private data: report them only as private diagnostics.
-    """
+    """Transitions whose importance ratio / raw reward the spec's public bounds clamp, per reason,
+    from a pass of the statistics kernel. Noise-free counts of private data: report them only as
+    private diagnostics."""
     from pyspark.sql import functions as F
 
     if spec.importance_weight_bound is None and spec.reward_bounds is None:
         return dict.fromkeys(CLAMP_REASONS, 0)
-    schema = ", ".join(f"{r} long" for r in CLAMP_REASONS)
-    frame = transitions.select(*_INPUT_COLUMNS).mapInArrow(_clamp_count_kernel(spec), schema)
-    row = frame.agg(*[F.sum(r).alias(r) for r in CLAMP_REASONS]).collect()[0]
+    frame = statistics_frame(transitions, spec, with_counts=True)
+    row = frame.agg(*[F.sum(c).alias(r) for r, c in _CLAMPED.items()]).collect()[0]
     return {r: int(row[r] or 0) for r in CLAMP_REASONS}
 
 
