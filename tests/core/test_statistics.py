@@ -138,10 +138,9 @@ def sparse_of(stats: TrajectoryStats, perm: np.ndarray) -> TrajectoryStats:
     rows = stats.to_rows()
     ac = np.concatenate([rows["A"], rows["C"]], axis=1)[perm]
     mask = ac != 0
-    offsets = np.concatenate([[0], np.cumsum(mask.sum(axis=1))])
-    return TrajectoryStats.from_sparse(
+    return TrajectoryStats.from_sparse_chunks(
         traj_index=rows["traj_index"][perm], tau=rows["tau"][perm], b=rows["b"][perm],
-        offsets=offsets, index=np.nonzero(mask)[1], value=ac[mask],
+        lengths=mask.sum(axis=1), chunks=[(np.nonzero(mask)[1], ac[mask])],
         normalization=stats.normalization)
 
 
@@ -306,8 +305,8 @@ def test_sparse_layout_round_trips_and_runs_gpope_like_dense():
         ref = run_gpope(stats, cfg, 3).theta
         np.testing.assert_allclose(run_gpope(sparse, cfg, 3).theta, ref, rtol=1e-9, atol=1e-12)
     with pytest.raises(SchemaError, match="indices"):
-        TrajectoryStats.from_sparse(traj_index=[0], tau=[1], b=np.zeros((1, 2)), offsets=[0, 1],
-                                    index=[8], value=[1.0])
+        TrajectoryStats.from_sparse_chunks(traj_index=[0], tau=[1], b=np.zeros((1, 2)),
+                                           lengths=[1], chunks=[([8], [1.0])])
 
 
 def test_from_transitions_tabular_equals_featurised():

@@ -153,14 +153,14 @@ def sparse_from_chunks(
         end = int(np.searchsorted(src_off, seen + k, side="right")) - 1
         if len(value) != k or src_off[end] != seen + k:
             raise SchemaError(
-                f"from_sparse: a chunk of {k} entries ({len(value)} values) starting at entry "
+                f"sparse stats: a chunk of {k} entries ({len(value)} values) starting at entry "
                 f"{seen} does not end on a row boundary of the lengths given."
             )
         if k:
             if index.min() < 0 or index.max() >= 2 * nn:
-                raise SchemaError(f"from_sparse: entry indices must lie in 0..{2 * n * n - 1}.")
+                raise SchemaError(f"sparse stats: entry indices must lie in 0..{2 * n * n - 1}.")
             if not np.all(np.isfinite(value)):
-                raise SchemaError("TrajectoryStats.from_sparse: entries and b must be finite.")
+                raise SchemaError("sparse stats: entries and b must be finite.")
             dest = np.repeat(dest_start[row:end] - src_off[row:end], lens[row:end])
             dest += np.arange(seen, seen + k)
             is_c = index >= nn
@@ -170,7 +170,7 @@ def sparse_from_chunks(
             ev[dest] = value
         seen, row = seen + k, end
     if seen != total:
-        raise SchemaError(f"from_sparse: the chunks hold {seen} entries; the lengths say {total}.")
+        raise SchemaError(f"sparse stats: the chunks hold {seen} entries; the lengths say {total}.")
     return order, new_off, ea, ex, ev
 
 

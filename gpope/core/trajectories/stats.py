@@ -1,18 +1,17 @@
 """Per-trajectory statistics A_i, b_i, C_i of m trajectories, stored in one of four layouts.
 
 :class:`TrajectoryStats` holds the statistics that GPOPE samples (definitions in
-:mod:`gpope.core.statistics`, which builds them from transitions) and computes the primal-dual
-gradients of listed trajectories. Layouts (identical results, to floating-point rounding):
+:mod:`gpope.core.statistics`) and computes the primal-dual gradients of listed trajectories.
+Layouts (identical results, to floating-point rounding):
 
-* ``"dense"``: A, C as (m, n, n) arrays (stored side by side as one (m, n, 2n) array so that one
-  fancy index reads everything a step needs). Gradients cost O(n^2) per trajectory.
-* ``"compact"``: the transition rows (phi_t and e_t = phi_t - gamma phi'_t, rho_t) in CSR layout;
-  gradients cost O(tau_i n). b_i is kept per trajectory (m, n).
+* ``"dense"``: A, C side by side as one (m, n, 2n) array (one fancy index reads a step's data);
+  gradients cost O(n^2) per trajectory.
+* ``"compact"``: the transition rows (phi_t, e_t = phi_t - gamma phi'_t, rho_t) in CSR layout;
+  gradients cost O(tau_i n).
 * ``"tabular"``: compact with one-hot features stored as state indices; gradients cost O(tau_i).
-* ``"sparse"``: the nonzero entries of each trajectory's stored [vec A_i, vec C_i] (CSR over
-  trajectories: row a, position in [theta, w], value); gradients cost O(nnz_i). Built from storage
-  rows (:meth:`TrajectoryStats.from_sparse`), e.g. the gold table's dense rows of a tabular spec, where A_i and C_i
-  are mostly zero; values stay float64, so results equal the dense layout's to rounding.
+* ``"sparse"``: the nonzero entries of each trajectory's [vec A_i, vec C_i] (CSR over
+  trajectories); gradients cost O(nnz_i). Built from storage rows
+  (:meth:`TrajectoryStats.from_sparse_chunks`).
 
 The layouts' array kernels are in :mod:`gpope.core.trajectories.layouts`.
 """
@@ -49,38 +48,21 @@ _LAYOUT_ARRAYS = ("ac", "offsets", "norm", "rho", "p", "e", "s", "sn", "gn", "ea
 
 
 class TrajectoryStats:
-    """Per-trajectory statistics of m trajectories with n features, in one of three layouts.
+    """Per-trajectory statistics of m trajectories with n features, in one of the layouts.
 
-    Build with :func:`trajectory_statistics`, :func:`statistics_from_transitions`,
-    :meth:`from_dense` or :meth:`from_rows`; the constructor is internal.
+    Build with :func:`gpope.core.statistics.trajectory_statistics`,
+    :func:`~gpope.core.statistics.statistics_from_transitions`, :meth:`from_dense`,
+    :meth:`from_rows` or :meth:`from_sparse_chunks`; the constructor is internal.
 
     Attributes:
-        m: number of trajectories.
-        n: number of features.
+        m, n: trajectories and features.
         tau: (m,) int64 transitions per trajectory (ones when unknown, e.g. from_dense).
         normalization: "transition" or "trajectory_mean" (recorded, informational).
         representation: "dense", "compact", "tabular" or "sparse".
     """
 
-    __slots__ = (
-        "_ac",
-        "_b",
-        "_e",
-        "_ea",
-        "_ev",
-        "_ex",
-        "_gn",
-        "_norm",
-        "_offsets",
-        "_p",
-        "_rho",
-        "_s",
-        "_sn",
-        "n",
-        "normalization",
-        "representation",
-        "tau",
-    )
+    __slots__ = ("_ac", "_b", "_e", "_ea", "_ev", "_ex", "_gn", "_norm", "_offsets", "_p", "_rho",
+                 "_s", "_sn", "n", "normalization", "representation", "tau")
 
     def __init__(
         self,
@@ -131,14 +113,7 @@ class TrajectoryStats:
         tau: np.ndarray | None = None,
         normalization: str = "transition",
     ) -> TrajectoryStats:
-        """Dense statistics from arrays A (m, n, n), b (m, n), C (m, n, n).
-
-        Args:
-            A: (m, n, n) per-trajectory A_i.
-            b: (m, n) per-trajectory b_i.
-            C: (m, n, n) per-trajectory C_i (symmetric positive semi-definite in practice).
-            tau: optional (m,) trajectory lengths; ones when not given.
-            normalization: recorded label.
+        """Dense statistics from A (m, n, n), b (m, n), C (m, n, n); ``tau`` ones when not given.
 
         Raises:
             SchemaError: shapes disagree or values are not finite.
@@ -166,12 +141,9 @@ class TrajectoryStats:
     def from_rows(
         cls, rows: Mapping[str, np.ndarray], *, normalization: str = "transition"
     ) -> TrajectoryStats:
-        """Dense statistics from storage rows (the inverse of :meth:`to_rows`).
-
-        Args:
-            rows: mapping with ``traj_index (m,)`` (a permutation of 0..m-1, any order),
-                ``tau (m,)``, ``A (m, n*n)``, ``b (m, n)``, ``C (m, n*n)``.
-            normalization: recorded label.
+        """Dense statistics from storage rows ``traj_index (m,)`` (a permutation of 0..m-1, any
+        order), ``tau (m,)``, ``A (m, n*n)``, ``b (m, n)``, ``C (m, n*n)`` (the inverse of
+        :meth:`to_rows`).
 
         Raises:
             SchemaError: missing columns, wrong shapes, or traj_index not a permutation of 0..m-1.
@@ -204,50 +176,6 @@ class TrajectoryStats:
         )
 
     @classmethod
-    def from_sparse(
-        cls,
-        *,
-        traj_index: np.ndarray,
-        tau: np.ndarray,
-        b: np.ndarray,
-        offsets: np.ndarray,
-        index: np.ndarray,
-        value: np.ndarray,
-        normalization: str = "transition",
-    ) -> TrajectoryStats:
-        """Sparse statistics from the nonzero entries of storage rows (same data as :meth:`from_rows`).
-
-        Args:
-            traj_index: (m,) a permutation of 0..m-1 (row r holds trajectory traj_index[r]).
-            tau: (m,) transitions per trajectory.
-            b: (m, n) per-trajectory b_i.
-            offsets: (m + 1,) row r's entries are ``index/value[offsets[r]:offsets[r + 1]]``.
-            index: positions in the row's flattened ``[vec A_i, vec C_i]`` (row-major, 0..2n^2-1),
-                each at most once per row.
-            value: the entries' values (zeros allowed).
-            normalization: recorded label.
-
-        Raises:
-            SchemaError: shapes disagree, indices out of range, values not finite, or traj_index
-                not a permutation of 0..m-1.
-        """
-        offsets = np.asarray(offsets, dtype=np.int64)
-        m = np.shape(b)[0] if np.ndim(b) == 2 else -1
-        if offsets.shape != (m + 1,):
-            raise SchemaError(
-                "TrajectoryStats.from_sparse needs b (m, n), traj_index (m,), offsets (m + 1,); "
-                f"got b {np.shape(b)}, traj_index {np.shape(traj_index)}, offsets {offsets.shape}."
-            )
-        lens = np.diff(offsets)
-        if offsets[0] != 0 or np.any(lens < 0) or offsets[-1] != len(index) or len(value) != len(index):
-            raise SchemaError(
-                f"from_sparse: offsets must rise from 0 to len(index) = {len(index)} and value "
-                f"match index; got offsets {offsets[0]}..{offsets[-1]}, {len(value)} values."
-            )
-        return cls.from_sparse_chunks(traj_index=traj_index, tau=tau, b=b, lengths=lens,
-                                      chunks=[(index, value)], normalization=normalization)
-
-    @classmethod
     def from_sparse_chunks(
         cls,
         *,
@@ -258,34 +186,36 @@ class TrajectoryStats:
         chunks: Iterable[tuple[np.ndarray, np.ndarray]],
         normalization: str = "transition",
     ) -> TrajectoryStats:
-        """As :meth:`from_sparse`, with the entries arriving chunk by chunk (e.g. Arrow record batches).
+        """Sparse statistics from the nonzero entries of storage rows, arriving chunk by chunk (e.g.
+        Arrow record batches).
 
-        Row r of storage has ``lengths[r]`` entries; the chunks' ``(index, value)`` pairs, concatenated,
-        are the entries of rows 0, 1, ..., m-1 in that order, and each chunk ends on a row boundary.
-        Each chunk is written straight into the result's arrays, in trajectory order: peak memory is
-        the result plus one chunk's temporaries, not several full-size copies of the entries (at a
-        1e6-patient chain, 80 million entries, that is the difference between about 2 and 5 GB).
+        Row r holds trajectory ``traj_index[r]`` (a permutation of 0..m-1) and ``lengths[r]``
+        entries; the chunks' ``(index, value)`` pairs, concatenated, are the entries of rows
+        0..m-1 in order (``index``: positions in the row's flattened ``[vec A_i, vec C_i]``,
+        0..2n^2-1, each at most once per row), and each chunk ends on a row boundary. Each chunk
+        is written straight into the result's arrays: peak memory is the result plus one chunk's
+        temporaries.
 
         Raises:
-            SchemaError: as :meth:`from_sparse`; also chunks that do not end on row boundaries or
-                that hold a different number of entries than ``lengths`` says.
+            SchemaError: shapes disagree, indices out of range, values not finite, traj_index not a
+                permutation, or chunks that do not match ``lengths``.
         """
         idx = np.asarray(traj_index, dtype=np.int64)
         b = np.asarray(b, dtype=np.float64)
         lens = np.asarray(lengths, dtype=np.int64)
         if b.ndim != 2 or idx.shape != (b.shape[0],) or lens.shape != (b.shape[0],):
             raise SchemaError(
-                "TrajectoryStats.from_sparse needs b (m, n), traj_index (m,), lengths (m,); "
+                "TrajectoryStats.from_sparse_chunks needs b (m, n), traj_index (m,), lengths (m,); "
                 f"got b {b.shape}, traj_index {idx.shape}, lengths {lens.shape}."
             )
         m, n = b.shape
         tau_arr = _checked_tau(tau, m)
         if np.any(lens < 0):
-            raise SchemaError("from_sparse: entries per row must be >= 0.")
+            raise SchemaError("sparse stats: entries per row must be >= 0.")
         if not np.all(np.isfinite(b)):
-            raise SchemaError("TrajectoryStats.from_sparse: entries and b must be finite.")
+            raise SchemaError("sparse stats: entries and b must be finite.")
         if not np.array_equal(np.sort(idx), np.arange(m)):
-            raise SchemaError(f"from_sparse: traj_index must be a permutation of 0..{m - 1}.")
+            raise SchemaError(f"sparse stats: traj_index must be a permutation of 0..{m - 1}.")
         check_choice("TrajectoryStats", "normalization", normalization, NORMALIZATIONS)
         order, new_off, ea, ex, ev = sparse_from_chunks(idx, lens, chunks, n)
         return cls(
@@ -295,10 +225,8 @@ class TrajectoryStats:
 
     @classmethod
     def concatenate(cls, parts: list[TrajectoryStats]) -> TrajectoryStats:
-        """The trajectories of ``parts`` in order, as one object (same representation).
-
-        Lets a large data set be built chunk by chunk (simulate, featurise, keep the statistics,
-        drop the transitions), so peak memory is one chunk's transitions plus the statistics.
+        """The trajectories of ``parts`` in order, as one object (same representation), so a large
+        data set can be built chunk by chunk.
 
         Raises:
             SchemaError: no parts, or parts that differ in representation, n or normalization.
@@ -341,8 +269,7 @@ class TrajectoryStats:
         return self.dense_range(0, self.m)
 
     def dense_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(A, b, C) of trajectories lo..hi-1 only, as :meth:`dense` would give them: a bounded
-        slice of a large compact or tabular layout (e.g. chunked one-shot releases).
+        """(A, b, C) of trajectories lo..hi-1 only, as :meth:`dense` would give them.
 
         Raises:
             DataError: not 0 <= lo <= hi <= m.
@@ -370,12 +297,9 @@ class TrajectoryStats:
         return A, b, C
 
     def to_sparse(self) -> TrajectoryStats:
-        """The same statistics in the sparse layout (each trajectory's distinct nonzero entries).
-
-        For a tabular layout the entries are merged per trajectory (an episode that visits k
-        cells has at most 2k + (distinct transitions) entries instead of one row per transition),
-        so gradients cost O(nnz_i) instead of O(tau_i) and memory shrinks by the same factor.
-        A sparse layout is returned as it is.
+        """The same statistics in the sparse layout (a tabular layout's entries merged per
+        trajectory, so gradients cost O(nnz_i) instead of O(tau_i)); a sparse layout is returned
+        as it is.
 
         Raises:
             ConfigError: the layout is not tabular or sparse.
@@ -428,16 +352,9 @@ class TrajectoryStats:
 
     # ------------------------------------------------------------------ gradients
     def gradients(self, idx: np.ndarray, theta: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """Primal-dual gradients B_j = [-A_j^T w ; A_j theta + C_j w - b_j] of listed trajectories.
-
-        Args:
-            idx: (k,) trajectory ids in 0..m-1 (repeats allowed).
-            theta: (n,) shared by all k, or (k, n) one row per listed trajectory (e.g. one trial
-                each).
-            w: same shape as theta.
-
-        Returns:
-            (k, 2n) float64: row r is B_{idx[r]} at (theta_r, w_r).
+        """Primal-dual gradients B_j = [-A_j^T w ; A_j theta + C_j w - b_j] of listed trajectories:
+        (k, 2n), row r at (theta_r, w_r) for ids ``idx`` (k,) (repeats allowed); ``theta`` and
+        ``w`` are (n,) shared or (k, n) one row each.
 
         Raises:
             DataError: ids out of range or shapes inconsistent.

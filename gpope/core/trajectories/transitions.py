@@ -100,22 +100,3 @@ class Transitions:
     def offsets(self) -> np.ndarray:
         """(m + 1,) int64 row offsets: trajectory i occupies rows offsets[i]:offsets[i+1]."""
         return np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
-
-    def subset(self, trajectories: np.ndarray) -> Transitions:
-        """Transitions of the given trajectory ids (sorted, unique), re-indexed densely 0..k-1."""
-        ids = np.unique(np.asarray(trajectories, dtype=np.int64))
-        mask = np.isin(self.traj_index, ids)
-        remap = np.full(self.n_trajectories, -1, dtype=np.int64)
-        remap[ids] = np.arange(len(ids))
-        return Transitions(
-            traj_index=remap[self.traj_index[mask]],
-            t=self.t[mask],
-            state=self.state[mask],
-            action=self.action[mask],
-            reward=self.reward[mask],
-            next_state=self.next_state[mask],
-            terminal=self.terminal[mask],
-            truncated=self.truncated[mask],
-            behavior_prob=self.behavior_prob[mask],
-            n_trajectories=len(ids),
-        )
