@@ -29,7 +29,14 @@ theta*. The first bracket is the estimator's interval of the functional g = mu^ 
 share of alpha. The second is the first-state mean's noise (Gaussian, std s ||theta*||) and its
 sampling error (the mean of V*(s_0) over m patients, variance theta*^T Cov(phi(s_0)) theta*);
 both are evaluated at theta^ (plug-in, a second-order approximation like the estimator's delta
-method) with a normal quantile each, and a union bound over the three parts.
+method). The first states' mass on features the estimator leaves unsupported is charged at a
+public bound of their value, and its noise joins the mean's noise in one Gaussian
+(:func:`direct_parts`); a union bound over the functional, the sampling and the noise.
+
+The contrast (:func:`pick_policy_values`). J(target) - J(behaviour) is one joint interval, not
+the difference of two: the direct part's ends without its noise, minus J(behaviour)'s ends
+whose noise quantile holds both releases' independent Gaussian noise at once
+(:func:`gpope.core.policy_value_release.behaviour_end`), so the two noises add in quadrature.
 """
 
 from __future__ import annotations
@@ -47,9 +54,11 @@ __all__ = [
     "DIRECT_ALPHA",
     "ESTIMANDS",
     "DirectInterval",
+    "DirectParts",
     "FirstStateRelease",
     "direct_interval",
     "direct_levels",
+    "direct_parts",
     "first_state_event",
     "first_state_features",
     "functional_level",
@@ -186,7 +195,8 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
                     value_range: tuple[float, float] = (-math.inf, math.inf),
                     supported: np.ndarray | None = None,
                     unsupported_bound: float | None = None) -> DirectInterval:
-    """J(target) = mu^ . theta^ with its interval (module docstring).
+    """J(target) = mu^ . theta^ with its interval (module docstring): :func:`direct_parts` with
+    its Gaussian noise at its normal quantile, intersected with ``value_range``.
 
     Args:
         theta: (n,) the run's released theta.
@@ -195,29 +205,65 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
             :func:`functional_level` (post-processing of its release; infinite ends allowed).
         level: the two-sided level. The one-sided ``lower_bound`` is the two-sided lower end
             (valid at ``level``, conservative).
-        first_state_alpha: share of each end's alpha on mu^'s error (noise and sampling, half
-            each; the sampling half also bounds the noisy variance).
+        first_state_alpha, supported, unsupported_bound: as :func:`direct_parts`.
         value_range: public range of J (values and ends are intersected with it).
-        supported: (n,) the features the estimator supports (its functional interval is of
-            mu^ restricted to them); None: all.
-        unsupported_bound: a public bound B on |theta*_j| of an unsupported feature for
-            features that are non-negative (tabular one-hot: B = the largest |value|): the
-            first states' mass there, at most its noisy sum's upper quantile, is charged B each.
-            None: an unsupported feature with first-state mass makes the interval unbounded.
     """
     from scipy.stats import norm
 
+    p = direct_parts(theta, first, functional, level=level, first_state_alpha=first_state_alpha,
+                     supported=supported, unsupported_bound=unsupported_bound)
+    q = float(norm.ppf(1.0 - p.noise_alpha)) * p.noise_sd
+    lower, upper = min(p.lower - q, p.upper + q), max(p.lower - q, p.upper + q)
+    lo_r, hi_r = value_range
+    clip = lambda x: float(min(max(x, lo_r), hi_r))  # noqa: E731
+    return DirectInterval(value=clip(p.value), lower=clip(lower), upper=clip(upper),
+                          lower_bound=clip(lower), level=float(level))
+
+
+@dataclass(frozen=True)
+class DirectParts:
+    """The direct J(target)'s interval before its privacy noise: J lies in [lower - N, upper + N]
+    but for the failures the caller sets aside, where N is one Gaussian of std ``noise_sd`` and
+    each end fails with probability ``noise_alpha`` at N's normal quantile. A caller may fold
+    another independent Gaussian error into N (the joint contrast of
+    :func:`pick_policy_values`)."""
+
+    value: float
+    lower: float
+    upper: float
+    noise_sd: float
+    noise_alpha: float
+
+
+def direct_parts(theta: np.ndarray, first: FirstStateRelease, functional: tuple[float, float],
+                 *, level: float, first_state_alpha: float = 0.2,
+                 supported: np.ndarray | None = None,
+                 unsupported_bound: float | None = None) -> DirectParts:
+    """The parts of :func:`direct_interval` (module docstring). Each end's alpha at ``level``
+    goes (1 - first_state_alpha) to the functional interval (the caller's :func:`functional_level`),
+    and first_state_alpha / 2 each to the first states' sampling (half of it bounding the noisy
+    variance) and to the first-state release's noise.
+
+    The noise is one Gaussian: mu^ - mean phi(s_0) is the release's noise N_1 (std ``noise_mean``
+    a coordinate, independent across coordinates), which moves mu^ . theta* by N_1 . theta* on
+    the supported features (std noise_mean ||theta||, plug-in theta^) and, on the unsupported
+    ones (``supported`` False; theta^ is 0 there), leaves the first states' mass M = sum_off
+    mu^_j - sum_off N_1j whose part of J lies in [-B M, B M] for a public bound B >= |theta*_j|
+    of features that are non-negative (tabular one-hot: ``unsupported_bound`` the largest |value|).
+    So the ends move by -+ B sum_off mu^_j (the mass's released mean, an exact identity) and the
+    noise std is noise_mean sqrt(||theta||^2 + k_off B^2). None for B: an unsupported feature makes
+    the interval unbounded."""
+    from scipy.stats import norm
+
     theta = np.asarray(theta, dtype=np.float64)
-    alpha = (1.0 - check_number("direct_interval", "level", level, gt=0.0, lt=1.0)) / 2.0
+    alpha = (1.0 - check_number("direct_parts", "level", level, gt=0.0, lt=1.0)) / 2.0
     a_first = alpha * first_state_alpha / 2.0
     value = float(first.mean @ theta)  # theta is 0 on features the estimator drops
     var = float(theta @ first.second @ theta) - value * value
     # the noisy second moment can understate the variance: its noise's upper quantile
     q = float(norm.ppf(1.0 - a_first / 2.0))
     var = max(var + q * first.noise_second * float(theta @ theta), 0.0)
-    width = (q * math.sqrt(var / first.m_low)
-             + float(norm.ppf(1.0 - a_first)) * first.noise_mean * float(np.linalg.norm(theta)))
-    lo_r, hi_r = value_range
+    width = q * math.sqrt(var / first.m_low)
     if first.margin:
         # mu^ = S~ / m~ and the m patients' (S~ - N) / m: beside the noise N, the count moves
         # mu^ . theta* by |mu^ . theta*| |m - m~| / m <= t / (m~ - t) times the largest end of
@@ -225,14 +271,15 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
         reach = max(abs(float(functional[0])), abs(float(functional[1])))
         width += reach * first.margin / first.m_low
     off = np.zeros(len(theta), dtype=bool) if supported is None else ~np.asarray(supported)
+    noise_var = float(theta @ theta)
     if off.any():
-        mass = float(first.mean[off].sum()) + float(norm.ppf(1.0 - a_first)) * (
-            first.noise_mean * math.sqrt(int(off.sum())))
-        width += math.inf if unsupported_bound is None else max(mass, 0.0) * unsupported_bound
-    clip = lambda x: float(min(max(x, lo_r), hi_r))  # noqa: E731
-    lower, upper = functional[0] - width, functional[1] + width
-    return DirectInterval(value=clip(value), lower=clip(lower), upper=clip(upper),
-                          lower_bound=clip(lower), level=float(level))
+        if unsupported_bound is None:
+            width = math.inf
+        else:
+            width += unsupported_bound * float(first.mean[off].sum())
+            noise_var += int(off.sum()) * unsupported_bound ** 2
+    return DirectParts(value=value, lower=functional[0] - width, upper=functional[1] + width,
+                       noise_sd=first.noise_mean * math.sqrt(noise_var), noise_alpha=a_first)
 
 
 #: What each released row estimates (the ``estimand`` column of ``gold/released_values``): the
@@ -284,8 +331,9 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
 
     The public rule: J(target) is the direct method held at 1 - 0.8 alpha where its interval is
     finite, else the identified set held at 1 - 0.2 alpha; the contrast is the direct J(target)
-    minus J(behaviour), each at 1 - 0.4 alpha, where finite, else the identified set's contrast at
-    1 - 0.2 alpha. Whatever the data, a picked interval misses its estimand with probability at
+    minus J(behaviour) held jointly at 1 - 0.8 alpha (module docstring: each end's share goes
+    half to the direct part, half with its noise to J(behaviour)) where finite, else the
+    identified set's contrast at 1 - 0.2 alpha. Whatever the data, a picked interval misses its estimand with probability at
     most alpha (a union bound over the candidates); each row names its estimand (:data:`ESTIMANDS`).
 
     Without logged propensities (``ratios_logged`` False: the schema, public) ``is_release`` was
@@ -303,7 +351,7 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
     """
     import dataclasses
 
-    from gpope.core.policy_value_release import public_ranges
+    from gpope.core.policy_value_release import behaviour_end, public_ranges
 
     alpha = 1.0 - level
     ranges = public_ranges(is_release.bounds)
@@ -311,13 +359,13 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
               "unsupported_bound": unsupported_bound, "value_range": ranges["policy_value"]}
     dm = direct_interval(theta, first, tuple(functional_ends[0]),
                          level=1.0 - DIRECT_ALPHA * alpha, **common)
-    dm_c = direct_interval(theta, first, tuple(functional_ends[1]),
-                           level=1.0 - DIRECT_ALPHA * alpha / 2.0, **common)
+    dm_c = direct_parts(theta, first, tuple(functional_ends[1]),
+                        level=1.0 - DIRECT_ALPHA * alpha / 2.0,
+                        **{k: v for k, v in common.items() if k != "value_range"})
     fallback = is_release.intervals_with(1.0 - (1.0 - DIRECT_ALPHA) * alpha, settings)
     if not ratios_logged:
         fallback = public_range_rows(fallback, ranges, level)
     b = is_release.intervals_with(level, settings)["behaviour_value"]
-    b_c = is_release.intervals_with(1.0 - DIRECT_ALPHA * alpha / 2.0, settings)["behaviour_value"]
     finite = math.isfinite(dm.lower) and math.isfinite(dm.upper) and all(
         math.isfinite(x) for x in functional_ends[0])
     out = {"behaviour_value": dataclasses.replace(b, estimand=ESTIMANDS["behaviour"])}
@@ -333,12 +381,19 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
     c_finite = finite and all(math.isfinite(x) for x in functional_ends[1]) and math.isfinite(
         dm_c.lower) and math.isfinite(dm_c.upper)
     if c_finite:
+        # the joint contrast: each end's alpha DIRECT_ALPHA alpha / 2 goes half to the direct
+        # part (its functional and sampling) and half, with the direct part's noise alpha, to
+        # J(behaviour)'s end, whose noise quantile holds both releases' Gaussian noise at once
+        a_b = DIRECT_ALPHA * alpha / 4.0 + dm_c.noise_alpha
+        ends = {side: behaviour_end(is_release, settings, alpha=a_b, side=side,
+                                    extra_sd=dm_c.noise_sd) for side in ("lower", "upper")}
         lo_c, hi_c = ranges["policy_contrast"]
         clip = lambda x: float(min(max(x, lo_c), hi_c))  # noqa: E731
-        lower = clip(dm_c.lower - b_c.upper)
+        lower, upper = dm_c.lower - ends["upper"], dm_c.upper - ends["lower"]
+        lower, upper = clip(min(lower, upper)), clip(max(lower, upper))
         out["policy_contrast"] = dataclasses.replace(
             fallback["policy_contrast"], value=clip(dm.value - b.value), lower=lower,
-            upper=clip(dm_c.upper - b_c.lower), lower_bound=lower, level=float(level),
+            upper=upper, lower_bound=lower, level=float(level),
             estimand=ESTIMANDS["direct_contrast"])
     else:
         out["policy_contrast"] = dataclasses.replace(

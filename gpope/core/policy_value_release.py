@@ -79,6 +79,7 @@ __all__ = [
     "PolicyValueInterval",
     "PolicyValueRelease",
     "PolicyValueSettings",
+    "behaviour_end",
     "exact_intervals",
     "policy_value_event",
     "policy_value_sigma",
@@ -457,7 +458,7 @@ def _clamp_side(rel: PolicyValueRelease, c: np.ndarray, side: str) -> str | None
 
 
 def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, method: str,
-               shares: tuple[float, float, float]) -> float:
+               shares: tuple[float, float, float], extra_sd: float = 0.0) -> float:
     """How far one end (``side``) of c . E[x] lies from c . means: sampling (a union over the
     clips the release could choose), privacy noise, and the return clamp's bias on the side
     that moves the estimand away (:mod:`gpope.core.policy_value_clamp`), by a union bound with
@@ -466,12 +467,14 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     moves the means: x_j = mid_j + half_j z_j, the release's z^_j = S~_j / m~ (S~ the noisy sum)
     and the m patients' (S~_j - N_j) / m, so beside the noise N (in the noise width) the count
     moves z^_j by |z^_j| |m - m~| / m <= |z^_j| t / (m~ - t): a shift of sum_j |c_j| half_j
-    |z^_j| t / (m~ - t), read off released numbers (the caller sets its probability aside)."""
+    |z^_j| t / (m~ - t), read off released numbers (the caller sets its probability aside).
+    ``extra_sd``: the std of another independent Gaussian error the caller adds to this end (a
+    joint interval, :func:`behaviour_end`), held with the release's own noise at one quantile."""
     clamp_share = shares[2]
     m = rel.m_low
     zbar = np.where(rel.half > 0, (rel.means - rel.mid) / np.where(rel.half > 0, rel.half, 1.0), 0.0)
     count = float(np.abs(c) @ (rel.half * np.abs(zbar))) * rel.margin / m
-    private = rel.sigma > 0
+    private = rel.sigma > 0 or extra_sd > 0
     part = _clamp_side(rel, c, side)
     a_clamp = alpha * clamp_share if part is not None else 0.0
     alpha = alpha - a_clamp
@@ -487,14 +490,31 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
     noise_sd = float(np.sqrt(np.sum((c * rel.noise_means) ** 2)))
     if method == "normal":
         return count + clamp + float(norm.ppf(1.0 - alpha)) * math.sqrt(
-            max(var, 0.0) / m + noise_sd ** 2)
+            max(var, 0.0) / m + noise_sd ** 2 + extra_sd ** 2)
     var_sd = 0.0
     if private:
         nz = float(np.linalg.norm(cz))
         var_sd = math.hypot(rel.noise_second * nz ** 2,
                             2.0 * abs(float(cz @ zbar)) * noise_sd)
-    return count + clamp + _bernstein_width(var, var_sd, span, noise_sd, m=m, choices=choices,
-                                            alpha=alpha, shares=shares[:2], private=private)
+    return count + clamp + _bernstein_width(var, var_sd, span, math.hypot(noise_sd, extra_sd),
+                                            m=m, choices=choices, alpha=alpha,
+                                            shares=shares[:2], private=private)
+
+
+def behaviour_end(rel: PolicyValueRelease, settings: PolicyValueSettings, *, alpha: float,
+                  side: str, extra_sd: float) -> float:
+    """The ``side`` end of J(behaviour) at ``alpha`` (that end alone) when the caller adds an
+    independent Gaussian error of std ``extra_sd`` to it, without the public range's intersection
+    (the caller's sum is intersected instead): with probability >= 1 - alpha,
+    J(behaviour) + E <= end (``upper``) or >= end (``lower``) for E ~ N(0, extra_sd^2)
+    independent of this release. Post-processing."""
+    combo = _combos(rel.bounds)["behaviour_value"][0 if side == "lower" else 1]
+    c, k = combo
+    width = _end_width(rel, c, alpha, side, settings.method,
+                       (settings.variance_share, settings.noise_share, settings.clamp_share),
+                       extra_sd=float(extra_sd))
+    centre = float(c @ rel.means + k)
+    return centre - width if side == "lower" else centre + width
 
 
 def _bernstein_width(var: float, var_sd: float, span: float, noise_sd: float, *, m: int,
