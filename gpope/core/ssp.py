@@ -222,8 +222,9 @@ def release_noisy_statistics(
 ) -> NoisyStatistics:
     """The mechanism's noise step: ``sums`` (K, 2n^2+n) of CLIPPED statistics plus iid
     ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma clip c_noise_scale)^2)`` on C
-    (``sigma = 0``: no noise). Given rows ``[A_i, b_i, C_i / c_noise_scale]`` clipped to ``clip`` and
-    disjoint groups, the release is ``GaussianDpEvent(sigma)`` under add/remove."""
+    (``sigma = 0``: no noise). Given rows ``[A_i, b_i, C_i / c_noise_scale]`` clipped to
+    ``clip`` and disjoint groups, the release is ``GaussianDpEvent(sigma)`` under add/remove.
+    """
     check_number("release_noisy_statistics", "sigma", sigma, ge=0.0)
     check_number("release_noisy_statistics", "clip", clip, gt=0.0)
     check_number("release_noisy_statistics", "c_noise_scale", c_noise_scale, ge=1.0)

@@ -52,8 +52,8 @@ class RunSettings:
 
     Attributes:
         epsilon, delta: the privacy spend of the run (reserved in the ledger); run only.
-        passes, iterations, batch_rate, batch_size: the compute budget (touched / m, noisy steps N,
-            Poisson rate q or expected batch q m; :func:`gpope.core.gpope.operating.resolve_budget`).
+        passes, iterations, batch_rate, batch_size: the compute budget (touched / m, noisy steps
+            N, Poisson rate q or expected batch q m; ``gpope.core.gpope.operating.resolve_budget``).
         clip, step_size, step_schedule, step_offset, step_offset_fraction, averaging,
             tail_fraction, sampling, accountant, trace_every: solver settings.
         seed: None (OS entropy: private) or an int (reproducible, NOT private); run only.
@@ -140,8 +140,8 @@ class RunSettings:
                 f"release) and drop policy_value.share ({self.policy_value.share!r}).")
 
     def policy_value_settings(self) -> PolicyValueSettings:
-        """The ``policy_value`` block with share ``policy_value_share`` (the block as it is where that
-        share is 0: the audit checks the mechanism at the block's default share)."""
+        """The ``policy_value`` block with share ``policy_value_share`` (the block as it is where
+        that share is 0: the audit checks the mechanism at the block's default share)."""
         if not self.policy_value_share:
             return self.policy_value
         return dataclasses.replace(self.policy_value, share=self.policy_value_share)
