@@ -1,42 +1,32 @@
 """Private tuning of GPOPE on the private data itself (``gpope evaluate --tune private``).
 
-For real data there is no public cohort to tune the clip bound and step size on. This module
-tunes them on the private data and charges the cost to the same run, in four DP releases:
+With no public cohort to tune the clip bound and step size on, they are tuned on the private
+data and charged to the same run, in four DP releases:
 
 1. **Statistics clip.** A private quantile (:mod:`gpope.core.mechanisms.quantile`) of the norms of
    the per-trajectory statistics ``(A_i, b_i, C_i)``.
-2. **Noisy statistics.** The clipped mean statistics plus Gaussian noise
-   (the SSP release of :mod:`gpope.core.ssp`, one group; :mod:`gpope.core.tuning.scoring`).
-   Everything below that uses them is post-processing: the AdaSSP-regularised LSTD solution
-   ``theta_hat`` (:func:`gpope.core.ssp.solve_ssp`), the scale of the GTD2 operator
-   ``G = [[0, -A^T], [A, C]]`` (its spectral norm ``L``) and the private MSPBE of any theta.
+2. **Noisy statistics.** The clipped sums plus Gaussian noise (the SSP release,
+   :mod:`gpope.core.tuning.scoring`). Post-processing of it: the AdaSSP LSTD solution
+   ``theta_hat``, the spectral norm ``L`` of the GTD2 operator ``[[0, -A^T], [A, C]]`` and the
+   private MSPBE of any theta.
 3. **Gradient clip.** A private quantile of the per-trajectory GTD2 gradient norms at
-   ``(theta_hat, w = 0)``, the point the solver is expected to approach (Andrew et al. 2021,
-   "Differentially private learning with adaptive clipping": clip at a private quantile of the
-   norms; here one-shot, at a private estimate of the solution, instead of along the run).
-4. **Selection.** K GPOPE runs, one per candidate (step size ``c * base``, clip ``d * h``), where
-   ``base = i0 / L`` (inverse schedule, so the first step is ``c / L``) or ``1 / L`` (constant);
-   the released theta is the candidate with the smallest pessimistic private MSPBE under the
-   noisy statistics of release 2 (:func:`gpope.core.tuning.scoring.selection_relative_mspbe`;
-   post-processing of releases 2 and 4).
+   ``(theta_hat, w = 0)`` (Andrew et al. 2021, adaptive clipping at a private quantile; here
+   one-shot, at a private estimate of the solution).
+4. **Selection.** K GPOPE runs, one per candidate (step size ``c * base``, clip ``d * h``),
+   ``base = i0 / L`` (inverse schedule) or ``1 / L`` (constant); the released theta is the
+   candidate with the smallest pessimistic private MSPBE under release 2 (post-processing).
 
-Accounting (add/remove-one adjacency, Poisson sampling; m is public). Releases 1-3 are Gaussian
-mechanisms and each GPOPE run is ``SelfComposedDpEvent(PoissonSampledDpEvent(q, Gaussian(sigma)),
-N)``; the whole run is the adaptive composition ``ComposedDpEvent([Gaussian(s_q), Gaussian(s_s),
-Gaussian(s_q), SelfComposedDpEvent(gpope_event, K)])``. Its epsilon is computed by dp-accounting's
-RDP accountant (adaptive composition of RDP: Mironov 2017, Prop. 1; Poisson-subsampled Gaussian:
-Mironov, Talwar and Zhang 2019) or PLD accountant (Koskela et al. 2020; Doroshenko et al. 2022),
-so the (epsilon, delta) released with the run covers the tuning. Releasing the best of the K
-candidates (and the candidates' scores) is post-processing of the composed releases (Dwork and
-Roth 2014, Prop. 2.1), so choosing by the private MSPBE costs nothing beyond the composition.
-The same event is what the ledger stores and charges once, before anything is drawn.
+Accounting (add/remove-one, Poisson sampling; m public): the run is the adaptive composition
+``ComposedDpEvent([Gaussian(s_q), Gaussian(s_s), Gaussian(s_q), SelfComposedDpEvent(gpope_event,
+K)])``, whose epsilon dp-accounting's RDP (Mironov 2017, Prop. 1; Mironov, Talwar and Zhang 2019)
+or PLD accountant certifies, so the run's (epsilon, delta) covers the tuning; releasing the best
+candidate and the scores is post-processing (Dwork and Roth 2014, Prop. 2.1). The ledger stores
+and charges this event once, before anything is drawn.
 
-Budget split (all public): the noise of release j is ``sigma_total / sqrt(share_j)``, where
-``sigma_total`` is the noise multiplier of ONE Gaussian mechanism meeting (epsilon, delta): in
-zero-concentrated-DP terms release j alone uses the fraction ``share_j`` of the budget (Bun and
-Steinke 2016, Prop. 1.6: a Gaussian mechanism with noise multiplier s is 1/(2 s^2)-zCDP, and
-zCDP composes additively). The GPOPE noise multiplier is then calibrated (bisection) so that the
-composed event meets the target epsilon exactly as the accountant certifies it.
+Budget split (all public): release j's noise is ``sigma_total / sqrt(share_j)``, ``sigma_total``
+the multiplier of ONE Gaussian mechanism meeting (epsilon, delta) (a zCDP share: Bun and Steinke
+2016, Prop. 1.6); the GPOPE multiplier is then calibrated so the composed event meets the target
+as the accountant certifies it.
 """
 
 from __future__ import annotations
@@ -56,30 +46,13 @@ from gpope.core.mechanisms.quantile import private_quantile, quantile_dp_event
 from gpope.core.ssp import NoisyStatistics, private_mspbe, solve_ssp, ssp_dp_event
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.tuning.private_settings import PrivateTuningSettings
-from gpope.core.tuning.scoring import (
-    noisy_statistics,
-    selection_relative_mspbe,
-    statistics_norms,
-)
-from gpope.core.validation import (
-    check_choice,
-    check_int,
-    check_number,
-    check_probability,
-)
+from gpope.core.tuning.scoring import noisy_statistics, selection_relative_mspbe, statistics_norms
+from gpope.core.validation import check_choice, check_int, check_number, check_probability
 from gpope.errors import AccountingError, ConfigError
 
-__all__ = [
-    "Candidate",
-    "PrivateTuningPlan",
-    "PrivateTuningResult",
-    "PrivateTuningSettings",
-    "composed_epsilon",
-    "gaussian_sigma",
-    "operator_norm",
-    "plan_private_tuning",
-    "tune_privately",
-]
+__all__ = ["Candidate", "PrivateTuningPlan", "PrivateTuningResult", "PrivateTuningSettings",
+           "composed_epsilon", "gaussian_sigma", "operator_norm", "plan_private_tuning",
+           "tune_privately"]
 
 _XTOL = 2e-3  # relative precision of the sigma bisections
 _SIGMA_MAX = 1e5
@@ -134,13 +107,11 @@ class PrivateTuningPlan:
     Attributes:
         m, iterations, batch_rate: the GPOPE run's public size, N and Poisson rate q.
         epsilon, delta: the target (what the ledger reserves).
-        accountant: the accountant that certifies ``epsilon_spent`` (one of
-            :func:`gpope.core.accounting.registry.composing_accountants`).
-        quantile_sigma: noise multiplier of each histogram (sensitivity 1).
-        statistics_sigma: noise multiplier of the noisy statistics (sensitivity = their clip).
-        gpope_sigma: noise multiplier of every candidate GPOPE run.
+        accountant: the accountant that certifies ``epsilon_spent``.
+        quantile_sigma, statistics_sigma, gpope_sigma: the multipliers of each histogram
+            (sensitivity 1), of the noisy statistics and of every candidate run.
         candidates: K.
-        epsilon_spent: epsilon of :attr:`dp_event` at delta, certified by ``accountant``.
+        epsilon_spent: epsilon of :attr:`dp_event` at delta.
     """
 
     m: int
@@ -178,12 +149,8 @@ def _event(m: int, n: int, q: float, s_q: float, s_s: float, s_g: float, k: int
 
 
 def _rdp_curve(event_parts: tuple[float, float, float, int, int, int, float]) -> np.ndarray:
-    """RDP at RDP_ORDERS of :func:`_event`, composed additively (Mironov 2017, Prop. 1).
-
-    Same arithmetic as ``RdpAccountant.compose(_event(...))`` (a test checks it): Gaussian
-    releases have RDP ``alpha / (2 s^2)`` (Mironov 2017, Prop. 7), the GPOPE step's curve comes
-    from dp-accounting (cached per sigma), multiplied by ``K * N``.
-    """
+    """RDP at RDP_ORDERS of :func:`_event`, composed additively (Mironov 2017, Prop. 1): Gaussian
+    releases ``alpha / (2 s^2)`` (Prop. 7), plus ``K N`` GPOPE steps (dp-accounting's curve)."""
     from gpope.core.accounting.rdp import rdp_step as _rdp_step
 
     s_q, s_s, s_g, m, n, k, q = event_parts
@@ -205,9 +172,7 @@ def plan_private_tuning(
     """Calibrate every noise multiplier so the composed run meets (epsilon, delta).
 
     Guarantee: ``composed_epsilon(plan.dp_event, delta, accountant) <= epsilon`` (the GPOPE sigma
-    is the smallest found by bisection to 0.2 %). With ``"pld"`` the RDP answer brackets the
-    search (PLD certifies a smaller or equal epsilon at the RDP sigma; if not, RDP's sigma and
-    epsilon are kept, a valid bound either way).
+    to 0.2 %); a tighter accountant searches below the RDP answer.
 
     Raises:
         ConfigError: invalid inputs.
@@ -263,16 +228,8 @@ def plan_private_tuning(
 # ---------------------------------------------------------------------- the tuning itself
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate setting and its score (DP outputs: safe to log).
-
-    Attributes:
-        step_size: eta of the run.
-        clip: h of the run.
-        score: selection score: private relative MSPBE of its released theta plus
-            ``score_z`` noise standard deviations (noisy statistics; may be < 0).
-        theta: its released theta (a DP output; only the chosen one is published by the
-            pipeline).
-    """
+    """One candidate setting, its score (private relative MSPBE of its theta plus ``score_z``
+    noise std) and its theta: DP outputs, safe to log."""
 
     step_size: float
     clip: float
@@ -282,20 +239,10 @@ class Candidate:
 
 @dataclass(frozen=True)
 class PrivateTuningResult:
-    """What a privately tuned run releases (every field a DP output or public).
-
-    Attributes:
-        result: the chosen candidate's GPOPE run.
-        config: its solver configuration (clip, step size chosen privately).
-        candidates: every candidate with its score; ``chosen`` indexes the released one.
-        chosen: index into ``candidates``.
-        statistics_clip: the private quantile used to clip the statistics.
-        gradient_clip: h, the private quantile of the gradient norms (clip base).
-        base_step: the step-size base ``i0 / L`` (or ``1 / L``) from the noisy statistics.
-        noisy: the noisy statistics (a DP release; the private MSPBE is post-processing of it).
-        plan: the accounting plan.
-        private: True only when every draw used OS entropy.
-    """
+    """What a privately tuned run releases (every field a DP output or public): the chosen
+    candidate's run and config, every candidate, the private clips (``statistics_clip``, the
+    gradient clip ``h``), the step base, the noisy statistics, the plan, and ``private`` (True only
+    when every draw used OS entropy)."""
 
     result: GPOPEResult
     config: GPOPEConfig
@@ -356,14 +303,10 @@ def tune_privately(
 ) -> PrivateTuningResult:
     """Run the four releases of the module docstring and return the best candidate's run.
 
-    Args:
-        stats: the private per-trajectory statistics (m must equal ``plan.m``).
-        base: the run's public solver settings (sampling must be "poisson" with ``plan``'s N and
-            q; its step_size, clip and noise are replaced by the tuned ones).
-        plan: from :func:`plan_private_tuning` (reserve ``plan.epsilon`` before calling).
-        settings: the public tuning settings the plan was made with.
-        rng: None (OS entropy for every draw: private) or a seed/Generator (reproducible, NOT
-            private: for tests and experiments).
+    ``base`` holds the run's public solver settings (Poisson, with ``plan``'s N and q; step size,
+    clip and noise are replaced by the tuned ones); reserve ``plan.epsilon`` before calling.
+    ``rng``: None (OS entropy for every draw: private) or a seed/Generator (reproducible, NOT
+    private).
 
     Raises:
         ConfigError: the base config or the plan does not match the statistics.

@@ -2,24 +2,19 @@
 
 :func:`tune_operating_point` runs GPOPE exactly as ``gpope evaluate`` would (same budget rule,
 schedule, averaging, accountant; :mod:`gpope.core.gpope.operating`) on the statistics of a PUBLIC
-simulated cohort, scores each candidate by the median relative MSPBE (MSPBE / MSPBE(0)) of
-``trials`` independent noisy runs against a public population (A, b, C), and returns the winner per
-epsilon as :class:`~gpope.core.gpope.operating.TunedPoint`.
+simulated cohort, scores each candidate by the median relative MSPBE of ``trials`` noisy runs
+against a public population (A, b, C), and returns the winner per epsilon as
+:class:`~gpope.core.gpope.operating.TunedPoint`.
 
-Grids (the documented rule; both reach each domain's own scale):
+Grids (both reach each domain's own scale):
 
 * **clip**: multiples {1, 3, 10, 30} of the median per-trajectory gradient norm of the public
-  cohort at its own (public) LSTD solution: where the gradients of a converged run live. Above the
-  largest the clip adds noise without reducing bias; below the smallest it biases every step.
-  When the best clip lies at an edge of the tried ones (with the best step size of the coarse
-  grid), the grid is extended by factors of 3 in that direction (at most 4 times): a run whose
-  noise dominates wants a clip below the median norm (mountain car, public tuning at m_pub = 3000
-  chose the grid's lower edge, issue 10).
+  cohort at its own LSTD solution (where a converged run's gradients live), extended by factors
+  of 3 (at most 4 times) while the best lies at an edge.
 * **step size**: eta0 x 10^k, k = -2..2, extended by decades while the best lies at an edge (at
-  most 4 times), then x{1/3, 3} around the best, with eta0 =
-  1 / (lambda ln(1 + 1/f)): the inverse schedule's steps sum to eta ln(1 + 1/f), so eta0 is the step
-  size whose gradient flow covers one time constant of the slowest direction of GTD2 (lambda, the
-  smallest eigenvalue of A^T C^+ A of the public population above 1e-8 of the largest).
+  most 4 times), then x{1/3, 3} around the best; eta0 = 1 / (lambda ln(1 + 1/f)) is the step whose
+  inverse-schedule gradient flow covers one time constant of GTD2's slowest direction (lambda,
+  the smallest eigenvalue of A^T C^+ A of the public population above 1e-8 of the largest).
 
 Nothing here reads private data: the caller passes public statistics.
 """

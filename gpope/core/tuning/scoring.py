@@ -1,22 +1,16 @@
 """Scoring GPOPE candidates on private data: the SSP release of in-memory statistics and a
 pessimistic private MSPBE.
 
-The release is the one SSP mechanism of :mod:`gpope.core.ssp` with a single group (K = 1): every
-trajectory's ``[vec A_i, b_i, vec C_i]`` clipped jointly to ``clip`` (:func:`gpope.core.ssp.
-clip_statistics`, the core's total clip), summed, and N(0, (sigma clip)^2) added to every entry
-(:func:`gpope.core.ssp.release_noisy_statistics`): ``GaussianDpEvent(sigma)`` under add/remove-one
-adjacency (Dwork and Roth 2014, Thm. A.1). This module only reads the per-trajectory statistics
-of a :class:`~gpope.core.statistics.TrajectoryStats` in blocks (any representation, through the
-public ``gradients``) and scores thetas; both are private-side helpers or post-processing.
+The release is the SSP mechanism of :mod:`gpope.core.ssp` with one group: rows clipped jointly
+to ``clip``, summed, N(0, (sigma clip)^2) added to every entry: ``GaussianDpEvent(sigma)``
+under add/remove-one (Dwork and Roth 2014, Thm. A.1).
 
 Score (:func:`selection_mspbe`). Under the noisy means ``A~ = A + dA``, ``b~ = b + db`` the
-residual of theta gains ``e = dA theta - db ~ N(0, v I)``, ``v = s^2 (||theta||^2 + 1)`` with
-``s`` the noise std of the means. With ``W = C_floor^-1`` held fixed,
-``Q = r~^T W r~`` has ``E[Q] = MSPBE_W(theta) + v tr(W)`` and
-``Var[Q] = 4 v r^T W^2 r + 2 v^2 tr(W^2)``. The score subtracts the mean and adds ``z``
-estimated standard deviations: without the correction, noise favours small thetas; without the
-``z`` term, a candidate with a huge theta (a diverged run) can win by chance because its noise
-term is large. Everything here is post-processing of the release (Dwork and Roth 2014, Prop. 2.1).
+residual of theta gains ``e = dA theta - db ~ N(0, v I)``, ``v = s^2 (||theta||^2 + 1)``. With
+``W = C_floor^-1`` fixed, ``Q = r~^T W r~`` has ``E[Q] = MSPBE_W(theta) + v tr(W)`` and
+``Var[Q] = 4 v r^T W^2 r + 2 v^2 tr(W^2)``. The score subtracts the mean (else noise favours
+small thetas) and adds ``z`` estimated std (else a diverged run's huge theta can win by chance).
+Post-processing of the release (Dwork and Roth 2014, Prop. 2.1).
 """
 
 from __future__ import annotations
@@ -36,14 +30,8 @@ from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_number
 from gpope.errors import ConfigError
 
-__all__ = [
-    "floored_c_inverse",
-    "noisy_statistics",
-    "selection_mspbe",
-    "selection_relative_mspbe",
-    "statistics_blocks",
-    "statistics_norms",
-]
+__all__ = ["floored_c_inverse", "noisy_statistics", "selection_mspbe", "selection_relative_mspbe",
+           "statistics_blocks", "statistics_norms"]
 
 _BLOCK_ROWS = 2_000_000  # transitions x n per block of statistics_blocks (bounds scratch memory)
 
