@@ -20,9 +20,7 @@ Dynamics (raw units, time in days; ``e1`` RTI and ``e2`` PI efficacies)::
     dV/dt   = (1 - e2) NT delta (T1s + T2s) - c V - [(1 - e1) rho1 k1 T1 + (1 - f e1) rho2 k2 T2] V
     dE/dt   = lE + bE I/(I + Kb) E - dE I/(I + Kd) E - deltaE E,   I = T1s + T2s
 
-Parameters: :class:`HIVParams` (defaults = the published table: l1 1e4, d1 0.01, k1 8e-7,
-l2 31.98, d2 0.01, k2 1e-4, f 0.34, delta 0.7, m1 1e-5, m2 1e-5, NT 100, c 13, rho1 1, rho2 1,
-lE 1, bE 0.3, Kb 100, dE 0.25, Kd 500, deltaE 0.1).
+Parameters: :class:`HIVParams` (defaults = the published table).
 
 - Actions (:data:`ACTIONS`): 0 no drug (e1 = e2 = 0); 1 RTI only (e1 = 0.7); 2 PI only (e2 = 0.3);
   3 both (e1 = 0.7, e2 = 0.3). Drugs are held constant over a 5-day decision interval; the state is
@@ -50,20 +48,13 @@ lE 1, bE 0.3, Kb 100, dE 0.25, Kd 500, deltaE 0.1).
 Integration. :func:`simulate_step` is the reference: scipy ``solve_ivp`` (LSODA, rtol 1e-10, the
 analytic Jacobian :func:`jacobian`) for one patient. :func:`step` and :func:`generate` use DOP853
 (scipy's 8(5,3) tableau) with one adaptive step size per patient and purely relative error control
-(local rtol :data:`RTOL` = 1e-8 on every component). The model is only moderately stiff (fastest
-rates about c = 13 per day, up to k2 V ~ 100 per day while the viral load is very high), so an
+(local rtol :data:`RTOL` = 1e-8 on every component). The model is only moderately stiff, so an
 adaptive explicit method stays stable by shrinking its steps; tests check it against
-:func:`simulate_step` to a relative error below 1e-6 per 5-day step (typically ~1e-8). The
-integrator (:mod:`gpope.core.envs.hiv_integrator`) is a loop over patients compiled with numba;
-without numba or with ``GPOPE_NO_JIT=1`` the same arithmetic runs in numpy, vectorised over
-patients, with the same result (bit for bit where numpy's float power is the C library's; a test
-checks it).
-Cost: the compiled path is 2-55x faster than the numpy loop (CPU seconds per decision in
-docs/BENCHMARKS.md, "How fast are the simulators?"). The numpy loop's cost is dominated below
-about a thousand patients by fixed per-step overhead (the cohort steps until its slowest patient
-is done), so independent data sets are simulated together: :func:`generate_many` (exactly the same
-data as separate :func:`generate` calls; it also shares the per-decision work of the compiled
-path: policy, observations, one call).
+:func:`simulate_step` to a relative error below 1e-6 per 5-day step. The integrator
+(:mod:`gpope.core.envs.hiv_integrator`) is compiled with numba; without numba or with
+``GPOPE_NO_JIT=1`` the same arithmetic runs in numpy, vectorised over patients, with the same
+result. :func:`generate_many` simulates independent data sets together, exactly as separate
+:func:`generate` calls would, paying the per-decision work once.
 
 Version history: v1 (this module).
 """
@@ -78,7 +69,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from gpope.core.envs.hiv_integrator import integrate
+from gpope.core.envs.hiv_integrator import coefficients, integrate, rhs_into
 from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import DataError, SchemaError
@@ -186,46 +177,12 @@ def drug_efficacies(action: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
     return table[a, 0], table[a, 1]
 
 
-def _rhs(x: np.ndarray, e1: np.ndarray | float, e2: np.ndarray | float, p: dict) -> np.ndarray:
-    """Right-hand side for x (6, ...) with parameters/efficacies broadcastable to x[0]."""
-    T1, T2, T1s, T2s, V, E = x
-    a1 = (1.0 - e1) * p["k1"]
-    a2 = (1.0 - p["f"] * e1) * p["k2"]
-    inf1 = a1 * V * T1
-    inf2 = a2 * V * T2
-    infected = T1s + T2s
-    return np.stack(
-        [
-            p["l1"] - p["d1"] * T1 - inf1,
-            p["l2"] - p["d2"] * T2 - inf2,
-            inf1 - p["delta"] * T1s - p["m1"] * E * T1s,
-            inf2 - p["delta"] * T2s - p["m2"] * E * T2s,
-            (1.0 - e2) * p["NT"] * p["delta"] * infected
-            - p["c"] * V
-            - (p["rho1"] * a1 * T1 + p["rho2"] * a2 * T2) * V,
-            p["lE"]
-            + p["bE"] * infected / (infected + p["Kb"]) * E
-            - p["dE"] * infected / (infected + p["Kd"]) * E
-            - p["deltaE"] * E,
-        ]
-    )
-
-
 def rhs(t: float, x: np.ndarray, e1: float, e2: float, params: HIVParams | None = None) -> np.ndarray:
-    """dx/dt of the model in raw units (autonomous: ``t`` is ignored).
-
-    Args:
-        t: time in days (unused; solve_ivp signature).
-        x: (6,) or (6, k) raw state(s) in the order T1, T2, T1s, T2s, V, E.
-        e1: RTI efficacy in [0, 1).
-        e2: PI efficacy in [0, 1).
-        params: model parameters (default: the published table).
-
-    Returns:
-        Array of the shape of ``x``.
-    """
-    p = asdict(params if params is not None else HIVParams())
-    return _rhs(np.asarray(x, dtype=np.float64), e1, e2, p)
+    """dx/dt of (6,) or (6, k) raw state(s) T1, T2, T1s, T2s, V, E in raw units, at RTI and PI
+    efficacies e1, e2 in [0, 1) (autonomous: ``t`` is ignored; solve_ivp's signature)."""
+    x = np.asarray(x, dtype=np.float64)
+    q = coefficients(e1, e2, asdict(params if params is not None else HIVParams()))
+    return rhs_into(x.reshape(6, -1), q, np.empty((6, x.size // 6))).reshape(x.shape)
 
 
 def jacobian(t: float, x: np.ndarray, e1: float, e2: float, params: HIVParams | None = None) -> np.ndarray:
@@ -270,34 +227,16 @@ def simulate_step(
     rtol: float = 1e-10,
     atol: float = 1e-12,
 ) -> np.ndarray:
-    """Reference integration of one patient over one 5-day interval (solve_ivp, LSODA).
-
-    Args:
-        state: (6,) raw concentrations T1, T2, T1s, T2s, V, E.
-        action: 0..3 (see :data:`ACTIONS`), held constant over the interval.
-        params: model parameters (default: the published table).
-        rtol: relative tolerance (<= 1e-8).
-        atol: absolute tolerance in raw units.
-
-    Returns:
-        (6,) raw state after :data:`DT` days.
-    """
+    """Reference integration (solve_ivp, LSODA, ``rtol`` <= 1e-8) of one patient's (6,) raw
+    state over one :data:`DT`-day interval of ``action`` (:data:`ACTIONS`): the (6,) raw state after."""
     x0 = np.asarray(state, dtype=np.float64)
     if x0.shape != (6,):
         raise SchemaError(f"simulate_step needs a raw state of shape (6,); got {x0.shape}.")
     check_number("simulate_step", "rtol", rtol, gt=0.0, le=1e-8)
     e1, e2 = (float(v) for v in drug_efficacies(int(action)))
     prm = params if params is not None else HIVParams()
-    sol = solve_ivp(
-        rhs,
-        (0.0, DT),
-        x0,
-        method="LSODA",
-        args=(e1, e2, prm),
-        jac=jacobian,
-        rtol=rtol,
-        atol=atol,
-    )
+    sol = solve_ivp(rhs, (0.0, DT), x0, method="LSODA", args=(e1, e2, prm), jac=jacobian,
+                    rtol=rtol, atol=atol)
     if not sol.success:  # pragma: no cover - defensive
         raise DataError(f"HIV integration failed: {sol.message}")
     return sol.y[:, -1]
@@ -320,11 +259,8 @@ def initial(rng: np.random.Generator | None = None, size: int = 1) -> np.ndarray
 def patient_parameters(
     n: int, rng: np.random.Generator, param_variation: float = 0.0, base: HIVParams | None = None
 ) -> dict[str, np.ndarray | float]:
-    """Per-patient parameters: ``p * exp(s z)``, z ~ N(0, 1) independent per patient and parameter.
-
-    Returns:
-        Mapping name -> float (``param_variation == 0``: no randomness is drawn) or (n,) array.
-    """
+    """Per-patient parameters ``p * exp(s z)``, z ~ N(0, 1) independent per patient and parameter:
+    name -> (n,) array, or -> float when ``param_variation == 0`` (then nothing is drawn)."""
     s = check_number("patient_parameters", "param_variation", param_variation, ge=0.0, le=1.0)
     p: dict[str, np.ndarray | float] = asdict(base if base is not None else HIVParams())
     if s == 0.0:
@@ -345,19 +281,9 @@ def step(
     r2: float = 2000.0,
     rtol: float = RTOL,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One 5-day interval for every patient at once (vectorised Dormand-Prince).
-
-    Args:
-        states: (k, 6) raw states.
-        actions: (k,) int actions 0..3.
-        params: :class:`HIVParams`, a mapping from :func:`patient_parameters` (floats or (k,) arrays),
-            or None (published table).
-        r2: reward weight of the PI drug.
-        rtol: integrator relative tolerance.
-
-    Returns:
-        ``(next_states (k, 6) raw, rewards (k,))``.
-    """
+    """One 5-day interval for every patient at once (vectorised Dormand-Prince): ``(next_states
+    (k, 6) raw, rewards (k,))`` of (k, 6) raw states and (k,) actions; ``params`` a
+    :class:`HIVParams`, a mapping from :func:`patient_parameters` or None (published table)."""
     x = np.asarray(states, dtype=np.float64)
     a = np.asarray(actions)
     if x.ndim != 2 or x.shape[1] != 6 or a.shape != (x.shape[0],):
@@ -411,19 +337,11 @@ def generate(
     first observation (only if ``obs_noise > 0``), then per decision one uniform per patient for the
     action and the noise of the next observation.
 
-    Args:
-        n_trajectories: m >= 1 patients.
-        rng: the only source of randomness.
-        policy: behaviour policy over 4 actions acting on log10 observations.
-        start: (6,) or (m, 6) raw start states (default :data:`START`).
-        **options: the keywords of :class:`CohortOptions`, each optional:
-            n_steps: decisions per patient (default 200); the last one is truncated.
-            param_variation: public log-normal spread s of the per-patient parameters, in
-                [0, 1] (default 0).
-            obs_noise: public standard deviation of additive noise on log10 observations, >= 0
-                (default 0).
-            r2: reward weight of the PI drug (default 2000).
-            params: base parameters (default the published table).
+    Options (:class:`CohortOptions`): ``n_steps`` decisions per patient (200; the last one is
+    truncated), ``param_variation`` the public log-normal spread s of the per-patient parameters
+    in [0, 1] (0), ``obs_noise`` the public std of noise on log10 observations (0), ``r2`` the
+    reward weight of the PI drug (2000), ``params`` the base parameters (the published table).
+    ``start``: (6,) or (m, 6) raw start states (default :data:`START`).
 
     Returns:
         :class:`Transitions` with (T, 6) log10 observations, T = m * n_steps, sorted by
@@ -450,19 +368,8 @@ def generate_many(
     ``generate_many(sizes, rngs, policy, ...)[g]`` equals ``generate(sizes[g], rngs[g], policy,
     ..., start=starts[g])`` exactly: group ``g`` draws from ``rngs[g]`` only, in the order of
     :func:`generate`, and the integrator treats every patient independently (one adaptive step
-    size and error test per patient). Integrating all patients together pays the per-decision
-    work (policy, observations, one integrator call) once per decision instead of once per cohort;
-    with the numpy integrator (no numba) it also pays the per-step overhead once, which dominates
-    below about a thousand patients (a cohort of 30 costs about as much as one of 500).
-
-    Args:
-        sizes: patients per group, each >= 1.
-        rngs: one distinct generator per group.
-        policy, n_steps, param_variation, obs_noise, r2, params: as in :func:`generate`.
-        starts: per group None (:data:`START`), (6,) or (m, 6) raw start states.
-
-    Returns:
-        One :class:`Transitions` per group (see :func:`generate`).
+    size and error test per patient). ``rngs``: one distinct generator per group; ``starts``: per
+    group None (:data:`START`), (6,) or (m, 6) raw start states.
     """
     sizes = [check_int("hiv.generate", "n_trajectories", m, ge=1) for m in sizes]
     rngs = list(rngs)

@@ -71,31 +71,16 @@ def _subset(p: dict, idx: np.ndarray) -> dict:
     return {k: (v[idx] if isinstance(v, np.ndarray) else v) for k, v in p.items()}
 
 
-def integrate(
-    x0: np.ndarray,
-    e1: np.ndarray,
-    e2: np.ndarray,
-    p: dict,
-    duration: float,
-    rtol: float,
-) -> np.ndarray:
-    """DOP853 over ``duration`` days with one adaptive step size per patient.
+def integrate(x0: np.ndarray, e1: np.ndarray, e2: np.ndarray, p: dict, duration: float,
+              rtol: float) -> np.ndarray:
+    """(6, k) raw states after DOP853 over ``duration`` days from (6, k) raw states, at (k,)
+    efficacies and parameters (each a float or a (k,) array), one adaptive step size per patient.
 
     Each patient's step is accepted or rejected on its own error norm (scipy's DOP853 norm with
     scale ``rtol * max(|y|, |y_new|)`` per component: purely relative error control), so patients
     are independent: the compiled loop (:func:`_compiled_integrator`, one patient at a time) and
     the numpy loop (:func:`_integrate_numpy`, all patients still running share each stage
     evaluation) run the same steps with the same arithmetic.
-
-    Args:
-        x0: (6, k) raw states.
-        e1, e2: (k,) efficacies.
-        p: parameters, each a float or a (k,) array.
-        duration: integration time in days.
-        rtol: relative local error tolerance.
-
-    Returns:
-        (6, k) raw states after ``duration``.
     """
     fn = _compiled_integrator()
     if fn is None:
@@ -121,13 +106,8 @@ _MAX_STEPS = 100_000
 
 @functools.cache
 def _compiled_integrator() -> Callable | None:
-    """The per-patient DOP853 loop compiled with numba (None with ``GPOPE_NO_JIT`` or no numba).
-
-    Below a few thousand patients the numpy loop is dominated by the fixed cost of its small
-    array operations (about 30 per stage, 13 stages per step, a hundred or more steps per
-    decision); the compiled loop does the same arithmetic (the same operations in the same
-    order, including skipping zero tableau coefficients) on scalars. numba compiles it on first
-    use (a few seconds, cached on disk when the package directory is writable).
+    """The per-patient DOP853 loop compiled with numba (None with ``GPOPE_NO_JIT`` or no numba):
+    the numpy loop's operations in the same order (zero tableau coefficients skipped), on scalars.
     """
     numba = numba_module()
     if numba is None:
@@ -234,14 +214,8 @@ def _compiled_integrator() -> Callable | None:
     return integrate
 
 
-def _integrate_numpy(
-    x0: np.ndarray,
-    e1: np.ndarray,
-    e2: np.ndarray,
-    p: dict,
-    duration: float,
-    rtol: float,
-) -> np.ndarray:
+def _integrate_numpy(x0: np.ndarray, e1: np.ndarray, e2: np.ndarray, p: dict, duration: float,
+                     rtol: float) -> np.ndarray:
     """:func:`integrate` in numpy, vectorised over patients (the fallback without numba)."""
     y = np.array(x0, dtype=np.float64, copy=True)
     k = y.shape[1]
