@@ -150,6 +150,3 @@ def test_validation():
         ehr.episodes_to_event_tables(tr, ehr.CHAIN_SPEC, np.random.default_rng(0), jitter=0.5)
     with pytest.raises(ConfigError):
         ehr.EventTableSpec(variables=("a", "a"), actions=("x",))
-    with pytest.raises(ConfigError):
-        ehr.spec_for_domain("atari")
-    assert ehr.spec_for_domain("hiv") is ehr.HIV_SPEC

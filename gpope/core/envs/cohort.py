@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PUBLIC_SEED", "PUBLIC_TRAJECTORIES", "PublicCohort", "behaviour_policy",
            "check_domain", "concatenate_episodes", "generate_episodes", "public_cohort", "public_cohort_transitions",
-           "public_population", "public_transitions"]
+           "public_transitions"]
 
 #: Seed of the public evaluation cohort (public data: fixing it is harmless and reproducible).
 PUBLIC_SEED = 20_240_607
@@ -80,21 +80,9 @@ def generate_episodes(
     n_steps: int | None = None,
     batch_size: int = 1000,
 ) -> Transitions:
-    """``patients`` episodes of ``domain`` under its behaviour policy, in batches.
-
-    Args:
-        domain: a registered domain (``chain``, ``mountaincar``, ``hiv``, ``random_mdp/<seed>``).
-        patients: m >= 1.
-        rng: the only randomness (batches draw from it in order: deterministic for a seed and
-            ``batch_size``).
-        policy: behaviour policy; None: :func:`behaviour_policy` of the domain.
-        n_steps: episode cap (None: the domain's default).
-        batch_size: patients per generator call.
-
-    Returns:
-        :class:`~gpope.core.trajectories.transitions.Transitions` of ``patients`` trajectories
-        (0..m-1).
-    """
+    """``patients`` episodes (trajectories 0..m-1) of a registered ``domain`` under ``policy``
+    (None: the domain's behaviour policy), capped at ``n_steps`` (None: the domain's), generated
+    ``batch_size`` patients at a time from ``rng`` in order (deterministic for a seed)."""
     entry = get_domain(check_domain(domain))
     m = check_int("generate_episodes", "patients", patients, ge=1)
     batch_size = check_int("generate_episodes", "batch_size", batch_size, ge=1)
@@ -120,19 +108,6 @@ def public_cohort_transitions(domain: str, n_trajectories: int, max_length: int 
                               max_length=max_length)
 
 
-def public_population(
-    spec: EvaluationSpec, *, n_trajectories: int, max_length: int | None = None,
-    seed: int = PUBLIC_SEED,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Population (A, b, C) of the spec on a public simulated cohort, or None without a domain."""
-    if spec.domain is None or n_trajectories <= 0:
-        return None
-    from gpope.core.trajectories.batch import statistics_of_transitions
-
-    transitions = public_cohort_transitions(spec.domain, n_trajectories, max_length, seed)
-    return statistics_of_transitions(transitions, spec).population()
-
-
 @dataclass(frozen=True)
 class PublicCohort:
     """The public simulated cohort public MSPBE is measured on (the same definition everywhere).
@@ -154,9 +129,13 @@ def public_cohort(
     spec: EvaluationSpec, *, n_trajectories: int = PUBLIC_TRAJECTORIES,
     max_length: int | None = None, seed: int = PUBLIC_SEED,
 ) -> PublicCohort | None:
-    """The public MSPBE cohort of ``spec`` with its definition, or None without a domain."""
-    pop = public_population(spec, n_trajectories=n_trajectories, max_length=max_length, seed=seed)
-    if pop is None or spec.domain is None:
+    """The public MSPBE cohort of ``spec`` with its definition, or None without a domain (or for
+    an empty cohort)."""
+    if spec.domain is None or n_trajectories <= 0:
         return None
+    from gpope.core.trajectories.batch import statistics_of_transitions
+
+    transitions = public_cohort_transitions(spec.domain, n_trajectories, max_length, seed)
+    pop = statistics_of_transitions(transitions, spec).population()
     return PublicCohort(domain=spec.domain, n_trajectories=n_trajectories,
                         max_length=max_length, seed=seed, population=pop)

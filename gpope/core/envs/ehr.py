@@ -44,12 +44,10 @@ from gpope.errors import ConfigError, SchemaError
 
 __all__ = [
     "CHAIN_SPEC",
-    "DOMAIN_SPECS",
     "HIV_SPEC",
     "MOUNTAINCAR_SPEC",
     "EventTableSpec",
     "episodes_to_event_tables",
-    "spec_for_domain",
 ]
 
 _US_PER_DAY = 86_400_000_000
@@ -64,14 +62,12 @@ class EventTableSpec:
         actions: action vocabulary; action index i is written as ``actions[i]``.
         interval_days: nominal time between decisions, > 0.
         terminal_variable: observation variable marking a terminal episode end (None: none).
-        value_units: free-text description of the recorded values (documentation).
     """
 
     variables: tuple[str, ...]
     actions: tuple[str, ...]
     interval_days: float = 1.0
     terminal_variable: str | None = None
-    value_units: str = "as in Transitions.state"
 
     def __post_init__(self) -> None:
         variables = tuple(self.variables)
@@ -98,38 +94,16 @@ class EventTableSpec:
 
 #: HIV: log10 concentrations per ml (T1, T2, T1s, T2s, V, E), decisions every 5 days.
 HIV_SPEC = EventTableSpec(
-    variables=(
-        "cd4_t_cells",
-        "macrophages",
-        "infected_cd4",
-        "infected_macrophages",
-        "viral_load",
-        "immune_effectors",
-    ),
-    actions=("none", "rti", "pi", "rti_pi"),
-    interval_days=5.0,
-    value_units="log10 of the raw concentration per ml",
-)
+    variables=("cd4_t_cells", "macrophages", "infected_cd4", "infected_macrophages", "viral_load",
+               "immune_effectors"),
+    actions=("none", "rti", "pi", "rti_pi"), interval_days=5.0)
 #: Chain: the integer stage; terminal on absorption.
-CHAIN_SPEC = EventTableSpec(
-    variables=("stage",), actions=("observe",), interval_days=1.0, terminal_variable="absorbed",
-    value_units="integer stage 0..n_states-1",
-)
-#: Mountain car: position and velocity; terminal at the goal.
-MOUNTAINCAR_SPEC = EventTableSpec(
-    variables=("position", "velocity"), actions=("left", "none", "right"), interval_days=1.0,
-    terminal_variable="goal_reached", value_units="raw position and velocity",
-)
-DOMAIN_SPECS: dict[str, EventTableSpec] = {"chain": CHAIN_SPEC, "mountaincar": MOUNTAINCAR_SPEC, "hiv": HIV_SPEC}
-
-def spec_for_domain(domain: str) -> EventTableSpec:
-    """The built-in spec of ``domain`` (chain, mountaincar, hiv)."""
-    if domain not in DOMAIN_SPECS:
-        raise ConfigError(
-            f"The 'domain' parameter of spec_for_domain must be one of "
-            f"{', '.join(map(repr, DOMAIN_SPECS))}. Got {domain!r} instead."
-        )
-    return DOMAIN_SPECS[domain]
+CHAIN_SPEC = EventTableSpec(variables=("stage",), actions=("observe",), interval_days=1.0,
+                            terminal_variable="absorbed")
+#: Mountain car: raw position and velocity; terminal at the goal.
+MOUNTAINCAR_SPEC = EventTableSpec(variables=("position", "velocity"),
+                                  actions=("left", "none", "right"), interval_days=1.0,
+                                  terminal_variable="goal_reached")
 
 
 def _patient_ids(prefix: str, idx: np.ndarray) -> np.ndarray:
@@ -150,21 +124,12 @@ def episodes_to_event_tables(
     outcome_fraction: float = 0.5,
     first_patient: int = 0,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Write episodes as the three bronze tables (see the module docstring for the layout).
+    """Write episodes as the three bronze tables (the module docstring gives the layout and the
+    meaning of ``jitter``, ``stagger_days``, ``missing_prob``, ``noise`` and ``outcome_fraction``).
 
-    Args:
-        transitions: m episodes, d = len(spec.variables) state columns, actions < len(spec.actions).
-        spec: variable names, action vocabulary, decision interval, terminal marker.
-        rng: randomness of stagger, jitter, missingness and noise (nothing is drawn when all are 0).
-        start_time: first decision time of every patient (before stagger).
-        patient_prefix: patient ids are ``f"{prefix}{first_patient + traj_index:06d}"``.
-        jitter: timing jitter as a fraction of the interval, in [0, 0.5).
-        stagger_days: patient start offsets ~ U[0, stagger_days), >= 0.
-        missing_prob: probability of dropping each observation row, in [0, 1).
-        noise: standard deviation of additive Gaussian noise on observed values, >= 0.
-        outcome_fraction: where the reward of a step sits between its decision and the next, (0, 1].
-        first_patient: number of the first patient (a cohort converted in parts: part i starts at
-            the number of patients before it), >= 0.
+    ``rng`` draws stagger, jitter, missingness and noise (nothing when all are 0); patient ids are
+    ``f"{patient_prefix}{first_patient + traj_index:06d}"`` (a cohort converted in parts: part i
+    starts at the number of patients before it).
 
     Returns:
         ``{"observations": {...}, "treatments": {...}, "outcomes": {...}}`` of equal-length columns.

@@ -89,18 +89,8 @@ START_LOW, START_HIGH = -0.6, -0.4
 DEFAULT_ARTIFACT = "mountaincar_q_v1"
 
 #: Public reference states (position, velocity) at which value estimates are reported.
-REFERENCE_STATES = np.array(
-    [
-        [-0.5, 0.0],
-        [-0.6, 0.0],
-        [-0.4, 0.0],
-        [-1.0, 0.0],
-        [-0.5, -0.04],
-        [-0.5, 0.04],
-        [0.0, 0.0],
-        [0.3, 0.03],
-    ]
-)
+REFERENCE_STATES = np.array([[-0.5, 0.0], [-0.6, 0.0], [-0.4, 0.0], [-1.0, 0.0], [-0.5, -0.04],
+                             [-0.5, 0.04], [0.0, 0.0], [0.3, 0.03]])
 REFERENCE_STATES.setflags(write=False)
 
 
@@ -119,21 +109,13 @@ def initial(rng: np.random.Generator, size: int = 1) -> np.ndarray:
 
 
 def step(states: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One deterministic step of every state (gymnasium's float64 arithmetic, vectorised).
-
-    Args:
-        states: (k, 2) float64 (x, v).
-        actions: (k,) int in {0, 1, 2}.
-
-    Returns:
-        ``(next_states (k, 2), rewards (k,) all -1, terminated (k,) bool)``.
-    """
+    """One deterministic step of (k, 2) states (x, v) under (k,) actions in {0, 1, 2}, in
+    gymnasium's float64 arithmetic: ``(next_states (k, 2), rewards (k,) all -1, terminated (k,))``."""
     states = np.asarray(states, dtype=np.float64)
     actions = np.asarray(actions)
     if states.ndim != 2 or states.shape[1] != 2 or actions.shape != (states.shape[0],):
-        raise SchemaError(
-            f"mountaincar.step needs states (k, 2) and actions (k,); got {states.shape} and {actions.shape}."
-        )
+        raise SchemaError(f"mountaincar.step needs states (k, 2) and actions (k,); got "
+                          f"{states.shape} and {actions.shape}.")
     if actions.size and (actions.min() < 0 or actions.max() > 2):
         raise DataError("Mountain car actions must be 0, 1 or 2.")
     x, v = states[:, 0], states[:, 1]
@@ -151,17 +133,9 @@ def generate(
     policy: Policy,
     max_steps: int = MAX_STEPS,
 ) -> Transitions:
-    """Simulate ``n_trajectories`` episodes under ``policy`` (behaviour), all at once.
-
-    Args:
-        n_trajectories: m >= 1.
-        rng: randomness for the start states and the actions (one uniform per decision).
-        policy: behaviour policy over 3 actions; its probability of each taken action is logged.
-        max_steps: time limit (truncation), default 200 as in ``MountainCar-v0``.
-
-    Returns:
-        :class:`Transitions` with (T, 2) float64 states, sorted by (traj_index, t).
-    """
+    """Simulate ``n_trajectories`` episodes under the behaviour ``policy`` (its probability of
+    each taken action logged), all at once: :class:`Transitions` with (T, 2) float64 states, sorted
+    by (traj_index, t). ``rng`` draws the start states and one uniform per decision."""
     m = check_int("mountaincar.generate", "n_trajectories", n_trajectories, ge=1)
     max_steps = check_int("mountaincar.generate", "max_steps", max_steps, ge=1)
     if policy.n_actions != N_ACTIONS:
@@ -211,19 +185,10 @@ def learned_policy(
     temperature: float = 1.0,
     name: str = DEFAULT_ARTIFACT,
 ) -> Policy:
-    """The Q-learned policy of artifact ``name``: greedy, epsilon-greedy or softmax over its Q.
-
-    Args:
-        kind: ``"greedy"`` (epsilon 0), ``"epsilon_greedy"`` (with ``epsilon``) or ``"softmax"``
-            (with ``temperature``, in units of the Q values, which are about minus steps-to-go;
-            the best-worst gap is typically 3 to 30). For off-policy use against the uniform
-            target, epsilon-greedy bounds the ratio by ``1 / epsilon``; softmax ratios are
-            heavy-tailed (at temperature 1 up to about 1e4; at 5 the car reaches the goal in only
-            about a quarter of the 200-step episodes).
-        epsilon: exploration rate for ``"epsilon_greedy"``.
-        temperature: softmax temperature for ``"softmax"``.
-        name: the artifact (default ``"mountaincar_q_v1"``).
-    """
+    """The Q-learned policy of artifact ``name``: greedy, epsilon-greedy (``epsilon``) or softmax
+    (``temperature``, in units of the Q values: about minus steps-to-go) over its Q. Against the
+    uniform target, epsilon-greedy bounds the ratio by ``1 / epsilon``; softmax ratios are
+    heavy-tailed."""
     check_choice("learned_policy", "kind", kind, ("greedy", "epsilon_greedy", "softmax"))
     stored = load_policy(name)
     q = stored.q  # type: ignore[attr-defined]
@@ -255,19 +220,8 @@ def monte_carlo_values(
     transitions bootstrap). All ``k * n_rollouts`` rollouts run as one vector. For ``gamma < 1``
     rollouts stop after ``H`` steps with ``gamma^H / (1 - gamma) <= tolerance``, which bounds the
     bias by ``tolerance`` (rewards are -1); for ``gamma = 1`` they run to the goal and a
-    :class:`DataError` is raised if any is still running after ``max_horizon`` steps.
-
-    Args:
-        policy: the evaluated policy.
-        states: (k, 2) start states (e.g. :data:`REFERENCE_STATES`).
-        rng: randomness of the actions.
-        n_rollouts: rollouts per state.
-        gamma: discount in [0, 1].
-        tolerance: truncation bias bound for gamma < 1.
-        max_horizon: hard cap on rollout length.
-
-    Returns:
-        ``(values (k,), standard_errors (k,))``.
+    :class:`DataError` is raised if any is still running after ``max_horizon`` steps. Returns
+    ``(values (k,), standard_errors (k,))`` of (k, 2) start states.
     """
     states = np.asarray(states, dtype=np.float64)
     if states.ndim != 2 or states.shape[1] != 2:
@@ -322,15 +276,9 @@ def large_sample_statistics(
     Per trajectory ``i`` with weight ``w_i = 1/L`` (``"transition"``) or ``1/tau_i``
     (``"trajectory_mean"``): ``A_i = w_i sum_t rho_t phi_t (phi_t - gamma phi'_t)^T``,
     ``b_i = w_i sum_t rho_t R_t phi_t``, ``C_i = w_i sum_t phi_t phi_t^T``, with ``phi' = 0`` on
-    terminal steps and ``rho_t = target(a_t|s_t) / behavior(a_t|s_t)``. The default 10,000
-    behaviour trajectories (about 1.5 million transitions with the learned epsilon-greedy
-    behaviour; about 5 s on one idle core) give the largest entries of ``A`` to within about 2%
-    (two independent 20,000-trajectory samples differed by 1.1% in ``A``, 0.7% in ``b``, 0.3% in
-    ``C``, relative to the largest entry); pass a larger ``n_trajectories`` for more. Generated in
-    chunks of ``chunk`` trajectories, so memory stays bounded.
-
-    Returns:
-        ``(A (n, n), b (n,), C (n, n))`` for the features (default :func:`feature_map`).
+    terminal steps and ``rho_t = target(a_t|s_t) / behavior(a_t|s_t)``. Generated in chunks of
+    ``chunk`` trajectories, so memory stays bounded. Returns ``(A (n, n), b (n,), C (n, n))`` for
+    the features (default :func:`feature_map`).
     """
     return population_statistics(
         lambda size: generate(size, rng, behavior, max_steps), target,

@@ -142,7 +142,7 @@ def _random(name: str) -> SimDomain:
     variables = ("state",) if n_obs == 1 else tuple(f"x{j}" for j in range(n_obs))
     spec = EventTableSpec(variables=variables,
                           actions=tuple(f"a{k}" for k in range(mdp.config.n_actions)),
-                          terminal_variable="episode_end", value_units="as generated")
+                          terminal_variable="episode_end")
     return SimDomain(name, spec, mdp.config.max_steps, generate, lambda: None)  # mu is internal
 
 
