@@ -93,11 +93,8 @@ def run_gpope_method(
     ss: np.random.SeedSequence,
     trials: int,
 ) -> tuple[np.ndarray, dict[str, float]]:
-    """Run ``trials`` independent GPOPE runs of ``method`` on one data set (batched).
-
-    Returns:
-        (released thetas (trials, n), info with sigma, steps, seconds).
-    """
+    """``trials`` independent GPOPE runs of ``method`` on one data set, batched: (released thetas
+    (trials, n), info with sigma, steps, seconds)."""
     cfg = method.config(problem.m, epsilon, delta, hyper, multiplier)
     t0 = time.perf_counter()
     res = run_gpope_trials(problem.stats(method.normalization), cfg, np.random.default_rng(ss),
@@ -127,10 +124,8 @@ def tune_method(
     """Grid search over ``method.step_grid x method.clip_grid`` on PUBLIC data.
 
     ``problem`` must be simulated from a public stream (never the evaluation data). Each grid point
-    runs ``trials`` noisy trials; the point with the smallest mean relative MSPBE wins.
-
-    Returns:
-        (best Hyper, one row per grid point with its score).
+    runs ``trials`` noisy trials; the point with the smallest mean relative MSPBE wins: (best
+    Hyper, one row per grid point with its score).
     """
     rows: list[dict[str, Any]] = []
     best: tuple[float, Hyper] | None = None

@@ -13,7 +13,7 @@ Three variants appear on every plot where they apply:
   and tail averaging. Its hyper-parameters are tuned on public data like the others.
 
 A :class:`GPOPEMethod` holds the structural choices; the step size and clip bound are tuned per
-data size (:mod:`gpope.core.experiments.tuning`) and passed in as a :class:`Hyper`.
+data size (:func:`gpope.core.experiments.common.tune_method`) and passed in as a :class:`Hyper`.
 """
 
 from __future__ import annotations
@@ -41,12 +41,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Hyper:
-    """Tuned public hyper-parameters of one GPOPE method at one data size.
-
-    Attributes:
-        step_size: eta > 0 (before any step multiplier).
-        clip: h > 0.
-    """
+    """Tuned public step size eta > 0 (before any step multiplier) and clip h > 0 of one GPOPE
+    method at one data size."""
 
     step_size: float
     clip: float
@@ -61,20 +57,13 @@ class GPOPEMethod:
     """Structural settings of one GPOPE variant (public).
 
     Attributes:
-        name: identifier used in CSV/JSON (``gpope_paper``...).
-        label: legend label.
-        sampling: "uniform" or "poisson".
-        accountant: a registered accountant (:mod:`gpope.core.accounting.registry`).
-        normalization: "trajectory_mean" (the paper) or "transition".
+        name: identifier used in CSV/JSON (``gpope_paper``...); label: legend label.
         iterations: N for uniform sampling; for Poisson the number of steps is
             ``max(1, round(iterations / batch_size))`` so both touch about N trajectories.
         batch_size: expected Poisson batch q m (Poisson only).
-        step_schedule: "constant" or "inverse".
         step_offset: i0 of the inverse schedule, as a fraction of the number of steps.
-        averaging: "none", "uniform" or "tail" (released iterate: the average when not "none").
-        tail_fraction: fraction of the iterates averaged with "tail".
-        step_grid: step sizes tried by the tuner.
-        clip_grid: clip bounds tried by the tuner.
+        averaging: the released iterate is the average when not "none".
+        step_grid, clip_grid: what the tuner tries.
     """
 
     name: str
@@ -129,17 +118,10 @@ class GPOPEMethod:
         N = self.steps()
         sigma = 0.0 if epsilon is None else self.sigma(m, epsilon, delta)
         return GPOPEConfig(
-            iterations=N,
-            step_size=hyper.step_size * multiplier,
-            clip=hyper.clip,
-            noise_multiplier=sigma,
-            sampling=self.sampling,
-            batch_rate=self.batch_rate(m),
-            step_schedule=self.step_schedule,
-            step_offset=self.step_offset * N,
-            averaging=self.averaging,
-            tail_fraction=self.tail_fraction,
-        )
+            iterations=N, step_size=hyper.step_size * multiplier, clip=hyper.clip,
+            noise_multiplier=sigma, sampling=self.sampling, batch_rate=self.batch_rate(m),
+            step_schedule=self.step_schedule, step_offset=self.step_offset * N,
+            averaging=self.averaging, tail_fraction=self.tail_fraction)
 
     def coarse(self) -> GPOPEMethod:
         """Copy with a 3 x 2 grid (the middle step sizes and clip bounds) for quick presets."""
