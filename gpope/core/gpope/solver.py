@@ -133,6 +133,21 @@ def _privacy(config: GPOPEConfig, m: int) -> tuple[float, float | None, float | 
     return sigma, float(epsilon_spent(sigma=sigma, **common)), config.delta, name
 
 
+def run_privacy(config: GPOPEConfig, seeded: bool, *, override: bool = False,
+                noise_std: float = 0.0) -> tuple[bool, str]:
+    """(private, why) of a run: private only with clipping and noise, OS entropy and no override."""
+    if override:
+        return False, "mechanism override (test-only): not private"
+    if not config.is_private:
+        return False, "no clipping or no noise: not private"
+    if seeded:
+        return False, "fixed seed: not private"
+    if config.secure_noise:
+        return True, (f"secure noise: OS-CSPRNG discrete Gaussian on the grid "
+                      f"{config.secure_grid(noise_std):.3g}, releases rounded to it")
+    return True, "OS-entropy noise and sampling"
+
+
 def run_gpope(
     stats: TrajectoryStats,
     config: GPOPEConfig,
@@ -191,17 +206,7 @@ def run_gpope_trials(
                                              noise_std)
 
     n = stats.n
-    if override:
-        private, note = False, "mechanism override (test-only): not private"
-    elif not config.is_private:
-        private, note = False, "no clipping or no noise: not private"
-    elif seeded:
-        private, note = False, "fixed seed: not private"
-    elif config.secure_noise:
-        private, note = True, (f"secure noise: OS-CSPRNG discrete Gaussian on the grid "
-                               f"{config.secure_grid(noise_std):.3g}, releases rounded to it")
-    else:
-        private, note = True, "OS-entropy noise and sampling"
+    private, note = run_privacy(config, seeded, override=bool(override), noise_std=noise_std)
     avg = None
     if config.averaging != "none":
         avg = acc / config.averaged_iterations

@@ -17,17 +17,8 @@ STEP_SCHEDULES: tuple[str, ...] = ("constant", "inverse")
 def step_sizes(
     iterations: int, step_size: float, schedule: StepSchedule = "constant", offset: float = 1.0
 ) -> np.ndarray:
-    """Step sizes beta_i for i = 1..N.
-
-    Args:
-        iterations: N >= 1.
-        step_size: eta > 0.
-        schedule: "constant" (beta_i = eta) or "inverse" (beta_i = eta / (i + offset), i from 1).
-        offset: i0 >= 0 for "inverse".
-
-    Returns:
-        (N,) float64, beta_1 first.
-    """
+    """(N,) step sizes beta_1..beta_N: "constant" (beta_i = eta) or "inverse"
+    (beta_i = eta / (i + offset), i from 1, offset >= 0)."""
     n = check_int("step_sizes", "iterations", iterations, ge=1)
     eta = check_number("step_sizes", "step_size", step_size, gt=0.0)
     check_choice("step_sizes", "schedule", schedule, STEP_SCHEDULES)

@@ -19,15 +19,15 @@ consume the random streams identically by construction.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from gpope.core.gpope.iterate import _Trace
 from gpope.core.gpope.sample_plan import PlanChunk, draw_plan, plan_chunk_steps, split_streams
-from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult
+from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult, run_privacy
 from gpope.core.gpope.steps import step_sizes
 from gpope.core.mechanisms.clipping import clip_rows
 from gpope.core.statistics import TrajectoryStats
@@ -112,20 +112,12 @@ def run_gpope_streamed(
     max_rows_per_fetch: int = 4096,
     prefetch: bool = True,
 ) -> GPOPEResult:
-    """One GPOPE run (one trial) whose statistics arrive from ``fetch`` in plan order.
+    """One GPOPE run (one trial) whose statistics arrive from ``fetch`` in plan order: a
+    GPOPEResult equal (to rounding) to ``run_gpope`` on the same statistics and seed.
 
-    Args:
-        fetch: returns the statistics of the listed trajectory ids, in the order given.
-        config: solver settings; ``noise_multiplier`` must be set (sigma calibrated by the caller).
-        rng: int seed (reproducible, not private) or None (OS entropy).
-        m: number of trajectories (public); n: number of features.
-        sigma: the noise multiplier (= ``config.noise_multiplier``).
-        epsilon: the spent epsilon to report; accountant: its resolved name.
-        max_rows_per_fetch: at most this many sampled rows are fetched (and held) at once.
-        prefetch: fetch the next block in a background thread while the current one runs.
-
-    Returns:
-        GPOPEResult equal (to rounding) to ``run_gpope`` on the same statistics and seed.
+    ``config.noise_multiplier`` must be the caller's calibrated ``sigma``; ``epsilon`` and
+    ``accountant`` are reported as given; at most ``max_rows_per_fetch`` sampled rows are fetched
+    (and held) at once, the next block in a background thread with ``prefetch``.
     """
     if config.noise_multiplier is None or float(config.noise_multiplier) != float(sigma):
         raise ConfigError(
@@ -137,21 +129,12 @@ def run_gpope_streamed(
     h = config.clip
     noise_std = 0.0 if h is None else h * float(sigma)
     betas = step_sizes(N, config.step_size, config.step_schedule, config.step_offset)
-    if config.averaging == "tail":
-        avg_count = max(1, math.ceil(config.tail_fraction * N))
-    else:
-        avg_count = N
+    avg_count = config.averaged_iterations
     avg_from = N - avg_count if config.averaging != "none" else N
     every = config.trace_every
     poisson = config.sampling == "poisson"
     div = float(config.batch_rate) * (config.normalizing_size or m) if poisson else 1.0
-    if every is not None:
-        trace_steps = np.unique(np.append(np.arange(0, N + 1, every), N))
-        trace = np.zeros((len(trace_steps), 2 * n))
-        t_pos = 1
-    else:
-        trace_steps = trace = None
-        t_pos = 0
+    trace = None if every is None else _Trace(N, every, 1, 2 * n)
     x = np.zeros((1, 2 * n))
     acc = np.zeros((1, n))
 
@@ -197,36 +180,20 @@ def run_gpope_streamed(
                         x -= z[s]
                     if c.start + s >= avg_from:
                         acc += x[:, :n]
-                    if every is not None and (c.start + s + 1) % every == 0:
-                        trace[t_pos] = x[0]
-                        t_pos += 1
+                    if trace is not None:
+                        trace.after(c.start + s + 1, x)
                 base += p.rows
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         del chunks, blocks
-    if every is not None:
-        trace[-1] = x[0]
-    if not config.is_private:
-        private, note = False, "no clipping or no noise: not private"
-    elif seeded:
-        private, note = False, "fixed seed: not private"
-    else:
-        private, note = True, "OS-entropy noise and sampling"
+    trace_steps, values = (None, None) if trace is None else trace.result(x)
+    private, note = run_privacy(config, seeded)
     return GPOPEResult(
-        theta=x[0, :n].copy(),
-        w=x[0, n:].copy(),
-        theta_avg=None if config.averaging == "none" else acc[0] / avg_count,
-        sigma=float(sigma),
-        epsilon=epsilon,
-        delta=config.delta,
-        accountant=accountant,
-        sampling=config.sampling,
-        iterations=N,
-        clip=config.clip,
-        private=private,
-        privacy_note=note,
+        theta=x[0, :n].copy(), w=x[0, n:].copy(),
+        theta_avg=None if config.averaging == "none" else acc[0] / avg_count, sigma=float(sigma),
+        epsilon=epsilon, delta=config.delta, accountant=accountant, sampling=config.sampling,
+        iterations=N, clip=config.clip, private=private, privacy_note=note,
         trace_steps=trace_steps,
-        trace_theta=None if trace is None else trace[:, :n].copy(),
-        trace_w=None if trace is None else trace[:, n:].copy(),
-    )
+        trace_theta=None if values is None else values[0, :, :n].copy(),
+        trace_w=None if values is None else values[0, :, n:].copy())
