@@ -26,17 +26,14 @@ def add_dataset_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
 
 
-def add_progress_flag(parser: argparse.ArgumentParser) -> None:
-    """Add ``--no-progress``: hide the progress bars :func:`show_progress` would show."""
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-
-
 def add_lake_options(
-    parser: argparse.ArgumentParser, *, tracking: bool = False, remote: bool = True
+    parser: argparse.ArgumentParser, *, tracking: bool = False, remote: bool = True,
+    json: bool = True, progress: bool = False,
 ) -> None:
     """Add the common pipeline options ``--lake`` and ``--conf``; with ``tracking`` (commands
     that log to MLflow) also ``--tracking-uri``; with ``remote`` (commands that start Spark)
-    also ``--remote``."""
+    also ``--remote``; with ``progress`` ``--no-progress`` (hides the bars of
+    :func:`show_progress`); with ``json`` ``--json`` (:func:`add_json_flag`)."""
     parser.add_argument(
         "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
     )
@@ -51,6 +48,10 @@ def add_lake_options(
         )
     if remote:
         add_remote_option(parser)
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    if json:
+        add_json_flag(parser)
 
 
 def add_remote_option(parser: argparse.ArgumentParser) -> None:

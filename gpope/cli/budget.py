@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
+from gpope.cli._common import add_lake_options, config_from_args, emit
 
 
 def _add_lake(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "relation (replace_one: an add/remove run restated, with its mu doubled; "
                       "docs/ARCHITECTURE.md section 4)")
     _add_lake(show)
-    add_json_flag(show)
     show.set_defaults(func=_show)
     set_ = sub.add_parser(
         "set", help="set a dataset's total budget (epsilon, delta); raising one needs --force"
@@ -49,7 +48,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     set_.add_argument("--force", action="store_true",
                       help="allow raising an existing budget (recorded with who and when)")
     _add_lake(set_)
-    add_json_flag(set_)
     set_.set_defaults(func=_set)
     rec = sub.add_parser(
         "reconcile",
@@ -66,7 +64,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     rec.add_argument("--dataset", default=None, help="only this dataset (default: all)")
     _add_lake(rec)
-    add_json_flag(rec)
     rec.set_defaults(func=_reconcile)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 

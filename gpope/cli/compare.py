@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dataset", required=True, help="the dataset both runs released on")
     parser.add_argument("--runs", nargs=2, metavar=("RUN_A", "RUN_B"), required=True,
                         help="the two run ids (released_values.run_id)")
-    add_lake_options(parser, tracking=True, remote=False)
+    add_lake_options(parser, tracking=True, remote=False, json=False)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
         "--track", action="store_true",

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import (
-    add_json_flag,
-    add_lake_options,
-    add_progress_flag,
-    config_from_args,
-    emit,
-    show_progress,
-)
+from gpope.cli._common import add_lake_options, config_from_args, emit, show_progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,12 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--public-trajectories", type=int, default=100,
                         help="public simulated cohort for MSPBE, the same as gpope evaluate's "
                         "(default 100; 0 disables)")
-    add_progress_flag(parser)
     parser.add_argument("--allow-invalid-accounting", action="store_true",
                         help="accept evaluation.accountant 'paper' from --conf: the release is "
                         "then NOT private everywhere and labelled 'not a valid bound'")
-    add_lake_options(parser, tracking=True)
-    add_json_flag(parser)
+    add_lake_options(parser, tracking=True, progress=True)
     parser.set_defaults(func=_run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_dataset_option, add_lake_options, emit
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 from gpope.core.estimators import estimator_choices, estimator_help
 
@@ -145,7 +145,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="size of the public simulated cohort for MSPBE (spec with a domain; "
                         "0 disables; default 100)")
     add_lake_options(parser, tracking=True)
-    add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_dataset_option, add_lake_options, emit
 from gpope.cli.domains import domain_arg
 
 
@@ -33,7 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="simulated domain whose settings to use when the dataset is not in --conf",
     )
     add_lake_options(parser)
-    add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
+from gpope.cli._common import add_lake_options, config_from_args, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,7 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "(CSV text without a UTC offset, Parquet timestamps not adjusted to UTC, as pandas "
              "writes naive datetimes); default: they are UTC")
     add_lake_options(parser)
-    add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
+from gpope.cli._common import add_lake_options, config_from_args, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="list what vacuum would delete; change nothing"
     )
     add_lake_options(parser, remote=False)
-    add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 

@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("sql", nargs="?", default=None,
                         help="one SELECT statement (quote it)")
-    add_lake_options(parser, remote=False)
+    add_lake_options(parser, remote=False, json=False)
     parser.add_argument(
         "--operator", action="store_true",
         help="operators only, not private: also open the raw event tables (bronze), patients' "

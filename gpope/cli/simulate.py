@@ -6,9 +6,7 @@ import argparse
 
 from gpope.cli._common import (
     add_dataset_option,
-    add_json_flag,
     add_lake_options,
-    add_progress_flag,
     config_from_args,
     emit,
     show_progress,
@@ -68,9 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-propensity", action="store_true",
         help="with --to-files: write the treatments without the propensity column, as an "
         "extract whose behaviour probabilities were not logged")
-    add_progress_flag(parser)
-    add_lake_options(parser)
-    add_json_flag(parser)
+    add_lake_options(parser, progress=True)
     parser.set_defaults(func=_run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_dataset_option, add_json_flag, add_lake_options, emit
+from gpope.cli._common import add_dataset_option, add_lake_options, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_dataset_option(parser)
     parser.add_argument("--spec", required=True, help="evaluation spec YAML (e.g. conf/specs/hiv_demo.yaml)")
     add_lake_options(parser)
-    add_json_flag(parser)
     parser.set_defaults(func=_run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpope.cli._common import add_json_flag, add_lake_options, config_from_args, emit
+from gpope.cli._common import add_lake_options, config_from_args, emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,10 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--run-id", required=True, help="the gpope run id (released_estimates.run_id)")
-    add_lake_options(parser, tracking=True, remote=False)
     parser.add_argument("--force", action="store_true",
                         help="log it even when a finished MLflow run already holds this run id")
-    add_json_flag(parser)
+    add_lake_options(parser, tracking=True, remote=False)
     parser.set_defaults(func=_run)
 
 
