@@ -18,16 +18,18 @@ from gpope.core.baselines import (
     dp_lsl,
     dp_lsw,
     first_visit_statistics,
+    lstd,
+    lstd_from_transitions,
+    wis_lstd,
+    wis_lstd_from_transitions,
+)
+from gpope.core.baselines.smooth import (
     lsl_estimate,
     lsl_regularization,
     lsl_smooth_sensitivity,
-    lstd,
-    lstd_from_transitions,
     lsw_estimate,
     lsw_smooth_sensitivity,
     nrs_constants,
-    wis_lstd,
-    wis_lstd_from_transitions,
 )
 from gpope.core.trajectories.transitions import Transitions
 from gpope.errors import ConfigError, DataError

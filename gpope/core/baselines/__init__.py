@@ -2,29 +2,15 @@
 
 Non-private: :func:`lstd` (LSTD(lambda), on/off-policy), :func:`wis_lstd` (WIS-LSTD(lambda)).
 Private (finite state sets only): :func:`dp_lsw`, :func:`dp_lsl` (Balle et al., ICML 2016),
-built on :func:`first_visit_statistics`.
+built on :func:`first_visit_statistics` and the smooth-sensitivity bounds of
+:mod:`gpope.core.baselines.smooth`.
 """
 
 from __future__ import annotations
 
-from gpope.core.baselines.dp_ls import (
-    DPLSResult,
-    dp_lsl,
-    dp_lsw,
-)
-from gpope.core.baselines.first_visit import (
-    first_visit_returns,
-    first_visit_statistics,
-)
+from gpope.core.baselines.dp_ls import DPLSResult, dp_lsl, dp_lsw
+from gpope.core.baselines.first_visit import first_visit_statistics
 from gpope.core.baselines.lstd import LSTDResult, lstd, lstd_from_transitions
-from gpope.core.baselines.smooth import (
-    lsl_estimate,
-    lsl_regularization,
-    lsl_smooth_sensitivity,
-    lsw_estimate,
-    lsw_smooth_sensitivity,
-    nrs_constants,
-)
 from gpope.core.baselines.wis_lstd import wis_lstd, wis_lstd_from_transitions
 
 __all__ = [
@@ -32,16 +18,9 @@ __all__ = [
     "LSTDResult",
     "dp_lsl",
     "dp_lsw",
-    "first_visit_returns",
     "first_visit_statistics",
-    "lsl_estimate",
-    "lsl_regularization",
-    "lsl_smooth_sensitivity",
     "lstd",
     "lstd_from_transitions",
-    "lsw_estimate",
-    "lsw_smooth_sensitivity",
-    "nrs_constants",
     "wis_lstd",
     "wis_lstd_from_transitions",
 ]
