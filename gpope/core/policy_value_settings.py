@@ -1,11 +1,5 @@
-"""The public settings of the policy value release (conf ``evaluation.policy_value``).
-
-One frozen, validated type, :class:`PolicyValueSettings`, read by the release
-(:mod:`gpope.core.policy_value_release`), by the run's settings
-(:class:`gpope.core.evaluation.settings.RunSettings`, whose ``policy_value_share`` gives ``share``)
-and by the audit (:mod:`gpope.core.audit.policy_value`). It imports nothing heavy, so loading a
-configuration stays cheap.
-"""
+"""The public settings of the policy value release (conf ``evaluation.policy_value``), read by
+the release, the run's settings and the audit; it imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -33,10 +27,9 @@ class PolicyValueSettings:
         moments_share: share of 1/sigma^2 spent on the second moments.
         behaviour_weight: off-policy, the behaviour return's weight in the first moments
             relative to the target's terms (whose interval is mostly the identified set's width).
-        false_alarm: probability that noise alone stops a walk over an empty grid: a walk
-            stops at the first bin whose noisy count exceeds z noise standard deviations, with
-            z = Phi^-1(1 - false_alarm / bins) (Bonferroni over the grid's bins); a bin beyond
-            the clip holds about z standard deviations of terms at most.
+        false_alarm: probability that noise alone stops a walk over an empty grid (the walk
+            stops at the first bin whose noisy count exceeds z = Phi^-1(1 - false_alarm / bins)
+            noise stds, Bonferroni over the bins).
         max_clipped: the return g is not clipped (nor floored) when z noise standard deviations
             of a bin count exceed this fraction of m (the histogram cannot resolve so few patients).
         bins_per_decade: resolution of the clip grid (a clip is at most a factor
@@ -55,9 +48,7 @@ class PolicyValueSettings:
         first_state_alpha: share of the direct J(target)'s alpha on the first-state mean's
             error (noise and sampling); the rest goes to the estimator's interval of mu . theta.
         count_alpha: part of each row's alpha spent on the released count m~ the means divide
-            by (:mod:`gpope.core.mechanisms.count`): the rows are built at level + this part of
-            alpha and widened by what |m~ - m| <= t moves (t the count's margin at that
-            probability); unused where the exact m is public.
+            by (:mod:`gpope.core.mechanisms.count`); unused where the exact m is public.
     """
 
     share: float = 0.3

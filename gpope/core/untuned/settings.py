@@ -23,27 +23,19 @@ class UntunedSettings:
         refine_share: share of ``mu^2`` spent on the residual release (sum and moments); the SSP
             sums take the rest.
         residual_quantile: the quantile of the residual norms used as their clip bound, at most.
-        residual_tail_stds: the residual clip leaves at most this many noise stds of its
-            histogram's bins (``sigma_q``, the finest count the histogram resolves) worth of rows
-            above it: the clip is the upper quantile with at most ``min((1 - residual_quantile)
-            m, residual_tail_stds sigma_q)`` rows above. The clip's bias grows with the number of
-            rows it cuts, so a fixed share of rows (1 % of m) leaves a bias that stays as m grows
-            while the interval shrinks; a count tied to the noise keeps the bias on the noise's
-            scale (docs/RESULTS.md, "Do V's intervals hold with signed outcomes and terminal
-            states?").
+        residual_tail_stds: the residual clip is the upper quantile with at most
+            ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows above it
+            (``sigma_q`` the noise std of its histogram's bins), so the clip's bias stays on the
+            noise's scale as m grows (docs/RESULTS.md).
         residual_clip_ratio: the residual clip is at most this multiple of the same noisy
-            histogram's ``residual_quantile`` quantile: where the histogram's noise hides the
-            few rows of the tail, the reading above could land at the grid's public top and the
-            residual release's noise with it; held here, the clip cuts no more rows than at the
-            ``residual_quantile`` and its noise is at most this factor larger.
+            histogram's ``residual_quantile`` quantile, so a tail hidden by the histogram's noise
+            cannot lift the clip (and the residual noise) to the grid's public top.
         grid_decades: decades each quantile's log grid spans below its public top.
         bins_per_decade: resolution of those grids.
-        second_moment_weight: weight of the ``C_i`` block in the vector ``[A_i, b_i, w C_i]`` that
+        second_moment_weight: weight w of the ``C_i`` block in ``[A_i, b_i, w C_i]``, the vector
             the clip quantile reads and the SSP release clips and noises (the released C is
-            divided by w again, so its noise is ``1/w`` times that on A and b). ``C_i`` only
-            decides which features are supported, and its norm dominates the joint norm wherever
-            ``phi`` is dense, so a weight below 1 lowers the clip, and with it the noise on A and
-            b, at the cost of a noisier support test (docs/RESULTS.md, "Own data without tuning").
+            divided by w again). ``C_i`` only decides which features are supported, so w < 1
+            lowers the clip and the noise on A and b at the cost of a noisier support test.
         unidentified_ridge: where the identification test fails (the interval is unbounded
             anyway), the released estimate is the ridge solve ``argmin ||A~ theta - b~||^2 +
             mu tau^2 ||theta||^2`` of the SSP sums, ``mu`` this value and ``tau`` the noise's
