@@ -1,9 +1,5 @@
-"""The settings of one GPOPE run: :class:`GPOPEConfig`, validated once when it is built.
-
-Every field is public (it may be logged and released); the solver (:mod:`gpope.core.gpope.solver`), the
-sample plan (:mod:`gpope.core.gpope.sample_plan`) and the step loops (:mod:`gpope.core.gpope.iterate`)
-read it and never re-validate it.
-"""
+"""The settings of one GPOPE run: :class:`GPOPEConfig`, validated once when it is built; every
+field is public (it may be logged and released) and its readers never re-validate it."""
 
 from __future__ import annotations
 
@@ -13,12 +9,7 @@ from typing import Literal
 
 from gpope.core.accounting.registry import accountant_choices
 from gpope.core.gpope.steps import STEP_SCHEDULES
-from gpope.core.validation import (
-    check_choice,
-    check_int,
-    check_number,
-    check_probability,
-)
+from gpope.core.validation import check_choice, check_int, check_number, check_probability
 from gpope.errors import ConfigError
 
 __all__ = ["GPOPEConfig"]
@@ -32,21 +23,15 @@ class GPOPEConfig:
     """Settings of one GPOPE run (all public).
 
     Attributes:
-        iterations: N >= 1 steps.
         clip: h > 0, the L2 clip bound of each trajectory's gradient; None = no clipping.
         noise_multiplier: sigma >= 0 (noise std = h sigma); None = calibrate from epsilon/delta.
-        epsilon: target epsilon > 0 (with noise_multiplier None).
-        delta: delta in (0, 1); with a given sigma, used to report the spent epsilon.
-        accountant: "auto" (tightest rigorous for the sampling) or a registered accountant
-            (:mod:`gpope.core.accounting.registry`: "rdp", "pld", "paper", ...).
-        sampling: "uniform" (one trajectory per step, the paper) or "poisson".
-        batch_rate: q in (0, 1], required for (and only for) "poisson".
-        step_size: eta > 0.
+        delta: with a given sigma, used to report the spent epsilon.
+        accountant: "auto" (tightest rigorous for the sampling) or a registered accountant.
+        sampling: "uniform" (one trajectory per step, the paper) or "poisson" with rate
+            ``batch_rate`` q (required for, and only for, it).
         step_schedule: "constant" (beta_i = eta) or "inverse" (beta_i = eta / (i + step_offset)).
-        step_offset: i0 >= 0.
         averaging: "none", "uniform" (mean of all N post-update iterates) or "tail" (mean of the
             last ceil(tail_fraction N)).
-        tail_fraction: in (0, 1].
         trace_every: None, or k >= 1 to record the iterate at steps 0, k, 2k, ... and N.
         secure_noise: draw the noise from the OS CSPRNG as a discrete Gaussian on the public
             grid ``noise_grid`` and round released iterates to it (:mod:`gpope.core.mechanisms.secure_noise`);

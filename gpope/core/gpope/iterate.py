@@ -83,11 +83,8 @@ def iterate(
     h: float | None,
     noise_std: float,
 ) -> Iterates:
-    """The N steps with Gaussian noise of std ``noise_std`` from ``gen_noise`` (0: no noise).
-
-    ``h`` is the clip bound (None: no clipping). Returns (x (R, 2n), sum of averaged thetas
-    (R, n), trace steps, trace).
-    """
+    """The N steps with Gaussian noise of std ``noise_std`` from ``gen_noise`` (0: no noise),
+    gradients clipped to ``h`` (None: no clipping)."""
     n, m = stats.n, stats.m
     betas, avg_from, x, acc, trace, div, chunk = _start(stats, config, R)
     every = config.trace_every
