@@ -16,7 +16,6 @@ from gpope.errors import DataError, SchemaError
 
 __all__ = [
     "finite_states",
-    "first_visit_returns",
     "first_visit_statistics",
 ]
 
@@ -61,43 +60,6 @@ def finite_states(states: object, n_states: int | None) -> tuple[np.ndarray, int
     return ids, N  # type: ignore[return-value]
 
 
-def first_visit_returns(
-    states: object,
-    rewards: object,
-    traj_index: object,
-    *,
-    n_states: int | None,
-    gamma: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """First-visit returns ``F_{i,s}``, one per (trajectory, visited state) pair.
-
-    Args:
-        states: (T,) integer states ``S_t`` of the decision steps.
-        rewards: (T,) rewards ``R_t`` of the steps.
-        traj_index: (T,) trajectory ids, rows grouped by trajectory in time order.
-        n_states: N, the number of states.
-        gamma: discount in [0, 1].
-
-    Returns:
-        (state (P,) int64, returns (P,) float64) for the P first visits, in row order.
-        One backward pass for the discounted returns (vectorised across trajectories), then the
-        earliest occurrence of each (trajectory, state) key.
-    """
-    ids, N = finite_states(states, n_states)
-    T = ids.shape[0]
-    gamma_f = check_number("first_visit_statistics", "gamma", gamma, ge=0.0, le=1.0)
-    reward_a = as_vector("rewards", rewards, T)
-    layout = episode_layout(traj_index, T)
-    if T == 0:
-        return np.zeros(0, np.int64), np.zeros(0)
-    returns = backward_accumulate(reward_a, np.full(T, gamma_f), layout)
-    traj = np.asarray(traj_index, dtype=np.int64)
-    key = (traj - traj.min()) * N + ids
-    _, first = np.unique(key, return_index=True)
-    first.sort()
-    return ids[first], returns[first]
-
-
 def first_visit_statistics(
     states: object,
     rewards: object,
@@ -109,22 +71,30 @@ def first_visit_statistics(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Visit counts ``m_s`` and mean first-visit returns ``Fbar_s`` (BASELINES.md 1.2).
 
-    Args:
-        states, rewards, traj_index, n_states, gamma: as in :func:`first_visit_returns`.
-        clip: if given, each first-visit return is clipped to ``[0, clip]`` before averaging
-            (the DP estimators clip to the public bound ``F_max``).
+    ``states``, ``rewards`` and ``traj_index`` are (T,) columns, rows grouped by trajectory in
+    time order. One backward pass gives the discounted returns (vectorised across trajectories),
+    then the earliest occurrence of each (trajectory, state) key is a first visit; with ``clip``
+    each first-visit return is clipped to ``[0, clip]`` before averaging (the DP estimators clip
+    to the public bound ``F_max``).
 
     Returns:
         (m_s (N,) int64, Fbar_s (N,) float64), ``Fbar_s = 0`` where ``m_s = 0``.
     """
-    visit_state, visit_return = first_visit_returns(
-        states, rewards, traj_index, n_states=n_states, gamma=gamma
-    )
-    N = int(n_states)  # validated above
+    ids, N = finite_states(states, n_states)
+    T = ids.shape[0]
+    gamma_f = check_number("first_visit_statistics", "gamma", gamma, ge=0.0, le=1.0)
+    reward_a = as_vector("rewards", rewards, T)
+    layout = episode_layout(traj_index, T)
+    if T == 0:
+        return np.zeros(N, np.int64), np.zeros(N)
+    returns = backward_accumulate(reward_a, np.full(T, gamma_f), layout)
+    traj = np.asarray(traj_index, dtype=np.int64)
+    _, first = np.unique((traj - traj.min()) * N + ids, return_index=True)
+    first.sort()
+    visit_state, visit_return = ids[first], returns[first]
     if clip is not None:
         visit_return = np.clip(visit_return, 0.0, clip)
     counts = np.bincount(visit_state, minlength=N).astype(np.int64)
     sums = np.bincount(visit_state, weights=visit_return, minlength=N)
     fbar = np.divide(sums, counts, out=np.zeros(N), where=counts > 0)
     return counts, fbar
-
