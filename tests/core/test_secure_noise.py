@@ -22,7 +22,6 @@ from gpope.core.mechanisms.secure_noise import (
     check_no_seed,
     default_grid,
     discrete_gaussian,
-    os_uniform,
     round_to_grid,
     rounding_inflation,
 )
@@ -96,12 +95,6 @@ def test_default_grid_keeps_the_noise_near_4096_grid_units():
     inflated = std * rounding_inflation(clip, grid, 100)
     assert inflated / std == pytest.approx(1 + (std / clip) * 10 * 2.0**-12)
     assert default_grid(0.0, clip) == clip * 2.0**-20
-
-
-def test_os_uniform_is_in_the_unit_interval_and_unpredictable():
-    u = os_uniform(100_000)
-    assert np.all((u > 0) & (u <= 1)) and abs(u.mean() - 0.5) < 0.01
-    assert not np.array_equal(os_uniform(8), os_uniform(8))
 
 
 def _zero_stats(m=10, n=3):

@@ -18,7 +18,7 @@ function of the row alone, so the sensitivity analysis is unchanged):
   entries (the limit direction of the row);
 * rows with a NaN entry: the zero row (no direction can be recovered).
 
-The common case (finite squared norm) costs one einsum and one multiply, exactly as before.
+The common case (finite squared norm) costs one einsum and one multiply.
 """
 
 from __future__ import annotations

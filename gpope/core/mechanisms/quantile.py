@@ -29,13 +29,8 @@ import numpy as np
 from gpope.core.validation import check_int, check_number, check_probability
 from gpope.errors import ConfigError, DataError
 
-__all__ = [
-    "LogGrid",
-    "histogram_quantile",
-    "noisy_histogram",
-    "private_quantile",
-    "quantile_dp_event",
-]
+__all__ = ["LogGrid", "histogram_quantile", "noisy_histogram", "private_quantile",
+           "quantile_dp_event"]
 
 
 @dataclass(frozen=True)

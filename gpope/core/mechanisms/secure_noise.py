@@ -2,50 +2,30 @@
 
 Two weaknesses of textbook floating-point Gaussian noise are closed here:
 
-* **Predictable generator.** numpy's PCG64 is not a cryptographic generator: its 128-bit state
-  can be reconstructed from enough outputs, and a user seed makes the noise reproducible. Secure
-  noise takes every random bit from the operating system's CSPRNG (``os.urandom``:
-  ``getrandom(2)`` on Linux) and has no seed at all: :func:`check_no_seed` refuses one.
-* **Floating-point leakage** (Mironov 2012 for Laplace; Jin et al. 2022 for Gaussian samplers):
-  ``value + noise`` in doubles has a data-dependent set of reachable bit patterns, so the low
-  bits of a release can reveal the value. Secure noise works on a public grid ``gamma``: the
-  clipped sum is rounded to the grid (:func:`round_to_grid`), the noise is ``gamma * Z`` with
-  ``Z`` an integer drawn from the discrete Gaussian ``N_Z(0, (std / gamma)^2)`` (Canonne, Kamath,
-  Steinke 2020, "The Discrete Gaussian for Differential Privacy", Algorithm 3: rejection from
-  a discrete Laplace), so every released coordinate is an integer multiple of ``gamma``:
-  no low-order bits carry information.
+* **Predictable generator.** numpy's PCG64 is not a cryptographic generator, and a user seed
+  makes the noise reproducible. Secure noise takes every random bit from the OS CSPRNG
+  (``os.urandom``) and refuses a seed (:func:`check_no_seed`).
+* **Floating-point leakage** (Mironov 2012; Jin et al. 2022): ``value + noise`` in doubles has a
+  data-dependent set of reachable bit patterns. Secure noise works on a public grid ``gamma``:
+  the clipped sum is rounded to the grid, the noise is ``gamma * Z`` with ``Z`` drawn from the
+  discrete Gaussian ``N_Z(0, (std / gamma)^2)`` (Canonne, Kamath, Steinke 2020, Algorithm 3), so
+  every released coordinate is an integer multiple of ``gamma``.
 
 Privacy. The discrete Gaussian's Renyi divergences are at most the continuous Gaussian's with the
-same variance (CKS 2020, Prop. 5 and Thm. 14 for vectors), so an RDP accountant of the continuous
-mechanism applies with the sensitivity increased by the rounding: ``||round(S) - round(S')||_2
-<= ||S - S'||_2 + gamma sqrt(d)``. :func:`rounding_inflation` gives the factor by which the
-noise std is raised to cover it (``h -> h + gamma sqrt(d)``), so the noise multiplier the
-accountant certified keeps its meaning. Which accountants this covers: RDP of a single release,
-and RDP of sampling without replacement (Wang, Balle, Kasiviswanathan 2019, Thm. 27: a bound
-for any base mechanism, increasing in its RDP). NOT covered: the PLD accountant (its privacy
-curve is computed for the continuous Gaussian) and dp-accounting's Poisson-subsampled RDP (the
-exact computation of Mironov, Talwar, Zhang 2019 for the continuous Gaussian). ``gpope
-evaluate --secure-noise`` is therefore refused unless the run's accountant is ``rdp`` and its
-GPOPE steps sample uniformly (or the estimator is ``ssp``, one unsampled release):
+same variance (CKS 2020, Prop. 5 and Thm. 14), so an RDP accountant of the continuous mechanism
+applies with the sensitivity increased by the rounding (``h -> h + gamma sqrt(d)``,
+:func:`rounding_inflation`). Covered: RDP of a single release and of sampling without
+replacement (Wang, Balle, Kasiviswanathan 2019, Thm. 27, any base mechanism). NOT covered: PLD
+and dp-accounting's Poisson-subsampled RDP (both computed for the continuous Gaussian), hence
 :data:`gpope.core.evaluation.settings.SECURE_NOISE_REFUSAL`.
 
-Exact sampling (no implementation term in delta). Every probability in the sampler is an
-exact rational and every random choice an exact uniform integer from the OS CSPRNG (62-bit words,
-rejection for a uniform below any bound): CKS Algorithm 1 for Bernoulli(exp(-gamma)), Algorithm
-2 for the discrete Laplace, Algorithm 3 for the discrete Gaussian, vectorised in int64 and
-continued in Python integers wherever a fraction would not fit. The output's law is therefore
-exactly ``N_Z(0, s^2)`` with ``s^2 = a / b`` the rational just above ``(std / gamma)^2``
-(:func:`discrete_gaussian`), and the release is exactly the mechanism the RDP accountant
-certifies: nothing is added to delta. (A floating-point sampler, e.g. a 53-bit uniform against a
-double ``exp``, misses each probability by up to ``2^-53``; over ``k`` draws that adds
-``(1 + e^epsilon) k (s + 2) 2^-45`` to delta, far above delta for a GPOPE run at a fine grid.)
-
-Each released value is a sum of clipped terms rounded to the grid plus ONE discrete Gaussian
-draw per coordinate; no sum of discrete Gaussians stands in for a discrete Gaussian (that would
-need CKS's Theorem on sums and its extra delta). The default grid is ``std * 2^-12``
-(:func:`default_grid`): the noise is about 4096 grid units, fast to sample exactly, and rounding
-raises the noise std by ``1 + (std / clip) sqrt(d) 2^-12``. Expected cost: about 4 s per
-million draws at the default grid.
+Exact sampling (no implementation term in delta). Every probability is an exact rational and
+every random choice an exact uniform integer from the OS CSPRNG (CKS Algorithms 1-3, vectorised
+in int64 and continued in Python integers wherever a fraction would not fit), so the output's
+law is exactly ``N_Z(0, s^2)`` with ``s^2 = a / b`` the rational just above ``(std / gamma)^2``:
+the release is exactly the mechanism the accountant certifies. Each released value gets ONE
+discrete Gaussian draw per coordinate (no sum of discrete Gaussians stands in for one). The
+default grid is ``std * 2^-12`` (:func:`default_grid`).
 """
 
 from __future__ import annotations
@@ -58,17 +38,8 @@ import numpy as np
 
 from gpope.errors import ConfigError
 
-__all__ = [
-    "DEFAULT_SCALE",
-    "check_no_seed",
-    "default_grid",
-    "discrete_gaussian",
-    "os_uniform",
-    "round_to_grid",
-    "rounding_inflation",
-    "secure_gaussian_noise",
-    "secure_perturb",
-]
+__all__ = ["DEFAULT_SCALE", "check_no_seed", "default_grid", "discrete_gaussian", "round_to_grid",
+           "rounding_inflation", "secure_gaussian_noise", "secure_perturb"]
 
 
 def check_no_seed(seed: object, where: str) -> None:
@@ -81,23 +52,13 @@ def check_no_seed(seed: object, where: str) -> None:
         )
 
 
-def os_uniform(size: int) -> np.ndarray:
-    """(size,) uniforms in (0, 1] with 53 random bits each, from ``os.urandom``."""
-    raw = np.frombuffer(os.urandom(8 * int(size)), dtype=np.uint64)
-    return ((raw >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53
-
-
 _MAX_INT = 2**62  # exact uniform integers below this bound come from one 64-bit word
 DEFAULT_SCALE = 2**12  # default noise std in grid units (default_grid)
 
 
 def _random_below(bound: np.ndarray) -> np.ndarray:
-    """Exact uniform integers in ``[0, bound)`` elementwise (1 <= bound < 2^62), OS CSPRNG.
-
-    62-bit words are drawn and a word is rejected when it lies in the incomplete last block of
-    ``bound`` values (``word >= (2^62 // bound) * bound``), so every value has probability
-    exactly ``1 / bound``.
-    """
+    """Exact uniform integers in ``[0, bound)`` elementwise (1 <= bound < 2^62), OS CSPRNG: 62-bit
+    words in the incomplete last block of ``bound`` values are rejected."""
     bound = np.asarray(bound, dtype=np.int64)
     out = np.empty(bound.shape, dtype=np.int64)
     todo = np.arange(bound.size)
@@ -114,13 +75,9 @@ def _random_below(bound: np.ndarray) -> np.ndarray:
 
 
 def _bernoulli_exp_fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Exact Bernoulli(exp(-num / den)) for ``0 <= num <= den`` (CKS 2020, Algorithm 1).
-
-    ``K = 1``; while Bernoulli(num / (den K)) succeeds, ``K += 1``; the result is ``K`` odd.
-    Each Bernoulli(num / (den K)) is ``uniform integer below den K < num``: integers only.
-    Vectorised in rounds over the draws still running; a draw whose ``den K`` would reach 2^62
-    continues in Python integers (:func:`_fraction_exact`).
-    """
+    """Exact Bernoulli(exp(-num / den)) for ``0 <= num <= den`` (CKS 2020, Algorithm 1): ``K = 1``;
+    while Bernoulli(num / (den K)) succeeds, ``K += 1``; the result is ``K`` odd. Integers only; a
+    draw whose ``den K`` would reach 2^62 continues in Python integers."""
     n = len(num)
     result = np.zeros(n, dtype=bool)
     k = np.ones(n, dtype=np.int64)
@@ -192,20 +149,12 @@ def _discrete_laplace(size: int, t: int) -> np.ndarray:
 def discrete_gaussian(size: int, scale: float) -> np.ndarray:
     """(size,) int64 draws of the discrete Gaussian N_Z(0, s^2), ``s^2 = a / b >= scale^2``, exactly.
 
-    CKS 2020, Algorithm 3 in integer arithmetic only: the variance parameter is the rational
-    ``a / b`` (``b`` a power of two, ``a = ceil(scale^2 b)``: at most ``2^-12`` relative above
-    ``scale^2``, which only adds noise); candidates ``Y`` come from the discrete Laplace of
-    parameter ``t = floor(s) + 1`` and are accepted with probability
-    ``exp(-(|Y| b t - a)^2 / (2 a b t^2))``. Every random choice is an exact uniform integer
-    from the OS CSPRNG, so the output's law is exactly the discrete Gaussian: no floating point
-    touches a probability. Candidates whose acceptance fraction does not fit in int64 (far
-    tails, or ``scale`` above about 20 000) take an exact Python-integer path, much slower:
-    keep ``scale`` moderate (:func:`default_grid` gives about :data:`DEFAULT_SCALE`).
-
-    Args:
-        size: number of draws.
-        scale: sigma > 0 of the discrete Gaussian, in grid units.
-    """
+    CKS 2020, Algorithm 3 in integer arithmetic only: ``b`` a power of two, ``a = ceil(scale^2 b)``
+    (at most ``2^-12`` relative above ``scale^2``, which only adds noise); candidates ``Y`` from the
+    discrete Laplace of parameter ``t = floor(s) + 1`` are accepted with probability
+    ``exp(-(|Y| b t - a)^2 / (2 a b t^2))``. Candidates whose acceptance fraction does not fit in
+    int64 take an exact, much slower Python-integer path: keep ``scale`` moderate (``scale`` in grid
+    units; :func:`default_grid` gives about :data:`DEFAULT_SCALE`)."""
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ConfigError(f"discrete_gaussian needs a finite scale > 0. Got {scale!r} instead.")
     if scale > 2.0**30:
@@ -234,12 +183,8 @@ def discrete_gaussian(size: int, scale: float) -> np.ndarray:
 
 
 def default_grid(std: float, clip: float) -> float:
-    """The public grid when none is set: ``std * 2^-12`` (``clip * 2^-20`` without noise).
-
-    Noise of std ``std`` is then ``about 2^12`` grid units, so the exact sampler runs in int64,
-    and rounding raises the std by the factor ``1 + (std / clip) sqrt(d) 2^-12``
-    (:func:`rounding_inflation`): about 1 % at ``sigma sqrt(d) = 40``.
-    """
+    """The public grid when none is set: ``std * 2^-12`` (``clip * 2^-20`` without noise): the
+    noise is about 2^12 grid units, so the exact sampler runs in int64."""
     return float(std) * 2.0**-12 if std > 0 else float(clip) * 2.0**-20
 
 
@@ -249,12 +194,9 @@ def round_to_grid(x: np.ndarray, grid: float) -> np.ndarray:
 
 
 def rounding_inflation(clip: float, grid: float, dim: int) -> float:
-    """Factor ``(clip + grid sqrt(dim)) / clip`` by which secure noise raises its std.
-
-    Rounding a sum of clipped vectors to the grid can move it by up to ``grid sqrt(dim) / 2``,
-    so two neighbouring rounded sums differ by at most the sensitivity plus ``grid sqrt(dim)``;
-    raising the noise std by this factor keeps the certified noise multiplier valid.
-    """
+    """Factor ``(clip + grid sqrt(dim)) / clip`` by which secure noise raises its std: rounding can
+    move a sum by up to ``grid sqrt(dim) / 2``, so two neighbouring rounded sums differ by at most
+    the sensitivity plus ``grid sqrt(dim)``; the certified noise multiplier keeps its meaning."""
     return (clip + grid * math.sqrt(dim)) / clip
 
 
@@ -267,10 +209,10 @@ def secure_gaussian_noise(shape: tuple[int, ...], std: float, grid: float) -> np
 def secure_perturb(values: np.ndarray, std: float, sensitivity: float, *,
                    grid: float | None = None, dim: int | None = None) -> tuple[np.ndarray, float]:
     """(``values`` rounded to the public ``grid`` plus OS-CSPRNG discrete Gaussian noise, the
-    noise's std). The std is ``std`` raised by :func:`rounding_inflation` for a released vector of
-    ``dim`` coordinates (default: all of ``values``), so a release whose L2 sensitivity is
-    ``sensitivity`` keeps the noise multiplier ``std / sensitivity`` it was accounted at. The grid
-    defaults to :func:`default_grid`; with ``std`` 0 the values are only rounded."""
+    noise's std). The std is ``std`` raised by :func:`rounding_inflation` for ``dim``
+    coordinates (default: all of ``values``), so a release of L2 sensitivity ``sensitivity`` keeps
+    the noise multiplier ``std / sensitivity`` it was accounted at; with ``std`` 0 the values are
+    only rounded."""
     v = np.asarray(values, dtype=np.float64)
     g = default_grid(float(std), float(sensitivity)) if grid is None else float(grid)
     d = max(v.size, 1) if dim is None else int(dim)
