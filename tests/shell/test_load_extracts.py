@@ -7,6 +7,7 @@ overlap), and the frames' values as written.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from zoneinfo import ZoneInfo
 
@@ -20,13 +21,24 @@ from hypothesis import strategies as st
 from gpope.errors import ConfigError, SchemaError
 from gpope.shell.pipeline.ingest_contract import conform_bronze
 from gpope.shell.pipeline.load import check_files, read_bronze_file
-from gpope.shell.pipeline.load_types import nanos_as_long
+from gpope.shell.pipeline.load_types import NANOS_AS_LONG, set_nanos_as_long
 
 _ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]
 _EPOCH = dt.datetime(1970, 1, 1)
 #: ns since the epoch: 1900 to 2200, inside pandas' nanosecond range, across many DST changes.
 _NS = st.integers(-2_208_988_800 * 10**9, 7_258_118_400 * 10**9)
 _TEXT = st.text(alphabet='ab ,"\n#é\\;', min_size=1, max_size=8)
+
+
+@contextlib.contextmanager
+def nanos_as_long(spark):
+    """Spark reads TIMESTAMP(NANOS) as longs within the block (as load sets it for its reads)."""
+    previous = spark.conf.get(NANOS_AS_LONG, None)
+    set_nanos_as_long(spark, "true", where="The files")
+    try:
+        yield
+    finally:
+        set_nanos_as_long(spark, previous)
 
 
 def _utc_micros(ns: int, *, naive: bool, zone: str | None) -> int:

@@ -132,7 +132,6 @@ class NativeStore:
         return location if self._by_name else "delta.`" + location.replace("`", "``") + "`"
 
     def exists(self, location: str) -> bool:
-        """True when the table exists (a catalog table, or a Delta table at the path)."""
         if self._by_name:
             return bool(self._spark.catalog.tableExists(location))
         from delta.tables import DeltaTable
@@ -144,7 +143,6 @@ class NativeStore:
             raise MissingTableError(location)
 
     def read(self, location: str, version: int | None = None) -> DataFrame:
-        """The table (as of ``version``) as a lazy DataFrame."""
         self._require(location)
         reader = self._spark.read.format("delta")
         if version is not None:
@@ -152,7 +150,6 @@ class NativeStore:
         return reader.table(location) if self._by_name else reader.load(location)
 
     def read_arrow(self, location: str, version: int | None = None) -> pa.Table:
-        """The table as an Arrow table, collected through Spark."""
         return self.read(location, version).toArrow()
 
     def data_files(self, location: str, version: int | None = None,
@@ -162,7 +159,6 @@ class NativeStore:
         return None
 
     def history(self, location: str) -> list[HistoryEntry]:
-        """All commits, oldest first."""
         self._require(location)
         rows = self._spark.sql(f"DESCRIBE HISTORY {self._sql_target(location)}").collect()
         entries = []
@@ -309,7 +305,6 @@ class NativeStore:
         return self._own_version(location, token)
 
     def arrow_writer(self, location: str, spec: WriteSpec) -> BufferedArrowWriter:
-        """Arrow tables buffered on the driver and written as one Spark DataFrame at commit."""
         return BufferedArrowWriter(self, location, spec)
 
     def worker_staging(self, location: str, spec: WriteSpec) -> None:
@@ -351,12 +346,10 @@ class BufferedArrowWriter:
         self.version: int | None = None
 
     def write(self, table: pa.Table) -> None:
-        """Buffer ``table`` (its columns named as the contract's)."""
         self._tables.append(table)
         self.rows += table.num_rows
 
     def commit(self) -> int:
-        """Write every buffered row in one Delta commit; return its version."""
         import pyarrow as pa
 
         whole = pa.concat_tables(self._tables) if self._tables else None
@@ -368,7 +361,6 @@ class BufferedArrowWriter:
         return self.version
 
     def abort(self) -> None:
-        """Drop what was buffered; nothing is committed."""
         self._tables = []
 
     def __enter__(self) -> BufferedArrowWriter:

@@ -11,8 +11,7 @@ Nothing here copies the data.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
 __all__ = ["NANOS_AS_LONG", "ParquetTimes", "check_time_zone", "inspect_parquet",
-           "localize_text", "nanos_as_long", "set_nanos_as_long", "times_as_instants"]
+           "localize_text", "set_nanos_as_long", "times_as_instants"]
 
 #: The Spark SQL setting under which Parquet ``TIMESTAMP(NANOS)`` columns read as longs.
 NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
@@ -165,23 +164,6 @@ def set_nanos_as_long(spark: SparkSession, value: str | None, *, where: str | No
             f"refuses the setting that reads them, {NANOS_AS_LONG} ({type(exc).__name__}); write "
             "the times in microseconds (pandas: df.to_parquet(path, coerce_timestamps='us', "
             "allow_truncated_timestamps=True)), then load again.") from None
-
-
-@contextlib.contextmanager
-def nanos_as_long(spark: SparkSession) -> Iterator[None]:
-    """Within the block, Spark reads Parquet ``TIMESTAMP(NANOS)`` columns as longs (nanoseconds
-    since the epoch) instead of refusing the file; the session's previous setting is restored
-    after it. Spark reads the setting when a query runs, so the block must hold the writes.
-
-    Raises:
-        SchemaError: the session refuses the setting (:func:`set_nanos_as_long`).
-    """
-    previous = spark.conf.get(NANOS_AS_LONG, None)
-    set_nanos_as_long(spark, "true", where="The files")
-    try:
-        yield
-    finally:
-        set_nanos_as_long(spark, previous)
 
 
 def times_as_instants(name: str, *, nanos: bool, naive: bool, zone: str | None) -> Column:

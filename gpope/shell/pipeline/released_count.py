@@ -62,15 +62,11 @@ def read_counts(config: GpopeConfig, *, dataset: str,
 def read_count(config: GpopeConfig, *, dataset: str, stats_version: int,
                spark: SparkSession | None = None) -> NoisyCount | None:
     """The first committed private count of (``dataset``, ``stats_version``), or None."""
-    tables, location = _table(config, spark)
-    if not tables.exists(location):
-        return None
-    rows = [r for r in tables.read_arrow(location).to_pylist()
-            if r["dataset"] == dataset and int(r["stats_version"]) == int(stats_version)
-            and r["private"]]
+    rows = [r for r in read_counts(config, dataset=dataset, spark=spark)
+            if int(r["stats_version"]) == int(stats_version) and r["private"]]
     if not rows:
         return None
-    first = min(rows, key=lambda r: (r["created_at"], r["run_id"]))
+    first = rows[0]
     return NoisyCount(m_noisy=int(first["m_noisy"]), sigma=float(first["noise_std"]),
                       epsilon=float(first["epsilon"]), delta=float(first["delta"]))
 
@@ -112,16 +108,13 @@ def public_count(config: GpopeConfig, *, dataset: str, stats_version: int, m: in
         count = release_count(m, epsilon=p.count_epsilon, delta=p.count_delta,
                               rng=None if seed is None else np.random.default_rng(seed))
         import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         row = {"dataset": dataset, "stats_version": int(stats_version),
                "m_noisy": count.m_noisy, "noise_std": count.sigma, "epsilon": count.epsilon,
                "delta": count.delta, "private": count.private, "run_id": run_id,
                "created_at": datetime.now(UTC)}
-        schema = pa.schema([
-            ("dataset", pa.string()), ("stats_version", pa.int64()), ("m_noisy", pa.int64()),
-            ("noise_std", pa.float64()), ("epsilon", pa.float64()), ("delta", pa.float64()),
-            ("private", pa.bool_()), ("run_id", pa.string()),
-            ("created_at", pa.timestamp("us", tz="UTC"))])
+        schema = to_arrow_schema(TABLE_SCHEMAS[TABLE])
         tables, location = _table(config, spark)
         tables.append_arrow(location, pa.Table.from_pylist([row], schema=schema),
                             create_schema=TABLE_SCHEMAS[TABLE],

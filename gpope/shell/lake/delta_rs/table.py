@@ -103,7 +103,6 @@ class DeltaRsTables:
 
     # ------------------------------------------------------------------ the log
     def exists(self, path: str) -> bool:
-        """True when ``path`` holds a Delta table."""
         from deltalake import DeltaTable
 
         return bool(DeltaTable.is_deltatable(path))
@@ -142,7 +141,6 @@ class DeltaRsTables:
         return table
 
     def version(self, path: str) -> int:
-        """The latest version of the table at ``path``."""
         return int(self.open(path).version())
 
     def history(self, path: str, version: int | None = None) -> list[HistoryEntry]:
@@ -286,7 +284,6 @@ class DeltaRsTables:
 
     # ------------------------------------------------------------------ maintenance
     def file_count(self, path: str) -> int:
-        """Live data files of the table."""
         return len(self.open(path).file_uris())
 
     def compact(self, path: str) -> None:

@@ -92,7 +92,6 @@ class ArrowTableWriter:
         return self.version
 
     def abort(self) -> None:
-        """Delete everything staged; nothing is committed."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -155,7 +154,6 @@ class WorkerStaging:
         return self.version
 
     def abort(self) -> None:
-        """Delete everything staged; nothing is committed."""
         drop_staging(self._staging)
 
     def __enter__(self) -> WorkerStaging:
