@@ -36,17 +36,9 @@ if TYPE_CHECKING:
     from gpope.core.spec import EvaluationSpec
     from gpope.core.trajectories.transitions import Transitions
 
-__all__ = [
-    "BehaviourEstimate",
-    "BehaviourSettings",
-    "behaviour_dp_event",
-    "behaviour_sigmas",
-    "count_rows",
-    "count_rows_from_pairs",
-    "release_behaviour",
-    "value_rows_from_pairs",
-    "with_estimated_propensities",
-]
+__all__ = ["BehaviourEstimate", "BehaviourSettings", "behaviour_dp_event", "behaviour_sigmas",
+           "count_rows", "count_rows_from_pairs", "release_behaviour", "value_rows_from_pairs",
+           "with_estimated_propensities"]
 
 
 @dataclass(frozen=True)

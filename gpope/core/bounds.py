@@ -1,20 +1,14 @@
 """Public bounds on importance weights and rewards, enforced before statistics are computed.
 
-An evaluation spec may fix (public configuration, chosen on public or simulated data, never on
-the private tables):
+An evaluation spec may fix (public configuration, never chosen on the private tables)
+``importance_weight_bound`` W > 0, clamping every per-decision ratio to ``[0, W]`` (a propensity
+of 1e-320 gives a ratio near 1e307), and ``reward_bounds`` (lo, hi), clamping every raw reward.
 
-* ``importance_weight_bound`` W > 0: every per-decision ratio ``pi(a|s) / behavior_prob`` is
-  clamped to ``[0, W]``. A logged propensity of 1e-320 gives a ratio near 1e307 (or inf): it is
-  clamped to W instead of flooding the statistics.
-* ``reward_bounds`` (lo, hi): every raw reward (before the spec's ``reward_scale``) is clamped to
-  ``[lo, hi]``.
-
-Clamping keeps every transition (counts in = counts out); :func:`clamp_to_public_bounds` reports
-how many values were clamped per reason, which the stats stage reports as a private diagnostic
-(the counts are noise-free functions of the data). Non-finite values are clamped too: a NaN ratio
-or reward becomes 0 (moved into the range), +-inf the nearest bound. Without a configured bound nothing is changed
-(the statistics then reject non-finite inputs with a DataError), and the solver's total clip
-(:mod:`gpope.core.mechanisms.clipping`) still bounds every trajectory's influence.
+Clamping keeps every transition; :func:`clamp_to_public_bounds` counts the clamped values per
+reason (a private diagnostic: noise-free functions of the data). A NaN ratio or reward becomes
+0 (moved into the range), +-inf the nearest bound. Without a bound nothing is changed (the
+statistics then reject non-finite inputs), and the solver's total clip still bounds every
+trajectory's influence.
 """
 
 from __future__ import annotations
@@ -77,19 +71,9 @@ def clamp_to_public_bounds(
     importance_weight_bound: float | None,
     reward_bounds: tuple[float, float] | None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """Ratios and raw rewards clamped to the spec's public bounds, with counts per reason.
-
-    Args:
-        rho: (T,) importance ratios (any floats).
-        reward: (T,) raw rewards (any floats).
-        importance_weight_bound: W or None (no bound: ``rho`` returned unchanged).
-        reward_bounds: (lo, hi) or None (no bound: ``reward`` returned unchanged).
-
-    Returns:
-        ``(rho, reward, counts)``: clamped copies (rho in [0, W], reward in [lo, hi], both
-        finite when bounded) and ``counts[reason]`` = values changed, for each of
-        :data:`CLAMP_REASONS`.
-    """
+    """``(rho, reward, counts)``: the ratios and raw rewards clamped to the spec's public bounds
+    (unchanged where a bound is None; finite where bounded) and ``counts[reason]``, the values
+    changed for each of :data:`CLAMP_REASONS`."""
     rho = np.asarray(rho, dtype=np.float64)
     reward = np.asarray(reward, dtype=np.float64)
     counts = dict.fromkeys(CLAMP_REASONS, 0)

@@ -33,15 +33,8 @@ from gpope.errors import ConfigError, DataError
 MAX_FEATURES = 4096
 """Largest feature count of a Fourier basis: per-trajectory statistics hold 2 n^2 + n numbers."""
 
-__all__ = [
-    "ConstantIdentityFeatures",
-    "DiscreteVariables",
-    "FeatureMap",
-    "FourierFeatures",
-    "OneHotFeatures",
-    "TabularFeatures",
-    "feature_map_from_dict",
-]
+__all__ = ["ConstantIdentityFeatures", "DiscreteVariables", "FeatureMap", "FourierFeatures",
+           "OneHotFeatures", "TabularFeatures", "feature_map_from_dict"]
 
 
 @runtime_checkable

@@ -1,29 +1,17 @@
 """The loud guard: is the released theta's projected Bellman error below that of theta = 0?
 
-It checks only that, never the values' accuracy: a theta whose MSPBE beats theta = 0's can still
-be far from the true values (the released intervals say how far).
+It checks only that, never the values' accuracy (the released intervals say how far off they
+may be). Every diagnostic of the relative MSPBE of the released theta feeds
+:func:`utility_guard`: the public one (a fresh simulated cohort of the spec's domain) and a
+private one (from the run's noisy sufficient statistics). A relative MSPBE >= 1 means the
+estimate is no better than the trivial theta = 0: the command says so in its output, its JSON
+and MLflow instead of printing the values as if they were useful.
 
-Every diagnostic of an evaluation that can measure the relative MSPBE of the released theta
-(MSPBE(theta) / MSPBE(0)) feeds :func:`utility_guard`: the public one (a fresh simulated cohort of
-the spec's domain) and a private one (the MSPBE from the run's noisy sufficient statistics,
-``relative_mspbe_private``). A relative MSPBE >= 1 means the estimate is no better than the
-trivial theta = 0, whose values are all zero: the command says so in its output, its JSON and
-MLflow (tag ``gpope.utility_guard``, named in :mod:`gpope.shell.mlflow_names`) instead of printing the values as if they were useful.
-
-The rule: a diagnostic counts only where its evidence is conclusive.
-
-* An exact diagnostic (a plain float: the public cohort, computed without noise) is conclusive:
-  ``>= 1`` (or non-finite) says "no better than zero", ``< 1`` says "ok".
-* A noisy one (a :class:`Diagnostic` with a confidence interval, e.g. from
-  :func:`private_relative_mspbe`) says "no better than zero" only when its LOWER bound is >= 1 and
-  "ok" only when its UPPER bound is < 1; otherwise it is inconclusive and ignored. The private
-  relative MSPBE is a ratio of quadratic forms of noisy statistics: its point value alone often
-  lands above 1 for a good theta (the demo measured 1.18 private vs 0.59 public), so trusting it
-  would cry wolf.
-
-The verdict is ``"no_better_than_zero"`` if any diagnostic conclusively says so, else ``"ok"`` if
-one conclusively says ok, else ``"unknown"`` (none given, or only inconclusive ones). So with a
-public cohort the public value decides unless the private data clearly contradict it.
+A diagnostic counts only where its evidence is conclusive: an exact one (a plain float) always;
+a noisy one (a :class:`Diagnostic` with an interval) says "no better than zero" only when its
+LOWER bound is >= 1 and "ok" only when its UPPER bound is < 1 (a ratio of noisy quadratic forms
+often lands above 1 for a good theta). The verdict is ``"no_better_than_zero"`` if any diagnostic
+conclusively says so, else ``"ok"`` if one conclusively says ok, else ``"unknown"``.
 """
 
 from __future__ import annotations
@@ -54,16 +42,9 @@ class Diagnostic:
 
 @dataclass(frozen=True)
 class UtilityGuard:
-    """The guard's verdict.
-
-    Attributes:
-        no_better_than_zero: True when some diagnostic conclusively says relative MSPBE >= 1.
-        verdict: "no_better_than_zero" (MSPBE(theta) >= MSPBE(0)), "ok" (MSPBE(theta) <
-            MSPBE(0): nothing more, in particular not that the values are accurate) or
-            "unknown" (none given, or none conclusive).
-        relative_mspbe: the diagnostics' point values, by source name.
-        message: one line for the command's output, or "" when ok.
-    """
+    """The guard's verdict: ``verdict`` "no_better_than_zero", "ok" (MSPBE(theta) < MSPBE(0):
+    nothing more) or "unknown" (none given, or none conclusive); the diagnostics' point values by
+    source; one ``message`` line for the command's output ("" when ok)."""
 
     no_better_than_zero: bool
     verdict: str
@@ -81,17 +62,12 @@ def _reading(v: float | Diagnostic) -> tuple[bool, bool]:
 
 def utility_guard(diagnostics: Mapping[str, float | Diagnostic | None], *,
                   remedy: str = "more trajectories or a larger epsilon help") -> UtilityGuard:
-    """The verdict from relative MSPBE diagnostics by source (None values are ignored).
-
-    The guard checks one thing: whether the released theta's MSPBE is below that of theta = 0.
-    "ok" is that and no more: a theta can beat theta = 0 and still be far from the true values
-    (the value intervals, not the guard, say how far). ``remedy`` ends the WARNING: what the
-    caller can do about it (the shell names only commands that work for the run's spec).
+    """The verdict from relative MSPBE diagnostics by source (None values are ignored); ``remedy``
+    ends the WARNING (the shell names only commands that work for the run's spec).
 
     Examples: ``utility_guard({"public": 0.59, "private": Diagnostic(1.18, 0.4, 2.1)})`` -> ok
     (the noisy value is inconclusive); ``utility_guard({"private": Diagnostic(1.5, 1.2, 1.9)})``
-    -> no_better_than_zero.
-    """
+    -> no_better_than_zero."""
     given = {k: v for k, v in diagnostics.items() if v is not None}
     points = {k: float(v.value if isinstance(v, Diagnostic) else v) for k, v in given.items()}
     if not given:
@@ -131,20 +107,13 @@ def private_relative_mspbe(
 ) -> Diagnostic:
     """The private relative MSPBE of ``theta`` with a parametric-bootstrap interval.
 
-    The noise of the release is Gaussian with a public scale, so fresh noise of that scale added
-    to the released sums shows how the estimate scatters (post-processing: no privacy cost, and
-    ``rng`` may be any generator). The interval is the basic bootstrap one,
-    ``[2 r - q_hi, 2 r - q_lo]`` with ``q`` the (1 +- level)/2 quantiles of the re-noised values
-    (non-finite draws count as +inf), lower bound floored at 0.
-
-    Identification (``identification=True``, the default): where the release's supported block
-    of the summed ``A~`` is not :func:`gpope.core.intervals.separated_from_singular` at ``level``
-    (or no feature is supported), the noise dominates the statistics and the bootstrap of the ratio is not to be trusted (the
-    same failure as the value intervals'): the diagnostic is then inconclusive, ``[0, inf]``,
-    so :func:`utility_guard` ignores it instead of crying wolf (the HIV demo at m = 2000 printed
-    "NO BETTER THAN theta = 0" from a private interval [1.04, 1.21] while the public relative
-    MSPBE was 0.05). A conservative gate: it only removes claims.
-    """
+    Fresh noise of the release's public scale added to the released sums shows how the estimate
+    scatters (post-processing: no privacy cost). The interval is the basic bootstrap one,
+    ``[2 r - q_hi, 2 r - q_lo]`` (non-finite draws count as +inf), lower bound floored at 0. With
+    ``identification``, where the supported block of ``A~`` is not
+    :func:`gpope.core.intervals.separated_from_singular` (or nothing is supported), the noise
+    dominates and the diagnostic is inconclusive, ``[0, inf]``: a conservative gate that only
+    removes claims."""
     from gpope.core.intervals import supported_separation
     from gpope.core.ssp import private_mspbe, release_noisy_statistics
 

@@ -1,12 +1,9 @@
 """Evaluation metrics: MSPBE, relative MSPBE, value error (BASELINES.md section 4).
 
 ``MSPBE(theta) = ||Phi theta - Pi T^pi (Phi theta)||_D^2 = (A theta - b)^T C^{-1} (A theta - b)``
-(Sutton et al. 2009; Liu et al. 2015), with ``A = E[rho phi (phi - gamma phi')^T]``,
-``b = E[rho R phi]``, ``C = E[phi phi^T]`` under the data (behaviour) distribution. For reporting,
-use the true model or a large held-out sample, never the training batch of a private run.
-
-All functions accept one weight vector ``theta`` of shape (n,) or a batch (R, n) (e.g. trials),
-in which case they return one value per row.
+(Sutton et al. 2009; Liu et al. 2015) under the data (behaviour) distribution. For reporting, use
+the true model or a large held-out sample, never the training batch of a private run. Every
+function takes one ``theta`` (n,) or a batch (R, n) and returns one value per row.
 """
 
 from __future__ import annotations
@@ -46,12 +43,8 @@ def _system(A: object, b: object, C: object) -> tuple[np.ndarray, np.ndarray, np
 
 
 def _c_inverse_norm(residual: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Row-wise ``r^T C^{-1} r`` for residuals (R, n).
-
-    Uses a Cholesky solve when C is symmetric positive definite; otherwise (singular or
-    indefinite C, e.g. a feature never active in the sample) falls back to the pseudo-inverse,
-    i.e. the norm restricted to the range of C.
-    """
+    """Row-wise ``r^T C^{-1} r`` for residuals (R, n): a Cholesky solve when C is positive definite,
+    else the pseudo-inverse (the norm restricted to the range of C)."""
     sym = 0.5 * (C + C.T)
     try:
         factor = scipy.linalg.cho_factor(sym, lower=True, check_finite=False)
@@ -62,20 +55,10 @@ def _c_inverse_norm(residual: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def mspbe(theta: object, A: object, b: object, C: object) -> float | np.ndarray:
-    """Mean squared projected Bellman error ``(A theta - b)^T C^{-1} (A theta - b)``.
-
-    Args:
-        theta: (n,) or (R, n) weight vector(s).
-        A: (n, n) TD matrix ``E[rho phi (phi - gamma phi')^T]``.
-        b: (n,) ``E[rho R phi]``.
-        C: (n, n) symmetric positive semi-definite ``E[phi phi^T]``.
-
-    Returns:
-        A float for (n,) theta, an (R,) array for (R, n) theta. Non-negative; exactly the
-        projection form ``||Phi theta - Pi T (Phi theta)||_D^2`` and twice the saddle value
-        ``max_y <b - A theta, y> - y^T C y / 2`` (BASELINES.md 4). Note: if C is singular the
-        pseudo-inverse is used (the error is measured on the range of C).
-    """
+    """Mean squared projected Bellman error ``(A theta - b)^T C^{-1} (A theta - b)``: non-negative,
+    the projection form ``||Phi theta - Pi T (Phi theta)||_D^2`` and twice the saddle value
+    ``max_y <b - A theta, y> - y^T C y / 2`` (BASELINES.md 4); with a singular C, measured on its
+    range. A float for (n,) theta, (R,) for (R, n)."""
     A_a, b_a, C_a = _system(A, b, C)
     th, single = _theta(theta, A_a.shape[0])
     residual = th @ A_a.T - b_a
@@ -86,21 +69,9 @@ def mspbe(theta: object, A: object, b: object, C: object) -> float | np.ndarray:
 def relative_mspbe(
     theta: object, A: object, b: object, C: object, *, normalizer: float | None = None
 ) -> float | np.ndarray:
-    """MSPBE divided by a normaliser; by default ``MSPBE(0) = b^T C^{-1} b``.
-
-    With the default the metric is scale-free and equals 1 at ``theta = 0`` (BASELINES.md 4;
-    with tabular features ``MSPBE(0) = E_{s~d}[r_pi(s)^2]``, matching the GPOPE paper's
-    "normalised by the average reward"). Pass ``normalizer`` to use another public constant,
-    e.g. ``||V_pi||_D^2`` or ``(R_max / (1 - gamma))^2``.
-
-    Args:
-        theta: (n,) or (R, n).
-        A, b, C: as in :func:`mspbe`.
-        normalizer: > 0, or None for MSPBE(0).
-
-    Returns:
-        A float or an (R,) array.
-    """
+    """MSPBE divided by ``normalizer`` (> 0), by default ``MSPBE(0) = b^T C^{-1} b``: scale-free
+    and 1 at ``theta = 0`` (with tabular features ``MSPBE(0) = E_{s~d}[r_pi(s)^2]``, the GPOPE
+    paper's "normalised by the average reward")."""
     A_a, b_a, C_a = _system(A, b, C)
     if normalizer is None:
         norm = float(_c_inverse_norm(b_a[None, :], C_a)[0])
@@ -116,15 +87,7 @@ def relative_mspbe(
 
 
 def values(theta: object, phi_ref: object) -> np.ndarray:
-    """Value estimates ``phi_ref @ theta``.
-
-    Args:
-        theta: (n,) or (R, n).
-        phi_ref: (K, n) features of K reference states.
-
-    Returns:
-        (K,) for (n,) theta, (R, K) for (R, n) theta.
-    """
+    """Value estimates ``phi_ref @ theta``: (K,) for (n,) theta, (R, K) for (R, n)."""
     phi = np.asarray(phi_ref, dtype=np.float64)
     if phi.ndim != 2:
         raise SchemaError(f"'phi_ref' must have shape (K, n); got {phi.shape}.")
@@ -136,20 +99,9 @@ def values(theta: object, phi_ref: object) -> np.ndarray:
 def value_error(
     theta: object, phi_ref: object, v_true: object, weights: object | None = None
 ) -> float | np.ndarray:
-    """Root (weighted) mean squared value error ``sqrt(sum_k w_k (phi_k^T theta - v_k)^2 / sum_k w_k)``.
-
-    With ``weights=None`` it is the RMS error over the K reference states; with a distribution
-    ``rho`` it is Balle et al.'s ``||V - Phi theta||_rho`` (BASELINES.md 1.10).
-
-    Args:
-        theta: (n,) or (R, n).
-        phi_ref: (K, n) reference-state features.
-        v_true: (K,) true values.
-        weights: (K,) non-negative weights (normalised to sum 1), or None for uniform.
-
-    Returns:
-        A float or an (R,) array.
-    """
+    """Root (weighted) mean squared value error ``sqrt(sum_k w_k (phi_k^T theta - v_k)^2 /
+    sum_k w_k)``: the RMS error over the K reference states, or with a distribution ``weights``
+    Balle et al.'s ``||V - Phi theta||_rho`` (BASELINES.md 1.10)."""
     est = np.atleast_2d(values(theta, phi_ref))
     K = est.shape[1]
     v = np.asarray(v_true, dtype=np.float64)

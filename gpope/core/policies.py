@@ -37,24 +37,10 @@ if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
     from gpope.core.trajectories.transitions import Transitions
 
-__all__ = [
-    "ARTIFACTS_DIR",
-    "ActionValues",
-    "EpsilonGreedyPolicy",
-    "FixedActionPolicy",
-    "LinearQ",
-    "Policy",
-    "SoftmaxPolicy",
-    "TabularPolicy",
-    "UniformPolicy",
-    "action_values_from_dict",
-    "available_policies",
-    "importance_ratios",
-    "load_artifact",
-    "load_policy",
-    "policy_from_dict",
-    "sample_actions",
-]
+__all__ = ["ARTIFACTS_DIR", "ActionValues", "EpsilonGreedyPolicy", "FixedActionPolicy", "LinearQ",
+           "Policy", "SoftmaxPolicy", "TabularPolicy", "UniformPolicy", "action_values_from_dict",
+           "available_policies", "importance_ratios", "load_artifact", "load_policy",
+           "policy_from_dict", "sample_actions"]
 
 #: Directory of the stored policy artifacts (JSON), shipped with the package.
 ARTIFACTS_DIR = Path(__file__).resolve().parent / "envs" / "artifacts"

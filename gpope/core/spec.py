@@ -7,11 +7,10 @@ states at which value estimates are released. All of it is public configuration 
 section 4). The shell reads a YAML file (``conf/specs/*.yaml``) into a mapping and builds the spec
 with :meth:`EvaluationSpec.from_mapping`; the core never sees the YAML.
 
-The spec id is a short, stable hash (the first 12 hex digits of SHA-256) of the canonical JSON of
-the parts that determine the statistics: feature map, target policy, gamma, normalisation, length
-scale, reward scale and, when set, the public data bounds. The statistics table is partitioned by it, so two specs that differ only by name,
-domain or reference states share statistics; released estimates carry the reference-state names
-and values next to the spec id.
+The spec id is a short, stable hash (12 hex digits of SHA-256) of the canonical JSON of the parts
+that determine the statistics: feature map, target policy, gamma, normalisation, length scale,
+reward scale and, when set, the public data bounds. The statistics table is partitioned by it, so
+two specs that differ only by name, domain or reference states share statistics.
 
 YAML form::
 
@@ -33,9 +32,8 @@ YAML form::
       tuned: [{epsilon: 1.0, clip: 2.0e-4, step_size: 4.0}]
       tuning: {patients: 2000, public_seed: 1}
 
-The ``evaluation:`` block is a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`
-(one layer of the run's settings); it is not part of the
-spec id (it changes how statistics are used, not what they are).
+The ``evaluation:`` block is a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`;
+it is not part of the spec id (it changes how statistics are used, not what they are).
 """
 
 from __future__ import annotations
@@ -57,31 +55,13 @@ __all__ = ["EvaluationSpec", "Normalization", "canonical_json", "declared_variab
 
 Normalization = Literal["transition", "trajectory_mean"]
 _NORMALIZATIONS = ("transition", "trajectory_mean")
-_STATS_KEYS = (
-    "feature_map",
-    "target_policy",
-    "gamma",
-    "normalization",
-    "length_scale",
-    "reward_scale",
-)
+_STATS_KEYS = ("feature_map", "target_policy", "gamma", "normalization", "length_scale",
+               "reward_scale")
 #: Statistics-defining keys hashed into the spec id only when set (older specs keep their ids).
 _OPTIONAL_STATS_KEYS = ("importance_weight_bound", "reward_bounds")
-_KEYS = (
-    "name",
-    "domain",
-    "gamma",
-    "normalization",
-    "length_scale",
-    "reward_scale",
-    "feature_map",
-    "target_policy",
-    "reference_states",
-    "policy_name",
-    "importance_weight_bound",
-    "reward_bounds",
-    "evaluation",
-)
+_KEYS = ("name", "domain", "gamma", "normalization", "length_scale", "reward_scale", "feature_map",
+         "target_policy", "reference_states", "policy_name", "importance_weight_bound",
+         "reward_bounds", "evaluation")
 
 
 def canonical_json(obj: Any) -> str:
@@ -130,25 +110,17 @@ class EvaluationSpec:
         target_policy: a :class:`gpope.core.policies.Policy` evaluated off-policy.
         gamma: discount in [0, 1].
         normalization: ``"transition"`` (sum over a trajectory / ``length_scale``) or
-            ``"trajectory_mean"`` (the paper: mean over the trajectory).
+            ``"trajectory_mean"`` (the paper).
         length_scale: public constant L of the ``transition`` normalisation (None otherwise).
-        reward_scale: public constant c > 0 multiplying every reward before the statistics are
-            computed (so that gradients are of the order of the clip bound); theta estimates
-            c V, and :meth:`reference_values` divides by c again (post-processing).
+        reward_scale: public constant c > 0 multiplying every reward (so gradients are of the
+            order of the clip); theta estimates c V and :meth:`reference_values` divides by c.
         reference_states: named public raw states ``((name, (s_1, ..., s_d)), ...)``, in order.
-        domain: the public simulator behind a synthetic dataset (``chain``, ``mountaincar``,
-            ``hiv``) or None; used only for public ground truth and diagnostics.
-        policy_name: a short public name of the target policy (the artifact name when loaded
-            with ``{artifact: NAME}``); informational, not part of the spec id.
-        importance_weight_bound: public maximum W of a per-decision importance ratio; the stats
-            stage clamps larger ratios to W and counts them (:mod:`gpope.core.bounds`). None:
-            no bound.
-        reward_bounds: public range (lo, hi) of a raw reward (before ``reward_scale``); the stats
-            stage clamps rewards outside it and counts them. None: no bound.
-        evaluation: the publicly tuned solver settings of ``gpope evaluate`` for this spec
-            (a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`, written by
-            ``gpope tune --spec``),
-            or None; not part of the spec id.
+        domain: the public simulator behind a synthetic dataset, or None (ground truth only).
+        policy_name: a public name of the target policy (informational).
+        importance_weight_bound, reward_bounds: public bounds W on a per-decision ratio and
+            (lo, hi) on a raw reward; the stats stage clamps and counts values outside them
+            (:mod:`gpope.core.bounds`). None: no bound.
+        evaluation: the publicly tuned ``"spec"`` settings layer (``gpope tune --spec``), or None.
     """
 
     name: str
@@ -258,8 +230,7 @@ class EvaluationSpec:
                     )
 
     def _check_tabular_rows(self) -> None:
-        """A tabular target policy over tabular features has one row per featurised state, so a
-        spec whose table is too short or too long is refused here, before any data are read."""
+        """A tabular target policy over tabular features needs one row per featurised state."""
         from gpope.core.features import TabularFeatures
         from gpope.core.policies import TabularPolicy
 

@@ -38,15 +38,8 @@ from gpope.errors import ConfigError, DataError, SchemaError
 if TYPE_CHECKING:
     from gpope.core.policies import Policy
 
-__all__ = [
-    "DENSE_MAX_BYTES",
-    "TrajectoryStats",
-    "population_scale",
-    "population_statistics",
-    "population_sums",
-    "statistics_from_transitions",
-    "trajectory_statistics",
-]
+__all__ = ["DENSE_MAX_BYTES", "TrajectoryStats", "population_scale", "population_statistics",
+           "population_sums", "statistics_from_transitions", "trajectory_statistics"]
 
 Normalization = Literal["transition", "trajectory_mean"]
 Representation = Literal["auto", "dense", "compact", "tabular", "sparse"]

@@ -13,16 +13,8 @@ from typing import Any, TypedDict, Unpack
 
 from gpope.errors import ConfigError
 
-__all__ = [
-    "IntBounds",
-    "NumberBounds",
-    "check_choice",
-    "check_fields",
-    "check_int",
-    "check_number",
-    "check_probability",
-    "type_note",
-]
+__all__ = ["IntBounds", "NumberBounds", "check_choice", "check_fields", "check_int", "check_number",
+           "check_probability", "type_note"]
 
 
 def _fail(owner: str, name: str, constraint: str, value: Any) -> ConfigError:

@@ -46,18 +46,8 @@ import numpy as np
 
 from gpope.core.accounting.registry import not_a_valid_bound
 
-__all__ = [
-    "COMPOSITIONS",
-    "COUNTED_STATUSES",
-    "TOLERANCE",
-    "UNKNOWN_VERSION",
-    "Budget",
-    "BudgetStatus",
-    "LedgerEntry",
-    "LedgerRow",
-    "admits",
-    "fold",
-]
+__all__ = ["COMPOSITIONS", "COUNTED_STATUSES", "TOLERANCE", "UNKNOWN_VERSION", "Budget",
+           "BudgetStatus", "LedgerEntry", "LedgerRow", "admits", "fold"]
 
 #: Statuses whose spend counts against the budget (when the run was admitted).
 COUNTED_STATUSES: tuple[str, ...] = ("reserved", "released", "failed")

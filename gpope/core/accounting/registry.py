@@ -20,26 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from gpope.errors import AccountingError, ConfigError
 
-__all__ = [
-    "AUTO",
-    "REFERENCE",
-    "SAMPLINGS",
-    "AccountantInfo",
-    "Certificate",
-    "PrivacyAccountant",
-    "RunShape",
-    "accountant_choices",
-    "accountant_help",
-    "accountant_info",
-    "accountant_names",
-    "composing_accountants",
-    "implementation",
-    "not_a_valid_bound",
-    "register",
-    "resolve_accountant",
-    "supported_pairs",
-    "unregister",
-]
+__all__ = ["AUTO", "REFERENCE", "SAMPLINGS", "AccountantInfo", "Certificate", "PrivacyAccountant",
+           "RunShape", "accountant_choices", "accountant_help", "accountant_info",
+           "accountant_names", "composing_accountants", "implementation", "not_a_valid_bound",
+           "register", "resolve_accountant", "supported_pairs", "unregister"]
 
 #: The name that resolves to the tightest rigorous accountant for the sampling.
 AUTO = "auto"

@@ -18,17 +18,8 @@ import numpy as np
 
 from gpope.errors import SchemaError
 
-__all__ = [
-    "RowWeighting",
-    "grad_compact",
-    "grad_sparse",
-    "grad_tabular",
-    "rows_dense",
-    "sparse_dense",
-    "sparse_from_chunks",
-    "tabular_dense",
-    "tabular_to_sparse",
-]
+__all__ = ["RowWeighting", "grad_compact", "grad_sparse", "grad_tabular", "rows_dense",
+           "sparse_dense", "sparse_from_chunks", "tabular_dense", "tabular_to_sparse"]
 
 _BLOCK_BYTES = 64 * 2**20  # scratch memory for blockwise outer products
 

@@ -60,28 +60,11 @@ if TYPE_CHECKING:
     from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
 
-__all__ = [
-    "Aggregate",
-    "UntunedRelease",
-    "UntunedSettings",
-    "UntunedSigmas",
-    "clamp_interval",
-    "feature_norm_bound",
-    "plan_untuned",
-    "plan_untuned_component",
-    "quantile_grid",
-    "release_residuals",
-    "release_untuned",
-    "release_untuned_rows",
-    "release_weighted_sums",
-    "residual_quantile",
-    "second_order_widths",
-    "split_untuned",
-    "statistics_norm_bound",
-    "untuned_dp_event",
-    "upper_quantile",
-    "value_range",
-]
+__all__ = ["Aggregate", "UntunedRelease", "UntunedSettings", "UntunedSigmas", "clamp_interval",
+           "feature_norm_bound", "plan_untuned", "plan_untuned_component", "quantile_grid",
+           "release_residuals", "release_untuned", "release_untuned_rows", "release_weighted_sums",
+           "residual_quantile", "second_order_widths", "split_untuned", "statistics_norm_bound",
+           "untuned_dp_event", "upper_quantile", "value_range"]
 
 #: ``aggregate(kernel, width) -> (width,)``: the sum over all statistics rows of
 #: ``kernel(traj_index (k,), rows (k, 2n^2+n)) -> (1, width)``.
