@@ -114,6 +114,6 @@ def test_the_behaviour_estimate_rules_come_from_the_conf_and_reach_the_plan(tmp_
     layout = plan_loading(m=5000, n=spec.n_features, path="auto", limit_mb=2048)
     plan = plan_release(run, m=5000, spec=spec, layout=layout, statistics_clip=None,
                         untuned=run.untuned, behaviour=rules)
-    assert plan.component("behaviour").share == pytest.approx(0.25 + 0.02)
+    assert {c.name: c for c in plan.components}.get("behaviour").share == pytest.approx(0.25 + 0.02)
     with pytest.raises(ConfigError, match="behaviour"):
         from_mapping(GpopeConfig, {"evaluation": {"behaviour": {"shares": 0.2}}})

@@ -148,7 +148,7 @@ def test_the_behaviour_estimate_joins_the_runs_one_composed_event():
     plan = plan_release(settings, m=20_000, spec=SPEC, layout="dense", statistics_clip=None,
                         behaviour=rules)
     assert [c.name for c in plan.components] == ["untuned", "behaviour", "policy_value"]
-    beh = plan.component("behaviour")
+    beh = {c.name: c for c in plan.components}.get("behaviour")
     assert beh.share == pytest.approx(0.17)
     logged = plan_release(settings, m=20_000, spec=SPEC, layout="dense", statistics_clip=None)
     # the estimator's share shrinks by the behaviour's: its SSP sums are noisier

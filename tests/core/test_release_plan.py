@@ -111,7 +111,7 @@ def test_ssp_without_a_public_clip_charges_its_private_quantile_in_the_composed_
 
     plan = _plan(Settings(estimator="ssp"), clip=None, private_clip_quantile=0.9,
                  untuned=UntunedSettings(quantile_share=0.05))
-    clip = plan.component("ssp_clip")
+    clip = {c.name: c for c in plan.components}.get("ssp_clip")
     assert plan.private_clip_quantile == 0.9 and plan.statistics_clip is None
     # shares of one Gaussian mechanism's privacy loss mu^2 (joint calibration of a one-shot run)
     assert (clip.share, plan.main.share) == pytest.approx((0.05, 0.95))
@@ -173,7 +173,8 @@ def test_a_further_component_takes_its_share_and_joins_the_composed_event(monkey
                         (*plan_module.AUXILIARY, ("extra", lambda inputs: 0.2, plan_extra)))
     plan = _plan()
     assert [c.name for c in plan.components] == ["gpope", "noisy_statistics", "extra"]
-    assert plan.main.epsilon == pytest.approx(0.7) and plan.component("extra").epsilon == 0.2
+    assert plan.main.epsilon == pytest.approx(0.7)
+    assert {c.name: c for c in plan.components}["extra"].epsilon == 0.2
     assert plan.event.events == [c.event for c in plan.components]
     assert "extra_value" in plan.releases and plan.label.startswith("gpope(clip=1) + noisy")
     assert _rdp_epsilon(plan.event, 1e-6, "add_or_remove_one") <= 1.0 * (1 + 1e-3)
@@ -198,7 +199,7 @@ def test_policy_value_takes_its_share_of_one_composed_event(estimator):
     settings = Settings(estimator=estimator, policy_value_share=0.3, epsilon=1.0, delta=1e-6)
     bounded = dataclasses.replace(SPEC, importance_weight_bound=1.0, reward_bounds=(0.0, 1.0))
     plan = plan_release(settings, m=M, spec=bounded, layout="dense", statistics_clip=0.5)
-    pv = plan.component("policy_value")
+    pv = {c.name: c for c in plan.components}.get("policy_value")
     assert set(pv.releases) == set(QUANTITIES) <= set(plan.releases)
     assert plan.event.events[-1] == pv.event  # one composed event, the policy value's last
     assert plan.charged_epsilon == 1.0  # no extra budget
@@ -215,7 +216,7 @@ def test_policy_value_takes_its_share_of_one_composed_event(estimator):
     exact = norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
     assert exact <= delta * 1.001
     # a spec without the public bounds has no policy value release (a public decision)
-    assert _plan(settings).component("policy_value") is None
+    assert {c.name: c for c in _plan(settings).components}.get("policy_value") is None
 
 
 

@@ -28,10 +28,16 @@ import importlib
 from typing import Any
 
 from gpope.core.estimators.base import SOLVER_SETTINGS, Estimator, PlanContext
-from gpope.core.estimators.execution import Estimate, StatisticsSource
+from gpope.core.estimators.execution import (
+    Estimate,
+    ReleaseExecution,
+    RunSource,
+    StatisticsSource,
+)
 from gpope.errors import ConfigError
 
-__all__ = ["SOLVER_SETTINGS", "Estimate", "Estimator", "PlanContext", "StatisticsSource",
+__all__ = ["SOLVER_SETTINGS", "Estimate", "Estimator", "PlanContext", "ReleaseExecution",
+           "RunSource", "StatisticsSource",
            "audit", "audit_names", "claiming", "estimator_choices", "estimator_help",
            "estimator_names", "execute", "get", "register", "unregister"]
 

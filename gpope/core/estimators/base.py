@@ -66,6 +66,9 @@ class Estimator:
         own_clip_rule: its clip quantile is its own rule (``ssp_clip_quantile`` is not recorded).
         estimates_behaviour: on data without logged propensities (a tabular state map) it
             estimates the behaviour policy privately (the plan's ``behaviour`` component).
+        direct_method: its release also gives intervals of public functionals of theta (the
+            direct method's J(target): the policy value release makes its first-state part
+            before the estimator's release and picks J(target) from both after it).
         statistics_share_helps: ``--statistics-share`` widens what its intervals rest on (the
             advice under an unbounded interval names it).
         execution: ``"module:function"`` where :meth:`execute` finds its execution (a shell
@@ -84,6 +87,7 @@ class Estimator:
     own_clip_rule: bool = False
     estimates_behaviour: bool = False
     statistics_share_helps: bool = False
+    direct_method: bool = False
     execution: str | None = None
 
     # --- settings and constraints ---------------------------------------------------------

@@ -1,10 +1,14 @@
-"""What an estimator's execution reads (:class:`StatisticsSource`) and returns (:class:`Estimate`).
+"""What a run's releases read (:class:`StatisticsSource`, :class:`RunSource`), how each
+auxiliary release executes (:class:`ReleaseExecution`) and what the estimator returns
+(:class:`Estimate`).
 
-An execution is ``execute(source, *, plan, settings, spec) -> Estimate``: it draws every noisy
-release of the plan's estimator component at the plan's multipliers, from OS entropy or from
-``settings.seed`` (then NOT private), and reads the private statistics only through the source.
-The run then releases the policy value where the execution left it (``policy_values`` None) and
-marks a release whose accountant is not a valid bound as not private.
+A run executes its plan in three passes over the plan's components, with no branch per release:
+each auxiliary component first ``prepare``-s the run's source (a private clip, the noisy
+statistics, the behaviour estimate, the policy terms: :class:`RunSource` carries what they
+released), the estimator's execution ``execute(source, *, plan, settings, spec) -> Estimate``
+then draws its own release at the plan's multipliers, and each component ``finish``-es the
+estimate (the policy value, from the estimator's release where the direct method needs it).
+Every draw comes from OS entropy or from ``settings.seed`` (then NOT private).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Estimate", "StatisticsSource"]
+__all__ = ["Estimate", "ReleaseExecution", "RunSource", "StatisticsSource"]
 
 
 class StatisticsSource(Protocol):
@@ -52,9 +56,10 @@ class Estimate:
         private_mspbe: (private MSPBE, relative) from the noisy statistics, or None.
         noisy: the noisy-statistics release (or the tuning's), for the guard; None without one.
         tuned: the private tuning's result, or None.
+        release: the estimator's own release record where a later release post-processes it
+            (the tuning-free default's, for the direct method's J(target)), else None.
         policy_values: the released policy value scalars (``{name: PolicyValueInterval}``), or
-            None when the plan has no ``policy_value`` component (or the run has not released
-            it yet).
+            None when the plan has no ``policy_value`` component.
         settings: the settings the run used (the tuned clip and step size when tuned).
         private_population: the population (A, b, C) of the PRIVATE statistics, only for the
             operator's tagged private diagnostics.
@@ -68,6 +73,83 @@ class Estimate:
     private_mspbe: tuple[float, float] | None = None
     noisy: Any = None
     tuned: Any = None
+    release: Any = None
     policy_values: dict[str, Any] | None = None
     settings: Any = None
     private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSource:
+    """The run's statistics source as its auxiliary releases prepared it (a
+    :class:`StatisticsSource`: ``aggregate`` sums the value route's rows under a released
+    behaviour policy where one was released, else the stored rows).
+
+    Attributes:
+        base: the pinned statistics (the shell's source: its rows, Spark sums, population).
+        clip: the clip bound of the noisy statistics: the plan's public one, or the one a
+            private quantile released.
+        noisy, moments: the noisy-statistics release and its residual moments (None without).
+        value_aggregate, value_spec: the value route's rows under the released behaviour policy
+            and the spec they belong to (None: the data logged their propensities).
+        rng: the tuning-free default's noise stream once the behaviour release drew from it.
+        policy_terms: the policy value's per-patient terms and first-state features (private).
+        first_state: the direct method's first-state release (None without it).
+        functionals: the public rows and levels the estimator's release gives intervals of.
+    """
+
+    base: Any
+    clip: float | None = None
+    noisy: Any = None
+    moments: Any = None
+    value_aggregate: Callable[..., np.ndarray] | None = None
+    value_spec: Any = None
+    rng: np.random.Generator | None = None
+    policy_terms: Any = None
+    first_state: Any = None
+    functionals: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def m(self) -> int:
+        return int(self.base.m)
+
+    @property
+    def n(self) -> int:
+        return int(self.base.n)
+
+    def aggregate(self, kernel: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                  width: int) -> np.ndarray:
+        agg = self.value_aggregate or self.base.aggregate
+        return agg(kernel, width)
+
+
+class ReleaseExecution:
+    """How one planned release executes (its component's ``execution`` names the instance).
+
+    Every method defaults to doing nothing; a release overrides the passes it takes part in.
+    Each receives its own component (its multiplier and share), so nothing looks a release up
+    by name.
+    """
+
+    def check(self, component: Any, rows: Any) -> None:
+        """Refuse, before anything is reserved, statistics that cannot serve the release (public
+        facts: the columns); raises DataError."""
+
+    def prepare(self, component: Any, run: RunSource, *, plan: Any, settings: Any,
+                spec: Any) -> RunSource:
+        """Its release before the estimator's, recorded on the run's source."""
+        return run
+
+    def finish(self, component: Any, run: RunSource, est: Estimate, *, plan: Any,
+               settings: Any, spec: Any) -> Estimate:
+        """Its release after the estimator's, recorded on the estimate."""
+        return est
+
+    def rows(self, component: Any, row: dict[str, Any], est: Estimate, *,
+             spec_name: str) -> list[dict[str, Any]]:
+        """Its released_values rows (``row``: the run's released_estimates row)."""
+        return []
+
+    def notes(self, component: Any) -> list[str]:
+        """Its NOTE lines for the report."""
+        return []

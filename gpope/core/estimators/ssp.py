@@ -6,12 +6,14 @@ privately first (the plan's ``ssp_clip`` component)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from gpope.core.estimators.base import AuditRequest, Estimator, PlanContext
+from gpope.core.estimators.execution import ReleaseExecution, RunSource
 
-__all__ = ["ESTIMATOR", "SSP", "private_clip"]
+__all__ = ["CLIP", "ESTIMATOR", "SSP", "private_clip"]
 
 
 def _broken(relation: str) -> list[tuple[str, dict[str, object]]]:
@@ -97,28 +99,39 @@ def _plan_clip(inputs: Any, share: float, *, quantile: float) -> Any:
     return ReleaseComponent(
         name="ssp_clip", **cal, event=quantile_dp_event(cal["sigma"]),
         label=f"ssp clip(private {quantile:g} quantile of the statistics norms)",
-        releases=("ssp_clip",))
+        releases=("ssp_clip",), execution="gpope.core.estimators.ssp:CLIP")
 
 
-def private_clip(source: Any, spec: Any, *, plan: Any, seed: int | None, settings: Any = None,
-                 secure_noise: bool = False) -> float:
-    """The clip of an ssp run whose spec gives no public one, released privately: the plan's
-    ``ssp_clip`` component (one noisy histogram of ``||[A_i, b_i, C_i]||`` on the default's
-    public log grid, :func:`gpope.core.untuned.release.quantile_grid`, at the component's
-    multiplier) read at ``plan.private_clip_quantile``, the default's own clip rule. Sums
-    through ``source.aggregate``. Noise from OS entropy unless ``seed`` (NOT private); under
+class _PrivateClip(ReleaseExecution):
+    """The ``ssp_clip`` release: the clip of an ssp run whose spec gives no public one, released
+    privately before the noisy statistics that use it (:func:`private_clip`)."""
+
+    def prepare(self, component: Any, run: RunSource, *, plan: Any, settings: Any,
+                spec: Any) -> RunSource:
+        return dataclasses.replace(run, clip=private_clip(
+            run.base, spec, sigma=float(component.sigma), m=plan.m,
+            quantile=float(plan.private_clip_quantile), seed=settings.seed,
+            settings=settings.untuned, secure_noise=settings.secure_noise))
+
+
+def private_clip(source: Any, spec: Any, *, sigma: float, m: int, quantile: float,
+                 seed: int | None, settings: Any = None, secure_noise: bool = False) -> float:
+    """The clip of an ssp run whose spec gives no public one, released privately: one noisy
+    histogram of ``||[A_i, b_i, C_i]||`` on the default's public log grid
+    (:func:`gpope.core.untuned.release.quantile_grid`, at the ``ssp_clip`` component's
+    multiplier ``sigma``) read at ``quantile``, the default's own clip rule. Sums through
+    ``source.aggregate``. Noise from OS entropy unless ``seed`` (NOT private); under
     ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
     (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least the accounted std)."""
     import numpy as np
 
     from gpope.core.untuned.release import UntunedSettings, _private_quantile, quantile_grid
 
-    component = plan.component("ssp_clip")
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x535350])
     return _private_quantile(source.aggregate, quantile_grid(spec, settings or UntunedSettings()),
-                             lambda rows: rows, float(plan.private_clip_quantile), m=plan.m,
-                             sigma=float(component.sigma), rng=np.random.default_rng(ss),
-                             secure_noise=secure_noise)
+                             lambda rows: rows, quantile, m=m, sigma=sigma,
+                             rng=np.random.default_rng(ss), secure_noise=secure_noise)
 
 
+CLIP = _PrivateClip()
 ESTIMATOR = SSP()

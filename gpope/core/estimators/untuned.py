@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from gpope.core.estimators.base import AuditRequest, Estimator, PlanContext
+from gpope.core.estimators.execution import ReleaseExecution, RunSource
 
-__all__ = ["BEHAVIOUR_NOTE", "ESTIMATOR", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED",
+__all__ = ["BEHAVIOUR", "BEHAVIOUR_NOTE", "ESTIMATOR", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED",
            "UNTUNED_NOTE", "Untuned", "run_untuned", "untuned_result"]
 
 #: Settings whose explicit choice (command line or caller) means "not the default": the user
@@ -54,6 +55,7 @@ class Untuned(Estimator):
     public_clip = False
     own_clip_rule = True
     estimates_behaviour = True
+    direct_method = True
     execution = "gpope.shell.pipeline.evaluate_solve:execute_untuned"
 
     def claims(self, spec_has_block: bool, sources: Mapping[str, str]) -> bool:
@@ -105,11 +107,7 @@ class Untuned(Estimator):
                 "privacy noise); clip and residual clip at private quantiles")
 
     def notes(self, spec: Any, plan: Any, provenance: Mapping[str, Any]) -> list[str]:
-        out = [UNTUNED_NOTE.format(name=spec.name)]
-        if (behaviour := plan.component("behaviour")) is not None:
-            share = "a share" if behaviour.share is None else f"{behaviour.share:.0%}"
-            out.append(BEHAVIOUR_NOTE.format(share=share))
-        return out
+        return [UNTUNED_NOTE.format(name=spec.name)]
 
     def audit(self, request: AuditRequest) -> list[tuple[str, Any]]:
         from gpope.core.audit.untuned import UntunedAuditConfig, run_untuned_audit
@@ -126,46 +124,65 @@ class Untuned(Estimator):
         return out
 
 
-def run_untuned(aggregate: Any, spec: Any, *, m: int, plan: Any, moments_share: float,
+def _noise(seed: int | None) -> np.random.Generator:
+    """The default's noise stream: OS entropy, or derived from ``seed`` (NOT private)."""
+    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
+    return np.random.default_rng(ss)
+
+
+def run_untuned(run: RunSource, spec: Any, *, plan: Any, moments_share: float,
                 seed: int | None, level: float, identification: bool,
-                settings: Any = None, functionals: tuple[Any, Any] | None = None,
-                behaviour: Any = None) -> Any:
-    """The default's releases through ``aggregate`` (the plan's ``untuned`` component;
+                settings: Any = None) -> Any:
+    """The default's releases through ``run.aggregate`` (the plan's ``untuned`` component;
     :meth:`gpope.core.estimators.StatisticsSource.aggregate` over one pinned version, which
-    checks that it summed exactly m rows). Noise from OS entropy unless ``seed`` (NOT private).
-    ``functionals``: public rows and levels whose intervals the release also gives (the
-    direct method's first-state mean, :func:`gpope.core.untuned.release.release_untuned`).
-    ``behaviour``: the rules the plan's ``behaviour`` component was planned with (the run's
-    ``evaluation.behaviour``; the defaults when None)."""
+    checks that it summed exactly m rows; the value route's rows under the released behaviour
+    policy where the run released one, continuing its noise stream). Noise from OS entropy
+    unless ``seed`` (NOT private). ``run.functionals``: public rows and levels whose intervals
+    the release also gives (the direct method's first-state mean,
+    :func:`gpope.core.untuned.release.release_untuned`)."""
     from gpope.core.untuned.release import UntunedSettings, release_untuned
 
-    settings = settings or UntunedSettings()
-    sigmas = plan.untuned_sigmas  # the estimator's share of the run (the plan's numbers)
+    rng = run.rng if run.rng is not None else _noise(seed)
+    return release_untuned(run.aggregate, run.value_spec or spec, m=plan.m,
+                           sigmas=plan.untuned_sigmas, moments_share=moments_share,
+                           settings=settings or UntunedSettings(), rng=rng, level=level,
+                           identification=identification, functionals=run.functionals)
 
-    ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x554E54])
-    rng = np.random.default_rng(ss)
-    if plan.component("behaviour") is not None:  # no propensities: estimate them first
+
+class _Behaviour(ReleaseExecution):
+    """The ``behaviour`` release (data without logged propensities): the behaviour policy's
+    private estimate over the state-action rows, before the default's release, which then sums
+    the value route's rows under it (:func:`_with_estimated_behaviour`)."""
+
+    def prepare(self, component: Any, run: RunSource, *, plan: Any, settings: Any,
+                spec: Any) -> RunSource:
         from gpope.core.behaviour_estimate import BehaviourSettings
 
-        aggregate, spec = _with_estimated_behaviour(aggregate, spec, m=m, plan=plan, rng=rng,
-                                                    rules=behaviour or BehaviourSettings())
-    return release_untuned(aggregate, spec, m=m, sigmas=sigmas, moments_share=moments_share,
-                           settings=settings, rng=rng, level=level,
-                           identification=identification, functionals=functionals)
+        rng = _noise(settings.seed)
+        aggregate, vspec = _with_estimated_behaviour(
+            run.aggregate, spec, m=plan.m, component=component, rng=rng,
+            rules=settings.behaviour or BehaviourSettings())
+        return dataclasses.replace(run, value_aggregate=aggregate, value_spec=vspec, rng=rng)
+
+    def notes(self, component: Any) -> list[str]:
+        share = "a share" if component.share is None else f"{component.share:.0%}"
+        return [BEHAVIOUR_NOTE.format(share=share)]
 
 
-def _with_estimated_behaviour(aggregate: Any, spec: Any, *, m: int, plan: Any, rng: Any,
+BEHAVIOUR = _Behaviour()
+
+
+def _with_estimated_behaviour(aggregate: Any, spec: Any, *, m: int, component: Any, rng: Any,
                               rules: Any) -> tuple[Any, Any]:
-    """The plan's ``behaviour`` release over the state-action rows of ``spec`` (their count
-    rows), then the value spec and an aggregate that hands every kernel the value route's rows
-    under the released propensities (:func:`gpope.core.behaviour_estimate.value_rows_from_pairs`,
+    """The ``behaviour`` release (``component``) over the state-action rows of ``spec`` (their
+    count rows), then the value spec and an aggregate that hands every kernel the value route's
+    rows under the released propensities (:func:`gpope.core.behaviour_estimate.value_rows_from_pairs`,
     post-processing)."""
     import math
 
     from gpope.core import behaviour_estimate as be
     from gpope.core.state_action import value_spec
 
-    component = plan.component("behaviour")
     whole = float(component.sigma) * math.sqrt(component.share)
     vspec = value_spec(spec)
     S, K = vspec.n_features, vspec.target_policy.n_actions

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    pass
+from typing import Any, Protocol
 
 __all__ = [
     "ESTIMATE", "PlanInputs", "PlanSettings", "ReleaseComponent", "gaussian_calibration",
@@ -60,6 +57,14 @@ class ReleaseComponent:
         releases: the names of what it releases (``theta``, ``values``, ``intervals``...).
         share: its share of the run's budget: of (epsilon, delta) under basic composition, of
             the Gaussian privacy loss ``mu^2`` under joint calibration (None: not recorded).
+        execution: ``"module:attribute"`` of the
+            :class:`~gpope.core.estimators.execution.ReleaseExecution` that executes an auxiliary
+            release (a shell one where it needs Spark beyond sums); None: the estimator's
+            release, which its estimator executes.
+
+    An auxiliary component executes itself: :meth:`check` before the reservation,
+    :meth:`prepare` before the estimator's release, :meth:`finish` after it, :meth:`rows` for
+    released_values and :meth:`notes` for the report, each handing the executor this component.
     """
 
     name: str
@@ -71,6 +76,32 @@ class ReleaseComponent:
     label: str
     releases: tuple[str, ...]
     share: float | None = None
+    execution: str | None = None
+
+    def _executor(self) -> Any:
+        from gpope.core.estimators.execution import ReleaseExecution
+
+        if self.execution is None:
+            return ReleaseExecution()
+        import importlib
+
+        module, attr = self.execution.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def check(self, rows: Any) -> None:
+        self._executor().check(self, rows)
+
+    def prepare(self, run: Any, **kw: Any) -> Any:
+        return self._executor().prepare(self, run, **kw)
+
+    def finish(self, run: Any, est: Any, **kw: Any) -> Any:
+        return self._executor().finish(self, run, est, **kw)
+
+    def rows(self, row: dict[str, Any], est: Any, *, spec_name: str) -> list[dict[str, Any]]:
+        return self._executor().rows(self, row, est, spec_name=spec_name)
+
+    def notes(self) -> list[str]:
+        return self._executor().notes(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +192,8 @@ def plan_noisy_statistics(inputs: PlanInputs, share: float) -> ReleaseComponent:
         name="noisy_statistics", **cal,
         event=ssp_release_event(cal["sigma"], ms, inputs.relation),
         label=f"noisy statistics(clip={inputs.statistics_clip:g}, moments_share={ms:g})",
-        releases=("intervals", "private_mspbe"))
+        releases=("intervals", "private_mspbe"),
+        execution="gpope.shell.pipeline.evaluate_intervals:NOISY_STATISTICS")
 
 
 def policy_value_share(inputs: PlanInputs) -> float:
@@ -193,7 +225,7 @@ def plan_behaviour(inputs: PlanInputs, share: float) -> ReleaseComponent:
         name="behaviour", **cal, event=behaviour_dp_event(sq, sc),
         label=(f"behaviour(noisy counts per state and action, clip at a private "
                f"{b.clip_quantile:g} quantile)"),
-        releases=("behaviour_policy",))
+        releases=("behaviour_policy",), execution="gpope.core.estimators.untuned:BEHAVIOUR")
 
 
 def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:
@@ -205,7 +237,8 @@ def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:
     return ReleaseComponent(
         name="policy_value", **cal, event=policy_value_event(cal["sigma"], inputs.relation),
         label="policy value(clipped importance sampling)",
-        releases=("policy_value", "behaviour_value", "policy_contrast"))
+        releases=("policy_value", "behaviour_value", "policy_contrast"),
+        execution="gpope.shell.pipeline.evaluate_policy_value:POLICY_VALUE")
 
 
 #: What every estimator's release gives.

@@ -40,7 +40,10 @@ Adding a released component with its own share of the run's budget:
 
 The estimator's share shrinks by the new component's; the composed event, the spent and charged
 epsilon, the ledger label and :attr:`ReleasePlan.releases` include it with no further change, and
-the executing stage finds its calibration by name (:meth:`ReleasePlan.component`).
+the component executes itself: give it an ``execution`` (a
+:class:`gpope.core.estimators.execution.ReleaseExecution`: its release before or after the
+estimator's, its released_values rows, its NOTE lines), which the evaluate stage runs for every
+auxiliary component of the plan.
 """
 
 from __future__ import annotations
@@ -153,18 +156,16 @@ class ReleasePlan:
         """Every release of the run, the estimator's first (the order of :attr:`event`)."""
         return (self.main, *self.auxiliary)
 
-    def component(self, name: str) -> ReleaseComponent | None:
-        """The component called ``name``, or None when the run has none."""
-        return next((c for c in self.components if c.name == name), None)
-
     @property
     def statistics(self) -> ReleaseComponent | None:
-        """The noisy-statistics release: an ssp run's estimator release, else the auxiliary
-        ``noisy_statistics`` component (None when the run has none)."""
+        """The noisy-statistics release behind the intervals and the private MSPBE: an ssp
+        run's estimator release, else the auxiliary component that releases the private MSPBE
+        (None when the run has none)."""
         from gpope.core.estimators import get
 
-        return (self.main if get(self.estimator).main_is_statistics
-                else self.component("noisy_statistics"))
+        if get(self.estimator).main_is_statistics:
+            return self.main
+        return next((c for c in self.auxiliary if "private_mspbe" in c.releases), None)
 
     @property
     def releases(self) -> tuple[str, ...]:

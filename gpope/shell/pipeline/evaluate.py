@@ -90,7 +90,6 @@ def run_evaluate(
         ConfigError, AccountingError: invalid public settings (before anything is written).
     """
     from gpope.shell import faults
-    from gpope.shell.pipeline import evaluate_policy_value as pv
     from gpope.shell.pipeline.evaluate_inputs import prepare_run
     from gpope.shell.pipeline.evaluate_report import privacy_label
     from gpope.shell.pipeline.evaluate_report import track_and_report as report
@@ -106,7 +105,8 @@ def run_evaluate(
     plan, settings = prepared.plan, prepared.settings
     stats_df = read_statistics(spark, config, dataset=dataset, spec_id=spec.spec_id,
                                version=prepared.stats_version)
-    pv.check_policy_terms(stats_df, plan)  # before anything is reserved
+    for component in plan.auxiliary:  # before anything is reserved
+        component.check(stats_df)
 
     ledger = PrivacyLedger(spark, config)
     run_id = uuid.uuid4().hex
@@ -129,10 +129,8 @@ def run_evaluate(
             epsilon=plan.epsilon, delta=plan.delta, accountant=plan.accountant,
             created_at=datetime.now(UTC).replace(tzinfo=None), theta=est.theta,
             values=est.values, private=est.result.private, estimator=settings.estimator)
-        write_release(spark, config, row,
-                      value_rows(row, spec=spec, interval=est.intervals)
-                      + pv.policy_value_rows(row, spec_name=spec.name,
-                                             released=est.policy_values))
+        write_release(spark, config, row, value_rows(row, spec=spec, interval=est.intervals)
+                      + [r for c in plan.auxiliary for r in c.rows(row, est, spec_name=spec.name)])
         released = True
         faults.point("evaluate.after_release")
         ledger.mark(dataset, run_id, "released")

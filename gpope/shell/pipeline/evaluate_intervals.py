@@ -1,20 +1,27 @@
 """The noisy-statistics release of an evaluation and what it gives: the release itself (a Spark
 aggregate of the clipped sums plus one Gaussian draw, then the residual second moments, at the
-multiplier the release plan fixed), and the intervals and private MSPBE computed from it by
+multiplier the release plan fixed; the plan's ``noisy_statistics`` component executes it before
+the estimator, :data:`NOISY_STATISTICS`), and the intervals and private MSPBE computed from it by
 post-processing (:mod:`gpope.core.intervals`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.estimators.execution import ReleaseExecution, RunSource
+
 if TYPE_CHECKING:
+    from gpope.core.evaluation.components import ReleaseComponent
+    from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["noise_generators", "noisy_statistics", "release_intervals"]
+__all__ = ["NOISY_STATISTICS", "noise_generators", "noisy_statistics", "noisy_statistics_of",
+           "release_intervals"]
 
 
 def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
@@ -62,6 +69,29 @@ def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, 
         return noisy, NoisyMoments(matrix=moments_matrix(msum, n), theta=theta,
                                    sigma=float(std / scale), bound=float(bound))
     return noisy, release_moments(msum, n=n, theta=theta, sigma=s2, bound=bound, rng=rng)
+
+
+def noisy_statistics_of(run: RunSource, settings: RunSettings, spec: EvaluationSpec, *,
+                        sigma: float, m: int) -> tuple[Any, Any]:
+    """:func:`noisy_statistics` of the run's pinned rows at ``sigma`` and the run's clip (the
+    plan's public one, or the one its ``ssp_clip`` component released)."""
+    source = run.base
+    return noisy_statistics(source.summable, settings, spec, n=source.n, m=m, rows=source.m,
+                            sigma=float(sigma), clip=float(run.clip))
+
+
+class _NoisyStatistics(ReleaseExecution):
+    """The ``noisy_statistics`` component: released before the estimator, which reads it from
+    the run's source (its intervals and private MSPBE)."""
+
+    def prepare(self, component: ReleaseComponent, run: RunSource, *, plan: ReleasePlan,
+                settings: RunSettings, spec: EvaluationSpec) -> RunSource:
+        noisy, moments = noisy_statistics_of(run, settings, spec, sigma=component.sigma,
+                                             m=plan.m)
+        return dataclasses.replace(run, noisy=noisy, moments=moments)
+
+
+NOISY_STATISTICS = _NoisyStatistics()
 
 
 def _secure_noisy_statistics(sums: np.ndarray, options: RunSettings, *, n: int, m: int,

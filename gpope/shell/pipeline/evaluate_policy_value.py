@@ -1,4 +1,5 @@
-"""The policy value part of ``gpope evaluate``: executes the plan's ``policy_value`` component.
+"""The policy value part of ``gpope evaluate``: executes the plan's ``policy_value`` component
+(:data:`POLICY_VALUE`).
 
 The stats stage stores each trajectory's (g, a, n) (:func:`gpope.core.trajectories.batch.policy_terms`)
 in ``trajectory_stats.policy_terms``; here the driver reads them from the run's pinned statistics
@@ -17,19 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpope.core.estimators.execution import Estimate, ReleaseExecution, RunSource
 from gpope.errors import DataError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from gpope.core.evaluation import ReleasePlan
+    from gpope.core.evaluation.components import ReleaseComponent
+    from gpope.core.evaluation.settings import RunSettings
     from gpope.core.policy_value_settings import PolicyValueSettings
     from gpope.core.spec import EvaluationSpec
 
 __all__ = [
     "ESTIMATOR",
+    "POLICY_VALUE",
     "as_report",
-    "check_policy_terms",
     "count_allowance",
     "estimand_of",
     "functionals_of",
@@ -50,37 +54,21 @@ __all__ = [
 ESTIMATOR = "clipped_is"
 
 
-def check_policy_terms(stats_df: DataFrame, plan: ReleasePlan) -> None:
-    """Refuse, before anything is reserved, statistics written without the policy terms.
-
-    Raises:
-        DataError: the plan releases the policy value but the statistics lack the column.
-    """
-    if plan.component("policy_value") is not None and "policy_terms" not in stats_df.columns:
-        raise DataError(
-            "The dataset's trajectory_stats were computed before the policy value release "
-            "existed (no policy_terms column); re-run `gpope stats` for this spec, or pass "
-            "--policy-value-share 0 to evaluate without the policy value."
-        )
-
-
 def _noise_generator(seed: int | None) -> np.random.Generator:
     """OS entropy, or a stream derived from ``seed`` (NOT private) independent of the others."""
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x5056])
     return np.random.default_rng(ss)
 
 
-def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
-                      rows: int | None = None) -> tuple[Any, np.ndarray | None] | None:
+def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, *,
+                      rows: int | None = None) -> tuple[Any, np.ndarray | None]:
     """(the per-patient terms (private), the first states' features (rows, n) or None) of the
-    run's pinned statistics, or None when the plan has no ``policy_value`` component. The
-    features are there when the statistics were computed with them (their width is public).
-    ``rows``: the exact number of trajectories the terms must number (None: not checked)."""
+    run's pinned statistics. The features are there when the statistics were computed with
+    them (their width is public). ``rows``: the exact number of trajectories the terms must
+    number (None: not checked)."""
     from gpope.core.policy_value import PolicyValueTerms
     from gpope.core.state_action import value_spec
 
-    if plan.component("policy_value") is None:
-        return None
     n = value_spec(spec).n_features  # first-state features of the value map
     table = stats_df.select("policy_terms").toArrow()
     col = table.column("policy_terms").combine_chunks()
@@ -113,20 +101,20 @@ def count_allowance(plan: ReleasePlan, settings: PolicyValueSettings, level: flo
     return plan.m, count_margin(plan.count_sigma, beta), level + beta
 
 
-def release_first_state_of(read: tuple[Any, np.ndarray | None] | None, spec: EvaluationSpec,
-                           plan: ReleasePlan, *, settings: PolicyValueSettings,
-                           seed: int | None, level: float) -> Any:
+def release_first_state_of(read: tuple[Any, np.ndarray | None], spec: EvaluationSpec,
+                           plan: ReleasePlan, component: ReleaseComponent, *,
+                           settings: PolicyValueSettings, seed: int | None, level: float) -> Any:
     """The direct method's first-state release (:func:`gpope.core.policy_value_direct.release_first_state`
-    at ``first_state_share`` of the policy value component's privacy loss, dividing by the
+    at ``first_state_share`` of the policy value ``component``'s privacy loss, dividing by the
     plan's public m, :func:`count_allowance` at ``level``), or None when the statistics carry
     no first-state features."""
     from gpope.core.policy_value_direct import one_hot_map, release_first_state, split_first_state
     from gpope.core.state_action import value_spec
     from gpope.core.untuned.release import feature_norm_bound
 
-    if read is None or read[1] is None:
+    if read[1] is None:
         return None
-    _, s_fs = split_first_state(plan.component("policy_value").sigma, settings.first_state_share)
+    _, s_fs = split_first_state(component.sigma, settings.first_state_share)
     ss = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed), 0x46535452])
     fmap = value_spec(spec).feature_map
     count, margin, _ = count_allowance(plan, settings, level)
@@ -148,17 +136,19 @@ def functionals_of(first: Any, settings: PolicyValueSettings, level: float, *,
     return np.stack([first.mean] * 2), direct_levels(inner, settings.first_state_alpha)
 
 
-def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: ReleasePlan, *,
+def release_policy_values(read: tuple[Any, np.ndarray | None], spec: EvaluationSpec,
+                          plan: ReleasePlan, component: ReleaseComponent, *,
                           settings: PolicyValueSettings, level: float, seed: int | None,
-                          secure_noise: bool = False, read: Any = None, rows: int | None = None,
-                          direct: tuple[Any, Any] | None = None) -> dict[str, Any] | None:
-    """The released scalars ``{name: PolicyValueInterval}`` of the plan's ``policy_value``
-    component, or None when the run has none. Nothing but the release leaves this function.
+                          secure_noise: bool = False, direct: tuple[Any, Any] | None = None
+                          ) -> dict[str, Any]:
+    """The released scalars ``{name: PolicyValueInterval}`` of the policy value ``component``
+    from the terms ``read`` (:func:`read_policy_terms`). Nothing but the release leaves this
+    function.
     ``settings``: the run's (:meth:`gpope.core.evaluation.settings.RunSettings.policy_value_settings`);
     the noise multiplier is the plan's.
     ``secure_noise`` (the run's ``--secure-noise``): every noise term is the OS-CSPRNG discrete
     Gaussian on a public grid, accounted by the run's RDP event like the run's other releases.
-    ``read``: :func:`read_policy_terms` already done; ``direct``: (the estimator's release with
+    ``direct``: (the estimator's release with
     its ``functionals`` and ``supported``, the first-state release): J(target) and the contrast
     are then picked by :func:`gpope.core.policy_value_direct.pick_policy_values`, and the
     importance sampling release takes the component's privacy loss the first state left.
@@ -166,7 +156,7 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     and contrast are the direct method's or, where that is unidentified or absent, the public
     range (:func:`gpope.core.policy_value_direct.public_range_rows`). Every mean divides by the
     plan's public m; where that is the released count, the rows carry its error
-    (:func:`count_allowance`) and still state ``level``. ``rows``: as in :func:`read_policy_terms`."""
+    (:func:`count_allowance`) and still state ``level``."""
     from gpope.core.features import TabularFeatures
     from gpope.core.policy_value import spec_bounds
     from gpope.core.policy_value_direct import (
@@ -178,12 +168,8 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
     from gpope.core.state_action import is_state_action
     from gpope.core.untuned.release import value_range
 
-    comp = plan.component("policy_value")
-    if comp is None:
-        return None
-    read = read if read is not None else read_policy_terms(stats_df, spec, plan, rows=rows)
-    sigma = comp.sigma if direct is None else split_first_state(
-        comp.sigma, settings.first_state_share)[0]
+    sigma = component.sigma if direct is None else split_first_state(
+        component.sigma, settings.first_state_share)[0]
     count, margin, inner = count_allowance(plan, settings, level)
     rel = release_policy_value(read[0], spec_bounds(spec), sigma=sigma,
                                settings=settings, rng=_noise_generator(seed),
@@ -204,6 +190,49 @@ def release_policy_values(stats_df: DataFrame, spec: EvaluationSpec, plan: Relea
                                          TabularFeatures) else None),
         ratios_logged=logged)
     return {k: dataclasses.replace(v, level=float(level)) for k, v in out.items()}
+
+
+class _PolicyValue(ReleaseExecution):
+    """The ``policy_value`` component: its terms read (and, for an estimator that gives the
+    direct method's intervals, the first-state release) before the estimator's release, the
+    three scalars after it, and their released_values rows."""
+
+    def check(self, component: ReleaseComponent, rows: DataFrame) -> None:
+        if "policy_terms" not in rows.columns:
+            raise DataError(
+                "The dataset's trajectory_stats were computed before the policy value release "
+                "existed (no policy_terms column); re-run `gpope stats` for this spec, or pass "
+                "--policy-value-share 0 to evaluate without the policy value.")
+
+    def prepare(self, component: ReleaseComponent, run: RunSource, *, plan: ReleasePlan,
+                settings: RunSettings, spec: EvaluationSpec) -> RunSource:
+        from gpope.core.estimators import get
+
+        read = read_policy_terms(run.base.rows, spec, rows=run.base.m)
+        if not get(plan.estimator).direct_method:
+            return dataclasses.replace(run, policy_terms=read)
+        # the first states' feature mean, released before the estimator's release so that it
+        # gives the interval of mu^ . theta* with its V lines
+        pv, level = settings.policy_value_settings(), settings.ci_level
+        first = release_first_state_of(read, spec, plan, component, settings=pv,
+                                       seed=settings.seed, level=level)
+        return dataclasses.replace(run, policy_terms=read, first_state=first,
+                                   functionals=functionals_of(first, pv, level, plan=plan))
+
+    def finish(self, component: ReleaseComponent, run: RunSource, est: Estimate, *,
+               plan: ReleasePlan, settings: RunSettings, spec: EvaluationSpec) -> Estimate:
+        direct = None if run.first_state is None else (est.release, run.first_state)
+        return dataclasses.replace(est, policy_values=release_policy_values(
+            run.policy_terms, spec, plan, component, level=settings.ci_level,
+            seed=settings.seed, settings=settings.policy_value_settings(),
+            secure_noise=settings.secure_noise, direct=direct))
+
+    def rows(self, component: ReleaseComponent, row: dict[str, Any], est: Estimate, *,
+             spec_name: str) -> list[dict[str, Any]]:
+        return policy_value_rows(row, spec_name=spec_name, released=est.policy_values)
+
+
+POLICY_VALUE = _PolicyValue()
 
 
 def estimand_of(name: str, iv: Any) -> str:

@@ -484,6 +484,7 @@ def track_and_report(
         warnings.append(outside)
     estimator = get(s.estimator)
     warnings.extend(estimator.notes(spec, plan, prepared.provenance))
+    warnings.extend(n for c in plan.auxiliary for n in c.notes())
     iv, tiv, pm = est.intervals, est.theta_interval, est.private_mspbe
     if iv is not None and (note := approximation_note(spec)):
         warnings.append(note)

@@ -1,15 +1,16 @@
 """Executing a release plan on the private statistics: the estimate and what follows from it.
 
-:func:`estimate` runs the execution of the plan's estimator (its registry entry,
-:attr:`gpope.core.estimators.Estimator.execution`) against the run's pinned statistics
-(:class:`SparkStatistics`), then the policy value release where the execution left it. GPOPE's
+:func:`estimate` runs the plan against the run's pinned statistics (:class:`SparkStatistics`):
+each auxiliary component's release before the estimator's, the execution of the plan's
+estimator (its registry entry, :attr:`gpope.core.estimators.Estimator.execution`), then each
+component's release after it (:class:`gpope.core.estimators.execution.ReleaseExecution`). GPOPE's
 execution (:func:`execute_gpope`: on the sampled statistics in memory or streamed from Spark,
 optionally tuned privately, or once per disjoint patient group), SSP's (:func:`execute_ssp`)
 and the tuning-free default's (:func:`execute_untuned`: its releases are Spark sums over all
 rows, so it runs at any m, in the same arithmetic as the core's in-memory reference) are here.
-GPOPE and SSP first make the plan's noisy-statistics release (a Spark aggregate plus Gaussian
-noise, :mod:`gpope.shell.pipeline.evaluate_intervals`), then the values and intervals by
-post-processing, clamped into the range the spec's public bounds imply. Noise is drawn here or
+GPOPE reads the plan's noisy-statistics release (a Spark aggregate plus Gaussian noise,
+:mod:`gpope.shell.pipeline.evaluate_intervals`, made before it), SSP makes it as its own
+release; then the values and intervals by post-processing, clamped into the range the spec's public bounds imply. Noise is drawn here or
 in the solver it calls, never elsewhere, at the multipliers the plan fixed.
 """
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
+    from gpope.core.estimators import RunSource
     from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings
     from gpope.core.gpope.solver import GPOPEResult
@@ -94,47 +96,29 @@ class SparkStatistics:
 def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
              plan: ReleasePlan, settings: RunSettings, stats_df: Any, stats_version: int,
              rows: int | None = None) -> Estimate:
-    """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): the estimator's
-    execution at the plan's multipliers, then the policy value release where the execution left
-    it; a release whose accountant is not a valid bound is marked not private. ``rows``: the
-    exact number of trajectories (None: the plan's m), never released."""
-    from gpope.core.estimators import execute
-    from gpope.shell.pipeline.evaluate_policy_value import release_policy_values
+    """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): each auxiliary
+    component's release before the estimator's (:meth:`ReleaseComponent.prepare`), the
+    estimator's execution at the plan's multipliers, then each component's release after it
+    (:meth:`ReleaseComponent.finish`); a release whose accountant is not a valid bound is marked
+    not private. ``rows``: the exact number of trajectories (None: the plan's m), never
+    released."""
+    from gpope.core.estimators import RunSource, execute
     from gpope.shell.pipeline.evaluate_report import privacy_label
 
     source = SparkStatistics(spark=spark, config=config, dataset=dataset, spec=spec,
                              rows=stats_df, version=stats_version,
                              m=plan.m if rows is None else int(rows))
-    est = execute(plan.estimator, source, plan=plan, settings=settings, spec=spec)
+    run = RunSource(base=source, clip=plan.statistics_clip)
+    for component in plan.auxiliary:
+        run = component.prepare(run, plan=plan, settings=settings, spec=spec)
+    est = execute(plan.estimator, run, plan=plan, settings=settings, spec=spec)
     if not plan.valid_bound:
         est = dataclasses.replace(est, result=dataclasses.replace(
             est.result, private=False, privacy_note=privacy_label(
                 private=False, accountant=plan.accountant, seeded=False)))
-    if est.policy_values is None:
-        est = dataclasses.replace(est, policy_values=release_policy_values(
-            stats_df, spec, plan, level=settings.ci_level, rows=source.m,
-            settings=settings.policy_value_settings(), seed=settings.seed,
-            secure_noise=settings.secure_noise))
+    for component in plan.auxiliary:
+        est = component.finish(run, est, plan=plan, settings=settings, spec=spec)
     return est
-
-
-def _noisy_statistics(source: SparkStatistics, plan: ReleasePlan, settings: RunSettings,
-                      spec: EvaluationSpec) -> tuple[Any, Any]:
-    """The plan's noisy-statistics release and its moments (None, None without one); an
-    estimator without a public clip releases its clip privately first (the plan's ``ssp_clip``)."""
-    from gpope.shell.pipeline.evaluate_intervals import noisy_statistics
-
-    stats = plan.statistics
-    if stats is None:
-        return None, None
-    clip = plan.statistics_clip
-    if clip is None:
-        from gpope.core.estimators.ssp import private_clip
-
-        clip = private_clip(source, spec, plan=plan, seed=settings.seed,
-                            settings=settings.untuned, secure_noise=settings.secure_noise)
-    return noisy_statistics(source.summable, settings, spec, n=source.n, m=plan.m, rows=source.m,
-                            sigma=float(stats.sigma), clip=float(clip))
 
 
 def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult, noisy: Any,
@@ -162,24 +146,27 @@ def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult, 
                     tuned=tuned, settings=settings, private_population=population)
 
 
-def execute_ssp(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSettings,
+def execute_ssp(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                 spec: EvaluationSpec) -> Estimate:
-    """SSP's execution (:mod:`gpope.core.estimators.ssp`): the noisy statistics, solved."""
-    noisy, moments = _noisy_statistics(source, plan, settings, spec)
+    """SSP's execution (:mod:`gpope.core.estimators.ssp`): its release IS the noisy statistics
+    (at the run's clip, public or privately released), solved."""
+    from gpope.shell.pipeline.evaluate_intervals import noisy_statistics_of
+
+    noisy, moments = noisy_statistics_of(run, settings, spec, sigma=plan.main.sigma, m=plan.m)
     result = ssp_result(noisy, settings, spec, accountant=plan.accountant,
                         spent=plan.spent_epsilon)
-    population = source.population() if settings.private_diagnostics else None
+    population = run.base.population() if settings.private_diagnostics else None
     return _released(spec, settings, result, noisy, moments, bootstrap=True,
                      population=population)
 
 
-def execute_gpope(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSettings,
+def execute_gpope(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                   spec: EvaluationSpec) -> Estimate:
-    """GPOPE's execution (:mod:`gpope.core.estimators.gpope`): the noisy-statistics release
-    where planned, then the solver (in memory or streamed, tuned privately, or once per
-    disjoint patient group)."""
+    """GPOPE's execution (:mod:`gpope.core.estimators.gpope`): the solver (in memory or
+    streamed, tuned privately, or once per disjoint patient group), with the noisy-statistics
+    release the run made before it (where planned) for its interval."""
+    source = run.base
     m, n = plan.m, source.n
-    noisy, moments = _noisy_statistics(source, plan, settings, spec)
     solver = solver_config(
         settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
         trace_every=settings.trace_every or max(1, settings.iterations // 20),
@@ -199,40 +186,26 @@ def execute_gpope(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSe
         if tuned is not None:  # the chosen (DP) settings are what this run used
             settings = dataclasses.replace(settings, clip=tuned.config.clip,
                                            step_size=tuned.config.step_size)
-    return _released(spec, settings, result, noisy, moments, bootstrap=False,
+    return _released(spec, settings, result, run.noisy, run.moments, bootstrap=False,
                      group_thetas=group_thetas, tuned=tuned, population=population)
 
 
-def execute_untuned(source: SparkStatistics, *, plan: ReleasePlan, settings: RunSettings,
+def execute_untuned(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                     spec: EvaluationSpec) -> Estimate:
     """The tuning-free default's execution (:mod:`gpope.core.estimators.untuned`: its releases
-    through Spark sums, values clamped into the spec's public range, each with its interval),
-    with the policy value release and the direct method's J(target) from the same release."""
+    through Spark sums, values clamped into the spec's public range, each with its interval,
+    and the intervals of the direct method's first-state mean where the run released it)."""
     from gpope.core.estimators.untuned import run_untuned, untuned_result
     from gpope.core.ssp import private_mspbe
-    from gpope.shell.pipeline import evaluate_policy_value as pv
 
-    # the direct method's J(target): the first states' feature mean, released before theta so
-    # that the default's release gives the interval of mu^ . theta* with its V lines
-    pv_settings = settings.policy_value_settings()
-    read = pv.read_policy_terms(source.rows, spec, plan, rows=source.m)
-    first = pv.release_first_state_of(read, spec, plan, settings=pv_settings, seed=settings.seed,
-                                      level=settings.ci_level)
-    rel = run_untuned(source.aggregate, spec, m=plan.m, plan=plan,
-                      moments_share=settings.moments_share, seed=settings.seed,
-                      level=settings.ci_level, identification=settings.ssp_identification,
-                      settings=settings.untuned, behaviour=settings.behaviour,
-                      functionals=pv.functionals_of(first, pv_settings, settings.ci_level,
-                                                    plan=plan))
+    rel = run_untuned(run, spec, plan=plan, moments_share=settings.moments_share,
+                      seed=settings.seed, level=settings.ci_level,
+                      identification=settings.ssp_identification, settings=settings.untuned)
     result = untuned_result(rel, plan=plan, delta=settings.delta, seed=settings.seed)
     return Estimate(result=result, theta=rel.theta, values=rel.interval.value,
                     intervals=rel.interval, private_mspbe=private_mspbe(rel.theta, rel.noisy),
-                    noisy=rel.noisy, policy_values=pv.release_policy_values(
-                        source.rows, spec, plan, level=settings.ci_level, seed=settings.seed,
-                        settings=pv_settings, secure_noise=settings.secure_noise, read=read,
-                        rows=source.m, direct=None if first is None else (rel, first)),
-                    settings=settings,
-                    private_population=source.population() if settings.private_diagnostics
+                    noisy=rel.noisy, release=rel, settings=settings,
+                    private_population=run.base.population() if settings.private_diagnostics
                     else None)
 
 
