@@ -68,9 +68,8 @@ def spark():
     from gpope.shell.spark import get_spark
 
     session = get_spark(
-        SparkSettings(master="local[2]", shuffle_partitions=2, driver_memory="2g"),
-        app_name="gpope-tests",
-        ui=False,
+        SparkSettings(master="local[2]", shuffle_partitions=2, driver_memory="2g",
+                      app_name="gpope-tests", ui=False),
     )
     yield session
     session.stop()

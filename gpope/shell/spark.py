@@ -66,17 +66,9 @@ def resolve_remote(settings: SparkSettings | None = None, remote: str | None = N
     return url
 
 
-def get_spark(
-    settings: SparkSettings | None = None,
-    *,
-    app_name: str | None = None,
-    master: str | None = None,
-    remote: str | None = None,
-    ui: bool | None = None,
-) -> SparkSession:
-    """Return the active SparkSession, else a Spark Connect one, else the runtime's or a local one.
-
-    The keyword arguments override the ``spark:`` section ``settings``.
+def get_spark(settings: SparkSettings | None = None, *, remote: str | None = None) -> SparkSession:
+    """Return the active SparkSession, else a Spark Connect one (``remote`` over
+    ``settings.remote``), else the runtime's or a local one.
 
     Guarantees: a new session's time zone is UTC; a new classic session on a local master binds
     the driver to 127.0.0.1 and its executors run this interpreter. An active session is returned
@@ -94,21 +86,18 @@ def get_spark(
     settings = settings or SparkSettings()
     url = resolve_remote(settings, remote)
     if url is not None:
-        return _connect_session(spark_session, url, settings, app_name)
+        return _connect_session(spark_session, url, settings)
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return spark_session.builder.getOrCreate()
-    return _classic_session(spark_session, settings, app_name=app_name, master=master, ui=ui)
+    return _classic_session(spark_session, settings)
 
 
-def _connect_session(
-    spark_session: type[SparkSession], url: str, settings: SparkSettings, app_name: str | None
-) -> SparkSession:
+def _connect_session(spark_session: type[SparkSession], url: str,
+                     settings: SparkSettings) -> SparkSession:
     """A Spark Connect session to ``url``; only runtime SQL settings are sent to the server."""
     try:
         spark = (
-            spark_session.builder.remote(url)
-            .appName(app_name or settings.app_name)
-            .getOrCreate()
+            spark_session.builder.remote(url).appName(settings.app_name).getOrCreate()
         )
         spark.conf.set("spark.sql.session.timeZone", "UTC")
     except Exception as exc:  # grpc/connect failures come in many types
@@ -206,15 +195,8 @@ def check_workers(
     return report
 
 
-def _classic_session(
-    spark_session: type[SparkSession],
-    settings: SparkSettings,
-    *,
-    app_name: str | None,
-    master: str | None,
-    ui: bool | None,
-) -> SparkSession:
-    master = master or settings.master
+def _classic_session(spark_session: type[SparkSession], settings: SparkSettings) -> SparkSession:
+    master = settings.master
     is_local = master.startswith("local")
     ensure_java()
     if is_local:
@@ -223,10 +205,10 @@ def _classic_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     log_opt = f"-Dlog4j2.configurationFile=file:{_log4j_config()}"
     builder = (
-        spark_session.builder.appName(app_name or settings.app_name)
+        spark_session.builder.appName(settings.app_name)
         .master(master)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", str(settings.ui if ui is None else ui).lower())
+        .config("spark.ui.enabled", str(settings.ui).lower())
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -281,16 +263,3 @@ def delta_available(spark: SparkSession) -> bool:
         text = f"{getattr(exc, 'getErrorClass', lambda: None)() or ''} {exc}"
         return not ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find the data source" in text)
     return True
-
-
-def _check() -> None:  # pragma: no cover - manual smoke check
-    spark = get_spark()
-    print(spark.version, "connect" if is_connect(spark) else "classic", delta_available(spark))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    try:
-        _check()
-    except EnvironmentSetupError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(2)

@@ -182,7 +182,7 @@ import datetime, sys
 from gpope.config import GpopeConfig, LakeSettings, SparkSettings
 from gpope.shell.spark import get_spark
 from gpope.shell.pipeline.release import write_release
-spark = get_spark(SparkSettings(master="local[1]", shuffle_partitions=1), app_name="kill", ui=False)
+spark = get_spark(SparkSettings(master="local[1]", shuffle_partitions=1, app_name="kill", ui=False))
 from gpope.shell.pipeline.ledger import PrivacyLedger
 config = GpopeConfig(lake=LakeSettings(root=sys.argv[1]))
 row, values = eval(sys.argv[2]), eval(sys.argv[3])

@@ -76,15 +76,9 @@ class WriteOptions(TypedDict, total=False):
 
 
 class Lake:
-    """Read and write the lake's Delta tables.
-
-    Args:
-        spark: the session used for every read and write.
-        root: lake root for path-based tables (default ``lake``); local paths are made absolute.
-        catalog: Unity Catalog catalog; with ``schema``, tables are ``catalog.schema.name``.
-        schema: Unity Catalog schema (database).
-        mode: ``"auto"`` (the first registered store available in the session) or a store's
-            name (:mod:`gpope.shell.lake.store`).
+    """Read and write the lake's Delta tables: path-based under ``root`` (local paths made
+    absolute), or Unity Catalog ``catalog.schema``; ``mode`` ``"auto"`` (the first registered
+    store available in the session) or a store's name.
 
     Raises:
         ConfigError: an unknown mode; only one of catalog/schema; Unity Catalog or a non-local
@@ -219,7 +213,6 @@ class Lake:
         (the files are Delta's business): the caller reads :meth:`read`.
 
         Raises:
-            TableNotFoundError: the table does not exist.
             ConfigError: ``version`` does not exist, or a ``partition`` key is not a partition
                 column.
         """
@@ -232,20 +225,14 @@ class Lake:
         Args:
             df: the rows; validated against ``schema`` (names exact, types equal or safely
                 widened, NOT NULL enforced).
-            ref: the table.
-            mode: ``"append"`` adds rows; ``"overwrite"`` replaces all rows;
-                ``"replace_where"`` replaces the rows of one partition (idempotent re-runs).
+            mode: ``"append"``, ``"overwrite"`` (all rows) or ``"replace_where"`` (the rows of
+                the partition ``replace_where``, ``{partition column: value}``).
             schema: the table contract; default: ``gpope.shell.schemas.TABLE_SCHEMAS[ref.table]``.
-            partition_by: partition columns when the table is created (must equal the table's
-                if it exists; None keeps them).
-            replace_where: for ``replace_where``: ``{partition column: value}``; every written
-                row must belong to that partition.
-            run_id: the multi-table stage run this commit belongs to: the commit stays invisible
-                to pinned readers until the run's manifest is committed
-                (:mod:`gpope.shell.lake.manifest`).
-            merge_schema: an existing table may lack the contract's last columns when they are
-                nullable (a column added to the contract): they are added first, in one
-                untagged schema commit, and older rows read null (:func:`~gpope.shell.lake.base.columns_to_add`).
+            partition_by: partition columns when the table is created (None keeps the table's).
+            run_id: the multi-table stage run this commit belongs to: invisible to pinned readers
+                until the run's manifest is committed (:mod:`gpope.shell.lake.manifest`).
+            merge_schema: the contract's nullable last columns an existing table lacks are added
+                first (:func:`~gpope.shell.lake.base.columns_to_add`).
 
         Returns:
             The table version the commit created.
@@ -277,36 +264,21 @@ class Lake:
             ConfigError: a partitioned table, or another mode.
             SchemaError: the existing table, or a written Arrow table, does not match the contract.
         """
-        check_write_mode(mode)
-        spec = WriteSpec(
-            schema=schema if schema is not None else _contract(ref), mode=mode,
-            user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
-        )  # fmt: skip
+        spec = _write_spec(ref, mode=mode, schema=schema, run_id=run_id)
         return self.store.arrow_writer(self._address(ref), spec)
 
     def worker_staging(self, ref: TableRef, **options: Unpack[WriteOptions]) -> Any | None:
         """A staging folder that Spark's Python workers write the table's Parquet files into,
         committed by the driver in one atomic commit with the checks of :meth:`write`; a context
         manager (an exception deletes what was staged). None with the native storage: the caller
-        then uses :meth:`write`. Arguments as for :meth:`write`.
-
-        Raises:
-            ConfigError: bad mode or replace_where (as for :meth:`write`).
-            SchemaError: the existing table does not match the contract.
-        """
+        then uses :meth:`write`. Arguments as for :meth:`write`."""
         spec = _write_spec(ref, **options)
         return self.store.worker_staging(self._address(ref), spec)
 
     def delete_rows(self, ref: TableRef, column: str, values: set[str]) -> int | None:
         """Remove the rows whose ``column`` is in ``values``, in one untagged commit (history
-        mode ``delete``): readers at the latest version, pinned or raw, no longer see them.
-
-        Returns:
-            The version of the commit, or None when no row matched (nothing was committed).
-
-        Raises:
-            CommitError: the commit failed; nothing was removed.
-        """
+        mode ``delete``), so no reader at the latest version sees them; returns its version, or
+        None when no row matched (CommitError: nothing was removed)."""
         return self.store.delete_rows(
             self._address(ref), column, values,
             user_metadata=encode_user_metadata("delete", None), table_name=str(ref),

@@ -1,9 +1,7 @@
 """Argument parsing and set-up shared by the tiny ``jobs/*.py`` entry points and the CLI.
 
-Every job takes ``--conf`` (YAML), ``--lake`` (root), ``--catalog``/``--schema`` (Unity Catalog
-tables), ``--tracking-uri`` and ``--remote`` (a Spark Connect URL); stage jobs add ``--dataset`` and ``--spec``. Relative paths to the
-configuration and spec files are looked up in the working directory first, then in the bundle /
-repository root (the parent of ``jobs/``), so the same parameters work locally and on Databricks.
+Relative paths to the configuration and spec files are looked up in the working directory first,
+then in the bundle / repository root, so the same parameters work locally and on Databricks.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpope.errors import ConfigError
 
@@ -71,18 +69,15 @@ def job_parser(doc: str | None, *, dataset: bool = False, spec: bool = False) ->
     return parser
 
 
-def config_from_args(args: argparse.Namespace, **overrides: Any) -> GpopeConfig:
-    """Load ``--conf`` with ``--lake``/``--catalog``/``--schema`` (and ``overrides``) applied."""
+def config_from_args(args: argparse.Namespace) -> GpopeConfig:
+    """Load ``--conf`` with ``--lake``/``--catalog``/``--schema``/``--remote`` applied."""
     from gpope.config import load_config
 
     conf = getattr(args, "conf", None)
-    lake = {
-        "root": getattr(args, "lake", None),
-        "catalog": getattr(args, "catalog", None),
-        "schema": getattr(args, "schema", None),
-    }
+    lake = {"root": getattr(args, "lake", None), "catalog": getattr(args, "catalog", None),
+            "schema": getattr(args, "schema", None)}
     spark = {"remote": getattr(args, "remote", None)}
-    return load_config(resolve_path(conf) if conf else None, lake=lake, spark=spark, **overrides)
+    return load_config(resolve_path(conf) if conf else None, lake=lake, spark=spark)
 
 
 def job_setup(args: argparse.Namespace) -> tuple[SparkSession, GpopeConfig, EvaluationSpec | None]:
