@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.integrate import solve_ivp
 
 from gpope.core.envs import hiv, hiv_integrator
 from gpope.core.policies import FixedActionPolicy, UniformPolicy
@@ -15,6 +16,61 @@ TABLE = dict(
     l1=1e4, d1=0.01, k1=8e-7, l2=31.98, d2=0.01, k2=1e-4, f=0.34, delta=0.7, m1=1e-5, m2=1e-5,
     NT=100.0, c=13.0, rho1=1.0, rho2=1.0, lE=1.0, bE=0.3, Kb=100.0, dE=0.25, Kd=500.0, deltaE=0.1,
 )
+
+
+def _model_rhs(t: float, x: np.ndarray, e1: float, e2: float, p: dict = TABLE) -> np.ndarray:
+    """dx/dt typed again from the published equations (the oracle; solve_ivp's signature)."""
+    T1, T2, T1s, T2s, V, E = x
+    a1 = (1.0 - e1) * p["k1"]
+    a2 = (1.0 - p["f"] * e1) * p["k2"]
+    infected = T1s + T2s
+    return np.array([
+        p["l1"] - p["d1"] * T1 - a1 * V * T1,
+        p["l2"] - p["d2"] * T2 - a2 * V * T2,
+        a1 * V * T1 - p["delta"] * T1s - p["m1"] * E * T1s,
+        a2 * V * T2 - p["delta"] * T2s - p["m2"] * E * T2s,
+        (1.0 - e2) * p["NT"] * p["delta"] * infected - p["c"] * V
+        - (p["rho1"] * a1 * T1 + p["rho2"] * a2 * T2) * V,
+        p["lE"] + p["bE"] * infected / (infected + p["Kb"]) * E
+        - p["dE"] * infected / (infected + p["Kd"]) * E - p["deltaE"] * E,
+    ])
+
+
+def _model_jacobian(t: float, x: np.ndarray, e1: float, e2: float, p: dict = TABLE) -> np.ndarray:
+    """The analytic Jacobian of :func:`_model_rhs` (LSODA's, checked by finite differences)."""
+    T1, T2, T1s, T2s, V, E = x
+    a1 = (1.0 - e1) * p["k1"]
+    a2 = (1.0 - p["f"] * e1) * p["k2"]
+    infected = T1s + T2s
+    dE_dI = (p["bE"] * p["Kb"] / (infected + p["Kb"]) ** 2
+             - p["dE"] * p["Kd"] / (infected + p["Kd"]) ** 2) * E
+    J = np.zeros((6, 6))
+    J[0, 0], J[0, 4] = -p["d1"] - a1 * V, -a1 * T1
+    J[1, 1], J[1, 4] = -p["d2"] - a2 * V, -a2 * T2
+    J[2, 0], J[2, 2], J[2, 4], J[2, 5] = a1 * V, -p["delta"] - p["m1"] * E, a1 * T1, -p["m1"] * T1s
+    J[3, 1], J[3, 3], J[3, 4], J[3, 5] = a2 * V, -p["delta"] - p["m2"] * E, a2 * T2, -p["m2"] * T2s
+    J[4, 0], J[4, 1] = -p["rho1"] * a1 * V, -p["rho2"] * a2 * V
+    J[4, 2] = J[4, 3] = (1.0 - e2) * p["NT"] * p["delta"]
+    J[4, 4] = -p["c"] - (p["rho1"] * a1 * T1 + p["rho2"] * a2 * T2)
+    J[5, 2] = J[5, 3] = dE_dI
+    J[5, 5] = (p["bE"] * infected / (infected + p["Kb"])
+               - p["dE"] * infected / (infected + p["Kd"]) - p["deltaE"])
+    return J
+
+
+def _lsoda_step(state: np.ndarray, action: int, p: dict = TABLE) -> np.ndarray:
+    """The reference: one 5-day interval of :func:`_model_rhs` by scipy's LSODA at rtol 1e-12."""
+    e1, e2 = hiv.ACTIONS[action]
+    sol = solve_ivp(_model_rhs, (0.0, hiv.DT), np.asarray(state, dtype=np.float64),
+                    method="LSODA", args=(e1, e2, p), jac=_model_jacobian, rtol=1e-12, atol=1e-14)
+    assert sol.success, sol.message
+    return sol.y[:, -1]
+
+
+def _product_rhs(x: np.ndarray, e1: float, e2: float) -> np.ndarray:
+    """The product's right-hand side (the integrator's) at one raw state, published parameters."""
+    q = hiv_integrator.coefficients(e1, e2, TABLE)
+    return hiv_integrator.rhs_into(np.asarray(x, float)[:, None], q, np.empty((6, 1)))[:, 0]
 
 
 def _term_scale(x: np.ndarray) -> np.ndarray:
@@ -29,21 +85,21 @@ def test_params_match_table():
 
 @pytest.mark.parametrize("eq", [hiv.UNHEALTHY_EQUILIBRIUM, hiv.HEALTHY_EQUILIBRIUM])
 def test_rhs_vanishes_at_documented_equilibria(eq):
-    f = hiv.rhs(0.0, eq, 0.0, 0.0)
+    f = _product_rhs(eq, 0.0, 0.0)
     assert np.all(np.abs(f) / _term_scale(eq) < 1e-3)
     # ...whereas a point off the equilibrium is far from stationary.
     off = eq * np.array([1.5, 1, 1, 1, 1, 1])
-    assert np.max(np.abs(hiv.rhs(0.0, off, 0.0, 0.0)) / _term_scale(off)) > 0.1
+    assert np.max(np.abs(_product_rhs(off, 0.0, 0.0)) / _term_scale(off)) > 0.1
 
 
 def test_untreated_start_stays_near_equilibrium():
     # The rounded start is within 2% of the equilibrium (E: 24 vs 23.544); it must not drift away.
     start_gap = np.abs(hiv.START / hiv.UNHEALTHY_EQUILIBRIUM - 1)
-    nxt = hiv.simulate_step(hiv.START, 0)
+    nxt = _lsoda_step(hiv.START, 0)
     assert np.all(np.abs(nxt / hiv.UNHEALTHY_EQUILIBRIUM - 1) <= np.maximum(start_gap, 1e-4))
     vec, _ = hiv.step(hiv.START[None], np.array([0]))
     assert np.all(np.abs(vec[0] / hiv.UNHEALTHY_EQUILIBRIUM - 1) <= np.maximum(start_gap, 1e-4))
-    healthy = hiv.simulate_step(hiv.HEALTHY_EQUILIBRIUM, 0)
+    healthy = _lsoda_step(hiv.HEALTHY_EQUILIBRIUM, 0)
     assert np.all(np.abs(healthy / hiv.HEALTHY_EQUILIBRIUM - 1) < 5e-3)
 
 
@@ -53,9 +109,9 @@ def test_actions_map_to_the_right_drugs():
     np.testing.assert_array_equal(e2, [0.0, 0.0, 0.3, 0.3])
     x = hiv.START
     T1, T2, T1s, T2s, V, _ = x
-    base = hiv.rhs(0.0, x, 0.0, 0.0)
-    rti = hiv.rhs(0.0, x, *(float(v[1]) for v in (e1, e2)))
-    pi = hiv.rhs(0.0, x, *(float(v[2]) for v in (e1, e2)))
+    base = _product_rhs(x, 0.0, 0.0)
+    rti = _product_rhs(x, *(float(v[1]) for v in (e1, e2)))
+    pi = _product_rhs(x, *(float(v[2]) for v in (e1, e2)))
     # PI only changes virus production: dV/dt drops by e2 NT delta (T1s + T2s).
     np.testing.assert_allclose(np.delete(pi, 4), np.delete(base, 4), rtol=1e-14)
     np.testing.assert_allclose(base[4] - pi[4], 0.3 * 100 * 0.7 * (T1s + T2s), rtol=1e-10)
@@ -78,17 +134,19 @@ def test_reward_by_hand():
 
 
 @pytest.mark.parametrize("action", range(4))
-def test_jacobian_matches_finite_differences(action):
+def test_reference_jacobian_matches_finite_differences_and_the_product_model(action):
     x = np.array([3e5, 30.0, 1e3, 5.0, 1e4, 1e3])
     e1, e2 = hiv.ACTIONS[action]
-    J = hiv.jacobian(0.0, x, e1, e2)
+    np.testing.assert_allclose(_product_rhs(x, e1, e2), _model_rhs(0.0, x, e1, e2), rtol=1e-12,
+                               atol=1e-9)
+    J = _model_jacobian(0.0, x, e1, e2)
     Jfd = np.empty((6, 6))
     for j in range(6):
         d = 1e-6 * x[j]
         xp, xm = x.copy(), x.copy()
         xp[j] += d
         xm[j] -= d
-        Jfd[:, j] = (hiv.rhs(0.0, xp, e1, e2) - hiv.rhs(0.0, xm, e1, e2)) / (2 * d)
+        Jfd[:, j] = (_model_rhs(0.0, xp, e1, e2) - _model_rhs(0.0, xm, e1, e2)) / (2 * d)
     np.testing.assert_allclose(J, Jfd, rtol=1e-5, atol=1e-9)
 
 
@@ -102,10 +160,10 @@ def test_vectorised_integrator_matches_solve_ivp():
     vec, rewards = hiv.step(states, actions, params)
     vec0, _ = hiv.step(states, actions)
     for i in range(len(states)):
-        p_i = hiv.HIVParams(**{k: float(v[i]) for k, v in params.items()})
-        ref = hiv.simulate_step(states[i], int(actions[i]), p_i, rtol=1e-12, atol=1e-14)
+        p_i = {k: float(v[i]) for k, v in params.items()}
+        ref = _lsoda_step(states[i], int(actions[i]), p_i)
         assert np.max(np.abs(vec[i] / ref - 1)) < 1e-6
-        ref0 = hiv.simulate_step(states[i], int(actions[i]), rtol=1e-12, atol=1e-14)
+        ref0 = _lsoda_step(states[i], int(actions[i]))
         assert np.max(np.abs(vec0[i] / ref0 - 1)) < 1e-6
     np.testing.assert_allclose(rewards, hiv.reward(vec, actions), rtol=1e-14)
 
@@ -162,7 +220,7 @@ def test_generate_structure_and_consistency():
     np.testing.assert_array_equal(tr.behavior_prob, 0.25)
     # Each step is the reference integration of the logged action from the logged state.
     for i in (0, 5, 11):
-        ref = hiv.simulate_step(10.0 ** tr.state[i], int(tr.action[i]), rtol=1e-12, atol=1e-14)
+        ref = _lsoda_step(10.0 ** tr.state[i], int(tr.action[i]))
         np.testing.assert_allclose(tr.next_state[i], np.log10(ref), atol=1e-7)
         assert tr.reward[i] == pytest.approx(hiv.reward(ref, int(tr.action[i])), rel=1e-6)
 
@@ -197,8 +255,6 @@ def test_argument_validation():
         hiv.generate(1, np.random.default_rng(0), UniformPolicy(4), obs_noise=-1.0)
     with pytest.raises(ConfigError):
         hiv.HIVParams(c=-1.0)
-    with pytest.raises(ConfigError):
-        hiv.simulate_step(hiv.START, 0, rtol=1e-6)
 
 
 def test_feature_map_size_and_bounds():
@@ -217,7 +273,7 @@ def test_monte_carlo_values_by_hand():
     gamma, n_steps = 0.98, 3
     x, expected = hiv.START.copy(), 0.0
     for t in range(n_steps):
-        x = hiv.simulate_step(x, 3, rtol=1e-12, atol=1e-14)
+        x = _lsoda_step(x, 3)
         expected += gamma**t * hiv.reward(x, 3)
     values, se = monte_carlo_values(
         FixedActionPolicy(3, 4), hiv.REFERENCE_STATES[:1], np.random.default_rng(0), n_rollouts=2,
@@ -239,7 +295,7 @@ def test_large_sample_statistics_by_hand():
     # Deterministic dynamics: every trajectory is the same; sum its transitions by hand.
     xs = [hiv.START.copy()]
     for _ in range(n_steps):
-        xs.append(hiv.simulate_step(xs[-1], 0, rtol=1e-12, atol=1e-14))
+        xs.append(_lsoda_step(xs[-1], 0))
     phis = fmap(np.log10(np.array(xs)))
     A_ref = sum(np.outer(phis[t], phis[t] - gamma * phis[t + 1]) for t in range(n_steps)) / 10.0
     b_ref = sum(hiv.reward(xs[t + 1], 0) * phis[t] for t in range(n_steps)) / 10.0

@@ -45,16 +45,14 @@ Parameters: :class:`HIVParams` (defaults = the published table).
 - Features: :func:`hiv_feature_map`, the order-2 Fourier basis over the log10 bounds above with at
   most 2 interacting dimensions: ``1 + 6 * 2 + 15 * 4 = 73`` features.
 
-Integration. :func:`simulate_step` is the reference: scipy ``solve_ivp`` (LSODA, rtol 1e-10, the
-analytic Jacobian :func:`jacobian`) for one patient. :func:`step` and :func:`generate` use DOP853
-(scipy's 8(5,3) tableau) with one adaptive step size per patient and purely relative error control
-(local rtol :data:`RTOL` = 1e-8 on every component). The model is only moderately stiff, so an
-adaptive explicit method stays stable by shrinking its steps; tests check it against
-:func:`simulate_step` to a relative error below 1e-6 per 5-day step. The integrator
-(:mod:`gpope.core.envs.hiv_integrator`) is compiled with numba; without numba or with
-``GPOPE_NO_JIT=1`` the same arithmetic runs in numpy, vectorised over patients, with the same
-result. :func:`generate_many` simulates independent data sets together, exactly as separate
-:func:`generate` calls would, paying the per-decision work once.
+Integration. :func:`step` and :func:`generate` use DOP853 (scipy's 8(5,3) tableau,
+:mod:`gpope.core.envs.hiv_integrator`) with one adaptive step size per patient and purely relative
+error control (local rtol :data:`RTOL` = 1e-8 on every component); the model is only moderately
+stiff, so the explicit method stays stable by shrinking its steps. Tests check a 5-day step
+against scipy's LSODA at tight tolerance to a relative error below 1e-6. The integrator is
+compiled with numba; without numba or with ``GPOPE_NO_JIT=1`` the same arithmetic runs in numpy,
+vectorised over patients, with the same result. :func:`generate_many` simulates independent data
+sets together, exactly as separate :func:`generate` calls would, paying the per-decision work once.
 
 Version history: v1 (this module).
 """
@@ -67,9 +65,8 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
-from gpope.core.envs.hiv_integrator import coefficients, integrate, rhs_into
+from gpope.core.envs.hiv_integrator import integrate
 from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import DataError, SchemaError
@@ -99,11 +96,8 @@ __all__ = [
     "generate_many",
     "hiv_feature_map",
     "initial",
-    "jacobian",
     "patient_parameters",
     "reward",
-    "rhs",
-    "simulate_step",
     "step",
     "to_observation",
 ]
@@ -175,71 +169,6 @@ def drug_efficacies(action: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"HIV actions must be integers 0..3; got {a!r}.")
     table = np.asarray(ACTIONS)
     return table[a, 0], table[a, 1]
-
-
-def rhs(t: float, x: np.ndarray, e1: float, e2: float, params: HIVParams | None = None) -> np.ndarray:
-    """dx/dt of (6,) or (6, k) raw state(s) T1, T2, T1s, T2s, V, E in raw units, at RTI and PI
-    efficacies e1, e2 in [0, 1) (autonomous: ``t`` is ignored; solve_ivp's signature)."""
-    x = np.asarray(x, dtype=np.float64)
-    q = coefficients(e1, e2, asdict(params if params is not None else HIVParams()))
-    return rhs_into(x.reshape(6, -1), q, np.empty((6, x.size // 6))).reshape(x.shape)
-
-
-def jacobian(t: float, x: np.ndarray, e1: float, e2: float, params: HIVParams | None = None) -> np.ndarray:
-    """The analytic Jacobian d rhs / dx, (6, 6), at one raw state ``x`` (6,)."""
-    p = asdict(params if params is not None else HIVParams())
-    T1, T2, T1s, T2s, V, E = np.asarray(x, dtype=np.float64)
-    a1 = (1.0 - e1) * p["k1"]
-    a2 = (1.0 - p["f"] * e1) * p["k2"]
-    infected = T1s + T2s
-    dE_dI = p["bE"] * p["Kb"] / (infected + p["Kb"]) ** 2 * E - p["dE"] * p["Kd"] / (infected + p["Kd"]) ** 2 * E
-    J = np.zeros((6, 6))
-    J[0, 0] = -p["d1"] - a1 * V
-    J[0, 4] = -a1 * T1
-    J[1, 1] = -p["d2"] - a2 * V
-    J[1, 4] = -a2 * T2
-    J[2, 0] = a1 * V
-    J[2, 2] = -p["delta"] - p["m1"] * E
-    J[2, 4] = a1 * T1
-    J[2, 5] = -p["m1"] * T1s
-    J[3, 1] = a2 * V
-    J[3, 3] = -p["delta"] - p["m2"] * E
-    J[3, 4] = a2 * T2
-    J[3, 5] = -p["m2"] * T2s
-    J[4, 0] = -p["rho1"] * a1 * V
-    J[4, 1] = -p["rho2"] * a2 * V
-    J[4, 2] = J[4, 3] = (1.0 - e2) * p["NT"] * p["delta"]
-    J[4, 4] = -p["c"] - (p["rho1"] * a1 * T1 + p["rho2"] * a2 * T2)
-    J[5, 2] = J[5, 3] = dE_dI
-    J[5, 5] = (
-        p["bE"] * infected / (infected + p["Kb"])
-        - p["dE"] * infected / (infected + p["Kd"])
-        - p["deltaE"]
-    )
-    return J
-
-
-def simulate_step(
-    state: np.ndarray,
-    action: int,
-    params: HIVParams | None = None,
-    *,
-    rtol: float = 1e-10,
-    atol: float = 1e-12,
-) -> np.ndarray:
-    """Reference integration (solve_ivp, LSODA, ``rtol`` <= 1e-8) of one patient's (6,) raw
-    state over one :data:`DT`-day interval of ``action`` (:data:`ACTIONS`): the (6,) raw state after."""
-    x0 = np.asarray(state, dtype=np.float64)
-    if x0.shape != (6,):
-        raise SchemaError(f"simulate_step needs a raw state of shape (6,); got {x0.shape}.")
-    check_number("simulate_step", "rtol", rtol, gt=0.0, le=1e-8)
-    e1, e2 = (float(v) for v in drug_efficacies(int(action)))
-    prm = params if params is not None else HIVParams()
-    sol = solve_ivp(rhs, (0.0, DT), x0, method="LSODA", args=(e1, e2, prm), jac=jacobian,
-                    rtol=rtol, atol=atol)
-    if not sol.success:  # pragma: no cover - defensive
-        raise DataError(f"HIV integration failed: {sol.message}")
-    return sol.y[:, -1]
 
 
 def reward(next_state: np.ndarray, action: np.ndarray | int, *, r2: float = 2000.0) -> np.ndarray | float:

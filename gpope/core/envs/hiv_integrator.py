@@ -34,7 +34,8 @@ def coefficients(e1: np.ndarray | float, e2: np.ndarray | float, p: dict) -> dic
 
 
 def rhs_into(x: np.ndarray, q: dict, out: np.ndarray) -> np.ndarray:
-    """The right-hand side of :func:`gpope.core.envs.hiv.rhs` written into ``out`` (6, k), from :func:`coefficients`."""
+    """dx/dt of the model (:mod:`gpope.core.envs.hiv`) at raw states ``x`` (6, k), written into
+    ``out`` (6, k), from :func:`coefficients`."""
     T1, T2, T1s, T2s, V, E = x
     inf1 = q["a1"] * V * T1
     inf2 = q["a2"] * V * T2
