@@ -11,6 +11,22 @@ from gpope.core.envs import chain
 from gpope.core.envs.chain import ChainConfig
 from gpope.errors import ConfigError
 
+
+def expected_visits(cfg: ChainConfig) -> np.ndarray:
+    """(n_states,) expected decision steps in each state per episode (cap included), from the
+    exact Markov model."""
+    P, _, mu = chain.exact_model(cfg)
+    return chain._alive_distributions(P, mu, cfg.terminal_state, cfg.max_steps).sum(axis=0)
+
+
+def truncation_probability(cfg: ChainConfig) -> float:
+    """Probability that an episode is cut by ``max_steps``: fewer than k moves (k needed from the
+    start) in max_steps Bernoulli(1 - p_stay) trials, averaged over the uniform start."""
+    from scipy.stats import binom
+
+    k = np.arange(1, cfg.n_states)
+    return float(np.mean(binom.cdf(k - 1, cfg.max_steps, 1.0 - cfg.p_stay)))
+
 configs = st.builds(
     ChainConfig,
     n_states=st.integers(2, 6),
@@ -79,7 +95,7 @@ def test_population_statistics_equal_brute_force_enumeration(cfg, normalization)
     np.testing.assert_allclose(A, eA, atol=1e-12)
     np.testing.assert_allclose(b, eb, atol=1e-12)
     np.testing.assert_allclose(C, eC, atol=1e-12)
-    assert chain.truncation_probability(cfg) == pytest.approx(trunc, abs=1e-12)
+    assert truncation_probability(cfg) == pytest.approx(trunc, abs=1e-12)
 
 
 def test_transition_fixed_point_is_the_exact_value_function():
@@ -98,7 +114,7 @@ def test_expected_visits_closed_form():
     cfg = ChainConfig()
     s = np.arange(40)
     closed = np.where(s < 39, (s + 1) / 39 / (1 - cfg.p_stay), 0.0)
-    np.testing.assert_allclose(chain.expected_visits(cfg), closed, rtol=1e-12)
+    np.testing.assert_allclose(expected_visits(cfg), closed, rtol=1e-12)
     _, _, C = chain.population_statistics(cfg, "transition", 7.0)
     np.testing.assert_allclose(np.diag(C), closed / 7.0, rtol=1e-12)
 
@@ -110,7 +126,7 @@ def test_generated_visit_counts_match_expected_visits():
     visits = np.zeros((m, cfg.n_states))
     np.add.at(visits, (tr.traj_index, tr.state[:, 0].astype(int)), 1.0)
     mean, se = visits.mean(axis=0), visits.std(axis=0, ddof=1) / np.sqrt(m)
-    expected = chain.expected_visits(cfg)
+    expected = expected_visits(cfg)
     live = expected > 0
     z = np.abs(mean[live] - expected[live]) / se[live]
     assert z.max() < 5.0, z.max()
@@ -161,9 +177,9 @@ def test_truncation_at_the_cap():
     assert not np.any(tr.truncated & tr.terminal)
     np.testing.assert_array_equal(tr.truncated, (tr.t == 5) & ~tr.terminal)
     rate = tr.truncated.sum() / m
-    p = chain.truncation_probability(cfg)
+    p = truncation_probability(cfg)
     assert abs(rate - p) < 5 * np.sqrt(p * (1 - p) / m)
-    assert chain.truncation_probability(ChainConfig()) < 1e-200
+    assert truncation_probability(ChainConfig()) < 1e-200
 
 
 def test_generate_is_deterministic_for_a_seed():

@@ -22,8 +22,8 @@ absorbing state (:func:`exact_values`); the same numbers solve ``(I - gamma P) V
 
 Truncation: an episode from start ``s`` needs a negative-binomial number of steps (``k`` successes
 of probability ``1 - p``); it is truncated iff fewer than ``k`` moves happen in ``max_steps`` steps.
-At the defaults this probability is about 2e-234 (about 3e-21 with Balle et al.'s cap of 200), see
-:func:`truncation_probability`; a truncated last transition keeps its next state.
+At the defaults this probability is about 2e-234 (about 3e-21 with Balle et al.'s cap of 200); a
+truncated last transition keeps its next state.
 
 Ground truth for MSPBE: :func:`population_statistics` gives the exact expected per-trajectory
 ``A, b, C`` under this episode sampling for both normalisations, the cap included.
@@ -49,13 +49,11 @@ __all__ = [
     "ChainConfig",
     "exact_model",
     "exact_values",
-    "expected_visits",
     "feature_map",
     "generate",
     "initial",
     "population_statistics",
     "step",
-    "truncation_probability",
 ]
 
 VERSION = "chain-v1"
@@ -136,22 +134,6 @@ def exact_model(config: ChainConfig | None = None) -> tuple[np.ndarray, np.ndarr
     mu = np.zeros(n)
     mu[: n - 1] = 1.0 / (n - 1)
     return P, r, mu
-
-
-def expected_visits(config: ChainConfig | None = None) -> np.ndarray:
-    """(n_states,) expected number of decision steps taken in each state per episode (cap included)."""
-    cfg = _config(config)
-    P, _, mu = exact_model(cfg)
-    return _alive_distributions(P, mu, cfg.terminal_state, cfg.max_steps).sum(axis=0)
-
-
-def truncation_probability(config: ChainConfig | None = None) -> float:
-    """Probability that an episode is truncated by ``max_steps`` (averaged over the start)."""
-    from scipy.stats import binom
-
-    cfg = _config(config)
-    k = np.arange(1, cfg.n_states)  # moves needed from each start state
-    return float(np.mean(binom.cdf(k - 1, cfg.max_steps, 1.0 - cfg.p_stay)))
 
 
 def initial(rng: np.random.Generator, config: ChainConfig | None = None, size: int = 1) -> np.ndarray:
