@@ -260,8 +260,6 @@ def dp_lsl(
     *,
     n_trajectories: int | None = None,
     regularization: float | None = None,
-    reg_c: float = 100.0,
-    reg_p: float = 0.4,
     sensitivity: LSLSensitivity = "authors",
     draws: int | None = None,
     **inputs: Unpack[DPLSInputs],
@@ -272,9 +270,7 @@ def dp_lsl(
         states, rewards, traj_index, draws: as in :func:`dp_lsw`.
         n_trajectories: public m (default: the number of trajectories in ``traj_index``).
         regularization: lambda; default the authors' schedule
-            ``||rho||_inf ||Phi||_F^2 + reg_c m^reg_p`` (:func:`lsl_regularization`).
-        reg_c: c of the schedule (default 100).
-        reg_p: p of the schedule (default 0.4).
+            ``||rho||_inf ||Phi||_F^2 + 100 m^0.4`` (:func:`lsl_regularization`).
         sensitivity: ``"authors"`` (default) or ``"derived"`` (see :func:`lsl_smooth_sensitivity`).
         **inputs: the keywords of :class:`DPLSInputs`, all required, as in :func:`dp_lsw`, except
             ``weights``: (N,) public state distribution rho (>= 0, sum <= 1).
@@ -283,14 +279,14 @@ def dp_lsl(
         DPLSResult with the (epsilon, delta)-DP ``theta`` (d,) and the lambda used.
     """
     p = _prepare("dp_lsl", states, rewards, traj_index, distribution=True, optional=(
-        "n_trajectories", "regularization", "reg_c", "reg_p", "sensitivity", "draws"), **inputs)
+        "n_trajectories", "regularization", "sensitivity", "draws"), **inputs)
     m = (
         p.observed
         if n_trajectories is None
         else check_int("dp_lsl", "n_trajectories", n_trajectories, ge=p.observed)
     )
     lam = (
-        lsl_regularization(m, p.phi, p.rho, c=reg_c, p=reg_p)
+        lsl_regularization(m, p.phi, p.rho)
         if regularization is None
         else check_number("dp_lsl", "regularization", regularization, gt=0.0)
     )

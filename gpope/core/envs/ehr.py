@@ -1,6 +1,6 @@
 """EHR-style bronze event tables from simulated episodes (docs/ARCHITECTURE.md section 2, DOMAINS.md section 4).
 
-One patient is one episode (trajectory ``i`` -> patient ``f"{prefix}{i:06d}"``). Tables are
+One patient is one episode (trajectory ``i`` -> patient ``f"P{i:06d}"``). Tables are
 columnar dicts of numpy arrays (string columns are object arrays, ``time`` is ``datetime64[us]``),
 so the shell can turn them into Spark/Arrow tables without pandas:
 
@@ -23,8 +23,7 @@ Event layout of patient ``p`` with ``tau`` decisions (interval ``D`` days, :clas
   no noise and nothing is missing.
 - treatments: one row per decision at ``d_k`` with the action's name and the behaviour probability
   as ``propensity``.
-- outcomes: the reward of step ``k`` at ``d_k + outcome_fraction (d_{k+1} - d_k)`` (default
-  fraction 0.5), strictly after the decision and at or before the next one (the end of record for
+- outcomes: the reward of step ``k`` half way from ``d_k`` to ``d_{k+1}``, strictly after the decision and at or before the next one (the end of record for
   the last step).
 - episode end: a terminal episode (``terminal`` on its last step) also gets an observation of the
   spec's ``terminal_variable`` (value 1.0) at ``d_tau``; a truncated episode gets nothing special.
@@ -106,8 +105,8 @@ MOUNTAINCAR_SPEC = EventTableSpec(variables=("position", "velocity"),
                                   terminal_variable="goal_reached")
 
 
-def _patient_ids(prefix: str, idx: np.ndarray) -> np.ndarray:
-    return np.array([f"{prefix}{i:06d}" for i in idx], dtype=object)
+def _patient_ids(idx: np.ndarray) -> np.ndarray:
+    return np.array([f"P{i:06d}" for i in idx], dtype=object)
 
 
 def episodes_to_event_tables(
@@ -116,20 +115,18 @@ def episodes_to_event_tables(
     rng: np.random.Generator,
     *,
     start_time: np.datetime64 | str = "2024-01-01T00:00:00",
-    patient_prefix: str = "P",
     jitter: float = 0.0,
     stagger_days: float = 0.0,
     missing_prob: float = 0.0,
     noise: float = 0.0,
-    outcome_fraction: float = 0.5,
     first_patient: int = 0,
 ) -> dict[str, dict[str, np.ndarray]]:
     """Write episodes as the three bronze tables (the module docstring gives the layout and the
-    meaning of ``jitter``, ``stagger_days``, ``missing_prob``, ``noise`` and ``outcome_fraction``).
+    meaning of ``jitter``, ``stagger_days``, ``missing_prob`` and ``noise``).
 
     ``rng`` draws stagger, jitter, missingness and noise (nothing when all are 0); patient ids are
-    ``f"{patient_prefix}{first_patient + traj_index:06d}"`` (a cohort converted in parts: part i
-    starts at the number of patients before it).
+    ``f"P{first_patient + traj_index:06d}"`` (a cohort converted in parts: part i starts at the
+    number of patients before it).
 
     Returns:
         ``{"observations": {...}, "treatments": {...}, "outcomes": {...}}`` of equal-length columns.
@@ -141,7 +138,6 @@ def episodes_to_event_tables(
     stagger_days = check_number(owner, "stagger_days", stagger_days, ge=0.0)
     missing_prob = check_number(owner, "missing_prob", missing_prob, ge=0.0, lt=1.0)
     noise = check_number(owner, "noise", noise, ge=0.0)
-    outcome_fraction = check_number(owner, "outcome_fraction", outcome_fraction, gt=0.0, le=1.0)
     first_patient = check_int(owner, "first_patient", first_patient, ge=0)
     tr = transitions
     d = len(spec.variables)
@@ -170,7 +166,7 @@ def episodes_to_event_tables(
     slot_values = np.empty((T + m, d))
     slot_values[~is_end] = tr.state
     slot_values[is_end] = tr.next_state[last_rows]
-    pid_slot = _patient_ids(patient_prefix, first_patient + slot_traj)
+    pid_slot = _patient_ids(first_patient + slot_traj)
     obs_pid = np.repeat(pid_slot, d)
     obs_time = np.repeat(times, d)
     obs_var = np.tile(np.array(spec.variables, dtype=object), T + m)
@@ -185,7 +181,7 @@ def episodes_to_event_tables(
         )
     terminal_traj = tr.traj_index[last_rows[tr.terminal[last_rows]]] if m else np.zeros(0, dtype=np.int64)
     if spec.terminal_variable is not None and len(terminal_traj):
-        obs_pid = np.concatenate([obs_pid, _patient_ids(patient_prefix, first_patient + terminal_traj)])
+        obs_pid = np.concatenate([obs_pid, _patient_ids(first_patient + terminal_traj)])
         obs_time = np.concatenate([obs_time, end_times[terminal_traj]])
         obs_var = np.concatenate([obs_var, np.full(len(terminal_traj), spec.terminal_variable, dtype=object)])
         obs_val = np.concatenate([obs_val, np.ones(len(terminal_traj))])
@@ -202,10 +198,10 @@ def episodes_to_event_tables(
     # Next event after each decision: the next decision or the end of record.
     next_times = times[np.flatnonzero(~is_end) + 1]
     gap = (next_times - dec_times).astype(np.int64)
-    out_times = dec_times + np.maximum(np.round(outcome_fraction * gap).astype(np.int64), 1).astype(
+    out_times = dec_times + np.maximum(np.round(0.5 * gap).astype(np.int64), 1).astype(
         "timedelta64[us]"
     )
-    pid_dec = _patient_ids(patient_prefix, first_patient + tr.traj_index)
+    pid_dec = _patient_ids(first_patient + tr.traj_index)
     treatments = {
         "patient_id": pid_dec,
         "time": dec_times,

@@ -110,14 +110,13 @@ def run_gpope_streamed(
     epsilon: float | None,
     accountant: str,
     max_rows_per_fetch: int = 4096,
-    prefetch: bool = True,
 ) -> GPOPEResult:
     """One GPOPE run (one trial) whose statistics arrive from ``fetch`` in plan order: a
     GPOPEResult equal (to rounding) to ``run_gpope`` on the same statistics and seed.
 
     ``config.noise_multiplier`` must be the caller's calibrated ``sigma``; ``epsilon`` and
     ``accountant`` are reported as given; at most ``max_rows_per_fetch`` sampled rows are fetched
-    (and held) at once, the next block in a background thread with ``prefetch``.
+    (and held) at once, the next block in a background thread while the current one runs.
     """
     if config.noise_multiplier is None or float(config.noise_multiplier) != float(sigma):
         raise ConfigError(
@@ -146,12 +145,12 @@ def run_gpope_streamed(
         ids = np.concatenate([p.ids for p in block])
         return fetch(ids) if len(ids) else None
 
-    pool = ThreadPoolExecutor(max_workers=1) if prefetch else None
+    pool = ThreadPoolExecutor(max_workers=1)
     try:
-        pending: Future | None = pool.submit(load, blocks[0]) if pool and blocks else None
+        pending: Future | None = pool.submit(load, blocks[0]) if blocks else None
         for b_i, block in enumerate(blocks):
-            stats = pending.result() if pending is not None else load(block)
-            if pool is not None and b_i + 1 < len(blocks):
+            stats = pending.result()  # type: ignore[union-attr]
+            if b_i + 1 < len(blocks):
                 pending = pool.submit(load, blocks[b_i + 1])
             base = 0
             for p in block:
@@ -184,8 +183,7 @@ def run_gpope_streamed(
                         trace.after(c.start + s + 1, x)
                 base += p.rows
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
         del chunks, blocks
     trace_steps, values = (None, None) if trace is None else trace.result(x)
     private, note = run_privacy(config, seeded)
