@@ -17,8 +17,8 @@ floor). A step-size sweep at ``sweep_size`` gives MSPBE vs step size.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,84 +30,50 @@ from gpope.core.experiments.methods import GPOPEMethod, default_methods
 from gpope.core.metrics import relative_mspbe, value_error
 from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
 from gpope.core.trajectories.transitions import Transitions
-from gpope.core.validation import check_int, check_number
+from gpope.core.validation import check_number
 
 __all__ = ["ChainProblem", "ChainSettings", "run_chain", "tune_chain"]
 
 
 
 @dataclass(frozen=True, kw_only=True)
-class ChainSettings:
+class ChainSettings(common.HarnessSettings):
     """Settings of the chain experiment (defaults: the paper's; see :meth:`quick`).
 
     Attributes:
-        sizes: data sizes m.
         epsilon: target epsilon (0.1 in the paper).
-        delta: 1e-5.
-        trials: independent trials per cell (100).
-        data_blocks: fresh data sets per (m); trials are spread over them.
-        iterations: GPOPE N (uniform); Poisson steps = N / batch_size.
-        batch_size: expected Poisson batch of the product default.
         multipliers: step multipliers of the paper variant on the m-plot.
         sweep_size: m of the step-size sweep (3e5); None skips the sweep.
         sweep_multipliers: multipliers of the sweep (paper and product variants).
         length_scale: public L of the transition normalisation.
         f_max: public return bound of DP-LSW/DP-LSL.
-        tune_trials: trials per grid point when tuning.
-        tune_sizes: sizes tuned (others use the nearest tuned size); None = all sizes.
-        coarse_grid: tune on a 3 x 2 grid (quick presets).
-        seed: experiment seed.
         chain: the chain domain.
     """
 
     sizes: tuple[int, ...] = (100_000, 200_000, 300_000, 400_000, 500_000)
     epsilon: float = 0.1
-    delta: float = 1e-5
     trials: int = 100
     data_blocks: int = 10
-    iterations: int = 20_000
-    batch_size: float = 10.0
     multipliers: tuple[float, ...] = (0.1, 1.0, 10.0)
     sweep_size: int | None = 300_000
     sweep_multipliers: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
     length_scale: float = 40.0
     f_max: float = 1.0
-    tune_trials: int = 2
     tune_sizes: tuple[int, ...] | None = (100_000, 300_000, 500_000)
-    coarse_grid: bool = False
-    seed: int = 0
     chain: chain_env.ChainConfig = field(default_factory=chain_env.ChainConfig)
 
-    def __post_init__(self) -> None:
-        o = "ChainSettings"
-        object.__setattr__(self, "sizes", tuple(check_int(o, "sizes", int(s), ge=2) for s in self.sizes))
-        if self.tune_sizes is not None:
-            object.__setattr__(self, "tune_sizes", tuple(int(s) for s in self.tune_sizes))
-        check_number(o, "epsilon", self.epsilon, gt=0.0)
-        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
-        check_int(o, "trials", self.trials, ge=1)
-        check_int(o, "data_blocks", self.data_blocks, ge=1)
-        check_int(o, "iterations", self.iterations, ge=1)
-        check_int(o, "tune_trials", self.tune_trials, ge=1)
+    _QUICK: ClassVar[dict[str, Any]] = dict(
+        sizes=(2_000, 5_000), trials=4, data_blocks=2, iterations=2_000, sweep_size=5_000,
+        sweep_multipliers=(0.1, 1.0, 10.0), tune_trials=2, tune_sizes=(5_000,), coarse_grid=True)
 
-    @classmethod
-    def quick(cls, **overrides: Any) -> ChainSettings:
-        """A smoke-test preset (about a minute): tiny m, few trials, short runs."""
-        base = dict(sizes=(2_000, 5_000), trials=4, data_blocks=2, iterations=2_000, sweep_size=5_000, sweep_multipliers=(0.1, 1.0, 10.0),
-                    tune_trials=2, tune_sizes=(5_000,), coarse_grid=True)
-        base.update(overrides)
-        return cls(**base)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_number("ChainSettings", "epsilon", self.epsilon, gt=0.0)
 
     def methods(self) -> tuple[GPOPEMethod, ...]:
         """The GPOPE variants at this N and batch size."""
         methods = default_methods(self.iterations, self.batch_size)
         return tuple(m.coarse() for m in methods) if self.coarse_grid else methods
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable settings."""
-        d = asdict(self)
-        d["chain"] = asdict(self.chain)
-        return d
 
 
 class ChainProblem:

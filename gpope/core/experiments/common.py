@@ -19,14 +19,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
 from gpope.core.experiments.methods import GPOPEMethod, Hyper
 from gpope.core.gpope.solver import run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
+from gpope.core.validation import check_int, check_number
 
 __all__ = [
     "BASELINE",
@@ -34,6 +35,7 @@ __all__ = [
     "PUBLIC",
     "RUN",
     "TRUTH",
+    "HarnessSettings",
     "Log",
     "Problem",
     "TuningTable",
@@ -48,6 +50,54 @@ __all__ = [
 DATA, RUN, PUBLIC, BASELINE, TRUTH = 1, 2, 3, 4, 5
 
 Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HarnessSettings:
+    """Settings every experiment domain shares (each domain adds its own and sets the defaults).
+
+    Attributes:
+        sizes: data sizes m.
+        trials: independent trials per cell; data_blocks: fresh data sets per m (trials are
+            spread over them).
+        iterations: GPOPE N (uniform); Poisson steps = N / batch_size (the expected Poisson
+            batch of the product default).
+        tune_trials: trials per grid point when tuning; tune_sizes: sizes tuned (others use the
+            nearest tuned size; None: all sizes); coarse_grid: tune on a 3 x 2 grid.
+    """
+
+    sizes: tuple[int, ...]
+    delta: float = 1e-5
+    trials: int = 20
+    data_blocks: int = 2
+    iterations: int = 20_000
+    batch_size: float = 10.0
+    tune_trials: int = 2
+    tune_sizes: tuple[int, ...] | None = None
+    coarse_grid: bool = False
+    seed: int = 0
+
+    #: Overrides of the smoke-test preset (:meth:`quick`).
+    _QUICK: ClassVar[dict[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        o = type(self).__name__
+        sizes = tuple(check_int(o, "sizes", int(v), ge=2) for v in self.sizes)
+        object.__setattr__(self, "sizes", sizes)
+        if self.tune_sizes is not None:
+            object.__setattr__(self, "tune_sizes", tuple(int(s) for s in self.tune_sizes))
+        check_number(o, "delta", self.delta, gt=0.0, lt=1.0)
+        for name in ("trials", "data_blocks", "iterations", "tune_trials"):
+            check_int(o, name, getattr(self, name), ge=1)
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> Self:
+        """The smoke-test preset (about a minute): tiny m, few trials, short runs."""
+        return cls(**{**cls._QUICK, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings."""
+        return asdict(self)
 
 
 def seed_seq(seed: int, *keys: int) -> np.random.SeedSequence:

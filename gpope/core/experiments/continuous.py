@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from gpope.core.experiments.methods import GPOPEMethod, default_methods
 from gpope.core.metrics import relative_mspbe
 from gpope.core.statistics import TrajectoryStats, statistics_from_transitions
 from gpope.core.trajectories.transitions import Transitions
-from gpope.core.validation import check_int, check_number
+from gpope.core.validation import check_number
 
 __all__ = ["HIVSettings", "MountainCarSettings", "run_continuous", "tune_continuous"]
 
@@ -58,50 +58,23 @@ _TRUTH_CACHE: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] =
 
 
 @dataclass(frozen=True, kw_only=True)
-class _ContinuousSettings:
+class _ContinuousSettings(common.HarnessSettings):
     """Fields, validation and methods shared by the mountain car and HIV settings."""
 
-    sizes: tuple[int, ...]
     epsilons: tuple[float, ...] = (0.1, 1.0, 10.0)
-    delta: float = 1e-5
-    trials: int = 20
-    data_blocks: int = 2
-    iterations: int = 20_000
-    batch_size: float = 10.0
     gamma: float
     reward_scale: float
     truth_trajectories: int
-    tune_trials: int = 2
-    tune_sizes: tuple[int, ...] | None = None
-    coarse_grid: bool = False
-    seed: int = 0
-
-    #: Overrides of the smoke-test preset (:meth:`quick`).
-    _QUICK: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        object.__setattr__(self, "sizes",
-                           tuple(check_int(owner, "sizes", int(v), ge=2) for v in self.sizes))
+        super().__post_init__()
         object.__setattr__(self, "epsilons", tuple(float(e) for e in self.epsilons))
         for e in self.epsilons:
-            check_number(owner, "epsilons", e, gt=0.0)
-        check_int(owner, "trials", self.trials, ge=1)
-        check_int(owner, "data_blocks", self.data_blocks, ge=1)
-        check_int(owner, "iterations", self.iterations, ge=1)
-
-    @classmethod
-    def quick(cls, **overrides: Any) -> Self:
-        """Smoke-test preset."""
-        return cls(**{**cls._QUICK, **overrides})
+            check_number(type(self).__name__, "epsilons", e, gt=0.0)
 
     def methods(self) -> tuple[GPOPEMethod, ...]:
         """GPOPE variants (coarse grids in quick presets)."""
         return _methods(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
