@@ -27,18 +27,8 @@ _FINITE_ONLY = (
 
 
 def finite_states(states: object, n_states: int | None) -> tuple[np.ndarray, int]:
-    """Validate integer states in ``0..n_states-1``.
-
-    Args:
-        states: (T,) state ids (integers, or floats with integral values).
-        n_states: N, the size of the finite state set; None is refused.
-
-    Returns:
-        ((T,) int64 states, N).
-
-    Raises:
-        DataError: N missing, or a state that is not an integer in 0..N-1.
-    """
+    """((T,) int64 states, N) of (T,) state ids (integers, or floats with integral values) in
+    ``0..n_states-1``; DataError when N is missing or a state is not such an integer."""
     if n_states is None:
         raise DataError(f"n_states (N) is missing. {_FINITE_ONLY}")
     N = check_int("first_visit_statistics", "n_states", n_states, ge=1)

@@ -161,15 +161,8 @@ def step(
 def generate(
     n_trajectories: int, rng: np.random.Generator, config: ChainConfig | None = None
 ) -> Transitions:
-    """Simulate ``n_trajectories`` independent episodes, all at once (a loop over time only).
-
-    Args:
-        n_trajectories: m >= 1.
-        rng: randomness (one uniform per start and per step).
-        config: the chain (default :class:`ChainConfig`).
-
-    Returns:
-        :class:`Transitions` with ``state``/``next_state`` (T, 1) float64 integer states, action 0,
+    """Simulate ``n_trajectories`` independent episodes, all at once (a loop over time only; one
+    uniform per start and per step): :class:`Transitions` with ``state``/``next_state`` (T, 1) float64 integer states, action 0,
         ``behavior_prob`` 1, ``terminal`` on entering the absorbing state, ``truncated`` on the
         ``max_steps``-th step of an unfinished episode.
     """
@@ -246,15 +239,8 @@ def population_statistics(
     For ``"transition"``, ``A = D (I - gamma P)``, ``b = D r``, ``C = D`` with ``D = diag(expected
     visits) / L``, so the fixed point ``A^{-1} b`` is exactly :func:`exact_values`.
 
-    Args:
-        config: the chain.
-        normalization: ``"transition"`` or ``"trajectory_mean"``.
-        length_scale: L > 0, required for ``"transition"``.
-        drop_terminal: drop the absorbing state's coordinate (identically zero row and column of
-            A and C), giving invertible (n-1)-dimensional statistics.
-
-    Returns:
-        ``(A (n, n), b (n,), C (n, n))`` with n = n_states (n_states - 1 with ``drop_terminal``).
+    Returns ``(A (n, n), b (n,), C (n, n))``, n = n_states; ``drop_terminal`` drops the absorbing
+    state's coordinate (an identically zero row and column), giving invertible n - 1 dimensions.
     """
     cfg = _config(config)
     check_choice("population_statistics", "normalization", normalization, ("transition", "trajectory_mean"))
