@@ -8,6 +8,35 @@ from gpope.cli._common import add_dataset_option, add_lake_options, emit
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 from gpope.core.estimators import estimator_choices, estimator_help
 
+#: The solver's flags: a type, or the choices, and the help; unset, each takes the spec's
+#: evaluation: block, then ``evaluation:`` of --conf. ``gpope tune --spec`` fixes some of them too.
+SOLVER_FLAGS: dict[str, tuple[type | tuple[str, ...], str]] = {
+    "--passes": (float, "compute budget: trajectories touched / m (Poisson q = passes / N)"),
+    "--iterations": (int, "N, number of noisy steps"),
+    "--batch-rate": (float, "Poisson rate q"),
+    "--batch-size": (float, "expected Poisson batch q m (alternative to --batch-rate)"),
+    "--clip": (float, "L2 clip bound h of each gradient"),
+    "--step-size": (float, "eta"),
+    "--step-schedule": (("constant", "inverse"), "constant eta, or eta / (i + i0)"),
+    "--step-offset": (float, "absolute i0 of the inverse schedule"),
+    "--step-offset-fraction": (float, "i0 = fraction * N (alternative to --step-offset)"),
+    "--averaging": (("none", "uniform", "tail"), "iterate averaging (post-processing, free)"),
+    "--tail-fraction": (float, "fraction of the last iterates averaged with --averaging tail"),
+    "--sampling": (("uniform", "poisson"),
+                   "uniform: one trajectory per step (the paper); poisson: rate q"),
+    "--trace-every": (int, "log public MSPBE every k steps (default N/20)"),
+}
+
+
+def add_solver_flags(group: argparse._ActionsContainer, flags: tuple[str, ...]) -> None:
+    """Add ``flags`` of :data:`SOLVER_FLAGS` to ``group``, each None when not given."""
+    for flag in flags:
+        kind, text = SOLVER_FLAGS[flag]
+        if isinstance(kind, tuple):
+            group.add_argument(flag, choices=kind, default=None, help=text)
+        else:
+            group.add_argument(flag, type=kind, default=None, help=text)
+
 
 def add_solver_options(parser: argparse.ArgumentParser) -> None:
     """Options of the private solver; unset ones take the spec's evaluation: block, then
@@ -15,30 +44,10 @@ def add_solver_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "solver (public settings; unset ones come from the spec's evaluation: block, written by "
         "`gpope tune --spec`, then from 'evaluation:' in --conf)")
-    g.add_argument("--passes", type=float, default=None,
-                   help="compute budget: trajectories touched / m (Poisson q = passes / N)")
-    g.add_argument("--iterations", type=int, default=None, help="N, number of noisy steps")
-    g.add_argument("--batch-rate", type=float, default=None, help="Poisson rate q")
-    g.add_argument("--batch-size", type=float, default=None,
-                   help="expected Poisson batch q m (alternative to --batch-rate)")
-    g.add_argument("--clip", type=float, default=None, help="L2 clip bound h of each gradient")
-    g.add_argument("--step-size", type=float, default=None, help="eta")
-    g.add_argument("--step-schedule", choices=("constant", "inverse"), default=None,
-                   help="constant eta, or eta / (i + i0)")
-    g.add_argument("--step-offset", type=float, default=None, help="absolute i0 of the inverse schedule")
-    g.add_argument("--step-offset-fraction", type=float, default=None,
-                   help="i0 = fraction * N (alternative to --step-offset)")
-    g.add_argument("--averaging", choices=("none", "uniform", "tail"), default=None,
-                   help="iterate averaging (post-processing, free)")
-    g.add_argument("--tail-fraction", type=float, default=None,
-                   help="fraction of the last iterates averaged with --averaging tail")
-    g.add_argument("--sampling", choices=("uniform", "poisson"), default=None,
-                   help="uniform: one trajectory per step (the paper); poisson: rate q")
+    add_solver_flags(g, tuple(SOLVER_FLAGS))
     g.add_argument("--accountant", choices=accountant_choices(), default=None,
                    help=accountant_help() + ". An accountant that is not a valid bound is "
                    "refused unless --allow-invalid-accounting")
-    g.add_argument("--trace-every", type=int, default=None,
-                   help="log public MSPBE every k steps (default N/20)")
     g.add_argument(
         "--tune", choices=("none", "private"), default=None,
         help="private: choose the clip bound and step size ON THE PRIVATE DATA, inside this "

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from gpope.cli._common import add_json_flag, emit, stderr_log
+from gpope.cli.evaluate import add_solver_flags
 from gpope.cli.experiment import _DOMAINS, add_settings_options, settings_from_args
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 
@@ -44,15 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated step sizes (default: decades around the public eta0)")
     g.add_argument("--dry-run", action="store_true", help="print the block, do not write it")
     g.add_argument("--conf", default=None, help="gpope YAML configuration (fallback settings)")
-    g.add_argument("--passes", type=float, default=None, help="fixed budget: passes over the data")
-    g.add_argument("--batch-rate", type=float, default=None, help="fixed Poisson rate q")
-    g.add_argument("--batch-size", type=float, default=None, help="fixed expected batch q m")
-    g.add_argument("--step-schedule", choices=("constant", "inverse"), default=None)
-    g.add_argument("--step-offset", type=float, default=None, help="absolute i0")
-    g.add_argument("--step-offset-fraction", type=float, default=None, help="i0 = fraction * N")
-    g.add_argument("--averaging", choices=("none", "uniform", "tail"), default=None)
-    g.add_argument("--tail-fraction", type=float, default=None)
-    g.add_argument("--sampling", choices=("uniform", "poisson"), default=None)
+    add_solver_flags(g, ("--passes", "--batch-rate", "--batch-size", "--step-schedule",
+                         "--step-offset", "--step-offset-fraction", "--averaging",
+                         "--tail-fraction", "--sampling"))
     g.add_argument("--accountant", choices=accountant_choices(), default=None,
                    help=accountant_help())
     add_settings_options(parser)  # --trials (default 3), --epsilons (default 0.1,1,10),
