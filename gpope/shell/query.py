@@ -132,11 +132,9 @@ class QueryResult:
     seconds: float
 
     def to_pandas(self) -> Any:
-        """The rows as a pandas DataFrame."""
         return self.table.to_pandas()
 
     def to_pylist(self) -> list[dict[str, Any]]:
-        """The rows as a list of dicts (column -> Python value)."""
         return self.table.to_pylist()
 
 
@@ -332,24 +330,17 @@ def _register_commits(con: duckdb.DuckDBPyConnection, commits: dict[str, int]) -
 def _register_budget_status(
     con: duckdb.DuckDBPyConnection, config: GpopeConfig, ledger_path: str, at: int | None
 ) -> None:
-    from gpope.shell.pipeline import ledger
+    from gpope.shell.ledger_comments import BUDGET_STATUS_COMMENTS
+    from gpope.shell.pipeline.ledger import budget_status_table
     from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
 
-    provider = getattr(ledger, "budget_status_table", None)
-    if provider is None:
-        raise QueryError(
-            "The budget_status view needs gpope.shell.pipeline.ledger.budget_status_table, which "
-            "this version of gpope does not have; query privacy_ledger instead."
-        )
-    rows = provider(config, store=DeltaRsLedgerStore(ledger_path, version=at))
+    rows = budget_status_table(config, store=DeltaRsLedgerStore(ledger_path, version=at))
     con.register("__arrow_budget_status", rows)
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {BUDGET_STATUS_VIEW} AS SELECT * FROM __arrow_budget_status"
     )
-    comments = getattr(ledger, "BUDGET_STATUS_COMMENTS", None)
-    if isinstance(comments, dict):
-        _comment_columns(con, BUDGET_STATUS_VIEW,
-                         {k: v for k, v in comments.items() if k in rows.column_names})
+    _comment_columns(con, BUDGET_STATUS_VIEW, {k: v for k, v in BUDGET_STATUS_COMMENTS.items()
+                                               if k in rows.column_names})
 
 
 def _register_latest_release(con: duckdb.DuckDBPyConnection, *, with_budget: bool) -> None:

@@ -55,7 +55,6 @@ class MaintenanceReport:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``."""
         return {
             "root": self.root,
             "retention_hours": self.retention_hours,
@@ -65,7 +64,6 @@ class MaintenanceReport:
         }
 
     def summary(self) -> str:
-        """Human-readable lines."""
         lines = [
             f"maintain {self.root}: {len(self.tables)} tables, vacuum retention "
             f"{self.retention_hours:g} h{' (dry run)' if self.dry_run else ''}"

@@ -95,11 +95,9 @@ class DemoReport:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``."""
         return dict(self.__dict__, notes=list(self.notes))
 
     def summary(self) -> str:
-        """The printed summary."""
         ev = self.evaluation
         lines = [
             "",

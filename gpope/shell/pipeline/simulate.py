@@ -106,7 +106,6 @@ class SimulateReport:
     options: SimulateOptions
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (the ``--json`` output of ``gpope simulate``)."""
         return asdict(self)
 
     def summary(self) -> str:

@@ -38,12 +38,10 @@ class TrackReport:
     created: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
         return {"run_id": self.run_id, "mlflow_run_id": self.mlflow_run_id,
                 "tracking_uri": self.tracking_uri, "created": self.created}
 
     def summary(self) -> str:
-        """One line for the terminal."""
         if not self.created:
             return (f"run {self.run_id} is already tracked: MLflow run {self.mlflow_run_id} at "
                     f"{self.tracking_uri} (nothing logged; --force logs it again)")

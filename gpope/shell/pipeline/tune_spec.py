@@ -46,11 +46,9 @@ class TuneSpecReport:
     written: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form for ``--json``."""
         return dict(self.__dict__)
 
     def summary(self) -> str:
-        """Human-readable lines."""
         t = self.block.get("tuning", {})
         lines = [
             f"{'wrote' if self.written else 'would write'} the evaluation: block of {self.spec} "
@@ -104,16 +102,13 @@ def tune_spec(
             "to tune on. For real data without a simulator, write the evaluation: block by hand "
             "from public knowledge, or use the private tuning path (`gpope evaluate --tune private`)."
         )
+    from gpope.core.gpope.operating import merge_layers
+
     fixed: dict[str, Any] = {k: v for k, v in settings.solver_settings().items()
                              if k in _FIXED_KEYS}
     if spec.evaluation is not None:
-        block_fixed = {k: spec.evaluation.get(k) for k in _FIXED_KEYS}
-        from gpope.core.gpope.operating import merge_layers
-
-        fixed = merge_layers(block_fixed, fixed)
+        fixed = merge_layers({k: spec.evaluation.get(k) for k in _FIXED_KEYS}, fixed)
     if overrides:
-        from gpope.core.gpope.operating import merge_layers
-
         fixed = merge_layers(overrides, fixed)
     fixed = {k: v for k, v in fixed.items() if v is not None}
     public_seed = TUNE_SEED if public_seed is None else public_seed
@@ -143,11 +138,10 @@ def tune_spec(
         "rule": "tuned point with m_pub * epsilon nearest to m * epsilon (log scale); see "
                 "gpope.core.gpope.operating",
     }
-    kept_intervals: dict[str, Any] = {}  # hand-chosen on public studies: a re-tune keeps them
-    provenance: dict[str, Any] = {}
-    if spec.evaluation is not None:
-        kept_intervals = spec.evaluation.interval_settings()
-        provenance = dict(spec.evaluation.intervals_provenance)
+    # the interval settings are hand-chosen on public studies: a re-tune keeps them
+    old = spec.evaluation
+    kept_intervals = old.interval_settings() if old is not None else {}
+    provenance = dict(old.intervals_provenance) if old is not None else {}
     block = SettingsLayer({**fixed, **kept_intervals}, "spec", result.points, tuning, provenance)
     block = _keep_other_epsilons(block, spec.evaluation, epsilons)
     data = block.to_dict()
