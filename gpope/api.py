@@ -46,8 +46,7 @@ if TYPE_CHECKING:
     from gpope.shell.experiments import run_tuning as tune_experiment
     from gpope.shell.interrupts import command_stopped, start_command
     from gpope.shell.lake.maintain import MaintenanceReport
-    from gpope.shell.pipeline.after_release import interrupted_report as interrupted_after_release
-    from gpope.shell.pipeline.after_release import printing_failed_line, show_release
+    from gpope.shell.pipeline.after_release import show_release
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
     from gpope.shell.pipeline.evaluate_report import EvaluationReport
     from gpope.shell.pipeline.ingest import IngestReport
@@ -80,14 +79,12 @@ __all__ = [
     "experiment_settings",
     "get_spark",
     "ingest",
-    "interrupted_after_release",
     "lake_views",
     "load",
     "load_config",
     "load_spec",
     "maintain",
     "pipeline_audit",
-    "printing_failed_line",
     "privacy_ledger",
     "query",
     "released_counts",
@@ -111,8 +108,6 @@ _REEXPORTS = {
     "command_stopped": "gpope.shell.interrupts",
     "experiment": "gpope.shell.experiments:run_experiment",
     "experiment_settings": "gpope.shell.experiments:make_settings",
-    "interrupted_after_release": "gpope.shell.pipeline.after_release:interrupted_report",
-    "printing_failed_line": "gpope.shell.pipeline.after_release",
     "show_release": "gpope.shell.pipeline.after_release",
     "start_command": "gpope.shell.interrupts",
     "tune_experiment": "gpope.shell.experiments:run_tuning",

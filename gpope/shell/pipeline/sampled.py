@@ -121,16 +121,22 @@ def load_statistics(stats: DataFrame, n: int, *, normalization: str,
                     layout: str = "dense") -> TrajectoryStats:
     """All rows of a spec's statistics (``stats`` already filtered to the spec) on the driver,
     in the ``layout`` "dense" or "sparse" (see :func:`gpope.core.evaluation.plan_loading`)."""
-    if layout == "sparse":
-        table = collect_arrow(stats.select(*_COLUMNS).mapInArrow(
-            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA))
-    else:
-        table = collect_arrow(stats.select(*_COLUMNS))
+    table = _collect(stats, n, layout)
     if table.num_rows == 0:
         raise DataError("No trajectory statistics to load; run `gpope stats` first.")
+    return _from_arrow(table, n, normalization, layout)
+
+
+def _collect(stats: DataFrame, n: int, layout: str) -> pa.Table:
     if layout == "sparse":
-        return _sparse_from_arrow(table, n, normalization=normalization)
-    return stats_from_arrow(table, n, normalization=normalization)
+        return collect_arrow(stats.select(*_COLUMNS).mapInArrow(
+            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA))
+    return collect_arrow(stats.select(*_COLUMNS))
+
+
+def _from_arrow(table: pa.Table, n: int, normalization: str, layout: str) -> TrajectoryStats:
+    build = _sparse_from_arrow if layout == "sparse" else stats_from_arrow
+    return build(table, n, normalization=normalization)
 
 
 def load_group_statistics(stats: DataFrame, n: int, groups: np.ndarray, *, normalization: str,
@@ -141,11 +147,7 @@ def load_group_statistics(stats: DataFrame, n: int, groups: np.ndarray, *, norma
     ``traj_index`` order. Peak memory: the loaded rows plus one group's statistics."""
     import pyarrow as pa
 
-    if layout == "sparse":
-        table = collect_arrow(stats.select(*_COLUMNS).mapInArrow(
-            functools.partial(_sparse_batches, n=n), _SPARSE_SCHEMA))
-    else:
-        table = collect_arrow(stats.select(*_COLUMNS))
+    table = _collect(stats, n, layout)
     index = table.column("traj_index").to_numpy().astype(np.int64)
     if table.num_rows != len(groups) or not np.array_equal(np.sort(index), np.arange(len(groups))):
         raise DataError(
@@ -160,10 +162,7 @@ def load_group_statistics(stats: DataFrame, n: int, groups: np.ndarray, *, norma
         local = np.searchsorted(ids, index[rows])
         part = part.set_column(part.schema.get_field_index("traj_index"), "traj_index",
                                pa.array(local, type=pa.int64()))
-        if layout == "sparse":
-            yield _sparse_from_arrow(part, n, normalization=normalization)
-        else:
-            yield stats_from_arrow(part, n, normalization=normalization)
+        yield _from_arrow(part, n, normalization, layout)
 
 
 def _sparse_batches(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBatch]:
