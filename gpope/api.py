@@ -59,45 +59,13 @@ if TYPE_CHECKING:
     from gpope.shell.pipeline.tune_spec import tune_spec
     from gpope.shell.query import LakeViews, QueryResult
 
-__all__ = [
-    "BRONZE_COLUMNS",
-    "DemoOptions",
-    "SimulateOptions",
-    "bronze_tables",
-    "budget_status",
-    "check_demo",
-    "check_evaluation",
-    "check_load",
-    "check_stage",
-    "command_stopped",
-    "compare_runs",
-    "demo",
-    "describe_view",
-    "evaluate",
-    "evaluate_options",
-    "experiment",
-    "experiment_settings",
-    "get_spark",
-    "ingest",
-    "lake_views",
-    "load",
-    "load_config",
-    "load_spec",
-    "maintain",
-    "pipeline_audit",
-    "privacy_ledger",
-    "query",
-    "released_counts",
-    "set_budget",
-    "show_release",
-    "simulate",
-    "start_command",
-    "stats",
-    "track",
-    "tune_experiment",
-    "tune_spec",
-    "write_cohort_files",
-]
+__all__ = ["BRONZE_COLUMNS", "DemoOptions", "SimulateOptions", "bronze_tables", "budget_status",
+           "check_demo", "check_evaluation", "check_load", "check_stage", "command_stopped",
+           "compare_runs", "demo", "describe_view", "evaluate", "evaluate_options", "experiment",
+           "experiment_settings", "get_spark", "ingest", "lake_views", "load", "load_config",
+           "load_spec", "maintain", "pipeline_audit", "privacy_ledger", "query", "released_counts",
+           "set_budget", "show_release", "simulate", "start_command", "stats", "track",
+           "tune_experiment", "tune_spec", "write_cohort_files"]
 
 #: Names re-exported from the shell as they are (``module`` or ``module:attribute``), imported
 #: when first used so that ``import gpope.api`` loads no Spark and no pipeline module.

@@ -7,21 +7,9 @@ constraint applies, what was given, and what to do.
 
 from __future__ import annotations
 
-__all__ = [
-    "AccountingError",
-    "AuditError",
-    "BudgetExceededError",
-    "CommitError",
-    "ConfigError",
-    "CorruptTableError",
-    "DataError",
-    "EnvironmentSetupError",
-    "GpopeError",
-    "QueryError",
-    "SchemaError",
-    "StaleStatisticsError",
-    "TableNotFoundError",
-]
+__all__ = ["AccountingError", "AuditError", "BudgetExceededError", "CommitError", "ConfigError",
+           "CorruptTableError", "DataError", "EnvironmentSetupError", "GpopeError", "QueryError",
+           "SchemaError", "StaleStatisticsError", "TableNotFoundError"]
 
 
 class GpopeError(Exception):

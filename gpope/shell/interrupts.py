@@ -17,22 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = [
-    "STAGE_OUTPUTS",
-    "Stopped",
-    "Terminated",
-    "command_stopped",
-    "commits",
-    "deferred",
-    "end_children",
-    "exit_code",
-    "install",
-    "received",
-    "record",
-    "reset",
-    "start_command",
-    "stopped_line",
-]
+__all__ = ["STAGE_OUTPUTS", "Stopped", "Terminated", "command_stopped", "commits", "deferred",
+           "end_children", "exit_code", "install", "received", "record", "reset", "start_command",
+           "stopped_line"]
 
 #: What each data stage commits (the tables readers see after it): the subject of its line.
 STAGE_OUTPUTS = {

@@ -6,38 +6,13 @@ nowhere. The core holds no tag names: it returns verdicts and values, the shell 
 
 from __future__ import annotations
 
-__all__ = [
-    "COMPARED_RUN_A",
-    "COMPARED_RUN_B",
-    "DATASET",
-    "DIAGNOSTICS_EXPERIMENT_SUFFIX",
-    "ESTIMATOR",
-    "GUARD",
-    "INTERVAL_NOTE",
-    "METRIC_MSPBE_PRIVATE",
-    "METRIC_PUBLIC_MSPBE",
-    "METRIC_RELATIVE_MSPBE_PRIVATE",
-    "METRIC_RELATIVE_MSPBE_PUBLIC",
-    "METRIC_RESERVED_EPSILON",
-    "METRIC_SPENT_DELTA",
-    "METRIC_SPENT_EPSILON",
-    "METRIC_SSP_CLIP_QUANTILE_USED",
-    "METRIC_SSP_CLIP_USED",
-    "OUTSIDE_TUNED",
-    "PRIVACY_NOTE",
-    "PRIVATE",
-    "PRIVATE_DIAGNOSTIC",
-    "RELEASED_RUN",
-    "RUN_ID",
-    "SEEDED",
-    "SPEC",
-    "SPEC_ID",
-    "SSP_CLIP_SOURCE",
-    "STAGE",
-    "STALE_STATS",
-    "UNBOUNDED",
-    "VALID_BOUND",
-]
+__all__ = ["COMPARED_RUN_A", "COMPARED_RUN_B", "DATASET", "DIAGNOSTICS_EXPERIMENT_SUFFIX",
+           "ESTIMATOR", "GUARD", "INTERVAL_NOTE", "METRIC_MSPBE_PRIVATE", "METRIC_PUBLIC_MSPBE",
+           "METRIC_RELATIVE_MSPBE_PRIVATE", "METRIC_RELATIVE_MSPBE_PUBLIC",
+           "METRIC_RESERVED_EPSILON", "METRIC_SPENT_DELTA", "METRIC_SPENT_EPSILON",
+           "METRIC_SSP_CLIP_QUANTILE_USED", "METRIC_SSP_CLIP_USED", "OUTSIDE_TUNED",
+           "PRIVACY_NOTE", "PRIVATE", "PRIVATE_DIAGNOSTIC", "RELEASED_RUN", "RUN_ID", "SEEDED",
+           "SPEC", "SPEC_ID", "SSP_CLIP_SOURCE", "STAGE", "STALE_STATS", "UNBOUNDED", "VALID_BOUND"]
 
 # ---- tags of an evaluation run
 #: gpope run id (released_estimates.run_id, privacy_ledger.run_id).

@@ -20,14 +20,8 @@ from gpope.jsonable import jsonable
 if TYPE_CHECKING:
     from gpope.config import GpopeConfig
 
-__all__ = [
-    "ENV",
-    "HEADING",
-    "OPERATOR_ONLY",
-    "operator_log_path",
-    "operator_only",
-    "record_private",
-]
+__all__ = ["ENV", "HEADING", "OPERATOR_ONLY", "operator_log_path", "operator_only",
+           "record_private"]
 
 ENV = "GPOPE_OPERATOR_LOG"
 

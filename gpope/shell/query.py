@@ -43,23 +43,9 @@ if TYPE_CHECKING:
 
     from gpope.config import GpopeConfig
 
-__all__ = [
-    "BUDGET_STATUS_VIEW",
-    "LATEST_RELEASE_VIEW",
-    "OPERATOR_SWITCH",
-    "RELEASE_VIEWS",
-    "LakeTable",
-    "LakeViews",
-    "QueryResult",
-    "connect",
-    "describe",
-    "lake_tables",
-    "lake_views",
-    "latest_version",
-    "query",
-    "snapshot",
-    "view_names",
-]
+__all__ = ["BUDGET_STATUS_VIEW", "LATEST_RELEASE_VIEW", "OPERATOR_SWITCH", "RELEASE_VIEWS",
+           "LakeTable", "LakeViews", "QueryResult", "connect", "describe", "lake_tables",
+           "lake_views", "latest_version", "query", "snapshot", "view_names"]
 
 _RELEASED_VALUES = "released_values"
 #: latest_release's budget columns (from budget_status; NULL when the lake has no ledger).

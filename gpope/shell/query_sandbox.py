@@ -11,18 +11,9 @@ from __future__ import annotations
 
 from gpope.errors import QueryError
 
-__all__ = [
-    "BUDGET_STATUS_VIEW",
-    "LATEST_RELEASE_VIEW",
-    "OPERATOR_SWITCH",
-    "RELEASE_CONTRASTS_VIEW",
-    "RELEASE_TABLES",
-    "RELEASE_VIEWS",
-    "check_select",
-    "check_served",
-    "first_line",
-    "is_release_view",
-]
+__all__ = ["BUDGET_STATUS_VIEW", "LATEST_RELEASE_VIEW", "OPERATOR_SWITCH",
+           "RELEASE_CONTRASTS_VIEW", "RELEASE_TABLES", "RELEASE_VIEWS", "check_select",
+           "check_served", "first_line", "is_release_view"]
 
 BUDGET_STATUS_VIEW = "budget_status"
 LATEST_RELEASE_VIEW = "latest_release"

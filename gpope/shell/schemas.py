@@ -21,23 +21,10 @@ from pyspark.sql.types import (
 
 from gpope.shell.ledger_comments import LEDGER_COMMENTS
 
-__all__ = [
-    "COLUMN_COMMENTS",
-    "OBSERVATIONS",
-    "OUTCOMES",
-    "PIPELINE_RUNS",
-    "PRIVACY_LEDGER",
-    "REJECTED_EVENTS",
-    "RELEASED_COUNTS",
-    "RELEASED_ESTIMATES",
-    "RELEASED_VALUES",
-    "SIMULATION",
-    "TABLE_SCHEMAS",
-    "TRAJECTORY_STATS",
-    "TRANSITIONS",
-    "TREATMENTS",
-    "with_comments",
-]
+__all__ = ["COLUMN_COMMENTS", "OBSERVATIONS", "OUTCOMES", "PIPELINE_RUNS", "PRIVACY_LEDGER",
+           "REJECTED_EVENTS", "RELEASED_COUNTS", "RELEASED_ESTIMATES", "RELEASED_VALUES",
+           "SIMULATION", "TABLE_SCHEMAS", "TRAJECTORY_STATS", "TRANSITIONS", "TREATMENTS",
+           "with_comments"]
 
 
 def _schema(*fields: tuple[str, object, bool]) -> StructType:

@@ -22,15 +22,8 @@ from gpope.shell.java import ensure_java
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = [
-    "WORKER_MODULES",
-    "check_workers",
-    "connect_host",
-    "delta_available",
-    "get_spark",
-    "is_connect",
-    "resolve_remote",
-]
+__all__ = ["WORKER_MODULES", "check_workers", "connect_host", "delta_available", "get_spark",
+           "is_connect", "resolve_remote"]
 
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 

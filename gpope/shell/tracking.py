@@ -27,21 +27,10 @@ from gpope.shell import mlflow_names
 if TYPE_CHECKING:
     from gpope.config import TrackingSettings
 
-__all__ = [
-    "EXPERIMENT_KIND",
-    "PRIVATE_DIAGNOSTIC_TAG",
-    "TrackingTimeout",
-    "bounded",
-    "code_version",
-    "diagnostics_experiment",
-    "ensure_store",
-    "http_limits",
-    "log_json_artifact",
-    "log_private_diagnostics",
-    "resolve_tracking_uri",
-    "start_run",
-    "store_lock",
-]
+__all__ = ["EXPERIMENT_KIND", "PRIVATE_DIAGNOSTIC_TAG", "TrackingTimeout", "bounded",
+           "code_version", "diagnostics_experiment", "ensure_store", "http_limits",
+           "log_json_artifact", "log_private_diagnostics", "resolve_tracking_uri", "start_run",
+           "store_lock"]
 
 PRIVATE_DIAGNOSTIC_TAG = mlflow_names.PRIVATE_DIAGNOSTIC
 #: MLflow 3's experiment-kind tag value for classic (non-GenAI) experiments.

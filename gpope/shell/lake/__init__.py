@@ -23,21 +23,6 @@ from gpope.shell.lake.layer import (
 )
 from gpope.shell.lake.names import LAYERS, SHARED_TABLES, TableRef, table_path, uc_table_name
 
-__all__ = [
-    "LAYERS",
-    "SHARED_TABLES",
-    "HistoryEntry",
-    "Lake",
-    "PartitionValue",
-    "StorageMode",
-    "TableRef",
-    "WriteMode",
-    "read_shared_table",
-    "read_table",
-    "shared_table_location",
-    "table_location",
-    "table_path",
-    "uc_table_name",
-    "write_shared_table",
-    "write_table",
-]
+__all__ = ["LAYERS", "SHARED_TABLES", "HistoryEntry", "Lake", "PartitionValue", "StorageMode",
+           "TableRef", "WriteMode", "read_shared_table", "read_table", "shared_table_location",
+           "table_location", "table_path", "uc_table_name", "write_shared_table", "write_table"]

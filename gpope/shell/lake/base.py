@@ -13,28 +13,11 @@ from gpope.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = [
-    "WRITE_MODES",
-    "HistoryEntry",
-    "MissingDataFilesError",
-    "MissingTableError",
-    "PartitionValue",
-    "StorageMode",
-    "WriteMode",
-    "WriteSpec",
-    "check_data_files",
-    "check_write_mode",
-    "columns_to_add",
-    "decode_user_metadata",
-    "decode_user_metadata_run",
-    "encode_user_metadata",
-    "partition_string",
-    "replace_where_sql",
-    "spark_error",
-    "spark_write_cause",
-    "sql_in",
-    "user_metadata_field",
-]
+__all__ = ["WRITE_MODES", "HistoryEntry", "MissingDataFilesError", "MissingTableError",
+           "PartitionValue", "StorageMode", "WriteMode", "WriteSpec", "check_data_files",
+           "check_write_mode", "columns_to_add", "decode_user_metadata",
+           "decode_user_metadata_run", "encode_user_metadata", "partition_string",
+           "replace_where_sql", "spark_error", "spark_write_cause", "sql_in", "user_metadata_field"]
 
 WriteMode = Literal["append", "overwrite", "replace_where"]
 WRITE_MODES: tuple[str, ...] = get_args(WriteMode)

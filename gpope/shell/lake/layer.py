@@ -42,17 +42,8 @@ if TYPE_CHECKING:
 
     from gpope.config import LakeSettings
 
-__all__ = [
-    "Lake",
-    "ReadOptions",
-    "WriteOptions",
-    "read_shared_table",
-    "read_table",
-    "shared_table_location",
-    "table_location",
-    "write_shared_table",
-    "write_table",
-]
+__all__ = ["Lake", "ReadOptions", "WriteOptions", "read_shared_table", "read_table",
+           "shared_table_location", "table_location", "write_shared_table", "write_table"]
 
 _T = TypeVar("_T")
 

@@ -40,18 +40,8 @@ if TYPE_CHECKING:
     from gpope.config import LakeSettings
     from gpope.shell.lake.layer import Lake
 
-__all__ = [
-    "PIPELINE_RUNS",
-    "STAGES",
-    "Manifest",
-    "PipelineRuns",
-    "new_run_id",
-    "pin",
-    "pinned_version",
-    "read_pinned",
-    "read_pinned_arrow",
-    "remove_incomplete",
-]
+__all__ = ["PIPELINE_RUNS", "STAGES", "Manifest", "PipelineRuns", "new_run_id", "pin",
+           "pinned_version", "read_pinned", "read_pinned_arrow", "remove_incomplete"]
 
 PIPELINE_RUNS = "pipeline_runs"
 STAGES: tuple[str, ...] = ("simulate", "load", "ingest", "stats", "release")

@@ -25,20 +25,8 @@ from typing import Literal, get_args
 
 from gpope.errors import ConfigError
 
-__all__ = [
-    "CREATORS",
-    "LAYERS",
-    "MAX_NAME_LENGTH",
-    "SHARED_TABLES",
-    "Layer",
-    "TableRef",
-    "check_name",
-    "creator_hint",
-    "repair_hint",
-    "spark_path",
-    "table_path",
-    "uc_table_name",
-]
+__all__ = ["CREATORS", "LAYERS", "MAX_NAME_LENGTH", "SHARED_TABLES", "Layer", "TableRef",
+           "check_name", "creator_hint", "repair_hint", "spark_path", "table_path", "uc_table_name"]
 
 Layer = Literal["bronze", "silver", "gold"]
 LAYERS: tuple[str, ...] = get_args(Layer)

@@ -38,13 +38,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = [
-    "COMMIT_TOKEN_KEY",
-    "BufferedArrowWriter",
-    "NativeStore",
-    "own_commit_version",
-    "with_commit_token",
-]
+__all__ = ["COMMIT_TOKEN_KEY", "BufferedArrowWriter", "NativeStore", "own_commit_version",
+           "with_commit_token"]
 
 COMMIT_TOKEN_KEY = "gpope.commit"
 _DELTA_LOADS: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDictionary()

@@ -18,12 +18,7 @@ from gpope.shell.pipeline.ingest_frames import REASONS, build_silver
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = [
-    "BRONZE_TABLES",
-    "IngestReport",
-    "resolve_dataset_settings",
-    "run_ingest",
-]
+__all__ = ["BRONZE_TABLES", "IngestReport", "resolve_dataset_settings", "run_ingest"]
 
 #: The bronze tables ingest reads, in report order.
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")

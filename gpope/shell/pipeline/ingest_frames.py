@@ -52,19 +52,9 @@ from gpope.shell.pipeline.load import BRONZE_COLUMNS as _RAW_COLUMNS
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = [
-    "BEYOND_MAX_LENGTH",
-    "DUPLICATED_TIMESTAMP",
-    "DUPLICATE_ROW",
-    "NO_TREATMENT",
-    "OUTCOME_BEFORE_FIRST_TREATMENT",
-    "REASONS",
-    "REWARD_OVERFLOW",
-    "TERMINAL_BEFORE_LAST_TREATMENT",
-    "SilverFrames",
-    "build_silver",
-    "dense_index",
-]
+__all__ = ["BEYOND_MAX_LENGTH", "DUPLICATED_TIMESTAMP", "DUPLICATE_ROW", "NO_TREATMENT",
+           "OUTCOME_BEFORE_FIRST_TREATMENT", "REASONS", "REWARD_OVERFLOW",
+           "TERMINAL_BEFORE_LAST_TREATMENT", "SilverFrames", "build_silver", "dense_index"]
 
 NULL_PATIENT = "null patient_id"
 EMPTY_PATIENT = "empty patient_id"  # '' or blanks: no patient to keep one history for

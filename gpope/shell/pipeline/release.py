@@ -19,15 +19,8 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = [
-    "RELEASE_TABLES",
-    "policy_label",
-    "read_releases",
-    "release_row",
-    "remove_failed_releases",
-    "value_rows",
-    "write_release",
-]
+__all__ = ["RELEASE_TABLES", "policy_label", "read_releases", "release_row",
+           "remove_failed_releases", "value_rows", "write_release"]
 
 RELEASE_TABLES: tuple[str, ...] = ("released_estimates", "released_values")
 """The shared tables one release appends to (tagged with its run id, made valid by its manifest)."""

@@ -33,14 +33,8 @@ if TYPE_CHECKING:
 
     from gpope.core.statistics import TrajectoryStats
 
-__all__ = [
-    "collect_arrow",
-    "load_group_statistics",
-    "load_statistics",
-    "spark_fetcher",
-    "stats_from_arrow",
-    "streamed_fetcher",
-]
+__all__ = ["collect_arrow", "load_group_statistics", "load_statistics", "spark_fetcher",
+           "stats_from_arrow", "streamed_fetcher"]
 
 _COLUMNS = ("traj_index", "tau", "A", "b", "C")
 _SPARSE_SCHEMA = "traj_index long, tau long, b array<double>, nz_index array<int>, nz_value array<double>"

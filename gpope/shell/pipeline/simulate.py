@@ -38,16 +38,8 @@ if TYPE_CHECKING:
     from gpope.core.policies import Policy
     from gpope.core.trajectories.transitions import Transitions
 
-__all__ = [
-    "DOMAINS",
-    "SimulateOptions",
-    "SimulateReport",
-    "dataset_settings_for_domain",
-    "iter_simulated_tables",
-    "run_simulate",
-    "simulate_tables",
-    "tables_to_arrow",
-]
+__all__ = ["DOMAINS", "SimulateOptions", "SimulateReport", "dataset_settings_for_domain",
+           "iter_simulated_tables", "run_simulate", "simulate_tables", "tables_to_arrow"]
 
 DOMAINS: tuple[str, ...] = domain_names()
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")

@@ -28,14 +28,8 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = [
-    "StatisticsFiles",
-    "public_clip",
-    "public_residual_bound",
-    "spark_group_sums",
-    "spark_moment_sum",
-    "statistics_files",
-]
+__all__ = ["StatisticsFiles", "public_clip", "public_residual_bound", "spark_group_sums",
+           "spark_moment_sum", "statistics_files"]
 
 
 def _group_kernel(clip: float, key: int, groups: int):  # -> Callable

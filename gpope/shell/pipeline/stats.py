@@ -39,17 +39,9 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = [
-    "StatsReport",
-    "read_statistics",
-    "run_stats",
-    "statistics_frame",
-    "statistics_table",
-    "statistics_version",
-    "trajectory_count",
-    "transitions_from_arrow",
-    "transitions_to_arrow",
-]
+__all__ = ["StatsReport", "read_statistics", "run_stats", "statistics_frame", "statistics_table",
+           "statistics_version", "trajectory_count", "transitions_from_arrow",
+           "transitions_to_arrow"]
 
 
 

@@ -32,14 +32,6 @@ from gpope.shell.lake.delta_rs.store import DeltaRsStore
 from gpope.shell.lake.delta_rs.table import DeltaRsTables, check_local_root, local_file_path
 from gpope.shell.lake.delta_rs.writers import ArrowTableWriter, StagedFileWriter, WorkerStaging
 
-__all__ = [
-    "STAGING_FOLDER",
-    "STALE_STAGING_HOURS",
-    "ArrowTableWriter",
-    "DeltaRsStore",
-    "DeltaRsTables",
-    "StagedFileWriter",
-    "WorkerStaging",
-    "check_local_root",
-    "local_file_path",
-]
+__all__ = ["STAGING_FOLDER", "STALE_STAGING_HOURS", "ArrowTableWriter", "DeltaRsStore",
+           "DeltaRsTables", "StagedFileWriter", "WorkerStaging", "check_local_root",
+           "local_file_path"]

@@ -29,21 +29,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = [
-    "HIVE_NULL",
-    "STAGING_FOLDER",
-    "STALE_STAGING_HOURS",
-    "StagedFile",
-    "check_replace_where",
-    "check_replace_where_columns",
-    "conform_arrow",
-    "drop_staging",
-    "new_staging",
-    "remove_empty_dirs",
-    "remove_stale_staging",
-    "stage_files",
-    "without",
-]
+__all__ = ["HIVE_NULL", "STAGING_FOLDER", "STALE_STAGING_HOURS", "StagedFile",
+           "check_replace_where", "check_replace_where_columns", "conform_arrow", "drop_staging",
+           "new_staging", "remove_empty_dirs", "remove_stale_staging", "stage_files", "without"]
 
 STAGING_FOLDER = "_gpope_staging"
 """Folder of a table where Spark writes before the commit (``_``: ignored by every reader)."""
