@@ -425,16 +425,8 @@ def importance_ratios(target: Policy, transitions: Transitions) -> np.ndarray:
 def sample_actions(
     policy: Policy, states: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Draw one action per state by inverse CDF (one uniform per row).
-
-    Args:
-        policy: the policy to sample from.
-        states: (T, d) raw states.
-        rng: source of the T uniforms.
-
-    Returns:
-        ``(actions, probs)``: (T,) int64 sampled actions and (T,) float64 ``pi(action | state)``.
-        An action of probability 0 is never returned.
+    """``(actions, probs)``: one action per state (T, d) by inverse CDF, one uniform per row, as
+    (T,) int64, and (T,) float64 ``pi(action | state)``; an action of probability 0 is never drawn.
     """
     probs = np.asarray(policy.probabilities(states), dtype=np.float64)
     n, n_actions = probs.shape

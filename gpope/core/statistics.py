@@ -9,17 +9,15 @@ ratio rho_t)::
 
 with phi'_t = 0 on terminal rows (truncated rows keep it) and
 
-* ``normalization="transition"`` (default): norm_i = 1 / L, L = ``length_scale`` a public constant
-  (e.g. the configured maximum trajectory length). The population mean of A_i, b_i is then
-  proportional to the per-transition expectation, so theta* = A^-1 b is the usual TD fixed point.
-* ``normalization="trajectory_mean"`` (the paper, eq. 2.2): norm_i = 1 / tau_i. Weighting each
-  trajectory equally couples a transition's weight to the trajectory's future length, which biases
-  the fixed point (shown in the tests on the chain).
+* ``normalization="transition"`` (default): norm_i = 1 / L, L = ``length_scale`` a public
+  constant: the population mean is proportional to the per-transition expectation, so
+  theta* = A^-1 b is the usual TD fixed point.
+* ``normalization="trajectory_mean"`` (the paper, eq. 2.2): norm_i = 1 / tau_i, which couples a
+  transition's weight to its trajectory's length and biases the fixed point.
 
-The statistics are held by :class:`~gpope.core.trajectories.stats.TrajectoryStats` in one of four
-layouts (dense, compact, tabular, sparse; :mod:`gpope.core.trajectories.stats`).
-``"auto"`` picks dense when the dense A and C take at most :data:`DENSE_MAX_BYTES`, otherwise
-tabular for one-hot features and compact for the rest.
+The statistics are held by :class:`~gpope.core.trajectories.stats.TrajectoryStats`; ``"auto"``
+picks dense when the dense A and C take at most :data:`DENSE_MAX_BYTES`, otherwise tabular for
+one-hot features and compact for the rest.
 """
 
 from __future__ import annotations
@@ -189,23 +187,11 @@ def trajectory_statistics(
     length_scale: float | None = None,
     representation: Representation = "auto",
 ) -> TrajectoryStats:
-    """Per-trajectory statistics from featurised transitions (vectorised; rows in any order).
+    """Per-trajectory statistics from featurised transitions (rows in any order).
 
-    Args:
-        phi: (T, n) features of S_t.
-        next_phi: (T, n) features of S_{t+1} (ignored on terminal rows).
-        reward: (T,) rewards R_t.
-        rho: (T,) importance ratios >= 0.
-        traj_index: (T,) trajectory ids, every id in 0..n_trajectories-1 present.
-        n_trajectories: m.
-        gamma: discount in [0, 1].
-        terminal: (T,) bool; terminal rows get phi'_t = 0.
-        normalization: "transition" (sum / length_scale) or "trajectory_mean" (mean, the paper).
-        length_scale: public L > 0, required for "transition".
-        representation: "auto", "dense", "compact" or "tabular" (needs one-hot phi and next_phi).
-
-    Returns:
-        TrajectoryStats; the order of rows within a trajectory does not matter.
+    ``phi``, ``next_phi`` (T, n) (the latter ignored on ``terminal`` rows), ``reward``, ``rho``
+    (>= 0) and ``traj_index`` (T,), every id in 0..n_trajectories-1 present; ``representation``
+    "tabular" needs one-hot phi and next_phi.
 
     Raises:
         ConfigError: invalid gamma, normalization, length_scale or representation.
@@ -261,21 +247,10 @@ def statistics_from_transitions(
     length_scale: float | None = None,
     representation: Representation = "auto",
 ) -> TrajectoryStats:
-    """Per-trajectory statistics of a :class:`Transitions` batch under a feature map.
-
-    Tabular feature maps never materialise one-hot rows (the tabular or dense-by-bincount path is
-    used), so the chain at m = 5e5 fits in memory.
-
-    Args:
-        transitions: the batch (sorted by trajectory, dense ids).
-        feature_map: phi.
-        rho: (T,) importance ratios, e.g. from ``policies.importance_ratios``.
-        gamma, normalization, length_scale, representation: as in :func:`trajectory_statistics`;
-            "compact" with a tabular map means "tabular".
-
-    Returns:
-        TrajectoryStats.
-    """
+    """Per-trajectory statistics of a :class:`Transitions` batch (sorted by trajectory, dense ids)
+    under a feature map, with ``rho`` (T,) importance ratios; other arguments as in
+    :func:`trajectory_statistics` ("compact" with a tabular map means "tabular"). Tabular maps never
+    materialise one-hot rows."""
     tr = transitions
     if not isinstance(feature_map, TabularFeatures):
         return trajectory_statistics(
@@ -311,18 +286,11 @@ def population_sums(
     length_scale: float | None,
     next_is_following_state: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sums over the trajectories of ``batch`` of A_i, b_i, C_i (population estimates: divide by m).
-
-    Per trajectory weight ``w_i = 1/length_scale`` (``transition``) or ``1/tau_i`` when
-    ``length_scale`` is None (``trajectory_mean``); ``A_i = w_i sum_t rho_t phi_t (phi_t - gamma
-    phi'_t)^T``, ``b_i = w_i sum_t rho_t R_t phi_t``, ``C_i = w_i sum_t phi_t phi_t^T`` with
-    ``phi' = 0`` on terminal steps and ``rho_t = target(a_t|s_t) / behavior_prob_t``.
-
-    ``next_is_following_state``: the domain records each step's next state as the next row's
-    state (true for noiseless simulators), so only the trajectories' last next states are
-    featurised. Products run in row blocks of 512: one huge tall-skinny ``X^T Y`` was up to 50x
-    slower on a busy machine (OpenBLAS threading).
-    """
+    """Sums over the trajectories of ``batch`` of A_i, b_i, C_i (population estimates: divide by m),
+    weights ``1/length_scale`` (``transition``) or ``1/tau_i`` (``length_scale`` None), ``rho_t =
+    target(a_t|s_t) / behavior_prob_t``. ``next_is_following_state``: each step's next state is the
+    next row's state (noiseless simulators), so only the last next states are featurised. Products
+    run in row blocks of 512 (one tall-skinny ``X^T Y`` is much slower under OpenBLAS threading)."""
     probs = target.probabilities(batch.state)[np.arange(batch.n_transitions), batch.action]
     rho = probs / batch.behavior_prob
     if length_scale is None:
