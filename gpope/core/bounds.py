@@ -65,12 +65,8 @@ def _types(values: object) -> str:
 
 
 def clamp_to_public_bounds(
-    rho: np.ndarray,
-    reward: np.ndarray,
-    *,
-    importance_weight_bound: float | None,
-    reward_bounds: tuple[float, float] | None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    rho: np.ndarray, reward: np.ndarray, *, importance_weight_bound: float | None,
+    reward_bounds: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """``(rho, reward, counts)``: the ratios and raw rewards clamped to the spec's public bounds
     (unchanged where a bound is None; finite where bounded) and ``counts[reason]``, the values
     changed for each of :data:`CLAMP_REASONS`."""

@@ -63,18 +63,10 @@ def _one_hot_indices(phi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _validate_common(
-    owner: str,
-    n_rows: int,
-    reward: np.ndarray,
-    rho: np.ndarray,
-    traj_index: np.ndarray,
-    n_trajectories: int,
-    terminal: np.ndarray,
-    gamma: float,
-    normalization: str,
+    owner: str, n_rows: int, reward: np.ndarray, rho: np.ndarray, traj_index: np.ndarray,
+    n_trajectories: int, terminal: np.ndarray, gamma: float, normalization: str,
     length_scale: float | None,
-    representation: str,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    representation: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Check inputs; return (reward, rho, traj_index, terminal, order) with order sorting by traj."""
     check_number(owner, "gamma", gamma, ge=0.0, le=1.0)
     check_choice(owner, "normalization", normalization, NORMALIZATIONS)
@@ -123,23 +115,10 @@ def _choose(representation: str, m: int, n: int, one_hot: bool) -> str:
     return representation
 
 
-def _build(
-    *,
-    m: int,
-    n: int,
-    tau: np.ndarray,
-    norm: np.ndarray,
-    reward: np.ndarray,
-    rho: np.ndarray,
-    gamma: float,
-    terminal: np.ndarray,
-    normalization: str,
-    rep: str,
-    phi: np.ndarray | None = None,
-    next_phi: np.ndarray | None = None,
-    s: np.ndarray | None = None,
-    sn: np.ndarray | None = None,
-) -> TrajectoryStats:
+def _build(*, m: int, n: int, tau: np.ndarray, norm: np.ndarray, reward: np.ndarray,
+           rho: np.ndarray, gamma: float, terminal: np.ndarray, normalization: str, rep: str,
+           phi: np.ndarray | None = None, next_phi: np.ndarray | None = None,
+           s: np.ndarray | None = None, sn: np.ndarray | None = None) -> TrajectoryStats:
     """Assemble stats from rows sorted by trajectory (either feature rows or one-hot indices)."""
     offsets = np.concatenate([[0], np.cumsum(tau)]).astype(np.int64)
     owner = np.repeat(np.arange(m, dtype=np.int64), tau)
@@ -173,20 +152,12 @@ def _norms(tau: np.ndarray, normalization: str, length_scale: float | None) -> n
     return np.full(len(tau), 1.0 / float(length_scale))  # type: ignore[arg-type]
 
 
-def trajectory_statistics(
-    phi: np.ndarray,
-    next_phi: np.ndarray,
-    reward: np.ndarray,
-    rho: np.ndarray,
-    traj_index: np.ndarray,
-    n_trajectories: int,
-    *,
-    gamma: float,
-    terminal: np.ndarray,
-    normalization: Normalization = "transition",
-    length_scale: float | None = None,
-    representation: Representation = "auto",
-) -> TrajectoryStats:
+def trajectory_statistics(phi: np.ndarray, next_phi: np.ndarray, reward: np.ndarray,
+                          rho: np.ndarray, traj_index: np.ndarray, n_trajectories: int, *,
+                          gamma: float, terminal: np.ndarray,
+                          normalization: Normalization = "transition",
+                          length_scale: float | None = None,
+                          representation: Representation = "auto") -> TrajectoryStats:
     """Per-trajectory statistics from featurised transitions (rows in any order).
 
     ``phi``, ``next_phi`` (T, n) (the latter ignored on ``terminal`` rows), ``reward``, ``rho``
@@ -237,16 +208,10 @@ def trajectory_statistics(
                   next_phi=next_phi)
 
 
-def statistics_from_transitions(
-    transitions: Transitions,
-    feature_map: FeatureMap,
-    rho: np.ndarray,
-    *,
-    gamma: float,
-    normalization: Normalization = "transition",
-    length_scale: float | None = None,
-    representation: Representation = "auto",
-) -> TrajectoryStats:
+def statistics_from_transitions(transitions: Transitions, feature_map: FeatureMap, rho: np.ndarray,
+                                *, gamma: float, normalization: Normalization = "transition",
+                                length_scale: float | None = None,
+                                representation: Representation = "auto") -> TrajectoryStats:
     """Per-trajectory statistics of a :class:`Transitions` batch (sorted by trajectory, dense ids)
     under a feature map, with ``rho`` (T,) importance ratios; other arguments as in
     :func:`trajectory_statistics` ("compact" with a tabular map means "tabular"). Tabular maps never
@@ -278,14 +243,9 @@ def statistics_from_transitions(
 
 
 def population_sums(
-    batch: Transitions,
-    target: Policy,
-    features: FeatureMap,
-    *,
-    gamma: float,
+    batch: Transitions, target: Policy, features: FeatureMap, *, gamma: float,
     length_scale: float | None,
-    next_is_following_state: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    next_is_following_state: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sums over the trajectories of ``batch`` of A_i, b_i, C_i (population estimates: divide by m),
     weights ``1/length_scale`` (``transition``) or ``1/tau_i`` (``length_scale`` None), ``rho_t =
     target(a_t|s_t) / behavior_prob_t``. ``next_is_following_state``: each step's next state is the
@@ -335,18 +295,10 @@ def population_scale(
 
 
 def population_statistics(
-    simulate: Callable[[int], Transitions],
-    target: Policy,
-    features: FeatureMap,
-    *,
-    gamma: float,
-    normalization: str,
-    length_scale: float | None,
-    n_trajectories: int,
-    chunk: int,
+    simulate: Callable[[int], Transitions], target: Policy, features: FeatureMap, *, gamma: float,
+    normalization: str, length_scale: float | None, n_trajectories: int, chunk: int,
     next_is_following_state: bool = False,
-    owner: str = "large_sample_statistics",
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    owner: str = "large_sample_statistics") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Population ``A, b, C`` (means over ``n_trajectories``) of behaviour trajectories that
     ``simulate(size)`` draws ``chunk`` at a time, so memory stays bounded by one chunk.
 

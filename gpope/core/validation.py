@@ -57,11 +57,8 @@ class IntBounds(TypedDict, total=False):
 #: Every bound keyword, the comparison the value must pass and its sign in messages, in the
 #: order the bounds are checked.
 _BOUNDS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
-    ("gt", operator.gt, ">"),
-    ("ge", operator.ge, ">="),
-    ("lt", operator.lt, "<"),
-    ("le", operator.le, "<="),
-)
+    ("gt", operator.gt, ">"), ("ge", operator.ge, ">="), ("lt", operator.lt, "<"),
+    ("le", operator.le, "<="))
 _NUMBER_KEYS = frozenset(NumberBounds.__annotations__)
 _INT_KEYS = frozenset(IntBounds.__annotations__)
 
@@ -83,16 +80,9 @@ def _within(
     return value
 
 
-def _checked(
-    check: str,
-    owner: str,
-    name: str,
-    value: Any,
-    allow_none: bool,
-    convert: Callable[[str, str, Any], Any],
-    bounds: Mapping[str, Any],
-    keys: frozenset[str],
-) -> Any:
+def _checked(check: str, owner: str, name: str, value: Any, allow_none: bool,
+             convert: Callable[[str, str, Any], Any], bounds: Mapping[str, Any],
+             keys: frozenset[str]) -> Any:
     """None if ``value`` is None and ``allow_none``, else ``convert(owner, name, value)`` checked
     against ``bounds`` (:func:`_within`)."""
     if value is None and allow_none:

@@ -29,15 +29,8 @@ Accountant = str
 Sampling = Literal["uniform", "poisson"]
 
 
-def check_common(
-    owner: str,
-    *,
-    m: object,
-    iterations: object,
-    delta: object,
-    sampling: object,
-    batch_rate: object,
-) -> tuple[int, int, float, str, float | None]:
+def check_common(owner: str, *, m: object, iterations: object, delta: object, sampling: object,
+                 batch_rate: object) -> tuple[int, int, float, str, float | None]:
     """Validate the inputs every accountant shares; returns them normalised.
 
     ``batch_rate`` must be ``None`` for uniform sampling (q = 1/m is implied) and a probability
@@ -93,14 +86,8 @@ def step_event(
     )
 
 
-def gpope_dp_event(
-    *,
-    m: int,
-    iterations: int,
-    sigma: float,
-    sampling: Sampling = "uniform",
-    batch_rate: float | None = None,
-) -> dp_accounting.DpEvent:
+def gpope_dp_event(*, m: int, iterations: int, sigma: float, sampling: Sampling = "uniform",
+                   batch_rate: float | None = None) -> dp_accounting.DpEvent:
     """``SelfComposedDpEvent(step, iterations)`` of one GPOPE run (what the ledger stores), the
     step event of the module table; read it under :func:`neighboring_relation`.
 

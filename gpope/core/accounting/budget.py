@@ -518,22 +518,11 @@ def fold(dataset: str, rows: Iterable[LedgerRow], *, default: Budget, compositio
         spent, spent_delta = basic_eps, basic_delta
         remaining_delta = max(0.0, budget.delta - basic_delta)
     runs_left = _runs_left(rule, counted, counted[-1], budget) if counted else None
-    return BudgetStatus(
-        dataset=dataset,
-        budget_epsilon=budget.epsilon,
-        budget_delta=budget.delta,
-        budget_source=budget.source,
-        composition=governing,
-        spent_epsilon=spent,
-        spent_delta=float(spent_delta),
-        spent_epsilon_basic=basic_eps,
-        spent_delta_basic=basic_delta,
-        spent_epsilon_tight=None if tight is None else float(tight),
-        remaining_epsilon=max(0.0, budget.epsilon - spent),
-        remaining_delta=remaining_delta,
-        runs_left=runs_left,
-        runs=entries,
-        lake=lake,
-        location=location,
-        budget_explicit=budget.explicit,
-    )
+    return BudgetStatus(dataset=dataset, budget_epsilon=budget.epsilon, budget_delta=budget.delta,
+                        budget_source=budget.source, composition=governing, spent_epsilon=spent,
+                        spent_delta=float(spent_delta), spent_epsilon_basic=basic_eps,
+                        spent_delta_basic=basic_delta,
+                        spent_epsilon_tight=None if tight is None else float(tight),
+                        remaining_epsilon=max(0.0, budget.epsilon - spent),
+                        remaining_delta=remaining_delta, runs_left=runs_left, runs=entries,
+                        lake=lake, location=location, budget_explicit=budget.explicit)

@@ -204,14 +204,8 @@ def pld_epsilon(
 
 
 @functools.lru_cache(maxsize=1024)
-def pld_epsilon_adaptive(
-    *,
-    batch_rate: float,
-    iterations: int,
-    sigma: float,
-    delta: float,
-    grid: PLDGrid = DEFAULT_PLD_GRID,
-) -> PLDEstimate:
+def pld_epsilon_adaptive(*, batch_rate: float, iterations: int, sigma: float, delta: float,
+                         grid: PLDGrid = DEFAULT_PLD_GRID) -> PLDEstimate:
     """PLD epsilon with the grid refined until it stabilises (see the module docstring).
 
     Guarantee: ``epsilon`` equals :func:`pld_epsilon` at ``interval``, a valid upper bound (inf

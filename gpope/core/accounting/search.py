@@ -66,12 +66,8 @@ def bracket(
         factor *= factor
 
 
-def solve(
-    f: Callable[[float], float],
-    target: float,
-    brackets: tuple[float, float, float, float],
-    xtol: float = XTOL,
-) -> tuple[float, float]:
+def solve(f: Callable[[float], float], target: float, brackets: tuple[float, float, float, float],
+          xtol: float = XTOL) -> tuple[float, float]:
     """Sigma with f(sigma) <= target, within ``xtol`` (relative) of the root; (sigma, f(sigma)).
 
     Illinois (safeguarded regula falsi) on ``log f - log target`` against ``log sigma``, with a

@@ -104,8 +104,7 @@ class AuditClaim:
             epsilon_claimed=self.epsilon if epsilon_claimed is None else epsilon_claimed,
             delta=self.delta if delta is None else delta,
             override=None if override is None else dict(override),
-            seconds=time.perf_counter() - started, config={**asdict(self), **details},
-        )  # fmt: skip
+            seconds=time.perf_counter() - started, config={**asdict(self), **details})  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,13 +168,11 @@ class AuditConfig(CanaryClaim):
     def solver_config(self) -> GPOPEConfig:
         """The solver configuration audited (sigma calibrated by the solver)."""
         poisson = self.sampling == "poisson"
-        return GPOPEConfig(
-            iterations=self.iterations, step_size=self.step_size, clip=self.clip,
-            epsilon=self.epsilon, delta=self.delta, accountant=self.accountant,
-            sampling=self.sampling,
-            batch_rate=(self.batch_rate or 1.0 / self.m) if poisson else None,
-            trace_every=1 if self.statistic != "final" else None,
-        )
+        return GPOPEConfig(iterations=self.iterations, step_size=self.step_size, clip=self.clip,
+                           epsilon=self.epsilon, delta=self.delta, accountant=self.accountant,
+                           sampling=self.sampling,
+                           batch_rate=(self.batch_rate or 1.0 / self.m) if poisson else None,
+                           trace_every=1 if self.statistic != "final" else None)
 
     @classmethod
     def preset(cls, sampling: str, *, quick: bool = False, **overrides: Any) -> AuditConfig:
@@ -357,12 +354,8 @@ def audit_statistics(res: Any, config: AuditConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the audit
-def run_audit(
-    config: AuditConfig,
-    rng: np.random.Generator | int,
-    *,
-    _mechanism_override: Mapping[str, Any] | None = None,
-) -> AuditResult:
+def run_audit(config: AuditConfig, rng: np.random.Generator | int, *,
+              _mechanism_override: Mapping[str, Any] | None = None) -> AuditResult:
     """Audit the solver once (both worlds, ``config.runs`` runs each); data, runs of D0 and runs
     of D1 draw from independent child streams of ``rng``. ``_mechanism_override``: test-only,
     passed to the solver's hook to audit a broken mechanism."""
@@ -401,22 +394,11 @@ def certify(
     eps, parts = _bounds(t0[half0:], t1[half1:], np.array([thr]), alpha, delta)
     n0, n1 = len(t0) - half0, len(t1) - half1
     eps_lower = float(eps[0])
-    return AuditResult(
-        epsilon_claimed=float(epsilon_claimed),
-        epsilon_lower=eps_lower,
-        passed=bool(eps_lower <= epsilon_claimed),
-        sigma=float(sigma),
-        accountant=accountant,
-        threshold=thr,
-        tpr=float(parts["tp"][0]) / n1,
-        fpr=float(parts["fp"][0]) / n0,
-        tpr_low=float(parts["tpr_low"][0]),
-        fpr_high=float(parts["fpr_high"][0]),
-        tnr_low=float(parts["tnr_low"][0]),
-        fnr_high=float(parts["fnr_high"][0]),
-        n_test=min(n0, n1),
-        override=override,
-        seconds=seconds,
-        config=config,
-    )
+    return AuditResult(epsilon_claimed=float(epsilon_claimed), epsilon_lower=eps_lower,
+                       passed=bool(eps_lower <= epsilon_claimed), sigma=float(sigma),
+                       accountant=accountant, threshold=thr, tpr=float(parts["tp"][0]) / n1,
+                       fpr=float(parts["fp"][0]) / n0, tpr_low=float(parts["tpr_low"][0]),
+                       fpr_high=float(parts["fpr_high"][0]), tnr_low=float(parts["tnr_low"][0]),
+                       fnr_high=float(parts["fnr_high"][0]), n_test=min(n0, n1), override=override,
+                       seconds=seconds, config=config)
 

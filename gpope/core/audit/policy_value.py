@@ -126,6 +126,4 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
         t0, t1, started=t_start, sigma=sigma, epsilon_claimed=claim,
         delta=config.delta * settings.share,
         override=None if _noise_scale == 1.0 else {"noise_scale": float(_noise_scale)},
-        sampling="policy value (add/remove)", share=settings.share,
-        policy_value=asdict(settings),
-    )
+        sampling="policy value (add/remove)", share=settings.share, policy_value=asdict(settings))

@@ -121,14 +121,8 @@ def histogram_quantile(noisy_counts: np.ndarray, grid: LogGrid, quantile: float,
     return float(edges[min(i, len(edges) - 1)])
 
 
-def private_quantile(
-    values: np.ndarray,
-    quantile: float,
-    *,
-    grid: LogGrid,
-    noise_multiplier: float,
-    rng: np.random.Generator,
-) -> float:
+def private_quantile(values: np.ndarray, quantile: float, *, grid: LogGrid, noise_multiplier: float,
+                     rng: np.random.Generator) -> float:
     """A DP estimate of the ``quantile`` of ``values`` (one noisy histogram, then post-processing).
 
     Privacy: :func:`quantile_dp_event` ``(noise_multiplier)`` under add/remove-one adjacency; the

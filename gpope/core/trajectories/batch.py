@@ -93,15 +93,10 @@ def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,
     if is_state_action(spec):  # LSTDQ rows (gpope.core.state_action), rewards already bounded
         return state_action_statistics(transitions, spec, representation=representation,
                                        bound=False)
-    return statistics_from_transitions(
-        transitions,
-        spec.feature_map,
-        rho,
-        gamma=spec.gamma,
-        normalization=spec.normalization,
-        length_scale=spec.length_scale,
-        representation=representation,
-    )
+    return statistics_from_transitions(transitions, spec.feature_map, rho, gamma=spec.gamma,
+                                       normalization=spec.normalization,
+                                       length_scale=spec.length_scale,
+                                       representation=representation)
 
 
 def missing_prob(spec: EvaluationSpec) -> float | None:

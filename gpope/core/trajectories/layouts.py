@@ -59,15 +59,8 @@ def rows_dense(
     return A, C
 
 
-def tabular_dense(
-    s: np.ndarray,
-    sn: np.ndarray,
-    gn: np.ndarray,
-    rw: np.ndarray,
-    norm: np.ndarray,
-    offsets: np.ndarray,
-    n: int,
-) -> tuple[np.ndarray, np.ndarray]:
+def tabular_dense(s: np.ndarray, sn: np.ndarray, gn: np.ndarray, rw: np.ndarray, norm: np.ndarray,
+                  offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Dense A, C (m, n, n) from one-hot state indices by flat bincounts."""
     m = len(offsets) - 1
     owner = np.repeat(np.arange(m, dtype=np.int64), np.diff(offsets)) * (n * n)
@@ -89,15 +82,9 @@ def sparse_dense(
 
 
 # ---------------------------------------------------------------------- sparse entries
-def tabular_to_sparse(
-    tau: np.ndarray,
-    s: np.ndarray,
-    sn: np.ndarray,
-    gn: np.ndarray,
-    rw: np.ndarray,
-    norm: np.ndarray,
-    n: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def tabular_to_sparse(tau: np.ndarray, s: np.ndarray, sn: np.ndarray, gn: np.ndarray,
+                      rw: np.ndarray, norm: np.ndarray,
+                      n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(offsets (m + 1,), ea, ex, ev): tabular rows merged into each trajectory's distinct entries."""
     m = len(tau)
     owner = np.repeat(np.arange(m, dtype=np.int64), tau)
@@ -200,17 +187,8 @@ def _weighted_rows(
     return rows, owner, seg, nrm, rw
 
 
-def grad_tabular(
-    idx: np.ndarray,
-    x: np.ndarray,
-    out: np.ndarray,
-    *,
-    s: np.ndarray,
-    sn: np.ndarray,
-    gn: np.ndarray,
-    b: np.ndarray,
-    **weighting: Unpack[RowWeighting],
-) -> np.ndarray:
+def grad_tabular(idx: np.ndarray, x: np.ndarray, out: np.ndarray, *, s: np.ndarray, sn: np.ndarray,
+                 gn: np.ndarray, b: np.ndarray, **weighting: Unpack[RowWeighting]) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(tau_i) each."""
     k, n = len(idx), b.shape[1]
     rows, owner, _, nrm, rw = _weighted_rows(idx, **weighting)
@@ -229,16 +207,8 @@ def grad_tabular(
     return out
 
 
-def grad_compact(
-    idx: np.ndarray,
-    x: np.ndarray,
-    out: np.ndarray,
-    *,
-    p: np.ndarray,
-    e: np.ndarray,
-    b: np.ndarray,
-    **weighting: Unpack[RowWeighting],
-) -> np.ndarray:
+def grad_compact(idx: np.ndarray, x: np.ndarray, out: np.ndarray, *, p: np.ndarray, e: np.ndarray,
+                 b: np.ndarray, **weighting: Unpack[RowWeighting]) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(tau_i n) each."""
     n = b.shape[1]
     rows, owner, seg, nrm, rw = _weighted_rows(idx, **weighting)
@@ -252,17 +222,8 @@ def grad_compact(
     return out
 
 
-def grad_sparse(
-    idx: np.ndarray,
-    x: np.ndarray,
-    out: np.ndarray,
-    *,
-    offsets: np.ndarray,
-    ea: np.ndarray,
-    ex: np.ndarray,
-    ev: np.ndarray,
-    b: np.ndarray,
-) -> np.ndarray:
+def grad_sparse(idx: np.ndarray, x: np.ndarray, out: np.ndarray, *, offsets: np.ndarray,
+                ea: np.ndarray, ex: np.ndarray, ev: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Gradients of trajectories idx (k,) at x (k, 2n), written into out (k, 2n); O(nnz_i) each.
 
     Per entry (a, x-position j, v): add v * x[j] to the w-part's row a and, for A entries

@@ -64,15 +64,8 @@ class TrajectoryStats:
     __slots__ = ("_ac", "_b", "_e", "_ea", "_ev", "_ex", "_gn", "_norm", "_offsets", "_p", "_rho",
                  "_s", "_sn", "n", "normalization", "representation", "tau")
 
-    def __init__(
-        self,
-        *,
-        representation: str,
-        tau: np.ndarray,
-        b: np.ndarray,
-        normalization: str,
-        **arrays: np.ndarray | None,
-    ) -> None:
+    def __init__(self, *, representation: str, tau: np.ndarray, b: np.ndarray, normalization: str,
+                 **arrays: np.ndarray | None) -> None:
         unknown = sorted(set(arrays) - set(_LAYOUT_ARRAYS))
         if unknown:
             raise TypeError(f"TrajectoryStats holds no layout arrays named {unknown}.")
@@ -104,15 +97,9 @@ class TrajectoryStats:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_dense(
-        cls,
-        A: np.ndarray,
-        b: np.ndarray,
-        C: np.ndarray,
-        *,
-        tau: np.ndarray | None = None,
-        normalization: str = "transition",
-    ) -> TrajectoryStats:
+    def from_dense(cls, A: np.ndarray, b: np.ndarray, C: np.ndarray, *,
+                   tau: np.ndarray | None = None,
+                   normalization: str = "transition") -> TrajectoryStats:
         """Dense statistics from A (m, n, n), b (m, n), C (m, n, n); ``tau`` ones when not given.
 
         Raises:
@@ -167,25 +154,14 @@ class TrajectoryStats:
             raise SchemaError(
                 f"rows: A and C must be (m, n*n) = ({m}, {n * n}); got {A.shape} and {C.shape}."
             )
-        return cls.from_dense(
-            A[order].reshape(m, n, n),
-            b[order],
-            C[order].reshape(m, n, n),
-            tau=np.asarray(rows["tau"], dtype=np.int64)[order],
-            normalization=normalization,
-        )
+        return cls.from_dense(A[order].reshape(m, n, n), b[order], C[order].reshape(m, n, n),
+                              tau=np.asarray(rows["tau"], dtype=np.int64)[order],
+                              normalization=normalization)
 
     @classmethod
-    def from_sparse_chunks(
-        cls,
-        *,
-        traj_index: np.ndarray,
-        tau: np.ndarray,
-        b: np.ndarray,
-        lengths: np.ndarray,
-        chunks: Iterable[tuple[np.ndarray, np.ndarray]],
-        normalization: str = "transition",
-    ) -> TrajectoryStats:
+    def from_sparse_chunks(cls, *, traj_index: np.ndarray, tau: np.ndarray, b: np.ndarray,
+                           lengths: np.ndarray, chunks: Iterable[tuple[np.ndarray, np.ndarray]],
+                           normalization: str = "transition") -> TrajectoryStats:
         """Sparse statistics from the nonzero entries of storage rows, arriving chunk by chunk (e.g.
         Arrow record batches).
 

@@ -159,16 +159,9 @@ def _rdp_curve(event_parts: tuple[float, float, float, int, int, int, float]) ->
     return gauss + k * n * np.asarray(_rdp_step(m, s_g, "poisson", q))
 
 
-def plan_private_tuning(
-    *,
-    m: int,
-    iterations: int,
-    batch_rate: float,
-    epsilon: float,
-    delta: float,
-    settings: PrivateTuningSettings,
-    accountant: str = REFERENCE,
-) -> PrivateTuningPlan:
+def plan_private_tuning(*, m: int, iterations: int, batch_rate: float, epsilon: float, delta: float,
+                        settings: PrivateTuningSettings,
+                        accountant: str = REFERENCE) -> PrivateTuningPlan:
     """Calibrate every noise multiplier so the composed run meets (epsilon, delta).
 
     Guarantee: ``composed_epsilon(plan.dp_event, delta, accountant) <= epsilon`` (the GPOPE sigma
@@ -294,13 +287,9 @@ def _gradient_norms(stats: TrajectoryStats, theta: np.ndarray, block: int = 20_0
     return out
 
 
-def tune_privately(
-    stats: TrajectoryStats,
-    base: GPOPEConfig,
-    plan: PrivateTuningPlan,
-    settings: PrivateTuningSettings,
-    rng: np.random.Generator | int | None = None,
-) -> PrivateTuningResult:
+def tune_privately(stats: TrajectoryStats, base: GPOPEConfig, plan: PrivateTuningPlan,
+                   settings: PrivateTuningSettings,
+                   rng: np.random.Generator | int | None = None) -> PrivateTuningResult:
     """Run the four releases of the module docstring and return the best candidate's run.
 
     ``base`` holds the run's public solver settings (Poisson, with ``plan``'s N and q; step size,

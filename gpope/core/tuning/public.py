@@ -78,20 +78,13 @@ def step_grid_center(population: tuple[np.ndarray, np.ndarray, np.ndarray],
     return float(f"{1.0 / (lam * horizon):.3g}")
 
 
-def tune_operating_point(
-    stats: TrajectoryStats,
-    population: tuple[np.ndarray, np.ndarray, np.ndarray],
-    *,
-    settings: dict[str, Any],
-    epsilons: Sequence[float],
-    delta: float,
-    trials: int,
-    rng: np.random.Generator,
-    clips: Sequence[float] | None = None,
-    steps: Sequence[float] | None = None,
-    refine: bool = True,
-    log: Callable[[str], None] | None = None,
-) -> TuningResult:
+def tune_operating_point(stats: TrajectoryStats,
+                         population: tuple[np.ndarray, np.ndarray, np.ndarray], *,
+                         settings: dict[str, Any], epsilons: Sequence[float], delta: float,
+                         trials: int, rng: np.random.Generator,
+                         clips: Sequence[float] | None = None, steps: Sequence[float] | None = None,
+                         refine: bool = True,
+                         log: Callable[[str], None] | None = None) -> TuningResult:
     """Tune (clip, step size) per epsilon on public ``stats``, scored on public ``population``.
 
     Args:

@@ -327,12 +327,10 @@ def _ridge_solve(A: np.ndarray, b: np.ndarray, keep: np.ndarray, lam: float) -> 
     return theta
 
 
-def release_untuned(
-    aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigmas: UntunedSigmas,
-    moments_share: float, settings: UntunedSettings, rng: np.random.Generator,
-    level: float = 0.95, identification: bool = True,
-    functionals: tuple[np.ndarray, np.ndarray] | None = None,
-) -> UntunedRelease:
+def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigmas: UntunedSigmas,
+                    moments_share: float, settings: UntunedSettings, rng: np.random.Generator,
+                    level: float = 0.95, identification: bool = True,
+                    functionals: tuple[np.ndarray, np.ndarray] | None = None) -> UntunedRelease:
     """The default release (module docstring), reading the statistics only through ``aggregate``;
     ``rng`` draws every noise. ``functionals``: public rows G_f (k', n) and their two-sided levels
     (k',) whose intervals are released like the reference values'.
