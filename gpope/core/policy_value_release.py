@@ -13,7 +13,8 @@ so together they are exactly the Gaussian mechanism at ``sigma`` (:func:`policy_
 2. ``1 - clip_share - moments_share``: the sum of the per-patient vectors
    z_i = (x_i - mid) / half in [-1, 1]^k, x_i = (clip(g_i, g_lo, g_hi), lambda_i a_i, lambda_i n_i) with
    lambda_i = min(1, c_a / |a_i|, c_n / n_i), weighted (:func:`sum_noise_stds`).
-3. ``moments_share``: the sum of the upper triangles of z_i z_i^T (sensitivity ||z||^2 <= k).
+3. ``moments_share``: the sum of the upper triangles of z_i z_i^T, the (g, g) entry weighted
+   (:func:`moment_weights`).
 
 What the intervals cover. Off-policy, a patient's factor lambda_i scales its importance weights
 down (lambda_i min(rho_t, C) <= rho_t), so the identified set of :mod:`gpope.core.policy_value`
@@ -81,6 +82,7 @@ __all__ = [
     "PolicyValueSettings",
     "behaviour_end",
     "exact_intervals",
+    "moment_weights",
     "policy_value_event",
     "policy_value_sigma",
     "public_ranges",
@@ -146,7 +148,8 @@ class PolicyValueRelease:
         second: (3, 3) noisy mean of z z^T, z = (x - mid) / half (0 for a constant component).
         mid, half: (3,) centre and half-range of each component's public range after clipping.
         noise_means: (3,) std of the noise of ``means``.
-        noise_second: std of the noise of a diagonal entry of ``second`` (off-diagonal: / sqrt 2).
+        noise_second: (6,) noise std of each upper-triangle entry of ``second`` in the scale of
+            :func:`gpope.core.ssp.moment_vectors` (an off-diagonal entry of ``second``: / sqrt 2).
         m: what the means divide by: the released count m~, or the number of patients where
             that is public; bounds: the public constants; sigma: the release's multiplier.
         margin: t with |m~ - m| <= t at the probability the rows set aside for it
@@ -165,7 +168,7 @@ class PolicyValueRelease:
     mid: np.ndarray
     half: np.ndarray
     noise_means: np.ndarray
-    noise_second: float
+    noise_second: np.ndarray
     m: int
     bounds: PolicyValueBounds
     sigma: float
@@ -325,7 +328,7 @@ def _predicted_width(noisy_g: np.ndarray, edges: np.ndarray, sign: int, clips: t
     for part in ("excess", "deficit"):
         a_clamp = alpha * settings.clamp_share if getattr(cb, f"{part}_range") > 0 else 0.0
         total += cb.bound(part, m=m, a_noise=a_clamp / 2.0, a_pop=a_clamp / 2.0)
-        total += _bernstein_width(var, mom_std / m * half[0] ** 2, float(high[0] - low[0]),
+        total += _bernstein_width(var, mom_std[0] / m * half[0] ** 2, float(high[0] - low[0]),
                                   half[0] * first_std[0] / m, m=m, choices=g_choices,
                                   alpha=alpha - a_clamp,
                                   shares=(settings.variance_share, settings.noise_share),
@@ -342,10 +345,11 @@ def _secure_histograms(counts: list[np.ndarray], hist_std: float,
     return np.split(noisy, sizes), std
 
 
-def _secure_sums(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_std: float,
+def _secure_sums(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_std: np.ndarray,
                  active: np.ndarray, settings: PolicyValueSettings):
     """The sums of :func:`add_sum_noise` under :func:`secure_perturb`: the first moments as the
-    weighted vector w * sum z (sensitivity ||w||), the active second moments (sensitivity k)."""
+    weighted vector w * sum z (sensitivity ||w||), the active second moments as the weighted
+    vector of :func:`moment_weights`."""
     w = np.where(active, np.array([settings.behaviour_weight, 1.0, 1.0]), 0.0)
     norm_w = float(np.linalg.norm(w))
     safe = np.where(active, w, 1.0)
@@ -354,12 +358,14 @@ def _secure_sums(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_
     first = first.copy()
     first[active] = noisy_w / w[active]
     first_std = np.where(active, std_w / safe, 0.0)
-    mom_active = moment_vectors(active[None, :].astype(np.float64)).reshape(-1) > 0
-    k = float(active.sum())
+    wm, sens = moment_weights(active, settings)
+    on = wm > 0
     mom = mom.copy()
-    if mom_std > 0:
-        mom[mom_active], mom_std = secure_perturb(mom[mom_active], mom_std, k)
-    return first, mom, first_std, float(mom_std)
+    if np.any(mom_std > 0):
+        noisy_m, std_m = secure_perturb(wm[on] * mom[on], float(mom_std[on][0] * wm[on][0]), sens)
+        mom[on] = noisy_m / wm[on]
+        mom_std = np.where(on, std_m / np.where(on, wm, 1.0), 0.0)
+    return first, mom, first_std, mom_std
 
 
 def noise_scales(sigma: float, settings: PolicyValueSettings,
@@ -390,22 +396,35 @@ def exact_sums(terms: PolicyValueTerms, bounds: PolicyValueBounds, clips: tuple[
     return z.sum(axis=0), moment_vectors(z).sum(axis=0), mid, half
 
 
+def moment_weights(active: np.ndarray, settings: PolicyValueSettings) -> tuple[np.ndarray, float]:
+    """(w (6,), L2 sensitivity) of the weighted second moments: the upper triangle of z z^T
+    (:func:`gpope.core.ssp.moment_vectors`) with the (g, g) entry weighted by ``behaviour_weight``
+    W where g varies (J(behaviour)'s variance bound reads it alone), 1 on the other varying
+    entries, 0 elsewhere. With |z_j| <= 1 a patient's weighted vector has squared norm
+    W^2 z_g^4 + ||z||^4 - z_g^4 <= W^2 - 1 + k^2 (k varying components; W = 1 if g is constant)."""
+    w = (moment_vectors(active[None, :].astype(np.float64)).reshape(-1) > 0).astype(np.float64)
+    w_gg = float(settings.behaviour_weight) if active[0] else 1.0
+    w[0] *= w_gg
+    return w, math.sqrt(w_gg * w_gg - 1.0 + int(active.sum()) ** 2)
+
+
 def sum_noise_stds(active: np.ndarray, settings: PolicyValueSettings, *, s_mean: float,
-                   s_mom: float) -> tuple[np.ndarray, float]:
-    """Noise std of each coordinate of sum z (3,) and of each second-moment entry.
+                   s_mom: float) -> tuple[np.ndarray, np.ndarray]:
+    """Noise std of each coordinate of sum z (3,) and of each second-moment entry (6,).
 
     The first moments are released as sum w_j z_j with public weights w = (behaviour_weight, 1,
     1) on the varying components: L2 sensitivity ||w|| (|z_j| <= 1), so coordinate j carries
-    std s_mean ||w|| / w_j. The second moments have sensitivity ||z z^T||_F <= k (k varying
-    components): std k s_mom.
+    std s_mean ||w|| / w_j. The second moments likewise, weighted by :func:`moment_weights`
+    (sensitivity D): entry e carries std s_mom D / w_e (0 on constant entries).
     """
     w = np.where(active, np.array([settings.behaviour_weight, 1.0, 1.0]), 0.0)
     norm_w = float(np.linalg.norm(w))
     first_std = np.where(active, s_mean * norm_w / np.where(active, w, 1.0), 0.0)
-    return first_std, float(int(active.sum()) * s_mom)
+    wm, sens = moment_weights(active, settings)
+    return first_std, np.where(wm > 0, s_mom * sens / np.where(wm > 0, wm, 1.0), 0.0)
 
 
-def add_sum_noise(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_std: float,
+def add_sum_noise(first: np.ndarray, mom: np.ndarray, first_std: np.ndarray, mom_std: np.ndarray,
                   active: np.ndarray, *, rng: np.random.Generator, size: int | None = None):
     """The sums plus their Gaussian noise (:func:`sum_noise_stds`); ``size``: that many
     independent releases (the audit)."""
@@ -493,8 +512,9 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
             max(var, 0.0) / m + noise_sd ** 2 + extra_sd ** 2)
     var_sd = 0.0
     if private:
-        nz = float(np.linalg.norm(cz))
-        var_sd = math.hypot(rel.noise_second * nz ** 2,
+        # c^T M c of the noisy M: entry e's noise enters with moment_vectors(cz)_e
+        mv = moment_vectors(cz[None, :])[0]
+        var_sd = math.hypot(float(np.linalg.norm(mv * rel.noise_second)),
                             2.0 * abs(float(cz @ zbar)) * noise_sd)
     return count + clamp + _bernstein_width(var, var_sd, span, math.hypot(noise_sd, extra_sd),
                                             m=m, choices=choices, alpha=alpha,
@@ -503,13 +523,10 @@ def _end_width(rel: PolicyValueRelease, c: np.ndarray, alpha: float, side: str, 
 
 def behaviour_end(rel: PolicyValueRelease, settings: PolicyValueSettings, *, alpha: float,
                   side: str, extra_sd: float) -> float:
-    """The ``side`` end of J(behaviour) at ``alpha`` (that end alone) when the caller adds an
-    independent Gaussian error of std ``extra_sd`` to it, without the public range's intersection
-    (the caller's sum is intersected instead): with probability >= 1 - alpha,
-    J(behaviour) + E <= end (``upper``) or >= end (``lower``) for E ~ N(0, extra_sd^2)
-    independent of this release. Post-processing."""
-    combo = _combos(rel.bounds)["behaviour_value"][0 if side == "lower" else 1]
-    c, k = combo
+    """The ``side`` end of J(behaviour) at ``alpha`` (that end alone) for a caller that adds an
+    independent Gaussian error E ~ N(0, extra_sd^2): J(behaviour) + E <= end (``upper``) or >= end
+    (``lower``) with probability >= 1 - alpha; not intersected with the public range."""
+    c, k = _combos(rel.bounds)["behaviour_value"][0 if side == "lower" else 1]
     width = _end_width(rel, c, alpha, side, settings.method,
                        (settings.variance_share, settings.noise_share, settings.clamp_share),
                        extra_sd=float(extra_sd))

@@ -25,8 +25,8 @@ class PolicyValueSettings:
             the configuration's ``evaluation.policy_value_share`` (not a key of this block).
         clip_share: share of the release's 1/sigma^2 spent on the clip histograms.
         moments_share: share of 1/sigma^2 spent on the second moments.
-        behaviour_weight: off-policy, the behaviour return's weight in the first moments
-            relative to the target's terms (whose interval is mostly the identified set's width).
+        behaviour_weight: off-policy, the behaviour return's weight in the first moments and in
+            its own second moment, relative to the target's terms.
         false_alarm: probability that noise alone stops a walk over an empty grid (the walk
             stops at the first bin whose noisy count exceeds z = Phi^-1(1 - false_alarm / bins)
             noise stds, Bonferroni over the bins).

@@ -269,6 +269,36 @@ def test_noise_has_the_public_scale():
     assert means.std() == pytest.approx(expected, rel=0.06)
 
 
+def test_weighted_second_moments_are_the_gaussian_mechanism_at_their_multiplier():
+    """The (g, g) second moment weighted by W = behaviour_weight: no patient's weighted moment
+    vector is longer than the stated L2 sensitivity sqrt(W^2 - 1 + k^2) (brute force over the
+    cube's corners and random points; a corner attains it), and entry e's noise std is s_mom
+    times it over w_e: the weighted vector plus N(0, (s_mom D)^2 I), GaussianDpEvent(s_mom) by
+    dp-accounting's definition. On-policy (g alone) the entry keeps std s_mom."""
+    from itertools import product
+
+    from gpope.core.policy_value_release import add_sum_noise, moment_weights, sum_noise_stds
+    from gpope.core.ssp import moment_vectors
+
+    s = PolicyValueSettings()
+    for active in (np.array([True, True, True]), np.array([False, True, True])):
+        w, sens = moment_weights(active, s)
+        k = int(active.sum())
+        z = np.vstack([np.array(list(product([-1.0, 1.0], repeat=3))),
+                       np.random.default_rng(0).uniform(-1.0, 1.0, (5000, 3))]) * active
+        norms = np.linalg.norm(moment_vectors(z) * w, axis=1)
+        assert norms.max() == pytest.approx(sens) and norms.max() <= sens * (1 + 1e-12)
+        assert sens == pytest.approx(math.sqrt((s.behaviour_weight ** 2 if active[0] else 1) - 1
+                                               + k * k))
+        _, mom_std = sum_noise_stds(active, s, s_mean=1.0, s_mom=2.0)
+        np.testing.assert_allclose(mom_std * w, np.where(w > 0, 2.0 * sens, 0.0))
+        draws = add_sum_noise(np.zeros(3), np.zeros(6), np.zeros(3), mom_std, active,
+                              rng=np.random.default_rng(1), size=4000)[1]
+        np.testing.assert_allclose(draws.std(axis=0), mom_std, rtol=0.06)
+    assert sum_noise_stds(np.array([True, False, False]), s, s_mean=1.0, s_mom=2.0)[1][0] == 2.0
+    assert policy_value_event(2.0) == dp_accounting.GaussianDpEvent(2.0)
+
+
 def test_secure_noise_has_the_public_scale_and_draws_nothing_from_rng():
     # --secure-noise: every noise term comes from the OS-CSPRNG discrete Gaussian (the seeded
     # generator is never touched), at the accounted scale raised only by the grid's rounding.

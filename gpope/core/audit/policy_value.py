@@ -115,10 +115,10 @@ def run_policy_value_audit(config: PolicyValueAuditConfig, rng: np.random.Genera
             f_std, m_std = sum_noise_stds(active, settings, s_mean=s_mean, s_mom=s_mom)
             yf, ym = add_sum_noise(f_t, m_t, _noise_scale * f_std, _noise_scale * m_std, active,
                                    rng=g, size=len(rows))
-            vf, vm = np.where(active, f_std, 1.0) ** 2, m_std**2
+            vf, vm = np.where(active, f_std, 1.0) ** 2, np.where(m_std > 0, m_std, 1.0) ** 2
             df, dm = f1 - f0, m1 - m0
             stat[rows] += ((yf - f0) / vf) @ df - 0.5 * float(df @ (df / vf))
-            stat[rows] += ((ym - m0) @ dm - 0.5 * dm @ dm) / vm
+            stat[rows] += ((ym - m0) / vm) @ dm - 0.5 * float(dm @ (dm / vm))
         return stat
 
     t0, t1 = world(d0, c0, g0), world(d1, c1, g1)
