@@ -241,6 +241,7 @@ def policy_rows(route, spec, rel, terms, first, *, m, eps, delta, pv_share, rng)
     fiv = rel.functionals
     return pick_policy_values(is_rel, settings, level=0.95, theta=rel.theta, first=first,
                               functional_ends=np.stack([fiv.lower, fiv.upper], axis=1),
+                              functional_se=fiv.se,
                               supported=rel.supported,
                               unsupported_bound=max(abs(vr[0]), abs(vr[1])),
                               ratios_logged=route == "logged")

@@ -169,6 +169,7 @@ def one_run(spec, tr, vec, *, eps: float, rng: np.random.Generator) -> dict:
     picked = pick_policy_values(
         pvr, pv, level=LEVEL, theta=rel.theta, first=first,
         functional_ends=np.stack([fiv.lower, fiv.upper], axis=1), supported=rel.supported,
+        functional_se=fiv.se,
         unsupported_bound=max(abs(vr[0]), abs(vr[1])) if tabular else None)
     t_is = pvr.intervals_with(LEVEL, pv)["policy_value"]
     ends = {q: (picked[k].value, picked[k].lower, picked[k].upper) for q, k in

@@ -31,7 +31,12 @@ sampling error (the mean of V*(s_0) over m patients, variance theta*^T Cov(phi(s
 both are evaluated at theta^ (plug-in, a second-order approximation like the estimator's delta
 method). The first states' mass on features the estimator leaves unsupported is charged at a
 public bound of their value, and its noise joins the mean's noise in one Gaussian
-(:func:`direct_parts`); a union bound over the functional, the sampling and the noise.
+(:func:`direct_parts`); a union bound over the functional, the sampling and the noise. Where the
+estimator states its functional interval as value -+ (z se + extra) (the tuning-free default's
+delta method: a normal first-order part and a bounded second-order part), its first-order part
+joins that Gaussian too and only ``extra`` stays a width: the noises are independent of the data
+and of each other, so the sum is normal at the same (first-order) approximation as the
+estimator's own interval.
 
 The contrast (:func:`pick_policy_values`). J(target) - J(behaviour) is one joint interval, not
 the difference of two: the direct part's ends without its noise, minus J(behaviour)'s ends
@@ -194,7 +199,8 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
                     first_state_alpha: float = 0.2,
                     value_range: tuple[float, float] = (-math.inf, math.inf),
                     supported: np.ndarray | None = None,
-                    unsupported_bound: float | None = None) -> DirectInterval:
+                    unsupported_bound: float | None = None,
+                    functional_se: float | None = None) -> DirectInterval:
     """J(target) = mu^ . theta^ with its interval (module docstring): :func:`direct_parts` with
     its Gaussian noise at its normal quantile, intersected with ``value_range``.
 
@@ -205,13 +211,14 @@ def direct_interval(theta: np.ndarray, first: FirstStateRelease,
             :func:`functional_level` (post-processing of its release; infinite ends allowed).
         level: the two-sided level. The one-sided ``lower_bound`` is the two-sided lower end
             (valid at ``level``, conservative).
-        first_state_alpha, supported, unsupported_bound: as :func:`direct_parts`.
+        first_state_alpha, supported, unsupported_bound, functional_se: as :func:`direct_parts`.
         value_range: public range of J (values and ends are intersected with it).
     """
     from scipy.stats import norm
 
     p = direct_parts(theta, first, functional, level=level, first_state_alpha=first_state_alpha,
-                     supported=supported, unsupported_bound=unsupported_bound)
+                     supported=supported, unsupported_bound=unsupported_bound,
+                     functional_se=functional_se)
     q = float(norm.ppf(1.0 - p.noise_alpha)) * p.noise_sd
     lower, upper = min(p.lower - q, p.upper + q), max(p.lower - q, p.upper + q)
     lo_r, hi_r = value_range
@@ -237,8 +244,8 @@ class DirectParts:
 
 def direct_parts(theta: np.ndarray, first: FirstStateRelease, functional: tuple[float, float],
                  *, level: float, first_state_alpha: float = 0.2,
-                 supported: np.ndarray | None = None,
-                 unsupported_bound: float | None = None) -> DirectParts:
+                 supported: np.ndarray | None = None, unsupported_bound: float | None = None,
+                 functional_se: float | None = None) -> DirectParts:
     """The parts of :func:`direct_interval` (module docstring). Each end's alpha at ``level``
     goes (1 - first_state_alpha) to the functional interval (the caller's :func:`functional_level`),
     and first_state_alpha / 2 each to the first states' sampling (half of it bounding the noisy
@@ -252,12 +259,24 @@ def direct_parts(theta: np.ndarray, first: FirstStateRelease, functional: tuple[
     of features that are non-negative (tabular one-hot: ``unsupported_bound`` the largest |value|).
     So the ends move by -+ B sum_off mu^_j (the mass's released mean, an exact identity) and the
     noise std is noise_mean sqrt(||theta||^2 + k_off B^2). None for B: an unsupported feature makes
-    the interval unbounded."""
+    the interval unbounded.
+
+    ``functional_se``: the standard error of the estimator's first-order (delta method, normal)
+    part of ``functional``, whose ends are then its value -+ (z se + extra) at
+    :func:`functional_level` (:attr:`gpope.core.untuned.release.UntunedRelease.functionals`):
+    that part joins the Gaussian (std hypot) with its alpha, and only ``extra`` stays a width."""
     from scipy.stats import norm
 
     theta = np.asarray(theta, dtype=np.float64)
     alpha = (1.0 - check_number("direct_parts", "level", level, gt=0.0, lt=1.0)) / 2.0
     a_first = alpha * first_state_alpha / 2.0
+    a_noise, f_sd, reach = a_first, 0.0, max(abs(float(functional[0])), abs(float(functional[1])))
+    if functional_se is not None and all(math.isfinite(x) for x in functional):
+        f_sd, centre = float(functional_se), (functional[0] + functional[1]) / 2.0
+        f_z = float(norm.ppf(0.5 + functional_level(1.0 - 2.0 * alpha, first_state_alpha) / 2.0))
+        extra = max((functional[1] - functional[0]) / 2.0 - f_z * f_sd, 0.0)
+        functional, a_noise = (centre - extra, centre + extra), a_first + alpha * (
+            1.0 - first_state_alpha)
     value = float(first.mean @ theta)  # theta is 0 on features the estimator drops
     var = float(theta @ first.second @ theta) - value * value
     # the noisy second moment can understate the variance: its noise's upper quantile
@@ -268,7 +287,6 @@ def direct_parts(theta: np.ndarray, first: FirstStateRelease, functional: tuple[
         # mu^ = S~ / m~ and the m patients' (S~ - N) / m: beside the noise N, the count moves
         # mu^ . theta* by |mu^ . theta*| |m - m~| / m <= t / (m~ - t) times the largest end of
         # the estimator's interval of mu^ . theta* (infinite ends leave the interval unbounded)
-        reach = max(abs(float(functional[0])), abs(float(functional[1])))
         width += reach * first.margin / first.m_low
     off = np.zeros(len(theta), dtype=bool) if supported is None else ~np.asarray(supported)
     noise_var = float(theta @ theta)
@@ -279,7 +297,8 @@ def direct_parts(theta: np.ndarray, first: FirstStateRelease, functional: tuple[
             width += unsupported_bound * float(first.mean[off].sum())
             noise_var += int(off.sum()) * unsupported_bound ** 2
     return DirectParts(value=value, lower=functional[0] - width, upper=functional[1] + width,
-                       noise_sd=first.noise_mean * math.sqrt(noise_var), noise_alpha=a_first)
+                       noise_sd=math.hypot(first.noise_mean * math.sqrt(noise_var), f_sd),
+                       noise_alpha=a_noise)
 
 
 #: What each released row estimates (the ``estimand`` column of ``gold/released_values``): the
@@ -326,7 +345,8 @@ def direct_levels(level: float, first_state_alpha: float) -> np.ndarray:
 def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
                        first: FirstStateRelease, functional_ends: np.ndarray,
                        supported: np.ndarray | None, unsupported_bound: float | None,
-                       ratios_logged: bool = True) -> dict[str, object]:
+                       ratios_logged: bool = True,
+                       functional_se: np.ndarray | None = None) -> dict[str, object]:
     """The three released rows when the run also has the direct method (post-processing).
 
     The public rule: J(target) is the direct method held at 1 - 0.8 alpha where its interval is
@@ -346,6 +366,8 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
         settings: its :class:`~gpope.core.policy_value_settings.PolicyValueSettings`.
         functional_ends: (2, 2) the estimator's (lower, upper) of mu^ . theta* at
             :func:`direct_levels` (rows: J(target), contrast).
+        functional_se: (2,) their first-order standard errors where the estimator gives them
+            (:func:`direct_parts`); None: the functional intervals enter whole.
     Returns:
         ``{name: PolicyValueInterval}`` with ``estimand`` set.
     """
@@ -357,10 +379,11 @@ def pick_policy_values(is_release, settings, *, level: float, theta: np.ndarray,
     ranges = public_ranges(is_release.bounds)
     common = {"first_state_alpha": settings.first_state_alpha, "supported": supported,
               "unsupported_bound": unsupported_bound, "value_range": ranges["policy_value"]}
+    se = [None, None] if functional_se is None else [float(x) for x in functional_se]
     dm = direct_interval(theta, first, tuple(functional_ends[0]),
-                         level=1.0 - DIRECT_ALPHA * alpha, **common)
+                         level=1.0 - DIRECT_ALPHA * alpha, functional_se=se[0], **common)
     dm_c = direct_parts(theta, first, tuple(functional_ends[1]),
-                        level=1.0 - DIRECT_ALPHA * alpha / 2.0,
+                        level=1.0 - DIRECT_ALPHA * alpha / 2.0, functional_se=se[1],
                         **{k: v for k, v in common.items() if k != "value_range"})
     fallback = is_release.intervals_with(1.0 - (1.0 - DIRECT_ALPHA) * alpha, settings)
     if not ratios_logged:

@@ -118,6 +118,13 @@ def test_direct_j_on_a_generated_mdp_covers_the_exact_first_state_value():
                          unsupported_bound=max(abs(vr[0]), abs(vr[1])))
     assert iv.lower <= truth <= iv.upper
     assert iv.upper - iv.lower < 0.1 * (vr[1] - vr[0])
+    # the estimator's first-order error held in one Gaussian with the first states' noise
+    joint = direct_interval(rel.theta, first, (rel.functionals.lower[0], rel.functionals.upper[0]),
+                            level=0.95, value_range=vr, supported=rel.supported,
+                            unsupported_bound=max(abs(vr[0]), abs(vr[1])),
+                            functional_se=float(rel.functionals.se[0]))
+    assert joint.lower <= truth <= joint.upper and joint.value == iv.value
+    assert joint.upper - joint.lower < iv.upper - iv.lower
     # without a public bound for the unsupported features the interval is unbounded
     open_iv = direct_interval(rel.theta, first, (rel.functionals.lower[0],
                                                  rel.functionals.upper[0]),
@@ -187,12 +194,15 @@ def test_a_v_row_names_the_fixed_point_its_feature_map_gives():
 def test_the_joint_contrast_signs_a_better_target_and_never_calls_a_worse_one_better():
     """The ward's shape at m = 20,000 and the noise of epsilon 1: returns in [-1, 1] against a
     public return range of 15.7, a one-hot first-state law with two terminal features nobody
-    starts in (unsupported, charged at the value bound 20). Oracle: the closed-form contrast
-    p . v - E[g]. A target 0.15 better is signed (lower end > 0) in >= 80% of releases (the sum
-    of the two rows' intervals signed it in 8 of these 30), one 0.15 worse never is, and every
-    interval covers."""
+    starts in (unsupported, charged at the value bound 20), and an estimator whose error on the
+    first states' mean is Gaussian with standard error 0.015 (a normal functional interval).
+    Oracle: the closed-form contrast p . v - E[g]. A target 0.17 better is signed (lower end > 0)
+    in >= 80% of releases (27 of 30; 22 with the functional interval entering whole), one 0.17
+    worse never is, and every interval covers."""
+    from scipy.stats import norm
+
     from gpope.core.policy_value import PolicyValueBounds, PolicyValueTerms
-    from gpope.core.policy_value_direct import ESTIMANDS, pick_policy_values
+    from gpope.core.policy_value_direct import ESTIMANDS, direct_levels, pick_policy_values
     from gpope.core.policy_value_release import PolicyValueSettings, release_policy_value
 
     m, s = 20_000, PolicyValueSettings()
@@ -200,7 +210,8 @@ def test_the_joint_contrast_signs_a_better_target_and_never_calls_a_worse_one_be
     p = np.array([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
     supported = p > 0
     g_law = (np.array([-0.7, 0.1, 0.9]), np.array([0.3, 0.3, 0.4]))  # E[g] = 0.18
-    for shift in (0.15, -0.15):
+    se = 0.015
+    for shift in (0.17, -0.17):
         v = np.array([-0.5, 0.1, 0.6, 1.2, 0.0, 0.0])
         v[supported] += 0.18 + shift - float(p @ v)
         truth = float(p @ v) - 0.18
@@ -211,11 +222,14 @@ def test_the_joint_contrast_signs_a_better_target_and_never_calls_a_worse_one_be
             terms = PolicyValueTerms(g=g, a=g, n=np.full(m, bounds.discount_mass))
             rel = release_policy_value(terms, bounds, sigma=8.0, settings=s, rng=rng)
             first = release_first_state(np.eye(6)[rng.choice(6, m, p=p)], norm_bound=1.0,
-                                        sigma=15.0, rng=rng, one_hot=True)
-            mv = float(first.mean @ v)  # theta known: the functional interval a point
-            got = pick_policy_values(rel, s, level=0.95, theta=v, first=first,
-                                     functional_ends=np.array([[mv, mv]] * 2),
-                                     supported=supported, unsupported_bound=20.0)
+                                        sigma=12.5, rng=rng, one_hot=True)
+            theta = v + rng.normal(0.0, se) * supported  # mu^ . theta^ off by ~N(0, se^2)
+            mv = float(first.mean @ theta)
+            half = norm.ppf(0.5 + direct_levels(0.95, s.first_state_alpha) / 2.0) * se
+            got = pick_policy_values(rel, s, level=0.95, theta=theta, first=first,
+                                     functional_ends=np.stack([mv - half, mv + half], axis=1),
+                                     supported=supported, unsupported_bound=20.0,
+                                     functional_se=np.array([se, se]))
             c = got["policy_contrast"]
             assert c.estimand == ESTIMANDS["direct_contrast"]
             covered += c.lower <= truth <= c.upper

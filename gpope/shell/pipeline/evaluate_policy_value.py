@@ -185,6 +185,7 @@ def release_policy_values(read: tuple[Any, np.ndarray | None], spec: EvaluationS
     out = pick_policy_values(
         rel, settings, level=inner, theta=est.theta, first=first,
         functional_ends=np.stack([fiv.lower, fiv.upper], axis=1), supported=est.supported,
+        functional_se=fiv.se,
         unsupported_bound=(max(abs(vr[0]), abs(vr[1]))
                            if isinstance(getattr(spec.feature_map, "base", spec.feature_map),
                                          TabularFeatures) else None),
