@@ -257,8 +257,7 @@ def _row_file_fetcher(stats: DataFrame, n: int, *, m: int, folder: Path,
             f.truncate(8 * m * width)
     tau = np.zeros(m, dtype=np.int64)
     seen = np.zeros(m, dtype=bool)
-    # one file and one row group at a time, no read-ahead: a scanner's read-ahead of dense rows
-    # held several GB for the chain at 1e5 patients
+    # one file and one row group at a time, no read-ahead: memory holds one batch of rows
     batches = (batch for path in sorted(parquet.glob("*.parquet"))
                for batch in pq.ParquetFile(path).iter_batches(batch_size=_SPARSE_CHUNK,
                                                               columns=list(_COLUMNS)))

@@ -128,9 +128,8 @@ def dataset_settings_for_domain(domain: str, *, max_length: int | None = None) -
     )
 
 
-#: Patients converted to event tables and staged together (rounded down to whole generator
-#: batches, at least one): bounds the driver's memory whatever the cohort size (about 0.3 GB per
-#: 10,000 chain patients); the output does not depend on it.
+#: Patients converted to event tables and staged together (whole generator batches, at least
+#: one): bounds the driver's memory whatever the cohort size; the output does not depend on it.
 PATIENTS_PER_PART = 20_000
 
 

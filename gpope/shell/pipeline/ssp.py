@@ -12,6 +12,7 @@ rows (to rounding, 1e-12). :func:`public_clip` gives the default clip from PUBLI
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,23 +84,13 @@ def _block_sums(blocks: Iterator[pa.RecordBatch], n: int, kernel, rows: int,
     )
 
 
-def _partial_sums(n: int, kernel, rows: int, width: int):  # -> Callable
-    """mapInArrow function: one (rows, width) partial sum of ``kernel`` per partition."""
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _block_sums(batches, n, kernel, rows, width)
-
-    return run
-
-
 _COLUMNS = ["traj_index", "A", "b", "C"]
 
 
 def _file_tasks(paths: tuple[str, ...], max_bytes: int) -> list[list[str]]:
-    """The files split into tasks as Spark's own file scan splits them: about ``max_bytes``
-    (``spark.sql.files.maxPartitionBytes``) per task, at least one file each, largest files first
-    into the lightest task. Every Spark task costs a Python worker round trip (measured: 10 tasks
-    over the benchmark's 10 files took 3x the CPU of 2 tasks, docs/BENCHMARKS.md), so not one
-    task per file."""
+    """The files split into tasks as Spark's own file scan splits them (every task costs a
+    Python worker round trip): about ``max_bytes`` per task, at least one file each, largest
+    files first into the lightest task."""
     sizes = {p: os.path.getsize(p) for p in paths}
     count = max(1, min(len(paths), -(-sum(sizes.values()) // max(max_bytes, 1))))
     tasks: list[list[str]] = [[] for _ in range(count)]
@@ -115,7 +106,7 @@ def _file_partial_sums(tasks: list[list[str]], batch_rows: int, n: int, kernel, 
                        width: int):  # -> Callable
     """mapInArrow function over ``spark.range(len(tasks))``: task r reads its files
     (``tasks[r]``) with pyarrow, ``batch_rows`` rows at a time (memory bounded like Spark's own
-    Arrow batches), and yields one partial sum of ``kernel`` as :func:`_partial_sums` does."""
+    Arrow batches), and yields one partial sum of ``kernel`` as :func:`_block_sums` does."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         def blocks() -> Iterator[pa.RecordBatch]:
             import pyarrow.parquet as pq
@@ -146,11 +137,8 @@ def _file_partial_sums(tasks: list[list[str]], batch_rows: int, n: int, kernel, 
 @dataclass(frozen=True)
 class StatisticsFiles:
     """One spec's ``trajectory_stats`` rows as the live Parquet files of one pinned table version
-    (delta-rs storage: :meth:`gpope.shell.lake.Lake.data_files`). The aggregate then runs a few
-    Spark tasks whose Python workers read the files with pyarrow: the wide ``A`` and ``C``
-    lists are neither decoded by the JVM nor shipped from it to Python (most of the aggregate's
-    time, docs/BENCHMARKS.md). It stays a distributed Spark aggregate: only the partial sums reach
-    the driver."""
+    (delta-rs storage), read by the Python workers of a few Spark tasks with pyarrow, so the wide
+    ``A`` and ``C`` lists never pass through the JVM; only the partial sums reach the driver."""
 
     spark: SparkSession
     paths: tuple[str, ...]
@@ -202,7 +190,9 @@ def _aggregate(stats: DataFrame | StatisticsFiles, n: int, kernel, rows: int, wi
         )
     else:
         partials = (
-            stats.select(*_COLUMNS).mapInArrow(_partial_sums(n, kernel, rows, width), schema).toArrow()
+            stats.select(*_COLUMNS).mapInArrow(
+                functools.partial(_block_sums, n=n, kernel=kernel, rows=rows, width=width),
+                schema).toArrow()
         )
     out = np.zeros((rows, width))
     if partials.num_rows:
