@@ -1,20 +1,11 @@
 """Feature maps phi: raw states (T, d) -> features (T, n) for linear value functions.
 
 Every map is a small frozen dataclass whose parameters are public (feature ranges are part of the
-configuration, never computed from private data). Each map serialises to a JSON-able dict with a
-``"kind"`` key; :func:`feature_map_from_dict` inverts it.
-
-Implementations:
-    * :class:`TabularFeatures` -- one-hot over ``n_states`` integer states (state column 0), or
-      over the product of several declared discrete variables (:class:`DiscreteVariables`, one
-      state column each, in order): one feature per combination of their levels.
-    * :class:`OneHotFeatures` -- the additive one-hot map over declared discrete variables: a
-      constant plus one indicator per non-baseline level of each variable (1 + sum (k_j - 1)
-      features), for grids too large to be tabular.
-    * :class:`FourierFeatures` -- the Fourier basis of Konidaris et al. (2011): for every integer
-      coefficient vector c in {0..k}^d (optionally with at most ``max_coupling`` non-zero entries)
-      phi_c(s) = cos(pi c . x), x = clip((s - low) / (high - low), 0, 1).
-    * :class:`ConstantIdentityFeatures` -- [1, x] with x the clipped scaled state.
+configuration, never computed from private data) and serialises to a dict with a ``"kind"`` key
+(:func:`feature_map_from_dict` inverts it): :class:`TabularFeatures` (one-hot over integer states
+or the product grid of :class:`DiscreteVariables`), :class:`OneHotFeatures` (the additive one-hot
+map), :class:`FourierFeatures` (Konidaris et al. 2011) and :class:`ConstantIdentityFeatures`
+(``[1, x]``, x the clipped scaled state).
 """
 
 from __future__ import annotations
@@ -39,11 +30,7 @@ __all__ = ["ConstantIdentityFeatures", "DiscreteVariables", "FeatureMap", "Fouri
 
 @runtime_checkable
 class FeatureMap(Protocol):
-    """A deterministic map from raw states to feature vectors.
-
-    Attributes:
-        n_features: n, the length of a feature vector.
-    """
+    """A deterministic map from raw states (T, d) to float64 features (T, n_features)."""
 
     n_features: int
 
@@ -98,17 +85,12 @@ def _scale(states: np.ndarray, low: tuple, high: tuple) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DiscreteVariables:
-    """Several discrete state variables, each with levels 0..k-1, held in consecutive state
-    columns in the order given (the dataset's ``variables`` order).
+    """Several discrete state variables, each with levels 0..k-1, in consecutive state columns in
+    the order given (the dataset's ``variables`` order).
 
-    A state is named by its variables, ``"lactate=2,bp=0"``; its index in the product grid is
-    row-major (the last variable varies fastest): ``sum_j level_j * prod_{i>j} k_i``, so
-    ``{lactate: 3, bp: 3}`` numbers the states ``3 * lactate + bp``.
-
-    Attributes:
-        names: the variables' names, in state-column order (unique, non-empty).
-        levels: k_j >= 2 levels of each variable.
-    """
+    A state is named ``"lactate=2,bp=0"``; its index in the product grid is row-major (the last
+    variable varies fastest): ``{lactate: 3, bp: 3}`` numbers the states ``3 * lactate + bp``.
+    ``names`` are unique and non-empty; every variable has ``levels`` k_j >= 2."""
 
     names: tuple[str, ...]
     levels: tuple[int, ...]
@@ -169,8 +151,8 @@ class DiscreteVariables:
         """(T, k) int64 levels from states (T, d >= k), the variables in columns 0..k-1.
 
         Raises:
-            DataError: too few columns, or a value that is not an integer level of its variable
-                (the values are private and are not quoted).
+            DataError: too few columns, or a value that is not an integer level of its variable (the
+                values are private and are not quoted).
         """
         arr = _as_states(owner, states, None)
         k = len(self.names)
@@ -211,8 +193,8 @@ class DiscreteVariables:
         ``{lactate: 2, bp: 0}``.
 
         Raises:
-            ConfigError: one line naming an unknown variable, a level outside the declared
-                range, a variable without a level, or a malformed name.
+            ConfigError: an unknown variable, a level outside its range, a missing variable, or a
+                malformed name.
         """
         if isinstance(value, str):
             pairs = []
@@ -263,15 +245,9 @@ def _variables_or_none(value: Any) -> DiscreteVariables | None:
 
 @dataclass(frozen=True)
 class TabularFeatures:
-    """One-hot features over ``n_states`` integer states held in state column 0, or over the
-    product grid of several declared discrete variables (one state column each, in order).
-
-    Attributes:
-        n_states: number of states; states must be integers in 0..n_states-1. With
-            ``variables`` it is their grid's size (given or derived).
-        variables: the declared discrete variables (:class:`DiscreteVariables`, or its YAML form
-            ``{lactate: 3, bp: 3}``), or None (one integer state in column 0).
-    """
+    """One-hot features over ``n_states`` integer states in state column 0, or over the product
+    grid of declared ``variables`` (:class:`DiscreteVariables` or its YAML form; ``n_states`` is
+    then the grid's size, given or derived)."""
 
     n_states: int | None = None
     variables: DiscreteVariables | None = None
@@ -300,13 +276,12 @@ class TabularFeatures:
 
     @property
     def pair_support(self) -> int:
-        """The feature pairs (i, j) that can be nonzero in one state together: the diagonal only,
-        n (so a trajectory's C has at most n nonzeros; a public bound, like ``max_active``)."""
+        """The feature pairs that can be nonzero in one state together: the diagonal, n (a public
+        bound on a trajectory's nonzeros in C)."""
         return self.n_states
 
     def states(self) -> np.ndarray:
-        """(n_states, d) float64: the state whose feature is ``e_s``, for every index ``s`` in
-        order (``[[s]]``, or the declared variables' levels, first variable slowest)."""
+        """(n_states, d) float64: the state whose feature is ``e_s``, for every index ``s``."""
         if self.variables is None:
             return np.arange(self.n_states, dtype=np.float64)[:, None]
         grid = itertools.product(*(range(k) for k in self.variables.levels))
@@ -348,17 +323,10 @@ class OneHotFeatures:
     """The additive one-hot map over declared discrete variables: V(s) = sum_j f_j(s_j).
 
     With ``constant`` (the default) the features are ``[1, 1[s_1 = 1], ..., 1[s_1 = k_1 - 1],
-    1[s_2 = 1], ...]``: level 0 of each variable is its baseline, so n = 1 + sum_j (k_j - 1) and
-    the features are linearly independent over the grid (theta is identified when the data visit
-    every level). Without it, every level of every variable has a block column (n = sum_j k_j);
-    each block sums to 1, so two or more blocks are linearly dependent (theta not identified, A
-    singular whatever the data): that form is accepted for one variable only. The map is not
-    exact where the value has interactions between variables (the tabular product map is).
-
-    Attributes:
-        variables: the declared discrete variables (:class:`DiscreteVariables` or its YAML form).
-        constant: True (constant plus baseline coding) or False (full blocks, one variable).
-    """
+    1[s_2 = 1], ...]``: level 0 of each variable is its baseline, n = 1 + sum_j (k_j - 1), and the
+    features are linearly independent over the grid. Without it every level has a column (n = sum_j
+    k_j); each block sums to 1, so two or more blocks are linearly dependent: that form is accepted
+    for one variable only. Not exact where the value has interactions (the tabular map is)."""
 
     variables: DiscreteVariables
     constant: bool = True
@@ -388,9 +356,8 @@ class OneHotFeatures:
 
     @property
     def pair_support(self) -> int:
-        """The feature pairs (i, j) that can be nonzero in one state together: every pair but two
-        different levels of one variable, n^2 - sum_j (c_j^2 - c_j) for the c_j columns of
-        variable j (a public bound on a trajectory's nonzeros in C)."""
+        """The feature pairs that can be nonzero in one state together: all but two levels of one
+        variable, n^2 - sum_j (c_j^2 - c_j) for the c_j columns of variable j (a public bound)."""
         drop = 1 if self.constant else 0
         n = self.n_features
         return n * n - sum((k - drop) * (k - drop - 1) for k in self.variables.levels)
@@ -419,18 +386,11 @@ class OneHotFeatures:
 
 @dataclass(frozen=True)
 class FourierFeatures:
-    """Fourier basis of order k over a box [low, high] of public bounds.
+    """Fourier basis of order k >= 0 over a box [low, high] of public bounds.
 
-    Coefficients are all c in {0..k}^d (lexicographic order, c = 0 first, giving the constant
-    feature 1) with at most ``max_coupling`` non-zero entries when given. phi_c(s) = cos(pi c . x)
-    with x the state scaled to [0, 1] and clipped, so every feature lies in [-1, 1].
-
-    Attributes:
-        order: k >= 0.
-        low: (d,) lower state bounds.
-        high: (d,) upper state bounds, > low.
-        max_coupling: None (full basis, (k+1)^d features) or an int in 1..d.
-    """
+    Coefficients are all c in {0..k}^d (lexicographic, c = 0 first: the constant feature) with at
+    most ``max_coupling`` non-zero entries when given; phi_c(s) = cos(pi c . x) with x the state
+    scaled to [0, 1] and clipped, so every feature lies in [-1, 1]."""
 
     order: int
     low: tuple[float, ...]
@@ -501,12 +461,7 @@ class FourierFeatures:
 
 @dataclass(frozen=True)
 class ConstantIdentityFeatures:
-    """Features [1, x_1, ..., x_d], x the state scaled to [0, 1] by public bounds and clipped.
-
-    Attributes:
-        low: (d,) lower bounds.
-        high: (d,) upper bounds, > low.
-    """
+    """Features [1, x_1, ..., x_d], x the state scaled to [0, 1] by public bounds and clipped."""
 
     low: tuple[float, ...]
     high: tuple[float, ...]

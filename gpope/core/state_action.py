@@ -1,31 +1,25 @@
 """The state-action value route: values of the target policy without behaviour probabilities.
 
 An extract without logged propensities cannot weight a transition by ``pi(a|s) / mu(a|s)``.
-LSTDQ does not need to: it fits the target's action values ``Q(s, a) = theta . phi(s, a)``
-over features of the pair, with ``phi(s, a) = phi(s) (x) e_a`` (the state's features in the
-block of the action taken; a tabular state map gives the one-hot of the pair), and per trajectory::
+LSTDQ does not need to: it fits ``Q(s, a) = theta . phi(s, a)`` with ``phi(s, a) = phi(s) (x)
+e_a`` (the state's features in the block of the action taken), and per trajectory::
 
     A_i = norm_i * sum_t phi(s_t, a_t) (phi(s_t, a_t) - gamma phi_pi(s'_t))^T
     b_i = norm_i * sum_t r_t phi(s_t, a_t)
     C_i = norm_i * sum_t phi(s_t, a_t) phi(s_t, a_t)^T
 
-with ``phi_pi(s) = sum_a pi(a|s) phi(s, a)`` (0 on terminal rows) and ``norm_i`` the spec's
-normalisation. Only the target policy (public) enters; the behaviour policy is whatever
-generated the pairs. ``V(s) = sum_a pi(a|s) Q(s, a) = theta . phi_pi(s)``.
+with ``phi_pi(s) = sum_a pi(a|s) phi(s, a)`` (0 on terminal rows). Only the target policy
+(public) enters. ``V(s) = sum_a pi(a|s) Q(s, a) = theta . phi_pi(s)``.
 
-The statistics have the shape of the value route's (``n |A|`` features instead of ``n``), so
-the tuning-free default releases them unchanged (:func:`gpope.core.untuned.release.release_untuned`:
-private clip quantile, one noisy release of the clipped sums, private residual clip, the
-refinement, the same intervals and the same dp-accounting event): :func:`state_action_spec`
-gives it a spec whose feature map is :class:`StateActionFeatures` (called on states it returns
-``phi_pi``, so the spec's reference values are V); its clip grid is topped by a weight of 1 (no
-ratios: lower than the value route's).
+The statistics have the value route's shape (``n |A|`` features), so the tuning-free default
+releases them unchanged: :func:`state_action_spec` gives it a spec whose feature map is
+:class:`StateActionFeatures` (called on states it returns ``phi_pi``, so the reference values
+are V).
 
 What the data must satisfy: every action the target takes at a visited state must have been
-taken there by the behaviour policy often enough to be supported (else the value is
-unidentified and its interval unbounded), and ``Q`` must lie in the span of ``phi(s, a)``: exact
-for a tabular state map, an approximation error (not covered by the interval) for a linear map
-whose span holds V but not Q (docs/RESULTS.md, "Without logged propensities").
+taken there often enough to be supported (else its value is unidentified and the interval
+unbounded), and ``Q`` must lie in the span of ``phi(s, a)``: exact for a tabular state map, an
+approximation error (not covered by the interval) otherwise.
 """
 
 from __future__ import annotations
@@ -49,16 +43,9 @@ __all__ = ["StateActionFeatures", "is_state_action", "state_action_spec", "state
 
 @dataclass(frozen=True)
 class StateActionFeatures:
-    """``phi(s, a) = phi(s) (x) e_a`` (block of action a: columns ``a n .. (a + 1) n - 1``).
-
-    Called on states (the :class:`gpope.core.features.FeatureMap` protocol) it returns the
-    target-averaged features ``phi_pi(s) = sum_a pi(a|s) phi(s, a)``, so that a spec with this
-    map releases ``V(s) = theta . phi_pi(s)``.
-
-    Attributes:
-        base: the state feature map phi(s).
-        policy: the target policy pi (public).
-    """
+    """``phi(s, a) = phi(s) (x) e_a`` (block of action a: columns ``a n .. (a + 1) n - 1``) over the
+    state map ``base`` and the public target ``policy``. Called on states (the FeatureMap protocol)
+    it returns ``phi_pi(s) = sum_a pi(a|s) phi(s, a)``, so a spec with this map releases V."""
 
     base: Any
     policy: Any
@@ -101,13 +88,10 @@ def is_state_action(spec: EvaluationSpec) -> bool:
 
 
 def state_action_spec(spec: EvaluationSpec) -> EvaluationSpec:
-    """The spec of the state-action fit of ``spec``: its map becomes
-    :class:`StateActionFeatures` over the spec's map and target (its statistics carry no
-    importance ratio, so :func:`gpope.core.untuned.release.statistics_norm_bound` reads a weight of 1);
-    everything else (gamma, normalisation, bounds, reference states) is kept, so
-    :meth:`~gpope.core.spec.EvaluationSpec.reference_values` gives V at the same states, and
-    :func:`value_spec` gives ``spec`` back. Its ``spec_id`` differs from ``spec``'s: the two
-    routes' statistics never share a partition."""
+    """The spec of the state-action fit of ``spec``: its map becomes :class:`StateActionFeatures`,
+    everything else is kept (so :meth:`~gpope.core.spec.EvaluationSpec.reference_values` gives V
+    at the same states, and :func:`value_spec` gives ``spec`` back); its ``spec_id`` differs, so
+    the two routes' statistics never share a partition."""
     if is_state_action(spec):
         return spec
     return dataclasses.replace(
@@ -124,13 +108,10 @@ def value_spec(spec: EvaluationSpec) -> EvaluationSpec:
 
 def state_action_statistics(transitions: Transitions, spec: EvaluationSpec, *,
                             representation: str = "compact", bound: bool = True) -> TrajectoryStats:
-    """Per-trajectory LSTDQ statistics (module docstring) of ``transitions`` under ``spec``
-    (the value spec, or its :func:`state_action_spec`): rewards clamped to the spec's public
-    ``reward_bounds`` and multiplied by its ``reward_scale`` as the value route does; the
-    transitions' ``behavior_prob`` is never read. ``representation`` as in
-    :func:`gpope.core.statistics.trajectory_statistics` (compact: O(T n |A|) memory; read
-    bounded slices with ``dense_range``). ``bound`` False: the rewards are taken as given
-    (already clamped and scaled by the caller, the stats stage)."""
+    """Per-trajectory LSTDQ statistics (module docstring) of ``transitions`` under ``spec`` (the
+    value spec or its :func:`state_action_spec`): rewards clamped to the public ``reward_bounds``
+    and scaled by ``reward_scale`` (``bound`` False: taken as given); ``behavior_prob`` is never
+    read."""
     from gpope.core.bounds import clamp_to_public_bounds
     from gpope.core.statistics import trajectory_statistics
 

@@ -1,35 +1,26 @@
 """A run's guarantee under the other neighbouring relation, from its stored event.
 
-A run's event is calibrated and charged under one relation (:attr:`ReleasePlan.relation`:
-replace-one for uniform sampling, add/remove-one otherwise). What is public decides whether the
-charged relation holds: the exact number of patients m tells two add/remove neighbours apart,
-so an add/remove run publishes m only as the noisy count m~ (:mod:`gpope.core.mechanisms.count`,
-released once per statistics version and charged to the same budget) and uses m~ wherever m
-enters a plan decision or a released number; with that, the add/remove charge is the guarantee
-that holds. A replace-one run publishes the exact m, which both replace-one neighbours share.
-This module restates a stored add/remove event under replace-one (and a replace-one event
-under itself) when asked, so ``gpope budget show --relation`` and the report's ``--json`` can
-state it beside the charge (docs/ARCHITECTURE.md section 4, "Neighbouring relation").
+A run is charged under one relation (replace-one for uniform sampling, add/remove-one
+otherwise). The exact m tells two add/remove neighbours apart, so an add/remove run publishes m
+only as the noisy count m~ (:mod:`gpope.core.mechanisms.count`, charged to the same budget) and
+uses m~ wherever m enters a decision or a released number; a replace-one run publishes the exact
+m, which both neighbours share. This module restates a stored add/remove event under replace-one
+(and a replace-one event under itself) for ``gpope budget show --relation`` and the report's
+``--json``.
 
-Replace-one from add/remove (both exact for the Gaussian leaves gpope releases):
+Replace-one from add/remove:
 
-- **Unsampled Gaussian leaves** (every one-shot release: the tuning-free default, SSP, the
-  noisy statistics, the policy value, the private quantiles' histograms): each leaf
-  ``GaussianDpEvent(s)`` is a query of add/remove L2 sensitivity 1 (in units of its clip) with
-  noise std ``s``. Replacing one patient removes one contribution and adds another, so the
-  query moves by at most 2: the Gaussian mechanism with ``mu = 2 / s`` (a histogram's
-  replace-one sensitivity is sqrt 2, so for it the doubling is conservative). Beware that
-  dp-accounting's two accountants read ``GaussianDpEvent`` differently under ``REPLACE_ONE``:
-  PLD doubles the sensitivity itself, RDP does not (reference/ACCOUNTING.md); the exact
-  Gaussian formula used here sidesteps both.
-- **Sampled events** (Poisson GPOPE): dp-accounting has no replace-one Poisson accountant; the
-  group-privacy bound holds: a replacement is a removal then an addition, so an
-  (eps, delta')-DP add/remove mechanism is (2 eps, (1 + e^eps) delta')-DP under replace-one
-  (Dwork and Roth 2014, Theorem 2.2 applied to a group of 2); delta' is solved so the second
-  term equals the run's delta.
+- **Unsampled Gaussian leaves** (every one-shot release): each ``GaussianDpEvent(s)`` is a query
+  of add/remove L2 sensitivity 1 with noise std ``s``; a replacement moves it by at most 2: the
+  Gaussian mechanism with ``mu = 2 / s`` (exact; conservative for a histogram, whose
+  replace-one sensitivity is sqrt 2). dp-accounting's accountants read ``GaussianDpEvent``
+  differently under ``REPLACE_ONE`` (reference/ACCOUNTING.md); the exact Gaussian formula used
+  here sidesteps both.
+- **Sampled events** (Poisson GPOPE): group privacy: an (eps, delta')-DP add/remove mechanism is
+  (2 eps, (1 + e^eps) delta')-DP under replace-one (Dwork and Roth 2014, Theorem 2.2, a group of
+  2), delta' solved so the second term equals the run's delta.
 
-The reverse direction (replace-one to add/remove) is not defined for uniform sampling: its
-batch size is a function of m, which add/remove changes.
+The reverse direction is not defined for uniform sampling: its batch size is a function of m.
 """
 
 from __future__ import annotations

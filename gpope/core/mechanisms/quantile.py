@@ -1,21 +1,17 @@
 """A differentially private quantile of per-trajectory norms, from one noisy histogram.
 
-Used by ``gpope evaluate --tune private`` to choose clip bounds on private data (the scale of
-per-trajectory gradient norms differs by orders of magnitude between domains, and a clip bound far
-from it wastes the budget: Andrew et al. 2021, "Differentially private learning with adaptive
-clipping", NeurIPS, set the clip at a private quantile of the norms for the same reason).
+Clip bounds are chosen at a private quantile of the norms (Andrew et al. 2021, "Differentially
+private learning with adaptive clipping"): their scale differs by orders of magnitude between
+domains.
 
 Mechanism. The public grid is log-spaced between ``lo`` and ``hi`` (``bins_per_decade`` bins a
 decade) plus an underflow bin [0, lo) and an overflow bin [hi, inf). Each trajectory adds 1 to the
-one bin its norm falls in, and every bin count gets independent N(0, (noise_multiplier)^2) noise.
-Under add/remove-one adjacency the count vector has L2 sensitivity 1, so the release is the
-Gaussian mechanism with noise multiplier ``noise_multiplier``: ``GaussianDpEvent(noise_multiplier)``
-in dp-accounting (Dwork and Roth 2014, Thm. A.1; Mironov 2017, Prop. 7 for its RDP curve).
-The quantile is read off the noisy cumulative counts: post-processing, no further cost.
-
-Accuracy: the noisy cumulative count at any edge has standard deviation
-``noise_multiplier * sqrt(bins)``; the estimate is one grid edge (a factor ``10**(1/bins_per_decade)``)
-from the true quantile when that error is small compared with the number of trajectories near it.
+bin its norm falls in, and every bin gets independent N(0, noise_multiplier^2) noise: under
+add/remove-one the count vector has L2 sensitivity 1, so the release is
+``GaussianDpEvent(noise_multiplier)`` (Dwork and Roth 2014, Thm. A.1; Mironov 2017, Prop. 7).
+The quantile is read off the noisy cumulative counts: post-processing. It is within one grid
+edge of the true quantile when the cumulative noise std ``noise_multiplier * sqrt(bins)`` is
+small against the number of trajectories near it.
 """
 
 from __future__ import annotations
@@ -35,13 +31,8 @@ __all__ = ["LogGrid", "histogram_quantile", "noisy_histogram", "private_quantile
 
 @dataclass(frozen=True)
 class LogGrid:
-    """The public bin edges of the histogram: log-spaced from ``lo`` to ``hi``.
-
-    Attributes:
-        lo: smallest edge > 0 (norms below it share the underflow bin).
-        hi: largest edge > lo (norms at or above it share the overflow bin).
-        bins_per_decade: >= 1.
-    """
+    """The public bin edges of the histogram: log-spaced from ``lo`` > 0 to ``hi`` > lo (norms
+    outside share the underflow and overflow bins)."""
 
     lo: float = 1e-6
     hi: float = 1e3
@@ -85,14 +76,8 @@ def _counts(values: np.ndarray, grid: LogGrid) -> np.ndarray:
 def noisy_histogram(
     values: np.ndarray, grid: LogGrid, noise_multiplier: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """Bin counts of ``values`` on ``grid`` plus N(0, noise_multiplier^2) noise per bin.
-
-    The output is (epsilon, delta)-DP as :func:`quantile_dp_event` says (nothing else about
-    ``values`` leaves this function).
-
-    Returns:
-        (grid.n_bins,) noisy counts: underflow, the log bins, overflow.
-    """
+    """(grid.n_bins,) bin counts of ``values`` (underflow, log bins, overflow) plus
+    N(0, noise_multiplier^2) per bin: :func:`quantile_dp_event`."""
     sigma = check_number("noisy_histogram", "noise_multiplier", noise_multiplier, gt=0.0)
     counts = _counts(values, grid)
     return counts + sigma * rng.standard_normal(len(counts))

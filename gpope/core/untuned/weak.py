@@ -1,32 +1,25 @@
 """Identification judged per released value: a weakly visited state leaves the others bounded.
 
 The identification test of :func:`gpope.core.untuned.release.release_untuned` reads the whole
-supported block of the noisy A~; one weakly visited state (a pure-noise or near-empty row) makes
-it fail, and every reference value is then unbounded although the others are estimated well.
-With tabular (one-hot) features every coordinate of theta is a state's value, so it lies in the
-public :func:`gpope.core.untuned.release.value_range` ``[lo, hi]`` whatever the data. That
-bounded coordinate is what lets the weak states be set aside without losing validity:
+supported block of the noisy A~; one weakly visited state makes it fail and every reference value
+unbounded. With tabular features every coordinate of theta is a state's value, so it lies in the
+public :func:`gpope.core.untuned.release.value_range` ``[lo, hi]`` whatever the data; that is
+what lets the weak states be set aside without losing validity:
 
-1. **Split.** Drop supported features in the order of their noisy ``C~_jj`` (a public
-   post-processing: the released visit mass), smallest first, until the strong block ``S`` passes
-   the same separation test (:func:`gpope.core.intervals.separation`) and the delta method's
-   second-order bound holds (contraction < 1). ``W`` is what was dropped.
-2. **Solve S with W at the range's midpoint.** ``theta_S = theta0_S + A~_SS^-1 (R~_S +
-   A~_SW (theta0_W - c))`` with ``c = (lo + hi) / 2``: the refinement of the default restricted
-   to ``S`` (``R~`` the released residual sum, ``theta0`` the first solve).
+1. **Split.** Drop supported features in the order of their noisy ``C~_jj`` (post-processing),
+   smallest first, until the strong block ``S`` passes the separation test
+   (:func:`gpope.core.intervals.separation`) and the second-order bound holds. ``W`` is the rest.
+2. **Solve S with W at the range's midpoint.** ``theta_S = theta0_S + A~_SS^-1 (R~_S + A~_SW
+   (theta0_W - c))``, ``c = (lo + hi) / 2``: the default's refinement restricted to ``S``.
 3. **Bound what W can do.** The population fixed point satisfies ``A_SS theta_S = b_S - A_SW
-   theta_W`` with ``theta_W`` in the range, so the value ``g . theta_S`` that step 2 estimates
-   differs from the estimand by ``u . A_SW (theta_W - c)`` with ``u = A_SS^-T g``, at most
-   ``h sum_j |u . A_Sj|`` (``h = (hi - lo) / 2``). ``A_SW`` is known only with the release's noise
-   ``E_SW``: ``sum_j |u . E_Sj| <= e ||u||`` with probability ``1 - failure``
-   (:func:`weak_bias`). That bound is
-   added to both ends of the interval (identified-set style), so the interval is wider by at most
-   the weak states' reachable influence and never narrower than the bias it leaves.
+   theta_W`` with ``theta_W`` in the range, so ``g . theta_S`` differs from the estimand by at
+   most ``h sum_j |u . A_Sj|`` (``u = A_SS^-T g``, ``h = (hi - lo) / 2``); ``A_SW`` is known
+   only with noise, ``sum_j |u . E_Sj| <= e ||u||`` with probability ``1 - failure``
+   (:func:`gpope.core.intervals.weak_bias`). That bound is added to both ends of the interval.
 
-Values at reference states in ``W`` stay unbounded. Not applied for non-tabular features (theta
-is then not bounded by the value range) or without finite reward bounds. The greedy path is chosen
-from C~ (public), and the test is repeated along it at the interval's level, not corrected for the
-repetition; measured in docs/RESULTS.md ("When is an interval bounded, and why not always?").
+Values at reference states in ``W`` stay unbounded. Not applied for non-tabular features or
+without finite reward bounds. The test is repeated along the greedy path at the interval's
+level, not corrected for the repetition.
 """
 
 from __future__ import annotations
@@ -43,17 +36,10 @@ __all__ = ["StrongBlock", "second_order_widths", "strong_block"]
 
 @dataclass(frozen=True)
 class StrongBlock:
-    """The part of a release identified on its own (:func:`strong_block`).
-
-    Attributes:
-        strong: (n,) bool, the features of ``S`` (a subset of the supported ones).
-        values: (k,) the reference values from the ``S`` solve (meaningful where ``bounded``).
-        se: (k,) their first-order standard errors.
-        extra: (k,) the second-order width plus the weak states' bias bound, added to each end.
-        bias_bound: (k,) the weak states' part of ``extra`` (module docstring, step 3).
-        bounded: (k,) bool, the reference values that depend on ``S`` only.
-        separation: the separation of ``A~_SS`` (> 1).
-    """
+    """The part of a release identified on its own (:func:`strong_block`): the features of ``S``,
+    the (k,) reference values of the ``S`` solve with their standard errors, ``extra`` (the
+    second-order width plus the weak states' ``bias_bound``, added to each end), which values are
+    ``bounded`` (depend on ``S`` only), and the separation of ``A~_SS`` (> 1)."""
 
     strong: np.ndarray
     values: np.ndarray
