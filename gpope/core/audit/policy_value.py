@@ -2,22 +2,18 @@
 
 The release is one Gaussian mechanism at ``sigma`` split into three sub-releases (clip
 histograms, first moments, second moments) under add/remove-one adjacency. The audit runs the
-real pieces (:func:`~gpope.core.policy_value_clamp.clip_histograms`,
-:func:`~gpope.core.policy_value_clamp.clips_from_histograms`,
-:func:`~gpope.core.policy_value_release.exact_sums`,
-:func:`~gpope.core.policy_value_release.add_sum_noise`, with sigma from
+real pieces (the clip histograms, the exact sums and their noise, sigma from
 :func:`~gpope.core.policy_value_release.policy_value_sigma`) on two neighbouring data sets of an
-off-policy spec (all three components released):
+off-policy spec:
 
 * D0: ``m`` base patients whose terms are 0 (every clipped component at the bottom of its range);
-* D1: the same plus a canary patient whose terms are the public maxima (|g|, |a|, n at the top
-  of their grids: the canary lands in each histogram's top bin and at the clip of each sum).
+* D1: the same plus a canary patient whose terms are the public maxima (it lands in each
+  histogram's top bin and at the clip of each sum).
 
-The test statistic is the log-likelihood ratio of D1 against D0 under the CLAIMED noise
-(Neyman-Pearson): the histograms' canary bins plus the sums given the released clips (public
-outputs, so the statistic is a function of the release). Thresholds and Clopper-Pearson bounds as
-in :mod:`gpope.core.audit.gpope`. ``_noise_scale`` (test-only) scales every noise draw: 0.5 is the
-factor-2 error the audit must catch.
+The statistic is the log-likelihood ratio of D1 against D0 under the CLAIMED noise (the
+histograms' canary bins plus the sums given the released clips: a function of the release);
+thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`. ``_noise_scale``
+(test-only) scales every noise draw: 0.5 is the factor-2 error the audit must catch.
 """
 
 from __future__ import annotations

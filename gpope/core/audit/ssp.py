@@ -1,30 +1,24 @@
 """Empirical privacy audit of the SSP estimator's release (:mod:`gpope.core.ssp`).
 
 The SSP mechanism releases the grouped sums of jointly clipped per-trajectory statistics plus
-Gaussian noise once (``GaussianDpEvent(sigma)`` under add/remove). The audit runs the real
-mechanism pieces (:func:`~gpope.core.ssp.statistics_vectors`,
-:func:`~gpope.core.ssp.clip_statistics`, :func:`~gpope.core.ssp.assign_groups` with a fresh key
-per run, :func:`~gpope.core.ssp.group_sums`, :func:`~gpope.core.ssp.release_noisy_statistics`
-with sigma from :func:`~gpope.core.ssp.ssp_sigma`) on two neighbouring data sets:
+Gaussian noise once. The audit runs the real mechanism pieces (clip, :func:`~gpope.core.ssp.
+assign_groups` with a fresh key per run, group sums, noise, sigma from
+:func:`~gpope.core.ssp.ssp_sigma`) on two neighbouring data sets:
 
-* ``relation="add_or_remove_one"`` (how ``--estimator ssp`` and Poisson runs account it):
-  D0 = base records whose ``b`` has a zero last coordinate (and zero last rows/columns of A, C)
-  plus an all-zero record (the same as absent); D1 = the same base plus a canary record with
-  ``b = G e_k``, ``G = canary_scale * clip``, which the clip maps to ``clip`` on ``b_k`` only.
-* ``relation="replace_one"`` (the statistics share of a uniform-sampling run): the same base
-  plus the canary at ``-G e_k`` (D0) or ``+G e_k`` (D1): a replace-one pair at distance
-  ``2 clip``, the sensitivity :func:`~gpope.core.ssp.ssp_sigma` calibrates for.
+* ``relation="add_or_remove_one"``: D0 = base records with a zero last coordinate of ``b`` (and
+  zero last rows/columns of A, C) plus an all-zero record; D1 = the same base plus a canary
+  with ``b = G e_k``, ``G = canary_scale * clip``, which the clip maps to ``clip`` on ``b_k``.
+* ``relation="replace_one"``: the base plus the canary at ``-G e_k`` (D0) or ``+G e_k`` (D1): a
+  pair at distance ``2 clip``, the sensitivity :func:`~gpope.core.ssp.ssp_sigma` calibrates for.
 
-Each group's noisy ``b_k`` is ``+-clip * [canary in this group] + N(0, (sigma clip)^2)`` (add/
-remove: ``clip`` or nothing), the canary's group uniform over the K groups: the test statistic is
-the log-likelihood ratio of D1 against D0 under the CLAIMED sigma (Neyman-Pearson):
-``log mean_g exp((y_g c - c^2 / 2) / s^2)`` (add/remove) or
+Each group's noisy ``b_k`` is ``+-clip * [canary in this group] + N(0, (sigma clip)^2)``, the
+canary's group uniform over the K groups; the statistic is the log-likelihood ratio of D1 against
+D0 under the CLAIMED sigma: ``log mean_g exp((y_g c - c^2 / 2) / s^2)`` (add/remove) or
 ``logsumexp_g(y_g c / s^2) - logsumexp_g(-y_g c / s^2)`` (replace-one), ``c = clip``,
 ``s = sigma clip``. Thresholds and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`.
 
 Broken mechanisms (test-only keywords): ``_noise_scale`` scales the noise (0.5: the factor-2
-error the audit must see); ``_sensitivity_trap`` calibrates a replace-one release for
-sensitivity ``clip`` (the add/remove sigma, half of what is needed: the sigma-for-sigma/2 trap).
+error); ``_sensitivity_trap`` calibrates a replace-one release for sensitivity ``clip``.
 """
 
 from __future__ import annotations

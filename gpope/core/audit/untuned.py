@@ -67,16 +67,9 @@ __all__ = ["UntunedAuditConfig", "run_untuned_audit"]
 
 @dataclass(frozen=True, kw_only=True)
 class UntunedAuditConfig(CanaryClaim):
-    """Settings of one audit of the default's SSP or residual release (all public).
-
-    Attributes:
-        m: base records; epsilon, delta: the claim (a default run at these); runs: runs per
-        world (400,000: at 200,000 a halved noise certified 4.38-4.4 against the claim 4, at
-        400,000 4.6-4.9, seeds 0-4); clip: the SSP clip, or the residual clip c_r;
-        canary_scale: G / clip (> 1); n_features: n >= 2; settings: the default's public rules
-        (its shares and ``second_moment_weight``); release: "ssp" or "residual";
-        moments_share: the run's moments share of the residual release (conf).
-    """
+    """Settings of one audit of the default's SSP or residual release (all public): the claim
+    (a default run at epsilon, delta), ``clip`` (the SSP clip, or the residual clip c_r), the
+    default's public rules, ``release`` ("ssp" or "residual") and the run's ``moments_share``."""
 
     runs: int = 400_000
     settings: UntunedSettings = field(default_factory=UntunedSettings)
