@@ -103,8 +103,7 @@ def _describe(name: str, v: float | Diagnostic) -> str:
 
 def private_relative_mspbe(
     theta: np.ndarray, noisy: NoisyStatistics, rng: np.random.Generator, *,
-    draws: int = 200, level: float = 0.9, identification: bool = True,
-) -> Diagnostic:
+    draws: int = 200, level: float = 0.9, identification: bool = True) -> Diagnostic:
     """The private relative MSPBE of ``theta`` with a parametric-bootstrap interval.
 
     Fresh noise of the release's public scale added to the released sums shows how the estimate

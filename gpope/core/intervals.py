@@ -98,8 +98,7 @@ class Interval:
 
 def ssp_values(
     noisy: NoisyStatistics, transform: Callable[[np.ndarray], np.ndarray], *,
-    failure: float = NOISE_BOUND_FAILURE, regularize: bool = True,
-) -> tuple[np.ndarray, np.ndarray]:
+    failure: float = NOISE_BOUND_FAILURE, regularize: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(theta, transform(theta)) of the AdaSSP solve on the pooled noisy sums."""
     A, b, C = noisy.pooled()
     theta, _ = solve_ssp(A, b, C=C, noise_std=noisy.pooled_noise_std(), failure=failure,

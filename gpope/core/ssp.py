@@ -218,8 +218,7 @@ def c_block_scale(n: int, scale: float) -> np.ndarray:
 
 def release_noisy_statistics(
     sums: np.ndarray, *, n: int, m: int, sigma: float, clip: float, rng: np.random.Generator,
-    c_noise_scale: float = 1.0,
-) -> NoisyStatistics:
+    c_noise_scale: float = 1.0) -> NoisyStatistics:
     """The mechanism's noise step: ``sums`` (K, 2n^2+n) of CLIPPED statistics plus iid
     ``N(0, (sigma clip)^2)`` on A and b and ``N(0, (sigma clip c_noise_scale)^2)`` on C
     (``sigma = 0``: no noise). Given rows ``[A_i, b_i, C_i / c_noise_scale]`` clipped to
@@ -258,8 +257,7 @@ def supported_features(C: np.ndarray, *, noise_std: float, z: float = SUPPORT_Z)
 
 def solve_ssp(
     A: np.ndarray, b: np.ndarray, *, noise_std: float, C: np.ndarray | None = None,
-    failure: float = NOISE_BOUND_FAILURE, regularize: bool = True,
-) -> tuple[np.ndarray, float]:
+    failure: float = NOISE_BOUND_FAILURE, regularize: bool = True) -> tuple[np.ndarray, float]:
     """AdaSSP-style regularised LSTD on noisy sums: (theta (n,), lambda).
 
     ``theta = argmin ||A theta - b||^2 + lambda ||theta||^2`` over the supported features (theta_j

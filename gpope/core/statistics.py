@@ -131,15 +131,13 @@ def _build(*, m: int, n: int, tau: np.ndarray, norm: np.ndarray, reward: np.ndar
         stats = TrajectoryStats(
             representation="tabular", tau=tau, b=b, normalization=normalization,
             offsets=offsets, norm=norm, rho=rho_store, s=s.astype(np.int64), sn=sn.astype(np.int64),
-            gn=gn,
-        )
+            gn=gn)
     else:
         e = phi - float(gamma) * np.where(terminal[:, None], 0.0, next_phi)
         b = np.add.reduceat(phi * (rw * reward)[:, None], offsets[:-1], axis=0)
         stats = TrajectoryStats(
             representation="compact", tau=tau, b=b, normalization=normalization,
-            offsets=offsets, norm=norm, rho=rho_store, p=np.ascontiguousarray(phi), e=e,
-        )
+            offsets=offsets, norm=norm, rho=rho_store, p=np.ascontiguousarray(phi), e=e)
     if rep == "dense":
         A, b, C = stats.dense()
         return TrajectoryStats.from_dense(A, b, C, tau=tau, normalization=normalization)
@@ -179,8 +177,7 @@ def trajectory_statistics(phi: np.ndarray, next_phi: np.ndarray, reward: np.ndar
         raise DataError(f"{owner}: features must be finite.")
     reward, rho, ti, terminal, order = _validate_common(
         owner, phi.shape[0], reward, rho, traj_index, n_trajectories, terminal, gamma,
-        normalization, length_scale, representation,
-    )
+        normalization, length_scale, representation)
     m, n = int(n_trajectories), phi.shape[1]
     phi, next_phi, reward, rho, ti, terminal = (
         a[order] for a in (phi, next_phi, reward, rho, ti, terminal)
@@ -221,13 +218,11 @@ def statistics_from_transitions(transitions: Transitions, feature_map: FeatureMa
         return trajectory_statistics(
             feature_map(tr.state), feature_map(tr.next_state), tr.reward, rho, tr.traj_index,
             tr.n_trajectories, gamma=gamma, terminal=tr.terminal, normalization=normalization,
-            length_scale=length_scale, representation=representation,
-        )
+            length_scale=length_scale, representation=representation)
     owner = "statistics_from_transitions"
     reward, rho_a, ti, terminal, order = _validate_common(
         owner, tr.n_transitions, tr.reward, rho, tr.traj_index, tr.n_trajectories, tr.terminal,
-        gamma, normalization, length_scale, representation,
-    )
+        gamma, normalization, length_scale, representation)
     s = feature_map.indices(tr.state)[order]
     nxt = np.asarray(tr.next_state, dtype=np.float64)[order].copy()
     terminal = terminal[order]

@@ -76,14 +76,11 @@ def step_event(
     if sampling == "uniform":
         # Replace-one: sensitivity 2h, so noise std / sensitivity = sigma / 2 (issue #378).
         return dp_accounting.SampledWithoutReplacementDpEvent(
-            source_dataset_size=m,
-            sample_size=1,
-            event=dp_accounting.GaussianDpEvent(noise_multiplier=sigma / 2.0),
-        )
+            source_dataset_size=m, sample_size=1,
+            event=dp_accounting.GaussianDpEvent(noise_multiplier=sigma / 2.0))
     return dp_accounting.PoissonSampledDpEvent(
         sampling_probability=batch_rate,
-        event=dp_accounting.GaussianDpEvent(noise_multiplier=sigma),
-    )
+        event=dp_accounting.GaussianDpEvent(noise_multiplier=sigma))
 
 
 def gpope_dp_event(*, m: int, iterations: int, sigma: float, sampling: Sampling = "uniform",
@@ -96,8 +93,7 @@ def gpope_dp_event(*, m: int, iterations: int, sigma: float, sampling: Sampling 
     """
     m_, n_, _, s_, q = check_common(
         "gpope_dp_event", m=m, iterations=iterations, delta=0.5, sampling=sampling,
-        batch_rate=batch_rate,
-    )
+        batch_rate=batch_rate)
     sigma_ = check_number("gpope_dp_event", "sigma", sigma, gt=0.0)
     step = step_event(m=m_, sigma=sigma_, sampling=s_, batch_rate=q)  # type: ignore[arg-type]
     return dp_accounting.SelfComposedDpEvent(event=step, count=n_)

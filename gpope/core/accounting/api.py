@@ -55,8 +55,7 @@ class TargetArgs(_RunArgs, total=False):
 def _validate(
     owner: str, *, m: object, iterations: object, delta: object, accountant: object = "auto",
     sampling: object = "uniform", batch_rate: object = None,
-    pld_grid: object = DEFAULT_PLD_GRID,
-) -> tuple[str, RunShape]:
+    pld_grid: object = DEFAULT_PLD_GRID) -> tuple[str, RunShape]:
     """(the resolved accountant, the run's shape) of validated inputs."""
     m_, n_, d_, s_, q = check_common(
         owner, m=m, iterations=iterations, delta=delta, sampling=sampling, batch_rate=batch_rate

@@ -80,8 +80,7 @@ RELATIONS: dict[str, dp_accounting.NeighboringRelation] = {
 #: mechanisms gpope releases.
 FILTER_ORDERS: tuple[float, ...] = (
     1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0,
-    48.0, 64.0, 96.0, 128.0, 256.0,
-)
+    48.0, 64.0, 96.0, 128.0, 256.0)
 
 _EVENTS: dict[str, type] = {
     name: getattr(_dp_event, name)
@@ -221,11 +220,8 @@ def rdp_curve(mechanism: StoredMechanism, orders: Sequence[float] = FILTER_ORDER
     return np.asarray(accountant._rdp, dtype=np.float64)
 
 
-def filter_epsilon(
-    curves: Iterable[tuple[str, np.ndarray]],
-    delta: float,
-    orders: Sequence[float] = FILTER_ORDERS,
-) -> float:
+def filter_epsilon(curves: Iterable[tuple[str, np.ndarray]], delta: float,
+                   orders: Sequence[float] = FILTER_ORDERS) -> float:
     """Epsilon certified by the ledger's Rényi filter for runs with these ``(relation, RDP
     curve at orders)``: ``sum over relations of min over orders of conv(sum of rho(alpha),
     delta / (|L| R))``; 0 for no runs; ``inf`` when nothing is certified."""

@@ -147,10 +147,8 @@ def pld_cost(batch_rate: float, iterations: int, sigma: float, interval: float) 
     step = 0
     fft = 0
     for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD):
-        loss = plm.GaussianPrivacyLoss(
-            sigma, sampling_prob=batch_rate, adjacency_type=adjacency,
-            log_mass_truncation_bound=-50,
-        )
+        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=batch_rate, adjacency_type=adjacency,
+                                       log_mass_truncation_bound=-50)
         bounds = loss.connect_dots_bounds()
         lo = math.floor(bounds.epsilon_lower / interval)
         size = math.ceil(bounds.epsilon_upper / interval) - lo + 1
@@ -169,10 +167,8 @@ def pld_cost(batch_rate: float, iterations: int, sigma: float, interval: float) 
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_eval(
-    batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
-    max_step_points: int, max_points: int,
-) -> float | None:
+def _pld_eval(batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
+              max_step_points: int, max_points: int) -> float | None:
     """Epsilon of PLDAccountant at one grid, or None when its predicted cost is too large.
 
     The per-step (remove, add) PMFs are exactly those dp-accounting's PLDAccountant builds for
@@ -188,10 +184,8 @@ def _pld_eval(
     return float(eps)
 
 
-def pld_epsilon(
-    *, batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
-    grid: PLDGrid = DEFAULT_PLD_GRID,
-) -> float:
+def pld_epsilon(*, batch_rate: float, iterations: int, sigma: float, delta: float, interval: float,
+                grid: PLDGrid = DEFAULT_PLD_GRID) -> float:
     """Epsilon certified by dp-accounting's PLD accountant at grid ``interval`` (cached).
 
     The event is ``SelfComposedDpEvent(PoissonSampledDpEvent(batch_rate, GaussianDpEvent(sigma)),
@@ -251,10 +245,8 @@ def pld_epsilon_adaptive(*, batch_rate: float, iterations: int, sigma: float, de
                 if remaining <= grid.rtol * best_eps:
                     converged = True
                     break
-    return PLDEstimate(
-        epsilon=best_eps, interval=best_interval, evaluated=tuple(evaluated),
-        converged=converged, skipped=skipped, unstable=unstable,
-    )
+    return PLDEstimate(epsilon=best_eps, interval=best_interval, evaluated=tuple(evaluated),
+                       converged=converged, skipped=skipped, unstable=unstable)
 
 
 def _gdp_delta(mu: float, epsilon: float) -> float:

@@ -372,11 +372,9 @@ def run_audit(config: AuditConfig, rng: np.random.Generator | int, *,
                           accountant=str(r0.accountant), override=_mechanism_override)
 
 
-def certify(
-    t0: np.ndarray, t1: np.ndarray, *, epsilon_claimed: float, alpha: float, delta: float,
-    sigma: float, accountant: str, override: dict[str, Any] | None, seconds: float,
-    config: dict[str, Any],
-) -> AuditResult:
+def certify(t0: np.ndarray, t1: np.ndarray, *, epsilon_claimed: float, alpha: float, delta: float,
+            sigma: float, accountant: str, override: dict[str, Any] | None, seconds: float,
+            config: dict[str, Any]) -> AuditResult:
     """The audit's verdict from test statistics of D0 (``t0``) and D1 (``t1``), one per run.
 
     The threshold maximising the bound is chosen on the first half of each world's runs; the

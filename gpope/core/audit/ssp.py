@@ -98,8 +98,7 @@ def _worlds(config: SSPAuditConfig, rng: np.random.Generator) -> tuple[np.ndarra
 
 def run_ssp_audit(
     config: SSPAuditConfig, rng: np.random.Generator | int, *, _noise_scale: float = 1.0,
-    _sensitivity_trap: bool = False,
-) -> AuditResult:
+    _sensitivity_trap: bool = False) -> AuditResult:
     """Audit the SSP release (both worlds, ``config.runs`` runs each); see the module docstring."""
     t_start = time.perf_counter()
     g_data, g0, g1 = np.random.default_rng(rng).spawn(3)
@@ -123,8 +122,7 @@ def run_ssp_audit(
                 sums[r] = group_sums(clipped, assign_groups(traj, int(keys[r]), K), K)
         noisy = release_noisy_statistics(
             sums.reshape(R * K, -1), n=config.n_features, m=config.m + 1,
-            sigma=used, clip=config.clip, rng=g,
-        )
+            sigma=used, clip=config.clip, rng=g)
         y = noisy.sums.reshape(R, K, -1)[:, :, coord]
         s2 = (sigma * config.clip) ** 2
         if config.relation == "replace_one":

@@ -81,8 +81,7 @@ def bounded(transitions: Any, spec: EvaluationSpec) -> tuple[np.ndarray, np.ndar
         rho = importance_ratios(spec.target_policy, transitions)
     return clamp_to_public_bounds(
         rho, transitions.reward, importance_weight_bound=spec.importance_weight_bound,
-        reward_bounds=spec.reward_bounds,
-    )
+        reward_bounds=spec.reward_bounds)
 
 
 def _statistics(transitions: Any, spec: EvaluationSpec, rho: np.ndarray, *,

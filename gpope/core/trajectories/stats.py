@@ -194,10 +194,8 @@ class TrajectoryStats:
             raise SchemaError(f"sparse stats: traj_index must be a permutation of 0..{m - 1}.")
         check_choice("TrajectoryStats", "normalization", normalization, NORMALIZATIONS)
         order, new_off, ea, ex, ev = sparse_from_chunks(idx, lens, chunks, n)
-        return cls(
-            representation="sparse", tau=tau_arr[order], b=np.ascontiguousarray(b[order]),
-            normalization=normalization, offsets=new_off, ea=ea, ex=ex, ev=ev,
-        )
+        return cls(representation="sparse", tau=tau_arr[order], b=np.ascontiguousarray(b[order]),
+                   normalization=normalization, offsets=new_off, ea=ea, ex=ex, ev=ev)
 
     @classmethod
     def concatenate(cls, parts: list[TrajectoryStats]) -> TrajectoryStats:

@@ -213,9 +213,7 @@ def plan_private_tuning(*, m: int, iterations: int, batch_rate: float, epsilon: 
             acc = REFERENCE
     return PrivateTuningPlan(
         m=m_, iterations=n_, batch_rate=q, epsilon=eps, delta=d, accountant=acc,
-        quantile_sigma=s_q, statistics_sigma=s_s, gpope_sigma=s_g, candidates=k,
-        epsilon_spent=e_g,
-    )
+        quantile_sigma=s_q, statistics_sigma=s_s, gpope_sigma=s_g, candidates=k, epsilon_spent=e_g)
 
 
 # ---------------------------------------------------------------------- the tuning itself
@@ -361,6 +359,5 @@ def tune_privately(stats: TrajectoryStats, base: GPOPEConfig, plan: PrivateTunin
     return PrivateTuningResult(
         result=res, config=cfg, candidates=tuple(candidates), chosen=chosen, statistics_clip=h_s,
         gradient_clip=h, base_step=base_step, noisy=noisy, plan=plan,
-        private=not seeded and bool(res.private),
-    )
+        private=not seeded and bool(res.private))
 

@@ -74,8 +74,7 @@ def statistics_norms(stats: TrajectoryStats) -> np.ndarray:
 
 def noisy_statistics(
     stats: TrajectoryStats, *, clip: float, noise_multiplier: float, rng: np.random.Generator,
-    m: int | None = None,
-) -> NoisyStatistics:
+    m: int | None = None) -> NoisyStatistics:
     """The SSP release (one group) of in-memory statistics: ``GaussianDpEvent(noise_multiplier)``.
 
     Sums of the clipped vectors, then :func:`gpope.core.ssp.release_noisy_statistics`, divided
