@@ -47,7 +47,7 @@ def behaviour_policy(domain: str) -> Policy | None:
     Raises:
         ConfigError: unknown domain, or a stored policy artifact is missing.
     """
-    return get_domain(check_domain(domain)).behaviour_policy()
+    return get_domain(domain).behaviour()
 
 
 def concatenate_episodes(parts: list[Transitions]) -> Transitions:
@@ -83,11 +83,11 @@ def generate_episodes(
     """``patients`` episodes (trajectories 0..m-1) of a registered ``domain`` under ``policy``
     (None: the domain's behaviour policy), capped at ``n_steps`` (None: the domain's), generated
     ``batch_size`` patients at a time from ``rng`` in order (deterministic for a seed)."""
-    entry = get_domain(check_domain(domain))
+    entry = get_domain(domain)
     m = check_int("generate_episodes", "patients", patients, ge=1)
     batch_size = check_int("generate_episodes", "batch_size", batch_size, ge=1)
     if policy is None:
-        policy = entry.behaviour_policy()
+        policy = entry.behaviour()
     return concatenate_episodes([entry.generate(min(batch_size, m - start), rng, policy,
                                         n_steps or entry.max_steps)
                          for start in range(0, m, batch_size)])

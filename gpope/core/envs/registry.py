@@ -59,10 +59,6 @@ class SimDomain:
     generate: Generator
     behaviour: Callable[[], Policy | None]
 
-    def behaviour_policy(self) -> Policy | None:
-        """The behaviour policy (loaded on first use)."""
-        return self.behaviour()
-
     def dataset_mapping(self, max_length: int | None = None) -> dict[str, Any]:
         """The ``datasets:`` entry that ingests this domain's event tables (variables, actions,
         ``max_length`` = the episode cap unless given, ``terminal_variable``)."""
