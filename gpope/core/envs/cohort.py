@@ -11,7 +11,7 @@ under the spec. No private row is read.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,18 +57,11 @@ def concatenate_episodes(parts: list[Transitions]) -> Transitions:
     if len(parts) == 1:
         return parts[0]
     shifts = np.cumsum([0] + [p.n_trajectories for p in parts[:-1]])
+    columns = {f.name: np.concatenate([getattr(p, f.name) for p in parts])
+               for f in fields(Transitions) if f.name not in ("traj_index", "n_trajectories")}
     return Transitions(
         traj_index=np.concatenate([p.traj_index + s for p, s in zip(parts, shifts, strict=True)]),
-        t=np.concatenate([p.t for p in parts]),
-        state=np.concatenate([p.state for p in parts]),
-        action=np.concatenate([p.action for p in parts]),
-        reward=np.concatenate([p.reward for p in parts]),
-        next_state=np.concatenate([p.next_state for p in parts]),
-        terminal=np.concatenate([p.terminal for p in parts]),
-        truncated=np.concatenate([p.truncated for p in parts]),
-        behavior_prob=np.concatenate([p.behavior_prob for p in parts]),
-        n_trajectories=int(sum(p.n_trajectories for p in parts)),
-    )
+        n_trajectories=int(sum(p.n_trajectories for p in parts)), **columns)
 
 
 def generate_episodes(

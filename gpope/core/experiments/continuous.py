@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -108,8 +108,6 @@ class HIVSettings(_ContinuousSettings):
 
 
 def _methods(s: Any) -> tuple[GPOPEMethod, ...]:
-    from dataclasses import replace
-
     out = []
     for m in default_methods(s.iterations, s.batch_size):
         grid = {"gpope_product": (1.0, 10.0, 1e2, 1e3, 1e4)}.get(m.name,
@@ -173,17 +171,7 @@ def _grid_transitions(tr: Transitions, grid: int) -> Transitions:
         ij = np.clip(((s - lo) / (hi - lo) * grid).astype(np.int64), 0, grid - 1)
         return (ij[:, 0] * grid + ij[:, 1]).astype(np.float64)[:, None]
 
-    return Transitions(traj_index=tr.traj_index, t=tr.t, state=cell(tr.state), action=tr.action,
-                       reward=tr.reward, next_state=cell(tr.next_state), terminal=tr.terminal,
-                       truncated=tr.truncated, behavior_prob=tr.behavior_prob,
-                       n_trajectories=tr.n_trajectories)
-
-
-def _with_rewards(tr: Transitions, reward: np.ndarray) -> Transitions:
-    return Transitions(traj_index=tr.traj_index, t=tr.t, state=tr.state, action=tr.action,
-                       reward=reward, next_state=tr.next_state, terminal=tr.terminal,
-                       truncated=tr.truncated, behavior_prob=tr.behavior_prob,
-                       n_trajectories=tr.n_trajectories)
+    return replace(tr, state=cell(tr.state), next_state=cell(tr.next_state))
 
 
 class _Domain:
@@ -220,7 +208,7 @@ class _Domain:
     def generate(self, m: int, rng: np.random.Generator) -> Transitions:
         """Simulate m episodes; rewards multiplied by the public ``reward_scale``."""
         tr = self._simulate(m, rng)
-        return _with_rewards(tr, tr.reward * self.s.reward_scale)
+        return replace(tr, reward=tr.reward * self.s.reward_scale)
 
     def rho(self, tr: Transitions) -> np.ndarray:
         if self.figure == "on":
@@ -305,7 +293,7 @@ class _Domain:
                 self._hiv_truth_from(sims.pop(0), seed)
                 need_truth = False
             for tr in sims:
-                yield self._problem(_with_rewards(tr, tr.reward * self.s.reward_scale), seed)
+                yield self._problem(replace(tr, reward=tr.reward * self.s.reward_scale), seed)
 
 
 def _figures(domain: str) -> tuple[str, ...]:
