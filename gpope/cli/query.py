@@ -96,22 +96,12 @@ def _run(args: argparse.Namespace) -> int:
     result = api.query(args.sql, config=config_from_args(args), operator=args.operator)
     columns = [(f.name, str(f.type)) for f in result.table.schema]
     rows = result.table.to_pylist()
-    if args.json:
-        payload = {
-            "lake": result.lake,
-            "sql": result.sql,
-            "columns": [{"name": n, "type": t} for n, t in columns],
-            "rows": rows,
-            "row_count": len(rows),
-        }
-        _dump_json(payload)
-    elif args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow([n for n, _ in columns])
-        for row in rows:
-            writer.writerow([_csv_cell(row[n]) for n, _ in columns])
-    else:
-        print(format_table([n for n, _ in columns], [[row[n] for n, _ in columns] for row in rows]))
+    payload = {"lake": result.lake, "sql": result.sql,
+               "columns": [{"name": n, "type": t} for n, t in columns], "rows": rows,
+               "row_count": len(rows)}
+    names = [n for n, _ in columns]
+    _show(args, payload, names, [[row[n] for n in names] for row in rows])
+    if not (args.json or args.csv):
         print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}, lake {result.lake}, "
               f"{result.seconds:.2f} s)", file=sys.stderr)
     return 0
@@ -122,16 +112,10 @@ def _tables(args: argparse.Namespace) -> int:
 
     _operator_notice(args)
     listed = api.lake_views(config=config_from_args(args), operator=args.operator)
-    if args.json:
-        _dump_json({"lake": listed.lake, "views": list(listed.views)})
-    elif args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["view", "layer", "dataset", "table", "path"])
-        for e in listed.views:
-            writer.writerow([e["view"], e["layer"], e["dataset"] or "", e["table"], e["path"] or ""])
-    else:
-        cols = ["view", "layer", "dataset", "table"]
-        print(format_table(cols, [[e[c] or "" for c in cols] for e in listed.views]))
+    cols = ["view", "layer", "dataset", "table", "path"]
+    _show(args, {"lake": listed.lake, "views": list(listed.views)}, cols,
+          [[e[c] or "" for c in cols] for e in listed.views], shown=4)
+    if not (args.json or args.csv):
         if listed.hidden:
             print(f"({listed.hidden} raw and per-patient table(s) not listed: operators see them "
                   "with --operator)", file=sys.stderr)
@@ -144,17 +128,24 @@ def _describe(args: argparse.Namespace) -> int:
     _operator_notice(args)
     columns = api.describe_view(args.describe, config=config_from_args(args),
                                 operator=args.operator)
+    _show(args, {"view": args.describe, "columns": columns}, ["column", "type", "comment"],
+          [[c["column"], c["type"], c["comment"] or ""] for c in columns], max_cell=None)
+    return 0
+
+
+def _show(args: argparse.Namespace, payload: dict[str, Any], header: list[str],
+          rows: list[list[Any]], *, shown: int | None = None, max_cell: int | None = _MAX_CELL,
+          ) -> None:
+    """``payload`` as JSON (--json), ``rows`` under ``header`` as CSV (--csv), else their first
+    ``shown`` columns as a plain-text table."""
     if args.json:
-        _dump_json({"view": args.describe, "columns": columns})
+        _dump_json(payload)
     elif args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["column", "type", "comment"])
-        for c in columns:
-            writer.writerow([c["column"], c["type"], c["comment"] or ""])
+        writer.writerow(header)
+        writer.writerows([_csv_cell(v) for v in row] for row in rows)
     else:
-        rows = [[c["column"], c["type"], c["comment"] or ""] for c in columns]
-        print(format_table(["column", "type", "comment"], rows, max_cell=None))
-    return 0
+        print(format_table(header[:shown], [r[:shown] for r in rows], max_cell=max_cell))
 
 
 def _operator_notice(args: argparse.Namespace) -> None:
