@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from gpope.core.envs.episodes import StepLog
 from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
@@ -162,50 +163,26 @@ def generate(
     n_trajectories: int, rng: np.random.Generator, config: ChainConfig | None = None
 ) -> Transitions:
     """Simulate ``n_trajectories`` independent episodes, all at once (a loop over time only; one
-    uniform per start and per step): :class:`Transitions` with ``state``/``next_state`` (T, 1) float64 integer states, action 0,
-        ``behavior_prob`` 1, ``terminal`` on entering the absorbing state, ``truncated`` on the
-        ``max_steps``-th step of an unfinished episode.
+    uniform per start and per step): :class:`Transitions` with ``state``/``next_state`` (T, 1)
+    float64 integer states, action 0, ``behavior_prob`` 1, ``terminal`` on entering the absorbing
+    state, ``truncated`` on the ``max_steps``-th step of an unfinished episode.
     """
     cfg = _config(config)
     m = check_int("chain.generate", "n_trajectories", n_trajectories, ge=1)
     state = initial(rng, cfg, m)
     alive = np.arange(m, dtype=np.int64)
-    traj_parts, s_parts, ns_parts, term_parts, t_parts = [], [], [], [], []
+    log = StepLog(m)
     for t in range(cfg.max_steps):
-        nxt, _, term = step(state, rng, cfg)
-        traj_parts.append(alive)
-        s_parts.append(state)
-        ns_parts.append(nxt)
-        term_parts.append(term)
-        t_parts.append(np.full(len(alive), t, dtype=np.int64))
+        nxt, reward, term = step(state, rng, cfg)
+        k = len(alive)
+        log.add(t, alive, state=state.astype(np.float64)[:, None], action=np.zeros(k, np.int64),
+                reward=reward, next_state=nxt.astype(np.float64)[:, None], terminal=term,
+                behavior_prob=np.ones(k))
         keep = ~term
         alive, state = alive[keep], nxt[keep]
         if len(alive) == 0:
             break
-    traj = np.concatenate(traj_parts)
-    tt = np.concatenate(t_parts)
-    lengths = np.bincount(traj, minlength=m)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    order = np.empty(len(traj), dtype=np.int64)
-    order[offsets[traj] + tt] = np.arange(len(traj))  # row position in (traj, t) order
-    s = np.concatenate(s_parts)[order].astype(np.float64)
-    ns = np.concatenate(ns_parts)[order].astype(np.float64)
-    terminal = np.concatenate(term_parts)[order]
-    tt = tt[order]
-    truncated = (tt == cfg.max_steps - 1) & ~terminal
-    n = len(traj)
-    return Transitions(
-        traj_index=traj[order],
-        t=tt,
-        state=s[:, None],
-        action=np.zeros(n, dtype=np.int64),
-        reward=terminal.astype(np.float64),
-        next_state=ns[:, None],
-        terminal=terminal,
-        truncated=truncated,
-        behavior_prob=np.ones(n),
-        n_trajectories=m,
-    )
+    return log.transitions(cfg.max_steps)
 
 
 def _alive_distributions(P: np.ndarray, mu: np.ndarray, terminal: int, horizon: int) -> np.ndarray:

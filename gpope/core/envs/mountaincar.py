@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from gpope.core.envs.episodes import StepLog
 from gpope.core.policies import (
     EpsilonGreedyPolicy,
     Policy,
@@ -142,40 +143,17 @@ def generate(
         raise SchemaError(f"A mountain car policy needs 3 actions; got {policy.n_actions}.")
     state = initial(rng, m)
     alive = np.arange(m, dtype=np.int64)
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "s", "a", "p", "ns", "term")}
+    log = StepLog(m)
     for t in range(max_steps):
         actions, probs = sample_actions(policy, state, rng)
-        nxt, _, term = step(state, actions)
-        for key, val in zip(
-            ("traj", "t", "s", "a", "p", "ns", "term"),
-            (alive, np.full(len(alive), t, dtype=np.int64), state, actions, probs, nxt, term),
-            strict=True,
-        ):
-            parts[key].append(val)
+        nxt, reward, term = step(state, actions)
+        log.add(t, alive, state=state, action=actions, reward=reward, next_state=nxt,
+                terminal=term, behavior_prob=probs)
         keep = ~term
         alive, state = alive[keep], nxt[keep]
         if len(alive) == 0:
             break
-    traj = np.concatenate(parts["traj"])
-    tt = np.concatenate(parts["t"])
-    lengths = np.bincount(traj, minlength=m)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    order = np.empty(len(traj), dtype=np.int64)
-    order[offsets[traj] + tt] = np.arange(len(traj))
-    terminal = np.concatenate(parts["term"])[order]
-    tt = tt[order]
-    return Transitions(
-        traj_index=traj[order],
-        t=tt,
-        state=np.concatenate(parts["s"])[order],
-        action=np.concatenate(parts["a"])[order],
-        reward=np.full(len(traj), -1.0),
-        next_state=np.concatenate(parts["ns"])[order],
-        terminal=terminal,
-        truncated=(tt == max_steps - 1) & ~terminal,
-        behavior_prob=np.concatenate(parts["p"])[order],
-        n_trajectories=m,
-    )
+    return log.transitions(max_steps)
 
 
 def learned_policy(

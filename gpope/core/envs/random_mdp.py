@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gpope.core.envs.episodes import StepLog
 from gpope.core.policies import Policy, TabularPolicy, policy_from_dict
 from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
@@ -233,7 +234,7 @@ class RandomMDP:
         cum_P = np.cumsum(self.P, axis=2)
         state = _draw(rng, np.broadcast_to(np.cumsum(self.start), (m, S)))
         alive = np.arange(m, dtype=np.int64)
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "s", "a", "r", "ns", "p")}
+        log = StepLog(m)
         for t in range(cap):
             action = _draw(rng, cum_mu[state])
             nxt = _draw(rng, cum_P[state, action])
@@ -241,25 +242,14 @@ class RandomMDP:
                 reward = self.r_max * (rng.random(len(state)) < self.reward_prob[state, action])
             else:
                 reward = self.reward_mean[state, action]
-            for key, value in (("traj", alive), ("t", np.full(len(alive), t)), ("s", state),
-                               ("a", action), ("r", reward), ("ns", nxt),
-                               ("p", self.behaviour[state, action])):
-                cols[key].append(value)
+            log.add(t, alive, state=self.observe(state), action=action.astype(np.int64),
+                    reward=np.asarray(reward, dtype=np.float64), next_state=self.observe(nxt),
+                    terminal=nxt >= S, behavior_prob=self.behaviour[state, action])
             keep = nxt < S
             alive, state = alive[keep], nxt[keep]
             if len(alive) == 0:
                 break
-        flat = {k: np.concatenate(v) for k, v in cols.items()}
-        order = np.lexsort((flat["t"], flat["traj"]))
-        flat = {k: v[order] for k, v in flat.items()}
-        terminal = flat["ns"] >= S
-        return Transitions(
-            traj_index=flat["traj"].astype(np.int64), t=flat["t"].astype(np.int64),
-            state=self.observe(flat["s"]), action=flat["a"].astype(np.int64),
-            reward=flat["r"].astype(np.float64), next_state=self.observe(flat["ns"]),
-            terminal=terminal, truncated=(flat["t"] == cap - 1) & ~terminal,
-            behavior_prob=flat["p"].astype(np.float64), n_trajectories=m,
-        )  # fmt: skip
+        return log.transitions(cap)
 
 
 def _round_up(x: float) -> float:
