@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
 
 __all__ = ["BUDGET_STATUS_VIEW", "LATEST_RELEASE_VIEW", "OPERATOR_SWITCH", "RELEASE_VIEWS",
-           "LakeTable", "LakeViews", "QueryResult", "connect", "describe", "lake_tables",
-           "lake_views", "latest_version", "query", "snapshot", "view_names"]
+           "LakeTable", "LakeViews", "QueryResult", "connect", "describe", "lake_views",
+           "latest_version", "query", "snapshot", "view_names"]
 
 _RELEASED_VALUES = "released_values"
 #: latest_release's budget columns (from budget_status; NULL when the lake has no ledger).
@@ -164,20 +164,9 @@ def _subdirs(path: Path) -> list[Path]:
         return []
 
 
-def lake_tables(
-    lake: str | Path | GpopeConfig | None = None, *, operator: bool = True
-) -> list[LakeTable]:
-    """The Delta tables of the lake, by layer, dataset and name (no table is opened).
-
-    Guarantees: shared gold tables (``<root>/gold/<table>``) get their own name as view; per-dataset
-    tables (``<root>/<layer>/<dataset>/<table>``) get ``<dataset>__<table>``; sorted by view name.
-    Without ``operator`` only the release tables are listed.
-    """
-    root, _ = _lake_root(lake)
-    return _served(_discover(root), operator)
-
-
 def _discover(root: Path) -> list[LakeTable]:
+    """The Delta tables under ``root`` (none opened), sorted by view: a shared gold table is
+    viewed by its name, a per-dataset one as ``<dataset>__<table>``."""
     found: list[LakeTable] = []
     for layer in _LAYERS:
         for first in _subdirs(root / layer):

@@ -20,7 +20,7 @@ from gpope.shell import lake
 from gpope.shell.pipeline.evaluate import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
-from gpope.shell.query import describe, lake_tables, query
+from gpope.shell.query import describe, lake_views, query
 from gpope.shell.schemas import COLUMN_COMMENTS, TABLE_SCHEMAS, TRANSITIONS
 
 pytestmark = pytest.mark.spark
@@ -70,11 +70,11 @@ def test_every_contract_column_has_a_comment():
 
 def test_views_follow_the_naming_rules(pipeline_lake):
     config, _ = pipeline_lake
-    views = {t.view: t for t in lake_tables(config)}
-    assert views["cohort_a__transitions"].layer == "silver"
-    assert views["cohort_b__trajectory_stats"].dataset == "cohort_b"
-    assert views["released_estimates"].dataset is None
-    assert views["privacy_ledger"].dataset is None
+    views = {v["view"]: v for v in lake_views(config, operator=True).views}
+    assert views["cohort_a__transitions"]["layer"] == "silver"
+    assert views["cohort_b__trajectory_stats"]["dataset"] == "cohort_b"
+    assert views["released_estimates"]["dataset"] is None
+    assert views["privacy_ledger"]["dataset"] is None
 
 
 def test_counts_per_dataset_equal_spark(spark, pipeline_lake):
@@ -368,8 +368,10 @@ def test_a_lake_released_before_the_estimand_column_keeps_working(spark, tmp_pat
 
     from gpope.core.intervals import Interval
     from gpope.core.policy_value_release import PolicyValueInterval
+    from gpope.shell.lake import Lake, TableRef
+    from gpope.shell.lake.manifest import read_pinned
     from gpope.shell.pipeline.evaluate_policy_value import policy_value_rows
-    from gpope.shell.pipeline.release import read_releases, release_row, value_rows, write_release
+    from gpope.shell.pipeline.release import release_row, value_rows, write_release
 
     config = load_config(None, lake={"root": str(tmp_path / "lake")})
     contract = TABLE_SCHEMAS["released_values"]
@@ -409,8 +411,9 @@ def test_a_lake_released_before_the_estimand_column_keeps_working(spark, tmp_pat
     cols = {c["column"]: c["comment"] for c in describe("released_values", lake=config)}
     assert cols["estimand"] == COLUMN_COMMENTS["released_values"]["estimand"]
     assert "approximation error" in cols["estimand"] and "mean recorded" in cols["estimand"]
-    spark_rows = {r["run_id"]: r["estimand"] for r in read_releases(
-        spark, config, table="released_values").collect()}  # Spark reads both too
+    spark_rows = {r["run_id"]: r["estimand"] for r in read_pinned(
+        Lake.from_settings(spark, config.lake), TableRef.shared("released_values"))[0].collect()}
+    # Spark reads both too
     assert spark_rows["old_run"] is None and spark_rows["new_run"] is not None
     contrasts = query("SELECT run_a, estimand_a, estimand_b FROM release_contrasts "
                       "WHERE state = 's0'", lake=config).to_pylist()

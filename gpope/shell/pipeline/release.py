@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["RELEASE_TABLES", "policy_label", "read_releases", "release_row",
+__all__ = ["RELEASE_TABLES", "policy_label", "release_row",
            "remove_failed_releases", "value_rows", "write_release"]
 
 RELEASE_TABLES: tuple[str, ...] = ("released_estimates", "released_values")
@@ -153,19 +153,6 @@ def remove_failed_releases(
         spark = get_spark(config.spark)
     return remove_incomplete(config.lake, [TableRef.shared(t) for t in RELEASE_TABLES], run_ids,
                              spark=spark)  # fmt: skip
-
-
-def read_releases(spark: SparkSession, config: GpopeConfig, *, table: str = "released_estimates") -> Any:
-    """Released rows as readers must see them (only runs whose release manifest is committed).
-
-    Raises:
-        TableNotFoundError: nothing was released yet.
-    """
-    from gpope.shell.lake import Lake, TableRef
-    from gpope.shell.lake.manifest import read_pinned
-
-    rows, _ = read_pinned(Lake.from_settings(spark, config.lake), TableRef.shared(table))
-    return rows
 
 
 def policy_label(spec: EvaluationSpec) -> str:
