@@ -68,7 +68,7 @@ SKEWED = [sys.executable, "-c", (
     "    @classmethod\n"
     "    def now(cls, tz=None):\n"
     "        return d.datetime.now(tz) - d.timedelta(hours=2)\n"
-    "import gpope.shell.pipeline.evaluate as evaluate\n"
+    "import gpope.shell.evaluate.run as evaluate\n"
     "evaluate.datetime = Skewed\n"
     "from gpope.cli import main\n"
     "sys.exit(main())\n")]

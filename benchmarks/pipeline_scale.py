@@ -209,7 +209,7 @@ def _evaluate_reference(root: str, dataset: str, spec: Any, options: Any, report
     from gpope.config import load_config
     from gpope.core.evaluation.settings import resolve_settings
     from gpope.core.gpope.solver import run_gpope
-    from gpope.shell.pipeline.evaluate_solve import solver_config
+    from gpope.shell.evaluate.execute import solver_config
     from gpope.shell.pipeline.sampled import _COLUMNS, _sparse_batches, _sparse_from_arrow
 
     data = _dataset(f"{root}/gold/{dataset}/trajectory_stats")
@@ -277,7 +277,7 @@ def run(patients: int, master: str, iterations: int, *, workdir: str | None = No
     from gpope.config import SparkSettings, load_config
     from gpope.core.evaluation.settings import SettingsLayer
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate import run_evaluate
+    from gpope.shell.evaluate.run import run_evaluate
     from gpope.shell.pipeline.ingest import run_ingest
     from gpope.shell.pipeline.jobargs import load_spec, resolve_path
     from gpope.shell.pipeline.simulate import run_simulate

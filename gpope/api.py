@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from gpope.core.audit.gpope import AuditResult
     from gpope.core.evaluation.settings import SettingsLayer
     from gpope.shell.compare import RunComparison
+    from gpope.shell.evaluate.report import EvaluationReport
     from gpope.shell.experiments import make_settings as experiment_settings
     from gpope.shell.experiments import run_experiment as experiment
     from gpope.shell.experiments import run_tuning as tune_experiment
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from gpope.shell.lake.maintain import MaintenanceReport
     from gpope.shell.pipeline.after_release import show_release
     from gpope.shell.pipeline.demo import DemoOptions, DemoReport
-    from gpope.shell.pipeline.evaluate_report import EvaluationReport
     from gpope.shell.pipeline.ingest import IngestReport
     from gpope.shell.pipeline.ledger import BudgetStatus, PrivacyLedger
     from gpope.shell.pipeline.load import BRONZE_COLUMNS
@@ -266,7 +266,7 @@ def check_evaluation(spec: SpecLike, options: SettingsLayer, *, dataset: str | N
         ConfigError: an invalid spec, setting, combination or dataset name.
         TableNotFoundError: an input table is missing (the message names the command).
     """
-    from gpope.shell.pipeline.evaluate_inputs import check_request
+    from gpope.shell.evaluate.inputs import check_request
 
     cfg, loaded = _config(config), load_spec(spec)
     check_request(cfg, loaded, options)
@@ -301,7 +301,7 @@ def evaluate(
         BudgetExceededError: the run would take the dataset past its budget (nothing written).
     """
     from gpope.errors import StaleStatisticsError
-    from gpope.shell.pipeline.evaluate import run_evaluate
+    from gpope.shell.evaluate.run import run_evaluate
     from gpope.shell.pipeline.stats_source import SPEC_PLACEHOLDER
 
     cfg = _config(config)

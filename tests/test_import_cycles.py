@@ -67,5 +67,5 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_gpope_has_no_import_cycles():
     graph = _graph()
-    assert "gpope.shell.pipeline.evaluate_mlflow" in graph["gpope.shell.pipeline.evaluate_report"]
+    assert "gpope.shell.evaluate.record" in graph["gpope.shell.evaluate.report"]
     assert _cycles(graph) == []

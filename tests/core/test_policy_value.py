@@ -409,7 +409,7 @@ def test_a_spec_may_not_name_a_reference_state_after_a_released_scalar():
 def test_observed_weight_is_the_released_weight_share_and_its_note():
     # J(target)'s observed weight is the release's mean weight mass over S (post-processing),
     # None on-policy; below one half the CLI and the demo say why the interval is wide
-    from gpope.shell.pipeline.evaluate_policy_value import observed_weight_note
+    from gpope.shell.evaluate.policy_value import observed_weight_note
 
     rng = np.random.default_rng(3)
     m = 500

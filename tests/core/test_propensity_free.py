@@ -191,7 +191,7 @@ def test_the_pair_statistics_give_the_value_statistics_under_any_propensities():
 def test_the_pair_fit_over_a_tabular_map_gets_no_approximation_note():
     # one-hot pairs fit Q exactly: the NOTE about a map's approximation error is for other maps
     from gpope.core.features import ConstantIdentityFeatures
-    from gpope.shell.pipeline.evaluate_report import approximation_note
+    from gpope.shell.evaluate.report import approximation_note
 
     assert approximation_note(state_action_spec(SPEC)) is None
     linear = dataclasses.replace(SPEC, feature_map=ConstantIdentityFeatures(low=(0.0,), high=(1.0,)))

@@ -18,8 +18,8 @@ from gpope.core.policies import importance_ratios
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import run_evaluate
-from gpope.shell.pipeline.evaluate_report import EvaluationReport
+from gpope.shell.evaluate.report import EvaluationReport
+from gpope.shell.evaluate.run import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.schemas import PRIVACY_LEDGER, RELEASED_ESTIMATES, TRANSITIONS
@@ -331,7 +331,7 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
 
 
 def test_unbounded_intervals_print_as_unbounded_with_a_note():
-    from gpope.shell.pipeline.evaluate_report import UNBOUNDED_NOTE, format_span, unbounded_note
+    from gpope.shell.evaluate.report import UNBOUNDED_NOTE, format_span, unbounded_note
 
     inf = float("inf")
     assert format_span(-inf, inf) == "unbounded" and format_span(1.0, 2.5) == "[1, 2.5]"

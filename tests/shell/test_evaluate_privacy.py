@@ -21,7 +21,7 @@ from gpope.core.envs import chain
 from gpope.core.evaluation.settings import SettingsLayer
 from gpope.errors import ConfigError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import run_evaluate
+from gpope.shell.evaluate.run import run_evaluate
 from gpope.shell.pipeline.jobargs import load_spec
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
@@ -188,7 +188,7 @@ def test_jobs_keep_noise_free_counts_out_of_stdout(spark, tmp_path, capsys):
 
 
 def test_json_report_never_prints_the_private_lstd_theta_unless_asked():
-    from gpope.shell.pipeline.evaluate import EvaluationReport
+    from gpope.shell.evaluate.run import EvaluationReport
 
     report = EvaluationReport(
         run_id="r", mlflow_run_id=None, dataset="d", spec_id="s", spec_name="s", policy="p",
@@ -281,7 +281,7 @@ def test_secure_noise_is_refused_where_the_tuning_free_default_applies(spark, ch
     import dataclasses
 
     from gpope.core.estimators import claiming
-    from gpope.shell.pipeline.evaluate_inputs import check_request
+    from gpope.shell.evaluate.inputs import check_request
 
     config, root = chain_lake
     spec = dataclasses.replace(load_spec(SPEC_FILE), evaluation=None)

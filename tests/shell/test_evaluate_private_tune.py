@@ -19,7 +19,7 @@ from gpope.core.statistics import statistics_from_transitions
 from gpope.core.tuning.private import composed_epsilon, plan_private_tuning, tune_privately
 from gpope.errors import ConfigError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import run_evaluate
+from gpope.shell.evaluate.run import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.schemas import TRANSITIONS

@@ -303,12 +303,12 @@ def test_every_printed_advice_works_for_a_spec_without_a_simulator():
     from gpope.core.envs.registry import random_mdp_of
     from gpope.core.guard import utility_guard
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.lake.names import TableRef, creator_hint
-    from gpope.shell.pipeline.evaluate_report import (
+    from gpope.shell.evaluate.report import (
         generic_settings_note,
         guard_remedy,
         unbounded_note,
     )
+    from gpope.shell.lake.names import TableRef, creator_hint
     from gpope.shell.pipeline.jobargs import load_spec
 
     own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
@@ -346,7 +346,7 @@ def test_intervals_on_approximate_features_of_own_data_say_what_they_do_not_cove
     # (the ICU trial of RESULTS: finite intervals 0.02 wide, 0.07 from the truth at epsilon 10)
     from gpope.core.envs.registry import random_mdp_of
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate_report import approximation_note
+    from gpope.shell.evaluate.report import approximation_note
     from gpope.shell.pipeline.jobargs import load_spec
 
     own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
@@ -374,16 +374,15 @@ def test_a_release_of_theta_zero_is_called_no_better_than_zero_and_no_support_is
 
     from gpope.core.envs.registry import random_mdp_of
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluate_report import NO_SUPPORT_NOTE, _guard, unbounded_note
+    from gpope.shell.evaluate.report import NO_SUPPORT_NOTE, _guard, unbounded_note
 
     own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
-    record = SimpleNamespace(public_cohort=None)
     zero = SimpleNamespace(theta=np.zeros(own.n_features), private_mspbe=None, noisy=None)
-    guard, _ = _guard(record, zero, n=own.n_features, seed=None, spec=own)
+    guard, _ = _guard(None, zero, n=own.n_features, seed=None, spec=own)
     assert guard.verdict == "no_better_than_zero"
     assert "(the released theta is 0, exact relative MSPBE 1)" in guard.message
     some = SimpleNamespace(theta=np.full(own.n_features, 0.5), private_mspbe=None, noisy=None)
-    assert _guard(record, some, n=own.n_features, seed=None, spec=own)[0].verdict == "unknown"
+    assert _guard(None, some, n=own.n_features, seed=None, spec=own)[0].verdict == "unknown"
     inf = float("inf")
     note = unbounded_note({"lower": [-inf], "upper": [inf], "unidentified": True,
                            "separation": inf}, estimator="untuned")

@@ -17,7 +17,7 @@ from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import ConfigError, QueryError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import run_evaluate
+from gpope.shell.evaluate.run import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.stats import run_stats, transitions_to_arrow
 from gpope.shell.query import describe, lake_views, query
@@ -368,9 +368,9 @@ def test_a_lake_released_before_the_estimand_column_keeps_working(spark, tmp_pat
 
     from gpope.core.intervals import Interval
     from gpope.core.policy_value_release import PolicyValueInterval
+    from gpope.shell.evaluate.policy_value import policy_value_rows
     from gpope.shell.lake import Lake, TableRef
     from gpope.shell.lake.manifest import read_pinned
-    from gpope.shell.pipeline.evaluate_policy_value import policy_value_rows
     from gpope.shell.pipeline.release import release_row, value_rows, write_release
 
     config = load_config(None, lake={"root": str(tmp_path / "lake")})

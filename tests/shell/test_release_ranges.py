@@ -11,7 +11,7 @@ import pytest
 from gpope.api import load_spec
 from gpope.core.intervals import Interval
 from gpope.core.untuned.release import value_range
-from gpope.shell.pipeline.evaluate_solve import _in_public_range
+from gpope.shell.evaluate.execute import _in_public_range
 
 CHAIN = Path(__file__).resolve().parents[2] / "conf" / "specs" / "chain.yaml"
 

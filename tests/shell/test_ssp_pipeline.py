@@ -15,9 +15,9 @@ from gpope.core.intervals import bootstrap_interval, split_interval, ssp_values
 from gpope.core.spec import EvaluationSpec
 from gpope.errors import DataError
 from gpope.shell import lake
-from gpope.shell.pipeline.evaluate import run_evaluate
-from gpope.shell.pipeline.evaluate_intervals import noise_generators
-from gpope.shell.pipeline.evaluate_report import unbounded_note
+from gpope.shell.evaluate.intervals import noise_generators
+from gpope.shell.evaluate.report import unbounded_note
+from gpope.shell.evaluate.run import run_evaluate
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.ssp import (
     public_residual_bound,

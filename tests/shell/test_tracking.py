@@ -98,7 +98,7 @@ def test_processes_creating_a_fresh_store_at_once_all_succeed(tmp_path):
 
 
 def test_unbounded_ends_become_tags_and_json_strings_never_nan_metrics():
-    from gpope.shell.pipeline.evaluate_mlflow import json_end, unbounded_tags
+    from gpope.shell.evaluate.record import json_end, unbounded_tags
 
     inf = float("inf")
     tags = unbounded_tags({"a": (-inf, 2.0, -inf), "b": (0.0, 1.0, 0.5), "c": (None, None, None),

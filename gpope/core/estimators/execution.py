@@ -60,7 +60,7 @@ class Estimate:
             (the tuning-free default's, for the direct method's J(target)), else None.
         policy_values: the released policy value scalars (``{name: PolicyValueInterval}``), or
             None when the plan has no ``policy_value`` component.
-        settings: the settings the run used (the tuned clip and step size when tuned).
+        settings: the resolved settings the run used (a private tuning's choice is in ``tuned``).
         private_population: the population (A, b, C) of the PRIVATE statistics, only for the
             operator's tagged private diagnostics.
     """

@@ -30,7 +30,7 @@ class GPOPE(Estimator):
     uses_solver = True
     interval_groups = True
     statistics_share_helps = True
-    execution = "gpope.shell.pipeline.evaluate_solve:execute_gpope"
+    execution = "gpope.shell.evaluate.execute:execute_gpope"
 
     def secure_noise_ok(self, sampling: str) -> bool:
         # the without-replacement RDP bound holds for any base mechanism; Poisson's does not

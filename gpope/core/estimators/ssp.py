@@ -32,7 +32,7 @@ class SSP(Estimator):
                    "one Gaussian release)")
     main_is_statistics = True
     private_clip_fallback = True
-    execution = "gpope.shell.pipeline.evaluate_solve:execute_ssp"
+    execution = "gpope.shell.evaluate.execute:execute_ssp"
 
     def check_plan(self, inputs: Any, context: PlanContext) -> None:
         super().check_plan(inputs, context)

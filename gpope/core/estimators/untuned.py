@@ -56,7 +56,7 @@ class Untuned(Estimator):
     own_clip_rule = True
     estimates_behaviour = True
     direct_method = True
-    execution = "gpope.shell.pipeline.evaluate_solve:execute_untuned"
+    execution = "gpope.shell.evaluate.execute:execute_untuned"
 
     def claims(self, spec_has_block: bool, sources: Mapping[str, str]) -> bool:
         # nobody tuned the spec and nothing was chosen

@@ -193,7 +193,7 @@ def plan_noisy_statistics(inputs: PlanInputs, share: float) -> ReleaseComponent:
         event=ssp_release_event(cal["sigma"], ms, inputs.relation),
         label=f"noisy statistics(clip={inputs.statistics_clip:g}, moments_share={ms:g})",
         releases=("intervals", "private_mspbe"),
-        execution="gpope.shell.pipeline.evaluate_intervals:NOISY_STATISTICS")
+        execution="gpope.shell.evaluate.intervals:NOISY_STATISTICS")
 
 
 def policy_value_share(inputs: PlanInputs) -> float:
@@ -238,7 +238,7 @@ def plan_policy_value(inputs: PlanInputs, share: float) -> ReleaseComponent:
         name="policy_value", **cal, event=policy_value_event(cal["sigma"], inputs.relation),
         label="policy value(clipped importance sampling)",
         releases=("policy_value", "behaviour_value", "policy_contrast"),
-        execution="gpope.shell.pipeline.evaluate_policy_value:POLICY_VALUE")
+        execution="gpope.shell.evaluate.policy_value:POLICY_VALUE")
 
 
 #: What every estimator's release gives.

@@ -5,7 +5,7 @@ touches the data, from public inputs only.
 clip bound of the noisy-statistics release, computed on the spec's simulator) into a frozen
 :class:`ReleasePlan`: the noise multiplier of each release, the composed dp-accounting event the
 ledger stores, the neighbouring relation it is interpreted under, the epsilon the ledger charges,
-and what the run releases. The Spark stage (:mod:`gpope.shell.pipeline.evaluate`) executes the
+and what the run releases. The Spark stage (:mod:`gpope.shell.evaluate.run`) executes the
 plan; it does no privacy arithmetic itself.
 
 The budget. Each release component has a share of the run's budget: each auxiliary component

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpope.shell.pipeline.evaluate_report import (
+from gpope.shell.evaluate.report import (
     EvaluationReport,
     InterruptedAfterRelease,
     interrupted_after_release,

@@ -143,8 +143,8 @@ def run_pipeline_audit(
     from gpope.core.gpope.solver import run_gpope_trials
     from gpope.core.spec import EvaluationSpec
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate import run_evaluate
-    from gpope.shell.pipeline.evaluate_solve import solver_config
+    from gpope.shell.evaluate.execute import solver_config
+    from gpope.shell.evaluate.run import run_evaluate
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.pipeline.sampled import load_statistics
     from gpope.shell.pipeline.stats import (

@@ -141,7 +141,7 @@ class DemoReport:
         ]
         lines += [f"  {w}" for w in ev.get("warnings") or []]
         iv = ev.get("intervals")
-        from gpope.shell.pipeline.evaluate_report import format_span, unbounded_note
+        from gpope.shell.evaluate.report import format_span, unbounded_note
 
         for i, (name, value) in enumerate(ev["reference_values"].items()):
             span = format_span(iv["lower"][i], iv["upper"][i]) if iv else "-"
@@ -188,7 +188,7 @@ def check_demo(config: GpopeConfig, options: DemoOptions) -> tuple[EvaluationSpe
             configuration without ``allow_invalid_accounting``).
     """
     from gpope.core.evaluation.settings import SettingsLayer
-    from gpope.shell.pipeline.evaluate_inputs import check_request
+    from gpope.shell.evaluate.inputs import check_request
 
     layer = SettingsLayer.of(
         iterations=options.iterations, epsilon=options.epsilon, delta=options.delta,
@@ -208,7 +208,7 @@ def run_demo(
 ) -> DemoReport:
     """Run the whole demo and return its report (the CLI prints ``report.summary()``)."""
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluate import run_evaluate
+    from gpope.shell.evaluate.run import run_evaluate
     from gpope.shell.pipeline.ingest import run_ingest
     from gpope.shell.pipeline.simulate import (
         SimulateOptions,
@@ -350,7 +350,7 @@ def _policy_value_lines(released: dict[str, Any] | None, truth: dict[str, float]
                      f"{truth['behaviour_value_se']:.3g}). Intervals: one release at the run's "
                      "policy value share, clipped importance weights with their bias inside the "
                      "interval (docs/RESULTS.md)")
-    from gpope.shell.pipeline.evaluate_policy_value import observed_weight_note
+    from gpope.shell.evaluate.policy_value import observed_weight_note
 
     note = observed_weight_note(released["policy_value"].get("observed_weight"))
     return lines + ([f"  {note}"] if note else [])

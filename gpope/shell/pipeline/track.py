@@ -103,7 +103,7 @@ def relog_release(
     """
     import mlflow
 
-    from gpope.shell.pipeline.evaluate_mlflow import json_end, unbounded_tags
+    from gpope.shell.evaluate.record import json_end, unbounded_tags
     from gpope.shell.tracking import code_version, resolve_tracking_uri, start_run
 
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):

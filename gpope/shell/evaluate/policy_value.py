@@ -14,6 +14,7 @@ as the run's other rows.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
     from gpope.core.evaluation import ReleasePlan
     from gpope.core.evaluation.components import ReleaseComponent
     from gpope.core.evaluation.settings import RunSettings
+    from gpope.core.policy_value import PolicyValueTerms
+    from gpope.core.policy_value_direct import FirstStateRelease
+    from gpope.core.policy_value_release import PolicyValueInterval
+    from gpope.core.untuned.release import UntunedRelease
+
+    #: The per-patient policy value terms (private) and the first states' features or None.
+    PolicyTerms = tuple[PolicyValueTerms, np.ndarray | None]
     from gpope.core.policy_value_settings import PolicyValueSettings
     from gpope.core.spec import EvaluationSpec
 
@@ -61,7 +69,7 @@ def _noise_generator(seed: int | None) -> np.random.Generator:
 
 
 def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, *,
-                      rows: int | None = None) -> tuple[Any, np.ndarray | None]:
+                      rows: int | None = None) -> PolicyTerms:
     """(the per-patient terms (private), the first states' features (rows, n) or None) of the
     run's pinned statistics. The features are there when the statistics were computed with
     them (their width is public). ``rows``: the exact number of trajectories the terms must
@@ -101,9 +109,10 @@ def count_allowance(plan: ReleasePlan, settings: PolicyValueSettings, level: flo
     return plan.m, count_margin(plan.count_sigma, beta), level + beta
 
 
-def release_first_state_of(read: tuple[Any, np.ndarray | None], spec: EvaluationSpec,
+def release_first_state_of(read: PolicyTerms, spec: EvaluationSpec,
                            plan: ReleasePlan, component: ReleaseComponent, *,
-                           settings: PolicyValueSettings, seed: int | None, level: float) -> Any:
+                           settings: PolicyValueSettings, seed: int | None, level: float
+                           ) -> FirstStateRelease | None:
     """The direct method's first-state release (:func:`gpope.core.policy_value_direct.release_first_state`
     at ``first_state_share`` of the policy value ``component``'s privacy loss, dividing by the
     plan's public m, :func:`count_allowance` at ``level``), or None when the statistics carry
@@ -123,7 +132,7 @@ def release_first_state_of(read: tuple[Any, np.ndarray | None], spec: Evaluation
                                count=count, count_margin=margin)
 
 
-def functionals_of(first: Any, settings: PolicyValueSettings, level: float, *,
+def functionals_of(first: FirstStateRelease | None, settings: PolicyValueSettings, level: float, *,
                    plan: ReleasePlan) -> tuple[np.ndarray, np.ndarray] | None:
     """The public rows and levels a run asks its estimator for (the first-state mean, at
     :func:`gpope.core.policy_value_direct.direct_levels` of the level :func:`count_allowance`
@@ -136,11 +145,12 @@ def functionals_of(first: Any, settings: PolicyValueSettings, level: float, *,
     return np.stack([first.mean] * 2), direct_levels(inner, settings.first_state_alpha)
 
 
-def release_policy_values(read: tuple[Any, np.ndarray | None], spec: EvaluationSpec,
+def release_policy_values(read: PolicyTerms, spec: EvaluationSpec,
                           plan: ReleasePlan, component: ReleaseComponent, *,
                           settings: PolicyValueSettings, level: float, seed: int | None,
-                          secure_noise: bool = False, direct: tuple[Any, Any] | None = None
-                          ) -> dict[str, Any]:
+                          secure_noise: bool = False,
+                          direct: tuple[UntunedRelease, FirstStateRelease] | None = None
+                          ) -> dict[str, PolicyValueInterval]:
     """The released scalars ``{name: PolicyValueInterval}`` of the policy value ``component``
     from the terms ``read`` (:func:`read_policy_terms`). Nothing but the release leaves this
     function.
@@ -236,7 +246,7 @@ class _PolicyValue(ReleaseExecution):
 POLICY_VALUE = _PolicyValue()
 
 
-def estimand_of(name: str, iv: Any) -> str:
+def estimand_of(name: str, iv: PolicyValueInterval) -> str:
     """What released scalar ``name`` estimates (:data:`gpope.core.policy_value_direct.ESTIMANDS`):
     the estimand the run picked, else the identified set's and the mean recorded return's."""
     from gpope.core.policy_value_direct import ESTIMANDS
@@ -247,7 +257,7 @@ def estimand_of(name: str, iv: Any) -> str:
 
 
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,
-                      released: dict[str, Any] | None) -> list[dict[str, Any]]:
+                      released: dict[str, PolicyValueInterval] | None) -> list[dict[str, Any]]:
     """The released_values rows of the three scalars (none when ``released`` is None), each
     with its estimand (:func:`estimand_of`)."""
     out = []
@@ -264,7 +274,7 @@ def policy_value_rows(row: dict[str, Any], *, spec_name: str,
     return out
 
 
-def as_report(released: dict[str, Any] | None) -> dict[str, dict[str, float]] | None:
+def as_report(released: dict[str, PolicyValueInterval] | None) -> dict[str, dict[str, float]] | None:
     """Plain form for the run's report and ``--json``."""
     if released is None:
         return None
@@ -277,7 +287,7 @@ def as_report(released: dict[str, Any] | None) -> dict[str, dict[str, float]] | 
     return out
 
 
-def mlflow_metrics(released: dict[str, Any] | None) -> dict[str, float]:
+def mlflow_metrics(released: dict[str, PolicyValueInterval] | None) -> dict[str, float]:
     """MLflow metrics of the three scalars: ``<name>``, ``<name>_lower``, ``<name>_upper``,
     ``<name>_lower_bound`` (all finite by construction)."""
     out: dict[str, float] = {}
@@ -287,7 +297,7 @@ def mlflow_metrics(released: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def released_from_metrics(metrics: Any) -> dict[str, tuple[float, float, float]]:
+def released_from_metrics(metrics: Mapping[str, float]) -> dict[str, tuple[float, float, float]]:
     """``{name: (value, lower, upper)}`` of the scalars found in a run's metrics."""
     from gpope.core.policy_value import QUANTITIES
 

@@ -8,17 +8,22 @@ post-processing (:mod:`gpope.core.intervals`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpope.core.estimators.execution import ReleaseExecution, RunSource
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from gpope.core.evaluation.components import ReleaseComponent
     from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings
+    from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
+    from gpope.core.ssp import NoisyMoments, NoisyStatistics
+    from gpope.shell.pipeline.ssp import StatisticsFiles
 
 __all__ = ["NOISY_STATISTICS", "noise_generators", "noisy_statistics", "noisy_statistics_of",
            "release_intervals"]
@@ -32,8 +37,9 @@ def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.G
     return np.random.default_rng(noise), np.random.default_rng(boot)
 
 
-def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, *, n: int,
-                     m: int, rows: int, sigma: float, clip: float) -> tuple[Any, Any]:
+def noisy_statistics(stats_df: DataFrame | StatisticsFiles, options: RunSettings,
+                     spec: EvaluationSpec, *, n: int, m: int, rows: int, sigma: float,
+                     clip: float) -> tuple[NoisyStatistics, NoisyMoments]:
     """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`) of the rows
     ``stats_df`` (a DataFrame, or :class:`gpope.shell.pipeline.ssp.StatisticsFiles`): a Spark
     aggregate of the clipped sums plus Gaussian noise at ``sigma / sqrt(1 - moments_share)``;
@@ -72,7 +78,7 @@ def noisy_statistics(stats_df: Any, options: RunSettings, spec: EvaluationSpec, 
 
 
 def noisy_statistics_of(run: RunSource, settings: RunSettings, spec: EvaluationSpec, *,
-                        sigma: float, m: int) -> tuple[Any, Any]:
+                        sigma: float, m: int) -> tuple[NoisyStatistics, NoisyMoments]:
     """:func:`noisy_statistics` of the run's pinned rows at ``sigma`` and the run's clip (the
     plan's public one, or the one its ``ssp_clip`` component released)."""
     source = run.base
@@ -95,7 +101,7 @@ NOISY_STATISTICS = _NoisyStatistics()
 
 
 def _secure_noisy_statistics(sums: np.ndarray, options: RunSettings, *, n: int, m: int,
-                             sigma: float, clip: float) -> Any:
+                             sigma: float, clip: float) -> NoisyStatistics:
     """The noisy-statistics release with secure noise: each group's sum (a row) rounded to the
     public grid, plus OS-CSPRNG discrete Gaussian noise (std raised to cover the rounding)."""
     from gpope.core.mechanisms.secure_noise import secure_perturb
@@ -107,10 +113,11 @@ def _secure_noisy_statistics(sums: np.ndarray, options: RunSettings, *, n: int, 
     return NoisyStatistics(sums=noisy, n=int(n), m=int(m), sigma=float(sigma), clip=float(clip))
 
 
-def release_intervals(noisy: Any, moments: Any, spec: EvaluationSpec, theta: np.ndarray,
+def release_intervals(noisy: NoisyStatistics | None, moments: NoisyMoments | None,
+                      spec: EvaluationSpec, theta: np.ndarray,
                       values: np.ndarray, *, options: RunSettings, ssp_run: bool,
                       group_thetas: np.ndarray | None = None,
-                      ) -> tuple[Any, Any, tuple[float, float] | None]:
+                      ) -> tuple[Interval | None, Interval | None, tuple[float, float] | None]:
     """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
     without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`)
     with the identification test of ``options.ssp_identification`` (default on: unbounded, with

@@ -1,32 +1,6 @@
-"""The evaluate stage: one differentially private evaluation of one spec on one dataset.
-
-:func:`run_evaluate` executes a release plan and records it; each concept has its own module:
-
-* **settings** (:mod:`gpope.core.evaluation.settings`): one settings type, its constraints, the
-  layers command line > the spec's ``evaluation:`` block > the configuration, one resolver.
-* **public inputs and the plan** (:mod:`~gpope.shell.pipeline.evaluate_inputs`,
-  :mod:`gpope.core.evaluation.plan`): m from one pinned version of the statistics (public by
-  definition, docs/ARCHITECTURE.md 4), the public clip bound, the layout decided from m and n,
-  then the :class:`~gpope.core.evaluation.plan.ReleasePlan`: sigmas, the composed dp-accounting
-  event, the neighbouring relation, the charge. Nothing else is computed from the private tables.
-* **the ledger** (:mod:`gpope.shell.pipeline.ledger`): the plan's event and charge are reserved
-  before anything is drawn; a run past the dataset's budget stops having written nothing. If
-  anything fails after the reservation, it is marked ``failed`` and stays counted (noise may have
-  been drawn: privacy spent is spent); no partial release is written.
-* **the estimate** (:mod:`~gpope.shell.pipeline.evaluate_solve`,
-  :mod:`~gpope.shell.pipeline.evaluate_intervals`): the noisy releases at the plan's multipliers,
-  from OS entropy or from ``seed`` (then the run is marked NOT private; the seed is never
-  persisted); the sample plan is never logged or written.
-* **the release** (:mod:`~gpope.shell.pipeline.release`): released_estimates and released_values
-  in one atomic step, then the reservation is marked released.
-* **the report** (:mod:`~gpope.shell.pipeline.evaluate_report`,
-  :mod:`~gpope.shell.pipeline.evaluate_mlflow`): one MLflow run after the release (tracking
-  problems never undo a release; MSPBE only on PUBLIC evaluation data, private diagnostics only
-  tagged ``diagnostic.private=true``) and the command's report. Any error after the release
-  commit (the ledger mark, the record, the guard, MLflow, the report) returns a report of the
-  released values with one WARNING saying the release stands, not to re-run, and how to log it
-  (:mod:`~gpope.shell.pipeline.after_release`).
-"""
+"""The evaluate stage's flow (:func:`run_evaluate`): prepare, reserve, execute, release, record
+and report one run (the package docstring, :mod:`gpope.shell.evaluate`, says what each step
+guarantees)."""
 
 from __future__ import annotations
 
@@ -34,25 +8,26 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gpope.shell.evaluate.report import (
+    EvaluationReport,
+    InterruptedAfterRelease,
+    interrupted_after_release,
+    values_line,
+)
 from gpope.shell.pipeline.after_release import (
     failed_before_release,
     interrupted_before_release,
     interrupted_note,
     unreported_release,
 )
-from gpope.shell.pipeline.evaluate_report import (
-    EvaluationReport,
-    InterruptedAfterRelease,
-    interrupted_after_release,
-    values_line,
-)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
+    from gpope.core.estimators import Estimate
     from gpope.core.evaluation.settings import SettingsLayer
     from gpope.core.spec import EvaluationSpec
 
@@ -90,10 +65,10 @@ def run_evaluate(
         ConfigError, AccountingError: invalid public settings (before anything is written).
     """
     from gpope.shell import faults
-    from gpope.shell.pipeline.evaluate_inputs import prepare_run
-    from gpope.shell.pipeline.evaluate_report import privacy_label
-    from gpope.shell.pipeline.evaluate_report import track_and_report as report
-    from gpope.shell.pipeline.evaluate_solve import estimate
+    from gpope.shell.evaluate.execute import estimate
+    from gpope.shell.evaluate.inputs import prepare_run
+    from gpope.shell.evaluate.report import privacy_label
+    from gpope.shell.evaluate.report import track_and_report as report
     from gpope.shell.pipeline.ledger import PrivacyLedger
     from gpope.shell.pipeline.propensities import statistics_spec
     from gpope.shell.pipeline.release import policy_label, release_row, value_rows, write_release
@@ -182,6 +157,6 @@ def run_evaluate(
                                   marked=True, start=start)
 
 
-def _values_line(spec: EvaluationSpec, est: Any) -> str:
+def _values_line(spec: EvaluationSpec, est: Estimate) -> str:
     """The released values of ``est`` at the spec's reference states, on one line."""
     return values_line(dict(zip(spec.reference_names, est.values, strict=True)))

@@ -9,7 +9,7 @@ optionally tuned privately, or once per disjoint patient group), SSP's (:func:`e
 and the tuning-free default's (:func:`execute_untuned`: its releases are Spark sums over all
 rows, so it runs at any m, in the same arithmetic as the core's in-memory reference) are here.
 GPOPE reads the plan's noisy-statistics release (a Spark aggregate plus Gaussian noise,
-:mod:`gpope.shell.pipeline.evaluate_intervals`, made before it), SSP makes it as its own
+:mod:`gpope.shell.evaluate.intervals`, made before it), SSP makes it as its own
 release; then the values and intervals by post-processing, clamped into the range the spec's public bounds imply. Noise is drawn here or
 in the solver it calls, never elsewhere, at the multipliers the plan fixed.
 """
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,17 +28,27 @@ from gpope.core.estimators import Estimate
 from gpope.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from gpope.config import GpopeConfig
     from gpope.core.estimators import RunSource
     from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings
-    from gpope.core.gpope.solver import GPOPEResult
+    from gpope.core.gpope.solver import GPOPEConfig, GPOPEResult
+    from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
+    from gpope.core.ssp import NoisyMoments, NoisyStatistics
+    from gpope.core.tuning.private import (
+        PrivateTuningPlan,
+        PrivateTuningResult,
+        PrivateTuningSettings,
+    )
+    from gpope.shell.pipeline.ssp import StatisticsFiles
+
+    #: The population (A, b, C) of the PRIVATE statistics (operators' diagnostics only).
+    Population = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = [
-    "Estimate",
     "SparkStatistics",
     "estimate",
     "execute_gpope",
@@ -60,11 +71,11 @@ class SparkStatistics:
     ``m`` is the exact number of rows: aggregates check it and it indexes them, but it is never
     released (every released number uses the plan's public m)."""
 
-    spark: Any
-    config: Any
+    spark: SparkSession
+    config: GpopeConfig
     dataset: str
-    spec: Any
-    rows: Any
+    spec: EvaluationSpec
+    rows: DataFrame
     version: int
     m: int
 
@@ -73,7 +84,7 @@ class SparkStatistics:
         return int(self.spec.n_features)
 
     @functools.cached_property
-    def summable(self) -> Any:
+    def summable(self) -> DataFrame | StatisticsFiles:
         """What Spark aggregates sum: the version's files, else the DataFrame."""
         from gpope.shell.pipeline.ssp import statistics_files
 
@@ -81,7 +92,8 @@ class SparkStatistics:
                                  spec_id=self.spec.spec_id, version=self.version)
         return self.rows if files is None else files
 
-    def aggregate(self, kernel: Any, width: int) -> np.ndarray:
+    def aggregate(self, kernel: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                  width: int) -> np.ndarray:
         """``(width,)`` total of ``kernel`` over every row block (a Spark aggregate that checks
         it summed exactly m rows, :func:`gpope.shell.pipeline.ssp._aggregate`)."""
         from gpope.shell.pipeline.ssp import _aggregate
@@ -94,7 +106,7 @@ class SparkStatistics:
 
 
 def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
-             plan: ReleasePlan, settings: RunSettings, stats_df: Any, stats_version: int,
+             plan: ReleasePlan, settings: RunSettings, stats_df: DataFrame, stats_version: int,
              rows: int | None = None) -> Estimate:
     """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): each auxiliary
     component's release before the estimator's (:meth:`ReleaseComponent.prepare`), the
@@ -103,7 +115,7 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     not private. ``rows``: the exact number of trajectories (None: the plan's m), never
     released."""
     from gpope.core.estimators import RunSource, execute
-    from gpope.shell.pipeline.evaluate_report import privacy_label
+    from gpope.shell.evaluate.report import privacy_label
 
     source = SparkStatistics(spark=spark, config=config, dataset=dataset, spec=spec,
                              rows=stats_df, version=stats_version,
@@ -121,13 +133,14 @@ def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: Ev
     return est
 
 
-def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult, noisy: Any,
-              moments: Any, *, bootstrap: bool, group_thetas: np.ndarray | None = None,
-              tuned: Any = None, population: Any = None) -> Estimate:
+def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult,
+              noisy: NoisyStatistics | None, moments: NoisyMoments | None, *, bootstrap: bool,
+              group_thetas: np.ndarray | None = None, tuned: PrivateTuningResult | None = None,
+              population: Population | None = None) -> Estimate:
     """The values and intervals of ``result`` (post-processing of the noisy releases;
     ``bootstrap``: the interval is the noisy statistics' own, else anchored at theta), clamped
     into the spec's public range."""
-    from gpope.shell.pipeline.evaluate_intervals import release_intervals
+    from gpope.shell.evaluate.intervals import release_intervals
 
     theta = result.theta_avg if result.theta_avg is not None else result.theta
     values = spec.reference_values(theta)
@@ -150,7 +163,7 @@ def execute_ssp(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                 spec: EvaluationSpec) -> Estimate:
     """SSP's execution (:mod:`gpope.core.estimators.ssp`): its release IS the noisy statistics
     (at the run's clip, public or privately released), solved."""
-    from gpope.shell.pipeline.evaluate_intervals import noisy_statistics_of
+    from gpope.shell.evaluate.intervals import noisy_statistics_of
 
     noisy, moments = noisy_statistics_of(run, settings, spec, sigma=plan.main.sigma, m=plan.m)
     result = ssp_result(noisy, settings, spec, accountant=plan.accountant,
@@ -166,11 +179,15 @@ def execute_gpope(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
     streamed, tuned privately, or once per disjoint patient group), with the noisy-statistics
     release the run made before it (where planned) for its interval."""
     source = run.base
-    m, n = plan.m, source.n
+    m, n, k = plan.m, source.n, plan.interval_groups
+    # a Poisson step divides by a public count: the released m~, and for K disjoint groups the
+    # public expected group size m / K, never a group's actual size (the K sizes would
+    # otherwise be released through the iterates)
     solver = solver_config(
         settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
         trace_every=settings.trace_every or max(1, settings.iterations // 20),
-        delta=plan.gpope_delta, normalizing_size=m if plan.count_sigma > 0 else None)
+        delta=plan.gpope_delta,
+        normalizing_size=m / k if k else (m if plan.count_sigma > 0 else None))
     tuned = group_thetas = None
     if plan.interval_groups:
         groups = patient_groups(source.spark, source.config, dataset=source.dataset, m=source.m,
@@ -183,9 +200,6 @@ def execute_gpope(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
             source.spark, source.rows, spec, solver, settings, m=source.m, n=n, sigma=plan.sigma,
             spent=plan.spent_epsilon, accountant=plan.accountant, in_memory=plan.in_memory,
             layout=plan.layout, tuning=plan.tuning)
-        if tuned is not None:  # the chosen (DP) settings are what this run used
-            settings = dataclasses.replace(settings, clip=tuned.config.clip,
-                                           step_size=tuned.config.step_size)
     return _released(spec, settings, result, run.noisy, run.moments, bootstrap=False,
                      group_thetas=group_thetas, tuned=tuned, population=population)
 
@@ -209,8 +223,8 @@ def execute_untuned(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                     else None)
 
 
-def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
-                     ) -> tuple[np.ndarray, Any]:
+def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Interval | None
+                     ) -> tuple[np.ndarray, Interval | None]:
     """The values and their interval's finite ends clamped into the range the spec's public
     bounds imply (:func:`gpope.core.untuned.release.value_range`), as the tuning-free default releases
     them: post-processing of public bounds (no budget); a covered true value lies in that range,
@@ -224,7 +238,7 @@ def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Any
 
 def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,
                   trace_every: int | None, delta: float | None = None,
-                  normalizing_size: float | None = None) -> Any:
+                  normalizing_size: float | None = None) -> GPOPEConfig:
     """The core solver's :class:`~gpope.core.gpope.solver.GPOPEConfig` for resolved ``options`` at the
     calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's;
     ``normalizing_size``: the public count a Poisson step divides by, None: the rows held)."""
@@ -250,7 +264,7 @@ def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | Non
     )
 
 
-def ssp_result(noisy: Any, options: RunSettings, spec: EvaluationSpec, *, accountant: str,
+def ssp_result(noisy: NoisyStatistics, options: RunSettings, spec: EvaluationSpec, *, accountant: str,
                spent: float) -> GPOPEResult:
     """The SSP estimate in the solver's result record (no iterates, no trace): the plain
     (unregularised) LSTD solve of the noisy sums on the supported features."""
@@ -271,9 +285,9 @@ def ssp_result(noisy: Any, options: RunSettings, spec: EvaluationSpec, *, accoun
 
 def solve(
     spark: SparkSession,
-    stats_df: Any,
+    stats_df: DataFrame,
     spec: EvaluationSpec,
-    solver: Any,
+    solver: GPOPEConfig,
     options: RunSettings,
     *,
     m: int,
@@ -283,8 +297,8 @@ def solve(
     accountant: str,
     in_memory: bool,
     layout: str = "dense",
-    tuning: tuple[Any, Any] | None = None,
-) -> tuple[GPOPEResult, tuple[np.ndarray, np.ndarray, np.ndarray] | None, Any]:
+    tuning: tuple[PrivateTuningPlan, PrivateTuningSettings] | None = None,
+) -> tuple[GPOPEResult, Population | None, PrivateTuningResult | None]:
     """Run the solver on the statistics; also return the private population (A, b, C) if asked
     for diagnostics (computed here, never released), and the private tuning's result (None
     without ``--tune private``)."""
@@ -343,7 +357,8 @@ def patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m:
     return out
 
 
-def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solver: Any,
+def solve_groups(spark: SparkSession, stats_df: DataFrame, spec: EvaluationSpec,
+                 solver: GPOPEConfig,
                  options: RunSettings, *, groups: np.ndarray, n: int, m: int, spent: float,
                  layout: str = "dense",
                  ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
@@ -358,10 +373,7 @@ def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solve
     from gpope.core.gpope.solver import run_gpope
     from gpope.shell.pipeline.sampled import load_group_statistics
 
-    # every group normalises by the PUBLIC expected group size m / K, never by its actual size
-    # (only m is public: the K group sizes would otherwise be released through the iterates)
     k = options.interval_groups  # every group, the last included: an empty one is an error
-    solver = dataclasses.replace(solver, normalizing_size=m / k)
     # one Generator for all groups: each run spawns its own child streams (seeded: reproducible)
     rng = None if options.seed is None else np.random.default_rng(options.seed)
     for g in range(k):
@@ -391,7 +403,7 @@ def solve_groups(spark: SparkSession, stats_df: Any, spec: EvaluationSpec, solve
     return result, released, pop
 
 
-def spark_population(stats_df: Any, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def spark_population(stats_df: DataFrame, n: int, m: int) -> Population:
     """Means of A, b, C over trajectories, aggregated in Spark (private; diagnostics only)."""
     from pyspark.sql import functions as F
 

@@ -1,4 +1,4 @@
-"""What one evaluation reports (stage g of :mod:`gpope.shell.pipeline.evaluate`): the privacy
+"""What one evaluation reports (stage g of :mod:`gpope.shell.evaluate.run`): the privacy
 label of a release, :class:`EvaluationReport` (the command's output, ``--json`` and the demo
 summary), the record handed to MLflow tracking (:func:`build_record`) and the interrupt raised
 after a committed release (:class:`InterruptedAfterRelease`). Everything here is public or
@@ -30,9 +30,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
+    from gpope.core.accounting.budget import BudgetStatus
+    from gpope.core.envs.cohort import PublicCohort
+    from gpope.core.estimators import Estimate
+    from gpope.core.evaluation.plan import ReleasePlan
     from gpope.core.evaluation.settings import RunSettings
-    from gpope.core.gpope.solver import GPOPEResult
+    from gpope.core.guard import Diagnostic, UtilityGuard
     from gpope.core.spec import EvaluationSpec
+    from gpope.shell.evaluate.inputs import PreparedRun
+    from gpope.shell.evaluate.record import EvaluationRecord
 
 __all__ = [
     "IDENTIFICATION_NOTE",
@@ -235,7 +241,7 @@ class EvaluationReport:
         note = unbounded_note(iv, estimator=self.estimator)
         if note:
             lines.append(f"  {note}")
-        from gpope.shell.pipeline.evaluate_policy_value import summary_lines
+        from gpope.shell.evaluate.policy_value import summary_lines
 
         lines.extend(summary_lines(self.policy_value))
         if self.public_mspbe is not None:
@@ -255,36 +261,36 @@ class EvaluationReport:
 
 def build_record(
     spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str, spec: EvaluationSpec,
-    options: RunSettings, result: GPOPEResult, released_theta: np.ndarray,
-    values: np.ndarray, m: int, sigma: float, spent: float, accountant: str,
-    batch_rate: float | None, path: str, spec_text: str | None,
-    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-    truth: Mapping[str, float] | None, intervals: Any, private_mspbe: tuple[float, float] | None,
-    ssp: Mapping[str, Any] | None, tuning: Mapping[str, Any] | None = None,
-    relation: str = "add_or_remove_one",
-) -> Any:
-    """The :class:`~gpope.shell.pipeline.evaluation_record.EvaluationRecord` MLflow tracking
-    reads (public settings, released outputs, lineage), built after the release was committed."""
+    prepared: PreparedRun, est: Estimate, cohort: PublicCohort | None, spec_text: str | None,
+    truth: Mapping[str, float] | None, tuning: Mapping[str, Any] | None,
+    tags: Mapping[str, str],
+) -> EvaluationRecord:
+    """The :class:`~gpope.shell.evaluate.record.EvaluationRecord` MLflow tracking reads (public
+    settings, released outputs and metrics, lineage, ``tags``), built once after the release
+    was committed."""
     from gpope.config import to_mapping
-    from gpope.core.envs.cohort import public_cohort
     from gpope.core.estimators import get
     from gpope.shell import lake
-    from gpope.shell.pipeline.evaluation_record import (
-        EvaluationRecord,
-        StatisticsInput,
-    )
+    from gpope.shell import mlflow_names as names
+    from gpope.shell.evaluate import policy_value as pv
+    from gpope.shell.evaluate.record import EvaluationRecord, StatisticsInput
 
-    params = get(options.estimator).params(options, batch_rate=batch_rate, path=path,
-                                           statistics=ssp)
-    params["relation"] = relation  # the neighbouring relation the run is charged under
+    plan, options, result, intervals = prepared.plan, est.settings, est.result, est.intervals
+    stats = plan.statistics
+    params = get(options.estimator).params(
+        options, batch_rate=options.batch_rate, path="memory" if plan.in_memory else "stream",
+        statistics=None if stats is None else {
+            "statistics_sigma": stats.sigma, "ssp_clip": _statistics_clip(plan, est),
+            "statistics_epsilon": stats.epsilon, "statistics_delta": stats.delta,
+            "moments_share": options.moments_share, **_private_clip_rule(plan, options)})
+    params.update(_chosen(est), relation=plan.relation)  # the relation it is charged under
     if intervals is not None:
         params["ci_level"] = float(intervals.level)
-    metrics = {}
-    if private_mspbe is not None:  # post-processing of the run's noisy-statistics release
-        from gpope.shell import mlflow_names as names
-
-        metrics = {names.METRIC_MSPBE_PRIVATE: float(private_mspbe[0]),
-                   names.METRIC_RELATIVE_MSPBE_PRIVATE: float(private_mspbe[1])}
+    metrics, clip_tags = _clip_tracking(plan, est)
+    metrics.update(pv.mlflow_metrics(est.policy_values))
+    if est.private_mspbe is not None:  # post-processing of the run's noisy-statistics release
+        metrics |= {names.METRIC_MSPBE_PRIVATE: float(est.private_mspbe[0]),
+                   names.METRIC_RELATIVE_MSPBE_PRIVATE: float(est.private_mspbe[1])}
     table = lake.Lake.from_settings(spark, config.lake)
     ref = lake.TableRef("gold", "trajectory_stats", dataset)
     try:
@@ -295,24 +301,20 @@ def build_record(
                                  spec_id=spec.spec_id, by_name=table.by_name)
     return EvaluationRecord(
         run_id=run_id, dataset=dataset, spec=spec, estimator=options.estimator, params=params,
-        epsilon=options.epsilon, delta=options.delta, epsilon_certified=spent,
-        accountant=accountant, sigma=sigma, m=m, private=bool(result.private),
+        epsilon=options.epsilon, delta=options.delta, epsilon_certified=plan.spent_epsilon,
+        accountant=plan.accountant, sigma=plan.sigma, m=prepared.m, private=bool(result.private),
         seeded=options.seed is not None, privacy_note=result.privacy_note,
-        theta=np.asarray(released_theta, dtype=np.float64),
-        values=np.asarray(values, dtype=np.float64),
+        theta=np.asarray(est.theta, dtype=np.float64),
+        values=np.asarray(est.values, dtype=np.float64),
         theta_final=np.asarray(result.theta, dtype=np.float64),
         trace_steps=result.trace_steps, trace_theta=result.trace_theta,
-        statistics=statistics,
-        public_cohort=public_cohort(spec, n_trajectories=options.public_trajectories,
-                                    max_length=options.public_max_length),
-        truth=dict(truth) if truth else None,
-        intervals=intervals,
-        ci_level=None if intervals is None else float(intervals.level),
-        private_population=private_population, spec_text=spec_text,
-        config=to_mapping(config), metrics=metrics,
+        statistics=statistics, public_cohort=cohort, truth=dict(truth) if truth else None,
+        intervals=intervals, ci_level=None if intervals is None else float(intervals.level),
+        private_population=est.private_population if options.private_diagnostics else None,
+        spec_text=spec_text, config=to_mapping(config),
+        metrics=metrics, tags={**clip_tags, **tags},
         tuning=None if tuning is None else dict(tuning),
     )
-
 
 
 #: Above this many features the guard skips the private diagnostic's bootstrap (its cost grows as
@@ -320,7 +322,8 @@ def build_record(
 _GUARD_MAX_FEATURES = 512
 
 
-def _guard(record: Any, est: Any, *, n: int, seed: int | None, spec: EvaluationSpec) -> Any:
+def _guard(cohort: PublicCohort | None, est: Estimate, *, n: int, seed: int | None,
+           spec: EvaluationSpec) -> tuple[UtilityGuard, Diagnostic | None]:
     """The loud guard's verdict on the released theta: a public diagnostic (MSPBE on a fresh
     simulated cohort) and a private one (the noisy statistics' MSPBE, counted only through its
     bootstrap interval, :mod:`gpope.core.guard`). Its advice names `gpope tune` only for a spec
@@ -328,11 +331,11 @@ def _guard(record: Any, est: Any, *, n: int, seed: int | None, spec: EvaluationS
     from gpope.core.guard import private_relative_mspbe, utility_guard
 
     public_rel = None
-    if record.public_cohort is not None:
+    if cohort is not None:
         from gpope.core.metrics import relative_mspbe
 
         try:
-            public_rel = float(relative_mspbe(est.theta, *record.public_cohort.population))
+            public_rel = float(relative_mspbe(est.theta, *cohort.population))
         except Exception:  # a degenerate public cohort (MSPBE(0) = 0): no public verdict
             public_rel = None
     private_diag = None
@@ -372,19 +375,27 @@ def approximation_note(spec: EvaluationSpec) -> str | None:
             "output')")
 
 
-def _private_clip(plan: Any) -> bool:
+def _chosen(est: Estimate) -> dict[str, float]:
+    """The settings a private tuning chose (``--tune private``: DP outputs of the run), recorded
+    in place of the resolved ones it tuned; nothing without one."""
+    if est.tuned is None:
+        return {}
+    return {"clip": est.tuned.config.clip, "step_size": est.tuned.config.step_size}
+
+
+def _private_clip(plan: ReleasePlan) -> bool:
     """Whether the run's statistics clip is a private release (the default, or an ssp run
     without a public clip): a statistics release without a public clip."""
     return plan.statistics_clip is None and plan.statistics is not None
 
 
-def _statistics_clip(plan: Any, est: Any) -> float | None:
+def _statistics_clip(plan: ReleasePlan, est: Estimate) -> float | None:
     """The clip of the run's statistics release: public, or chosen privately (the default, or
     an ssp run without a public clip)."""
     return float(est.result.clip) if _private_clip(plan) else plan.statistics_clip
 
 
-def _private_clip_rule(plan: Any, settings: Any) -> dict[str, float]:
+def _private_clip_rule(plan: ReleasePlan, settings: RunSettings) -> dict[str, float]:
     """For an ssp run whose clip is a private release, the rule it used: the quantile it read
     (``ssp_clip_quantile``: the one used, not the conf's public-cohort setting, which such a
     run never reads) and the share of the run's privacy loss its histogram took
@@ -395,7 +406,7 @@ def _private_clip_rule(plan: Any, settings: Any) -> dict[str, float]:
     return {}
 
 
-def _clip_tracking(plan: Any, est: Any) -> tuple[dict[str, float], dict[str, str]]:
+def _clip_tracking(plan: ReleasePlan, est: Estimate) -> tuple[dict[str, float], dict[str, str]]:
     """MLflow metrics and tags of the clip the run's statistics release used (none without a
     statistics release): its value, and for a private one the quantile it was read at; the
     ``ssp_clip_quantile`` param stays the setting."""
@@ -416,16 +427,19 @@ def _clip_tracking(plan: Any, est: Any) -> tuple[dict[str, float], dict[str, str
 
 def track_and_report(
     spark: SparkSession, config: GpopeConfig, *, run_id: str, dataset: str,
-    spec: EvaluationSpec, prepared: Any, est: Any, label: str, budget: Any, ledger_location: str,
+    spec: EvaluationSpec, prepared: PreparedRun, est: Estimate, label: str, budget: BudgetStatus,
+    ledger_location: str,
     tracking_uri: str | None, spec_text: str | None, truth: Mapping[str, float] | None,
     start: float,
 ) -> EvaluationReport:
     """After a committed release: the MLflow record (with the guard's verdict and notes), its
     logging (a tracking failure never undoes the release) and the run's report."""
+    from gpope.core.envs.cohort import public_cohort
     from gpope.core.estimators import get
     from gpope.shell import lake
+    from gpope.shell.evaluate.policy_value import as_report
+    from gpope.shell.evaluate.record import log_evaluation
     from gpope.shell.mlflow_names import GUARD, INTERVAL_NOTE, OUTSIDE_TUNED, STALE_STATS
-    from gpope.shell.pipeline.evaluate_mlflow import log_evaluation
     from gpope.shell.pipeline.release import policy_label
     from gpope.shell.tracking import resolve_tracking_uri
 
@@ -436,26 +450,11 @@ def track_and_report(
         from gpope.shell.pipeline.private_tune import tuning_summary
 
         tuning = tuning_summary(est.tuned)
-    record = build_record(
-        spark, config, run_id=run_id, dataset=dataset, spec=spec, options=s, result=est.result,
-        released_theta=est.theta, values=est.values, m=m, sigma=plan.sigma,
-        spent=plan.spent_epsilon, accountant=plan.accountant, batch_rate=s.batch_rate,
-        relation=plan.relation,
-        path="memory" if plan.in_memory else "stream", spec_text=spec_text,
-        private_population=est.private_population if s.private_diagnostics else None,
-        truth=truth, intervals=est.intervals, private_mspbe=est.private_mspbe,
-        ssp=None if stats is None else {
-            "statistics_sigma": stats.sigma, "ssp_clip": _statistics_clip(plan, est),
-            "statistics_epsilon": stats.epsilon, "statistics_delta": stats.delta,
-            "moments_share": s.moments_share, **_private_clip_rule(plan, s)}, tuning=tuning)
-    from gpope.shell.pipeline import evaluate_policy_value as pv
-
-    clip_metrics, clip_tags = _clip_tracking(plan, est)
-    record = dataclasses.replace(record, metrics={**dict(record.metrics), **clip_metrics,
-                                                  **pv.mlflow_metrics(est.policy_values)})
-    guard, private_diag = _guard(record, est, n=n, seed=s.seed, spec=spec)
+    cohort = public_cohort(spec, n_trajectories=s.public_trajectories,
+                           max_length=s.public_max_length)
+    guard, private_diag = _guard(cohort, est, n=n, seed=s.seed, spec=spec)
     stale = prepared.provenance.get("stale_stats")  # released with --allow-stale-stats
-    tags = {GUARD: guard.verdict, STALE_STATS: str(stale is not None).lower(), **clip_tags}
+    tags = {GUARD: guard.verdict, STALE_STATS: str(stale is not None).lower()}
     iv_note = unbounded_note(None if est.intervals is None else est.intervals.to_dict(),
                              estimator=s.estimator)
     if iv_note:  # why a released interval is unbounded, one line (MLflow has no -inf metric)
@@ -466,7 +465,9 @@ def track_and_report(
                                                 max_length=prepared.recorded_max_length)
         if spec.evaluation.tuned:
             tags[OUTSIDE_TUNED] = str(bool(outside)).lower()
-    record = dataclasses.replace(record, tags={**dict(record.tags), **tags})
+    record = build_record(spark, config, run_id=run_id, dataset=dataset, spec=spec,
+                          prepared=prepared, est=est, cohort=cohort, spec_text=spec_text,
+                          truth=truth, tuning=tuning, tags=tags)
     try:
         tracking = log_evaluation(
             record, tracking_uri=resolve_tracking_uri(tracking_uri, config.tracking.uri,
@@ -514,14 +515,14 @@ def track_and_report(
         },
         private_diagnostics=tracking.private_diagnostics, seconds=time.perf_counter() - start, estimator=s.estimator,
         intervals=iv.to_dict() if iv is not None else None,
-        policy_value=pv.as_report(est.policy_values),
+        policy_value=as_report(est.policy_values),
         theta_interval=tiv.to_dict() if tiv is not None else None,
         private_mspbe=pm[0] if pm else None, private_relative_mspbe=pm[1] if pm else None,
         statistics_epsilon=0.0 if stats is None else float(stats.epsilon),
         statistics_sigma=None if stats is None else float(stats.sigma),
         ssp_clip=_statistics_clip(plan, est), tuning=tuning,
         settings={**estimator.summary(s, prepared.provenance, accountant=plan.accountant),
-                  **_private_clip_rule(plan, s)},
+                  **_private_clip_rule(plan, s), **_chosen(est)},
         no_better_than_zero=guard.no_better_than_zero, utility_guard=guard.verdict,
         private_relative_mspbe_interval=None if private_diag is None
         else [private_diag.lower, private_diag.upper],

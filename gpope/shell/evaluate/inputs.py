@@ -18,7 +18,6 @@ dataset.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +73,7 @@ def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLaye
         ConfigError: an invalid setting or combination.
     """
     from gpope.core.estimators import claiming, get
-    from gpope.core.evaluation.settings import check_combination, merged_view
+    from gpope.core.evaluation.settings import SettingsLayer, merged_view
 
     view = merged_view(config.evaluation, flags)
     # the estimator the run takes, as resolve_settings decides it
@@ -82,7 +81,9 @@ def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLaye
     get(claimed or view.estimator).check(spec, view)
     block = spec.evaluation
     if flags.get("accountant") is None and block is not None and block.get("accountant"):
-        check_combination(dataclasses.replace(view, accountant=block.get("accountant")))
+        # the block's accountant as the caller's layer: the combination the run would resolve
+        merged_view(config.evaluation, SettingsLayer(
+            {**flags.values, "accountant": block.get("accountant")}))
 
 
 def check_seed_allowed(config: GpopeConfig, dataset: str) -> None:
@@ -130,7 +131,7 @@ def _sparse_bound(config: GpopeConfig, dataset: str, spec: EvaluationSpec,
                             pairs=pair_support(spec.feature_map))
 
 
-def private_clip_quantile(settings: Any, source: str | None) -> float:
+def private_clip_quantile(settings: RunSettings, source: str | None) -> float:
     """The quantile an ssp run without a public clip releases privately: ``ssp_clip_quantile``
     when chosen (``source`` ``"options"`` or ``"spec"``), else the tuning-free default's measured
     clip rule (``evaluation.untuned.clip_quantile``, measured on generated MDPs), not the conf's
@@ -141,7 +142,7 @@ def private_clip_quantile(settings: Any, source: str | None) -> float:
     return float(settings.untuned.clip_quantile)
 
 
-def statistics_clip(spec: EvaluationSpec, settings: Any, *, private_fallback: bool,
+def statistics_clip(spec: EvaluationSpec, settings: RunSettings, *, private_fallback: bool,
                     source: str | None, quantile_source: str | None = None
                     ) -> tuple[float | None, str | None]:
     """The clip bound of the noisy-statistics release and where it comes from (one line for the

@@ -1,4 +1,10 @@
-"""The MLflow run of one evaluation, built from its :class:`EvaluationRecord` only.
+"""What one evaluation hands to tracking (:class:`EvaluationRecord`, built after the release was
+committed) and the MLflow run made from that record only.
+
+Tracking depends on the record, never on the stage, so the stage can be run, tested and changed
+without MLflow. Everything in the record is public or released (docs/ARCHITECTURE.md 4), except
+``private_population``, which tracking logs only to the separate experiment
+``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``.
 
 One run per released evaluation, in the configured experiment (``tracking.experiment``, default
 ``gpope``; a classic ML experiment). Runs are told apart and filtered by tags and params:
@@ -62,11 +68,14 @@ from gpope.shell import mlflow_names as names
 
 if TYPE_CHECKING:
     from gpope.config import TrackingSettings
+    from gpope.core.envs.cohort import PublicCohort
+    from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.pipeline.evaluation_record import EvaluationRecord
 
 __all__ = [
     "UNBOUNDED_TAG",
+    "EvaluationRecord",
+    "StatisticsInput",
     "TrackingOutcome",
     "json_end",
     "log_evaluation",
@@ -76,6 +85,109 @@ __all__ = [
     "unbounded_tags",
     "value_figure",
 ]
+
+
+@dataclass(frozen=True)
+class StatisticsInput:
+    """The statistics table a run read (MLflow dataset lineage).
+
+    Attributes:
+        table: the logical table, e.g. ``gold/cohort1/trajectory_stats``.
+        location: its path, or its Unity Catalog name when ``by_name``.
+        version: the Delta version read (None when unknown).
+        spec_id: the partition the run used.
+        by_name: True for a Unity Catalog table name, False for a path.
+    """
+
+    table: str
+    location: str
+    version: int | None
+    spec_id: str
+    by_name: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationRecord:
+    """Everything one released evaluation reports to tracking.
+
+    Attributes:
+        run_id: gpope run id (released_estimates.run_id, privacy_ledger.run_id).
+        dataset: dataset evaluated.
+        spec: the evaluation spec.
+        estimator: ``gpope`` (or another estimator name).
+        params: public settings under the names of their CLI flags (``-`` read as ``_``) plus
+            every setting that affects the result; never a seed.
+        epsilon, delta: the run's charged spend (``--epsilon``, ``--delta``).
+        epsilon_certified: epsilon the accountant certifies at ``delta`` for the noise drawn.
+        accountant: the accountant used.
+        sigma: the noise multiplier.
+        m: number of trajectories (public).
+        private: False for seeded (reproducible) or otherwise not-private runs.
+        seeded: whether a fixed seed was used (the seed itself is never recorded).
+        privacy_note: one-line statement of the run's privacy.
+        theta: the released weights.
+        values: released values at the spec's reference states, in ``spec.reference_names`` order.
+        theta_final: the last iterate (released too: same noise), or None.
+        trace_steps, trace_theta: released iterates at traced steps, or None.
+        intervals: the released intervals at the reference states (in ``spec.reference_names``
+            order), or None.
+        ci_level: the intervals' confidence level.
+        statistics: the statistics table read.
+        public_cohort: the public cohort of public MSPBE, or None (no simulator).
+        truth: true values at the reference states from the public simulator, or None.
+        private_population: population (A, b, C) of the PRIVATE statistics, only when the
+            operator asked for private diagnostics; logged only in the separate diagnostics experiment.
+        spec_text: the spec file's text, or None.
+        config: the resolved configuration (plain mapping).
+        tags: further tags for the run (e.g. a guard verdict).
+        metrics: further released metrics (e.g. private MSPBE from noisy statistics).
+        tuning: summary of a ``--tune private`` run (DP outputs of the tuning), or None.
+    """
+
+    run_id: str
+    dataset: str
+    spec: EvaluationSpec
+    estimator: str = "gpope"
+    params: Mapping[str, Any]
+    epsilon: float
+    delta: float
+    epsilon_certified: float
+    accountant: str
+    sigma: float
+    m: int
+    private: bool
+    seeded: bool
+    privacy_note: str
+    theta: np.ndarray
+    values: np.ndarray
+    theta_final: np.ndarray | None = None
+    trace_steps: np.ndarray | None = None
+    trace_theta: np.ndarray | None = None
+    intervals: Interval | None = None
+    ci_level: float | None = None
+    statistics: StatisticsInput | None = None
+    public_cohort: PublicCohort | None = None
+    truth: Mapping[str, float] | None = None
+    private_population: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    spec_text: str | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    tuning: Mapping[str, Any] | None = None
+
+    def state_intervals(self) -> dict[str, tuple[float, float, float]]:
+        """Per reference state name, ``(lower, upper, lower_bound)`` of its released interval
+        (empty without intervals)."""
+        if self.intervals is None:
+            return {}
+        iv = self.intervals
+        return {name: (float(iv.lower[i]), float(iv.upper[i]), float(iv.lower_bound[i]))
+                for i, name in enumerate(self.spec.reference_names)}
+
+    @property
+    def reference_values(self) -> dict[str, float]:
+        """Released value per reference state name."""
+        return {k: float(v) for k, v in zip(self.spec.reference_names, self.values, strict=True)}
 
 
 @dataclass(frozen=True)
@@ -120,7 +232,7 @@ def value_figure(record: EvaluationRecord) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpope.shell.pipeline.evaluate_policy_value import plot_policy_values, released_from_metrics
+    from gpope.shell.evaluate.policy_value import plot_policy_values, released_from_metrics
 
     names = list(record.spec.reference_names)
     x = np.arange(len(names), dtype=float)
@@ -210,7 +322,7 @@ def _params(record: EvaluationRecord) -> dict[str, Any]:
     return params
 
 
-def _input_name(stats: Any) -> str:
+def _input_name(stats: StatisticsInput) -> str:
     """``<layer>/<dataset>/<table>@v<version>``: the table and the Delta version a run read."""
     return f"{stats.table}@v{stats.version}" if stats.version is not None else stats.table
 
