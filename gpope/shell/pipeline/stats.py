@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.core.spec import EvaluationSpec
 
-__all__ = ["StatsReport", "read_statistics", "run_stats", "statistics_frame", "statistics_table",
+__all__ = ["StatsReport", "read_statistics", "run_stats", "statistics_frame",
            "statistics_version", "trajectory_count", "transitions_from_arrow",
            "transitions_to_arrow"]
 
@@ -110,11 +110,11 @@ def _statistics_batch(table: pa.Table, spec: EvaluationSpec, *,
         "A": _list_column(rows["A"]),
         "b": _list_column(rows["b"]),
         "C": _list_column(rows["C"]),
-        "policy_terms": _list_column(np.zeros((len(ids), 3))) if terms is None
-        else _list_column(terms),
     }
-    if terms is None:  # the spec has no public bounds for it: null terms
-        columns["policy_terms"] = pa.nulls(len(ids), type=columns["policy_terms"].type)
+    terms_column = _list_column(np.zeros((len(ids), 3)) if terms is None else terms)
+    # the spec has no public bounds for the terms: null terms
+    columns["policy_terms"] = (terms_column if terms is not None
+                               else pa.nulls(len(ids), type=terms_column.type))
     if with_counts:
         for reason, column in _CLAMPED.items():
             first = np.zeros(len(ids), dtype=np.int64)
@@ -160,9 +160,7 @@ def _statistics_file_kernel(spec: EvaluationSpec, folder: str, partition_values:
     """mapInArrow function like :func:`_statistics_kernel` ``with_counts``, but the statistics
     rows are written by the Python worker itself into a Delta staging folder
     (:func:`gpope.shell.lake.local.staged_file_writer`, pyarrow): the task returns one row,
-    ``file, rows`` and the clamp counts of its partition (:func:`_file_report_schema`). The wide
-    ``A``/``C`` lists (n*n doubles per trajectory) never travel back into the JVM nor through
-    Spark's Parquet writer."""
+    ``file, rows`` and the clamp counts of its partition."""
     statistics = _statistics_kernel(spec, with_counts=True)
     columns = list(schema.names)
 
@@ -190,16 +188,6 @@ def _statistics_file_kernel(spec: EvaluationSpec, folder: str, partition_values:
         })  # fmt: skip
 
     return kernel
-
-
-def _file_report_schema() -> Any:
-    """Schema of the one row per task of :func:`_statistics_file_kernel`."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    return StructType(
-        [StructField("file", StringType(), True), StructField("rows", LongType(), False)]
-        + [StructField(c, LongType(), False) for c in _CLAMPED.values()]
-    )
 
 
 def clamp_counts(transitions: DataFrame, spec: EvaluationSpec) -> dict[str, int]:
@@ -264,9 +252,8 @@ def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
         staging.table_name,
     )  # fmt: skip
     try:
-        reports = _sorted_by_trajectory(transitions).mapInArrow(
-            kernel, _file_report_schema()
-        ).collect()
+        report = ", ".join(["file string", "rows long", *(f"{c} long" for c in _CLAMPED.values())])
+        reports = _sorted_by_trajectory(transitions).mapInArrow(kernel, report).collect()
     except Exception as exc:
         cause = spark_write_cause(exc, staging.table_name)
         raise CommitError(
@@ -278,13 +265,6 @@ def _write_from_workers(transitions: DataFrame, spec: EvaluationSpec,
     return files, clamped
 
 
-def statistics_table(config: GpopeConfig, dataset: str) -> str:
-    """Human-readable location of the dataset's trajectory_stats table."""
-    from gpope.shell import lake
-
-    return str(lake.table_location(config.lake, "gold", dataset, "trajectory_stats"))
-
-
 def run_stats(
     spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec
 ) -> StatsReport:
@@ -292,7 +272,8 @@ def run_stats(
 
     Replaces the ``spec_id`` partition of ``<lake>/gold/<dataset>/trajectory_stats`` in one
     atomic commit (other specs' partitions are kept), then records in a ``stats`` manifest the
-    silver transitions version it was computed from (:mod:`~gpope.shell.pipeline.stats_source`).
+    silver transitions version it was computed from (evaluate refuses statistics a later ingest
+    replaced: :mod:`~gpope.shell.pipeline.stats_source`).
 
     Raises:
         TableNotFoundError: the silver transitions are missing (run ``gpope ingest`` first).
@@ -304,6 +285,7 @@ def run_stats(
     from gpope.shell import interrupts, lake
     from gpope.shell.lake.manifest import read_pinned
     from gpope.shell.pipeline.propensities import statistics_spec
+    from gpope.shell.pipeline.stats_source import record_source
     from gpope.shell.schemas import TRAJECTORY_STATS
 
     start = time.perf_counter()
@@ -326,7 +308,8 @@ def run_stats(
             files, clamped = _write_from_workers(transitions, spec, staging)
             with interrupts.deferred():  # the commit and its source record, never split
                 version = staging.commit(files)
-                _record(spark, config, dataset, spec, version, source)
+                record_source(spark, config, dataset=dataset, spec=spec, stats_version=version,
+                              transitions_version=source)
     else:  # native Delta (Databricks): Spark's Delta writer
         # the clamp counts come out of the same pass as the statistics (observed while writing)
         observation = Observation(f"gpope_stats_clamped_{uuid.uuid4().hex[:8]}")
@@ -343,7 +326,8 @@ def run_stats(
             clamped = {r: int(observed[r] or 0) for r in _CLAMPED}
         else:  # Spark Connect may return no observed metrics for some plans: count separately
             clamped = clamp_counts(transitions, spec)
-        _record(spark, config, dataset, spec, version, source)
+        record_source(spark, config, dataset=dataset, spec=spec, stats_version=version,
+                      transitions_version=source)
     written = read_statistics(
         spark, config, dataset=dataset, spec_id=spec.spec_id, version=version
     )
@@ -352,24 +336,13 @@ def run_stats(
         dataset=dataset,
         spec_id=spec.spec_id,
         spec_name=spec.name,
-        table=statistics_table(config, dataset),
+        table=lake.table_location(config.lake, "gold", dataset, "trajectory_stats"),
         n_transitions=int(n_transitions),
         n_trajectories=int(m),
         n_features=spec.n_features,
         seconds=time.perf_counter() - start,
         clamped=clamped,
     )
-
-
-def _record(spark: SparkSession, config: GpopeConfig, dataset: str, spec: EvaluationSpec,
-            version: int, source: int) -> Any:
-    """The stats manifest of the commit at ``version``: the silver transitions version
-    ``source`` it was computed from (evaluate refuses statistics once a later ingest replaced
-    them: :mod:`~gpope.shell.pipeline.stats_source`)."""
-    from gpope.shell.pipeline.stats_source import record_source
-
-    return record_source(spark, config, dataset=dataset, spec=spec, stats_version=version,
-                         transitions_version=source)
 
 
 def statistics_version(spark: SparkSession, config: GpopeConfig, *, dataset: str) -> int:
