@@ -1,22 +1,11 @@
 """Policies over discrete actions, importance ratios and vectorised action sampling.
 
-A policy maps a batch of raw states ``(T, d)`` to action probabilities ``(T, n_actions)`` whose rows
-sum to 1 (the :class:`Policy` protocol). Policies are small frozen objects that serialise to
-JSON-compatible dicts (``to_dict()``, key ``"kind"``) and back (:func:`policy_from_dict`), so an
-evaluation spec can name its target policy and the stored artifacts (``envs/artifacts/*.json``) can
-hold learned ones (:func:`load_policy`).
-
-Implementations:
-
-- :class:`UniformPolicy`: every action with probability ``1 / n_actions``.
-- :class:`FixedActionPolicy`: one action with probability 1.
-- :class:`TabularPolicy`: a probability table ``(S, A)`` indexed by the integer state in column 0.
-- :class:`EpsilonGreedyPolicy` and :class:`SoftmaxPolicy` over action values, usually a
-  :class:`LinearQ` (``Q(s, a) = weights[a] . phi(s)``). ``epsilon = 0`` is the greedy policy; ties
-  between maximal actions share the greedy mass evenly.
-
-Module functions: :func:`importance_ratios` (``pi(a|s) / behavior_prob`` per transition) and
-:func:`sample_actions` (inverse-CDF sampling with one uniform per row).
+A policy maps raw states ``(T, d)`` to action probabilities ``(T, n_actions)`` whose rows sum to
+1 (the :class:`Policy` protocol); policies are small frozen objects that serialise to dicts with
+a ``"kind"`` key and back (:func:`policy_from_dict`), and stored artifacts
+(``envs/artifacts/*.json``) hold learned ones (:func:`load_policy`). :class:`EpsilonGreedyPolicy`
+(``epsilon = 0``: greedy; ties share the greedy mass) and :class:`SoftmaxPolicy` act on action
+values, usually a :class:`LinearQ`.
 """
 
 from __future__ import annotations
@@ -144,15 +133,9 @@ def _validated_table(owner: str, name: str, value: Any) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class TabularPolicy:
-    """A probability table over integer states: ``pi(a | s) = probs[s, a]``.
-
-    Attributes:
-        probs: (S, A) non-negative rows summing to 1 (within 1e-9). Column 0 of a state batch holds
-            the integer state in 0..S-1.
-        variables: None, or the declared discrete variables
-            (:class:`gpope.core.features.DiscreteVariables`) whose product grid the rows follow
-            (row-major: the last variable varies fastest), read from the first state columns.
-    """
+    """A probability table over integer states: ``pi(a | s) = probs[s, a]``, rows non-negative and
+    summing to 1 (within 1e-9), the state in column 0, or the product grid of declared
+    ``variables`` (row-major, read from the first state columns)."""
 
     probs: np.ndarray
     variables: Any = None

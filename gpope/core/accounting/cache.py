@@ -1,15 +1,9 @@
 """A small on-disk cache of sigma calibrations, shared by processes of the same user.
 
-PLD calibration at m, N ~ 1e6 costs seconds; the same (epsilon, delta, m, N, q, accountant)
-recurs across runs of a dataset, experiments and tests. Each calibration is one JSON file named
-by the SHA-256 of its canonical inputs (every argument, the grid settings, and the gpope and
-dp-accounting versions), so:
-
-* concurrent processes never corrupt an entry: a file is written to a temporary name in the same
-  directory and renamed over the target (``os.replace`` is atomic on POSIX and Windows); two
-  writers of one key write the same content;
-* a reader sees either no file or a complete one; unreadable or malformed files count as misses;
-* the cache stays small: beyond :data:`MAX_ENTRIES` files the oldest are removed.
+Each calibration is one JSON file named by the SHA-256 of its canonical inputs (every argument,
+the grid settings, the gpope and dp-accounting versions), written to a temporary name and
+renamed over the target (``os.replace`` is atomic), so a reader sees no file or a complete one;
+unreadable files count as misses, and beyond :data:`MAX_ENTRIES` the oldest are removed.
 
 Entries are hints, not certificates: the caller re-certifies a cached sigma with one accountant
 evaluation before use (:func:`gpope.core.accounting.api.calibrate`), so a stale or edited entry

@@ -1,22 +1,14 @@
 """The three kernels of one PLD evaluation, vectorised: build, self-compose, read epsilon.
 
-Each kernel computes what dp-accounting's ``PLDAccountant`` computes for a Poisson-subsampled
-Gaussian under add/remove adjacency, with the same discretisation, the same truncation and the
-same pessimistic rounding, so every result is the same valid upper bound (equal to
-dp-accounting's to floating-point rounding; ``tests/core/test_accounting_pld_kernels.py``
-checks it against dp-accounting's own objects). They exist because dp-accounting spends most of
-an evaluation in Python loops at fine grids:
-
-- :func:`step_pmfs` computes the connect-the-dots hockey-stick divergences of all grid points at
-  once (dp-accounting inverts the privacy loss one point at a time);
-- :func:`self_compose` raises the real FFT of the per-step PMF to the N-th power (dp-accounting
-  uses the complex FFT of a real sequence and a slower integer power), on the support that
-  dp-accounting's Chernoff bound fixes, and adds the truncated tail mass to the infinity mass;
-- :func:`epsilon_for_delta` scans the composed PMF from the top in blocks of cumulative sums
-  (dp-accounting loops point by point).
-
-Only ``DensePLDPmf``'s documented fields are read (``_probs``, ``_lower_loss``,
-``_infinity_mass``, ``_discretization``); dp-accounting is pinned below 0.7.
+Each computes what dp-accounting's ``PLDAccountant`` computes for a Poisson-subsampled Gaussian
+under add/remove adjacency, with the same discretisation, truncation and pessimistic rounding,
+so every result is the same valid upper bound (equal to dp-accounting's to rounding;
+``tests/core/test_accounting_pld_kernels.py`` checks it against dp-accounting's own objects).
+They replace dp-accounting's Python loops at fine grids: :func:`step_pmfs` computes all grid
+points' connect-the-dots divergences at once, :func:`self_compose` raises the real FFT of the
+per-step PMF to the N-th power on the support dp-accounting's Chernoff bound fixes,
+:func:`epsilon_for_delta` scans the composed PMF in blocks of cumulative sums. Only
+``DensePLDPmf``'s documented fields are read; dp-accounting is pinned below 0.7.
 """
 
 from __future__ import annotations

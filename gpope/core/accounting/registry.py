@@ -1,15 +1,11 @@
 """The accountants: one interface, one registry that the CLI, the settings and the core read.
 
-An accountant is described by an :class:`AccountantInfo` (its name, what it covers, its text for
-``--help``: cheap to import, so the command line and the configuration read it without loading
-dp-accounting) and implemented by a :class:`PrivacyAccountant` (epsilon of a run, its certificate,
-the calibrated noise multiplier, epsilon of any composed dp-accounting event), loaded on first
-use. Every reader takes the names and capabilities from here: the ``--accountant`` choices and
-help, the settings' constraint, ``"auto"``, the refusal of accountants that are not valid bounds,
-the secure-noise check and the ledger's charge.
-
-Adding an accountant is its own module (a class with the methods of :class:`PrivacyAccountant`)
-plus one entry in :data:`_REGISTERED` (or one :func:`register` call, e.g. in a test).
+An accountant is described by an :class:`AccountantInfo` (cheap to import, so the command line
+and the configuration read it without loading dp-accounting) and implemented by a
+:class:`PrivacyAccountant`, loaded on first use. The ``--accountant`` choices and help, the
+settings' constraint, ``"auto"``, the refusal of accountants that are not valid bounds, the
+secure-noise check and the ledger's charge all read it. Adding an accountant is its own module
+plus one entry in :data:`_REGISTERED` (or one :func:`register` call).
 """
 
 from __future__ import annotations
@@ -88,21 +84,15 @@ class AccountantInfo:
     """One registered accountant: its name, what it covers and where it is implemented.
 
     Attributes:
-        name: the value of ``--accountant`` and of the ``accountant`` setting.
-        description: one line for ``--help``.
-        samplings: the samplings it accounts for.
         rigorous: its epsilon is a valid upper bound (False: refused for a release unless
             ``allow_invalid_accounting``; the ledger then charges :data:`REFERENCE`).
         discrete_gaussian: its bound also covers the discrete Gaussian of ``--secure-noise``.
-        composes_events: :meth:`PrivacyAccountant.event_epsilon` is available (composite
-            releases such as ``--tune private``).
-        preference: ``"auto"`` takes the rigorous accountant with the highest preference that
-            covers the sampling.
-        limitation: why it does not cover the samplings it lacks (for the refusal message).
-        caveat: a note printed beside its results (``""`` for a rigorous bound).
-        limitation_of_bound: why its epsilon is not a valid bound (``""`` for a rigorous one).
-        implementation: the :class:`PrivacyAccountant`, or ``"module:attribute"`` where it lives
-            (loaded on first use).
+        composes_events: :meth:`PrivacyAccountant.event_epsilon` is available.
+        preference: ``"auto"`` takes the covering rigorous accountant with the highest one.
+        limitation, caveat, limitation_of_bound: the texts of the refusal, of a note beside its
+            results and of why it is not a valid bound.
+        implementation: the :class:`PrivacyAccountant`, or ``"module:attribute"`` (loaded on first
+            use).
     """
 
     name: str
@@ -223,17 +213,13 @@ def supported_pairs() -> tuple[tuple[str, str], ...]:
 
 
 def resolve_accountant(accountant: str, sampling: str) -> str:
-    """The concrete accountant used for ``accountant`` under ``sampling``.
-
-    ``"auto"`` becomes the tightest rigorous accountant for the sampling (the highest
-    ``preference``): ``"rdp"`` for uniform (fixed-size, without replacement) sampling and
-    ``"pld"`` for Poisson sampling. Other names are returned unchanged once the pair is known to
-    be supported.
+    """The concrete accountant for ``accountant`` under ``sampling``: ``"auto"`` becomes the
+    rigorous one of highest ``preference`` covering the sampling (``"rdp"`` for uniform, ``"pld"``
+    for Poisson); other names are returned once the pair is known to be supported.
 
     Raises:
         ConfigError: unknown accountant or sampling name.
-        AccountingError: the pair is not supported (e.g. ``"pld"`` with ``"uniform"``); the message
-            lists the supported pairs.
+        AccountingError: the pair is not supported; the message lists the supported pairs.
     """
     from gpope.core.validation import check_choice
 
