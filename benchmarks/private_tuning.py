@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     m, N, q = a.m, a.iterations, min(1.0, a.batch / a.m)
     conf = load_config(Path(__file__).resolve().parents[1] / "conf" / "default.yaml")
     ev = conf.evaluation
-    settings = ev.private_tuning.to_core()
+    settings = ev.private_tuning
     out: dict = {"domain": a.domain, "m": m, "iterations": N, "batch_rate": q,
                  "delta": a.delta, "trials": a.trials, "seed": a.seed, "accountant": a.accountant,
                  "private_tuning": asdict(settings), "defaults": {

@@ -149,9 +149,9 @@ def test_interval_groups_default_yields_to_streaming_and_an_explicit_k_is_refuse
 
 
 def test_private_tuning_needs_memory_and_poisson():
-    from gpope.core.evaluation.settings import PrivateTuningConf
+    from gpope.core.tuning.private_settings import PrivateTuningSettings
 
-    tuning = PrivateTuningConf().to_core()
+    tuning = PrivateTuningSettings()
     plan = _plan(Settings(tune="private"), private_tuning=tuning)
     assert plan.main.name == "gpope-tuned" and plan.tuning[0].candidates >= 1
     with pytest.raises(ConfigError, match="in_memory_limit_mb"):

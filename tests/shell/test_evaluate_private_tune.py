@@ -82,7 +82,7 @@ def test_seeded_tuned_run_equals_the_core_and_is_charged_once(spark, setup):
     stats = statistics_from_transitions(
         scaled, spec.feature_map, importance_ratios(spec.target_policy, transitions), gamma=0.95,
         normalization="transition", length_scale=60, representation="dense")
-    settings = config.evaluation.private_tuning.to_core()
+    settings = config.evaluation.private_tuning
     plan = plan_private_tuning(m=M, iterations=ITER, batch_rate=0.1, epsilon=2.0, delta=1e-5,
                                settings=settings, accountant="rdp")
     base = GPOPEConfig(iterations=ITER, step_size=0.2, clip=1.0, noise_multiplier=plan.gpope_sigma,

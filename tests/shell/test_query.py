@@ -247,16 +247,16 @@ def test_query_command_starts_no_spark_and_no_jvm(pipeline_lake):
 
 def test_loading_the_configuration_imports_no_accounting_or_spark():
     # `gpope query` and `gpope budget` load the configuration on every call: it must stay cheap.
-    code = ("import sys; from gpope.config import load_config; from gpope.core.evaluation.settings import PrivateTuningConf; load_config(); "
+    code = ("import sys; from gpope.config import load_config; from gpope.core.evaluation.settings import RunSettings; load_config(); "
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('dp_accounting', 'numba', 'pyspark', 'mlflow')); print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
-    from gpope.core.evaluation.settings import PrivateTuningConf
+    from gpope.core.tuning.private_settings import PrivateTuningSettings
 
-    PrivateTuningConf().to_core()  # the defaults are valid
+    PrivateTuningSettings()  # the defaults are valid
     with pytest.raises(ConfigError):
-        PrivateTuningConf(quantile_share=0.9)  # a changed value is still validated
+        PrivateTuningSettings(quantile_share=0.9)  # a changed value is still validated
 
 
 def test_half_written_pipeline_steps_never_show(spark, pipeline_lake):

@@ -24,7 +24,7 @@ from gpope.core.tuning.private_settings import PrivateTuningSettings
 from gpope.core.untuned.settings import BehaviourSettings, UntunedSettings
 from gpope.errors import ConfigError
 
-__all__ = ["INVALID_ACCOUNTING_REFUSAL", "NESTED_BLOCKS", "PrivateTuningConf",
+__all__ = ["INVALID_ACCOUNTING_REFUSAL", "NESTED_BLOCKS",
            "PrivateTuningSettings", "RunSettings", "SettingsLayer", "check_combination",
            "check_delta_against_m", "resolve_settings"]
 
@@ -36,10 +36,6 @@ INVALID_ACCOUNTING_REFUSAL = (
     "run it anyway: the run is then NOT private everywhere, labelled 'not a valid bound', and the "
     "ledger charges a rigorous RDP bound of its mechanism."
 )
-
-
-#: The configuration's name of :class:`PrivateTuningSettings`.
-PrivateTuningConf = PrivateTuningSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +114,7 @@ class RunSettings:
     interval_groups_min_patients: int | None = 0
     interval_groups_min_m_epsilon: float | None = 0.0
     tune: Literal["none", "private"] = "none"
-    private_tuning: PrivateTuningConf = field(default_factory=PrivateTuningConf)
+    private_tuning: PrivateTuningSettings = field(default_factory=PrivateTuningSettings)
     untuned: UntunedSettings = field(default_factory=UntunedSettings)
     behaviour: BehaviourSettings = field(default_factory=BehaviourSettings)
     secure_noise: bool = False

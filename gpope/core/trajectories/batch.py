@@ -1,11 +1,5 @@
-"""The core's statistics of a Transitions batch under an evaluation spec.
-
-The one definition the stats stage (per Spark partition), the public cohorts and the core
-experiments share: importance ratios and raw rewards are clamped to the spec's public bounds
-(:func:`gpope.core.bounds.clamp_to_public_bounds`), rewards scaled by its public
-``reward_scale``, then the per-trajectory statistics of
-:func:`gpope.core.statistics.statistics_from_transitions` (or the state-action fit's,
-:mod:`gpope.core.state_action`) and, for the policy value release, each trajectory's terms.
+"""The core's statistics of a Transitions batch under an evaluation spec: the one definition the
+stats stage (per Spark partition), the public cohorts and the core experiments share.
 """
 
 from __future__ import annotations
@@ -24,13 +18,10 @@ __all__ = ["bounded", "missing_prob", "policy_terms", "statistics_and_counts",
 
 def statistics_of_transitions(transitions: Any, spec: EvaluationSpec, *,
                               representation: str = "dense") -> Any:
-    """The core's statistics of a Transitions batch under ``spec`` (dense representation unless
-    ``representation`` says otherwise, e.g. "auto" for public tuning).
-
-    Importance ratios and raw rewards are clamped to the spec's public bounds
-    (:func:`gpope.core.bounds.clamp_to_public_bounds`), then rewards are multiplied by the spec's
-    public ``reward_scale``; nothing else is changed.
-    """
+    """The per-trajectory statistics of a Transitions batch under ``spec`` (dense unless
+    ``representation`` says otherwise): importance ratios and raw rewards clamped to the spec's
+    public bounds (:func:`gpope.core.bounds.clamp_to_public_bounds`), rewards multiplied by its
+    public ``reward_scale``; nothing else is changed."""
     return statistics_and_counts(transitions, spec, representation=representation)[0]
 
 

@@ -28,13 +28,9 @@ _BLOCK_BYTES = 64 * 2**20  # scratch memory for blockwise outer products
 def rows_dense(
     p: np.ndarray, e: np.ndarray, rw: np.ndarray, norm: np.ndarray, offsets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Dense A (m, n, n), C (m, n, n) from CSR rows.
-
-    Trajectories of equal length L are stacked as (k, L, n) and reduced by one batched matrix
-    product each (A_i = P_i^T diag(rw) E_i, C_i = P_i^T diag(norm_i) P_i), in blocks of at most
-    ``_BLOCK_BYTES`` of gathered rows: the same sums as forming every row's outer product, without
-    materialising them (about 10x faster for n = 36).
-    """
+    """Dense A (m, n, n), C (m, n, n) from CSR rows: trajectories of equal length stacked and
+    reduced by one batched matrix product each (A_i = P_i^T diag(rw) E_i, C_i = P_i^T diag(norm_i)
+    P_i), in blocks of at most ``_BLOCK_BYTES``, without materialising every row's outer product."""
     m = len(offsets) - 1
     n = p.shape[1]
     A = np.empty((m, n, n))

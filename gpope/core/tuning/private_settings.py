@@ -82,7 +82,3 @@ class PrivateTuningSettings:
     def n_candidates(self) -> int:
         """K, the number of GPOPE runs."""
         return len(self.step_multipliers) * len(self.clip_multipliers)
-
-    def to_core(self) -> PrivateTuningSettings:
-        """These settings (the configuration's and the core's are one type)."""
-        return self

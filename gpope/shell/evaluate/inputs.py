@@ -253,7 +253,7 @@ def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec:
     plan = plan_release(
         settings, m=m, spec=spec, layout=layout, statistics_clip=clip,
         groups_explicit=provenance["source"].get("interval_groups") == "options",
-        private_tuning=settings.private_tuning.to_core()
+        private_tuning=settings.private_tuning
         if settings.tune == "private" else None, untuned=settings.untuned,
         private_clip_quantile=private_clip_quantile(settings, q_source)
         if estimator.private_clip_fallback and clip is None else None, behaviour=behaviour,
