@@ -44,19 +44,11 @@ __all__ = ["DEFAULT_PLD_GRID", "PLDCost", "PLDEstimate", "PLDGrid", "gdp_sigma_g
 
 @dataclass(frozen=True)
 class PLDGrid:
-    """How :func:`pld_epsilon_adaptive` refines the PLD discretisation.
-
-    Attributes:
-        initial_interval: coarsest grid evaluated first.
-        finest_interval: no grid finer than this is evaluated.
-        refine_factor: each grid is this factor finer than the previous one (> 1).
-        rtol: stop when the estimated remaining relative improvement of epsilon (geometric
-            extrapolation of the last changes) is at most this.
-        max_points: never evaluate a grid whose predicted self-composition FFT length
-            (:func:`pld_cost`) exceeds this many points (bounds memory).
-        max_step_points: never evaluate a grid whose per-step PLD has more points than this
-            (bounds time).
-    """
+    """How :func:`pld_epsilon_adaptive` refines the PLD discretisation: grids from
+    ``initial_interval`` down to ``finest_interval``, each ``refine_factor`` finer, until the
+    extrapolated remaining relative improvement is at most ``rtol``; a grid whose predicted FFT
+    length (:func:`pld_cost`) exceeds ``max_points`` (memory) or whose per-step PLD exceeds
+    ``max_step_points`` (time) is never evaluated."""
 
     initial_interval: float = 1e-3
     finest_interval: float = 1e-6
@@ -90,20 +82,12 @@ DEFAULT_PLD_GRID = PLDGrid()
 
 @dataclass(frozen=True)
 class PLDEstimate:
-    """Result of :func:`pld_epsilon_adaptive`.
-
-    Attributes:
-        epsilon: the smallest epsilon certified by one of the evaluated grids.
-        interval: the grid that certified ``epsilon``.
-        evaluated: ``(interval, epsilon)`` of every grid evaluated, coarse to fine.
-        converged: True when the relative-tolerance rule stopped the ladder (False: the resource
-            bound or the finest grid did).
-        skipped: the first grid not evaluated because its predicted cost exceeded the bound
-            (None if none was); ``epsilon`` is inf when even the coarsest grid was skipped.
-        unstable: the first grid whose epsilon rose above the coarser grid's by more than
-            ``rtol`` (floating-point breakdown of the FFT composition: a finer grid can only
-            tighten the bound). Its value is discarded and the ladder stops there (None: none).
-    """
+    """Result of :func:`pld_epsilon_adaptive`: the smallest ``epsilon`` certified by one of the
+    evaluated grids and that grid (``interval``), every ``(interval, epsilon)`` evaluated, whether
+    the tolerance rule stopped the ladder (``converged``), the first grid ``skipped`` for its
+    predicted cost (``epsilon`` is inf when even the coarsest was), and the first ``unstable`` grid,
+    whose epsilon rose above the coarser grid's by more than ``rtol`` (a floating-point breakdown of
+    the FFT composition; discarded, and the ladder stops there)."""
 
     epsilon: float
     interval: float
@@ -115,12 +99,8 @@ class PLDEstimate:
 
 @dataclass(frozen=True)
 class PLDCost:
-    """Predicted size of one PLD evaluation (:func:`pld_cost`), before anything is allocated.
-
-    Attributes:
-        step_points: points of the per-step PLD (exact: dp-accounting's connect-the-dots range).
-        fft_points: predicted FFT length of the N-fold self-composition (with a safety factor).
-    """
+    """Predicted size of one PLD evaluation before anything is allocated: the per-step PLD's points
+    (exact) and the N-fold self-composition's FFT length (with a safety factor)."""
 
     step_points: int
     fft_points: int

@@ -68,12 +68,8 @@ __all__ = ["AuditClaim", "AuditConfig", "AuditResult", "CanaryClaim", "audit_dat
 
 @dataclass(frozen=True, kw_only=True)
 class AuditClaim:
-    """What every audit tests and how hard (all public); each audit's settings extend it.
-
-    Attributes:
-        epsilon, delta: the claimed (epsilon, delta).
-        runs: runs per world (half choose the threshold, half test).
-        alpha: level of each one-sided Clopper-Pearson bound.
+    """What every audit tests and how hard (all public): the claimed (epsilon, delta), runs per
+    world (half choose the threshold, half test), the level of each one-sided Clopper-Pearson bound.
     """
 
     epsilon: float = 4.0
@@ -93,12 +89,9 @@ class AuditClaim:
         accountant: str = "auto", override: Mapping[str, Any] | None = None,
         epsilon_claimed: float | None = None, delta: float | None = None, **details: Any,
     ) -> AuditResult:  # fmt: skip
-        """:func:`certify` of this claim from the statistics of D0 (``t0``) and D1 (``t1``).
-
-        The claimed epsilon and delta default to this claim's (an audit of one share of a run
-        passes the share's); ``started`` is the ``time.perf_counter()`` of the audit's start;
-        the result's config is these settings plus ``details`` (e.g. ``sampling``).
-        """
+        """:func:`certify` of this claim from the statistics of D0 (``t0``) and D1 (``t1``); the claimed
+        epsilon and delta default to this claim's, the result's config is these settings plus
+        ``details``."""
         return certify(
             t0, t1, alpha=self.alpha, sigma=sigma, accountant=accountant,
             epsilon_claimed=self.epsilon if epsilon_claimed is None else epsilon_claimed,
@@ -109,14 +102,8 @@ class AuditClaim:
 
 @dataclass(frozen=True, kw_only=True)
 class CanaryClaim(AuditClaim):
-    """An audit of m base records plus one canary with n features (the last is the canary's).
-
-    Attributes:
-        m: base records per data set.
-        clip: the clip bound (h, or the joint bound of the statistics).
-        canary_scale: G / clip of the canary (> 1, so a missing clip shows).
-        n_features: n >= 2.
-    """
+    """An audit of m base records plus one canary with n >= 2 features (the last is the canary's);
+    ``canary_scale`` = G / clip > 1, so a missing clip shows."""
 
     m: int = 4
     clip: float = 1.0

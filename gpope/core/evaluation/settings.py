@@ -389,16 +389,12 @@ def resolve_settings(
 ) -> tuple[RunSettings, dict[str, Any]]:
     """One run's settings for m trajectories: command line > spec block > configuration, with the
     estimator chosen or the one that claims the run (:func:`gpope.core.estimators.claiming`);
-    resolved once, never patched afterwards.
+    resolved once, never patched afterwards. ``recorded_max_length`` (the public episode cap
+    ``gpope simulate`` recorded) stands in for an unset ``public_max_length``; a default
+    ``interval_groups`` rule yields to a ``"stream"`` ``layout``.
 
-    ``recorded_max_length``: the public episode cap ``gpope simulate`` recorded, used where
-    ``public_max_length`` is not set. ``layout``: how the statistics reach the driver; a default
-    ``interval_groups`` rule yields to ``"stream"``.
-
-    Returns:
-        (the resolved :class:`RunSettings`: N and q computed, ``step_offset`` absolute; the
-        provenance: ``source`` of every setting, the tuned point used, the spec's tuning record,
-        ``touched_trajectories``, ``interval_note``).
+    Returns (the resolved settings, the provenance: ``source`` of every setting, the tuned point,
+    the spec's tuning record, ``touched_trajectories``, ``interval_note``).
 
     Raises:
         ConfigError: an invalid combination, a missing epsilon or delta, or a budget that the

@@ -102,17 +102,10 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 
 @dataclass(frozen=True)
 class PrivateTuningPlan:
-    """Noise multipliers and the composed event of one privately tuned run (all public).
-
-    Attributes:
-        m, iterations, batch_rate: the GPOPE run's public size, N and Poisson rate q.
-        epsilon, delta: the target (what the ledger reserves).
-        accountant: the accountant that certifies ``epsilon_spent``.
-        quantile_sigma, statistics_sigma, gpope_sigma: the multipliers of each histogram
-            (sensitivity 1), of the noisy statistics and of every candidate run.
-        candidates: K.
-        epsilon_spent: epsilon of :attr:`dp_event` at delta.
-    """
+    """Noise multipliers and the composed event of one privately tuned run (all public): the run's
+    size, N and q, the target (epsilon, delta), the certifying accountant, the multipliers of each
+    histogram, of the statistics and of every one of the K candidate runs, and ``epsilon_spent``
+    (of :attr:`dp_event` at delta)."""
 
     m: int
     iterations: int

@@ -14,21 +14,16 @@ __all__ = ["PrivateTuningSettings"]
 
 @dataclass(frozen=True)
 class PrivateTuningSettings:
-    """Public settings of ``gpope evaluate --tune private`` (the configuration's
-    ``evaluation.private_tuning``, used by :mod:`gpope.core.tuning.private`): generic rules
-    (quantiles, budget shares, candidate multipliers), not values tuned to a data set.
+    """Public rules of ``gpope evaluate --tune private`` (conf ``evaluation.private_tuning``):
+    generic rules, not values tuned to a data set.
 
     Attributes:
-        clip_quantile: quantile of the gradient norms at (theta_hat, 0) used as the clip base h.
-        statistics_quantile: quantile of the statistics norms used as the statistics clip.
-        quantile_share: zCDP share of each of the two histograms.
-        statistics_share: zCDP share of the noisy statistics.
-        step_multipliers: candidate step sizes, as multiples c of the base ``i0 / L``.
-        clip_multipliers: candidate clip bounds, as multiples d of h.
-        score_z: the selection score is the private relative MSPBE plus ``score_z`` standard
-            deviations of its noise (:func:`gpope.core.tuning.scoring.selection_mspbe`).
-        norm_low, norm_high, bins_per_decade: the public log grid of both histograms
-            (:attr:`grid`).
+        clip_quantile, statistics_quantile: quantiles of the gradient norms at (theta_hat, 0) (the
+            clip base h) and of the statistics norms (the statistics clip).
+        quantile_share, statistics_share: zCDP shares of each histogram and of the statistics.
+        step_multipliers, clip_multipliers: candidates as multiples of ``i0 / L`` and of h.
+        score_z: noise std added to the private relative MSPBE in the selection score.
+        norm_low, norm_high, bins_per_decade: the public log grid of both histograms.
     """
 
     clip_quantile: float = 0.5
