@@ -89,9 +89,9 @@ class AuditClaim:
         accountant: str = "auto", override: Mapping[str, Any] | None = None,
         epsilon_claimed: float | None = None, delta: float | None = None, **details: Any,
     ) -> AuditResult:  # fmt: skip
-        """:func:`certify` of this claim from the statistics of D0 (``t0``) and D1 (``t1``); the claimed
-        epsilon and delta default to this claim's, the result's config is these settings plus
-        ``details``."""
+        """:func:`certify` of this claim from the statistics of D0 (``t0``) and D1 (``t1``); the
+        claimed epsilon and delta default to this claim's, the result's config is these settings
+        plus ``details``."""
         return certify(
             t0, t1, alpha=self.alpha, sigma=sigma, accountant=accountant,
             epsilon_claimed=self.epsilon if epsilon_claimed is None else epsilon_claimed,
