@@ -435,6 +435,7 @@ def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
             without ``operator``, or DuckDB refuses it (the message lists the lake's views).
     """
     import duckdb
+    import pyarrow as pa
 
     check_select(sql)
     start = time.perf_counter()
@@ -447,7 +448,7 @@ def query(sql: str, *, lake: str | Path | GpopeConfig | None = None,
     con = connect(config, views=opened, operator=operator)
     try:
         result = con.sql(sql)
-        arrow = result.to_arrow_table() if result is not None else _empty_table()
+        arrow = result.to_arrow_table() if result is not None else pa.table({})
     except duckdb.CatalogException as exc:
         raise QueryError(
             f"{first_line(exc)}. Views of the lake {root}: {', '.join(available) or '(none)'}. "
@@ -521,12 +522,6 @@ def lake_views(lake: str | Path | GpopeConfig | None = None, *,
                 for view, table in derived.items() if view in names]
     return LakeViews(str(config.lake.root), tuple(sorted(entries, key=lambda e: str(e["view"]))),
                      len(found) - len(tables))
-
-
-def _empty_table() -> pa.Table:
-    import pyarrow as pa
-
-    return pa.table({})
 
 
 def _missing_hint(named: set[str], available: list[str]) -> str:

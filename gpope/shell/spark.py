@@ -28,10 +28,6 @@ __all__ = ["WORKER_MODULES", "check_workers", "connect_host", "delta_available",
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
-def _log4j_config() -> str:
-    return str(resources.files("gpope.shell").joinpath("log4j2.properties"))
-
-
 def _import_pyspark() -> type[SparkSession]:
     try:
         from pyspark.sql import SparkSession
@@ -196,7 +192,8 @@ def _classic_session(spark_session: type[SparkSession], settings: SparkSettings)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    log_opt = f"-Dlog4j2.configurationFile=file:{_log4j_config()}"
+    log4j = resources.files("gpope.shell").joinpath("log4j2.properties")
+    log_opt = f"-Dlog4j2.configurationFile=file:{log4j}"
     builder = (
         spark_session.builder.appName(settings.app_name)
         .master(master)

@@ -103,13 +103,9 @@ def latest_version(path: str | Path) -> int | None:
 
 
 def snapshot(paths: Iterable[str]) -> dict[str, int | None]:
-    """The version of every table in ``paths`` as of ONE instant.
-
-    Delta commits one table at a time, so reading table after table may mix a version from
-    before a commit elsewhere with one from after it. The versions are listed twice in a row;
-    when both listings agree, every table had exactly that version throughout the moment between
-    them (versions only grow), so the set is a state the lake really was in. Otherwise it is
-    listed again.
+    """The version of every table in ``paths`` as of ONE instant: the versions are listed twice
+    in a row until both listings agree; versions only grow, so every table had exactly that
+    version between them, a state the lake really was in.
 
     Raises:
         QueryError: the tables kept changing through every attempt.

@@ -271,8 +271,11 @@ def read_pinned(
     from pyspark.sql import functions as F
 
     if committed is None:
-        runs = runs or PipelineRuns(_settings_of(lake), spark=lake.spark)
-        committed = runs.committed()
+        from gpope.config import LakeSettings
+
+        settings = LakeSettings(root=lake.root, catalog=lake.catalog, schema=lake.schema,
+                                storage=lake.storage)
+        committed = (runs or PipelineRuns(settings, spark=lake.spark)).committed()
     version, hidden = pin(lake, ref, committed)
     df = lake.read(ref, version=version)
     if hidden and "run_id" in df.columns:
@@ -348,9 +351,3 @@ def _strings(values: set[str]) -> pa.Array:
 
     return pa.array(sorted(values), type=pa.string())
 
-
-def _settings_of(lake: Lake) -> LakeSettings:
-    from gpope.config import LakeSettings
-
-    return LakeSettings(root=lake.root, catalog=lake.catalog, schema=lake.schema,
-                        storage=lake.storage)

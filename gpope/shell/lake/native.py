@@ -1,12 +1,8 @@
 """Delta tables through Spark's own ``delta`` format (a cluster with Delta Lake, e.g. Databricks).
 
-The same operations as :mod:`gpope.shell.lake.delta_rs`, each a thin call into delta-spark:
-``format("delta")`` writes (``append``, ``overwrite``, ``overwrite`` + ``replaceWhere``), reads with
-``versionAsOf``, ``DESCRIBE HISTORY``. Delta itself makes every write one atomic commit, checks
-that ``replaceWhere`` writes stay inside their partition and enforces NOT NULL columns. Tables are
-addressed by path or, with Unity Catalog, by name (``by_name=True``).
-
-Nothing here opens ``deltalake``: every operation is a Spark (delta-spark) call.
+Each operation is a thin delta-spark call; Delta itself makes every write one atomic commit, keeps
+``replaceWhere`` writes inside their partition and enforces NOT NULL columns. Tables are addressed
+by path or, with Unity Catalog, by name (``by_name=True``).
 """
 
 from __future__ import annotations
@@ -46,11 +42,8 @@ _DELTA_LOADS: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDic
 
 
 def with_commit_token(user_metadata: str) -> tuple[str, str]:
-    """``user_metadata`` with a fresh random commit token added; returns (metadata, token).
-
-    The token identifies this write's commit in the table history, whatever other writers
-    commit around it.
-    """
+    """``user_metadata`` with a fresh random commit token added; returns (metadata, token): the
+    token identifies this write's commit whatever other writers commit around it."""
     token = uuid.uuid4().hex
     try:
         payload = json.loads(user_metadata) if user_metadata else {}
@@ -63,15 +56,8 @@ def with_commit_token(user_metadata: str) -> tuple[str, str]:
 
 
 def own_commit_version(history: Iterable[tuple[int, object]], token: str) -> int:
-    """The version of the one commit whose ``userMetadata`` carries ``token``.
-
-    Args:
-        history: ``(version, userMetadata)`` of the table's commits, any order.
-        token: from :func:`with_commit_token`.
-
-    Raises:
-        CommitError: no commit, or more than one, carries the token.
-    """
+    """The version of the one commit of ``history`` (``(version, userMetadata)``, any order)
+    whose ``userMetadata`` carries ``token`` (CommitError: none, or several)."""
     versions = []
     for version, metadata in history:
         if not isinstance(metadata, str):
@@ -91,12 +77,8 @@ def own_commit_version(history: Iterable[tuple[int, object]], token: str) -> int
 
 
 class NativeStore:
-    """Read and write Delta tables with delta-spark.
-
-    Args:
-        spark: a session whose JVM has the Delta Lake classes.
-        by_name: locations are Unity Catalog names (else paths).
-    """
+    """Read and write Delta tables with delta-spark (``by_name``: locations are Unity Catalog
+    names, else paths)."""
 
     name = "native"
 

@@ -1,9 +1,5 @@
-"""The staged Parquet files of a delta-rs write: staging folders, footer checks, statistics.
-
-Spark (or a Python worker, or the driver) writes a write's Parquet files into a fresh staging
-folder ``<table>/_gpope_staging/<utc time>-<random>/``; :func:`stage_files` checks each file's
-footer against the table's data columns, derives Delta statistics from it and moves it to its
-Hive-style place. Nothing here opens the Delta log.
+"""The staged Parquet files of a delta-rs write: staging folders, footer checks, statistics
+(steps 2 to 4 of the protocol in :mod:`gpope.shell.lake.delta_rs`). Nothing here opens the log.
 """
 
 from __future__ import annotations

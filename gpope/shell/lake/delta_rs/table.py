@@ -1,11 +1,8 @@
 """The Delta log of a local table through delta-rs alone (no Spark, no JVM).
 
 :class:`DeltaRsTables` is the JVM-free half of the delta-rs store: what the driver needs of a
-local table without a Spark session (existence, version, history, small Arrow reads and appends,
-removing a failed run's rows, compaction and vacuum). :class:`~gpope.shell.lake.delta_rs.store.
-DeltaRsStore` adds Spark reads and writes on top. This package is the only code in gpope that
-opens ``deltalake``; tables are opened through :mod:`gpope.shell.lake.delta_rs.log` (a damaged log
-is one line naming the table; Arrow scans on the calling thread).
+local table without a Spark session; :class:`~gpope.shell.lake.delta_rs.store.DeltaRsStore` adds
+Spark reads and writes on top. Tables are opened through :mod:`gpope.shell.lake.delta_rs.log`.
 """
 
 from __future__ import annotations
