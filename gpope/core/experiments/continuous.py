@@ -23,12 +23,10 @@ behaviour sample (``truth_trajectories``), the same for every method; metric = r
 Value errors are not computed here (NaN): Monte Carlo values are expensive for HIV; the chain
 has exact value errors.
 
-Cost. The truth of a (domain, figure, seed, truth settings) is computed once per process and shared
-by tuning and trials. The HIV simulator has a fixed cost per decision (large below about a
-thousand patients without numba, see :mod:`gpope.core.envs.hiv`), so the HIV data sets of a phase
-(the truth sample, then the data sets in order) are simulated together as cohorts of at most :data:`HIV_COHORT` patients
-(:func:`gpope.core.envs.hiv.generate_many`): each data set is exactly the one a separate simulation
-from its own stream would give.
+The truth of a (domain, figure, seed, truth settings) is computed once per process and shared by
+tuning and trials. The HIV data sets of a phase (the truth sample, then the data sets in order)
+are simulated together in cohorts of at most :data:`HIV_COHORT` patients
+(:func:`gpope.core.envs.hiv.generate_many`), each exactly as a separate simulation would give it.
 """
 
 from __future__ import annotations
