@@ -45,7 +45,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gpope.core.envs.episodes import StepLog
-from gpope.core.policies import Policy, TabularPolicy, policy_from_dict
+from gpope.core.policies import Policy, policy_from_dict
 from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_choice, check_int, check_number
 
@@ -162,10 +162,6 @@ class RandomMDP:
     def target_policy(self) -> Policy:
         """pi as a policy of the observations: the spec's ``target_policy``."""
         return policy_from_dict(self.target_spec)
-
-    def behaviour_policy(self) -> TabularPolicy:
-        """mu as a :class:`~gpope.core.policies.TabularPolicy` (terminal rows uniform)."""
-        return TabularPolicy(_pad_rows(self.behaviour, self.config.n_terminal))
 
     def max_ratio(self) -> float:
         """max over (s, a) of pi(a|s) / mu(a|s) (<= ``config.ratio_bound``)."""
