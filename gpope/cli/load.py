@@ -19,8 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "dropped here; `gpope ingest` parses text columns and quarantines unusable rows with "
             "a reason. Columns named otherwise in your files are mapped with --columns (renamed as "
             "Spark reads them; other columns are kept as delivered). Times without a time zone "
-            "are read as UTC, or as wall-clock times of --time-zone; Parquet as pandas and pyarrow "
-            "write it (nanosecond times, tz-aware or naive) and RFC 4180 CSV are read as they are. The three tables become visible together (one manifest commit). "
+            "are read as UTC, or as wall-clock times of --time-zone. The three tables become "
+            "visible together (one manifest commit). "
             "Next: `gpope ingest --dataset NAME --conf CONF`."
         ),
         epilog=(

@@ -23,8 +23,8 @@ Event layout of patient ``p`` with ``tau`` decisions (interval ``D`` days, :clas
   no noise and nothing is missing.
 - treatments: one row per decision at ``d_k`` with the action's name and the behaviour probability
   as ``propensity``.
-- outcomes: the reward of step ``k`` half way from ``d_k`` to ``d_{k+1}``, strictly after the decision and at or before the next one (the end of record for
-  the last step).
+- outcomes: the reward of step ``k`` half way from ``d_k`` to ``d_{k+1}`` (the end of record for
+  the last step), strictly after the decision and at or before the next one.
 - episode end: a terminal episode (``terminal`` on its last step) also gets an observation of the
   spec's ``terminal_variable`` (value 1.0) at ``d_tau``; a truncated episode gets nothing special.
 

@@ -26,7 +26,7 @@ class StepLog:
             self.columns.setdefault(name, []).append(value)
 
     def transitions(self, cap: int) -> Transitions:
-        """The steps as Transitions; ``truncated`` on step ``cap - 1`` of an episode still running."""
+        """The steps as Transitions; ``truncated`` on step ``cap - 1`` of a running episode."""
         cols = {k: np.concatenate(v) for k, v in self.columns.items()}
         traj, t = cols["traj_index"], cols["t"]
         offsets = np.concatenate([[0], np.cumsum(np.bincount(traj, minlength=self.m))[:-1]])
