@@ -19,7 +19,6 @@ from gpope.core.experiments.common import (
     run_gpope_method,
     seed_seq,
     summarize,
-    tune_method,
 )
 from gpope.core.experiments.continuous import (
     HIVSettings,
@@ -27,14 +26,7 @@ from gpope.core.experiments.continuous import (
     run_continuous,
     tune_continuous,
 )
-from gpope.core.experiments.methods import (
-    GPOPEMethod,
-    Hyper,
-    default_methods,
-    paper_method,
-    product_method,
-    rdp_method,
-)
+from gpope.core.experiments.methods import Hyper, paper_method, product_method, rdp_method
 
 
 @dataclass(frozen=True)
@@ -59,22 +51,16 @@ __all__ = [
     "ChainProblem",
     "ChainSettings",
     "Domain",
-    "GPOPEMethod",
     "HIVSettings",
     "Hyper",
     "MountainCarSettings",
     "TuningTable",
     "block_sizes",
-    "default_methods",
     "paper_method",
     "product_method",
     "rdp_method",
     "run_chain",
-    "run_continuous",
     "run_gpope_method",
     "seed_seq",
     "summarize",
-    "tune_chain",
-    "tune_continuous",
-    "tune_method",
 ]
