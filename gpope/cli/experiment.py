@@ -18,8 +18,12 @@ from gpope.cli._common import add_json_flag, emit, stderr_log
 _DOMAINS = ("chain", "mountaincar", "hiv")
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(",") if x.strip())
+def floats(text: str) -> tuple[float, ...]:
+    """argparse ``type=``: comma-separated numbers."""
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -33,7 +37,7 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=None, help="trials per cell (paper: 100)")
     parser.add_argument("--sizes", type=_ints, default=None,
                         help="comma-separated data sizes m (chain default 1e5..5e5)")
-    parser.add_argument("--epsilons", type=_floats, default=None,
+    parser.add_argument("--epsilons", type=floats, default=None,
                         help="comma-separated epsilons (chain: the first is used; default 0.1)")
     parser.add_argument("--delta", type=float, default=None, help="delta (default 1e-5)")
     parser.add_argument("--iterations", type=int, default=None, help="GPOPE iterations N")

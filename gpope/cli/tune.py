@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpope.cli._common import add_json_flag, emit, stderr_log
 from gpope.cli.evaluate import add_solver_flags
-from gpope.cli.experiment import _DOMAINS, add_settings_options, settings_from_args
+from gpope.cli.experiment import _DOMAINS, add_settings_options, floats, settings_from_args
 from gpope.core.accounting.registry import accountant_choices, accountant_help
 
 
@@ -39,9 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="size of the public simulated cohort (default 10000)")
     g.add_argument("--max-length", type=int, default=None,
                    help="episode length of the public cohort (default: the simulator's)")
-    g.add_argument("--clip-grid", default=None,
+    g.add_argument("--clip-grid", type=floats, default=None,
                    help="comma-separated clips (default: multiples of the public gradient scale)")
-    g.add_argument("--step-grid", default=None,
+    g.add_argument("--step-grid", type=floats, default=None,
                    help="comma-separated step sizes (default: decades around the public eta0)")
     g.add_argument("--dry-run", action="store_true", help="print the block, do not write it")
     g.add_argument("--conf", default=None, help="gpope YAML configuration (fallback settings)")
@@ -61,17 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run)
 
 
-def _floats(text: str | None) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError as exc:
-        from gpope.errors import ConfigError
-
-        raise ConfigError(f"Expected comma-separated numbers; got {text!r}.") from exc
-
-
 def _run(args: argparse.Namespace) -> int:
     if args.spec is not None:
         return _run_spec(args)
@@ -89,7 +78,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         epsilons=args.epsilons or (0.1, 1.0, 10.0),
         delta=args.delta if args.delta is not None else 1e-6,
         trials=args.trials if args.trials is not None else 3,
-        overrides=overrides, clips=_floats(args.clip_grid), steps=_floats(args.step_grid),
+        overrides=overrides, clips=args.clip_grid, steps=args.step_grid,
         write=not args.dry_run, log=stderr_log(args),
         command=" ".join(["gpope", *(shlex.quote(a) for a in sys.argv[1:])])
         if sys.argv[1:2] == ["tune"] else None,
