@@ -168,3 +168,33 @@ def test_a_refusal_names_the_budget_the_spend_and_the_command():
     assert "budget epsilon 2, delta 1e-05 (set with `gpope budget set`" in refusal_message(
         status, big)
     assert "--delta D --force`" in refusal_message(status, big)
+
+
+def test_one_decision_admits_refuses_and_reads_back_a_charge():
+    """decide: before the append, a charge that fits is admitted and one past the budget
+    refused (basic sum 2.5 + 1.0 > 3); after the append it reads the commit-order verdict."""
+    from dataclasses import replace
+
+    from gpope.core.accounting.admission import Charge, decide
+    from gpope.errors import BudgetExceededError, ConfigError
+
+    rule = dict(default=DEFAULT, composition="basic")
+    first = Charge(dataset="d", run_id="A", epsilon=2.5, delta=1e-6, accountant="rdp",
+                   mechanism="no stored event")
+    a = LedgerRow.from_mapping(first.row(created_at=T0))
+    assert a.charged_epsilon == 2.5 and a.charged_delta == 1e-6
+    assert decide([], a, **rule).admitted
+    committed = [replace(a, version=1)]
+    assert decide(committed, a, appended=True, **rule).version == 1  # its commit's verdict
+    with pytest.raises(ConfigError, match="already in the ledger"):
+        decide(committed, a, **rule)  # a second run under the same id
+    b = LedgerRow.from_mapping(Charge(dataset="d", run_id="B", epsilon=1.0, delta=1e-6,
+                                      accountant="rdp", mechanism="m").row(created_at=T0))
+    with pytest.raises(BudgetExceededError, match=r"would spend epsilon 3\.5"):
+        decide(committed, b, **rule)
+    late = [*committed, replace(b, version=2)]  # appended by a racing writer: cancelled
+    with pytest.raises(BudgetExceededError, match="concurrent run committed its reservation"):
+        decide(late, b, appended=True, **rule)
+    with pytest.raises(ConfigError, match="epsilon"):
+        Charge(dataset="d", run_id="C", epsilon=0.0, delta=1e-6, accountant="rdp",
+               mechanism="m")

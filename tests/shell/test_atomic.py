@@ -22,6 +22,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from gpope.config import GpopeConfig, LakeSettings
+from gpope.core.accounting.admission import Charge
 from gpope.errors import SchemaError
 from gpope.shell import faults
 from gpope.shell.lake import Lake, TableRef
@@ -107,8 +108,8 @@ def killed(spark, tmp_path_factory):
     config = GpopeConfig(lake=LakeSettings(root=str(roots["release"])))
     ledger = PrivacyLedger(None, config)
     ledger.set_budget("d", epsilon=10.0, delta=1e-3)
-    ledger.reserve("d", run_id="r1", epsilon=1.0, delta=1e-6, accountant="rdp",
-                   mechanism="gaussian")  # every release is reserved first (the ledger checks)
+    ledger.reserve(Charge(dataset="d", run_id="r1", epsilon=1.0, delta=1e-6, accountant="rdp",
+                          mechanism="gaussian"))  # every release is reserved first (the ledger checks)
     write_release(spark, config, *_release("r1"))
     ledger.mark("d", "r1", "released")
     row, values = _release("r2")
@@ -183,11 +184,11 @@ from gpope.config import GpopeConfig, LakeSettings, SparkSettings
 from gpope.shell.spark import get_spark
 from gpope.shell.pipeline.release import write_release
 spark = get_spark(SparkSettings(master="local[1]", shuffle_partitions=1, app_name="kill", ui=False))
-from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.ledger import Charge, PrivacyLedger
 config = GpopeConfig(lake=LakeSettings(root=sys.argv[1]))
 row, values = eval(sys.argv[2]), eval(sys.argv[3])
-PrivacyLedger(None, config).reserve("d", run_id=row["run_id"], epsilon=1.0, delta=1e-6,
-                                    accountant="rdp", mechanism="gaussian")
+PrivacyLedger(None, config).reserve(Charge(dataset="d", run_id=row["run_id"], epsilon=1.0,
+                                           delta=1e-6, accountant="rdp", mechanism="gaussian"))
 write_release(spark, config, row, values)
 """
 

@@ -22,6 +22,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 from gpope.cli import main
 from gpope.config import load_config
 from gpope.core.accounting import epsilon_spent, gpope_dp_event
+from gpope.core.accounting.admission import Charge
 from gpope.core.accounting.composition import (
     FILTER_ORDERS,
     filter_epsilon,
@@ -118,8 +119,9 @@ def test_tight_composition_admits_more_runs_than_basic(tmp_path):
         led.set_budget("d", epsilon=3.0, delta=1e-5)
         for i in range(25):
             try:
-                led.reserve("d", run_id=f"r{i}", epsilon=eps, delta=1e-6, accountant="rdp",
-                            event=_event(), relation="add_or_remove_one")
+                led.reserve(Charge.of_event(_event(), relation="add_or_remove_one", dataset="d",
+                                            run_id=f"r{i}", epsilon=eps, delta=1e-6,
+                                            accountant="rdp"))
             except BudgetExceededError:
                 break
             admitted[name] += 1
@@ -145,10 +147,12 @@ def test_refusal_writes_nothing_and_race_recheck_cancels(tmp_path):
     config = _config(tmp_path / "lake", composition="basic")
     ledger = PrivacyLedger(None, config)
     ledger.set_budget("d", epsilon=2.0, delta=1e-5)
-    ledger.reserve("d", run_id="a", epsilon=1.5, delta=5e-6, accountant="pld", event=_event())
+    ledger.reserve(Charge.of_event(_event(), dataset="d", run_id="a", epsilon=1.5, delta=5e-6,
+                                   accountant="pld"))
     version = DeltaTable(ledger.location).version()
     with pytest.raises(BudgetExceededError, match=r"would spend epsilon 2\.5"):
-        ledger.reserve("d", run_id="b", epsilon=1.0, delta=1e-6, accountant="pld", event=_event())
+        ledger.reserve(Charge.of_event(_event(), dataset="d", run_id="b", epsilon=1.0, delta=1e-6,
+                                       accountant="pld"))
     assert DeltaTable(ledger.location).version() == version  # nothing written
     ledger.mark("d", "a", "failed")  # failed stays counted
     assert ledger.status("d").spent_epsilon == pytest.approx(1.5)
@@ -172,7 +176,8 @@ def test_refusal_writes_nothing_and_race_recheck_cancels(tmp_path):
 
     racing = PrivacyLedger(None, config, store=Racing(ledger.location))
     with pytest.raises(BudgetExceededError, match="concurrent"):
-        racing.reserve("d", run_id="c", epsilon=0.4, delta=1e-6, accountant="pld", event=_event())
+        racing.reserve(Charge.of_event(_event(), dataset="d", run_id="c", epsilon=0.4, delta=1e-6,
+                                       accountant="pld"))
     runs = {r.run_id: r.status for r in ledger.status("d").runs}
     assert runs["other"] == "reserved" and runs["c"] == "cancelled"
     assert ledger.status("d").spent_epsilon == pytest.approx(1.9)
@@ -185,9 +190,9 @@ def test_paper_run_is_recorded_as_not_a_valid_bound_and_charged_rigorously(tmp_p
     rigorous = epsilon_spent(m=1000, iterations=1000, sigma=3.0, delta=1e-6, accountant="rdp")
     claimed = epsilon_spent(m=1000, iterations=1000, sigma=3.0, delta=1e-6, accountant="paper")
     assert rigorous > 2 * claimed
-    ledger.reserve("d", run_id="p", epsilon=claimed, delta=1e-6, accountant="paper",
-                   event=event, relation="replace_one", charged_epsilon=rigorous,
-                   valid_bound=False)
+    ledger.reserve(Charge.of_event(event, relation="replace_one", dataset="d", run_id="p",
+                                   epsilon=claimed, delta=1e-6, accountant="paper",
+                                   charged_epsilon=rigorous, valid_bound=False))
     status = ledger.status("d")
     (run,) = status.runs
     assert not run.valid_bound and run.charged_epsilon == pytest.approx(rigorous)
@@ -200,7 +205,8 @@ def test_reconcile_settles_stale_reservations_from_the_evidence(tmp_path):
     config = _config(tmp_path / "lake")
     ledger = PrivacyLedger(None, config)
     ledger.set_budget("d", epsilon=3.0, delta=1e-5)
-    ledger.reserve("d", run_id="alive", epsilon=0.1, delta=1e-7, accountant="pld", event=_event())
+    ledger.reserve(Charge.of_event(_event(), dataset="d", run_id="alive", epsilon=0.1, delta=1e-7,
+                                   accountant="pld"))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     template = next(r for r in ledger._store.rows("d") if r["kind"] == "reservation")
@@ -276,7 +282,8 @@ def test_budget_show_starts_no_jvm(tmp_path):
 def test_remaining_says_when_no_further_run_is_possible(tmp_path):
     ledger = PrivacyLedger(None, _config(tmp_path / "lake", composition="basic"))
     ledger.set_budget("d", epsilon=3.0, delta=1e-5)
-    ledger.reserve("d", run_id="a", epsilon=1.0, delta=1e-5, accountant="pld", event=_event())
+    ledger.reserve(Charge.of_event(_event(), dataset="d", run_id="a", epsilon=1.0, delta=1e-5,
+                                   accountant="pld"))
     status = ledger.status("d")
     assert status.runs_left == 0 and status.no_further_run
     assert "no further run is possible" in status.remaining_line()
@@ -299,15 +306,17 @@ def test_a_dataset_refuses_runs_under_a_second_neighbouring_relation(tmp_path):
     ledger = PrivacyLedger(None, _config(tmp_path / "lake"))
     ledger.set_budget("d", epsilon=10.0, delta=1e-5)
     uniform = gpope_dp_event(m=1000, iterations=1000, sigma=3.0, sampling="uniform")
-    ledger.reserve("d", run_id="u", epsilon=1.0, delta=1e-6, accountant="rdp",
-                   event=uniform, relation="replace_one")
+    ledger.reserve(Charge.of_event(uniform, relation="replace_one", dataset="d", run_id="u",
+                                   epsilon=1.0, delta=1e-6, accountant="rdp"))
     with pytest.raises(ConfigError, match="--sampling uniform"):
-        ledger.reserve("d", run_id="p", epsilon=0.5, delta=1e-6, accountant="pld", event=_event())
+        ledger.reserve(Charge.of_event(_event(), dataset="d", run_id="p", epsilon=0.5, delta=1e-6,
+                                       accountant="pld"))
     assert [r.run_id for r in ledger.status("d").runs] == ["u"]  # nothing written
-    ledger.reserve("d", run_id="u2", epsilon=1.0, delta=1e-6, accountant="rdp",
-                   event=uniform, relation="replace_one")
+    ledger.reserve(Charge.of_event(uniform, relation="replace_one", dataset="d", run_id="u2",
+                                   epsilon=1.0, delta=1e-6, accountant="rdp"))
     ledger.set_budget("e", epsilon=10.0, delta=1e-5)  # another dataset may use Poisson
-    ledger.reserve("e", run_id="p", epsilon=0.5, delta=1e-6, accountant="pld", event=_event())
+    ledger.reserve(Charge.of_event(_event(), dataset="e", run_id="p", epsilon=0.5, delta=1e-6,
+                                   accountant="pld"))
 
 
 def test_budget_show_exits_cleanly_every_time(tmp_path):

@@ -19,6 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from gpope.cli import main
 from gpope.config import load_config
+from gpope.core.accounting.admission import Charge
 from gpope.errors import BudgetExceededError, ConfigError, CorruptTableError
 from gpope.shell.lake.maintain import maintain_lake
 from gpope.shell.pipeline.ledger import PrivacyLedger
@@ -35,7 +36,8 @@ def _spent_ledger(lake: Path) -> PrivacyLedger:
     (lake / "silver" / "d").mkdir(parents=True)
     ledger = _ledger(lake)
     ledger.set_budget("d", epsilon=1.0, delta=1e-5)
-    ledger.reserve("d", run_id="r1", epsilon=0.8, delta=1e-6, accountant="rdp", mechanism="m")
+    ledger.reserve(Charge(dataset="d", run_id="r1", epsilon=0.8, delta=1e-6, accountant="rdp",
+                          mechanism="m"))
     ledger.mark("d", "r1", "released")
     return ledger
 
@@ -74,7 +76,8 @@ def test_a_commit_gpope_does_not_write_is_refused_not_folded(tmp_path, forgery, 
     assert {"no_commit_info": "without commitInfo", "delete": "removes rows",
             "dropping_compaction": "no longer holds"}[forgery] in err, err
     with pytest.raises(CorruptTableError):
-        ledger.reserve("d", run_id="r2", epsilon=0.8, delta=1e-6, accountant="rdp", mechanism="m")
+        ledger.reserve(Charge(dataset="d", run_id="r2", epsilon=0.8, delta=1e-6, accountant="rdp",
+                              mechanism="m"))
 
 
 def test_maintain_compaction_keeps_the_ledger_readable(tmp_path):
@@ -117,7 +120,8 @@ def test_a_removed_or_older_ledger_does_not_reset_the_budget(tmp_path, capsys):
     shutil.copytree(ledger.location, older)  # before the second release
     _release(lake, "r1", 0.8)
     ledger.set_budget("d", epsilon=2.0, delta=1e-5, force=True)
-    ledger.reserve("d", run_id="r2", epsilon=0.5, delta=1e-6, accountant="rdp", mechanism="m")
+    ledger.reserve(Charge(dataset="d", run_id="r2", epsilon=0.5, delta=1e-6, accountant="rdp",
+                          mechanism="m"))
     ledger.mark("d", "r2", "released")
     _release(lake, "r2", 0.5)
 
@@ -129,14 +133,16 @@ def test_a_removed_or_older_ledger_does_not_reset_the_budget(tmp_path, capsys):
                  "--lake", str(lake)]) == 2
     assert "does not know 2 run(s)" in capsys.readouterr().err
     with pytest.raises(BudgetExceededError, match=r"spent epsilon 1\.3,"):  # default budget 3
-        ledger.reserve("d", run_id="r3", epsilon=1.8, delta=1e-6, accountant="rdp", mechanism="m")
+        ledger.reserve(Charge(dataset="d", run_id="r3", epsilon=1.8, delta=1e-6, accountant="rdp",
+                              mechanism="m"))
     assert ledger.status("d").spent_epsilon == pytest.approx(1.3)
     assert main(["budget", "set", "--dataset", "d", "--epsilon", "1.5", "--delta", "1e-5",
                  "--lake", str(lake)]) == 0
     capsys.readouterr()
     with pytest.raises(BudgetExceededError, match="gpope budget set --dataset d --epsilon E "
                                                   "--delta D --force"):
-        ledger.reserve("d", run_id="r4", epsilon=0.5, delta=1e-6, accountant="rdp", mechanism="m")
+        ledger.reserve(Charge(dataset="d", run_id="r4", epsilon=0.5, delta=1e-6, accountant="rdp",
+                              mechanism="m"))
 
     shutil.rmtree(ledger.location)
     shutil.copytree(older, ledger.location)  # an older copy: knows r1, not r2
@@ -160,18 +166,20 @@ def test_a_release_manifest_whose_charge_is_lost_is_refused(tmp_path, capsys):
     code, err = _show(lake, capsys)
     assert code == 2 and "pipeline_runs records 1 release(s)" in err and ": r1 (d)." in err
     with pytest.raises(ConfigError, match="restore the ledger"):
-        ledger.reserve("d", run_id="r2", epsilon=0.1, delta=1e-6, accountant="rdp", mechanism="m")
+        ledger.reserve(Charge(dataset="d", run_id="r2", epsilon=0.1, delta=1e-6, accountant="rdp",
+                              mechanism="m"))
     assert not Path(ledger.location).exists()  # nothing written
 
 
 WRITER = """
 import subprocess, sys
 from gpope.config import load_config
-from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.ledger import Charge, PrivacyLedger
 lake = sys.argv[1]
 ledger = PrivacyLedger(None, load_config(None, lake={"root": lake}))
 ledger.set_budget("d", epsilon=2.0, delta=1e-5)
-ledger.reserve("d", run_id="R", epsilon=1.0, delta=1e-6, accountant="rdp", mechanism="m")
+ledger.reserve(Charge(dataset="d", run_id="R", epsilon=1.0, delta=1e-6, accountant="rdp",
+                      mechanism="m"))
 subprocess.run(["chmod", "-R", "a-w", lake], check=True)  # the lake turns read-only
 ledger.mark("d", "R", "failed")
 """

@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from dp_accounting.rdp import RdpAccountant
 
 from gpope.config import load_config
+from gpope.core.accounting.admission import Charge
 from gpope.core.accounting.composition import (
     filter_epsilon,
     mechanism_from_json,
@@ -36,13 +37,13 @@ import sys
 import dp_accounting
 from gpope.config import load_config
 from gpope.errors import BudgetExceededError
-from gpope.shell.pipeline.ledger import PrivacyLedger
+from gpope.shell.pipeline.ledger import Charge, PrivacyLedger
 
 lake, run_id, eps = sys.argv[1], sys.argv[2], float(sys.argv[3])
 ledger = PrivacyLedger(None, load_config(None, lake={{"root": lake}}))
 try:
-    ledger.reserve("d", run_id=run_id, epsilon=eps, delta={DELTA!r}, accountant="rdp",
-                   event=dp_accounting.GaussianDpEvent({SIGMA!r}), relation="add_or_remove_one")
+    ledger.reserve(Charge.of_event(dp_accounting.GaussianDpEvent({SIGMA!r}), dataset="d",
+                                   run_id=run_id, epsilon=eps, delta={DELTA!r}, accountant="rdp"))
 except BudgetExceededError as exc:
     print(exc)
     sys.exit(3)
@@ -169,6 +170,6 @@ def test_a_settled_race_stays_charged_after_its_commits_leave_the_log(tmp_path):
     assert after.spent_epsilon == pytest.approx(before.spent_epsilon)
     assert {r.run_id: r.status for r in after.runs} == {"A": "released", "B": "cancelled"}
     with pytest.raises(BudgetExceededError):
-        ledger.reserve("d", run_id="C", epsilon=claim, delta=DELTA, accountant="rdp",
-                       event=dp_accounting.GaussianDpEvent(SIGMA), relation="add_or_remove_one")
+        ledger.reserve(Charge.of_event(dp_accounting.GaussianDpEvent(SIGMA), dataset="d",
+                                       run_id="C", epsilon=claim, delta=DELTA, accountant="rdp"))
     assert [r.run_id for r in ledger.status("d").counted] == ["A"]

@@ -18,6 +18,7 @@ import pytest
 from dp_accounting.rdp import RdpAccountant
 
 from gpope.config import load_config
+from gpope.core.accounting.admission import Charge
 from gpope.core.accounting.budget import Budget, LedgerRow, fold
 from gpope.core.accounting.composition import mechanism_to_json
 from gpope.errors import BudgetExceededError
@@ -50,8 +51,8 @@ def test_spark_store_admits_the_first_commit_not_the_older_clock(spark, tmp_path
     ledger_b = PrivacyLedger(spark, config, store=SparkLedgerStore(spark, config))
     claim = _claim()
     ledger_a.set_budget("d", epsilon=1.2 * claim, delta=DELTA)
-    kw = dict(epsilon=claim, delta=DELTA, accountant="rdp",
-              event=dp_accounting.GaussianDpEvent(SIGMA), relation="add_or_remove_one")
+    kw = dict(dataset="d", epsilon=claim, delta=DELTA, accountant="rdp")
+    event = dp_accounting.GaussianDpEvent(SIGMA)
 
     point = faults.point
 
@@ -59,14 +60,14 @@ def test_spark_store_admits_the_first_commit_not_the_older_clock(spark, tmp_path
         if name == "ledger.before_append" and not ran:
             ran.append(True)
             monkeypatch.delenv(faults.ENV)  # A's clock is right
-            ledger_a.reserve("d", run_id="A", **kw)
+            ledger_a.reserve(Charge.of_event(event, run_id="A", **kw))
         point(name)
 
     ran: list[bool] = []
     monkeypatch.setenv(faults.ENV, "clock=-7200")
     monkeypatch.setattr(ledger_mod.faults, "point", a_commits_while_b_waits)
     with pytest.raises(BudgetExceededError, match="exceeded"):
-        ledger_b.reserve("d", run_id="B", **kw)
+        ledger_b.reserve(Charge.of_event(event, run_id="B", **kw))
 
     status = ledger_a.status("d")
     assert [r.run_id for r in status.counted] == ["A"]

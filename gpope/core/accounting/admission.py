@@ -1,19 +1,129 @@
-"""Admission messages and the one-relation rule of the privacy ledger (pure).
+"""The privacy ledger's admission (pure): what a run asks for (:class:`Charge`) and the one
+decision on it (:func:`decide`), with why a run is refused and what to do (the command that sets
+the budget, the budget and spend in force) and the one-relation rule.
 
-The ledger's fold and admission rule are :mod:`gpope.core.accounting.budget`; this module says
-why a run is refused and what to do (the command that sets the budget, the budget and spend in
-force), and refuses a run whose neighbouring relation differs from the dataset's runs.
+The fold and admission rule are :mod:`gpope.core.accounting.budget`; the shell's ledger only
+reads and appends rows and asks :func:`decide`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from gpope.core.accounting.budget import BudgetStatus, LedgerEntry, _Rule
+from gpope.core.accounting.budget import (
+    Budget,
+    BudgetStatus,
+    LedgerEntry,
+    LedgerRow,
+    _Rule,
+    admits,
+    fold,
+)
 from gpope.core.accounting.relations import stored_relation
-from gpope.errors import ConfigError
+from gpope.core.validation import check_number
+from gpope.errors import BudgetExceededError, ConfigError
 
-__all__ = ["check_one_relation", "refusal_message"]
+__all__ = ["Charge", "check_one_relation", "decide", "refusal_message"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Charge:
+    """What one run asks the ledger to reserve, before it draws noise or writes output.
+
+    Attributes:
+        dataset, run_id: whose budget, which run.
+        epsilon, delta: the run's claim (epsilon > 0, 0 <= delta < 1).
+        accountant: the accountant that certifies it.
+        mechanism: the ledger's ``mechanism`` text: the dp-accounting event and neighbouring
+            relation as JSON (:meth:`of_event`; composed tightly across runs), or a text (the
+            dataset then falls back to basic composition).
+        charged_epsilon: what the run costs in the basic sum (None: ``epsilon``); for an
+            accountant that is not a valid bound, a rigorous bound of the same mechanism.
+        valid_bound: False when ``epsilon`` comes from an accountant that is not a valid bound
+            (``paper``): recorded as such, never counted as a guarantee.
+        note: the ledger row's note (why a release is not private), or None.
+    """
+
+    dataset: str
+    run_id: str
+    epsilon: float
+    delta: float
+    accountant: str
+    mechanism: str
+    charged_epsilon: float | None = None
+    valid_bound: bool = True
+    note: str | None = None
+
+    def __post_init__(self) -> None:
+        check_number("reservation", "epsilon", self.epsilon, gt=0.0)
+        check_number("reservation", "delta", self.delta, ge=0.0, lt=1.0)
+        if self.charged_epsilon is None:
+            object.__setattr__(self, "charged_epsilon", float(self.epsilon))
+
+    @classmethod
+    def of_event(cls, event: Any, *, relation: str = "add_or_remove_one", label: str = "",
+                 **fields: Any) -> Charge:
+        """The charge of a run whose mechanism is the dp-accounting ``event`` under ``relation``."""
+        from gpope.core.accounting.composition import mechanism_to_json
+
+        return cls(mechanism=mechanism_to_json(event, relation, label), **fields)
+
+    @classmethod
+    def of_plan(cls, plan: Any, *, dataset: str, run_id: str) -> Charge:
+        """The charge of a :class:`gpope.core.evaluation.plan.ReleasePlan`: its composed event,
+        relation and label, its target, its charge and whether its accountant is a valid bound."""
+        return cls.of_event(plan.event, relation=plan.relation, label=plan.label,
+                            dataset=dataset, run_id=run_id, epsilon=plan.epsilon,
+                            delta=plan.delta, accountant=plan.accountant,
+                            charged_epsilon=plan.charged_epsilon, valid_bound=plan.valid_bound,
+                            note=plan.ledger_note)
+
+    def row(self, **shell: Any) -> dict[str, Any]:
+        """Its ``reservation`` row (``shell``: the columns the store adds: ``created_at``,
+        ``actor``, ``process``)."""
+        return {"dataset": self.dataset, "run_id": self.run_id, "mechanism": self.mechanism,
+                "epsilon": float(self.epsilon), "delta": float(self.delta),
+                "accountant": self.accountant, "status": "reserved", "kind": "reservation",
+                "charged_epsilon": float(self.charged_epsilon),  # type: ignore[arg-type]
+                "charged_delta": float(self.delta), "valid_bound": self.valid_bound,
+                "note": self.note, **shell}
+
+
+def decide(rows: Sequence[LedgerRow], reservation: LedgerRow, *, default: Budget,
+           composition: str, appended: bool = False, lake: str = "", location: str = ""
+           ) -> LedgerEntry:
+    """The ledger's one decision on a run's ``reservation`` row (:meth:`Charge.row`) after the
+    ledger ``rows``, by the commit-order rule. Before the reservation is appended: whether it
+    would be admitted; ``appended`` (``rows`` hold it with the version its commit got): whether
+    it was.
+
+    Returns:
+        The run's admitted entry.
+
+    Raises:
+        ConfigError: before: the run id is taken, or the run's neighbouring relation differs
+            from the dataset's counted runs (:func:`check_one_relation`).
+        BudgetExceededError: the run does not fit the dataset's budget (after: a concurrent
+            run committed first); the message says why and what to do.
+    """
+    status = fold(reservation.dataset, rows, default=default, composition=composition,
+                  lake=lake, location=location)
+    entry = LedgerEntry(**{k: getattr(reservation, k) for k in LedgerEntry.__dataclass_fields__
+                           if hasattr(reservation, k)})
+    if appended:
+        decided = status.entry(reservation.run_id)
+        if decided is None or not decided.admitted:
+            raise BudgetExceededError(refusal_message(status, entry, race=True))
+        return decided
+    if status.entry(reservation.run_id) is not None:
+        raise ConfigError(f"Run id {reservation.run_id!r} is already in the ledger; use a fresh "
+                          "run id.")
+    check_one_relation(reservation.dataset, status.counted, reservation.mechanism)
+    if not admits(rows, reservation, default=default, composition=composition):
+        raise BudgetExceededError(refusal_message(status, entry))
+    return entry
 
 
 def check_one_relation(dataset: str, counted: Iterable[LedgerEntry], mechanism: str) -> None:

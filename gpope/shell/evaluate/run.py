@@ -45,19 +45,11 @@ def run_evaluate(
     spec_text: str | None = None,
     truth: Mapping[str, float] | None = None,
 ) -> EvaluationReport:
-    """One private evaluation: ledger, released_estimates, MLflow (see the module docstring).
-
-    Args:
-        spark: the session.
-        config: the configuration (lake, tracking, the ``evaluation:`` layer of the settings).
-        dataset: the dataset evaluated.
-        spec: the evaluation spec (its statistics must exist: ``gpope stats``).
-        options: the caller's settings (epsilon and delta at least), over the spec's block and
-            the configuration.
-        tracking_uri: MLflow URI (None: by the precedence of :mod:`gpope.shell.tracking`).
-        spec_text: the spec file's text, logged as an artifact when given.
-        truth: true values at the reference states from the public simulator (simulated data
-            only), shown beside the released values in MLflow.
+    """One private evaluation of ``spec`` on ``dataset``: ledger, released_estimates, MLflow (the
+    package docstring). ``options``: the caller's settings (epsilon and delta at least) over the
+    spec's block and the configuration; ``tracking_uri`` None: by the precedence of
+    :mod:`gpope.shell.tracking`; ``spec_text`` is logged as an artifact; ``truth``: true values
+    at the reference states from the public simulator (simulated data only).
 
     Raises:
         BudgetExceededError: the reservation would exceed the dataset's budget (nothing written).
@@ -69,7 +61,7 @@ def run_evaluate(
     from gpope.shell.evaluate.inputs import prepare_run
     from gpope.shell.evaluate.report import privacy_label
     from gpope.shell.evaluate.report import track_and_report as report
-    from gpope.shell.pipeline.ledger import PrivacyLedger
+    from gpope.shell.pipeline.ledger import Charge, PrivacyLedger
     from gpope.shell.pipeline.propensities import statistics_spec
     from gpope.shell.pipeline.release import policy_label, release_row, value_rows, write_release
     from gpope.shell.pipeline.stats import read_statistics
@@ -85,10 +77,7 @@ def run_evaluate(
 
     ledger = PrivacyLedger(spark, config)
     run_id = uuid.uuid4().hex
-    ledger.reserve(
-        dataset, run_id=run_id, epsilon=plan.epsilon, delta=plan.delta,
-        accountant=plan.accountant, event=plan.event, relation=plan.relation, label=plan.label,
-        charged_epsilon=plan.charged_epsilon, valid_bound=plan.valid_bound, note=plan.ledger_note)
+    ledger.reserve(Charge.of_plan(plan, dataset=dataset, run_id=run_id))
     released = False
     est = None
     label = privacy_label(private=False, accountant=plan.accountant, seeded=prepared.seeded)

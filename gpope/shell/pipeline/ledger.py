@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpope.core.accounting.admission import check_one_relation, refusal_message
+from gpope.core.accounting.admission import Charge, decide
 from gpope.core.accounting.budget import (
     COUNTED_STATUSES,
     TOLERANCE,
@@ -47,7 +47,6 @@ from gpope.core.accounting.budget import (
     BudgetStatus,
     LedgerEntry,
     LedgerRow,
-    admits,
     fold,
 )
 from gpope.core.validation import check_number
@@ -57,7 +56,6 @@ from gpope.shell.ledger_comments import BUDGET_STATUS_COMMENTS, BUDGET_STATUS_TY
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from dp_accounting import DpEvent
     from pyspark.sql import SparkSession
 
     from gpope.config import GpopeConfig
@@ -67,6 +65,7 @@ __all__ = [
     "BUDGET_STATUS_COMMENTS",
     "COUNTED_STATUSES",
     "BudgetStatus",
+    "Charge",
     "LedgerEntry",
     "PrivacyLedger",
     "Settlement",
@@ -175,11 +174,6 @@ class PrivacyLedger:
     # ------------------------------------------------------------------ queries
     def _rows(self, dataset: str | None = None) -> list[LedgerRow]:
         return [LedgerRow.from_mapping(r) for r in self._store.rows(dataset)]
-
-    def _fold_rows(self, dataset: str, rows: list[LedgerRow]) -> BudgetStatus:
-        return fold(dataset, rows, default=_default_budget(self._config),
-                    composition=self._config.privacy.composition, lake=self.lake,
-                    location=self.location)
 
     def _status(self, dataset: str, rows: list[dict[str, Any]] | None = None) -> BudgetStatus:
         rows = self._store.rows(dataset) if rows is None else rows
@@ -372,73 +366,31 @@ class PrivacyLedger:
         ])
         return self.status(dataset)
 
-    def reserve(
-        self,
-        dataset: str,
-        *,
-        run_id: str,
-        epsilon: float,
-        delta: float,
-        accountant: str,
-        mechanism: str | None = None,
-        event: DpEvent | None = None,
-        relation: str = "add_or_remove_one",
-        label: str = "",
-        charged_epsilon: float | None = None,
-        valid_bound: bool = True,
-        note: str | None = None,
-    ) -> LedgerEntry:
-        """Record the spend of run ``run_id`` before it draws noise or writes output.
-
-        Args:
-            event, relation: the run's dp-accounting event and neighbouring relation (composed
-                tightly across runs); ``mechanism`` (text) is accepted instead for callers
-                without an event (then the dataset falls back to basic composition).
-            charged_epsilon: what the run costs in the basic sum (default ``epsilon``); for an
-                accountant that is not a valid bound, a rigorous bound of the same mechanism.
-            valid_bound: False when ``epsilon`` comes from an accountant that is not a valid
-                bound (``paper``): recorded as such, never counted as a guarantee.
+    def reserve(self, charge: Charge) -> LedgerEntry:
+        """Record the spend of a run (``charge``) before it draws noise or writes output: the
+        core decides (:func:`~gpope.core.accounting.admission.decide`) on the rows before the
+        append and again at the version the append got; the ledger only reads and writes.
 
         Raises:
             BudgetExceededError: the spend would take the dataset past its budget; nothing is
                 written (or, after a concurrent race, the reservation is written as cancelled).
+            ConfigError: the run id is taken, or its relation differs from the dataset's runs.
         """
-        from gpope.core.accounting.composition import mechanism_to_json
-
-        check_number("reservation", "epsilon", epsilon, gt=0.0)
-        check_number("reservation", "delta", delta, ge=0.0, lt=1.0)
-        if event is not None:
-            text = mechanism_to_json(event, relation, label)
-        elif mechanism is not None:
-            text = mechanism
-        else:
-            raise ConfigError("reserve() needs the run's dp-accounting 'event' (or 'mechanism').")
-        charge = float(epsilon if charged_epsilon is None else charged_epsilon)
-        self.reconcile(dataset)
-        rows = self._rows(dataset)
-        before = self._fold_rows(dataset, rows)
-        if before.entry(run_id) is not None:
-            raise ConfigError(f"Run id {run_id!r} is already in the ledger; use a fresh run id.")
-        check_one_relation(dataset, before.counted, text)
-        row = _row(dataset, run_id, kind="reservation", mechanism=text, epsilon=epsilon,
-                   delta=delta, accountant=accountant, status="reserved", charged_epsilon=charge,
-                   charged_delta=delta, valid_bound=valid_bound, note=note, process=_process())
-        candidate = LedgerRow.from_mapping(row)
-        entry = LedgerEntry(**{k: row[k] for k in LedgerEntry.__dataclass_fields__ if k in row})
-        default, composition = _default_budget(self._config), self._config.privacy.composition
-        if not admits(rows, candidate, default=default, composition=composition):
-            raise BudgetExceededError(refusal_message(before, entry))
+        self.reconcile(charge.dataset)
+        row = charge.row(created_at=_now(), actor=_actor(), process=_process())
+        reservation = LedgerRow.from_mapping(row)
+        rule = dict(default=_default_budget(self._config), lake=self.lake,
+                    composition=self._config.privacy.composition, location=self.location)
+        decide(self._rows(charge.dataset), reservation, **rule)
         faults.point("ledger.before_append")
         self._store.append([row])
         faults.point("ledger.after_append")
-        # the decision: the commit-order fold at the version the reservation's commit got
-        after = self._fold_rows(dataset, self._rows(dataset))
-        decided = after.entry(run_id)
-        if decided is None or not decided.admitted:
+        try:  # the decision: the commit-order fold at the version the reservation's commit got
+            return decide(self._rows(charge.dataset), reservation, appended=True, **rule)
+        except BudgetExceededError:
             self._append_settlement(row, "cancelled", reverse=True,
                                     note="not admitted: an earlier commit took the budget")
-            raise BudgetExceededError(refusal_message(after, entry, race=True))
-        return decided
+            raise
 
     def _append_settlement(self, reservation: dict[str, Any], status: str, *,
                            reverse: bool = False, note: str | None = None) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def public_count(config: GpopeConfig, *, dataset: str, stats_version: int, m: in
 
     from gpope.core.accounting.composition import mechanism_to_json
     from gpope.core.mechanisms.count import count_event, count_sigma, release_count
-    from gpope.shell.pipeline.ledger import PrivacyLedger
+    from gpope.shell.pipeline.ledger import Charge, PrivacyLedger
     from gpope.shell.schemas import TABLE_SCHEMAS
 
     found = read_count(config, dataset=dataset, stats_version=stats_version, spark=spark)
@@ -101,9 +101,9 @@ def public_count(config: GpopeConfig, *, dataset: str, stats_version: int, m: in
     mechanism = mechanism_to_json(count_event(sigma), "add_or_remove_one",
                                   f"{COUNT_LABEL} of statistics version {stats_version}",
                                   every_relation=True)
-    ledger.reserve(dataset, run_id=run_id, epsilon=p.count_epsilon, delta=p.count_delta,
-                   accountant="rdp", mechanism=mechanism,
-                   note=None if seed is None else "drawn from a fixed seed: NOT private")
+    ledger.reserve(Charge(dataset=dataset, run_id=run_id, epsilon=p.count_epsilon,
+                          delta=p.count_delta, accountant="rdp", mechanism=mechanism,
+                          note=None if seed is None else "drawn from a fixed seed: NOT private"))
     try:
         count = release_count(m, epsilon=p.count_epsilon, delta=p.count_delta,
                               rng=None if seed is None else np.random.default_rng(seed))
