@@ -61,15 +61,9 @@ class ReleasedQuantity:
 
 @dataclass(frozen=True)
 class Difference:
-    """``a - b`` for one quantity (see the module docstring for the guarantee).
-
-    Attributes:
-        name: the quantity (a reference state's name, ``policy_value``, ...).
-        value: ``value_a - value_b``.
-        lower, upper: the difference interval (``-inf`` / ``inf`` where an end is unbounded).
-        level: the joint level it holds at, ``1 - alpha_a - alpha_b`` (clipped at 0).
-        verdict: "better" (A above B: ``lower > 0``), "worse" (``upper < 0``) or "cannot tell".
-    """
+    """``a - b`` for one quantity (module docstring): the difference and its interval (infinite
+    where an end is unbounded) at the joint level ``1 - alpha_a - alpha_b`` (clipped at 0), and the
+    verdict: "better" (``lower > 0``), "worse" (``upper < 0``) or "cannot tell"."""
 
     name: str
     value: float

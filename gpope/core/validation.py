@@ -25,11 +25,8 @@ def _fail(owner: str, name: str, constraint: str, value: Any) -> ConfigError:
 
 
 def type_note(value: Any) -> str:
-    """`` (a str: write numbers without quotes)`` for a value of the wrong type ('' for None).
-
-    A number that arrives as text (a quoted YAML scalar) prints like a number; naming its type
-    says why it was refused.
-    """
+    """`` (a str: write numbers without quotes)`` for a value of the wrong type ('' for None): a
+    number that arrives as quoted text prints like a number, so its type says why it was refused."""
     if value is None:
         return ""
     hint = ": write numbers without quotes" if isinstance(value, str) else ""

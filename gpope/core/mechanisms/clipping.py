@@ -31,15 +31,9 @@ __all__ = ["clip_rows", "clip_vector"]
 
 
 def clip_rows(g: np.ndarray, h: float | None) -> np.ndarray:
-    """Rows of ``g`` (k, d) mapped to L2 norm <= ``h``, for every float input (module docstring).
-
-    Args:
-        g: (k, d) float array (any values, including inf, NaN and huge finite ones).
-        h: the clip bound > 0; None or inf leaves ``g`` unchanged (no clipping: not private).
-
-    Returns:
-        (k, d) array; finite rows with norm <= h are returned unchanged, every row has norm <= h.
-    """
+    """Rows of ``g`` (k, d), any float values, mapped to L2 norm <= ``h`` (module docstring); finite
+    rows already inside the ball are unchanged. ``h`` None or inf leaves ``g`` unchanged (no
+    clipping: not private)."""
     if h is None or not math.isfinite(h):
         return g
     g = np.asarray(g, dtype=np.float64)

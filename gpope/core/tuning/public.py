@@ -85,21 +85,11 @@ def tune_operating_point(stats: TrajectoryStats,
                          clips: Sequence[float] | None = None, steps: Sequence[float] | None = None,
                          refine: bool = True,
                          log: Callable[[str], None] | None = None) -> TuningResult:
-    """Tune (clip, step size) per epsilon on public ``stats``, scored on public ``population``.
-
-    Args:
-        stats: statistics of the public cohort (m_pub trajectories).
-        population: public (A, b, C) the score is measured against.
-        settings: the fixed solver settings (sampling, accountant, passes / iterations /
-            batch_rate / batch_size, step_schedule, step_offset(_fraction), averaging,
-            tail_fraction), as in an evaluation block.
-        epsilons: the epsilons to tune at; delta: the delta of every run.
-        trials: noisy runs per candidate (the score is their median relative MSPBE).
-        rng: the public tuning stream.
-        clips, steps: explicit grids (None: the rule of the module docstring).
-        refine: extend the automatic clip grid and the step grid at an edge (module docstring)
-            and try x{1/3, 3} around the best step size of the coarse grid.
-    """
+    """Tune (clip, step size) per epsilon on public ``stats`` (the public cohort), scored by the
+    median relative MSPBE of ``trials`` noisy runs against the public ``population`` (A, b, C).
+    ``settings`` holds the fixed solver settings as in an evaluation block; ``clips`` / ``steps``
+    give explicit grids (None: the module docstring's rule); ``refine`` extends the automatic grids
+    at an edge and tries x{1/3, 3} around the best step size."""
     from gpope.core.accounting import calibrate_sigma
 
     m = stats.m

@@ -75,12 +75,9 @@ def statistics_norms(stats: TrajectoryStats) -> np.ndarray:
 def noisy_statistics(
     stats: TrajectoryStats, *, clip: float, noise_multiplier: float, rng: np.random.Generator,
     m: int | None = None) -> NoisyStatistics:
-    """The SSP release (one group) of in-memory statistics: ``GaussianDpEvent(noise_multiplier)``.
-
-    Sums of the clipped vectors, then :func:`gpope.core.ssp.release_noisy_statistics`, divided
-    by ``m``: the run's public count (the released m~ under add/remove-one), ``stats.m`` when
-    that count is public (replace-one).
-    """
+    """The SSP release (one group) of in-memory statistics, ``GaussianDpEvent(noise_multiplier)``,
+    divided by ``m``: the run's public count (the released m~ under add/remove-one, ``stats.m``
+    under replace-one)."""
     h = check_number("noisy_statistics", "clip", clip, gt=0.0)
     sigma = check_number("noisy_statistics", "noise_multiplier", noise_multiplier, gt=0.0)
     n = stats.n
