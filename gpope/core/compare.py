@@ -30,7 +30,6 @@ from gpope.errors import ConfigError
 
 __all__ = ["Difference", "ReleasedQuantity", "compare_released", "difference", "sentence"]
 
-VERDICTS = ("better", "worse", "cannot tell")
 
 
 @dataclass(frozen=True)
