@@ -133,12 +133,9 @@ class PrivateTuningPlan:
 def _event(m: int, n: int, q: float, s_q: float, s_s: float, s_g: float, k: int
            ) -> dp_accounting.DpEvent:
     run = gpope_dp_event(m=m, iterations=n, sigma=s_g, sampling="poisson", batch_rate=q)
-    return dp_accounting.ComposedDpEvent([
-        quantile_dp_event(s_q),
-        ssp_dp_event(s_s),
-        quantile_dp_event(s_q),
-        dp_accounting.SelfComposedDpEvent(run, k),
-    ])
+    return dp_accounting.ComposedDpEvent([quantile_dp_event(s_q), ssp_dp_event(s_s),
+                                          quantile_dp_event(s_q),
+                                          dp_accounting.SelfComposedDpEvent(run, k)])
 
 
 def _rdp_curve(event_parts: tuple[float, float, float, int, int, int, float]) -> np.ndarray:
