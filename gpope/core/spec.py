@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,6 +83,16 @@ def declared_variables(feature_map: Any, policy: Any, *, where: str = "spec") ->
             f"{where}: the feature map declares the variables {mapped.describe()} but the "
             f"target policy {ruled.describe()}; declare the same variables, in the same order.")
     return mapped if mapped is not None else ruled
+
+
+def _built(where: str, build: Callable[[], Any]) -> Any:
+    """``build()``, its errors one ConfigError line named by ``where``."""
+    try:
+        return build()
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ConfigError(f"{where} is invalid ({type(exc).__name__}: {exc}).") from exc
 
 
 def _pair(value: Any) -> Any:
@@ -266,32 +276,20 @@ class EvaluationSpec:
         fm = data["feature_map"]
         if not isinstance(fm, Mapping) or "kind" not in fm:
             raise ConfigError(f"{where}.feature_map must be a mapping with a 'kind'. Got {fm!r}.")
-        try:
-            feature_map = feature_map_from_dict(dict(fm))
-        except ConfigError as exc:
-            raise ConfigError(f"{where}.feature_map: {exc}") from exc
-        except (TypeError, KeyError, ValueError) as exc:
-            raise ConfigError(f"{where}.feature_map is invalid ({type(exc).__name__}: {exc}).") from exc
+        feature_map = _built(f"{where}.feature_map", lambda: feature_map_from_dict(dict(fm)))
         tp = data["target_policy"]
-        try:
-            policy_name = None
+
+        def policy_of() -> tuple[Any, str | None]:
             if isinstance(tp, str):
-                policy, policy_name = load_policy(tp), tp
-            elif isinstance(tp, Mapping) and set(tp) == {"artifact"}:
-                policy, policy_name = load_policy(str(tp["artifact"])), str(tp["artifact"])
-            elif isinstance(tp, Mapping):
-                policy = policy_from_dict(dict(tp))
-            else:
-                raise ConfigError(
-                    f"{where}.target_policy must be a mapping with a 'kind' or {{artifact: NAME}}. "
-                    f"Got {tp!r} instead."
-                )
-        except ConfigError as exc:
-            raise ConfigError(f"{where}.target_policy: {exc}") from exc
-        except (TypeError, KeyError, ValueError) as exc:
-            raise ConfigError(
-                f"{where}.target_policy is invalid ({type(exc).__name__}: {exc})."
-            ) from exc
+                return load_policy(tp), tp
+            if isinstance(tp, Mapping) and set(tp) == {"artifact"}:
+                return load_policy(str(tp["artifact"])), str(tp["artifact"])
+            if isinstance(tp, Mapping):
+                return policy_from_dict(dict(tp)), None
+            raise ConfigError(f"{where}.target_policy must be a mapping with a 'kind' or "
+                              f"{{artifact: NAME}}. Got {tp!r} instead.")
+
+        policy, policy_name = _built(f"{where}.target_policy", policy_of)
         refs = data.get("reference_states") or {}
         if not isinstance(refs, Mapping):
             raise ConfigError(
