@@ -61,6 +61,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
+def simulate_tables(domain, patients, seed, options=None, *, policy=None):
+    """A whole simulated cohort in memory, no Spark: ``(episodes, bronze event tables)``, the
+    concatenation of the parts ``gpope simulate`` writes (patient ``P{i:06d}`` = trajectory i)."""
+    from gpope.core.envs.cohort import concatenate_episodes
+    from gpope.shell.pipeline import simulate
+
+    parts = list(simulate.iter_simulated_tables(domain, patients, seed, options, policy=policy))
+    tables = {name: {column: np.concatenate([t[name][column] for _, t in parts])
+                     for column in parts[0][1][name]} for name in parts[0][1]}
+    return concatenate_episodes([p for p, _ in parts]), tables
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A real local SparkSession (local[2], UI off, UTC), shared by all Spark tests."""

@@ -336,16 +336,13 @@ EHR_REASONS = {
 def test_injected_bad_rows_are_all_rejected_and_the_cohort_is_recovered(spark, lake_root,
                                                                          inject_bad_rows):
     import numpy as np
+    from conftest import simulate_tables
 
     from gpope.config import GpopeConfig, LakeSettings
     from gpope.core.envs import ehr
     from gpope.shell import lake
     from gpope.shell.pipeline.ingest import run_ingest
-    from gpope.shell.pipeline.simulate import (
-        dataset_settings_for_domain,
-        simulate_tables,
-        tables_to_arrow,
-    )
+    from gpope.shell.pipeline.simulate import dataset_settings_for_domain, tables_to_arrow
     from gpope.shell.schemas import TABLE_SCHEMAS
 
     episodes, clean = simulate_tables("chain", 6, seed=3)

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import simulate_tables
 
 from gpope.config import GpopeConfig, LakeSettings
 from gpope.errors import ConfigError
@@ -14,7 +15,6 @@ from gpope.shell.pipeline.simulate import (
     SimulateOptions,
     dataset_settings_for_domain,
     generate_episodes,
-    simulate_tables,
 )
 
 GPOPE = [sys.executable, "-c", "import sys; from gpope.cli import main; sys.exit(main())"]
@@ -135,11 +135,11 @@ def test_a_cohort_simulated_in_parts_equals_the_whole(monkeypatch):
     from gpope.shell.pipeline import simulate
 
     options = SimulateOptions(n_steps=5, jitter=0.2, missing_prob=0.3, noise=0.1, batch_size=2)
-    whole_tr, whole = simulate.simulate_tables("chain", 7, 3, options)
+    whole_tr, whole = simulate_tables("chain", 7, 3, options)
     monkeypatch.setattr(simulate, "PATIENTS_PER_PART", 4)  # parts of 4, 3 patients
     parts = list(simulate.iter_simulated_tables("chain", 7, 3, options))
     assert [p.n_trajectories for p, _ in parts] == [4, 3]
-    again_tr, again = simulate.simulate_tables("chain", 7, 3, options)
+    again_tr, again = simulate_tables("chain", 7, 3, options)
     assert again_tr.n_transitions == whole_tr.n_transitions
     ids = np.concatenate([t["treatments"]["patient_id"] for _, t in parts])
     assert sorted(set(ids)) == [f"P{i:06d}" for i in range(7)]  # numbered across the parts

@@ -23,7 +23,6 @@ from gpope.config import DatasetSettings, GpopeConfig
 from gpope.core.envs.cohort import (
     behaviour_policy,
     check_domain,
-    concatenate_episodes,
     generate_episodes,
 )
 from gpope.core.envs.registry import domain_names, get_domain
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     from gpope.core.trajectories.transitions import Transitions
 
 __all__ = ["DOMAINS", "SimulateOptions", "SimulateReport", "dataset_settings_for_domain",
-           "iter_simulated_tables", "run_simulate", "simulate_tables", "tables_to_arrow"]
+           "iter_simulated_tables", "run_simulate", "tables_to_arrow"]
 
 DOMAINS: tuple[str, ...] = domain_names()
 BRONZE_TABLES: tuple[str, ...] = ("observations", "treatments", "outcomes")
@@ -147,7 +146,7 @@ def iter_simulated_tables(
     Part i holds the patients after those of parts 0..i-1 (patient ``P{j:06d}`` is the j-th
     episode of the cohort); the episodes come from one stream, the recording (jitter, missingness,
     noise) from another, both drawn part after part, so the cohort depends only on the seed and
-    ``options.batch_size``. :func:`simulate_tables` is the concatenation of the parts.
+    ``options.batch_size``.
     """
     from tqdm.auto import tqdm
 
@@ -182,30 +181,6 @@ def iter_simulated_tables(
             )
             bar.update(n)
             yield transitions, tables
-
-
-def simulate_tables(
-    domain: str,
-    patients: int,
-    seed: int | None,
-    options: SimulateOptions | None = None,
-    *,
-    policy: Policy | None = None,
-    progress: bool = False,
-) -> tuple[Transitions, dict[str, dict[str, np.ndarray]]]:
-    """The whole cohort in memory, no Spark: ``(episodes, bronze event tables)``, the
-    concatenation of :func:`iter_simulated_tables` (patient ``P{i:06d}`` = trajectory i)."""
-    parts = list(iter_simulated_tables(domain, patients, seed, options, policy=policy,
-                                       progress=progress))  # fmt: skip
-    transitions = concatenate_episodes([p for p, _ in parts])
-    tables = {
-        name: {
-            column: np.concatenate([t[name][column] for _, t in parts])
-            for column in parts[0][1][name]
-        }
-        for name in parts[0][1]
-    }
-    return transitions, tables
 
 
 def tables_to_arrow(tables: dict[str, dict[str, np.ndarray]]) -> dict[str, pa.Table]:
