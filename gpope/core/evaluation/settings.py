@@ -40,43 +40,16 @@ INVALID_ACCOUNTING_REFUSAL = (
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    """Every public setting of one private evaluation (the configuration's ``evaluation:`` section
-    with the packaged defaults, and, resolved, one run's settings).
+    """Every public setting of one private evaluation: the configuration's ``evaluation:`` section
+    with the packaged defaults, each setting documented where it is set (``conf/default.yaml``) and
+    constrained in :data:`~gpope.core.evaluation.constraints.CONSTRAINTS`; resolved, one run's
+    settings. The solver and interval settings of the configuration apply only where neither the
+    command line nor the spec's block sets them (:func:`resolve_settings`).
 
-    The solver and interval settings of the configuration apply only where neither the command
-    line nor the spec's block sets them (:func:`resolve_settings`).
-
-    Attributes:
-        epsilon, delta: the privacy spend of the run (reserved in the ledger); run only.
-        passes, iterations, batch_rate, batch_size: the compute budget (touched / m, noisy steps
-            N, Poisson rate q or expected batch q m; ``gpope.core.gpope.operating.resolve_budget``).
-        clip, step_size, step_schedule, step_offset, step_offset_fraction, averaging,
-            tail_fraction, sampling, accountant, trace_every: solver settings.
-        seed: None (OS entropy: private) or an int (reproducible, NOT private); run only.
-        in_memory_limit_mb, path: statistics larger than the limit stream from Spark; ``path``
-            "auto" (by the public size), "memory" or "stream" (forced).
-        private_diagnostics: also log MSPBE/LSTD of the private statistics, tagged private.
-        public_trajectories, public_max_length: the fresh public cohort simulated for MSPBE and
-            the public clip bounds (specs with a domain; 0 disables).
-        rows_per_fetch: sampled rows per Spark fetch on the streamed path.
-        estimator: a registered estimator (:mod:`gpope.core.estimators`).
-        ssp_clip, ssp_clip_quantile: the public L2 bound of one trajectory's [A_i, b_i, C_i], or
-            the quantile of the norms on the public cohort that sets it.
-        moments_share, statistics_share, policy_value_share: the budget shares of the residual
-            moments, the noisy-statistics release (gpope runs; 0 disables) and the policy value
-            release (0 disables; of (epsilon, delta) for GPOPE, of ``mu^2`` for one-shot runs).
-        policy_value: the other settings of that release (:meth:`policy_value_settings`).
-        ci_level: level of the two-sided intervals and of the one-sided lower bound.
-        ssp_identification: SSP-type intervals are unbounded where the noisy statistics cannot
-            exclude a singular summed A (:func:`gpope.core.intervals.separated_from_singular`).
-        interval_groups, interval_groups_min_patients, interval_groups_min_m_epsilon: gpope runs:
-            K >= 2 disjoint patient groups where m and m epsilon reach the thresholds, else 0.
-        tune, private_tuning: "none" or "private" (:mod:`gpope.core.tuning.private`) and its rules.
-        untuned, behaviour: the rules of the tuning-free default and of the behaviour estimate.
-        secure_noise, noise_grid: OS-CSPRNG discrete Gaussian noise on the public grid.
-        allow_invalid_accounting, allow_not_private, allow_stale_stats: run only overrides (the
-            ``paper`` accountant, a seed on real data, statistics older than the latest ingest).
-    """
+    Run only (never from the configuration, :data:`~gpope.core.evaluation.constraints.RUN_ONLY`):
+    ``epsilon``, ``delta`` (the spend reserved in the ledger), ``seed`` (None: OS entropy, private;
+    an int: reproducible, NOT private) and the ``allow_*`` overrides (the ``paper`` accountant, a
+    seed on real data, statistics older than the latest ingest)."""
 
     epsilon: float | None = None
     delta: float | None = None
