@@ -49,7 +49,11 @@ class RunSettings:
     Run only (never from the configuration, :data:`~gpope.core.evaluation.constraints.RUN_ONLY`):
     ``epsilon``, ``delta`` (the spend reserved in the ledger), ``seed`` (None: OS entropy, private;
     an int: reproducible, NOT private) and the ``allow_*`` overrides (the ``paper`` accountant, a
-    seed on real data, statistics older than the latest ingest)."""
+    seed on real data, statistics older than the latest ingest). Not in the packaged file:
+    ``path`` ("auto" by the public size, or "memory" / "stream" forced), ``private_diagnostics``
+    (also log MSPBE/LSTD of the private statistics, tagged private), ``public_trajectories`` and
+    ``public_max_length`` (the fresh public cohort for MSPBE and the public clip bounds; 0
+    disables) and ``rows_per_fetch`` (sampled rows per Spark fetch on the streamed path)."""
 
     epsilon: float | None = None
     delta: float | None = None
