@@ -14,17 +14,8 @@ __all__ = ["PrivateTuningSettings"]
 
 @dataclass(frozen=True)
 class PrivateTuningSettings:
-    """Public rules of ``gpope evaluate --tune private`` (conf ``evaluation.private_tuning``):
-    generic rules, not values tuned to a data set.
-
-    Attributes:
-        clip_quantile, statistics_quantile: quantiles of the gradient norms at (theta_hat, 0) (the
-            clip base h) and of the statistics norms (the statistics clip).
-        quantile_share, statistics_share: zCDP shares of each histogram and of the statistics.
-        step_multipliers, clip_multipliers: candidates as multiples of ``i0 / L`` and of h.
-        score_z: noise std added to the private relative MSPBE in the selection score.
-        norm_low, norm_high, bins_per_decade: the public log grid of both histograms.
-    """
+    """Public rules of ``gpope evaluate --tune private``: generic rules, not values tuned to a data
+    set, each documented where it is set (``conf/default.yaml``, ``evaluation.private_tuning``)."""
 
     clip_quantile: float = 0.5
     statistics_quantile: float = 0.9
