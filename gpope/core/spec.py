@@ -12,28 +12,9 @@ that determine the statistics: feature map, target policy, gamma, normalisation,
 reward scale and, when set, the public data bounds. The statistics table is partitioned by it, so
 two specs that differ only by name, domain or reference states share statistics.
 
-YAML form::
-
-    name: hiv_demo
-    domain: hiv                  # optional: public simulator behind the dataset
-    gamma: 0.98
-    normalization: transition    # or trajectory_mean (the paper)
-    length_scale: 200            # public L, required for "transition"
-    reward_scale: 1.0e-6         # public constant multiplying rewards (values are reported unscaled)
-    importance_weight_bound: 20  # optional public max of pi(a|s)/behavior_prob (larger: clamped)
-    reward_bounds: [-1.0e+6, 1.0e+9]   # optional public range of a raw reward (outside: clamped)
-    feature_map: {kind: fourier, order: 2, low: [...], high: [...], max_coupling: 1}
-    target_policy: {artifact: hiv_q_v1}   # or {kind: fixed_action, n_actions: 4, action: 3}
-    reference_states:            # named public states, in the units of the state column
-      unhealthy: [5.21, 0.70, 4.08, 1.66, 4.81, 1.38]
-    evaluation:                  # optional: publicly tuned solver settings (gpope tune --spec)
-      passes: 20
-      iterations: 20000
-      tuned: [{epsilon: 1.0, clip: 2.0e-4, step_size: 4.0}]
-      tuning: {patients: 2000, public_seed: 1}
-
-The ``evaluation:`` block is a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`;
-it is not part of the spec id (it changes how statistics are used, not what they are).
+The YAML form, key by key: docs/OWN_DATA.md, "The evaluation spec". Its ``evaluation:`` block
+is a ``"spec"`` :class:`gpope.core.evaluation.settings.SettingsLayer`, not part of the spec id
+(it changes how statistics are used, not what they are).
 """
 
 from __future__ import annotations
