@@ -27,14 +27,9 @@ Method (Jagielski et al. 2020; Nasr et al. 2021 "gradient canary"; Steinke, Nasr
 4. ``passed``: epsilon_lower <= claimed epsilon. The audit can expose a bug, never prove privacy.
 
 Presets (:meth:`AuditConfig.preset`, used by ``gpope audit``) audit where the accountant is
-nearly tight, so a factor-2 noise error is a provable violation: Poisson m = 2, q = 1/2, N = 4,
-claimed epsilon 4 (PLD); uniform m = 1, N = 4, claimed epsilon 4 (without subsampling the
-mechanism is the Gaussian mechanism with sensitivity 2h composed N times, and the RDP claim is
-close to its exact epsilon; at m = 2 the replace-one subsampled RDP bound is loose enough that
-halving the noise may not violate the claim at all).
-
-Broken mechanisms are built only through the solver's test-only ``_mechanism_override`` hook
-(``{"noise_scale": 0.1}``: noise divided by 10; ``{"clip": False}``: clipping skipped).
+nearly tight, so a factor-2 noise error is a provable violation; docs/AUDIT.md gives them, why
+uniform sampling needs m = 1, and the broken mechanisms built through the solver's test-only
+``_mechanism_override`` hook.
 """
 
 from __future__ import annotations
