@@ -1,37 +1,23 @@
 """A dataset's privacy budget folded from its ledger rows in commit order (pure).
 
-The privacy ledger (``gold/privacy_ledger``, stored by :mod:`gpope.shell.pipeline.ledger_store`)
-is append-only. This module is its whole decision logic, with no storage: it folds the rows of one
-dataset into a :class:`BudgetStatus` (budget, spent, remaining, runs left, each run's state) and
-decides admission.
+The privacy ledger (``gold/privacy_ledger``) is append-only; this module is its whole decision
+logic, with no storage: it folds one dataset's rows into a :class:`BudgetStatus` and decides
+admission.
 
-Order. Rows are folded in **commit order**: ``LedgerRow.version`` is the version of the ledger
-table's commit that added the row (one append per commit). A reservation is admitted iff it fits
-the budget in force at its commit, given the runs admitted at earlier commits; the decision for
-the row at version ``v`` depends only on rows committed before ``v``, so every writer that reads
-the table reaches the same decision whatever its clock says, and a later commit never changes an
-earlier decision. ``created_at`` (the writer's clock) is only shown, never used to order. Rows
-whose commit is no longer in the table's log (``UNKNOWN_VERSION``: older than the log's
-retention) come first, among themselves in ``created_at`` order; they are long settled, and a
-settled run's status decides for itself: ``released`` and ``failed`` runs are counted for ever
-and ``cancelled`` ones never, so the order of expired commits cannot change what was charged.
-Only a run still ``reserved`` is admitted by the commit-order rule.
+Order. Rows are folded in **commit order** (``LedgerRow.version``, the ledger commit that added
+the row). A reservation is admitted iff it fits the budget in force at its commit given the runs
+admitted at earlier commits, so every writer reaches the same decision whatever its clock says,
+and a later commit never changes an earlier decision; ``created_at`` is only shown. Rows whose
+commit has left the table's log (``UNKNOWN_VERSION``) come first, in ``created_at`` order; they
+are settled, and a settled status decides for itself (``released`` and ``failed`` count for ever,
+``cancelled`` never), so the order of expired commits cannot change what was charged.
 
-Rules (``composition``):
-
-* ``rdp``: the Rényi filter of :mod:`gpope.core.accounting.composition`: a run is admitted iff
-  the filter still certifies the budget's epsilon at the budget's delta with it; a dataset's
-  first run may also be admitted on its own certificate (its charged epsilon and delta within the
-  budget). Runs do not consume delta: the filter's guarantee is stated at the budget's delta.
-* ``basic``: charged epsilons and deltas add up.
-
-A dataset with a run whose mechanism cannot be composed (no stored event) is governed by
-``basic``.
-
-Spent and remaining have one definition (:class:`BudgetStatus`): ``spent_*`` is the guarantee of
-the admitted runs under the governing rule; ``remaining_epsilon = budget_epsilon -
-spent_epsilon``; ``runs_left`` counts further copies of the latest admitted run that
-:func:`admits` would still admit, i.e. the ledger's own admission rule.
+Rules (``composition``): ``rdp``, the Rényi filter of :mod:`gpope.core.accounting.composition`
+(a run is admitted iff the filter still certifies the budget's epsilon at the budget's delta; a
+dataset's first run may also be admitted on its own certificate; runs do not consume delta), or
+``basic`` (charged epsilons and deltas add up), which also governs a dataset with a run whose
+mechanism cannot be composed. Spent, remaining and runs left have one definition each
+(:class:`BudgetStatus`).
 """
 
 from __future__ import annotations
