@@ -362,14 +362,6 @@ def read_bronze_file(spark: SparkSession, path: str, table: str, *,
         ConfigError: nothing matches ``path``, its format is unknown, or ``time_zone`` is.
         SchemaError: a contract (or mapped) column is missing or has an impossible type.
     """
-    return _read(spark, path, table, fmt=fmt, columns=columns, time_zone=time_zone)[0]
-
-
-def _read(spark: SparkSession, path: str, table: str, *, fmt: FileFormat,
-          columns: Mapping[str, str] | None, time_zone: str | None
-          ) -> tuple[DataFrame, tuple[str, ...]]:
-    """:func:`read_bronze_file`'s DataFrame, and the optional contract columns the file lacks
-    (the table is written without them: its schema records what was not logged)."""
     from pyspark.sql import functions as F
 
     from gpope.shell.pipeline.ingest_contract import conform_bronze
@@ -401,11 +393,9 @@ def _read(spark: SparkSession, path: str, table: str, *, fmt: FileFormat,
         elif kind == "csv" and c == time_source and time_zone is not None:
             col = localize_text(col, time_zone)
         selected.append(col.alias(names.get(c, c)))
-    filled = tuple(c for c in OPTIONAL_COLUMNS.get(table, ())
-                   if c not in names.values() and c not in df.columns)
     df = df.select(*selected)
     conform_bronze(df, table, path)  # contract checked now: one clear line, nothing written
-    return df, filled
+    return df
 
 
 def run_load(
@@ -431,12 +421,14 @@ def run_load(
     run_id = new_run_id()
     versions, rows, filled = {}, {}, {}
     try:
-        frames = {t: _read(spark, paths[t], t, fmt=fmt, columns=renames.get(t),
-                           time_zone=time_zone) for t in BRONZE_TABLES}
+        frames = {t: read_bronze_file(spark, paths[t], t, fmt=fmt, columns=renames.get(t),
+                                      time_zone=time_zone) for t in BRONZE_TABLES}
         for t in BRONZE_TABLES:  # tagged commits: invisible until the manifest below
-            if frames[t][1]:
-                filled[t] = frames[t][1]
-            df = frames[t][0].cache()
+            # optional contract columns the file lacks: the table's schema records them missing
+            lacked = tuple(c for c in OPTIONAL_COLUMNS.get(t, ()) if c not in frames[t].columns)
+            if lacked:
+                filled[t] = lacked
+            df = frames[t].cache()
             try:
                 rows[t] = df.count()
                 versions[refs[t]] = target.write(df, refs[t], mode="overwrite", schema=df.schema,
