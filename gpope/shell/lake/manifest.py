@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpope.errors import ConfigError
-from gpope.shell.lake.names import TableRef, local_root, table_path
 from gpope.shell.lake.local import local_store
+from gpope.shell.lake.names import TableRef, table_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,14 +71,6 @@ class Manifest:
         return self.tables.get(str(ref))
 
 
-def _local_table(settings: LakeSettings, table: str) -> str | None:
-    """The local path of a shared table, or None when the lake is not a local directory."""
-    if settings.catalog is not None:
-        return None
-    root = local_root(str(settings.root))
-    return None if root is None else table_path(root, TableRef.shared(table))
-
-
 def _contract() -> StructType:
     from gpope.shell.schemas import TABLE_SCHEMAS
 
@@ -92,8 +84,9 @@ class PipelineRuns:
     def __init__(self, settings: LakeSettings, *, spark: SparkSession | None = None) -> None:
         self._settings = settings
         self._spark = spark
-        self._path = _local_table(settings, PIPELINE_RUNS)
-        self._local = local_store(settings) if self._path is not None else None
+        self._local = local_store(settings)
+        self._path = (None if self._local is None
+                      else table_path(str(settings.root), TableRef.shared(PIPELINE_RUNS)))
         if self._path is None and spark is None:
             raise ConfigError(
                 f"The manifests of lake {settings.root!r} (catalog {settings.catalog!r}) are read "

@@ -20,17 +20,13 @@ if TYPE_CHECKING:
 __all__ = ["check_end_convention", "undeclared_end_markers"]
 
 
-def _undecided(settings: DatasetSettings) -> bool:
-    return (settings.domain is None and settings.terminal_variable is None
-            and not settings.no_terminal_events)
-
-
 def undeclared_end_markers(observations: DataFrame, treatments: DataFrame,
                            settings: DatasetSettings) -> dict[str, int]:
     """``{variable: patients with it after their last treatment}`` for each undeclared
     variable with at least half of its rows (of treated patients) after the patient's last
     treatment; empty, with no Spark job, when the settings declare how episodes end."""
-    if not _undecided(settings):
+    if (settings.domain is not None or settings.terminal_variable is not None
+            or settings.no_terminal_events):  # the end convention is declared
         return {}
     from pyspark.sql import functions as F
 

@@ -15,7 +15,6 @@ from gpope.shell.lake.delta_rs.files import HIVE_NULL, conform_arrow, drop_stagi
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.types import StructType
 
 
 __all__ = ["ArrowTableWriter", "Publisher", "StagedFileWriter", "WorkerStaging"]
