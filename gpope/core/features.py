@@ -239,10 +239,6 @@ class DiscreteVariables:
         return ",".join(f"{n}=0" for n in self.names)
 
 
-def _variables_or_none(value: Any) -> DiscreteVariables | None:
-    return None if value is None else DiscreteVariables.parse(value)
-
-
 @dataclass(frozen=True)
 class TabularFeatures:
     """One-hot features over ``n_states`` integer states in state column 0, or over the product
@@ -253,9 +249,9 @@ class TabularFeatures:
     variables: DiscreteVariables | None = None
 
     def __post_init__(self) -> None:
-        variables = _variables_or_none(self.variables)
-        n = self.n_states
+        variables, n = self.variables, self.n_states
         if variables is not None:
+            variables = DiscreteVariables.parse(variables)
             if n is not None and check_int("TabularFeatures", "n_states", n, ge=1) != variables.size:
                 raise ConfigError(
                     f"The 'n_states' parameter of TabularFeatures must equal the product of the "

@@ -76,11 +76,6 @@ def _built(where: str, build: Callable[[], Any]) -> Any:
         raise ConfigError(f"{where} is invalid ({type(exc).__name__}: {exc}).") from exc
 
 
-def _pair(value: Any) -> Any:
-    """A YAML list as a tuple (validated by the spec); anything else unchanged (rejected there)."""
-    return tuple(value) if isinstance(value, list) else value
-
-
 def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
@@ -309,8 +304,9 @@ class EvaluationSpec:
                 domain=data.get("domain"),
                 policy_name=data.get("policy_name", policy_name),
                 importance_weight_bound=data.get("importance_weight_bound"),
-                reward_bounds=(None if data.get("reward_bounds") is None
-                               else _pair(data["reward_bounds"])),
+                reward_bounds=(tuple(data["reward_bounds"])  # a YAML list; the spec checks it
+                               if isinstance(data.get("reward_bounds"), list)
+                               else data.get("reward_bounds")),
                 evaluation=evaluation,
             )
         except ConfigError as exc:

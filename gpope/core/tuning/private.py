@@ -249,12 +249,6 @@ class PrivateTuningResult:
         return float(private_mspbe(self.theta, self.noisy)[1])
 
 
-def _lstd(noisy: NoisyStatistics) -> np.ndarray:
-    """The AdaSSP-regularised LSTD solution of the release (post-processing)."""
-    A, b, C = noisy.pooled()
-    return solve_ssp(A, b, noise_std=noisy.pooled_noise_std(), C=C)[0]
-
-
 def operator_norm(noisy: NoisyStatistics) -> float:
     """Spectral norm L of the GTD2 operator [[0, -A^T], [A, C]] at the noisy mean statistics."""
     A, _, C = noisy.pooled()
@@ -318,7 +312,8 @@ def tune_privately(stats: TrajectoryStats, base: GPOPEConfig, plan: PrivateTunin
                            grid=settings.grid, noise_multiplier=plan.quantile_sigma, rng=g_q1)
     noisy = noisy_statistics(stats, clip=h_s, noise_multiplier=plan.statistics_sigma, rng=g_s,
                              m=plan.m)
-    theta_hat = _lstd(noisy)
+    A, b, C = noisy.pooled()  # the AdaSSP LSTD solution of the release (post-processing)
+    theta_hat = solve_ssp(A, b, noise_std=noisy.pooled_noise_std(), C=C)[0]
     L = operator_norm(noisy)
     # 3: gradient clip at the private estimate of the solution.
     h = private_quantile(_gradient_norms(stats, theta_hat), settings.clip_quantile,
