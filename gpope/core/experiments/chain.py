@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -204,20 +205,7 @@ def run_chain(settings: ChainSettings, tuning: TuningTable, *, log: Log | None =
             trial0 += n_tr
             base = {"domain": "chain", "m": m, "epsilon": s.epsilon, "delta": s.delta,
                     "block": blk}
-
-            def add(method: str, label: str, thetas: np.ndarray, *, figure: str,
-                    multiplier: float = 1.0, extra: dict[str, Any] | None = None,
-                    _base: dict[str, Any] = base, _ids: list[int] = trial_ids,
-                    _problem: ChainProblem = problem) -> None:
-                th = np.broadcast_to(np.atleast_2d(thetas), (len(_ids), _problem.n))
-                rm = _problem.rel_mspbe(th)
-                ve = _problem.value_error(th)
-                for k, tid in enumerate(_ids):
-                    rec = dict(_base, trial=tid, method=method, label=label, figure=figure,
-                               multiplier=multiplier, rel_mspbe=float(rm[k]),
-                               value_error=float(ve[k]))
-                    rec.update(extra or {})
-                    records.append(rec)
+            add = partial(common.add_records, records, problem, problem.n, trial_ids, base)
 
             if on_m_plot:
                 t1 = time.perf_counter()

@@ -39,6 +39,7 @@ __all__ = [
     "Log",
     "Problem",
     "TuningTable",
+    "add_records",
     "block_sizes",
     "released",
     "run_gpope_method",
@@ -153,6 +154,19 @@ def run_gpope_method(
     info = {"sigma": float(cfg.noise_multiplier or 0.0), "steps": float(cfg.iterations),
             "seconds": time.perf_counter() - t0}
     return theta, info
+
+
+def add_records(records: list[dict[str, Any]], problem: Problem, n: int, ids: list[int],
+                head: dict[str, Any], method: str, label: str, thetas: np.ndarray, *,
+                multiplier: float = 1.0, extra: dict[str, Any] | None = None,
+                **fields: Any) -> None:
+    """Append one record per trial id: ``head``, the trial, the method, ``fields``, the step
+    multiplier, the trial's relative MSPBE and value error, then ``extra``."""
+    th = np.broadcast_to(np.atleast_2d(thetas), (len(ids), n))
+    rm, ve = problem.rel_mspbe(th), problem.value_error(th)
+    records.extend({**head, "trial": tid, "method": method, "label": label, **fields,
+                    "multiplier": multiplier, "rel_mspbe": float(rm[k]),
+                    "value_error": float(ve[k]), **(extra or {})} for k, tid in enumerate(ids))
 
 
 def _score(values: np.ndarray) -> float:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -339,26 +340,18 @@ def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log 
             ids = list(range(trial0, trial0 + n_tr))
             trial0 += n_tr
 
-            def add(method: str, label: str, thetas: np.ndarray, eps: float | None,
-                    extra: dict[str, Any] | None = None, _ids: list[int] = ids,
-                    _p: FeatureProblem = problem, _blk: int = blk, _m: int = m,
-                    _fig: str = figure) -> None:
-                th = np.broadcast_to(np.atleast_2d(thetas), (len(_ids), _p.features.n_features))
-                rm = _p.rel_mspbe(th)
-                for k, tid in enumerate(_ids):
-                    records.append(dict(domain=domain, figure=_fig, m=_m, epsilon=eps,
-                                        delta=s.delta, block=_blk, trial=tid, method=method,
-                                        label=label, multiplier=1.0, rel_mspbe=float(rm[k]),
-                                        value_error=float("nan"), **(extra or {})))
-
+            add = partial(common.add_records, records, problem, problem.features.n_features, ids)
+            head = {"domain": domain, "figure": figure, "m": m, "epsilon": None,
+                    "delta": s.delta, "block": blk}
             if figure == "on":
-                add("lstd", "LSTD (non-private)", problem.lstd_theta(False), None)
+                add(head, "lstd", "LSTD (non-private)", problem.lstd_theta(False))
                 for e, eps in enumerate(s.epsilons):
                     if eps <= 1.0:
                         rng = np.random.default_rng(seed_seq(s.seed, common.BASELINE, f, i, blk, e))
-                        add("dp_lsw", "DP-LSW (grid)", _dp_lsw_grid(problem, s, eps, rng, n_tr), eps)
+                        add({**head, "epsilon": eps}, "dp_lsw", "DP-LSW (grid)",
+                            _dp_lsw_grid(problem, s, eps, rng, n_tr))
             else:
-                add("wis_lstd", "WIS-LSTD (non-private)", problem.lstd_theta(True), None)
+                add(head, "wis_lstd", "WIS-LSTD (non-private)", problem.lstd_theta(True))
             for e, eps in enumerate(s.epsilons):
                 for j, method in enumerate(s.methods()):
                     hyper = tuning.get(f"{figure}:{method.name}", m, eps)
@@ -367,9 +360,9 @@ def run_continuous(domain: str, settings: Any, tuning: TuningTable, *, log: Log 
                             problem, method, epsilon=eps, delta=s.delta, hyper=hyper,
                             multiplier=1.0, ss=seed_seq(s.seed, common.RUN, f, i, blk, e, j),
                             trials=n_tr)
-                    add(method.name, f"{method.label} eps={eps:g}", thetas, eps,
-                        {"sigma": info["sigma"], "step_size": hyper.step_size,
-                         "clip": hyper.clip, "seconds": info["seconds"] / n_tr})
+                    add({**head, "epsilon": eps}, method.name, f"{method.label} eps={eps:g}",
+                        thetas, extra={"sigma": info["sigma"], "step_size": hyper.step_size,
+                                       "clip": hyper.clip, "seconds": info["seconds"] / n_tr})
             if log is not None:
                 log(f"{domain} [{figure}] m={m} block {blk + 1}/{len(blocks)} done "
                     f"({time.perf_counter() - t0:.1f}s)")
