@@ -58,7 +58,8 @@ _PRESETS: dict[str, dict[str, Any]] = {
 _QUICK_RUNS = {"uniform": 200_000, "poisson": 100_000}
 
 __all__ = ["AuditClaim", "AuditConfig", "AuditResult", "CanaryClaim", "audit_datasets",
-           "audit_statistics", "certify", "clopper_pearson", "epsilon_lower_bound", "run_audit"]
+           "audit_statistics", "base_records", "certify", "clopper_pearson", "epsilon_lower_bound",
+           "run_audit"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,41 +262,40 @@ def _bounds(t0: np.ndarray, t1: np.ndarray, thresholds: np.ndarray, alpha: float
 
 
 # ---------------------------------------------------------------------- data sets
+def base_records(config: CanaryClaim, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A (m+1, n, n), b (m+1, n), C (m+1, n, n)): ``config.m`` base records at the scale of
+    ``config.clip`` that never visit the last feature (zero last rows and columns of A and C,
+    zero last b), and an all-zero record m where a canary goes."""
+    m, n, clip = config.m, config.n_features, config.clip
+    d = n - 1
+    A = np.zeros((m + 1, n, n))
+    C = np.zeros((m + 1, n, n))
+    b = np.zeros((m + 1, n))
+    X = rng.normal(size=(m, d, d)) * 0.3 * clip
+    A[:m, :d, :d] = X + np.eye(d) * clip
+    C[:m, :d, :d] = np.einsum("mij,mkj->mik", X, X) + np.eye(d) * clip
+    b[:m, :d] = rng.normal(size=(m, d)) * clip
+    return A, b, C
+
+
 def audit_datasets(config: AuditConfig, rng: np.random.Generator
                    ) -> tuple[TrajectoryStats, TrajectoryStats]:
     """The neighbouring data sets (D0, D1) described in the module docstring (dense stats)."""
-    m, n = config.m, config.n_features
-    k = n - 1
-    A = np.zeros((m, n, n))
-    C = np.zeros((m, n, n))
-    b = np.zeros((m, n))
-    # Base records: a small positive-definite-ish system on features 0..n-2, gradients of the
-    # order of h at the start, so clipping is exercised on the base data too.
-    d = n - 1
-    X = rng.normal(size=(m, d, d)) * 0.3 * config.clip
-    A[:, :d, :d] = X + np.eye(d) * config.clip
-    C[:, :d, :d] = np.einsum("mij,mkj->mik", X, X) + np.eye(d) * config.clip
-    b[:, :d] = rng.normal(size=(m, d)) * config.clip
-    A1, b1, C1 = A.copy(), b.copy(), C.copy()
+    m, k = config.m, config.n_features - 1
+    A, b, C = base_records(config, rng)
     g = config.canary_scale * config.clip
+    b1 = b.copy()
     if config.sampling == "uniform":
         # Replace-one canary pair at distance 2h: record 0 pushes the canary coordinate by -h
         # (D0) or +h (D1) once clipped, the worst case the 2h sensitivity covers.
-        A[0], C[0], b[0] = 0.0, 0.0, 0.0
-        A1[0], C1[0], b1[0] = 0.0, 0.0, 0.0
-        b[0, k] = g
-        b1[0, k] = -g
-        return TrajectoryStats.from_dense(A, b, C), TrajectoryStats.from_dense(A1, b1, C1)
-    zero = (np.zeros((1, n, n)), np.zeros((1, n)), np.zeros((1, n, n)))
-    canary_b = np.zeros((1, n))
-    canary_b[0, k] = -g
-    d0 = TrajectoryStats.from_dense(np.concatenate([A[1:], zero[0]]),
-                                    np.concatenate([b[1:], zero[1]]),
-                                    np.concatenate([C[1:], zero[2]]))
-    d1 = TrajectoryStats.from_dense(np.concatenate([A[1:], zero[0]]),
-                                    np.concatenate([b[1:], canary_b]),
-                                    np.concatenate([C[1:], zero[2]]))
-    return d0, d1
+        A, C = A[:m].copy(), C[:m].copy()
+        A[0], C[0], b[0], b1[0] = 0.0, 0.0, 0.0, 0.0
+        b[0, k], b1[0, k] = g, -g
+        return TrajectoryStats.from_dense(A, b[:m], C), TrajectoryStats.from_dense(A, b1[:m], C)
+    b1[m, k] = -g  # add/remove: base records 1..m-1 plus the zero record (D0) or the canary (D1)
+    return (TrajectoryStats.from_dense(A[1:], b[1:], C[1:]),
+            TrajectoryStats.from_dense(A[1:], b1[1:], C[1:]))
 
 
 def audit_statistics(res: Any, config: AuditConfig) -> np.ndarray:

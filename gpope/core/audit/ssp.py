@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from gpope.core.audit.gpope import AuditResult, CanaryClaim
+from gpope.core.audit.gpope import AuditResult, CanaryClaim, base_records
 from gpope.core.ssp import (
     assign_groups,
     clip_statistics,
@@ -63,23 +63,6 @@ class SSPAuditConfig(CanaryClaim):
         o = "SSPAuditConfig"
         check_int(o, "groups", self.groups, ge=1)
         check_choice(o, "relation", self.relation, ("add_or_remove_one", "replace_one"))
-
-
-def base_records(config: CanaryClaim, rng: np.random.Generator
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A (m+1, n, n), b (m+1, n), C (m+1, n, n)): ``config.m`` base records at the scale of
-    ``config.clip`` that never visit the last feature (zero last rows and columns of A and C,
-    zero last b), and an all-zero record m where a canary goes."""
-    m, n, clip = config.m, config.n_features, config.clip
-    d = n - 1
-    A = np.zeros((m + 1, n, n))
-    C = np.zeros((m + 1, n, n))
-    b = np.zeros((m + 1, n))
-    X = rng.normal(size=(m, d, d)) * 0.3 * clip
-    A[:m, :d, :d] = X + np.eye(d) * clip
-    C[:m, :d, :d] = np.einsum("mij,mkj->mik", X, X) + np.eye(d) * clip
-    b[:m, :d] = rng.normal(size=(m, d)) * clip
-    return A, b, C
 
 
 def _worlds(config: SSPAuditConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:

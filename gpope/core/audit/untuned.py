@@ -43,8 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpope.core.audit.gpope import AuditResult, CanaryClaim
-from gpope.core.audit.ssp import base_records
+from gpope.core.audit.gpope import AuditResult, CanaryClaim, base_records
 from gpope.core.ssp import (
     c_block_scale,
     release_noisy_statistics,
