@@ -203,15 +203,13 @@ def _check_case(tables: Iterable[LakeTable]) -> None:
             )
 
 
-def view_names(
-    tables: Iterable[LakeTable], *, budget: bool = True, operator: bool = True
-) -> list[str]:
+def view_names(tables: Iterable[LakeTable], *, operator: bool = True) -> list[str]:
     """The view names a lake with ``tables`` offers (per-table, stacked, budget_status and
     latest_release); without ``operator`` only the :data:`RELEASE_VIEWS` among them."""
     tables = _served(tables, operator)
     names = {t.view for t in tables}
     names.update(t.table for t in tables if t.dataset is not None)
-    if budget and any(t.view == "privacy_ledger" for t in tables):
+    if any(t.view == _LEDGER for t in tables):
         names.add(BUDGET_STATUS_VIEW)
     if _RELEASED_VALUES in names:
         names.update((LATEST_RELEASE_VIEW, RELEASE_CONTRASTS_VIEW))

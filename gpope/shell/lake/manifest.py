@@ -93,14 +93,6 @@ class PipelineRuns:
                 "through Spark; pass spark=... (only local lake directories work without it)."
             )
 
-    @property
-    def location(self) -> str:
-        if self._path is not None:
-            return self._path
-        from gpope.shell.lake.layer import shared_table_location
-
-        return shared_table_location(self._settings, PIPELINE_RUNS)
-
     def _lake(self) -> Lake:
         from gpope.shell.lake.layer import Lake
 
@@ -137,7 +129,7 @@ class PipelineRuns:
 
         with interrupts.deferred():  # a signal never splits the commit from its record
             if self._path is not None and self._local is not None:
-                self._local.append_arrow(self._path, self._arrow([manifest]),
+                self._local.append_arrow(self._path, self._arrow(manifest),
                                          create_schema=_contract(),
                                          table_name="gold/pipeline_runs")
             else:
@@ -154,18 +146,15 @@ class PipelineRuns:
                               + ", ".join(f"{t}@v{v}" for t, v in m.tables.items()) + ")")
         return manifest
 
-    def _arrow(self, manifests: list[Manifest]) -> pa.Table:
+    def _arrow(self, m: Manifest) -> pa.Table:
         import pyarrow as pa
 
         assert self._local is not None
-        schema = self._local.arrow_schema(_contract())
         return pa.Table.from_pylist(
             [{"run_id": m.run_id, "stage": m.stage, "dataset": m.dataset, "key": m.key,
               "tables": list(m.tables.items()),
               "details": json.dumps(m.details, sort_keys=True, default=str),
-              "created_at": m.created_at} for m in manifests],
-            schema=schema,
-        )
+              "created_at": m.created_at}], schema=self._local.arrow_schema(_contract()))
 
     # ------------------------------------------------------------------ reads
     def _table(self) -> pa.Table | None:
