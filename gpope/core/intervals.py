@@ -54,22 +54,13 @@ BOOTSTRAP_DRAWS = 400
 
 @dataclass(frozen=True)
 class Interval:
-    """Intervals for a vector of released quantities (all arrays have the same shape (k,)).
-
-    Attributes:
-        value: the released estimates.
-        lower, upper: the two-sided interval at ``level``.
-        lower_bound: one-sided lower bound at ``level`` ("at least x with 95% confidence").
-        se: the estimated standard error (privacy noise + sampling).
-        level: confidence level, e.g. 0.95.
-        df: degrees of freedom of the t reference distribution.
-        unidentified: True when the identification test applied and did not reject "the
-            population's summed A is singular" (:func:`separated_from_singular`): every quantity
-            that depends on the solve is unbounded for that reason.
-        separation: ``s_min(A~) / (noise_std sqrt(chi2_k^-1(level)))`` of the release's
-            supported block (:func:`separation`; the test rejects iff it is > 1), or None (no
-            SSP release, e.g. a disjoint-groups interval). Post-processing of the release.
-    """
+    """Intervals for a vector of released quantities (every array (k,)): the released ``value``, the
+    two-sided interval ``lower``, ``upper`` and the one-sided ``lower_bound`` at ``level``, the
+    estimated ``se`` (privacy noise + sampling), ``df`` of the t reference distribution.
+    ``unidentified``: the identification test applied and did not reject a singular summed A
+    (:func:`separated_from_singular`), so every quantity of the solve is unbounded. ``separation``:
+    :func:`separation` of the release's supported block (the test rejects iff > 1), or None (no SSP
+    release). Post-processing of the release."""
 
     value: np.ndarray
     lower: np.ndarray

@@ -117,18 +117,11 @@ def calibrate_sigma(**run: Unpack[TargetArgs]) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibrated noise multiplier and how it is certified (:func:`calibrate`).
-
-    Attributes:
-        sigma: the noise multiplier.
-        epsilon: the epsilon :func:`epsilon_spent` reports for it (<= the target).
-        accountant: the resolved accountant asked for (``"paper"``, ``"rdp"`` or ``"pld"``).
-        certified_by: the bound that certifies ``epsilon``: ``"pld"``, ``"rdp"`` (also when
-            ``"pld"`` was asked for and RDP was tighter or PLD could not certify) or ``"paper"``.
-        note: why RDP stands in for PLD, or ``""``.
-        interval: the PLD grid that certifies ``epsilon`` (None unless ``certified_by="pld"``).
-        cached: True when read from the on-disk cache (and re-certified).
-    """
+    """A calibrated noise multiplier and how it is certified (:func:`calibrate`): the ``epsilon``
+    :func:`epsilon_spent` reports for it (<= the target), the resolved accountant, the bound that
+    ``certified_by`` it (``"rdp"`` also where ``"pld"`` was asked for and RDP was tighter or PLD
+    could not certify, with the ``note`` saying why), the PLD grid ``interval`` that certifies it,
+    and ``cached`` (read from the disk cache and re-certified)."""
 
     sigma: float
     epsilon: float

@@ -46,14 +46,8 @@ __all__ = ["SSPAuditConfig", "run_ssp_audit"]
 
 @dataclass(frozen=True, kw_only=True)
 class SSPAuditConfig(CanaryClaim):
-    """Settings of one SSP audit (all public).
-
-    Attributes:
-        m: base records; epsilon, delta: the claim (sigma calibrated by ``ssp_sigma``);
-        runs: runs per world (half choose the threshold); clip: the joint clip bound;
-        canary_scale: G / clip (> 1); groups: K; n_features: n >= 2; alpha: CP level;
-        relation: "add_or_remove_one" or "replace_one" (the adjacency claimed and audited).
-    """
+    """Settings of one SSP audit (all public): the :class:`CanaryClaim` fields (sigma calibrated by
+    ``ssp_sigma`` for the claim), K ``groups`` and the ``relation`` claimed and audited."""
 
     groups: int = 1
     relation: str = "add_or_remove_one"

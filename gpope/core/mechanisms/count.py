@@ -40,14 +40,8 @@ __all__ = ["NoisyCount", "count_event", "count_margin", "count_sigma", "dividing
 
 @dataclass(frozen=True, kw_only=True)
 class NoisyCount:
-    """One released count.
-
-    Attributes:
-        m_noisy: the released number of patients m~ (>= 1).
-        sigma: the std of its (discrete) Gaussian noise.
-        epsilon, delta: what it is charged (add/remove-one, RDP-calibrated).
-        private: False when drawn from a fixed seed (reproducible: NOT private).
-    """
+    """One released count: m~ (>= 1), the std of its discrete Gaussian noise, its charge
+    (add/remove-one, RDP-calibrated), and ``private`` False when drawn from a fixed seed."""
 
     m_noisy: int
     sigma: float
