@@ -31,12 +31,8 @@ SAMPLINGS: tuple[str, ...] = ("uniform", "poisson")
 
 @dataclass(frozen=True)
 class RunShape:
-    """The public shape of one GPOPE run that an accountant certifies (inputs validated).
-
-    Attributes:
-        m: number of trajectories; iterations: noisy steps N; delta: the target delta.
-        sampling: "uniform" or "poisson"; batch_rate: the Poisson rate q (None for uniform).
-        pld_grid: how a PLD grid is refined (read by the PLD accountant only).
+    """The public shape of one GPOPE run that an accountant certifies (inputs validated): m, N,
+    the target delta, the sampling and its Poisson rate (None for uniform), and the PLD grid rule.
     """
 
     m: int

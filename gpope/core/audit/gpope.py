@@ -170,17 +170,10 @@ class AuditConfig(CanaryClaim):
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Outcome of one audit.
-
-    Attributes:
-        epsilon_claimed: the epsilon the solver was calibrated for.
-        epsilon_lower: the empirical lower bound (max of both directions; -inf if none).
-        passed: epsilon_lower <= epsilon_claimed.
-        threshold: the test threshold (chosen on the first halves).
-        tpr, fpr: point estimates on the test halves; tpr_low, fpr_high, tnr_low, fnr_high: the
-            Clopper-Pearson bounds of both directions.
-        n_test: test runs per world; override: the mechanism override (None for the real solver).
-    """
+    """Outcome of one audit: the claimed epsilon, the empirical lower bound (max of both
+    directions; -inf if none), ``passed`` (lower <= claimed), the threshold chosen on the first
+    halves, TPR and FPR on the test halves with the Clopper-Pearson bounds of both directions, the
+    test runs per world, the mechanism ``override`` (None for the real solver), time and config."""
 
     epsilon_claimed: float
     epsilon_lower: float

@@ -48,18 +48,11 @@ _LAYOUT_ARRAYS = ("ac", "offsets", "norm", "rho", "p", "e", "s", "sn", "gn", "ea
 
 
 class TrajectoryStats:
-    """Per-trajectory statistics of m trajectories with n features, in one of the layouts.
-
+    """Per-trajectory statistics of m trajectories with n features, in one of the layouts, with
+    ``tau`` (m,) transitions per trajectory (ones when unknown) and the recorded ``normalization``.
     Build with :func:`gpope.core.statistics.trajectory_statistics`,
     :func:`~gpope.core.statistics.statistics_from_transitions`, :meth:`from_dense`,
-    :meth:`from_rows` or :meth:`from_sparse_chunks`; the constructor is internal.
-
-    Attributes:
-        m, n: trajectories and features.
-        tau: (m,) int64 transitions per trajectory (ones when unknown, e.g. from_dense).
-        normalization: "transition" or "trajectory_mean" (recorded, informational).
-        representation: "dense", "compact", "tabular" or "sparse".
-    """
+    :meth:`from_rows` or :meth:`from_sparse_chunks`; the constructor is internal."""
 
     __slots__ = ("_ac", "_b", "_e", "_ea", "_ev", "_ex", "_gn", "_norm", "_offsets", "_p", "_rho",
                  "_s", "_sn", "n", "normalization", "representation", "tau")

@@ -19,20 +19,10 @@ __all__ = ["Transitions"]
 
 @dataclass(frozen=True, eq=False)
 class Transitions:
-    """Decision steps of ``n_trajectories`` trajectories, sorted by (traj_index, t).
-
-    Attributes:
-        traj_index: (T,) int64, dense trajectory ids in 0..m-1, non-decreasing.
-        t: (T,) int64, step index within the trajectory (0, 1, ...).
-        state: (T, d) float64 raw state before the action.
-        action: (T,) int64 action index.
-        reward: (T,) float64 reward of the transition.
-        next_state: (T, d) float64 raw state after the action (any value when terminal).
-        terminal: (T,) bool, the episode really ended: next features are zero.
-        truncated: (T,) bool, the record stops here but the next state is kept.
-        behavior_prob: (T,) float64 in (0, 1], pi_b(action | state) as logged.
-        n_trajectories: m; trajectories with no rows are not allowed.
-    """
+    """Decision steps of ``n_trajectories`` trajectories (every one with at least one row), sorted
+    by (traj_index, t): (T,) dense trajectory ids, step indices, actions, rewards, ``terminal`` (the
+    episode ended: next features are zero), ``truncated`` (the record stops but the next state is
+    kept) and ``behavior_prob`` in (0, 1] as logged; (T, d) raw ``state`` and ``next_state``."""
 
     traj_index: np.ndarray
     t: np.ndarray
