@@ -39,7 +39,6 @@ class StatsSource:
     built_from: int | None
     current: int | None
     ingested: bool
-    stats_run: str | None = None
 
     @property
     def stale(self) -> bool:
@@ -60,12 +59,6 @@ class StatsSource:
                 f"the latest ingest committed version {self.current}")
 
 
-def _transitions_ref(dataset: str):
-    from gpope.shell.lake import TableRef
-
-    return TableRef("silver", "transitions", dataset)
-
-
 def record_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
                   spec: EvaluationSpec, stats_version: int,
                   transitions_version: int) -> Manifest:
@@ -76,7 +69,8 @@ def record_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
     return PipelineRuns(config.lake, spark=spark).commit(
         run_id=new_run_id(), stage="stats", dataset=dataset, key=spec.spec_id,
         tables={TableRef("gold", "trajectory_stats", dataset): stats_version},
-        details={"inputs": {str(_transitions_ref(dataset)): int(transitions_version)},
+        details={"inputs": {str(TableRef("silver", "transitions", dataset)):
+                            int(transitions_version)},
                  "spec_name": spec.name})
 
 
@@ -101,7 +95,7 @@ def stats_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
 
     runs = PipelineRuns(config.lake, spark=spark)
     built = _built_from(runs, dataset, spec.spec_id, stats_version)
-    ref = _transitions_ref(dataset)
+    ref = lake.TableRef("silver", "transitions", dataset)
     try:
         current, _ = pin(lake.Lake.from_settings(spark, config.lake), ref, runs.committed())
     except TableNotFoundError:
@@ -109,8 +103,7 @@ def stats_source(spark: SparkSession, config: GpopeConfig, *, dataset: str,
     source = None if built is None else built.details.get("inputs", {}).get(str(ref))
     return StatsSource(
         built_from=None if source is None else int(source), current=current,
-        ingested=bool(runs.manifests(stage="ingest", dataset=dataset)),
-        stats_run=None if built is None else built.run_id)
+        ingested=bool(runs.manifests(stage="ingest", dataset=dataset)))
 
 
 def check_fresh(spark: SparkSession, config: GpopeConfig, *, dataset: str,
