@@ -88,26 +88,13 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class EvaluationSpec:
-    """Feature map + target policy + gamma + normalisation + public reference states.
-
-    Attributes:
-        name: human-readable name (not part of the spec id).
-        feature_map: a :class:`gpope.core.features.FeatureMap`: (T, d) raw states -> (T, n).
-        target_policy: a :class:`gpope.core.policies.Policy` evaluated off-policy.
-        gamma: discount in [0, 1].
-        normalization: ``"transition"`` (sum over a trajectory / ``length_scale``) or
-            ``"trajectory_mean"`` (the paper).
-        length_scale: public constant L of the ``transition`` normalisation (None otherwise).
-        reward_scale: public constant c > 0 multiplying every reward (so gradients are of the
-            order of the clip); theta estimates c V and :meth:`reference_values` divides by c.
-        reference_states: named public raw states ``((name, (s_1, ..., s_d)), ...)``, in order.
-        domain: the public simulator behind a synthetic dataset, or None (ground truth only).
-        policy_name: a public name of the target policy (informational).
-        importance_weight_bound, reward_bounds: public bounds W on a per-decision ratio and
-            (lo, hi) on a raw reward; the stats stage clamps and counts values outside them
-            (:mod:`gpope.core.bounds`). None: no bound.
-        evaluation: the publicly tuned ``"spec"`` settings layer (``gpope tune --spec``), or None.
-    """
+    """Feature map + target policy + gamma + normalisation + public reference states (each key as
+    in docs/OWN_DATA.md, "The evaluation spec"). ``reward_scale`` c multiplies every reward so that
+    gradients are of the order of the clip: theta estimates c V and :meth:`reference_values`
+    divides by c. ``importance_weight_bound`` and ``reward_bounds`` are public clamps the stats
+    stage applies and counts (:mod:`gpope.core.bounds`); ``domain`` (a public simulator) serves
+    ground truth only; ``name``, ``domain``, ``policy_name``, the reference states and the
+    ``evaluation`` layer are not part of the spec id."""
 
     name: str
     feature_map: Any

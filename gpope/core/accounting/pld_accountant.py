@@ -1,12 +1,10 @@
 """The PLD accountant: privacy loss distributions of the GPOPE run, with an RDP fallback.
 
-The epsilon is ``min(PLD, RDP)`` of the same event, both valid upper bounds, so the minimum is one
-too. RDP takes over (with a note, see :class:`Certificate`) when PLD cannot certify: a grid too
-expensive for the resource bound (:mod:`.pld`), or a delta below PLD's truncated tail mass (at
-delta = 1e-30 PLD needs sigma ~791 where RDP certifies 2.3). PLD calibration starts from the RDP
-answer and only searches below it, so it never evaluates the tiny noise multipliers whose PLDs
-are huge. Poisson sampling only: dp-accounting's PLD does not support sampling without
-replacement.
+The epsilon is ``min(PLD, RDP)`` of the same event, both valid upper bounds. RDP takes over (with
+a note, :class:`Certificate`) when PLD cannot certify: a grid too expensive for the resource
+bound (:mod:`.pld`), or a delta below PLD's truncated tail mass. PLD calibration starts from the
+RDP answer and only searches below it, so it never evaluates the tiny noise multipliers whose
+PLDs are huge. Poisson sampling only (dp-accounting's PLD has no sampling without replacement).
 """
 
 from __future__ import annotations

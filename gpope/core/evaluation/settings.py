@@ -145,16 +145,11 @@ NESTED_BLOCKS = tuple(f.name for f in dataclasses.fields(RunSettings)
 
 @dataclass(frozen=True)
 class SettingsLayer:
-    """One layer of a run's settings: a validated partial mapping of :class:`RunSettings` names
-    (unset names are absent) and where it comes from.
-
-    Attributes:
-        values: setting name -> value, each checked by :func:`check_setting`.
-        source: ``"options"`` (the command line or caller) or ``"spec"`` (a spec's block).
-        tuned: spec layer: per-epsilon (clip, step size) points tuned on ``tuning['patients']``
-            public trajectories (:class:`gpope.core.gpope.operating.TunedPoint`), by epsilon.
-        tuning, intervals_provenance: spec layer: the public tuning and interval studies, recorded
-            and never interpreted except ``patients`` (m_pub) and ``max_length``.
+    """One layer of a run's settings: a validated partial mapping of :class:`RunSettings` names and
+    its ``source`` (``"options"``: the command line or caller; ``"spec"``: a spec's block). A spec
+    layer also carries the per-epsilon (clip, step size) points tuned on ``tuning['patients']``
+    public trajectories (:class:`gpope.core.gpope.operating.TunedPoint`) and the public tuning and
+    interval studies behind them (recorded, never interpreted but ``patients`` and ``max_length``).
     """
 
     values: Mapping[str, Any]

@@ -189,19 +189,11 @@ def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
 
 @dataclass(frozen=True)
 class UntunedRelease:
-    """What the default releases (all of it covered by :func:`untuned_dp_event`).
-
-    Attributes:
-        theta: (n,) the refined estimate; supported: (n,) the features the noisy statistics
-            support (theta is 0 elsewhere).
-        interval: values at the reference states with their interval, clamped into
-            :func:`value_range`.
-        clip, residual_clip: the privately chosen clips (post-processing of releases).
-        noisy, moments: the released noisy SSP sums and residual moments.
-        functionals: intervals of the public linear functionals ``g . theta`` asked of the
-            release, by the same arithmetic as the reference values, over the supported features
-            only; None when none were asked.
-    """
+    """What the default releases (all of it covered by :func:`untuned_dp_event`): the refined
+    ``theta`` (0 off the ``supported`` features), the reference values' interval clamped into
+    :func:`value_range`, the private clips, the released noisy sums and residual moments, and the
+    intervals of the public ``functionals`` asked of it (same arithmetic, supported features only;
+    None when none were asked)."""
 
     theta: np.ndarray
     interval: Interval
