@@ -1,22 +1,13 @@
 """Compare two released runs: the difference of their released quantities, with an interval built
 from the released numbers only (post-processing: no data read, no privacy budget spent).
 
-For a quantity released by run A as ``(value_a, [lower_a, upper_a])`` at level ``1 - alpha_a``
-and by run B at ``1 - alpha_b`` (the same reference state, J(target) of two target policies on
-the same dataset, ...), the difference ``theta_a - theta_b`` is released as ``value_a - value_b``
-in ``[lower_a - upper_b, upper_a - lower_b]``.
-
-Guarantee (union bound, Bonferroni): if each interval covers its own estimand with probability
-at least its level, both cover together with probability at least ``1 - alpha_a - alpha_b``,
-whatever the dependence between the two runs (they may read the same patients and draw their
-noise independently or not), and on that event the difference interval covers
-``theta_a - theta_b``. Two 95% intervals give a difference interval at 90% at least. An unbounded
-end of either interval gives an unbounded end of the difference. The interval is as wide as the
-two together, so it is conservative where the two runs' errors are positively correlated.
-
-The verdict reads the interval only: "better" where its lower end is above 0 (the quantities are
-values or returns, so larger is better), "worse" where its upper end is below 0, otherwise
-"cannot tell" (at this data size and epsilon the two runs' intervals do not separate them).
+A quantity released by run A as ``(value_a, [lower_a, upper_a])`` at level ``1 - alpha_a`` and by
+run B at ``1 - alpha_b`` gives ``value_a - value_b`` in ``[lower_a - upper_b, upper_a - lower_b]``.
+Guarantee (union bound): both intervals cover together with probability at least
+``1 - alpha_a - alpha_b`` whatever the dependence between the runs, and on that event the
+difference interval covers ``theta_a - theta_b`` (two 95% intervals give at least 90%); an
+unbounded end gives an unbounded end. The verdict reads the interval only: "better" where its
+lower end is above 0, "worse" where its upper end is below 0, otherwise "cannot tell".
 """
 
 from __future__ import annotations

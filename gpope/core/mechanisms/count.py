@@ -1,28 +1,22 @@
 """The released number of patients m~: one Gaussian count, so that add/remove-one adjacency holds.
 
-Under add/remove-one adjacency two neighbouring data sets differ by one patient, so the exact
-number of patients m tells them apart: a run charged under add/remove may publish m only as a
-noisy count. This module is that count's mechanism, pure (no I/O):
+Under add/remove-one two neighbouring data sets differ by one patient, so the exact m tells them
+apart: a run charged under add/remove may publish m only as a noisy count.
 
-* **the release**: ``m~ = max(1, m + Z)`` with ``Z`` an integer drawn from the discrete Gaussian
-  ``N_Z(0, sigma^2)`` from the OS CSPRNG (:func:`gpope.core.mechanisms.secure_noise.discrete_gaussian`:
-  exact sampling, integer output, so no low-order bits carry information). The count's add/remove
-  L2 sensitivity is 1. The clamp at 1 is post-processing.
-* **the charge**: ``sigma`` is calibrated with the RDP accountant to the configuration's
-  ``privacy.count_epsilon`` at ``privacy.count_delta`` (:func:`count_sigma`), and the ledger
-  stores ``GaussianDpEvent(sigma)`` (:func:`count_event`). The discrete Gaussian's Rényi
-  divergences are at most the continuous Gaussian's of the same variance (Canonne, Kamath and
-  Steinke 2020, Prop. 5), so every RDP bound of that event holds for the count (the ledger
-  composes datasets' runs by RDP).
-* **the margin**: the discrete Gaussian is ``sigma``-subgaussian (CKS 2020, Cor. 9), so
-  ``P(|m~ - m| > t) <= 2 exp(-t^2 / (2 sigma^2))``: :func:`count_margin` is the ``t`` at a failure
-  probability ``beta``. A mean over patients released as ``S / m~`` instead of ``S / m``, with
-  ``|S / m| <= B``, is off by ``|S / m| |m - m~| / m~ <= B t / m~`` (:func:`mean_margin`): an
-  interval that adds this to its half-width and spends ``beta`` of its failure probability on it
-  (a union bound) covers the mean over the m patients.
+* **the release**: ``m~ = max(1, m + Z)``, ``Z`` drawn from the discrete Gaussian
+  ``N_Z(0, sigma^2)`` with the OS CSPRNG (exact sampling, integer output); L2 sensitivity 1; the
+  clamp at 1 is post-processing.
+* **the charge**: ``sigma`` is calibrated with RDP to ``privacy.count_epsilon`` at
+  ``privacy.count_delta`` (:func:`count_sigma`) and the ledger stores ``GaussianDpEvent(sigma)``;
+  the discrete Gaussian's Rényi divergences are at most the continuous one's (Canonne, Kamath
+  and Steinke 2020, Prop. 5), so every RDP bound of that event holds.
+* **the margin**: the discrete Gaussian is ``sigma``-subgaussian (CKS 2020, Cor. 9):
+  ``P(|m~ - m| > t) <= 2 exp(-t^2 / (2 sigma^2))`` (:func:`count_margin`). A mean ``S / m~``
+  with ``|S / m| <= B`` is off by at most ``B t / m~`` (:func:`mean_margin`): an interval that
+  adds this and spends ``beta`` of its failure probability on it covers the mean over m.
 
-A count is released once per (dataset, statistics version) and reused by every later run on that
-version as public post-processing (:mod:`gpope.shell.pipeline.released_count`).
+A count is released once per (dataset, statistics version) and reused by every later run on
+that version as public post-processing.
 """
 
 from __future__ import annotations
