@@ -331,7 +331,7 @@ def test_guard_says_when_the_release_is_no_better_than_zero(spark, setup, capsys
 
 
 def test_unbounded_intervals_print_as_unbounded_with_a_note():
-    from gpope.shell.evaluate.report import UNBOUNDED_NOTE, format_span, unbounded_note
+    from gpope.shell.pipeline.interval_notes import UNBOUNDED_NOTE, format_span, unbounded_note
 
     inf = float("inf")
     assert format_span(-inf, inf) == "unbounded" and format_span(1.0, 2.5) == "[1, 2.5]"

@@ -23,6 +23,7 @@ from gpope.cli import main
 from gpope.config import load_config
 from gpope.core.accounting import epsilon_spent, gpope_dp_event
 from gpope.core.accounting.admission import Charge
+from gpope.core.accounting.budget import LedgerRow, fold
 from gpope.core.accounting.composition import (
     FILTER_ORDERS,
     filter_epsilon,
@@ -31,7 +32,7 @@ from gpope.core.accounting.composition import (
     rdp_curve,
 )
 from gpope.errors import BudgetExceededError, ConfigError
-from gpope.shell.pipeline.ledger import PrivacyLedger, _fold, budget_status_table
+from gpope.shell.pipeline.ledger import PrivacyLedger, _default_budget, budget_status_table
 from gpope.shell.pipeline.ledger_store import DeltaRsLedgerStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +72,8 @@ def test_basic_composition_counts_reserved_released_failed_not_cancelled():
         _row("r3", "reserved", 0.25, 1e-6, 6),  # still open: counted
         _row("r4", "reserved", 2.0, 1e-6, 7), _row("r4", "cancelled", 2.0, 1e-6, 8),
     ]
-    status = _fold("d", rows, config)
+    rule = dict(default=_default_budget(config), composition=config.privacy.composition)
+    status = fold("d", [LedgerRow.from_mapping(r) for r in rows], **rule)
     assert status.composition == "basic" and status.spent_epsilon_tight is None
     assert status.budget_epsilon == 4.0
     assert status.spent_epsilon == pytest.approx(1.75)
@@ -80,7 +82,7 @@ def test_basic_composition_counts_reserved_released_failed_not_cancelled():
     assert {r.run_id: r.status for r in status.runs} == {
         "r1": "released", "r2": "failed", "r3": "reserved", "r4": "cancelled"}
     assert status.runs_left == 9  # like the latest counted run (0.25, 1e-6): 2.25 / 0.25
-    default = _fold("other", [], config)
+    default = fold("other", [], **rule)
     assert (default.budget_epsilon, default.budget_delta) == (3.0, 1e-5)
 
 

@@ -301,14 +301,12 @@ def test_every_printed_advice_works_for_a_spec_without_a_simulator():
     # advice reachable from the own-data path names only commands and flags that work for a spec
     # without a 'domain': `gpope tune` needs a simulator, --statistics-share only helps gpope runs
     from gpope.core.envs.registry import random_mdp_of
+    from gpope.core.estimators.base import generic_settings_note
     from gpope.core.guard import utility_guard
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.evaluate.report import (
-        generic_settings_note,
-        guard_remedy,
-        unbounded_note,
-    )
+    from gpope.shell.evaluate.report import guard_remedy
     from gpope.shell.lake.names import TableRef, creator_hint
+    from gpope.shell.pipeline.interval_notes import unbounded_note
     from gpope.shell.pipeline.jobargs import load_spec
 
     own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
@@ -374,7 +372,8 @@ def test_a_release_of_theta_zero_is_called_no_better_than_zero_and_no_support_is
 
     from gpope.core.envs.registry import random_mdp_of
     from gpope.core.spec import EvaluationSpec
-    from gpope.shell.evaluate.report import NO_SUPPORT_NOTE, _guard, unbounded_note
+    from gpope.shell.evaluate.report import _guard
+    from gpope.shell.pipeline.interval_notes import NO_SUPPORT_NOTE, unbounded_note
 
     own = EvaluationSpec.from_mapping(random_mdp_of("random_mdp/7").spec_mapping("own"))
     zero = SimpleNamespace(theta=np.zeros(own.n_features), private_mspbe=None, noisy=None)

@@ -16,8 +16,8 @@ from gpope.core.spec import EvaluationSpec
 from gpope.errors import DataError
 from gpope.shell import lake
 from gpope.shell.evaluate.intervals import noise_generators
-from gpope.shell.evaluate.report import unbounded_note
 from gpope.shell.evaluate.run import run_evaluate
+from gpope.shell.pipeline.interval_notes import unbounded_note
 from gpope.shell.pipeline.ledger import PrivacyLedger
 from gpope.shell.pipeline.ssp import (
     public_residual_bound,

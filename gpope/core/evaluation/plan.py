@@ -172,11 +172,6 @@ class ReleasePlan:
         """What the run releases, over all components (first mention order)."""
         return tuple(dict.fromkeys(r for c in self.components for r in c.releases))
 
-    @property
-    def gpope_delta(self) -> float:
-        """The estimator's share of delta."""
-        return self.main.delta
-
     def relation_epsilons(self, *, cheap_only: bool = True) -> dict[str, float | None]:
         """The run's epsilon at ``delta`` under its own relation (the charge) and restated under
         the other one (:func:`gpope.core.accounting.relations.epsilon_under`: the guarantee that

@@ -186,7 +186,7 @@ def execute_gpope(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
     solver = solver_config(
         settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
         trace_every=settings.trace_every or max(1, settings.iterations // 20),
-        delta=plan.gpope_delta,
+        delta=plan.main.delta,
         normalizing_size=m / k if k else (m if plan.count_sigma > 0 else None))
     tuned = group_thetas = None
     if plan.interval_groups:

@@ -6,51 +6,15 @@ without MLflow. Everything in the record is public or released (docs/ARCHITECTUR
 ``private_population``, which tracking logs only to the separate experiment
 ``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``.
 
-One run per released evaluation, in the configured experiment (``tracking.experiment``, default
-``gpope``; a classic ML experiment). Runs are told apart and filtered by tags and params:
-
-- **run name**: ``<dataset> | <spec> | <estimator> | eps=<epsilon> | <UTC time>`` (unique).
-- **tags**: ``gpope.dataset``, ``gpope.spec``, ``gpope.spec_id``, ``gpope.estimator``,
-  ``gpope.run_id`` (= released_estimates.run_id), ``gpope.private``, ``gpope.seeded``,
-  ``gpope.privacy_note``, ``gpope.stage``, ``gpope.version`` and ``gpope.git_commit``.
-- **unbounded interval ends**: MLflow stores finite metrics only and shows a NaN where one was
-  logged, so an infinite end is never logged as a metric. Its metric (``value_lower.<state>``,
-  ``value_upper.<state>`` or ``value_lower_bound.<state>``) is omitted, the tag
-  ``gpope.unbounded.<state>`` lists the omitted metric names (e.g.
-  ``value_lower,value_upper,value_lower_bound``), the tag ``gpope.unbounded`` lists the states with
-  an unbounded end, ``gpope.interval_note`` says why in one line, and ``values.json`` holds the
-  strings ``"-inf"``/``"inf"``. Filter such runs with ``tags.gpope.unbounded != ''``.
-- **params**: the public settings under their CLI flag names (``--step-size`` -> ``step_size``)
-  plus every setting that changes the result: the spec's gamma, reward_scale, normalization,
-  length_scale and feature count, the tail fraction, the resolved accountant and batch rate,
-  sigma, m and the public MSPBE cohort (``public_trajectories``, ``public_max_length``,
-  ``public_seed``); of the estimator's settings only those it used
-  (:meth:`gpope.core.estimators.Estimator.params`). Never a seed.
-- **input**: the ``trajectory_stats`` table read (path and Delta version), as an MLflow dataset.
-- **metrics**, one meaning each (README "MLflow: comparing runs"):
-
-  ``value.<state>``            released value at a reference state (raw reward unit)
-  ``value_lower.<state>``, ``value_upper.<state>``, ``value_lower_bound.<state>``
-                               its released interval (level: param ``ci_level``)
-  ``true_value.<state>``       true value from the public simulator (simulated data only)
-  ``reserved_epsilon``         epsilon charged to the dataset's budget (``--epsilon``)
-  ``spent_epsilon``            epsilon the accountant certifies at delta for the noise drawn
-  ``spent_delta``              delta charged (``--delta``)
-  ``public_mspbe``             MSPBE of the released iterate on the public cohort, per traced step
-  ``public_mspbe_final``       MSPBE of the released theta on the public cohort
-  ``public_mspbe_zero``        MSPBE of theta = 0 on the same cohort (the normaliser)
-  ``relative_mspbe_public``    public_mspbe_final / public_mspbe_zero (< 1: better than zero)
-
-  ``mspbe_private``           MSPBE of the released theta from the run's noisy (released)
-                               statistics of the private data: comparable on real data
-  ``relative_mspbe_private``   mspbe_private / the same for theta = 0
-- **artifacts**: ``theta.json``, ``values.json`` (a table: state, value, interval, truth),
-  ``values.png`` (values with intervals and, for simulated data, the truth), ``config.json``,
-  ``spec.json``, ``spec.yaml``, ``options.json``.
-
-Values computed from the private statistics WITHOUT noise (MSPBE of theta, LSTD fixed point)
-go only to a run of the separate experiment ``<experiment>/private-diagnostics``, tagged
-``diagnostic.private=true``, and only when the operator asked for them. The sample plan and the seed are never logged.
+One MLflow run per released evaluation, in the configured experiment (``tracking.experiment``,
+default ``gpope``): its run name, tags, params (public settings under their CLI flag names, of
+the estimator's settings only those it used, :meth:`gpope.core.estimators.Estimator.params`),
+the ``trajectory_stats`` input, metrics and artifacts are the README's "MLflow: comparing runs"
+table. An unbounded interval end is never logged as a metric (MLflow would show NaN): its
+metric is omitted and the ``gpope.unbounded*`` tags and ``gpope.interval_note`` say which and
+why. Values computed from the private statistics WITHOUT noise go only to a run of the separate
+experiment ``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``, and only
+when the operator asked for them. The sample plan and the seed are never logged.
 """
 
 from __future__ import annotations
@@ -108,40 +72,14 @@ class StatisticsInput:
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluationRecord:
-    """Everything one released evaluation reports to tracking.
-
-    Attributes:
-        run_id: gpope run id (released_estimates.run_id, privacy_ledger.run_id).
-        dataset: dataset evaluated.
-        spec: the evaluation spec.
-        estimator: ``gpope`` (or another estimator name).
-        params: public settings under the names of their CLI flags (``-`` read as ``_``) plus
-            every setting that affects the result; never a seed.
-        epsilon, delta: the run's charged spend (``--epsilon``, ``--delta``).
-        epsilon_certified: epsilon the accountant certifies at ``delta`` for the noise drawn.
-        accountant: the accountant used.
-        sigma: the noise multiplier.
-        m: number of trajectories (public).
-        private: False for seeded (reproducible) or otherwise not-private runs.
-        seeded: whether a fixed seed was used (the seed itself is never recorded).
-        privacy_note: one-line statement of the run's privacy.
-        theta: the released weights.
-        values: released values at the spec's reference states, in ``spec.reference_names`` order.
-        theta_final: the last iterate (released too: same noise), or None.
-        trace_steps, trace_theta: released iterates at traced steps, or None.
-        intervals: the released intervals at the reference states (in ``spec.reference_names``
-            order), or None.
-        ci_level: the intervals' confidence level.
-        statistics: the statistics table read.
-        public_cohort: the public cohort of public MSPBE, or None (no simulator).
-        truth: true values at the reference states from the public simulator, or None.
-        private_population: population (A, b, C) of the PRIVATE statistics, only when the
-            operator asked for private diagnostics; logged only in the separate diagnostics experiment.
-        spec_text: the spec file's text, or None.
-        config: the resolved configuration (plain mapping).
-        tags: further tags for the run (e.g. a guard verdict).
-        metrics: further released metrics (e.g. private MSPBE from noisy statistics).
-        tuning: summary of a ``--tune private`` run (DP outputs of the tuning), or None.
+    """Everything one released evaluation reports to tracking: public settings (``params``,
+    under their CLI flag names, never a seed), the released outputs (theta, the values and
+    intervals in ``spec.reference_names`` order, the traced iterates), the charge and its
+    certified epsilon, lineage (``statistics``, ``config``, ``spec_text``), the public cohort
+    and truth of a simulated domain, further ``tags`` and ``metrics``, and the private
+    tuning's DP summary. ``private_population`` (the PRIVATE statistics' population, only when
+    the operator asked for private diagnostics) is logged only in the separate diagnostics
+    experiment.
     """
 
     run_id: str

@@ -16,15 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpope.core.accounting.registry import not_a_valid_bound
-from gpope.core.estimators.base import generic_settings_note
-from gpope.shell.pipeline.interval_notes import (
-    IDENTIFICATION_NOTE,
-    NO_SUPPORT_NOTE,
-    PER_STATE_NOTE,
-    UNBOUNDED_NOTE,
-    format_span,
-    unbounded_note,
-)
+from gpope.shell.pipeline.interval_notes import format_span, unbounded_note
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,25 +32,8 @@ if TYPE_CHECKING:
     from gpope.shell.evaluate.inputs import PreparedRun
     from gpope.shell.evaluate.record import EvaluationRecord
 
-__all__ = [
-    "IDENTIFICATION_NOTE",
-    "NOT_A_VALID_BOUND",
-    "NO_SUPPORT_NOTE",
-    "PER_STATE_NOTE",
-    "UNBOUNDED_NOTE",
-    "EvaluationReport",
-    "InterruptedAfterRelease",
-    "build_record",
-    "format_span",
-    "generic_settings_note",
-    "interrupted_after_release",
-    "privacy_label",
-    "unbounded_note",
-    "values_line",
-]
-
-#: Label of a release whose accountant is not a valid bound (the paper's).
-NOT_A_VALID_BOUND = "NOT PRIVATE: accountant 'paper' is not a valid bound"
+__all__ = ["EvaluationReport", "InterruptedAfterRelease", "build_record",
+           "interrupted_after_release", "privacy_label", "values_line"]
 
 
 def privacy_label(*, private: bool, accountant: str, seeded: bool) -> str:

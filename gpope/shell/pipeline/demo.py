@@ -141,7 +141,7 @@ class DemoReport:
         ]
         lines += [f"  {w}" for w in ev.get("warnings") or []]
         iv = ev.get("intervals")
-        from gpope.shell.evaluate.report import format_span, unbounded_note
+        from gpope.shell.pipeline.interval_notes import format_span, unbounded_note
 
         for i, (name, value) in enumerate(ev["reference_values"].items()):
             span = format_span(iv["lower"][i], iv["upper"][i]) if iv else "-"

@@ -113,16 +113,6 @@ def _default_budget(config: GpopeConfig) -> Budget:
                   "privacy.default_* of the configuration")
 
 
-def _fold(
-    dataset: str, rows: list[dict[str, Any]], config: GpopeConfig, *, lake: str = "",
-    location: str = "",
-) -> BudgetStatus:
-    """Fold the ledger rows (store mappings) of one dataset into its BudgetStatus."""
-    return fold(dataset, [LedgerRow.from_mapping(r) for r in rows],
-                default=_default_budget(config), composition=config.privacy.composition,
-                lake=lake, location=location)
-
-
 def _row(
     dataset: str, run_id: str, *, kind: str, mechanism: str, epsilon: float, delta: float,
     accountant: str, status: str, charged_epsilon: float = 0.0, charged_delta: float = 0.0,
@@ -175,9 +165,16 @@ class PrivacyLedger:
     def _rows(self, dataset: str | None = None) -> list[LedgerRow]:
         return [LedgerRow.from_mapping(r) for r in self._store.rows(dataset)]
 
+    @property
+    def _rule(self) -> dict[str, Any]:
+        """What the core's fold and decision read beside the rows: the default budget, the
+        composition rule and where the ledger is."""
+        return dict(default=_default_budget(self._config), lake=self.lake,
+                    composition=self._config.privacy.composition, location=self.location)
+
     def _status(self, dataset: str, rows: list[dict[str, Any]] | None = None) -> BudgetStatus:
         rows = self._store.rows(dataset) if rows is None else rows
-        return _fold(dataset, rows, self._config, lake=self.lake, location=self.location)
+        return fold(dataset, [LedgerRow.from_mapping(r) for r in rows], **self._rule)
 
     def status(self, dataset: str, *, require_known: bool = False) -> BudgetStatus:
         """Budget, spent and remaining of ``dataset`` and the state of each of its runs.
@@ -379,14 +376,12 @@ class PrivacyLedger:
         self.reconcile(charge.dataset)
         row = charge.row(created_at=_now(), actor=_actor(), process=_process())
         reservation = LedgerRow.from_mapping(row)
-        rule = dict(default=_default_budget(self._config), lake=self.lake,
-                    composition=self._config.privacy.composition, location=self.location)
-        decide(self._rows(charge.dataset), reservation, **rule)
+        decide(self._rows(charge.dataset), reservation, **self._rule)
         faults.point("ledger.before_append")
         self._store.append([row])
         faults.point("ledger.after_append")
         try:  # the decision: the commit-order fold at the version the reservation's commit got
-            return decide(self._rows(charge.dataset), reservation, appended=True, **rule)
+            return decide(self._rows(charge.dataset), reservation, appended=True, **self._rule)
         except BudgetExceededError:
             self._append_settlement(row, "cancelled", reverse=True,
                                     note="not admitted: an earlier commit took the budget")
