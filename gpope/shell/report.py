@@ -36,10 +36,9 @@ def plot_lines(
     xlabel: str,
     ylabel: str,
     logx: bool = False,
-    logy: bool = True,
 ) -> Path:
     """One line per ``label`` of summary ``rows`` (keys ``x``, ``label``, ``method``,
-    ``<metric>_mean``, ``<metric>_std``); writes a PNG and returns its path."""
+    ``<metric>_mean``, ``<metric>_std``) on a log y axis; writes a PNG and returns its path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,11 +58,10 @@ def plot_lines(
         if "x0.1" in label or "x10" in label:
             style["linestyle"] = "--" if "x0.1" in label else ":"
             style["alpha"] = 0.8
-        lower = np.minimum(sd, ys * 0.999) if logy else sd  # keep bars positive on a log axis
+        lower = np.minimum(sd, ys * 0.999)  # keep the bars positive on the log axis
         ax.errorbar(xs, ys, yerr=[lower, sd], label=label, capsize=3, linewidth=1.4,
                     markersize=4, **style)
-    if logy:
-        ax.set_yscale("log")
+    ax.set_yscale("log")
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)

@@ -102,13 +102,12 @@ _OVERFLOW = "_overflow"
 class SilverFrames:
     """The lazily evaluated outputs of :func:`build_silver`: ``transitions`` and
     ``rejected_events`` (their silver schemas), ``outcome_counts`` (``table, reason, count`` for
-    every bronze row, reason null: used), ``trajectories`` (``patient_id, traj_index``) and the
-    ``cached`` intermediates that :meth:`release` unpersists."""
+    every bronze row, reason null: used) and the ``cached`` intermediates that :meth:`release`
+    unpersists."""
 
     transitions: DataFrame
     rejected_events: DataFrame
     outcome_counts: DataFrame
-    trajectories: DataFrame
     cached: tuple[DataFrame, ...] = ()
 
     def release(self) -> None:
@@ -539,6 +538,5 @@ def build_silver(
         transitions=_transitions(treat, obs, outs, patients, index, settings),
         rejected_events=_rejected(annotated),
         outcome_counts=_counts(annotated),
-        trajectories=index,
         cached=(overflow, treat, patients, obs, outs),
     )

@@ -56,12 +56,9 @@ def _matrix(column: pa.ChunkedArray | pa.Array, rows: int, name: str) -> np.ndar
     return flat.reshape(rows, d)
 
 
-def transitions_to_arrow(transitions: Any, patient_ids: Any = None) -> pa.Table:
-    """Arrow rows with the silver ``transitions`` columns from a core Transitions batch.
-
-    ``patient_ids`` (T,) strings default to ``"p<traj_index>"``. Used to load simulated batches
-    into the lake directly (tests, benchmarks).
-    """
+def transitions_to_arrow(transitions: Any) -> pa.Table:
+    """Arrow rows with the silver ``transitions`` columns from a core Transitions batch (patient
+    ``p<traj_index>``): simulated batches loaded into the lake directly (tests, benchmarks)."""
     import pyarrow as pa
 
     tr = transitions
@@ -73,7 +70,7 @@ def transitions_to_arrow(transitions: Any, patient_ids: Any = None) -> pa.Table:
         offsets = pa.array(np.arange(0, (T + 1) * d, d, dtype=np.int32))
         return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(a).reshape(-1)), type=list_type)
 
-    pids = patient_ids if patient_ids is not None else np.char.add("p", tr.traj_index.astype(str))
+    pids = np.char.add("p", tr.traj_index.astype(str))
     return pa.table({
         "patient_id": pa.array(np.asarray(pids, dtype=str)),
         "traj_index": pa.array(tr.traj_index.astype(np.int64)),
