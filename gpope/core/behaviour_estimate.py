@@ -1,24 +1,20 @@
 """A behaviour policy estimated privately: propensities for an extract that logged none.
 
-For tabular states (integer state index ``s`` in ``0..S-1``, :class:`gpope.core.features.
-TabularFeatures`) the behaviour policy is estimated from noisy visit counts per (state, action):
+For tabular states (``0..S-1``) the behaviour policy is estimated from noisy visit counts:
 
-1. each trajectory's count row ``k_i[s, a] = norm_i * #{t: s_t = s, a_t = a}`` (``norm_i`` the
-   spec's normalisation, ``1 / length_scale``: a row's L2 norm is at most ``tau_i / L <= 1``);
+1. each trajectory's count row ``k_i[s, a] = norm_i * #{t: s_t = s, a_t = a}`` (``norm_i =
+   1 / length_scale``: a row's L2 norm is at most ``tau_i / L <= 1``);
 2. the clip ``c`` is a private ``clip_quantile`` of the rows' norms (one noisy histogram on a
-   public log grid topped by 1, sensitivity 1, :func:`gpope.core.untuned.release.upper_quantile`);
-3. the sum of the rows clipped to ``c`` plus ``N(0, (sigma c)^2)`` per cell (sensitivity ``c``
-   under add/remove-one);
-4. ``mu^(a|s) = (max(N~(s, a), 0) + alpha) / sum_a' (max(N~(s, a'), 0) + alpha)`` with the
-   pseudo-count ``alpha = prior_stds * sigma c`` (post-processing of released numbers only): a
-   cell the noise hides gets the prior's share, never a zero propensity.
+   public log grid topped by 1, sensitivity 1);
+3. the sum of the rows clipped to ``c`` plus ``N(0, (sigma c)^2)`` per cell (sensitivity ``c``);
+4. ``mu^(a|s) = (max(N~(s, a), 0) + alpha) / sum_a' (max(N~(s, a'), 0) + alpha)``, pseudo-count
+   ``alpha = prior_stds * sigma c`` (post-processing): a cell the noise hides gets the prior's
+   share, never a zero propensity.
 
-Then the value route runs unchanged with ``rho = pi / mu^`` (clamped to the spec's public
-``importance_weight_bound``). Accounting: ``ComposedDpEvent([histogram, counts])``
-(:func:`behaviour_dp_event`), one more part of the run's composed event. The estimate's error
-(sampling and noise) is NOT carried into the value intervals: they are conditional on ``mu^``,
-so they cover a policy whose action weights are ``pi mu / mu^``. docs/RESULTS.md ("Without
-logged propensities") measures what that costs.
+The value route then runs with ``rho = pi / mu^`` (clamped to ``importance_weight_bound``).
+Accounting: ``ComposedDpEvent([histogram, counts])`` (:func:`behaviour_dp_event`), one more part
+of the run's event. The estimate's error is NOT carried into the value intervals: they are
+conditional on ``mu^`` (they cover a policy whose action weights are ``pi mu / mu^``).
 """
 
 from __future__ import annotations
