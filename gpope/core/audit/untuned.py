@@ -1,38 +1,25 @@
-"""Empirical privacy audit of the tuning-free default's SSP release (:mod:`gpope.core.untuned.release`).
+"""Empirical privacy audit of the tuning-free default's releases (:mod:`gpope.core.untuned`).
 
-The default releases the sums of the weighted rows ``[A_i, b_i, w C_i]`` (``w`` the settings'
-``second_moment_weight``) clipped to its clip ``c``, plus Gaussian noise at the SSP multiplier of
-its plan, and divides C by ``w`` again (noise ``sigma c`` on A and b, ``sigma c / w`` on C). The
-audit runs the real pieces: the multipliers of :func:`gpope.core.untuned.release.plan_untuned` for a
-default run at the claimed (epsilon, delta), the summing kernel of the release
-(:func:`gpope.core.untuned.release._sum_kernel` with :func:`~gpope.core.ssp.c_block_scale`)
-and its noise step (:func:`~gpope.core.untuned.release.release_weighted_sums`), on two neighbouring data
-sets (add/remove-one, the default's adjacency):
+The SSP release: the sums of the weighted rows ``[A_i, b_i, w C_i]`` clipped to ``c``, plus
+Gaussian noise, C divided by ``w`` again (noise ``sigma c`` on A and b, ``sigma c / w`` on C). The
+audit runs the real pieces (the multipliers of :func:`~gpope.core.untuned.release.plan_untuned`
+at the claim, the release's summing kernel and noise step) on two add/remove neighbours: D0 =
+base records that never visit the last feature plus an all-zero record; D1 = the same plus a
+canary whose only entry is ``C_kk = G = canary_scale * c``, released as ``c / w`` on ``C_kk``, so
+a release that noised C as if unweighted shows at once. The clip is public here (given the
+privately released clip, the SSP step is this Gaussian mechanism); the claim is the whole
+default run's.
 
-* D0: base records whose last feature is never visited (zero last rows and columns of A and C,
-  zero last b) plus an all-zero record (the same as absent);
-* D1: the same base plus a canary whose only entry is ``C_kk = G``, ``G = canary_scale * c``
-  (k the last feature): weighted ``w G``, clipped to ``c``, released as ``c / w`` on ``C_kk``.
+The refinement (``release="residual"``): the clipped residuals' sum and moment vectors, noise
+``s_sum c_r`` and ``s_mom c_r^2``, ``theta^`` (a fixed public draw) and ``c_r`` (``clip``) public.
+The canary is ``b_k = G``: its residual is ``G e_k`` whatever ``theta^``. This release carries too
+little of a run's mu^2 for a factor-2 error in it to break the run's claim measurably, so its
+claim is its own: the epsilon certified for ``GaussianDpEvent(s_residual)`` alone.
 
-So the canary sits in the block whose noise the weight rescales: a release that clipped the
-weighted row but noised C as if unweighted shows at once. The clip is public here (given the
-privately released clip, the SSP step is this Gaussian mechanism). The statistic is the
-Neyman-Pearson log-likelihood ratio of the released ``C_kk`` under the CLAIMED noise; thresholds
-and Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`. The claim is the whole default
-run's (epsilon, delta): the SSP release is one of its releases, so it alone must stay below it.
-
-The refinement (``release="residual"``): the sum of the residuals ``b_i - A_i theta^`` clipped
-to ``c_r`` and of their moment vectors, with noise ``s_sum c_r`` and ``s_mom c_r^2``
-(:func:`~gpope.core.untuned.release.release_residuals`). ``theta^`` (post-processing of the SSP
-release: here a fixed draw) and ``c_r`` (``clip``) are public. The canary is ``b_k = G``: its
-residual is ``G e_k`` whatever ``theta^``, clipped to ``c_r e_k``; the statistic is the
-likelihood ratio of the released ``r_k`` and ``(r r^T)_kk``. This release carries too little of
-a run's mu^2 for a factor-2 error in it to break the run's claim measurably, so its claim is its
-own: the epsilon the accountant certifies for ``GaussianDpEvent(s_residual)`` alone.
-
-Broken mechanisms (test-only keywords): ``_noise_scale`` scales the noise (0.5: the factor-2
-error); ``_unweighted_c_noise`` (SSP only) draws C's noise at ``sigma c`` instead of
-``sigma c / w``.
+Both statistics are Neyman-Pearson log-likelihood ratios under the CLAIMED noise; thresholds and
+Clopper-Pearson bounds as in :mod:`gpope.core.audit.gpope`. Broken mechanisms (test-only):
+``_noise_scale`` scales the noise; ``_unweighted_c_noise`` (SSP only) draws C's noise at
+``sigma c`` instead of ``sigma c / w``.
 """
 
 from __future__ import annotations
