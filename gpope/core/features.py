@@ -262,7 +262,6 @@ class TabularFeatures:
 
     @property
     def n_features(self) -> int:
-        """n = n_states."""
         return self.n_states
 
     @property
@@ -308,7 +307,6 @@ class TabularFeatures:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "tabular", "n_states": n}`` or ``{"kind": "tabular", "variables": [...]}``."""
         if self.variables is not None:
             return {"kind": "tabular", "variables": self.variables.to_list()}
         return {"kind": "tabular", "n_states": self.n_states}
@@ -375,7 +373,6 @@ class OneHotFeatures:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "one_hot", "variables": [[name, levels], ...], "constant": bool}``."""
         return {"kind": "one_hot", "variables": self.variables.to_list(),
                 "constant": self.constant}
 
@@ -445,7 +442,6 @@ class FourierFeatures:
         return np.cos(np.pi * (x @ self._coefficients.T))
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "fourier", "order", "low", "high", "max_coupling"}``."""
         return {
             "kind": "fourier",
             "order": self.order,
@@ -469,7 +465,6 @@ class ConstantIdentityFeatures:
 
     @property
     def n_features(self) -> int:
-        """n = d + 1."""
         return len(self.low) + 1
 
     def __call__(self, states: np.ndarray) -> np.ndarray:
@@ -478,7 +473,6 @@ class ConstantIdentityFeatures:
         return np.concatenate([np.ones((x.shape[0], 1)), x], axis=1)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "constant_identity", "low", "high"}``."""
         return {"kind": "constant_identity", "low": list(self.low), "high": list(self.high)}
 
 

@@ -162,24 +162,21 @@ def bootstrap_interval(
 ) -> tuple[np.ndarray, Interval]:
     """SSP estimate and its parametric-bootstrap interval: (theta, Interval of transform(theta)).
 
-    The bootstrap world takes the release as the population: ``A* = A~`` and ``b* = A~ theta^``
-    (fixed point ``theta^``); each of ``draws`` replays adds the data's sampling variability
-    ``z ~ N(0, Sigma_r)`` to ``b`` (``Sigma_r`` = :meth:`NoisyMoments.covariance`, the sandwich
-    meat of the LSTD fixed point), the privacy noise exactly as the mechanism draws it (iid
-    ``N(0, (sigma clip)^2)`` on every entry of A and b, and on ``C``'s diagonal, so the support is
-    redrawn too), then the same solver. The interval is the basic (pivotal) bootstrap
+    The bootstrap world takes the release as the population (``A* = A~``, ``b* = A~ theta^``);
+    each of ``draws`` replays adds the sampling variability ``z ~ N(0, Sigma_r)`` to ``b``
+    (``Sigma_r`` = :meth:`NoisyMoments.covariance`; ``moments=None``: none) and the privacy noise
+    exactly as the mechanism draws it (on every entry of A and b, and on ``C``'s diagonal, so the
+    support is redrawn too), then the same solver. The interval is the basic (pivotal) bootstrap
     ``[2 g^ - q_hi, 2 g^ - q_lo]`` of ``g* = transform(theta*)``, which also corrects the solver's
-    regularisation bias to first order; the one-sided bound is ``2 g^ - q_level``; ``se`` is the
-    sd of ``g*``. ``moments=None``: privacy noise only.
+    bias to first order; the one-sided bound is ``2 g^ - q_level``; ``se`` is the sd of ``g*``.
 
-    ``identification=True``: when the supported block of ``A~`` is not
+    ``identification``: where the supported block of ``A~`` is not
     :func:`separated_from_singular`, every quantity that depends on a supported feature is
-    unbounded and ``Interval.unidentified`` is True. With ``value_bounds`` (tabular features: every
-    coordinate of theta is a state's value in that public range) identification is judged per
-    quantity: the least-visited supported features are set aside until the rest ``S`` passes
-    (:func:`strong_candidates`), theta is solved on ``S`` with the others at the range's midpoint,
-    and the ends of a quantity that depends on ``S`` only move out by :func:`weak_bias`; the others
-    stay unbounded.
+    unbounded (``Interval.unidentified``). With ``value_bounds`` (tabular features: every coordinate
+    of theta is a state's value in that public range) this is judged per quantity: the least-visited
+    features are set aside until the rest ``S`` passes (:func:`strong_candidates`), theta is solved
+    on ``S`` with the others at the range's midpoint, and the ends of a quantity that depends on
+    ``S`` only move out by :func:`weak_bias`; the others stay unbounded.
 
     Guarantee: post-processing of the releases only (``rng`` draws public bootstrap noise);
     ``lower <= upper`` and ``lower_bound >= lower``; deterministic for a given ``rng``."""

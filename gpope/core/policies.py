@@ -91,7 +91,6 @@ class UniformPolicy:
         return np.full((n, self.n_actions), 1.0 / self.n_actions)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "uniform", "n_actions": A}``."""
         return {"kind": "uniform", "n_actions": self.n_actions}
 
 
@@ -114,7 +113,6 @@ class FixedActionPolicy:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "fixed_action", "action": a, "n_actions": A}``."""
         return {"kind": "fixed_action", "action": self.action, "n_actions": self.n_actions}
 
 
@@ -178,7 +176,6 @@ class TabularPolicy:
         return self.probs[idx]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "tabular", "probs": [[...], ...]}`` (plus ``"variables"`` when declared)."""
         if self.variables is not None:
             return {"kind": "tabular", "variables": self.variables.to_list(),
                     "probs": self.probs.tolist()}
@@ -242,7 +239,6 @@ class LinearQ:
         return self.feature_map(_as_states(states)) @ self.weights.T
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "linear_q", "weights": [[...]], "feature_map": {...}}``."""
         return {
             "kind": "linear_q",
             "weights": self.weights.tolist(),
@@ -275,7 +271,6 @@ class EpsilonGreedyPolicy:
         return self.epsilon / self.n_actions + (1.0 - self.epsilon) * greedy
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "epsilon_greedy", "epsilon": e, "q": {...}}``."""
         return {"kind": "epsilon_greedy", "epsilon": self.epsilon, "q": self.q.to_dict()}
 
 
@@ -305,7 +300,6 @@ class SoftmaxPolicy:
         return z / z.sum(axis=1, keepdims=True)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "softmax", "temperature": t, "q": {...}}``."""
         return {"kind": "softmax", "temperature": self.temperature, "q": self.q.to_dict()}
 
 

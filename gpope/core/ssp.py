@@ -187,7 +187,6 @@ class NoisyStatistics:
 
     @property
     def groups(self) -> int:
-        """K."""
         return int(self.sums.shape[0])
 
     @property

@@ -8,15 +8,17 @@ import json
 import mlflow
 import numpy as np
 import pytest
+from dp_accounting.rdp import RdpAccountant
 
 from gpope.config import load_config
+from gpope.core.accounting import RDP_ORDERS
 from gpope.core.envs import mountaincar
 from gpope.core.evaluation.settings import SettingsLayer
 from gpope.core.gpope.solver import GPOPEConfig
 from gpope.core.policies import importance_ratios
 from gpope.core.spec import EvaluationSpec
 from gpope.core.statistics import statistics_from_transitions
-from gpope.core.tuning.private import composed_epsilon, plan_private_tuning, tune_privately
+from gpope.core.tuning.private import plan_private_tuning, tune_privately
 from gpope.errors import ConfigError
 from gpope.shell import lake
 from gpope.shell.evaluate.run import run_evaluate
@@ -92,7 +94,7 @@ def test_seeded_tuned_run_equals_the_core_and_is_charged_once(spark, setup):
     np.testing.assert_allclose(report.theta, core.theta, rtol=1e-8, atol=1e-12)
     assert report.sigma == pytest.approx(plan.gpope_sigma)
     assert report.spent_epsilon == pytest.approx(plan.epsilon_spent) and report.spent_epsilon <= 2.0
-    assert composed_epsilon(plan.dp_event, 1e-5, "rdp") <= 2.0
+    assert RdpAccountant(orders=RDP_ORDERS).compose(plan.dp_event).get_epsilon(1e-5) <= 2.0
     assert report.tuning["clip"] == pytest.approx(core.config.clip)
     assert report.tuning["step_size"] == pytest.approx(core.config.step_size)
     assert report.tuning["runs"] == len(settings.step_multipliers) * len(settings.clip_multipliers)

@@ -1,31 +1,25 @@
 """Secure noise (opt-in, like Opacus' ``secure_mode``): OS-CSPRNG discrete Gaussian on a public grid.
 
-Two weaknesses of textbook floating-point Gaussian noise are closed here:
-
-* **Predictable generator.** numpy's PCG64 is not a cryptographic generator, and a user seed
-  makes the noise reproducible. Secure noise takes every random bit from the OS CSPRNG
-  (``os.urandom``) and refuses a seed (:func:`check_no_seed`).
-* **Floating-point leakage** (Mironov 2012; Jin et al. 2022): ``value + noise`` in doubles has a
-  data-dependent set of reachable bit patterns. Secure noise works on a public grid ``gamma``:
-  the clipped sum is rounded to the grid, the noise is ``gamma * Z`` with ``Z`` drawn from the
-  discrete Gaussian ``N_Z(0, (std / gamma)^2)`` (Canonne, Kamath, Steinke 2020, Algorithm 3), so
-  every released coordinate is an integer multiple of ``gamma``.
+It closes two weaknesses of textbook floating-point Gaussian noise: a predictable or seeded
+generator (every random bit comes from ``os.urandom``, and :func:`check_no_seed` refuses a seed),
+and floating-point leakage (Mironov 2012; Jin et al. 2022: the low bits of ``value + noise`` in
+doubles can reveal the value). The clipped sum is rounded to a public grid ``gamma`` and the
+noise is ``gamma * Z``, ``Z`` from the discrete Gaussian ``N_Z(0, (std / gamma)^2)`` (Canonne,
+Kamath, Steinke 2020, Algorithm 3), so every released coordinate is a multiple of ``gamma``.
 
 Privacy. The discrete Gaussian's Renyi divergences are at most the continuous Gaussian's with the
 same variance (CKS 2020, Prop. 5 and Thm. 14), so an RDP accountant of the continuous mechanism
-applies with the sensitivity increased by the rounding (``h -> h + gamma sqrt(d)``,
-:func:`rounding_inflation`). Covered: RDP of a single release and of sampling without
-replacement (Wang, Balle, Kasiviswanathan 2019, Thm. 27, any base mechanism). NOT covered: PLD
-and dp-accounting's Poisson-subsampled RDP (both computed for the continuous Gaussian), hence
+applies with the sensitivity raised by the rounding (``h -> h + gamma sqrt(d)``,
+:func:`rounding_inflation`): RDP of a single release and of sampling without replacement (Wang,
+Balle, Kasiviswanathan 2019, Thm. 27, any base mechanism). NOT covered: PLD and dp-accounting's
+Poisson-subsampled RDP (both computed for the continuous Gaussian), hence
 :data:`gpope.core.evaluation.settings.SECURE_NOISE_REFUSAL`.
 
-Exact sampling (no implementation term in delta). Every probability is an exact rational and
-every random choice an exact uniform integer from the OS CSPRNG (CKS Algorithms 1-3, vectorised
-in int64 and continued in Python integers wherever a fraction would not fit), so the output's
-law is exactly ``N_Z(0, s^2)`` with ``s^2 = a / b`` the rational just above ``(std / gamma)^2``:
-the release is exactly the mechanism the accountant certifies. Each released value gets ONE
-discrete Gaussian draw per coordinate (no sum of discrete Gaussians stands in for one). The
-default grid is ``std * 2^-12`` (:func:`default_grid`).
+Exact sampling (no implementation term in delta): every probability is an exact rational and
+every random choice an exact uniform integer (CKS Algorithms 1-3 in int64, continued in Python
+integers where a fraction would not fit), so the law is exactly ``N_Z(0, s^2)``, ``s^2 = a / b``
+the rational just above ``(std / gamma)^2``. Each released value gets ONE discrete Gaussian draw
+per coordinate. The default grid is ``std * 2^-12`` (:func:`default_grid`).
 """
 
 from __future__ import annotations

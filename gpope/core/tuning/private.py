@@ -51,7 +51,7 @@ from gpope.core.validation import check_choice, check_int, check_number, check_p
 from gpope.errors import AccountingError, ConfigError
 
 __all__ = ["Candidate", "PrivateTuningPlan", "PrivateTuningResult", "PrivateTuningSettings",
-           "composed_epsilon", "gaussian_sigma", "operator_norm", "plan_private_tuning",
+           "gaussian_sigma", "operator_norm", "plan_private_tuning",
            "tune_privately"]
 
 _XTOL = 2e-3  # relative precision of the sigma bisections
@@ -62,14 +62,6 @@ _SIGMA_MAX = 1e5
 def _epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str) -> float:
     return implementation(accountant).event_epsilon(
         event, delta, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-
-
-def composed_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = REFERENCE
-                     ) -> float:
-    """Epsilon at ``delta`` of ``event`` under add/remove-one adjacency (dp-accounting)."""
-    check_choice("composed_epsilon", "accountant", accountant, composing_accountants())
-    d = check_number("composed_epsilon", "delta", delta, gt=0.0, lt=1.0)
-    return _epsilon(event, d, accountant)
 
 
 def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
@@ -154,8 +146,8 @@ def plan_private_tuning(*, m: int, iterations: int, batch_rate: float, epsilon: 
                         accountant: str = REFERENCE) -> PrivateTuningPlan:
     """Calibrate every noise multiplier so the composed run meets (epsilon, delta).
 
-    Guarantee: ``composed_epsilon(plan.dp_event, delta, accountant) <= epsilon`` (the GPOPE sigma
-    to 0.2 %); a tighter accountant searches below the RDP answer.
+    Guarantee: the epsilon ``accountant`` certifies for ``plan.dp_event`` is at most ``epsilon``
+    (the GPOPE sigma to 0.2 %); a tighter accountant searches below the RDP answer.
 
     Raises:
         ConfigError: invalid inputs.
