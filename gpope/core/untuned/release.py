@@ -2,45 +2,40 @@
 
 A spec without an ``evaluation:`` block (own data: no public simulator to tune on) gets this
 release. Every data-dependent choice is made privately inside the run's (epsilon, delta), from
-the spec's public bounds and four Gaussian releases over the per-trajectory statistics
-``v_i = [vec A_i, b_i, vec C_i]``:
+the spec's public bounds and four Gaussian releases over ``v_i = [vec A_i, b_i, vec C_i]``:
 
-1. **Clip by a private quantile.** One noisy histogram of the norms of the weighted rows
-   ``w_i = [vec A_i, b_i, w vec C_i]`` (``w = second_moment_weight``) on a public log grid
-   (:mod:`gpope.core.mechanisms.quantile`) topped by the worst-case norm the spec's bounds allow
-   (:func:`statistics_norm_bound`); the clip ``c`` is its ``clip_quantile``.
-2. **SSP** (:mod:`gpope.core.ssp`): the sums of the weighted rows clipped to ``c`` plus Gaussian
-   noise, C divided by w again (noise ``sigma c`` on A and b, ``sigma c / w`` on C, which only
-   decides the support); ``theta^`` = the unregularised LSTD solve on the supported features.
-3. **Residual clip by a private quantile.** One noisy histogram of ``||b_i - A_i theta^||`` on
-   the grid topped by ``statistics_norm_bound * sqrt(1 + ||theta^||^2)`` (Cauchy-Schwarz);
-   ``c_r`` leaves at most ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows
-   above (:func:`residual_quantile`): the rows cut bias the refinement, so their number is tied
-   to the noise, not to m.
-4. **Refinement.** The sum of the residuals clipped to ``c_r`` and of their outer products (the
-   moments), plus Gaussian noise. The residual sum is ``R = A (theta_LSTD - theta^)``, so
-   ``theta = theta^ + A~^-1 R~`` removes the first-order error that the noise on A leaves in
-   ``theta^``; what remains is at the scale ``c_r``, far below ``c ||theta||``.
+1. **Clip by a private quantile** of the norms of ``[vec A_i, b_i, w vec C_i]`` (``w =
+   second_moment_weight``): one noisy histogram on a public log grid topped by the worst-case
+   norm the spec's bounds allow (:func:`statistics_norm_bound`).
+2. **SSP**: the clipped weighted sums plus Gaussian noise, C divided by w again (noise ``sigma c``
+   on A and b, ``sigma c / w`` on C, which only decides the support); ``theta^`` = the
+   unregularised LSTD solve on the supported features.
+3. **Residual clip by a private quantile** of ``||b_i - A_i theta^||`` on the grid topped by
+   ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``, leaving at most ``min((1 -
+   residual_quantile) m, residual_tail_stds sigma_q)`` rows above (:func:`residual_quantile`): the
+   rows cut bias the refinement, so their number is tied to the noise, not to m.
+4. **Refinement.** The clipped residuals' sum and outer products (the moments) plus Gaussian
+   noise. The residual sum is ``R = A (theta_LSTD - theta^)``, so ``theta = theta^ + A~^-1 R~``
+   removes the first-order error the noise on A leaves in ``theta^``; what remains is at the
+   scale ``c_r``, far below ``c ||theta||``.
 
-The interval is the delta method: ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
-A~^-T`` (sampling, the residual release's noise, the noise on A), each end moved out by
-:func:`second_order_widths`, a bound on what the delta method leaves out. It is unbounded where
-the identification test cannot separate the noisy A from a singular one
-(:func:`gpope.core.intervals.separation`) or that bound does not hold; under tabular features
-this is judged per value (:mod:`gpope.core.untuned.weak`). The bias of clipping the largest
-residuals to ``c_r`` is not bounded in the interval (the spec's worst case is far above the
-clip); step 3 keeps it on the noise's scale. Values and finite ends are clamped into
-:func:`value_range` (post-processing).
+The interval is the delta method, ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
+A~^-T``, each end moved out by :func:`second_order_widths` (what the delta method leaves out);
+unbounded where the identification test cannot separate the noisy A from a singular one or that
+bound fails, judged per value under tabular features (:mod:`gpope.core.untuned.weak`). The bias
+of clipping the largest residuals is not bounded in the interval (the spec's worst case is far
+above the clip); step 3 keeps it on the noise's scale. Values and finite ends are clamped into
+:func:`value_range`.
 
-Every step reads the statistics only through an ``aggregate(kernel, width)`` callback
-(:func:`release_untuned`): the pipeline passes a Spark aggregate, :func:`release_untuned_rows`
-the rows in memory, so both run the very same arithmetic.
+Every step reads the statistics only through an ``aggregate(kernel, width)`` callback: the
+pipeline passes a Spark aggregate, :func:`release_untuned_rows` the rows in memory, so both run
+the very same arithmetic.
 
 Accounting (add/remove-one; m public): the histograms have sensitivity 1, the SSP sums ``c``,
 the residual sum ``c_r`` and the moments ``c_r^2``; their composition is exactly one Gaussian
 mechanism (``1/sigma^2 = sum_j 1/sigma_j^2``), so one multiplier is calibrated by the run's
-accountant and each release takes a share of its privacy loss ``mu^2`` (:func:`plan_untuned`);
-the run's event is :func:`untuned_dp_event`.
+accountant and each release takes a share of its privacy loss ``mu^2`` (:func:`plan_untuned`,
+:func:`untuned_dp_event`).
 """
 
 from __future__ import annotations
