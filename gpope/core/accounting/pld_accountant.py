@@ -76,12 +76,9 @@ _COARSE_XTOL = 0.01  # the coarse root only seeds the fine phase: 1 % in sigma i
 
 
 def _extrapolate(values: list[float]) -> float | None:
-    """The next finer grid's epsilon from four grids' (coarse to fine), or None.
-
-    The differences between successive grids shrink roughly geometrically with a ratio that
-    itself shrinks: the next ratio is taken as ``r2^2 / r1`` (capped at 0.9). Only a prediction
-    that seeds the fine phase; nothing is certified by it.
-    """
+    """The next finer grid's epsilon predicted from four grids' (coarse to fine), or None: the
+    differences shrink roughly geometrically, the next ratio taken as ``r2^2 / r1`` (at most 0.9).
+    A seed for the fine phase only; nothing is certified by it."""
     if len(values) != 4 or not all(math.isfinite(v) for v in values):
         return None
     d = [values[i - 1] - values[i] for i in range(1, 4)]
@@ -103,13 +100,10 @@ def _slope(seen: dict[float, float], sigma: float, epsilon: float,
 
 def _refine(fine: Callable[[float], float], slope: float, sigma: float, epsilon: float,
             predicted: float, evaluations: int = 3) -> float:
-    """Lower ``sigma`` (certified on a coarser grid) to the root on ``fine`` in a few evaluations.
-
-    ``predicted`` is the fine-grid epsilon expected at ``sigma`` (:func:`_extrapolate`, or the
-    fine value itself). Newton steps in (log sigma, log eps) with ``slope`` measured on the
-    coarse grid (nearly the same curve), then secant steps on the fine values. Returns the
-    smallest evaluated sigma that ``fine`` certifies; ``sigma`` itself when none is.
-    """
+    """Lower ``sigma`` (certified on a coarser grid) to the root on ``fine`` in a few evaluations:
+    Newton steps in (log sigma, log eps) from the ``predicted`` fine-grid epsilon with the coarse
+    grid's ``slope``, then secant steps; the smallest evaluated sigma ``fine`` certifies (``sigma``
+    itself when none is)."""
     if not (math.isfinite(slope) and slope < 0.0 and math.isfinite(predicted)):
         return sigma
     x0, y0 = math.log(sigma), log_gap(predicted, epsilon)

@@ -66,12 +66,9 @@ def _deltas(loss: plm.GaussianPrivacyLoss, eps: np.ndarray) -> np.ndarray:
 
 
 def step_pmfs(batch_rate: float, sigma: float, interval: float) -> tuple[pld_pmf.PLDPmf, ...]:
-    """The per-step (remove, add) PMFs of dp-accounting's ``from_gaussian_mechanism``.
-
-    Sensitivity 1, connect-the-dots, pessimistic, log mass truncation -50: the PMFs that
-    ``PLDAccountant`` builds for ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` under
-    add/remove adjacency at grid ``interval`` (one symmetric PMF when ``batch_rate`` is 1).
-    """
+    """The per-step (remove, add) PMFs ``PLDAccountant`` builds for ``PoissonSampledDpEvent(q,
+    GaussianDpEvent(sigma))`` under add/remove at grid ``interval`` (sensitivity 1,
+    connect-the-dots, pessimistic, log mass truncation -50; one symmetric PMF when q is 1)."""
     if batch_rate >= 1.0:
         return (privacy_loss_distribution.from_gaussian_mechanism(
             standard_deviation=sigma, value_discretization_interval=interval)._pmf_remove,)
@@ -88,12 +85,9 @@ def step_pmfs(batch_rate: float, sigma: float, interval: float) -> tuple[pld_pmf
 
 def _connect_dots(interval: float, lower: int, upper: int,
                   deltas: np.ndarray) -> pld_pmf.PLDPmf:
-    """``create_pmf_pessimistic_connect_dots_fixed_gap`` without its detour through a dict.
-
-    Above 1000 points dp-accounting builds a Python dict of every point and converts it back to
-    an array; the probabilities here are its formulas (Doroshenko et al. 2022, Algorithm 1) on
-    the array directly. Small supports go through dp-accounting itself (sparse PMF).
-    """
+    """``create_pmf_pessimistic_connect_dots_fixed_gap`` on the array directly (Doroshenko et al.
+    2022, Algorithm 1; dp-accounting detours through a dict above 1000 points); small supports go
+    through dp-accounting itself (sparse PMF)."""
     if upper - lower + 1 <= _SPARSE_MAX:
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(interval, lower, upper,
                                                                       deltas)
@@ -109,13 +103,9 @@ def _connect_dots(interval: float, lower: int, upper: int,
 
 
 def _convolve_bounds(probs: np.ndarray, count: int) -> tuple[int, int]:
-    """dp-accounting's ``compute_self_convolve_bounds(probs, count, TAIL_MASS)``, vectorised.
-
-    The Chernoff bound at orders ``k / len(probs)``, k = +-1..20: the ``count``-fold sum's mass
-    above ``upper`` and below ``lower`` is at most ``TAIL_MASS / 2`` each. The moment generating
-    function ``sum_i probs_i exp(i k / len)`` has exponents in [-20, 20], so it is summed
-    directly (no log-sum-exp shift is needed); blocks of points bound the memory.
-    """
+    """dp-accounting's ``compute_self_convolve_bounds(probs, count, TAIL_MASS)``, vectorised: the
+    Chernoff bound at orders ``k / len(probs)``, k = +-1..20 (exponents in [-20, 20]: summed
+    directly), mass above ``upper`` and below ``lower`` at most ``TAIL_MASS / 2`` each."""
     n = len(probs)
     orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
     mgf = np.zeros(len(orders))
@@ -169,16 +159,11 @@ def _dense_self_compose(pmf: pld_pmf.DensePLDPmf, count: int) -> pld_pmf.DensePL
 
 
 def self_compose(pmf: pld_pmf.PLDPmf, count: int) -> pld_pmf.DensePLDPmf:
-    """``pmf`` composed ``count`` times, as dense, with dp-accounting's truncation.
-
-    A sparse PMF (at most 1000 points) composed many times goes in two stages instead of
-    dp-accounting's one (whose dense-vs-sparse test computes the Python integer
-    ``size ** count``, millions of digits, at N = 1e6): ``a`` sparse self-compositions (just
-    enough for the result to turn dense), then that dense PMF composed ``count // a`` times,
-    then the remaining ``count % a`` steps. Every stage truncates pessimistically (dropped tail
-    mass goes to the infinity mass), so the result is a valid upper bound; it agrees with the
-    one-stage composition to ~1e-9 relative.
-    """
+    """``pmf`` composed ``count`` times, as dense, with dp-accounting's truncation. A sparse PMF
+    composed many times goes in stages (dp-accounting's dense-vs-sparse test computes ``size **
+    count``, millions of digits, at N = 1e6): ``a`` sparse self-compositions until dense, that
+    composed ``count // a`` times, then ``count % a`` steps. Every stage truncates pessimistically
+    (dropped tail mass goes to the infinity mass), so the result is a valid upper bound."""
     size = pmf.size
     if isinstance(pmf, pld_pmf.DensePLDPmf):
         return _dense_self_compose(pmf, count)
@@ -194,12 +179,8 @@ def self_compose(pmf: pld_pmf.PLDPmf, count: int) -> pld_pmf.DensePLDPmf:
 
 
 def epsilon_for_delta(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
-    """``pmf.get_epsilon_for_delta(delta)``: the smallest epsilon with divergence <= delta.
-
-    The same scan as dp-accounting's (losses from the top down, accumulating the upper mass and
-    the ``exp(-loss)``-weighted lower mass in the same order), done in blocks of cumulative sums.
-    Returns inf when the infinity mass alone exceeds ``delta``.
-    """
+    """``pmf.get_epsilon_for_delta(delta)``: dp-accounting's scan (losses from the top down) in
+    blocks of cumulative sums; inf when the infinity mass alone exceeds ``delta``."""
     mass_upper = pmf._infinity_mass
     if mass_upper > delta:
         return math.inf
