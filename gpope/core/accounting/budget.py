@@ -105,11 +105,8 @@ def row_key(kind: str, run_id: str, status: str) -> str:
 
 @dataclass(frozen=True)
 class LedgerEntry(_LedgerFields):
-    """The current state of one run in the ledger.
-
-    ``admitted``: the ledger's commit-order decision for its reservation; a run that was not
-    admitted never draws noise, and its spend is not counted.
-    """
+    """The current state of one run in the ledger; ``admitted``: the commit-order decision for its
+    reservation (a run not admitted never draws noise, and its spend is not counted)."""
 
     charged_epsilon: float = 0.0
     charged_delta: float = 0.0
@@ -287,12 +284,9 @@ def _replay(rows: Sequence[LedgerRow], default: Budget, composition: str
 
 def admits(rows: Sequence[LedgerRow], candidate: LedgerRow, *, default: Budget,
            composition: str) -> bool:
-    """Is ``candidate`` (a reservation) admitted after ``rows``, by the commit-order rule?
-
-    With ``candidate.version`` unset it is treated as committed after every row; the shell
-    calls this before its append (the check) and after it, with the version its commit got
-    (the decision).
-    """
+    """Is ``candidate`` (a reservation) admitted after ``rows``, by the commit-order rule? Unset
+    ``candidate.version``: committed after every row (the shell's check before its append; after
+    it, with the version its commit got, the decision)."""
     if candidate.version == UNKNOWN_VERSION:
         candidate = replace(candidate, version=_PENDING)
     _, runs = _replay([*rows, candidate], default, composition)

@@ -102,14 +102,9 @@ def _rdp_epsilons(event: Any, relation: dp_accounting.NeighboringRelation
 def epsilon_under(event: dp_accounting.DpEvent, *, charged_relation: str, relation: str,
                   delta: float) -> float | None:
     """The epsilon at ``delta`` of a run whose ``event`` was charged under ``charged_relation``,
-    restated under ``relation`` (module docstring); None where it is not defined (add/remove
-    for a replace-one run).
-
-    Unsampled Gaussian leaves: the exact epsilon of the one Gaussian mechanism they compose to
-    (:func:`gaussian_mu`, :func:`gaussian_epsilon`), its mu doubled from add/remove to
-    replace-one. Sampled events: their RDP epsilon under the same relation; to replace-one, the
-    group-privacy bound of the add/remove RDP epsilon.
-    """
+    restated under ``relation`` (module docstring; None for add/remove from replace-one): unsampled
+    Gaussian leaves by the exact epsilon of the one Gaussian mechanism they compose to, mu doubled
+    to replace-one; sampled events by their RDP epsilon, to replace-one by group privacy."""
     ar = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     named = {"add_or_remove_one": ar, "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}
     if charged_relation not in named or relation not in named:

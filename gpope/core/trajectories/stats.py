@@ -1,19 +1,10 @@
-"""Per-trajectory statistics A_i, b_i, C_i of m trajectories, stored in one of four layouts.
-
-:class:`TrajectoryStats` holds the statistics that GPOPE samples (definitions in
-:mod:`gpope.core.statistics`) and computes the primal-dual gradients of listed trajectories.
-Layouts (identical results, to floating-point rounding):
-
-* ``"dense"``: A, C side by side as one (m, n, 2n) array (one fancy index reads a step's data);
-  gradients cost O(n^2) per trajectory.
-* ``"compact"``: the transition rows (phi_t, e_t = phi_t - gamma phi'_t, rho_t) in CSR layout;
-  gradients cost O(tau_i n).
-* ``"tabular"``: compact with one-hot features stored as state indices; gradients cost O(tau_i).
-* ``"sparse"``: the nonzero entries of each trajectory's [vec A_i, vec C_i] (CSR over
-  trajectories); gradients cost O(nnz_i). Built from storage rows
-  (:meth:`TrajectoryStats.from_sparse_chunks`).
-
-The layouts' array kernels are in :mod:`gpope.core.trajectories.layouts`.
+"""Per-trajectory statistics A_i, b_i, C_i of m trajectories (definitions in
+:mod:`gpope.core.statistics`) in one of four layouts with identical results, to rounding, and
+the primal-dual gradients of listed trajectories: ``"dense"`` (A, C side by side as one (m, n,
+2n) array; O(n^2) a gradient), ``"compact"`` (the transition rows in CSR layout; O(tau_i n)),
+``"tabular"`` (compact with one-hot features as state indices; O(tau_i)) and ``"sparse"`` (each
+trajectory's nonzero entries of [vec A_i, vec C_i]; O(nnz_i)). The layouts' array kernels are
+in :mod:`gpope.core.trajectories.layouts`.
 """
 
 from __future__ import annotations
