@@ -130,16 +130,14 @@ def _refine(fine: Callable[[float], float], slope: float, sigma: float, epsilon:
 def _calibrate_pld(run: RunShape, epsilon: float) -> float:
     """PLD calibration below the RDP answer, certified by the epsilon that epsilon_spent reports.
 
-    1. The RDP sigma (cheap, certified) is an upper end. The adaptive PLD estimate at it picks
-       the finest grid to use; if PLD does not certify even that sigma, RDP is the answer.
-    2. Solve ``pld_epsilon(sigma) = epsilon`` to 1 % for sigma <= sigma_rdp on the grid one
-       ladder step coarser than the finest affordable near the answer (several times cheaper):
-       a certified upper end, near the root, and the local slope of log eps in log sigma.
-    3. Predict the finest grid's epsilon there from the three coarser grids (cheap) and take
-       Newton/secant steps on the finest grid from that prediction (:func:`_refine`): each fine
-       evaluation costs seconds at tiny q, so the search makes as few as it can (one, usually).
-    4. Check the result with the reported epsilon (min of the adaptive PLD and RDP) and raise it
-       if needed, so ``epsilon_spent(calibrate_sigma(e)) <= e`` always holds.
+    1. The RDP sigma (cheap, certified) is an upper end; the adaptive PLD estimate at it picks the
+       finest grid (if PLD does not certify even that sigma, RDP is the answer).
+    2. Solve ``pld_epsilon(sigma) = epsilon`` to 1 % on the grid one step coarser than the finest
+       affordable near the answer: a certified upper end near the root, and the local slope.
+    3. Predict the finest grid's epsilon there from coarser grids and take Newton/secant steps on
+       the finest grid (:func:`_refine`), whose evaluations cost seconds at tiny q.
+    4. Check with the reported epsilon (min of adaptive PLD and RDP) and raise sigma if needed, so
+       ``epsilon_spent(calibrate_sigma(e)) <= e`` always holds.
     """
     m, n, delta, q, grid = run.m, run.iterations, run.delta, run.batch_rate, run.pld_grid
     sigma_rdp = RDP.calibrate(run, epsilon)

@@ -77,19 +77,14 @@ class PrivacyAccountant(Protocol):
 
 @dataclass(frozen=True)
 class AccountantInfo:
-    """One registered accountant: its name, what it covers and where it is implemented.
-
-    Attributes:
-        rigorous: its epsilon is a valid upper bound (False: refused for a release unless
-            ``allow_invalid_accounting``; the ledger then charges :data:`REFERENCE`).
-        discrete_gaussian: its bound also covers the discrete Gaussian of ``--secure-noise``.
-        composes_events: :meth:`PrivacyAccountant.event_epsilon` is available.
-        preference: ``"auto"`` takes the covering rigorous accountant with the highest one.
-        limitation, caveat, limitation_of_bound: the texts of the refusal, of a note beside its
-            results and of why it is not a valid bound.
-        implementation: the :class:`PrivacyAccountant`, or ``"module:attribute"`` (loaded on first
-            use).
-    """
+    """One registered accountant: its name, ``--help`` text, the samplings it covers and where it is
+    implemented (a :class:`PrivacyAccountant`, or ``"module:attribute"`` loaded on first use).
+    ``rigorous`` False: not a valid bound, refused for a release unless ``allow_invalid_accounting``
+    and charged :data:`REFERENCE` by the ledger. ``discrete_gaussian``: its bound also covers
+    ``--secure-noise``. ``composes_events``: :meth:`PrivacyAccountant.event_epsilon` is available.
+    ``"auto"`` takes the covering rigorous one of highest ``preference``. ``limitation``,
+    ``caveat`` and ``limitation_of_bound`` are the texts of its refusal, of a note beside its
+    results and of why it is not a valid bound."""
 
     name: str
     description: str
