@@ -253,12 +253,11 @@ def _require_sql_store(tracking_uri: str | None) -> None:
         )
 
 
-def log_json_artifact(obj: Any, name: str, artifact_path: str | None = None) -> None:
+def log_json_artifact(obj: Any, name: str) -> None:
     """Log ``obj`` as a JSON artifact named ``name`` in the active run (``mlflow.log_dict``)."""
     import mlflow
 
-    target = f"{artifact_path}/{name}" if artifact_path else name
-    mlflow.log_dict(json.loads(json.dumps(obj, sort_keys=True, default=jsonable)), target)
+    mlflow.log_dict(json.loads(json.dumps(obj, sort_keys=True, default=jsonable)), name)
 
 
 def diagnostics_experiment(experiment: str) -> str:
@@ -271,7 +270,6 @@ def log_private_diagnostics(
     metrics: Mapping[str, float],
     *,
     note: str,
-    run_name: str = "private diagnostics (NOT released)",
     tags: Mapping[str, str] | None = None,
     artifacts: Mapping[str, Any] | None = None,
 ) -> str:
@@ -281,6 +279,7 @@ def log_private_diagnostics(
     released run or its experiment. Returns the diagnostics run's id."""
     import mlflow
 
+    run_name = "private diagnostics (NOT released)"
     parent = mlflow.active_run()
     if parent is None:
         raise RuntimeError("log_private_diagnostics needs an active (released) MLflow run")

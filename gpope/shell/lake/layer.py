@@ -158,16 +158,14 @@ class Lake:
     def exists(self, ref: TableRef) -> bool:
         return self.store.exists(self._address(ref))
 
-    def version(self, ref: TableRef, *, hint: str | None = None) -> int:
-        """The table's latest version (0 after its first commit).
-
-        Raises:
-            TableNotFoundError: the table does not exist (``hint`` replaces the default advice).
-        """
-        return self._found(ref, hint, self.store.version)
+    def version(self, ref: TableRef) -> int:
+        """The table's latest version (0 after its first commit; TableNotFoundError naming the
+        stage that creates a missing table)."""
+        return self._found(ref, None, self.store.version)
 
     def history(self, ref: TableRef, *, hint: str | None = None) -> list[HistoryEntry]:
-        """Every commit of the table, oldest first (raises TableNotFoundError as :meth:`version`)."""
+        """Every commit of the table, oldest first (TableNotFoundError as :meth:`version`, with
+        ``hint`` as the advice when given)."""
         return self._found(ref, hint, self.store.history)
 
     # ------------------------------------------------------------------ reads
@@ -185,20 +183,12 @@ class Lake:
         """
         return self._found(ref, hint, lambda at: self.store.read(at, version))
 
-    def read_arrow(
-        self, ref: TableRef, *, version: int | None = None, hint: str | None = None
-    ) -> pa.Table:
+    def read_arrow(self, ref: TableRef, *, version: int | None = None) -> pa.Table:
         """A small table read whole into Arrow on the driver (delta-rs reads it directly)."""
-        return self._found(ref, hint, lambda at: self.store.read_arrow(at, version))
+        return self._found(ref, None, lambda at: self.store.read_arrow(at, version))
 
-    def data_files(
-        self,
-        ref: TableRef,
-        *,
-        version: int | None = None,
-        partition: Mapping[str, PartitionValue] | None = None,
-        hint: str | None = None,
-    ) -> list[str] | None:
+    def data_files(self, ref: TableRef, *, version: int | None = None,
+                   partition: Mapping[str, PartitionValue] | None = None) -> list[str] | None:
         """The local Parquet files holding the table's rows (as of ``version``; only those of
         ``partition`` when given), for readers that need no JVM. None with the native storage
         (the files are Delta's business): the caller reads :meth:`read`.
@@ -207,7 +197,7 @@ class Lake:
             ConfigError: ``version`` does not exist, or a ``partition`` key is not a partition
                 column.
         """
-        return self._found(ref, hint, lambda at: self.store.data_files(at, version, partition))
+        return self._found(ref, None, lambda at: self.store.data_files(at, version, partition))
 
     # ------------------------------------------------------------------ writes
     def write(self, df: DataFrame, ref: TableRef, **options: Unpack[WriteOptions]) -> int:
@@ -255,7 +245,11 @@ class Lake:
             ConfigError: a partitioned table, or another mode.
             SchemaError: the existing table, or a written Arrow table, does not match the contract.
         """
-        spec = _write_spec(ref, mode=mode, schema=schema, run_id=run_id)
+        check_write_mode(mode)  # the store refuses replace_where: it needs a DataFrame write
+        spec = WriteSpec(
+            schema=schema if schema is not None else _contract(ref), mode=mode,
+            user_metadata=encode_user_metadata(mode, None, run_id), table_name=str(ref),
+        )  # fmt: skip
         return self.store.arrow_writer(self._address(ref), spec)
 
     def worker_staging(self, ref: TableRef, **options: Unpack[WriteOptions]) -> Any | None:

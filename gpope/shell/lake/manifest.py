@@ -199,12 +199,10 @@ class PipelineRuns:
             ))
         return sorted(out, key=lambda m: (m.created_at or datetime.min.replace(tzinfo=UTC)))
 
-    def latest(self, *, stage: str, dataset: str, key: str | None = None) -> Manifest | None:
-        """The last committed complete run of ``stage`` on ``dataset`` (and ``key``), or None.
-
-        "Last" is commit order (the higher table versions), never the writers' clocks.
-        """
-        runs = [m for m in self.manifests(stage=stage, dataset=dataset) if key is None or m.key == key]
+    def latest(self, *, stage: str, dataset: str) -> Manifest | None:
+        """The last committed complete run of ``stage`` on ``dataset``, or None: last in commit
+        order (the higher table versions), never by the writers' clocks."""
+        runs = self.manifests(stage=stage, dataset=dataset)
         return max(runs, key=lambda m: max(m.tables.values(), default=-1)) if runs else None
 
     def committed(self) -> set[str]:
@@ -241,13 +239,8 @@ def pin(lake: Lake, ref: TableRef, committed: set[str]) -> tuple[int, set[str]]:
     return version, _incomplete((e.run_id for e in history if e.version <= version), committed)
 
 
-def read_pinned(
-    lake: Lake,
-    ref: TableRef,
-    *,
-    runs: PipelineRuns | None = None,
-    committed: set[str] | None = None,
-) -> tuple[DataFrame, int]:
+def read_pinned(lake: Lake, ref: TableRef, *,
+                committed: set[str] | None = None) -> tuple[DataFrame, int]:
     """``(rows, version)`` of ``ref`` as readers must see it (pinned version, rows of
     incomplete runs hidden); TableNotFoundError as :func:`pin`."""
     from pyspark.sql import functions as F
@@ -257,7 +250,7 @@ def read_pinned(
 
         settings = LakeSettings(root=lake.root, catalog=lake.catalog, schema=lake.schema,
                                 storage=lake.storage)
-        committed = (runs or PipelineRuns(settings, spark=lake.spark)).committed()
+        committed = PipelineRuns(settings, spark=lake.spark).committed()
     version, hidden = pin(lake, ref, committed)
     df = lake.read(ref, version=version)
     if hidden and "run_id" in df.columns:

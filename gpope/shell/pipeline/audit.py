@@ -73,9 +73,10 @@ class PipelineAuditConfig(AuditClaim):
         check_number(o, "step_size", self.step_size, gt=0.0)
 
 
-def _canary_transitions(first_state: int, steps: int = 4) -> Any:
+def _canary_transitions(first_state: int) -> Any:
     from gpope.core.trajectories.transitions import Transitions
 
+    steps = 4
     s = np.arange(first_state, first_state + steps, dtype=np.float64)[:, None]
     return Transitions(
         traj_index=np.zeros(steps, dtype=np.int64), t=np.arange(steps, dtype=np.int64),

@@ -55,7 +55,7 @@ def read_table(table: DeltaTable) -> pa.Table:
     return table.to_pyarrow_dataset().to_table(use_threads=False)
 
 
-def commit_history(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+def commit_history(table: DeltaTable) -> list[dict[str, Any]]:
     """The ``commitInfo`` of each commit of ``table`` (plus its ``version``) up to the version
     it was opened at, newest first, as ``DeltaTable.history()`` returns them. The commit files
     are read directly: delta-rs's ``history()`` finds none under a path with ``#`` or ``?``.
@@ -65,7 +65,7 @@ def commit_history(table: DeltaTable, limit: int | None = None) -> list[dict[str
     """
     uri = table.table_uri
     if not uri.startswith("file:"):
-        return table.history(limit)
+        return table.history()
     from urllib.parse import unquote, urlsplit
 
     log = Path(unquote(urlsplit(uri).path if uri.startswith("file://") else uri[5:])) / "_delta_log"
@@ -74,7 +74,7 @@ def commit_history(table: DeltaTable, limit: int | None = None) -> list[dict[str
                        if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
                        and int(n[:20]) <= current), reverse=True)
     out = []
-    for version in versions[:limit] if limit else versions:
+    for version in versions:
         info = _commit_info(log / f"{version:020d}.json", log.parent)
         out.append({**info, "version": version})
     return out
