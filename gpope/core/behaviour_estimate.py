@@ -114,16 +114,12 @@ def behaviour_sigmas(total: float, settings: BehaviourSettings) -> tuple[float, 
 
 
 def value_rows_from_pairs(rows: np.ndarray, spec: EvaluationSpec, probs: np.ndarray) -> np.ndarray:
-    """The value route's statistics rows ``[vec A_i, b_i, vec C_i]`` (n = S features) under the
-    propensities ``probs`` (S, A), from the state-action rows of the same trajectories
-    (:func:`gpope.core.state_action.state_action_statistics`, n S features, tabular map), as
-    :func:`gpope.core.trajectories.batch.statistics_of_transitions` would compute them from the
-    transitions with ``behavior_prob = probs[s, a]`` (ratios clamped to the spec's public
-    ``importance_weight_bound``). Post-processing of public ``probs``: with ``R[s, (a, s)] =
-    rho(s, a)`` and ``P[(a, s'), s'] = 1``, ``A = R A_Q P``, ``b = R b_Q``, ``C = P^T C_Q P``
-    (the pair rows' next-state columns sum over a' to ``gamma N(s, a, s')`` since the target's
-    rows sum to 1). So one set of stored statistics serves both routes, and the behaviour
-    estimate is read from the same rows (the diagonal of ``C_Q`` is the count row)."""
+    """The value route's statistics rows (n = S) under the public propensities ``probs`` (S, A),
+    from the state-action rows of the same trajectories, as the value route would compute them
+    with ``behavior_prob = probs[s, a]`` (ratios clamped to ``importance_weight_bound``).
+    Post-processing: with ``R[s, (a, s)] = rho(s, a)`` and ``P[(a, s'), s'] = 1``, ``A = R A_Q
+    P``, ``b = R b_Q``, ``C = P^T C_Q P`` (the target's rows sum to 1), so one set of stored
+    statistics serves both routes and the behaviour estimate (``C_Q``'s diagonal: the counts)."""
     S = int(spec.feature_map.n_features)
     K = int(spec.target_policy.n_actions)
     n = S * K

@@ -104,15 +104,12 @@ def _describe(name: str, v: float | Diagnostic) -> str:
 def private_relative_mspbe(
     theta: np.ndarray, noisy: NoisyStatistics, rng: np.random.Generator, *,
     draws: int = 200, level: float = 0.9, identification: bool = True) -> Diagnostic:
-    """The private relative MSPBE of ``theta`` with a parametric-bootstrap interval.
-
-    Fresh noise of the release's public scale added to the released sums shows how the estimate
-    scatters (post-processing: no privacy cost). The interval is the basic bootstrap one,
-    ``[2 r - q_hi, 2 r - q_lo]`` (non-finite draws count as +inf), lower bound floored at 0. With
+    """The private relative MSPBE of ``theta`` with a basic parametric-bootstrap interval
+    ``[2 r - q_hi, 2 r - q_lo]`` (fresh noise of the release's public scale on the released sums:
+    post-processing; non-finite draws count as +inf; lower bound floored at 0). With
     ``identification``, where the supported block of ``A~`` is not
-    :func:`gpope.core.intervals.separated_from_singular` (or nothing is supported), the noise
-    dominates and the diagnostic is inconclusive, ``[0, inf]``: a conservative gate that only
-    removes claims."""
+    :func:`gpope.core.intervals.separated_from_singular`, it is inconclusive, ``[0, inf]``: a
+    conservative gate that only removes claims."""
     from gpope.core.intervals import supported_separation
     from gpope.core.ssp import private_mspbe, release_noisy_statistics
 
