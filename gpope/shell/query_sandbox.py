@@ -1,10 +1,8 @@
 """The rules of the analysts' query sandbox: which views are served, and which SQL is run.
 
-``gpope query`` runs exactly one read-only ``SELECT`` (checked with DuckDB's own parser before
-anything is opened, :func:`check_select`) over the released views (:data:`RELEASE_VIEWS`); the
-raw and per-patient tables need the operator switch (:func:`check_served`). The connection itself
-is locked by :func:`gpope.shell.query.connect` (external access off, configuration locked once the
-views are registered).
+``gpope query`` runs exactly one read-only ``SELECT`` (:func:`check_select`, DuckDB's own parser,
+before anything is opened) over the released views; the raw and per-patient tables need the
+operator switch (:func:`check_served`). :func:`gpope.shell.query.connect` locks the connection.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The Delta table layer (docs/ARCHITECTURE.md sections 2 and 5): names, reads, atomic writes, history.
 
 Use :class:`Lake` with a :class:`TableRef`, or the short forms taking a
-:class:`~gpope.config.LakeSettings` (:func:`read_table`, :func:`write_table`,
-:func:`read_shared_table`, :func:`write_shared_table`, :func:`table_location`,
-:func:`shared_table_location`). Whether tables go through Spark's native ``delta`` format or
-through Spark-written Parquet committed by delta-rs is decided inside :class:`Lake`, once: both
-are a :class:`~gpope.shell.lake.store.TableStore`, registered in
-:data:`gpope.shell.lake.store.STORES`.
+:class:`~gpope.config.LakeSettings`; the store behind them (:mod:`gpope.shell.lake.store`) is
+chosen inside :class:`Lake`, once.
 """
 
 from __future__ import annotations

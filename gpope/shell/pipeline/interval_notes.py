@@ -72,9 +72,7 @@ def unbounded_note(intervals: Mapping[str, Any] | None, *, estimator: str = "gpo
 
 
 def format_span(lower: float, upper: float) -> str:
-    """``[lower, upper]``, or ``unbounded`` / a one-sided form when an end is infinite."""
-    if math.isfinite(lower) and math.isfinite(upper):
-        return f"[{lower:.4g}, {upper:.4g}]"
-    if not math.isfinite(lower) and not math.isfinite(upper):
+    """``[lower, upper]`` (an infinite end printed as such), or ``unbounded`` when both are."""
+    if not (math.isfinite(lower) or math.isfinite(upper)):
         return "unbounded"
     return f"[{lower:.4g}, {upper:.4g}]"

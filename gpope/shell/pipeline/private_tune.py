@@ -1,11 +1,8 @@
 """``gpope evaluate --tune private``: the pipeline side of :mod:`gpope.core.tuning.private`.
 
-The run's whole (epsilon, delta) covers the tuning: :func:`gpope.core.evaluation.plan_release` calibrates the noise of
-every release from public inputs only (m, N, q, epsilon, delta, the conf's ``private_tuning``
-rules) before the ledger reservation, the reservation is the target epsilon and the ledger stores
-the plan's composed dp-accounting event. Everything the tuning outputs (the chosen clip and step
-size, every candidate's setting and score, the noisy-statistics MSPBE of the released theta) is a
-DP output and is logged as such, never tagged private.
+The run's (epsilon, delta) covers the tuning (the plan calibrates every release from public inputs
+before the reservation), so everything the tuning outputs (the chosen setting, every candidate's
+score, the noisy-statistics MSPBE) is a DP output, logged as such, never tagged private.
 """
 
 from __future__ import annotations
@@ -13,9 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpope.core.tuning.private import (
-        PrivateTuningResult,
-    )
+    from gpope.core.tuning.private import PrivateTuningResult
 
 __all__ = ["log_tuning", "tuning_summary"]
 
