@@ -1,11 +1,9 @@
 """The Python API of the gpope pipeline, for notebooks, jobs and the CLI.
 
-Every stage function takes a :class:`~pyspark.sql.SparkSession` (in a Databricks notebook:
-``spark``; locally: :func:`get_spark`) and returns a typed, frozen report with ``summary()``
-(text) and ``to_dict()`` (JSON-ready); the checks that run before Spark starts (``check_*``),
-:func:`privacy_ledger`, :func:`maintain` and :func:`track` need no session on a local lake. The
-CLI commands and the ``jobs/`` entry points call these functions, so a notebook, a scheduled job
-and a terminal run the very same code.
+Every stage function takes a :class:`~pyspark.sql.SparkSession` (``spark`` in a notebook;
+:func:`get_spark` locally) and returns a frozen report with ``summary()`` and ``to_dict()``; the
+``check_*`` functions, :func:`privacy_ledger`, :func:`maintain` and :func:`track` need no session
+on a local lake. The CLI and the ``jobs/`` entry points call these same functions.
 
 A notebook session on Databricks (tables in Unity Catalog ``<catalog>.<schema>``)::
 

@@ -27,12 +27,10 @@ from gpope.shell import mlflow_names
 if TYPE_CHECKING:
     from gpope.config import TrackingSettings
 
-__all__ = ["EXPERIMENT_KIND", "PRIVATE_DIAGNOSTIC_TAG", "TrackingTimeout", "bounded",
-           "code_version", "diagnostics_experiment", "ensure_store", "http_limits",
-           "log_json_artifact", "log_private_diagnostics", "resolve_tracking_uri", "start_run",
-           "store_lock"]
+__all__ = ["EXPERIMENT_KIND", "TrackingTimeout", "bounded", "code_version", "diagnostics_experiment",
+           "ensure_store", "http_limits", "log_json_artifact", "log_private_diagnostics",
+           "resolve_tracking_uri", "start_run", "store_lock"]
 
-PRIVATE_DIAGNOSTIC_TAG = mlflow_names.PRIVATE_DIAGNOSTIC
 #: MLflow 3's experiment-kind tag value for classic (non-GenAI) experiments.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
@@ -287,7 +285,7 @@ def log_private_diagnostics(
     client = mlflow.MlflowClient(tracking_uri=uri)
     released_experiment = client.get_experiment(parent.info.experiment_id).name
     exp_id = ensure_store(uri, diagnostics_experiment(released_experiment))
-    run_tags = {**dict(tags or {}), PRIVATE_DIAGNOSTIC_TAG: "true",
+    run_tags = {**dict(tags or {}), mlflow_names.PRIVATE_DIAGNOSTIC: "true",
                 "diagnostic.private.note": note,
                 mlflow_names.RELEASED_RUN: parent.info.run_id, "mlflow.runName": run_name}
     run = client.create_run(exp_id, tags=run_tags, run_name=run_name)

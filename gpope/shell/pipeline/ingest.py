@@ -8,7 +8,7 @@ used + rows rejected; idempotent (a re-run overwrites with identical content); d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpope.config import DatasetSettings, GpopeConfig
@@ -122,26 +122,11 @@ class IngestReport:
         noise-free count under ``operator_only``, tagged ``diagnostic.private``."""
         from gpope.shell.operator import OPERATOR_ONLY, operator_only
 
-        return {
-            "dataset": self.dataset,
-            "terminal_variable": self.terminal_variable,
-            "no_terminal_events": self.no_terminal_events,
-            "max_length": self.max_length,
-            OPERATOR_ONLY: operator_only({
-                "n_trajectories": self.n_trajectories,
-                "rows_in": dict(self.rows_in),
-                "rows_used": dict(self.rows_used),
-                "rejected": {t: dict(r) for t, r in self.rejected.items()},
-                "n_transitions": self.n_transitions,
-                "n_terminal": self.n_terminal,
-                "n_truncated": self.n_truncated,
-                "n_length_capped": self.n_length_capped,
-                "balanced": self.balanced,
-                "unknown_at_first": dict(self.unknown_at_first),
-                "first_checked": self.first_checked,
-                "warnings": self.warnings,
-            }),
-        }
+        declared = ("dataset", "terminal_variable", "no_terminal_events", "max_length")
+        counts = {k: v for k, v in asdict(self).items() if k not in declared}
+        return {**{k: getattr(self, k) for k in declared},
+                OPERATOR_ONLY: operator_only({**counts, "balanced": self.balanced,
+                                              "warnings": self.warnings})}
 
     def summary(self) -> str:
         """What was written, then the noise-free counts under the operator-only heading."""
