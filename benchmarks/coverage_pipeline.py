@@ -362,6 +362,8 @@ def summarize(records: list[dict]) -> list[dict]:
             cell = [r for r in records if r["domain"] == dom and r["epsilon"] == eps]
             row = {"domain": dom, "epsilon": eps, "datasets": len({r["seed"] for r in cell}),
                    "releases": len({r["run_id"] for r in cell})}
+            picked = [r["estimand"] == "direct" for r in cell if r["kind"] == "J(target)"]
+            row["direct_share"] = float(np.mean(picked)) if picked else None
             for kind in KINDS:
                 rs = [r for r in cell if r["kind"] == kind]
                 scored = [r for r in rs if r["covered"] is not None]
@@ -377,9 +379,9 @@ def summarize(records: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| domain | epsilon | data sets | releases | "
+    head = ("| domain | epsilon | data sets | releases | direct J(target) | "
             + " | ".join(f"{k}: coverage, finite, mean half-width" for k in KINDS) + " |")
-    lines = [head, "|" + "---|" * (4 + len(KINDS))]
+    lines = [head, "|" + "---|" * (5 + len(KINDS))]
     for row in rows:
         cells = []
         for k in KINDS:
@@ -393,8 +395,9 @@ def markdown(rows: list[dict]) -> str:
             hw = "-" if c["mean_half_width"] is None else f"{c['mean_half_width']:.3g}"
             n = f" ({c['intervals']})" if k == "V" else ""
             cells.append(f"{cov}{n}, {c['finite']:.2f}, {hw}")
+        direct = "-" if row["direct_share"] is None else f"{row['direct_share']:.2f}"
         lines.append(f"| {row['domain']} | {row['epsilon']:g} | {row['datasets']} | "
-                     f"{row['releases']} | " + " | ".join(cells) + " |")
+                     f"{row['releases']} | {direct} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
