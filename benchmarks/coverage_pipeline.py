@@ -29,7 +29,7 @@ Domains (each data set a fresh cohort; the truth of every estimand exact unless 
   ``--icu-population`` simulated patients (cached in ``--icu-cache``); J(behaviour) and the
   recorded-horizon J(target) by Monte Carlo on as many.
 
-    nice -n 10 timeout 7200 .venv/bin/python benchmarks/coverage_pipeline.py \\
+    nice -n 10 timeout 5400 .venv/bin/python benchmarks/coverage_pipeline.py \\
         --domains random_mdp,signed_ward,heavy_tail,ward,icu --datasets 5 \\
         --json docs/results/coverage_pipeline.json
     .venv/bin/python benchmarks/coverage_pipeline.py --summarize docs/results/coverage_pipeline*.json
@@ -354,6 +354,71 @@ def run_dataset(spark, domain: str, seed: int, args, work: Path) -> list[dict]:
     return out
 
 
+def clip_diagnosis(domain: str, seed: int, m: int, quantiles: list[float], epsilon: float) -> None:
+    """Where a tabular data set's release moves a value (a private diagnostic, in memory, the
+    pipeline data set's draw): per state the truth, the non-private LSTD, the noise-free SSP solve
+    theta^ with the statistics clipped at each quantile of their norms, the refinement
+    ``theta^ + A_c^-1 (b - A theta^)`` the default adds (A_c the clipped sums' A, the residuals
+    the unclipped rows'), the ratio of A_c's diagonal to A's and the share of the state's
+    patients the clip cuts; then 4 seeded releases of the default at ``epsilon`` with each
+    statistics clip quantile (value, coverage and half-width at the state moved most)."""
+    from dataclasses import replace
+
+    from gpope.core.evaluation.settings import RunSettings
+    from gpope.core.mechanisms.clipping import clip_rows
+    from gpope.core.spec import EvaluationSpec
+    from gpope.core.ssp import c_block_scale, split_vector, statistics_vectors
+    from gpope.core.trajectories.batch import statistics_of_transitions
+    from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned_rows
+
+    mdp = {"signed_ward": signed_ward, "heavy_tail": heavy_tail}[domain](seed)
+    spec = EvaluationSpec.from_mapping(mdp.spec(domain, (-1.0, 1.0)))
+    tr = mdp.generate(m, np.random.default_rng([seed, m]))
+    rows = statistics_of_transitions(tr, spec).to_rows()
+    vec = statistics_vectors(rows["A"], rows["b"], rows["C"])
+    n, truth = spec.n_features, mdp.values()
+
+    def solve(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        A, b, _ = split_vector(v.sum(axis=0, keepdims=True), n)
+        theta = np.zeros(n)
+        theta[:mdp.S] = np.linalg.solve(A[0][:mdp.S, :mdp.S], b[0][:mdp.S])
+        return theta, A[0], b[0]
+
+    lstd, A, b = solve(vec)
+    w = c_block_scale(n, UntunedSettings().second_moment_weight)
+    norms = np.linalg.norm(vec * w, axis=1)
+    visits = [np.unique(tr.traj_index[tr.state[:, 0] == s]) for s in range(mdp.S)]
+    print(f"{domain}/{seed}, m {m}: state, truth, LSTD, then per clip quantile q: theta^, "
+          "refined, diag(A_c)/diag(A), share of the state's patients clipped")
+    worst = None   # the state the first quantile's refinement moves most from the LSTD
+    for q in quantiles:
+        clip = float(np.quantile(norms, q))
+        theta0, A_c, _ = solve(clip_rows(vec * w, clip) / w)
+        refined = theta0.copy()
+        refined[:mdp.S] += np.linalg.solve(A_c[:mdp.S, :mdp.S], (b - A @ theta0)[:mdp.S])
+        if worst is None:
+            worst = int(np.argmax(np.abs(refined - lstd)[:mdp.S]))
+        print(f"  q {q}: clip {clip:.4g} cuts {np.mean(norms > clip):.3f} of the patients")
+        for s in range(mdp.S):
+            print(f"    s{s:<3} {truth[s]:>8.3f} {lstd[s]:>8.3f} {theta0[s]:>8.3f} "
+                  f"{refined[s]:>8.3f} {A_c[s, s] / A[s, s]:>6.3f} "
+                  f"{np.mean(norms[visits[s]] > clip):>6.3f}")
+    run = RunSettings()
+    for q in quantiles:
+        settings = replace(UntunedSettings(), clip_quantile=q)
+        sig = plan_untuned(m=m, epsilon=epsilon, delta=1e-6, settings=settings,
+                           share=1.0 - run.policy_value_share)
+        ivs = [release_untuned_rows(vec, spec, sigmas=sig, moments_share=run.moments_share,
+                                    settings=settings, rng=np.random.default_rng([r, seed])
+                                    ).interval for r in range(4)]
+        print(f"  release at epsilon {epsilon:g}, clip quantile {q}: s{worst} "
+              f"{[round(float(iv.value[worst]), 2) for iv in ivs]}, covered "
+              f"{sum(bool(iv.lower[worst] <= truth[worst] <= iv.upper[worst]) for iv in ivs)}/4,"
+              f" half-width {np.median([(iv.upper[worst] - iv.lower[worst]) / 2 for iv in ivs]):.3f}"
+              f"; other states' median half-width "
+              f"{np.median([(iv.upper - iv.lower)[:worst] / 2 for iv in ivs]):.3f}")
+
+
 def summarize(records: list[dict]) -> list[dict]:
     """Per domain x epsilon x row kind: releases, coverage, finite share, mean finite half-width."""
     rows = []
@@ -401,6 +466,23 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def brief(rows: list[dict]) -> str:
+    """Per domain: each row kind's lowest coverage over the epsilons, and the contrast's mean
+    half-width per epsilon (docs/OWN_DATA.md, "Reading the output")."""
+    doms = list(dict.fromkeys(r["domain"] for r in rows))
+    eps = sorted({r["epsilon"] for r in rows})
+    lines = ["| domain | " + " | ".join(KINDS) + " | contrast half-width at epsilon "
+             + " / ".join(f"{e:g}" for e in eps) + " |", "|" + "---|" * (len(KINDS) + 2)]
+    for dom in doms:
+        cell = {r["epsilon"]: r for r in rows if r["domain"] == dom}
+        cov = [min(c[k]["coverage"] for c in cell.values() if c[k]["coverage"] is not None)
+               for k in KINDS]
+        hw = [cell[e]["contrast"]["mean_half_width"] if e in cell else None for e in eps]
+        lines.append(f"| {dom} | " + " | ".join(f"{c:.2f}" for c in cov) + " | "
+                     + " / ".join("-" if h is None else f"{h:.2g}" for h in hw) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--domains", default="random_mdp,signed_ward,heavy_tail,ward,icu")
@@ -414,12 +496,22 @@ def main(argv=None) -> int:
     p.add_argument("--icu-population", type=int, default=400000)
     p.add_argument("--icu-cache", default="/tmp/coverage_pipeline_icu_truth.json")
     p.add_argument("--json", default=None, help="write the records and the table here")
+    p.add_argument("--clip-diagnosis", nargs=2, metavar=("DOMAIN", "SEED"),
+                   help="signed_ward or heavy_tail and a data set's seed: where the statistics "
+                        "clip moves its values (in memory, no Spark; a private diagnostic)")
+    p.add_argument("--clip-quantiles", type=float, nargs="+", default=[0.9, 0.99])
     p.add_argument("--summarize", nargs="+", metavar="JSON",
                    help="print the table of earlier runs' JSON files (merged) and exit")
     a = p.parse_args(argv)
+    if a.clip_diagnosis:
+        clip_diagnosis(a.clip_diagnosis[0], int(a.clip_diagnosis[1]), a.m, a.clip_quantiles,
+                       max(a.epsilons))
+        return 0
     if a.summarize:
         records = [r for f in a.summarize for r in json.loads(Path(f).read_text())["records"]]
         print(markdown(summarize(records)))
+        print("\nLowest coverage over the epsilons, per row kind:\n")
+        print(brief(summarize(records)))
         return 0
     from gpope import api
 
