@@ -171,15 +171,11 @@ def _dataset(path: str) -> Any:
 def _stats_reference(root: str, dataset: str, spec: Any, out: str) -> int:
     """The stage's kernel without Spark: the silver transitions read with deltalake, sorted by
     ``(traj_index, t)``, statistics of consecutive trajectory ranges (the same ``_statistics_batch``
-    the stage runs per Arrow batch), written to one Parquet file; and the clamp counts."""
+    the stage runs per Arrow batch, the clamp counts riding along), written to one Parquet file."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from gpope.shell.pipeline.stats import (
-        _INPUT_COLUMNS,
-        _clamp_count_kernel,
-        _statistics_batch,
-    )
+    from gpope.shell.pipeline.stats import _CLAMPED, _INPUT_COLUMNS, _statistics_batch
 
     table = _dataset(f"{root}/silver/{dataset}/transitions").to_table(columns=list(_INPUT_COLUMNS))
     table = table.take(pc.sort_indices(table, [("traj_index", "ascending"), ("t", "ascending")]))
@@ -188,14 +184,13 @@ def _stats_reference(root: str, dataset: str, spec: Any, out: str) -> int:
     step = 10_000  # trajectories per kernel call (memory: about 0.26 GB of dense rows each)
     for lo in range(0, int(ids[-1]) + 1, step):
         a, b = np.searchsorted(ids, [lo, lo + step])
-        batch = _statistics_batch(table.slice(a, b - a), spec)
+        batch = _statistics_batch(table.slice(a, b - a), spec, with_counts=True)
+        batch = batch.select([c for c in batch.schema.names if c not in _CLAMPED.values()])
         if writer is None:
             writer = pq.ParquetWriter(f"{out}/ref-trajectory_stats.parquet", batch.schema)
         writer.write_batch(batch)
     if writer is not None:
         writer.close()
-    for _ in _clamp_count_kernel(spec)(iter(table.to_batches())):
-        pass
     return table.num_rows
 
 
