@@ -1,15 +1,7 @@
-"""The policy value part of ``gpope evaluate``: executes the plan's ``policy_value`` component
-(:data:`POLICY_VALUE`).
-
-The stats stage stores each trajectory's (g, a, n) (:func:`gpope.core.trajectories.batch.policy_terms`)
-in ``trajectory_stats.policy_terms``; here the driver reads them from the run's pinned statistics
-(3 doubles per patient), releases them once with the component's noise multiplier
-(:func:`gpope.core.policy_value_release.release_policy_value`: clip histograms, first and second
-moments, one Gaussian mechanism accounted in the plan's composed event) and forms the three
-released scalars with their intervals. Their ``released_values`` rows (``state`` =
-``policy_value``, ``behaviour_value``, ``policy_contrast``) are written in the same atomic step
-as the run's other rows.
-"""
+"""The plan's ``policy_value`` component (:data:`POLICY_VALUE`): reads each trajectory's
+``trajectory_stats.policy_terms`` (g, a, n) from the pinned statistics, releases them once at the
+component's noise multiplier (:func:`gpope.core.policy_value_release.release_policy_value`) and
+writes the three scalars' ``released_values`` rows in the run's atomic step."""
 
 from __future__ import annotations
 
@@ -38,27 +30,13 @@ if TYPE_CHECKING:
     from gpope.core.policy_value_settings import PolicyValueSettings
     from gpope.core.spec import EvaluationSpec
 
-__all__ = [
-    "ESTIMATOR",
-    "POLICY_VALUE",
-    "as_report",
-    "count_allowance",
-    "estimand_of",
-    "functionals_of",
-    "mlflow_metrics",
-    "observed_weight_note",
-    "plot_policy_values",
-    "policy_value_rows",
-    "read_policy_terms",
-    "release_first_state_of",
-    "release_policy_values",
-    "summary_lines",
-]
+__all__ = ["ESTIMATOR", "POLICY_VALUE", "as_report", "count_allowance", "estimand_of",
+           "functionals_of", "mlflow_metrics", "observed_weight_note", "plot_policy_values",
+           "policy_value_rows", "read_policy_terms", "release_first_state_of",
+           "release_policy_values", "summary_lines"]
 
-#: The ``estimator`` of the scalar rows in released_values: one name for the policy value
-#: release whichever estimand a row has (the run's report and ``estimates:`` line name it,
-#: :data:`gpope.core.policy_value_direct.ESTIMANDS`), so ``latest_release`` keeps one row per
-#: quantity.
+#: The ``estimator`` of the scalar rows in released_values, whichever estimand a row has, so
+#: ``latest_release`` keeps one row per quantity.
 ESTIMATOR = "clipped_is"
 
 
@@ -71,9 +49,7 @@ def _noise_generator(seed: int | None) -> np.random.Generator:
 def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, *,
                       rows: int | None = None) -> PolicyTerms:
     """(the per-patient terms (private), the first states' features (rows, n) or None) of the
-    run's pinned statistics. The features are there when the statistics were computed with
-    them (their width is public). ``rows``: the exact number of trajectories the terms must
-    number (None: not checked)."""
+    run's pinned statistics; ``rows``: the number of trajectories they must number."""
     from gpope.core.policy_value import PolicyValueTerms
     from gpope.core.state_action import value_spec
 
@@ -97,10 +73,9 @@ def read_policy_terms(stats_df: DataFrame, spec: EvaluationSpec, *,
 def count_allowance(plan: ReleasePlan, settings: PolicyValueSettings, level: float
                     ) -> tuple[int | None, int, float]:
     """(the released count the rows divide by or None, its margin t, the level the rows are
-    built at) for rows reported at ``level``: where the plan's m is the released count m~
-    (``plan.count_sigma`` > 0), ``count_alpha`` of alpha goes to |m~ - m| <= t
-    (:func:`gpope.core.mechanisms.count.count_margin`) and the rows are built at the level
-    that leaves (a union bound: the rows still miss with probability at most 1 - ``level``)."""
+    built at) for rows reported at ``level``: where m is the released count m~, ``count_alpha``
+    of alpha goes to |m~ - m| <= t, so by a union bound the rows still miss with probability at
+    most 1 - ``level``."""
     from gpope.core.mechanisms.count import count_margin
 
     if plan.count_sigma <= 0:
@@ -113,10 +88,8 @@ def release_first_state_of(read: PolicyTerms, spec: EvaluationSpec,
                            plan: ReleasePlan, component: ReleaseComponent, *,
                            settings: PolicyValueSettings, seed: int | None, level: float
                            ) -> FirstStateRelease | None:
-    """The direct method's first-state release (:func:`gpope.core.policy_value_direct.release_first_state`
-    at ``first_state_share`` of the policy value ``component``'s privacy loss, dividing by the
-    plan's public m, :func:`count_allowance` at ``level``), or None when the statistics carry
-    no first-state features."""
+    """The direct method's first-state release at ``first_state_share`` of ``component``'s
+    privacy loss, or None when the statistics carry no first-state features."""
     from gpope.core.policy_value_direct import one_hot_map, release_first_state, split_first_state
     from gpope.core.state_action import value_spec
     from gpope.core.untuned.release import feature_norm_bound
@@ -134,9 +107,8 @@ def release_first_state_of(read: PolicyTerms, spec: EvaluationSpec,
 
 def functionals_of(first: FirstStateRelease | None, settings: PolicyValueSettings, level: float, *,
                    plan: ReleasePlan) -> tuple[np.ndarray, np.ndarray] | None:
-    """The public rows and levels a run asks its estimator for (the first-state mean, at
-    :func:`gpope.core.policy_value_direct.direct_levels` of the level :func:`count_allowance`
-    builds the rows at), or None without a first-state release."""
+    """The public rows and levels a run asks its estimator for (the first-state mean), or None
+    without a first-state release."""
     from gpope.core.policy_value_direct import direct_levels
 
     if first is None:
@@ -151,22 +123,12 @@ def release_policy_values(read: PolicyTerms, spec: EvaluationSpec,
                           secure_noise: bool = False,
                           direct: tuple[UntunedRelease, FirstStateRelease] | None = None
                           ) -> dict[str, PolicyValueInterval]:
-    """The released scalars ``{name: PolicyValueInterval}`` of the policy value ``component``
-    from the terms ``read`` (:func:`read_policy_terms`). Nothing but the release leaves this
-    function.
-    ``settings``: the run's (:meth:`gpope.core.evaluation.settings.RunSettings.policy_value_settings`);
-    the noise multiplier is the plan's.
-    ``secure_noise`` (the run's ``--secure-noise``): every noise term is the OS-CSPRNG discrete
-    Gaussian on a public grid, accounted by the run's RDP event like the run's other releases.
-    ``direct``: (the estimator's release with
-    its ``functionals`` and ``supported``, the first-state release): J(target) and the contrast
-    are then picked by :func:`gpope.core.policy_value_direct.pick_policy_values`, and the
-    importance sampling release takes the component's privacy loss the first state left.
-    A state-action ``spec`` (no logged propensities) has terms with every ratio 1: its J(target)
-    and contrast are the direct method's or, where that is unidentified or absent, the public
-    range (:func:`gpope.core.policy_value_direct.public_range_rows`). Every mean divides by the
-    plan's public m; where that is the released count, the rows carry its error
-    (:func:`count_allowance`) and still state ``level``."""
+    """The released scalars ``{name: PolicyValueInterval}`` of ``component`` from the terms
+    ``read``; nothing but the release leaves this function. ``direct``: (the estimator's release,
+    the first-state release): J(target) and the contrast are then picked by
+    :func:`gpope.core.policy_value_direct.pick_policy_values`. A state-action ``spec`` (no
+    logged propensities) takes the direct method's rows or, where that is unidentified or
+    absent, the public range."""
     from gpope.core.features import TabularFeatures
     from gpope.core.policy_value import spec_bounds
     from gpope.core.policy_value_direct import (
@@ -204,9 +166,8 @@ def release_policy_values(read: PolicyTerms, spec: EvaluationSpec,
 
 
 class _PolicyValue(ReleaseExecution):
-    """The ``policy_value`` component: its terms read (and, for an estimator that gives the
-    direct method's intervals, the first-state release) before the estimator's release, the
-    three scalars after it, and their released_values rows."""
+    """The ``policy_value`` component: its terms (and the direct method's first-state release)
+    before the estimator's release, the three scalars after it."""
 
     def check(self, component: ReleaseComponent, rows: DataFrame) -> None:
         if "policy_terms" not in rows.columns:
@@ -222,8 +183,7 @@ class _PolicyValue(ReleaseExecution):
         read = read_policy_terms(run.base.rows, spec, rows=run.base.m)
         if not get(plan.estimator).direct_method:
             return dataclasses.replace(run, policy_terms=read)
-        # the first states' feature mean, released before the estimator's release so that it
-        # gives the interval of mu^ . theta* with its V lines
+        # released first, so the estimator's release gives the interval of mu^ . theta*
         pv, level = settings.policy_value_settings(), settings.ci_level
         first = release_first_state_of(read, spec, plan, component, settings=pv,
                                        seed=settings.seed, level=level)
@@ -247,8 +207,8 @@ POLICY_VALUE = _PolicyValue()
 
 
 def estimand_of(name: str, iv: PolicyValueInterval) -> str:
-    """What released scalar ``name`` estimates (:data:`gpope.core.policy_value_direct.ESTIMANDS`):
-    the estimand the run picked, else the identified set's and the mean recorded return's."""
+    """What released scalar ``name`` estimates: the estimand the run picked, else the default
+    one (:data:`gpope.core.policy_value_direct.ESTIMANDS`)."""
     from gpope.core.policy_value_direct import ESTIMANDS
 
     default = {"policy_value": "identified_set", "behaviour_value": "behaviour",
@@ -258,8 +218,7 @@ def estimand_of(name: str, iv: PolicyValueInterval) -> str:
 
 def policy_value_rows(row: dict[str, Any], *, spec_name: str,
                       released: dict[str, PolicyValueInterval] | None) -> list[dict[str, Any]]:
-    """The released_values rows of the three scalars (none when ``released`` is None), each
-    with its estimand (:func:`estimand_of`)."""
+    """The released_values rows of the three scalars (none when ``released`` is None)."""
     out = []
     for state, iv in (released or {}).items():
         out.append({
@@ -288,8 +247,8 @@ def as_report(released: dict[str, PolicyValueInterval] | None) -> dict[str, dict
 
 
 def mlflow_metrics(released: dict[str, PolicyValueInterval] | None) -> dict[str, float]:
-    """MLflow metrics of the three scalars: ``<name>``, ``<name>_lower``, ``<name>_upper``,
-    ``<name>_lower_bound`` (all finite by construction)."""
+    """MLflow metrics ``<name>``, ``<name>_lower``, ``<name>_upper``, ``<name>_lower_bound``
+    (all finite by construction)."""
     out: dict[str, float] = {}
     for name, iv in (released or {}).items():
         out.update({name: float(iv.value), f"{name}_lower": float(iv.lower),
@@ -344,8 +303,8 @@ def summary_lines(policy_value: dict[str, dict[str, float]] | None) -> list[str]
 
 
 def observed_weight_note(observed: float | None) -> str | None:
-    """A line saying how much of J(target) the data identify, when little of it is (the released
-    weight share below one half); None otherwise."""
+    """How little of J(target) the data identify, when the released weight share is below one
+    half; None otherwise."""
     if observed is None or observed >= 0.5:
         return None
     return (f"J(target): the recorded decisions carry only {100 * observed:.0f}% of the target's "

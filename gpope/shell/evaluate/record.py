@@ -1,20 +1,12 @@
 """What one evaluation hands to tracking (:class:`EvaluationRecord`, built after the release was
-committed) and the MLflow run made from that record only.
+committed) and the MLflow run made from that record only, so the stage runs without MLflow.
 
-Tracking depends on the record, never on the stage, so the stage can be run, tested and changed
-without MLflow. Everything in the record is public or released (docs/ARCHITECTURE.md 4), except
-``private_population``, which tracking logs only to the separate experiment
-``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``.
-
-One MLflow run per released evaluation, in the configured experiment (``tracking.experiment``,
-default ``gpope``): its run name, tags, params (public settings under their CLI flag names, of
-the estimator's settings only those it used, :meth:`gpope.core.estimators.Estimator.params`),
-the ``trajectory_stats`` input, metrics and artifacts are the README's "MLflow: comparing runs"
-table. An unbounded interval end is never logged as a metric (MLflow would show NaN): its
-metric is omitted and the ``gpope.unbounded*`` tags and ``gpope.interval_note`` say which and
-why. Values computed from the private statistics WITHOUT noise go only to a run of the separate
-experiment ``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``, and only
-when the operator asked for them. The sample plan and the seed are never logged.
+One MLflow run per released evaluation in ``tracking.experiment`` (the README's "MLflow:
+comparing runs"). Everything in the record is public or released, except
+``private_population``: values computed from the private statistics WITHOUT noise go only to
+``<experiment>/private-diagnostics``, tagged ``diagnostic.private=true``, and only when the
+operator asked. An unbounded interval end is never a metric: the ``gpope.unbounded*`` tags say
+which ends are omitted. The sample plan and the seed are never logged.
 """
 
 from __future__ import annotations
@@ -36,32 +28,15 @@ if TYPE_CHECKING:
     from gpope.core.intervals import Interval
     from gpope.core.spec import EvaluationSpec
 
-__all__ = [
-    "UNBOUNDED_TAG",
-    "EvaluationRecord",
-    "StatisticsInput",
-    "TrackingOutcome",
-    "json_end",
-    "log_evaluation",
-    "private_diagnostics",
-    "run_name",
-    "tracking_failed_line",
-    "unbounded_tags",
-    "value_figure",
-]
+__all__ = ["UNBOUNDED_TAG", "EvaluationRecord", "StatisticsInput", "TrackingOutcome", "json_end",
+           "log_evaluation", "private_diagnostics", "run_name", "tracking_failed_line",
+           "unbounded_tags", "value_figure"]
 
 
 @dataclass(frozen=True)
 class StatisticsInput:
-    """The statistics table a run read (MLflow dataset lineage).
-
-    Attributes:
-        table: the logical table, e.g. ``gold/cohort1/trajectory_stats``.
-        location: its path, or its Unity Catalog name when ``by_name``.
-        version: the Delta version read (None when unknown).
-        spec_id: the partition the run used.
-        by_name: True for a Unity Catalog table name, False for a path.
-    """
+    """The statistics table a run read (MLflow dataset lineage); ``location`` is a path, or a
+    Unity Catalog name when ``by_name``; ``version`` None when unknown."""
 
     table: str
     location: str
@@ -72,15 +47,8 @@ class StatisticsInput:
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluationRecord:
-    """Everything one released evaluation reports to tracking: public settings (``params``,
-    under their CLI flag names, never a seed), the released outputs (theta, the values and
-    intervals in ``spec.reference_names`` order, the traced iterates), the charge and its
-    certified epsilon, lineage (``statistics``, ``config``, ``spec_text``), the public cohort
-    and truth of a simulated domain, further ``tags`` and ``metrics``, and the private
-    tuning's DP summary. ``private_population`` (the PRIVATE statistics' population, only when
-    the operator asked for private diagnostics) is logged only in the separate diagnostics
-    experiment.
-    """
+    """Everything one released evaluation reports to tracking, all public or released except
+    ``private_population`` (only when the operator asked for private diagnostics)."""
 
     run_id: str
     dataset: str
@@ -130,11 +98,8 @@ class EvaluationRecord:
 
 @dataclass(frozen=True)
 class TrackingOutcome:
-    """What the MLflow run recorded that the caller reports.
-
-    ``error``/``failed_line`` are set (and ``mlflow_run_id`` is None) when tracking failed after
-    the release: ``failed_line`` is the one line the command prints.
-    """
+    """What the MLflow run recorded; ``error`` and ``failed_line`` (the line the command prints)
+    when tracking failed after the release."""
 
     mlflow_run_id: str | None
     tracking_uri: str
@@ -207,11 +172,8 @@ def value_figure(record: EvaluationRecord) -> Any:
 def private_diagnostics(
     spec: EvaluationSpec, theta: np.ndarray, population: tuple[np.ndarray, np.ndarray, np.ndarray]
 ) -> dict[str, Any]:
-    """MSPBE of the released theta and the LSTD fixed point on the PRIVATE statistics (not released).
-
-    The LSTD solution is theta = argmin ||A theta - b|| (``A^-1 b`` when A is invertible) of the
-    private population statistics; values are reported at the reference states.
-    """
+    """MSPBE of the released theta and the LSTD fit argmin ||A theta - b|| on the PRIVATE
+    statistics (not released)."""
     from gpope.core.metrics import mspbe
 
     A, b, C = population
@@ -280,23 +242,13 @@ def _log_input(record: EvaluationRecord) -> None:
     mlflow.log_input(MetaDataset(source, name=_input_name(stats)), context=f"statistics spec_id={stats.spec_id}")
 
 
-#: Tag listing the states with an unbounded interval end; ``<UNBOUNDED_TAG>.<state>`` lists
-#: that state's omitted metrics.
 UNBOUNDED_TAG = names.UNBOUNDED
 _END_METRICS = ("value_lower", "value_upper", "value_lower_bound")
 
 
 def unbounded_tags(ends: Mapping[str, tuple[float | None, float | None, float | None]]) -> dict[str, str]:
-    """Tags naming the interval ends that are not finite, so their omitted metrics read as
-    unbounded (module docstring).
-
-    Args:
-        ends: per reference state, ``(lower, upper, lower_bound)``; None means no interval.
-
-    Returns:
-        ``{"gpope.unbounded.<state>": "value_lower,value_upper", "gpope.unbounded": "s0,s3"}`` for
-        the states with an infinite (or NaN) end; empty when every end is finite or absent.
-    """
+    """``{"gpope.unbounded.<state>": "value_lower,...", "gpope.unbounded": "s0,s3"}`` for the
+    states whose ``(lower, upper, lower_bound)`` has an infinite or NaN end."""
     tags: dict[str, str] = {}
     for state, row in ends.items():
         names = [n for n, v in zip(_END_METRICS, row, strict=True)
@@ -338,15 +290,9 @@ def log_evaluation(
     record: EvaluationRecord, *, tracking_uri: str, experiment: str,
     limits: TrackingSettings | None = None,
 ) -> TrackingOutcome:
-    """Create the evaluation's MLflow run and log everything listed in the module docstring.
-
-    Called after the release is committed, so it never raises an ``Exception``: a tracking
-    failure (store locked or unreachable, disk full, a bad artifact, or ``limits``'
-    ``timeout_seconds`` passed) comes back as ``TrackingOutcome.error`` with ``failed_line``
-    saying how to re-log the run (``gpope track --run-id``); the MLflow run, if one was
-    started, ends FAILED (or stays unfinished when abandoned at the time limit).
-    ``KeyboardInterrupt`` still propagates.
-    """
+    """Create the evaluation's MLflow run. Called after the release is committed, so it never
+    raises an ``Exception``: a tracking failure (or ``limits.timeout_seconds`` passed) comes back
+    as ``TrackingOutcome.error`` with how to re-log; ``KeyboardInterrupt`` still propagates."""
     from gpope.config import TrackingSettings
     from gpope.shell.tracking import bounded, http_limits
 

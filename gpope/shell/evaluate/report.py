@@ -1,8 +1,6 @@
-"""What one evaluation reports (stage g of :mod:`gpope.shell.evaluate.run`): the privacy
-label of a release, :class:`EvaluationReport` (the command's output, ``--json`` and the demo
-summary), the record handed to MLflow tracking (:func:`build_record`) and the interrupt raised
-after a committed release (:class:`InterruptedAfterRelease`). Everything here is public or
-released, except the private population that tracking logs only as a tagged private diagnostic."""
+"""What one evaluation reports: :class:`EvaluationReport` (output, ``--json``, the demo), the
+record for MLflow (:func:`build_record`) and the interrupt after a committed release. All of it
+is public or released, except the private population tracking logs as a tagged diagnostic."""
 
 from __future__ import annotations
 
@@ -56,10 +54,8 @@ class InterruptedAfterRelease(KeyboardInterrupt):
 
 def interrupted_after_release(run_id: str, *, dataset: str, label: str, cut: str,
                               values: str = "") -> InterruptedAfterRelease:
-    """The Ctrl-C of a run whose release is committed: the release stands, its ledger charge
-    stands, ``cut`` says what the interrupt cut short, and the one command that finishes the
-    run (``gpope track --run-id``); never an invitation to re-run and pay twice. ``values`` (the
-    released values, one line) is printed on stdout by the command line."""
+    """The Ctrl-C of a run whose release and charge stand: what ``cut`` cut short and the
+    command that finishes it; never an invitation to re-run and pay twice."""
     return InterruptedAfterRelease(
         f"interrupted AFTER the release: run {run_id} of dataset {dataset} WAS RELEASED "
         f"({label}) and its charge stands in the ledger; {cut}. Do not re-run the evaluation "
@@ -69,8 +65,7 @@ def interrupted_after_release(run_id: str, *, dataset: str, label: str, cut: str
 
 
 def values_line(values: Mapping[str, float]) -> str:
-    """Released values at the reference states on one line (``V(s) = v; ...``), the form every
-    after-release message quotes."""
+    """Released values at the reference states on one line (``V(s) = v; ...``)."""
     return "; ".join(f"V({k}) = {float(v):.6g}" for k, v in values.items())
 
 
@@ -117,25 +112,20 @@ class EvaluationReport:
     ssp_clip: float | None = None
     tuning: dict[str, Any] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    #: True when the released theta's MSPBE is conclusively not below theta = 0's.
     no_better_than_zero: bool = False
-    #: the guard's verdict on one question, is MSPBE(theta) below MSPBE(0)? "ok" (yes: nothing
-    #: about accuracy), "no_better_than_zero" (no) or "unknown" (the diagnostics cannot tell).
+    #: is MSPBE(theta) below MSPBE(0)? "ok", "no_better_than_zero" or "unknown".
     utility_guard: str = "unknown"
     warnings: list[str] = field(default_factory=list)
     label: str = "PRIVATE"
     no_further_run: bool = False
     remaining_line: str = ""
-    #: the neighbouring relation the run is calibrated and charged under.
     relation: str = "add_or_remove_one"
-    #: the run's epsilon under each relation: its own (the charge) and the other (None where
-    #: it is not defined or not computed here; ``gpope budget show --relation``).
+    #: the run's epsilon under each relation (None where not defined or not computed here).
     relation_epsilons: dict[str, float | None] = field(default_factory=dict)
 
     def to_dict(self, *, include_private: bool = False) -> dict[str, Any]:
-        """Plain form for ``--json``. Private diagnostics (noise-free values of the private data)
-        are left out unless ``include_private``; then they sit under ``private_diagnostics``,
-        tagged ``diagnostic.private=true``."""
+        """Plain form for ``--json``; private diagnostics only with ``include_private``, tagged
+        ``diagnostic.private=true``."""
         d = dataclasses.asdict(self)
         d["theta"] = [float(v) for v in self.theta]
         if include_private and self.private_diagnostics:
@@ -145,10 +135,8 @@ class EvaluationReport:
         return d
 
     def relation_line(self) -> str:
-        """One line: the neighbouring relation the run is charged under and why it holds with
-        what the run publishes (docs/ARCHITECTURE.md section 4, "Neighbouring relation"); the
-        epsilon under the other relation is in ``--json`` ``relation_epsilons`` and
-        ``gpope budget show --relation``."""
+        """The neighbouring relation the run is charged under and why it holds with what the run
+        publishes (docs/ARCHITECTURE.md, "Neighbouring relation")."""
         said = {"add_or_remove_one": "add/remove-one", "replace_one": "replace-one"}
         line = f"charged under {said.get(self.relation, self.relation)} adjacency, which holds: "
         if self.relation == "add_or_remove_one":
@@ -156,8 +144,7 @@ class EvaluationReport:
         return line + "both replace-one neighbours have the same m, which is public"
 
     def summary(self) -> str:
-        """Human-readable lines; the solver's settings (N, sampling, the operating point) only
-        for the GPOPE estimator, the one run that uses them."""
+        """Human-readable lines; the solver's settings only for an estimator that runs it."""
         from gpope.core.estimators import get
 
         estimator = get(self.estimator)
@@ -240,9 +227,8 @@ def build_record(
     truth: Mapping[str, float] | None, tuning: Mapping[str, Any] | None,
     tags: Mapping[str, str],
 ) -> EvaluationRecord:
-    """The :class:`~gpope.shell.evaluate.record.EvaluationRecord` MLflow tracking reads (public
-    settings, released outputs and metrics, lineage, ``tags``), built once after the release
-    was committed."""
+    """The :class:`~gpope.shell.evaluate.record.EvaluationRecord` MLflow tracking reads, built
+    once after the release was committed."""
     from gpope.config import to_mapping
     from gpope.core.estimators import get
     from gpope.shell import lake
@@ -292,17 +278,14 @@ def build_record(
     )
 
 
-#: Above this many features the guard skips the private diagnostic's bootstrap (its cost grows as
-#: n^3 per draw) and decides on the public diagnostic alone.
+#: Above this many features the guard skips the private bootstrap (n^3 per draw).
 _GUARD_MAX_FEATURES = 512
 
 
 def _guard(cohort: PublicCohort | None, est: Estimate, *, n: int, seed: int | None,
            spec: EvaluationSpec) -> tuple[UtilityGuard, Diagnostic | None]:
-    """The loud guard's verdict on the released theta: a public diagnostic (MSPBE on a fresh
-    simulated cohort) and a private one (the noisy statistics' MSPBE, counted only through its
-    bootstrap interval, :mod:`gpope.core.guard`). Its advice names `gpope tune` only for a spec
-    with a simulator (``domain``), the only kind it can tune."""
+    """The guard's verdict on the released theta (:mod:`gpope.core.guard`): MSPBE on a fresh
+    public cohort, and the noisy statistics' MSPBE through its bootstrap interval only."""
     from gpope.core.guard import private_relative_mspbe, utility_guard
 
     public_rel = None
@@ -335,10 +318,8 @@ def guard_remedy(spec: EvaluationSpec) -> str:
 
 
 def approximation_note(spec: EvaluationSpec) -> str | None:
-    """The NOTE of a release on a spec without a simulator (``domain``) whose feature map is not
-    tabular: its intervals are around the best fit of that map, whose approximation error no
-    release measures. None for a tabular map (exact for integer states) or a simulated domain
-    (whose output shows a truth)."""
+    """The NOTE of a release on a spec without a simulator whose feature map is not tabular: its
+    intervals do not cover the map's approximation error; None otherwise."""
     kind = spec.feature_map.to_dict().get("kind")
     if kind == "state_action":  # the pair fit over a tabular map is the one-hot of (s, a): exact
         kind = spec.feature_map.base.to_dict().get("kind")
@@ -351,30 +332,25 @@ def approximation_note(spec: EvaluationSpec) -> str | None:
 
 
 def _chosen(est: Estimate) -> dict[str, float]:
-    """The settings a private tuning chose (``--tune private``: DP outputs of the run), recorded
-    in place of the resolved ones it tuned; nothing without one."""
+    """The settings ``--tune private`` chose (released), recorded in place of the ones it tuned."""
     if est.tuned is None:
         return {}
     return {"clip": est.tuned.config.clip, "step_size": est.tuned.config.step_size}
 
 
 def _private_clip(plan: ReleasePlan) -> bool:
-    """Whether the run's statistics clip is a private release (the default, or an ssp run
-    without a public clip): a statistics release without a public clip."""
+    """Whether the run's statistics clip is a private release (no public clip)."""
     return plan.statistics_clip is None and plan.statistics is not None
 
 
 def _statistics_clip(plan: ReleasePlan, est: Estimate) -> float | None:
-    """The clip of the run's statistics release: public, or chosen privately (the default, or
-    an ssp run without a public clip)."""
+    """The clip of the run's statistics release, public or released."""
     return float(est.result.clip) if _private_clip(plan) else plan.statistics_clip
 
 
 def _private_clip_rule(plan: ReleasePlan, settings: RunSettings) -> dict[str, float]:
-    """For an ssp run whose clip is a private release, the rule it used: the quantile it read
-    (``ssp_clip_quantile``: the one used, not the conf's public-cohort setting, which such a
-    run never reads) and the share of the run's privacy loss its histogram took
-    (``ssp_clip_share``); else nothing."""
+    """For a run whose clip is a private release, the quantile it read and its histogram's
+    share of the privacy loss; else nothing."""
     if plan.private_clip_quantile is not None:
         return {"ssp_clip_quantile": float(plan.private_clip_quantile),
                 "ssp_clip_share": float(settings.untuned.quantile_share)}
@@ -382,9 +358,8 @@ def _private_clip_rule(plan: ReleasePlan, settings: RunSettings) -> dict[str, fl
 
 
 def _clip_tracking(plan: ReleasePlan, est: Estimate) -> tuple[dict[str, float], dict[str, str]]:
-    """MLflow metrics and tags of the clip the run's statistics release used (none without a
-    statistics release): its value, and for a private one the quantile it was read at; the
-    ``ssp_clip_quantile`` param stays the setting."""
+    """MLflow metrics and tags of the clip the run's statistics release used: its value, and for
+    a private one the quantile it was read at."""
     from gpope.shell import mlflow_names as names
 
     clip = _statistics_clip(plan, est) if plan.statistics is not None else None
@@ -407,8 +382,8 @@ def track_and_report(
     tracking_uri: str | None, spec_text: str | None, truth: Mapping[str, float] | None,
     start: float,
 ) -> EvaluationReport:
-    """After a committed release: the MLflow record (with the guard's verdict and notes), its
-    logging (a tracking failure never undoes the release) and the run's report."""
+    """After a committed release: the MLflow record and its logging (a tracking failure never
+    undoes the release), and the run's report."""
     from gpope.core.envs.cohort import public_cohort
     from gpope.core.estimators import get
     from gpope.shell import lake
