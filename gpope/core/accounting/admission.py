@@ -1,9 +1,6 @@
 """The privacy ledger's admission (pure): what a run asks for (:class:`Charge`) and the one
-decision on it (:func:`decide`), with why a run is refused and what to do (the command that sets
-the budget, the budget and spend in force) and the one-relation rule.
-
-The fold and admission rule are :mod:`gpope.core.accounting.budget`; the shell's ledger only
-reads and appends rows and asks :func:`decide`.
+decision on it (:func:`decide`, on the fold of :mod:`gpope.core.accounting.budget`); the shell's
+ledger only reads and appends rows.
 """
 
 from __future__ import annotations
@@ -31,20 +28,9 @@ __all__ = ["Charge", "check_one_relation", "decide", "refusal_message"]
 @dataclass(frozen=True, kw_only=True)
 class Charge:
     """What one run asks the ledger to reserve, before it draws noise or writes output.
-
-    Attributes:
-        dataset, run_id: whose budget, which run.
-        epsilon, delta: the run's claim (epsilon > 0, 0 <= delta < 1).
-        accountant: the accountant that certifies it.
-        mechanism: the ledger's ``mechanism`` text: the dp-accounting event and neighbouring
-            relation as JSON (:meth:`of_event`; composed tightly across runs), or a text (the
-            dataset then falls back to basic composition).
-        charged_epsilon: what the run costs in the basic sum (None: ``epsilon``); for an
-            accountant that is not a valid bound, a rigorous bound of the same mechanism.
-        valid_bound: False when ``epsilon`` comes from an accountant that is not a valid bound
-            (``paper``): recorded as such, never counted as a guarantee.
-        note: the ledger row's note (why a release is not private), or None.
-    """
+    ``mechanism``: the dp-accounting event and relation as JSON (:meth:`of_event`, composed
+    tightly across runs), or a text (basic composition). ``charged_epsilon``: the run's cost in
+    the basic sum (None: ``epsilon``; a rigorous bound when ``valid_bound`` is False)."""
 
     dataset: str
     run_id: str
@@ -72,8 +58,7 @@ class Charge:
 
     @classmethod
     def of_plan(cls, plan: Any, *, dataset: str, run_id: str) -> Charge:
-        """The charge of a :class:`gpope.core.evaluation.plan.ReleasePlan`: its composed event,
-        relation and label, its target, its charge and whether its accountant is a valid bound."""
+        """The charge of a :class:`gpope.core.evaluation.plan.ReleasePlan`."""
         return cls.of_event(plan.event, relation=plan.relation, label=plan.label,
                             dataset=dataset, run_id=run_id, epsilon=plan.epsilon,
                             delta=plan.delta, accountant=plan.accountant,
@@ -81,8 +66,7 @@ class Charge:
                             note=plan.ledger_note)
 
     def row(self, **shell: Any) -> dict[str, Any]:
-        """Its ``reservation`` row (``shell``: the columns the store adds: ``created_at``,
-        ``actor``, ``process``)."""
+        """Its ``reservation`` row (``shell``: ``created_at``, ``actor``, ``process``)."""
         return {"dataset": self.dataset, "run_id": self.run_id, "mechanism": self.mechanism,
                 "epsilon": float(self.epsilon), "delta": float(self.delta),
                 "accountant": self.accountant, "status": "reserved", "kind": "reservation",
@@ -94,19 +78,13 @@ class Charge:
 def decide(rows: Sequence[LedgerRow], reservation: LedgerRow, *, default: Budget,
            composition: str, appended: bool = False, lake: str = "", location: str = ""
            ) -> LedgerEntry:
-    """The ledger's one decision on a run's ``reservation`` row (:meth:`Charge.row`) after the
-    ledger ``rows``, by the commit-order rule. Before the reservation is appended: whether it
-    would be admitted; ``appended`` (``rows`` hold it with the version its commit got): whether
-    it was.
-
-    Returns:
-        The run's admitted entry.
+    """The ledger's one decision on a run's ``reservation`` row by the commit-order rule: whether
+    it would be admitted, or with ``appended`` (``rows`` hold it at its commit's version) whether
+    it was. Returns the admitted entry.
 
     Raises:
-        ConfigError: before: the run id is taken, or the run's neighbouring relation differs
-            from the dataset's counted runs (:func:`check_one_relation`).
-        BudgetExceededError: the run does not fit the dataset's budget (after: a concurrent
-            run committed first); the message says why and what to do.
+        ConfigError: before the append, a taken run id or a second relation.
+        BudgetExceededError: the run does not fit (after: a concurrent run committed first).
     """
     status = fold(reservation.dataset, rows, default=default, composition=composition,
                   lake=lake, location=location)
@@ -127,18 +105,11 @@ def decide(rows: Sequence[LedgerRow], reservation: LedgerRow, *, default: Budget
 
 
 def check_one_relation(dataset: str, counted: Iterable[LedgerEntry], mechanism: str) -> None:
-    """Refuse a run whose neighbouring relation differs from the dataset's counted runs.
-
-    A dataset's guarantee is stated under one neighbouring relation. Neither the Rényi filter
-    nor basic composition covers adding an add/remove epsilon (Poisson runs) to a replace-one
-    epsilon (uniform runs): by group privacy an add/remove (eps, delta) run is only
-    (2 eps, (1 + e^eps) delta) under replace-one, and splitting one budget adaptively between two
-    interleaved filters is not a theorem we can cite (see :mod:`.composition`). A dataset's runs
-    share the relation of its first counted run.
-
-    Raises:
-        ConfigError: the new run's relation differs from the one the dataset already uses.
-    """
+    """Refuse (ConfigError) a run whose neighbouring relation differs from the dataset's counted
+    runs. Neither the Rényi filter nor basic composition adds an add/remove epsilon to a
+    replace-one one: by group privacy an add/remove (eps, delta) run is only (2 eps,
+    (1 + e^eps) delta) under replace-one, and splitting one budget adaptively between two
+    filters is no theorem we can cite (:mod:`.composition`)."""
     from gpope.core.accounting.composition import relation_of_sampling
 
     new = stored_relation(mechanism)

@@ -1,25 +1,10 @@
 """The estimators of ``gpope evaluate``: one interface (:class:`Estimator`) and one registry.
 
-An estimator is one module here: a subclass of :class:`Estimator` whose attributes and methods
-bring its settings' constraints, its planning (its ``ReleaseComponent``), its execution against a
-statistics source, its params and notes for MLflow and the report, and its audit. The command
-line's ``--estimator`` choices, the ``estimator`` setting's constraint, the release plan, the
-pipeline, the MLflow params and the report read this registry; nothing outside this package
-branches on an estimator's name.
-
-To add an estimator:
-
-1. write ``gpope/core/estimators/<name>.py`` with ``class X(Estimator)``: ``name``,
-   ``description``, the facts that differ from the one-shot default, ``plan`` (its
-   ``ReleaseComponent``) and ``execute(source, *, plan, settings, spec) -> Estimate`` (reading
-   the statistics through ``source.aggregate``);
-2. add one line: ``"<name>": "gpope.core.estimators.<name>:ESTIMATOR"`` to :data:`_BUILT_IN`
-   (or call ``register(X())``, as tests/shell/test_evaluate_privacy.py does with a toy
-   estimator that ``gpope evaluate --estimator toy`` then releases).
-
-The built-in estimators: ``gpope`` (:mod:`.gpope`), ``ssp`` (:mod:`.ssp`) and the tuning-free
-default ``untuned`` (:mod:`.untuned`); the policy value release (:mod:`.policy_value`) is audited
-as one of them.
+The command line, the settings' constraint, the plan, the pipeline, MLflow and the report read
+this registry; nothing outside this package branches on an estimator's name. To add one, write
+``gpope/core/estimators/<name>.py`` with ``class X(Estimator)`` (``name``, ``description``, the
+facts that differ from the one-shot default, ``plan`` and ``execute``) and add its line to
+:data:`_BUILT_IN`, or call ``register(X())`` as tests/shell/test_evaluate_privacy.py does.
 """
 
 from __future__ import annotations
@@ -28,12 +13,7 @@ import importlib
 from typing import Any
 
 from gpope.core.estimators.base import SOLVER_SETTINGS, Estimator, PlanContext
-from gpope.core.estimators.execution import (
-    Estimate,
-    ReleaseExecution,
-    RunSource,
-    StatisticsSource,
-)
+from gpope.core.estimators.execution import Estimate, ReleaseExecution, RunSource, StatisticsSource
 from gpope.errors import ConfigError
 
 __all__ = ["SOLVER_SETTINGS", "Estimate", "Estimator", "PlanContext", "ReleaseExecution",
@@ -53,11 +33,7 @@ _REGISTERED: dict[str, Estimator | str] = dict(_BUILT_IN)
 
 
 def register(estimator: Estimator) -> None:
-    """Add an estimator: its name becomes a valid ``--estimator`` choice and setting.
-
-    Raises:
-        ConfigError: the name is empty or taken.
-    """
+    """Add an estimator: its name becomes a valid ``--estimator`` choice and setting."""
     if not estimator.name or estimator.name in _REGISTERED or estimator.name in _AUDITED:
         raise ConfigError(f"An estimator named {estimator.name!r} is already registered "
                           "(or the name is empty); choose another name.")
@@ -76,11 +52,7 @@ def _load(where: str) -> Any:
 
 
 def get(name: str) -> Estimator:
-    """The registered estimator ``name``.
-
-    Raises:
-        ConfigError: an unknown name; the message lists the valid ones.
-    """
+    """The registered estimator ``name``; ConfigError listing the valid ones otherwise."""
     entry = _REGISTERED.get(name)
     if entry is None:
         raise ConfigError(f"Unknown estimator {name!r}; valid estimators: "
@@ -124,6 +96,5 @@ def audit(name: str, request: Any) -> list[tuple[str, Any]]:
 
 
 def execute(name: str, source: StatisticsSource, **kwargs: Any) -> Estimate:
-    """Run the execution of estimator ``name`` (:meth:`Estimator.execute`) against ``source``
-    (``plan``, ``settings``, ``spec`` as keywords)."""
+    """Run the execution of estimator ``name`` against ``source``."""
     return get(name).execute(source, **kwargs)

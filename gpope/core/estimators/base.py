@@ -1,10 +1,6 @@
-"""What an estimator brings (:class:`Estimator`): its constraints, its planning, its execution,
-its params and notes for MLflow and the report, and its audit.
-
-Every method has the default a plain one-shot release needs (one Gaussian mechanism under
-add/remove-one adjacency, calibrated jointly with the run's auxiliary releases, no solver, no
-noisy-statistics release of its own); an estimator overrides what differs. Nothing here reads
-private data: every decision reads public settings, the public spec and m.
+"""What an estimator brings (:class:`Estimator`): constraints, planning, execution, params and
+notes for MLflow and the report, audit. The defaults fit a one-shot Gaussian release; nothing
+here reads private data, only public settings, the public spec and m.
 """
 
 from __future__ import annotations
@@ -16,8 +12,7 @@ from typing import Any
 
 __all__ = ["SOLVER_SETTINGS", "AuditRequest", "Estimator", "PlanContext", "generic_settings_note"]
 
-#: Settings only the GPOPE solver uses (never recorded for a run whose estimator runs none); the
-#: first ones are logged under the name of their CLI flag (``--step-size`` -> step_size).
+#: Settings only the GPOPE solver uses (never recorded for a run whose estimator runs none).
 SOLVER_SETTINGS = ("passes", "iterations", "clip", "step_size", "step_schedule", "step_offset",
                    "averaging", "tail_fraction", "sampling", "trace_every", "batch_rate",
                    "batch_size", "step_offset_fraction", "touched_trajectories",
@@ -27,16 +22,8 @@ SOLVER_SETTINGS = ("passes", "iterations", "clip", "step_size", "step_schedule",
 
 @dataclass(frozen=True, kw_only=True)
 class PlanContext:
-    """The public inputs of an estimator's planning beyond :class:`PlanInputs`.
-
-    Attributes:
-        layout: how the statistics reach the driver (``dense``, ``sparse``, ``stream``).
-        groups: K disjoint patient groups of the interval (0: none).
-        private_tuning: the core settings of ``--tune private`` (None without it).
-        untuned: the tuning-free default's public rules (its settings block).
-        private_clip_quantile: the quantile an estimator without a public clip releases
-            privately as its clip (None: not asked for).
-    """
+    """The public inputs of an estimator's planning beyond :class:`PlanInputs`; ``layout`` is
+    ``dense``, ``sparse`` or ``stream``, ``groups`` the interval's K patient groups (0: none)."""
 
     layout: str
     groups: int = 0
@@ -48,31 +35,16 @@ class PlanContext:
 class Estimator:
     """An estimator of ``gpope evaluate`` (register an instance, :func:`gpope.core.estimators.register`).
 
-    Attributes (public facts the plan, the pipeline and the report read instead of its name):
-        name: the value of ``--estimator`` and of the ``estimator`` setting.
-        description: one line for ``--help``.
-        command_line: a ``--estimator`` choice (False: chosen by its own rule, :meth:`claims`).
-        one_shot: its release is one Gaussian mechanism under add/remove-one adjacency,
-            calibrated jointly with the auxiliary releases; False: basic composition under the
-            sampling's relation (GPOPE).
-        uses_solver: it runs the GPOPE solver and records the solver's settings.
-        interval_groups: its interval may come from K disjoint patient groups.
-        main_is_statistics: its release IS the noisy statistics (no separate
-            ``noisy_statistics`` component; intervals by the parametric bootstrap of it).
-        public_clip: it reads the public clip bound of the statistics (a quantile on the
-            spec's simulator); False: its clip comes from its own private rule.
-        private_clip_fallback: without a public clip it releases one privately (the plan's
-            ``ssp_clip`` component), at ``ssp_clip_quantile`` when chosen.
-        own_clip_rule: its clip quantile is its own rule (``ssp_clip_quantile`` is not recorded).
-        estimates_behaviour: on data without logged propensities (a tabular state map) it
-            estimates the behaviour policy privately (the plan's ``behaviour`` component).
-        direct_method: its release also gives intervals of public functionals of theta (the
-            direct method's J(target): the policy value release makes its first-state part
-            before the estimator's release and picks J(target) from both after it).
-        statistics_share_helps: ``--statistics-share`` widens what its intervals rest on (the
-            advice under an unbounded interval names it).
-        execution: ``"module:function"`` where :meth:`execute` finds its execution (a shell
-            function for an execution that needs Spark beyond sums), or None.
+    Its class attributes are the public facts the plan, the pipeline and the report read
+    instead of its name: ``command_line`` (False: chosen by :meth:`claims`); ``one_shot`` (one
+    Gaussian mechanism calibrated jointly with the auxiliary releases; False: basic
+    composition, GPOPE); ``main_is_statistics`` (its release IS the noisy statistics);
+    ``public_clip`` (False: its clip comes from its own private rule);
+    ``private_clip_fallback`` (without a public clip it releases one, the ``ssp_clip``
+    component); ``own_clip_rule`` (``ssp_clip_quantile`` is not recorded);
+    ``estimates_behaviour`` (the ``behaviour`` component on data without propensities);
+    ``direct_method`` (its release also gives intervals of public functionals of theta);
+    ``execution`` (``"module:function"`` that :meth:`execute` calls).
     """
 
     name: str = ""
@@ -93,8 +65,7 @@ class Estimator:
     # --- settings and constraints ---------------------------------------------------------
 
     def claims(self, spec_has_block: bool, sources: Mapping[str, str]) -> bool:
-        """Whether a run takes this estimator although nobody named it (``sources``: where each
-        setting came from). Only the tuning-free default claims runs."""
+        """Whether a run takes this estimator although nobody named it."""
         return False
 
     def secure_noise_ok(self, sampling: str) -> bool:
@@ -123,17 +94,12 @@ class Estimator:
     def plan(self, inputs: Any, context: PlanContext, *, share: float | None = None,
              epsilon: float | None = None, delta: float | None = None
              ) -> tuple[Any, dict[str, Any]]:
-        """Its release component (:class:`gpope.core.evaluation.components.ReleaseComponent`):
-        one-shot, at ``share`` of the run's privacy loss (``inputs`` carry the joint multiplier;
-        :func:`gpope.core.evaluation.components.gaussian_share` calibrates it); else at
-        (``epsilon``, ``delta``). Returns the component and the plan's fields it sets
-        (``tuning``, ``untuned_sigmas``, ``accountant``)."""
+        """Its release component, one-shot at ``share`` of the run's privacy loss, else at
+        (``epsilon``, ``delta``); and the plan's fields it sets."""
         raise NotImplementedError(f"estimator {self.name!r} plans no release")
 
     def execute(self, source: Any, *, plan: Any, settings: Any, spec: Any) -> Any:
-        """Its releases at the plan's multipliers against ``source``
-        (:class:`gpope.core.estimators.execution.StatisticsSource`), returning the
-        :class:`~gpope.core.estimators.execution.Estimate`; by default the function named by
+        """Its releases at the plan's multipliers against ``source``: the function named by
         :attr:`execution`."""
         if self.execution is None:
             from gpope.errors import ConfigError
@@ -149,8 +115,7 @@ class Estimator:
 
     def params(self, settings: Any, *, batch_rate: float | None, path: str,
                statistics: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The MLflow params of the settings it used, under their CLI flag names;
-        ``statistics``: the statistics release's public numbers (None without one)."""
+        """The MLflow params of the settings it used, under their CLI flag names."""
         s = settings
         params: dict[str, Any] = {"statistics_path": path,
                                   "private_diagnostics": s.private_diagnostics}
@@ -177,7 +142,7 @@ class Estimator:
     def summary(self, settings: Any, provenance: Mapping[str, Any], *, accountant: str
                 ) -> dict[str, Any]:
         """The run's operating point and where each setting came from (``--json``'s
-        ``settings``): the solver's settings only where it runs the solver."""
+        ``settings``)."""
         s, info = settings, provenance
         out: dict[str, Any] = {"accountant": accountant}
         if self.uses_solver:
@@ -228,14 +193,13 @@ class Estimator:
     # --- audit ----------------------------------------------------------------------------
 
     def audit(self, request: Any) -> list[tuple[str, Any]]:
-        """Its empirical privacy audit (``gpope audit --estimator NAME``): (variant, result)
-        pairs; none by default."""
+        """Its empirical privacy audit (``gpope audit --estimator NAME``): (variant, result)."""
         return []
 
 
 def generic_settings_note(spec: Any) -> str:
     """The NOTE of a run of a spec without an ``evaluation:`` block that did not take the
-    tuning-free default (an estimator or solver flag was given): advice that works for it."""
+    tuning-free default."""
     return (f"NOTE: spec {spec.name!r} has no evaluation: block, so the generic conf settings "
             "were used; " + ("tune it on public data with `gpope tune --spec FILE`."
                              if spec.domain is not None else
@@ -245,14 +209,8 @@ def generic_settings_note(spec: Any) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class AuditRequest:
-    """What ``gpope audit`` asks of each audited release.
-
-    Attributes:
-        samplings: GPOPE's sampling schemes to audit.
-        overrides: the caller's ``m``, ``iterations``, ``epsilon``, ``runs`` (presets otherwise).
-        delta, seed, quick, include_broken, statistic: as the command's flags.
-        policy_value_settings: the configuration's policy value settings (read when asked).
-    """
+    """What ``gpope audit`` asks of each audited release (its flags; ``overrides``: the
+    caller's ``m``, ``iterations``, ``epsilon``, ``runs``)."""
 
     samplings: tuple[str, ...] = ("uniform", "poisson")
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -264,6 +222,5 @@ class AuditRequest:
     policy_value_settings: Callable[[], Any] | None = None
 
     def canary_overrides(self) -> dict[str, Any]:
-        """The overrides the canary audits take (``m``, ``epsilon``, ``runs``; not GPOPE's
-        ``iterations``)."""
+        """The overrides the canary audits take (not GPOPE's ``iterations``)."""
         return {k: v for k, v in self.overrides.items() if k in ("m", "epsilon", "runs")}

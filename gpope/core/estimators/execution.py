@@ -1,14 +1,8 @@
 """What a run's releases read (:class:`StatisticsSource`, :class:`RunSource`), how each
 auxiliary release executes (:class:`ReleaseExecution`) and what the estimator returns
-(:class:`Estimate`).
-
-A run executes its plan in three passes over the plan's components, with no branch per release:
-each auxiliary component first ``prepare``-s the run's source (a private clip, the noisy
-statistics, the behaviour estimate, the policy terms: :class:`RunSource` carries what they
-released), the estimator's execution ``execute(source, *, plan, settings, spec) -> Estimate``
-then draws its own release at the plan's multipliers, and each component ``finish``-es the
-estimate (the policy value, from the estimator's release where the direct method needs it).
-Every draw comes from OS entropy or from ``settings.seed`` (then NOT private).
+(:class:`Estimate`). A run makes three passes, with no branch per release: each auxiliary
+component ``prepare``-s the source, the estimator executes, each component ``finish``-es the
+estimate. Every draw comes from OS entropy or from ``settings.seed`` (then NOT private).
 """
 
 from __future__ import annotations
@@ -46,24 +40,9 @@ class StatisticsSource(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
-    """What a run computed under its plan (released, except ``private_population``).
-
-    Attributes:
-        result: the solver's result record (private flag and note as released).
-        theta: the released weights (the averaged iterate when there is one).
-        values: the values at the spec's reference states.
-        intervals, theta_interval: the released intervals (None without them).
-        private_mspbe: (private MSPBE, relative) from the noisy statistics, or None.
-        noisy: the noisy-statistics release (or the tuning's), for the guard; None without one.
-        tuned: the private tuning's result, or None.
-        release: the estimator's own release record where a later release post-processes it
-            (the tuning-free default's, for the direct method's J(target)), else None.
-        policy_values: the released policy value scalars (``{name: PolicyValueInterval}``), or
-            None when the plan has no ``policy_value`` component.
-        settings: the resolved settings the run used (a private tuning's choice is in ``tuned``).
-        private_population: the population (A, b, C) of the PRIVATE statistics, only for the
-            operator's tagged private diagnostics.
-    """
+    """What a run computed under its plan, all released except ``private_population`` (the
+    PRIVATE statistics' (A, b, C), for the operator's tagged diagnostics only). ``release``: the
+    estimator's own release where a later release post-processes it."""
 
     result: Any
     theta: np.ndarray
@@ -81,22 +60,9 @@ class Estimate:
 
 @dataclass(frozen=True, kw_only=True)
 class RunSource:
-    """The run's statistics source as its auxiliary releases prepared it (a
-    :class:`StatisticsSource`: ``aggregate`` sums the value route's rows under a released
-    behaviour policy where one was released, else the stored rows).
-
-    Attributes:
-        base: the pinned statistics (the shell's source: its rows, Spark sums, population).
-        clip: the clip bound of the noisy statistics: the plan's public one, or the one a
-            private quantile released.
-        noisy, moments: the noisy-statistics release and its residual moments (None without).
-        value_aggregate, value_spec: the value route's rows under the released behaviour policy
-            and the spec they belong to (None: the data logged their propensities).
-        rng: the tuning-free default's noise stream once the behaviour release drew from it.
-        policy_terms: the policy value's per-patient terms and first-state features (private).
-        first_state: the direct method's first-state release (None without it).
-        functionals: the public rows and levels the estimator's release gives intervals of.
-    """
+    """The run's :class:`StatisticsSource` as its auxiliary releases prepared it:
+    ``aggregate`` sums the rows under a released behaviour policy where one was released
+    (``value_aggregate``), else the pinned ``base`` rows. ``policy_terms`` are private."""
 
     base: Any
     clip: float | None = None
@@ -124,16 +90,11 @@ class RunSource:
 
 
 class ReleaseExecution:
-    """How one planned release executes (its component's ``execution`` names the instance).
-
-    Every method defaults to doing nothing; a release overrides the passes it takes part in.
-    Each receives its own component (its multiplier and share), so nothing looks a release up
-    by name.
-    """
+    """How one planned release executes; it overrides the passes it takes part in, each given
+    its own component, so nothing looks a release up by name."""
 
     def check(self, component: Any, rows: Any) -> None:
-        """Refuse, before anything is reserved, statistics that cannot serve the release (public
-        facts: the columns); raises DataError."""
+        """Refuse, before anything is reserved, statistics whose columns cannot serve it."""
 
     def prepare(self, component: Any, run: RunSource, *, plan: Any, settings: Any,
                 spec: Any) -> RunSource:

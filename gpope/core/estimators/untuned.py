@@ -18,8 +18,7 @@ from gpope.core.estimators.execution import ReleaseExecution, RunSource
 __all__ = ["BEHAVIOUR", "BEHAVIOUR_NOTE", "ESTIMATOR", "EXPLICIT_CHOICES", "SECURE_NOISE_UNTUNED",
            "UNTUNED_NOTE", "Untuned", "run_untuned", "untuned_result"]
 
-#: Settings whose explicit choice (command line or caller) means "not the default": the user
-#: asked for a particular estimator or solver.
+#: Settings whose explicit choice means "not the default".
 EXPLICIT_CHOICES = ("estimator", "clip", "step_size", "tune", "ssp_clip", "interval_groups")
 
 #: The one line evaluate prints about the default (no Python warning, no file path).
@@ -133,13 +132,8 @@ def _noise(seed: int | None) -> np.random.Generator:
 def run_untuned(run: RunSource, spec: Any, *, plan: Any, moments_share: float,
                 seed: int | None, level: float, identification: bool,
                 settings: Any = None) -> Any:
-    """The default's releases through ``run.aggregate`` (the plan's ``untuned`` component;
-    :meth:`gpope.core.estimators.StatisticsSource.aggregate` over one pinned version, which
-    checks that it summed exactly m rows; the value route's rows under the released behaviour
-    policy where the run released one, continuing its noise stream). Noise from OS entropy
-    unless ``seed`` (NOT private). ``run.functionals``: public rows and levels whose intervals
-    the release also gives (the direct method's first-state mean,
-    :func:`gpope.core.untuned.release.release_untuned`)."""
+    """The default's releases through ``run.aggregate`` (continuing the behaviour release's
+    noise stream where there was one). Noise from OS entropy unless ``seed`` (NOT private)."""
     from gpope.core.untuned.release import UntunedSettings, release_untuned
 
     rng = run.rng if run.rng is not None else _noise(seed)
@@ -150,9 +144,7 @@ def run_untuned(run: RunSource, spec: Any, *, plan: Any, moments_share: float,
 
 
 class _Behaviour(ReleaseExecution):
-    """The ``behaviour`` release (data without logged propensities): the behaviour policy's
-    private estimate over the state-action rows, before the default's release, which then sums
-    the value route's rows under it (:func:`_with_estimated_behaviour`)."""
+    """The ``behaviour`` release (data without logged propensities), before the default's."""
 
     def prepare(self, component: Any, run: RunSource, *, plan: Any, settings: Any,
                 spec: Any) -> RunSource:
@@ -174,10 +166,8 @@ BEHAVIOUR = _Behaviour()
 
 def _with_estimated_behaviour(aggregate: Any, spec: Any, *, m: int, component: Any, rng: Any,
                               rules: Any) -> tuple[Any, Any]:
-    """The ``behaviour`` release (``component``) over the state-action rows of ``spec`` (their
-    count rows), then the value spec and an aggregate that hands every kernel the value route's
-    rows under the released propensities (:func:`gpope.core.behaviour_estimate.value_rows_from_pairs`,
-    post-processing)."""
+    """The ``behaviour`` release over the state-action rows of ``spec``, then the value spec and
+    an aggregate of the value route's rows under the released propensities (post-processing)."""
     import math
 
     from gpope.core import behaviour_estimate as be

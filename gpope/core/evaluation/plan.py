@@ -1,49 +1,27 @@
 """The release plan of one private evaluation: every privacy decision of the run, made before it
 touches the data, from public inputs only.
 
-:func:`plan_release` turns the run's resolved settings, m and the public spec (and the public
-clip bound of the noisy-statistics release, computed on the spec's simulator) into a frozen
-:class:`ReleasePlan`: the noise multiplier of each release, the composed dp-accounting event the
-ledger stores, the neighbouring relation it is interpreted under, the epsilon the ledger charges,
-and what the run releases. The Spark stage (:mod:`gpope.shell.evaluate.run`) executes the
-plan; it does no privacy arithmetic itself.
+:func:`plan_release` turns the resolved settings, m and the public spec into a frozen
+:class:`ReleasePlan`: each release's noise multiplier, the composed dp-accounting event the ledger
+stores (``ComposedDpEvent([estimator, *auxiliary])``), its neighbouring relation and the epsilon
+charged. The Spark stage executes the plan and does no privacy arithmetic itself.
 
-The budget. Each release component has a share of the run's budget: each auxiliary component
-(the noisy-statistics release behind the intervals and the private MSPBE, the policy value; others
-as they are added) takes its documented share, and the estimator's own release (planned by the
-estimator, :meth:`gpope.core.estimators.Estimator.plan`: GPOPE, privately tuned GPOPE, the
-one-shot SSP release, the tuning-free default) takes the rest. The ledger stores
-the composition of all component events (``ComposedDpEvent([estimator, *auxiliary])``), so
-datasets compose it tightly across runs. What a share is depends on the run:
+Each auxiliary component (:data:`AUXILIARY`) takes its share of the run's budget and the
+estimator's release (:meth:`gpope.core.estimators.Estimator.plan`) the rest:
 
-- **One-shot runs** (:attr:`gpope.core.estimators.Estimator.one_shot`: ``ssp``, ``untuned``):
-  every component is a plain Gaussian mechanism under add/remove-one adjacency, and a
-  composition of Gaussian mechanisms with
-  multipliers ``sigma_j`` is exactly the Gaussian mechanism with ``1/sigma^2 = sum_j 1/sigma_j^2``
-  (Gaussian DP / zCDP composition is exact). So the run calibrates ONE multiplier
-  ``sigma = ssp_sigma(m, epsilon, delta)`` for its whole (epsilon, delta) and a component with
-  share ``w`` of the privacy loss ``mu^2 = 1/sigma^2`` gets ``sigma / sqrt(w)`` (shares sum to
-  1; the zCDP split of :func:`gpope.core.ssp.split_sigma`). The run's certified epsilon is the
-  accountant's epsilon of the composed event at the run's delta (<= epsilon).
+- **One-shot runs** (``ssp``, ``untuned``): every component is a Gaussian mechanism under
+  add/remove-one adjacency, and Gaussian mechanisms compose exactly (``1/sigma^2 = sum_j
+  1/sigma_j^2``). So the run calibrates one ``sigma`` for its whole (epsilon, delta) and a
+  component with share ``w`` gets ``sigma / sqrt(w)``; the certified epsilon is the
+  accountant's epsilon of the composed event (<= epsilon).
 - **GPOPE runs** (subsampled Gaussian, many steps): basic composition. A component with share
   ``w`` is calibrated alone to ``(w epsilon, w delta)`` and the certified epsilon is the sum.
 
-Adding a released component with its own share of the run's budget:
-
-1. give the settings a share for it (a fraction in [0, 1));
-2. write a planner ``plan_x(inputs: PlanInputs, share) -> ReleaseComponent`` (in
-   :mod:`gpope.core.evaluation.components`, beside the others) that calibrates its
-   noise to that share (:func:`gaussian_share` for a Gaussian release: both rules above) and
-   returns its event, certified epsilon, label and the names it releases;
-3. list it in :data:`AUXILIARY` as ``(name, share_of, planner)``, where ``share_of(inputs)`` reads
-   the share from the settings (0: the component is not part of this run).
-
-The estimator's share shrinks by the new component's; the composed event, the spent and charged
-epsilon, the ledger label and :attr:`ReleasePlan.releases` include it with no further change, and
-the component executes itself: give it an ``execution`` (a
-:class:`gpope.core.estimators.execution.ReleaseExecution`: its release before or after the
-estimator's, its released_values rows, its NOTE lines), which the evaluate stage runs for every
-auxiliary component of the plan.
+To add a released component: give the settings its share, write its planner in
+:mod:`gpope.core.evaluation.components` (:func:`gaussian_share` follows both rules), list it in
+:data:`AUXILIARY` and give it an ``execution``
+(:class:`gpope.core.estimators.execution.ReleaseExecution`); the event, the charge, the ledger
+label and :attr:`ReleasePlan.releases` include it with no further change.
 """
 
 from __future__ import annotations
@@ -83,40 +61,15 @@ __all__ = ["AUXILIARY", "PlanInputs", "ReleaseComponent", "ReleasePlan", "gaussi
 class ReleasePlan:
     """Everything private about a run, decided from public inputs (see the module docstring).
 
-    Attributes:
-        epsilon, delta: the run's target (what the ledger reserves).
-        m: the number of trajectories every released number uses (public): the released count
-            m~ (``count_sigma`` > 0) or, under replace-one, the exact m.
-        count_sigma: the noise std of the released count that ``m`` is (0: ``m`` is exact,
-            public under the plan's relation).
-        estimator: the registered estimator's name (:mod:`gpope.core.estimators`).
-        accountant: the accountant that certifies the estimator's release.
-        relation: the neighbouring relation (``"replace_one"`` for uniform sampling, else
-            ``"add_or_remove_one"``); every component is calibrated and charged under it.
-        main: the estimator's release (theta and what follows from it).
-        auxiliary: the other releases, each with its own share.
-        event: the composed dp-accounting event (what the ledger stores).
-        label: the mechanism's one-line description (ledger, MLflow).
-        spent_epsilon: the certified epsilon of the run: one-shot runs, the accountant's epsilon
-            of the composed event at delta; GPOPE runs, the sum over the components (basic
-            composition).
-        charged_epsilon: what the ledger charges: ``epsilon``, or for an accountant that is not a
-            valid bound (``paper``) a rigorous RDP bound of the same mechanism if larger.
-        valid_bound: False for the ``paper`` accountant: the release is NOT private.
-        ledger_note: why the release is not private, for the ledger row (None when valid).
-        layout: how the statistics reach the driver (:func:`gpope.core.evaluation.plan_loading`).
-        interval_groups: K >= 2 disjoint patient groups for GPOPE's interval, or 0.
-        interval_note: why the settings' K is not applied, or None.
-        statistics_clip: the public clip bound of the noisy-statistics release, or None.
-        moments_share: the moments' share of that release (zCDP).
-        tuning: the plan of ``--tune private`` (None otherwise) and its core settings.
-        private_clip_quantile: for an ssp run whose spec gives no public clip bound, the
-            quantile of the statistics norms its ``ssp_clip`` component releases privately as
-            the clip (``statistics_clip`` is then None until the run releases it); else None.
-        untuned_sigmas: the multipliers of the tuning-free default's releases
-            (:class:`gpope.core.untuned.release.UntunedSigmas`) for an ``untuned`` run; else None.
+    ``m`` is what every released number uses: the released count m~ (``count_sigma`` > 0) or,
+    under replace-one, the exact m. ``relation`` (``"replace_one"`` for uniform sampling, else
+    ``"add_or_remove_one"``) is what every component is calibrated and charged under.
+    ``spent_epsilon`` is the certified epsilon; ``charged_epsilon`` what the ledger charges (for
+    an accountant that is not a valid bound, ``paper``, a rigorous RDP bound if larger; then
+    ``valid_bound`` is False and ``ledger_note`` says why). ``private_clip_quantile``: for an
+    ssp run without a public clip bound, the quantile its ``ssp_clip`` component releases as
+    the clip (``statistics_clip`` is then None).
     """
-
     epsilon: float
     delta: float
     m: int
@@ -158,9 +111,7 @@ class ReleasePlan:
 
     @property
     def statistics(self) -> ReleaseComponent | None:
-        """The noisy-statistics release behind the intervals and the private MSPBE: an ssp
-        run's estimator release, else the auxiliary component that releases the private MSPBE
-        (None when the run has none)."""
+        """The noisy-statistics release behind the intervals and the private MSPBE, or None."""
         from gpope.core.estimators import get
 
         if get(self.estimator).main_is_statistics:
@@ -173,10 +124,8 @@ class ReleasePlan:
         return tuple(dict.fromkeys(r for c in self.components for r in c.releases))
 
     def relation_epsilons(self, *, cheap_only: bool = True) -> dict[str, float | None]:
-        """The run's epsilon at ``delta`` under its own relation (the charge) and restated under
-        the other one (:func:`gpope.core.accounting.relations.epsilon_under`: the guarantee that
-        holds once the exact m is public is replace-one). ``cheap_only``: a sampled event's
-        restatement (a group-privacy RDP bound, seconds) is left None."""
+        """The run's epsilon under its own relation (the charge) and restated under the other;
+        ``cheap_only`` leaves a sampled event's (slow) restatement None."""
         from gpope.core.accounting.relations import OTHER_RELATION, epsilon_under, gaussian_mu
 
         other = OTHER_RELATION[self.relation]
@@ -215,9 +164,7 @@ def _interval_groups(s: PlanSettings, *, explicit: bool, layout: str) -> tuple[i
 
 def run_relation(settings: PlanSettings) -> str:
     """The run's adjacency: replace-one for GPOPE's uniform sampling (its accountant needs the
-    exact sampling rate 1/m, so the exact m is public and the sensitivity 2h), else add/remove-one
-    (one-shot estimators and Poisson sampling, with the released count m~ as the public m). Every
-    component is calibrated, reported and charged under it."""
+    exact rate 1/m, so m is public), else add/remove-one with the released count m~ as m."""
     from gpope.core.accounting.composition import relation_of_sampling
     from gpope.core.estimators import get
 
@@ -226,45 +173,22 @@ def run_relation(settings: PlanSettings) -> str:
 
 
 def plan_release(
-    settings: PlanSettings,
-    *,
-    m: int,
-    spec: EvaluationSpec,
-    layout: str,
-    statistics_clip: float | None,
-    groups_explicit: bool = False,
-    private_tuning: PrivateTuningSettings | None = None,
-    untuned: UntunedSettings | None = None,
-    private_clip_quantile: float | None = None,
-    behaviour: BehaviourSettings | None = None,
+    settings: PlanSettings, *, m: int, spec: EvaluationSpec, layout: str,
+    statistics_clip: float | None, groups_explicit: bool = False,
+    private_tuning: PrivateTuningSettings | None = None, untuned: UntunedSettings | None = None,
+    private_clip_quantile: float | None = None, behaviour: BehaviourSettings | None = None,
     count_sigma: float = 0.0,
 ) -> ReleasePlan:
-    """The release plan of a run (see the module docstring); nothing is drawn or read.
+    """The release plan of a run (see the module docstring); nothing is drawn or read. Equal
+    for any two data sets with the same m.
 
-    Args:
-        settings: the run's resolved settings (every solver setting set, N and q computed).
-        m: the number of trajectories (public).
-        spec: the public evaluation spec.
-        layout: how the statistics reach the driver (:func:`gpope.core.evaluation.plan_loading`).
-        statistics_clip: the public clip bound of the noisy-statistics release (required for an
-            ssp run; None: a gpope run without that release).
-        groups_explicit: the settings' ``interval_groups`` was given explicitly (an explicit K is
-            refused where it cannot hold; a default rule yields).
-        private_tuning: the core settings of ``--tune private`` (required with it).
-        untuned: the public rules of the tuning-free default (``estimator="untuned"``; None:
-            :class:`gpope.core.untuned.release.UntunedSettings` defaults).
-        private_clip_quantile: an ssp run without ``statistics_clip`` releases its clip as this
-            quantile of the statistics norms, privately, at ``untuned.quantile_share`` of the
-            run's budget (the ssp estimator's ``ssp_clip`` component; the same rule as the
-            default's clip).
-        behaviour: the data carry no logged propensities (public: the schema) and the run
-            estimates the behaviour policy privately with these rules (its ``behaviour``
-            component, :func:`gpope.core.evaluation.components.plan_behaviour`); None: logged.
-        count_sigma: ``m`` is the released count m~ with this noise std (0: the exact m, which
-            only a replace-one plan may use, :func:`run_relation`).
-
-    Returns:
-        The frozen plan; equal for any two data sets with the same m.
+    ``statistics_clip``: the public clip bound of the noisy-statistics release (required for
+    an ssp run). ``groups_explicit``: an explicit K is refused where it cannot hold, a default
+    rule yields. ``private_clip_quantile``: an ssp run without ``statistics_clip`` releases its
+    clip as this quantile of the statistics norms (its ``ssp_clip`` component). ``behaviour``:
+    the data carry no logged propensities (public: the schema), so the run estimates the
+    behaviour policy privately with these rules. ``count_sigma``: ``m`` is the released count
+    m~ with this noise std (0: the exact m, which only a replace-one plan may use).
 
     Raises:
         ConfigError, AccountingError: a combination of settings the run cannot account for.
@@ -333,7 +257,7 @@ def plan_release(
 
 
 #: Each retry of a joint calibration whose composed event certifies above the target (the
-#: accountant's discretisation of a composition) widens the run's multiplier by this factor.
+#: accountant's discretisation) widens the multiplier by this factor.
 _JOINT_RETRY_FACTOR = 1.001
 _JOINT_RETRIES = 50
 
@@ -342,10 +266,8 @@ def _plan_one_shot(inputs: PlanInputs, shares: list[tuple[float, Callable[..., R
                    estimator: Any, context: Any
                    ) -> tuple[ReleaseComponent, tuple[ReleaseComponent, ...], Any, str, float,
                               dict[str, Any]]:
-    """A one-shot run calibrated jointly (module docstring): one multiplier for the run's
-    (epsilon, delta), split by shares of the privacy loss; the estimator takes the share the
-    auxiliary components leave. Returns (main, auxiliary, event, label, certified epsilon of the
-    composed event at delta (<= epsilon), the plan's fields the estimator sets)."""
+    """A one-shot run calibrated jointly (module docstring). Returns (main, auxiliary, event,
+    label, certified epsilon (<= epsilon), the plan's fields the estimator sets)."""
     import dataclasses
 
     import dp_accounting

@@ -1,17 +1,7 @@
-"""Executing a release plan on the private statistics: the estimate and what follows from it.
-
-:func:`estimate` runs the plan against the run's pinned statistics (:class:`SparkStatistics`):
-each auxiliary component's release before the estimator's, the execution of the plan's
-estimator (its registry entry, :attr:`gpope.core.estimators.Estimator.execution`), then each
-component's release after it (:class:`gpope.core.estimators.execution.ReleaseExecution`). GPOPE's
-execution (:func:`execute_gpope`: on the sampled statistics in memory or streamed from Spark,
-optionally tuned privately, or once per disjoint patient group), SSP's (:func:`execute_ssp`)
-and the tuning-free default's (:func:`execute_untuned`: its releases are Spark sums over all
-rows, so it runs at any m, in the same arithmetic as the core's in-memory reference) are here.
-GPOPE reads the plan's noisy-statistics release (a Spark aggregate plus Gaussian noise,
-:mod:`gpope.shell.evaluate.intervals`, made before it), SSP makes it as its own
-release; then the values and intervals by post-processing, clamped into the range the spec's public bounds imply. Noise is drawn here or
-in the solver it calls, never elsewhere, at the multipliers the plan fixed.
+"""Executing a release plan on the private statistics (:func:`estimate`), and the executions of
+GPOPE, SSP and the tuning-free default that the estimators' registry entries name. Noise is
+drawn here or in the solver it calls, never elsewhere, at the multipliers the plan fixed; values
+and intervals are post-processing, clamped into the range the spec's public bounds imply.
 """
 
 from __future__ import annotations
@@ -48,28 +38,16 @@ if TYPE_CHECKING:
     #: The population (A, b, C) of the PRIVATE statistics (operators' diagnostics only).
     Population = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-__all__ = [
-    "SparkStatistics",
-    "estimate",
-    "execute_gpope",
-    "execute_ssp",
-    "execute_untuned",
-    "patient_groups",
-    "solve",
-    "solve_groups",
-    "solver_config",
-    "spark_population",
-    "ssp_result",
-]
+__all__ = ["SparkStatistics", "estimate", "execute_gpope", "execute_ssp", "execute_untuned",
+           "patient_groups", "solve", "solve_groups", "solver_config", "spark_population",
+           "ssp_result"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SparkStatistics:
-    """The run's private statistics, one pinned version of trajectory_stats, as a
-    :class:`gpope.core.estimators.StatisticsSource`: the DataFrame ``rows``, and for sums the
-    version's files read by the workers where the storage has them (delta-rs), the same rows.
-    ``m`` is the exact number of rows: aggregates check it and it indexes them, but it is never
-    released (every released number uses the plan's public m)."""
+    """One pinned version of trajectory_stats as a
+    :class:`gpope.core.estimators.StatisticsSource`. ``m`` is the exact number of rows,
+    checked by aggregates and never released (released numbers use the plan's public m)."""
 
     spark: SparkSession
     config: GpopeConfig
@@ -94,8 +72,7 @@ class SparkStatistics:
 
     def aggregate(self, kernel: Callable[[np.ndarray, np.ndarray], np.ndarray],
                   width: int) -> np.ndarray:
-        """``(width,)`` total of ``kernel`` over every row block (a Spark aggregate that checks
-        it summed exactly m rows, :func:`gpope.shell.pipeline.ssp._aggregate`)."""
+        """``(width,)`` total of ``kernel`` over every row block; checks it summed m rows."""
         from gpope.shell.pipeline.ssp import _aggregate
 
         return _aggregate(self.summable, self.n, kernel, 1, width, self.m)[0]
@@ -108,12 +85,9 @@ class SparkStatistics:
 def estimate(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
              plan: ReleasePlan, settings: RunSettings, stats_df: DataFrame, stats_version: int,
              rows: int | None = None) -> Estimate:
-    """Execute ``plan`` on the statistics ``stats_df`` (one pinned version): each auxiliary
-    component's release before the estimator's (:meth:`ReleaseComponent.prepare`), the
-    estimator's execution at the plan's multipliers, then each component's release after it
-    (:meth:`ReleaseComponent.finish`); a release whose accountant is not a valid bound is marked
-    not private. ``rows``: the exact number of trajectories (None: the plan's m), never
-    released."""
+    """Execute ``plan`` on one pinned version of the statistics: the auxiliary releases before
+    the estimator's, its execution, the auxiliary releases after it; a release whose accountant
+    is not a valid bound is marked not private. ``rows``: the exact (unreleased) m."""
     from gpope.core.estimators import RunSource, execute
     from gpope.shell.evaluate.report import privacy_label
 
@@ -137,9 +111,8 @@ def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult,
               noisy: NoisyStatistics | None, moments: NoisyMoments | None, *, bootstrap: bool,
               group_thetas: np.ndarray | None = None, tuned: PrivateTuningResult | None = None,
               population: Population | None = None) -> Estimate:
-    """The values and intervals of ``result`` (post-processing of the noisy releases;
-    ``bootstrap``: the interval is the noisy statistics' own, else anchored at theta), clamped
-    into the spec's public range."""
+    """The values and intervals of ``result`` (post-processing), clamped into the spec's public
+    range; ``bootstrap``: the interval is the noisy statistics' own, else anchored at theta."""
     from gpope.shell.evaluate.intervals import release_intervals
 
     theta = result.theta_avg if result.theta_avg is not None else result.theta
@@ -161,8 +134,7 @@ def _released(spec: EvaluationSpec, settings: RunSettings, result: GPOPEResult,
 
 def execute_ssp(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                 spec: EvaluationSpec) -> Estimate:
-    """SSP's execution (:mod:`gpope.core.estimators.ssp`): its release IS the noisy statistics
-    (at the run's clip, public or privately released), solved."""
+    """SSP's execution: its release IS the noisy statistics, solved."""
     from gpope.shell.evaluate.intervals import noisy_statistics_of
 
     noisy, moments = noisy_statistics_of(run, settings, spec, sigma=plan.main.sigma, m=plan.m)
@@ -175,14 +147,12 @@ def execute_ssp(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
 
 def execute_gpope(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                   spec: EvaluationSpec) -> Estimate:
-    """GPOPE's execution (:mod:`gpope.core.estimators.gpope`): the solver (in memory or
-    streamed, tuned privately, or once per disjoint patient group), with the noisy-statistics
-    release the run made before it (where planned) for its interval."""
+    """GPOPE's execution: the solver (in memory, streamed, tuned privately, or per disjoint
+    patient group), with the run's noisy-statistics release for its interval."""
     source = run.base
     m, n, k = plan.m, source.n, plan.interval_groups
-    # a Poisson step divides by a public count: the released m~, and for K disjoint groups the
-    # public expected group size m / K, never a group's actual size (the K sizes would
-    # otherwise be released through the iterates)
+    # a Poisson step divides by a public count (m~, or m / K for K groups), never a group's
+    # actual size, which the iterates would otherwise release
     solver = solver_config(
         settings, sigma=plan.sigma, batch_rate=settings.batch_rate,
         trace_every=settings.trace_every or max(1, settings.iterations // 20),
@@ -206,9 +176,7 @@ def execute_gpope(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
 
 def execute_untuned(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
                     spec: EvaluationSpec) -> Estimate:
-    """The tuning-free default's execution (:mod:`gpope.core.estimators.untuned`: its releases
-    through Spark sums, values clamped into the spec's public range, each with its interval,
-    and the intervals of the direct method's first-state mean where the run released it)."""
+    """The tuning-free default's execution: its releases through Spark sums."""
     from gpope.core.estimators.untuned import run_untuned, untuned_result
     from gpope.core.ssp import private_mspbe
 
@@ -225,10 +193,8 @@ def execute_untuned(run: RunSource, *, plan: ReleasePlan, settings: RunSettings,
 
 def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Interval | None
                      ) -> tuple[np.ndarray, Interval | None]:
-    """The values and their interval's finite ends clamped into the range the spec's public
-    bounds imply (:func:`gpope.core.untuned.release.value_range`), as the tuning-free default releases
-    them: post-processing of public bounds (no budget); a covered true value lies in that range,
-    so coverage can only improve; an unbounded end stays unbounded (it says "not identified")."""
+    """The values and their interval's finite ends clamped into the spec's public value range:
+    post-processing (no budget) that can only improve coverage; an unbounded end stays so."""
     from gpope.core.untuned.release import clamp_interval, value_range
 
     bounds = value_range(spec)
@@ -239,9 +205,8 @@ def _in_public_range(spec: EvaluationSpec, values: np.ndarray, intervals: Interv
 def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | None,
                   trace_every: int | None, delta: float | None = None,
                   normalizing_size: float | None = None) -> GPOPEConfig:
-    """The core solver's :class:`~gpope.core.gpope.solver.GPOPEConfig` for resolved ``options`` at the
-    calibrated noise multiplier ``sigma`` (``delta``: the GPOPE part's, default the run's;
-    ``normalizing_size``: the public count a Poisson step divides by, None: the rows held)."""
+    """The solver's :class:`~gpope.core.gpope.solver.GPOPEConfig` at noise multiplier ``sigma``;
+    ``normalizing_size``: the public count a Poisson step divides by (None: the rows held)."""
     from gpope.core.gpope.solver import GPOPEConfig
 
     return GPOPEConfig(
@@ -266,8 +231,7 @@ def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | Non
 
 def ssp_result(noisy: NoisyStatistics, options: RunSettings, spec: EvaluationSpec, *, accountant: str,
                spent: float) -> GPOPEResult:
-    """The SSP estimate in the solver's result record (no iterates, no trace): the plain
-    (unregularised) LSTD solve of the noisy sums on the supported features."""
+    """The SSP estimate as a solver result: the unregularised LSTD solve of the noisy sums."""
     from gpope.core.gpope.solver import GPOPEResult
     from gpope.core.intervals import ssp_values
 
@@ -284,24 +248,13 @@ def ssp_result(noisy: NoisyStatistics, options: RunSettings, spec: EvaluationSpe
 
 
 def solve(
-    spark: SparkSession,
-    stats_df: DataFrame,
-    spec: EvaluationSpec,
-    solver: GPOPEConfig,
-    options: RunSettings,
-    *,
-    m: int,
-    n: int,
-    sigma: float,
-    spent: float,
-    accountant: str,
-    in_memory: bool,
-    layout: str = "dense",
+    spark: SparkSession, stats_df: DataFrame, spec: EvaluationSpec, solver: GPOPEConfig,
+    options: RunSettings, *, m: int, n: int, sigma: float, spent: float, accountant: str,
+    in_memory: bool, layout: str = "dense",
     tuning: tuple[PrivateTuningPlan, PrivateTuningSettings] | None = None,
 ) -> tuple[GPOPEResult, Population | None, PrivateTuningResult | None]:
-    """Run the solver on the statistics; also return the private population (A, b, C) if asked
-    for diagnostics (computed here, never released), and the private tuning's result (None
-    without ``--tune private``)."""
+    """Run the solver; also the private population when diagnostics are asked for (never
+    released), and the private tuning's result (None without ``--tune private``)."""
     from gpope.core.gpope.solver import run_gpope
     from gpope.core.gpope.streamed import run_gpope_streamed
     from gpope.shell.pipeline.sampled import load_statistics, streamed_fetcher
@@ -336,8 +289,7 @@ def solve(
 
 def patient_groups(spark: SparkSession, config: GpopeConfig, *, dataset: str, m: int,
                    groups: int) -> np.ndarray:
-    """(m,) group 0..groups-1 of each traj_index, from the public hash of its patient id
-    (:func:`gpope.core.intervals.interval_groups`; the silver transitions hold the mapping)."""
+    """(m,) group 0..groups-1 of each traj_index, from the public hash of its patient id."""
     from gpope.core.intervals import interval_groups
     from gpope.shell import lake
     from gpope.shell.lake.manifest import read_pinned
@@ -362,14 +314,9 @@ def solve_groups(spark: SparkSession, stats_df: DataFrame, spec: EvaluationSpec,
                  options: RunSettings, *, groups: np.ndarray, n: int, m: int, spent: float,
                  layout: str = "dense",
                  ) -> tuple[GPOPEResult, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
-    """``--interval-groups K``: GPOPE once per disjoint group with the run's settings (its
-    Poisson rate applies to the group, each step normalised by the public expected group size
-    q m / K, not the group's actual size); returns (the result with theta, w, the averaged iterate
-    and the trace = the means over the groups, (K, n) group estimates, private population).
-
-    The statistics are loaded once, in the in-memory path's ``layout`` and through its
-    memory-safe route (:func:`~gpope.shell.pipeline.sampled.load_group_statistics`), and split
-    by group on the driver; each group's trajectories in ``traj_index`` order."""
+    """``--interval-groups K``: GPOPE once per disjoint group (each step normalised by the
+    public expected group size); returns (the result whose iterates are the means over the
+    groups, (K, n) group estimates, private population)."""
     from gpope.core.gpope.solver import run_gpope
     from gpope.shell.pipeline.sampled import load_group_statistics
 

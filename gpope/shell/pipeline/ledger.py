@@ -1,31 +1,22 @@
-"""The privacy ledger's storage and protocol: budgets and every run's spend, in ``privacy_ledger``.
+"""The privacy ledger: budgets and every run's spend, in the append-only Delta table
+``<lake>/gold/privacy_ledger`` shared by all datasets (read and written with delta-rs alone on a
+local lake). A row's ``kind``:
 
-One append-only Delta table shared by all datasets (``<lake>/gold/privacy_ledger``; columns in
-:mod:`gpope.shell.pipeline.ledger_store`). On a local lake it is read and written with
-``deltalake`` alone (no Spark, no JVM). Rows have a ``kind``:
+* **budget** (``gpope budget set``): the latest in commit order is the dataset's budget; raising
+  one needs ``force`` and records who and when.
+* **reservation**: written before a run draws noise or writes output, with its claim, its
+  **charge** (``charged_epsilon``/``charged_delta``: the claim, or for ``paper`` a rigorous RDP
+  bound) and its mechanism (the dp-accounting event and relation, as JSON).
+* **settlement**: ``released``, ``failed`` (still counted: noise may have been drawn) or
+  ``cancelled`` (not admitted, drew nothing; its charge is reversed).
 
-* **budget**: written by ``gpope budget set``; the latest one (in commit order) is the dataset's
-  total budget. Raising a budget needs ``force`` and is recorded with who (``actor``) and when.
-* **reservation**: written before a run draws noise or writes output. It carries the run's
-  claimed (epsilon, delta), its **charge** (``charged_epsilon``/``charged_delta``: the claim, or
-  for an accountant that is not a valid bound, ``paper``, a rigorous RDP bound of the same
-  mechanism) and its mechanism (the dp-accounting event and neighbouring relation, as JSON).
-* **settlement**: a later status of a reserved run: ``released``, ``failed`` (still counted:
-  noise may have been drawn, privacy spent is spent) or ``cancelled`` (the run was not admitted,
-  so it drew nothing; its charge is reversed).
-
-``SUM(charged_epsilon)`` per dataset is the basic spend; the ``epsilon`` column mixes budgets and
-spends and must not be summed (the table's description says so).
-
-The decisions (folding, admission, refusal, runs left) are pure and live in
-:mod:`gpope.core.accounting.budget`; they follow the **commit order** of the rows (the table's
-versions, recorded by the store), never a writer's clock. Reservation is check - append -
-decide: a run that does not fit raises :class:`~gpope.errors.BudgetExceededError` having written
-nothing; otherwise its reservation is appended, the table is read back, and the run proceeds iff
-the commit-order fold admits it at the version its commit got. Two racing runs both read the
-same commit order, so exactly the runs that fit in that order proceed; the others write a
-``cancelled`` settlement and raise. Stale reservations of killed runs are settled by
-:meth:`PrivacyLedger.reconcile` from the evidence, automatically before each new reservation.
+``SUM(charged_epsilon)`` per dataset is the basic spend; the ``epsilon`` column must not be
+summed. The decisions are pure (:mod:`gpope.core.accounting.budget`) and follow the rows' commit
+order, never a writer's clock. Reservation is check - append - decide: a run that does not fit
+raises :class:`~gpope.errors.BudgetExceededError` having written nothing; otherwise it proceeds
+iff the commit-order fold admits it at the version its commit got, so of two racing runs exactly
+those that fit in that order proceed and the others are cancelled. Stale reservations of killed
+runs are settled by :meth:`PrivacyLedger.reconcile` before each new reservation.
 """
 
 from __future__ import annotations
@@ -61,17 +52,8 @@ if TYPE_CHECKING:
     from gpope.config import GpopeConfig
     from gpope.shell.pipeline.ledger_store import LedgerStore
 
-__all__ = [
-    "BUDGET_STATUS_COMMENTS",
-    "COUNTED_STATUSES",
-    "BudgetStatus",
-    "Charge",
-    "LedgerEntry",
-    "PrivacyLedger",
-    "Settlement",
-    "budget_status_rows",
-    "budget_status_table",
-]
+__all__ = ["BUDGET_STATUS_COMMENTS", "COUNTED_STATUSES", "BudgetStatus", "Charge", "LedgerEntry",
+           "PrivacyLedger", "Settlement", "budget_status_rows", "budget_status_table"]
 
 
 def _now() -> datetime:
@@ -129,13 +111,8 @@ def _row(
 
 # ---------------------------------------------------------------------- the ledger
 class PrivacyLedger:
-    """Reads and appends the shared ``privacy_ledger`` table of a lake.
-
-    Args:
-        spark: a session, or None: on a local lake the ledger needs none (delta-rs); on a Unity
-            Catalog lake one is started when needed.
-        config: the configuration (lake location, default budget, composition rule).
-    """
+    """Reads and appends the shared ``privacy_ledger`` table of a lake (``spark``: None on a local
+    lake; a Unity Catalog lake starts one when needed)."""
 
     def __init__(self, spark: SparkSession | None, config: GpopeConfig,
                  *, store: LedgerStore | None = None) -> None:
@@ -177,12 +154,8 @@ class PrivacyLedger:
         return fold(dataset, [LedgerRow.from_mapping(r) for r in rows], **self._rule)
 
     def status(self, dataset: str, *, require_known: bool = False) -> BudgetStatus:
-        """Budget, spent and remaining of ``dataset`` and the state of each of its runs.
-
-        Raises:
-            ConfigError: ``require_known`` and the dataset has neither ledger rows nor tables
-                in the lake nor a ``datasets:`` entry in the configuration.
-        """
+        """Budget, spent and remaining of ``dataset`` and the state of each of its runs
+        (``require_known``: ConfigError for a dataset nobody knows, :meth:`check_known`)."""
         rows = self._store.rows(dataset)
         if require_known and not rows:
             self.check_known(dataset)
@@ -243,11 +216,8 @@ class PrivacyLedger:
         ])
 
     def origin(self, dataset: str) -> str | None:
-        """Who produced the dataset's raw tables (``"simulate"``), or None if unknown.
-
-        On a local lake the record must be at least as new as the last commit of the bronze
-        ``observations`` table: raw data loaded after a simulation is not simulated.
-        """
+        """Who produced the dataset's raw tables (``"simulate"``), or None if unknown; raw data
+        loaded after the record (on a local lake) is not simulated."""
         rows = [r for r in self._store.rows(dataset)
                 if LedgerRow.from_mapping(r).row_kind == "origin"]
         if not rows:
@@ -270,13 +240,8 @@ class PrivacyLedger:
         return str(latest["mechanism"]).removeprefix("origin:")
 
     def check_lake(self, dataset: str) -> None:
-        """Refuse a ledger that misses runs released in the lake (:mod:`.ledger_lake`).
-
-        Raises:
-            ConfigError: the lake holds a release of ``dataset`` the ledger has no row for (the
-                ledger was removed or replaced by an older copy); names the runs and
-                ``gpope budget reconcile``.
-        """
+        """Refuse (ConfigError) a ledger that misses runs released in the lake: it was removed or
+        replaced by an older copy (:mod:`.ledger_lake`)."""
         from gpope.shell.pipeline import ledger_lake as lk
 
         rows = self._store.rows()
@@ -294,11 +259,8 @@ class PrivacyLedger:
             raise ConfigError(lk.orphan_message(self.location, orphans))
 
     def recover(self, dataset: str | None = None) -> list[Settlement]:
-        """Charge the runs released in the lake that the ledger does not know (one commit).
-
-        Raises:
-            ConfigError: a release manifest whose run's charge is lost (:mod:`.ledger_lake`).
-        """
+        """Charge the runs released in the lake that the ledger does not know (one commit);
+        ConfigError for a release manifest whose charge is lost."""
         from gpope.shell.pipeline import ledger_lake as lk
 
         rows = self._store.rows()
@@ -319,13 +281,8 @@ class PrivacyLedger:
         self, dataset: str, *, epsilon: float, delta: float, force: bool = False,
         require_known: bool = False,
     ) -> BudgetStatus:
-        """Set the dataset's total budget (a new budget row; the latest one applies).
-
-        Raises:
-            ConfigError: non-positive values; a budget below what is already spent; raising an
-                existing budget (an explicit one, or the default once runs were charged) without
-                ``force``; an unknown dataset with ``require_known``.
-        """
+        """Set the dataset's total budget (a new budget row; the latest one applies). ConfigError
+        for non-positive values, a budget below the spend, or a raise without ``force``."""
         check_number("budget", "epsilon", epsilon, gt=0.0)
         check_number("budget", "delta", delta, gt=0.0, lt=1.0)
         rows = self._store.rows(dataset)
@@ -364,15 +321,10 @@ class PrivacyLedger:
         return self.status(dataset)
 
     def reserve(self, charge: Charge) -> LedgerEntry:
-        """Record the spend of a run (``charge``) before it draws noise or writes output: the
-        core decides (:func:`~gpope.core.accounting.admission.decide`) on the rows before the
-        append and again at the version the append got; the ledger only reads and writes.
-
-        Raises:
-            BudgetExceededError: the spend would take the dataset past its budget; nothing is
-                written (or, after a concurrent race, the reservation is written as cancelled).
-            ConfigError: the run id is taken, or its relation differs from the dataset's runs.
-        """
+        """Record a run's ``charge`` before it draws noise or writes output: the core decides
+        (:func:`~gpope.core.accounting.admission.decide`) before the append and again at the
+        version it got. BudgetExceededError: nothing is written (after a lost race, the
+        reservation is cancelled)."""
         self.reconcile(charge.dataset)
         row = charge.row(created_at=_now(), actor=_actor(), process=_process())
         reservation = LedgerRow.from_mapping(row)
@@ -401,14 +353,8 @@ class PrivacyLedger:
         return row
 
     def mark(self, dataset: str, run_id: str, status: str, *, note: str | None = None) -> LedgerEntry:
-        """Record the final status (``released`` or ``failed``) of a reserved run.
-
-        Marking a run with the status it already has (e.g. after ``reconcile`` settled it from
-        the same evidence) is a no-op.
-
-        Raises:
-            ConfigError: unknown status, or no reservation for ``run_id``.
-        """
+        """Record the final status (``released`` or ``failed``) of a reserved run; a no-op when
+        it already has that status (``reconcile`` settled it)."""
         if status not in ("released", "failed"):
             raise ConfigError(f"A run can be marked 'released' or 'failed'. Got {status!r} instead.")
         current = self.entry(dataset, run_id)
@@ -428,19 +374,11 @@ class PrivacyLedger:
         return LedgerEntry(**{**current.__dict__, "status": status, "created_at": row["created_at"]})
 
     def reconcile(self, dataset: str | None = None, *, spark: SparkSession | None = None) -> list[Settlement]:
-        """Settle stale reservations of killed runs from the evidence.
-
-        A reservation is stale when its process is known dead (same host, pid gone) or it is
-        older than ``privacy.reservation_timeout_hours``. It becomes ``released`` if
-        released_estimates has a row with its run id that readers see (its release manifest in
-        ``pipeline_runs`` is committed); ``cancelled`` (charge reversed) if the commit-order fold
-        did not admit it (its run could not pass its own decision, so it drew nothing); else
-        ``failed`` (still counted: it may have drawn noise). A reservation with a release is
-        settled ``released`` even if its process still runs (the evidence is final; the run's
-        own mark is then a no-op). The rows a run settled ``failed`` appended to the release
-        tables are deleted, so raw Delta readers at the latest version never see them
-        (:func:`~gpope.shell.pipeline.release.remove_failed_releases`).
-        """
+        """Settle stale reservations (process gone on this host, or older than
+        ``privacy.reservation_timeout_hours``) from the evidence: ``released`` if readers see its
+        release (even while its process runs); ``cancelled`` (charge reversed) if the fold did
+        not admit it, so it drew nothing; else ``failed`` (still counted: it may have drawn
+        noise), and its rows in the release tables are deleted."""
         from gpope.shell.pipeline.ledger_store import released_run_ids
 
         recovered = self.recover(dataset)

@@ -1,19 +1,12 @@
 """The privacy ledger's readers refuse commits gpope does not write (local lakes, no JVM).
 
-The ledger is append-only: every commit gpope makes to ``gold/privacy_ledger`` is an append with
-a ``commitInfo`` that records the identities of the rows it adds
-(:data:`gpope.shell.pipeline.ledger_store.ROWS_KEY`), a table property change, or a compaction by
-``gpope maintain`` (``OPTIMIZE``: files rewritten with ``dataChange: false``, same rows). Anything
-else could lower the spend the ledger reports: a commit that removes rows (a forged ``remove``
-would reset a dataset's spend), or a commit without ``commitInfo``, which no Delta writer makes.
-:func:`audit_log` reads the retained commit files of a local ledger and raises a one-line
-:class:`~gpope.errors.CorruptTableError` naming the table, the commit and the repair, before any
-budget is folded from the table. It also checks that every row a retained commit recorded is
-still in the table (a rewrite that dropped rows is refused too).
-
-Commits that already left the log (older than ``delta.logRetentionDuration``) cannot be audited;
-their rows are accounted by their final statuses (:mod:`gpope.core.accounting.budget`), and runs
-released in the lake but unknown to the ledger are charged by ``gpope budget reconcile``.
+gpope only appends to ``gold/privacy_ledger`` (with a ``commitInfo`` recording the rows' identities,
+:data:`gpope.shell.pipeline.ledger_store.ROWS_KEY`), changes a table property or compacts it
+(``OPTIMIZE``, ``dataChange: false``). Anything else could lower the reported spend (a forged
+``remove`` resets a dataset's spend), so :func:`audit_log` refuses it before any budget is folded,
+and refuses a table that lost rows a retained commit recorded. Commits older than the log's
+retention cannot be audited; runs released in the lake but unknown to the ledger are charged by
+``gpope budget reconcile``.
 """
 
 from __future__ import annotations
@@ -52,18 +45,9 @@ def _actions(file: Path, path: str) -> list[dict]:
 
 
 def audit_log(path: str, row_keys: set[str], rows_key: str, *, version: int | None = None) -> None:
-    """Refuse a local ledger holding a commit gpope does not write (see the module docstring).
-
-    Args:
-        path: the ledger table's directory.
-        row_keys: the identities (``kind/run_id/status``) of the rows the table holds.
-        rows_key: the commit metadata key listing the identities of the rows a commit adds.
-        version: audit only the commits up to this version (a pinned read).
-
-    Raises:
-        CorruptTableError: a commit without ``commitInfo``, a commit that removes rows, a damaged
-            commit file, or rows recorded by a retained commit that the table no longer holds.
-    """
+    """Raise CorruptTableError for a local ledger holding a commit gpope does not write, a damaged
+    commit file, or missing rows (``row_keys``: the rows the table holds; ``version``: audit the
+    commits up to it)."""
     log = Path(path) / "_delta_log"
     if not log.is_dir():
         return

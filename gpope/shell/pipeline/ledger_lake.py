@@ -1,22 +1,13 @@
 """The ledger checked against the lake: a run released in the lake is charged even if the ledger
-lost it.
+lost it (deleted, or replaced by an older copy), so losing the ledger never resets a budget.
 
-Losing ``gold/privacy_ledger`` (deleted, or replaced by an older copy) must not reset a budget.
-The release tables say which runs were released, with the epsilon and delta each was calibrated
-for: ``released_estimates``, ``released_values`` and ``released_counts`` (one row, or several, per released run, with
-``run_id``, ``dataset``, ``epsilon``, ``delta`` and ``accountant``). Every row there counts, at the
-table's latest version, whether or not its release manifest was committed: a reader may have seen
-it. :func:`unknown_releases` lists the runs released in the lake that the ledger has no
-reservation for; :func:`recovery_rows` charges one of them (a reservation with the release's
-epsilon and delta and a ``released`` settlement, appended in one commit by ``gpope budget
-reconcile`` and before every reservation). The recovered run has no stored dp-accounting event,
-so its dataset is composed by the basic rule from then on (never tighter than the truth).
-
-A release manifest in ``pipeline_runs`` (stage ``release``) whose run neither the ledger nor the
-release tables know is refused instead (:func:`orphan_manifests`): the manifest records no
-epsilon to charge.
-
-Local lakes only (delta-rs, no JVM); on a Unity Catalog lake nothing is found here.
+Every row of ``released_estimates``, ``released_values`` and ``released_counts`` at the latest
+version counts, manifest committed or not (a reader may have seen it). :func:`unknown_releases`
+lists the runs the ledger has no reservation for and :func:`recovery_rows` charges one (a
+reservation and a ``released`` settlement, one commit). A recovered run has no stored event, so
+its dataset is composed by the basic rule from then on (never tighter than the truth). A release
+manifest neither the ledger nor the release tables know is refused (:func:`orphan_manifests`):
+it records no epsilon to charge. Local lakes only (delta-rs); nothing is found on Unity Catalog.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Where the privacy ledger's rows live: delta-rs directly (no JVM) or the Spark table layer.
+"""Where the privacy ledger's rows live: delta-rs on a local lake (no JVM), else the Spark table
+layer (Unity Catalog, non-local roots). Both hold the same Delta table (:data:`LEDGER_COLUMNS`).
 
-The ledger is small and append-only, so on a local lake it is read and appended by the JVM-free
-delta-rs store: ``gpope budget show`` answers in about a second and starts no JVM. Only a
-Unity Catalog lake (``--catalog/--schema``) or a non-local root goes through Spark and the table
-layer (:mod:`gpope.shell.lake`). Both stores hold the same Delta table with the columns of
-:data:`LEDGER_COLUMNS` (the first eight are DESIGN.md's contract; the others make the table hard
-to misread: see :mod:`gpope.shell.pipeline.ledger`).
-
-Every append is one commit that records the identities of its rows (``kind/run_id/status``) in
-the commit's metadata (``gpope.ledger_rows``); :meth:`LedgerStore.rows` returns each row with the
-``version`` of the commit that added it, read back from the table's history. The ledger decides by
-that commit order, never by ``created_at`` (a writer's clock). A row whose commit has left the
-log (older than the table's log retention) gets version -1.
-
-Nothing here imports pyspark unless the Spark store is used.
+Every append is one commit that records its rows' identities (``kind/run_id/status``) in the
+commit metadata (``gpope.ledger_rows``); :meth:`LedgerStore.rows` returns each row with the
+``version`` of the commit that added it (-1 once that commit left the log). The ledger decides
+by that commit order, never by ``created_at`` (a writer's clock).
 """
 
 from __future__ import annotations
@@ -32,22 +23,11 @@ if TYPE_CHECKING:
 
     from gpope.config import GpopeConfig
 
-__all__ = [
-    "LEDGER_COLUMNS",
-    "LEDGER_COMMENTS",
-    "LEDGER_DESCRIPTION",
-    "DeltaRsLedgerStore",
-    "LedgerStore",
-    "SparkLedgerStore",
-    "TableLedgerStore",
-    "arrow_schema",
-    "open_ledger_store",
-    "released_run_ids",
-    "rows_metadata",
-]
+__all__ = ["LEDGER_COLUMNS", "LEDGER_COMMENTS", "LEDGER_DESCRIPTION", "DeltaRsLedgerStore",
+           "LedgerStore", "SparkLedgerStore", "TableLedgerStore", "arrow_schema",
+           "open_ledger_store", "released_run_ids", "rows_metadata"]
 
-#: (name, arrow type name, nullable). The first eight are the DESIGN.md contract (NOT NULL);
-#: the rest were added later and are NULL on rows written before them.
+#: (name, arrow type name, nullable). The first eight are the DESIGN.md contract (NOT NULL).
 LEDGER_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("dataset", "string", False),
     ("run_id", "string", False),
@@ -79,12 +59,8 @@ def arrow_schema() -> pa.Schema:
     """The ledger's Arrow schema (with column comments as field metadata)."""
     import pyarrow as pa
 
-    types = {
-        "string": pa.string(),
-        "double": pa.float64(),
-        "boolean": pa.bool_(),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-    }
+    types = {"string": pa.string(), "double": pa.float64(), "boolean": pa.bool_(),
+             "timestamp": pa.timestamp("us", tz="UTC")}
     return pa.schema([
         pa.field(name, types[t], nullable, metadata={"comment": LEDGER_COMMENTS[name]})
         for name, t, nullable in LEDGER_COLUMNS
@@ -144,12 +120,8 @@ class LedgerStore(Protocol):
 
 
 def rows_metadata(info: Mapping[str, Any]) -> Any:
-    """The ledger-row identities a commit recorded (:data:`ROWS_KEY`), from its history entry.
-
-    delta-rs keeps commit metadata as top-level ``commitInfo`` fields; Spark's Delta writer keeps
-    it inside the ``userMetadata`` JSON, next to the table layer's commit token
-    (:func:`gpope.shell.lake.native.with_commit_token`). None when the commit recorded none.
-    """
+    """The ledger-row identities a commit recorded (:data:`ROWS_KEY`), or None: a top-level
+    ``commitInfo`` field (delta-rs) or inside the ``userMetadata`` JSON (Spark's Delta)."""
     if ROWS_KEY in info:
         return info[ROWS_KEY]
     from gpope.shell.lake.base import user_metadata_field
@@ -190,21 +162,12 @@ class TableLedgerStore:
         return self._tables.read_arrow(self.location, self._version).to_pylist()
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """One atomic append recording the rows' identities in the commit's metadata; adds the
-        newer columns to a table written before them.
-
-        Raises:
-            CommitError: the append failed; nothing was committed.
-        """
+        """One atomic append recording the rows' identities in the commit's metadata; a failure
+        (CommitError) commits nothing."""
         import pyarrow as pa
 
-        data = {
-            name: [
-                (r.get(name).replace(tzinfo=UTC) if name == "created_at" else r.get(name))
-                for r in rows
-            ]
-            for name, _, _ in LEDGER_COLUMNS
-        }
+        data = {name: [r.get(name).replace(tzinfo=UTC) if name == "created_at" else r.get(name)
+                       for r in rows] for name, _, _ in LEDGER_COLUMNS}
         self._tables.append_arrow(
             self.location, pa.table(data, schema=arrow_schema()),
             create_schema=self._create_schema, merge_schema=True,
@@ -214,12 +177,8 @@ class TableLedgerStore:
 
 
 class DeltaRsLedgerStore(TableLedgerStore):
-    """The ledger of a local lake through the JVM-free local tables
-    (:func:`gpope.shell.lake.local.local_tables`, delta-rs; no Spark, no JVM).
-
-    Works under any local path (spaces, non-ASCII letters, ``#``): delta-rs is given the plain
-    path and encodes it itself.
-    """
+    """The ledger of a local lake through the JVM-free local tables (delta-rs), under any local
+    path (delta-rs encodes it itself)."""
 
     def __init__(self, path: str, *, version: int | None = None) -> None:
         from gpope.shell.lake.local import local_tables
@@ -227,12 +186,8 @@ class DeltaRsLedgerStore(TableLedgerStore):
         super().__init__(local_tables(), path, version=version)
 
     def _read(self) -> list[dict[str, Any]]:
-        """The rows, after the audit of the retained log (:mod:`.ledger_audit`).
-
-        Raises:
-            CorruptTableError: the data cannot be read (e.g. a missing Parquet file) or the log
-                holds a commit gpope does not write; one line naming the table and the repair.
-        """
+        """The rows, after the audit of the retained log (:mod:`.ledger_audit`); a missing data
+        file or a foreign commit raises CorruptTableError naming the repair."""
         from gpope.errors import GpopeError
         from gpope.shell.pipeline.ledger_audit import audit_log, unreadable
 
@@ -247,13 +202,8 @@ class DeltaRsLedgerStore(TableLedgerStore):
         return data
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """:meth:`TableLedgerStore.append`, refused before delta-rs starts writing when the
-        table's folders are not writable (a failed delta-rs upload otherwise ends the process
-        with a Rust panic).
-
-        Raises:
-            CommitError: the ledger's folder or its log is not writable; nothing was committed.
-        """
+        """:meth:`TableLedgerStore.append`, refused (CommitError) before delta-rs writes when the
+        table's folders are not writable (a failed upload would end the process in a panic)."""
         import os
         from pathlib import Path
 
@@ -309,10 +259,8 @@ def _local_path_of(config: GpopeConfig, layer: str, dataset: str, table: str) ->
 
 
 def open_ledger_store(config: GpopeConfig, spark: SparkSession | None = None) -> LedgerStore:
-    """The ledger store for ``config``'s lake: delta-rs on a local lake, else Spark.
-
-    A Spark session is started only when the lake needs one (Unity Catalog, remote root).
-    """
+    """The ledger store for ``config``'s lake: delta-rs on a local lake, else Spark (started only
+    then)."""
     path = _local_path(config, "privacy_ledger")
     if path is not None:
         return DeltaRsLedgerStore(path)
@@ -323,16 +271,11 @@ def open_ledger_store(config: GpopeConfig, spark: SparkSession | None = None) ->
     return SparkLedgerStore(spark, config)
 
 
-def released_run_ids(
-    config: GpopeConfig, run_ids: set[str], spark: SparkSession | None = None
-) -> set[str]:
-    """Which of ``run_ids`` were released: their released_estimates row is visible to readers.
-
-    The evidence is read through the ``pipeline_runs`` manifest
-    (:func:`gpope.shell.lake.manifest.read_pinned`): a row whose release manifest was never
-    committed (a run killed between the append and the manifest) is no release, so reconcile
-    settles that run ``failed`` (still counted), never ``released``.
-    """
+def released_run_ids(config: GpopeConfig, run_ids: set[str],
+                     spark: SparkSession | None = None) -> set[str]:
+    """Which of ``run_ids`` have a released_estimates row visible through the ``pipeline_runs``
+    manifest: a row whose manifest was never committed is no release (reconcile settles that
+    run ``failed``, still counted)."""
     if not run_ids:
         return set()
     from gpope.errors import TableNotFoundError
