@@ -1,19 +1,11 @@
 """The public inputs of one private evaluation and its release plan, before anything is written.
 
-:func:`prepare_run` reads what the design treats as public and nothing else: m (the released
-number of patients m~ of the pinned statistics version, :mod:`gpope.shell.pipeline.released_count`,
-released and charged once per version; a run under replace-one, GPOPE's uniform sampling, uses
-the exact count, which that relation makes public), the
-episode cap ``gpope simulate`` recorded for a simulated dataset, and the public clip bound of the
-noisy-statistics release (a quantile on a fresh cohort of the spec's simulator; an ssp run whose
-spec has no simulator plans a private quantile instead, charged to the run). From those, the
-settings are resolved (:func:`gpope.core.evaluation.settings.resolve_settings`) and the run's
-:class:`~gpope.core.evaluation.plan.ReleasePlan` is made
-(:func:`gpope.core.evaluation.plan.plan_release`). Nothing here reads a private row.
-
-The refusals of this step read public inputs only: an invalid combination of settings (the
-``paper`` accountant among them), ``delta`` against 1/m, and a fixed seed only on a simulated
-dataset.
+:func:`prepare_run` reads only what the design treats as public: m (the released count m~ of the
+pinned statistics version, or the exact count that replace-one makes public), the episode cap
+``gpope simulate`` recorded, and the public clip bound of the noisy-statistics release (a
+quantile on the spec's simulator). From those it resolves the settings and makes the
+:class:`~gpope.core.evaluation.plan.ReleasePlan`. Nothing here reads a private row, and every
+refusal reads public inputs only.
 """
 
 from __future__ import annotations
@@ -37,19 +29,9 @@ __all__ = ["PreparedRun", "check_count", "check_request", "check_seed_allowed", 
 
 @dataclass(frozen=True, kw_only=True)
 class PreparedRun:
-    """A run ready to reserve: its public inputs, resolved settings and release plan.
-
-    Attributes:
-        m: the number of trajectories every released number uses (public): the released count
-            m~, or the exact m under replace-one (``plan.count_sigma`` says which).
-        rows: the exact number of trajectories: checks and indexes the rows, never released
-            nor logged.
-        stats_version: the pinned version of trajectory_stats every read uses.
-        settings: the resolved settings (``interval_groups`` as the plan applies it).
-        provenance: where each setting came from, the tuned point, the interval note.
-        recorded_max_length: the episode cap ``gpope simulate`` recorded, or None.
-        plan: the release plan.
-    """
+    """A run ready to reserve: its public inputs, resolved settings and release plan. ``m`` is
+    what every released number uses (m~, or the exact m under replace-one); ``rows``, the exact
+    number of trajectories, only checks and indexes the rows, never released nor logged."""
 
     m: int
     rows: int
@@ -66,12 +48,8 @@ class PreparedRun:
 
 
 def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLayer) -> None:
-    """The checks that need no Spark and no m: the configuration with the caller's settings over
-    it, and the spec's block (:func:`gpope.core.evaluation.settings.merged_view`).
-
-    Raises:
-        ConfigError: an invalid setting or combination.
-    """
+    """The checks that need no Spark and no m (ConfigError): the configuration with the caller's
+    settings over it, and the spec's block."""
     from gpope.core.estimators import claiming, get
     from gpope.core.evaluation.settings import SettingsLayer, merged_view
 
@@ -87,12 +65,8 @@ def check_request(config: GpopeConfig, spec: EvaluationSpec, flags: SettingsLaye
 
 
 def check_seed_allowed(config: GpopeConfig, dataset: str) -> None:
-    """A fixed seed makes noise and plan reproducible: only on a simulated dataset, or with
-    ``allow_not_private``.
-
-    Raises:
-        ConfigError: the dataset was not produced by ``gpope simulate``.
-    """
+    """A fixed seed makes noise reproducible: ConfigError unless ``gpope simulate`` produced the
+    dataset."""
     from gpope.shell.pipeline.ledger import PrivacyLedger
 
     if PrivacyLedger(None, config).origin(dataset) == "simulate":
@@ -117,9 +91,8 @@ def _simulated_max_length(config: GpopeConfig, dataset: str) -> int | None:
 
 def _sparse_bound(config: GpopeConfig, dataset: str, spec: EvaluationSpec,
                   recorded: int | None) -> int | None:
-    """The public bound on one trajectory's sparse statistics (bytes) of a one-hot spec, from
-    the dataset's public episode cap (its ``datasets:`` entry, else the cap ``gpope simulate``
-    recorded); None for a dense map or a dataset without a known cap."""
+    """The public bound on one trajectory's sparse statistics (bytes) of a one-hot spec, from the
+    dataset's public episode cap; None for a dense map or without a known cap."""
     from gpope.core.evaluation.loading import max_active, pair_support, sparse_row_bytes
 
     p = max_active(spec.feature_map)
@@ -133,10 +106,8 @@ def _sparse_bound(config: GpopeConfig, dataset: str, spec: EvaluationSpec,
 
 def private_clip_quantile(settings: RunSettings, source: str | None) -> float:
     """The quantile an ssp run without a public clip releases privately: ``ssp_clip_quantile``
-    when chosen (``source`` ``"options"`` or ``"spec"``), else the tuning-free default's measured
-    clip rule (``evaluation.untuned.clip_quantile``, measured on generated MDPs), not the conf's
-    0.99 chosen for noiseless public cohorts: a private quantile is read from noisy counts, and
-    the few rows above a 0.99 quantile drown in them at small m."""
+    when chosen, else the tuning-free default's (a private quantile is read from noisy counts,
+    in which the few rows above the conf's public-cohort quantile drown at small m)."""
     if source in ("options", "spec"):
         return float(settings.ssp_clip_quantile)
     return float(settings.untuned.clip_quantile)
@@ -145,11 +116,9 @@ def private_clip_quantile(settings: RunSettings, source: str | None) -> float:
 def statistics_clip(spec: EvaluationSpec, settings: RunSettings, *, private_fallback: bool,
                     source: str | None, quantile_source: str | None = None
                     ) -> tuple[float | None, str | None]:
-    """The clip bound of the noisy-statistics release and where it comes from (one line for the
-    report): the setting (``source``: ``"options"`` for --ssp-clip), else a public quantile on
-    the spec's simulator. Without a simulator: None, and for an estimator that then releases
-    its clip privately (``private_fallback``, the plan's ``ssp_clip`` component) the words saying
-    so; any other run then has no statistics release."""
+    """The clip bound of the noisy-statistics release and where it comes from (one line): the
+    setting, else a public quantile on the spec's simulator; without one None (and the words
+    for an estimator that releases its clip privately, ``private_fallback``)."""
     if settings.ssp_clip is not None:
         return float(settings.ssp_clip), ("--ssp-clip" if source == "options"
                                           else "evaluation.ssp_clip")
@@ -168,11 +137,7 @@ def statistics_clip(spec: EvaluationSpec, settings: RunSettings, *, private_fall
 
 
 def check_count(count: NoisyCount) -> int:
-    """The released count as the run's public m.
-
-    Raises:
-        ConfigError: m~ below 2 (a count whose noise swamps the dataset; nothing is written).
-    """
+    """The released count as the run's public m; ConfigError when m~ < 2."""
     if count.m_noisy < 2:
         raise ConfigError(
             f"The released number of patients of this statistics version is {count.m_noisy} "
@@ -184,14 +149,8 @@ def check_count(count: NoisyCount) -> int:
 
 def prepare_run(spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
                 flags: SettingsLayer) -> PreparedRun:
-    """The public inputs, the resolved settings and the release plan of a run.
-
-    Raises:
-        ConfigError, AccountingError: invalid public settings (nothing is written).
-        DataError, TableNotFoundError: no statistics for the spec.
-        StaleStatisticsError: statistics older than the latest ingest, without
-            ``allow_stale_stats``.
-    """
+    """The public inputs, the resolved settings and the release plan of a run; nothing is
+    written on a refusal (invalid settings, no or stale statistics)."""
     from gpope.core.evaluation import plan_loading, plan_release
     from gpope.core.evaluation.loading import is_one_hot
     from gpope.core.evaluation.plan import run_relation

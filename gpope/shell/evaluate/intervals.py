@@ -1,8 +1,6 @@
-"""The noisy-statistics release of an evaluation and what it gives: the release itself (a Spark
-aggregate of the clipped sums plus one Gaussian draw, then the residual second moments, at the
-multiplier the release plan fixed; the plan's ``noisy_statistics`` component executes it before
-the estimator, :data:`NOISY_STATISTICS`), and the intervals and private MSPBE computed from it by
-post-processing (:mod:`gpope.core.intervals`).
+"""The noisy-statistics release of an evaluation (the plan's ``noisy_statistics`` component,
+:data:`NOISY_STATISTICS`, at the multiplier the plan fixed) and the intervals and private MSPBE
+computed from it by post-processing (:mod:`gpope.core.intervals`).
 """
 
 from __future__ import annotations
@@ -40,14 +38,11 @@ def noise_generators(seed: int | None) -> tuple[np.random.Generator, np.random.G
 def noisy_statistics(stats_df: DataFrame | StatisticsFiles, options: RunSettings,
                      spec: EvaluationSpec, *, n: int, m: int, rows: int, sigma: float,
                      clip: float) -> tuple[NoisyStatistics, NoisyMoments]:
-    """The noisy-statistics release and its moments release (:mod:`gpope.core.ssp`) of the rows
-    ``stats_df`` (a DataFrame, or :class:`gpope.shell.pipeline.ssp.StatisticsFiles`): a Spark
-    aggregate of the clipped sums plus Gaussian noise at ``sigma / sqrt(1 - moments_share)``;
-    then, at the resulting (public) unregularised SSP estimate, a Spark aggregate of the clipped
-    residual second moments plus noise at ``sigma / sqrt(moments_share)``. Together: exactly the
-    Gaussian mechanism at ``sigma`` (:func:`gpope.core.ssp.ssp_release_event`). ``m``: the
-    public count the release divides by; ``rows``: how many rows each aggregate must sum (a
-    structural check, never released)."""
+    """The noisy-statistics release and its moments release of the rows ``stats_df``: the clipped
+    sums plus noise at ``sigma / sqrt(1 - moments_share)``, then, at the resulting (public) SSP
+    estimate, the clipped residual second moments plus noise at ``sigma / sqrt(moments_share)``:
+    together exactly the Gaussian mechanism at ``sigma``. ``m``: the public count the release
+    divides by; ``rows``: how many rows each aggregate must sum (never released)."""
     from gpope.core.intervals import ssp_values
     from gpope.core.ssp import release_moments, release_noisy_statistics, split_sigma
     from gpope.shell.pipeline.ssp import public_residual_bound, spark_group_sums, spark_moment_sum
@@ -79,16 +74,14 @@ def noisy_statistics(stats_df: DataFrame | StatisticsFiles, options: RunSettings
 
 def noisy_statistics_of(run: RunSource, settings: RunSettings, spec: EvaluationSpec, *,
                         sigma: float, m: int) -> tuple[NoisyStatistics, NoisyMoments]:
-    """:func:`noisy_statistics` of the run's pinned rows at ``sigma`` and the run's clip (the
-    plan's public one, or the one its ``ssp_clip`` component released)."""
+    """:func:`noisy_statistics` of the run's pinned rows at ``sigma`` and the run's clip."""
     source = run.base
     return noisy_statistics(source.summable, settings, spec, n=source.n, m=m, rows=source.m,
                             sigma=float(sigma), clip=float(run.clip))
 
 
 class _NoisyStatistics(ReleaseExecution):
-    """The ``noisy_statistics`` component: released before the estimator, which reads it from
-    the run's source (its intervals and private MSPBE)."""
+    """The ``noisy_statistics`` component, released before the estimator, which reads it."""
 
     def prepare(self, component: ReleaseComponent, run: RunSource, *, plan: ReleasePlan,
                 settings: RunSettings, spec: EvaluationSpec) -> RunSource:
@@ -119,13 +112,8 @@ def release_intervals(noisy: NoisyStatistics | None, moments: NoisyMoments | Non
                       group_thetas: np.ndarray | None = None,
                       ) -> tuple[Interval | None, Interval | None, tuple[float, float] | None]:
     """(value Interval, theta Interval, (private MSPBE, relative)) from the noisy releases; Nones
-    without them. SSP: parametric bootstrap (:func:`gpope.core.intervals.bootstrap_interval`)
-    with the identification test of ``options.ssp_identification`` (default on: unbounded, with
-    ``Interval.unidentified``, where the noisy summed A cannot be separated from a singular one;
-    under tabular features judged per value, the weakly visited states set aside);
-    GPOPE: that SSP interval anchored at GPOPE's estimate, or with ``group_thetas`` (K, n)
-    (``--interval-groups``) the Student-t interval of the K disjoint-group estimates
-    (:func:`gpope.core.intervals.group_interval`)."""
+    without them. SSP: the parametric bootstrap with its identification test; GPOPE: that
+    interval anchored at its estimate, or the Student-t interval of the ``group_thetas``."""
     from gpope.core.intervals import (
         anchored_interval,
         bootstrap_interval,

@@ -35,27 +35,14 @@ __all__ = ["run_evaluate"]
 
 
 def run_evaluate(
-    spark: SparkSession,
-    config: GpopeConfig,
-    *,
-    dataset: str,
-    spec: EvaluationSpec,
-    options: SettingsLayer,
-    tracking_uri: str | None = None,
-    spec_text: str | None = None,
+    spark: SparkSession, config: GpopeConfig, *, dataset: str, spec: EvaluationSpec,
+    options: SettingsLayer, tracking_uri: str | None = None, spec_text: str | None = None,
     truth: Mapping[str, float] | None = None,
 ) -> EvaluationReport:
-    """One private evaluation of ``spec`` on ``dataset``: ledger, released_estimates, MLflow (the
-    package docstring). ``options``: the caller's settings (epsilon and delta at least) over the
-    spec's block and the configuration; ``tracking_uri`` None: by the precedence of
-    :mod:`gpope.shell.tracking`; ``spec_text`` is logged as an artifact; ``truth``: true values
-    at the reference states from the public simulator (simulated data only).
-
-    Raises:
-        BudgetExceededError: the reservation would exceed the dataset's budget (nothing written).
-        DataError: no statistics for the spec.
-        ConfigError, AccountingError: invalid public settings (before anything is written).
-    """
+    """One private evaluation of ``spec`` on ``dataset`` (the package docstring). ``options``:
+    the caller's settings over the spec's block and the configuration; ``truth``: the public
+    simulator's true values (simulated data only). A refusal (budget, statistics, settings)
+    writes nothing."""
     from gpope.shell import faults
     from gpope.shell.evaluate.execute import estimate
     from gpope.shell.evaluate.inputs import prepare_run
