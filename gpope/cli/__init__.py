@@ -22,23 +22,9 @@ from gpope import __version__
 from gpope.errors import GpopeError
 
 # Command groups, in the order they appear in --help. Each entry is a module of this package.
-COMMAND_MODULES: tuple[str, ...] = (
-    "demo",
-    "simulate",
-    "load",
-    "ingest",
-    "stats",
-    "evaluate",
-    "budget",
-    "maintain",
-    "query",
-    "compare",
-    "track",
-    "accountant",
-    "experiment",
-    "tune",
-    "audit",
-)
+COMMAND_MODULES: tuple[str, ...] = ("demo", "simulate", "load", "ingest", "stats", "evaluate",
+                                    "budget", "maintain", "query", "compare", "track", "accountant",
+                                    "experiment", "tune", "audit")
 
 
 # Negative numbers in every form float() reads (argparse's own pattern misses "-1e-5"), so that

@@ -75,13 +75,9 @@ def _run(args: argparse.Namespace) -> int:
     from gpope.core.validation import check_int
 
     check_int("gpope simulate", "patients", args.patients, ge=1)
-    options = api.SimulateOptions(
-        n_steps=args.steps,
-        jitter=args.jitter,
-        stagger_days=args.stagger_days,
-        missing_prob=args.missing,
-        noise=args.noise,
-    )
+    options = api.SimulateOptions(n_steps=args.steps, jitter=args.jitter,
+                                  stagger_days=args.stagger_days, missing_prob=args.missing,
+                                  noise=args.noise)
     if (args.variables or args.no_propensity) and args.to_files is None:
         raise ConfigError("--variables and --no-propensity shape the files of --to-files; add "
                           "--to-files DIR (the lake's simulated tables keep the domain's form).")
@@ -100,16 +96,9 @@ def _run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     api.check_stage("simulate", args.dataset, config=config)  # fail fast, before Spark starts
     spark = api.get_spark(config)
-    report = api.simulate(
-        spark,
-        args.dataset,
-        config=config,
-        domain=args.domain,
-        patients=args.patients,
-        seed=args.seed,
-        options=options,
-        progress=show_progress(args),
-    )
+    report = api.simulate(spark, args.dataset, config=config, domain=args.domain,
+                          patients=args.patients, seed=args.seed, options=options,
+                          progress=show_progress(args))
     emit(args, report.to_dict(), report.summary())
     return 0
 

@@ -13,14 +13,5 @@ from gpope.core.baselines.first_visit import first_visit_statistics
 from gpope.core.baselines.lstd import LSTDResult, lstd, lstd_from_transitions
 from gpope.core.baselines.wis_lstd import wis_lstd, wis_lstd_from_transitions
 
-__all__ = [
-    "DPLSResult",
-    "LSTDResult",
-    "dp_lsl",
-    "dp_lsw",
-    "first_visit_statistics",
-    "lstd",
-    "lstd_from_transitions",
-    "wis_lstd",
-    "wis_lstd_from_transitions",
-]
+__all__ = ["DPLSResult", "LSTDResult", "dp_lsl", "dp_lsw", "first_visit_statistics", "lstd",
+           "lstd_from_transitions", "wis_lstd", "wis_lstd_from_transitions"]

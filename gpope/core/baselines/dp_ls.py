@@ -146,16 +146,8 @@ def _check_keywords(owner: str, inputs: Mapping[str, Any], optional: tuple[str, 
         f"help(gpope.core.baselines.{owner}) documents each.")
 
 
-def _prepare(
-    owner: str,
-    states: object,
-    rewards: object,
-    traj_index: object,
-    *,
-    distribution: bool,
-    optional: tuple[str, ...],
-    **inputs: Any,
-) -> _Prepared:
+def _prepare(owner: str, states: object, rewards: object, traj_index: object, *, distribution: bool,
+             optional: tuple[str, ...], **inputs: Any) -> _Prepared:
     """The public inputs, the NRS constants and the first-visit statistics of one release.
 
     A missing or unknown keyword of :func:`dp_lsw` / :func:`dp_lsl` is a TypeError naming
@@ -180,15 +172,8 @@ def _prepare(
     return _Prepared(phi, rho, a_inv, beta, counts, fbar, observed)
 
 
-def _release(
-    theta: np.ndarray,
-    sens: float,
-    prep: _Prepared,
-    inputs: DPLSInputs,
-    mechanism: str,
-    regularization: float | None,
-    draws: int | None,
-) -> DPLSResult:
+def _release(theta: np.ndarray, sens: float, prep: _Prepared, inputs: DPLSInputs, mechanism: str,
+             regularization: float | None, draws: int | None) -> DPLSResult:
     rng = inputs["rng"]
     if not isinstance(rng, np.random.Generator):
         raise ConfigError(f"'rng' must be a numpy.random.Generator; got {type(rng).__name__}.")
@@ -205,24 +190,12 @@ def _release(
             "beta": prep.beta,
         }
     )
-    return DPLSResult(
-        theta=noisy,
-        epsilon=float(inputs["epsilon"]),
-        delta=float(inputs["delta"]),
-        mechanism=mechanism,
-        regularization=regularization,
-        diagnostics=diagnostics,
-    )
+    return DPLSResult(theta=noisy, epsilon=float(inputs["epsilon"]), delta=float(inputs["delta"]),
+                      mechanism=mechanism, regularization=regularization, diagnostics=diagnostics)
 
 
-def dp_lsw(
-    states: object,
-    rewards: object,
-    traj_index: object,
-    *,
-    draws: int | None = None,
-    **inputs: Unpack[DPLSInputs],
-) -> DPLSResult:
+def dp_lsw(states: object, rewards: object, traj_index: object, *, draws: int | None = None,
+           **inputs: Unpack[DPLSInputs]) -> DPLSResult:
     """DP-LSW (BASELINES 1.3, 1.5-1.7): LSW with fixed weights plus smooth-sensitivity noise.
 
     Args:
@@ -253,17 +226,10 @@ def dp_lsw(
     return _release(theta, sens, p, inputs, "dp_lsw", None, draws)
 
 
-def dp_lsl(
-    states: object,
-    rewards: object,
-    traj_index: object,
-    *,
-    n_trajectories: int | None = None,
-    regularization: float | None = None,
-    sensitivity: LSLSensitivity = "authors",
-    draws: int | None = None,
-    **inputs: Unpack[DPLSInputs],
-) -> DPLSResult:
+def dp_lsl(states: object, rewards: object, traj_index: object, *,
+           n_trajectories: int | None = None, regularization: float | None = None,
+           sensitivity: LSLSensitivity = "authors", draws: int | None = None,
+           **inputs: Unpack[DPLSInputs]) -> DPLSResult:
     """DP-LSL (BASELINES 1.4-1.7): ridge LSL plus smooth-sensitivity Gaussian noise.
 
     Args:
@@ -291,15 +257,7 @@ def dp_lsl(
         else check_number("dp_lsl", "regularization", regularization, gt=0.0)
     )
     theta = lsl_estimate(p.counts, p.fbar, p.phi, p.rho, lam)
-    sens = lsl_smooth_sensitivity(
-        p.counts,
-        p.phi,
-        p.rho,
-        n_trajectories=m,
-        regularization=lam,
-        f_max=inputs["f_max"],
-        beta=p.beta,
-        sensitivity=sensitivity,
-    )
+    sens = lsl_smooth_sensitivity(p.counts, p.phi, p.rho, n_trajectories=m, regularization=lam,
+                                  f_max=inputs["f_max"], beta=p.beta, sensitivity=sensitivity)
     return _release(theta, sens, p, inputs, "dp_lsl", lam, draws)
 

@@ -14,10 +14,7 @@ from gpope.core.baselines._common import as_vector, backward_accumulate, episode
 from gpope.core.validation import check_int, check_number
 from gpope.errors import DataError, SchemaError
 
-__all__ = [
-    "finite_states",
-    "first_visit_statistics",
-]
+__all__ = ["finite_states", "first_visit_statistics"]
 
 _FINITE_ONLY = (
     "DP-LSW, DP-LSL and first-visit statistics apply only to finite (tabular or aggregated) "

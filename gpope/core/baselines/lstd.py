@@ -58,14 +58,8 @@ class LSTDResult:
     solver: str
 
 
-def _prepare(
-    owner: str,
-    phi: object,
-    next_phi: object,
-    reward: object,
-    rho: object | None,
-    terminal: object | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _prepare(owner: str, phi: object, next_phi: object, reward: object, rho: object | None,
+             terminal: object | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     phi_a = as_matrix("phi", phi)
     T, _ = phi_a.shape
     next_a = as_matrix("next_phi", next_phi, rows=T)
@@ -83,18 +77,9 @@ def _prepare(
     return phi_a, next_a, reward_a, rho_a
 
 
-def lstd(
-    phi: object,
-    next_phi: object,
-    reward: object,
-    rho: object | None = None,
-    *,
-    gamma: float,
-    ridge: float = 0.0,
-    lam: float = 0.0,
-    traj_index: object | None = None,
-    terminal: object | None = None,
-) -> LSTDResult:
+def lstd(phi: object, next_phi: object, reward: object, rho: object | None = None, *, gamma: float,
+         ridge: float = 0.0, lam: float = 0.0, traj_index: object | None = None,
+         terminal: object | None = None) -> LSTDResult:
     """LSTD(lambda), on- or off-policy, with ridge convention (i) ``A_hat + eta I``.
 
     Args:
@@ -144,12 +129,8 @@ class LSTDOptions(TypedDict, total=False):
     lam: float
 
 
-def lstd_from_transitions(
-    transitions: Transitions,
-    feature_map: FeatureFn,
-    rho: object | None = None,
-    **options: Unpack[LSTDOptions],
-) -> LSTDResult:
+def lstd_from_transitions(transitions: Transitions, feature_map: FeatureFn,
+                          rho: object | None = None, **options: Unpack[LSTDOptions]) -> LSTDResult:
     """:func:`lstd` on a :class:`Transitions` batch sorted by (traj_index, t) and a feature map
     ``(T, d) states -> (T, n)``; terminal rows have zero next features, truncated rows keep them."""
     return lstd(feature_map(transitions.state), feature_map(transitions.next_state),

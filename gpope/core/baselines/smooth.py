@@ -17,15 +17,8 @@ from gpope.core.baselines._common import as_matrix, as_vector, solve_system
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = [
-    "LSLSensitivity",
-    "lsl_estimate",
-    "lsl_regularization",
-    "lsl_smooth_sensitivity",
-    "lsw_estimate",
-    "lsw_smooth_sensitivity",
-    "nrs_constants",
-]
+__all__ = ["LSLSensitivity", "lsl_estimate", "lsl_regularization", "lsl_smooth_sensitivity",
+           "lsw_estimate", "lsw_smooth_sensitivity", "nrs_constants"]
 
 LSLSensitivity = Literal["authors", "derived"]
 _CHUNK_ELEMENTS = 1 << 18
@@ -135,17 +128,9 @@ def lsw_smooth_sensitivity(
     return float(f_max * pinv_norm * math.sqrt(psi))
 
 
-def lsl_smooth_sensitivity(
-    counts: object,
-    features: object,
-    weights: object,
-    *,
-    n_trajectories: int,
-    regularization: float,
-    f_max: float,
-    beta: float,
-    sensitivity: LSLSensitivity = "authors",
-) -> float:
+def lsl_smooth_sensitivity(counts: object, features: object, weights: object, *,
+                           n_trajectories: int, regularization: float, f_max: float, beta: float,
+                           sensitivity: LSLSensitivity = "authors") -> float:
     """Beta-smooth sensitivity bound S_L(X) of LSL (BASELINES 1.6).
 
     ``"authors"``: ``S = 2 F_max ||Phi||_F / (lambda - ||rho||_inf ||Phi||_F^2) sqrt(Psi_L)``,
@@ -186,9 +171,5 @@ def lsl_smooth_sensitivity(
         raise ConfigError(
             "The derived DP-LSL bound needs ||phi(s)||_2 <= 1 for every state and sum(rho) <= 1."
         )
-    return _smooth_max(
-        lambda ks: (2.0 * f_max / lam) * (1.0 + np.sqrt(2.0 * mass(ks) / lam)),
-        k_max,
-        beta,
-        rho.size,
-    )
+    return _smooth_max(lambda ks: (2.0 * f_max / lam) * (1.0 + np.sqrt(2.0 * mass(ks) / lam)),
+                       k_max, beta, rho.size)

@@ -102,15 +102,9 @@ def wis_lstd(
     return LSTDResult(theta=theta, A=A, b=b, n_samples=T, solver=solver)
 
 
-def wis_lstd_from_transitions(
-    transitions: Transitions,
-    feature_map: Callable[[np.ndarray], np.ndarray],
-    rho: object | None,
-    *,
-    gamma: float,
-    lam: float = 0.0,
-    a0: float = 1e-6,
-) -> LSTDResult:
+def wis_lstd_from_transitions(transitions: Transitions,
+                              feature_map: Callable[[np.ndarray], np.ndarray], rho: object | None,
+                              *, gamma: float, lam: float = 0.0, a0: float = 1e-6) -> LSTDResult:
     """:func:`wis_lstd` on a :class:`Transitions` batch sorted by (traj_index, t), a feature map
     ``(T, d) states -> (T, n)`` and (T,) importance ratios."""
     return wis_lstd(feature_map(transitions.state), feature_map(transitions.next_state),

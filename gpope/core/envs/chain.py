@@ -46,16 +46,8 @@ from gpope.errors import ConfigError
 if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
 
-__all__ = [
-    "ChainConfig",
-    "exact_model",
-    "exact_values",
-    "feature_map",
-    "generate",
-    "initial",
-    "population_statistics",
-    "step",
-]
+__all__ = ["ChainConfig", "exact_model", "exact_values", "feature_map", "generate", "initial",
+           "population_statistics", "step"]
 
 VERSION = "chain-v1"
 

@@ -64,15 +64,9 @@ def concatenate_episodes(parts: list[Transitions]) -> Transitions:
         n_trajectories=int(sum(p.n_trajectories for p in parts)), **columns)
 
 
-def generate_episodes(
-    domain: str,
-    patients: int,
-    rng: np.random.Generator,
-    *,
-    policy: Policy | None = None,
-    n_steps: int | None = None,
-    batch_size: int = 1000,
-) -> Transitions:
+def generate_episodes(domain: str, patients: int, rng: np.random.Generator, *,
+                      policy: Policy | None = None, n_steps: int | None = None,
+                      batch_size: int = 1000) -> Transitions:
     """``patients`` episodes (trajectories 0..m-1) of a registered ``domain`` under ``policy``
     (None: the domain's behaviour policy), capped at ``n_steps`` (None: the domain's), generated
     ``batch_size`` patients at a time from ``rng`` in order (deterministic for a seed)."""

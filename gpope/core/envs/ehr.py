@@ -41,13 +41,8 @@ from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, SchemaError
 
-__all__ = [
-    "CHAIN_SPEC",
-    "HIV_SPEC",
-    "MOUNTAINCAR_SPEC",
-    "EventTableSpec",
-    "episodes_to_event_tables",
-]
+__all__ = ["CHAIN_SPEC", "HIV_SPEC", "MOUNTAINCAR_SPEC", "EventTableSpec",
+           "episodes_to_event_tables"]
 
 _US_PER_DAY = 86_400_000_000
 

@@ -75,32 +75,10 @@ if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
     from gpope.core.policies import Policy
 
-__all__ = [
-    "ACTIONS",
-    "DT",
-    "GAMMA",
-    "HEALTHY_EQUILIBRIUM",
-    "HIGH",
-    "LOW",
-    "MAX_STEPS",
-    "N_ACTIONS",
-    "REFERENCE_STATES",
-    "START",
-    "STATE_NAMES",
-    "UNHEALTHY_EQUILIBRIUM",
-    "VERSION",
-    "CohortOptions",
-    "HIVParams",
-    "drug_efficacies",
-    "generate",
-    "generate_many",
-    "hiv_feature_map",
-    "initial",
-    "patient_parameters",
-    "reward",
-    "step",
-    "to_observation",
-]
+__all__ = ["ACTIONS", "DT", "GAMMA", "HEALTHY_EQUILIBRIUM", "HIGH", "LOW", "MAX_STEPS", "N_ACTIONS",
+           "REFERENCE_STATES", "START", "STATE_NAMES", "UNHEALTHY_EQUILIBRIUM", "VERSION",
+           "CohortOptions", "HIVParams", "drug_efficacies", "generate", "generate_many",
+           "hiv_feature_map", "initial", "patient_parameters", "reward", "step", "to_observation"]
 
 VERSION = "hiv-v1"
 STATE_NAMES: tuple[str, ...] = ("T1", "T2", "T1s", "T2s", "V", "E")
@@ -202,14 +180,8 @@ def patient_parameters(
     return out
 
 
-def step(
-    states: np.ndarray,
-    actions: np.ndarray,
-    params: HIVParams | dict | None = None,
-    *,
-    r2: float = 2000.0,
-    rtol: float = RTOL,
-) -> tuple[np.ndarray, np.ndarray]:
+def step(states: np.ndarray, actions: np.ndarray, params: HIVParams | dict | None = None, *,
+         r2: float = 2000.0, rtol: float = RTOL) -> tuple[np.ndarray, np.ndarray]:
     """One 5-day interval for every patient at once (vectorised Dormand-Prince): ``(next_states
     (k, 6) raw, rewards (k,))`` of (k, 6) raw states and (k,) actions; ``params`` a
     :class:`HIVParams`, a mapping from :func:`patient_parameters` or None (published table)."""
@@ -252,14 +224,8 @@ class CohortOptions(TypedDict, total=False):
     params: HIVParams | None
 
 
-def generate(
-    n_trajectories: int,
-    rng: np.random.Generator,
-    policy: Policy,
-    *,
-    start: np.ndarray | None = None,
-    **options: Unpack[CohortOptions],
-) -> Transitions:
+def generate(n_trajectories: int, rng: np.random.Generator, policy: Policy, *,
+             start: np.ndarray | None = None, **options: Unpack[CohortOptions]) -> Transitions:
     """Simulate ``n_trajectories`` patients for ``n_steps`` decisions under ``policy``, all at once.
 
     Random draws, in order: patient parameters (only if ``param_variation > 0``), the noise of the
@@ -280,18 +246,10 @@ def generate(
     return generate_many([n_trajectories], [rng], policy, starts=starts, **options)[0]
 
 
-def generate_many(
-    sizes: Sequence[int],
-    rngs: Sequence[np.random.Generator],
-    policy: Policy,
-    *,
-    n_steps: int = MAX_STEPS,
-    param_variation: float = 0.0,
-    obs_noise: float = 0.0,
-    r2: float = 2000.0,
-    params: HIVParams | None = None,
-    starts: Sequence[np.ndarray | None] | None = None,
-) -> list[Transitions]:
+def generate_many(sizes: Sequence[int], rngs: Sequence[np.random.Generator], policy: Policy, *,
+                  n_steps: int = MAX_STEPS, param_variation: float = 0.0, obs_noise: float = 0.0,
+                  r2: float = 2000.0, params: HIVParams | None = None,
+                  starts: Sequence[np.ndarray | None] | None = None) -> list[Transitions]:
     """Several independent cohorts simulated as one: the same result as separate calls, faster.
 
     ``generate_many(sizes, rngs, policy, ...)[g]`` equals ``generate(sizes[g], rngs[g], policy,
@@ -354,16 +312,12 @@ def generate_many(
     out = []
     for g, m in zip(groups, sizes, strict=True):
         tt = np.tile(np.arange(n_steps, dtype=np.int64), m)
-        out.append(Transitions(
-            traj_index=np.repeat(np.arange(m, dtype=np.int64), n_steps),
-            t=tt,
-            state=states[:-1, g].transpose(1, 0, 2).reshape(-1, 6),
-            action=actions[:, g].T.reshape(-1),
-            reward=rewards[:, g].T.reshape(-1),
-            next_state=states[1:, g].transpose(1, 0, 2).reshape(-1, 6),
-            terminal=np.zeros(m * n_steps, dtype=bool),
-            truncated=tt == n_steps - 1,
-            behavior_prob=probs[:, g].T.reshape(-1),
-            n_trajectories=m,
-        ))
+        out.append(Transitions(traj_index=np.repeat(np.arange(m, dtype=np.int64), n_steps), t=tt,
+                               state=states[:-1, g].transpose(1, 0, 2).reshape(-1, 6),
+                               action=actions[:, g].T.reshape(-1),
+                               reward=rewards[:, g].T.reshape(-1),
+                               next_state=states[1:, g].transpose(1, 0, 2).reshape(-1, 6),
+                               terminal=np.zeros(m * n_steps, dtype=bool),
+                               truncated=tt == n_steps - 1, behavior_prob=probs[:, g].T.reshape(-1),
+                               n_trajectories=m))
     return out

@@ -58,23 +58,9 @@ from gpope.errors import DataError, SchemaError
 if TYPE_CHECKING:
     from gpope.core.features import FeatureMap
 
-__all__ = [
-    "DEFAULT_ARTIFACT",
-    "HIGH",
-    "LOW",
-    "MAX_STEPS",
-    "N_ACTIONS",
-    "REFERENCE_STATES",
-    "VERSION",
-    "feature_map",
-    "generate",
-    "initial",
-    "large_sample_statistics",
-    "learned_policy",
-    "monte_carlo_values",
-    "step",
-    "uniform_policy",
-]
+__all__ = ["DEFAULT_ARTIFACT", "HIGH", "LOW", "MAX_STEPS", "N_ACTIONS", "REFERENCE_STATES",
+           "VERSION", "feature_map", "generate", "initial", "large_sample_statistics",
+           "learned_policy", "monte_carlo_values", "step", "uniform_policy"]
 
 VERSION = "mountaincar-v1"
 #: Public state bounds (position, velocity).
@@ -128,12 +114,8 @@ def step(states: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.stack([x, v], axis=1), np.full(len(x), -1.0), terminated
 
 
-def generate(
-    n_trajectories: int,
-    rng: np.random.Generator,
-    policy: Policy,
-    max_steps: int = MAX_STEPS,
-) -> Transitions:
+def generate(n_trajectories: int, rng: np.random.Generator, policy: Policy,
+             max_steps: int = MAX_STEPS) -> Transitions:
     """Simulate ``n_trajectories`` episodes under the behaviour ``policy`` (its probability of
     each taken action logged), all at once: :class:`Transitions` with (T, 2) float64 states, sorted
     by (traj_index, t). ``rng`` draws the start states and one uniform per decision."""
@@ -182,16 +164,9 @@ def uniform_policy() -> Policy:
     return UniformPolicy(N_ACTIONS)
 
 
-def monte_carlo_values(
-    policy: Policy,
-    states: np.ndarray,
-    rng: np.random.Generator,
-    n_rollouts: int = 1000,
-    gamma: float = 1.0,
-    *,
-    tolerance: float = 1e-4,
-    max_horizon: int = 100_000,
-) -> tuple[np.ndarray, np.ndarray]:
+def monte_carlo_values(policy: Policy, states: np.ndarray, rng: np.random.Generator,
+                       n_rollouts: int = 1000, gamma: float = 1.0, *, tolerance: float = 1e-4,
+                       max_horizon: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo values ``V(s) = E[sum_t gamma^t R_t | S_0 = s]`` with no time limit.
 
     This is the value that TD-style estimates from time-limited data target (truncated
@@ -236,19 +211,12 @@ def monte_carlo_values(
     return per_state.mean(axis=1), per_state.std(axis=1, ddof=1) / math.sqrt(n_rollouts)
 
 
-def large_sample_statistics(
-    behavior: Policy,
-    target: Policy,
-    rng: np.random.Generator,
-    *,
-    gamma: float,
-    normalization: Literal["transition", "trajectory_mean"] = "transition",
-    length_scale: float | None = None,
-    n_trajectories: int = 10_000,
-    features: FeatureMap | None = None,
-    max_steps: int = MAX_STEPS,
-    chunk: int = 2_000,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def large_sample_statistics(behavior: Policy, target: Policy, rng: np.random.Generator, *,
+                            gamma: float,
+                            normalization: Literal["transition", "trajectory_mean"] = "transition",
+                            length_scale: float | None = None, n_trajectories: int = 10_000,
+                            features: FeatureMap | None = None, max_steps: int = MAX_STEPS,
+                            chunk: int = 2_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Population ``A, b, C`` (mean over trajectories) estimated from a large independent sample.
 
     Per trajectory ``i`` with weight ``w_i = 1/L`` (``"transition"``) or ``1/tau_i``

@@ -51,18 +51,9 @@ if TYPE_CHECKING:
     from gpope.core.policies import LinearQ, Policy
     from gpope.core.trajectories.transitions import Transitions
 
-__all__ = [
-    "ARTIFACT_NAME",
-    "behavior_policy",
-    "evaluate_policies",
-    "greedy_start_returns",
-    "large_sample_statistics",
-    "main",
-    "monte_carlo_values",
-    "sample_statistics",
-    "target_policy",
-    "train",
-]
+__all__ = ["ARTIFACT_NAME", "behavior_policy", "evaluate_policies", "greedy_start_returns",
+           "large_sample_statistics", "main", "monte_carlo_values", "sample_statistics",
+           "target_policy", "train"]
 
 ARTIFACT_NAME = "hiv_q_v1"
 REWARD_SCALE = 1e5
@@ -202,16 +193,9 @@ def behavior_policy(temperature: float | None = None, name: str = ARTIFACT_NAME)
     return SoftmaxPolicy(stored.q, temperature)  # type: ignore[attr-defined]
 
 
-def monte_carlo_values(
-    policy: Policy,
-    states: np.ndarray,
-    rng: np.random.Generator,
-    n_rollouts: int = 20,
-    gamma: float = hiv.GAMMA,
-    n_steps: int = hiv.MAX_STEPS,
-    *,
-    param_variation: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray]:
+def monte_carlo_values(policy: Policy, states: np.ndarray, rng: np.random.Generator,
+                       n_rollouts: int = 20, gamma: float = hiv.GAMMA, n_steps: int = hiv.MAX_STEPS,
+                       *, param_variation: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo ``(values (k,), standard errors (k,))`` of
     ``E[sum_{t < n_steps} gamma^t R_t | S_0 = s]`` from (k, 6) log10 states.
 

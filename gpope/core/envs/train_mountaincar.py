@@ -36,16 +36,8 @@ __all__ = ["evaluate_greedy", "main", "train"]
 ARTIFACT_NAME = "mountaincar_q_v1"
 
 
-def train(
-    *,
-    seed: int = 0,
-    episodes: int = 1000,
-    alpha: float = 0.01,
-    epsilon: float = 0.05,
-    gamma: float = 1.0,
-    order: int = 5,
-    max_episode_steps: int = 1000,
-) -> LinearQ:
+def train(*, seed: int = 0, episodes: int = 1000, alpha: float = 0.01, epsilon: float = 0.05,
+          gamma: float = 1.0, order: int = 5, max_episode_steps: int = 1000) -> LinearQ:
     """Q-learning (module docstring); the learned :class:`LinearQ`, weights (3, (order + 1)^2).
     ``seed`` seeds the one generator of start states and exploration; ``alpha`` is the base step
     size (divided by ``||c||`` per feature); ``max_episode_steps`` the training time limit."""

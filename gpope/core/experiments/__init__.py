@@ -46,21 +46,6 @@ DOMAINS: dict[str, Domain] = {
     "hiv": Domain(HIVSettings, partial(tune_continuous, "hiv"), partial(run_continuous, "hiv")),
 }
 
-__all__ = [
-    "DOMAINS",
-    "ChainProblem",
-    "ChainSettings",
-    "Domain",
-    "HIVSettings",
-    "Hyper",
-    "MountainCarSettings",
-    "TuningTable",
-    "block_sizes",
-    "paper_method",
-    "product_method",
-    "rdp_method",
-    "run_chain",
-    "run_gpope_method",
-    "seed_seq",
-    "summarize",
-]
+__all__ = ["DOMAINS", "ChainProblem", "ChainSettings", "Domain", "HIVSettings", "Hyper",
+           "MountainCarSettings", "TuningTable", "block_sizes", "paper_method", "product_method",
+           "rdp_method", "run_chain", "run_gpope_method", "seed_seq", "summarize"]

@@ -29,24 +29,9 @@ from gpope.core.gpope.solver import run_gpope_trials
 from gpope.core.statistics import TrajectoryStats
 from gpope.core.validation import check_int, check_number
 
-__all__ = [
-    "BASELINE",
-    "DATA",
-    "PUBLIC",
-    "RUN",
-    "TRUTH",
-    "HarnessSettings",
-    "Log",
-    "Problem",
-    "TuningTable",
-    "add_records",
-    "block_sizes",
-    "released",
-    "run_gpope_method",
-    "seed_seq",
-    "summarize",
-    "tune_method",
-]
+__all__ = ["BASELINE", "DATA", "PUBLIC", "RUN", "TRUTH", "HarnessSettings", "Log", "Problem",
+           "TuningTable", "add_records", "block_sizes", "released", "run_gpope_method", "seed_seq",
+           "summarize", "tune_method"]
 
 DATA, RUN, PUBLIC, BASELINE, TRUTH = 1, 2, 3, 4, 5
 

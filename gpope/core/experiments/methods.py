@@ -28,15 +28,8 @@ from gpope.core.gpope.solver import GPOPEConfig
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = [
-    "GPOPEMethod",
-    "Hyper",
-    "cached_sigma",
-    "default_methods",
-    "paper_method",
-    "product_method",
-    "rdp_method",
-]
+__all__ = ["GPOPEMethod", "Hyper", "cached_sigma", "default_methods", "paper_method",
+           "product_method", "rdp_method"]
 
 
 @dataclass(frozen=True)

@@ -74,15 +74,8 @@ def _finish(x: np.ndarray, acc: np.ndarray, trace: _Trace | None) -> Iterates:
     return x, acc, *trace.result(x)
 
 
-def iterate(
-    stats: TrajectoryStats,
-    config: GPOPEConfig,
-    gen_plan: np.random.Generator,
-    gen_noise: np.random.Generator,
-    R: int,
-    h: float | None,
-    noise_std: float,
-) -> Iterates:
+def iterate(stats: TrajectoryStats, config: GPOPEConfig, gen_plan: np.random.Generator,
+            gen_noise: np.random.Generator, R: int, h: float | None, noise_std: float) -> Iterates:
     """The N steps with Gaussian noise of std ``noise_std`` from ``gen_noise`` (0: no noise),
     gradients clipped to ``h`` (None: no clipping)."""
     n, m = stats.n, stats.m
@@ -143,13 +136,8 @@ def iterate(
     return _finish(x, acc, trace)
 
 
-def iterate_secure(
-    stats: TrajectoryStats,
-    config: GPOPEConfig,
-    gen_plan: np.random.Generator,
-    R: int,
-    noise_std: float,
-) -> Iterates:
+def iterate_secure(stats: TrajectoryStats, config: GPOPEConfig, gen_plan: np.random.Generator,
+                   R: int, noise_std: float) -> Iterates:
     """The N steps with secure noise: per step, the clipped sum is rounded to the public grid,
     discrete Gaussian noise (OS CSPRNG, std raised by :func:`rounding_inflation`) is added on the
     grid, then the iterate moves by ``beta / d`` times the noisy sum. Same plan as :func:`iterate`.

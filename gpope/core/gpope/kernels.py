@@ -281,22 +281,9 @@ def dense_steps(blocks: np.ndarray, bs: np.ndarray, chunk: StepChunk) -> bool:
     return True
 
 
-def poisson_steps(
-    stats: object,
-    members: np.ndarray,
-    owner: np.ndarray,
-    offsets: np.ndarray,
-    s0: int,
-    s1: int,
-    x: np.ndarray,
-    acc: np.ndarray,
-    beta: np.ndarray,
-    div: float,
-    h: float,
-    z: np.ndarray | None,
-    c0: int,
-    avg_from: int,
-) -> bool:
+def poisson_steps(stats: object, members: np.ndarray, owner: np.ndarray, offsets: np.ndarray,
+                  s0: int, s1: int, x: np.ndarray, acc: np.ndarray, beta: np.ndarray, div: float,
+                  h: float, z: np.ndarray | None, c0: int, avg_from: int) -> bool:
     """Run Poisson steps s0..s1-1 of a plan chunk for R trials in place; False if not compiled.
 
     Same arithmetic as the numpy loop of :mod:`gpope.core.gpope.solver`: per step, the clipped gradients

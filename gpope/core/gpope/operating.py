@@ -41,23 +41,10 @@ from typing import Any
 from gpope.core.validation import check_choice, check_int, check_number
 from gpope.errors import ConfigError
 
-__all__ = [
-    "BUDGET_KEYS",
-    "INTERVAL_KEYS",
-    "OFFSET_KEYS",
-    "SOLVER_KEYS",
-    "SPEC_BLOCK_RECORDS",
-    "TunedPoint",
-    "check_layer_rules",
-    "check_spec_layer",
-    "interval_groups_for",
-    "merge_layers",
-    "outside_tuned",
-    "parse_spec_block",
-    "resolve_budget",
-    "resolve_step_offset",
-    "select_tuned",
-]
+__all__ = ["BUDGET_KEYS", "INTERVAL_KEYS", "OFFSET_KEYS", "SOLVER_KEYS", "SPEC_BLOCK_RECORDS",
+           "TunedPoint", "check_layer_rules", "check_spec_layer", "interval_groups_for",
+           "merge_layers", "outside_tuned", "parse_spec_block", "resolve_budget",
+           "resolve_step_offset", "select_tuned"]
 
 #: Solver settings an ``evaluation:`` block (and ``gpope evaluate``'s flags) may set.
 SOLVER_KEYS = ("sampling", "accountant", "passes", "batch_size", "iterations", "batch_rate", "clip",
@@ -306,15 +293,8 @@ def interval_groups_for(
     return k, None
 
 
-def resolve_budget(
-    *,
-    m: int,
-    sampling: str,
-    passes: float | None,
-    batch_size: float | None,
-    iterations: int | None,
-    batch_rate: float | None,
-) -> tuple[int, float | None]:
+def resolve_budget(*, m: int, sampling: str, passes: float | None, batch_size: float | None,
+                   iterations: int | None, batch_rate: float | None) -> tuple[int, float | None]:
     """(N, q) of a run from the budget settings (see the module docstring).
 
     Poisson: with N = ``iterations``: q = P / N, else ``batch_rate``, else B / m, else 1 / m;

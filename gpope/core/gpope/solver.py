@@ -148,13 +148,8 @@ def run_privacy(config: GPOPEConfig, seeded: bool, *, override: bool = False,
     return True, "OS-entropy noise and sampling"
 
 
-def run_gpope(
-    stats: TrajectoryStats,
-    config: GPOPEConfig,
-    rng: SeedLike = None,
-    *,
-    _mechanism_override: Mapping[str, Any] | None = None,
-) -> GPOPEResult:
+def run_gpope(stats: TrajectoryStats, config: GPOPEConfig, rng: SeedLike = None, *,
+              _mechanism_override: Mapping[str, Any] | None = None) -> GPOPEResult:
     """One GPOPE run (Algorithm 1, or its Poisson-sampled extension):
     ``run_gpope_trials(stats, config, rng, 1).trial(0)``; ``rng`` a Generator or int seed
     (reproducible, not private) or None (OS entropy)."""
@@ -162,14 +157,8 @@ def run_gpope(
     return res.trial(0)
 
 
-def run_gpope_trials(
-    stats: TrajectoryStats,
-    config: GPOPEConfig,
-    rng: SeedLike,
-    trials: int,
-    *,
-    _mechanism_override: Mapping[str, Any] | None = None,
-) -> GPOPETrialsResult:
+def run_gpope_trials(stats: TrajectoryStats, config: GPOPEConfig, rng: SeedLike, trials: int, *,
+                     _mechanism_override: Mapping[str, Any] | None = None) -> GPOPETrialsResult:
     """R >= 1 independent GPOPE runs vectorised over a leading trial axis; each trial has its
     own sample plan and noise (drawn from the same two streams)."""
     if not isinstance(stats, TrajectoryStats):

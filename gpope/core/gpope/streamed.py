@@ -99,18 +99,9 @@ def _blocks(chunks: list[PlanChunk], max_rows: int) -> list[list[_Piece]]:
     return blocks
 
 
-def run_gpope_streamed(
-    fetch: Fetcher,
-    config: GPOPEConfig,
-    rng: np.random.Generator | int | None,
-    *,
-    m: int,
-    n: int,
-    sigma: float,
-    epsilon: float | None,
-    accountant: str,
-    max_rows_per_fetch: int = 4096,
-) -> GPOPEResult:
+def run_gpope_streamed(fetch: Fetcher, config: GPOPEConfig, rng: np.random.Generator | int | None,
+                       *, m: int, n: int, sigma: float, epsilon: float | None, accountant: str,
+                       max_rows_per_fetch: int = 4096) -> GPOPEResult:
     """One GPOPE run (one trial) whose statistics arrive from ``fetch`` in plan order: a
     GPOPEResult equal (to rounding) to ``run_gpope`` on the same statistics and seed.
 
