@@ -16,9 +16,8 @@ if TYPE_CHECKING:
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``--json``: print one JSON document on stdout instead of text."""
-    parser.add_argument(
-        "--json", action="store_true", help="print the result as one JSON document on stdout"
-    )
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as one JSON document on stdout")
 
 
 def add_dataset_option(parser: argparse.ArgumentParser) -> None:
@@ -26,20 +25,16 @@ def add_dataset_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset (cohort) name")
 
 
-def add_lake_options(
-    parser: argparse.ArgumentParser, *, tracking: bool = False, remote: bool = True,
-    json: bool = True, progress: bool = False,
-) -> None:
+def add_lake_options(parser: argparse.ArgumentParser, *, tracking: bool = False,
+                     remote: bool = True, json: bool = True, progress: bool = False) -> None:
     """Add the common pipeline options ``--lake`` and ``--conf``; with ``tracking`` (commands
     that log to MLflow) also ``--tracking-uri``; with ``remote`` (commands that start Spark)
     also ``--remote``; with ``progress`` ``--no-progress`` (hides the bars of
     :func:`show_progress`); with ``json`` ``--json`` (:func:`add_json_flag`)."""
-    parser.add_argument(
-        "--lake", default=None, help="lake root directory (default: ./lake, or lake.root in --conf)"
-    )
-    parser.add_argument(
-        "--conf", default=None, help="YAML configuration file (default: the packaged conf/default.yaml)"
-    )
+    parser.add_argument("--lake", default=None,
+                        help="lake root directory (default: ./lake, or lake.root in --conf)")
+    parser.add_argument("--conf", default=None,
+                        help="YAML configuration file (default: the packaged conf/default.yaml)")
     if tracking:
         parser.add_argument(
             "--tracking-uri",
@@ -87,11 +82,10 @@ def config_from_args(args: argparse.Namespace) -> GpopeConfig:
     ``--remote`` applied (:func:`gpope.api.load_config`)."""
     from gpope import api
 
-    return api.load_config(
-        getattr(args, "conf", None) or None, lake=getattr(args, "lake", None),
-        catalog=getattr(args, "catalog", None), schema=getattr(args, "schema", None),
-        remote=getattr(args, "remote", None),
-    )
+    return api.load_config(getattr(args, "conf", None) or None, lake=getattr(args, "lake", None),
+                           catalog=getattr(args, "catalog", None),
+                           schema=getattr(args, "schema", None),
+                           remote=getattr(args, "remote", None))
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:

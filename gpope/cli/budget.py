@@ -135,9 +135,8 @@ def _set(args: argparse.Namespace) -> int:
 
     check_number("budget set", "epsilon", args.epsilon, gt=0.0)  # fail before touching the lake
     check_number("budget set", "delta", args.delta, gt=0.0, lt=1.0)
-    status = _ledger(args).set_budget(
-        args.dataset, epsilon=args.epsilon, delta=args.delta, force=args.force, require_known=True
-    )
+    status = _ledger(args).set_budget(args.dataset, epsilon=args.epsilon, delta=args.delta,
+                                      force=args.force, require_known=True)
     emit(args, status.to_dict(), status.summary())
     return 0
 

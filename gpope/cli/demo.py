@@ -45,13 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpope import api
 
-    options = api.DemoOptions(
-        patients=args.patients, steps=args.steps, epsilon=args.epsilon, delta=args.delta,
-        dataset=args.dataset, seed=args.seed, iterations=args.iterations,
-        public_trajectories=args.public_trajectories,
-        progress=show_progress(args),
-        allow_invalid_accounting=args.allow_invalid_accounting,
-    )
+    options = api.DemoOptions(patients=args.patients, steps=args.steps, epsilon=args.epsilon,
+                              delta=args.delta, dataset=args.dataset, seed=args.seed,
+                              iterations=args.iterations,
+                              public_trajectories=args.public_trajectories,
+                              progress=show_progress(args),
+                              allow_invalid_accounting=args.allow_invalid_accounting)
     config = config_from_args(args)
     api.check_demo(options, config=config)  # at once, before Spark starts
     spark = api.get_spark(config)

@@ -192,10 +192,9 @@ def _run(args: argparse.Namespace) -> int:
     api.check_evaluation(args.spec, options, dataset=args.dataset, config=config)
     spark = api.get_spark(config)
     try:
-        report = api.evaluate(
-            spark, args.dataset, args.spec, epsilon=args.epsilon, delta=args.delta,
-            options=options, config=config, tracking_uri=args.tracking_uri,
-        )
+        report = api.evaluate(spark, args.dataset, args.spec, epsilon=args.epsilon,
+                              delta=args.delta, options=options, config=config,
+                              tracking_uri=args.tracking_uri)
     except KeyboardInterrupt as exc:
         if str(exc):  # the run said where it stopped (before or after its release)
             raise

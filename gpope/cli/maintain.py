@@ -28,9 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="time-travel window kept by vacuum (default: lake.retention_hours in --conf, 168)",
     )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="list what vacuum would delete; change nothing"
-    )
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what vacuum would delete; change nothing")
     add_lake_options(parser, remote=False)
     parser.set_defaults(func=_run)
 

@@ -213,9 +213,8 @@ def format_table(columns: list[str], rows: list[list[Any]], *, max_cell: int | N
     ]
 
     def line(values: list[str]) -> str:
-        return "  ".join(
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
-        ).rstrip()
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w,
+                         num in zip(values, widths, numeric, strict=True)).rstrip()
 
     out = [line(columns), "  ".join("-" * w for w in widths)]
     out.extend(line(row) for row in cells)

@@ -30,24 +30,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--domain", required=True, type=domain_arg, help=domain_help("simulated domain"))
     parser.add_argument("--patients", required=True, type=int, help="number of patients (episodes)")
     add_dataset_option(parser)
-    parser.add_argument(
-        "--seed", type=int, default=None, help="seed (default: OS entropy, not reproducible)"
-    )
-    parser.add_argument(
-        "--steps", type=int, default=None, help="episode cap (default: the domain's, e.g. 200)"
-    )
-    parser.add_argument(
-        "--jitter", type=float, default=0.0, help="timing jitter, fraction of the interval [0, 0.5)"
-    )
-    parser.add_argument(
-        "--stagger-days", type=float, default=0.0, help="spread of patient start dates (days)"
-    )
-    parser.add_argument(
-        "--missing", type=float, default=0.0, help="probability of dropping each observation"
-    )
-    parser.add_argument(
-        "--noise", type=float, default=0.0, help="std of Gaussian noise on recorded observations"
-    )
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed (default: OS entropy, not reproducible)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="episode cap (default: the domain's, e.g. 200)")
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="timing jitter, fraction of the interval [0, 0.5)")
+    parser.add_argument("--stagger-days", type=float, default=0.0,
+                        help="spread of patient start dates (days)")
+    parser.add_argument("--missing", type=float, default=0.0,
+                        help="probability of dropping each observation")
+    parser.add_argument("--noise", type=float, default=0.0,
+                        help="std of Gaussian noise on recorded observations")
     parser.add_argument(
         "--to-files", metavar="DIR", default=None,
         help="write the cohort as plain files under DIR instead of the lake (no Spark): "

@@ -162,9 +162,8 @@ def _prepare(owner: str, states: object, rewards: object, traj_index: object, *,
     a_inv, beta = nrs_constants(epsilon, delta, phi.shape[1])
     check_number(owner, "gamma", gamma, ge=0.0, le=1.0)
     check_number(owner, "f_max", f_max, gt=0.0)
-    counts, fbar = first_visit_statistics(
-        states, rewards, traj_index, n_states=n_states, gamma=gamma, clip=f_max
-    )
+    counts, fbar = first_visit_statistics(states, rewards, traj_index, n_states=n_states,
+                                          gamma=gamma, clip=f_max)
     if counts.sum() == 0:
         raise DataError(f"{owner} needs at least one trajectory; got no transitions.")
     traj = np.asarray(traj_index)

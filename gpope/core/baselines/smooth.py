@@ -65,9 +65,8 @@ def lsw_estimate(fbar: object, features: object, weights: object) -> np.ndarray:
     return solve_system(weighted.T @ phi, weighted.T @ f)[0]
 
 
-def lsl_estimate(
-    counts: object, fbar: object, features: object, weights: object, regularization: float
-) -> np.ndarray:
+def lsl_estimate(counts: object, fbar: object, features: object, weights: object,
+                 regularization: float) -> np.ndarray:
     """Non-private LSL (BASELINES 1.4): (d,) ``(Phi^T G Phi + (lambda/2) I)^{-1} Phi^T G Fbar``,
     ``G = diag(rho_s m_s)``, the minimiser of the per-trajectory ridge loss J_L."""
     phi = as_matrix("features", features)
@@ -79,9 +78,8 @@ def lsl_estimate(
     return solve_system(A, weighted.T @ as_vector("fbar", fbar, N))[0]
 
 
-def lsl_regularization(
-    n_trajectories: int, features: object, weights: object, *, c: float = 100.0, p: float = 0.4
-) -> float:
+def lsl_regularization(n_trajectories: int, features: object, weights: object, *, c: float = 100.0,
+                       p: float = 0.4) -> float:
     """Authors' ridge schedule ``lambda = ||rho||_inf ||Phi||_F^2 + c m^p`` (BASELINES 1.4).
 
     Public: depends only on m (public under replace-one) and public inputs. The offset makes
@@ -95,9 +93,8 @@ def lsl_regularization(
     return float(rho.max() * np.sum(phi**2) + c_f * m**p_f)
 
 
-def lsw_smooth_sensitivity(
-    counts: object, features: object, weights: object, *, f_max: float, beta: float
-) -> float:
+def lsw_smooth_sensitivity(counts: object, features: object, weights: object, *, f_max: float,
+                           beta: float) -> float:
     """Beta-smooth sensitivity bound S_W(X) of LSW (BASELINES 1.6).
 
     ``S_W = F_max ||(Gam^{1/2} Phi)^+||_2 sqrt(Psi_W)``, ``Psi_W = max_{k=0..K} e^{-k beta}
@@ -163,9 +160,8 @@ def lsl_smooth_sensitivity(counts: object, features: object, weights: object, *,
             )
         c_lam = norm_phi * rho.max() / math.sqrt(2.0 * lam)
         rho_norm = float(np.linalg.norm(rho))
-        psi = _smooth_max(
-            lambda ks: (c_lam * np.sqrt(mass(ks)) + rho_norm) ** 2, k_max, beta, rho.size
-        )
+        psi = _smooth_max(lambda ks: (c_lam * np.sqrt(mass(ks)) + rho_norm) ** 2, k_max, beta,
+                          rho.size)
         return float(2.0 * f_max * norm_phi / gap * math.sqrt(psi))
     if np.any(np.sum(phi**2, axis=1) > 1.0 + 1e-9) or rho.sum() > 1.0 + 1e-9:
         raise ConfigError(

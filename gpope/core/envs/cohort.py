@@ -112,10 +112,8 @@ class PublicCohort:
     population: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def public_cohort(
-    spec: EvaluationSpec, *, n_trajectories: int = PUBLIC_TRAJECTORIES,
-    max_length: int | None = None, seed: int = PUBLIC_SEED,
-) -> PublicCohort | None:
+def public_cohort(spec: EvaluationSpec, *, n_trajectories: int = PUBLIC_TRAJECTORIES,
+                  max_length: int | None = None, seed: int = PUBLIC_SEED) -> PublicCohort | None:
     """The public MSPBE cohort of ``spec`` with its definition, or None without a domain (or for
     an empty cohort)."""
     if spec.domain is None or n_trajectories <= 0:

@@ -163,9 +163,8 @@ def initial(rng: np.random.Generator | None = None, size: int = 1) -> np.ndarray
     return np.tile(START, (size, 1))
 
 
-def patient_parameters(
-    n: int, rng: np.random.Generator, param_variation: float = 0.0, base: HIVParams | None = None
-) -> dict[str, np.ndarray | float]:
+def patient_parameters(n: int, rng: np.random.Generator, param_variation: float = 0.0,
+                       base: HIVParams | None = None) -> dict[str, np.ndarray | float]:
     """Per-patient parameters ``p * exp(s z)``, z ~ N(0, 1) independent per patient and parameter:
     name -> (n,) array, or -> float when ``param_variation == 0`` (then nothing is drawn)."""
     s = check_number("patient_parameters", "param_variation", param_variation, ge=0.0, le=1.0)

@@ -226,9 +226,8 @@ def large_sample_statistics(behavior: Policy, target: Policy, rng: np.random.Gen
     ``chunk`` trajectories, so memory stays bounded. Returns ``(A (n, n), b (n,), C (n, n))`` for
     the features (default :func:`feature_map`).
     """
-    return population_statistics(
-        lambda size: generate(size, rng, behavior, max_steps), target,
-        features if features is not None else feature_map(), gamma=gamma,
-        normalization=normalization, length_scale=length_scale, n_trajectories=n_trajectories,
-        chunk=chunk, next_is_following_state=True,
-    )
+    return population_statistics(lambda size: generate(size, rng, behavior, max_steps), target,
+                                 features if features is not None else feature_map(), gamma=gamma,
+                                 normalization=normalization, length_scale=length_scale,
+                                 n_trajectories=n_trajectories, chunk=chunk,
+                                 next_is_following_state=True)

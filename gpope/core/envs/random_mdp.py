@@ -112,14 +112,13 @@ class RandomMDPConfig:
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6D6470]))
         n_states = int(rng.integers(8, 25))
         mean_length = float(rng.uniform(5.0, 30.0))
-        return cls(
-            seed=seed, n_states=n_states, n_actions=int(rng.integers(2, 6)),
-            n_terminal=int(rng.integers(1, 4)), branching=int(rng.integers(2, min(5, n_states) + 1)),
-            mean_length=mean_length, max_steps=int(mean_length * rng.uniform(2.0, 4.0)) + 1,
-            gamma=float(rng.choice([0.9, 0.95, 0.98, 0.99])),
-            ratio_bound=float(rng.uniform(2.0, 5.0)), features=features,
-            n_dims=min(int(rng.integers(2, 6)), n_states - 1),
-        )  # fmt: skip
+        return cls(seed=seed, n_states=n_states, n_actions=int(rng.integers(2, 6)),
+                   n_terminal=int(rng.integers(1, 4)),
+                   branching=int(rng.integers(2, min(5, n_states) + 1)), mean_length=mean_length,
+                   max_steps=int(mean_length * rng.uniform(2.0, 4.0)) + 1,
+                   gamma=float(rng.choice([0.9, 0.95, 0.98, 0.99])),
+                   ratio_bound=float(rng.uniform(2.0, 5.0)), features=features,
+                   n_dims=min(int(rng.integers(2, 6)), n_states - 1))  # fmt: skip
 
 
 def _dirichlet_rows(rng: np.random.Generator, rows: int, cols: int, alpha: float) -> np.ndarray:

@@ -119,9 +119,8 @@ def train(
     return LinearQ(best_W * REWARD_SCALE, fmap), np.concatenate(states)
 
 
-def greedy_start_returns(
-    weights: list[np.ndarray], fmap: FeatureMap, gamma: float = hiv.GAMMA, n_steps: int = hiv.MAX_STEPS
-) -> np.ndarray:
+def greedy_start_returns(weights: list[np.ndarray], fmap: FeatureMap, gamma: float = hiv.GAMMA,
+                         n_steps: int = hiv.MAX_STEPS) -> np.ndarray:
     """Discounted return from :data:`hiv.START` (published parameters) of the greedy policy of each
     weight matrix (A, n), all simulated as one cohort; ties go to the lowest action index."""
     c = len(weights)
@@ -209,9 +208,8 @@ def monte_carlo_values(policy: Policy, states: np.ndarray, rng: np.random.Genera
     gamma = check_number("monte_carlo_values", "gamma", gamma, ge=0.0, le=1.0)
     k = len(states)
     start = 10.0 ** np.repeat(states, n_rollouts, axis=0)
-    data = hiv.generate(
-        k * n_rollouts, rng, policy, n_steps=n_steps, param_variation=param_variation, start=start
-    )
+    data = hiv.generate(k * n_rollouts, rng, policy, n_steps=n_steps,
+                        param_variation=param_variation, start=start)
     returns = (data.reward * gamma ** data.t.astype(np.float64)).reshape(k * n_rollouts, n_steps).sum(axis=1)
     per_state = returns.reshape(k, n_rollouts)
     se = per_state.std(axis=1, ddof=1) / math.sqrt(n_rollouts) if n_rollouts > 1 else np.zeros(k)

@@ -89,9 +89,8 @@ def evaluate_greedy(q: LinearQ, n_episodes: int, seed: int, max_steps: int = mc.
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: train, evaluate, write the artifact."""
-    parser = trainer_parser(
-        __doc__, train, ("seed", "episodes", "alpha", "epsilon", "gamma"), eval_episodes=1000
-    )
+    parser = trainer_parser(__doc__, train, ("seed", "episodes", "alpha", "epsilon", "gamma"),
+                            eval_episodes=1000)
     args = parser.parse_args(argv)
     # what train() runs with is what the artifact records
     settings: dict[str, Any] = {"episodes": args.episodes, "alpha": args.alpha,

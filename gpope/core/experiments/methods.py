@@ -104,9 +104,8 @@ class GPOPEMethod:
         return cached_sigma(m, self.steps(), float(epsilon), float(delta), self.accountant,
                             self.sampling, self.batch_rate(m))
 
-    def config(
-        self, m: int, epsilon: float | None, delta: float, hyper: Hyper, multiplier: float = 1.0
-    ) -> GPOPEConfig:
+    def config(self, m: int, epsilon: float | None, delta: float, hyper: Hyper,
+               multiplier: float = 1.0) -> GPOPEConfig:
         """The solver configuration; ``epsilon=None`` gives the non-private run (sigma = 0)."""
         N = self.steps()
         sigma = 0.0 if epsilon is None else self.sigma(m, epsilon, delta)
@@ -131,10 +130,8 @@ class GPOPEMethod:
 
 
 @functools.lru_cache(maxsize=1024)
-def cached_sigma(
-    m: int, steps: int, epsilon: float, delta: float, accountant: str, sampling: str,
-    batch_rate: float | None,
-) -> float:
+def cached_sigma(m: int, steps: int, epsilon: float, delta: float, accountant: str, sampling: str,
+                 batch_rate: float | None) -> float:
     """``calibrate_sigma`` cached by its arguments (calibration costs up to seconds with PLD)."""
     from gpope.core.accounting import calibrate_sigma
 
@@ -158,13 +155,11 @@ def rdp_method(iterations: int = 20_000) -> GPOPEMethod:
 
 def product_method(iterations: int = 20_000, batch_size: float = 10.0) -> GPOPEMethod:
     """The product default: Poisson + PLD, transition normalisation, inverse steps, tail averaging."""
-    return GPOPEMethod(
-        name="gpope_product", label="GPOPE product (Poisson + PLD)", sampling="poisson",
-        accountant="pld", normalization="transition", iterations=iterations,
-        batch_size=batch_size, step_schedule="inverse", step_offset=0.1, averaging="tail",
-        tail_fraction=0.5, step_grid=(1e3, 3e3, 1e4, 3e4, 1e5),
-        clip_grid=(0.003, 0.01, 0.03),
-    )
+    return GPOPEMethod(name="gpope_product", label="GPOPE product (Poisson + PLD)",
+                       sampling="poisson", accountant="pld", normalization="transition",
+                       iterations=iterations, batch_size=batch_size, step_schedule="inverse",
+                       step_offset=0.1, averaging="tail", tail_fraction=0.5,
+                       step_grid=(1e3, 3e3, 1e4, 3e4, 1e5), clip_grid=(0.003, 0.01, 0.03))
 
 
 def default_methods(iterations: int = 20_000, batch_size: float = 10.0) -> tuple[GPOPEMethod, ...]:

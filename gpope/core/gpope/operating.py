@@ -265,10 +265,8 @@ def outside_tuned(tuned: tuple[TunedPoint, ...], tuning: Mapping[str, Any], m: i
             "tune for this size with `gpope tune --spec FILE`.")
 
 
-def interval_groups_for(
-    groups: int, *, m: int, epsilon: float, min_patients: int | None = None,
-    min_m_epsilon: float | None = None,
-) -> tuple[int, str | None]:
+def interval_groups_for(groups: int, *, m: int, epsilon: float, min_patients: int | None = None,
+                        min_m_epsilon: float | None = None) -> tuple[int, str | None]:
     """(K, why not) of the disjoint-groups rule: ``groups`` where the run's PUBLIC m and epsilon
     meet both thresholds (m >= ``min_patients``, m epsilon >= ``min_m_epsilon``; None = no
     threshold), else 0 (the hull interval) with the reason.
@@ -344,9 +342,8 @@ def resolve_budget(*, m: int, sampling: str, passes: float | None, batch_size: f
     return max(1, math.ceil(P / q * (1.0 - 8.0 * 2.0**-53))), q  # type: ignore[operator]
 
 
-def resolve_step_offset(
-    *, iterations: int, step_offset: float | None, step_offset_fraction: float | None
-) -> float:
+def resolve_step_offset(*, iterations: int, step_offset: float | None,
+                        step_offset_fraction: float | None) -> float:
     """i0 of the inverse schedule: ``step_offset_fraction`` N if given, else ``step_offset``
     (default 1)."""
     if step_offset_fraction is not None:

@@ -112,10 +112,8 @@ def plan_chunk_steps(n: int, trials: int, dense: bool) -> int:
     return max(1, min(_CHUNK_STEPS, _CHUNK_BYTES // max(per_step, 1)))
 
 
-def draw_plan(
-    gen: np.random.Generator, *, m: int, config: GPOPEConfig, chunk: int, trials: int = 1,
-    start: int = 0,
-) -> Iterator[PlanChunk]:
+def draw_plan(gen: np.random.Generator, *, m: int, config: GPOPEConfig, chunk: int, trials: int = 1,
+              start: int = 0) -> Iterator[PlanChunk]:
     """The sample plan of ``trials`` runs, ``chunk`` steps at a time, from the plan stream ``gen``.
 
     Lazily drawn: chunk c is drawn when the consumer asks for it, so a loop that interleaves

@@ -105,13 +105,12 @@ class GPOPETrialsResult(_RunOutput):
         def pick(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[r]
 
-        return GPOPEResult(
-            theta=self.theta[r], w=self.w[r], theta_avg=pick(self.theta_avg), sigma=self.sigma,
-            epsilon=self.epsilon, delta=self.delta, accountant=self.accountant,
-            sampling=self.sampling, iterations=self.iterations, clip=self.clip,
-            private=self.private, privacy_note=self.privacy_note, trace_steps=self.trace_steps,
-            trace_theta=pick(self.trace_theta), trace_w=pick(self.trace_w),
-        )
+        return GPOPEResult(theta=self.theta[r], w=self.w[r], theta_avg=pick(self.theta_avg),
+                           sigma=self.sigma, epsilon=self.epsilon, delta=self.delta,
+                           accountant=self.accountant, sampling=self.sampling,
+                           iterations=self.iterations, clip=self.clip, private=self.private,
+                           privacy_note=self.privacy_note, trace_steps=self.trace_steps,
+                           trace_theta=pick(self.trace_theta), trace_w=pick(self.trace_w))
 
 
 def _privacy(config: GPOPEConfig, m: int) -> tuple[float, float | None, float | None, str]:
@@ -204,14 +203,13 @@ def run_gpope_trials(stats: TrajectoryStats, config: GPOPEConfig, rng: SeedLike,
         x = round_to_grid(x, grid)
         avg = None if avg is None else round_to_grid(avg, grid)
         trace = None if trace is None else round_to_grid(trace, grid)
-    return GPOPETrialsResult(
-        theta=x[:, :n].copy(), w=x[:, n:].copy(), theta_avg=avg, sigma=sigma, epsilon=epsilon,
-        delta=delta, accountant=accountant, sampling=config.sampling,
-        iterations=config.iterations, clip=config.clip, private=private, privacy_note=note,
-        trials=R, trace_steps=trace_steps,
-        trace_theta=None if trace is None else trace[:, :, :n].copy(),
-        trace_w=None if trace is None else trace[:, :, n:].copy(),
-    )
+    return GPOPETrialsResult(theta=x[:, :n].copy(), w=x[:, n:].copy(), theta_avg=avg, sigma=sigma,
+                             epsilon=epsilon, delta=delta, accountant=accountant,
+                             sampling=config.sampling, iterations=config.iterations,
+                             clip=config.clip, private=private, privacy_note=note, trials=R,
+                             trace_steps=trace_steps,
+                             trace_theta=None if trace is None else trace[:, :, :n].copy(),
+                             trace_w=None if trace is None else trace[:, :, n:].copy())
 
 
 def _trap_sigma(config: GPOPEConfig, m: int, sigma: float) -> float:

@@ -14,9 +14,8 @@ StepSchedule = Literal["constant", "inverse"]
 STEP_SCHEDULES: tuple[str, ...] = ("constant", "inverse")
 
 
-def step_sizes(
-    iterations: int, step_size: float, schedule: StepSchedule = "constant", offset: float = 1.0
-) -> np.ndarray:
+def step_sizes(iterations: int, step_size: float, schedule: StepSchedule = "constant",
+               offset: float = 1.0) -> np.ndarray:
     """(N,) step sizes beta_1..beta_N: "constant" (beta_i = eta) or "inverse"
     (beta_i = eta / (i + offset), i from 1, offset >= 0)."""
     n = check_int("step_sizes", "iterations", iterations, ge=1)
