@@ -23,12 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "visible together (one manifest commit). "
             "Next: `gpope ingest --dataset NAME --conf CONF`."
         ),
-        epilog=(
-            "example (a ward's exports with their own names; docs/OWN_DATA.md): "
-            "--columns patient_id=mrn,time=charted_at,variable=item,value=result "
-            "--columns treatments.time=ordered_at,action=order_code,propensity=p_logged "
-            "--columns outcomes.time=recorded_at,reward=comfort_score"
-        ),
+        epilog=("example (a ward's exports with their own names; docs/OWN_DATA.md): "
+                "--columns patient_id=mrn,time=charted_at,variable=item,value=result "
+                "--columns treatments.time=ordered_at,action=order_code,propensity=p_logged "
+                "--columns outcomes.time=recorded_at,reward=comfort_score"),
     )
     parser.add_argument("--dataset", required=True, help="dataset name (bronze/<dataset>/...)")
     from gpope import api

@@ -73,10 +73,8 @@ class GPOPEConfig:
                 f"{self.sampling!r}."
             )
         if not isinstance(self.secure_noise, bool):
-            raise ConfigError(
-                "The 'secure_noise' parameter of GPOPEConfig must be a bool. Got "
-                f"{self.secure_noise!r} instead."
-            )
+            raise ConfigError("The 'secure_noise' parameter of GPOPEConfig must be a bool. Got "
+                              f"{self.secure_noise!r} instead.")
         object.__setattr__(self, "noise_grid", check_number(
             o, "noise_grid", self.noise_grid, gt=0.0, allow_none=True))
         if self.secure_noise and self.clip is None:

@@ -74,10 +74,8 @@ class TrajectoryStats:
         return int(sum(a.nbytes for a in arrays if a is not None))
 
     def __repr__(self) -> str:
-        return (
-            f"TrajectoryStats(m={self.m}, n={self.n}, representation={self.representation!r}, "
-            f"normalization={self.normalization!r})"
-        )
+        return (f"TrajectoryStats(m={self.m}, n={self.n}, representation={self.representation!r}, "
+                f"normalization={self.normalization!r})")
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -194,10 +192,8 @@ class TrajectoryStats:
         first = parts[0]
         keys = {(p.representation, p.n, p.normalization) for p in parts}
         if len(keys) != 1:
-            raise SchemaError(
-                "TrajectoryStats.concatenate: parts must share representation, n and "
-                f"normalization; got {sorted(keys, key=str)}."
-            )
+            raise SchemaError("TrajectoryStats.concatenate: parts must share representation, n and "
+                              f"normalization; got {sorted(keys, key=str)}.")
         if len(parts) == 1:
             return first
 

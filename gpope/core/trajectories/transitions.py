@@ -53,17 +53,13 @@ class Transitions:
         if np.ndim(self.state) != 2 or np.shape(self.state)[0] != n:
             raise SchemaError(f"Transitions.state must have shape ({n}, d); got {np.shape(self.state)}.")
         if np.shape(self.next_state) != np.shape(self.state):
-            raise SchemaError(
-                "Transitions.next_state must have the shape of state "
-                f"{np.shape(self.state)}; got {np.shape(self.next_state)}."
-            )
+            raise SchemaError("Transitions.next_state must have the shape of state "
+                              f"{np.shape(self.state)}; got {np.shape(self.next_state)}.")
         if n and (np.any(np.diff(self.traj_index) < 0)):
             raise SchemaError("Transitions must be sorted by traj_index (non-decreasing).")
         if n and (self.traj_index[0] < 0 or self.traj_index[-1] >= self.n_trajectories):
-            raise SchemaError(
-                f"traj_index must lie in 0..{self.n_trajectories - 1}; "
-                f"got {self.traj_index[0]}..{self.traj_index[-1]}."
-            )
+            raise SchemaError(f"traj_index must lie in 0..{self.n_trajectories - 1}; "
+                              f"got {self.traj_index[0]}..{self.traj_index[-1]}.")
         counts = np.bincount(self.traj_index, minlength=self.n_trajectories) if n else np.zeros(
             self.n_trajectories, dtype=np.int64
         )
