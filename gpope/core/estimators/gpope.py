@@ -42,9 +42,8 @@ class GPOPE(Estimator):
     def plan(self, inputs: Any, context: PlanContext, *, share: float | None = None,
              epsilon: float | None = None, delta: float | None = None
              ) -> tuple[Any, dict[str, Any]]:
-        """GPOPE at (epsilon, delta); K disjoint groups cost one run (parallel composition under
-        add/remove adjacency, :func:`gpope.core.intervals.group_interval`): the same event.
-        With ``--tune private``: :func:`_plan_tuned`."""
+        """GPOPE at (epsilon, delta); K disjoint groups cost one run (parallel composition): the
+        same event."""
         from gpope.core.accounting import calibrate_sigma, epsilon_spent, gpope_dp_event
         from gpope.core.evaluation.components import ESTIMATE, ReleaseComponent
 

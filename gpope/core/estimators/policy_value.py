@@ -14,8 +14,7 @@ __all__ = ["AUDIT", "config"]
 
 def AUDIT(request: AuditRequest) -> list[tuple[str, Any]]:
     """The audit of the release at the configuration's policy value settings; ``--quick`` keeps
-    its runs (about 10 s; at half of them a factor-2 noise error is no longer provable,
-    docs/AUDIT.md)."""
+    its runs (at half of them a factor-2 noise error is no longer provable, docs/AUDIT.md)."""
     from gpope.core.audit.policy_value import run_policy_value_audit
 
     settings = request.policy_value_settings() if request.policy_value_settings else None

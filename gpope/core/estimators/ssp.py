@@ -1,8 +1,7 @@
-"""SSP (``--estimator ssp``): one-shot private LSTD on noisy sufficient statistics. Each
-trajectory's [A_i, b_i, C_i] is clipped jointly, summed, noised once (AdaSSP-style,
-:mod:`gpope.core.ssp`) and solved; its release IS the noisy statistics, so its intervals are the
-parametric bootstrap of them. Without a public clip (no simulator) it releases its clip
-privately first (the plan's ``ssp_clip`` component)."""
+"""SSP (``--estimator ssp``): one-shot private LSTD on noisy sufficient statistics (each
+trajectory's [A_i, b_i, C_i] clipped jointly, summed, noised once, :mod:`gpope.core.ssp`); its
+intervals are the parametric bootstrap of that release. Without a public clip it releases its
+clip privately first (the ``ssp_clip`` component)."""
 
 from __future__ import annotations
 
@@ -89,9 +88,8 @@ class SSP(Estimator):
 
 def _plan_clip(inputs: Any, share: float, *, quantile: float) -> Any:
     """The private clip of an ssp run without a public one: one noisy histogram of the
-    trajectories' statistics norms (sensitivity 1 under add/remove-one,
-    :func:`gpope.core.mechanisms.quantile.quantile_dp_event`) at ``share`` of the run; the clip is
-    its upper ``quantile`` (post-processing, :func:`gpope.core.untuned.release.upper_quantile`)."""
+    statistics norms (sensitivity 1 under add/remove-one) at ``share`` of the run, read at its
+    upper ``quantile`` (post-processing)."""
     from gpope.core.evaluation.components import ReleaseComponent, gaussian_share
     from gpope.core.mechanisms.quantile import quantile_dp_event
 
@@ -103,8 +101,7 @@ def _plan_clip(inputs: Any, share: float, *, quantile: float) -> Any:
 
 
 class _PrivateClip(ReleaseExecution):
-    """The ``ssp_clip`` release: the clip of an ssp run whose spec gives no public one, released
-    privately before the noisy statistics that use it (:func:`private_clip`)."""
+    """The ``ssp_clip`` release, before the noisy statistics that use it."""
 
     def prepare(self, component: Any, run: RunSource, *, plan: Any, settings: Any,
                 spec: Any) -> RunSource:
@@ -117,12 +114,9 @@ class _PrivateClip(ReleaseExecution):
 def private_clip(source: Any, spec: Any, *, sigma: float, m: int, quantile: float,
                  seed: int | None, settings: Any = None, secure_noise: bool = False) -> float:
     """The clip of an ssp run whose spec gives no public one, released privately: one noisy
-    histogram of ``||[A_i, b_i, C_i]||`` on the default's public log grid
-    (:func:`gpope.core.untuned.release.quantile_grid`, at the ``ssp_clip`` component's
-    multiplier ``sigma``) read at ``quantile``, the default's own clip rule. Sums through
-    ``source.aggregate``. Noise from OS entropy unless ``seed`` (NOT private); under
-    ``secure_noise`` the histogram takes the run's OS-CSPRNG discrete Gaussian on a public grid
-    (:func:`gpope.core.mechanisms.secure_noise.secure_perturb`, at least the accounted std)."""
+    histogram of ``||[A_i, b_i, C_i]||`` on the default's public log grid at multiplier
+    ``sigma``, read at ``quantile``. Noise from OS entropy unless ``seed`` (NOT private), or the
+    discrete Gaussian under ``secure_noise``."""
     import numpy as np
 
     from gpope.core.untuned.release import UntunedSettings, _private_quantile, quantile_grid

@@ -73,12 +73,8 @@ def _lake_releases(config: GpopeConfig) -> dict[str, LakeRelease]:
 
 def unknown_releases(config: GpopeConfig, ledger_rows: list[dict[str, Any]],
                      dataset: str | None = None) -> list[LakeRelease]:
-    """Runs released in the lake (of ``dataset``, when given) with no reservation in the ledger.
-
-    Args:
-        ledger_rows: every row of the ledger (all datasets: a run id is known whatever dataset
-            its row names).
-    """
+    """Runs released in the lake (of ``dataset``, when given) with no reservation among
+    ``ledger_rows`` (all datasets': a run id is known whatever dataset its row names)."""
     known = {r["run_id"] for r in ledger_rows if r.get("status") not in ("budget", "origin")}
     out = [rel for rel in _lake_releases(config).values()
            if rel.run_id not in known and (dataset is None or rel.dataset == dataset)]
@@ -87,9 +83,8 @@ def unknown_releases(config: GpopeConfig, ledger_rows: list[dict[str, Any]],
 
 def orphan_manifests(config: GpopeConfig, ledger_rows: list[dict[str, Any]],
                      dataset: str | None = None) -> list[tuple[str, str]]:
-    """(dataset, run_id) of release manifests (``pipeline_runs``, stage ``release``) whose run
-    neither the ledger nor the release tables know: released, but its charge cannot be read
-    back (the manifest records no epsilon), so it cannot be re-charged, only refused."""
+    """(dataset, run_id) of release manifests whose run neither the ledger nor the release tables
+    know: its charge cannot be read back, so it is refused."""
     from gpope.shell.lake.local import local_store
     from gpope.shell.pipeline.ledger_store import _local_path
 
@@ -135,7 +130,7 @@ def unknown_message(location: str, unknown: list[LakeRelease]) -> str:
 
 def recovery_rows(rel: LakeRelease, row: Any) -> list[dict[str, Any]]:
     """The reservation and ``released`` settlement that charge ``rel`` (``row``: the ledger's
-    row builder, :func:`gpope.shell.pipeline.ledger._row`)."""
+    row builder)."""
     note = (f"recovered: released in {rel.table} but unknown to the ledger (a lost or older "
             "ledger); charged its recorded epsilon and delta")
     common = dict(mechanism=RECOVERED, epsilon=rel.epsilon, delta=rel.delta,
