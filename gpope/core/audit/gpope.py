@@ -80,11 +80,10 @@ class AuditClaim:
         check_int(o, "runs", self.runs, ge=4)
         check_number(o, "alpha", self.alpha, gt=0.0, lt=0.5)
 
-    def verdict(
-        self, t0: np.ndarray, t1: np.ndarray, *, started: float, sigma: float,
-        accountant: str = "auto", override: Mapping[str, Any] | None = None,
-        epsilon_claimed: float | None = None, delta: float | None = None, **details: Any,
-    ) -> AuditResult:  # fmt: skip
+    def verdict(self, t0: np.ndarray, t1: np.ndarray, *, started: float, sigma: float,
+                accountant: str = "auto", override: Mapping[str, Any] | None = None,
+                epsilon_claimed: float | None = None, delta: float | None = None,
+                **details: Any) -> AuditResult:  # fmt: skip
         """:func:`certify` of this claim from the statistics of D0 (``t0``) and D1 (``t1``); the
         claimed epsilon and delta default to this claim's, the result's config is these settings
         plus ``details``."""

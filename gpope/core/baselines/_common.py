@@ -91,9 +91,8 @@ def episode_layout(traj_index: object, n_rows: int) -> EpisodeLayout:
     return EpisodeLayout(starts.astype(np.int64), active.astype(np.int64), max_len)
 
 
-def forward_trace(
-    phi: np.ndarray, rho: np.ndarray, decay: float, layout: EpisodeLayout
-) -> np.ndarray:
+def forward_trace(phi: np.ndarray, rho: np.ndarray, decay: float,
+                  layout: EpisodeLayout) -> np.ndarray:
     """(T, n) eligibility traces ``z_t = rho_t (decay * z_{t-1} + phi_t)`` of (T, n) features
     and (T,) ratios, reset per episode (Boyan 2002; off-policy form of Bertsekas & Yu)."""
     z = rho[:, None] * phi

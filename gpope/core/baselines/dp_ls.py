@@ -93,9 +93,8 @@ class DPLSInputs(TypedDict):
     rng: np.random.Generator
 
 
-def _public_inputs(
-    features: object, weights: object, n_states: int | None, *, distribution: bool
-) -> tuple[np.ndarray, np.ndarray]:
+def _public_inputs(features: object, weights: object, n_states: int | None, *,
+                   distribution: bool) -> tuple[np.ndarray, np.ndarray]:
     if n_states is None:
         raise DataError(
             "n_states (N) is missing: DP-LSW/DP-LSL apply only to finite (tabular or aggregated) "

@@ -47,15 +47,9 @@ def finite_states(states: object, n_states: int | None) -> tuple[np.ndarray, int
     return ids, N  # type: ignore[return-value]
 
 
-def first_visit_statistics(
-    states: object,
-    rewards: object,
-    traj_index: object,
-    *,
-    n_states: int | None,
-    gamma: float,
-    clip: float | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def first_visit_statistics(states: object, rewards: object, traj_index: object, *,
+                           n_states: int | None, gamma: float,
+                           clip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Visit counts ``m_s`` and mean first-visit returns ``Fbar_s`` (BASELINES.md 1.2).
 
     ``states``, ``rewards`` and ``traj_index`` are (T,) columns, rows grouped by trajectory in

@@ -44,18 +44,9 @@ from gpope.errors import ConfigError
 __all__ = ["wis_lstd", "wis_lstd_from_transitions"]
 
 
-def wis_lstd(
-    phi: object,
-    next_phi: object,
-    reward: object,
-    rho: object | None,
-    traj_index: object,
-    *,
-    gamma: float,
-    lam: float = 0.0,
-    a0: float = 1e-6,
-    terminal: object | None = None,
-) -> LSTDResult:
+def wis_lstd(phi: object, next_phi: object, reward: object, rho: object | None, traj_index: object,
+             *, gamma: float, lam: float = 0.0, a0: float = 1e-6,
+             terminal: object | None = None) -> LSTDResult:
     """WIS-LSTD(lambda) with constant gamma and lambda (BASELINES.md section 3).
 
     Args:

@@ -135,9 +135,8 @@ def initial(rng: np.random.Generator, config: ChainConfig | None = None, size: i
     return rng.integers(0, cfg.n_states - 1, size=size, dtype=np.int64)
 
 
-def step(
-    states: np.ndarray, rng: np.random.Generator, config: ChainConfig | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step(states: np.ndarray, rng: np.random.Generator,
+         config: ChainConfig | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One step from non-absorbing ``states`` (k,) int64: one uniform per state.
 
     Returns:
@@ -151,9 +150,8 @@ def step(
     return nxt, terminal.astype(np.float64), terminal
 
 
-def generate(
-    n_trajectories: int, rng: np.random.Generator, config: ChainConfig | None = None
-) -> Transitions:
+def generate(n_trajectories: int, rng: np.random.Generator,
+             config: ChainConfig | None = None) -> Transitions:
     """Simulate ``n_trajectories`` independent episodes, all at once (a loop over time only; one
     uniform per start and per step): :class:`Transitions` with ``state``/``next_state`` (T, 1)
     float64 integer states, action 0, ``behavior_prob`` 1, ``terminal`` on entering the absorbing
@@ -188,13 +186,10 @@ def _alive_distributions(P: np.ndarray, mu: np.ndarray, terminal: int, horizon: 
     return alpha
 
 
-def population_statistics(
-    config: ChainConfig | None = None,
-    normalization: Literal["transition", "trajectory_mean"] = "transition",
-    length_scale: float | None = None,
-    *,
-    drop_terminal: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def population_statistics(config: ChainConfig | None = None,
+                          normalization: Literal["transition", "trajectory_mean"] = "transition",
+                          length_scale: float | None = None, *,
+                          drop_terminal: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact expected per-trajectory statistics for the one-hot features of :func:`feature_map`.
 
     With per-transition terms ``phi_t (phi_t - gamma phi_{t+1})^T``, ``R_t phi_t`` and

@@ -104,18 +104,12 @@ def _patient_ids(idx: np.ndarray) -> np.ndarray:
     return np.array([f"P{i:06d}" for i in idx], dtype=object)
 
 
-def episodes_to_event_tables(
-    transitions: Transitions,
-    spec: EventTableSpec,
-    rng: np.random.Generator,
-    *,
-    start_time: np.datetime64 | str = "2024-01-01T00:00:00",
-    jitter: float = 0.0,
-    stagger_days: float = 0.0,
-    missing_prob: float = 0.0,
-    noise: float = 0.0,
-    first_patient: int = 0,
-) -> dict[str, dict[str, np.ndarray]]:
+def episodes_to_event_tables(transitions: Transitions, spec: EventTableSpec,
+                             rng: np.random.Generator, *,
+                             start_time: np.datetime64 | str = "2024-01-01T00:00:00",
+                             jitter: float = 0.0, stagger_days: float = 0.0,
+                             missing_prob: float = 0.0, noise: float = 0.0,
+                             first_patient: int = 0) -> dict[str, dict[str, np.ndarray]]:
     """Write episodes as the three bronze tables (the module docstring gives the layout and the
     meaning of ``jitter``, ``stagger_days``, ``missing_prob`` and ``noise``).
 

@@ -138,13 +138,9 @@ def generate(n_trajectories: int, rng: np.random.Generator, policy: Policy,
     return log.transitions(max_steps)
 
 
-def learned_policy(
-    kind: Literal["greedy", "epsilon_greedy", "softmax"] = "greedy",
-    *,
-    epsilon: float = 0.1,
-    temperature: float = 1.0,
-    name: str = DEFAULT_ARTIFACT,
-) -> Policy:
+def learned_policy(kind: Literal["greedy", "epsilon_greedy", "softmax"] = "greedy", *,
+                   epsilon: float = 0.1, temperature: float = 1.0,
+                   name: str = DEFAULT_ARTIFACT) -> Policy:
     """The Q-learned policy of artifact ``name``: greedy, epsilon-greedy (``epsilon``) or softmax
     (``temperature``, in units of the Q values: about minus steps-to-go) over its Q. Against the
     uniform target, epsilon-greedy bounds the ratio by ``1 / epsilon``; softmax ratios are

@@ -59,19 +59,10 @@ ARTIFACT_NAME = "hiv_q_v1"
 REWARD_SCALE = 1e5
 
 
-def train(
-    *,
-    seed: int = 0,
-    patients: int = 100,
-    rounds: int = 3,
-    iterations: int = 150,
-    ridge: float = 1e-3,
-    epsilon: float = 0.3,
-    param_variation: float = 0.05,
-    n_steps: int = hiv.MAX_STEPS,
-    gamma: float = hiv.GAMMA,
-    checkpoint_every: int = 10,
-) -> tuple[LinearQ, np.ndarray]:
+def train(*, seed: int = 0, patients: int = 100, rounds: int = 3, iterations: int = 150,
+          ridge: float = 1e-3, epsilon: float = 0.3, param_variation: float = 0.05,
+          n_steps: int = hiv.MAX_STEPS, gamma: float = hiv.GAMMA,
+          checkpoint_every: int = 10) -> tuple[LinearQ, np.ndarray]:
     """Fitted Q iteration; returns the action values and the pooled training states (T, 6).
 
     Every ``checkpoint_every`` iterations the weights are a candidate; the candidate whose greedy
@@ -216,21 +207,14 @@ def monte_carlo_values(policy: Policy, states: np.ndarray, rng: np.random.Genera
     return per_state.mean(axis=1), se
 
 
-def large_sample_statistics(
-    behavior: Policy,
-    target: Policy,
-    rng: np.random.Generator,
-    *,
-    gamma: float = hiv.GAMMA,
-    normalization: Literal["transition", "trajectory_mean"] = "transition",
-    length_scale: float | None = float(hiv.MAX_STEPS),
-    n_trajectories: int = 1000,
-    n_steps: int = hiv.MAX_STEPS,
-    features: FeatureMap | None = None,
-    param_variation: float = 0.0,
-    obs_noise: float = 0.0,
-    chunk: int = 1000,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def large_sample_statistics(behavior: Policy, target: Policy, rng: np.random.Generator, *,
+                            gamma: float = hiv.GAMMA,
+                            normalization: Literal["transition", "trajectory_mean"] = "transition",
+                            length_scale: float | None = float(hiv.MAX_STEPS),
+                            n_trajectories: int = 1000, n_steps: int = hiv.MAX_STEPS,
+                            features: FeatureMap | None = None, param_variation: float = 0.0,
+                            obs_noise: float = 0.0,
+                            chunk: int = 1000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Population ``A, b, C`` (mean over trajectories) from a large independent behaviour sample.
 
     Same definitions as :func:`gpope.core.envs.mountaincar.large_sample_statistics`: per trajectory

@@ -18,9 +18,8 @@ from typing import Any
 __all__ = ["command_line", "trainer_parser", "write_artifact"]
 
 
-def trainer_parser(
-    doc: str, train: Callable[..., Any], options: Sequence[str], **extra: float
-) -> argparse.ArgumentParser:
+def trainer_parser(doc: str, train: Callable[..., Any], options: Sequence[str],
+                   **extra: float) -> argparse.ArgumentParser:
     """A parser with ``--out`` (required), one option per name of ``options`` whose default is
     ``train``'s default for that keyword, then one per ``extra`` keyword (name -> default, for
     options ``train`` does not take). Each option is typed as its default; ``eval_episodes``

@@ -134,9 +134,8 @@ class ChainProblem:
         theta[keep] = np.linalg.solve(A[np.ix_(keep, keep)], b[keep])
         return theta
 
-    def dp_ls_thetas(
-        self, rng: np.random.Generator, trials: int, epsilon: float, delta: float
-    ) -> dict[str, np.ndarray]:
+    def dp_ls_thetas(self, rng: np.random.Generator, trials: int, epsilon: float,
+                     delta: float) -> dict[str, np.ndarray]:
         """DP-LSW and DP-LSL releases, ``trials`` fresh noise draws each on this data set.
 
         :func:`gpope.core.baselines.dp_lsw` / ``dp_lsl`` with ``draws=trials``: the

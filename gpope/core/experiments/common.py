@@ -118,17 +118,9 @@ def released(res: Any, method: GPOPEMethod) -> np.ndarray:
     return res.theta_avg if method.averaging != "none" else res.theta
 
 
-def run_gpope_method(
-    problem: Problem,
-    method: GPOPEMethod,
-    *,
-    epsilon: float | None,
-    delta: float,
-    hyper: Hyper,
-    multiplier: float,
-    ss: np.random.SeedSequence,
-    trials: int,
-) -> tuple[np.ndarray, dict[str, float]]:
+def run_gpope_method(problem: Problem, method: GPOPEMethod, *, epsilon: float | None, delta: float,
+                     hyper: Hyper, multiplier: float, ss: np.random.SeedSequence,
+                     trials: int) -> tuple[np.ndarray, dict[str, float]]:
     """``trials`` independent GPOPE runs of ``method`` on one data set, batched: (released thetas
     (trials, n), info with sigma, steps, seconds)."""
     cfg = method.config(problem.m, epsilon, delta, hyper, multiplier)
@@ -160,16 +152,9 @@ def _score(values: np.ndarray) -> float:
     return float(np.mean(v)) if np.all(np.isfinite(v)) else math.inf
 
 
-def tune_method(
-    problem: Problem,
-    method: GPOPEMethod,
-    *,
-    epsilon: float | None,
-    delta: float,
-    ss: np.random.SeedSequence,
-    trials: int,
-    log: Callable[[str], None] | None = None,
-) -> tuple[Hyper, list[dict[str, Any]]]:
+def tune_method(problem: Problem, method: GPOPEMethod, *, epsilon: float | None, delta: float,
+                ss: np.random.SeedSequence, trials: int,
+                log: Callable[[str], None] | None = None) -> tuple[Hyper, list[dict[str, Any]]]:
     """Grid search over ``method.step_grid x method.clip_grid`` on PUBLIC data.
 
     ``problem`` must be simulated from a public stream (never the evaluation data). Each grid point

@@ -53,9 +53,8 @@ class _Trace:
         return self.steps, self.values
 
 
-def _start(
-    stats: TrajectoryStats, config: GPOPEConfig, R: int
-) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, _Trace | None, float, int]:
+def _start(stats: TrajectoryStats, config: GPOPEConfig,
+           R: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, _Trace | None, float, int]:
     """The loops' common start: (step sizes, first averaged step, x, acc, trace, divisor, chunk)."""
     n, m, N = stats.n, stats.m, config.iterations
     betas = step_sizes(N, config.step_size, config.step_schedule, config.step_offset)
@@ -237,9 +236,8 @@ def _fast_tabular_chunk(stats: TrajectoryStats, idx: np.ndarray, chunk: StepChun
             acc += theta
 
 
-def _clipped_factor(
-    gt: np.ndarray, gw: np.ndarray, h: float, beta: float, sign: float
-) -> tuple[np.ndarray, np.ndarray, float]:
+def _clipped_factor(gt: np.ndarray, gw: np.ndarray, h: float, beta: float,
+                    sign: float) -> tuple[np.ndarray, np.ndarray, float]:
     """(gt, gw, f): the step is f times the parts, ``beta`` times [gt; gw] clipped to norm h.
 
     The common case only scales (f = beta, or beta h / norm; the parts come back as given).

@@ -51,9 +51,8 @@ def split_streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generat
     )
 
 
-def _poisson_plan(
-    gen: np.random.Generator, m: int, q: float, steps: int, trials: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _poisson_plan(gen: np.random.Generator, m: int, q: float, steps: int,
+                  trials: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Poisson batches for `steps` x `trials` (step-major): (members, owner trial, step offsets).
 
     Each trajectory joins each (step, trial) batch independently with probability q. For small q

@@ -25,9 +25,8 @@ _BLOCK_BYTES = 64 * 2**20  # scratch memory for blockwise outer products
 
 
 # ---------------------------------------------------------------------- dense A, C
-def rows_dense(
-    p: np.ndarray, e: np.ndarray, rw: np.ndarray, norm: np.ndarray, offsets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def rows_dense(p: np.ndarray, e: np.ndarray, rw: np.ndarray, norm: np.ndarray,
+               offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense A (m, n, n), C (m, n, n) from CSR rows: trajectories of equal length stacked and
     reduced by one batched matrix product each (A_i = P_i^T diag(rw) E_i, C_i = P_i^T diag(norm_i)
     P_i), in blocks of at most ``_BLOCK_BYTES``, without materialising every row's outer product."""
@@ -66,9 +65,8 @@ def tabular_dense(s: np.ndarray, sn: np.ndarray, gn: np.ndarray, rw: np.ndarray,
     return A.reshape(m, n, n), C.reshape(m, n, n)
 
 
-def sparse_dense(
-    offsets: np.ndarray, ea: np.ndarray, ex: np.ndarray, ev: np.ndarray, n: int
-) -> np.ndarray:
+def sparse_dense(offsets: np.ndarray, ea: np.ndarray, ex: np.ndarray, ev: np.ndarray,
+                 n: int) -> np.ndarray:
     """[A_i | C_i] (k, n, 2n) of the k trajectories whose entries ``offsets`` (k + 1,) delimit."""
     k = len(offsets) - 1
     ac = np.zeros((k, n, 2 * n))
@@ -149,9 +147,8 @@ def sparse_from_chunks(
 
 
 # ---------------------------------------------------------------------- gradients
-def _gathered_rows(
-    idx: np.ndarray, lens: np.ndarray, offsets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _gathered_rows(idx: np.ndarray, lens: np.ndarray,
+                   offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, owner, seg): the rows of the listed trajectories, back to back; owner[r] is the
     position in idx of row r's trajectory and seg[k] where its rows start."""
     seg = np.cumsum(lens) - lens

@@ -107,9 +107,8 @@ class TrajectoryStats:
                    normalization=normalization)
 
     @classmethod
-    def from_rows(
-        cls, rows: Mapping[str, np.ndarray], *, normalization: str = "transition"
-    ) -> TrajectoryStats:
+    def from_rows(cls, rows: Mapping[str, np.ndarray], *,
+                  normalization: str = "transition") -> TrajectoryStats:
         """Dense statistics from storage rows ``traj_index (m,)`` (a permutation of 0..m-1, any
         order), ``tau (m,)``, ``A (m, n*n)``, ``b (m, n)``, ``C (m, n*n)`` (the inverse of
         :meth:`to_rows`).

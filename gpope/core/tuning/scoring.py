@@ -123,9 +123,8 @@ def selection_mspbe(theta: np.ndarray, noisy: NoisyStatistics, *, z: float = 1.0
     return out
 
 
-def selection_relative_mspbe(
-    theta: np.ndarray, noisy: NoisyStatistics, *, z: float = 1.0
-) -> np.ndarray:
+def selection_relative_mspbe(theta: np.ndarray, noisy: NoisyStatistics, *,
+                             z: float = 1.0) -> np.ndarray:
     """:func:`selection_mspbe` divided by the debiased private MSPBE of theta = 0 (or, if that is
     not positive, the plain one): about 1 at theta = 0, 0 at the fixed point."""
     zero = np.zeros((1, noisy.n))
