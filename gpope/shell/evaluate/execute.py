@@ -209,23 +209,14 @@ def solver_config(options: RunSettings, *, sigma: float, batch_rate: float | Non
     ``normalizing_size``: the public count a Poisson step divides by (None: the rows held)."""
     from gpope.core.gpope.solver import GPOPEConfig
 
+    o = options
     return GPOPEConfig(
-        iterations=options.iterations,
-        step_size=options.step_size,
-        clip=options.clip,
-        noise_multiplier=sigma,
-        delta=options.delta if delta is None else delta,
-        accountant=options.accountant,
-        sampling=options.sampling,
-        batch_rate=batch_rate,
-        step_schedule=options.step_schedule,
-        step_offset=options.step_offset,
-        averaging=options.averaging,
-        tail_fraction=options.tail_fraction,
-        trace_every=trace_every,
-        secure_noise=options.secure_noise,
-        noise_grid=options.noise_grid,
-        normalizing_size=normalizing_size if options.sampling == "poisson" else None,
+        iterations=o.iterations, step_size=o.step_size, clip=o.clip, noise_multiplier=sigma,
+        delta=o.delta if delta is None else delta, accountant=o.accountant, sampling=o.sampling,
+        batch_rate=batch_rate, step_schedule=o.step_schedule, step_offset=o.step_offset,
+        averaging=o.averaging, tail_fraction=o.tail_fraction, trace_every=trace_every,
+        secure_noise=o.secure_noise, noise_grid=o.noise_grid,
+        normalizing_size=normalizing_size if o.sampling == "poisson" else None,
     )
 
 
@@ -356,12 +347,8 @@ def spark_population(stats_df: DataFrame, n: int, m: int) -> Population:
 
     out = []
     for name, width in (("A", n * n), ("b", n), ("C", n * n)):
-        sums = (
-            stats_df.select(F.posexplode(name).alias("i", "v"))
-            .groupBy("i")
-            .agg(F.sum("v").alias("s"))
-            .toArrow()
-        )
+        sums = (stats_df.select(F.posexplode(name).alias("i", "v")).groupBy("i")
+                .agg(F.sum("v").alias("s")).toArrow())
         vec = np.zeros(width)
         vec[sums.column("i").to_numpy()] = sums.column("s").to_numpy()
         out.append(vec / m)

@@ -197,19 +197,11 @@ def _params(record: EvaluationRecord) -> dict[str, Any]:
     params: dict[str, Any] = {
         "dataset": record.dataset,
         "spec": spec.name,
-        "spec_id": spec.spec_id,
-        "estimator": record.estimator,
-        "gamma": spec.gamma,
-        "reward_scale": spec.reward_scale,
-        "normalization": spec.normalization,
-        "length_scale": spec.length_scale,
-        "n_features": spec.n_features,
-        "policy": spec.policy_name,
-        "m": record.m,
-        "sigma": record.sigma,
-        "accountant": record.accountant,
-        "private": record.private,
-        "seeded": record.seeded,
+        "spec_id": spec.spec_id, "estimator": record.estimator, "gamma": spec.gamma,
+        "reward_scale": spec.reward_scale, "normalization": spec.normalization,
+        "length_scale": spec.length_scale, "n_features": spec.n_features,
+        "policy": spec.policy_name, "m": record.m, "sigma": record.sigma,
+        "accountant": record.accountant, "private": record.private, "seeded": record.seeded,
     }
     params.update(record.params)
     if record.public_cohort is not None:
