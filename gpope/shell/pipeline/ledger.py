@@ -72,10 +72,6 @@ def _actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _process() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 @dataclass(frozen=True)
 class Settlement:
     """What :meth:`PrivacyLedger.reconcile` did with one stale reservation."""
@@ -98,14 +94,14 @@ def _default_budget(config: GpopeConfig) -> Budget:
 def _row(
     dataset: str, run_id: str, *, kind: str, mechanism: str, epsilon: float, delta: float,
     accountant: str, status: str, charged_epsilon: float = 0.0, charged_delta: float = 0.0,
-    valid_bound: bool | None = None, note: str | None = None, process: str | None = None,
+    valid_bound: bool | None = None, note: str | None = None,
 ) -> dict[str, Any]:
     return {
         "dataset": dataset, "run_id": run_id, "mechanism": mechanism, "epsilon": float(epsilon),
         "delta": float(delta), "accountant": accountant, "status": status, "created_at": _now(),
         "kind": kind, "charged_epsilon": float(charged_epsilon),
         "charged_delta": float(charged_delta), "valid_bound": valid_bound, "actor": _actor(),
-        "process": process, "note": note,
+        "process": None, "note": note,
     }
 
 
@@ -326,7 +322,7 @@ class PrivacyLedger:
         version it got. BudgetExceededError: nothing is written (after a lost race, the
         reservation is cancelled)."""
         self.reconcile(charge.dataset)
-        row = charge.row(created_at=_now(), actor=_actor(), process=_process())
+        row = charge.row(created_at=_now(), actor=_actor(), process=f"{socket.gethostname()}:{os.getpid()}")
         reservation = LedgerRow.from_mapping(row)
         decide(self._rows(charge.dataset), reservation, **self._rule)
         faults.point("ledger.before_append")
