@@ -57,10 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every registered subcommand."""
     parser = GpopeArgumentParser(
         prog="gpope",
-        description=(
-            "Differentially private off-policy evaluation (GPOPE) on Spark, Delta Lake and MLflow. "
-            "Every command has --help; commands that report accept --json."
-        ),
+        description=("Differentially private off-policy evaluation (GPOPE) on Spark, Delta Lake "
+                     "and MLflow. Every command has --help; commands that report accept --json."),
     )
     parser.add_argument("--version", action="version", version=f"gpope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -22,13 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "budget",
         help="privacy ledger: a dataset's budget, spent and remaining (epsilon, delta)",
-        description=(
-            "The privacy ledger records every private run's spend before it releases anything. "
-            "Runs are composed tightly from their stored dp-accounting events (an RDP privacy "
-            "filter, valid when runs are chosen adaptively; privacy.composition: rdp) and the "
-            "basic sum of epsilons is shown beside it. A run that would exceed the budget stops "
-            "with an error and writes nothing. Reads the ledger without Spark on a local lake."
-        ),
+        description=("The privacy ledger records every private run's spend before it releases "
+                     "anything. Runs are composed tightly from their stored dp-accounting events "
+                     "(an RDP privacy filter, valid when runs are chosen adaptively; "
+                     "privacy.composition: rdp) and the basic sum of epsilons is shown beside "
+                     "it. A run that would exceed the budget stops with an error and writes "
+                     "nothing. Reads the ledger without Spark on a local lake."),
     )
     sub = parser.add_subparsers(dest="budget_command", metavar="{show,set,reconcile}")
     show = sub.add_parser("show", help="print budget, spent (tight and basic), remaining and runs left")
@@ -52,15 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec = sub.add_parser(
         "reconcile",
         help="settle reservations of killed runs from the evidence (released_estimates)",
-        description=(
-            "A run killed after its reservation leaves it open. Reconcile marks each stale "
-            "reservation 'released' if released_estimates has its run_id, else 'failed' (still "
-            "counted: it may have drawn noise). Stale: its process is gone (same host) or it is "
-            "older than privacy.reservation_timeout_hours. A run released in the lake "
-            "(released_estimates, released_values) that the ledger does not know (a removed or "
-            "restored ledger) is charged its recorded epsilon and delta. Runs automatically "
-            "before each evaluate's reservation."
-        ),
+        description=("A run killed after its reservation leaves it open. Reconcile marks each "
+                     "stale reservation 'released' if released_estimates has its run_id, else "
+                     "'failed' (still counted: it may have drawn noise). Stale: its process is "
+                     "gone (same host) or it is older than privacy.reservation_timeout_hours. A "
+                     "run released in the lake (released_estimates, released_values) that the "
+                     "ledger does not know (a removed or restored ledger) is charged its "
+                     "recorded epsilon and delta. Runs automatically before each evaluate's "
+                     "reservation."),
     )
     rec.add_argument("--dataset", default=None, help="only this dataset (default: all)")
     _add_lake(rec)

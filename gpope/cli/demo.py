@@ -12,14 +12,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="the main job: simulate an HIV cohort, ingest, stats, private evaluation, summary",
-        description=(
-            "Simulate an HIV cohort (Adams et al. 2004 model), write it as bronze EHR event tables, "
-            "ingest it to silver transitions, compute gold trajectory statistics with Spark, run a "
-            "differentially private GPOPE evaluation (epsilon 1, delta 1e-5) that reserves its "
-            "budget in the privacy ledger and writes released_estimates and an MLflow run, and "
-            "print a summary next to the simulator's Monte Carlo ground truth. Each run uses a new "
-            "dataset name (a new cohort with its own budget), so it can be repeated."
-        ),
+        description=("Simulate an HIV cohort (Adams et al. 2004 model), write it as bronze EHR "
+                     "event tables, ingest it to silver transitions, compute gold trajectory "
+                     "statistics with Spark, run a differentially private GPOPE evaluation "
+                     "(epsilon 1, delta 1e-5) that reserves its budget in the privacy ledger and "
+                     "writes released_estimates and an MLflow run, and print a summary next to "
+                     "the simulator's Monte Carlo ground truth. Each run uses a new dataset name "
+                     "(a new cohort with its own budget), so it can be repeated."),
     )
     parser.add_argument("--patients", type=int, default=2000, help="patients (default 2000)")
     parser.add_argument("--steps", type=int, default=40,

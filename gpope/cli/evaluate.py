@@ -114,14 +114,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "evaluate",
         help="private run: reserve budget, GPOPE on the statistics, release theta, log to MLflow",
-        description=(
-            "Evaluate the spec's target policy on a dataset with (epsilon, delta)-differential "
-            "privacy per patient. The spend is reserved in the privacy ledger before anything is "
-            "drawn or written (a run past the budget stops, writing nothing); theta and the "
-            "values at the spec's reference states go to released_estimates, params, metrics and "
-            "artifacts to MLflow. Solver settings come from the spec's evaluation: block; a spec "
-            "without one gets the tuning-free private default (docs/OWN_DATA.md)."
-        ),
+        description=("Evaluate the spec's target policy on a dataset with (epsilon, "
+                     "delta)-differential privacy per patient. The spend is reserved in the "
+                     "privacy ledger before anything is drawn or written (a run past the budget "
+                     "stops, writing nothing); theta and the values at the spec's reference "
+                     "states go to released_estimates, params, metrics and artifacts to MLflow. "
+                     "Solver settings come from the spec's evaluation: block; a spec without one "
+                     "gets the tuning-free private default (docs/OWN_DATA.md)."),
     )
     add_dataset_option(parser)
     parser.add_argument("--spec", required=True, help="evaluation spec YAML")

@@ -12,17 +12,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "load",
         help="load your own Parquet/CSV event files into a dataset's bronze tables",
-        description=(
-            "Replace the bronze observations, treatments and outcomes of --dataset with the rows "
-            "of three files (each a file, a folder of files or a glob), as delivered: the columns "
-            "are checked against the bronze contract (docs/OWN_DATA.md), nothing is parsed or "
-            "dropped here; `gpope ingest` parses text columns and quarantines unusable rows with "
-            "a reason. Columns named otherwise in your files are mapped with --columns (renamed as "
-            "Spark reads them; other columns are kept as delivered). Times without a time zone "
-            "are read as UTC, or as wall-clock times of --time-zone. The three tables become "
-            "visible together (one manifest commit). "
-            "Next: `gpope ingest --dataset NAME --conf CONF`."
-        ),
+        description=("Replace the bronze observations, treatments and outcomes of --dataset with "
+                     "the rows of three files (each a file, a folder of files or a glob), as "
+                     "delivered: the columns are checked against the bronze contract "
+                     "(docs/OWN_DATA.md), nothing is parsed or dropped here; `gpope ingest` "
+                     "parses text columns and quarantines unusable rows with a reason. Columns "
+                     "named otherwise in your files are mapped with --columns (renamed as Spark "
+                     "reads them; other columns are kept as delivered). Times without a time "
+                     "zone are read as UTC, or as wall-clock times of --time-zone. The three "
+                     "tables become visible together (one manifest commit). Next: `gpope ingest "
+                     "--dataset NAME --conf CONF`."),
         epilog=("example (a ward's exports with their own names; docs/OWN_DATA.md): "
                 "--columns patient_id=mrn,time=charted_at,variable=item,value=result "
                 "--columns treatments.time=ordered_at,action=order_code,propensity=p_logged "

@@ -12,14 +12,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "maintain",
         help="compact small files and vacuum old ones (keeps time travel within the retention)",
-        description=(
-            "Compact the small files of every Delta table of a local lake (or of --dataset) and "
-            "vacuum files removed more than --retention-hours ago, plus files no commit ever "
-            "referenced (left by killed runs) once they are that old. Versions younger than the "
-            "retention stay readable (time travel); versions readers are pinned to by the "
-            "pipeline_runs manifests are always kept; a table whose latest commit belongs to an "
-            "unfinished step is left alone. Runs with deltalake only: no Spark is started."
-        ),
+        description=("Compact the small files of every Delta table of a local lake (or of "
+                     "--dataset) and vacuum files removed more than --retention-hours ago, plus "
+                     "files no commit ever referenced (left by killed runs) once they are that "
+                     "old. Versions younger than the retention stay readable (time travel); "
+                     "versions readers are pinned to by the pipeline_runs manifests are always "
+                     "kept; a table whose latest commit belongs to an unfinished step is left "
+                     "alone. Runs with deltalake only: no Spark is started."),
     )
     parser.add_argument("--dataset", default=None, help="only this dataset's tables (default: all)")
     parser.add_argument(

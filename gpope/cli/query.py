@@ -48,12 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "query",
         help="SQL over the released values, estimates and budgets in seconds, no Spark",
-        description=(
-            "Run one read-only SELECT (DuckDB dialect) over the lake's released Delta tables, "
-            "read directly with delta-rs: no Spark and no JVM start, so it answers in about a "
-            "second. Only the views the query names are opened. The same view names are the "
-            "Unity Catalog table names on a cluster, so the query also runs in Spark SQL there."
-        ),
+        description=("Run one read-only SELECT (DuckDB dialect) over the lake's released Delta "
+                     "tables, read directly with delta-rs: no Spark and no JVM start, so it "
+                     "answers in about a second. Only the views the query names are opened. The "
+                     "same view names are the Unity Catalog table names on a cluster, so the "
+                     "query also runs in Spark SQL there."),
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

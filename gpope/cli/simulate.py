@@ -20,12 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="write bronze observations/treatments/outcomes of a synthetic cohort",
-        description=(
-            "Simulate one episode per patient of a domain under its behaviour policy and write them "
-            "as EHR-style bronze tables (observations, treatments with propensities, outcomes) of "
-            "--dataset, replacing any earlier cohort of that name. Then run "
-            "`gpope ingest --dataset NAME --domain DOMAIN`."
-        ),
+        description=("Simulate one episode per patient of a domain under its behaviour policy "
+                     "and write them as EHR-style bronze tables (observations, treatments with "
+                     "propensities, outcomes) of --dataset, replacing any earlier cohort of that "
+                     "name. Then run `gpope ingest --dataset NAME --domain DOMAIN`."),
     )
     parser.add_argument("--domain", required=True, type=domain_arg, help=domain_help("simulated domain"))
     parser.add_argument("--patients", required=True, type=int, help="number of patients (episodes)")

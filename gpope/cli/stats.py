@@ -12,12 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "stats",
         help="silver -> gold: per-trajectory statistics A, b, C for an evaluation spec",
-        description=(
-            "Compute per-trajectory statistics (A_i, b_i, C_i) of a dataset's silver transitions "
-            "under an evaluation spec (feature map, target policy, gamma, normalisation) with "
-            "Spark, grouped by trajectory. Re-running replaces that spec's partition of the "
-            "dataset's gold trajectory_stats table; other specs are kept."
-        ),
+        description=("Compute per-trajectory statistics (A_i, b_i, C_i) of a dataset's silver "
+                     "transitions under an evaluation spec (feature map, target policy, gamma, "
+                     "normalisation) with Spark, grouped by trajectory. Re-running replaces that "
+                     "spec's partition of the dataset's gold trajectory_stats table; other specs "
+                     "are kept."),
     )
     add_dataset_option(parser)
     parser.add_argument("--spec", required=True, help="evaluation spec YAML (e.g. conf/specs/hiv_demo.yaml)")

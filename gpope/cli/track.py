@@ -12,15 +12,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "track",
         help="log a released run to MLflow from the lake (after a tracking failure; no budget)",
-        description=(
-            "An evaluation commits its release before it logs to MLflow, so a tracking failure "
-            "(store locked, unreachable, disk full) leaves a released, charged run without an "
-            "MLflow run; the evaluate command then prints this command. It rebuilds the run from "
-            "released_estimates and released_values (released numbers only: values, intervals, "
-            "theta, epsilon, delta, accountant, spec) and logs it, tagged gpope.relogged=lake. "
-            "It reads no private table, draws no noise and spends no budget; a run that MLflow "
-            "already holds is left alone unless --force. No Spark, no JVM (local lakes)."
-        ),
+        description=("An evaluation commits its release before it logs to MLflow, so a tracking "
+                     "failure (store locked, unreachable, disk full) leaves a released, charged "
+                     "run without an MLflow run; the evaluate command then prints this command. "
+                     "It rebuilds the run from released_estimates and released_values (released "
+                     "numbers only: values, intervals, theta, epsilon, delta, accountant, spec) "
+                     "and logs it, tagged gpope.relogged=lake. It reads no private table, draws "
+                     "no noise and spends no budget; a run that MLflow already holds is left "
+                     "alone unless --force. No Spark, no JVM (local lakes)."),
     )
     parser.add_argument("--run-id", required=True, help="the gpope run id (released_estimates.run_id)")
     parser.add_argument("--force", action="store_true",

@@ -96,19 +96,15 @@ class DPLSInputs(TypedDict):
 def _public_inputs(features: object, weights: object, n_states: int | None, *,
                    distribution: bool) -> tuple[np.ndarray, np.ndarray]:
     if n_states is None:
-        raise DataError(
-            "n_states (N) is missing: DP-LSW/DP-LSL apply only to finite (tabular or aggregated) "
-            "state sets (BASELINES.md 1.9)."
-        )
+        raise DataError("n_states (N) is missing: DP-LSW/DP-LSL apply only to finite (tabular or "
+                        "aggregated) state sets (BASELINES.md 1.9).")
     phi = as_matrix("features", features, rows=int(n_states))
     rho = as_vector("weights", weights, phi.shape[0])
     if np.any(rho < 0) or not np.any(rho > 0):
         raise ConfigError("The state weights 'weights' must be >= 0 with at least one > 0.")
     if distribution and rho.sum() > 1.0 + 1e-9:
-        raise ConfigError(
-            f"The state weights 'weights' of DP-LSL must sum to <= 1 (a distribution over states); "
-            f"got sum {rho.sum()!r}."
-        )
+        raise ConfigError("The state weights 'weights' of DP-LSL must sum to <= 1 (a distribution "
+                          f"over states); got sum {rho.sum()!r}.")
     return phi, rho
 
 

@@ -16,11 +16,10 @@ from gpope.errors import DataError, SchemaError
 
 __all__ = ["finite_states", "first_visit_statistics"]
 
-_FINITE_ONLY = (
-    "DP-LSW, DP-LSL and first-visit statistics apply only to finite (tabular or aggregated) "
-    "state sets (Balle et al. 2016; BASELINES.md 1.9): states must be integers 0..N-1 with N "
-    "given. Discretise or aggregate continuous states first and define the weights over cells."
-)
+_FINITE_ONLY = ("DP-LSW, DP-LSL and first-visit statistics apply only to finite (tabular or "
+                "aggregated) state sets (Balle et al. 2016; BASELINES.md 1.9): states must be "
+                "integers 0..N-1 with N given. Discretise or aggregate continuous states first "
+                "and define the weights over cells.")
 
 
 def finite_states(states: object, n_states: int | None) -> tuple[np.ndarray, int]:

@@ -154,10 +154,9 @@ def lsl_smooth_sensitivity(counts: object, features: object, weights: object, *,
         norm_phi = float(np.linalg.norm(phi))  # Frobenius, as in the authors' code
         gap = lam - rho.max() * norm_phi**2
         if gap <= 0:
-            raise ConfigError(
-                "The 'regularization' parameter of DP-LSL must be > ||rho||_inf ||Phi||_F^2 = "
-                f"{rho.max() * norm_phi**2!r} for the authors' bound. Got {lam!r} instead."
-            )
+            raise ConfigError("The 'regularization' parameter of DP-LSL must be > ||rho||_inf "
+                              f"||Phi||_F^2 = {rho.max() * norm_phi**2!r} for the authors' bound. "
+                              f"Got {lam!r} instead.")
         c_lam = norm_phi * rho.max() / math.sqrt(2.0 * lam)
         rho_norm = float(np.linalg.norm(rho))
         psi = _smooth_max(lambda ks: (c_lam * np.sqrt(mass(ks)) + rho_norm) ** 2, k_max, beta,

@@ -70,15 +70,11 @@ class EventTableSpec:
             if not values or len(set(values)) != len(values) or not all(
                 isinstance(v, str) and v for v in values
             ):
-                raise ConfigError(
-                    f"The {name!r} parameter of EventTableSpec must be a non-empty tuple of unique, "
-                    f"non-empty strings. Got {values!r} instead."
-                )
+                raise ConfigError(f"The {name!r} parameter of EventTableSpec must be a non-empty "
+                                  f"tuple of unique, non-empty strings. Got {values!r} instead.")
         if self.terminal_variable is not None and self.terminal_variable in variables:
-            raise ConfigError(
-                "The 'terminal_variable' parameter of EventTableSpec must not be a state variable. "
-                f"Got {self.terminal_variable!r} instead."
-            )
+            raise ConfigError("The 'terminal_variable' parameter of EventTableSpec must not be a "
+                              f"state variable. Got {self.terminal_variable!r} instead.")
         object.__setattr__(self, "variables", variables)
         object.__setattr__(self, "actions", actions)
         object.__setattr__(

@@ -199,10 +199,8 @@ def monte_carlo_values(policy: Policy, states: np.ndarray, rng: np.random.Genera
         if len(alive) == 0:
             break
     if gamma == 1.0 and len(alive):
-        raise DataError(
-            f"{len(alive)} Monte Carlo rollouts did not reach the goal within {max_horizon} steps; "
-            "use gamma < 1 or raise max_horizon."
-        )
+        raise DataError(f"{len(alive)} Monte Carlo rollouts did not reach the goal within "
+                        f"{max_horizon} steps; use gamma < 1 or raise max_horizon.")
     per_state = returns.reshape(k, n_rollouts)
     return per_state.mean(axis=1), per_state.std(axis=1, ddof=1) / math.sqrt(n_rollouts)
 

@@ -121,10 +121,9 @@ def random_mdp_of(name: str) -> RandomMDP:
 
     family, _, seed = name.partition("/")
     if family not in _FAMILIES or not seed.isdigit():
-        raise ConfigError(
-            f"A generated domain is named 'random_mdp/<seed>' or 'random_mdp_linear/<seed>' with "
-            f"an integer seed >= 0. Got {name!r} instead."
-        )
+        raise ConfigError("A generated domain is named 'random_mdp/<seed>' or "
+                          f"'random_mdp_linear/<seed>' with an integer seed >= 0. Got {name!r} "
+                          "instead.")
     return random_mdp(RandomMDPConfig.drawn(int(seed), features=_FAMILIES[family]))  # type: ignore[arg-type]
 
 
@@ -158,10 +157,8 @@ def check_domain_name(name: object) -> str:
     if isinstance(name, str) and name.partition("/")[0] in _FAMILIES:
         if name.partition("/")[2].isdigit():
             return name
-    raise ConfigError(
-        f"The 'domain' parameter must be one of {', '.join(map(repr, domain_names()))}. "
-        f"Got {name!r} instead."
-    )
+    raise ConfigError("The 'domain' parameter must be one of "
+                      f"{', '.join(map(repr, domain_names()))}. Got {name!r} instead.")
 
 
 @functools.lru_cache(maxsize=64)

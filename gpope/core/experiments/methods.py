@@ -84,10 +84,8 @@ class GPOPEMethod:
         object.__setattr__(self, "step_grid", tuple(float(x) for x in self.step_grid))
         object.__setattr__(self, "clip_grid", tuple(float(x) for x in self.clip_grid))
         if not self.step_grid or not self.clip_grid:
-            raise ConfigError(
-                "The 'step_grid' and 'clip_grid' parameters of GPOPEMethod must be non-empty. "
-                f"Got {self.step_grid!r} and {self.clip_grid!r} instead."
-            )
+            raise ConfigError("The 'step_grid' and 'clip_grid' parameters of GPOPEMethod must be "
+                              f"non-empty. Got {self.step_grid!r} and {self.clip_grid!r} instead.")
 
     def steps(self) -> int:
         """Number of noisy steps N of the run."""

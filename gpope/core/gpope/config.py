@@ -67,21 +67,18 @@ class GPOPEConfig:
         object.__setattr__(self, "normalizing_size", check_number(
             o, "normalizing_size", self.normalizing_size, gt=0.0, allow_none=True))
         if self.normalizing_size is not None and self.sampling != "poisson":
-            raise ConfigError(
-                "The 'normalizing_size' parameter of GPOPEConfig applies to sampling='poisson' "
-                f"only. Got normalizing_size={self.normalizing_size!r} with sampling="
-                f"{self.sampling!r}."
-            )
+            raise ConfigError("The 'normalizing_size' parameter of GPOPEConfig applies to "
+                              "sampling='poisson' only. Got "
+                              f"normalizing_size={self.normalizing_size!r} with sampling="
+                              f"{self.sampling!r}.")
         if not isinstance(self.secure_noise, bool):
             raise ConfigError("The 'secure_noise' parameter of GPOPEConfig must be a bool. Got "
                               f"{self.secure_noise!r} instead.")
         object.__setattr__(self, "noise_grid", check_number(
             o, "noise_grid", self.noise_grid, gt=0.0, allow_none=True))
         if self.secure_noise and self.clip is None:
-            raise ConfigError(
-                "The 'secure_noise' parameter of GPOPEConfig needs a clip bound (secure noise "
-                "is calibrated to it). Got clip=None."
-            )
+            raise ConfigError("The 'secure_noise' parameter of GPOPEConfig needs a clip bound "
+                              "(secure noise is calibrated to it). Got clip=None.")
         set_ = object.__setattr__
         set_(self, "iterations", check_int(o, "iterations", self.iterations, ge=1))
         set_(self, "step_size", check_number(o, "step_size", self.step_size, gt=0.0))
@@ -102,39 +99,32 @@ class GPOPEConfig:
              check_int(o, "trace_every", self.trace_every, ge=1, allow_none=True))
         if self.sampling == "poisson":
             if self.batch_rate is None:
-                raise ConfigError(
-                    "The 'batch_rate' parameter of GPOPEConfig must be a number in (0, 1] when "
-                    "sampling='poisson' (the probability q that a trajectory joins a step's "
-                    "batch). Got None instead."
-                )
+                raise ConfigError("The 'batch_rate' parameter of GPOPEConfig must be a number in "
+                                  "(0, 1] when sampling='poisson' (the probability q that a "
+                                  "trajectory joins a step's batch). Got None instead.")
             set_(self, "batch_rate", check_probability(o, "batch_rate", self.batch_rate))
         elif self.batch_rate is not None:
-            raise ConfigError(
-                "The 'batch_rate' parameter of GPOPEConfig must be None when sampling='uniform' "
-                f"(it applies only to sampling='poisson'). Got {self.batch_rate!r} instead."
-            )
+            raise ConfigError("The 'batch_rate' parameter of GPOPEConfig must be None when "
+                              "sampling='uniform' (it applies only to sampling='poisson'). Got "
+                              f"{self.batch_rate!r} instead.")
         if self.noise_multiplier is None:
             if self.epsilon is None or self.delta is None or self.clip is None:
-                raise ConfigError(
-                    "The 'noise_multiplier' parameter of GPOPEConfig is None, so sigma is "
-                    "calibrated: 'epsilon', 'delta' and 'clip' must all be given. Got "
-                    f"epsilon={self.epsilon!r}, delta={self.delta!r}, clip={self.clip!r} "
-                    "instead. For a non-private run set noise_multiplier=0."
-                )
+                raise ConfigError("The 'noise_multiplier' parameter of GPOPEConfig is None, so "
+                                  "sigma is calibrated: 'epsilon', 'delta' and 'clip' must all be "
+                                  f"given. Got epsilon={self.epsilon!r}, delta={self.delta!r}, "
+                                  f"clip={self.clip!r} instead. For a non-private run set "
+                                  "noise_multiplier=0.")
         else:
             if self.epsilon is not None:
-                raise ConfigError(
-                    "The 'epsilon' parameter of GPOPEConfig must be None when "
-                    "'noise_multiplier' is given (epsilon is then reported, not targeted). "
-                    f"Got epsilon={self.epsilon!r} with noise_multiplier="
-                    f"{self.noise_multiplier!r}; give only one of them."
-                )
+                raise ConfigError("The 'epsilon' parameter of GPOPEConfig must be None when "
+                                  "'noise_multiplier' is given (epsilon is then reported, not "
+                                  f"targeted). Got epsilon={self.epsilon!r} with noise_multiplier="
+                                  f"{self.noise_multiplier!r}; give only one of them.")
             if self.noise_multiplier > 0 and self.clip is None:
-                raise ConfigError(
-                    "The 'clip' parameter of GPOPEConfig must be > 0 when noise_multiplier > 0: "
-                    "noise without clipping gives no privacy (the noise std is clip * sigma). "
-                    f"Got clip=None with noise_multiplier={self.noise_multiplier!r}."
-                )
+                raise ConfigError("The 'clip' parameter of GPOPEConfig must be > 0 when "
+                                  "noise_multiplier > 0: noise without clipping gives no privacy "
+                                  "(the noise std is clip * sigma). Got clip=None with "
+                                  f"noise_multiplier={self.noise_multiplier!r}.")
 
     def secure_grid(self, noise_std: float) -> float:
         """The public grid of secure noise for noise of std ``noise_std`` (``noise_grid``, by

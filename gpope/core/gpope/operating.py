@@ -306,20 +306,16 @@ def resolve_budget(*, m: int, sampling: str, passes: float | None, batch_size: f
     m = check_int("resolve_budget", "m", m, ge=1)
     check_choice("resolve_budget", "sampling", sampling, ("uniform", "poisson"))
     if iterations is None and passes is None:
-        raise ConfigError(
-            "The run's compute budget is not set: give 'passes' (trajectories touched / m) and/or "
-            "'iterations' (N) in the spec's evaluation: block, the configuration or on the "
-            "command line (--passes / --iterations)."
-        )
+        raise ConfigError("The run's compute budget is not set: give 'passes' (trajectories "
+                          "touched / m) and/or 'iterations' (N) in the spec's evaluation: block, "
+                          "the configuration or on the command line (--passes / --iterations).")
     N = None if iterations is None else check_int("resolve_budget", "iterations", iterations, ge=1)
     P = None if passes is None else check_number("resolve_budget", "passes", passes, gt=0.0)
     if sampling == "uniform":
         if batch_rate is not None or batch_size is not None:
-            raise ConfigError(
-                "'batch_rate' / 'batch_size' apply only to sampling 'poisson' (uniform sampling "
-                f"draws one trajectory per step). Got batch_rate={batch_rate!r}, "
-                f"batch_size={batch_size!r}."
-            )
+            raise ConfigError("'batch_rate' / 'batch_size' apply only to sampling 'poisson' "
+                              "(uniform sampling draws one trajectory per step). Got "
+                              f"batch_rate={batch_rate!r}, batch_size={batch_size!r}.")
         return (N if N is not None else max(1, math.ceil(P * m - 1e-9))), None  # type: ignore[operator]
     if batch_rate is not None:
         q = check_number("resolve_budget", "batch_rate", batch_rate, gt=0.0, le=1.0)
@@ -332,10 +328,9 @@ def resolve_budget(*, m: int, sampling: str, passes: float | None, batch_size: f
             q = min(1.0, P / N)
         return N, (q if q is not None else 1.0 / m)
     if q is None:
-        raise ConfigError(
-            f"'passes' ({P}) alone does not fix the Poisson batch: also give 'iterations' (then "
-            "q = passes / iterations), 'batch_rate' or 'batch_size'."
-        )
+        raise ConfigError(f"'passes' ({P}) alone does not fix the Poisson batch: also give "
+                          "'iterations' (then q = passes / iterations), 'batch_rate' or "
+                          "'batch_size'.")
     # P / q carries a rounding error of a few ulps (39 / (1 / 499999) = 19499961.000000004): a
     # slack of 8 ulps keeps ceil from adding a whole step for it, and stays below any genuine
     # fraction of a step (282.06564640684576 x 9999999 = 2820656182.0028 needs 2820656183).

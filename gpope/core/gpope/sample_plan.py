@@ -45,10 +45,9 @@ def split_streams(rng: SeedLike) -> tuple[np.random.Generator, np.random.Generat
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         a, b = np.random.SeedSequence(int(rng)).spawn(2)
         return np.random.default_rng(a), np.random.default_rng(b), True
-    raise ConfigError(
-        "The 'rng' argument of run_gpope must be a numpy.random.Generator, an int seed or None "
-        f"(OS entropy, required for a private run). Got {type(rng).__name__} instead."
-    )
+    raise ConfigError("The 'rng' argument of run_gpope must be a numpy.random.Generator, an int "
+                      "seed or None (OS entropy, required for a private run). Got "
+                      f"{type(rng).__name__} instead.")
 
 
 def _poisson_plan(gen: np.random.Generator, m: int, q: float, steps: int,

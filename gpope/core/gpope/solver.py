@@ -161,10 +161,9 @@ def run_gpope_trials(stats: TrajectoryStats, config: GPOPEConfig, rng: SeedLike,
     """R >= 1 independent GPOPE runs vectorised over a leading trial axis; each trial has its
     own sample plan and noise (drawn from the same two streams)."""
     if not isinstance(stats, TrajectoryStats):
-        raise ConfigError(
-            f"run_gpope needs a TrajectoryStats; got {type(stats).__name__}. Build one with "
-            "gpope.core.statistics.trajectory_statistics or TrajectoryStats.from_dense."
-        )
+        raise ConfigError(f"run_gpope needs a TrajectoryStats; got {type(stats).__name__}. Build "
+                          "one with gpope.core.statistics.trajectory_statistics or "
+                          "TrajectoryStats.from_dense.")
     if not isinstance(config, GPOPEConfig):
         raise ConfigError(f"run_gpope needs a GPOPEConfig; got {type(config).__name__}.")
     R = check_int("run_gpope_trials", "trials", trials, ge=1)

@@ -110,10 +110,8 @@ def run_gpope_streamed(fetch: Fetcher, config: GPOPEConfig, rng: np.random.Gener
     (and held) at once, the next block in a background thread while the current one runs.
     """
     if config.noise_multiplier is None or float(config.noise_multiplier) != float(sigma):
-        raise ConfigError(
-            "run_gpope_streamed needs config.noise_multiplier set to the calibrated sigma "
-            f"({sigma}); got {config.noise_multiplier!r}."
-        )
+        raise ConfigError("run_gpope_streamed needs config.noise_multiplier set to the calibrated "
+                          f"sigma ({sigma}); got {config.noise_multiplier!r}.")
     gen_plan, gen_noise, seeded = split_streams(rng)
     N = config.iterations
     h = config.clip

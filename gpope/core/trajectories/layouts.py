@@ -124,10 +124,9 @@ def sparse_from_chunks(
         k = len(index)
         end = int(np.searchsorted(src_off, seen + k, side="right")) - 1
         if len(value) != k or src_off[end] != seen + k:
-            raise SchemaError(
-                f"sparse stats: a chunk of {k} entries ({len(value)} values) starting at entry "
-                f"{seen} does not end on a row boundary of the lengths given."
-            )
+            raise SchemaError(f"sparse stats: a chunk of {k} entries ({len(value)} values) "
+                              f"starting at entry {seen} does not end on a row boundary of the "
+                              "lengths given.")
         if k:
             if index.min() < 0 or index.max() >= 2 * nn:
                 raise SchemaError(f"sparse stats: entry indices must lie in 0..{2 * n * n - 1}.")

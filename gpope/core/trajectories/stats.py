@@ -91,10 +91,8 @@ class TrajectoryStats:
         b = np.asarray(b, dtype=np.float64)
         C = np.asarray(C, dtype=np.float64)
         if b.ndim != 2 or A.shape != (*b.shape, b.shape[1]) or C.shape != A.shape:
-            raise SchemaError(
-                "TrajectoryStats.from_dense needs A (m, n, n), b (m, n), C (m, n, n); got "
-                f"A {A.shape}, b {b.shape}, C {C.shape}."
-            )
+            raise SchemaError("TrajectoryStats.from_dense needs A (m, n, n), b (m, n), C (m, n, "
+                              f"n); got A {A.shape}, b {b.shape}, C {C.shape}.")
         m, n = b.shape
         if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b)) and np.all(np.isfinite(C))):
             raise SchemaError("TrajectoryStats.from_dense: A, b and C must be finite.")
@@ -161,10 +159,9 @@ class TrajectoryStats:
         b = np.asarray(b, dtype=np.float64)
         lens = np.asarray(lengths, dtype=np.int64)
         if b.ndim != 2 or idx.shape != (b.shape[0],) or lens.shape != (b.shape[0],):
-            raise SchemaError(
-                "TrajectoryStats.from_sparse_chunks needs b (m, n), traj_index (m,), lengths (m,); "
-                f"got b {b.shape}, traj_index {idx.shape}, lengths {lens.shape}."
-            )
+            raise SchemaError("TrajectoryStats.from_sparse_chunks needs b (m, n), traj_index "
+                              f"(m,), lengths (m,); got b {b.shape}, traj_index {idx.shape}, "
+                              f"lengths {lens.shape}.")
         m, n = b.shape
         tau_arr = _checked_tau(tau, m)
         if np.any(lens < 0):
@@ -318,10 +315,8 @@ class TrajectoryStats:
         theta = np.asarray(theta, dtype=np.float64)
         w = np.asarray(w, dtype=np.float64)
         if theta.shape != w.shape or theta.shape not in ((self.n,), (len(idx), self.n)):
-            raise DataError(
-                f"theta and w must both have shape ({self.n},) or ({len(idx)}, {self.n}); got "
-                f"{theta.shape} and {w.shape}."
-            )
+            raise DataError(f"theta and w must both have shape ({self.n},) or ({len(idx)}, "
+                            f"{self.n}); got {theta.shape} and {w.shape}.")
         x = np.empty((len(idx), 2 * self.n))
         x[:, : self.n] = theta
         x[:, self.n :] = w

@@ -64,10 +64,8 @@ class Transitions:
             self.n_trajectories, dtype=np.int64
         )
         if np.any(counts == 0):
-            raise SchemaError(
-                f"{int(np.sum(counts == 0))} of {self.n_trajectories} trajectories have no transitions; "
-                "traj_index must be dense 0..m-1."
-            )
+            raise SchemaError(f"{int(np.sum(counts == 0))} of {self.n_trajectories} trajectories "
+                              "have no transitions; traj_index must be dense 0..m-1.")
         bp = np.asarray(self.behavior_prob)
         if n and (not np.all(np.isfinite(bp)) or np.any(bp <= 0) or np.any(bp > 1)):
             raise SchemaError("behavior_prob must lie in (0, 1] for every transition.")

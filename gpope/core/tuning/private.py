@@ -67,10 +67,9 @@ def _epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str) -> flo
 def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
     """Smallest sigma in [lo, hi] (to _XTOL) with f(sigma) <= target; f decreasing."""
     if f(hi) > target:
-        raise AccountingError(
-            f"No noise multiplier up to {hi:g} meets epsilon <= {target!r} for the private "
-            "tuning. Raise epsilon, or use fewer candidates or iterations."
-        )
+        raise AccountingError(f"No noise multiplier up to {hi:g} meets epsilon <= {target!r} for "
+                              "the private tuning. Raise epsilon, or use fewer candidates or "
+                              "iterations.")
     while f(lo) <= target:
         lo /= 4.0
         if lo < 1e-6:
@@ -280,16 +279,14 @@ def tune_privately(stats: TrajectoryStats, base: GPOPEConfig, plan: PrivateTunin
     # normalise by (``base.normalizing_size``)
     if plan.m not in (stats.m, base.normalizing_size) or base.sampling != "poisson" or base.iterations != plan.iterations \
             or base.batch_rate != plan.batch_rate:
-        raise ConfigError(
-            f"tune_privately: the plan was made for m={plan.m}, N={plan.iterations}, "
-            f"q={plan.batch_rate} with Poisson sampling; got m={stats.m}, N={base.iterations}, "
-            f"q={base.batch_rate}, sampling={base.sampling!r}. Plan with the run's own settings."
-        )
+        raise ConfigError(f"tune_privately: the plan was made for m={plan.m}, "
+                          f"N={plan.iterations}, q={plan.batch_rate} with Poisson sampling; got "
+                          f"m={stats.m}, N={base.iterations}, q={base.batch_rate}, "
+                          f"sampling={base.sampling!r}. Plan with the run's own settings.")
     if settings.n_candidates != plan.candidates:
-        raise ConfigError(
-            f"tune_privately: the plan accounts for {plan.candidates} candidates but the settings "
-            f"give {settings.n_candidates}. Plan with the same settings."
-        )
+        raise ConfigError(f"tune_privately: the plan accounts for {plan.candidates} candidates "
+                          f"but the settings give {settings.n_candidates}. Plan with the same "
+                          "settings.")
     seeded = rng is not None
     if rng is None:
         gen = np.random.default_rng()

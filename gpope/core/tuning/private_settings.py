@@ -43,18 +43,16 @@ class PrivateTuningSettings:
         check_number(o, "norm_high", self.norm_high, gt=self.norm_low)
         check_int(o, "bins_per_decade", self.bins_per_decade, ge=1)
         if 2 * self.quantile_share + self.statistics_share >= 0.9:
-            raise ConfigError(
-                "The shares of PrivateTuningSettings must leave at least 10% of the budget to "
-                f"GPOPE: 2 * quantile_share + statistics_share < 0.9. Got quantile_share="
-                f"{self.quantile_share!r}, statistics_share={self.statistics_share!r}."
-            )
+            raise ConfigError("The shares of PrivateTuningSettings must leave at least 10% of the "
+                              "budget to GPOPE: 2 * quantile_share + statistics_share < 0.9. Got "
+                              f"quantile_share={self.quantile_share!r}, "
+                              f"statistics_share={self.statistics_share!r}.")
         for name in ("step_multipliers", "clip_multipliers"):
             vals = tuple(float(v) for v in getattr(self, name))
             if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
-                raise ConfigError(
-                    f"The '{name}' parameter of PrivateTuningSettings must be a non-empty list "
-                    f"of numbers > 0. Got {getattr(self, name)!r} instead."
-                )
+                raise ConfigError(f"The '{name}' parameter of PrivateTuningSettings must be a "
+                                  f"non-empty list of numbers > 0. Got {getattr(self, name)!r} "
+                                  "instead.")
             object.__setattr__(self, name, vals)
 
     @property
