@@ -72,17 +72,15 @@ def _run_spec(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k, None) for k in (
         "passes", "iterations", "batch_rate", "batch_size", "step_schedule", "step_offset",
         "step_offset_fraction", "averaging", "tail_fraction", "sampling", "accountant")}
-    report = api.tune_spec(
-        args.spec, settings=api.load_config(args.conf or None).evaluation, patients=args.patients,
-        max_length=args.max_length, public_seed=args.public_seed,
-        epsilons=args.epsilons or (0.1, 1.0, 10.0),
-        delta=args.delta if args.delta is not None else 1e-6,
-        trials=args.trials if args.trials is not None else 3,
-        overrides=overrides, clips=args.clip_grid, steps=args.step_grid,
-        write=not args.dry_run, log=stderr_log(args),
-        command=" ".join(["gpope", *(shlex.quote(a) for a in sys.argv[1:])])
-        if sys.argv[1:2] == ["tune"] else None,
-    )
+    report = api.tune_spec(args.spec, settings=api.load_config(args.conf or None).evaluation,
+                           patients=args.patients, max_length=args.max_length,
+                           public_seed=args.public_seed, epsilons=args.epsilons or (0.1, 1.0, 10.0),
+                           delta=args.delta if args.delta is not None else 1e-6,
+                           trials=args.trials if args.trials is not None else 3,
+                           overrides=overrides, clips=args.clip_grid, steps=args.step_grid,
+                           write=not args.dry_run, log=stderr_log(args),
+                           command=" ".join(["gpope", *(shlex.quote(a) for a in sys.argv[1:])])
+                           if sys.argv[1:2] == ["tune"] else None)
     emit(args, report.to_dict(), report.summary())
     return 0
 

@@ -175,15 +175,8 @@ def _release(theta: np.ndarray, sens: float, prep: _Prepared, inputs: DPLSInputs
     shape = (theta.shape[0],) if draws is None else (check_int(mechanism, "draws", draws, ge=1),
                                                      theta.shape[0])
     noisy = theta + sigma * rng.standard_normal(shape)
-    diagnostics = MappingProxyType(
-        {
-            "private": True,
-            "noise_std": sigma,
-            "smooth_sensitivity": sens,
-            "a_inv": prep.a_inv,
-            "beta": prep.beta,
-        }
-    )
+    diagnostics = MappingProxyType({"private": True, "noise_std": sigma, "smooth_sensitivity": sens,
+                                    "a_inv": prep.a_inv, "beta": prep.beta})
     return DPLSResult(theta=noisy, epsilon=float(inputs["epsilon"]), delta=float(inputs["delta"]),
                       mechanism=mechanism, regularization=regularization, diagnostics=diagnostics)
 
@@ -240,16 +233,12 @@ def dp_lsl(states: object, rewards: object, traj_index: object, *,
     """
     p = _prepare("dp_lsl", states, rewards, traj_index, distribution=True, optional=(
         "n_trajectories", "regularization", "sensitivity", "draws"), **inputs)
-    m = (
-        p.observed
-        if n_trajectories is None
-        else check_int("dp_lsl", "n_trajectories", n_trajectories, ge=p.observed)
-    )
-    lam = (
-        lsl_regularization(m, p.phi, p.rho)
-        if regularization is None
-        else check_number("dp_lsl", "regularization", regularization, gt=0.0)
-    )
+    m = (p.observed
+         if n_trajectories is None
+         else check_int("dp_lsl", "n_trajectories", n_trajectories, ge=p.observed))
+    lam = (lsl_regularization(m, p.phi, p.rho)
+           if regularization is None
+           else check_number("dp_lsl", "regularization", regularization, gt=0.0))
     theta = lsl_estimate(p.counts, p.fbar, p.phi, p.rho, lam)
     sens = lsl_smooth_sensitivity(p.counts, p.phi, p.rho, n_trajectories=m, regularization=lam,
                                   f_max=inputs["f_max"], beta=p.beta, sensitivity=sensitivity)
