@@ -51,13 +51,10 @@ def add_lake_options(parser: argparse.ArgumentParser, *, tracking: bool = False,
 
 def add_remote_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--remote sc://host:port``: run through a Spark Connect server."""
-    parser.add_argument(
-        "--remote",
-        default=None,
-        metavar="sc://HOST:PORT",
-        help="Spark Connect URL (Databricks Connect, a Connect server); default: spark.remote in "
-        "--conf, else $SPARK_REMOTE, else a local Spark (an already active session always wins)",
-    )
+    parser.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                        help="Spark Connect URL (Databricks Connect, a Connect server); default: "
+                             "spark.remote in --conf, else $SPARK_REMOTE, else a local Spark (an "
+                             "already active session always wins)")
 
 
 def stderr_log(args: argparse.Namespace) -> Callable[[str], None]:

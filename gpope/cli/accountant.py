@@ -39,11 +39,10 @@ def _add_common(parser: argparse.ArgumentParser, *, with_accountant: bool = True
     if with_accountant:
         parser.add_argument("--accountant", default=AUTO, choices=accountant_choices(),
                             help=accountant_help())
-    parser.add_argument(
-        "--sampling", default="uniform", choices=("uniform", "poisson"),
-        help="uniform: one trajectory per step (the paper; replace-one adjacency, sensitivity "
-             "2h); poisson: each trajectory with probability --batch-rate (add/remove, h)",
-    )
+    parser.add_argument("--sampling", default="uniform", choices=("uniform", "poisson"),
+                        help="uniform: one trajectory per step (the paper; replace-one adjacency, "
+                             "sensitivity 2h); poisson: each trajectory with probability "
+                             "--batch-rate (add/remove, h)")
     parser.add_argument("--batch-rate", type=float, default=None,
                         help="Poisson rate q in (0, 1] (sampling=poisson only; default 1/m)")
     add_json_flag(parser)

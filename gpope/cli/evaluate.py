@@ -127,18 +127,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--epsilon", type=float, required=True, help="epsilon spent by this run")
     parser.add_argument("--delta", type=float, required=True, help="delta spent by this run")
     add_solver_options(parser)
-    parser.add_argument(
-        "--seed", type=int, default=None,
-        help="fixed seed for sampling and noise: reproducible but NOT private (marked so; "
-        "never stored). Refused on datasets not produced by `gpope simulate` unless "
-        "--allow-not-private",
-    )
-    parser.add_argument(
-        "--secure-noise", action="store_true", default=None,
-        help="noise from the OS CSPRNG as a discrete Gaussian on a public grid, released values "
-             "rounded to it; refuses --seed; in-memory path only; needs --sampling uniform with "
-             "the rdp accountant (or --estimator ssp --accountant rdp)",
-    )
+    parser.add_argument("--seed", type=int, default=None,
+                        help="fixed seed for sampling and noise: reproducible but NOT private "
+                             "(marked so; never stored). Refused on datasets not produced by "
+                             "`gpope simulate` unless --allow-not-private")
+    parser.add_argument("--secure-noise", action="store_true", default=None,
+                        help="noise from the OS CSPRNG as a discrete Gaussian on a public grid, "
+                             "released values rounded to it; refuses --seed; in-memory path only; "
+                             "needs --sampling uniform with the rdp accountant (or --estimator "
+                             "ssp --accountant rdp)")
     add_privacy_overrides(parser)
     parser.add_argument("--stream", choices=("auto", "memory", "stream"), default=None,
                         help="statistics in driver memory or streamed from Spark (auto: by size)")

@@ -40,13 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="probability of dropping each observation")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="std of Gaussian noise on recorded observations")
-    parser.add_argument(
-        "--to-files", metavar="DIR", default=None,
-        help="write the cohort as plain files under DIR instead of the lake (no Spark): "
-        "observations/treatments/outcomes files and conf.yaml with its 'datasets:' entry; for "
-        "random_mdp/<seed> also spec.yaml (an own-data spec) and truth.json (exact values). "
-        "Load them with `gpope load` (docs/OWN_DATA.md)",
-    )
+    parser.add_argument("--to-files", metavar="DIR", default=None,
+                        help="write the cohort as plain files under DIR instead of the lake (no "
+                             "Spark): observations/treatments/outcomes files and conf.yaml with "
+                             "its 'datasets:' entry; for random_mdp/<seed> also spec.yaml (an "
+                             "own-data spec) and truth.json (exact values). Load them with `gpope "
+                             "load` (docs/OWN_DATA.md)")
     parser.add_argument("--format", choices=("parquet", "csv"), default="parquet",
                         help="file format of --to-files (default parquet)")
     parser.add_argument(

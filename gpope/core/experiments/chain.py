@@ -36,7 +36,6 @@ from gpope.core.validation import check_number
 __all__ = ["ChainProblem", "ChainSettings", "run_chain", "tune_chain"]
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class ChainSettings(common.HarnessSettings):
     """Settings of the chain experiment (defaults: the paper's; see :meth:`quick`).
