@@ -73,9 +73,8 @@ def _worlds(config: SSPAuditConfig, rng: np.random.Generator) -> tuple[np.ndarra
     return v0, v1, coord
 
 
-def run_ssp_audit(
-    config: SSPAuditConfig, rng: np.random.Generator | int, *, _noise_scale: float = 1.0,
-    _sensitivity_trap: bool = False) -> AuditResult:
+def run_ssp_audit(config: SSPAuditConfig, rng: np.random.Generator | int, *,
+                  _noise_scale: float = 1.0, _sensitivity_trap: bool = False) -> AuditResult:
     """Audit the SSP release (both worlds, ``config.runs`` runs each); see the module docstring."""
     t_start = time.perf_counter()
     g_data, g0, g1 = np.random.default_rng(rng).spawn(3)
@@ -97,9 +96,8 @@ def run_ssp_audit(
             keys = g.integers(0, 2**63 - 1, size=R)
             for r in range(R):  # a fresh secret assignment per run, as in the pipeline
                 sums[r] = group_sums(clipped, assign_groups(traj, int(keys[r]), K), K)
-        noisy = release_noisy_statistics(
-            sums.reshape(R * K, -1), n=config.n_features, m=config.m + 1,
-            sigma=used, clip=config.clip, rng=g)
+        noisy = release_noisy_statistics(sums.reshape(R * K, -1), n=config.n_features,
+                                         m=config.m + 1, sigma=used, clip=config.clip, rng=g)
         y = noisy.sums.reshape(R, K, -1)[:, :, coord]
         s2 = (sigma * config.clip) ** 2
         if config.relation == "replace_one":

@@ -136,9 +136,8 @@ def _check_keywords(owner: str, inputs: Mapping[str, Any], optional: tuple[str, 
     if unknown:
         parts.append(f"got unknown keyword(s) {', '.join(map(repr, unknown))}")
     takes = ", ".join(required) + (f" (optional: {', '.join(optional)})" if optional else "")
-    raise TypeError(
-        f"{owner}() {' and '.join(parts)}. It takes the keywords {takes}; "
-        f"help(gpope.core.baselines.{owner}) documents each.")
+    raise TypeError(f"{owner}() {' and '.join(parts)}. It takes the keywords {takes}; "
+                    f"help(gpope.core.baselines.{owner}) documents each.")
 
 
 def _prepare(owner: str, states: object, rewards: object, traj_index: object, *, distribution: bool,

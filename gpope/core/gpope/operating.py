@@ -250,10 +250,9 @@ def outside_tuned(tuned: tuple[TunedPoint, ...], tuning: Mapping[str, Any], m: i
     lo = min(public_size * p.epsilon for p in tuned)
     hi = max(public_size * p.epsilon for p in tuned)
     if scale < lo / factor or scale > hi * factor:
-        reasons.append(
-            f"m*epsilon = {scale:.3g} is outside the tuned range {lo:.3g}..{hi:.3g} "
-            f"(public cohort of {public_size} trajectories at epsilon "
-            f"{', '.join(f'{p.epsilon:g}' for p in tuned)})")
+        reasons.append(f"m*epsilon = {scale:.3g} is outside the tuned range {lo:.3g}..{hi:.3g} "
+                       f"(public cohort of {public_size} trajectories at epsilon "
+                       f"{', '.join(f'{p.epsilon:g}' for p in tuned)})")
     tuned_length = tuning.get("max_length")
     if max_length is not None and tuned_length is not None and int(tuned_length) != max_length:
         reasons.append(f"episodes of at most {max_length} decisions, tuned on "

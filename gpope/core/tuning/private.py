@@ -330,8 +330,7 @@ def tune_privately(stats: TrajectoryStats, base: GPOPEConfig, plan: PrivateTunin
             k += 1
     assert best is not None  # n_candidates >= 1
     _, chosen, res, cfg = best
-    return PrivateTuningResult(
-        result=res, config=cfg, candidates=tuple(candidates), chosen=chosen, statistics_clip=h_s,
-        gradient_clip=h, base_step=base_step, noisy=noisy, plan=plan,
-        private=not seeded and bool(res.private))
+    return PrivateTuningResult(result=res, config=cfg, candidates=tuple(candidates), chosen=chosen,
+                               statistics_clip=h_s, gradient_clip=h, base_step=base_step,
+                               noisy=noisy, plan=plan, private=not seeded and bool(res.private))
 

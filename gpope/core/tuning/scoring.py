@@ -72,9 +72,8 @@ def statistics_norms(stats: TrajectoryStats) -> np.ndarray:
     return out
 
 
-def noisy_statistics(
-    stats: TrajectoryStats, *, clip: float, noise_multiplier: float, rng: np.random.Generator,
-    m: int | None = None) -> NoisyStatistics:
+def noisy_statistics(stats: TrajectoryStats, *, clip: float, noise_multiplier: float,
+                     rng: np.random.Generator, m: int | None = None) -> NoisyStatistics:
     """The SSP release (one group) of in-memory statistics, ``GaussianDpEvent(noise_multiplier)``,
     divided by ``m``: the run's public count (the released m~ under add/remove-one, ``stats.m``
     under replace-one)."""
