@@ -59,11 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("sql", nargs="?", default=None,
                         help="one SELECT statement (quote it)")
     add_lake_options(parser, remote=False, json=False)
-    parser.add_argument(
-        "--operator", action="store_true",
-        help="operators only, not private: also open the raw event tables (bronze), patients' "
-             "transitions and rejected rows (silver), per-patient trajectory_stats and "
-             "pipeline_runs")
+    parser.add_argument("--operator", action="store_true",
+                        help="operators only, not private: also open the raw event tables "
+                             "(bronze), patients' transitions and rejected rows (silver), "
+                             "per-patient trajectory_stats and pipeline_runs")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--tables", action="store_true",
                       help="list the lake's views (name, layer, dataset, table, path)")

@@ -53,10 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --to-files and random_mdp/<seed>: chart each state as these discrete "
         "measurements (e.g. lactate=4,bp=4, row-major; the levels multiply to the MDP's number "
         "of states); conf.yaml and spec.yaml then name them (docs/OWN_DATA.md)")
-    parser.add_argument(
-        "--no-propensity", action="store_true",
-        help="with --to-files: write the treatments without the propensity column, as an "
-        "extract whose behaviour probabilities were not logged")
+    parser.add_argument("--no-propensity", action="store_true",
+                        help="with --to-files: write the treatments without the propensity "
+                             "column, as an extract whose behaviour probabilities were not logged")
     add_lake_options(parser, progress=True)
     parser.set_defaults(func=_run)
 

@@ -40,10 +40,9 @@ def _run(args: argparse.Namespace) -> int:
         raise
     except Exception as exc:  # MLflow's own errors: one line, the run stays as it was
         text = str(exc).strip()
-        raise GpopeError(
-            f"MLflow did not take run {args.run_id} ({type(exc).__name__}: "
-            f"{text.splitlines()[0][:300] if text else ''}); the release is unchanged in the "
-            f"lake and still untracked: run this command again when the tracking server "
-            "answers.") from exc
+        raise GpopeError(f"MLflow did not take run {args.run_id} ({type(exc).__name__}: "
+                         f"{text.splitlines()[0][:300] if text else ''}); the release is "
+                         "unchanged in the lake and still untracked: run this command "
+                         "again when the tracking server answers.") from exc
     emit(args, report.to_dict(), report.summary())
     return 0

@@ -135,9 +135,8 @@ def check_layer_rules(values: Mapping[str, Any], where: str) -> None:
             "batch_rate, batch_size, and not both batch_rate and batch_size (see "
             f"gpope.core.gpope.operating). Got {budget}; drop the others.")
     if values.get("step_offset") is not None and values.get("step_offset_fraction") is not None:
-        raise ConfigError(
-            f"{where} sets both 'step_offset' and 'step_offset_fraction'; they are alternatives. "
-            "Keep one.")
+        raise ConfigError(f"{where} sets both 'step_offset' and 'step_offset_fraction'; they are "
+                          "alternatives. Keep one.")
 
 
 def check_spec_layer(values: Mapping[str, Any], tuned: tuple[TunedPoint, ...],
@@ -161,10 +160,9 @@ def check_spec_layer(values: Mapping[str, Any], tuned: tuple[TunedPoint, ...],
                           f"{', '.join(allowed)}.")
     thresholds = [k for k in INTERVAL_KEYS[2:] if values.get(k) is not None]
     if thresholds and values.get("interval_groups") is None:
-        raise ConfigError(
-            f"The evaluation block sets {', '.join(thresholds)} but not 'interval_groups': the "
-            "thresholds say when the block's interval_groups K applies. Set interval_groups "
-            "(K >= 2) or drop them.")
+        raise ConfigError(f"The evaluation block sets {', '.join(thresholds)} but not "
+                          "'interval_groups': the thresholds say when the block's interval_groups "
+                          "K applies. Set interval_groups (K >= 2) or drop them.")
     for name, record in (("tuning", tuning), ("intervals_provenance", provenance)):
         if not isinstance(record, Mapping):
             raise ConfigError(f"evaluation.{name} must be a mapping (recorded provenance). Got "
@@ -174,9 +172,8 @@ def check_spec_layer(values: Mapping[str, Any], tuned: tuple[TunedPoint, ...],
     if len({p.epsilon for p in points}) != len(points):
         raise ConfigError("evaluation.tuned lists an epsilon twice; keep one point per epsilon.")
     if points and tuning.get("patients") is None:
-        raise ConfigError(
-            "evaluation.tuned needs evaluation.tuning.patients (the public cohort size the "
-            "points were tuned at); re-run `gpope tune --spec FILE`.")
+        raise ConfigError("evaluation.tuned needs evaluation.tuning.patients (the public cohort "
+                          "size the points were tuned at); re-run `gpope tune --spec FILE`.")
     return points
 
 
@@ -198,9 +195,8 @@ def parse_spec_block(data: Mapping[str, Any], where: str = "evaluation"
     points = []
     for i, p in enumerate(tuned):
         if not isinstance(p, Mapping) or not {"epsilon", "clip", "step_size"} <= set(p):
-            raise ConfigError(
-                f"{where}.tuned[{i}] must be a mapping with epsilon, clip and step_size. "
-                f"Got {p!r} instead.")
+            raise ConfigError(f"{where}.tuned[{i}] must be a mapping with epsilon, clip and "
+                              f"step_size. Got {p!r} instead.")
         extra = sorted(set(p) - {"epsilon", "clip", "step_size", "score"})
         if extra:
             raise ConfigError(f"Unknown key(s) {extra} in {where}.tuned[{i}].")
