@@ -27,8 +27,6 @@ truncated last transition keeps its next state.
 
 Ground truth for MSPBE: :func:`population_statistics` gives the exact expected per-trajectory
 ``A, b, C`` under this episode sampling for both normalisations, the cap included.
-
-Version history: v1 (this module).
 """
 
 from __future__ import annotations

@@ -53,8 +53,6 @@ against scipy's LSODA at tight tolerance to a relative error below 1e-6. The int
 compiled with numba; without numba or with ``GPOPE_NO_JIT=1`` the same arithmetic runs in numpy,
 vectorised over patients, with the same result. :func:`generate_many` simulates independent data
 sets together, exactly as separate :func:`generate` calls would, paying the per-decision work once.
-
-Version history: v1 (this module).
 """
 
 from __future__ import annotations

@@ -30,8 +30,6 @@ bit for bit on the float64 internal state):
   the uniform random policy.
 - Ground truth: :func:`monte_carlo_values` at the public :data:`REFERENCE_STATES` and
   :func:`large_sample_statistics` (A, b, C from a large independent sample).
-
-Version history: v1 (this module), matching gymnasium ``MountainCar-v0`` (gymnasium 1.4.0).
 """
 
 from __future__ import annotations

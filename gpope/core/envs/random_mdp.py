@@ -31,8 +31,6 @@ Linear variant: ``V = X w`` for a random ``w`` and ``X`` the (n_states, d) obser
 a leading constant coordinate in the features (``constant_identity``); the reward that makes this
 exact is ``r_pi = (I - gamma P_pi) V``, paid deterministically on every action. LSTD with those
 features is unbiased, and its error comes from the data and the privacy noise only.
-
-Version history: v1 (this module).
 """
 
 from __future__ import annotations
