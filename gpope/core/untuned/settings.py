@@ -69,11 +69,9 @@ class UntunedSettings:
         check_fields(self, ("unidentified_ridge",), ge=0.0)
         check_fields(self, ("sparse_fraction",), ge=0.0, le=1.0)
         if 2 * self.quantile_share + self.refine_share >= 1.0:
-            raise ConfigError(
-                "UntunedSettings shares leave nothing for the statistics release: 2 x "
-                f"quantile_share ({self.quantile_share}) + refine_share ({self.refine_share}) "
-                "must be < 1."
-            )
+            raise ConfigError("UntunedSettings shares leave nothing for the statistics release: 2 "
+                              f"x quantile_share ({self.quantile_share}) + refine_share "
+                              f"({self.refine_share}) must be < 1.")
 
 
 @dataclass(frozen=True)
