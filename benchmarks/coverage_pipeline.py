@@ -95,33 +95,9 @@ class Tabular:
         return t
 
     def generate(self, m: int, rng: np.random.Generator):
-        from gpope.core.trajectories.transitions import Transitions
+        from signed_ward_core import episodes
 
-        S = self.S
-        state, alive = rng.choice(S, size=m, p=self.start), np.arange(m)
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "s", "a", "r", "ns")}
-        cmu, cP = np.cumsum(self.mu, 1), np.cumsum(self.P, 2)
-        for t in range(self.cap):
-            a = np.minimum((cmu[state] < rng.random(len(state))[:, None]).sum(1),
-                           self.mu.shape[1] - 1)
-            ns = np.minimum((cP[state, a] < rng.random(len(state))[:, None]).sum(1),
-                            self.P.shape[2] - 1)
-            for k, v in (("traj", alive), ("t", np.full(len(alive), t)), ("s", state),
-                         ("a", a), ("r", self.R[state, a, ns]), ("ns", ns)):
-                cols[k].append(v)
-            alive, state = alive[ns < S], ns[ns < S]
-            if not len(alive):
-                break
-        f = {k: np.concatenate(v) for k, v in cols.items()}
-        order = np.lexsort((f["t"], f["traj"]))
-        f = {k: v[order] for k, v in f.items()}
-        end = f["ns"] >= S
-        return Transitions(
-            traj_index=f["traj"], t=f["t"], state=f["s"].astype(np.float64)[:, None],
-            action=f["a"], reward=f["r"].astype(np.float64),
-            next_state=f["ns"].astype(np.float64)[:, None], terminal=end,
-            truncated=(f["t"] == self.cap - 1) & ~end, behavior_prob=self.mu[f["s"], f["a"]],
-            n_trajectories=m)
+        return episodes(self.P, self.R, self.mu, self.start, m, self.cap, rng)
 
     def spec(self, name: str, reward_bounds: tuple[float, float]) -> dict:
         """The own-data spec an analyst would write: public bounds, no ``evaluation:`` block."""
@@ -137,12 +113,10 @@ class Tabular:
 
 
 def signed_ward(seed: int) -> Tabular:
-    from signed_ward_core import CAP, GAMMA, S, ward
+    from signed_ward_core import CAP, GAMMA, signed_rewards, ward
 
     P, mu, pi, start = ward(seed)
-    R = np.zeros_like(P)
-    R[:, :, S], R[:, :, S + 1] = 1.0, -1.0
-    return Tabular(P, R, mu, pi, start, GAMMA, CAP)
+    return Tabular(P, signed_rewards(P), mu, pi, start, GAMMA, CAP)
 
 
 def heavy_tail(seed: int) -> Tabular:
@@ -262,16 +236,8 @@ def icu_truths(population: int, cache: Path) -> dict:
 
 
 def icu_spec(icu) -> dict:
-    return {"name": "icu_map_lactate_protocol", "gamma": icu.GAMMA, "normalization": "transition",
-            "length_scale": icu.MAX_LENGTH, "importance_weight_bound": icu.WEIGHT_BOUND,
-            "reward_bounds": [0.0, 1.0],
-            "feature_map": {"kind": "fourier", "order": 3, "low": icu.LOW.tolist(),
-                            "high": icu.HIGH.tolist(), "max_coupling": 1},
-            "target_policy": {"kind": "softmax", "temperature": 1.0, "q": {
-                "kind": "linear_q", "weights": icu.TARGET_W.tolist(),
-                "feature_map": {"kind": "constant_identity", "low": icu.LOW.tolist(),
-                                "high": icu.HIGH.tolist()}}},
-            "reference_states": icu.REFERENCE}
+    """The ICU trial's spec as its unit writes it (order 3, no interactions)."""
+    return icu.spec_mapping(3, 1)
 
 
 def write_icu(m: int, seed: int, folder: Path, truth: dict) -> tuple[dict, dict]:

@@ -227,6 +227,21 @@ def lstd(records: list, spec: dict) -> dict:
     return {k: float(phi(np.array([s], float))[0] @ theta) for k, s in REFERENCE.items()}
 
 
+def spec_mapping(order: int, coupling: int, name: str = "icu_map_lactate_protocol") -> dict:
+    """The unit's spec.yaml: Fourier features of the given order and coupling, the target as
+    gpope reads it (softmax of a linear Q on the raw measurements)."""
+    q_map = {"kind": "constant_identity", "low": LOW.tolist(), "high": HIGH.tolist()}
+    return {"name": name, "gamma": GAMMA, "normalization": "transition",
+            "length_scale": MAX_LENGTH, "importance_weight_bound": WEIGHT_BOUND,
+            "reward_bounds": [0.0, 1.0],
+            "feature_map": {"kind": "fourier", "order": order, "low": LOW.tolist(),
+                            "high": HIGH.tolist(), "max_coupling": coupling},
+            "target_policy": {"kind": "softmax", "temperature": 1.0,
+                              "q": {"kind": "linear_q", "weights": TARGET_W.tolist(),
+                                    "feature_map": q_map}},
+            "reference_states": REFERENCE}
+
+
 def write_dataset(out: Path, n: int, seed: int, order: int, coupling: int, n_ref: int,
                   n_j: int) -> dict:
     """The unit's exports, conf.yaml, spec.yaml and truth.json under ``out``."""
@@ -237,16 +252,7 @@ def write_dataset(out: Path, n: int, seed: int, order: int, coupling: int, n_ref
         frame.to_csv(out / EXPORTS[table], index=False)
     conf = {"datasets": {"icu": {"variables": ["lactate", "map"], "actions": list(ACTIONS),
                                  "max_length": MAX_LENGTH, "terminal_variable": "disposition"}}}
-    q_map = {"kind": "constant_identity", "low": LOW.tolist(), "high": HIGH.tolist()}
-    spec = {"name": "icu_map_lactate_protocol", "gamma": GAMMA, "normalization": "transition",
-            "length_scale": MAX_LENGTH, "importance_weight_bound": WEIGHT_BOUND,
-            "reward_bounds": [0.0, 1.0],
-            "feature_map": {"kind": "fourier", "order": order, "low": LOW.tolist(),
-                            "high": HIGH.tolist(), "max_coupling": coupling},
-            "target_policy": {"kind": "softmax", "temperature": 1.0,
-                              "q": {"kind": "linear_q", "weights": TARGET_W.tolist(),
-                                    "feature_map": q_map}},
-            "reference_states": REFERENCE}
+    spec = spec_mapping(order, coupling)
     (out / "conf.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
     (out / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     from gpope.core.policies import policy_from_dict  # the spec as gpope reads it

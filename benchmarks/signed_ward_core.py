@@ -59,34 +59,47 @@ def values(P: np.ndarray, pi: np.ndarray) -> np.ndarray:
     return np.linalg.solve(np.eye(S) - GAMMA * np.einsum("sa,sat->st", pi, P[:, :, :S]), r)
 
 
-def cohort(P, mu, start, m: int, rng: np.random.Generator):
-    """``m`` episodes under mu as :class:`~gpope.core.trajectories.transitions.Transitions` and the visit
-    counts per cell."""
+def episodes(P, R, mu, start, m: int, cap: int, rng: np.random.Generator):
+    """``m`` episodes under mu as :class:`~gpope.core.trajectories.transitions.Transitions`:
+    P (S, A, S + K) with the K columns past S terminal, rewards R[s, a, s'], records cut at
+    ``cap`` decisions."""
     from gpope.core.trajectories.transitions import Transitions
 
-    state, alive = rng.choice(S, size=m, p=start), np.arange(m)
+    n_states = P.shape[0]
+    state, alive = rng.choice(n_states, size=m, p=start), np.arange(m)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "s", "a", "r", "ns")}
     cmu, cP = np.cumsum(mu, 1), np.cumsum(P, 2)
-    for t in range(CAP):
-        a = np.minimum((cmu[state] < rng.random(len(state))[:, None]).sum(1), A - 1)
-        ns = np.minimum((cP[state, a] < rng.random(len(state))[:, None]).sum(1), S + 1)
-        r = np.where(ns == S, 1.0, np.where(ns == S + 1, -1.0, 0.0))
+    for t in range(cap):
+        a = np.minimum((cmu[state] < rng.random(len(state))[:, None]).sum(1), mu.shape[1] - 1)
+        ns = np.minimum((cP[state, a] < rng.random(len(state))[:, None]).sum(1), P.shape[2] - 1)
         for k, v in (("traj", alive), ("t", np.full(len(alive), t)), ("s", state), ("a", a),
-                     ("r", r), ("ns", ns)):
+                     ("r", R[state, a, ns]), ("ns", ns)):
             cols[k].append(v)
-        alive, state = alive[ns < S], ns[ns < S]
+        alive, state = alive[ns < n_states], ns[ns < n_states]
         if not len(alive):
             break
     f = {k: np.concatenate(v) for k, v in cols.items()}
     order = np.lexsort((f["t"], f["traj"]))
     f = {k: v[order] for k, v in f.items()}
-    end = f["ns"] >= S
-    tr = Transitions(
+    end = f["ns"] >= n_states
+    return Transitions(
         traj_index=f["traj"], t=f["t"], state=f["s"].astype(np.float64)[:, None],
-        action=f["a"], reward=f["r"], next_state=f["ns"].astype(np.float64)[:, None],
-        terminal=end, truncated=(f["t"] == CAP - 1) & ~end, behavior_prob=mu[f["s"], f["a"]],
-        n_trajectories=m)
-    return tr, np.bincount(f["s"], minlength=S)
+        action=f["a"], reward=f["r"].astype(np.float64),
+        next_state=f["ns"].astype(np.float64)[:, None], terminal=end,
+        truncated=(f["t"] == cap - 1) & ~end, behavior_prob=mu[f["s"], f["a"]], n_trajectories=m)
+
+
+def signed_rewards(P: np.ndarray) -> np.ndarray:
+    """R[s, a, s'] of the ward: discharge +1 and death -1 on entering them, 0 otherwise."""
+    R = np.zeros_like(P)
+    R[:, :, S], R[:, :, S + 1] = 1.0, -1.0
+    return R
+
+
+def cohort(P, mu, start, m: int, rng: np.random.Generator):
+    """``m`` episodes under mu (:func:`episodes`) and the visit counts per cell."""
+    tr = episodes(P, signed_rewards(P), mu, start, m, CAP, rng)
+    return tr, np.bincount(tr.state[:, 0].astype(np.int64), minlength=S)
 
 
 def spec_of(pi: np.ndarray, mu: np.ndarray, refs: list[int]):

@@ -114,17 +114,7 @@ def icu_make(population: int):
     from gpope.core.ssp import split_vector, statistics_vectors
     from gpope.core.trajectories.batch import statistics_of_transitions
 
-    spec = EvaluationSpec.from_mapping({
-        "name": "icu", "gamma": icu.GAMMA, "normalization": "transition",
-        "length_scale": icu.MAX_LENGTH, "importance_weight_bound": icu.WEIGHT_BOUND,
-        "reward_bounds": [0.0, 1.0],
-        "feature_map": {"kind": "fourier", "order": 3, "low": icu.LOW.tolist(),
-                        "high": icu.HIGH.tolist(), "max_coupling": 1},
-        "target_policy": {"kind": "softmax", "temperature": 1.0, "q": {
-            "kind": "linear_q", "weights": icu.TARGET_W.tolist(),
-            "feature_map": {"kind": "constant_identity", "low": icu.LOW.tolist(),
-                            "high": icu.HIGH.tolist()}}},
-        "reference_states": icu.REFERENCE})
+    spec = EvaluationSpec.from_mapping(icu.spec_mapping(3, 1, name="icu"))
 
     def vectors(m: int, rng: np.random.Generator) -> np.ndarray:
         rows = statistics_of_transitions(icu_transitions(m, rng), spec).to_rows()
