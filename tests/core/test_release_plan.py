@@ -256,7 +256,7 @@ def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing():
     plan = plan_release(settings, m=20_000, spec=bounded, layout="dense", statistics_clip=None)
     assert [c.name for c in plan.components] == ["untuned", "policy_value"]
     sigmas = _leaf_sigmas(plan.event)
-    assert len(sigmas) == 6  # 2 histograms, the SSP sums, residual sum and moments, policy value
+    assert len(sigmas) == 7  # 2 histograms, SSP sums, probe, residual sum and moments, policy value
     pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     for s in sigmas:
         pld.compose(dp_accounting.GaussianDpEvent(s))
@@ -264,12 +264,13 @@ def test_one_shot_default_run_is_calibrated_jointly_and_wastes_nothing():
     assert 0.97 * epsilon <= got <= epsilon * (1 + 1e-3)
     assert plan.spent_epsilon <= epsilon and plan.charged_epsilon == epsilon
     assert plan.spent_epsilon == pytest.approx(got, rel=2e-3)
-    # the SSP sums: with the shares 5 % per quantile and 40 % refinement, 0.7 * (1 - 2 * 0.05 -
-    # 0.4) = 0.35 of the run; basic composition would give them a Gaussian mechanism at
-    # (0.35 epsilon, 0.35 delta) (the exact curve), joint calibration 0.35 of its privacy loss
+    # the SSP sums: with the shares 5 % per quantile, 35 % refinement and 5 % probe, 0.7 * (1 - 2
+    # * 0.05 - 0.35 - 0.05) = 0.35 of the run; basic composition would give them a Gaussian
+    # mechanism at (0.35 epsilon, 0.35 delta) (the exact curve), joint calibration 0.35 of its
+    # privacy loss
     same_shares = plan_release(settings, m=20_000, spec=bounded, layout="dense",
                                statistics_clip=None,
-                               untuned=UntunedSettings(quantile_share=0.05, refine_share=0.4))
+                               untuned=UntunedSettings(quantile_share=0.05, refine_share=0.35))
     sums = same_shares.untuned_sigmas.statistics
     assert sums == same_shares.main.sigma
     assert sums == pytest.approx(same_shares.untuned_sigmas.total / np.sqrt(0.5))  # of its 0.7

@@ -61,6 +61,35 @@ def test_without_noise_the_release_is_the_lstd_fixed_point(tabular):
     np.testing.assert_allclose(rel.interval.value, spec.reference_values(lstd), atol=2e-3)
 
 
+def test_a_clip_that_shrinks_one_state_does_not_make_the_refinement_overshoot(tabular):
+    """Long stays at one state (5 % of patients, their rows 30 times over) are the rows the
+    statistics clip cuts, so the clipped A there is a fraction of the true one and one Newton step
+    divided by it overshoots; without noise, the secant of the probe and the residual release
+    brings the refined theta back to the LSTD fixed point of all rows (closed form)."""
+    from gpope.core.ssp import split_vector, vector_features
+
+    spec, _, vec = tabular
+    n = vector_features(vec.shape[1])
+    _, _, C = split_vector(vec, n)
+    stays = np.random.default_rng(3).choice(np.flatnonzero(C[:, 0, 0] > 0), size=len(vec) // 20)
+    rows = np.concatenate([vec, 30.0 * vec[stays]])
+    A, b, _ = split_vector(rows.sum(axis=0, keepdims=True), n)
+    keep = np.abs(np.diag(A[0])) > 0
+    lstd = np.zeros(n)
+    lstd[keep] = np.linalg.solve(A[0][np.ix_(keep, keep)], b[0][keep])
+    tiny = plan_untuned(m=len(rows), epsilon=1e6, delta=1e-5, settings=UntunedSettings())
+
+    def error(secant_z: float) -> float:
+        rel = release_untuned_rows(rows, spec, sigmas=tiny, moments_share=0.1,
+                                   settings=UntunedSettings(residual_quantile=1.0,
+                                                            secant_z=secant_z),
+                                   rng=np.random.default_rng(0))
+        return float(np.max(np.abs(rel.theta - lstd)))
+
+    assert error(1e12) > 0.2   # the plain second step: the overshoot is there to correct
+    assert error(3.0) < 0.03   # values are about 1
+
+
 def test_the_residual_clip_cuts_a_number_of_rows_that_does_not_grow_with_m():
     """The clip leaves min(1 % of m, residual_tail_stds histogram noise stds) rows above it: the
     1 % below m = 300 sigma_q, a fixed count of rows above (hand arithmetic)."""
@@ -117,7 +146,7 @@ def test_event_composes_to_the_run_epsilon_by_an_independent_accountant():
     s = UntunedSettings()
     sig = plan_untuned(m=20_000, epsilon=1.0, delta=1e-5, settings=s, accountant="pld")
     # shares of one Gaussian mechanism's privacy loss: the composition is exactly it
-    assert 2 / sig.quantile**2 + 1 / sig.statistics**2 + 1 / sig.residual**2 == \
+    assert 2 / sig.quantile**2 + 1 / sig.statistics**2 + 1 / sig.probe**2 + 1 / sig.residual**2 == \
         pytest.approx(1 / sig.total**2, rel=1e-12)
     assert sig.quantile == pytest.approx(sig.total / np.sqrt(s.quantile_share))
     whole = PLDAccountant().compose(untuned_dp_event(sig, 0.1)).get_epsilon(1e-5)

@@ -433,8 +433,7 @@ def test_the_default_releases_what_the_in_memory_benchmarks_measure(spark, setup
     settings = UntunedSettings()
     # the run's multiplier of the SSP sums (no policy value release: the spec has no reward
     # bounds) is the statistics' share of the one Gaussian mechanism the default composes to
-    sigmas = split_untuned(report.statistics_sigma * np.sqrt(
-        1.0 - 2.0 * settings.quantile_share - settings.refine_share), settings)
+    sigmas = split_untuned(report.statistics_sigma * np.sqrt(settings.statistics_share), settings)
     core = release_untuned_rows(vec, spec, sigmas=sigmas, moments_share=0.1, settings=settings,
                                 rng=np.random.default_rng(np.random.SeedSequence([5, 0x554E54])))
     assert report.ssp_clip == pytest.approx(core.clip, rel=1e-12)

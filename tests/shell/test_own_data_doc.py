@@ -76,9 +76,11 @@ def _check_default_charge(entry, params, settings) -> None:
     assert stored.relation == "add_or_remove_one"
     sigmas = [e.noise_multiplier for e in _gaussian_leaves(stored.event)]
     mu2 = np.array([s**-2 for s in sigmas])
-    q, r, ms, pv = settings.quantile_share, settings.refine_share, 0.1, 0.3
-    own = 1.0 - pv  # [histogram, SSP sums, histogram, residual sum, moments, policy value]
-    shares = [own * q, own * (1 - 2 * q - r), own * q, own * r * (1 - ms), own * r * ms, pv]
+    q, r, p, ms, pv = (settings.quantile_share, settings.refine_share, settings.probe_share, 0.1,
+                       0.3)
+    own = 1.0 - pv  # [histogram, SSP sums, histogram, probe, residual sum, moments, policy value]
+    shares = [own * q, own * settings.statistics_share, own * q, own * p, own * r * (1 - ms),
+              own * r * ms, pv]
     np.testing.assert_allclose(mu2 / mu2.sum(), shares, rtol=1e-9)
     assert float(params["sigma"]) == pytest.approx(sigmas[1], rel=1e-12)  # the SSP sums' own
     mu = math.sqrt(mu2.sum())

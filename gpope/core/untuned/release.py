@@ -14,13 +14,21 @@ the spec's public bounds and four Gaussian releases over ``v_i = [vec A_i, b_i, 
    ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``, leaving at most ``min((1 -
    residual_quantile) m, residual_tail_stds sigma_q)`` rows above (:func:`residual_quantile`): the
    rows cut bias the refinement, so their number is tied to the noise, not to m.
-4. **Refinement.** The clipped residuals' sum and outer products (the moments) plus Gaussian
-   noise. The residual sum is ``R = A (theta_LSTD - theta^)``, so ``theta = theta^ + A~^-1 R~``
-   removes the first-order error the noise on A leaves in ``theta^``; what remains is at the
-   scale ``c_r``, far below ``c ||theta||``.
+4. **Probe.** The clipped residuals' sum at ``theta^`` plus Gaussian noise: ``R_0 = A
+   (theta_LSTD - theta^)``, so ``theta_1 = theta^ + d``, ``d = A~^-1 R~_0``, removes the first-order
+   error the noise on A leaves in ``theta^``. Where the statistics clip shrank A (long, costly stays
+   cut), ``A~`` is too small and ``d`` overshoots.
+5. **Refinement.** The clipped residuals' sum ``R_1`` and outer products (the moments) at
+   ``theta_1``, plus Gaussian noise; ``theta = theta_1 + s A~^-1 R~_1`` with the secant scale ``s =
+   ||d||^2 / d . (d - A~^-1 R~_1)`` (the rank-one inverse update that makes the step exact along
+   ``d``: ``R_0 - R_1 = A d``), clamped into [0, 1] and applied only where its denominator stands
+   ``secant_z`` noise stds above 0 (else ``s = 1``). What remains is at the scale ``c_r``, far
+   below ``c ||theta||``.
 
-The interval is the delta method, ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
-A~^-T``, each end moved out by :func:`second_order_widths` (what the delta method leaves out);
+The interval is the delta method: the Jacobians ``J_0``, ``J_1`` of ``theta`` in the two residual
+sums carry their noises, ``J = J_0 + J_1`` the residuals' sampling covariance ``Sigma_r`` (both sums
+read the same rows) and the first-order error of A's noise ``s_A^2 ||theta - theta_1||^2 I``; each
+end moved out by :func:`second_order_widths` (what the delta method leaves out);
 unbounded where the identification test cannot separate the noisy A from a singular one or that
 bound fails, judged per value under tabular features (:mod:`gpope.core.untuned.weak`). The bias
 of clipping the largest residuals is not bounded in the interval (the spec's worst case is far
@@ -32,7 +40,7 @@ pipeline passes a Spark aggregate, :func:`release_untuned_rows` the rows in memo
 the very same arithmetic.
 
 Accounting (add/remove-one; m public): the histograms have sensitivity 1, the SSP sums ``c``,
-the residual sum ``c_r`` and the moments ``c_r^2``; their composition is exactly one Gaussian
+each residual sum ``c_r`` and the moments ``c_r^2``; their composition is exactly one Gaussian
 mechanism (``1/sigma^2 = sum_j 1/sigma_j^2``), so one multiplier is calibrated by the run's
 accountant and each release takes a share of its privacy loss ``mu^2`` (:func:`plan_untuned`,
 :func:`untuned_dp_event`).
@@ -136,24 +144,26 @@ def quantile_grid(spec: EvaluationSpec, settings: UntunedSettings) -> Any:
 @dataclass(frozen=True)
 class UntunedSigmas:
     """Noise multipliers (std / sensitivity) of the default's releases: each histogram
-    (``quantile``), the SSP sums (``statistics``) and the residual release (``residual``, split
-    with its moments by ``moments_share``). Their composition is exactly the Gaussian mechanism
-    with multiplier ``total``: ``2/quantile^2 + 1/statistics^2 + 1/residual^2 = 1/total^2``."""
+    (``quantile``), the SSP sums (``statistics``), the probe's residual sum (``probe``) and the
+    residual release (``residual``, split with its moments by ``moments_share``). Their
+    composition is exactly the Gaussian mechanism with multiplier ``total``: ``2/quantile^2 +
+    1/statistics^2 + 1/probe^2 + 1/residual^2 = 1/total^2``."""
 
     quantile: float
     statistics: float
     residual: float
     total: float
+    probe: float
 
 
 def split_untuned(sigma: float, settings: UntunedSettings) -> UntunedSigmas:
     """The default's multipliers as zCDP shares of one Gaussian mechanism with multiplier
     ``sigma``: each histogram ``quantile_share``, the residual release ``refine_share``, the SSP
-    sums the rest."""
-    q, r = settings.quantile_share, settings.refine_share
-    return UntunedSigmas(quantile=float(sigma / math.sqrt(q)),
-                         statistics=float(sigma / math.sqrt(1.0 - 2.0 * q - r)),
-                         residual=float(sigma / math.sqrt(r)), total=float(sigma))
+    sums the rest, the probe ``probe_share``."""
+    return UntunedSigmas(quantile=float(sigma / math.sqrt(settings.quantile_share)),
+                         statistics=float(sigma / math.sqrt(settings.statistics_share)),
+                         residual=float(sigma / math.sqrt(settings.refine_share)), total=float(sigma),
+                         probe=float(sigma / math.sqrt(settings.probe_share)))
 
 
 def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSettings,
@@ -170,8 +180,8 @@ def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSetti
 
 
 def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
-    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, residual sum
-    with its moments (``moments_share`` of the residual release)."""
+    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, the probe's
+    residual sum, residual sum with its moments (``moments_share`` of the residual release)."""
     import dp_accounting
 
     from gpope.core.mechanisms.quantile import quantile_dp_event
@@ -179,7 +189,8 @@ def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
 
     return dp_accounting.ComposedDpEvent([
         quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.statistics, 0.0),
-        quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.residual, moments_share)])
+        quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.probe, 0.0),
+        ssp_release_event(sigmas.residual, moments_share)])
 
 
 @dataclass(frozen=True)
@@ -264,8 +275,9 @@ def release_weighted_sums(sums: np.ndarray, *, n: int, m: int, sigma: float, cli
         sigma=sigma, clip=clip, rng=rng, c_noise_scale=1.0 / weight)
 
 
-def _residual_kernel(theta: np.ndarray, n: int, bound: float):
-    """(idx, rows) -> (1, n + n(n+1)/2): clipped residuals' sum and their moment vectors' sum."""
+def _residual_kernel(theta: np.ndarray, n: int, bound: float, moments: bool = True):
+    """(idx, rows) -> (1, n + n(n+1)/2): clipped residuals' sum and their moment vectors' sum
+    (``moments=False``: (1, n), the sum only)."""
     theta = np.asarray(theta, dtype=np.float64).copy()
 
     def kernel(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -273,6 +285,8 @@ def _residual_kernel(theta: np.ndarray, n: int, bound: float):
         from gpope.core.ssp import moment_vectors, residuals
 
         r = clip_rows(residuals(rows, theta, n), bound)
+        if not moments:
+            return r.sum(axis=0)[None, :]
         return np.concatenate([r.sum(axis=0), moment_vectors(r).sum(axis=0)])[None, :]
 
     return kernel
@@ -301,6 +315,42 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
     r_sum = parts[..., :n] + s_sum * bound * rng.standard_normal(parts[..., :n].shape)
     mom = parts[..., n:] + s_mom * bound * bound * rng.standard_normal(parts[..., n:].shape)
     return r_sum, mom, s_sum, s_mom
+
+
+@dataclass(frozen=True)
+class _Secant:
+    """The last step ``s A~^-1 R~_1`` (supported features) and how ``theta`` moves with the probe's
+    noise (``t0``), the residual release's noise (``t1``) and a shift common to both sums (``ts``:
+    the residuals' sampling error, which the second sum also sees through ``theta_1``)."""
+
+    step: np.ndarray
+    t0: np.ndarray
+    t1: np.ndarray
+    ts: np.ndarray
+    scale: float
+
+
+def _secant(A: np.ndarray, inv: np.ndarray, r0: np.ndarray, r1: np.ndarray, *, noise: float,
+            z: float) -> _Secant:
+    """The refinement's last step (module docstring, step 5): ``theta = theta^ + d + s P r1``,
+    ``d = P r0``, ``P = inv``, ``s = ||d||^2 / D``, ``D = d . (d - P r1)``, so that the step is
+    exact along ``d`` given the secant ``r0 - r1 = A d``. Applied where ``D > z noise ||P^T d||``
+    and ``s <= 1``, else ``s = 1`` (held fixed in the Jacobians). ``r1`` depends on ``r0`` through
+    ``theta_1``: its data part moves by ``-A P`` times a change in ``r0``, with A estimated by the
+    secant update ``A_s = A~ + (r0 - r1 - A~ d) d^T / ||d||^2``. Post-processing only."""
+    d, p1 = inv @ r0, inv @ r1
+    N = float(d @ d)
+    D = N - float(d @ p1)
+    Pd = inv.T @ d
+    if N > 0.0 and z * noise * float(np.linalg.norm(Pd)) < D and N <= D:
+        s = N / D
+        j0 = inv + np.outer(p1, (N * (inv.T @ p1) - 2.0 * float(d @ p1) * Pd) / (D * D))
+        j1 = s * inv + np.outer(p1, s * s / N * Pd)
+    else:
+        s, j0, j1 = 1.0, inv, inv
+    A_s = A + np.outer(r0 - r1 - A @ d, d) / N if N > 0.0 else A
+    back = np.eye(len(d)) - A_s @ inv  # d r1 / d (shift common to r0 and r1)
+    return _Secant(step=s * p1, t0=j0 - j1 @ A_s @ inv, t1=j1, ts=j0 + j1 @ back, scale=s)
 
 
 def _ridge_solve(A: np.ndarray, b: np.ndarray, keep: np.ndarray, lam: float) -> np.ndarray:
@@ -365,23 +415,31 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
                             residual_quantile(settings, sigmas, m), m=m,
                             sigma=sigmas.quantile, rng=rng,
                             cap=(settings.residual_quantile, settings.residual_clip_ratio))
+    inv = np.linalg.pinv(Ak)
+    r0 = aggregate(_residual_kernel(theta0, n, c_r, moments=False), n)
+    r0 = r0 + sigmas.probe * c_r * rng.standard_normal(n)
+    theta1 = theta0.copy()
+    theta1[keep] += inv @ r0[keep]
     r_sum, mom, s_sum, s_mom = release_residuals(
-        aggregate(_residual_kernel(theta0, n, c_r), n + n * (n + 1) // 2), n=n, bound=c_r,
+        aggregate(_residual_kernel(theta1, n, c_r), n + n * (n + 1) // 2), n=n, bound=c_r,
         sigma=sigmas.residual, moments_share=moments_share, rng=rng)
-    moments = NoisyMoments(matrix=moments_matrix(mom, n), theta=theta0, sigma=float(s_mom),
+    moments = NoisyMoments(matrix=moments_matrix(mom, n), theta=theta1, sigma=float(s_mom),
                            bound=float(c_r))
-    step = np.zeros(n)
-    step[keep] = np.linalg.lstsq(Ak, r_sum[keep], rcond=None)[0]
-    theta = theta0 + step
+    sec = _secant(Ak, inv, r0[keep], r_sum[keep], noise=c_r * math.hypot(sigmas.probe, s_sum),
+                  z=settings.secant_z)
+    theta = theta1.copy()
+    theta[keep] += sec.step
     values = spec.reference_values(theta)
     G_all = np.array([spec.reference_values(e) for e in np.eye(n)]).T  # (k, n): linear in theta
     G = G_all[:, keep]
     # a value that depends on a feature the noisy statistics leave unsupported is not identified
     unsupported = np.any(G_all[:, ~keep] != 0.0, axis=1)
-    inv = np.linalg.pinv(Ak)
-    meat = moments.covariance()[np.ix_(keep, keep)] + (
-        (s_sum * c_r) ** 2 + std ** 2 * float(step @ step)) * np.eye(int(keep.sum()))
-    se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, inv @ meat @ inv.T, G), 0.0))
+    k = int(keep.sum())
+    cov = (sec.ts @ (moments.covariance()[np.ix_(keep, keep)]
+                     + std ** 2 * float(sec.step @ sec.step) * np.eye(k)) @ sec.ts.T
+           + (sigmas.probe * c_r) ** 2 * sec.t0 @ sec.t0.T + (s_sum * c_r) ** 2 * sec.t1 @ sec.t1.T)
+    meat = Ak @ cov @ Ak.T  # inv meat inv^T = cov: the second-order bound reads A~^-1 and cov
+    se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, cov, G), 0.0))
     extra, contraction = second_order_widths(G, inv, meat, std, level=level)
     sep = separation(Ak, std, level=level) if identification and keep.any() else math.inf
     identified = bool(keep.any()) and sep > 1.0 and contraction < 1.0
@@ -396,7 +454,7 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
     if not identified and identification and isinstance(spec.feature_map, TabularFeatures):
         from gpope.core.untuned.weak import strong_block
 
-        weak = strong_block(A=A, C=C, keep=keep, theta0=theta0, r_sum=r_sum,
+        weak = strong_block(A=A, C=C, keep=keep, theta0=theta1, r_sum=r_sum,
                             meat_r=moments.covariance(), G_all=G_all, noise_std=std,
                             residual_noise=float(s_sum * c_r), value_bounds=value_range(spec),
                             level=level)
@@ -411,8 +469,8 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
     if functionals is not None:
         rows = np.atleast_2d(np.asarray(functionals[0], dtype=np.float64))
         f_levels = np.broadcast_to(np.asarray(functionals[1], dtype=np.float64), rows.shape[:1])
-        f_se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", rows[:, keep], inv @ meat @ inv.T,
-                                            rows[:, keep]), 0.0))
+        f_se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", rows[:, keep], cov, rows[:, keep]),
+                                  0.0))
         f_extra = np.array([second_order_widths(rows[j:j + 1, keep], inv, meat, std,
                                                 level=float(lv))[0][0]
                             for j, lv in enumerate(f_levels)])

@@ -20,8 +20,14 @@ class UntunedSettings:
         quantile_share: share of the default's Gaussian privacy loss ``mu^2 = 1/sigma^2`` spent on
             each of the two quantiles (its releases compose exactly to one Gaussian mechanism,
             calibrated once: :func:`gpope.core.untuned.release.plan_untuned`).
-        refine_share: share of ``mu^2`` spent on the residual release (sum and moments); the SSP
-            sums take the rest.
+        refine_share: share of ``mu^2`` spent on the residual release (sum and moments) at the
+            probe's point; the SSP sums take what the shares leave (:attr:`statistics_share`).
+        probe_share: share of ``mu^2`` spent on the probe, the clipped residual sum at the first
+            solve: its step sets the point the residual release is read at, and the two sums'
+            difference is the secant that scales the last step (a clip that shrank A makes the
+            probe's step overshoot; the secant measures by how much).
+        secant_z: the secant scales the last step only where its denominator stands this many
+            noise stds above 0; else the step is the plain Newton step.
         residual_quantile: the quantile of the residual norms used as their clip bound, at most.
         residual_tail_stds: the residual clip is the upper quantile with at most
             ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows above it
@@ -49,6 +55,8 @@ class UntunedSettings:
     clip_quantile: float = 0.9
     quantile_share: float = 0.02
     refine_share: float = 0.2
+    probe_share: float = 0.05
+    secant_z: float = 3.0
     residual_quantile: float = 0.99
     residual_tail_stds: float = 3.0
     residual_clip_ratio: float = 2.0
@@ -61,17 +69,24 @@ class UntunedSettings:
 
     def __post_init__(self) -> None:
         check_fields(self, ("clip_quantile", "residual_quantile"), gt=0.0, le=1.0)
-        check_fields(self, ("quantile_share", "refine_share"), gt=0.0, lt=1.0)
-        check_fields(self, ("grid_decades", "residual_tail_stds", "sparse_z"), gt=0.0)
+        check_fields(self, ("quantile_share", "refine_share", "probe_share"), gt=0.0, lt=1.0)
+        check_fields(self, ("grid_decades", "residual_tail_stds", "sparse_z", "secant_z"), gt=0.0)
         check_int("UntunedSettings", "bins_per_decade", self.bins_per_decade, ge=1)
         check_fields(self, ("residual_clip_ratio",), ge=1.0)
         check_fields(self, ("second_moment_weight",), gt=0.0, le=1.0)
         check_fields(self, ("unidentified_ridge",), ge=0.0)
         check_fields(self, ("sparse_fraction",), ge=0.0, le=1.0)
-        if 2 * self.quantile_share + self.refine_share >= 1.0:
+        if self.statistics_share <= 0.0:
             raise ConfigError("UntunedSettings shares leave nothing for the statistics release: 2 "
                               f"x quantile_share ({self.quantile_share}) + refine_share "
-                              f"({self.refine_share}) must be < 1.")
+                              f"({self.refine_share}) + probe_share ({self.probe_share}) must be "
+                              "< 1.")
+
+    @property
+    def statistics_share(self) -> float:
+        """The SSP sums' share of ``mu^2``: what the two histograms, the probe and the residual
+        release leave."""
+        return 1.0 - 2.0 * self.quantile_share - self.refine_share - self.probe_share
 
 
 @dataclass(frozen=True)
