@@ -323,9 +323,9 @@ def run_dataset(spark, domain: str, seed: int, args, work: Path) -> list[dict]:
 def clip_diagnosis(domain: str, seed: int, m: int, quantiles: list[float], epsilon: float) -> None:
     """Where a tabular data set's release moves a value (a private diagnostic, in memory, the
     pipeline data set's draw): per state the truth, the non-private LSTD, the noise-free SSP solve
-    theta^ with the statistics clipped at each quantile of their norms, the refinement
-    ``theta^ + A_c^-1 (b - A theta^)`` the default adds (A_c the clipped sums' A, the residuals
-    the unclipped rows'), the ratio of A_c's diagonal to A's and the share of the state's
+    theta^ with the statistics clipped at each quantile of their norms, the probe's step
+    ``theta^ + A_c^-1 (b - A theta^)`` (A_c the clipped sums' A, the residuals the unclipped
+    rows'), the secant's last step from there (the default's refined theta), the ratio of A_c's diagonal to A's and the share of the state's
     patients the clip cuts; then 4 seeded releases of the default at ``epsilon`` with each
     statistics clip quantile (value, coverage and half-width at the state moved most)."""
     from dataclasses import replace
@@ -355,19 +355,24 @@ def clip_diagnosis(domain: str, seed: int, m: int, quantiles: list[float], epsil
     norms = np.linalg.norm(vec * w, axis=1)
     visits = [np.unique(tr.traj_index[tr.state[:, 0] == s]) for s in range(mdp.S)]
     print(f"{domain}/{seed}, m {m}: state, truth, LSTD, then per clip quantile q: theta^, "
-          "refined, diag(A_c)/diag(A), share of the state's patients clipped")
+          "the probe's step theta^ + A_c^-1 (b - A theta^), the secant's last step, "
+          "diag(A_c)/diag(A), share of the state's patients clipped")
     worst = None   # the state the first quantile's refinement moves most from the LSTD
     for q in quantiles:
         clip = float(np.quantile(norms, q))
         theta0, A_c, _ = solve(clip_rows(vec * w, clip) / w)
+        P = np.linalg.inv(A_c[:mdp.S, :mdp.S])
         refined = theta0.copy()
-        refined[:mdp.S] += np.linalg.solve(A_c[:mdp.S, :mdp.S], (b - A @ theta0)[:mdp.S])
+        refined[:mdp.S] += P @ (b - A @ theta0)[:mdp.S]
+        d, p1 = (refined - theta0)[:mdp.S], P @ (b - A @ refined)[:mdp.S]
+        secant = refined.copy()   # the default's last step: the secant's scale, at most 1
+        secant[:mdp.S] += min(1.0, float(d @ d) / float(d @ (d - p1))) * p1
         if worst is None:
             worst = int(np.argmax(np.abs(refined - lstd)[:mdp.S]))
         print(f"  q {q}: clip {clip:.4g} cuts {np.mean(norms > clip):.3f} of the patients")
         for s in range(mdp.S):
             print(f"    s{s:<3} {truth[s]:>8.3f} {lstd[s]:>8.3f} {theta0[s]:>8.3f} "
-                  f"{refined[s]:>8.3f} {A_c[s, s] / A[s, s]:>6.3f} "
+                  f"{refined[s]:>8.3f} {secant[s]:>8.3f} {A_c[s, s] / A[s, s]:>6.3f} "
                   f"{np.mean(norms[visits[s]] > clip):>6.3f}")
     run = RunSettings()
     for q in quantiles:

@@ -112,8 +112,8 @@ def test_an_extract_without_propensities_is_evaluated_by_the_estimated_behaviour
     q, r, p, ms = u.quantile_share, u.refine_share, u.probe_share, 0.1
     pv_share = load_config(None).evaluation.policy_value_share
     own = 1.0 - b.share - b.quantile_share - pv_share
-    want = [own * q, own * u.statistics_share, own * q, own * p, own * r * (1 - ms),
-            own * r * ms, b.quantile_share, b.share]
+    want = [own * q, own * u.statistics_share, own * q, own * r * (1 - ms), own * r * ms,
+            own * p, b.quantile_share, b.share]
     np.testing.assert_allclose(mu2[:8] / mu2.sum(), want, rtol=1e-9)
     assert mu2[8:].sum() / mu2.sum() == pytest.approx(pv_share, rel=1e-9)
     pld = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)

@@ -78,9 +78,9 @@ def _check_default_charge(entry, params, settings) -> None:
     mu2 = np.array([s**-2 for s in sigmas])
     q, r, p, ms, pv = (settings.quantile_share, settings.refine_share, settings.probe_share, 0.1,
                        0.3)
-    own = 1.0 - pv  # [histogram, SSP sums, histogram, probe, residual sum, moments, policy value]
-    shares = [own * q, own * settings.statistics_share, own * q, own * p, own * r * (1 - ms),
-              own * r * ms, pv]
+    own = 1.0 - pv  # [histogram, SSP sums, histogram, residual sum, moments, probe, policy value]
+    shares = [own * q, own * settings.statistics_share, own * q, own * r * (1 - ms), own * r * ms,
+              own * p, pv]
     np.testing.assert_allclose(mu2 / mu2.sum(), shares, rtol=1e-9)
     assert float(params["sigma"]) == pytest.approx(sigmas[1], rel=1e-12)  # the SSP sums' own
     mu = math.sqrt(mu2.sum())

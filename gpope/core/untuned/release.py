@@ -14,21 +14,21 @@ the spec's public bounds and four Gaussian releases over ``v_i = [vec A_i, b_i, 
    ``statistics_norm_bound * sqrt(1 + ||theta^||^2)``, leaving at most ``min((1 -
    residual_quantile) m, residual_tail_stds sigma_q)`` rows above (:func:`residual_quantile`): the
    rows cut bias the refinement, so their number is tied to the noise, not to m.
-4. **Probe.** The clipped residuals' sum at ``theta^`` plus Gaussian noise: ``R_0 = A
-   (theta_LSTD - theta^)``, so ``theta_1 = theta^ + d``, ``d = A~^-1 R~_0``, removes the first-order
-   error the noise on A leaves in ``theta^``. Where the statistics clip shrank A (long, costly stays
-   cut), ``A~`` is too small and ``d`` overshoots.
-5. **Refinement.** The clipped residuals' sum ``R_1`` and outer products (the moments) at
-   ``theta_1``, plus Gaussian noise; ``theta = theta_1 + s A~^-1 R~_1`` with the secant scale ``s =
-   ||d||^2 / d . (d - A~^-1 R~_1)`` (the rank-one inverse update that makes the step exact along
-   ``d``: ``R_0 - R_1 = A d``), clamped into [0, 1] and applied only where its denominator stands
-   ``secant_z`` noise stds above 0 (else ``s = 1``). What remains is at the scale ``c_r``, far
-   below ``c ||theta||``.
+4. **Refinement.** The clipped residuals' sum and outer products (the moments) plus Gaussian
+   noise. The residual sum is ``R = A (theta_LSTD - theta^)``, so ``theta_1 = theta^ + d``, ``d =
+   A~^-1 R~``, removes the first-order error the noise on A leaves in ``theta^``; what remains is
+   at the scale ``c_r``, far below ``c ||theta||``.
+5. **Probe.** Where the statistics clip shrank A (one state's patients most of the clipped ones:
+   a few long, costly stays), ``A~`` is too small there and ``d`` overshoots. The clipped
+   residual sum at ``theta_1`` plus Gaussian noise gives the secant ``R~ - R~_1 = A d``; where it
+   shows the overshoot beyond the noise (``secant_z`` stds), ``theta = theta_1 + s A~^-1 R~_1``
+   with ``s = ||d||^2 / d . A~^-1 (R~ - R~_1)``, the rank-one inverse update exact along ``d``
+   (:func:`_secant`); elsewhere ``theta = theta_1``.
 
-The interval is the delta method: the Jacobians ``J_0``, ``J_1`` of ``theta`` in the two residual
-sums carry their noises, ``J = J_0 + J_1`` the residuals' sampling covariance ``Sigma_r`` (both sums
-read the same rows) and the first-order error of A's noise ``s_A^2 ||theta - theta_1||^2 I``; each
-end moved out by :func:`second_order_widths` (what the delta method leaves out);
+The interval is the delta method, ``A~^-1 (Sigma_r + s_R^2 I + s_A^2 ||theta - theta^||^2 I)
+A~^-T`` (where the probe's step is taken, the Jacobians of ``theta`` in the two residual sums carry
+their noises and the residuals' sampling covariance ``Sigma_r``), each end moved out by
+:func:`second_order_widths` (what the delta method leaves out);
 unbounded where the identification test cannot separate the noisy A from a singular one or that
 bound fails, judged per value under tabular features (:mod:`gpope.core.untuned.weak`). The bias
 of clipping the largest residuals is not bounded in the interval (the spec's worst case is far
@@ -180,8 +180,8 @@ def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSetti
 
 
 def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
-    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, the probe's
-    residual sum, residual sum with its moments (``moments_share`` of the residual release)."""
+    """The run's dp-accounting event, in release order: histogram, SSP sums, histogram, residual sum
+    with its moments (``moments_share`` of the residual release), the probe's residual sum."""
     import dp_accounting
 
     from gpope.core.mechanisms.quantile import quantile_dp_event
@@ -189,8 +189,8 @@ def untuned_dp_event(sigmas: UntunedSigmas, moments_share: float) -> Any:
 
     return dp_accounting.ComposedDpEvent([
         quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.statistics, 0.0),
-        quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.probe, 0.0),
-        ssp_release_event(sigmas.residual, moments_share)])
+        quantile_dp_event(sigmas.quantile), ssp_release_event(sigmas.residual, moments_share),
+        ssp_release_event(sigmas.probe, 0.0)])
 
 
 @dataclass(frozen=True)
@@ -319,36 +319,42 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
 
 @dataclass(frozen=True)
 class _Secant:
-    """The last step ``s A~^-1 R~_1`` (supported features) and how ``theta`` moves with the probe's
-    noise (``t0``), the residual release's noise (``t1``) and a shift common to both sums (``ts``:
-    the residuals' sampling error, which the second sum also sees through ``theta_1``)."""
+    """The probe's step ``s A~^-1 r1`` (supported features; 0 where the secant does not apply) and
+    how ``theta`` moves with the residual release's noise (``t0``), the probe's (``t1``) and a
+    shift common to both sums (``ts``: the residuals' sampling error, which the probe also sees
+    through ``theta_1``)."""
 
     step: np.ndarray
     t0: np.ndarray
     t1: np.ndarray
     ts: np.ndarray
-    scale: float
+    scale: float | None
 
 
-def _secant(A: np.ndarray, inv: np.ndarray, r0: np.ndarray, r1: np.ndarray, *, noise: float,
-            z: float) -> _Secant:
-    """The refinement's last step (module docstring, step 5): ``theta = theta^ + d + s P r1``,
-    ``d = P r0``, ``P = inv``, ``s = ||d||^2 / D``, ``D = d . (d - P r1)``, so that the step is
-    exact along ``d`` given the secant ``r0 - r1 = A d``. Applied where ``D > z noise ||P^T d||``
-    and ``s <= 1``, else ``s = 1`` (held fixed in the Jacobians). ``r1`` depends on ``r0`` through
-    ``theta_1``: its data part moves by ``-A P`` times a change in ``r0``, with A estimated by the
-    secant update ``A_s = A~ + (r0 - r1 - A~ d) d^T / ||d||^2``. Post-processing only."""
+def _secant(A: np.ndarray, inv: np.ndarray, r0: np.ndarray, r1: np.ndarray, *, noise0: float,
+            noise1: float, noise_a: float, z: float) -> _Secant:
+    """The refinement's last step (module docstring, step 5). ``d = P r0`` (``P = inv``) is the
+    refinement's step, ``r1`` the probe at ``theta_1 = theta^ + d``; the secant ``y = r0 - r1 = A
+    d`` measures A along d. The step overshot where ``D = d . P y`` exceeds ``N = ||d||^2``
+    (``A~`` too small along d) by more than ``z`` noise stds of ``d . P (y - A~ d)`` when it did
+    not (``||P^T d|| (noise_a^2 N + noise0^2 + noise1^2)^1/2``, the sums' noise stds ``noise0``,
+    ``noise1`` and A~'s entries' ``noise_a``); there ``theta = theta_1 + s P r1``, ``s = N / D``,
+    the rank-one inverse update that makes the step exact along d. Elsewhere ``theta = theta_1``
+    (the probe unused). The Jacobians take ``r1``'s dependence on ``r0`` through ``theta_1``
+    (``-A P``) with A estimated by the secant update ``A_s = A~ + (y - A~ d) d^T / N``.
+    Post-processing of released sums only."""
     d, p1 = inv @ r0, inv @ r1
     N = float(d @ d)
     D = N - float(d @ p1)
     Pd = inv.T @ d
-    if N > 0.0 and z * noise * float(np.linalg.norm(Pd)) < D and N <= D:
-        s = N / D
-        j0 = inv + np.outer(p1, (N * (inv.T @ p1) - 2.0 * float(d @ p1) * Pd) / (D * D))
-        j1 = s * inv + np.outer(p1, s * s / N * Pd)
-    else:
-        s, j0, j1 = 1.0, inv, inv
-    A_s = A + np.outer(r0 - r1 - A @ d, d) / N if N > 0.0 else A
+    sd = float(np.linalg.norm(Pd)) * math.sqrt(noise_a ** 2 * N + noise0 ** 2 + noise1 ** 2)
+    if not (N > 0.0 and D - N > z * sd):
+        zero = np.zeros_like(inv)
+        return _Secant(step=np.zeros_like(d), t0=inv, t1=zero, ts=inv, scale=None)
+    s = N / D
+    j0 = inv + np.outer(p1, (N * (inv.T @ p1) - 2.0 * float(d @ p1) * Pd) / (D * D))
+    j1 = s * inv + np.outer(p1, s * s / N * Pd)
+    A_s = A + np.outer(r0 - r1 - A @ d, d) / N
     back = np.eye(len(d)) - A_s @ inv  # d r1 / d (shift common to r0 and r1)
     return _Secant(step=s * p1, t0=j0 - j1 @ A_s @ inv, t1=j1, ts=j0 + j1 @ back, scale=s)
 
@@ -416,17 +422,17 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
                             sigma=sigmas.quantile, rng=rng,
                             cap=(settings.residual_quantile, settings.residual_clip_ratio))
     inv = np.linalg.pinv(Ak)
-    r0 = aggregate(_residual_kernel(theta0, n, c_r, moments=False), n)
-    r0 = r0 + sigmas.probe * c_r * rng.standard_normal(n)
-    theta1 = theta0.copy()
-    theta1[keep] += inv @ r0[keep]
     r_sum, mom, s_sum, s_mom = release_residuals(
-        aggregate(_residual_kernel(theta1, n, c_r), n + n * (n + 1) // 2), n=n, bound=c_r,
+        aggregate(_residual_kernel(theta0, n, c_r), n + n * (n + 1) // 2), n=n, bound=c_r,
         sigma=sigmas.residual, moments_share=moments_share, rng=rng)
-    moments = NoisyMoments(matrix=moments_matrix(mom, n), theta=theta1, sigma=float(s_mom),
+    moments = NoisyMoments(matrix=moments_matrix(mom, n), theta=theta0, sigma=float(s_mom),
                            bound=float(c_r))
-    sec = _secant(Ak, inv, r0[keep], r_sum[keep], noise=c_r * math.hypot(sigmas.probe, s_sum),
-                  z=settings.secant_z)
+    theta1 = theta0.copy()
+    theta1[keep] += inv @ r_sum[keep]
+    probe = aggregate(_residual_kernel(theta1, n, c_r, moments=False), n)
+    probe = probe + sigmas.probe * c_r * rng.standard_normal(n)
+    sec = _secant(Ak, inv, r_sum[keep], probe[keep], noise0=s_sum * c_r,
+                  noise1=sigmas.probe * c_r, noise_a=std, z=settings.secant_z)
     theta = theta1.copy()
     theta[keep] += sec.step
     values = spec.reference_values(theta)
@@ -434,10 +440,10 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
     G = G_all[:, keep]
     # a value that depends on a feature the noisy statistics leave unsupported is not identified
     unsupported = np.any(G_all[:, ~keep] != 0.0, axis=1)
-    k = int(keep.sum())
+    moved = (theta - theta0)[keep]
     cov = (sec.ts @ (moments.covariance()[np.ix_(keep, keep)]
-                     + std ** 2 * float(sec.step @ sec.step) * np.eye(k)) @ sec.ts.T
-           + (sigmas.probe * c_r) ** 2 * sec.t0 @ sec.t0.T + (s_sum * c_r) ** 2 * sec.t1 @ sec.t1.T)
+                     + std ** 2 * float(moved @ moved) * np.eye(int(keep.sum()))) @ sec.ts.T
+           + (s_sum * c_r) ** 2 * sec.t0 @ sec.t0.T + (sigmas.probe * c_r) ** 2 * sec.t1 @ sec.t1.T)
     meat = Ak @ cov @ Ak.T  # inv meat inv^T = cov: the second-order bound reads A~^-1 and cov
     se = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", G, cov, G), 0.0))
     extra, contraction = second_order_widths(G, inv, meat, std, level=level)
@@ -454,7 +460,7 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
     if not identified and identification and isinstance(spec.feature_map, TabularFeatures):
         from gpope.core.untuned.weak import strong_block
 
-        weak = strong_block(A=A, C=C, keep=keep, theta0=theta1, r_sum=r_sum,
+        weak = strong_block(A=A, C=C, keep=keep, theta0=theta0, r_sum=r_sum,
                             meat_r=moments.covariance(), G_all=G_all, noise_std=std,
                             residual_noise=float(s_sum * c_r), value_bounds=value_range(spec),
                             level=level)

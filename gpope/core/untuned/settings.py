@@ -20,14 +20,13 @@ class UntunedSettings:
         quantile_share: share of the default's Gaussian privacy loss ``mu^2 = 1/sigma^2`` spent on
             each of the two quantiles (its releases compose exactly to one Gaussian mechanism,
             calibrated once: :func:`gpope.core.untuned.release.plan_untuned`).
-        refine_share: share of ``mu^2`` spent on the residual release (sum and moments) at the
-            probe's point; the SSP sums take what the shares leave (:attr:`statistics_share`).
-        probe_share: share of ``mu^2`` spent on the probe, the clipped residual sum at the first
-            solve: its step sets the point the residual release is read at, and the two sums'
-            difference is the secant that scales the last step (a clip that shrank A makes the
-            probe's step overshoot; the secant measures by how much).
-        secant_z: the secant scales the last step only where its denominator stands this many
-            noise stds above 0; else the step is the plain Newton step.
+        refine_share: share of ``mu^2`` spent on the residual release (sum and moments); the SSP
+            sums take what the shares leave (:attr:`statistics_share`).
+        probe_share: share of ``mu^2`` spent on the probe, the clipped residual sum at the
+            refined estimate: with the residual release's sum it is the secant that shows whether
+            the refinement's step overshot (a clip that shrank A) and by how much.
+        secant_z: the probe's step is taken only where the overshoot it shows stands this many
+            noise stds above none; else the refined estimate stands.
         residual_quantile: the quantile of the residual norms used as their clip bound, at most.
         residual_tail_stds: the residual clip is the upper quantile with at most
             ``min((1 - residual_quantile) m, residual_tail_stds sigma_q)`` rows above it
