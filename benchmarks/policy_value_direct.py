@@ -21,7 +21,8 @@ identified set's.
 (12 acuity cells, discharge +1, death -1, gamma 0.95, cap 30, ward ``<seed>``: dynamics, a
 clinician-mix behaviour and a target half way to a random protocol), the own-data spec an
 analyst would write (tabular, no ``evaluation:`` block); the same release as the pipeline's
-tuning-free run computes it in memory.
+tuning-free run computes it in memory. ``ward_outcome``: the same ward and spec with the
+outcome's public range stated, ``return_bounds: [-1, 1]``.
 
 ``heavy_tail`` (:func:`heavy_tail_run`): 5% of patients carry 80% of the value; terms only,
 ``--datasets x --runs`` releases per cell.
@@ -41,6 +42,7 @@ smallest c signed in 80 % of runs is the 0.8 quantile of truth - lower over the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -96,8 +98,9 @@ class WardMDP:
         return v
 
 
-def ward_dataset(m: int, seed: int):
-    """(spec, mdp, transitions, statistics rows) of ward ``seed`` with m patients."""
+def ward_dataset(m: int, seed: int, outcome: bool = False):
+    """(spec, mdp, transitions, statistics rows) of ward ``seed`` with m patients; ``outcome``:
+    the spec also states ``return_bounds: [-1, 1]`` (one discounted discharge +1 or death -1)."""
     from benchmarks.signed_ward_core import cohort, spec_of
     from gpope.core.ssp import statistics_vectors
     from gpope.core.trajectories.batch import statistics_of_transitions
@@ -105,6 +108,8 @@ def ward_dataset(m: int, seed: int):
     mdp = WardMDP(seed)
     tr, _ = cohort(mdp.P, mdp.behaviour, mdp.start, m, np.random.default_rng([seed, m]))
     spec = spec_of(mdp.target, mdp.behaviour, [0])
+    if outcome:
+        spec = dataclasses.replace(spec, return_bounds=(-1.0, 1.0))
     rows = statistics_of_transitions(tr, spec).to_rows()
     return spec, mdp, tr, statistics_vectors(rows["A"], rows["b"], rows["C"])
 
@@ -257,7 +262,8 @@ def markdown(paths: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kinds", default="random_mdp,random_mdp_linear",
-                   help="random_mdp, random_mdp_linear, ward, heavy_tail, heavy_tail_no_union")
+                   help="random_mdp, random_mdp_linear, ward, ward_outcome, heavy_tail, "
+                        "heavy_tail_no_union")
     p.add_argument("--datasets", type=int, default=10)
     p.add_argument("--runs", type=int, default=10, help="releases per data set and epsilon")
     p.add_argument("--first-seed", type=int, default=3000)
@@ -289,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             for i in range(a.datasets):
                 seed = a.first_seed + i
-                spec, mdp, tr, vec = (ward_dataset(m, seed) if kind == "ward" else
+                spec, mdp, tr, vec = (ward_dataset(m, seed, outcome=kind == "ward_outcome")
+                                      if kind in ("ward", "ward_outcome") else
                                       dataset(f"{kind}/{seed}", m, seed))
                 tv = truths(mdp)
                 for eps, rows in by_eps.items():

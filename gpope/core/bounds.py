@@ -56,6 +56,29 @@ def check_bounds(
     return w, r
 
 
+def check_return_bounds(owner: str, return_bounds: object,
+                        reward_bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Validated ``return_bounds``: a pair [low, high] of finite numbers with low <= 0 <= high and
+    low < high (a record cut before any reward returns 0), set only beside ``reward_bounds``."""
+    if return_bounds is None:
+        return None
+    ok = (isinstance(return_bounds, (list, tuple)) and len(return_bounds) == 2
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                  for v in return_bounds)
+          and return_bounds[0] <= 0.0 <= return_bounds[1] and return_bounds[0] < return_bounds[1])
+    if not ok:
+        raise ConfigError(
+            f"The 'return_bounds' parameter of {owner} must be a pair [low, high] of finite numbers "
+            "with low <= 0 <= high and low < high (the public range of one record's discounted "
+            f"return; a record cut before any reward returns 0). Got {return_bounds!r}"
+            f"{_types(return_bounds)} instead.")
+    if reward_bounds is None:
+        raise ConfigError(
+            f"{owner} sets 'return_bounds' without 'reward_bounds': the policy value release "
+            "needs both; add 'reward_bounds' (the public range of one reward) to the spec.")
+    return float(return_bounds[0]), float(return_bounds[1])  # type: ignore[index]
+
+
 def _types(values: object) -> str:
     """`` (types float, str)`` when some element of ``values`` is not a number, else ''."""
     if not isinstance(values, (list, tuple)) or all(

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpope.core.bounds import check_return_bounds
 from gpope.core.trajectories.transitions import Transitions
 from gpope.core.validation import check_int, check_number
 from gpope.errors import ConfigError, SchemaError
@@ -85,6 +86,8 @@ class PolicyValueBounds:
         value_range: public (V_lo, V_hi) of the doubly robust control variate V (None: no control
             variate, per-decision importance sampling). Off-policy only: on-policy the doubly
             robust terms telescope to the return.
+        return_bounds: public (R_lo, R_hi), R_lo <= 0 <= R_hi, of one record's discounted return
+            under any policy (the spec's ``return_bounds``), or None: the rewards' range alone.
     """
 
     gamma: float
@@ -93,6 +96,7 @@ class PolicyValueBounds:
     reward_bounds: tuple[float, float]
     on_policy: bool = False
     value_range: tuple[float, float] | None = None
+    return_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         check_number("PolicyValueBounds", "gamma", self.gamma, ge=0.0, le=1.0)
@@ -113,6 +117,8 @@ class PolicyValueBounds:
                     f"off-policy (on-policy the doubly robust terms are the return). Got "
                     f"{self.value_range} with on_policy={self.on_policy}.")
             object.__setattr__(self, "value_range", (float(vlo), float(vhi)))
+        object.__setattr__(self, "return_bounds", check_return_bounds(
+            "PolicyValueBounds", self.return_bounds, self.reward_bounds))
 
     @classmethod
     def from_spec(cls, spec, *, horizon: int) -> PolicyValueBounds:
@@ -132,7 +138,8 @@ class PolicyValueBounds:
         return cls(gamma=float(spec.gamma), horizon=int(horizon),
                    weight_clip=float(spec.importance_weight_bound),
                    reward_bounds=tuple(spec.reward_bounds),
-                   on_policy=int(spec.target_policy.n_actions) == 1)
+                   on_policy=int(spec.target_policy.n_actions) == 1,
+                   return_bounds=getattr(spec, "return_bounds", None))
 
     @property
     def discount_mass(self) -> float:
@@ -144,11 +151,25 @@ class PolicyValueBounds:
     def return_range(self) -> tuple[float, float]:
         """(J_lo, J_hi) = (min(lo, S lo), max(hi, S hi)): the public range of the value J of any
         policy, and of one record's discounted return. A record holds at least one decision and
-        at most H, each reward in [lo, hi] and none after the record ends; nothing about the data
-        enters it."""
+        at most H, each reward in [lo, hi] and none after the record ends, within
+        ``return_bounds`` when they are set; nothing about the data enters it."""
         lo, hi = self.reward_bounds
         s = self.discount_mass
-        return min(lo, s * lo), max(hi, s * hi)
+        out = (min(lo, s * lo), max(hi, s * hi))
+        if self.return_bounds is None:
+            return out
+        return max(out[0], self.return_bounds[0]), min(out[1], self.return_bounds[1])
+
+    @property
+    def g_limits(self) -> tuple[float, float]:
+        """(G_lo, G_hi): the public range of one record's discounted return g, with 0 (a record
+        cut before any reward): ``(S lo', S hi')`` of :attr:`range_with_zero`, within
+        ``return_bounds`` when they are set."""
+        lo0, hi0 = self.range_with_zero
+        s = self.discount_mass
+        if self.return_bounds is None:
+            return s * lo0, s * hi0
+        return max(s * lo0, self.return_bounds[0]), min(s * hi0, self.return_bounds[1])
 
     @property
     def range_with_zero(self) -> tuple[float, float]:
@@ -278,7 +299,8 @@ def policy_value_terms(transitions: Transitions, ratios: np.ndarray,
 
     Rewards are clamped to the public ``reward_bounds`` and ratios to [0, C] (total clipping:
     every term is bounded whatever the data hold): |g| <= S max|r|, |a| <= C S max|r|,
-    0 <= n <= C S.
+    0 <= n <= C S. The release clamps g into ``bounds.return_bounds`` (the statistics do not
+    depend on them).
 
     Args:
         transitions: m trajectories sorted by (traj_index, t), raw rewards.

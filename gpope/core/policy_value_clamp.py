@@ -157,9 +157,8 @@ def public_clamp_bound(bounds: PolicyValueBounds, *, m: int, g_hi: float,
                        g_lo: float) -> ClampBound:
     """Clamp ends given by the caller (no histogram): every patient may lie beyond them, so
     each part is bounded by its range alone."""
-    lo0, hi0 = bounds.range_with_zero
-    s = bounds.discount_mass
-    b_hi, b_lo = max(s * hi0 - g_hi, 0.0), max(g_lo - s * lo0, 0.0)
+    G_lo, G_hi = bounds.g_limits
+    b_hi, b_lo = max(G_hi - g_hi, 0.0), max(g_lo - G_lo, 0.0)
     return ClampBound(excess_sum=m * b_hi, excess_range=b_hi, deficit_sum=m * b_lo,
                       deficit_range=b_lo)
 
@@ -196,10 +195,10 @@ def return_choices(clamped: bool, n_edges: int, sign: int) -> int:
 
 def public_limits(bounds: PolicyValueBounds) -> tuple[float, float, float]:
     """Public bounds of |g|, |a| and n with lambda = 1 (the top edges of the clip grids)."""
-    lo0, hi0 = bounds.range_with_zero
+    G_lo, G_hi = bounds.g_limits
     d_lo, d_hi = bounds.target_range
     s = bounds.discount_mass
-    return s * max(-lo0, hi0), bounds.weight_clip * s * max(-d_lo, d_hi), bounds.weight_clip * s
+    return max(-G_lo, G_hi), bounds.weight_clip * s * max(-d_lo, d_hi), bounds.weight_clip * s
 
 
 def clip_grid(top: float, settings: PolicyValueSettings) -> LogGrid:
@@ -234,9 +233,9 @@ def choose_clip(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: fl
 
 
 def one_signed(bounds: PolicyValueBounds) -> int:
-    """+1 / -1 when every return is >= 0 / <= 0 (public reward bounds), else 0."""
-    lo0, hi0 = bounds.range_with_zero
-    return 1 if lo0 == 0.0 else (-1 if hi0 == 0.0 else 0)
+    """+1 / -1 when every return is >= 0 / <= 0 (public bounds), else 0."""
+    G_lo, G_hi = bounds.g_limits
+    return 1 if G_lo == 0.0 else (-1 if G_hi == 0.0 else 0)
 
 
 def choose_floor(noisy_counts: np.ndarray, grid: LogGrid, noise_std: float, z: float,
@@ -311,8 +310,9 @@ def return_range(counts: np.ndarray, grid: LogGrid, bounds: PolicyValueBounds,
     ok = threshold <= cap
     pos_any = (pos > threshold).any(axis=-1) & ok
     neg_any = (neg > threshold).any(axis=-1) & ok
+    G_lo, G_hi = bounds.g_limits
     hi = np.where(pos_any, choose_clip(pos, grid, hist_std, z, cap),
-                  np.where(neg_any, -choose_floor(neg, grid, hist_std, z, cap), top))
+                  np.where(neg_any, -choose_floor(neg, grid, hist_std, z, cap), G_hi))
     lo = np.where(neg_any, -choose_clip(neg, grid, hist_std, z, cap),
-                  np.where(pos_any, choose_floor(pos, grid, hist_std, z, cap), -top))
-    return np.minimum(hi, top), np.maximum(lo, -top)
+                  np.where(pos_any, choose_floor(pos, grid, hist_std, z, cap), G_lo))
+    return np.minimum(hi, G_hi), np.maximum(lo, G_lo)

@@ -48,7 +48,7 @@ lies in the public range, so an interval that covered it still covers it after t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import norm
@@ -66,7 +66,6 @@ from gpope.core.policy_value_clamp import (
     histogram_variance,
     one_signed,
     public_clamp_bound,
-    public_limits,
     released_components,
     return_choices,
 )
@@ -243,11 +242,12 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         count, count_margin: the released count m~ the means divide by (None: the number of
             terms, where the exact m is public) and its margin t (:attr:`PolicyValueRelease.margin`).
 
-    Guarantees: with ``sigma > 0`` and ``clips=None`` the output is as private as
-    ``policy_value_event(sigma)`` (under ``secure_noise``: its RDP curve, which bounds the
+    Guarantees: each return is clamped into ``bounds.g_limits`` first; with ``sigma > 0`` and
+    ``clips=None`` the output is as private as ``policy_value_event(sigma)`` (under ``secure_noise``: its RDP curve, which bounds the
     discrete Gaussian's); nothing else about ``terms`` leaves this function.
     """
     s = check_number("release_policy_value", "sigma", sigma, ge=0.0)
+    terms = replace(terms, g=np.clip(terms.g, *bounds.g_limits)) if bounds.return_bounds else terms
     # the released m~ (where given) is the m of every public number below
     m, low = dividing_count(terms.m, count, count_margin, "policy value release")
     hist_std, s_mean, s_mom = noise_scales(s, settings, bounds)
@@ -296,8 +296,8 @@ def return_clamp(noisy_g: np.ndarray, edges: np.ndarray, sign: int, clips: tuple
     none (the public return range), whichever predicts the narrower J(behaviour) interval at
     ``settings.clamp_rule_level`` (post-processing of the noisy histogram ``noisy_g`` and public
     noise scales; :mod:`gpope.core.policy_value_clamp`, "Clamp or not")."""
-    top = public_limits(bounds)[0]
-    public = (top if sign >= 0 else 0.0, -top if sign <= 0 else 0.0)
+    G_lo, G_hi = bounds.g_limits
+    public = (G_hi if sign >= 0 else 0.0, G_lo if sign <= 0 else 0.0)
     ends = clamp_ends(len(edges), sign)
     best = None
     for g_hi, g_lo in ((float(clips[0]), float(clips[3])), public):

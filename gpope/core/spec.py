@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpope.core.bounds import check_bounds
+from gpope.core.bounds import check_bounds, check_return_bounds
 from gpope.core.validation import check_choice, check_number
 from gpope.errors import ConfigError
 
@@ -42,7 +42,7 @@ _STATS_KEYS = ("feature_map", "target_policy", "gamma", "normalization", "length
 _OPTIONAL_STATS_KEYS = ("importance_weight_bound", "reward_bounds")
 _KEYS = ("name", "domain", "gamma", "normalization", "length_scale", "reward_scale", "feature_map",
          "target_policy", "reference_states", "policy_name", "importance_weight_bound",
-         "reward_bounds", "evaluation")
+         "reward_bounds", "return_bounds", "evaluation")
 
 
 def canonical_json(obj: Any) -> str:
@@ -94,7 +94,11 @@ class EvaluationSpec:
     divides by c. ``importance_weight_bound`` and ``reward_bounds`` are public clamps the stats
     stage applies and counts (:mod:`gpope.core.bounds`); ``domain`` (a public simulator) serves
     ground truth only; ``name``, ``domain``, ``policy_name``, the reference states and the
-    ``evaluation`` layer are not part of the spec id."""
+    ``evaluation`` layer are not part of the spec id. ``return_bounds``: the public range of one
+    record's discounted return under any policy (the study's outcome definition, e.g. [-1, 1] for
+    a discounted discharge +1 or death -1), tighter than the rewards imply; the policy value
+    release clamps each return to it and reads its ranges from it (not part of the spec id: the
+    statistics do not depend on it)."""
 
     name: str
     feature_map: Any
@@ -109,11 +113,14 @@ class EvaluationSpec:
     importance_weight_bound: float | None = None
     reward_bounds: tuple[float, float] | None = None
     evaluation: Any = None
+    return_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         w, r = check_bounds("EvaluationSpec", self.importance_weight_bound, self.reward_bounds)
         object.__setattr__(self, "importance_weight_bound", w)
         object.__setattr__(self, "reward_bounds", r)
+        object.__setattr__(self, "return_bounds",
+                           check_return_bounds("EvaluationSpec", self.return_bounds, r))
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"The 'name' parameter of EvaluationSpec must be a non-empty string. Got {self.name!r} instead.")
         check_number("EvaluationSpec", "gamma", self.gamma, ge=0.0, le=1.0)
@@ -294,6 +301,9 @@ class EvaluationSpec:
                 reward_bounds=(tuple(data["reward_bounds"])  # a YAML list; the spec checks it
                                if isinstance(data.get("reward_bounds"), list)
                                else data.get("reward_bounds")),
+                return_bounds=(tuple(data["return_bounds"])
+                               if isinstance(data.get("return_bounds"), list)
+                               else data.get("return_bounds")),
                 evaluation=evaluation,
             )
         except ConfigError as exc:
@@ -315,6 +325,8 @@ class EvaluationSpec:
             "importance_weight_bound": self.importance_weight_bound,
             "reward_bounds": None if self.reward_bounds is None else list(self.reward_bounds),
         }
+        if self.return_bounds is not None:
+            d["return_bounds"] = list(self.return_bounds)
         if self.evaluation is not None:
             d["evaluation"] = self.evaluation.to_dict()
         return d

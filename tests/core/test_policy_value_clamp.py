@@ -139,3 +139,51 @@ def test_a_released_count_keeps_every_row_around_the_mean_over_the_m_patients():
     off = release_policy_value(terms, BOUNDS, sigma=0.0, settings=s, rng=rng, count=m - m // 10)
     b = off.intervals_with(0.95, s)["behaviour_value"]
     assert not b.lower <= exact <= b.upper
+
+
+def test_a_return_bound_narrows_j_behaviour_and_still_covers():
+    """Outcomes +1 / -1 discounted over up to 30 decisions (gamma 0.95): every return lies in
+    [-1, 1] although the rewards allow [-15.7, 15.7]. Stated as the spec's public
+    ``return_bounds``, the release clamps each return there and reads its ranges from it: the
+    J(behaviour) interval is several times narrower and still covers, and a return outside the
+    bound is clamped into it by the release itself, before anything is released (the
+    sensitivity holds whatever the statistics stored)."""
+    from gpope.core.policy_value import policy_value_terms
+    from gpope.core.trajectories.transitions import Transitions
+
+    wide = PolicyValueBounds(gamma=0.95, horizon=30, weight_clip=3.0, reward_bounds=(-1.0, 1.0),
+                             on_policy=True)
+    tight = dataclasses.replace(wide, return_bounds=(-1.0, 1.0))
+    assert tight.g_limits == (-1.0, 1.0) and tight.return_range == (-1.0, 1.0)
+    assert wide.g_limits == pytest.approx((-wide.discount_mass, wide.discount_mass))
+    m, settings = 20000, PolicyValueSettings()
+    sigma = ssp_sigma(m=m, epsilon=1.0, delta=1e-6) / math.sqrt(settings.share)
+    rng = np.random.default_rng(11)
+    half, hits = {}, 0
+    for bounds in (wide, tight):
+        widths = []
+        for _ in range(10):
+            t = rng.integers(0, 30, m)
+            g = np.where(rng.random(m) < 0.6, 1.0, -1.0) * 0.95 ** t
+            terms = PolicyValueTerms(g=g, a=g, n=np.full(m, wide.discount_mass))
+            iv = release_policy_value(terms, bounds, sigma=sigma, settings=settings,
+                                      rng=rng).intervals_with(0.95, settings)["behaviour_value"]
+            truth = 0.2 * float(np.mean(0.95 ** np.arange(30)))
+            hits += iv.lower <= truth <= iv.upper
+            widths.append((iv.upper - iv.lower) / 2.0)
+        half[bounds.return_bounds] = float(np.median(widths))
+    assert hits >= 19
+    assert half[(-1.0, 1.0)] < 0.5 * half[None]
+    # two records paid +1 on each of 3 decisions return 2.85 > 1: clamped to the bound
+    tr = Transitions(traj_index=np.repeat([0, 1], 3), t=np.tile(np.arange(3), 2),
+                     state=np.zeros((6, 1)), action=np.zeros(6, dtype=np.int64),
+                     reward=np.ones(6), next_state=np.zeros((6, 1)),
+                     terminal=np.tile([False, False, True], 2), truncated=np.zeros(6, dtype=bool),
+                     behavior_prob=np.ones(6), n_trajectories=2)
+    terms = policy_value_terms(tr, np.ones(6), tight)
+    assert terms.g[0] == pytest.approx(2.8525)  # the statistics keep the record's return
+    exact = {b.return_bounds: release_policy_value(terms, b, sigma=0.0, settings=settings,
+                                                   rng=rng).intervals_with(0.95, settings)
+             for b in (wide, tight)}
+    assert exact[None]["behaviour_value"].value == pytest.approx(2.8525)
+    assert exact[(-1.0, 1.0)]["behaviour_value"].value == 1.0

@@ -126,6 +126,21 @@ def test_public_data_bounds_validate_and_define_the_statistics():
         EvaluationSpec.from_mapping(_mapping(reward_bounds=[2, 1]))
 
 
+def test_a_return_bound_is_public_validated_and_leaves_the_statistics_alone():
+    bounded = EvaluationSpec.from_mapping(_mapping(importance_weight_bound=5,
+                                                   reward_bounds=[-1, 1]))
+    outcome = EvaluationSpec.from_mapping(_mapping(importance_weight_bound=5,
+                                                   reward_bounds=[-1, 1], return_bounds=[-1, 1]))
+    assert outcome.return_bounds == (-1.0, 1.0)
+    assert outcome.spec_id == bounded.spec_id  # the statistics do not depend on it
+    assert EvaluationSpec.from_mapping(outcome.to_dict()) == outcome
+    assert "return_bounds" not in bounded.to_dict()
+    with pytest.raises(ConfigError, match=r"'return_bounds' parameter .* low <= 0 <= high"):
+        EvaluationSpec.from_mapping(_mapping(reward_bounds=[-1, 1], return_bounds=[0.5, 1]))
+    with pytest.raises(ConfigError, match=r"'return_bounds' without 'reward_bounds'"):
+        EvaluationSpec.from_mapping(_mapping(return_bounds=[-1, 1]))
+
+
 def test_clamp_to_public_bounds_counts_every_changed_value():
     from gpope.core.bounds import clamp_to_public_bounds
 
