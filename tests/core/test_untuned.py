@@ -79,15 +79,20 @@ def test_a_clip_that_shrinks_one_state_does_not_make_the_refinement_overshoot(ta
     lstd[keep] = np.linalg.solve(A[0][np.ix_(keep, keep)], b[0][keep])
     tiny = plan_untuned(m=len(rows), epsilon=1e6, delta=1e-5, settings=UntunedSettings())
 
-    def error(secant_z: float) -> float:
+    def error(secant_z: float) -> tuple[float, float | None]:
         rel = release_untuned_rows(rows, spec, sigmas=tiny, moments_share=0.1,
                                    settings=UntunedSettings(residual_quantile=1.0,
                                                             secant_z=secant_z),
                                    rng=np.random.default_rng(0))
-        return float(np.max(np.abs(rel.theta - lstd)))
+        return float(np.max(np.abs(rel.theta - lstd))), rel.probe_scale
 
-    assert error(1e12) > 0.1   # the refinement alone: the overshoot is there to correct
-    assert error(3.0) < 0.03   # values are about 1
+    assert error(1e12)[0] > 0.1 and error(1e12)[1] is None  # the overshoot is there to correct
+    err, scale = error(3.0)
+    assert err < 0.03 and 0.0 < scale < 1.0   # values are about 1
+    # without the long stays nothing is clipped away enough to move the refined estimate
+    assert release_untuned_rows(vec, spec, sigmas=tiny, moments_share=0.1,
+                                settings=UntunedSettings(residual_quantile=1.0),
+                                rng=np.random.default_rng(0)).probe_scale is None
 
 
 def test_the_residual_clip_cuts_a_number_of_rows_that_does_not_grow_with_m():

@@ -205,7 +205,10 @@ def untuned_result(release: Any, *, plan: Any, delta: float, seed: int | None) -
         iterations=1, clip=release.clip, private=private,
         privacy_note=("tuning-free default: two private quantiles, the clipped sufficient "
                       "statistics and the clipped residuals, noise from OS entropy" if private
-                      else "fixed seed: reproducible, NOT private"),
+                      else "fixed seed: reproducible, NOT private") + (
+            "" if release.probe_scale is None else
+            f"; the probe found the refinement overshooting (the statistics clip shrank A) and "
+            f"corrected it (secant scale {release.probe_scale:.2f})"),
     )
 
 

@@ -199,7 +199,8 @@ class UntunedRelease:
     ``theta`` (0 off the ``supported`` features), the reference values' interval clamped into
     :func:`value_range`, the private clips, the released noisy sums and residual moments, and the
     intervals of the public ``functionals`` asked of it (same arithmetic, supported features only;
-    None when none were asked)."""
+    None when none were asked); ``probe_scale``: the secant's scale where the probe moved the
+    refined estimate (step 5), else None."""
 
     theta: np.ndarray
     interval: Interval
@@ -209,6 +210,7 @@ class UntunedRelease:
     moments: Any
     functionals: Interval | None = None
     supported: np.ndarray | None = None
+    probe_scale: float | None = None
 
 
 def _histogram_kernel(edges: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]):
@@ -496,7 +498,7 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
         df=0, unidentified=not identified, separation=float(sep) if identification else None)
     return UntunedRelease(theta=theta, interval=clamp_interval(iv, value_range(spec)), clip=clip,
                           residual_clip=float(c_r), noisy=noisy, moments=moments,
-                          functionals=extra_iv, supported=keep)
+                          functionals=extra_iv, supported=keep, probe_scale=sec.scale)
 
 
 def release_untuned_rows(rows: np.ndarray, spec: EvaluationSpec, **kwargs: Any) -> UntunedRelease:
