@@ -6,8 +6,8 @@ memory (the pipeline sums the same statistics with Spark and runs the same arith
 data sets, ``--datasets`` per domain, ``--reps`` releases each (fresh noise), at ``--m`` patients
 and each epsilon, and prints per cell: the releases, the V intervals, the fraction finite, the
 coverage of the estimand by every interval (an unbounded one covers) and by the finite ones, the
-lowest coverage over the reference states (domains with fixed reference states) and the median
-finite half-width. Noise comes from seeded numpy Generators (a seeded run is not private).
+lowest coverage over the reference states (domains with fixed reference states), the median
+finite half-width and how many releases the probe moved (``UntunedRelease.probe_scale``). Noise comes from seeded numpy Generators (a seeded run is not private).
 
 Domains and estimands (the row's stated estimand: the tabular fixed point, i.e. the exact value
 ``(I - gamma P_pi)^-1 r_pi``, or the feature fixed point of a non-tabular map):
@@ -180,17 +180,18 @@ def main(argv=None) -> int:
     t0 = time.time()
     summary = []
     for dom, make in makers(a.domains.split(","), a.icu_population).items():
-        rec = {e: {"finite": [], "cov": [], "half": []} for e in eps_list}
+        rec = {e: {"finite": [], "cov": [], "half": [], "probe": []} for e in eps_list}
         for d in range(a.datasets):
             spec, estimand, vec = make(d, a.m)
             for eps in eps_list:
                 sig = plan_untuned(m=a.m, epsilon=eps, delta=a.delta, settings=settings,
                                    share=1.0 - run.policy_value_share)
                 for r in range(a.reps):
-                    iv = release_untuned_rows(
+                    rel = release_untuned_rows(
                         vec, spec, sigmas=sig, moments_share=run.moments_share,
-                        settings=settings,
-                        rng=np.random.default_rng([d, r, int(eps * 1000)])).interval
+                        settings=settings, rng=np.random.default_rng([d, r, int(eps * 1000)]))
+                    iv = rel.interval
+                    rec[eps]["probe"].append(rel.probe_scale is not None)
                     rec[eps]["finite"].append(np.isfinite(iv.lower) & np.isfinite(iv.upper))
                     rec[eps]["cov"].append((iv.lower <= estimand) & (estimand <= iv.upper))
                     rec[eps]["half"].append((iv.upper - iv.lower) / 2.0)
@@ -208,16 +209,18 @@ def main(argv=None) -> int:
                 "coverage_finite": float(cov[fin].mean()) if fin.any() else float("nan"),
                 "min_state_coverage": float(states.min()),
                 "state_coverage": [round(float(c), 3) for c in states],
-                "median_half_width": float(np.median(half[fin])) if fin.any() else float("inf")})
+                "median_half_width": float(np.median(half[fin])) if fin.any() else float("inf"),
+                "probe_moved": int(np.sum(rec[eps]["probe"]))})
     print(f"\nm={a.m}, {a.datasets} data sets x {a.reps} releases per cell, "
           f"{time.time() - t0:.0f} s")
     print(f"{'domain':>18} {'eps':>4} {'releases':>8} {'V intervals':>11} {'finite':>6} "
-          f"{'coverage':>8} {'cov finite':>10} {'min state':>9} {'half-width':>10}")
+          f"{'coverage':>8} {'cov finite':>10} {'min state':>9} {'half-width':>10} "
+          f"{'probe moved':>11}")
     for row in summary:
         print(f"{row['domain']:>18} {row['epsilon']:>4g} {row['releases']:>8} "
               f"{row['intervals']:>11} {row['finite']:>6.3f} {row['coverage']:>8.3f} "
               f"{row['coverage_finite']:>10.3f} {row['min_state_coverage']:>9.3f} "
-              f"{row['median_half_width']:>10.4f}")
+              f"{row['median_half_width']:>10.4f} {row['probe_moved']:>11}")
     if a.out:
         Path(a.out).write_text(json.dumps({"args": vars(a), "summary": summary}, indent=1))
     return 0
