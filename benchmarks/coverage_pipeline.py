@@ -343,7 +343,12 @@ def clip_diagnosis(domain: str, seed: int, m: int, quantiles: list[float], epsil
     from gpope.core.spec import EvaluationSpec
     from gpope.core.ssp import c_block_scale, split_vector, statistics_vectors
     from gpope.core.trajectories.batch import statistics_of_transitions
-    from gpope.core.untuned.release import UntunedSettings, plan_untuned, release_untuned_rows
+    from gpope.core.untuned.release import (
+        UntunedSettings,
+        _secant,
+        plan_untuned,
+        release_untuned_rows,
+    )
 
     mdp = {"signed_ward": signed_ward, "heavy_tail": heavy_tail}[domain](seed)
     spec = EvaluationSpec.from_mapping(mdp.spec(domain, (-1.0, 1.0)))
@@ -369,12 +374,14 @@ def clip_diagnosis(domain: str, seed: int, m: int, quantiles: list[float], epsil
     for q in quantiles:
         clip = float(np.quantile(norms, q))
         theta0, A_c, _ = solve(clip_rows(vec * w, clip) / w)
-        P = np.linalg.inv(A_c[:mdp.S, :mdp.S])
+        A_cs = A_c[:mdp.S, :mdp.S]
+        P = np.linalg.inv(A_cs)
         refined = theta0.copy()
         refined[:mdp.S] += P @ (b - A @ theta0)[:mdp.S]
-        d, p1 = (refined - theta0)[:mdp.S], P @ (b - A @ refined)[:mdp.S]
-        secant = refined.copy()   # the default's last step: the secant's scale, at most 1
-        secant[:mdp.S] += min(1.0, float(d @ d) / float(d @ (d - p1))) * p1
+        secant = refined.copy()   # the default's probe step, its noises 0
+        secant[:mdp.S] += _secant(A_cs, P, (b - A @ theta0)[:mdp.S], (b - A @ refined)[:mdp.S],
+                                  noise0=0.0, noise1=0.0, noise_a=0.0,
+                                  z=UntunedSettings().secant_z).step
         if worst is None:
             worst = int(np.argmax(np.abs(refined - lstd)[:mdp.S]))
         print(f"  q {q}: clip {clip:.4g} cuts {np.mean(norms > clip):.3f} of the patients")

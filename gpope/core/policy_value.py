@@ -139,7 +139,7 @@ class PolicyValueBounds:
                    weight_clip=float(spec.importance_weight_bound),
                    reward_bounds=tuple(spec.reward_bounds),
                    on_policy=int(spec.target_policy.n_actions) == 1,
-                   return_bounds=getattr(spec, "return_bounds", None))
+                   return_bounds=spec.return_bounds)
 
     @property
     def discount_mass(self) -> float:
@@ -155,10 +155,7 @@ class PolicyValueBounds:
         ``return_bounds`` when they are set; nothing about the data enters it."""
         lo, hi = self.reward_bounds
         s = self.discount_mass
-        out = (min(lo, s * lo), max(hi, s * hi))
-        if self.return_bounds is None:
-            return out
-        return max(out[0], self.return_bounds[0]), min(out[1], self.return_bounds[1])
+        return self._within_return_bounds(min(lo, s * lo), max(hi, s * hi))
 
     @property
     def g_limits(self) -> tuple[float, float]:
@@ -167,9 +164,13 @@ class PolicyValueBounds:
         ``return_bounds`` when they are set."""
         lo0, hi0 = self.range_with_zero
         s = self.discount_mass
+        return self._within_return_bounds(s * lo0, s * hi0)
+
+    def _within_return_bounds(self, lo: float, hi: float) -> tuple[float, float]:
+        """(lo, hi) cut to ``return_bounds`` where they are set."""
         if self.return_bounds is None:
-            return s * lo0, s * hi0
-        return max(s * lo0, self.return_bounds[0]), min(s * hi0, self.return_bounds[1])
+            return lo, hi
+        return max(lo, self.return_bounds[0]), min(hi, self.return_bounds[1])
 
     @property
     def range_with_zero(self) -> tuple[float, float]:

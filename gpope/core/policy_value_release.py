@@ -242,9 +242,9 @@ def release_policy_value(terms: PolicyValueTerms, bounds: PolicyValueBounds, *, 
         count, count_margin: the released count m~ the means divide by (None: the number of
             terms, where the exact m is public) and its margin t (:attr:`PolicyValueRelease.margin`).
 
-    Guarantees: each return is clamped into ``bounds.g_limits`` first; with ``sigma > 0`` and
-    ``clips=None`` the output is as private as ``policy_value_event(sigma)`` (under ``secure_noise``: its RDP curve, which bounds the
-    discrete Gaussian's); nothing else about ``terms`` leaves this function.
+    Guarantees: returns clamped into ``bounds.g_limits`` first; with ``sigma > 0``, ``clips=None``
+    the output is as private as ``policy_value_event(sigma)`` (``secure_noise``: its RDP curve,
+    which bounds the discrete Gaussian's); nothing else about ``terms`` leaves this function.
     """
     s = check_number("release_policy_value", "sigma", sigma, ge=0.0)
     terms = replace(terms, g=np.clip(terms.g, *bounds.g_limits)) if bounds.return_bounds else terms

@@ -162,8 +162,8 @@ def split_untuned(sigma: float, settings: UntunedSettings) -> UntunedSigmas:
     sums the rest, the probe ``probe_share``."""
     return UntunedSigmas(quantile=float(sigma / math.sqrt(settings.quantile_share)),
                          statistics=float(sigma / math.sqrt(settings.statistics_share)),
-                         residual=float(sigma / math.sqrt(settings.refine_share)), total=float(sigma),
-                         probe=float(sigma / math.sqrt(settings.probe_share)))
+                         residual=float(sigma / math.sqrt(settings.refine_share)),
+                         total=float(sigma), probe=float(sigma / math.sqrt(settings.probe_share)))
 
 
 def plan_untuned(*, m: int, epsilon: float, delta: float, settings: UntunedSettings,
@@ -308,8 +308,8 @@ def release_residuals(parts: np.ndarray, *, n: int, bound: float, sigma: float,
     """The refinement's release: ``parts`` (..., n + n(n+1)/2), the sums of the clipped residuals
     and of their moment vectors, plus ``N(0, (s_sum bound)^2)`` on the residual sum and
     ``N(0, (s_mom bound^2)^2)`` on the moments, ``(s_sum, s_mom)`` the zCDP split of ``sigma``:
-    together ``GaussianDpEvent(sigma)`` under add/remove-one. Leading rows are independent releases
-    (the audit). Returns (noisy residual sums, noisy moment vectors, s_sum, s_mom)."""
+    together ``GaussianDpEvent(sigma)`` under add/remove-one (``moments_share = 0``: ``parts`` (...,
+    n), the sum alone, as the probe releases it). Leading rows are independent releases (the audit). Returns (noisy residual sums, noisy moment vectors, s_sum, s_mom)."""
     from gpope.core.ssp import split_sigma
 
     s_sum, s_mom = split_sigma(sigma, moments_share)
@@ -351,8 +351,7 @@ def _secant(A: np.ndarray, inv: np.ndarray, r0: np.ndarray, r1: np.ndarray, *, n
     Pd = inv.T @ d
     sd = float(np.linalg.norm(Pd)) * math.sqrt(noise_a ** 2 * N + noise0 ** 2 + noise1 ** 2)
     if not (N > 0.0 and D - N > z * sd):
-        zero = np.zeros_like(inv)
-        return _Secant(step=np.zeros_like(d), t0=inv, t1=zero, ts=inv, scale=None)
+        return _Secant(step=np.zeros_like(d), t0=inv, t1=np.zeros_like(inv), ts=inv, scale=None)
     s = N / D
     j0 = inv + np.outer(p1, (N * (inv.T @ p1) - 2.0 * float(d @ p1) * Pd) / (D * D))
     j1 = s * inv + np.outer(p1, s * s / N * Pd)
@@ -431,8 +430,8 @@ def release_untuned(aggregate: Aggregate, spec: EvaluationSpec, *, m: int, sigma
                            bound=float(c_r))
     theta1 = theta0.copy()
     theta1[keep] += inv @ r_sum[keep]
-    probe = aggregate(_residual_kernel(theta1, n, c_r, moments=False), n)
-    probe = probe + sigmas.probe * c_r * rng.standard_normal(n)
+    probe = release_residuals(aggregate(_residual_kernel(theta1, n, c_r, moments=False), n), n=n,
+                              bound=c_r, sigma=sigmas.probe, moments_share=0.0, rng=rng)[0]
     sec = _secant(Ak, inv, r_sum[keep], probe[keep], noise0=s_sum * c_r,
                   noise1=sigmas.probe * c_r, noise_a=std, z=settings.secant_z)
     theta = theta1.copy()
